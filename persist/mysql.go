@@ -1,0 +1,119 @@
+package persist
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// Pool sizing for MySQL. The batched writer holds one connection; API reads, the window
+// loader and lease renewals need a few more. Connections are recycled well before a typical
+// server wait_timeout so the pool never hands out one the server already dropped.
+const (
+	mysqlMaxOpenConns    = 16
+	mysqlMaxIdleConns    = 8
+	mysqlConnMaxLifetime = 5 * time.Minute
+)
+
+// mysqlMaxParams stays under the protocol's 65535 placeholders per prepared statement (it
+// matters only when interpolateParams is turned off).
+const mysqlMaxParams = 60000
+
+// mysqlSchemaLockTimeoutSec bounds how long Migrate waits for another node's Migrate.
+const mysqlSchemaLockTimeoutSec = 60
+
+// MySQL error numbers the store reacts to.
+const (
+	mysqlErrDupEntry = 1062
+	mysqlErrDeadlock = 1213
+)
+
+func openMySQL(dsn string) (*sqlStore, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse mysql DSN: %w", err)
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("cannot open mysql store: the DSN names no database (…/DBNAME)")
+	}
+	if !strings.Contains(dsn, "interpolateParams=") {
+		cfg.InterpolateParams = true
+	}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open mysql store: %w", err)
+	}
+	db := sql.OpenDB(connector)
+	db.SetMaxOpenConns(mysqlMaxOpenConns)
+	db.SetMaxIdleConns(mysqlMaxIdleConns)
+	db.SetConnMaxLifetime(mysqlConnMaxLifetime)
+	return newSQLStore(db, mysqlDialect()), nil
+}
+
+func mysqlDialect() *dialect {
+	return &dialect{
+		kind:      SchemeMySQL,
+		forUpdate: " FOR UPDATE",
+		// A batch only reads the lease row; a shared lock lets batches run side by side
+		// while a takeover (which locks the row exclusively) waits for them to finish.
+		forShare: " LOCK IN SHARE MODE",
+		// FORCE INDEX: for a wide window the optimizer may prefer a full scan plus a sort,
+		// which holds the whole result server-side before the first row streams out.
+		dueFrom:   "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		stateFrom: "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		maxParams: mysqlMaxParams,
+		upsert: func(_, update []string) string {
+			var b strings.Builder
+			b.WriteString(" ON DUPLICATE KEY UPDATE ")
+			for i, c := range update {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				// VALUES(c) rather than the row-alias syntax: MariaDB has no row alias.
+				b.WriteString(c + " = VALUES(" + c + ")")
+			}
+			return b.String()
+		},
+		isUniqueViolation: func(err error) bool { return mysqlErrIs(err, mysqlErrDupEntry) },
+		isRetryable:       func(err error) bool { return mysqlErrIs(err, mysqlErrDeadlock) },
+		ensureLease: `INSERT INTO lease (name, holder, epoch, expires_at) VALUES (?, '', 0, 0)
+			ON DUPLICATE KEY UPDATE name = name`,
+		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version INT NOT NULL,
+			name VARCHAR(255) NOT NULL,
+			PRIMARY KEY (version)
+		)` + mysqlTableOpts,
+		migrations:       mysqlMigrations,
+		transactionalDDL: false,
+		lockSchema:       mysqlLockSchema,
+	}
+}
+
+// mysqlLockSchema takes a server-wide named lock for this database, so two axe nodes
+// starting together do not run the same DDL at once. The name hashes the database name to
+// stay under the 64-character limit on lock names.
+func mysqlLockSchema(ctx context.Context, conn *sql.Conn) (func(), error) {
+	const name = `CONCAT('axe_migrate:', MD5(DATABASE()))`
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+name+`, ?)`, mysqlSchemaLockTimeoutSec).Scan(&got); err != nil {
+		return nil, fmt.Errorf("cannot take the schema lock: %w", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return nil, fmt.Errorf("cannot take the schema lock: another node held it for %d s", mysqlSchemaLockTimeoutSec)
+	}
+	return func() {
+		// Background: the lock must be released even when ctx was cancelled. Should this
+		// fail, closing the session releases the lock anyway.
+		_, _ = conn.ExecContext(context.Background(), `DO RELEASE_LOCK(`+name+`)`)
+	}, nil
+}
+
+func mysqlErrIs(err error, number uint16) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == number
+}

@@ -1,0 +1,1210 @@
+package persisttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// conformanceTimeout bounds each conformance test, so a lock that is never released fails
+// the test instead of hanging the run.
+const conformanceTimeout = 60 * time.Second
+
+// leaseName is the lease the fencing tests use.
+const leaseName = "scheduler"
+
+// RunConformance runs the conformance suite: every documented behaviour of persist.Store.
+// newStore must return a fresh, empty, migrated store for each call.
+func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, ctx context.Context, s persist.Store)
+	}{
+		{"Migrate/Twice", testMigrateTwice},
+		{"Migrate/Concurrent", testMigrateConcurrent},
+		{"CreateTask/RoundTrip", testCreateRoundTrip},
+		{"CreateTask/Duplicate", testCreateDuplicate},
+		{"NotFound", testNotFound},
+		{"ListTasks", testListTasks},
+		{"UpdateTaskDef", testUpdateTaskDef},
+		{"DeleteTask", testDeleteTask},
+		{"Dependents", testDependents},
+		{"LoadDue/RangeStatesOrder", testLoadDueRange},
+		{"LoadDue/EarlyStop", testLoadDueEarlyStop},
+		{"LoadDue/Stream", testLoadDueStream},
+		{"LoadByState", testLoadByState},
+		{"ApplyBatch/Success", testApplySuccess},
+		{"ApplyBatch/StaleVersion", testApplyStale},
+		{"ApplyBatch/MissingRow", testApplyMissingRow},
+		{"ApplyBatch/Chained", testApplyChained},
+		{"ApplyBatch/ConflictRollsBackEverything", testApplyConflictRollsBack},
+		{"ApplyBatch/RunUpsert", testApplyRunUpsert},
+		{"ApplyBatch/NoTransitions", testApplyNoTransitions},
+		{"ApplyBatch/Large", testApplyLarge},
+		{"ApplyBatch/OversizedText", testApplyOversizedText},
+		{"ApplyBatch/ConcurrentCAS", testApplyConcurrentCAS},
+		{"ApplyBatch/EpochFencing", testApplyEpoch},
+		{"Actions", testActions},
+		{"Executors", testExecutors},
+		{"Lease", testLease},
+		{"Lease/Concurrent", testLeaseConcurrent},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), conformanceTimeout)
+			defer cancel()
+			tc.fn(t, ctx, newStore(t))
+		})
+	}
+}
+
+// ---- fixtures ----
+
+// newDef returns a definition with every field set, so a round trip checks every column.
+func newDef(name string, deps ...string) *persist.TaskDef {
+	return &persist.TaskDef{
+		Name:             name,
+		Group:            "default",
+		Trigger:          persist.TriggerCron,
+		Cron:             "*/5 * * * * *",
+		DelayMS:          1500,
+		DependsOn:        deps,
+		DependsMode:      "all",
+		Timezone:         "Asia/Shanghai",
+		TimeoutSec:       300,
+		RetryCount:       3,
+		RetryIntervalSec: 30,
+		Priority:         2,
+		Callback: persist.Callback{Type: persist.CallbackExecutor, URL: "http://x/run",
+			App: "billing", Handler: "settle", Route: "hash"},
+		Params:        json.RawMessage(`{"region":"eu","ids":[1,2,3]}`),
+		MisfirePolicy: persist.MisfireFireOnce,
+		CreatedAt:     1_700_000_000_000,
+		UpdatedAt:     1_700_000_000_001,
+	}
+}
+
+func newRuntime(state persist.State, next int64) *persist.Runtime {
+	return &persist.Runtime{State: state, NextTriggerTime: next, Version: 1}
+}
+
+func create(t *testing.T, ctx context.Context, s persist.Store, def *persist.TaskDef, rt *persist.Runtime) *persist.Task {
+	t.Helper()
+	if err := s.CreateTask(ctx, def, rt); err != nil {
+		t.Fatalf("CreateTask(%q): %v", def.Name, err)
+	}
+	return &persist.Task{Def: *def, Runtime: *rt}
+}
+
+// createMany creates n tasks named prefix-i concurrently (a few at a time, as the API
+// would) and returns them in name order. next(i) gives each its next_trigger_time.
+func createMany(t *testing.T, ctx context.Context, s persist.Store, prefix string, n int, next func(i int) int64) []*persist.Task {
+	t.Helper()
+	const workers = 4
+	out := make([]*persist.Task, n)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				def := newDef(fmt.Sprintf("%s-%04d", prefix, i))
+				rt := newRuntime(persist.StateScheduled, next(i))
+				if err := s.CreateTask(ctx, def, rt); err != nil {
+					errs <- err
+					return
+				}
+				out[i] = &persist.Task{Def: *def, Runtime: *rt}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	return out
+}
+
+func getByID(t *testing.T, ctx context.Context, s persist.Store, id int64) *persist.Task {
+	t.Helper()
+	got, err := s.GetTaskByID(ctx, id)
+	if err != nil {
+		t.Fatalf("GetTaskByID(%d): %v", id, err)
+	}
+	return got
+}
+
+// transition moves task to state, expecting its current version.
+func transition(task *persist.Task, state persist.State, next int64) persist.Transition {
+	rt := task.Runtime
+	rt.State = state
+	rt.NextTriggerTime = next
+	return persist.Transition{ExpectVersion: task.Runtime.Version, Runtime: rt}
+}
+
+func newRun(task *persist.Task, ticket string, scheduledAt int64, result string) persist.Run {
+	return persist.Run{Ticket: ticket, TaskID: task.Def.ID, TaskName: task.Def.Name,
+		Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: scheduledAt,
+		DispatchedAt: scheduledAt + 3, Executor: "10.0.0.1:9000", Result: result}
+}
+
+func newAction(task *persist.Task, ticket, action string, from, to persist.State, at int64) persist.Action {
+	return persist.Action{TaskID: task.Def.ID, TaskName: task.Def.Name, Ticket: ticket,
+		Action: action, From: from, To: to, Actor: "scheduler", At: at, Detail: "d:" + action}
+}
+
+func equal(t *testing.T, what string, got, want any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("%s:\n got  %+v\n want %+v", what, got, want)
+	}
+}
+
+// names returns the task names in order, nil for no tasks.
+func names(tasks []persist.Task) []string {
+	if len(tasks) == 0 {
+		return nil
+	}
+	out := make([]string, len(tasks))
+	for i := range tasks {
+		out[i] = tasks[i].Def.Name
+	}
+	return out
+}
+
+func collect(t *testing.T, load func(fn func(*persist.Task) error) error) []persist.Task {
+	t.Helper()
+	var out []persist.Task
+	if err := load(func(task *persist.Task) error {
+		out = append(out, *task)
+		return nil
+	}); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	return out
+}
+
+func wantConflict(t *testing.T, err error, indexes ...int) {
+	t.Helper()
+	var ce *persist.ConflictError
+	if !errors.As(err, &ce) {
+		t.Fatalf("ApplyBatch = %v, want *ConflictError", err)
+	}
+	if !errors.Is(err, persist.ErrVersionConflict) {
+		t.Fatalf("ConflictError does not unwrap to ErrVersionConflict")
+	}
+	equal(t, "conflict indexes", ce.Indexes, indexes)
+}
+
+func wantNoRun(t *testing.T, ctx context.Context, s persist.Store, ticket string) {
+	t.Helper()
+	if _, err := s.GetRun(ctx, ticket); !errors.Is(err, persist.ErrRunNotFound) {
+		t.Fatalf("GetRun(%q) = %v, want ErrRunNotFound", ticket, err)
+	}
+}
+
+func wantActions(t *testing.T, ctx context.Context, s persist.Store, taskID int64, n int) []persist.Action {
+	t.Helper()
+	got, err := s.ListActions(ctx, taskID, 0)
+	if err != nil {
+		t.Fatalf("ListActions: %v", err)
+	}
+	if len(got) != n {
+		t.Fatalf("ListActions(%d) has %d records, want %d: %+v", taskID, len(got), n, got)
+	}
+	return got
+}
+
+// ---- schema ----
+
+func testMigrateTwice(t *testing.T, ctx context.Context, s persist.Store) {
+	if k := s.Kind(); k != persist.SchemeSQLite && k != persist.SchemeMySQL {
+		t.Fatalf("Kind() = %q", k)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	task := create(t, ctx, s, newDef("before"), newRuntime(persist.StateWaiting, 0))
+	for range 2 {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Migrate again: %v", err)
+		}
+	}
+	// Migrating an up-to-date schema keeps the data.
+	equal(t, "task after Migrate", getByID(t, ctx, s, task.Def.ID), task)
+}
+
+func testMigrateConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
+	const n = 4
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = s.Migrate(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Migrate %d: %v", i, err)
+		}
+	}
+	create(t, ctx, s, newDef("after"), newRuntime(persist.StateWaiting, 0))
+}
+
+// ---- tasks ----
+
+func testCreateRoundTrip(t *testing.T, ctx context.Context, s persist.Store) {
+	def := newDef("报表-nightly 🚀", "b", "a", "b")
+	def.Paused = true
+	rt := &persist.Runtime{State: persist.StatePaused, CurrentTicket: "t-1", Attempt: 2,
+		NextTriggerTime: 1_700_000_100_000, LastTriggerTime: 11, LastEndTime: 12,
+		LastExecutor: "10.0.0.9:9000", SuccessCount: 5, FailureCount: 6, Note: "paused by ops", Version: 7}
+	if err := s.CreateTask(ctx, def, rt); err != nil {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	if def.ID <= 0 || rt.TaskID != def.ID {
+		t.Fatalf("CreateTask set def.ID=%d rt.TaskID=%d", def.ID, rt.TaskID)
+	}
+	want := &persist.Task{Def: *def, Runtime: *rt}
+	want.Def.DependsOn = []string{"b", "a"} // deduplicated, order kept
+	byName, err := s.GetTask(ctx, def.Name)
+	if err != nil {
+		t.Fatalf("GetTask: %v", err)
+	}
+	equal(t, "GetTask", byName, want)
+	equal(t, "GetTaskByID", getByID(t, ctx, s, def.ID), want)
+
+	// Zero values survive too: no params, no deps, no callback URL.
+	bare := &persist.TaskDef{Name: "bare", Group: "g", Trigger: persist.TriggerManual,
+		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://h/x"}}
+	bareRT := &persist.Runtime{State: persist.StateWaiting}
+	create(t, ctx, s, bare, bareRT)
+	equal(t, "bare task", getByID(t, ctx, s, bare.ID), &persist.Task{Def: *bare, Runtime: *bareRT})
+	if bare.ID <= def.ID {
+		t.Fatalf("second id %d not above first %d", bare.ID, def.ID)
+	}
+}
+
+func testCreateDuplicate(t *testing.T, ctx context.Context, s persist.Store) {
+	first := create(t, ctx, s, newDef("job"), newRuntime(persist.StateWaiting, 0))
+	dup := newDef("job", "upstream-x")
+	err := s.CreateTask(ctx, dup, newRuntime(persist.StateScheduled, 5))
+	if !errors.Is(err, persist.ErrTaskExists) {
+		t.Fatalf("CreateTask(duplicate) = %v, want ErrTaskExists", err)
+	}
+	// The failed create left nothing behind: no second runtime, no dependency edge.
+	if n, err := s.CountTasks(ctx); err != nil || n != 1 {
+		t.Fatalf("CountTasks = %d, %v; want 1", n, err)
+	}
+	if deps, err := s.Dependents(ctx, "upstream-x"); err != nil || len(deps) != 0 {
+		t.Fatalf("Dependents(upstream-x) = %v, %v; want none", names(deps), err)
+	}
+	equal(t, "original task", getByID(t, ctx, s, first.Def.ID), first)
+	// Names are case-sensitive on both stores.
+	create(t, ctx, s, newDef("JOB"), newRuntime(persist.StateWaiting, 0))
+}
+
+func testNotFound(t *testing.T, ctx context.Context, s persist.Store) {
+	if _, err := s.GetTask(ctx, "nope"); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("GetTask = %v, want ErrTaskNotFound", err)
+	}
+	if _, err := s.GetTaskByID(ctx, 424242); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("GetTaskByID = %v, want ErrTaskNotFound", err)
+	}
+	def := newDef("ghost")
+	def.ID = 424242
+	if err := s.UpdateTaskDef(ctx, def); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("UpdateTaskDef = %v, want ErrTaskNotFound", err)
+	}
+	if err := s.DeleteTask(ctx, 424242); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("DeleteTask = %v, want ErrTaskNotFound", err)
+	}
+	wantNoRun(t, ctx, s, "no-such-ticket")
+	if n, err := s.CountTasks(ctx); err != nil || n != 0 {
+		t.Fatalf("CountTasks = %d, %v; want 0", n, err)
+	}
+	if tasks, err := s.ListTasks(ctx, persist.TaskFilter{}); err != nil || len(tasks) != 0 {
+		t.Fatalf("ListTasks on empty store = %v, %v", names(tasks), err)
+	}
+}
+
+func testListTasks(t *testing.T, ctx context.Context, s persist.Store) {
+	var all []*persist.Task
+	for i, grp := range []string{"a", "b", "a", "b", "a"} {
+		def := newDef(fmt.Sprintf("t%d", i))
+		def.Group = grp
+		all = append(all, create(t, ctx, s, def, newRuntime(persist.StateWaiting, 0)))
+	}
+	// Move t1 and t4 to SCHEDULED.
+	b := &persist.Batch{Transitions: []persist.Transition{
+		transition(all[1], persist.StateScheduled, 10), transition(all[4], persist.StateScheduled, 20)}}
+	if err := s.ApplyBatch(ctx, b); err != nil {
+		t.Fatalf("ApplyBatch: %v", err)
+	}
+	list := func(f persist.TaskFilter) []string {
+		t.Helper()
+		tasks, err := s.ListTasks(ctx, f)
+		if err != nil {
+			t.Fatalf("ListTasks(%+v): %v", f, err)
+		}
+		return names(tasks)
+	}
+	equal(t, "all", list(persist.TaskFilter{}), []string{"t0", "t1", "t2", "t3", "t4"})
+	equal(t, "group a", list(persist.TaskFilter{Group: "a"}), []string{"t0", "t2", "t4"})
+	equal(t, "scheduled", list(persist.TaskFilter{State: persist.StateScheduled}), []string{"t1", "t4"})
+	equal(t, "group a scheduled", list(persist.TaskFilter{Group: "a", State: persist.StateScheduled}), []string{"t4"})
+	equal(t, "limit", list(persist.TaskFilter{Limit: 2}), []string{"t0", "t1"})
+
+	// Keyset pagination visits every task once.
+	var paged []string
+	after := int64(0)
+	for {
+		tasks, err := s.ListTasks(ctx, persist.TaskFilter{AfterID: after, Limit: 2})
+		if err != nil {
+			t.Fatalf("ListTasks: %v", err)
+		}
+		if len(tasks) == 0 {
+			break
+		}
+		paged = append(paged, names(tasks)...)
+		after = tasks[len(tasks)-1].Def.ID
+	}
+	equal(t, "pages", paged, []string{"t0", "t1", "t2", "t3", "t4"})
+
+	// Listed tasks carry their runtime.
+	tasks, err := s.ListTasks(ctx, persist.TaskFilter{AfterID: all[3].Def.ID})
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("ListTasks(after t3) = %v, %v", names(tasks), err)
+	}
+	if rt := tasks[0].Runtime; rt.State != persist.StateScheduled || rt.NextTriggerTime != 20 || rt.Version != 2 {
+		t.Fatalf("t4 runtime = %+v", rt)
+	}
+	if n, err := s.CountTasks(ctx); err != nil || n != 5 {
+		t.Fatalf("CountTasks = %d, %v; want 5", n, err)
+	}
+}
+
+func testUpdateTaskDef(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("report", "extract"), newRuntime(persist.StateScheduled, 77))
+	create(t, ctx, s, newDef("taken"), newRuntime(persist.StateWaiting, 0))
+
+	def := task.Def
+	def.Name = "report-v2"
+	def.Group = "finance"
+	def.Trigger = persist.TriggerDependency
+	def.Cron = ""
+	def.DelayMS = 0
+	def.DependsOn = []string{"load", "transform"}
+	def.DependsMode = "any"
+	def.Timezone = "UTC"
+	def.TimeoutSec, def.RetryCount, def.RetryIntervalSec, def.Priority = 60, 1, 10, 0
+	def.Callback = persist.Callback{Type: persist.CallbackHTTP, URL: "http://svc/report"}
+	def.Params = json.RawMessage(`{"v":2}`)
+	def.MisfirePolicy = persist.MisfireSkip
+	def.Paused = true
+	def.UpdatedAt = 1_800_000_000_000
+	sent := def
+	sent.CreatedAt = 1 // created_at is not replaced
+	if err := s.UpdateTaskDef(ctx, &sent); err != nil {
+		t.Fatalf("UpdateTaskDef: %v", err)
+	}
+	got := getByID(t, ctx, s, task.Def.ID)
+	equal(t, "updated def", got.Def, def)
+	equal(t, "runtime untouched", got.Runtime, task.Runtime)
+	if _, err := s.GetTask(ctx, "report"); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("old name still found: %v", err)
+	}
+	if deps, _ := s.Dependents(ctx, "extract"); len(deps) != 0 {
+		t.Fatalf("old edge extract still there: %v", names(deps))
+	}
+	for _, up := range []string{"load", "transform"} {
+		deps, err := s.Dependents(ctx, up)
+		if err != nil {
+			t.Fatalf("Dependents(%s): %v", up, err)
+		}
+		equal(t, "Dependents("+up+")", names(deps), []string{"report-v2"})
+	}
+
+	// An update that changes nothing still succeeds (MySQL reports 0 changed rows).
+	if err := s.UpdateTaskDef(ctx, &sent); err != nil {
+		t.Fatalf("UpdateTaskDef (no change): %v", err)
+	}
+	// Renaming onto another task's name fails and changes nothing.
+	clash := def
+	clash.Name = "taken"
+	clash.DependsOn = []string{"zzz"}
+	if err := s.UpdateTaskDef(ctx, &clash); !errors.Is(err, persist.ErrTaskExists) {
+		t.Fatalf("UpdateTaskDef(rename onto taken) = %v, want ErrTaskExists", err)
+	}
+	equal(t, "def after failed rename", getByID(t, ctx, s, task.Def.ID).Def, def)
+	if deps, _ := s.Dependents(ctx, "zzz"); len(deps) != 0 {
+		t.Fatalf("failed update left an edge: %v", names(deps))
+	}
+}
+
+func testDeleteTask(t *testing.T, ctx context.Context, s persist.Store) {
+	keep := create(t, ctx, s, newDef("keep"), newRuntime(persist.StateScheduled, 100))
+	gone := create(t, ctx, s, newDef("gone", "keep"), newRuntime(persist.StateScheduled, 100))
+	b := &persist.Batch{
+		Transitions: []persist.Transition{transition(gone, persist.StateRunning, 100)},
+		Runs:        []persist.Run{newRun(gone, "gone-1", 100, persist.ResultRunning)},
+		Actions:     []persist.Action{newAction(gone, "gone-1", "dispatch", persist.StateScheduled, persist.StateRunning, 101)},
+	}
+	if err := s.ApplyBatch(ctx, b); err != nil {
+		t.Fatalf("ApplyBatch: %v", err)
+	}
+	if err := s.DeleteTask(ctx, gone.Def.ID); err != nil {
+		t.Fatalf("DeleteTask: %v", err)
+	}
+	if _, err := s.GetTaskByID(ctx, gone.Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("GetTaskByID(deleted) = %v", err)
+	}
+	if _, err := s.GetTask(ctx, "gone"); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("GetTask(deleted) = %v", err)
+	}
+	if deps, _ := s.Dependents(ctx, "keep"); len(deps) != 0 {
+		t.Fatalf("deleted task still a dependent: %v", names(deps))
+	}
+	due := collect(t, func(fn func(*persist.Task) error) error {
+		return s.LoadByState(ctx, []persist.State{persist.StateRunning, persist.StateScheduled}, fn)
+	})
+	equal(t, "tasks left", names(due), []string{"keep"})
+	// The audit trail outlives the task.
+	if _, err := s.GetRun(ctx, "gone-1"); err != nil {
+		t.Fatalf("run of deleted task: %v", err)
+	}
+	wantActions(t, ctx, s, gone.Def.ID, 1)
+	if err := s.DeleteTask(ctx, gone.Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("DeleteTask twice = %v, want ErrTaskNotFound", err)
+	}
+	// Ids are never reused, even the highest one after its deletion.
+	again := create(t, ctx, s, newDef("gone"), newRuntime(persist.StateWaiting, 0))
+	if again.Def.ID <= gone.Def.ID {
+		t.Fatalf("new id %d reuses or precedes deleted id %d", again.Def.ID, gone.Def.ID)
+	}
+	equal(t, "untouched task", getByID(t, ctx, s, keep.Def.ID), keep)
+}
+
+func testDependents(t *testing.T, ctx context.Context, s persist.Store) {
+	create(t, ctx, s, newDef("a"), newRuntime(persist.StateWaiting, 0))
+	create(t, ctx, s, newDef("b"), newRuntime(persist.StateWaiting, 0))
+	c := create(t, ctx, s, newDef("c", "a", "b"), newRuntime(persist.StateWaiting, 0))
+	create(t, ctx, s, newDef("d", "a"), newRuntime(persist.StateWaiting, 0))
+	get := func(up string) []persist.Task {
+		t.Helper()
+		deps, err := s.Dependents(ctx, up)
+		if err != nil {
+			t.Fatalf("Dependents(%s): %v", up, err)
+		}
+		return deps
+	}
+	equal(t, "Dependents(a)", names(get("a")), []string{"c", "d"})
+	equal(t, "Dependents(b)", names(get("b")), []string{"c"})
+	equal(t, "Dependents(c)", names(get("c")), []string(nil))
+	if len(get("nobody")) != 0 {
+		t.Fatalf("Dependents(nobody) not empty")
+	}
+	// A dependent comes back whole: definition and runtime.
+	equal(t, "Dependents(b)[0]", &get("b")[0], c)
+}
+
+// ---- loading ----
+
+func testLoadDueRange(t *testing.T, ctx context.Context, s persist.Store) {
+	type row struct {
+		name  string
+		state persist.State
+		next  int64
+	}
+	rows := []row{
+		{"never", persist.StateScheduled, 0},  // 0 = no next fire: excluded even if from <= 0
+		{"early", persist.StateScheduled, 50}, // before the window
+		{"first", persist.StateScheduled, 100},
+		{"paused", persist.StatePaused, 150}, // wrong state
+		{"tie-a", persist.StateWaiting, 200},
+		{"tie-b", persist.StateScheduled, 200},
+		{"last", persist.StateRetrying, 299},
+		{"edge", persist.StateScheduled, 300}, // to is exclusive
+		{"late", persist.StateScheduled, 900},
+	}
+	// Insert out of time order so index order is not insertion order.
+	for _, i := range []int{8, 6, 0, 5, 2, 7, 1, 4, 3} {
+		create(t, ctx, s, newDef(rows[i].name), newRuntime(rows[i].state, rows[i].next))
+	}
+	due := func(from, to int64, states ...persist.State) []string {
+		t.Helper()
+		return names(collect(t, func(fn func(*persist.Task) error) error {
+			return s.LoadDue(ctx, from, to, states, fn)
+		}))
+	}
+	active := []persist.State{persist.StateScheduled, persist.StateWaiting, persist.StateRetrying}
+	// Ties on next_trigger_time come in id order: tie-b was created before tie-a.
+	equal(t, "[100,300)", due(100, 300, active...), []string{"first", "tie-b", "tie-a", "last"})
+	equal(t, "[0,100)", due(0, 100, active...), []string{"early"})
+	equal(t, "scheduled only", due(0, 1000, persist.StateScheduled), []string{"early", "first", "tie-b", "edge", "late"})
+	equal(t, "paused", due(0, 1000, persist.StatePaused), []string{"paused"})
+	equal(t, "empty window", due(300, 300, active...), []string(nil))
+	equal(t, "inverted window", due(500, 100, active...), []string(nil))
+	equal(t, "no states", due(0, 1000), []string(nil))
+}
+
+func testLoadDueEarlyStop(t *testing.T, ctx context.Context, s persist.Store) {
+	createMany(t, ctx, s, "due", 40, func(i int) int64 { return int64(1000 + i) })
+	stop := errors.New("window full")
+	calls := 0
+	err := s.LoadDue(ctx, 0, 1<<40, []persist.State{persist.StateScheduled}, func(*persist.Task) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("LoadDue = %v, want the callback's error", err)
+	}
+	if calls != 3 {
+		t.Fatalf("callback ran %d times after asking to stop at 3", calls)
+	}
+	// The store is usable after an abandoned stream.
+	for range 3 {
+		got := collect(t, func(fn func(*persist.Task) error) error {
+			return s.LoadDue(ctx, 1000, 1010, []persist.State{persist.StateScheduled}, fn)
+		})
+		if len(got) != 10 {
+			t.Fatalf("LoadDue after early stop returned %d tasks, want 10", len(got))
+		}
+	}
+}
+
+func testLoadDueStream(t *testing.T, ctx context.Context, s persist.Store) {
+	const n = 200
+	// A scrambled, tie-rich order of fire times.
+	created := createMany(t, ctx, s, "s", n, func(i int) int64 { return int64(5000 + (i*37)%101) })
+	want := slices.Clone(created)
+	slices.SortFunc(want, func(a, b *persist.Task) int {
+		if a.Runtime.NextTriggerTime != b.Runtime.NextTriggerTime {
+			return int(a.Runtime.NextTriggerTime - b.Runtime.NextTriggerTime)
+		}
+		return int(a.Def.ID - b.Def.ID)
+	})
+	var got []*persist.Task
+	err := s.LoadDue(ctx, 0, 1<<40, []persist.State{persist.StateScheduled}, func(task *persist.Task) error {
+		// The stream does not hold the store: the callback may use it, as the engine does.
+		if len(got)%50 == 0 {
+			if _, err := s.GetTaskByID(ctx, task.Def.ID); err != nil {
+				return fmt.Errorf("store call during stream: %w", err)
+			}
+		}
+		got = append(got, task)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("LoadDue: %v", err)
+	}
+	equal(t, "streamed tasks", got, want)
+}
+
+func testLoadByState(t *testing.T, ctx context.Context, s persist.Store) {
+	var tasks []*persist.Task
+	for i, st := range []persist.State{persist.StateRunning, persist.StateWaiting, persist.StateRetrying,
+		persist.StateRunning, persist.StateSuccess} {
+		tasks = append(tasks, create(t, ctx, s, newDef(fmt.Sprintf("t%d", i)), newRuntime(st, int64(1000-i))))
+	}
+	load := func(states ...persist.State) []string {
+		t.Helper()
+		return names(collect(t, func(fn func(*persist.Task) error) error { return s.LoadByState(ctx, states, fn) }))
+	}
+	equal(t, "in flight", load(persist.StateRunning, persist.StateRetrying), []string{"t0", "t2", "t3"})
+	equal(t, "success", load(persist.StateSuccess), []string{"t4"})
+	equal(t, "killed", load(persist.StateKilled), []string(nil))
+	equal(t, "no states", load(), []string(nil))
+
+	stop := errors.New("stop")
+	err := s.LoadByState(ctx, []persist.State{persist.StateRunning}, func(*persist.Task) error { return stop })
+	if !errors.Is(err, stop) {
+		t.Fatalf("LoadByState = %v, want the callback's error", err)
+	}
+	loaded := collect(t, func(fn func(*persist.Task) error) error {
+		return s.LoadByState(ctx, []persist.State{persist.StateWaiting}, fn)
+	})
+	equal(t, "loaded task", &loaded[0], tasks[1])
+}
+
+// ---- batches ----
+
+func testApplySuccess(t *testing.T, ctx context.Context, s persist.Store) {
+	a := create(t, ctx, s, newDef("a"), newRuntime(persist.StateScheduled, 100))
+	b := create(t, ctx, s, newDef("b"), newRuntime(persist.StateScheduled, 100))
+	ta := transition(a, persist.StateRunning, 160)
+	ta.Runtime.CurrentTicket, ta.Runtime.Attempt, ta.Runtime.LastTriggerTime = "a-1", 1, 100
+	ta.Runtime.LastExecutor, ta.Runtime.Note = "10.0.0.1:9000", "dispatched"
+	tb := transition(b, persist.StateFailed, 0)
+	tb.Runtime.FailureCount, tb.Runtime.LastEndTime = 1, 130
+	runA := newRun(a, "a-1", 100, persist.ResultRunning)
+	runB := newRun(b, "b-1", 100, persist.ResultFailed)
+	runB.EndedAt, runB.Error, runB.DurationMS, runB.Output, runB.Detail = 130, "exit 1", 27, "tail", "upstream x"
+	batch := &persist.Batch{
+		Transitions: []persist.Transition{ta, tb},
+		Runs:        []persist.Run{runA, runB},
+		Actions: []persist.Action{
+			newAction(a, "a-1", "dispatch", persist.StateScheduled, persist.StateRunning, 101),
+			newAction(b, "b-1", "result", persist.StateScheduled, persist.StateFailed, 130),
+		},
+	}
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch: %v", err)
+	}
+	for i, tr := range batch.Transitions {
+		if tr.Runtime.Version != tr.ExpectVersion+1 {
+			t.Fatalf("transition %d: Runtime.Version = %d, want %d", i, tr.Runtime.Version, tr.ExpectVersion+1)
+		}
+	}
+	wantA := ta.Runtime
+	wantA.Version = 2
+	equal(t, "runtime a", getByID(t, ctx, s, a.Def.ID).Runtime, wantA)
+	wantB := tb.Runtime
+	wantB.Version = 2
+	equal(t, "runtime b", getByID(t, ctx, s, b.Def.ID).Runtime, wantB)
+	for _, want := range []persist.Run{runA, runB} {
+		got, err := s.GetRun(ctx, want.Ticket)
+		if err != nil {
+			t.Fatalf("GetRun(%s): %v", want.Ticket, err)
+		}
+		equal(t, "run "+want.Ticket, *got, want)
+	}
+	got := wantActions(t, ctx, s, a.Def.ID, 1)[0]
+	want := batch.Actions[0]
+	want.ID = got.ID
+	equal(t, "action", got, want)
+	if got.ID <= 0 {
+		t.Fatalf("action id %d", got.ID)
+	}
+	// The definition is not touched by a batch.
+	equal(t, "def a", getByID(t, ctx, s, a.Def.ID).Def, a.Def)
+}
+
+func testApplyStale(t *testing.T, ctx context.Context, s persist.Store) {
+	a := create(t, ctx, s, newDef("a"), newRuntime(persist.StateScheduled, 100))
+	b := create(t, ctx, s, newDef("b"), newRuntime(persist.StateScheduled, 100))
+	stale := transition(b, persist.StateRunning, 0)
+	stale.ExpectVersion = 0 // b is at version 1
+	ahead := transition(b, persist.StateRunning, 0)
+	ahead.ExpectVersion = 5
+	batch := &persist.Batch{
+		Transitions: []persist.Transition{transition(a, persist.StateRunning, 0), stale, ahead},
+		Runs:        []persist.Run{newRun(a, "a-1", 100, persist.ResultRunning)},
+		Actions:     []persist.Action{newAction(a, "a-1", "dispatch", persist.StateScheduled, persist.StateRunning, 101)},
+	}
+	wantConflict(t, s.ApplyBatch(ctx, batch), 1, 2)
+	equal(t, "a untouched", getByID(t, ctx, s, a.Def.ID), a)
+	equal(t, "b untouched", getByID(t, ctx, s, b.Def.ID), b)
+	wantNoRun(t, ctx, s, "a-1")
+	wantActions(t, ctx, s, a.Def.ID, 0)
+}
+
+func testApplyMissingRow(t *testing.T, ctx context.Context, s persist.Store) {
+	live := create(t, ctx, s, newDef("live"), newRuntime(persist.StateScheduled, 100))
+	dead := create(t, ctx, s, newDef("dead"), newRuntime(persist.StateScheduled, 100))
+	if err := s.DeleteTask(ctx, dead.Def.ID); err != nil {
+		t.Fatalf("DeleteTask: %v", err)
+	}
+	never := transition(live, persist.StateRunning, 0)
+	never.Runtime.TaskID = 987654
+	batch := &persist.Batch{Transitions: []persist.Transition{
+		transition(dead, persist.StateRunning, 0), transition(live, persist.StateRunning, 0), never}}
+	wantConflict(t, s.ApplyBatch(ctx, batch), 0, 2)
+	// No runtime row was created for the deleted or unknown task.
+	all := collect(t, func(fn func(*persist.Task) error) error {
+		return s.LoadByState(ctx, []persist.State{persist.StateRunning, persist.StateScheduled}, fn)
+	})
+	equal(t, "tasks", names(all), []string{"live"})
+	equal(t, "live untouched", &all[0], live)
+	// Once the conflicting transitions are dropped, the rest applies.
+	if err := s.ApplyBatch(ctx, &persist.Batch{Transitions: batch.Transitions[1:2]}); err != nil {
+		t.Fatalf("ApplyBatch(retry): %v", err)
+	}
+	if got := getByID(t, ctx, s, live.Def.ID).Runtime; got.State != persist.StateRunning || got.Version != 2 {
+		t.Fatalf("live after retry: %+v", got)
+	}
+}
+
+func testApplyChained(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("chain"), newRuntime(persist.StateScheduled, 100))
+	t1 := transition(task, persist.StateRunning, 100)
+	t2 := t1
+	t2.ExpectVersion = 2
+	t2.Runtime.State, t2.Runtime.SuccessCount = persist.StateSuccess, 1
+	t3 := t2
+	t3.ExpectVersion = 3
+	t3.Runtime.State, t3.Runtime.NextTriggerTime = persist.StateScheduled, 200
+	batch := &persist.Batch{Transitions: []persist.Transition{t1, t2, t3}}
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch(chain): %v", err)
+	}
+	want := t3.Runtime
+	want.Version = 4
+	equal(t, "final runtime", getByID(t, ctx, s, task.Def.ID).Runtime, want)
+	equal(t, "versions set", []int64{batch.Transitions[0].Runtime.Version,
+		batch.Transitions[1].Runtime.Version, batch.Transitions[2].Runtime.Version}, []int64{2, 3, 4})
+
+	// Two transitions expecting the same version: the second one lost the race inside the
+	// batch, and the whole batch is rejected.
+	cur := getByID(t, ctx, s, task.Def.ID)
+	twice := &persist.Batch{Transitions: []persist.Transition{
+		transition(cur, persist.StateRunning, 0), transition(cur, persist.StateFailed, 0)}}
+	wantConflict(t, s.ApplyBatch(ctx, twice), 1)
+	equal(t, "after rejected chain", getByID(t, ctx, s, task.Def.ID), cur)
+}
+
+func testApplyConflictRollsBack(t *testing.T, ctx context.Context, s persist.Store) {
+	tasks := createMany(t, ctx, s, "rb", 3, func(int) int64 { return 100 })
+	stale := transition(tasks[1], persist.StateRunning, 0)
+	stale.ExpectVersion = 9
+	batch := &persist.Batch{
+		Transitions: []persist.Transition{
+			transition(tasks[0], persist.StateRunning, 0), stale, transition(tasks[2], persist.StateRunning, 0)},
+	}
+	for i, task := range tasks {
+		ticket := fmt.Sprintf("rb-run-%d", i)
+		batch.Runs = append(batch.Runs, newRun(task, ticket, 100, persist.ResultRunning))
+		batch.Actions = append(batch.Actions, newAction(task, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, 101))
+	}
+	wantConflict(t, s.ApplyBatch(ctx, batch), 1)
+	for i, task := range tasks {
+		equal(t, "task after rollback", getByID(t, ctx, s, task.Def.ID), task)
+		wantNoRun(t, ctx, s, fmt.Sprintf("rb-run-%d", i))
+		wantActions(t, ctx, s, task.Def.ID, 0)
+	}
+	// Without the stale transition the same batch applies completely.
+	batch.Transitions[1].ExpectVersion = 1
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch(fixed): %v", err)
+	}
+	for i, task := range tasks {
+		if got := getByID(t, ctx, s, task.Def.ID).Runtime; got.State != persist.StateRunning || got.Version != 2 {
+			t.Fatalf("task %d after fixed batch: %+v", i, got)
+		}
+		if _, err := s.GetRun(ctx, fmt.Sprintf("rb-run-%d", i)); err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		wantActions(t, ctx, s, task.Def.ID, 1)
+	}
+}
+
+func testApplyRunUpsert(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("runs"), newRuntime(persist.StateScheduled, 100))
+	other := create(t, ctx, s, newDef("other"), newRuntime(persist.StateScheduled, 100))
+	first := newRun(task, "r-1", 100, persist.ResultRunning)
+	first.Output = "first"
+	later := first
+	later.Result, later.EndedAt, later.DurationMS, later.Output = persist.ResultSuccess, 150, 47, ""
+	apply := func(runs ...persist.Run) {
+		t.Helper()
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: runs}); err != nil {
+			t.Fatalf("ApplyBatch: %v", err)
+		}
+	}
+	// Within one batch the later row wins, columns it zeroes included.
+	apply(first, newRun(task, "r-2", 200, persist.ResultRunning), later)
+	got, err := s.GetRun(ctx, "r-1")
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	equal(t, "r-1 after one batch", *got, later)
+
+	// Across batches too.
+	final := newRun(task, "r-2", 200, persist.ResultTimeout)
+	final.Error, final.EndedAt = "no result within 300s", 500
+	apply(final, newRun(task, "r-3", 200, persist.ResultLost), newRun(task, "r-0", 50, persist.ResultSuccess),
+		newRun(other, "o-1", 10, persist.ResultLost))
+	got, err = s.GetRun(ctx, "r-2")
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	equal(t, "r-2 after second batch", *got, final)
+
+	tickets := func(runs []persist.Run, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("list runs: %v", err)
+		}
+		out := make([]string, len(runs))
+		for i, r := range runs {
+			out[i] = r.Ticket
+		}
+		return out
+	}
+	// Newest first by scheduled_at, ties by ticket descending.
+	equal(t, "ListRuns", tickets(s.ListRuns(ctx, task.Def.ID, 0)), []string{"r-3", "r-2", "r-1", "r-0"})
+	equal(t, "ListRuns limit", tickets(s.ListRuns(ctx, task.Def.ID, 2)), []string{"r-3", "r-2"})
+	equal(t, "ListRuns other", tickets(s.ListRuns(ctx, other.Def.ID, 0)), []string{"o-1"})
+	// Oldest first.
+	equal(t, "lost runs", tickets(s.ListRunsByResult(ctx, persist.ResultLost, 0)), []string{"o-1", "r-3"})
+	equal(t, "lost runs limit", tickets(s.ListRunsByResult(ctx, persist.ResultLost, 1)), []string{"o-1"})
+	equal(t, "running runs", tickets(s.ListRunsByResult(ctx, persist.ResultRunning, 0)), []string{})
+}
+
+func testApplyNoTransitions(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("manual"), newRuntime(persist.StateRunning, 0))
+	// A run-now instance: a run and its action, without touching the state machine.
+	batch := &persist.Batch{
+		Runs:    []persist.Run{newRun(task, "m-1", 10, persist.ResultRunning)},
+		Actions: []persist.Action{newAction(task, "m-1", "run_now", "", "", 10)},
+	}
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch: %v", err)
+	}
+	if _, err := s.GetRun(ctx, "m-1"); err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	wantActions(t, ctx, s, task.Def.ID, 1)
+	equal(t, "runtime untouched", getByID(t, ctx, s, task.Def.ID), task)
+	if err := s.ApplyBatch(ctx, &persist.Batch{}); err != nil {
+		t.Fatalf("ApplyBatch(empty): %v", err)
+	}
+}
+
+func testApplyLarge(t *testing.T, ctx context.Context, s persist.Store) {
+	// More rows than one statement takes, so every write is split.
+	const nTasks, perTask = 520, 3
+	tasks := createMany(t, ctx, s, "big", nTasks, func(i int) int64 { return int64(i) + 1 })
+	batch := &persist.Batch{}
+	for i, task := range tasks {
+		batch.Transitions = append(batch.Transitions, transition(task, persist.StateRunning, int64(i)+1))
+		for j := range perTask {
+			ticket := fmt.Sprintf("big-%d-%d", i, j)
+			batch.Runs = append(batch.Runs, newRun(task, ticket, int64(j), persist.ResultRunning))
+			batch.Actions = append(batch.Actions, newAction(task, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, int64(j)))
+		}
+	}
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch: %v", err)
+	}
+	running := collect(t, func(fn func(*persist.Task) error) error {
+		return s.LoadByState(ctx, []persist.State{persist.StateRunning}, fn)
+	})
+	if len(running) != nTasks {
+		t.Fatalf("%d tasks RUNNING, want %d", len(running), nTasks)
+	}
+	for _, task := range []*persist.Task{tasks[0], tasks[nTasks/2], tasks[nTasks-1]} {
+		runs, err := s.ListRuns(ctx, task.Def.ID, 0)
+		if err != nil || len(runs) != perTask {
+			t.Fatalf("ListRuns(%s) = %d runs, %v; want %d", task.Def.Name, len(runs), err, perTask)
+		}
+		acts := wantActions(t, ctx, s, task.Def.ID, perTask)
+		// Action ids follow batch order.
+		if !(acts[0].ID > acts[1].ID && acts[1].ID > acts[2].ID) || acts[0].At != perTask-1 {
+			t.Fatalf("actions of %s out of order: %+v", task.Def.Name, acts)
+		}
+	}
+}
+
+func testApplyOversizedText(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("noisy"), newRuntime(persist.StateRunning, 0))
+	huge := strings.Repeat("é", 50_000) // 100,000 bytes of two-byte runes
+	bad := "ok\xffbad"                  // not UTF-8
+	batch := &persist.Batch{}
+	// Twenty 60 KB outputs: more than one statement's byte budget.
+	for i := range 20 {
+		r := newRun(task, fmt.Sprintf("n-%02d", i), int64(i), persist.ResultFailed)
+		r.Output = strings.Repeat("x", 60_000)
+		batch.Runs = append(batch.Runs, r)
+	}
+	batch.Runs[0].Output, batch.Runs[0].Error = huge, bad
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch: %v", err)
+	}
+	got, err := s.GetRun(ctx, "n-00")
+	if err != nil {
+		t.Fatalf("GetRun: %v", err)
+	}
+	if len(got.Output) > 65535 || len(got.Output) < 65000 || !strings.HasPrefix(huge, got.Output) {
+		t.Fatalf("oversized output stored as %d bytes, want a prefix of at most 65535", len(got.Output))
+	}
+	if got.Error != "ok\uFFFDbad" {
+		t.Fatalf("invalid UTF-8 stored as %q", got.Error)
+	}
+	runs, err := s.ListRuns(ctx, task.Def.ID, 0)
+	if err != nil || len(runs) != 20 {
+		t.Fatalf("ListRuns = %d, %v; want 20", len(runs), err)
+	}
+	if len(runs[0].Output) != 60_000 {
+		t.Fatalf("60 KB output stored as %d bytes", len(runs[0].Output))
+	}
+}
+
+func testApplyConcurrentCAS(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("contended"), newRuntime(persist.StateScheduled, 100))
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			tr := transition(task, persist.StateRunning, 100)
+			tr.Runtime.CurrentTicket = fmt.Sprintf("c-%d", i)
+			errs[i] = s.ApplyBatch(ctx, &persist.Batch{
+				Transitions: []persist.Transition{tr},
+				Runs:        []persist.Run{newRun(task, tr.Runtime.CurrentTicket, 100, persist.ResultRunning)},
+			})
+		})
+	}
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("two dispatchers won the same CAS: %d and %d", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, persist.ErrVersionConflict):
+			t.Fatalf("loser %d: %v, want a version conflict", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("no dispatcher won")
+	}
+	got := getByID(t, ctx, s, task.Def.ID).Runtime
+	if got.Version != 2 || got.CurrentTicket != fmt.Sprintf("c-%d", winner) {
+		t.Fatalf("runtime %+v, want version 2 and the winner's ticket c-%d", got, winner)
+	}
+	runs, err := s.ListRuns(ctx, task.Def.ID, 0)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("ListRuns = %d runs, %v; only the winner's run may exist", len(runs), err)
+	}
+}
+
+func testApplyEpoch(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("fenced"), newRuntime(persist.StateScheduled, 100))
+	fenced := func(epoch int64, cur *persist.Task, ticket string) *persist.Batch {
+		return &persist.Batch{Epoch: epoch, LeaseName: leaseName,
+			Transitions: []persist.Transition{transition(cur, persist.StateRunning, 100)},
+			Runs:        []persist.Run{newRun(cur, ticket, 100, persist.ResultRunning)},
+			Actions:     []persist.Action{newAction(cur, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, 100)},
+		}
+	}
+	// No lease yet: a fenced batch cannot prove its epoch.
+	if err := s.ApplyBatch(ctx, fenced(1, task, "e-0")); !errors.Is(err, persist.ErrLeaseLost) {
+		t.Fatalf("ApplyBatch without a lease row = %v, want ErrLeaseLost", err)
+	}
+	if err := s.ApplyBatch(ctx, &persist.Batch{Epoch: 1, Runs: []persist.Run{newRun(task, "e-x", 1, "")}}); err == nil {
+		t.Fatalf("ApplyBatch with an epoch and no lease name succeeded")
+	}
+	l1, ok, err := s.AcquireLease(ctx, leaseName, "node-1", 1000, 5000)
+	if err != nil || !ok || l1.Epoch != 1 {
+		t.Fatalf("AcquireLease = %+v, %v, %v", l1, ok, err)
+	}
+	if err := s.ApplyBatch(ctx, fenced(1, task, "e-1")); err != nil {
+		t.Fatalf("ApplyBatch(current epoch): %v", err)
+	}
+	cur := getByID(t, ctx, s, task.Def.ID)
+	// node-2 takes over after the lease expires: node-1's writes must now fail.
+	l2, ok, err := s.AcquireLease(ctx, leaseName, "node-2", 6000, 5000)
+	if err != nil || !ok || l2.Epoch != 2 {
+		t.Fatalf("takeover = %+v, %v, %v", l2, ok, err)
+	}
+	if err := s.ApplyBatch(ctx, fenced(1, cur, "e-2")); !errors.Is(err, persist.ErrLeaseLost) {
+		t.Fatalf("ApplyBatch(stale epoch) = %v, want ErrLeaseLost", err)
+	}
+	equal(t, "task after fenced batch", getByID(t, ctx, s, task.Def.ID), cur)
+	wantNoRun(t, ctx, s, "e-2")
+	wantActions(t, ctx, s, task.Def.ID, 1)
+	if err := s.ApplyBatch(ctx, fenced(2, cur, "e-3")); err != nil {
+		t.Fatalf("ApplyBatch(new epoch): %v", err)
+	}
+	// An unfenced batch (Epoch 0) is not checked: single-node mode.
+	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{newRun(task, "e-4", 1, "")}}); err != nil {
+		t.Fatalf("ApplyBatch(unfenced): %v", err)
+	}
+}
+
+func testActions(t *testing.T, ctx context.Context, s persist.Store) {
+	a := create(t, ctx, s, newDef("a"), newRuntime(persist.StateScheduled, 0))
+	b := create(t, ctx, s, newDef("b"), newRuntime(persist.StateScheduled, 0))
+	for i := range 3 {
+		batch := &persist.Batch{Actions: []persist.Action{
+			newAction(a, "", fmt.Sprintf("a%d", i), persist.StateWaiting, persist.StateScheduled, int64(i)),
+			newAction(b, "", fmt.Sprintf("b%d", i), "", "", int64(i)),
+		}}
+		if err := s.ApplyBatch(ctx, batch); err != nil {
+			t.Fatalf("ApplyBatch: %v", err)
+		}
+	}
+	acts := wantActions(t, ctx, s, a.Def.ID, 3)
+	var got []string
+	for _, act := range acts {
+		got = append(got, act.Action)
+		if act.TaskID != a.Def.ID || act.From != persist.StateWaiting || act.To != persist.StateScheduled {
+			t.Fatalf("action %+v", act)
+		}
+	}
+	equal(t, "newest first", got, []string{"a2", "a1", "a0"})
+	limited, err := s.ListActions(ctx, b.Def.ID, 2)
+	if err != nil || len(limited) != 2 || limited[0].Action != "b2" || limited[1].Action != "b1" {
+		t.Fatalf("ListActions(limit 2) = %+v, %v", limited, err)
+	}
+	if limited[1].ID >= limited[0].ID {
+		t.Fatalf("ids not increasing with append order: %+v", limited)
+	}
+}
+
+// ---- executors ----
+
+func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
+	upsert := func(e persist.Executor) {
+		t.Helper()
+		if err := s.UpsertExecutor(ctx, &e); err != nil {
+			t.Fatalf("UpsertExecutor(%s@%s): %v", e.App, e.Address, err)
+		}
+	}
+	list := func() []persist.Executor {
+		t.Helper()
+		es, err := s.ListExecutors(ctx)
+		if err != nil {
+			t.Fatalf("ListExecutors: %v", err)
+		}
+		return es
+	}
+	if len(list()) != 0 {
+		t.Fatalf("fresh store has executors")
+	}
+	e := persist.Executor{App: "billing", Address: "10.0.0.2:9000", Protocol: "http",
+		Handlers: []string{"settle"}, RegisteredAt: 100, LastHeartbeat: 100, Status: "alive"}
+	upsert(e)
+	upsert(persist.Executor{App: "billing", Address: "10.0.0.1:9000", Protocol: "http", RegisteredAt: 50, LastHeartbeat: 50, Status: "alive"})
+	upsert(persist.Executor{App: "alpha", Address: "10.0.0.9:9000", Protocol: "http", Handlers: []string{}, RegisteredAt: 70, LastHeartbeat: 70, Status: "lost"})
+
+	// A restart re-registers: same row, new handlers and heartbeat, first registration kept.
+	again := e
+	again.Protocol, again.Handlers, again.RegisteredAt, again.LastHeartbeat = "http2", []string{"settle", "refund"}, 900, 900
+	upsert(again)
+	upsert(again) // idempotent
+	want := again
+	want.RegisteredAt = 100
+	es := list()
+	if len(es) != 3 {
+		t.Fatalf("ListExecutors = %+v, want 3 (no ghost executors)", es)
+	}
+	equal(t, "order", []string{es[0].App + "@" + es[0].Address, es[1].App + "@" + es[1].Address, es[2].App + "@" + es[2].Address},
+		[]string{"alpha@10.0.0.9:9000", "billing@10.0.0.1:9000", "billing@10.0.0.2:9000"})
+	equal(t, "re-registered", es[2], want)
+
+	if err := s.SetExecutorStatus(ctx, "billing", "10.0.0.2:9000", "lost"); err != nil {
+		t.Fatalf("SetExecutorStatus: %v", err)
+	}
+	if err := s.SetExecutorStatus(ctx, "billing", "10.0.0.2:9000", "lost"); err != nil {
+		t.Fatalf("SetExecutorStatus (unchanged): %v", err)
+	}
+	if got := list()[2]; got.Status != "lost" || got.LastHeartbeat != 900 {
+		t.Fatalf("after SetExecutorStatus: %+v", got)
+	}
+	for range 2 { // the second heartbeat changes nothing and still succeeds
+		if err := s.Heartbeat(ctx, "billing", "10.0.0.2:9000", 1000); err != nil {
+			t.Fatalf("Heartbeat: %v", err)
+		}
+	}
+	got := list()[2]
+	want.LastHeartbeat, want.Status = 1000, "alive"
+	equal(t, "after heartbeat", got, want)
+	equal(t, "others untouched", list()[1].LastHeartbeat, int64(50))
+
+	if err := s.Heartbeat(ctx, "billing", "10.0.0.3:9000", 1); !errors.Is(err, persist.ErrExecutorNotFound) {
+		t.Fatalf("Heartbeat(unknown) = %v, want ErrExecutorNotFound", err)
+	}
+	if err := s.SetExecutorStatus(ctx, "nobody", "x", "lost"); !errors.Is(err, persist.ErrExecutorNotFound) {
+		t.Fatalf("SetExecutorStatus(unknown) = %v, want ErrExecutorNotFound", err)
+	}
+}
+
+// ---- lease ----
+
+func testLease(t *testing.T, ctx context.Context, s persist.Store) {
+	acquire := func(holder string, now int64) (persist.Lease, bool) {
+		t.Helper()
+		l, ok, err := s.AcquireLease(ctx, leaseName, holder, now, 500)
+		if err != nil {
+			t.Fatalf("AcquireLease(%s, %d): %v", holder, now, err)
+		}
+		return l, ok
+	}
+	read := func() persist.Lease {
+		t.Helper()
+		l, err := s.ReadLease(ctx, leaseName)
+		if err != nil {
+			t.Fatalf("ReadLease: %v", err)
+		}
+		return l
+	}
+	equal(t, "no lease yet", read(), persist.Lease{})
+
+	l, ok := acquire("n1", 1000)
+	equal(t, "first acquire", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n1", Epoch: 1, ExpiresAt: 1500}, true})
+	l, ok = acquire("n1", 1200)
+	equal(t, "renewal keeps the epoch", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n1", Epoch: 1, ExpiresAt: 1700}, true})
+	l, ok = acquire("n2", 1699)
+	held := persist.Lease{Name: leaseName, Holder: "n1", Epoch: 1, ExpiresAt: 1700}
+	equal(t, "held by another", []any{l, ok}, []any{held, false})
+	equal(t, "read", read(), held)
+
+	// Expired at expires_at: the backup takes it with a new epoch.
+	l, ok = acquire("n2", 1700)
+	equal(t, "takeover", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n2", Epoch: 2, ExpiresAt: 2200}, true})
+	l, ok = acquire("n1", 1800)
+	equal(t, "deposed primary", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n2", Epoch: 2, ExpiresAt: 2200}, false})
+
+	// A holder that lets its lease expire gets a new epoch when it takes it again.
+	l, ok = acquire("n2", 5000)
+	equal(t, "re-take after expiry", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n2", Epoch: 3, ExpiresAt: 5500}, true})
+
+	// Leases are independent by name.
+	other, ok, err := s.AcquireLease(ctx, "other", "n1", 5000, 100)
+	if err != nil || !ok || other.Epoch != 1 {
+		t.Fatalf("other lease = %+v, %v, %v", other, ok, err)
+	}
+	equal(t, "read after all", read(), persist.Lease{Name: leaseName, Holder: "n2", Epoch: 3, ExpiresAt: 5500})
+}
+
+func testLeaseConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
+	const n = 6
+	type result struct {
+		l   persist.Lease
+		ok  bool
+		err error
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			l, ok, err := s.AcquireLease(ctx, leaseName, fmt.Sprintf("n%d", i), 1000, 5000)
+			results[i] = result{l, ok, err}
+		})
+	}
+	wg.Wait()
+	winner := ""
+	for i, r := range results {
+		if r.err != nil {
+			t.Fatalf("AcquireLease %d: %v", i, r.err)
+		}
+		if r.ok {
+			if winner != "" {
+				t.Fatalf("two holders: %s and n%d", winner, i)
+			}
+			winner = r.l.Holder
+		}
+	}
+	if winner == "" {
+		t.Fatalf("nobody got the lease")
+	}
+	for i, r := range results {
+		if r.l.Holder != winner || r.l.Epoch != 1 {
+			t.Fatalf("result %d reports %+v, want holder %s at epoch 1", i, r.l, winner)
+		}
+	}
+}

@@ -1,0 +1,316 @@
+package persist
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migration is one ordered schema step. Steps are append-only: a released step is never
+// edited, a change is a new step. Every statement is written to be re-runnable (IF NOT
+// EXISTS) because MySQL commits DDL implicitly, so a crash can leave a step half applied
+// without its schema_migrations row.
+type migration struct {
+	version int
+	name    string
+	stmts   []string
+}
+
+// Column sizes shared by both dialects. Identifiers are VARCHAR so they can be indexed;
+// free text is TEXT. clip() bounds what the batch path writes to these sizes so that one
+// oversized field can never make a whole group commit fail on MySQL's strict mode.
+const (
+	nameLen   = 255   // task names, groups, executor apps/addresses, actors
+	ticketLen = 128   // run tickets
+	shortLen  = 32    // states, results, kinds, trigger types, policies
+	textLen   = 65535 // TEXT: error, output, detail, note (bytes)
+)
+
+// mysqlTableOpts makes every table InnoDB with binary utf8mb4 collation: names compare
+// byte-for-byte, as they do in SQLite, so "Task" and "task" are two tasks on both stores.
+const mysqlTableOpts = ` ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin`
+
+var mysqlMigrations = []migration{{
+	version: 1,
+	name:    "initial schema",
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS task_def (
+			id BIGINT NOT NULL AUTO_INCREMENT,
+			name VARCHAR(255) NOT NULL,
+			grp VARCHAR(255) NOT NULL,
+			trigger_type VARCHAR(32) NOT NULL,
+			cron VARCHAR(255) NOT NULL,
+			delay_ms BIGINT NOT NULL,
+			depends_on TEXT NOT NULL,
+			depends_mode VARCHAR(32) NOT NULL,
+			timezone VARCHAR(64) NOT NULL,
+			timeout_sec INT NOT NULL,
+			retry_count INT NOT NULL,
+			retry_interval_sec INT NOT NULL,
+			priority INT NOT NULL,
+			callback TEXT NOT NULL,
+			params MEDIUMTEXT NOT NULL,
+			misfire_policy VARCHAR(32) NOT NULL,
+			paused TINYINT NOT NULL,
+			created_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL,
+			PRIMARY KEY (id),
+			UNIQUE KEY uk_task_def_name (name),
+			KEY idx_task_def_grp (grp, id)
+		)` + mysqlTableOpts,
+		// No index on state: every transition changes it, and only start-up recovery and
+		// the console filter by it. next_trigger_time is indexed for the window loader.
+		`CREATE TABLE IF NOT EXISTS task_runtime (
+			task_id BIGINT NOT NULL,
+			state VARCHAR(32) NOT NULL,
+			current_ticket VARCHAR(128) NOT NULL,
+			attempt INT NOT NULL,
+			next_trigger_time BIGINT NOT NULL,
+			last_trigger_time BIGINT NOT NULL,
+			last_end_time BIGINT NOT NULL,
+			last_executor VARCHAR(255) NOT NULL,
+			success_count BIGINT NOT NULL,
+			failure_count BIGINT NOT NULL,
+			note TEXT NOT NULL,
+			version BIGINT NOT NULL,
+			PRIMARY KEY (task_id),
+			KEY idx_task_runtime_next (next_trigger_time)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS task_run (
+			ticket VARCHAR(128) NOT NULL,
+			task_id BIGINT NOT NULL,
+			task_name VARCHAR(255) NOT NULL,
+			kind VARCHAR(32) NOT NULL,
+			attempt INT NOT NULL,
+			scheduled_at BIGINT NOT NULL,
+			dispatched_at BIGINT NOT NULL,
+			executor VARCHAR(255) NOT NULL,
+			ended_at BIGINT NOT NULL,
+			result VARCHAR(32) NOT NULL,
+			error TEXT NOT NULL,
+			duration_ms BIGINT NOT NULL,
+			output TEXT NOT NULL,
+			detail TEXT NOT NULL,
+			PRIMARY KEY (ticket),
+			KEY idx_task_run_task (task_id, scheduled_at),
+			KEY idx_task_run_result (result, scheduled_at)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS task_action (
+			id BIGINT NOT NULL AUTO_INCREMENT,
+			task_id BIGINT NOT NULL,
+			task_name VARCHAR(255) NOT NULL,
+			ticket VARCHAR(128) NOT NULL,
+			action VARCHAR(32) NOT NULL,
+			from_state VARCHAR(32) NOT NULL,
+			to_state VARCHAR(32) NOT NULL,
+			actor VARCHAR(255) NOT NULL,
+			at BIGINT NOT NULL,
+			detail TEXT NOT NULL,
+			PRIMARY KEY (id),
+			KEY idx_task_action_task (task_id, id)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS executor (
+			app VARCHAR(255) NOT NULL,
+			address VARCHAR(255) NOT NULL,
+			protocol VARCHAR(32) NOT NULL,
+			handlers TEXT NOT NULL,
+			registered_at BIGINT NOT NULL,
+			last_heartbeat BIGINT NOT NULL,
+			status VARCHAR(32) NOT NULL,
+			PRIMARY KEY (app, address)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS task_dep (
+			task_id BIGINT NOT NULL,
+			upstream_name VARCHAR(255) NOT NULL,
+			PRIMARY KEY (task_id, upstream_name),
+			KEY idx_task_dep_upstream (upstream_name)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS lease (
+			name VARCHAR(255) NOT NULL,
+			holder VARCHAR(255) NOT NULL,
+			epoch BIGINT NOT NULL,
+			expires_at BIGINT NOT NULL,
+			PRIMARY KEY (name)
+		)` + mysqlTableOpts,
+	},
+}}
+
+// SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
+// ids of deleted tasks and actions from ever being handed out again.
+var sqliteMigrations = []migration{{
+	version: 1,
+	name:    "initial schema",
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS task_def (
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
+			name TEXT NOT NULL UNIQUE,
+			grp TEXT NOT NULL,
+			trigger_type TEXT NOT NULL,
+			cron TEXT NOT NULL,
+			delay_ms INTEGER NOT NULL,
+			depends_on TEXT NOT NULL,
+			depends_mode TEXT NOT NULL,
+			timezone TEXT NOT NULL,
+			timeout_sec INTEGER NOT NULL,
+			retry_count INTEGER NOT NULL,
+			retry_interval_sec INTEGER NOT NULL,
+			priority INTEGER NOT NULL,
+			callback TEXT NOT NULL,
+			params TEXT NOT NULL,
+			misfire_policy TEXT NOT NULL,
+			paused INTEGER NOT NULL,
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_task_def_grp ON task_def (grp, id)`,
+		`CREATE TABLE IF NOT EXISTS task_runtime (
+			task_id INTEGER PRIMARY KEY,
+			state TEXT NOT NULL,
+			current_ticket TEXT NOT NULL,
+			attempt INTEGER NOT NULL,
+			next_trigger_time INTEGER NOT NULL,
+			last_trigger_time INTEGER NOT NULL,
+			last_end_time INTEGER NOT NULL,
+			last_executor TEXT NOT NULL,
+			success_count INTEGER NOT NULL,
+			failure_count INTEGER NOT NULL,
+			note TEXT NOT NULL,
+			version INTEGER NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_task_runtime_next ON task_runtime (next_trigger_time)`,
+		`CREATE TABLE IF NOT EXISTS task_run (
+			ticket TEXT PRIMARY KEY,
+			task_id INTEGER NOT NULL,
+			task_name TEXT NOT NULL,
+			kind TEXT NOT NULL,
+			attempt INTEGER NOT NULL,
+			scheduled_at INTEGER NOT NULL,
+			dispatched_at INTEGER NOT NULL,
+			executor TEXT NOT NULL,
+			ended_at INTEGER NOT NULL,
+			result TEXT NOT NULL,
+			error TEXT NOT NULL,
+			duration_ms INTEGER NOT NULL,
+			output TEXT NOT NULL,
+			detail TEXT NOT NULL
+		)`,
+		// ticket is in the run indexes because, unlike InnoDB, SQLite does not append the
+		// primary key to secondary indexes; the listings order ties by ticket.
+		`CREATE INDEX IF NOT EXISTS idx_task_run_task ON task_run (task_id, scheduled_at, ticket)`,
+		`CREATE INDEX IF NOT EXISTS idx_task_run_result ON task_run (result, scheduled_at, ticket)`,
+		`CREATE TABLE IF NOT EXISTS task_action (
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
+			task_id INTEGER NOT NULL,
+			task_name TEXT NOT NULL,
+			ticket TEXT NOT NULL,
+			action TEXT NOT NULL,
+			from_state TEXT NOT NULL,
+			to_state TEXT NOT NULL,
+			actor TEXT NOT NULL,
+			at INTEGER NOT NULL,
+			detail TEXT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_task_action_task ON task_action (task_id, id)`,
+		`CREATE TABLE IF NOT EXISTS executor (
+			app TEXT NOT NULL,
+			address TEXT NOT NULL,
+			protocol TEXT NOT NULL,
+			handlers TEXT NOT NULL,
+			registered_at INTEGER NOT NULL,
+			last_heartbeat INTEGER NOT NULL,
+			status TEXT NOT NULL,
+			PRIMARY KEY (app, address)
+		)`,
+		`CREATE TABLE IF NOT EXISTS task_dep (
+			task_id INTEGER NOT NULL,
+			upstream_name TEXT NOT NULL,
+			PRIMARY KEY (task_id, upstream_name)
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_task_dep_upstream ON task_dep (upstream_name)`,
+		`CREATE TABLE IF NOT EXISTS lease (
+			name TEXT PRIMARY KEY,
+			holder TEXT NOT NULL,
+			epoch INTEGER NOT NULL,
+			expires_at INTEGER NOT NULL
+		)`,
+	},
+}}
+
+// Migrate creates or upgrades the schema. It is idempotent and safe to call from several
+// processes at once: MySQL serialises callers with a named lock, SQLite with its write lock.
+func (s *sqlStore) Migrate(ctx context.Context) error {
+	// One connection for the whole run: the MySQL named lock belongs to a session.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot migrate: %w", err)
+	}
+	defer conn.Close()
+	unlock, err := s.d.lockSchema(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("cannot migrate: %w", err)
+	}
+	defer unlock()
+
+	if _, err := conn.ExecContext(ctx, s.d.migrationsTable); err != nil {
+		return fmt.Errorf("cannot create schema_migrations: %w", err)
+	}
+	for _, m := range s.d.migrations {
+		if err := s.applyMigration(ctx, conn, m); err != nil {
+			return err
+		}
+	}
+	var newest sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("cannot read schema version: %w", err)
+	}
+	if known := s.d.migrations[len(s.d.migrations)-1].version; newest.Int64 > int64(known) {
+		return fmt.Errorf("cannot migrate: the database is at schema version %d, newer than this axe knows (%d)", newest.Int64, known)
+	}
+	return nil
+}
+
+// execQuerier is what a migration step needs: a connection or a transaction on it.
+type execQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// applyMigration runs m unless schema_migrations already lists it. On SQLite the check, the
+// DDL and the bookkeeping share one write transaction, so concurrent callers cannot both
+// apply a step. MySQL commits DDL implicitly; there the named lock does that job.
+func (s *sqlStore) applyMigration(ctx context.Context, conn *sql.Conn, m migration) error {
+	if !s.d.transactionalDDL {
+		return runMigration(ctx, conn, m)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("cannot begin migration %d: %w", m.version, err)
+	}
+	if err := runMigration(ctx, tx, m); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cannot commit migration %d: %w", m.version, err)
+	}
+	return nil
+}
+
+func runMigration(ctx context.Context, q execQuerier, m migration) error {
+	var n int
+	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+		return fmt.Errorf("cannot read schema_migrations: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	for _, stmt := range m.stmts {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("cannot apply migration %d (%s): %w", m.version, m.name, err)
+		}
+	}
+	if _, err := q.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, m.version, m.name); err != nil {
+		return fmt.Errorf("cannot record migration %d: %w", m.version, err)
+	}
+	return nil
+}

@@ -1,0 +1,753 @@
+package persist
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// dialect is everything that differs between MySQL and SQLite. The statements themselves are
+// shared by sqlStore; a dialect only supplies fragments and error classification.
+type dialect struct {
+	kind string
+	// forUpdate and forShare are appended to reads inside write transactions. They are empty
+	// on SQLite, where every transaction holds the database write lock from BEGIN.
+	forUpdate string
+	forShare  string
+	// dueFrom is LoadDue's FROM clause: it pins the next_trigger_time index and the join
+	// order so rows stream in index order. stateFrom is LoadByState's.
+	dueFrom   string
+	stateFrom string
+	// maxParams bounds placeholders per statement.
+	maxParams int
+	// upsert returns the clause that turns a multi-row INSERT into an upsert on key that
+	// replaces the update columns with the inserted values.
+	upsert            func(key, update []string) string
+	isUniqueViolation func(error) bool
+	// isRetryable reports errors after which AcquireLease runs its transaction again.
+	isRetryable func(error) bool
+	// ensureLease inserts an unheld lease row named by its one argument unless it exists.
+	ensureLease      string
+	migrationsTable  string
+	migrations       []migration
+	transactionalDDL bool
+	// lockSchema serialises Migrate across processes; the returned func releases the lock.
+	lockSchema func(ctx context.Context, conn *sql.Conn) (unlock func(), err error)
+}
+
+// Batch statement limits. Rows per statement are also bounded by placeholders and bytes:
+// a statement must fit MySQL's max_allowed_packet (4 MB on old servers) once interpolated.
+const (
+	maxRowsPerStmt  = 500
+	maxBytesPerStmt = 1 << 20
+	maxIDsPerQuery  = 1000
+)
+
+// leaseRetries bounds how often AcquireLease reruns its transaction (after creating the
+// row, or after losing a race).
+const leaseRetries = 5
+
+// Executor statuses written by the store itself.
+const executorAlive = "alive"
+
+// Column lists, in the order the encode and scan helpers use them.
+var (
+	// defCols ends with created_at so that UpdateTaskDef, which keeps created_at, can use
+	// every column but the last.
+	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
+		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
+		"priority", "callback", "params", "misfire_policy", "paused", "updated_at", "created_at"}
+	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
+		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
+		"note", "version"}
+	runCols = []string{"ticket", "task_id", "task_name", "kind", "attempt", "scheduled_at",
+		"dispatched_at", "executor", "ended_at", "result", "error", "duration_ms", "output", "detail"}
+	actionCols = []string{"task_id", "task_name", "ticket", "action", "from_state", "to_state",
+		"actor", "at", "detail"}
+	executorCols = []string{"app", "address", "protocol", "handlers", "registered_at",
+		"last_heartbeat", "status"}
+)
+
+// taskSelect selects a definition (d) joined with its runtime (r), in scanTask's order.
+const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_ms, d.depends_on,
+	d.depends_mode, d.timezone, d.timeout_sec, d.retry_count, d.retry_interval_sec, d.priority,
+	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
+	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
+	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version`
+
+// taskJoin is the FROM clause of every task read but the streaming ones.
+const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
+
+// sqlStore implements Store on database/sql for both dialects.
+type sqlStore struct {
+	db *sql.DB
+	d  *dialect
+
+	insertDef      string
+	updateDef      string
+	insertRuntime  string // head of a multi-row insert
+	upsertRuntime  string // tail turning it into an upsert on task_id
+	insertRun      string
+	upsertRun      string
+	insertAction   string
+	upsertExecutor string
+	runSelect      string
+}
+
+var _ Store = (*sqlStore)(nil)
+
+func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
+	setList := make([]string, 0, len(defCols)-1)
+	for _, c := range defCols[:len(defCols)-1] {
+		setList = append(setList, c+" = ?")
+	}
+	return &sqlStore{
+		db:            db,
+		d:             d,
+		insertDef:     "INSERT INTO task_def (" + strings.Join(defCols, ", ") + ") VALUES " + valuesList(len(defCols), 1),
+		updateDef:     "UPDATE task_def SET " + strings.Join(setList, ", ") + " WHERE id = ?",
+		insertRuntime: "INSERT INTO task_runtime (" + strings.Join(runtimeCols, ", ") + ") VALUES ",
+		upsertRuntime: d.upsert(runtimeCols[:1], runtimeCols[1:]),
+		insertRun:     "INSERT INTO task_run (" + strings.Join(runCols, ", ") + ") VALUES ",
+		upsertRun:     d.upsert(runCols[:1], runCols[1:]),
+		insertAction:  "INSERT INTO task_action (" + strings.Join(actionCols, ", ") + ") VALUES ",
+		upsertExecutor: "INSERT INTO executor (" + strings.Join(executorCols, ", ") + ") VALUES " +
+			valuesList(len(executorCols), 1) +
+			// registered_at is not in the update list: a re-registration keeps it.
+			d.upsert(executorCols[:2], []string{"protocol", "handlers", "last_heartbeat", "status"}),
+		runSelect: "SELECT " + strings.Join(runCols, ", ") + " FROM task_run",
+	}
+}
+
+// Kind is "mysql" or "sqlite".
+func (s *sqlStore) Kind() string { return s.d.kind }
+
+// Ping checks the database is reachable.
+func (s *sqlStore) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("cannot reach the %s store: %w", s.d.kind, err)
+	}
+	return nil
+}
+
+// Close releases the connection pool.
+func (s *sqlStore) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("cannot close the %s store: %w", s.d.kind, err)
+	}
+	return nil
+}
+
+// ---- tasks ----
+
+// CreateTask inserts def, its runtime row and its dependency edges in one transaction.
+func (s *sqlStore) CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) error {
+	args, deps, err := encodeDef(def)
+	if err != nil {
+		return err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("cannot begin creating task %q: %w", def.Name, err)
+	}
+	defer rollback(tx)
+	res, err := tx.ExecContext(ctx, s.insertDef, args...)
+	if err != nil {
+		if s.d.isUniqueViolation(err) {
+			return fmt.Errorf("cannot create task %q: %w", def.Name, ErrTaskExists)
+		}
+		return fmt.Errorf("cannot insert task %q: %w", def.Name, err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return fmt.Errorf("cannot read the id of task %q: %w", def.Name, err)
+	}
+	row := *rt
+	row.TaskID = id
+	if _, err := tx.ExecContext(ctx, s.insertRuntime+valuesList(len(runtimeCols), 1), appendRuntimeArgs(nil, &row)...); err != nil {
+		return fmt.Errorf("cannot insert the runtime of task %q: %w", def.Name, err)
+	}
+	if err := insertDeps(ctx, tx, id, deps); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cannot commit task %q: %w", def.Name, err)
+	}
+	def.ID = id
+	rt.TaskID = id
+	return nil
+}
+
+// UpdateTaskDef replaces every definition column but created_at, and the dependency edges.
+func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
+	args, deps, err := encodeDef(def)
+	if err != nil {
+		return err
+	}
+	args = append(args[:len(args)-1], def.ID) // drop created_at, add the WHERE id
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("cannot begin updating task %d: %w", def.ID, err)
+	}
+	defer rollback(tx)
+	res, err := tx.ExecContext(ctx, s.updateDef, args...)
+	if err != nil {
+		if s.d.isUniqueViolation(err) {
+			return fmt.Errorf("cannot rename task %d to %q: %w", def.ID, def.Name, ErrTaskExists)
+		}
+		return fmt.Errorf("cannot update task %d: %w", def.ID, err)
+	}
+	// MySQL counts changed rows, not matched ones: an update that changes nothing says 0.
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		var one int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM task_def WHERE id = ?`, def.ID).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("cannot update task %d: %w", def.ID, ErrTaskNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("cannot update task %d: %w", def.ID, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM task_dep WHERE task_id = ?`, def.ID); err != nil {
+		return fmt.Errorf("cannot replace the dependencies of task %d: %w", def.ID, err)
+	}
+	if err := insertDeps(ctx, tx, def.ID, deps); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cannot commit task %d: %w", def.ID, err)
+	}
+	return nil
+}
+
+// DeleteTask removes the definition, runtime and dependency edges; runs and actions stay.
+func (s *sqlStore) DeleteTask(ctx context.Context, id int64) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("cannot begin deleting task %d: %w", id, err)
+	}
+	defer rollback(tx)
+	res, err := tx.ExecContext(ctx, `DELETE FROM task_def WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("cannot delete task %d: %w", id, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("cannot delete task %d: %w", id, err)
+	} else if n == 0 {
+		return fmt.Errorf("cannot delete task %d: %w", id, ErrTaskNotFound)
+	}
+	for _, q := range []string{`DELETE FROM task_runtime WHERE task_id = ?`, `DELETE FROM task_dep WHERE task_id = ?`} {
+		if _, err := tx.ExecContext(ctx, q, id); err != nil {
+			return fmt.Errorf("cannot delete task %d: %w", id, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cannot commit deleting task %d: %w", id, err)
+	}
+	return nil
+}
+
+// GetTask returns the task by name, or ErrTaskNotFound.
+func (s *sqlStore) GetTask(ctx context.Context, name string) (*Task, error) {
+	return s.getTask(ctx, taskSelect+taskJoin+` WHERE d.name = ?`, name)
+}
+
+// GetTaskByID returns the task by id, or ErrTaskNotFound.
+func (s *sqlStore) GetTaskByID(ctx context.Context, id int64) (*Task, error) {
+	return s.getTask(ctx, taskSelect+taskJoin+` WHERE d.id = ?`, id)
+}
+
+func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error) {
+	var found *Task
+	err := s.streamTasks(ctx, q, []any{key}, func(t *Task) error {
+		found = t
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("cannot get task %v: %w", key, ErrTaskNotFound)
+	}
+	return found, nil
+}
+
+// ListTasks returns tasks ordered by id.
+func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if f.Group != "" {
+		where = append(where, "d.grp = ?")
+		args = append(args, f.Group)
+	}
+	if f.State != "" {
+		where = append(where, "r.state = ?")
+		args = append(args, string(f.State))
+	}
+	if f.AfterID > 0 {
+		where = append(where, "d.id > ?")
+		args = append(args, f.AfterID)
+	}
+	q := taskSelect + taskJoin
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY d.id" + limitClause(f.Limit)
+	var out []Task
+	err := s.streamTasks(ctx, q, args, func(t *Task) error {
+		out = append(out, *t)
+		return nil
+	})
+	return out, err
+}
+
+// CountTasks returns the number of task definitions.
+func (s *sqlStore) CountTasks(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_def`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("cannot count tasks: %w", err)
+	}
+	return n, nil
+}
+
+// LoadDue streams the tasks due in [from, to) whose state is in states, in
+// next_trigger_time order (ties by task id). No states means no tasks.
+func (s *sqlStore) LoadDue(ctx context.Context, from, to int64, states []State, fn func(*Task) error) error {
+	if len(states) == 0 || from >= to {
+		return nil
+	}
+	args := make([]any, 0, 2+len(states))
+	args = append(args, from, to)
+	for _, st := range states {
+		args = append(args, string(st))
+	}
+	q := taskSelect + " FROM " + s.d.dueFrom +
+		" WHERE r.next_trigger_time > 0 AND r.next_trigger_time >= ? AND r.next_trigger_time < ?" +
+		" AND r.state IN (" + placeholders(len(states)) + ")" +
+		" ORDER BY r.next_trigger_time, r.task_id"
+	return s.streamTasks(ctx, q, args, fn)
+}
+
+// LoadByState streams, in task id order, every task whose state is in states. No states
+// means no tasks.
+func (s *sqlStore) LoadByState(ctx context.Context, states []State, fn func(*Task) error) error {
+	if len(states) == 0 {
+		return nil
+	}
+	args := make([]any, 0, len(states))
+	for _, st := range states {
+		args = append(args, string(st))
+	}
+	q := taskSelect + " FROM " + s.d.stateFrom +
+		" WHERE r.state IN (" + placeholders(len(states)) + ") ORDER BY r.task_id"
+	return s.streamTasks(ctx, q, args, fn)
+}
+
+// Dependents returns the tasks that name upstream in depends_on, ordered by id.
+func (s *sqlStore) Dependents(ctx context.Context, upstream string) ([]Task, error) {
+	q := taskSelect + ` FROM task_dep p JOIN task_def d ON d.id = p.task_id
+		JOIN task_runtime r ON r.task_id = d.id WHERE p.upstream_name = ? ORDER BY d.id`
+	var out []Task
+	err := s.streamTasks(ctx, q, []any{upstream}, func(t *Task) error {
+		out = append(out, *t)
+		return nil
+	})
+	return out, err
+}
+
+// streamTasks runs q and hands each row to fn as it arrives: nothing is buffered, so a
+// million-row window costs one row of memory. An error from fn stops the stream and is
+// returned as is.
+func (s *sqlStore) streamTasks(ctx context.Context, q string, args []any, fn func(*Task) error) error {
+	// Cancelling on an early stop lets the MySQL driver drop the rest of the result
+	// instead of reading it all off the wire just to discard it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("cannot query tasks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return err
+		}
+		if err := fn(t); err != nil {
+			cancel()
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("cannot read tasks: %w", err)
+	}
+	return nil
+}
+
+func scanTask(rows *sql.Rows) (*Task, error) {
+	t := new(Task)
+	d, r := &t.Def, &t.Runtime
+	// RawBytes: the JSON columns are decoded before the next row, so they need no copy.
+	var deps, callback sql.RawBytes
+	var params []byte
+	err := rows.Scan(&d.ID, &d.Name, &d.Group, &d.Trigger, &d.Cron, &d.DelayMS, &deps,
+		&d.DependsMode, &d.Timezone, &d.TimeoutSec, &d.RetryCount, &d.RetryIntervalSec, &d.Priority,
+		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
+		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
+		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version)
+	if err != nil {
+		return nil, fmt.Errorf("cannot scan task: %w", err)
+	}
+	r.TaskID = d.ID
+	if len(deps) > 0 {
+		if err := json.Unmarshal(deps, &d.DependsOn); err != nil {
+			return nil, fmt.Errorf("cannot decode depends_on of task %d: %w", d.ID, err)
+		}
+	}
+	if len(callback) > 0 {
+		if err := json.Unmarshal(callback, &d.Callback); err != nil {
+			return nil, fmt.Errorf("cannot decode callback of task %d: %w", d.ID, err)
+		}
+	}
+	if len(params) > 0 {
+		d.Params = params
+	}
+	return t, nil
+}
+
+// encodeDef returns the column values of def in defCols order, and its deduplicated
+// upstream names.
+func encodeDef(def *TaskDef) ([]any, []string, error) {
+	callback, err := json.Marshal(def.Callback)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot encode the callback of task %q: %w", def.Name, err)
+	}
+	deps := dedupe(def.DependsOn)
+	var depsJSON string
+	if len(deps) > 0 {
+		b, err := json.Marshal(deps)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot encode depends_on of task %q: %w", def.Name, err)
+		}
+		depsJSON = string(b)
+	}
+	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
+		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
+		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
+		def.UpdatedAt, def.CreatedAt}, deps, nil
+}
+
+// insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as
+// JSON, so reading a task needs no join; task_dep exists for Dependents' indexed lookup.
+func insertDeps(ctx context.Context, tx *sql.Tx, id int64, deps []string) error {
+	if len(deps) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(deps))
+	for _, name := range deps {
+		args = append(args, id, name)
+	}
+	q := "INSERT INTO task_dep (task_id, upstream_name) VALUES " + valuesList(2, len(deps))
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("cannot insert the dependencies of task %d: %w", id, err)
+	}
+	return nil
+}
+
+func dedupe(names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, len(names))
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ---- runs and actions ----
+
+// GetRun returns the run with the ticket, or ErrRunNotFound.
+func (s *sqlStore) GetRun(ctx context.Context, ticket string) (*Run, error) {
+	runs, err := s.queryRuns(ctx, s.runSelect+` WHERE ticket = ?`, ticket)
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) == 0 {
+		return nil, fmt.Errorf("cannot get run %q: %w", ticket, ErrRunNotFound)
+	}
+	return &runs[0], nil
+}
+
+// ListRuns returns the task's runs, newest first; limit <= 0 means all.
+func (s *sqlStore) ListRuns(ctx context.Context, taskID int64, limit int) ([]Run, error) {
+	return s.queryRuns(ctx, s.runSelect+` WHERE task_id = ? ORDER BY scheduled_at DESC, ticket DESC`+limitClause(limit), taskID)
+}
+
+// ListRunsByResult returns runs with the result, oldest first; limit <= 0 means all.
+func (s *sqlStore) ListRunsByResult(ctx context.Context, result string, limit int) ([]Run, error) {
+	return s.queryRuns(ctx, s.runSelect+` WHERE result = ? ORDER BY scheduled_at, ticket`+limitClause(limit), result)
+}
+
+func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]Run, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot query runs: %w", err)
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var r Run
+		if err := rows.Scan(&r.Ticket, &r.TaskID, &r.TaskName, &r.Kind, &r.Attempt, &r.ScheduledAt,
+			&r.DispatchedAt, &r.Executor, &r.EndedAt, &r.Result, &r.Error, &r.DurationMS,
+			&r.Output, &r.Detail); err != nil {
+			return nil, fmt.Errorf("cannot scan run: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read runs: %w", err)
+	}
+	return out, nil
+}
+
+// ListActions returns the task's action records, newest first; limit <= 0 means all.
+func (s *sqlStore) ListActions(ctx context.Context, taskID int64, limit int) ([]Action, error) {
+	q := "SELECT id, " + strings.Join(actionCols, ", ") + " FROM task_action WHERE task_id = ? ORDER BY id DESC" + limitClause(limit)
+	rows, err := s.db.QueryContext(ctx, q, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("cannot query actions: %w", err)
+	}
+	defer rows.Close()
+	var out []Action
+	for rows.Next() {
+		var a Action
+		if err := rows.Scan(&a.ID, &a.TaskID, &a.TaskName, &a.Ticket, &a.Action, &a.From, &a.To,
+			&a.Actor, &a.At, &a.Detail); err != nil {
+			return nil, fmt.Errorf("cannot scan action: %w", err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read actions: %w", err)
+	}
+	return out, nil
+}
+
+// ---- executors ----
+
+// UpsertExecutor registers e, idempotent by (App, Address); a re-registration keeps the
+// stored RegisteredAt.
+func (s *sqlStore) UpsertExecutor(ctx context.Context, e *Executor) error {
+	handlers, err := json.Marshal(e.Handlers)
+	if err != nil {
+		return fmt.Errorf("cannot encode the handlers of executor %s@%s: %w", e.App, e.Address, err)
+	}
+	if _, err := s.db.ExecContext(ctx, s.upsertExecutor, e.App, e.Address, e.Protocol,
+		string(handlers), e.RegisteredAt, e.LastHeartbeat, e.Status); err != nil {
+		return fmt.Errorf("cannot register executor %s@%s: %w", e.App, e.Address, err)
+	}
+	return nil
+}
+
+// Heartbeat sets last_heartbeat and status "alive".
+func (s *sqlStore) Heartbeat(ctx context.Context, app, address string, at int64) error {
+	return s.updateExecutor(ctx, app, address,
+		`UPDATE executor SET last_heartbeat = ?, status = ? WHERE app = ? AND address = ?`,
+		at, executorAlive, app, address)
+}
+
+// SetExecutorStatus sets the executor's status.
+func (s *sqlStore) SetExecutorStatus(ctx context.Context, app, address, status string) error {
+	return s.updateExecutor(ctx, app, address,
+		`UPDATE executor SET status = ? WHERE app = ? AND address = ?`, status, app, address)
+}
+
+func (s *sqlStore) updateExecutor(ctx context.Context, app, address, q string, args ...any) error {
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, err)
+	}
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		return nil
+	}
+	// MySQL reports 0 for an update that changes nothing: look before calling it unknown.
+	var one int
+	err = s.db.QueryRowContext(ctx, `SELECT 1 FROM executor WHERE app = ? AND address = ?`, app, address).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, ErrExecutorNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, err)
+	}
+	return nil
+}
+
+// ListExecutors returns every executor ordered by (app, address).
+func (s *sqlStore) ListExecutors(ctx context.Context) ([]Executor, error) {
+	rows, err := s.db.QueryContext(ctx, "SELECT "+strings.Join(executorCols, ", ")+" FROM executor ORDER BY app, address")
+	if err != nil {
+		return nil, fmt.Errorf("cannot query executors: %w", err)
+	}
+	defer rows.Close()
+	var out []Executor
+	for rows.Next() {
+		var (
+			e        Executor
+			handlers sql.RawBytes
+		)
+		if err := rows.Scan(&e.App, &e.Address, &e.Protocol, &handlers, &e.RegisteredAt,
+			&e.LastHeartbeat, &e.Status); err != nil {
+			return nil, fmt.Errorf("cannot scan executor: %w", err)
+		}
+		if len(handlers) > 0 {
+			if err := json.Unmarshal(handlers, &e.Handlers); err != nil {
+				return nil, fmt.Errorf("cannot decode the handlers of executor %s@%s: %w", e.App, e.Address, err)
+			}
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read executors: %w", err)
+	}
+	return out, nil
+}
+
+// ---- lease ----
+
+// AcquireLease takes, renews or fails to take the lease in one transaction that locks the
+// lease row. A free or expired lease is taken with epoch+1 (1 for the first ever), even by
+// its previous holder: anything that holder wrote under the old epoch is fenced off.
+func (s *sqlStore) AcquireLease(ctx context.Context, name, holder string, now, ttlMS int64) (Lease, bool, error) {
+	for attempt := 0; ; attempt++ {
+		l, ok, err := s.acquireLease(ctx, name, holder, now, ttlMS)
+		if err == nil || attempt >= leaseRetries {
+			return l, ok, err
+		}
+		switch {
+		case errors.Is(err, errNoLeaseRow):
+			// Locking a row that does not exist yet would lock a gap instead, and two
+			// nodes inserting into the same gap deadlock. So the row is created unheld
+			// (epoch 0, expired) outside the transaction, and the transaction runs again.
+			if _, err := s.db.ExecContext(ctx, s.d.ensureLease, name); err != nil {
+				return Lease{}, false, fmt.Errorf("cannot create lease %q: %w", name, err)
+			}
+		case s.d.isRetryable(err):
+		default:
+			return l, ok, err
+		}
+	}
+}
+
+// errNoLeaseRow tells AcquireLease to create the lease row and try again.
+var errNoLeaseRow = errors.New("no lease row")
+
+func (s *sqlStore) acquireLease(ctx context.Context, name, holder string, now, ttlMS int64) (Lease, bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("cannot begin acquiring lease %q: %w", name, err)
+	}
+	defer rollback(tx)
+	l := Lease{Name: name}
+	err = tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM lease WHERE name = ?`+s.d.forUpdate, name).
+		Scan(&l.Holder, &l.Epoch, &l.ExpiresAt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Lease{}, false, errNoLeaseRow
+	}
+	if err != nil {
+		return Lease{}, false, fmt.Errorf("cannot read lease %q: %w", name, err)
+	}
+	if l.ExpiresAt > now && l.Holder != holder {
+		return l, false, nil // held by someone else
+	}
+	if l.ExpiresAt <= now {
+		l.Epoch++ // a takeover, not a renewal
+	}
+	l.Holder = holder
+	l.ExpiresAt = now + ttlMS
+	if _, err := tx.ExecContext(ctx, `UPDATE lease SET holder = ?, epoch = ?, expires_at = ? WHERE name = ?`,
+		l.Holder, l.Epoch, l.ExpiresAt, l.Name); err != nil {
+		return Lease{}, false, fmt.Errorf("cannot update lease %q: %w", name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return Lease{}, false, fmt.Errorf("cannot commit lease %q: %w", name, err)
+	}
+	return l, true, nil
+}
+
+// ReadLease returns the lease row, or a zero Lease when none exists or it was never held.
+func (s *sqlStore) ReadLease(ctx context.Context, name string) (Lease, error) {
+	l := Lease{Name: name}
+	err := s.db.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM lease WHERE name = ?`, name).
+		Scan(&l.Holder, &l.Epoch, &l.ExpiresAt)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && l.Epoch == 0) {
+		return Lease{}, nil
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("cannot read lease %q: %w", name, err)
+	}
+	return l, nil
+}
+
+// ---- helpers ----
+
+// rollback ends a transaction that was not committed; after Commit it is a no-op.
+func rollback(tx *sql.Tx) { _ = tx.Rollback() }
+
+// placeholders returns "?, ?, …" with n marks.
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// valuesList returns nrows "(?, …)" groups of ncols marks, comma separated.
+func valuesList(ncols, nrows int) string {
+	row := "(" + placeholders(ncols) + ")"
+	var b strings.Builder
+	b.Grow(nrows * (len(row) + 2))
+	for i := range nrows {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	return b.String()
+}
+
+func limitClause(limit int) string {
+	if limit <= 0 {
+		return ""
+	}
+	return " LIMIT " + strconv.Itoa(limit)
+}
+
+// clip makes s storable in a column of size bytes: invalid UTF-8 (which MySQL's strict mode
+// rejects) is replaced and the tail beyond size is cut at a rune boundary. Byte length bounds
+// character length, so this also fits VARCHAR(size).
+func clip(s string, size int) string {
+	if len(s) <= size && utf8.ValidString(s) {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= size {
+		return s
+	}
+	cut := size
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}

@@ -1,0 +1,113 @@
+package persist_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// storeBenchSink keeps the compiler from discarding the measured calls.
+var storeBenchSink error
+
+// BenchmarkApplyBatch measures the group commit: each op is one batch of n transitions on
+// n distinct tasks, plus one run row and one action per transition, as the writer sends
+// them when dispatching. The metric to read is transitions/s.
+func BenchmarkApplyBatch(b *testing.B) {
+	stores := []struct {
+		name string
+		open func(testing.TB) persist.Store
+	}{
+		{persist.SchemeSQLite, persisttest.SQLite},
+		{persist.SchemeMySQL, persisttest.MySQL},
+	}
+	for _, st := range stores {
+		b.Run("store="+st.name, func(b *testing.B) {
+			for _, n := range []int{500} {
+				b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
+					benchmarkApplyBatch(b, st.open(b), n)
+				})
+			}
+		})
+	}
+}
+
+func benchmarkApplyBatch(b *testing.B, s persist.Store, n int) {
+	ctx := context.Background()
+	// Four batches' worth of tasks, cycled, so consecutive batches touch different rows.
+	tasks := storeBenchTasks(b, ctx, s, 4*n)
+	b.ReportAllocs()
+	batches, ticket := 0, 0
+	for b.Loop() {
+		batch := &persist.Batch{
+			Transitions: make([]persist.Transition, 0, n),
+			Runs:        make([]persist.Run, 0, n),
+			Actions:     make([]persist.Action, 0, n),
+		}
+		base := (batches * n) % len(tasks)
+		for i := range n {
+			rt := &tasks[base+i]
+			next := *rt
+			next.State, next.CurrentTicket = persist.StateRunning, fmt.Sprintf("bench-%09d", ticket)
+			if rt.State == persist.StateRunning {
+				next.State, next.SuccessCount = persist.StateScheduled, rt.SuccessCount+1
+			}
+			next.NextTriggerTime += 60_000
+			batch.Transitions = append(batch.Transitions, persist.Transition{ExpectVersion: rt.Version, Runtime: next})
+			batch.Runs = append(batch.Runs, persist.Run{Ticket: next.CurrentTicket, TaskID: rt.TaskID,
+				TaskName: "bench", Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: rt.NextTriggerTime,
+				DispatchedAt: rt.NextTriggerTime + 2, Executor: "10.0.0.1:9000", Result: persist.ResultRunning})
+			batch.Actions = append(batch.Actions, persist.Action{TaskID: rt.TaskID, TaskName: "bench",
+				Ticket: next.CurrentTicket, Action: "dispatch", From: rt.State, To: next.State,
+				Actor: "scheduler", At: rt.NextTriggerTime + 2})
+			ticket++
+		}
+		err := s.ApplyBatch(ctx, batch)
+		if err != nil {
+			b.Fatalf("ApplyBatch: %v", err)
+		}
+		storeBenchSink = err
+		for i, tr := range batch.Transitions {
+			tasks[base+i] = tr.Runtime
+		}
+		batches++
+	}
+	b.ReportMetric(float64(batches*n)/b.Elapsed().Seconds(), "transitions/s")
+}
+
+// storeBenchTasks creates count tasks, a few at a time, and returns their runtimes.
+func storeBenchTasks(b *testing.B, ctx context.Context, s persist.Store, count int) []persist.Runtime {
+	b.Helper()
+	out := make([]persist.Runtime, count)
+	const workers = 8
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < count; i += workers {
+				def := &persist.TaskDef{Name: fmt.Sprintf("bench-%06d", i), Group: "bench",
+					Trigger: persist.TriggerCron, Cron: "* * * * *", Timezone: "UTC", TimeoutSec: 300,
+					Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/run"}}
+				rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: int64(1_000_000 + i), Version: 1}
+				if err := s.CreateTask(ctx, def, &rt); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+				out[i] = rt
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		b.Fatalf("CreateTask: %v", firstErr)
+	}
+	return out
+}

@@ -1,0 +1,624 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Defaults of WriterConfig.
+const (
+	// WriterMaxBatchRowsDefault bounds a batch so one commit stays a short transaction: at
+	// 512 rows a MariaDB commit takes a few milliseconds, which keeps a dispatch's wait short
+	// while still amortising the fsync over ~170 typical groups.
+	WriterMaxBatchRowsDefault = 512
+	// WriterMaxDelayDefault is the longest a lone group waits for company when the writer is
+	// idle; it is the latency batching may add to a dispatch (R7.2).
+	WriterMaxDelayDefault = 2 * time.Millisecond
+	// WriterQueueSizeDefault is how many groups may be queued before Submit blocks.
+	WriterQueueSizeDefault = 16384
+	// WriterRetryMinDefault is the first backoff after a failed commit.
+	WriterRetryMinDefault = 10 * time.Millisecond
+	// WriterRetryMaxDefault caps the backoff between retries of a failed commit.
+	WriterRetryMaxDefault = 2 * time.Second
+)
+
+// The writer's metrics (R9.1). They are process-wide: several writers in one process (tests)
+// add to the same series.
+var (
+	writerBatchRows = metrics.GetOrCreatePrometheusHistogramExt("axe_writer_batch_rows",
+		metrics.ExponentialBuckets(1, 2, 13)) // 1 .. 4096 rows
+	writerCommitDuration = metrics.GetOrCreatePrometheusHistogramExt("axe_writer_commit_duration_seconds",
+		metrics.ExponentialBuckets(0.0005, 2, 14)) // 0.5ms .. ~4s
+	writerCommits        = metrics.GetOrCreateCounter("axe_writer_commits_total")
+	writerCommitErrors   = metrics.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="transient"}`)
+	writerLeaseLost      = metrics.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="lease_lost"}`)
+	writerConflicts      = metrics.GetOrCreateCounter("axe_writer_conflicts_total")
+	writerQueueDepth     = metrics.GetOrCreateGauge("axe_writer_queue_depth", nil)
+	writerFailedByFences = metrics.GetOrCreateCounter("axe_writer_fenced_groups_total")
+)
+
+// WriterConfig configures a Writer. The zero value is usable: every zero field takes its
+// default.
+type WriterConfig struct {
+	// MaxBatchRows flushes a batch once it holds this many rows (transitions + runs +
+	// actions). A group larger than this is committed alone; groups are never split.
+	// Defaults to WriterMaxBatchRowsDefault (512).
+	MaxBatchRows int
+	// MaxDelay flushes a batch once its oldest group has waited this long since Submit.
+	// Defaults to WriterMaxDelayDefault (2ms).
+	MaxDelay time.Duration
+	// QueueSize is how many groups may wait before Submit blocks (backpressure).
+	// Defaults to WriterQueueSizeDefault (16384).
+	QueueSize int
+	// RetryMin is the backoff after the first failed commit; it doubles per failure.
+	// Defaults to WriterRetryMinDefault (10ms).
+	RetryMin time.Duration
+	// RetryMax caps the backoff. Defaults to WriterRetryMaxDefault (2s).
+	RetryMax time.Duration
+	// LeaseName names the lease row that fences batches (R8.3). Required when Epoch is set.
+	// Defaults to "" (unfenced).
+	LeaseName string
+	// Epoch returns the lease epoch this process holds; it is read once per batch, and the
+	// batch (with its retries) is fenced by that value. nil, or a return of 0, leaves the
+	// batch unfenced. Defaults to nil.
+	Epoch func() int64
+	// Logger receives commit failures and the shutdown summary. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c WriterConfig) WithDefaults() WriterConfig {
+	if c.MaxBatchRows == 0 {
+		c.MaxBatchRows = WriterMaxBatchRowsDefault
+	}
+	if c.MaxDelay == 0 {
+		c.MaxDelay = WriterMaxDelayDefault
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = WriterQueueSizeDefault
+	}
+	if c.RetryMin == 0 {
+		c.RetryMin = WriterRetryMinDefault
+	}
+	if c.RetryMax == 0 {
+		c.RetryMax = WriterRetryMaxDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c WriterConfig) validate() error {
+	switch {
+	case c.MaxBatchRows < 1:
+		return fmt.Errorf("MaxBatchRows must be positive, got %d", c.MaxBatchRows)
+	case c.MaxDelay <= 0:
+		return fmt.Errorf("MaxDelay must be positive, got %s", c.MaxDelay)
+	case c.QueueSize < 1:
+		return fmt.Errorf("QueueSize must be positive, got %d", c.QueueSize)
+	case c.RetryMin <= 0:
+		return fmt.Errorf("RetryMin must be positive, got %s", c.RetryMin)
+	case c.RetryMax < c.RetryMin:
+		return fmt.Errorf("RetryMax (%s) must not be below RetryMin (%s)", c.RetryMax, c.RetryMin)
+	case c.Epoch != nil && c.LeaseName == "":
+		return errors.New("LeaseName is required when Epoch is set")
+	}
+	return nil
+}
+
+// Group is the unit the engine hands to the Writer: everything one decision writes (for a
+// dispatch, its SCHEDULED→RUNNING transition, the run row and the action record). A group is
+// atomic: it lands whole or not at all, and never straddles two batches.
+type Group struct {
+	Transitions []Transition
+	Runs        []Run
+	Actions     []Action
+	// Done is called exactly once, from the writer goroutine, when the group is durable
+	// (nil; each of Transitions then has Runtime.Version = ExpectVersion+1) or definitively
+	// failed: a *ConflictError (indexes into this group's
+	// Transitions), an error wrapping ErrLeaseLost, or the error of Stop's context. It must
+	// not block: it runs on the only goroutine that commits. May be nil.
+	Done func(err error)
+}
+
+func (g *Group) rows() int { return len(g.Transitions) + len(g.Runs) + len(g.Actions) }
+
+// Writer group-commits state transitions, runs and actions (R7.2): one goroutine gathers the
+// queued groups into batches and applies each with Store.ApplyBatch, so one commit (one
+// fsync) carries many tasks.
+//
+// Invariants the engine relies on:
+//
+//   - Order. Groups are applied in submission order (the order Submit calls returned, for
+//     calls that are not concurrent), and their Done callbacks fire in that same order,
+//     whatever their outcome. Two groups that transition the same task one after the other
+//     may share a batch: the store applies a batch's transitions in order.
+//   - Atomicity. A group is never split across batches; it lands whole or fails whole.
+//   - Latency. A batch is flushed when it reaches MaxBatchRows, or when its first group has
+//     waited MaxDelay since Submit, whichever comes first. Under load batches fill up; an idle
+//     writer adds at most MaxDelay to a lone group; a batch that is full goes at once.
+//   - Conflicts. When ApplyBatch reports a *ConflictError, only the groups owning the failed
+//     transitions fail (Done gets a *ConflictError with indexes into the group); the rest of
+//     the batch is applied again without them, until it lands. A non-conflicting group is
+//     never dropped because of another group's stale version.
+//   - Fencing (R8.3). The lease epoch is read once per batch, and the batch and its retries
+//     carry it. ErrLeaseLost fails every group of the batch with an error wrapping
+//     ErrLeaseLost, and every later batch fails the same way without touching the database
+//     while Epoch still returns that stale value. The engine must stop dispatching on it.
+//     The epoch is that of the batch, not of the decision: groups decided under an epoch
+//     must not still be queued when Epoch starts returning a newer one (a deposed primary
+//     stops its writer before it campaigns again).
+//   - Transient errors (database down, deadlock, reset connection) are logged and the same
+//     batch is retried with exponential backoff RetryMin..RetryMax, without end, until Stop's
+//     context ends. Nothing is dropped or reordered meanwhile; Submit blocks once the queue
+//     is full.
+//
+// A commit whose outcome is unknown (the connection broke after COMMIT was sent) is retried
+// like any transient error; if it had in fact landed, the retry's transitions conflict and
+// their groups fail with a *ConflictError. That is safe for R7.2 (a dispatch that was not
+// sent is lost, none is sent twice) but the engine sees a lost trigger.
+type Writer struct {
+	store Store
+	cfg   WriterConfig
+
+	queue    chan queuedGroup
+	stopping chan struct{} // closed when Stop begins: blocked Submits give up
+	abort    chan struct{} // closed when Stop's context ends before the queue is flushed
+	exited   chan struct{} // closed when the writer goroutine returns
+	abortErr error         // Stop's ctx.Err(); written before abort is closed
+
+	// sendMu is held shared by Submit while it sends and exclusively by Stop while it closes
+	// the queue, so no Submit ever sends on a closed channel.
+	sendMu sync.RWMutex
+	closed bool // under sendMu
+
+	lifeMu    sync.Mutex // serialises Start and Stop
+	state     int        // under lifeMu: stateNew, stateRunning or stateStopped
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+
+	pending atomic.Int64
+
+	// Owned by the writer goroutine.
+	carry       *queuedGroup // a group that did not fit the previous batch
+	timer       *time.Timer
+	items       []queuedGroup
+	errs        []error
+	live        []int // indexes into items still to be applied
+	offsets     []int // per live entry: index of its first transition in batch
+	owner       []int // per batch transition: index into live
+	batch       Batch
+	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
+}
+
+const (
+	stateNew = iota
+	stateRunning
+	stateStopped
+)
+
+type queuedGroup struct {
+	g  *Group
+	at time.Time // Submit time: MaxDelay counts from here
+}
+
+// NewWriter returns a Writer applying batches to s. It starts nothing; see Start.
+func NewWriter(s Store, cfg WriterConfig) (*Writer, error) {
+	if s == nil {
+		return nil, errors.New("cannot create writer: nil store")
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("cannot create writer: %w", err)
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	return &Writer{
+		store:    s,
+		cfg:      cfg,
+		queue:    make(chan queuedGroup, cfg.QueueSize),
+		stopping: make(chan struct{}),
+		abort:    make(chan struct{}),
+		exited:   make(chan struct{}),
+		timer:    timer,
+	}, nil
+}
+
+// Start launches the writer goroutine and returns once it runs. ctx only bounds Start: its
+// cancellation does not stop the writer (Stop does), so a cancelled request context cannot
+// strand queued transitions. Starting a running writer is a no-op; starting a stopped one
+// gives ErrWriterClosed.
+func (w *Writer) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cannot start writer: %w", err)
+	}
+	w.lifeMu.Lock()
+	defer w.lifeMu.Unlock()
+	switch w.state {
+	case stateRunning:
+		return nil
+	case stateStopped:
+		return ErrWriterClosed
+	}
+	w.state = stateRunning
+	w.runCtx, w.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+	go w.run()
+	return nil
+}
+
+// Stop shuts the writer down, in this order:
+//
+//  1. Submit stops accepting groups: later calls get ErrWriterClosed, and a call blocked on
+//     a full queue either gets its group in (it will be flushed) or gets ErrWriterClosed.
+//  2. Every queued group is committed; failed commits are retried as usual.
+//  3. If ctx ends first, the ApplyBatch in flight is cancelled and every group still
+//     unwritten gets Done with an error wrapping ctx's error.
+//  4. Stop returns once the writer goroutine has exited: every Done has been called.
+//
+// It returns an error wrapping ctx's error when the flush was cut short.
+//
+// Stop is idempotent, and safe on a writer never started: the groups submitted before are
+// flushed all the same.
+func (w *Writer) Stop(ctx context.Context) error {
+	w.lifeMu.Lock()
+	if w.state == stateStopped {
+		w.lifeMu.Unlock()
+		select {
+		case <-w.exited:
+		case <-ctx.Done():
+		}
+		return nil
+	}
+	start := time.Now()
+	neverStarted := w.state == stateNew
+	w.state = stateStopped
+	w.lifeMu.Unlock()
+
+	close(w.stopping)
+	w.sendMu.Lock() // waits for every Submit in progress to give up or enqueue
+	w.closed = true
+	close(w.queue)
+	w.sendMu.Unlock()
+	queued := w.Pending()
+	if neverStarted {
+		// Flush what was submitted before Start on a goroutine of our own, so the Done
+		// callbacks still come from one writer goroutine.
+		w.runCtx, w.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+		go w.run()
+	}
+
+	var err error
+	select {
+	case <-w.exited:
+	case <-ctx.Done():
+		err = ctx.Err()
+		w.abortErr = err
+		close(w.abort)
+		w.cancelRun()
+		<-w.exited
+	}
+	w.cancelRun()
+	if err != nil {
+		w.cfg.Logger.Error("writer stopped before its queue was flushed",
+			"queued_groups", queued, "took", time.Since(start), "error", err)
+		return fmt.Errorf("cannot flush writer before deadline: %w", err)
+	}
+	w.cfg.Logger.Info("writer stopped", "flushed_groups", queued, "took", time.Since(start))
+	return nil
+}
+
+// Submit queues g for the next batch. It blocks while the queue is full (backpressure) and
+// gives up with ctx's error when ctx ends first; after Stop it returns ErrWriterClosed. On a
+// nil return Done will be called exactly once; on an error it will not. g must not be
+// changed after Submit.
+func (w *Writer) Submit(ctx context.Context, g *Group) error {
+	if g == nil {
+		return errors.New("cannot submit a nil group")
+	}
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	if w.closed {
+		return ErrWriterClosed
+	}
+	// Count before sending so Pending never dips below zero when the writer finishes the
+	// group before this goroutine runs again.
+	w.pending.Add(1)
+	writerQueueDepth.Inc()
+	q := queuedGroup{g: g, at: time.Now()}
+	select {
+	case w.queue <- q:
+		return nil
+	default:
+	}
+	select {
+	case w.queue <- q:
+		return nil
+	case <-ctx.Done():
+		w.unpend(1)
+		return fmt.Errorf("cannot submit group: %w", ctx.Err())
+	case <-w.stopping:
+		w.unpend(1)
+		return ErrWriterClosed
+	}
+}
+
+// Write submits g and waits until it is durable: the call a dispatch makes before it sends
+// (R7.2). It returns what g's Done would get, or ctx's error if ctx ends first (the group
+// may still land later, so the caller must not act as if it had). g.Done, if set, is still
+// called.
+func (w *Writer) Write(ctx context.Context, g *Group) error {
+	if g == nil {
+		return errors.New("cannot write a nil group")
+	}
+	result := make(chan error, 1)
+	own := *g
+	callerDone := g.Done
+	own.Done = func(err error) {
+		if callerDone != nil {
+			callerDone(err)
+		}
+		result <- err
+	}
+	if err := w.Submit(ctx, &own); err != nil {
+		return err
+	}
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("cannot wait for group to be durable: %w", ctx.Err())
+	}
+}
+
+// Pending returns how many submitted groups have not had their Done called yet (queued or
+// in the batch being committed).
+func (w *Writer) Pending() int { return int(w.pending.Load()) }
+
+func (w *Writer) unpend(n int) {
+	w.pending.Add(-int64(n))
+	writerQueueDepth.Add(-float64(n))
+}
+
+// run is the writer goroutine: gather a batch, commit it, until the queue is closed and
+// drained.
+func (w *Writer) run() {
+	defer close(w.exited)
+	for {
+		items, more := w.collect()
+		if len(items) > 0 {
+			w.commit(items)
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// collect gathers the next batch. It waits for a first group, then takes whatever is queued
+// until the batch is full; when the queue runs dry it waits for more only until the first
+// group's MaxDelay is up. more is false once the queue is closed and drained.
+func (w *Writer) collect() (items []queuedGroup, more bool) {
+	items = w.items[:0]
+	defer func() { w.items = items }()
+
+	var first queuedGroup
+	if w.carry != nil {
+		first, w.carry = *w.carry, nil
+	} else {
+		q, ok := <-w.queue
+		if !ok {
+			return items, false
+		}
+		first = q
+	}
+	items = append(items, first)
+	rows := first.g.rows()
+	deadline := first.at.Add(w.cfg.MaxDelay)
+
+	for rows < w.cfg.MaxBatchRows {
+		var (
+			q  queuedGroup
+			ok bool
+		)
+		select {
+		case q, ok = <-w.queue:
+		default:
+			wait := time.Until(deadline)
+			if wait <= 0 {
+				return items, true
+			}
+			w.timer.Reset(wait)
+			select {
+			case q, ok = <-w.queue:
+				w.timer.Stop()
+			case <-w.timer.C:
+				return items, true
+			}
+		}
+		if !ok {
+			return items, false
+		}
+		n := q.g.rows()
+		if rows+n > w.cfg.MaxBatchRows {
+			w.carry = &q
+			return items, true
+		}
+		rows += n
+		items = append(items, q)
+	}
+	return items, true
+}
+
+// commit applies items as one batch (minus conflicting groups) and then calls every Done in
+// submission order.
+func (w *Writer) commit(items []queuedGroup) {
+	w.errs = slices.Grow(w.errs[:0], len(items))[:len(items)]
+	clear(w.errs)
+	w.live = w.live[:0]
+	for i := range items {
+		w.live = append(w.live, i)
+	}
+
+	var epoch int64
+	if w.cfg.Epoch != nil {
+		epoch = w.cfg.Epoch()
+	}
+	switch {
+	case w.aborted():
+		w.failLive(w.abortError())
+	case epoch > 0 && epoch == w.fencedEpoch:
+		writerFailedByFences.Add(len(w.live))
+		w.failLive(fmt.Errorf("cannot commit batch at lease epoch %d: %w", epoch, ErrLeaseLost))
+	default:
+		w.apply(items, epoch)
+	}
+
+	for i := range items {
+		if done := items[i].g.Done; done != nil {
+			done(w.errs[i])
+		}
+	}
+	w.unpend(len(items))
+	clear(items) // drop references to the groups until the slice is reused
+	clear(w.errs)
+}
+
+// apply commits the live groups, dropping conflicting ones and retrying transient failures,
+// until the batch lands or must be failed whole.
+func (w *Writer) apply(items []queuedGroup, epoch int64) {
+	backoff := w.cfg.RetryMin
+	for attempt := 1; len(w.live) > 0; attempt++ {
+		rows := w.build(items, epoch)
+		start := time.Now()
+		err := w.store.ApplyBatch(w.runCtx, &w.batch)
+		writerCommitDuration.UpdateDuration(start)
+		if err == nil {
+			writerCommits.Inc()
+			writerBatchRows.Update(float64(rows))
+			for _, i := range w.live {
+				ts := items[i].g.Transitions
+				for j := range ts {
+					ts[j].Runtime.Version = ts[j].ExpectVersion + 1
+				}
+			}
+			return
+		}
+
+		var conflict *ConflictError
+		if errors.As(err, &conflict) && w.dropConflicts(items, conflict) {
+			attempt = 0 // a conflict is an answer, not a failure: no backoff
+			continue
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			writerLeaseLost.Inc()
+			writerFailedByFences.Add(len(w.live))
+			if epoch > 0 {
+				w.fencedEpoch = epoch
+			}
+			w.cfg.Logger.Error("writer fenced: lease epoch is stale, batch failed",
+				"lease", w.cfg.LeaseName, "epoch", epoch, "groups", len(w.live), "error", err)
+			w.failLive(fmt.Errorf("cannot commit batch at lease epoch %d: %w", epoch, err))
+			return
+		}
+		if w.aborted() {
+			w.failLive(w.abortError())
+			return
+		}
+		writerCommitErrors.Inc()
+		w.cfg.Logger.Warn("cannot commit batch, retrying",
+			"attempt", attempt, "groups", len(w.live), "rows", rows, "backoff", backoff, "error", err)
+		w.timer.Reset(backoff)
+		select {
+		case <-w.timer.C:
+		case <-w.abort:
+			w.timer.Stop()
+			w.failLive(w.abortError())
+			return
+		}
+		backoff = min(2*backoff, w.cfg.RetryMax)
+	}
+}
+
+// build fills w.batch with the live groups and returns its row count.
+func (w *Writer) build(items []queuedGroup, epoch int64) int {
+	b := &w.batch
+	b.Epoch, b.LeaseName = 0, ""
+	if epoch > 0 {
+		b.Epoch, b.LeaseName = epoch, w.cfg.LeaseName
+	}
+	b.Transitions, b.Runs, b.Actions = b.Transitions[:0], b.Runs[:0], b.Actions[:0]
+	w.offsets, w.owner = w.offsets[:0], w.owner[:0]
+	for li, i := range w.live {
+		g := items[i].g
+		w.offsets = append(w.offsets, len(b.Transitions))
+		for range g.Transitions {
+			w.owner = append(w.owner, li)
+		}
+		b.Transitions = append(b.Transitions, g.Transitions...)
+		b.Runs = append(b.Runs, g.Runs...)
+		b.Actions = append(b.Actions, g.Actions...)
+	}
+	return len(b.Transitions) + len(b.Runs) + len(b.Actions)
+}
+
+// dropConflicts fails the groups owning the transitions in c (each with its own
+// *ConflictError) and removes them from w.live. It returns false, changing nothing, when c
+// names no transition of the batch: such an error is treated as transient rather than
+// trusted to pick a victim.
+func (w *Writer) dropConflicts(items []queuedGroup, c *ConflictError) bool {
+	if len(c.Indexes) == 0 {
+		return false
+	}
+	for _, idx := range c.Indexes {
+		if idx < 0 || idx >= len(w.owner) {
+			return false
+		}
+	}
+	writerConflicts.Add(len(c.Indexes))
+	indexes := slices.Clone(c.Indexes)
+	slices.Sort(indexes)
+	indexes = slices.Compact(indexes)
+	for _, idx := range indexes {
+		li := w.owner[idx]
+		i := w.live[li]
+		var ce *ConflictError
+		if w.errs[i] == nil {
+			ce = &ConflictError{}
+			w.errs[i] = ce
+		} else {
+			ce = w.errs[i].(*ConflictError)
+		}
+		ce.Indexes = append(ce.Indexes, idx-w.offsets[li])
+	}
+	w.live = slices.DeleteFunc(w.live, func(i int) bool { return w.errs[i] != nil })
+	return true
+}
+
+func (w *Writer) failLive(err error) {
+	for _, i := range w.live {
+		w.errs[i] = err
+	}
+	w.live = w.live[:0]
+}
+
+func (w *Writer) aborted() bool {
+	select {
+	case <-w.abort:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *Writer) abortError() error {
+	return fmt.Errorf("cannot commit group before writer stop deadline: %w", w.abortErr)
+}
