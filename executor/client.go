@@ -1,0 +1,124 @@
+package executor
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Scheduler API paths (docs/protocol.md).
+const (
+	pathRegister  = "/api/v1/executors/register"
+	pathHeartbeat = "/api/v1/executors/heartbeat"
+	pathCallback  = "/api/v1/callback"
+)
+
+// schedulerClient calls the scheduler API on whichever configured address answers, preferring
+// the one that answered last (R8.4). A connection error or a 503 (a backup scheduler, or one
+// that is starting) moves on to the next address; any other status is that scheduler's answer.
+type schedulerClient struct {
+	urls    []schedulerURL
+	hosts   []*fasthttp.HostClient
+	auth    string
+	timeout time.Duration
+	log     *slog.Logger
+
+	current atomic.Int32 // index into urls of the scheduler that answered last
+}
+
+func newSchedulerClient(cfg Config) *schedulerClient {
+	c := &schedulerClient{timeout: cfg.RequestTimeout, log: cfg.Logger}
+	if cfg.Token != "" {
+		c.auth = "Bearer " + cfg.Token
+	}
+	for _, s := range cfg.Schedulers {
+		u, _ := parseScheduler(s) // validated by Config.validate
+		c.urls = append(c.urls, u)
+		c.hosts = append(c.hosts, &fasthttp.HostClient{
+			Addr:         u.host,
+			IsTLS:        u.isTLS,
+			Name:         "axe-executor",
+			ReadTimeout:  cfg.RequestTimeout,
+			WriteTimeout: cfg.RequestTimeout,
+			// Heartbeats reuse one connection; keep it a little longer than their period.
+			MaxIdleConnDuration: cfg.HeartbeatInterval + time.Second,
+		})
+	}
+	return c
+}
+
+// post sends body to path and returns the status and a copy of the response body of the first
+// scheduler that answered with anything but 503.
+func (c *schedulerClient) post(path string, body []byte) (int, []byte, error) {
+	start := int(c.current.Load())
+	var lastErr error
+	for i := range c.urls {
+		idx := (start + i) % len(c.urls)
+		status, resp, err := c.postTo(idx, path, body)
+		if err != nil {
+			lastErr = fmt.Errorf("cannot reach scheduler %s: %w", c.urls[idx].base, err)
+			continue
+		}
+		if status == http.StatusServiceUnavailable {
+			lastErr = fmt.Errorf("scheduler %s answered %s with 503: %s", c.urls[idx].base, path, errorText(resp))
+			continue
+		}
+		if idx != start && c.current.CompareAndSwap(int32(start), int32(idx)) {
+			c.log.Info("following scheduler", "scheduler", c.urls[idx].base)
+		}
+		return status, resp, nil
+	}
+	return 0, nil, fmt.Errorf("%w: %w", ErrNoScheduler, lastErr)
+}
+
+func (c *schedulerClient) postTo(idx int, path string, body []byte) (int, []byte, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(c.urls[idx].base + path)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.Header.SetContentType("application/json")
+	if c.auth != "" {
+		req.Header.Set(fasthttp.HeaderAuthorization, c.auth)
+	}
+	req.SetBody(body)
+	if err := c.hosts[idx].DoTimeout(req, resp, c.timeout); err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode(), append([]byte(nil), resp.Body()...), nil
+}
+
+// closeIdle drops kept-alive connections so a stopped executor holds no sockets.
+func (c *schedulerClient) closeIdle() {
+	for _, h := range c.hosts {
+		h.CloseIdleConnections()
+	}
+}
+
+// errorText extracts the "error" of an error body, or returns the body itself.
+func errorText(body []byte) string {
+	var e errorResponse
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	if len(body) > 200 {
+		body = body[:200]
+	}
+	return string(body)
+}
+
+// statusError describes a scheduler answer the caller did not expect.
+func statusError(path string, status int, body []byte) error {
+	return fmt.Errorf("scheduler answered %s with %d: %s", path, status, errorText(body))
+}
+
+// isAuthStatus reports whether status means the token was refused.
+func isAuthStatus(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
+}

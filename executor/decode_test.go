@@ -1,0 +1,142 @@
+package executor
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDecodeRun(t *testing.T) {
+	r, err := decodeRun([]byte(`{"ticket":"t-1","task":"nightly","handler":"backup","attempt":2,
+		"scheduled_at":1700000000000,"deadline":1700000300000,"params":{"dir":"/etc"},
+		"dedup_ttl_ms":900000,"future_field":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := r.run()
+	if run.Ticket != "t-1" || run.Task != "nightly" || run.Handler != "backup" || run.Attempt != 2 ||
+		!run.ScheduledAt.Equal(time.UnixMilli(1700000000000)) || !run.Deadline.Equal(time.UnixMilli(1700000300000)) ||
+		string(run.Params) != `{"dir":"/etc"}` {
+		t.Errorf("run = %+v", run)
+	}
+	if ttl := r.dedupTTL(time.Minute); ttl != 15*time.Minute {
+		t.Errorf("dedup TTL = %v", ttl)
+	}
+
+	r, err = decodeRun([]byte(`{"ticket":"t","task":"a","handler":"h","params":null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run = r.run()
+	if run.Params != nil || !run.Deadline.IsZero() || !run.ScheduledAt.IsZero() || r.dedupTTL(time.Minute) != time.Minute {
+		t.Errorf("minimal run = %+v, ttl %v", run, r.dedupTTL(time.Minute))
+	}
+
+	for body, field := range map[string]string{
+		`{"task":"a","handler":"h"}`:   "ticket",
+		`{"ticket":"t","handler":"h"}`: "task",
+		`{"ticket":"t","task":"a"}`:    "handler",
+		`{"ticket":"` + strings.Repeat("x", 257) + `","task":"a","handler":"h"}`: "ticket",
+		`{"ticket":"t","task":"a","handler":"h","attempt":-1}`:                   "attempt",
+		`{"ticket":"t","task":"a","handler":"h","deadline":-5}`:                  "deadline",
+		`{"ticket":"t","task":"a","handler":"h","scheduled_at":-5}`:              "scheduled_at",
+		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":99999999999999}`:  "dedup_ttl_ms",
+		`{"ticket":1,"task":"a","handler":"h"}`:                                  "cannot decode",
+		`null`:                                                                   "ticket",
+		``:                                                                       "cannot decode",
+	} {
+		_, err := decodeRun([]byte(body))
+		if !errors.Is(err, ErrInvalidRun) || !strings.Contains(err.Error(), field) {
+			t.Errorf("decodeRun(%.40s) = %v, want ErrInvalidRun naming %s", body, err, field)
+		}
+	}
+}
+
+// FuzzDecodeRun feeds arbitrary bodies to the /axe/run decoder: it must never panic, must
+// refuse with ErrInvalidRun, and whatever it accepts must satisfy the protocol's invariants and
+// survive a re-encode unchanged.
+func FuzzDecodeRun(f *testing.F) {
+	for _, seed := range []string{
+		`{"ticket":"t-1","task":"nightly","handler":"backup","attempt":1,"scheduled_at":1700000000000,"deadline":1700000300000,"params":{"a":[1,2]},"dedup_ttl_ms":600000}`,
+		`{"ticket":"t","task":"a","handler":"h","params":null}`,
+		`{"ticket":"t","task":"a","handler":"h","params":"x","attempt":9223372036854775807}`,
+		`{"ticket":"\u00e9\ud800","task":"a","handler":"h","deadline":1e3}`,
+		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":2592000000}`,
+		`[]`, `null`, `{}`, `{"ticket":`, "\xff",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := decodeRun(body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRun) {
+				t.Fatalf("error %v does not wrap ErrInvalidRun", err)
+			}
+			return
+		}
+		if r.Ticket == "" || r.Task == "" || r.Handler == "" ||
+			len(r.Ticket) > maxNameLen || len(r.Task) > maxNameLen || len(r.Handler) > maxNameLen {
+			t.Fatalf("accepted bad names: %+v", r)
+		}
+		if r.Attempt < 0 || r.ScheduledAt < 0 || r.Deadline < 0 || r.DedupTTLMS < 0 {
+			t.Fatalf("accepted negative numbers: %+v", r)
+		}
+		if ttl := r.dedupTTL(DedupTTLDefault); ttl <= 0 || ttl > maxDedupTTL {
+			t.Fatalf("dedup TTL %v out of range", ttl)
+		}
+		if r.Params != nil && !json.Valid(r.Params) {
+			t.Fatalf("accepted invalid params %q", r.Params)
+		}
+		run := r.run()
+		if run.Deadline.IsZero() != (r.Deadline == 0) || (r.Deadline > 0 && run.Deadline.UnixMilli() != r.Deadline) {
+			t.Fatalf("deadline %d became %v", r.Deadline, run.Deadline)
+		}
+
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatalf("cannot re-encode %+v: %v", r, err)
+		}
+		r2, err := decodeRun(again)
+		if err != nil {
+			t.Fatalf("re-encoded run %s refused: %v", again, err)
+		}
+		if r2.Ticket != r.Ticket || r2.Task != r.Task || r2.Handler != r.Handler || r2.Attempt != r.Attempt ||
+			r2.ScheduledAt != r.ScheduledAt || r2.Deadline != r.Deadline || r2.DedupTTLMS != r.DedupTTLMS ||
+			!bytes.Equal(compact(t, r2.Params), compact(t, r.Params)) {
+			t.Fatalf("round trip changed the run:\n%+v\n%+v", r, r2)
+		}
+	})
+}
+
+func compact(t *testing.T, raw json.RawMessage) []byte {
+	t.Helper()
+	if raw == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatalf("cannot compact %q: %v", raw, err)
+	}
+	return b.Bytes()
+}
+
+func TestTailKeepsRuneBoundaries(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		limit int
+		want  string
+	}{
+		{"short", 10, "short"},
+		{"0123456789", 4, "6789"},
+		{"aé", 1, ""},   // é is two bytes: cutting inside it drops it
+		{"aéb", 2, "b"}, // the cut lands on é's second byte
+		{"aéb", 3, "éb"},
+	} {
+		if got := tail(tc.in, tc.limit); got != tc.want {
+			t.Errorf("tail(%q, %d) = %q, want %q", tc.in, tc.limit, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,687 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+	"github.com/panjf2000/ants/v2"
+	"github.com/valyala/fasthttp"
+)
+
+// lifecycle is where an Executor is between New and Stop.
+type lifecycle int
+
+const (
+	stateNew lifecycle = iota
+	stateStarted
+	stateStopped
+)
+
+// Executor serves runs for one app. Create it with New, register handlers with Handle, then
+// Start it; Stop it once.
+type Executor struct {
+	cfg   Config
+	log   *slog.Logger
+	clock Clock
+	sched *schedulerClient
+
+	// lifeMu serialises Handle, Start and Stop; state is guarded by it.
+	lifeMu sync.Mutex
+	state  lifecycle
+
+	// mu guards the run bookkeeping. It is never held while a handler runs or while the
+	// scheduler is called, so /axe/run answers in microseconds even when the scheduler is slow.
+	mu        sync.Mutex
+	handlers  map[string]HandlerFunc
+	running   map[string]*activeRun // by ticket: accepted and not finished (queued or running)
+	tasks     map[string]string     // task → ticket of its run here; enforces no re-entry
+	inflight  int                   // len(running); bounded by PoolSize+QueueSize
+	accepting bool                  // false before Start and once Stop began
+	// finished remembers outcomes by ticket. Each entry carries its own expiry (the run's
+	// dedup_ttl_ms), which golang-lru's expirable cache cannot express (one TTL per cache),
+	// and expirable also starts a cleanup goroutine per cache that can never be stopped; so a
+	// size-bounded simplelru with per-entry expiry checked under mu it is.
+	finished *simplelru.LRU[string, *outcome]
+	queue    chan *activeRun
+
+	// advertise is written by Start under mu before any goroutine that reads it starts, and
+	// never again; Addr reads it under mu because it may race with Start.
+	advertise string
+
+	// Set by Start, read-only afterwards.
+	handlerNames []string
+	pool         *ants.Pool
+	srv          *fasthttp.Server
+	serveDone    chan struct{}
+	feederDone   chan struct{}
+	runCtx       context.Context // parent of every handler context
+	cancelRuns   context.CancelCauseFunc
+	sendCtx      context.Context // abandons result re-sends when Stop gives up
+	cancelSends  context.CancelFunc
+	hbCancel     context.CancelFunc
+	hbDone       chan struct{}
+
+	hbInterval atomic.Int64 // effective heartbeat period in nanoseconds
+
+	runWG  sync.WaitGroup // one per accepted run until its outcome is recorded
+	sendWG sync.WaitGroup // one per result being delivered
+}
+
+// activeRun is a run accepted by /axe/run and not yet finished.
+type activeRun struct {
+	run     Run
+	handler HandlerFunc
+	ttl     time.Duration // how long the outcome is remembered
+	ctx     context.Context
+	kill    context.CancelCauseFunc
+	release context.CancelFunc // frees the deadline timer
+}
+
+// outcome is a finished run, remembered by ticket so that a repeated dispatch returns it
+// instead of running the handler again.
+type outcome struct {
+	status  string
+	errText string
+	body    []byte // the marshalled callbackRequest
+	expires time.Time
+	sending bool // a delivery goroutine is running; guarded by Executor.mu
+	again   bool // deliver once more after the current delivery ends; guarded by Executor.mu
+}
+
+// New checks cfg and returns an Executor that is not yet listening.
+func New(cfg Config) (*Executor, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	finished, err := simplelru.NewLRU[string, *outcome](cfg.DedupSize, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the ticket cache: %w", err)
+	}
+	return &Executor{
+		cfg:      cfg,
+		log:      cfg.Logger.With("app", cfg.App),
+		clock:    cfg.Clock,
+		sched:    newSchedulerClient(cfg),
+		handlers: make(map[string]HandlerFunc),
+		running:  make(map[string]*activeRun),
+		tasks:    make(map[string]string),
+		finished: finished,
+	}, nil
+}
+
+// Handle registers h as the handler called name. Tasks reach it through callback
+// {"type":"executor","app":<App>,"handler":name}. Handle must be called before Start; it
+// panics on an empty or over-long name, a nil h, a name registered twice, or a call after
+// Start, because each is a programming error that would otherwise surface much later as runs
+// failing with "unknown handler".
+func (e *Executor) Handle(name string, h HandlerFunc) {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	switch {
+	case name == "" || len(name) > maxNameLen:
+		panic(fmt.Sprintf("executor: handler name must be 1 to %d bytes, got %q", maxNameLen, name))
+	case h == nil:
+		panic(fmt.Sprintf("executor: nil handler for %q", name))
+	case e.state != stateNew:
+		panic(fmt.Sprintf("executor: Handle(%q) after Start", name))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, dup := e.handlers[name]; dup {
+		panic(fmt.Sprintf("executor: handler %q registered twice", name))
+	}
+	e.handlers[name] = h
+}
+
+// Addr returns the address advertised to the scheduler (host:port), or "" before Start.
+func (e *Executor) Addr() string {
+	// mu, not lifeMu: Addr must answer while Stop drains.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.advertise
+}
+
+// Start listens, registers with the scheduler and starts heartbeats; it returns once all of
+// them run. If no scheduler is reachable, Start still succeeds and registration is retried on
+// every heartbeat tick, so executors can boot before the scheduler. If a scheduler refuses the
+// token or the registration (ErrUnauthorized, ErrRegistrationRejected), Start undoes
+// everything and returns the error: that is a configuration mistake, not an outage.
+func (e *Executor) Start(ctx context.Context) error {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	switch e.state {
+	case stateStarted:
+		return ErrAlreadyStarted
+	case stateStopped:
+		return ErrStopped
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("cannot start executor: %w", err)
+	}
+	e.mu.Lock()
+	e.handlerNames = slices.Sorted(maps.Keys(e.handlers))
+	e.mu.Unlock()
+	if len(e.handlerNames) == 0 {
+		return ErrNoHandlers
+	}
+
+	ln, err := net.Listen("tcp", e.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", e.cfg.Addr, err)
+	}
+	advertise := e.cfg.AdvertiseAddr
+	if advertise == "" {
+		advertise = ln.Addr().String()
+		if err := checkAdvertise(advertise); err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("%w: AdvertiseAddr: %w", ErrInvalidConfig, err)
+		}
+	}
+	pool, err := ants.NewPool(e.cfg.PoolSize, ants.WithLogger(printfLogger{e.log}))
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("cannot create the handler pool: %w", err)
+	}
+
+	e.mu.Lock()
+	e.advertise = advertise
+	e.mu.Unlock()
+	e.pool = pool
+	e.hbInterval.Store(int64(e.cfg.HeartbeatInterval))
+	e.runCtx, e.cancelRuns = context.WithCancelCause(context.Background())
+	e.sendCtx, e.cancelSends = context.WithCancel(context.Background())
+	// The queue holds every admitted run, so sending to it under mu never blocks: admission
+	// already bounded inflight to PoolSize+QueueSize.
+	e.queue = make(chan *activeRun, e.cfg.PoolSize+e.cfg.QueueSize)
+	e.mu.Lock()
+	e.accepting = true
+	e.mu.Unlock()
+
+	e.feederDone = make(chan struct{})
+	go e.feed(e.queue)
+	e.srv = &fasthttp.Server{
+		Handler:            e.serveHTTP,
+		Name:               "axe-executor",
+		ReadTimeout:        serverReadTimeout,
+		WriteTimeout:       serverWriteTimeout,
+		IdleTimeout:        serverIdleTimeout,
+		MaxRequestBodySize: maxRequestBody,
+		Logger:             printfLogger{e.log},
+	}
+	e.serveDone = make(chan struct{})
+	go e.serve(ln)
+	e.state = stateStarted
+
+	registered := true
+	if err := e.register(); err != nil {
+		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrRegistrationRejected) {
+			e.state = stateStopped
+			if serr := e.shutdown(ctx); serr != nil {
+				e.log.Warn("cannot tear down after a refused registration", "err", serr)
+			}
+			return err
+		}
+		registered = false
+		e.log.Warn("cannot register yet; retrying every heartbeat", "err", err)
+	}
+	hbCtx, hbCancel := context.WithCancel(context.Background())
+	e.hbCancel = hbCancel
+	e.hbDone = make(chan struct{})
+	go e.heartbeatLoop(hbCtx, registered)
+
+	e.log.Info("executor started", "address", advertise, "listen", ln.Addr().String(),
+		"handlers", e.handlerNames, "pool", e.cfg.PoolSize, "queue", e.cfg.QueueSize)
+	return nil
+}
+
+// Stop shuts the executor down in this order:
+//
+//  1. /axe/run answers 503 to new runs; /axe/kill and /axe/beat keep working, so an operator
+//     can still kill a long run during the drain.
+//  2. Runs already accepted, running or queued, finish. Their contexts are not cancelled.
+//  3. Their results are delivered: Stop waits until the scheduler acknowledged or finally
+//     refused each one.
+//  4. Heartbeats stop. They run through steps 2 and 3 so that the scheduler does not declare
+//     a draining executor lost and dispatch its runs elsewhere.
+//  5. The HTTP server and the handler pool shut down.
+//
+// If ctx expires during step 2 or 3, Stop cancels every handler context (context.Cause is
+// ErrShutdown) and abandons results not yet acknowledged (the scheduler times those runs out
+// and retries them per the task's policy), then performs steps 4 and 5 without waiting for
+// handlers that ignore their context, and returns an error wrapping ctx.Err().
+//
+// Stop is idempotent and safe without Start. An Executor cannot be started again.
+func (e *Executor) Stop(ctx context.Context) error {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	if e.state != stateStarted {
+		e.state = stateStopped
+		return nil
+	}
+	e.state = stateStopped
+	return e.shutdown(ctx)
+}
+
+// shutdown performs Stop's steps; see Stop for the order and why.
+func (e *Executor) shutdown(ctx context.Context) error {
+	began := time.Now()
+	step := func(what string, since time.Time) {
+		e.log.Info("stop: "+what, "took", time.Since(since))
+	}
+
+	e.mu.Lock()
+	e.accepting = false
+	pending := e.inflight
+	close(e.queue)
+	e.mu.Unlock()
+	e.log.Info("stop: refusing new runs", "pending", pending)
+
+	t := time.Now()
+	err := waitGroup(ctx, &e.runWG)
+	if err == nil {
+		step("runs finished", t)
+		t = time.Now()
+		if err = waitGroup(ctx, &e.sendWG); err == nil {
+			step("results delivered", t)
+		}
+	}
+	if err != nil {
+		e.cancelRuns(ErrShutdown)
+		e.cancelSends()
+		e.log.Warn("stop: gave up waiting; cancelled runs and abandoned unsent results", "err", err)
+	}
+
+	t = time.Now()
+	if e.hbCancel != nil {
+		e.hbCancel()
+		<-e.hbDone
+	}
+	step("heartbeats stopped", t)
+
+	t = time.Now()
+	if serr := e.srv.ShutdownWithContext(ctx); serr != nil && err == nil {
+		err = fmt.Errorf("cannot shut the HTTP server down: %w", serr)
+	}
+	<-e.serveDone
+	step("HTTP server closed", t)
+
+	t = time.Now()
+	if err == nil {
+		<-e.feederDone // the queue is closed and empty, so the feeder is on its way out
+	}
+	if perr := e.pool.ReleaseContext(ctx); perr != nil && err == nil {
+		err = fmt.Errorf("cannot release the handler pool: %w", perr)
+	}
+	e.sched.closeIdle()
+	e.cancelRuns(ErrShutdown) // frees the contexts; every run has finished or was cancelled above
+	e.cancelSends()
+	step("pool released", t)
+
+	if err != nil {
+		return fmt.Errorf("cannot stop gracefully: %w", err)
+	}
+	e.log.Info("executor stopped", "took", time.Since(began))
+	return nil
+}
+
+// waitGroup waits for wg or ctx, whichever comes first.
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// admit decides what /axe/run answers, and queues the run when it is accepted. The returned
+// func, if any, must be called after the response is decided (it starts a result re-send).
+func (e *Executor) admit(req runRequest) (int, any, func()) {
+	now := e.clock.Now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.accepting {
+		return http.StatusServiceUnavailable, errorResponse{"executor is stopping"}, nil
+	}
+	if _, ok := e.running[req.Ticket]; ok {
+		return http.StatusAccepted, acceptedResponse{Accepted: true, Duplicate: true}, nil
+	}
+	if o := e.lookupFinished(req.Ticket, now); o != nil {
+		// The scheduler asks again for a ticket that already finished: it most likely never got
+		// the callback, so send it again. If a delivery is under way, that goroutine sends once
+		// more after it ends, so the scheduler always gets a callback after its request.
+		var resend func()
+		if o.sending {
+			o.again = true
+		} else {
+			o.sending = true
+			e.sendWG.Add(1)
+			resend = func() { go e.deliver(o) }
+		}
+		return http.StatusOK, duplicateResponse{Duplicate: true, Status: o.status, Error: o.errText}, resend
+	}
+	h, ok := e.handlers[req.Handler]
+	if !ok {
+		return http.StatusNotFound, errorResponse{fmt.Sprintf("unknown handler %q", req.Handler)}, nil
+	}
+	if other, busy := e.tasks[req.Task]; busy {
+		return http.StatusConflict, errorResponse{fmt.Sprintf("task %q is already running here with ticket %q", req.Task, other)}, nil
+	}
+	if e.inflight >= e.cfg.PoolSize+e.cfg.QueueSize {
+		return http.StatusTooManyRequests, errorResponse{"busy"}, nil
+	}
+
+	run := req.run()
+	ctx, kill := context.WithCancelCause(e.runCtx)
+	release := context.CancelFunc(func() {})
+	if !run.Deadline.IsZero() {
+		ctx, release = context.WithDeadline(ctx, run.Deadline)
+	}
+	ar := &activeRun{
+		run: run, handler: h, ttl: req.dedupTTL(e.cfg.DedupTTL),
+		ctx: ctx, kill: kill, release: release,
+	}
+	e.running[req.Ticket] = ar
+	e.tasks[req.Task] = req.Ticket
+	e.inflight++
+	e.runWG.Add(1)
+	e.queue <- ar
+	return http.StatusAccepted, acceptedResponse{Accepted: true}, nil
+}
+
+// lookupFinished returns the remembered outcome of ticket, forgetting it once its own TTL has
+// passed. Each run carries its own TTL (the task's longest retry span + 5 min), so expiry is
+// checked per entry; DedupSize bounds memory. Callers hold mu.
+func (e *Executor) lookupFinished(ticket string, now time.Time) *outcome {
+	o, ok := e.finished.Peek(ticket)
+	if !ok {
+		return nil
+	}
+	if !now.Before(o.expires) {
+		e.finished.Remove(ticket)
+		return nil
+	}
+	return o
+}
+
+// remember records a finished ticket. It first drops up to two expired entries from the old
+// end, so that in the usual case (similar TTLs) memory follows the TTLs and not only DedupSize.
+// Callers hold mu.
+func (e *Executor) remember(ticket string, o *outcome, now time.Time) {
+	for range 2 {
+		_, oldest, ok := e.finished.GetOldest()
+		if !ok || now.Before(oldest.expires) {
+			break
+		}
+		e.finished.RemoveOldest()
+	}
+	e.finished.Add(ticket, o)
+}
+
+// feed moves admitted runs onto the pool. The pool blocks Submit while all PoolSize workers
+// are busy, which is what keeps the queue a queue.
+func (e *Executor) feed(queue <-chan *activeRun) {
+	defer close(e.feederDone)
+	for ar := range queue {
+		if err := e.pool.Submit(func() { e.execute(ar) }); err != nil {
+			// Only a released pool refuses a blocking Submit, i.e. Stop gave up waiting.
+			// Report the run as failed rather than dropping it silently.
+			ar.kill(fmt.Errorf("cannot schedule the handler: %w", err))
+			e.execute(ar)
+		}
+	}
+}
+
+// execute runs one handler and records its outcome.
+func (e *Executor) execute(ar *activeRun) {
+	defer e.runWG.Done()
+	started := e.clock.Now()
+	var res Result
+	var err error
+	if ar.ctx.Err() != nil {
+		// Killed, past its deadline or cancelled by Stop while still queued.
+		err = fmt.Errorf("handler not started: %w", context.Cause(ar.ctx))
+	} else {
+		res, err = e.call(ar)
+	}
+	ended := e.clock.Now()
+	ar.release()
+	ar.kill(nil)
+	e.finish(ar, res, err, started, ended)
+}
+
+// call invokes the handler, turning a panic into an error so that one bad run cannot take the
+// executor down.
+func (e *Executor) call(ar *activeRun) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			e.log.Error("handler panicked", "ticket", ar.run.Ticket, "task", ar.run.Task,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			res, err = Result{}, fmt.Errorf("%w: %v", ErrHandlerPanic, p)
+		}
+	}()
+	return ar.handler(ar.ctx, ar.run)
+}
+
+// finish records the outcome of a run, frees its slot and starts delivering its result.
+func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended time.Time) {
+	cb := callbackRequest{
+		Ticket:     ar.run.Ticket,
+		Task:       ar.run.Task,
+		App:        e.cfg.App,
+		Address:    e.advertise,
+		Status:     statusSuccess,
+		Output:     tail(res.Output, e.cfg.OutputLimit),
+		ExitCode:   res.ExitCode,
+		StartedAt:  started.UnixMilli(),
+		EndedAt:    ended.UnixMilli(),
+		DurationMS: ended.Sub(started).Milliseconds(),
+	}
+	if herr != nil {
+		cb.Status = statusFailed
+		cb.Error = herr.Error()
+		if cb.Error == "" {
+			cb.Error = "handler failed"
+		}
+	}
+	body, err := json.Marshal(cb)
+	if err != nil { // only strings and integers: cannot happen, but never lose the result
+		body = fmt.Appendf(nil, `{"ticket":%q,"task":%q,"app":%q,"address":%q,"status":"failed","error":"cannot encode result"}`,
+			cb.Ticket, cb.Task, cb.App, cb.Address)
+	}
+	o := &outcome{status: cb.Status, errText: cb.Error, body: body, expires: ended.Add(ar.ttl), sending: true}
+
+	e.mu.Lock()
+	delete(e.running, ar.run.Ticket)
+	if e.tasks[ar.run.Task] == ar.run.Ticket {
+		delete(e.tasks, ar.run.Task)
+	}
+	e.inflight--
+	e.remember(ar.run.Ticket, o, ended)
+	e.sendWG.Add(1)
+	e.mu.Unlock()
+
+	e.log.Info("run finished", "ticket", cb.Ticket, "task", cb.Task, "attempt", ar.run.Attempt,
+		"status", cb.Status, "error", cb.Error, "duration_ms", cb.DurationMS)
+	go e.deliver(o)
+}
+
+// deliver sends a result until the scheduler acknowledges it (200) or finally refuses it
+// (404 unknown ticket, 409 stale ticket, 400 malformed). Anything else — connection errors,
+// 5xx, 401 while an operator fixes a token — is retried with doubling backoff, which is how a
+// result survives a scheduler restart or failover.
+func (e *Executor) deliver(o *outcome) {
+	defer e.sendWG.Done()
+	wait := e.cfg.ResendMin
+	for attempt := 1; ; attempt++ {
+		if e.sendCtx.Err() != nil {
+			e.log.Warn("abandoned an unsent result", "attempt", attempt)
+			e.endDelivery(o)
+			return
+		}
+		status, resp, err := e.sched.post(pathCallback, o.body)
+		switch {
+		case err != nil:
+			e.log.Warn("cannot deliver result", "attempt", attempt, "retry_in", wait, "err", err)
+		case status == http.StatusOK:
+			var ack callbackResponse
+			_ = json.Unmarshal(resp, &ack)
+			e.log.Debug("result acknowledged", "attempt", attempt, "duplicate", ack.Duplicate)
+			if e.endDelivery(o) {
+				return
+			}
+			wait = e.cfg.ResendMin
+			continue
+		case status == http.StatusNotFound || status == http.StatusConflict || status == http.StatusBadRequest:
+			e.log.Warn("scheduler refused the result; not re-sending", "status", status, "err", errorText(resp))
+			if e.endDelivery(o) {
+				return
+			}
+			wait = e.cfg.ResendMin
+			continue
+		default:
+			e.log.Warn("cannot deliver result", "attempt", attempt, "retry_in", wait,
+				"err", statusError(pathCallback, status, resp))
+		}
+		select {
+		case <-e.sendCtx.Done():
+		case <-e.clock.After(wait):
+		}
+		wait = min(2*wait, e.cfg.ResendMax)
+	}
+}
+
+// endDelivery ends a delivery unless a repeated dispatch asked for one more in the meantime;
+// it reports whether the delivery goroutine may exit.
+func (e *Executor) endDelivery(o *outcome) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if o.again && e.sendCtx.Err() == nil {
+		o.again = false
+		return false
+	}
+	o.sending = false
+	o.again = false
+	return true
+}
+
+// register announces this executor; the scheduler keys it by (app, address), so registering
+// again after a restart or a 404 heartbeat updates the same row.
+func (e *Executor) register() error {
+	body, err := json.Marshal(registerRequest{
+		App: e.cfg.App, Address: e.advertise, Protocol: "http", Handlers: e.handlerNames,
+	})
+	if err != nil {
+		return fmt.Errorf("cannot encode the registration: %w", err)
+	}
+	status, resp, err := e.sched.post(pathRegister, body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot register: %w", err)
+	case status == http.StatusOK:
+		interval := e.cfg.HeartbeatInterval
+		var r registerResponse
+		if json.Unmarshal(resp, &r) == nil && r.HeartbeatIntervalMS > 0 {
+			interval = min(interval, time.Duration(r.HeartbeatIntervalMS)*time.Millisecond)
+		}
+		e.hbInterval.Store(int64(interval))
+		e.log.Info("registered", "address", e.advertise, "heartbeat", interval)
+		return nil
+	case isAuthStatus(status):
+		return fmt.Errorf("cannot register: %w: %w", ErrUnauthorized, statusError(pathRegister, status, resp))
+	case status == http.StatusBadRequest:
+		return fmt.Errorf("cannot register: %w: %w", ErrRegistrationRejected, statusError(pathRegister, status, resp))
+	default:
+		return fmt.Errorf("cannot register: %w", statusError(pathRegister, status, resp))
+	}
+}
+
+// heartbeat reports liveness and load; errNotRegistered means register again.
+func (e *Executor) heartbeat() error {
+	e.mu.Lock()
+	running := e.inflight
+	e.mu.Unlock()
+	body, err := json.Marshal(heartbeatRequest{App: e.cfg.App, Address: e.advertise, Running: running})
+	if err != nil {
+		return fmt.Errorf("cannot encode the heartbeat: %w", err)
+	}
+	status, resp, err := e.sched.post(pathHeartbeat, body)
+	switch {
+	case err != nil:
+		return fmt.Errorf("cannot send heartbeat: %w", err)
+	case status == http.StatusOK:
+		return nil
+	case status == http.StatusNotFound:
+		return errNotRegistered
+	default:
+		return fmt.Errorf("cannot send heartbeat: %w", statusError(pathHeartbeat, status, resp))
+	}
+}
+
+// heartbeatLoop beats every interval until ctx ends, registering whenever the scheduler does
+// not know this executor (it restarted, failed over, or was unreachable at Start).
+func (e *Executor) heartbeatLoop(ctx context.Context, registered bool) {
+	defer close(e.hbDone)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.clock.After(time.Duration(e.hbInterval.Load())):
+		}
+		if registered {
+			err := e.heartbeat()
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, errNotRegistered) {
+				e.log.Warn("heartbeat failed", "err", err)
+				continue
+			}
+			e.log.Info("scheduler does not know this executor; registering again")
+		}
+		if err := e.register(); err != nil {
+			registered = false
+			e.log.Warn("cannot register", "err", err)
+			continue
+		}
+		registered = true
+	}
+}
+
+// tail keeps the last limit bytes of s, starting at a rune boundary.
+func tail(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	i := len(s) - limit
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
+}
+
+// printfLogger adapts slog to the Printf loggers of fasthttp and ants.
+type printfLogger struct{ log *slog.Logger }
+
+func (l printfLogger) Printf(format string, args ...any) {
+	l.log.Warn(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,969 @@
+package executor_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/executor"
+	"github.com/axe-sched/axe/executor/internal/schedpeer"
+	"github.com/axe-sched/axe/executor/internal/testclock"
+)
+
+func TestRunReportsResultByCallback(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{Clock: clk}, peer)
+	seen := make(chan executor.Run, 1)
+	exe.Handle("invoice", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		seen <- run
+		clk.Advance(1500 * time.Millisecond) // the handler "takes" 1.5 s of clock time
+		return executor.Result{Output: "invoiced acme"}, nil
+	})
+	start(t, exe)
+
+	run := runFor("t-1", "monthly-invoice", "invoice")
+	run.Attempt = 3
+	run.Params = json.RawMessage(`{"customer":"acme"}`)
+	resp := dispatch(t, peer, exe, run, http.StatusAccepted)
+	if string(resp.Body) != `{"accepted":true}` {
+		t.Errorf("202 body = %s", resp.Body)
+	}
+
+	got := recv(t, seen, "handler call")
+	want := executor.Run{
+		Ticket: "t-1", Task: "monthly-invoice", Handler: "invoice", Attempt: 3,
+		ScheduledAt: time.UnixMilli(run.ScheduledAt), Deadline: time.UnixMilli(run.Deadline),
+		Params: json.RawMessage(`{"customer":"acme"}`),
+	}
+	if !got.ScheduledAt.Equal(want.ScheduledAt) || !got.Deadline.Equal(want.Deadline) ||
+		got.Ticket != want.Ticket || got.Task != want.Task || got.Handler != want.Handler ||
+		got.Attempt != want.Attempt || string(got.Params) != string(want.Params) {
+		t.Errorf("handler saw %+v, want %+v", got, want)
+	}
+
+	cb := waitCallbacks(t, peer, 1)[0]
+	wantCB := schedpeer.Callback{
+		Ticket: "t-1", Task: "monthly-invoice", App: "billing", Address: exe.Addr(),
+		Status: "success", Output: "invoiced acme",
+		StartedAt: 1_700_000_000_000, EndedAt: 1_700_000_001_500, DurationMS: 1500,
+	}
+	if cb != wantCB {
+		t.Errorf("callback = %+v\nwant       %+v", cb, wantCB)
+	}
+	if calls := peer.Calls(schedpeer.PathCallback); calls[0].Status != http.StatusOK {
+		t.Errorf("peer answered the callback %d", calls[0].Status)
+	}
+}
+
+func TestHandlerFailuresBecomeFailedResults(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	exitCode := 7
+	exe.Handle("fails", func(context.Context, executor.Run) (executor.Result, error) {
+		return executor.Result{Output: "partial", ExitCode: &exitCode}, errors.New("disk full")
+	})
+	exe.Handle("panics", func(context.Context, executor.Run) (executor.Result, error) {
+		panic("nil map")
+	})
+	start(t, exe)
+
+	dispatch(t, peer, exe, runFor("t-fail", "a", "fails"), http.StatusAccepted)
+	cb := waitCallbacks(t, peer, 1)[0]
+	if cb.Status != "failed" || cb.Error != "disk full" || cb.Output != "partial" || cb.ExitCode == nil || *cb.ExitCode != 7 {
+		t.Errorf("error result = %+v", cb)
+	}
+
+	dispatch(t, peer, exe, runFor("t-panic", "b", "panics"), http.StatusAccepted)
+	cb = waitCallbacks(t, peer, 2)[1]
+	if cb.Status != "failed" || !strings.Contains(cb.Error, "handler panicked") || !strings.Contains(cb.Error, "nil map") {
+		t.Errorf("panic result = %+v", cb)
+	}
+	if cb.ExitCode != nil {
+		t.Errorf("panic result has exit code %d", *cb.ExitCode)
+	}
+
+	// The executor survived the panic.
+	dispatch(t, peer, exe, runFor("t-after", "a", "fails"), http.StatusAccepted)
+	waitCallbacks(t, peer, 3)
+}
+
+func TestOutputKeepsItsTail(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{OutputLimit: 10}, peer)
+	exe.Handle("log", okHandler("0123456789abcdefghij"))
+	start(t, exe)
+	dispatch(t, peer, exe, runFor("t-1", "a", "log"), http.StatusAccepted)
+	if cb := waitCallbacks(t, peer, 1)[0]; cb.Output != "abcdefghij" {
+		t.Errorf("output = %q, want the last 10 bytes", cb.Output)
+	}
+}
+
+func TestDuplicateTicketRunsOnce(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	var calls atomic.Int32
+	started := make(chan string, 1)
+	release := make(chan struct{})
+	exe.Handle("h", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		calls.Add(1)
+		started <- run.Ticket
+		<-release
+		return executor.Result{Output: "once"}, nil
+	})
+	start(t, exe)
+	run := runFor("t-dup", "a", "h")
+
+	dispatch(t, peer, exe, run, http.StatusAccepted)
+	recv(t, started, "handler start")
+	// While it runs, the same ticket is acknowledged without a second run.
+	resp := dispatch(t, peer, exe, run, http.StatusAccepted)
+	if string(resp.Body) != `{"accepted":true,"duplicate":true}` {
+		t.Errorf("running duplicate body = %s", resp.Body)
+	}
+	close(release)
+	first := waitCallbacks(t, peer, 1)[0]
+
+	// After it finished, the same ticket returns the earlier result and re-sends the callback.
+	resp = dispatch(t, peer, exe, run, http.StatusOK)
+	var dup struct {
+		Duplicate bool   `json:"duplicate"`
+		Status    string `json:"status"`
+		Error     string `json:"error"`
+	}
+	if err := resp.Decode(&dup); err != nil {
+		t.Fatal(err)
+	}
+	if !dup.Duplicate || dup.Status != "success" || dup.Error != "" {
+		t.Errorf("finished duplicate = %+v", dup)
+	}
+	cbs := waitCallbacks(t, peer, 2)
+	if cbs[1] != first {
+		t.Errorf("re-sent callback %+v differs from the first %+v", cbs[1], first)
+	}
+	if got := waitCalls(t, peer, schedpeer.PathCallback, 2)[1].Body; !strings.Contains(string(got), `"output":"once"`) {
+		t.Errorf("re-sent body = %s", got)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestFinishedTicketIsForgottenAfterItsTTL(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{Clock: clk, DedupTTL: time.Hour}, peer)
+	var calls atomic.Int32
+	exe.Handle("h", func(context.Context, executor.Run) (executor.Result, error) {
+		calls.Add(1)
+		return executor.Result{}, nil
+	})
+	start(t, exe)
+	run := runFor("t-ttl", "a", "h")
+	run.DedupTTLMS = 1000 // the run's own TTL wins over Config.DedupTTL
+
+	dispatch(t, peer, exe, run, http.StatusAccepted)
+	waitCallbacks(t, peer, 1)
+	clk.Advance(999 * time.Millisecond)
+	dispatch(t, peer, exe, run, http.StatusOK) // still remembered
+	waitCallbacks(t, peer, 2)
+	clk.Advance(time.Millisecond)
+	dispatch(t, peer, exe, run, http.StatusAccepted) // forgotten: runs again
+	waitCallbacks(t, peer, 3)
+	if n := calls.Load(); n != 2 {
+		t.Errorf("handler ran %d times, want 2", n)
+	}
+}
+
+func TestReentryOfARunningTaskIsRefused(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 2)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+
+	dispatch(t, peer, exe, runFor("t-a", "nightly", "h"), http.StatusAccepted)
+	recv(t, started, "first run")
+	resp := dispatch(t, peer, exe, runFor("t-b", "nightly", "h"), http.StatusConflict)
+	if !strings.Contains(string(resp.Body), `already running here with ticket \"t-a\"`) {
+		t.Errorf("409 body = %s", resp.Body)
+	}
+	// Another task is not affected.
+	dispatch(t, peer, exe, runFor("t-c", "hourly", "h"), http.StatusAccepted)
+	recv(t, started, "other task")
+
+	close(release)
+	waitCallbacks(t, peer, 2)
+	// Once the first run finished, the task may run again here.
+	dispatch(t, peer, exe, runFor("t-b", "nightly", "h"), http.StatusAccepted)
+	recv(t, started, "re-run")
+	waitCallbacks(t, peer, 3)
+}
+
+func TestFullPoolAndQueueAnswerBusy(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{PoolSize: 1, QueueSize: 1}, peer)
+	started := make(chan string, 3)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+
+	dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+	recv(t, started, "first run")
+	dispatch(t, peer, exe, runFor("t-2", "b", "h"), http.StatusAccepted) // waits in the queue
+	resp := dispatch(t, peer, exe, runFor("t-3", "c", "h"), http.StatusTooManyRequests)
+	if string(resp.Body) != `{"error":"busy"}` {
+		t.Errorf("429 body = %s", resp.Body)
+	}
+	select {
+	case tk := <-started:
+		t.Fatalf("%s started while the only worker was busy", tk)
+	default:
+	}
+	beat, err := peer.Beat(exe.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(beat.Body), `"running":2`) {
+		t.Errorf("beat while full = %s, want running 2 (queued runs count)", beat.Body)
+	}
+
+	close(release)
+	cbs := waitCallbacks(t, peer, 2)
+	tickets := []string{cbs[0].Ticket, cbs[1].Ticket}
+	slices.Sort(tickets)
+	if !slices.Equal(tickets, []string{"t-1", "t-2"}) {
+		t.Errorf("results for %v, want t-1 and t-2", tickets)
+	}
+	// Capacity is back: the refused run is accepted now.
+	dispatch(t, peer, exe, runFor("t-3", "c", "h"), http.StatusAccepted)
+	waitCallbacks(t, peer, 3)
+}
+
+func TestKillCancelsTheHandlerContext(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 1)
+	exe.Handle("h", blockingHandler(started, nil))
+	start(t, exe)
+
+	dispatch(t, peer, exe, runFor("t-kill", "a", "h"), http.StatusAccepted)
+	recv(t, started, "handler start")
+	resp, err := peer.Kill(exe.Addr(), "t-kill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != http.StatusOK || string(resp.Body) != `{"killed":true}` {
+		t.Fatalf("kill = %d %s", resp.Status, resp.Body)
+	}
+	cb := waitCallbacks(t, peer, 1)[0]
+	if cb.Status != "failed" || cb.Error != executor.ErrKilled.Error() {
+		t.Errorf("killed result = %+v, want failed with %q", cb, executor.ErrKilled)
+	}
+	// A finished ticket cannot be killed.
+	resp, err = peer.Kill(exe.Addr(), "t-kill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != http.StatusNotFound {
+		t.Errorf("kill of a finished ticket = %d %s, want 404", resp.Status, resp.Body)
+	}
+}
+
+func TestKillOfAQueuedRunSkipsTheHandler(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{PoolSize: 1, QueueSize: 1}, peer)
+	started := make(chan string, 2)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+
+	dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+	recv(t, started, "first run")
+	dispatch(t, peer, exe, runFor("t-2", "b", "h"), http.StatusAccepted)
+	if resp, err := peer.Kill(exe.Addr(), "t-2"); err != nil || resp.Status != http.StatusOK {
+		t.Fatalf("kill queued = %v %v", resp, err)
+	}
+	close(release)
+	cbs := waitCallbacks(t, peer, 2)
+	byTicket := map[string]schedpeer.Callback{cbs[0].Ticket: cbs[0], cbs[1].Ticket: cbs[1]}
+	if cb := byTicket["t-2"]; cb.Status != "failed" || !strings.Contains(cb.Error, "handler not started") ||
+		!strings.Contains(cb.Error, executor.ErrKilled.Error()) {
+		t.Errorf("queued kill result = %+v", cb)
+	}
+	if len(started) != 0 {
+		t.Errorf("the killed queued run's handler was called")
+	}
+}
+
+func TestDeadlineReachesTheHandler(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	deadlines := make(chan time.Time, 1)
+	exe.Handle("report", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		d, ok := ctx.Deadline()
+		if !ok {
+			return executor.Result{}, errors.New("no deadline")
+		}
+		if !d.Equal(run.Deadline) {
+			return executor.Result{}, fmt.Errorf("context deadline %v != run deadline %v", d, run.Deadline)
+		}
+		deadlines <- d
+		return executor.Result{}, nil
+	})
+	exe.Handle("wait", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		<-ctx.Done()
+		return executor.Result{}, context.Cause(ctx)
+	})
+	start(t, exe)
+
+	run := runFor("t-report", "a", "report")
+	run.Deadline = time.Now().Add(time.Hour).UnixMilli()
+	dispatch(t, peer, exe, run, http.StatusAccepted)
+	if got := recv(t, deadlines, "deadline"); got.UnixMilli() != run.Deadline {
+		t.Errorf("handler deadline %d, want %d", got.UnixMilli(), run.Deadline)
+	}
+	if cb := waitCallbacks(t, peer, 1)[0]; cb.Status != "success" {
+		t.Errorf("report result = %+v", cb)
+	}
+
+	run = runFor("t-wait", "b", "wait")
+	run.Deadline = time.Now().Add(200 * time.Millisecond).UnixMilli()
+	dispatch(t, peer, exe, run, http.StatusAccepted)
+	// Normally the handler sees the deadline pass; on a starved machine the run may expire while
+	// queued and be reported "handler not started: context deadline exceeded". Both are right.
+	if cb := waitCallbacks(t, peer, 2)[1]; cb.Status != "failed" || !strings.HasSuffix(cb.Error, context.DeadlineExceeded.Error()) {
+		t.Errorf("expired result = %+v", cb)
+	}
+}
+
+func TestMalformedRequestsAreRefused(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	exe.Handle("h", okHandler(""))
+	start(t, exe)
+
+	post := func(path, body string, headers map[string]string) schedpeer.Response {
+		t.Helper()
+		resp, err := peer.Post(exe.Addr(), path, []byte(body), "", headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for _, tc := range []struct {
+		name, path, body string
+		headers          map[string]string
+		status           int
+		errContains      string
+	}{
+		{"bad json", "/axe/run", `{"ticket":`, nil, 400, "cannot decode body"},
+		{"missing ticket", "/axe/run", `{"task":"a","handler":"h"}`, nil, 400, "ticket: required"},
+		{"missing handler", "/axe/run", `{"ticket":"t","task":"a"}`, nil, 400, "handler: required"},
+		{"negative attempt", "/axe/run", `{"ticket":"t","task":"a","handler":"h","attempt":-1}`, nil, 400, "attempt"},
+		{"header mismatch", "/axe/run", `{"ticket":"t","task":"a","handler":"h"}`, map[string]string{"X-Axe-Ticket": "other"}, 400, "X-Axe-Ticket"},
+		{"unknown handler", "/axe/run", `{"ticket":"t","task":"a","handler":"nope"}`, nil, 404, `unknown handler "nope"`},
+		{"kill without ticket", "/axe/kill", `{}`, nil, 400, "ticket: required"},
+		{"kill bad json", "/axe/kill", `[`, nil, 400, "cannot decode body"},
+		{"kill unknown", "/axe/kill", `{"ticket":"ghost"}`, nil, 404, "not running"},
+		{"beat by POST", "/axe/beat", ``, nil, 405, "use GET"},
+		{"unknown path", "/axe/nope", ``, nil, 404, "no endpoint"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(tc.path, tc.body, tc.headers)
+			var e struct{ Error string }
+			if err := resp.Decode(&e); err != nil {
+				t.Fatal(err)
+			}
+			if resp.Status != tc.status || !strings.Contains(e.Error, tc.errContains) {
+				t.Errorf("%s %s = %d %s, want %d containing %q", tc.path, tc.body, resp.Status, resp.Body, tc.status, tc.errContains)
+			}
+		})
+	}
+	if calls := peer.Calls(schedpeer.PathCallback); len(calls) != 0 {
+		t.Errorf("refused requests produced %d callbacks", len(calls))
+	}
+}
+
+func TestBeatDescribesTheExecutor(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{App: "ops"}, peer)
+	exe.Handle("backup", okHandler(""))
+	exe.Handle("archive", okHandler(""))
+	start(t, exe)
+	resp, err := peer.Beat(exe.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != http.StatusOK || string(resp.Body) != `{"app":"ops","running":0,"handlers":["archive","backup"]}` {
+		t.Errorf("beat = %d %s", resp.Status, resp.Body)
+	}
+}
+
+func TestRegistrationAndHeartbeatCadence(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{HeartbeatIntervalMS: 60_000})
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{App: "ops", Clock: clk, HeartbeatInterval: 10 * time.Second}, peer)
+	started := make(chan string, 1)
+	release := make(chan struct{})
+	defer close(release)
+	exe.Handle("b", blockingHandler(started, release))
+	exe.Handle("a", okHandler(""))
+	start(t, exe)
+
+	regs := peer.Registrations()
+	want := schedpeer.Registration{App: "ops", Address: exe.Addr(), Protocol: "http", Handlers: []string{"a", "b"}}
+	if len(regs) != 1 || !equalRegistration(regs[0], want) {
+		t.Fatalf("registrations = %+v, want one %+v", regs, want)
+	}
+
+	// The configured 10 s wins over the scheduler's longer 60 s.
+	for i := 1; i <= 3; i++ {
+		if err := clk.WaitForWaiters(1, schedpeer.WaitTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if fired := clk.Advance(10*time.Second - time.Millisecond); fired != 0 {
+			t.Fatalf("beat %d: a timer fired %v early", i, time.Millisecond)
+		}
+		if fired := clk.Advance(time.Millisecond); fired != 1 {
+			t.Fatalf("beat %d: %d timers fired at the interval, want 1", i, fired)
+		}
+		waitCalls(t, peer, schedpeer.PathHeartbeat, i)
+		if i == 2 {
+			dispatch(t, peer, exe, runFor("t-1", "x", "b"), http.StatusAccepted)
+			recv(t, started, "handler start")
+		}
+	}
+	hbs := peer.Heartbeats()
+	for i, hb := range hbs {
+		wantRunning := 0
+		if i == 2 {
+			wantRunning = 1
+		}
+		if hb != (schedpeer.Heartbeat{App: "ops", Address: exe.Addr(), Running: wantRunning}) {
+			t.Errorf("heartbeat %d = %+v, want running %d", i, hb, wantRunning)
+		}
+	}
+}
+
+func TestSchedulerAdvertisedIntervalIsUsedWhenShorter(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{HeartbeatIntervalMS: 2000})
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{Clock: clk, HeartbeatInterval: 10 * time.Second}, peer)
+	exe.Handle("h", okHandler(""))
+	start(t, exe)
+	if err := clk.WaitForWaiters(1, schedpeer.WaitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if fired := clk.Advance(2 * time.Second); fired != 1 {
+		t.Fatalf("%d timers fired after the advertised 2 s, want 1", fired)
+	}
+	waitCalls(t, peer, schedpeer.PathHeartbeat, 1)
+}
+
+func TestUnknownExecutorRegistersAgain(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{Clock: clk}, peer)
+	exe.Handle("h", okHandler(""))
+	start(t, exe)
+
+	peer.Forget() // the scheduler restarted without this executor
+	if err := clk.WaitForWaiters(1, schedpeer.WaitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(executor.HeartbeatIntervalDefault)
+	hb := waitCalls(t, peer, schedpeer.PathHeartbeat, 1)[0]
+	if hb.Status != http.StatusNotFound {
+		t.Fatalf("heartbeat after Forget answered %d, want 404", hb.Status)
+	}
+	waitCalls(t, peer, schedpeer.PathRegister, 2)
+	regs := peer.Registrations()
+	if !equalRegistration(regs[0], regs[1]) {
+		t.Errorf("re-registration %+v differs from the first %+v", regs[1], regs[0])
+	}
+	if got := peer.Executors(); len(got) != 1 {
+		t.Errorf("registry has %d rows, want 1", len(got))
+	}
+
+	// The next heartbeat is accepted again.
+	if err := clk.WaitForWaiters(1, schedpeer.WaitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(executor.HeartbeatIntervalDefault)
+	if hb := waitCalls(t, peer, schedpeer.PathHeartbeat, 2)[1]; hb.Status != http.StatusOK {
+		t.Errorf("heartbeat after re-registering answered %d", hb.Status)
+	}
+}
+
+func TestRestartedExecutorRegistersTheSameRow(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	first := newExecutor(t, executor.Config{}, peer)
+	first.Handle("h", okHandler(""))
+	start(t, first)
+	addr := first.Addr()
+	stop(t, first)
+
+	second := newExecutor(t, executor.Config{Addr: addr}, peer)
+	second.Handle("h", okHandler(""))
+	start(t, second)
+
+	regs := waitCalls(t, peer, schedpeer.PathRegister, 2)
+	if len(regs) != 2 {
+		t.Fatalf("%d registrations, want 2", len(regs))
+	}
+	if string(regs[0].Body) != string(regs[1].Body) {
+		t.Errorf("registrations differ:\n%s\n%s", regs[0].Body, regs[1].Body)
+	}
+	if rows := peer.Executors(); len(rows) != 1 || rows[0].Address != addr {
+		t.Errorf("registry = %+v, want one row for %s", rows, addr)
+	}
+}
+
+func TestResultIsResentWithBackoffUntilAcknowledged(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{
+		Clock: clk, ResendMin: 500 * time.Millisecond, ResendMax: 800 * time.Millisecond,
+	}, peer)
+	exe.Handle("h", okHandler("done"))
+	start(t, exe)
+	peer.FailNext(schedpeer.PathCallback, 500, 502, 500)
+
+	dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+	waitCalls(t, peer, schedpeer.PathCallback, 1)
+	// Waits: 500 ms, then doubled to 1 s but capped at 800 ms, then 800 ms.
+	for i, wait := range []time.Duration{500 * time.Millisecond, 800 * time.Millisecond, 800 * time.Millisecond} {
+		if err := clk.WaitForWaiters(2, schedpeer.WaitTimeout); err != nil { // heartbeat + re-send
+			t.Fatal(err)
+		}
+		if fired := clk.Advance(wait - time.Millisecond); fired != 0 {
+			t.Fatalf("re-send %d fired before %v", i+1, wait)
+		}
+		if fired := clk.Advance(time.Millisecond); fired != 1 {
+			t.Fatalf("re-send %d: %d timers fired at %v, want 1", i+1, fired, wait)
+		}
+		waitCalls(t, peer, schedpeer.PathCallback, i+2)
+	}
+	calls := peer.Calls(schedpeer.PathCallback)
+	statuses := []int{}
+	for _, c := range calls {
+		statuses = append(statuses, c.Status)
+		if string(c.Body) != string(calls[0].Body) {
+			t.Errorf("re-sent body differs:\n%s\n%s", c.Body, calls[0].Body)
+		}
+	}
+	if !slices.Equal(statuses, []int{500, 502, 500, 200}) {
+		t.Errorf("callback statuses = %v", statuses)
+	}
+	// Acknowledged: nothing is pending, so a graceful Stop returns at once.
+	stop(t, exe)
+	if n := len(peer.Calls(schedpeer.PathCallback)); n != 4 {
+		t.Errorf("%d callbacks after the acknowledgement, want 4", n)
+	}
+}
+
+func TestFinalRefusalsStopTheResends(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+	}{
+		{"stale ticket", http.StatusConflict},
+		{"unknown ticket", http.StatusNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			peer := startPeer(t, schedpeer.Config{})
+			clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+			exe := newExecutor(t, executor.Config{Clock: clk}, peer)
+			exe.Handle("h", okHandler(""))
+			start(t, exe)
+			if tc.status == http.StatusConflict {
+				peer.MarkStale("t-1") // e.g. the scheduler already timed the run out
+				dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+			} else {
+				// Sent around the peer, so it never heard of the ticket.
+				resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-1","task":"a","handler":"h"}`), "", nil)
+				if err != nil || resp.Status != http.StatusAccepted {
+					t.Fatalf("run = %v %v", resp, err)
+				}
+			}
+			if c := waitCalls(t, peer, schedpeer.PathCallback, 1)[0]; c.Status != tc.status {
+				t.Fatalf("callback answered %d, want %d", c.Status, tc.status)
+			}
+			// No re-send is pending: Stop does not wait for one, and no timer is left but the
+			// heartbeat's.
+			stop(t, exe)
+			if n := len(peer.Calls(schedpeer.PathCallback)); n != 1 {
+				t.Errorf("%d callbacks, want 1", n)
+			}
+			if w := clk.Waiters(); w != 1 {
+				t.Errorf("%d timers pending after Stop, want only the abandoned heartbeat timer", w)
+			}
+		})
+	}
+}
+
+func TestResultSurvivesASchedulerRestart(t *testing.T) {
+	peer, err := schedpeer.Start(schedpeer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := peer.Addr()
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{Clock: clk, RequestTimeout: time.Second}, peer)
+	release := make(chan struct{})
+	started := make(chan string, 1)
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+	dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+	recv(t, started, "handler start")
+
+	if err := peer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(release) // the result is ready while the scheduler is down
+	if err := clk.WaitForWaiters(2, schedpeer.WaitTimeout); err != nil {
+		t.Fatal(err) // heartbeat + first re-send wait after the failed delivery
+	}
+
+	restarted := startPeer(t, schedpeer.Config{Addr: addr})
+	restarted.OpenTicket("t-1") // reloaded from its store
+	clk.Advance(executor.ResendMinDefault)
+	cb := waitCallbacks(t, restarted, 1)[0]
+	if cb.Ticket != "t-1" || cb.Status != "success" {
+		t.Errorf("callback after restart = %+v", cb)
+	}
+	if c := restarted.Calls(schedpeer.PathCallback)[0]; c.Status != http.StatusOK {
+		t.Errorf("restarted scheduler answered %d", c.Status)
+	}
+}
+
+func TestFailoverFollowsTheSchedulerThatAnswers(t *testing.T) {
+	t.Run("connection refused", func(t *testing.T) {
+		peer := startPeer(t, schedpeer.Config{})
+		exe := newExecutor(t, executor.Config{Schedulers: []string{"http://" + freeAddr(t)}}, peer)
+		exe.Handle("h", okHandler(""))
+		start(t, exe)
+		if n := len(peer.Registrations()); n != 1 {
+			t.Fatalf("second scheduler got %d registrations, want 1", n)
+		}
+		dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+		waitCallbacks(t, peer, 1)
+	})
+
+	t.Run("503 from a backup", func(t *testing.T) {
+		backup := startPeer(t, schedpeer.Config{})
+		primary := startPeer(t, schedpeer.Config{})
+		backup.SetUnavailable(true)
+		clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+		exe := newExecutor(t, executor.Config{Clock: clk}, backup, primary)
+		exe.Handle("h", okHandler(""))
+		start(t, exe)
+		if n, m := len(backup.Calls(schedpeer.PathRegister)), len(primary.Calls(schedpeer.PathRegister)); n != 1 || m != 1 {
+			t.Fatalf("register calls: backup %d, primary %d, want 1 and 1", n, m)
+		}
+		beat := func(n int, on *schedpeer.Peer) {
+			t.Helper()
+			if err := clk.WaitForWaiters(1, schedpeer.WaitTimeout); err != nil {
+				t.Fatal(err)
+			}
+			clk.Advance(executor.HeartbeatIntervalDefault)
+			waitCalls(t, on, schedpeer.PathHeartbeat, n)
+		}
+		beat(1, primary)
+		beat(2, primary)
+		if n := len(backup.Calls(schedpeer.PathHeartbeat)); n != 0 {
+			t.Errorf("the remembered primary was skipped: backup got %d heartbeats", n)
+		}
+
+		// Failover: the old primary now answers 503 and the backup took over. It does not know
+		// the executor, so the executor registers with it.
+		primary.SetUnavailable(true)
+		backup.SetUnavailable(false)
+		beat(1, backup)
+		waitCalls(t, backup, schedpeer.PathRegister, 2)
+		beat(2, backup)
+		if got := backup.Heartbeats(); len(got) != 2 || got[1].Address != exe.Addr() {
+			t.Errorf("backup heartbeats = %+v", got)
+		}
+		if n := len(primary.Calls(schedpeer.PathHeartbeat)); n != 3 {
+			t.Errorf("old primary got %d heartbeats, want 3 (two before, one 503 during failover)", n)
+		}
+	})
+}
+
+func TestStartWithoutAReachableSchedulerRegistersLater(t *testing.T) {
+	addr := freeAddr(t)
+	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	exe := newExecutor(t, executor.Config{Clock: clk, Schedulers: []string{"http://" + addr}})
+	exe.Handle("h", okHandler(""))
+	start(t, exe) // the scheduler is not up yet: not an error
+
+	peer := startPeer(t, schedpeer.Config{Addr: addr})
+	if err := clk.WaitForWaiters(1, schedpeer.WaitTimeout); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(executor.HeartbeatIntervalDefault)
+	reg := waitCalls(t, peer, schedpeer.PathRegister, 1)[0]
+	if reg.Status != http.StatusOK {
+		t.Errorf("late registration answered %d", reg.Status)
+	}
+}
+
+func TestTokenAuthentication(t *testing.T) {
+	t.Run("sent to the scheduler and required by the executor", func(t *testing.T) {
+		peer := startPeer(t, schedpeer.Config{Token: "s3cret"})
+		exe := newExecutor(t, executor.Config{Token: "s3cret"}, peer)
+		exe.Handle("h", okHandler(""))
+		start(t, exe)
+		dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+		waitCallbacks(t, peer, 1)
+		for _, path := range []string{schedpeer.PathRegister, schedpeer.PathCallback} {
+			for _, c := range peer.Calls(path) {
+				if c.Auth != "Bearer s3cret" || c.Status != http.StatusOK {
+					t.Errorf("%s: Authorization %q answered %d", path, c.Auth, c.Status)
+				}
+			}
+		}
+		for _, token := range []string{"", "wrong"} {
+			resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-2","task":"b","handler":"h"}`), token, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Status != http.StatusUnauthorized || !strings.Contains(string(resp.Body), `"error"`) {
+				t.Errorf("token %q: %d %s, want 401 with an error", token, resp.Status, resp.Body)
+			}
+		}
+	})
+
+	t.Run("a refused token fails Start", func(t *testing.T) {
+		peer := startPeer(t, schedpeer.Config{Token: "s3cret"})
+		exe := newExecutor(t, executor.Config{Token: "old"}, peer)
+		exe.Handle("h", okHandler(""))
+		err := exe.Start(context.Background())
+		if !errors.Is(err, executor.ErrUnauthorized) {
+			t.Fatalf("Start = %v, want ErrUnauthorized", err)
+		}
+		if c := peer.Calls(schedpeer.PathRegister); len(c) != 1 || c[0].Auth != "Bearer old" {
+			t.Errorf("register calls = %+v", c)
+		}
+		if err := exe.Start(context.Background()); !errors.Is(err, executor.ErrStopped) {
+			t.Errorf("Start after a failed Start = %v, want ErrStopped", err)
+		}
+	})
+
+	t.Run("a rejected registration fails Start", func(t *testing.T) {
+		peer := startPeer(t, schedpeer.Config{})
+		peer.FailNext(schedpeer.PathRegister, http.StatusBadRequest)
+		exe := newExecutor(t, executor.Config{}, peer)
+		exe.Handle("h", okHandler(""))
+		if err := exe.Start(context.Background()); !errors.Is(err, executor.ErrRegistrationRejected) {
+			t.Fatalf("Start = %v, want ErrRegistrationRejected", err)
+		}
+	})
+}
+
+func TestStopDrainsRunsAndDeliversResults(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 1)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+	dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+	recv(t, started, "handler start")
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+		defer cancel()
+		stopped <- exe.Stop(ctx)
+	}()
+	// Wait until Stop refuses new runs; it cannot return while the handler is blocked.
+	deadline := time.Now().Add(schedpeer.WaitTimeout)
+	for {
+		resp, err := peer.Dispatch(exe.Addr(), runFor("t-2", "b", "h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still accepted (%d) after Stop began", resp.Status)
+		}
+		time.Sleep(time.Millisecond) // polling real I/O; no time injection applies here
+	}
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned %v while a handler was running", err)
+	default:
+	}
+	// The executor still answers during the drain.
+	if resp, err := peer.Beat(exe.Addr()); err != nil || !strings.Contains(string(resp.Body), `"running":1`) {
+		t.Errorf("beat during drain = %v %v", resp, err)
+	}
+	close(release)
+	if err := recv(t, stopped, "Stop"); err != nil {
+		t.Fatalf("Stop = %v", err)
+	}
+	// The result was delivered before Stop returned.
+	calls := peer.Calls(schedpeer.PathCallback)
+	if len(calls) != 1 || calls[0].Status != http.StatusOK || !strings.Contains(string(calls[0].Body), `"output":"released"`) {
+		t.Errorf("callbacks at Stop = %+v", calls)
+	}
+	if _, err := peer.Beat(exe.Addr()); err == nil {
+		t.Errorf("executor still serving after Stop")
+	}
+}
+
+func TestStopCancelsRunsWhenItsContextExpires(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 1)
+	causes := make(chan error, 1)
+	exe.Handle("h", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		started <- run.Ticket
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return executor.Result{}, context.Cause(ctx)
+	})
+	start(t, exe)
+	dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+	recv(t, started, "handler start")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := exe.Stop(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop = %v, want DeadlineExceeded", err)
+	}
+	if cause := recv(t, causes, "handler cancellation"); !errors.Is(cause, executor.ErrShutdown) {
+		t.Errorf("handler context cause = %v, want ErrShutdown", cause)
+	}
+	if err := exe.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop = %v", err)
+	}
+}
+
+func TestLifecycleMisuse(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+
+	never := newExecutor(t, executor.Config{}, peer)
+	if err := never.Stop(context.Background()); err != nil {
+		t.Errorf("Stop without Start = %v", err)
+	}
+	if err := never.Stop(context.Background()); err != nil {
+		t.Errorf("second Stop without Start = %v", err)
+	}
+	if addr := never.Addr(); addr != "" {
+		t.Errorf("Addr before Start = %q", addr)
+	}
+
+	empty := newExecutor(t, executor.Config{}, peer)
+	if err := empty.Start(context.Background()); !errors.Is(err, executor.ErrNoHandlers) {
+		t.Errorf("Start without handlers = %v", err)
+	}
+
+	exe := newExecutor(t, executor.Config{}, peer)
+	exe.Handle("h", okHandler(""))
+	mustPanic(t, "duplicate handler", func() { exe.Handle("h", okHandler("")) })
+	mustPanic(t, "empty name", func() { exe.Handle("", okHandler("")) })
+	mustPanic(t, "nil handler", func() { exe.Handle("x", nil) })
+	start(t, exe)
+	if err := exe.Start(context.Background()); !errors.Is(err, executor.ErrAlreadyStarted) {
+		t.Errorf("second Start = %v", err)
+	}
+	mustPanic(t, "Handle after Start", func() { exe.Handle("late", okHandler("")) })
+	stop(t, exe)
+	stop(t, exe)
+	if err := exe.Start(context.Background()); !errors.Is(err, executor.ErrStopped) {
+		t.Errorf("Start after Stop = %v", err)
+	}
+}
+
+func TestWildcardListenNeedsAnAdvertiseAddress(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{Addr: "0.0.0.0:0"}, peer)
+	exe.Handle("h", okHandler(""))
+	err := exe.Start(context.Background())
+	if !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "AdvertiseAddr") {
+		t.Fatalf("Start = %v, want an AdvertiseAddr config error", err)
+	}
+
+	adv := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", AdvertiseAddr: "executor-1.internal:9100"}, peer)
+	adv.Handle("h", okHandler(""))
+	start(t, adv)
+	if adv.Addr() != "executor-1.internal:9100" {
+		t.Errorf("Addr = %q", adv.Addr())
+	}
+	if regs := peer.Registrations(); len(regs) != 1 || regs[0].Address != "executor-1.internal:9100" {
+		t.Errorf("registrations = %+v", regs)
+	}
+}
+
+func TestConfigValidationNamesTheField(t *testing.T) {
+	valid := executor.Config{App: "billing", Schedulers: []string{"http://127.0.0.1:7070"}}
+	if _, err := executor.New(valid); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, tc := range []struct {
+		field  string
+		mutate func(*executor.Config)
+	}{
+		{"App", func(c *executor.Config) { c.App = "" }},
+		{"App", func(c *executor.Config) { c.App = "two words" }},
+		{"Schedulers", func(c *executor.Config) { c.Schedulers = nil }},
+		{"Schedulers[0]", func(c *executor.Config) { c.Schedulers = []string{"ftp://x"} }},
+		{"Schedulers[1]", func(c *executor.Config) { c.Schedulers = []string{"http://a:1", "http://b:1/api"} }},
+		{"Schedulers[0]", func(c *executor.Config) { c.Schedulers = []string{"http://"} }},
+		{"Addr", func(c *executor.Config) { c.Addr = "no-port" }},
+		{"AdvertiseAddr", func(c *executor.Config) { c.AdvertiseAddr = "0.0.0.0:9100" }},
+		{"AdvertiseAddr", func(c *executor.Config) { c.AdvertiseAddr = "host:0" }},
+		{"PoolSize", func(c *executor.Config) { c.PoolSize = -1 }},
+		{"QueueSize", func(c *executor.Config) { c.QueueSize = -1 }},
+		{"DedupTTL", func(c *executor.Config) { c.DedupTTL = 365 * 24 * time.Hour }},
+		{"ResendMax", func(c *executor.Config) { c.ResendMin = time.Minute; c.ResendMax = time.Second }},
+		{"OutputLimit", func(c *executor.Config) { c.OutputLimit = -1 }},
+	} {
+		cfg := valid
+		tc.mutate(&cfg)
+		_, err := executor.New(cfg)
+		if !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field+":") {
+			t.Errorf("%s: New = %v, want ErrInvalidConfig naming %s", tc.field, err, tc.field)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg := executor.Config{}.WithDefaults()
+	if cfg.Addr != executor.AddrDefault || cfg.HeartbeatInterval != executor.HeartbeatIntervalDefault ||
+		cfg.QueueSize != executor.QueueSizeDefault || cfg.DedupTTL != executor.DedupTTLDefault ||
+		cfg.PoolSize <= 0 || cfg.PoolSize%executor.PoolSizePerCPUDefault != 0 ||
+		cfg.ResendMin != executor.ResendMinDefault || cfg.ResendMax != executor.ResendMaxDefault ||
+		cfg.Logger == nil || cfg.Clock == nil {
+		t.Errorf("defaults = %+v", cfg)
+	}
+}
+
+func equalRegistration(a, b schedpeer.Registration) bool {
+	return a.App == b.App && a.Address == b.Address && a.Protocol == b.Protocol && slices.Equal(a.Handlers, b.Handlers)
+}
+
+func mustPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s: no panic", what)
+		}
+	}()
+	f()
+}

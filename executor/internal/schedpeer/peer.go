@@ -1,0 +1,429 @@
+// Package schedpeer is a minimal stand-in for the axe scheduler, used by the executor and
+// agent tests: a real fasthttp server on loopback that implements the scheduler half of the
+// executor protocol (register, heartbeat, callback), records every call, can inject faults,
+// and can dispatch and kill runs on an executor. It implements docs/protocol.md independently
+// of the SDK's own types, so the tests check the wire format, not shared structs.
+//
+// It is test support only: no scheduling, no persistence. Production code must not import it.
+package schedpeer
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Protocol paths served by the peer.
+const (
+	PathRegister  = "/api/v1/executors/register"
+	PathHeartbeat = "/api/v1/executors/heartbeat"
+	PathCallback  = "/api/v1/callback"
+)
+
+// WaitTimeout bounds every Wait* call: a generous limit on real I/O, never a pacing sleep.
+const WaitTimeout = 10 * time.Second
+
+// Config configures a Peer.
+type Config struct {
+	// Addr is the listen address. Defaults to "127.0.0.1:0".
+	Addr string
+	// Token, when set, is required on calls to the peer and sent on calls the peer makes.
+	Token string
+	// HeartbeatIntervalMS is returned by register. Defaults to 10000.
+	HeartbeatIntervalMS int64
+	// LostAfterMS is returned by register. Defaults to 30000.
+	LostAfterMS int64
+}
+
+// Registration is one decoded register body.
+type Registration struct {
+	App      string   `json:"app"`
+	Address  string   `json:"address"`
+	Protocol string   `json:"protocol"`
+	Handlers []string `json:"handlers"`
+}
+
+// Heartbeat is one decoded heartbeat body.
+type Heartbeat struct {
+	App     string `json:"app"`
+	Address string `json:"address"`
+	Running int    `json:"running"`
+}
+
+// Callback is one decoded result callback body.
+type Callback struct {
+	Ticket     string `json:"ticket"`
+	Task       string `json:"task"`
+	App        string `json:"app"`
+	Address    string `json:"address"`
+	Status     string `json:"status"`
+	Error      string `json:"error"`
+	Output     string `json:"output"`
+	ExitCode   *int   `json:"exit_code"`
+	StartedAt  int64  `json:"started_at"`
+	EndedAt    int64  `json:"ended_at"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// Call is one request the peer received, with the status it answered.
+type Call struct {
+	Path   string
+	Auth   string
+	Body   []byte
+	Status int
+}
+
+// Run is the body of POST /axe/run as the scheduler sends it.
+type Run struct {
+	Ticket      string          `json:"ticket"`
+	Task        string          `json:"task"`
+	Handler     string          `json:"handler"`
+	Attempt     int             `json:"attempt"`
+	ScheduledAt int64           `json:"scheduled_at"`
+	Deadline    int64           `json:"deadline"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	DedupTTLMS  int64           `json:"dedup_ttl_ms"`
+}
+
+// Response is an executor's answer to a call the peer made.
+type Response struct {
+	Status int
+	Body   []byte
+}
+
+// Decode unmarshals the response body into v.
+func (r Response) Decode(v any) error {
+	if err := json.Unmarshal(r.Body, v); err != nil {
+		return fmt.Errorf("cannot decode %q: %w", r.Body, err)
+	}
+	return nil
+}
+
+type executorKey struct{ app, address string }
+
+// Peer is a running stand-in scheduler.
+type Peer struct {
+	cfg    Config
+	ln     net.Listener
+	srv    *fasthttp.Server
+	client *fasthttp.Client
+	done   chan struct{}
+
+	mu          sync.Mutex
+	unavailable bool
+	faults      map[string][]int
+	executors   map[executorKey]Registration
+	tickets     map[string]string // ticket → "open" | "done" | "stale"
+	calls       []Call
+	counts      map[string]int // calls per path
+	changed     chan struct{}
+}
+
+// Start listens and serves until Close.
+func Start(cfg Config) (*Peer, error) {
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.HeartbeatIntervalMS == 0 {
+		cfg.HeartbeatIntervalMS = 10000
+	}
+	if cfg.LostAfterMS == 0 {
+		cfg.LostAfterMS = 30000
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s: %w", cfg.Addr, err)
+	}
+	p := &Peer{
+		cfg:       cfg,
+		ln:        ln,
+		client:    &fasthttp.Client{Name: "schedpeer", ReadTimeout: WaitTimeout, WriteTimeout: WaitTimeout},
+		done:      make(chan struct{}),
+		faults:    make(map[string][]int),
+		executors: make(map[executorKey]Registration),
+		tickets:   make(map[string]string),
+		counts:    make(map[string]int),
+		changed:   make(chan struct{}),
+	}
+	p.srv = &fasthttp.Server{Handler: p.serve, Name: "schedpeer"}
+	go func() {
+		defer close(p.done)
+		_ = p.srv.Serve(ln)
+	}()
+	return p, nil
+}
+
+// URL is the base URL executors are configured with.
+func (p *Peer) URL() string { return "http://" + p.ln.Addr().String() }
+
+// Addr is the listen address.
+func (p *Peer) Addr() string { return p.ln.Addr().String() }
+
+// Close stops serving and drops kept-alive connections.
+func (p *Peer) Close() error {
+	err := p.srv.Shutdown()
+	<-p.done
+	p.client.CloseIdleConnections()
+	return err
+}
+
+// SetUnavailable makes the peer answer 503 to every executor call, like a backup scheduler.
+func (p *Peer) SetUnavailable(unavailable bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unavailable = unavailable
+}
+
+// FailNext makes the next len(statuses) calls to path answer those statuses.
+func (p *Peer) FailNext(path string, statuses ...int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults[path] = append(p.faults[path], statuses...)
+}
+
+// Forget drops every registration, as a restarted scheduler without state would.
+func (p *Peer) Forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.executors)
+}
+
+// OpenTicket makes the peer accept a callback for ticket without having dispatched it, as a
+// restarted scheduler does for the runs it reloads from its store.
+func (p *Peer) OpenTicket(ticket string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tickets[ticket] = "open"
+}
+
+// MarkStale makes callbacks for ticket answer 409, as for a run that already timed out.
+func (p *Peer) MarkStale(ticket string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tickets[ticket] = "stale"
+}
+
+// Executors returns the registry, one entry per (app, address).
+func (p *Peer) Executors() []Registration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Registration, 0, len(p.executors))
+	for _, r := range p.executors {
+		out = append(out, r)
+	}
+	return out
+}
+
+// Calls returns the calls received on path, in order.
+func (p *Peer) Calls(path string) []Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []Call
+	for _, c := range p.calls {
+		if c.Path == path {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// WaitCalls waits until at least n calls were received on path and returns them all.
+func (p *Peer) WaitCalls(path string, n int) ([]Call, error) {
+	if err := p.WaitCount(path, n); err != nil {
+		return nil, err
+	}
+	return p.Calls(path), nil
+}
+
+// WaitCount waits until at least n calls were received on path.
+func (p *Peer) WaitCount(path string, n int) error {
+	deadline := time.NewTimer(WaitTimeout)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		have, changed := p.counts[path], p.changed
+		p.mu.Unlock()
+		if have >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return fmt.Errorf("schedpeer: %d calls to %s after %s, want %d", have, path, WaitTimeout, n)
+		}
+	}
+}
+
+// WaitCallbacks waits for at least n callback calls and returns them decoded.
+func (p *Peer) WaitCallbacks(n int) ([]Callback, error) {
+	calls, err := p.WaitCalls(PathCallback, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Callback, len(calls))
+	for i, c := range calls {
+		if err := json.Unmarshal(c.Body, &out[i]); err != nil {
+			return nil, fmt.Errorf("cannot decode callback %q: %w", c.Body, err)
+		}
+	}
+	return out, nil
+}
+
+// Registrations returns every register call decoded.
+func (p *Peer) Registrations() []Registration {
+	calls := p.Calls(PathRegister)
+	out := make([]Registration, len(calls))
+	for i, c := range calls {
+		_ = json.Unmarshal(c.Body, &out[i])
+	}
+	return out
+}
+
+// Heartbeats returns every heartbeat call decoded.
+func (p *Peer) Heartbeats() []Heartbeat {
+	calls := p.Calls(PathHeartbeat)
+	out := make([]Heartbeat, len(calls))
+	for i, c := range calls {
+		_ = json.Unmarshal(c.Body, &out[i])
+	}
+	return out
+}
+
+// Dispatch sends run to the executor at address with the peer's token and the X-Axe-*
+// headers, and remembers the ticket so its callback is accepted.
+func (p *Peer) Dispatch(address string, run Run) (Response, error) {
+	p.mu.Lock()
+	if _, known := p.tickets[run.Ticket]; !known {
+		p.tickets[run.Ticket] = "open"
+	}
+	p.mu.Unlock()
+	body, err := json.Marshal(run)
+	if err != nil {
+		return Response{}, fmt.Errorf("cannot encode run: %w", err)
+	}
+	return p.Post(address, "/axe/run", body, p.cfg.Token, map[string]string{
+		"X-Axe-Task":    run.Task,
+		"X-Axe-Ticket":  run.Ticket,
+		"X-Axe-Attempt": strconv.Itoa(run.Attempt),
+	})
+}
+
+// Kill asks the executor at address to kill ticket.
+func (p *Peer) Kill(address, ticket string) (Response, error) {
+	body, _ := json.Marshal(map[string]string{"ticket": ticket})
+	return p.Post(address, "/axe/kill", body, p.cfg.Token, nil)
+}
+
+// Beat calls GET /axe/beat on the executor at address.
+func (p *Peer) Beat(address string) (Response, error) {
+	return p.do(address, fasthttp.MethodGet, "/axe/beat", nil, p.cfg.Token, nil)
+}
+
+// Post sends body to path on the executor at address with the given token ("" for none).
+func (p *Peer) Post(address, path string, body []byte, token string, headers map[string]string) (Response, error) {
+	return p.do(address, fasthttp.MethodPost, path, body, token, headers)
+}
+
+func (p *Peer) do(address, method, path string, body []byte, token string, headers map[string]string) (Response, error) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI("http://" + address + path)
+	req.Header.SetMethod(method)
+	req.Header.SetContentType("application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	req.SetBody(body)
+	if err := p.client.DoTimeout(req, resp, WaitTimeout); err != nil {
+		return Response{}, fmt.Errorf("cannot call %s%s: %w", address, path, err)
+	}
+	return Response{Status: resp.StatusCode(), Body: append([]byte(nil), resp.Body()...)}, nil
+}
+
+func (p *Peer) serve(rc *fasthttp.RequestCtx) {
+	path := string(rc.Path())
+	body := append([]byte(nil), rc.PostBody()...)
+	auth := string(rc.Request.Header.Peek("Authorization"))
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	status, resp := p.answerLocked(path, auth, body)
+	p.calls = append(p.calls, Call{Path: path, Auth: auth, Body: body, Status: status})
+	p.counts[path]++
+	close(p.changed)
+	p.changed = make(chan struct{})
+
+	out, _ := json.Marshal(resp)
+	rc.SetStatusCode(status)
+	rc.SetContentType("application/json")
+	rc.SetBody(out)
+}
+
+func (p *Peer) answerLocked(path, auth string, body []byte) (int, any) {
+	if p.unavailable {
+		return http.StatusServiceUnavailable, errBody("backup scheduler")
+	}
+	if f := p.faults[path]; len(f) > 0 {
+		p.faults[path] = f[1:]
+		return f[0], errBody("injected fault")
+	}
+	if p.cfg.Token != "" && auth != "Bearer "+p.cfg.Token {
+		return http.StatusUnauthorized, errBody("missing or invalid token")
+	}
+	switch path {
+	case PathRegister:
+		var r Registration
+		if err := json.Unmarshal(body, &r); err != nil {
+			return http.StatusBadRequest, errBody(err.Error())
+		}
+		if r.App == "" || r.Address == "" || r.Protocol != "http" || len(r.Handlers) == 0 {
+			return http.StatusBadRequest, errBody("app, address, protocol and handlers are required")
+		}
+		p.executors[executorKey{r.App, r.Address}] = r
+		return http.StatusOK, map[string]int64{
+			"heartbeat_interval_ms": p.cfg.HeartbeatIntervalMS,
+			"lost_after_ms":         p.cfg.LostAfterMS,
+		}
+	case PathHeartbeat:
+		var h Heartbeat
+		if err := json.Unmarshal(body, &h); err != nil {
+			return http.StatusBadRequest, errBody(err.Error())
+		}
+		if _, ok := p.executors[executorKey{h.App, h.Address}]; !ok {
+			return http.StatusNotFound, errBody("unknown executor")
+		}
+		return http.StatusOK, struct{}{}
+	case PathCallback:
+		var c Callback
+		if err := json.Unmarshal(body, &c); err != nil {
+			return http.StatusBadRequest, errBody(err.Error())
+		}
+		if c.Status != "success" && c.Status != "failed" {
+			return http.StatusBadRequest, errBody("status must be success or failed")
+		}
+		switch p.tickets[c.Ticket] {
+		case "":
+			return http.StatusNotFound, errBody("unknown ticket")
+		case "stale":
+			return http.StatusConflict, errBody("stale ticket")
+		case "done":
+			return http.StatusOK, map[string]bool{"ok": true, "duplicate": true}
+		}
+		p.tickets[c.Ticket] = "done"
+		return http.StatusOK, map[string]bool{"ok": true}
+	}
+	return http.StatusNotFound, errBody("no such endpoint")
+}
+
+func errBody(msg string) map[string]string { return map[string]string{"error": msg} }

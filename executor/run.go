@@ -1,0 +1,178 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// HandlerFunc executes one run. The context carries the run's deadline and is cancelled when
+// the run is killed (context.Cause is ErrKilled) or when Stop gives up waiting (ErrShutdown).
+// A nil error reports success; a non-nil error reports failure with err.Error() as the error
+// text. A panic is recovered and reported as a failure wrapping ErrHandlerPanic.
+type HandlerFunc func(ctx context.Context, run Run) (Result, error)
+
+// Run is one dispatch of a task to this executor.
+type Run struct {
+	// Ticket identifies this run globally. It is the handler's idempotency key: the scheduler
+	// may deliver the same ticket more than once (a lost response, a failover), and although
+	// the SDK runs a repeated ticket only once while it remembers it, side effects that must
+	// happen at most once should also be keyed by Ticket in the handler's own store.
+	Ticket string
+	// Task is the name of the task this run belongs to.
+	Task string
+	// Handler is the name the handler was registered under.
+	Handler string
+	// Attempt is the attempt number the scheduler assigned (retries increase it).
+	Attempt int
+	// ScheduledAt is the time the run was due; zero if the scheduler did not say.
+	ScheduledAt time.Time
+	// Deadline is when the scheduler stops waiting for the result; zero if none. The handler's
+	// context carries the same deadline.
+	Deadline time.Time
+	// Params is the task's opaque params JSON; nil when the task has none.
+	Params json.RawMessage
+}
+
+// Result is what a handler reports besides its error.
+type Result struct {
+	// Output is free text shown with the run (a summary, or the tail of a log). Only the last
+	// Config.OutputLimit bytes are reported.
+	Output string
+	// ExitCode is reported as exit_code when non-nil; command-running executors set it.
+	ExitCode *int
+}
+
+// Result statuses on the wire.
+const (
+	statusSuccess = "success"
+	statusFailed  = "failed"
+)
+
+// runRequest is the body of POST /axe/run.
+type runRequest struct {
+	Ticket      string          `json:"ticket"`
+	Task        string          `json:"task"`
+	Handler     string          `json:"handler"`
+	Attempt     int             `json:"attempt"`
+	ScheduledAt int64           `json:"scheduled_at"`
+	Deadline    int64           `json:"deadline"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	DedupTTLMS  int64           `json:"dedup_ttl_ms"`
+}
+
+// decodeRun parses and checks a POST /axe/run body. Unknown fields are ignored so that a newer
+// scheduler can add fields without breaking older executors.
+func decodeRun(body []byte) (runRequest, error) {
+	var r runRequest
+	if err := json.Unmarshal(body, &r); err != nil {
+		return runRequest{}, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
+	}
+	bad := func(field, problem string) (runRequest, error) {
+		return runRequest{}, fmt.Errorf("%w: %s: %s", ErrInvalidRun, field, problem)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"ticket", r.Ticket}, {"task", r.Task}, {"handler", r.Handler},
+	} {
+		if f.value == "" {
+			return bad(f.name, "required")
+		}
+		if len(f.value) > maxNameLen {
+			return bad(f.name, fmt.Sprintf("longer than %d bytes", maxNameLen))
+		}
+	}
+	switch {
+	case r.Attempt < 0:
+		return bad("attempt", "must not be negative")
+	case r.ScheduledAt < 0:
+		return bad("scheduled_at", "must not be negative")
+	case r.Deadline < 0:
+		return bad("deadline", "must not be negative")
+	case r.DedupTTLMS < 0 || r.DedupTTLMS > maxDedupTTL.Milliseconds():
+		return bad("dedup_ttl_ms", fmt.Sprintf("must be between 0 and %d", maxDedupTTL.Milliseconds()))
+	}
+	if bytes.Equal(r.Params, []byte("null")) {
+		r.Params = nil
+	}
+	return r, nil
+}
+
+// run converts the wire form into the handler's view.
+func (r runRequest) run() Run {
+	run := Run{
+		Ticket:  r.Ticket,
+		Task:    r.Task,
+		Handler: r.Handler,
+		Attempt: r.Attempt,
+		Params:  r.Params,
+	}
+	if r.ScheduledAt > 0 {
+		run.ScheduledAt = time.UnixMilli(r.ScheduledAt)
+	}
+	if r.Deadline > 0 {
+		run.Deadline = time.UnixMilli(r.Deadline)
+	}
+	return run
+}
+
+// dedupTTL is how long this run's ticket is remembered after it finishes.
+func (r runRequest) dedupTTL(fallback time.Duration) time.Duration {
+	if r.DedupTTLMS > 0 {
+		return time.Duration(r.DedupTTLMS) * time.Millisecond
+	}
+	return fallback
+}
+
+// callbackRequest is the body of POST /api/v1/callback.
+type callbackRequest struct {
+	Ticket     string `json:"ticket"`
+	Task       string `json:"task"`
+	App        string `json:"app"`
+	Address    string `json:"address"`
+	Status     string `json:"status"`
+	Error      string `json:"error"`
+	Output     string `json:"output"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	StartedAt  int64  `json:"started_at"`
+	EndedAt    int64  `json:"ended_at"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// registerRequest is the body of POST /api/v1/executors/register.
+type registerRequest struct {
+	App      string   `json:"app"`
+	Address  string   `json:"address"`
+	Protocol string   `json:"protocol"`
+	Handlers []string `json:"handlers"`
+}
+
+// registerResponse is the scheduler's answer to a registration.
+type registerResponse struct {
+	HeartbeatIntervalMS int64 `json:"heartbeat_interval_ms"`
+	LostAfterMS         int64 `json:"lost_after_ms"`
+}
+
+// heartbeatRequest is the body of POST /api/v1/executors/heartbeat.
+type heartbeatRequest struct {
+	App     string `json:"app"`
+	Address string `json:"address"`
+	Running int    `json:"running"`
+}
+
+// callbackResponse is the scheduler's acknowledgement of a result.
+type callbackResponse struct {
+	OK        bool `json:"ok"`
+	Duplicate bool `json:"duplicate"`
+}
+
+// killRequest is the body of POST /axe/kill.
+type killRequest struct {
+	Ticket string `json:"ticket"`
+}
+
+// errorResponse is every error body, on both sides of the protocol.
+type errorResponse struct {
+	Error string `json:"error"`
+}

@@ -1,0 +1,184 @@
+package executor
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Executor API paths and headers (docs/protocol.md).
+const (
+	pathRun  = "/axe/run"
+	pathKill = "/axe/kill"
+	pathBeat = "/axe/beat"
+
+	headerTask    = "X-Axe-Task"
+	headerTicket  = "X-Axe-Ticket"
+	headerAttempt = "X-Axe-Attempt"
+)
+
+// HTTP server limits. Runs are small JSON documents; the timeouts only protect against stuck
+// peers, since every handler answers without waiting for the run itself.
+const (
+	serverReadTimeout  = 30 * time.Second
+	serverWriteTimeout = 30 * time.Second
+	serverIdleTimeout  = 2 * time.Minute
+	maxRequestBody     = 4 << 20
+)
+
+// acceptedResponse answers an admitted run (202).
+type acceptedResponse struct {
+	Accepted  bool `json:"accepted"`
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// duplicateResponse answers a ticket that already finished (200).
+type duplicateResponse struct {
+	Duplicate bool   `json:"duplicate"`
+	Status    string `json:"status"`
+	Error     string `json:"error"`
+}
+
+// killResponse answers a kill of a running ticket.
+type killResponse struct {
+	Killed bool `json:"killed"`
+}
+
+// beatResponse answers GET /axe/beat.
+type beatResponse struct {
+	App      string   `json:"app"`
+	Running  int      `json:"running"`
+	Handlers []string `json:"handlers"`
+}
+
+func (e *Executor) serve(ln net.Listener) {
+	defer close(e.serveDone)
+	if err := e.srv.Serve(ln); err != nil {
+		e.log.Debug("executor HTTP server returned", "err", err)
+	}
+}
+
+// serveHTTP routes the three executor endpoints. Authentication comes first so that an
+// unauthenticated caller learns nothing, not even which paths exist.
+func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
+	if e.cfg.Token != "" && !e.authorized(rc) {
+		writeJSON(rc, http.StatusUnauthorized, errorResponse{"missing or invalid token"})
+		return
+	}
+	switch string(rc.Path()) {
+	case pathRun:
+		if !rc.IsPost() {
+			methodNotAllowed(rc, fasthttp.MethodPost)
+			return
+		}
+		e.handleRun(rc)
+	case pathKill:
+		if !rc.IsPost() {
+			methodNotAllowed(rc, fasthttp.MethodPost)
+			return
+		}
+		e.handleKill(rc)
+	case pathBeat:
+		if !rc.IsGet() {
+			methodNotAllowed(rc, fasthttp.MethodGet)
+			return
+		}
+		e.handleBeat(rc)
+	default:
+		writeJSON(rc, http.StatusNotFound, errorResponse{fmt.Sprintf("no endpoint %s", rc.Path())})
+	}
+}
+
+func (e *Executor) authorized(rc *fasthttp.RequestCtx) bool {
+	want := "Bearer " + e.cfg.Token
+	got := rc.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
+}
+
+// handleRun admits a run; the result travels later by callback.
+func (e *Executor) handleRun(rc *fasthttp.RequestCtx) {
+	req, err := decodeRun(rc.PostBody())
+	if err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		return
+	}
+	if err := checkRunHeaders(&rc.Request.Header, req); err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		return
+	}
+	status, resp, after := e.admit(req)
+	if after != nil {
+		after()
+	}
+	if status == http.StatusAccepted {
+		e.log.Debug("run accepted", "ticket", req.Ticket, "task", req.Task, "attempt", req.Attempt)
+	}
+	writeJSON(rc, status, resp)
+}
+
+// checkRunHeaders rejects X-Axe-* headers that contradict the body. The body is authoritative;
+// the headers exist for proxies and access logs, and a mismatch means a broken intermediary.
+func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
+	for _, c := range []struct{ name, want string }{
+		{headerTicket, req.Ticket},
+		{headerTask, req.Task},
+		{headerAttempt, strconv.Itoa(req.Attempt)},
+	} {
+		if got := h.Peek(c.name); len(got) > 0 && string(got) != c.want {
+			return fmt.Errorf("%w: header %s is %q but the body says %q", ErrInvalidRun, c.name, got, c.want)
+		}
+	}
+	return nil
+}
+
+// handleKill cancels the context of a running or queued ticket.
+func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
+	var k killRequest
+	if err := json.Unmarshal(rc.PostBody(), &k); err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{fmt.Sprintf("cannot decode body: %v", err)})
+		return
+	}
+	if k.Ticket == "" {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{"ticket: required"})
+		return
+	}
+	e.mu.Lock()
+	ar, ok := e.running[k.Ticket]
+	e.mu.Unlock()
+	if !ok {
+		writeJSON(rc, http.StatusNotFound, errorResponse{fmt.Sprintf("ticket %q is not running here", k.Ticket)})
+		return
+	}
+	ar.kill(ErrKilled)
+	e.log.Info("run killed", "ticket", k.Ticket, "task", ar.run.Task)
+	writeJSON(rc, http.StatusOK, killResponse{Killed: true})
+}
+
+func (e *Executor) handleBeat(rc *fasthttp.RequestCtx) {
+	e.mu.Lock()
+	running := e.inflight
+	e.mu.Unlock()
+	writeJSON(rc, http.StatusOK, beatResponse{App: e.cfg.App, Running: running, Handlers: e.handlerNames})
+}
+
+func methodNotAllowed(rc *fasthttp.RequestCtx, allow string) {
+	rc.Response.Header.Set(fasthttp.HeaderAllow, allow)
+	writeJSON(rc, http.StatusMethodNotAllowed, errorResponse{fmt.Sprintf("use %s", allow)})
+}
+
+func writeJSON(rc *fasthttp.RequestCtx, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":"cannot encode response"}`)
+	}
+	rc.SetStatusCode(status)
+	rc.SetContentType("application/json")
+	rc.SetBody(body)
+}
