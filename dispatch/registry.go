@@ -1,0 +1,241 @@
+package dispatch
+
+import (
+	"errors"
+	"hash/fnv"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Routing strategies (R5.5), chosen per task.
+const (
+	RouteRoundRobin     = "round_robin"
+	RouteRandom         = "random"
+	RouteLeastBusy      = "least_busy"
+	RouteConsistentHash = "consistent_hash"
+	RouteFailover       = "failover"
+)
+
+// Executor statuses.
+const (
+	StatusAlive = "alive"
+	StatusLost  = "lost"
+)
+
+// ErrUnknownExecutor is returned by Heartbeat for an executor that never registered (or
+// that the registry forgot): the executor registers again.
+var ErrUnknownExecutor = errors.New("executor not registered")
+
+// Executor is one registered executor instance as the registry sees it.
+type Executor struct {
+	App           string
+	Address       string
+	Handlers      []string
+	RegisteredAt  int64
+	LastHeartbeat int64
+	Alive         bool
+	// inflight counts runs sent and not yet resolved, for least-busy routing.
+	inflight atomic.Int64
+}
+
+// Inflight returns the number of runs in flight on the executor.
+func (x *Executor) Inflight() int64 { return x.inflight.Load() }
+
+// AddInflight adjusts the in-flight count.
+func (x *Executor) AddInflight(d int64) { x.inflight.Add(d) }
+
+func (x *Executor) serves(handler string) bool {
+	for _, h := range x.Handlers {
+		if h == handler {
+			return true
+		}
+	}
+	return false
+}
+
+type appSet struct {
+	members []*Executor // sorted by address: a stable order for failover and hashing
+	rr      atomic.Uint64
+}
+
+// Registry holds the executors by app. It is in memory only; the engine persists changes.
+// Registration is idempotent by (app, address): a restarted executor is the same entry.
+type Registry struct {
+	mu   sync.RWMutex
+	apps map[string]*appSet
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{apps: make(map[string]*appSet)} }
+
+// Register adds or refreshes an executor and marks it alive. It reports whether the entry
+// is new and whether it was lost before (it came back).
+func (r *Registry) Register(app, addr string, handlers []string, now int64) (x *Executor, created, revived bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.apps[app]
+	if set == nil {
+		set = &appSet{}
+		r.apps[app] = set
+	}
+	for _, m := range set.members {
+		if m.Address == addr {
+			revived = !m.Alive
+			m.Handlers = append([]string(nil), handlers...)
+			m.LastHeartbeat = now
+			m.Alive = true
+			return m, false, revived
+		}
+	}
+	x = &Executor{App: app, Address: addr, Handlers: append([]string(nil), handlers...), RegisteredAt: now, LastHeartbeat: now, Alive: true}
+	set.members = append(set.members, x)
+	sort.Slice(set.members, func(i, j int) bool { return set.members[i].Address < set.members[j].Address })
+	return x, true, false
+}
+
+// Restore puts an executor read from the store into the registry as it was.
+func (r *Registry) Restore(app, addr string, handlers []string, registeredAt, lastHeartbeat int64, alive bool) {
+	x, _, _ := r.Register(app, addr, handlers, lastHeartbeat)
+	r.mu.Lock()
+	x.RegisteredAt = registeredAt
+	x.Alive = alive
+	r.mu.Unlock()
+}
+
+// Heartbeat records a heartbeat; it reports whether the executor was lost and came back.
+func (r *Registry) Heartbeat(app, addr string, now int64) (revived bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if set := r.apps[app]; set != nil {
+		for _, m := range set.members {
+			if m.Address == addr {
+				revived = !m.Alive
+				m.LastHeartbeat = now
+				m.Alive = true
+				return revived, nil
+			}
+		}
+	}
+	return false, ErrUnknownExecutor
+}
+
+// Reap marks executors silent since before deadline as lost and returns them (R5.3). Lost
+// executors stay registered: a heartbeat brings them back.
+func (r *Registry) Reap(deadline int64) []*Executor {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var lost []*Executor
+	for _, set := range r.apps {
+		for _, m := range set.members {
+			if m.Alive && m.LastHeartbeat < deadline {
+				m.Alive = false
+				lost = append(lost, m)
+			}
+		}
+	}
+	return lost
+}
+
+// ExecutorInfo is a copy of an executor's registry entry.
+type ExecutorInfo struct {
+	App           string
+	Address       string
+	Handlers      []string
+	RegisteredAt  int64
+	LastHeartbeat int64
+	Alive         bool
+	Inflight      int64
+}
+
+// Snapshot returns a copy of every executor, ordered by app then address.
+func (r *Registry) Snapshot() []ExecutorInfo {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []ExecutorInfo
+	for _, set := range r.apps {
+		for _, m := range set.members {
+			out = append(out, ExecutorInfo{App: m.App, Address: m.Address, Handlers: append([]string(nil), m.Handlers...),
+				RegisteredAt: m.RegisteredAt, LastHeartbeat: m.LastHeartbeat, Alive: m.Alive, Inflight: m.Inflight()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].App != out[j].App {
+			return out[i].App < out[j].App
+		}
+		return out[i].Address < out[j].Address
+	})
+	return out
+}
+
+// AliveCount returns the number of alive executors.
+func (r *Registry) AliveCount() int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, set := range r.apps {
+		for _, m := range set.members {
+			if m.Alive {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Candidates returns the alive executors of app that serve handler, in the order the route
+// prefers: the first is where the run goes, the rest are where it goes if that one refuses or
+// is busy. key is what consistent hashing hashes (the task name).
+func (r *Registry) Candidates(app, handler, route, key string) []*Executor {
+	r.mu.RLock()
+	set := r.apps[app]
+	var alive []*Executor
+	if set != nil {
+		for _, m := range set.members {
+			if m.Alive && m.serves(handler) {
+				alive = append(alive, m)
+			}
+		}
+	}
+	r.mu.RUnlock()
+	n := len(alive)
+	if n <= 1 {
+		return alive
+	}
+	start := 0
+	switch route {
+	case RouteRandom:
+		start = rand.IntN(n)
+	case RouteLeastBusy:
+		sort.SliceStable(alive, func(i, j int) bool { return alive[i].Inflight() < alive[j].Inflight() })
+	case RouteConsistentHash:
+		start = rendezvous(alive, key)
+	case RouteFailover:
+		// members are sorted by address: the first alive one is the primary.
+	default: // round robin
+		start = int(set.rr.Add(1)-1) % n
+	}
+	if start == 0 {
+		return alive
+	}
+	out := make([]*Executor, 0, n)
+	out = append(out, alive[start:]...)
+	return append(out, alive[:start]...)
+}
+
+// rendezvous picks the member with the highest hash of (key, address): a task sticks to one
+// executor, and only the tasks of an executor that leaves or joins move.
+func rendezvous(members []*Executor, key string) int {
+	best, bestH := 0, uint64(0)
+	for i, m := range members {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		h.Write([]byte{0})
+		h.Write([]byte(m.Address))
+		if v := h.Sum64(); i == 0 || v > bestH {
+			best, bestH = i, v
+		}
+	}
+	return best
+}

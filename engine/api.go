@@ -1,0 +1,706 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/persist"
+)
+
+// The operations below are what the REST API and the CLI call. Each one validates first and
+// changes nothing on bad input; each one leaves action records with its actor; each one
+// returns after its writes are durable.
+
+// write submits a group and waits until it is durable.
+func (e *Engine) write(ctx context.Context, g *persist.Group) error {
+	if err := e.writer.Write(ctx, g); err != nil {
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	return nil
+}
+
+// commitWait is commitLocked for API calls: it makes nrt the runtime and waits for it to be
+// durable. Caller holds t.mu; the wait happens without it so the writer's callbacks for
+// this task can run.
+func (e *Engine) commitWait(ctx context.Context, t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) error {
+	expect := t.rt.Version
+	nrt.Version = expect + 1
+	t.rt = nrt
+	t.pending++
+	done := make(chan error, 1)
+	g := &persist.Group{
+		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
+		Runs:        runs,
+		Actions:     acts,
+		Done: func(err error) {
+			e.writeDone(t, err)
+			done <- err
+		},
+	}
+	if err := e.writer.Submit(ctx, g); err != nil {
+		t.pending--
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	t.mu.Unlock()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	t.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	return nil
+}
+
+// initialRuntime is the runtime of a new task.
+func (e *Engine) initialRuntime(t *task, now int64) (persist.Runtime, string) {
+	rt := persist.Runtime{State: persist.StateWaiting, Version: 1}
+	next := int64(0)
+	switch t.def.Trigger {
+	case persist.TriggerCron:
+		next = t.nextCron(now)
+	case persist.TriggerDelay:
+		next = now + t.def.DelayMS
+	}
+	if next == 0 {
+		if t.def.Paused {
+			rt.State = persist.StatePaused
+		}
+		return rt, ""
+	}
+	rt.NextTriggerTime = next
+	rt.State = persist.StateScheduled
+	if t.def.Paused {
+		// Kept while paused so that resume knows which fire was due (misfire policy).
+		rt.State = persist.StatePaused
+	}
+	return rt, "next fire " + time.UnixMilli(next).In(t.loc).Format(time.RFC3339Nano)
+}
+
+// CreateTask validates spec, stores the task and arms it when it is due within the window.
+func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	def, err := Normalize(spec, e.cfg.DefaultTimezone)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkDeps(ctx, &def); err != nil {
+		return nil, err
+	}
+	now := e.nowMS()
+	def.CreatedAt, def.UpdatedAt = now, now
+	t := &task{def: &def}
+	if err := t.compile(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
+	}
+	rt, detail := e.initialRuntime(t, now)
+	if err := e.store.CreateTask(ctx, &def, &rt); err != nil {
+		return nil, err
+	}
+	t.id = def.ID
+	rt.TaskID = def.ID
+	t.rt = rt
+	acts := []persist.Action{e.action(t, "", ActCreate, "", persist.StateWaiting, actor, def.Trigger, now)}
+	if rt.State != persist.StateWaiting {
+		name := ActSchedule
+		if rt.State == persist.StatePaused {
+			name = ActPause
+			detail = "created paused"
+		}
+		acts = append(acts, e.action(t, "", name, persist.StateWaiting, rt.State, actor, detail, now))
+	}
+	if err := e.write(ctx, &persist.Group{Actions: acts}); err != nil {
+		return nil, err
+	}
+	e.adopt(t, now)
+	return &persist.Task{Def: def, Runtime: rt}, nil
+}
+
+// checkDeps verifies that every upstream exists and that the edges make no cycle (R6.3).
+func (e *Engine) checkDeps(ctx context.Context, def *persist.TaskDef) error {
+	if len(def.DependsOn) == 0 {
+		return nil
+	}
+	// Walk upstream edges from def's upstreams; reaching def.Name is a cycle.
+	seen := map[string]bool{}
+	queue := append([]string(nil), def.DependsOn...)
+	first := true
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		if name == def.Name {
+			return fieldErr("depends_on", "would create a dependency cycle through %q", def.Name)
+		}
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		pt, err := e.store.GetTask(ctx, name)
+		if errors.Is(err, persist.ErrTaskNotFound) {
+			if first || contains(def.DependsOn, name) {
+				return fieldErr("depends_on", "unknown task %q", name)
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("cannot check dependencies: %w", err)
+		}
+		queue = append(queue, pt.Def.DependsOn...)
+		first = false
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// lookup finds a task's id by name.
+func (e *Engine) lookup(ctx context.Context, name string) (int64, error) {
+	pt, err := e.store.GetTask(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	return pt.Def.ID, nil
+}
+
+// acquireByName is acquire for a name; it reports ErrTaskNotFound also when the task was
+// deleted while it was being looked up.
+func (e *Engine) acquireByName(ctx context.Context, name string) (*task, error) {
+	id, err := e.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	t, err := e.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.deleted {
+		t.mu.Unlock()
+		return nil, ErrTaskNotFound
+	}
+	return t, nil
+}
+
+func snapshot(t *task) *persist.Task {
+	return &persist.Task{Def: *t.def, Runtime: t.rt}
+}
+
+// UpdateTask replaces a task's definition. The trigger type cannot change (delete and
+// re-create instead). A changed schedule re-arms the in-memory entry at once (R3.3); a run in
+// flight finishes under the old definition.
+func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	if spec.Name == "" {
+		spec.Name = name
+	}
+	if spec.Name != name {
+		return nil, fieldErr("name", "cannot be changed (got %q for task %q)", spec.Name, name)
+	}
+	def, err := Normalize(spec, e.cfg.DefaultTimezone)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkDeps(ctx, &def); err != nil {
+		return nil, err
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(t)
+	old := t.def
+	if def.Trigger != old.Trigger {
+		return nil, fieldErr("trigger", "cannot change from %s to %s; delete and re-create the task", old.Trigger, def.Trigger)
+	}
+	now := e.nowMS()
+	def.ID, def.CreatedAt, def.UpdatedAt = old.ID, old.CreatedAt, now
+	pauseChange := def.Paused != old.Paused
+	def.Paused = old.Paused // pause and resume below go through their own paths
+	nt := &task{def: &def}
+	if err := nt.compile(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
+	}
+	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
+		return nil, err
+	}
+	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
+
+	nrt := t.rt
+	detail := "definition replaced"
+	reschedule := old.Cron != def.Cron || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS
+	if reschedule && t.rt.State == persist.StateScheduled {
+		switch def.Trigger {
+		case persist.TriggerCron:
+			nrt.NextTriggerTime = t.nextCron(now)
+		case persist.TriggerDelay:
+			// A changed delay counts from the edit: the task was waiting for its one fire.
+			nrt.NextTriggerTime = now + def.DelayMS
+		}
+		detail += "; next fire " + time.UnixMilli(nrt.NextTriggerTime).In(t.loc).Format(time.RFC3339Nano)
+	}
+	if old.Priority != def.Priority && t.ent != nil {
+		e.disarm(t) // settle re-arms it with the new priority
+	}
+	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
+	if err := e.commitWait(ctx, t, nrt, nil, []persist.Action{act}); err != nil {
+		return nil, err
+	}
+	if pauseChange {
+		if spec.Paused {
+			err = e.pauseLocked(ctx, t, "", actor)
+		} else {
+			err = e.resumeLocked(ctx, t, "", actor)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return snapshot(t), nil
+}
+
+// DeleteTask removes a task. Its armed entry is cancelled at once; a run in flight finishes
+// and its result is recorded in the run history only. Runs and actions stay.
+func (e *Engine) DeleteTask(ctx context.Context, name, actor string) error {
+	if err := e.checkRunning(); err != nil {
+		return err
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer e.release(t)
+	now := e.nowMS()
+	if err := e.store.DeleteTask(ctx, t.id); err != nil {
+		return err
+	}
+	t.deleted = true
+	e.disarm(t)
+	act := e.action(t, "", ActDelete, t.rt.State, "", actor, "", now)
+	t.mu.Unlock()
+	err = e.write(ctx, &persist.Group{Actions: []persist.Action{act}})
+	t.mu.Lock()
+	return err
+}
+
+// overlay replaces the stored runtime with the in-memory one, which may be a few
+// milliseconds ahead of what is durable.
+func (e *Engine) overlay(pt *persist.Task) {
+	if t := e.tasks.get(pt.Def.ID); t != nil {
+		t.mu.Lock()
+		if !t.evicted && !t.deleted {
+			pt.Def = *t.def
+			pt.Runtime = t.rt
+		}
+		t.mu.Unlock()
+	}
+}
+
+// GetTask returns a task's definition and runtime.
+func (e *Engine) GetTask(ctx context.Context, name string) (*persist.Task, error) {
+	pt, err := e.store.GetTask(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	e.overlay(pt)
+	return pt, nil
+}
+
+// ListTasks lists tasks, filtered by group and state.
+func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]persist.Task, error) {
+	// The state filter is applied after the overlay so that it agrees with what is shown.
+	state := f.State
+	f.State = ""
+	if state != "" {
+		f.Limit = 0
+	}
+	list, err := e.store.ListTasks(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := list[:0]
+	for i := range list {
+		e.overlay(&list[i])
+		if state == "" || list[i].Runtime.State == state {
+			out = append(out, list[i])
+		}
+	}
+	return out, nil
+}
+
+// Runs returns a task's recent runs, newest first.
+func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]persist.Run, error) {
+	id, err := e.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return e.store.ListRuns(ctx, id, limit)
+}
+
+// Actions returns a task's action records, newest first.
+func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]persist.Action, error) {
+	id, err := e.lookup(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return e.store.ListActions(ctx, id, limit)
+}
+
+// Run returns one run by ticket.
+func (e *Engine) Run(ctx context.Context, ticket string) (*persist.Run, error) {
+	return e.store.GetRun(ctx, ticket)
+}
+
+// NextFireTimes previews a cron expression (R3.1): the next n fires after now in zone tz
+// (the server's default zone when empty).
+func (e *Engine) NextFireTimes(expr, tz string, n int) ([]time.Time, *time.Location, error) {
+	if tz == "" {
+		tz = e.cfg.DefaultTimezone
+	}
+	loc, err := cron.LoadLocation(tz)
+	if err != nil {
+		return nil, nil, fieldErr("tz", "unknown zone %q", tz)
+	}
+	if n < 1 || n > 1000 {
+		return nil, nil, fieldErr("n", "must be 1..1000, got %d", n)
+	}
+	times, err := cron.NextN(expr, loc, e.now(), n)
+	if err != nil {
+		return nil, nil, fieldErr("expr", "%v", err)
+	}
+	return times, loc, nil
+}
+
+// Pause stops a task's future triggers at once (R6.1), including an entry already armed. A
+// run in flight finishes; the task then rests in PAUSED. note is kept in the action record
+// and on the task. Pausing a paused task changes nothing.
+func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(t)
+	if err := e.pauseLocked(ctx, t, note, actor); err != nil {
+		return nil, err
+	}
+	return snapshot(t), nil
+}
+
+func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) error {
+	if t.def.Paused {
+		return nil
+	}
+	def := *t.def
+	def.Paused = true
+	def.UpdatedAt = e.nowMS()
+	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
+		return err
+	}
+	t.def = &def
+	now := e.nowMS()
+	nrt := t.rt
+	nrt.Note = note
+	from := t.rt.State
+	detail := note
+	if from == persist.StateRunning {
+		detail = joinNote("takes effect when run "+t.rt.CurrentTicket+" ends", note)
+		act := e.action(t, t.rt.CurrentTicket, ActPause, from, from, actor, detail, now)
+		return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+	}
+	if from != persist.StatePaused {
+		if err := checkTransition(from, persist.StatePaused); err != nil {
+			return err
+		}
+		nrt.State = persist.StatePaused
+		if from == persist.StateRetrying {
+			// The pending retry is abandoned; resume starts from the next cycle.
+			nrt.Attempt = 0
+			nrt.NextTriggerTime = t.nextCron(now)
+		}
+	}
+	e.disarm(t)
+	act := e.action(t, "", ActPause, from, nrt.State, actor, detail, now)
+	return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+}
+
+func joinNote(a, note string) string {
+	if note == "" {
+		return a
+	}
+	return a + "; note: " + note
+}
+
+// Resume re-enables a paused task. Its next fire is computed from now; fires missed while it
+// was paused follow its misfire policy (fire_once: one fire now; skip: the next one after now).
+func (e *Engine) Resume(ctx context.Context, name, note, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(t)
+	if err := e.resumeLocked(ctx, t, note, actor); err != nil {
+		return nil, err
+	}
+	return snapshot(t), nil
+}
+
+func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) error {
+	if !t.def.Paused && t.rt.State != persist.StatePaused {
+		return nil
+	}
+	def := *t.def
+	def.Paused = false
+	def.UpdatedAt = e.nowMS()
+	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
+		return err
+	}
+	t.def = &def
+	now := e.nowMS()
+	nrt := t.rt
+	nrt.Note = ""
+	from := t.rt.State
+	detail := ""
+	if from == persist.StatePaused {
+		switch def.Trigger {
+		case persist.TriggerCron:
+			due := t.rt.NextTriggerTime
+			if due == 0 {
+				due = t.nextCron(now)
+			}
+			if due != 0 && due <= now {
+				next, d := e.nextFire(t, due-1, now)
+				// A missed fire is always late by more than a tick; resume treats any
+				// missed fire as a misfire so the policy decides, not the threshold.
+				if t.def.MisfirePolicy == persist.MisfireSkip {
+					next, d = t.nextCron(now), " (misfire: fires missed while paused skipped)"
+				} else if next < now-e.cfg.MisfireThreshold.Milliseconds() || next <= now {
+					next, d = now, " (misfire: fire_once, fires missed while paused coalesced into one now)"
+				}
+				due = next
+				detail = d
+			}
+			if due == 0 {
+				nrt.State = persist.StateWaiting
+			} else {
+				nrt.State = persist.StateScheduled
+				nrt.NextTriggerTime = due
+				detail = "next fire " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339Nano) + detail
+			}
+		case persist.TriggerDelay:
+			if t.rt.LastTriggerTime == 0 && t.rt.NextTriggerTime > 0 {
+				// Its one fire has not happened: a missed one fires now.
+				nrt.State = persist.StateScheduled
+				if nrt.NextTriggerTime < now {
+					nrt.NextTriggerTime = now
+				}
+				detail = "next fire " + time.UnixMilli(nrt.NextTriggerTime).In(t.loc).Format(time.RFC3339Nano)
+			} else {
+				nrt.State = persist.StateWaiting
+				nrt.NextTriggerTime = 0
+			}
+		default:
+			nrt.State = persist.StateWaiting
+			nrt.NextTriggerTime = 0
+		}
+		if err := checkTransition(from, nrt.State); err != nil {
+			return err
+		}
+	}
+	act := e.action(t, "", ActResume, from, nrt.State, actor, joinNote(detail, note), now)
+	return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+}
+
+// PauseGroup pauses every task of a group and returns how many changed.
+func (e *Engine) PauseGroup(ctx context.Context, group, note, actor string) (int, error) {
+	return e.eachInGroup(ctx, group, func(name string) (bool, error) {
+		pt, err := e.Pause(ctx, name, note, actor)
+		return pt != nil, err
+	})
+}
+
+// ResumeGroup resumes every task of a group and returns how many it touched.
+func (e *Engine) ResumeGroup(ctx context.Context, group, note, actor string) (int, error) {
+	return e.eachInGroup(ctx, group, func(name string) (bool, error) {
+		pt, err := e.Resume(ctx, name, note, actor)
+		return pt != nil, err
+	})
+}
+
+func (e *Engine) eachInGroup(ctx context.Context, group string, fn func(name string) (bool, error)) (int, error) {
+	if group == "" {
+		return 0, fieldErr("group", "is required")
+	}
+	n := 0
+	var after int64
+	for {
+		list, err := e.store.ListTasks(ctx, persist.TaskFilter{Group: group, AfterID: after, Limit: 500})
+		if err != nil {
+			return n, err
+		}
+		for _, pt := range list {
+			ok, err := fn(pt.Def.Name)
+			if errors.Is(err, persist.ErrTaskNotFound) {
+				continue // deleted meanwhile
+			}
+			if err != nil {
+				return n, err
+			}
+			if ok {
+				n++
+			}
+			after = pt.Def.ID
+		}
+		if len(list) < 500 {
+			return n, nil
+		}
+	}
+}
+
+// RunNow starts an independent instance of a task with its own ticket (R6.2). It does not
+// touch the periodic state machine: it works while the periodic run is RUNNING and while the
+// task is PAUSED. params, when given, replace the task's params for this run only. It returns
+// once the run is durably recorded and handed to the dispatcher.
+func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*persist.Run, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	if len(params) > 0 && !json.Valid(params) {
+		return nil, fieldErr("params", "must be valid JSON")
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	now := e.nowMS()
+	def := t.def
+	if len(params) == 0 {
+		params = def.Params
+	}
+	run := persist.Run{
+		Ticket: manualTicket(t.id, now), TaskID: t.id, TaskName: def.Name, Kind: persist.RunManual,
+		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: persist.ResultRunning,
+		Executor: downstreamOf(def),
+	}
+	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, "independent instance", now)
+	t.manual++
+	t.mu.Unlock()
+	if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}); err != nil {
+		t.mu.Lock()
+		t.manual--
+		e.release(t)
+		return nil, err
+	}
+	e.runsWG.Add(1)
+	e.m.triggers.Inc()
+	e.send(t, def, run, params)
+	return &run, nil
+}
+
+// completeManual records the end of a run-now instance: its run row and an action record.
+func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
+	now := e.nowMS()
+	run.EndedAt = now
+	run.Result = oc.result
+	run.Error = oc.errText
+	run.Output = oc.output
+	run.DurationMS = oc.duration.Milliseconds()
+	if oc.executor != "" {
+		run.Executor = oc.executor
+	}
+	e.m.results.result(oc.result).Inc()
+	t.mu.Lock()
+	t.manual--
+	detail := "run-now " + oc.result
+	if oc.errText != "" {
+		detail += ": " + oc.errText
+	}
+	act := e.action(t, run.Ticket, ActResult, "", "", ActorScheduler, detail, now)
+	e.settle(t)
+	t.mu.Unlock()
+	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}
+	if err := e.writer.Submit(context.Background(), g); err != nil {
+		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
+	}
+	e.runsWG.Done()
+}
+
+// Kill ends the task's periodic run in flight: the run is recorded KILLED and the task goes
+// on to WAITING and its next cycle. For HTTP callbacks the scheduler stops waiting for the
+// call; the downstream sees its connection closed at the run's deadline.
+func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(t)
+	if t.run == nil || t.rt.State != persist.StateRunning {
+		return nil, fmt.Errorf("%w: task %q is %s, not RUNNING", ErrConflict, name, t.rt.State)
+	}
+	now := e.nowMS()
+	run := t.run.run
+	if x := e.execRuns.peek(run.Ticket); x != nil {
+		run.Executor = x.run.Executor
+		e.killOnExecutor(run.Ticket)
+		e.execRuns.take(run.Ticket)
+	}
+	run.EndedAt = now
+	run.Result = persist.ResultKilled
+	run.Error = "killed by " + actor
+	run.DurationMS = now - run.DispatchedAt
+	t.run = nil
+	e.m.results.result(persist.ResultKilled).Inc()
+	nrt := t.rt
+	nrt.LastEndTime = now
+	nrt.CurrentTicket = ""
+	nrt.Attempt = 0
+	nrt.State = persist.StateWaiting
+	acts := []persist.Action{
+		e.action(t, run.Ticket, ActKill, persist.StateRunning, persist.StateKilled, actor, "", now),
+		e.action(t, run.Ticket, ActSchedule, persist.StateKilled, persist.StateWaiting, ActorScheduler, "", now),
+	}
+	switch {
+	case t.def.Paused:
+		nrt.State = persist.StatePaused
+		acts[1].To = persist.StatePaused
+		acts[1].Action = ActPause
+		acts[1].Detail = "pause requested during the run takes effect"
+	case t.def.Trigger == persist.TriggerCron:
+		if next, d := e.nextFire(t, run.ScheduledAt, now); next != 0 {
+			nrt.State = persist.StateScheduled
+			nrt.NextTriggerTime = next
+			acts = append(acts, e.action(t, "", ActSchedule, persist.StateWaiting, persist.StateScheduled, ActorScheduler,
+				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
+		}
+	}
+	err = e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
+	e.runsWG.Done()
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(t), nil
+}

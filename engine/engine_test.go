@@ -1,0 +1,675 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/ratelimit"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, leaktest.Options()...)
+}
+
+// call is one request received by a callbackServer.
+type call struct {
+	at      time.Time
+	task    string
+	ticket  string
+	attempt int
+	body    runBody
+}
+
+// callbackServer is a real HTTP endpoint on loopback that records the runs it receives.
+type callbackServer struct {
+	*httptest.Server
+	mu     sync.Mutex
+	calls  []call
+	status func(c call) int // default 200
+	hang   chan struct{}    // when non-nil, requests block until it is closed
+}
+
+func newCallbackServer(t *testing.T) *callbackServer {
+	cs := &callbackServer{}
+	cs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		c := call{at: time.Now(), task: r.Header.Get("X-Axe-Task"), ticket: r.Header.Get("X-Axe-Ticket")}
+		c.attempt, _ = strconv.Atoi(r.Header.Get("X-Axe-Attempt"))
+		_ = json.Unmarshal(data, &c.body)
+		cs.mu.Lock()
+		cs.calls = append(cs.calls, c)
+		status, hang := cs.status, cs.hang
+		cs.mu.Unlock()
+		if hang != nil {
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+		}
+		code := 200
+		if status != nil {
+			code = status(c)
+		}
+		w.WriteHeader(code)
+	}))
+	t.Cleanup(func() {
+		cs.mu.Lock()
+		if cs.hang != nil {
+			close(cs.hang)
+			cs.hang = nil
+		}
+		cs.mu.Unlock()
+		cs.Close()
+	})
+	return cs
+}
+
+func (cs *callbackServer) got(task string) []call {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out []call
+	for _, c := range cs.calls {
+		if task == "" || c.task == task {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func startEngine(t *testing.T, s persist.Store, mods ...func(*Config)) *Engine {
+	t.Helper()
+	cfg := Config{Store: s, Window: 10 * time.Second, LoadInterval: 2 * time.Second}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Stop(ctx); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return e
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func httpSpec(name, url string) *TaskSpec {
+	return &TaskSpec{Name: name, Callback: &persist.Callback{URL: url}}
+}
+
+func mustCreate(t *testing.T, e *Engine, s *TaskSpec) *persist.Task {
+	t.Helper()
+	pt, err := e.CreateTask(context.Background(), s, "test")
+	if err != nil {
+		t.Fatalf("create %s: %v", s.Name, err)
+	}
+	return pt
+}
+
+func actionNames(t *testing.T, e *Engine, task string) []string {
+	t.Helper()
+	acts, err := e.Actions(context.Background(), task, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := len(acts) - 1; i >= 0; i-- {
+		out = append(out, acts[i].Action)
+	}
+	return out
+}
+
+func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		e := startEngine(t, s)
+		spec := httpSpec("once", cs.URL+"/hook")
+		spec.DelayMS = ptr(int64(300))
+		spec.Params = json.RawMessage(`{"k": 1}`)
+		created := mustCreate(t, e, spec)
+		if created.Runtime.State != persist.StateScheduled {
+			t.Fatalf("state after create = %s, want SCHEDULED", created.Runtime.State)
+		}
+		waitFor(t, 5*time.Second, "the delay task to run", func() bool {
+			pt, err := e.GetTask(context.Background(), "once")
+			return err == nil && pt.Runtime.State == persist.StateSuccess
+		})
+		time.Sleep(300 * time.Millisecond) // a second call would come within this
+		calls := cs.got("once")
+		if len(calls) != 1 {
+			t.Fatalf("called %d times, want 1", len(calls))
+		}
+		c := calls[0]
+		due := time.UnixMilli(created.Def.CreatedAt + 300)
+		if late := c.at.Sub(due); late < 0 || late > 100*time.Millisecond {
+			t.Errorf("arrived %s after its due time, want 0..100ms", late)
+		}
+		if c.attempt != 1 || c.ticket == "" || c.body.Ticket != c.ticket || string(c.body.Params) != `{"k":1}` {
+			t.Errorf("request = %+v", c)
+		}
+		runs, err := e.Runs(context.Background(), "once", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != 1 || runs[0].Result != persist.ResultSuccess || runs[0].Ticket != c.ticket || runs[0].EndedAt == 0 {
+			t.Fatalf("runs = %+v", runs)
+		}
+		got := actionNames(t, e, "once")
+		want := []string{ActCreate, ActSchedule, ActDispatch, ActResult}
+		if !equalStrings(got, want) {
+			t.Errorf("actions = %v, want %v", got, want)
+		}
+	})
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCronFiresEverySecondWithDistinctTickets(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		e := startEngine(t, s)
+		spec := httpSpec("tick", cs.URL)
+		spec.Cron = "*/1 * * * * *"
+		mustCreate(t, e, spec)
+		waitFor(t, 6*time.Second, "three fires", func() bool { return len(cs.got("tick")) >= 3 })
+		calls := cs.got("tick")
+		seen := map[string]bool{}
+		for i, c := range calls {
+			if seen[c.ticket] {
+				t.Fatalf("ticket %s sent twice", c.ticket)
+			}
+			seen[c.ticket] = true
+			if c.body.ScheduledAt%1000 != 0 {
+				t.Errorf("scheduled_at %d is not on a second", c.body.ScheduledAt)
+			}
+			if i > 0 && c.body.ScheduledAt-calls[i-1].body.ScheduledAt != 1000 {
+				t.Errorf("fires %d and %d are %dms apart, want 1000", i-1, i, c.body.ScheduledAt-calls[i-1].body.ScheduledAt)
+			}
+		}
+	})
+}
+
+func TestRestartOnSameStoreKeepsFiring(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		e1, err := New(Config{Store: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		spec := httpSpec("survivor", cs.URL)
+		spec.Cron = "*/1 * * * * *"
+		mustCreate(t, e1, spec)
+		waitFor(t, 5*time.Second, "a first fire", func() bool { return len(cs.got("survivor")) >= 1 })
+		if err := e1.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		before := len(cs.got("survivor"))
+		startEngine(t, s)
+		waitFor(t, 5*time.Second, "fires after the restart", func() bool { return len(cs.got("survivor")) >= before+2 })
+		seen := map[string]bool{}
+		for _, c := range cs.got("survivor") {
+			if seen[c.ticket] {
+				t.Fatalf("ticket %s sent twice across the restart", c.ticket)
+			}
+			seen[c.ticket] = true
+		}
+	})
+}
+
+// TestTwoEnginesNeverDispatchTheSameFireTwice runs two engines on one store, both holding
+// the same task in their windows: only the CAS decides who dispatches each fire (R2.3).
+func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		a := startEngine(t, s)
+		spec := httpSpec("contended", cs.URL)
+		spec.Cron = "*/1 * * * * *"
+		mustCreate(t, a, spec)
+		b := startEngine(t, s) // loads the same task from the store
+		if n, _ := b.InMemory(); n != 1 {
+			t.Fatalf("second engine holds %d tasks, want 1", n)
+		}
+		time.Sleep(3500 * time.Millisecond)
+		calls := cs.got("contended")
+		if len(calls) < 3 {
+			t.Fatalf("only %d fires in 3.5s", len(calls))
+		}
+		seen := map[int64]bool{}
+		for _, c := range calls {
+			if seen[c.body.ScheduledAt] {
+				t.Fatalf("fire %d dispatched twice", c.body.ScheduledAt)
+			}
+			seen[c.body.ScheduledAt] = true
+		}
+	})
+}
+
+func TestMisfirePolicies(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		ctx := context.Background()
+		past := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
+		for _, policy := range []string{persist.MisfireFireOnce, persist.MisfireSkip} {
+			def := persist.TaskDef{
+				Name: "mf-" + policy, Group: "default", Trigger: persist.TriggerCron, Cron: "0 * * * * *",
+				Timezone: "UTC", TimeoutSec: 10, RetryIntervalSec: 1, Priority: 2,
+				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: policy,
+			}
+			rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: past, Version: 1}
+			if err := s.CreateTask(ctx, &def, &rt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e := startEngine(t, s)
+		waitFor(t, 3*time.Second, "the fire_once misfire to fire", func() bool { return len(cs.got("mf-fire_once")) == 1 })
+		time.Sleep(500 * time.Millisecond)
+		if n := len(cs.got("mf-fire_once")); n != 1 {
+			t.Errorf("fire_once fired %d times, want exactly 1 for 60 missed fires", n)
+		}
+		if n := len(cs.got("mf-skip")); n != 0 {
+			t.Errorf("skip fired %d times, want 0", n)
+		}
+		for _, name := range []string{"mf-fire_once", "mf-skip"} {
+			pt, err := e.GetTask(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pt.Runtime.NextTriggerTime <= time.Now().UnixMilli() || pt.Runtime.State != persist.StateScheduled {
+				t.Errorf("%s: runtime after misfire = %+v, want SCHEDULED in the future", name, pt.Runtime)
+			}
+			if acts := actionNames(t, e, name); len(acts) == 0 || acts[0] != ActMisfire {
+				t.Errorf("%s: actions = %v, want a misfire record first", name, acts)
+			}
+		}
+	})
+}
+
+func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		ctx := context.Background()
+		now := time.Now().UnixMilli()
+		def := persist.TaskDef{
+			Name: "inflight", Group: "default", Trigger: persist.TriggerCron, Cron: "0 0 * * * *",
+			Timezone: "UTC", TimeoutSec: 10, RetryCount: 3, RetryIntervalSec: 1, Priority: 2,
+			Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+		}
+		rt := persist.Runtime{State: persist.StateRunning, CurrentTicket: "t-lost", Attempt: 1, LastTriggerTime: now - 1000, Version: 1}
+		if err := s.CreateTask(ctx, &def, &rt); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{{Ticket: "t-lost", TaskID: def.ID, TaskName: def.Name,
+			Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: now - 1000, DispatchedAt: now - 1000, Result: persist.ResultRunning}}}); err != nil {
+			t.Fatal(err)
+		}
+		e := startEngine(t, s)
+		waitFor(t, 3*time.Second, "the lost run to be recorded", func() bool {
+			r, err := s.GetRun(ctx, "t-lost")
+			return err == nil && r.Result == persist.ResultLost
+		})
+		pt, err := e.GetTask(ctx, "inflight")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.FailureCount != 1 || pt.Runtime.NextTriggerTime <= now {
+			t.Errorf("runtime = %+v, want SCHEDULED for the next hour with one failure", pt.Runtime)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := len(cs.got("")); n != 0 {
+			t.Errorf("a lost run was re-sent %d times", n)
+		}
+	})
+}
+
+func TestRetriesWithBackoffThenFailed(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		cs.status = func(call) int { return 500 }
+		e := startEngine(t, s)
+		spec := httpSpec("flaky", cs.URL)
+		spec.DelayMS = ptr(int64(0))
+		spec.RetryCount = ptr(2)
+		spec.RetryIntervalSec = ptr(1)
+		mustCreate(t, e, spec)
+		waitFor(t, 6*time.Second, "the final failure", func() bool {
+			pt, err := e.GetTask(context.Background(), "flaky")
+			return err == nil && pt.Runtime.State == persist.StateFailed
+		})
+		calls := cs.got("flaky")
+		if len(calls) != 3 {
+			t.Fatalf("called %d times, want 3", len(calls))
+		}
+		for i, c := range calls {
+			if c.attempt != i+1 {
+				t.Errorf("call %d has attempt %d", i, c.attempt)
+			}
+			if i > 0 && c.at.Sub(calls[i-1].at) < 950*time.Millisecond {
+				t.Errorf("retry %d came %s after the previous call, want >= 1s", i, c.at.Sub(calls[i-1].at))
+			}
+		}
+		// The in-memory state leads the durable records by at most a writer flush.
+		want := []string{ActCreate, ActSchedule, ActDispatch, ActRetry, ActDispatch, ActRetry, ActDispatch, ActResult}
+		var got []string
+		waitFor(t, time.Second, "the action records", func() bool {
+			got = actionNames(t, e, "flaky")
+			return len(got) >= len(want)
+		})
+		if !equalStrings(got, want) {
+			t.Errorf("actions = %v, want %v", got, want)
+		}
+	})
+}
+
+func TestTimeoutFailsTheRun(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		cs.hang = make(chan struct{})
+		e := startEngine(t, s)
+		spec := httpSpec("slow", cs.URL)
+		spec.DelayMS = ptr(int64(0))
+		spec.TimeoutSec = ptr(1)
+		mustCreate(t, e, spec)
+		var runs []persist.Run
+		waitFor(t, 5*time.Second, "the run to end", func() bool {
+			runs, _ = e.Runs(context.Background(), "slow", 1)
+			return len(runs) == 1 && runs[0].EndedAt > 0
+		})
+		r := runs[0]
+		if r.Result != persist.ResultTimeout {
+			t.Fatalf("run = %+v, want result timeout", r)
+		}
+		// Measured on the run's own timestamps, not the test's clock: a loaded machine may
+		// delay the test's polling but not the scheduler's decision.
+		if d := time.Duration(r.EndedAt-r.DispatchedAt) * time.Millisecond; d < time.Second || d > 2*time.Second {
+			t.Errorf("timed out %s after dispatch, want 1s..2s", d)
+		}
+	})
+}
+
+func TestPauseResumeAndDelete(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		e := startEngine(t, s)
+		for _, n := range []string{"p1", "p2"} {
+			spec := httpSpec(n, cs.URL)
+			spec.Cron = "*/1 * * * * *"
+			spec.Group = "g"
+			mustCreate(t, e, spec)
+		}
+		waitFor(t, 3*time.Second, "both firing", func() bool { return len(cs.got("p1")) > 0 && len(cs.got("p2")) > 0 })
+		pt, err := e.Pause(ctx, "p1", "maintenance", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A run in flight finishes first; then the task rests in PAUSED.
+		waitFor(t, 2*time.Second, "p1 to rest in PAUSED", func() bool {
+			pt, err = e.GetTask(ctx, "p1")
+			return err == nil && pt.Runtime.State == persist.StatePaused
+		})
+		n1, n2 := len(cs.got("p1")), len(cs.got("p2"))
+		time.Sleep(2200 * time.Millisecond)
+		if got := len(cs.got("p1")); got != n1 {
+			t.Errorf("paused p1 fired %d more times", got-n1)
+		}
+		if got := len(cs.got("p2")); got < n2+2 {
+			t.Errorf("p2 fired %d times while p1 was paused, want >= 2", got-n2)
+		}
+		if _, err := e.Resume(ctx, "p1", "", "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 3*time.Second, "p1 firing again", func() bool { return len(cs.got("p1")) > n1 })
+
+		if err := e.DeleteTask(ctx, "p2", "test"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // let a run in flight at delete time finish
+		n2 = len(cs.got("p2"))
+		time.Sleep(1500 * time.Millisecond)
+		if got := len(cs.got("p2")); got != n2 {
+			t.Errorf("deleted p2 fired %d more times", got-n2)
+		}
+		if _, err := e.GetTask(ctx, "p2"); !errors.Is(err, ErrTaskNotFound) {
+			t.Errorf("get deleted = %v, want ErrTaskNotFound", err)
+		}
+	})
+}
+
+func TestUpdateReArmsAtOnce(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		e := startEngine(t, s)
+		spec := httpSpec("edit", cs.URL)
+		spec.Cron = "0 0 0 1 1 ?" // new year only
+		mustCreate(t, e, spec)
+		spec.Cron = "*/1 * * * * *"
+		pt, err := e.UpdateTask(ctx, "edit", spec, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pt.Runtime.NextTriggerTime > time.Now().Add(2*time.Second).UnixMilli() {
+			t.Errorf("next after update = %d, want within 2s", pt.Runtime.NextTriggerTime)
+		}
+		waitFor(t, 3*time.Second, "the edited schedule to fire", func() bool { return len(cs.got("edit")) > 0 })
+		spec.Trigger = persist.TriggerDelay
+		spec.Cron = ""
+		spec.DelayMS = ptr(int64(10))
+		var fe *FieldError
+		if _, err := e.UpdateTask(ctx, "edit", spec, "test"); !errors.As(err, &fe) || fe.Field != "trigger" {
+			t.Errorf("changing the trigger type = %v, want a trigger field error", err)
+		}
+	})
+}
+
+func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		cs.hang = make(chan struct{})
+		e := startEngine(t, s)
+		spec := httpSpec("long", cs.URL)
+		spec.DelayMS = ptr(int64(0))
+		spec.TimeoutSec = ptr(30)
+		mustCreate(t, e, spec)
+		waitFor(t, 3*time.Second, "the periodic run in flight", func() bool { return len(cs.got("long")) == 1 })
+		run, err := e.RunNow(ctx, "long", json.RawMessage(`{"override":true}`), "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 2*time.Second, "the run-now instance", func() bool { return len(cs.got("long")) == 2 })
+		calls := cs.got("long")
+		if calls[1].ticket != run.Ticket || calls[1].ticket == calls[0].ticket || string(calls[1].body.Params) != `{"override":true}` {
+			t.Errorf("run-now call = %+v (periodic %s)", calls[1], calls[0].ticket)
+		}
+		pt, err := e.Kill(ctx, "long", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pt.Runtime.State == persist.StateRunning {
+			t.Errorf("state after kill = %s", pt.Runtime.State)
+		}
+		r, err := s.GetRun(ctx, calls[0].ticket)
+		if err != nil || r.Result != persist.ResultKilled {
+			t.Errorf("killed run = %+v, %v", r, err)
+		}
+		if _, err := e.Kill(ctx, "long", "test"); !errors.Is(err, ErrConflict) {
+			t.Errorf("second kill = %v, want ErrConflict", err)
+		}
+		// Let the downstream answer: the killed run's late success changes nothing, the
+		// run-now instance records its own result.
+		cs.mu.Lock()
+		close(cs.hang)
+		cs.hang = nil
+		cs.mu.Unlock()
+		waitFor(t, 3*time.Second, "the run-now result", func() bool {
+			r, err := s.GetRun(ctx, run.Ticket)
+			return err == nil && r.Result == persist.ResultSuccess
+		})
+		if r, _ := s.GetRun(ctx, calls[0].ticket); r == nil || r.Result != persist.ResultKilled {
+			t.Errorf("a late answer changed the killed run: %+v", r)
+		}
+	})
+}
+
+func TestStateTable(t *testing.T) {
+	seed := map[persist.State][]persist.State{
+		persist.StateWaiting:   {persist.StateScheduled, persist.StatePaused},
+		persist.StateScheduled: {persist.StateRunning, persist.StateFailed},
+		persist.StateRunning:   {persist.StateSuccess, persist.StateFailed, persist.StateRetrying, persist.StateKilled},
+		persist.StateRetrying:  {persist.StateRunning, persist.StateFailed},
+		persist.StateSuccess:   {persist.StateScheduled},
+		persist.StateFailed:    {persist.StateRunning},
+		persist.StatePaused:    {persist.StateWaiting, persist.StateRunning},
+		persist.StateKilled:    {persist.StateWaiting},
+	}
+	for from, tos := range seed {
+		for _, to := range tos {
+			if err := checkTransition(from, to); err != nil {
+				t.Errorf("seed edge %s→%s refused: %v", from, to, err)
+			}
+		}
+	}
+	for _, bad := range [][2]persist.State{
+		{persist.StateWaiting, persist.StateRunning},
+		{persist.StateSuccess, persist.StateRunning},
+		{persist.StateKilled, persist.StateRunning},
+		{persist.StateRunning, persist.StateScheduled},
+		{persist.StatePaused, persist.StateSuccess},
+	} {
+		if err := checkTransition(bad[0], bad[1]); !errors.Is(err, ErrInvalidTransition) {
+			t.Errorf("%s→%s = %v, want ErrInvalidTransition", bad[0], bad[1], err)
+		}
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	iv := 30 * time.Second
+	want := []time.Duration{30 * time.Second, 30 * time.Second, 60 * time.Second, 120 * time.Second,
+		240 * time.Second, 480 * time.Second, 600 * time.Second, 600 * time.Second}
+	for i, w := range want {
+		if got := retryDelay(iv, i+1, 10*time.Minute); got != w {
+			t.Errorf("retry %d: %s, want %s", i+1, got, w)
+		}
+	}
+	if got := retryDelay(time.Hour, 5, 10*time.Minute); got != time.Hour {
+		t.Errorf("an interval above the cap is kept: got %s", got)
+	}
+	if got := retryDelay(time.Second, 100, 10*time.Minute); got != 10*time.Minute {
+		t.Errorf("retry 100 = %s, want the cap", got)
+	}
+}
+
+// TestRateLimitedBurstRunsAllInPriorityOrder puts 1,000 fires due at the same instant
+// behind a 100/s bucket: all run, none dropped, spread over >= 9 s, best priority first.
+func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 10 s per store")
+	}
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		host := cs.Listener.Addr().String()
+		due := time.Now().Add(3 * time.Second).Truncate(time.Second).Add(time.Second).UnixMilli()
+		const n = 1000
+		for i := 0; i < n; i++ {
+			def := persist.TaskDef{
+				Name: "burst-" + strconv.Itoa(i), Group: "burst", Trigger: persist.TriggerDelay, DelayMS: 1,
+				Timezone: "UTC", TimeoutSec: 30, RetryIntervalSec: 1, Priority: (i * 7) % 5,
+				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+			}
+			rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due, Version: 1}
+			if err := s.CreateTask(ctx, &def, &rt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if time.Now().UnixMilli() > due {
+			t.Skip("the store was too slow to create the tasks before their due time")
+		}
+		startEngine(t, s, func(c *Config) {
+			c.RateLimit.PerKey = map[string]ratelimit.Limit{host: {Rate: 100, Burst: 1}}
+		})
+		waitFor(t, 20*time.Second, "all 1000 runs", func() bool { return len(cs.got("")) == n })
+		waitFor(t, 5*time.Second, "all runs recorded", func() bool {
+			for i := 0; i < n; i += 97 {
+				pt, err := s.GetTask(ctx, "burst-"+strconv.Itoa(i))
+				if err != nil || pt.Runtime.State != persist.StateSuccess {
+					return false
+				}
+			}
+			return true
+		})
+		calls := cs.got("")
+		seen := map[string]bool{}
+		for _, c := range calls {
+			if seen[c.ticket] {
+				t.Fatalf("ticket %s sent twice", c.ticket)
+			}
+			seen[c.ticket] = true
+		}
+		first, last := calls[0].at, calls[len(calls)-1].at
+		if spread := last.Sub(first); spread < 9*time.Second {
+			t.Errorf("1000 runs at 100/s spread over %s, want >= 9s", spread)
+		}
+		// Priority order: arrivals 10 ms apart; allow the first token (burst 1) and the
+		// in-flight reordering of concurrent HTTP calls to touch neighbours only.
+		prio := func(c call) int {
+			i, _ := strconv.Atoi(c.task[len("burst-"):])
+			return (i * 7) % 5
+		}
+		inversions := 0
+		for i := 2; i < len(calls); i++ {
+			if prio(calls[i]) < prio(calls[i-1]) && calls[i].at.Sub(calls[i-1].at) > 5*time.Millisecond {
+				inversions++
+			}
+		}
+		if inversions > 0 {
+			t.Errorf("%d priority inversions in dispatch order", inversions)
+		}
+	})
+}

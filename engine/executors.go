@@ -1,0 +1,386 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/persist"
+)
+
+// Executor protocol defaults (R5.2, R5.3).
+const (
+	HeartbeatIntervalDefault = 10 * time.Second
+	LostAfterDefault         = 30 * time.Second
+	// offerTimeout bounds the POST /axe/run call itself: the executor answers 202 at once
+	// and reports the result later, so a slow answer means a sick executor.
+	offerTimeout = 5 * time.Second
+	// timeoutGrace lets the executor's own deadline result (the second timeout layer, R4.5)
+	// arrive before the scheduler declares the run timed out.
+	timeoutGrace = 500 * time.Millisecond
+)
+
+// Errors of the executor protocol.
+var (
+	// ErrStaleTicket: a result for a run that already ended another way (timed out, killed,
+	// lost) or with another result.
+	ErrStaleTicket = errors.New("stale ticket")
+	// ErrUnknownExecutor: a heartbeat from an executor that is not registered.
+	ErrUnknownExecutor = dispatch.ErrUnknownExecutor
+)
+
+// execRun is a run in flight on an SDK executor.
+type execRun struct {
+	t     *task
+	run   persist.Run
+	exec  *dispatch.Executor
+	timer *time.Timer
+}
+
+// execRuns tracks runs in flight on executors by ticket. Whoever removes a ticket resolves
+// the run, which makes resolution happen exactly once among the callback, the timeout, a kill
+// and a lost executor.
+type execRuns struct {
+	mu sync.Mutex
+	m  map[string]*execRun
+}
+
+func (r *execRuns) put(x *execRun) {
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = make(map[string]*execRun)
+	}
+	r.m[x.run.Ticket] = x
+	r.mu.Unlock()
+}
+
+func (r *execRuns) take(ticket string) *execRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	x := r.m[ticket]
+	if x != nil {
+		delete(r.m, ticket)
+		if x.timer != nil {
+			x.timer.Stop()
+		}
+		if x.exec != nil {
+			x.exec.AddInflight(-1)
+		}
+	}
+	return x
+}
+
+func (r *execRuns) peek(ticket string) *execRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[ticket]
+}
+
+// on returns the tickets in flight on executor x.
+func (r *execRuns) on(x *dispatch.Executor) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for t, v := range r.m {
+		if v.exec == x {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ExecutorRegistration is the body of POST /api/v1/executors/register.
+type ExecutorRegistration struct {
+	App      string   `json:"app"`
+	Address  string   `json:"address"`
+	Protocol string   `json:"protocol"`
+	Handlers []string `json:"handlers"`
+}
+
+func (reg *ExecutorRegistration) validate() error {
+	if reg.App == "" {
+		return fieldErr("app", "is required")
+	}
+	if !namePattern.MatchString(reg.App) {
+		return fieldErr("app", "invalid app name %q", reg.App)
+	}
+	if reg.Address == "" {
+		return fieldErr("address", "is required")
+	}
+	if strings.Contains(reg.Address, "/") || !strings.Contains(reg.Address, ":") || len(reg.Address) > 255 {
+		return fieldErr("address", "must be host:port, got %q", reg.Address)
+	}
+	if reg.Protocol == "" {
+		reg.Protocol = "http"
+	}
+	if reg.Protocol != "http" {
+		return fieldErr("protocol", "must be http, got %q", reg.Protocol)
+	}
+	if len(reg.Handlers) == 0 {
+		return fieldErr("handlers", "at least one handler is required")
+	}
+	for _, h := range reg.Handlers {
+		if !namePattern.MatchString(h) {
+			return fieldErr("handlers", "invalid handler name %q", h)
+		}
+	}
+	return nil
+}
+
+// RegisterExecutor registers an executor, idempotent by (app, address) (R5.2).
+func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration) error {
+	if err := reg.validate(); err != nil {
+		return err
+	}
+	now := e.nowMS()
+	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Handlers, now)
+	row := &persist.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
+		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive}
+	if err := e.store.UpsertExecutor(ctx, row); err != nil {
+		return fmt.Errorf("cannot record executor: %w", err)
+	}
+	switch {
+	case created:
+		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "handlers", reg.Handlers)
+	case revived:
+		e.alert(ctx, "executor_back", fmt.Sprintf("executor %s at %s registered again", reg.App, reg.Address))
+	}
+	return nil
+}
+
+// ExecutorHeartbeat records a heartbeat. An unknown executor gets ErrUnknownExecutor and
+// registers again.
+func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr string) error {
+	now := e.nowMS()
+	revived, err := e.registry.Heartbeat(app, addr, now)
+	if err != nil {
+		return err
+	}
+	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, persist.ErrExecutorNotFound) {
+		return fmt.Errorf("cannot record heartbeat: %w", err)
+	}
+	if revived {
+		e.alert(ctx, "executor_back", fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
+	}
+	return nil
+}
+
+// ExecutorTimings returns the heartbeat interval executors are asked to keep and the silence
+// after which they are lost.
+func (e *Engine) ExecutorTimings() (heartbeat, lostAfter time.Duration) {
+	return e.cfg.HeartbeatInterval, e.cfg.LostAfter
+}
+
+// Executors lists the registry.
+func (e *Engine) Executors() []persist.Executor {
+	snap := e.registry.Snapshot()
+	out := make([]persist.Executor, 0, len(snap))
+	for _, x := range snap {
+		st := dispatch.StatusAlive
+		if !x.Alive {
+			st = dispatch.StatusLost
+		}
+		out = append(out, persist.Executor{App: x.App, Address: x.Address, Protocol: "http", Handlers: x.Handlers,
+			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st})
+	}
+	return out
+}
+
+// restoreExecutors loads the registry from the store at start. Executors keep their last
+// heartbeat, so one that died with the previous scheduler is reaped after LostAfter.
+func (e *Engine) restoreExecutors(ctx context.Context) error {
+	list, err := e.store.ListExecutors(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range list {
+		e.registry.Restore(x.App, x.Address, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
+	}
+	return nil
+}
+
+// reapLoop marks silent executors lost (R5.3).
+func (e *Engine) reapLoop(ctx context.Context) {
+	defer e.loopsWG.Done()
+	every := e.cfg.LostAfter / 10
+	if every < 50*time.Millisecond {
+		every = 50 * time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			e.reap(ctx)
+		}
+	}
+}
+
+func (e *Engine) reap(ctx context.Context) {
+	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
+	for _, x := range lost {
+		msg := fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", x.App, x.Address, e.cfg.LostAfter)
+		e.alert(ctx, "executor_lost", msg)
+		if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
+			e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
+		}
+		for _, ticket := range e.execRuns.on(x) {
+			if r := e.execRuns.take(ticket); r != nil {
+				e.resolve(r.t, r.run, outcome{result: persist.ResultLost, executor: x.Address,
+					errText: "executor " + x.Address + " was lost with the run in flight"})
+			}
+		}
+	}
+}
+
+// alert raises an operator alert: log, metric and an action record (R4.7).
+func (e *Engine) alert(ctx context.Context, kind, msg string) {
+	e.log.Warn("alert: "+msg, "alert", kind)
+	e.m.alerts(kind).Inc()
+	act := persist.Action{Action: kind, Actor: ActorScheduler, At: e.nowMS(), Detail: msg}
+	if err := e.writer.Submit(ctx, &persist.Group{Actions: []persist.Action{act}}); err != nil {
+		e.log.Error("cannot record alert", "error", err)
+	}
+}
+
+// sendToExecutor offers a durable run to the executors of its app, in the order its route
+// prefers, until one accepts (R5.5). It runs on a dispatch worker.
+func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, body []byte, deadline time.Time) {
+	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
+	if len(cands) == 0 {
+		e.resolve(t, run, outcome{result: persist.ResultFailed,
+			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
+		return
+	}
+	var refusals []string
+	for _, x := range cands {
+		offerBy := time.Now().Add(offerTimeout)
+		if deadline.Before(offerBy) {
+			offerBy = deadline
+		}
+		// Track the run before offering it: the executor may call back before Post returns.
+		r := &execRun{t: t, run: run, exec: x}
+		r.run.Executor = x.Address
+		x.AddInflight(1)
+		e.execRuns.put(r)
+		o := e.disp.Post(&dispatch.Request{
+			URL: "http://" + x.Address + "/axe/run", Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
+			Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
+		})
+		if o.Err == nil && (o.Status == 202 || o.Status == 200) {
+			e.execRuns.mu.Lock()
+			if e.execRuns.m[run.Ticket] == r {
+				r.timer = time.AfterFunc(time.Until(deadline)+timeoutGrace, func() {
+					if r := e.execRuns.take(run.Ticket); r != nil {
+						e.resolve(r.t, r.run, outcome{result: persist.ResultTimeout, executor: x.Address,
+							errText: "no result within timeout_sec"})
+					}
+				})
+			}
+			e.execRuns.mu.Unlock()
+			return
+		}
+		if e.execRuns.take(run.Ticket) == nil {
+			// Resolved meanwhile (a result raced the refusal): nothing more to do.
+			return
+		}
+		why := strconv.Itoa(o.Status)
+		if o.Err != nil {
+			why = o.Err.Error()
+		} else if len(o.Body) > 0 {
+			why += " " + strings.TrimSpace(string(o.Body))
+		}
+		refusals = append(refusals, x.Address+": "+why)
+	}
+	e.resolve(t, run, outcome{result: persist.ResultFailed,
+		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
+}
+
+// Report is the body of POST /api/v1/callback: an executor's result for a ticket.
+type Report struct {
+	Ticket     string `json:"ticket"`
+	Task       string `json:"task"`
+	App        string `json:"app"`
+	Address    string `json:"address"`
+	Status     string `json:"status"` // success or failed
+	Error      string `json:"error"`
+	Output     string `json:"output"`
+	ExitCode   *int   `json:"exit_code"`
+	StartedAt  int64  `json:"started_at"`
+	EndedAt    int64  `json:"ended_at"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// maxOutput bounds the output tail kept in a run record.
+const maxOutput = 8 << 10
+
+// ReportResult records an executor's result (R5.2). It is idempotent by ticket: a repeated
+// report of the recorded result returns duplicate=true and changes nothing; a report for a
+// run that ended another way returns ErrStaleTicket; an unknown ticket ErrRunNotFound.
+func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, err error) {
+	if rep.Ticket == "" {
+		return false, fieldErr("ticket", "is required")
+	}
+	if rep.Status != persist.ResultSuccess && rep.Status != persist.ResultFailed {
+		return false, fieldErr("status", "must be success or failed, got %q", rep.Status)
+	}
+	if r := e.execRuns.take(rep.Ticket); r != nil {
+		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
+		if rep.ExitCode != nil {
+			oc.errText = strings.TrimSpace(fmt.Sprintf("%s (exit code %d)", rep.Error, *rep.ExitCode))
+			if rep.Status == persist.ResultSuccess {
+				oc.errText = ""
+			}
+		}
+		if rep.DurationMS > 0 {
+			oc.duration = time.Duration(rep.DurationMS) * time.Millisecond
+		}
+		e.resolve(r.t, r.run, oc)
+		return false, nil
+	}
+	run, err := e.store.GetRun(ctx, rep.Ticket)
+	if err != nil {
+		return false, err
+	}
+	if run.Result == rep.Status {
+		return true, nil
+	}
+	if run.Result == persist.ResultRunning {
+		// Sent by a previous scheduler process and still unresolved here: the run was
+		// recovered as lost at start, or is being resolved right now.
+		return false, fmt.Errorf("%w: run %s is not waiting for a result here", ErrStaleTicket, rep.Ticket)
+	}
+	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// killOnExecutor asks the executor running ticket to cancel it; best effort.
+func (e *Engine) killOnExecutor(ticket string) {
+	r := e.execRuns.peek(ticket)
+	if r == nil || r.exec == nil {
+		return
+	}
+	body, _ := json.Marshal(map[string]string{"ticket": ticket})
+	addr := r.exec.Address
+	_ = e.disp.Go(func() {
+		o := e.disp.Post(&dispatch.Request{URL: "http://" + addr + "/axe/kill", Ticket: ticket, Body: body,
+			Deadline: time.Now().Add(offerTimeout), Token: e.cfg.ExecutorToken})
+		if !o.OK() {
+			e.log.Warn("executor did not confirm kill", "address", addr, "ticket", ticket, "status", o.Status, "error", o.Err)
+		}
+	})
+}

@@ -1,0 +1,171 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wheel"
+)
+
+// task is a task held in memory: armed in the wheel, running, or being operated on.
+// Every field is guarded by mu.
+type task struct {
+	mu sync.Mutex
+
+	id    int64
+	def   *persist.TaskDef // replaced, never mutated, so a snapshot can leave the lock
+	sched cron.Schedule    // nil unless trigger cron
+	loc   *time.Location
+
+	// rt is the newest runtime the engine decided. rt.Version is the version of the last
+	// write submitted to the writer, which may not be durable yet (pending > 0).
+	rt persist.Runtime
+
+	ent     *wheel.Entry // armed entry, or nil
+	pending int          // writes submitted and not yet done
+	run     *inflight    // the periodic run in flight, or nil
+	manual  int          // run-now instances in flight
+	evicted bool         // removed from the task map; a holder must look the task up again
+	deleted bool
+	stale   bool // a write conflicted: reload from the store once nothing is pending
+}
+
+// inflight is the periodic run a task is waiting on.
+type inflight struct {
+	run persist.Run
+}
+
+func newTask(pt *persist.Task) (*task, error) {
+	def := pt.Def
+	t := &task{id: def.ID, def: &def, rt: pt.Runtime}
+	t.rt.TaskID = def.ID
+	if err := t.compile(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// compile parses the schedule and zone of t.def.
+func (t *task) compile() error {
+	loc, err := cron.LoadLocation(t.def.Timezone)
+	if err != nil {
+		return fmt.Errorf("cannot load zone of task %q: %w", t.def.Name, err)
+	}
+	t.loc = loc
+	t.sched = nil
+	if t.def.Trigger == persist.TriggerCron {
+		s, err := parseCached(t.def.Cron)
+		if err != nil {
+			return fmt.Errorf("cannot parse cron of task %q: %w", t.def.Name, err)
+		}
+		t.sched = s
+	}
+	return nil
+}
+
+// scheduleCache keeps parsed cron schedules by expression. Parsing costs tens of
+// microseconds while a million tasks typically share a few thousand expressions, so the
+// window loader would otherwise spend most of its time parsing. Schedules are safe for
+// concurrent use, so tasks share them.
+var scheduleCache = func() *lru.Cache[string, cron.Schedule] {
+	c, err := lru.New[string, cron.Schedule](16384)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
+
+func parseCached(expr string) (cron.Schedule, error) {
+	if s, ok := scheduleCache.Get(expr); ok {
+		return s, nil
+	}
+	s, err := cron.Parse(expr)
+	if err != nil {
+		return nil, err
+	}
+	scheduleCache.Add(expr, s)
+	return s, nil
+}
+
+// nextCron returns the first cron fire strictly after `after` (ms), or 0 when none.
+func (t *task) nextCron(after int64) int64 {
+	if t.sched == nil {
+		return 0
+	}
+	n := t.sched.Next(time.UnixMilli(after), t.loc)
+	if n.IsZero() {
+		return 0
+	}
+	return n.UnixMilli()
+}
+
+// taskMapShards spreads the map over independent locks: consumers, the writer's callbacks
+// and API calls look tasks up concurrently, and one lock over a million entries would
+// serialise them.
+const taskMapShards = 64
+
+type taskMap struct {
+	shards [taskMapShards]struct {
+		mu sync.Mutex
+		m  map[int64]*task
+	}
+}
+
+func (m *taskMap) init() {
+	for i := range m.shards {
+		m.shards[i].m = make(map[int64]*task)
+	}
+}
+
+func (m *taskMap) shard(id int64) *struct {
+	mu sync.Mutex
+	m  map[int64]*task
+} {
+	return &m.shards[uint64(id)%taskMapShards]
+}
+
+func (m *taskMap) get(id int64) *task {
+	s := m.shard(id)
+	s.mu.Lock()
+	t := s.m[id]
+	s.mu.Unlock()
+	return t
+}
+
+// insertIfAbsent stores t unless a task with its id is present; it reports whether it did.
+func (m *taskMap) insertIfAbsent(t *task) bool {
+	s := m.shard(t.id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.m[t.id]; ok {
+		return false
+	}
+	s.m[t.id] = t
+	return true
+}
+
+// remove deletes t if it is the task stored under its id.
+func (m *taskMap) remove(t *task) {
+	s := m.shard(t.id)
+	s.mu.Lock()
+	if s.m[t.id] == t {
+		delete(s.m, t.id)
+	}
+	s.mu.Unlock()
+}
+
+func (m *taskMap) len() int {
+	n := 0
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += len(s.m)
+		s.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/persist"
+)
+
+// Task definition defaults (SPEC R1.1).
+const (
+	GroupDefault            = "default"
+	TimeoutSecDefault       = 300
+	RetryIntervalSecDefault = 30
+	PriorityDefault         = 2
+	TimezoneDefault         = "Asia/Shanghai"
+
+	maxTimeoutSec       = 7 * 24 * 3600
+	maxRetryCount       = 100
+	maxRetryIntervalSec = 24 * 3600
+	maxParamsBytes      = 64 << 10
+	maxDependsOn        = 64
+)
+
+// FieldError is a validation failure of one field of a task definition. It unwraps to
+// ErrInvalidTask, so the API maps it to 400 and names the field.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Unwrap makes errors.Is(err, ErrInvalidTask) true.
+func (e *FieldError) Unwrap() error { return ErrInvalidTask }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// TaskSpec is a task definition as a client sends it. Fields whose zero value is meaningful
+// (priority 0 is the highest) are pointers so that "absent" can take the default.
+type TaskSpec struct {
+	Name             string            `json:"name"`
+	Group            string            `json:"group"`
+	Trigger          string            `json:"trigger"`
+	Cron             string            `json:"cron"`
+	DelayMS          *int64            `json:"delay_ms"`
+	DependsOn        []string          `json:"depends_on"`
+	DependsMode      string            `json:"depends_mode"`
+	Timezone         string            `json:"timezone"`
+	TimeoutSec       *int              `json:"timeout_sec"`
+	RetryCount       *int              `json:"retry_count"`
+	RetryIntervalSec *int              `json:"retry_interval_sec"`
+	Priority         *int              `json:"priority"`
+	Callback         *persist.Callback `json:"callback"`
+	Params           json.RawMessage   `json:"params"`
+	MisfirePolicy    string            `json:"misfire_policy"`
+	Paused           bool              `json:"paused"`
+}
+
+// DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
+// typo ("retry_cnt") is an error rather than a silently ignored setting.
+func DecodeTaskSpec(data []byte) (*TaskSpec, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s TaskSpec
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidTask, jsonErrText(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidTask)
+	}
+	return &s, nil
+}
+
+// jsonErrText turns encoding/json errors into messages that name the field.
+func jsonErrText(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("%s: must be %s, got %s", te.Field, te.Type.String(), te.Value)
+	}
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "json: ")
+	return "invalid JSON: " + msg
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// Normalize validates s and returns the definition with defaults applied. defaultTZ is the
+// server's default zone. Errors are *FieldError naming the field.
+func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
+	var d persist.TaskDef
+	if s.Name == "" {
+		return d, fieldErr("name", "is required")
+	}
+	if !namePattern.MatchString(s.Name) {
+		return d, fieldErr("name", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	}
+	d.Name = s.Name
+	d.Group = s.Group
+	if d.Group == "" {
+		d.Group = GroupDefault
+	}
+	if !namePattern.MatchString(d.Group) {
+		return d, fieldErr("group", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
+	}
+
+	d.Trigger = s.Trigger
+	if d.Trigger == "" {
+		// Infer only when unambiguous; otherwise ask for it.
+		switch {
+		case s.Cron != "" && s.DelayMS == nil && len(s.DependsOn) == 0:
+			d.Trigger = persist.TriggerCron
+		case s.DelayMS != nil && s.Cron == "" && len(s.DependsOn) == 0:
+			d.Trigger = persist.TriggerDelay
+		case len(s.DependsOn) > 0 && s.Cron == "" && s.DelayMS == nil:
+			d.Trigger = persist.TriggerDependency
+		default:
+			return d, fieldErr("trigger", "is required: one of cron, delay, manual, dependency")
+		}
+	}
+	tz := s.Timezone
+	if tz == "" {
+		tz = defaultTZ
+	}
+	if _, err := cron.LoadLocation(tz); err != nil {
+		return d, fieldErr("timezone", "unknown zone %q", tz)
+	}
+	d.Timezone = tz
+
+	switch d.Trigger {
+	case persist.TriggerCron:
+		if s.Cron == "" {
+			return d, fieldErr("cron", "is required for trigger cron")
+		}
+		if _, err := cron.Parse(s.Cron); err != nil {
+			return d, fieldErr("cron", "%v", err)
+		}
+		d.Cron = s.Cron
+	case persist.TriggerDelay:
+		if s.DelayMS == nil {
+			return d, fieldErr("delay_ms", "is required for trigger delay")
+		}
+		if *s.DelayMS < 0 {
+			return d, fieldErr("delay_ms", "must be >= 0, got %d", *s.DelayMS)
+		}
+		if *s.DelayMS > int64(10*365*24*time.Hour/time.Millisecond) {
+			return d, fieldErr("delay_ms", "must be at most ten years")
+		}
+		d.DelayMS = *s.DelayMS
+	case persist.TriggerManual:
+	case persist.TriggerDependency:
+		if len(s.DependsOn) == 0 {
+			return d, fieldErr("depends_on", "is required for trigger dependency")
+		}
+	default:
+		return d, fieldErr("trigger", "must be one of cron, delay, manual, dependency; got %q", s.Trigger)
+	}
+	if d.Trigger != persist.TriggerCron && s.Cron != "" {
+		return d, fieldErr("cron", "is only valid with trigger cron")
+	}
+	if d.Trigger != persist.TriggerDelay && s.DelayMS != nil {
+		return d, fieldErr("delay_ms", "is only valid with trigger delay")
+	}
+	if d.Trigger != persist.TriggerDependency && len(s.DependsOn) > 0 {
+		return d, fieldErr("depends_on", "is only valid with trigger dependency")
+	}
+	if len(s.DependsOn) > maxDependsOn {
+		return d, fieldErr("depends_on", "at most %d upstream tasks", maxDependsOn)
+	}
+	seen := make(map[string]bool, len(s.DependsOn))
+	for _, up := range s.DependsOn {
+		if !namePattern.MatchString(up) {
+			return d, fieldErr("depends_on", "invalid task name %q", up)
+		}
+		if up == s.Name {
+			return d, fieldErr("depends_on", "a task cannot depend on itself")
+		}
+		if seen[up] {
+			return d, fieldErr("depends_on", "%q is listed twice", up)
+		}
+		seen[up] = true
+	}
+	if len(s.DependsOn) > 0 {
+		d.DependsOn = append([]string(nil), s.DependsOn...)
+	}
+	switch s.DependsMode {
+	case "", "all":
+		if d.Trigger == persist.TriggerDependency {
+			d.DependsMode = "all"
+		}
+	case "any":
+		if d.Trigger != persist.TriggerDependency {
+			return d, fieldErr("depends_mode", "is only valid with trigger dependency")
+		}
+		d.DependsMode = "any"
+	default:
+		return d, fieldErr("depends_mode", "must be all or any; got %q", s.DependsMode)
+	}
+
+	d.TimeoutSec = TimeoutSecDefault
+	if s.TimeoutSec != nil {
+		if *s.TimeoutSec < 1 || *s.TimeoutSec > maxTimeoutSec {
+			return d, fieldErr("timeout_sec", "must be 1..%d, got %d", maxTimeoutSec, *s.TimeoutSec)
+		}
+		d.TimeoutSec = *s.TimeoutSec
+	}
+	if s.RetryCount != nil {
+		if *s.RetryCount < 0 || *s.RetryCount > maxRetryCount {
+			return d, fieldErr("retry_count", "must be 0..%d, got %d", maxRetryCount, *s.RetryCount)
+		}
+		d.RetryCount = *s.RetryCount
+	}
+	d.RetryIntervalSec = RetryIntervalSecDefault
+	if s.RetryIntervalSec != nil {
+		if *s.RetryIntervalSec < 1 || *s.RetryIntervalSec > maxRetryIntervalSec {
+			return d, fieldErr("retry_interval_sec", "must be 1..%d, got %d", maxRetryIntervalSec, *s.RetryIntervalSec)
+		}
+		d.RetryIntervalSec = *s.RetryIntervalSec
+	}
+	d.Priority = PriorityDefault
+	if s.Priority != nil {
+		if *s.Priority < 0 || *s.Priority > 4 {
+			return d, fieldErr("priority", "must be 0..4 (0 is the highest), got %d", *s.Priority)
+		}
+		d.Priority = *s.Priority
+	}
+
+	if s.Callback == nil {
+		return d, fieldErr("callback", "is required")
+	}
+	cb := *s.Callback
+	if cb.Type == "" {
+		switch {
+		case cb.URL != "" && cb.App == "":
+			cb.Type = persist.CallbackHTTP
+		case cb.App != "" && cb.URL == "":
+			cb.Type = persist.CallbackExecutor
+		default:
+			return d, fieldErr("callback.type", "is required: http or executor")
+		}
+	}
+	switch cb.Type {
+	case persist.CallbackHTTP:
+		if cb.URL == "" {
+			return d, fieldErr("callback.url", "is required for callback type http")
+		}
+		u, err := url.Parse(cb.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return d, fieldErr("callback.url", "must be an absolute http:// or https:// URL, got %q", cb.URL)
+		}
+		if cb.App != "" || cb.Handler != "" || cb.Route != "" {
+			return d, fieldErr("callback", "app, handler and route are only valid with callback type executor")
+		}
+	case persist.CallbackExecutor:
+		if cb.App == "" {
+			return d, fieldErr("callback.app", "is required for callback type executor")
+		}
+		if !namePattern.MatchString(cb.App) {
+			return d, fieldErr("callback.app", "invalid app name %q", cb.App)
+		}
+		if cb.Handler == "" {
+			return d, fieldErr("callback.handler", "is required for callback type executor")
+		}
+		if cb.URL != "" {
+			return d, fieldErr("callback.url", "is only valid with callback type http")
+		}
+		if !validRoute(cb.Route) {
+			return d, fieldErr("callback.route", "must be one of round_robin, random, least_busy, consistent_hash, failover; got %q", cb.Route)
+		}
+	default:
+		return d, fieldErr("callback.type", "must be http or executor, got %q", cb.Type)
+	}
+	d.Callback = cb
+
+	if len(s.Params) > 0 {
+		if len(s.Params) > maxParamsBytes {
+			return d, fieldErr("params", "must be at most %d bytes of JSON", maxParamsBytes)
+		}
+		if !json.Valid(s.Params) {
+			return d, fieldErr("params", "must be valid JSON")
+		}
+		if !bytes.Equal(bytes.TrimSpace(s.Params), []byte("null")) {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, s.Params); err != nil {
+				return d, fieldErr("params", "must be valid JSON")
+			}
+			d.Params = buf.Bytes()
+		}
+	}
+	switch s.MisfirePolicy {
+	case "":
+		d.MisfirePolicy = persist.MisfireFireOnce
+	case persist.MisfireFireOnce, persist.MisfireSkip:
+		d.MisfirePolicy = s.MisfirePolicy
+	default:
+		return d, fieldErr("misfire_policy", "must be fire_once or skip, got %q", s.MisfirePolicy)
+	}
+	d.Paused = s.Paused
+	return d, nil
+}
+
+// Routing strategies for executor callbacks (R5.5).
+const (
+	RouteRoundRobin     = "round_robin"
+	RouteRandom         = "random"
+	RouteLeastBusy      = "least_busy"
+	RouteConsistentHash = "consistent_hash"
+	RouteFailover       = "failover"
+)
+
+func validRoute(r string) bool {
+	switch r {
+	case "", RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover:
+		return true
+	}
+	return false
+}
