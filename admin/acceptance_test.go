@@ -1,0 +1,224 @@
+package admin_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestNewUserAcceptance walks through what a new user tries first (the acceptance issue):
+// health, a delay task, a per-second cron task, validation errors, conflicts, unknown tasks
+// and the cron preview.
+func TestNewUserAcceptance(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+
+		var health map[string]string
+		d.mustJSON(t, http.StatusOK, http.MethodGet, "/healthz", nil, &health)
+		if health["status"] != "ok" {
+			t.Fatalf("/healthz = %v, want status ok", health)
+		}
+
+		once := d.create(t, spec("once", h.url("/ok/once"), "trigger", "delay", "delay_ms", 1000))
+		if once.Runtime.State != "SCHEDULED" || once.CreatedAt == 0 {
+			t.Fatalf("delay task created as %+v, want SCHEDULED with created_at", once.Runtime)
+		}
+		if due := once.CreatedAt + 1000; once.Runtime.NextTriggerTime != due {
+			t.Fatalf("next_trigger_time = %d, want created_at+1000 = %d", once.Runtime.NextTriggerTime, due)
+		}
+		every := d.create(t, spec("every-second", h.url("/ok/every"), "cron", "*/1 * * * * *",
+			"params", map[string]any{"k": "v", "n": 1}))
+		if every.Trigger != "cron" || every.Runtime.State != "SCHEDULED" {
+			t.Fatalf("cron task created as trigger %q state %q", every.Trigger, every.Runtime.State)
+		}
+
+		t.Run("delay fires once on time", func(t *testing.T) {
+			calls := h.waitCalls(t, "once", 1, waitTimeout)
+			due := time.UnixMilli(once.CreatedAt + 1000)
+			late := calls[0].At.Sub(due)
+			t.Logf("delay task arrived %s after its due time", late)
+			if late < 0 || late > 100*time.Millisecond {
+				t.Errorf("delay task arrived %s after its due time %s, want 0..100ms", late, due.Format(time.RFC3339Nano))
+			}
+		})
+
+		t.Run("cron fires every second", func(t *testing.T) {
+			calls := h.waitCalls(t, "every-second", 4, waitTimeout)
+			seen := map[string]bool{}
+			for i, c := range calls {
+				if c.Ticket == "" || c.Task != "every-second" || c.Attempt != "1" {
+					t.Errorf("call %d headers: ticket %q task %q attempt %q", i, c.Ticket, c.Task, c.Attempt)
+				}
+				if seen[c.Ticket] {
+					t.Errorf("ticket %s dispatched twice", c.Ticket)
+				}
+				seen[c.Ticket] = true
+				b := c.Body
+				if b.Task != "every-second" || b.Ticket != c.Ticket || b.Attempt != 1 || b.Kind != "scheduled" {
+					t.Errorf("call %d body %s does not match its headers", i, c.Raw)
+				}
+				if b.ScheduledAt%1000 != 0 {
+					t.Errorf("call %d scheduled_at %d is not on a second", i, b.ScheduledAt)
+				}
+				// Deadline is the dispatch time plus the default timeout of 300 s.
+				if dl := b.Deadline - b.ScheduledAt; dl < 300_000 || dl > 302_000 {
+					t.Errorf("call %d deadline is %d ms after scheduled_at, want about 300 s", i, dl)
+				}
+				var params map[string]any
+				if err := json.Unmarshal(b.Params, &params); err != nil || params["k"] != "v" || params["n"] != 1.0 {
+					t.Errorf("call %d params %s, want {\"k\":\"v\",\"n\":1}", i, b.Params)
+				}
+				if late := c.At.Sub(time.UnixMilli(b.ScheduledAt)); late < 0 || late > 500*time.Millisecond {
+					t.Errorf("call %d arrived %s after scheduled_at", i, late)
+				}
+				if i > 0 {
+					if gap := b.ScheduledAt - calls[i-1].Body.ScheduledAt; gap != 1000 {
+						t.Errorf("calls %d and %d are %d ms apart, want 1000", i-1, i, gap)
+					}
+				}
+			}
+			// By now the delay task's one fire is seconds in the past: it must not repeat.
+			if n := len(h.callsOf("once")); n != 1 {
+				t.Errorf("delay task called %d times, want exactly 1", n)
+			}
+		})
+
+		t.Run("invalid definitions are rejected", func(t *testing.T) {
+			before := names(d.list(t, ""))
+			cb := map[string]any{"type": "http", "url": h.url("/ok/x")}
+			cases := []struct {
+				name  string
+				body  any
+				field string
+			}{
+				{"invalid cron", spec("bad-cron", h.url("/ok/x"), "cron", "* * *"), "cron"},
+				{"unknown zone", spec("bad-zone", h.url("/ok/x"), "cron", "0 * * * *", "timezone", "Mars/Olympus_Mons"), "timezone"},
+				{"priority 7", spec("bad-prio-hi", h.url("/ok/x"), "trigger", "manual", "priority", 7), "priority"},
+				{"priority -1", spec("bad-prio-lo", h.url("/ok/x"), "trigger", "manual", "priority", -1), "priority"},
+				{"negative delay", spec("bad-delay", h.url("/ok/x"), "delay_ms", -5), "delay_ms"},
+				{"missing callback", map[string]any{"name": "bad-cb", "trigger": "manual"}, "callback"},
+				{"unknown field", map[string]any{"name": "bad-field", "trigger": "manual", "callback": cb, "retry_cnt": 3}, "retry_cnt"},
+				{"malformed JSON", `{"name": "bad-json", "trigger": "manual",`, "JSON"},
+				{"wrong type", `{"name": "bad-type", "trigger": "manual", "priority": "high", "callback": {"url": "http://x/"}}`, "priority"},
+			}
+			for _, tc := range cases {
+				msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks", tc.body)
+				if !strings.Contains(msg, tc.field) {
+					t.Errorf("%s: error %q does not name %q", tc.name, msg, tc.field)
+				}
+			}
+			if after := names(d.list(t, "")); !slices.Equal(before, after) {
+				t.Errorf("task list changed by rejected creates: before %v, after %v", before, after)
+			}
+		})
+
+		t.Run("duplicate name", func(t *testing.T) {
+			msg := d.apiError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks",
+				spec("once", h.url("/ok/again"), "trigger", "manual"))
+			if !strings.Contains(msg, "exists") {
+				t.Errorf("duplicate error %q does not say the task exists", msg)
+			}
+			if got := d.get(t, "once"); got.Trigger != "delay" || got.Callback.URL != h.url("/ok/once") {
+				t.Errorf("duplicate create changed the task: %+v", got.TaskDef)
+			}
+		})
+
+		t.Run("unknown task", func(t *testing.T) {
+			body := spec("ghost", h.url("/ok/x"), "trigger", "manual")
+			for _, c := range []struct {
+				method, path string
+				body         any
+			}{
+				{http.MethodGet, "/api/v1/tasks/ghost", nil},
+				{http.MethodPut, "/api/v1/tasks/ghost", body},
+				{http.MethodDelete, "/api/v1/tasks/ghost", nil},
+				{http.MethodPost, "/api/v1/tasks/ghost/pause", nil},
+				{http.MethodPost, "/api/v1/tasks/ghost/resume", nil},
+				{http.MethodPost, "/api/v1/tasks/ghost/run", nil},
+				{http.MethodPost, "/api/v1/tasks/ghost/kill", nil},
+				{http.MethodGet, "/api/v1/tasks/ghost/runs", nil},
+				{http.MethodGet, "/api/v1/tasks/ghost/actions", nil},
+			} {
+				if msg := d.apiError(t, http.StatusNotFound, c.method, c.path, c.body); !strings.Contains(msg, "not found") {
+					t.Errorf("%s %s: error %q, want it to say not found", c.method, c.path, msg)
+				}
+			}
+			if slices.Contains(names(d.list(t, "")), "ghost") {
+				t.Error("PUT of an unknown task created it")
+			}
+		})
+
+		t.Run("cron preview", func(t *testing.T) {
+			type preview struct {
+				Expr     string   `json:"expr"`
+				Timezone string   `json:"timezone"`
+				Next     []string `json:"next"`
+			}
+			q := url.Values{"expr": {"0 9 * * *"}, "tz": {"America/New_York"}}
+			var p preview
+			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &p)
+			if p.Timezone != "America/New_York" || len(p.Next) != 10 {
+				t.Fatalf("preview = %+v, want 10 times in America/New_York", p)
+			}
+			ny, err := time.LoadLocation("America/New_York")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prev time.Time
+			for _, s := range p.Next {
+				tm, err := time.Parse(time.RFC3339, s)
+				if err != nil {
+					t.Fatalf("preview time %q: %v", s, err)
+				}
+				if !strings.HasSuffix(s, "-05:00") && !strings.HasSuffix(s, "-04:00") {
+					t.Errorf("preview time %q is not in New York's offset", s)
+				}
+				if local := tm.In(ny); local.Hour() != 9 || local.Minute() != 0 {
+					t.Errorf("preview time %q is not 09:00 in New York", s)
+				}
+				if !tm.After(prev) || !tm.After(time.Now()) {
+					t.Errorf("preview time %q is not in the future and increasing", s)
+				}
+				prev = tm
+			}
+
+			q.Set("n", "3")
+			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &p)
+			if len(p.Next) != 3 {
+				t.Errorf("n=3 gave %d times", len(p.Next))
+			}
+			bad := url.Values{"expr": {"61 * * * *"}, "tz": {"America/New_York"}}
+			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "expr") {
+				t.Errorf("bad expr error %q does not name expr", msg)
+			}
+			bad = url.Values{"expr": {"0 9 * * *"}, "tz": {"Not/AZone"}}
+			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "tz") {
+				t.Errorf("bad tz error %q does not name tz", msg)
+			}
+			for _, n := range []string{"0", "-1", "x", "1001"} {
+				bad = url.Values{"expr": {"0 9 * * *"}, "n": {n}}
+				if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "n:") {
+					t.Errorf("n=%s error %q does not name n", n, msg)
+				}
+			}
+		})
+	})
+}
+
+// jsonEqual reports whether two JSON texts encode the same value.
+func jsonEqual(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	ca, _ := json.Marshal(x)
+	cb, _ := json.Marshal(y)
+	return bytes.Equal(ca, cb)
+}

@@ -1,0 +1,256 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// APIError is an error answer of the API: the status and its {"error": ...} message.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
+
+// Client calls the REST API. It takes several scheduler addresses and follows the one that
+// answers (R8.4): a connection error or a 503 moves on to the next address.
+type Client struct {
+	servers []string
+	token   string
+	actor   string
+	http    *http.Client
+}
+
+// NewClient builds a client for a comma-separated list of base URLs ("http://host:port");
+// a bare host:port gets http://.
+func NewClient(servers, token, actor string) (*Client, error) {
+	var list []string
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			s = "http://" + s
+		}
+		if _, err := url.Parse(s); err != nil {
+			return nil, fmt.Errorf("server %q: %w", s, err)
+		}
+		list = append(list, strings.TrimRight(s, "/"))
+	}
+	if len(list) == 0 {
+		return nil, errors.New("server: at least one address is required")
+	}
+	return &Client{servers: list, token: token, actor: actor, http: &http.Client{Timeout: 5 * time.Minute}}, nil
+}
+
+// Do sends a request and decodes a 2xx JSON answer into out (when non-nil).
+func (c *Client) Do(ctx context.Context, method, path string, body, out any) error {
+	var raw []byte
+	if body != nil {
+		switch b := body.(type) {
+		case []byte:
+			raw = b
+		default:
+			var err error
+			if raw, err = json.Marshal(body); err != nil {
+				return fmt.Errorf("cannot encode request: %w", err)
+			}
+		}
+	}
+	var lastErr error
+	for i, base := range c.servers {
+		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(raw))
+		if err != nil {
+			return fmt.Errorf("cannot build request: %w", err)
+		}
+		if raw != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if c.token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.token)
+		}
+		if c.actor != "" {
+			req.Header.Set("X-Axe-Actor", c.actor)
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			lastErr = fmt.Errorf("cannot reach %s: %w", base, err)
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+		resp.Body.Close()
+		if err != nil {
+			lastErr = fmt.Errorf("cannot read answer of %s: %w", base, err)
+			continue
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable && i < len(c.servers)-1 {
+			lastErr = apiErr(resp.StatusCode, data)
+			continue
+		}
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			return apiErr(resp.StatusCode, data)
+		}
+		// Prefer the server that answered next time.
+		if i > 0 {
+			c.servers[0], c.servers[i] = c.servers[i], c.servers[0]
+		}
+		if out == nil {
+			return nil
+		}
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("cannot decode answer of %s: %w", base, err)
+		}
+		return nil
+	}
+	return lastErr
+}
+
+func apiErr(status int, data []byte) error {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(data, &e) == nil && e.Error != "" {
+		return &APIError{Status: status, Message: e.Error}
+	}
+	return &APIError{Status: status, Message: strings.TrimSpace(string(data))}
+}
+
+// TaskView is a task as the API returns it.
+type TaskView struct {
+	persist.TaskDef
+	Runtime struct {
+		persist.Runtime
+		NextFireAt string `json:"next_fire_at"`
+	} `json:"runtime"`
+}
+
+// CreateTask posts a task definition (raw JSON).
+func (c *Client) CreateTask(ctx context.Context, spec []byte) (*TaskView, error) {
+	var v TaskView
+	return &v, c.Do(ctx, http.MethodPost, "/api/v1/tasks", spec, &v)
+}
+
+// UpdateTask replaces a task definition (raw JSON).
+func (c *Client) UpdateTask(ctx context.Context, name string, spec []byte) (*TaskView, error) {
+	var v TaskView
+	return &v, c.Do(ctx, http.MethodPut, "/api/v1/tasks/"+url.PathEscape(name), spec, &v)
+}
+
+// GetTask returns one task.
+func (c *Client) GetTask(ctx context.Context, name string) (*TaskView, error) {
+	var v TaskView
+	return &v, c.Do(ctx, http.MethodGet, "/api/v1/tasks/"+url.PathEscape(name), nil, &v)
+}
+
+// ListTasks lists tasks.
+func (c *Client) ListTasks(ctx context.Context, group, state string, limit int) ([]TaskView, error) {
+	q := url.Values{}
+	if group != "" {
+		q.Set("group", group)
+	}
+	if state != "" {
+		q.Set("state", state)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var v struct {
+		Tasks []TaskView `json:"tasks"`
+	}
+	return v.Tasks, c.Do(ctx, http.MethodGet, "/api/v1/tasks?"+q.Encode(), nil, &v)
+}
+
+// DeleteTask deletes a task.
+func (c *Client) DeleteTask(ctx context.Context, name string) error {
+	return c.Do(ctx, http.MethodDelete, "/api/v1/tasks/"+url.PathEscape(name), nil, nil)
+}
+
+// TaskOp posts one of pause, resume, kill to a task.
+func (c *Client) TaskOp(ctx context.Context, name, op, note string) (*TaskView, error) {
+	var body any
+	if note != "" {
+		body = map[string]string{"note": note}
+	}
+	var v TaskView
+	return &v, c.Do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(name)+"/"+op, body, &v)
+}
+
+// RunNow starts a run-now instance and returns its ticket.
+func (c *Client) RunNow(ctx context.Context, name string, params json.RawMessage) (string, error) {
+	var body any
+	if len(params) > 0 {
+		body = map[string]json.RawMessage{"params": params}
+	}
+	var v struct {
+		Ticket string `json:"ticket"`
+	}
+	err := c.Do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(name)+"/run", body, &v)
+	return v.Ticket, err
+}
+
+// GroupOp pauses or resumes a group and returns how many tasks it touched.
+func (c *Client) GroupOp(ctx context.Context, group, op, note string) (int, error) {
+	var body any
+	if note != "" {
+		body = map[string]string{"note": note}
+	}
+	var v struct {
+		Tasks int `json:"tasks"`
+	}
+	err := c.Do(ctx, http.MethodPost, "/api/v1/groups/"+url.PathEscape(group)+"/"+op, body, &v)
+	return v.Tasks, err
+}
+
+// Runs returns a task's recent runs.
+func (c *Client) Runs(ctx context.Context, name string, limit int) ([]persist.Run, error) {
+	var v struct {
+		Runs []persist.Run `json:"runs"`
+	}
+	return v.Runs, c.Do(ctx, http.MethodGet, "/api/v1/tasks/"+url.PathEscape(name)+"/runs?limit="+strconv.Itoa(limit), nil, &v)
+}
+
+// Actions returns a task's action records, newest first.
+func (c *Client) Actions(ctx context.Context, name string, limit int) ([]persist.Action, error) {
+	var v struct {
+		Actions []persist.Action `json:"actions"`
+	}
+	return v.Actions, c.Do(ctx, http.MethodGet, "/api/v1/tasks/"+url.PathEscape(name)+"/actions?limit="+strconv.Itoa(limit), nil, &v)
+}
+
+// Executors returns the executor registry.
+func (c *Client) Executors(ctx context.Context) ([]persist.Executor, error) {
+	var v struct {
+		Executors []persist.Executor `json:"executors"`
+	}
+	return v.Executors, c.Do(ctx, http.MethodGet, "/api/v1/executors", nil, &v)
+}
+
+// CronNext previews the next n fires of expr in zone tz.
+func (c *Client) CronNext(ctx context.Context, expr, tz string, n int) ([]string, string, error) {
+	q := url.Values{"expr": {expr}}
+	if tz != "" {
+		q.Set("tz", tz)
+	}
+	if n > 0 {
+		q.Set("n", strconv.Itoa(n))
+	}
+	var v struct {
+		Timezone string   `json:"timezone"`
+		Next     []string `json:"next"`
+	}
+	err := c.Do(ctx, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
+	return v.Next, v.Timezone, err
+}

@@ -1,0 +1,175 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/persist"
+)
+
+// Daemon defaults.
+const (
+	DBDefault              = "sqlite:axe.db"
+	ShutdownTimeoutDefault = 30 * time.Second
+)
+
+// DaemonConfig is what `axe serve` is configured with (SPEC section 12).
+type DaemonConfig struct {
+	// Addr to listen on. Defaults to AddrDefault.
+	Addr string
+	// DB is "sqlite:PATH" or "mysql:DSN". Defaults to DBDefault.
+	DB string
+	// Token, when set, guards the API.
+	Token string
+	// NodeID names this scheduler. Defaults to "axe".
+	NodeID string
+	// Tick is the wheel resolution. Defaults to engine.TickDefault.
+	Tick time.Duration
+	// Timezone is the default zone of tasks. Defaults to engine.TimezoneDefault.
+	Timezone string
+	// ShutdownTimeout bounds the graceful stop. Defaults to ShutdownTimeoutDefault.
+	ShutdownTimeout time.Duration
+	// Version is reported by axe_build_info.
+	Version string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// OnListen, when set, is called with the bound address once the API serves.
+	OnListen func(addr string)
+	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
+	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
+	Engine engine.Config
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c DaemonConfig) WithDefaults() DaemonConfig {
+	if c.Addr == "" {
+		c.Addr = AddrDefault
+	}
+	if c.DB == "" {
+		c.DB = DBDefault
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = ShutdownTimeoutDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	return c
+}
+
+// Serve runs the daemon until ctx is cancelled (SIGTERM in `axe serve`), then shuts down in
+// this order, logging each step with how long it took:
+//
+//  1. not ready: /readyz answers 503 so a load balancer stops sending;
+//  2. stop triggering, drain in-flight runs and flush the batched writer (engine.Stop);
+//  3. stop the HTTP server (it stayed up so results could still arrive while draining);
+//  4. close the store.
+//
+// Nothing is left half-written: every transition either committed or was never decided.
+func Serve(ctx context.Context, cfg DaemonConfig) error {
+	cfg = cfg.WithDefaults()
+	log := cfg.Logger
+	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	store, err := persist.Open(openCtx, cfg.DB)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
+	}
+	ecfg := cfg.Engine
+	ecfg.Store = store
+	ecfg.Tick = cfg.Tick
+	ecfg.DefaultTimezone = cfg.Timezone
+	ecfg.NodeID = cfg.NodeID
+	ecfg.Logger = log
+	if ecfg.ExecutorToken == "" {
+		ecfg.ExecutorToken = cfg.Token
+	}
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
+	if err := eng.Start(ctx); err != nil {
+		_ = eng.Stop(context.Background())
+		_ = store.Close()
+		return err
+	}
+	set := eng.Metrics()
+	metrics.RegisterSet(set)
+	defer metrics.UnregisterSet(set, true)
+	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
+
+	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Token: cfg.Token, Engine: eng, Store: store, Version: cfg.Version, Logger: log})
+	if err != nil {
+		return errors.Join(err, eng.Stop(context.Background()), store.Close())
+	}
+	var stopping atomic.Bool
+	srv.SetReady(func() error {
+		if stopping.Load() || !eng.Running() {
+			return errors.New("not ready: shutting down")
+		}
+		return nil
+	})
+	if err := srv.Start(ctx); err != nil {
+		return errors.Join(err, eng.Stop(context.Background()), store.Close())
+	}
+	log.Info("axe listening", "addr", "http://"+srv.Addr(), "store", redactDSN(cfg.DB), "node", cfg.NodeID)
+	if cfg.OnListen != nil {
+		cfg.OnListen(srv.Addr())
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer scancel()
+	var errs []error
+	step := func(name string, fn func() error) {
+		t := time.Now()
+		err := fn()
+		log.Info("shutdown: "+name, "took", time.Since(t), "error", err)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	step("not ready", func() error { stopping.Store(true); return nil })
+	step("stop engine (triggering, dispatch, writer)", func() error { return eng.Stop(sctx) })
+	step("stop HTTP server", func() error { return srv.Stop(sctx) })
+	step("close store", store.Close)
+	return errors.Join(errs...)
+}
+
+// redactDSN hides a MySQL password in logs.
+func redactDSN(dsn string) string {
+	const p = "mysql:"
+	if len(dsn) <= len(p) || dsn[:len(p)] != p {
+		return dsn
+	}
+	rest := dsn[len(p):]
+	at := -1
+	for i := len(rest) - 1; i >= 0; i-- {
+		if rest[i] == '@' {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		return dsn
+	}
+	cred := rest[:at]
+	for i := 0; i < len(cred); i++ {
+		if cred[i] == ':' {
+			return p + cred[:i] + ":***" + rest[at:]
+		}
+	}
+	return dsn
+}

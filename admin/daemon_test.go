@@ -1,0 +1,278 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/persist"
+)
+
+// TestAuth checks the bearer token on /api/ and that /healthz stays open.
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "s3cret" })
+		h := newHook(t)
+		d.token = "" // headers are set by hand below
+
+		for _, hdr := range [][]string{
+			nil,
+			{"Authorization", "Bearer wrong"},
+			{"Authorization", "Bearer s3cret2"},
+			{"Authorization", "Bearer "},
+			{"Authorization", "s3cret"},
+			{"Authorization", "Basic czNjcmV0"},
+		} {
+			for _, c := range []struct {
+				method, path string
+				body         any
+			}{
+				{http.MethodGet, "/api/v1/tasks", nil},
+				{http.MethodPost, "/api/v1/tasks", spec("sneaky", h.url("/ok/x"), "trigger", "manual")},
+				{http.MethodGet, "/api/v1/cron/next?expr=@hourly", nil},
+				{http.MethodGet, "/api/v1/executors", nil},
+				{http.MethodPost, "/api/v1/groups/default/pause", nil},
+			} {
+				if msg := d.apiError(t, http.StatusUnauthorized, c.method, c.path, c.body, hdr...); !strings.Contains(msg, "token") {
+					t.Errorf("%s %s with %v: error %q does not mention the token", c.method, c.path, hdr, msg)
+				}
+			}
+		}
+		if code, body := d.call(t, http.MethodGet, "/healthz", nil); code != http.StatusOK {
+			t.Errorf("/healthz without a token: %d %s", code, body)
+		}
+
+		d.token = "s3cret"
+		if got := d.list(t, ""); len(got) != 0 {
+			t.Errorf("unauthorized create left tasks behind: %v", names(got))
+		}
+		d.create(t, spec("allowed", h.url("/ok/x"), "trigger", "manual"))
+		if got := names(d.list(t, "")); !slices.Equal(got, []string{"allowed"}) {
+			t.Errorf("tasks = %v, want [allowed]", got)
+		}
+
+		ctx := context.Background()
+		good, err := admin.NewClient(d.base, "s3cret", "tester")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := good.GetTask(ctx, "allowed"); err != nil {
+			t.Errorf("client with the token: %v", err)
+		}
+		bad, err := admin.NewClient(d.base, "", "tester")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ae *admin.APIError
+		if _, err := bad.GetTask(ctx, "allowed"); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+			t.Errorf("client without the token: %v, want an APIError 401", err)
+		}
+	})
+}
+
+// TestMetrics checks /metrics for the engine, writer and build series.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Version = "v9.8.7-test" })
+		h := newHook(t)
+		d.create(t, spec("measured", h.url("/ok/m"), "delay_ms", 0))
+		d.waitRun(t, "measured", h.waitCalls(t, "measured", 1, waitTimeout)[0].Ticket)
+
+		resp, err := d.http.Get(d.base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+			t.Fatalf("/metrics: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		series := map[string][]float64{}
+		for _, line := range strings.Split(body, "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			i := strings.LastIndexByte(line, ' ')
+			if i < 0 {
+				t.Fatalf("not a Prometheus sample line: %q", line)
+			}
+			v, err := strconv.ParseFloat(line[i+1:], 64)
+			if err != nil {
+				t.Fatalf("sample %q: %v", line, err)
+			}
+			name := line[:i]
+			if j := strings.IndexByte(name, '{'); j >= 0 {
+				name = name[:j]
+			}
+			series[name] = append(series[name], v)
+		}
+		if !slices.ContainsFunc(series["axe_triggers_total"], func(v float64) bool { return v >= 1 }) {
+			t.Errorf("axe_triggers_total = %v, want a sample >= 1 after a fire", series["axe_triggers_total"])
+		}
+		if len(series["axe_fire_lateness_seconds_bucket"]) == 0 {
+			t.Error("no axe_fire_lateness_seconds_bucket samples")
+		}
+		if !strings.Contains(body, `axe_build_info{version="v9.8.7-test"} 1`) {
+			t.Error(`no axe_build_info{version="v9.8.7-test"} 1`)
+		}
+		writer := 0
+		for name := range series {
+			if strings.HasPrefix(name, "axe_writer_") {
+				writer++
+			}
+		}
+		if writer == 0 || len(series["axe_writer_commits_total"]) == 0 {
+			t.Errorf("no writer metrics (axe_writer_*) in /metrics")
+		}
+	})
+}
+
+// TestClientFailover points the client at a dead address first.
+func TestClientFailover(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		ctx := context.Background()
+		c, err := admin.NewClient("http://127.0.0.1:1, "+d.base, "", "tester")
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := c.CreateTask(ctx, []byte(`{"name":"via-failover","trigger":"manual","callback":{"url":"`+h.url("/ok/f")+`"}}`))
+		if err != nil || v.Name != "via-failover" || v.Runtime.State != persist.StateWaiting {
+			t.Fatalf("create through the second address: %+v, %v", v, err)
+		}
+		list, err := c.ListTasks(ctx, "", "", 0)
+		if err != nil || len(list) != 1 || list[0].Name != "via-failover" {
+			t.Errorf("list through the second address: %+v, %v", list, err)
+		}
+		ticket, err := c.RunNow(ctx, "via-failover", nil)
+		if err != nil || ticket == "" {
+			t.Fatalf("run-now through the client: %q, %v", ticket, err)
+		}
+		if got := h.waitCalls(t, "via-failover", 1, waitTimeout)[0].Ticket; got != ticket {
+			t.Errorf("callback got ticket %s, want %s", got, ticket)
+		}
+		// API errors are answers, not reasons to fail over.
+		_, err = c.GetTask(ctx, "missing")
+		var ae *admin.APIError
+		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound || !strings.Contains(ae.Message, "not found") {
+			t.Errorf("get of a missing task: %v, want APIError 404", err)
+		}
+
+		dead, err := admin.NewClient("127.0.0.1:1", "", "tester")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dead.ListTasks(ctx, "", "", 0); err == nil || errors.As(err, &ae) {
+			t.Errorf("client with only a dead address: %v, want a connection error", err)
+		}
+		if _, err := admin.NewClient(" , ", "", ""); err == nil {
+			t.Error("NewClient accepted an empty server list")
+		}
+	})
+}
+
+// TestGracefulShutdown cancels Serve while a slow run is in flight: the run finishes and is
+// recorded, then Serve returns nil and the listener is gone.
+func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		v := d.create(t, spec("slow", h.url("/slow/s?ms=1500"), "delay_ms", 0, "timeout_sec", 30))
+		call := h.waitCalls(t, "slow", 1, waitTimeout)[0]
+
+		d.cancel()
+		// While draining, the daemon reports not ready but still serves.
+		eventually(t, time.Second, "/readyz to answer 503 while draining", func() bool {
+			code, _ := d.call(t, http.MethodGet, "/readyz", nil)
+			return code == http.StatusServiceUnavailable
+		})
+		err := d.stop()
+		returned := time.Now()
+		if err != nil {
+			t.Fatalf("Serve returned %v, want nil", err)
+		}
+		done := h.callsOf("slow")[0].Done
+		if done.IsZero() || returned.Before(done) {
+			t.Errorf("Serve returned at %s, before the in-flight run answered at %s", returned, done)
+		}
+		if _, err := d.http.Get(d.base + "/healthz"); err == nil {
+			t.Error("/healthz still answers after Serve returned")
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		st, err := persist.Open(ctx, dsn)
+		if err != nil {
+			t.Fatalf("reopen store: %v", err)
+		}
+		defer st.Close()
+		pt, err := st.GetTask(ctx, "slow")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pt.Runtime.State != persist.StateSuccess || pt.Runtime.SuccessCount != 1 || pt.Runtime.CurrentTicket != "" {
+			t.Errorf("stored runtime after shutdown: %+v, want SUCCESS", pt.Runtime)
+		}
+		run, err := st.GetRun(ctx, call.Ticket)
+		if err != nil || run.Result != persist.ResultSuccess || run.EndedAt == 0 {
+			t.Errorf("stored run after shutdown: %+v, %v", run, err)
+		}
+		acts, err := st.ListActions(ctx, v.ID, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := findAction(acts, "result"); !ok || a.To != persist.StateSuccess {
+			t.Errorf("no result action recorded before shutdown: %+v", acts)
+		}
+	})
+}
+
+// TestServeConfigErrors checks that Serve fails fast, without listening, on a bad store or
+// address.
+func TestServeConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, addr, db, want string }{
+		{"bad scheme", "127.0.0.1:0", "postgres:x", "scheme"},
+		{"bad address", "127.0.0.1:notaport", "sqlite:" + t.TempDir() + "/axe.db", "listen"},
+		{"bad zone", "127.0.0.1:0", "sqlite:" + t.TempDir() + "/axe.db", "timezone"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := admin.DaemonConfig{Addr: c.addr, DB: c.db, Logger: testLogger(),
+				OnListen: func(string) { t.Error("Serve listened despite a bad config") }}
+			if c.name == "bad zone" {
+				cfg.Timezone = "Nowhere/Land"
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := admin.Serve(ctx, cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Serve = %v, want an error mentioning %q", err, c.want)
+			}
+		})
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,203 @@
+package admin_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/executor"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// e2eDaemon runs a full daemon with short executor timings and returns its base URL and a
+// client.
+func e2eDaemon(t *testing.T, db string) (string, *admin.Client) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrCh := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- admin.Serve(ctx, admin.DaemonConfig{
+			Addr: "127.0.0.1:0", DB: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			OnListen: func(a string) { addrCh <- a },
+			Engine:   engine.Config{HeartbeatInterval: 300 * time.Millisecond, LostAfter: 1500 * time.Millisecond},
+		})
+	}()
+	var addr string
+	select {
+	case addr = <-addrCh:
+	case err := <-done:
+		t.Fatalf("daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon stop: %v", err)
+		}
+	})
+	c, err := admin.NewClient("http://"+addr, "", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + addr, c
+}
+
+// sdkExecutor is an executor built with the Go SDK that counts the runs it handled.
+type sdkExecutor struct {
+	exe  *executor.Executor
+	addr string
+	mu   sync.Mutex
+	runs []executor.Run
+}
+
+func startSDK(t *testing.T, base, listen string) *sdkExecutor {
+	t.Helper()
+	s := &sdkExecutor{}
+	exe, err := executor.New(executor.Config{
+		App: "billing", Addr: listen, Schedulers: []string{base},
+		HeartbeatInterval: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe.Handle("charge", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		s.mu.Lock()
+		s.runs = append(s.runs, run)
+		s.mu.Unlock()
+		return executor.Result{Output: "charged " + run.Ticket}, nil
+	})
+	if err := exe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.exe, s.addr = exe, exe.Addr()
+	t.Cleanup(func() { _ = exe.Stop(context.Background()) })
+	return s
+}
+
+func (s *sdkExecutor) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.runs)
+}
+
+func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSDKExecutorsEndToEnd(t *testing.T) {
+	stores := map[string]func(t *testing.T) string{
+		"sqlite": func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "axe.db") },
+		"mysql":  func(t *testing.T) string { return persisttest.MySQLDSN(t) },
+	}
+	for name, dsn := range stores {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			base, c := e2eDaemon(t, dsn(t))
+			var exes []*sdkExecutor
+			for i := 0; i < 3; i++ {
+				exes = append(exes, startSDK(t, base, "127.0.0.1:0"))
+			}
+			poll(t, 3*time.Second, "three executors registered", func() bool {
+				list, err := c.Executors(ctx)
+				return err == nil && len(list) == 3
+			})
+			_, err := c.CreateTask(ctx, []byte(`{"name":"charge","cron":"*/1 * * * * *",
+				"callback":{"type":"executor","app":"billing","handler":"charge"}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			poll(t, 10*time.Second, "six runs", func() bool {
+				n := 0
+				for _, x := range exes {
+					n += x.count()
+				}
+				return n >= 6
+			})
+			// Round robin: with one task, consecutive fires go to consecutive executors.
+			lo, hi := 1<<30, 0
+			for _, x := range exes {
+				lo, hi = min(lo, x.count()), max(hi, x.count())
+			}
+			if lo == 0 || hi-lo > 1 {
+				t.Errorf("round robin spread = %d..%d runs per executor, want even", lo, hi)
+			}
+			var runs []persist.Run
+			poll(t, 3*time.Second, "recorded successful runs", func() bool {
+				runs, err = c.Runs(ctx, "charge", 100)
+				ok := 0
+				for _, r := range runs {
+					if r.Result == persist.ResultSuccess {
+						ok++
+					}
+				}
+				return err == nil && ok >= 5
+			})
+			for _, r := range runs {
+				if r.Result == persist.ResultSuccess && (r.Executor == "" || r.Output != "charged "+r.Ticket) {
+					t.Errorf("run %+v lacks its executor or output", r)
+				}
+			}
+
+			// Kill one executor: it stops heartbeating, is marked lost, gets nothing new.
+			dead := exes[0]
+			if err := dead.exe.Stop(ctx); err != nil {
+				t.Fatal(err)
+			}
+			poll(t, 4*time.Second, "the executor marked lost", func() bool {
+				list, _ := c.Executors(ctx)
+				for _, x := range list {
+					if x.Address == dead.addr {
+						return x.Status == "lost"
+					}
+				}
+				return false
+			})
+			before := dead.count()
+			others := exes[1].count() + exes[2].count()
+			poll(t, 5*time.Second, "runs on the others", func() bool { return exes[1].count()+exes[2].count() >= others+3 })
+			if dead.count() != before {
+				t.Errorf("a lost executor received %d runs", dead.count()-before)
+			}
+
+			// Restart it on the same address: same row, no ghost, dispatch resumes.
+			var back *sdkExecutor
+			poll(t, 3*time.Second, "the port to be free", func() bool {
+				ln, err := net.Listen("tcp", dead.addr)
+				if err != nil {
+					return false
+				}
+				ln.Close()
+				return true
+			})
+			back = startSDK(t, base, dead.addr)
+			poll(t, 6*time.Second, "dispatch to the restarted executor", func() bool { return back.count() >= 1 })
+			list, err := c.Executors(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list) != 3 {
+				t.Errorf("registry has %d executors after a restart, want 3: %+v", len(list), list)
+			}
+			for _, x := range list {
+				if x.Status != "alive" {
+					t.Errorf("executor %s is %s", x.Address, x.Status)
+				}
+			}
+		})
+	}
+}

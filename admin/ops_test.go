@@ -1,0 +1,286 @@
+package admin_test
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/persist"
+)
+
+// quietPeriod is how long a paused task is watched for fires that must not happen: more
+// than two fires of a per-second cron.
+const quietPeriod = 2500 * time.Millisecond
+
+// TestPauseResume pauses one task of a group, then the group, then resumes the group, and
+// checks at each step exactly which tasks keep firing.
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		for _, n := range []struct{ name, group string }{{"a1", "alpha"}, {"a2", "alpha"}, {"b1", "beta"}} {
+			d.create(t, spec(n.name, h.url("/ok/"+n.name), "group", n.group, "cron", "*/1 * * * * *"))
+		}
+		for _, n := range []string{"a1", "a2", "b1"} {
+			h.waitCalls(t, n, 1, waitTimeout)
+		}
+
+		// Pause one task: its group-mate and the other group keep firing.
+		var pv admin.TaskView
+		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/a1/pause", map[string]string{"note": "disk full"}, &pv,
+			"X-Axe-Actor", "ops")
+		if !pv.Paused || (pv.Runtime.State != persist.StatePaused && pv.Runtime.State != persist.StateRunning) {
+			t.Fatalf("pause answered paused=%v state %s", pv.Paused, pv.Runtime.State)
+		}
+		t0 := time.Now().UnixMilli()
+		time.Sleep(quietPeriod)
+		if got := h.callsAfter("a1", t0); len(got) != 0 {
+			t.Errorf("paused a1 fired %d time(s) for fire times after the pause", len(got))
+		}
+		for _, n := range []string{"a2", "b1"} {
+			if got := h.callsAfter(n, t0); len(got) < 2 {
+				t.Errorf("%s fired %d time(s) while a1 was paused, want it to keep firing", n, len(got))
+			}
+		}
+		a1 := d.waitState(t, "a1", persist.StatePaused)
+		if a1.Runtime.Note != "disk full" {
+			t.Errorf("paused a1 note = %q", a1.Runtime.Note)
+		}
+		if a, ok := findAction(d.actions(t, "a1"), "pause"); !ok || a.Actor != "api:ops" || !strings.Contains(a.Detail, "disk full") {
+			t.Errorf("pause action = %+v (found %v)", a, ok)
+		}
+
+		// Pause the group: exactly alpha stops.
+		var g struct {
+			Group string `json:"group"`
+			Tasks int    `json:"tasks"`
+		}
+		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/pause", nil, &g)
+		if g.Group != "alpha" || g.Tasks != 2 {
+			t.Errorf("group pause answered %+v, want alpha with 2 tasks", g)
+		}
+		t1 := time.Now().UnixMilli()
+		time.Sleep(quietPeriod)
+		for _, n := range []string{"a1", "a2"} {
+			if got := h.callsAfter(n, t1); len(got) != 0 {
+				t.Errorf("%s fired %d time(s) after its group was paused", n, len(got))
+			}
+		}
+		if got := h.callsAfter("b1", t1); len(got) < 2 {
+			t.Errorf("b1 of another group fired %d time(s) while alpha was paused", len(got))
+		}
+		d.waitState(t, "a2", persist.StatePaused)
+		paused := names(d.list(t, "?state=PAUSED"))
+		slices.Sort(paused)
+		if !slices.Equal(paused, []string{"a1", "a2"}) {
+			t.Errorf("paused tasks = %v, want [a1 a2]", paused)
+		}
+		if b1 := d.get(t, "b1"); b1.Paused {
+			t.Errorf("b1 is paused after pausing group alpha")
+		}
+
+		// Resume the group: both fire again.
+		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/resume", nil, &g)
+		if g.Tasks != 2 {
+			t.Errorf("group resume answered %+v, want 2 tasks", g)
+		}
+		t2 := time.Now().UnixMilli()
+		for _, n := range []string{"a1", "a2", "b1"} {
+			eventually(t, waitTimeout, n+" to fire after the resume", func() bool { return len(h.callsAfter(n, t2)) >= 2 })
+		}
+		if got := names(d.list(t, "?state=PAUSED")); len(got) != 0 {
+			t.Errorf("paused tasks after resume = %v", got)
+		}
+		if a, ok := findAction(d.actions(t, "a2"), "resume"); !ok || a.From != persist.StatePaused {
+			t.Errorf("resume action = %+v (found %v)", a, ok)
+		}
+
+		d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/a1/pause", `{"note": 1}`)
+		d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/a1/pause", `{"reason": "x"}`)
+		if d.get(t, "a1").Paused {
+			t.Error("a rejected pause paused the task")
+		}
+	})
+}
+
+// TestRunNow starts independent instances of a manual task, also while it is paused, with
+// and without a params override.
+func TestRunNow(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		d.create(t, spec("by-hand", h.url("/ok/by-hand"), "trigger", "manual", "params", map[string]int{"p": 1}))
+		time.Sleep(200 * time.Millisecond)
+		if n := len(h.callsOf("by-hand")); n != 0 {
+			t.Fatalf("manual task fired %d time(s) on its own", n)
+		}
+
+		started := time.Now()
+		first := d.runNow(t, "by-hand", nil)
+		calls := h.waitCalls(t, "by-hand", 1, 2*time.Second)
+		if c := calls[0]; c.Ticket != first || c.Body.Kind != persist.RunManual || c.Attempt != "1" || !jsonEqual(c.Body.Params, []byte(`{"p":1}`)) {
+			t.Errorf("run-now call: ticket %s (want %s), body %s", c.Ticket, first, c.Raw)
+		}
+		if late := calls[0].At.Sub(started); late > time.Second {
+			t.Errorf("run-now arrived %s after the request", late)
+		}
+
+		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/by-hand/pause", nil, nil)
+		second := d.runNow(t, "by-hand", map[string]any{"params": map[string]int{"p": 2}})
+		calls = h.waitCalls(t, "by-hand", 2, 2*time.Second)
+		if c := calls[1]; c.Ticket != second || second == first || !jsonEqual(c.Body.Params, []byte(`{"p":2}`)) {
+			t.Errorf("run-now while paused: ticket %s (want %s, distinct from %s), body %s", c.Ticket, second, first, c.Raw)
+		}
+		for _, tk := range []string{first, second} {
+			if r := d.waitRun(t, "by-hand", tk); r.Result != persist.ResultSuccess || r.Kind != persist.RunManual {
+				t.Errorf("run %s = %+v", tk, r)
+			}
+		}
+		if g := d.get(t, "by-hand"); g.Runtime.State != persist.StatePaused || g.Runtime.SuccessCount != 0 {
+			t.Errorf("run-now touched the periodic state: %+v", g.Runtime)
+		}
+		// The task's own params are unchanged by the override.
+		if g := d.get(t, "by-hand"); !jsonEqual(g.Params, []byte(`{"p":1}`)) {
+			t.Errorf("task params after an override = %s", g.Params)
+		}
+
+		for _, body := range []string{`{"params":`, `{"parameters": {}}`} {
+			d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/by-hand/run", body)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := len(h.callsOf("by-hand")); n != 2 {
+			t.Errorf("callback called %d times, want 2 (rejected run-nows must not run)", n)
+		}
+	})
+}
+
+// TestKill kills a run hanging on a slow endpoint.
+func TestKill(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		defer h.releaseHung() // before the daemon stops: its dispatcher waits for the call
+		d.create(t, spec("stuck", h.url("/hang/stuck"), "delay_ms", 0, "timeout_sec", 120))
+		call := h.waitCalls(t, "stuck", 1, waitTimeout)[0]
+		d.waitState(t, "stuck", persist.StateRunning)
+
+		// Run-now works while the periodic run is RUNNING, as an independent instance that
+		// kill does not touch (R6.2).
+		manual := d.runNow(t, "stuck", nil)
+		if mc := h.waitCalls(t, "stuck", 2, waitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != persist.RunManual || manual == call.Ticket {
+			t.Errorf("run-now during a run: call %s kind %s, want ticket %s", mc.Ticket, mc.Body.Kind, manual)
+		}
+
+		var v admin.TaskView
+		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/stuck/kill", nil, &v, "X-Axe-Actor", "dave")
+		if v.Runtime.State == persist.StateRunning || v.Runtime.CurrentTicket != "" {
+			t.Errorf("after kill the task is %s with ticket %q", v.Runtime.State, v.Runtime.CurrentTicket)
+		}
+		r := d.waitRun(t, "stuck", call.Ticket)
+		if r.Result != persist.ResultKilled || !strings.Contains(r.Error, "api:dave") || r.EndedAt == 0 {
+			t.Errorf("killed run = %+v", r)
+		}
+		if a, ok := findAction(d.actions(t, "stuck"), "kill"); !ok || a.Actor != "api:dave" || a.Ticket != call.Ticket ||
+			a.From != persist.StateRunning || a.To != persist.StateKilled {
+			t.Errorf("kill action = %+v (found %v)", a, ok)
+		}
+		if msg := d.apiError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks/stuck/kill", nil); !strings.Contains(msg, "RUNNING") {
+			t.Errorf("kill with nothing running: %q", msg)
+		}
+
+		// The downstream answering late changes nothing.
+		h.releaseHung()
+		time.Sleep(300 * time.Millisecond)
+		if g := d.get(t, "stuck"); g.Runtime.State == persist.StateRunning || g.Runtime.SuccessCount != 0 {
+			t.Errorf("late answer after kill changed the task: %+v", g.Runtime)
+		}
+		if r := d.waitRun(t, "stuck", manual); r.Result != persist.ResultSuccess {
+			t.Errorf("run-now instance ended %q, want success: kill must not touch it", r.Result)
+		}
+		if r := d.waitRun(t, "stuck", call.Ticket); r.Result != persist.ResultKilled {
+			t.Errorf("killed run after the late answer = %+v", r)
+		}
+	})
+}
+
+// TestRetriesAndTimeout checks retry_count/retry_interval_sec on a failing endpoint and
+// timeout_sec on a hanging one.
+func TestRetriesAndTimeout(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		defer h.releaseHung()
+		d.create(t, spec("flaky", h.url("/fail/flaky"), "delay_ms", 0, "retry_count", 2, "retry_interval_sec", 1))
+		d.create(t, spec("slowpoke", h.url("/hang/slowpoke"), "delay_ms", 0, "timeout_sec", 1))
+
+		t.Run("retries", func(t *testing.T) {
+			calls := h.waitCalls(t, "flaky", 3, waitTimeout)
+			tickets := map[string]bool{}
+			for i, c := range calls {
+				if want := []string{"1", "2", "3"}[i]; c.Attempt != want || c.Body.Attempt != i+1 {
+					t.Errorf("call %d: X-Axe-Attempt %q body attempt %d, want %s", i, c.Attempt, c.Body.Attempt, want)
+				}
+				tickets[c.Ticket] = true
+				if i > 0 {
+					if gap := c.At.Sub(calls[i-1].At); gap < time.Second {
+						t.Errorf("attempts %d and %d are %s apart, want >= 1s", i, i+1, gap)
+					}
+				}
+			}
+			if len(tickets) != 3 {
+				t.Errorf("3 attempts used %d distinct tickets", len(tickets))
+			}
+			v := d.waitState(t, "flaky", persist.StateFailed)
+			if v.Runtime.FailureCount != 1 || v.Runtime.SuccessCount != 0 {
+				t.Errorf("after the last attempt: %+v", v.Runtime)
+			}
+			eventually(t, waitTimeout, "three failed runs", func() bool {
+				runs := d.runs(t, "flaky")
+				if len(runs) != 3 {
+					return false
+				}
+				for _, r := range runs {
+					if r.Result != persist.ResultFailed || !strings.Contains(r.Error, "500") {
+						return false
+					}
+				}
+				return true
+			})
+			time.Sleep(1500 * time.Millisecond)
+			if n := len(h.callsOf("flaky")); n != 3 {
+				t.Errorf("flaky called %d times, want 3 (1 + retry_count 2)", n)
+			}
+			acts := d.actions(t, "flaky")
+			retries := 0
+			for _, a := range acts {
+				if a.Action == "retry" {
+					retries++
+				}
+			}
+			if retries != 2 {
+				t.Errorf("%d retry actions, want 2", retries)
+			}
+		})
+
+		t.Run("timeout", func(t *testing.T) {
+			call := h.waitCalls(t, "slowpoke", 1, waitTimeout)[0]
+			r := d.waitRun(t, "slowpoke", call.Ticket)
+			if r.Result != persist.ResultTimeout {
+				t.Fatalf("hanging run ended %q (%s), want timeout", r.Result, r.Error)
+			}
+			if took := r.EndedAt - r.DispatchedAt; took < 900 || took > 2000 {
+				t.Errorf("timeout after %d ms, want about timeout_sec (1 s) and within 2 s", took)
+			}
+			if v := d.waitState(t, "slowpoke", persist.StateFailed); v.Runtime.FailureCount != 1 {
+				t.Errorf("after the timeout: %+v", v.Runtime)
+			}
+		})
+	})
+}

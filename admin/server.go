@@ -1,0 +1,742 @@
+// Package admin is axe's face to people and programs: the REST API of SPEC section 10, the
+// health and metrics endpoints, the Go client the CLI uses, and the daemon wiring that starts
+// and stops everything in order. It translates HTTP to engine calls and engine errors to HTTP
+// codes (in one place: statusOf); it holds no scheduling state of its own and never touches
+// the store except to report readiness.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/ratelimit"
+)
+
+// Defaults for ServerConfig.
+const (
+	AddrDefault           = "127.0.0.1:7070"
+	MaxRequestBodyDefault = 1 << 20
+	ListLimitDefault      = 100
+	ListLimitMax          = 10000
+)
+
+// Sentinel errors.
+var (
+	// ErrUnauthorized: a token is configured and the request did not carry it.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrBadRequest wraps malformed request parameters.
+	ErrBadRequest = errors.New("bad request")
+)
+
+// ServerConfig configures the HTTP server.
+type ServerConfig struct {
+	// Addr to listen on. Defaults to AddrDefault. Port 0 picks a free port.
+	Addr string
+	// Token, when set, is required as "Authorization: Bearer <token>" on /api/ calls.
+	Token string
+	// Engine serves the API. Required.
+	Engine *engine.Engine
+	// Store is pinged by /readyz. Required.
+	Store persist.Store
+	// Version is reported by axe_build_info.
+	Version string
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c ServerConfig) WithDefaults() ServerConfig {
+	if c.Addr == "" {
+		c.Addr = AddrDefault
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c ServerConfig) validate() error {
+	if c.Engine == nil {
+		return errors.New("engine is required")
+	}
+	if c.Store == nil {
+		return errors.New("store is required")
+	}
+	return nil
+}
+
+// Server is the HTTP server of the API.
+type Server struct {
+	cfg ServerConfig
+	srv *fasthttp.Server
+	ln  net.Listener
+	log *slog.Logger
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	serveErr chan error
+	ready    func() error
+}
+
+// NewServer builds the server; Start listens.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("cannot create server: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	s.srv = &fasthttp.Server{
+		Handler:               s.routes(),
+		Name:                  "axe",
+		MaxRequestBodySize:    MaxRequestBodyDefault,
+		ReadTimeout:           30 * time.Second,
+		WriteTimeout:          30 * time.Second,
+		IdleTimeout:           2 * time.Minute,
+		NoDefaultServerHeader: false,
+		Logger:                slogPrinter{cfg.Logger},
+	}
+	return s, nil
+}
+
+type slogPrinter struct{ l *slog.Logger }
+
+func (p slogPrinter) Printf(format string, args ...any) { p.l.Debug(fmt.Sprintf(format, args...)) }
+
+// Start listens and serves in the background; it returns once the listener is bound.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopped {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Addr, err)
+	}
+	s.ln = ln
+	s.started = true
+	go func() { s.serveErr <- s.srv.Serve(ln) }()
+	return nil
+}
+
+// Addr returns the bound address (after Start).
+func (s *Server) Addr() string {
+	if s.ln == nil {
+		return s.cfg.Addr
+	}
+	return s.ln.Addr().String()
+}
+
+// SetReady installs the readiness check of /readyz beyond the store ping (e.g. the engine
+// is running).
+func (s *Server) SetReady(f func() error) { s.ready = f }
+
+// Stop closes the listener and waits for open requests to finish or ctx to expire.
+// Idempotent; safe without Start.
+func (s *Server) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if s.stopped || !s.started {
+		s.stopped = true
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopped = true
+	s.mu.Unlock()
+	if err := s.srv.ShutdownWithContext(ctx); err != nil {
+		return fmt.Errorf("cannot shut down HTTP server: %w", err)
+	}
+	<-s.serveErr
+	return nil
+}
+
+func (s *Server) routes() fasthttp.RequestHandler {
+	r := router.New()
+	r.RedirectTrailingSlash = false
+	r.HandleMethodNotAllowed = true
+	r.NotFound = func(c *fasthttp.RequestCtx) { writeErr(c, fasthttp.StatusNotFound, "no such endpoint") }
+	r.MethodNotAllowed = func(c *fasthttp.RequestCtx) {
+		writeErr(c, fasthttp.StatusMethodNotAllowed, "method not allowed")
+	}
+	r.PanicHandler = func(c *fasthttp.RequestCtx, p any) {
+		s.log.Error("API handler panicked", "path", string(c.Path()), "panic", p)
+		writeErr(c, fasthttp.StatusInternalServerError, "internal error")
+	}
+
+	r.GET("/healthz", func(c *fasthttp.RequestCtx) { writeJSON(c, 200, map[string]string{"status": "ok"}) })
+	r.GET("/readyz", s.readyz)
+	r.GET("/metrics", func(c *fasthttp.RequestCtx) {
+		c.SetContentType("text/plain; version=0.0.4")
+		metrics.WritePrometheus(c, true)
+	})
+
+	api := r.Group("/api/v1")
+	h := s.authed
+	api.POST("/tasks", h(s.createTask))
+	api.GET("/tasks", h(s.listTasks))
+	api.GET("/tasks/{name}", h(s.getTask))
+	api.PUT("/tasks/{name}", h(s.updateTask))
+	api.DELETE("/tasks/{name}", h(s.deleteTask))
+	api.POST("/tasks/{name}/pause", h(s.pauseTask))
+	api.POST("/tasks/{name}/resume", h(s.resumeTask))
+	api.POST("/tasks/{name}/run", h(s.runTask))
+	api.POST("/tasks/{name}/kill", h(s.killTask))
+	api.GET("/tasks/{name}/runs", h(s.taskRuns))
+	api.GET("/tasks/{name}/actions", h(s.taskActions))
+	api.GET("/runs/{ticket}", h(s.getRun))
+	api.POST("/groups/{group}/pause", h(s.pauseGroup))
+	api.POST("/groups/{group}/resume", h(s.resumeGroup))
+	api.GET("/executors", h(s.listExecutors))
+	api.POST("/executors/register", h(s.registerExecutor))
+	api.POST("/executors/heartbeat", h(s.executorHeartbeat))
+	api.POST("/callback", h(s.callback))
+	api.GET("/cron/next", h(s.cronNext))
+	api.GET("/ratelimits", h(s.getRateLimits))
+	api.PUT("/ratelimits", h(s.setRateLimit))
+	return r.Handler
+}
+
+// authed enforces the bearer token when one is configured.
+func (s *Server) authed(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(c *fasthttp.RequestCtx) {
+		if s.cfg.Token != "" {
+			got := c.Request.Header.Peek("Authorization")
+			// Constant time, so the answer's timing does not reveal how much of a guess matched.
+			if subtle.ConstantTimeCompare(got, []byte("Bearer "+s.cfg.Token)) != 1 {
+				writeErr(c, fasthttp.StatusUnauthorized, "missing or wrong bearer token")
+				return
+			}
+		}
+		next(c)
+	}
+}
+
+// actor names who called, for action records: the X-Axe-Actor header (the CLI sends the
+// user's login) or the client address.
+func actor(c *fasthttp.RequestCtx) string {
+	if a := strings.TrimSpace(string(c.Request.Header.Peek("X-Axe-Actor"))); a != "" {
+		if len(a) > 64 {
+			a = a[:64]
+		}
+		return "api:" + a
+	}
+	return "api:" + c.RemoteIP().String()
+}
+
+func (s *Server) readyz(c *fasthttp.RequestCtx) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.cfg.Store.Ping(ctx); err != nil {
+		writeErr(c, fasthttp.StatusServiceUnavailable, "store unreachable: "+err.Error())
+		return
+	}
+	if s.ready != nil {
+		if err := s.ready(); err != nil {
+			writeErr(c, fasthttp.StatusServiceUnavailable, err.Error())
+			return
+		}
+	}
+	writeJSON(c, 200, map[string]string{"status": "ready"})
+}
+
+func reqCtx(c *fasthttp.RequestCtx) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+func (s *Server) createTask(c *fasthttp.RequestCtx) {
+	spec, err := engine.DecodeTaskSpec(c.PostBody())
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	t, err := s.cfg.Engine.CreateTask(ctx, spec, actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, fasthttp.StatusCreated, taskView(t))
+}
+
+func (s *Server) updateTask(c *fasthttp.RequestCtx) {
+	spec, err := engine.DecodeTaskSpec(c.PostBody())
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	t, err := s.cfg.Engine.UpdateTask(ctx, param(c, "name"), spec, actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, taskView(t))
+}
+
+func (s *Server) getTask(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	t, err := s.cfg.Engine.GetTask(ctx, param(c, "name"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, taskView(t))
+}
+
+func (s *Server) deleteTask(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	name := param(c, "name")
+	if err := s.cfg.Engine.DeleteTask(ctx, name, actor(c)); err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, map[string]string{"deleted": name})
+}
+
+var validStates = map[string]persist.State{}
+
+func init() {
+	for _, st := range []persist.State{persist.StateWaiting, persist.StateScheduled, persist.StateRunning,
+		persist.StateSuccess, persist.StateFailed, persist.StateRetrying, persist.StatePaused, persist.StateKilled} {
+		validStates[string(st)] = st
+	}
+}
+
+func (s *Server) listTasks(c *fasthttp.RequestCtx) {
+	args := c.QueryArgs()
+	f := persist.TaskFilter{Group: string(args.Peek("group"))}
+	if st := string(args.Peek("state")); st != "" {
+		state, ok := validStates[strings.ToUpper(st)]
+		if !ok {
+			writeErr(c, 400, fmt.Sprintf("state: unknown state %q", st))
+			return
+		}
+		f.State = state
+	}
+	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	f.Limit = limit
+	after, err := intArg(c, "after", 0, 0, 1<<62)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	f.AfterID = int64(after)
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	list, err := s.cfg.Engine.ListTasks(ctx, f)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	// The engine filters by state after reading (so the filter agrees with the in-memory
+	// runtime it shows) and may then return more than the limit; the answer never does.
+	if len(list) > limit {
+		list = list[:limit]
+	}
+	out := make([]taskJSON, 0, len(list))
+	for i := range list {
+		out = append(out, taskView(&list[i]))
+	}
+	writeJSON(c, 200, map[string]any{"tasks": out, "count": len(out)})
+}
+
+// noteBody is the optional body of pause and resume.
+type noteBody struct {
+	Note string `json:"note"`
+}
+
+func decodeOptional(c *fasthttp.RequestCtx, v any) error {
+	body := c.PostBody()
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (s *Server) pauseTask(c *fasthttp.RequestCtx)  { s.pauseResume(c, true) }
+func (s *Server) resumeTask(c *fasthttp.RequestCtx) { s.pauseResume(c, false) }
+
+func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
+	var b noteBody
+	if err := decodeOptional(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if len(b.Note) > 1024 {
+		writeErr(c, 400, "note: at most 1024 characters")
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	var t *persist.Task
+	var err error
+	if pause {
+		t, err = s.cfg.Engine.Pause(ctx, param(c, "name"), b.Note, actor(c))
+	} else {
+		t, err = s.cfg.Engine.Resume(ctx, param(c, "name"), b.Note, actor(c))
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, taskView(t))
+}
+
+func (s *Server) pauseGroup(c *fasthttp.RequestCtx)  { s.groupOp(c, true) }
+func (s *Server) resumeGroup(c *fasthttp.RequestCtx) { s.groupOp(c, false) }
+
+func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
+	var b noteBody
+	if err := decodeOptional(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	group := param(c, "group")
+	var n int
+	var err error
+	if pause {
+		n, err = s.cfg.Engine.PauseGroup(ctx, group, b.Note, actor(c))
+	} else {
+		n, err = s.cfg.Engine.ResumeGroup(ctx, group, b.Note, actor(c))
+	}
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, map[string]any{"group": group, "tasks": n})
+}
+
+// runBody is the optional body of run-now.
+type runBody struct {
+	Params json.RawMessage `json:"params"`
+}
+
+func (s *Server) runTask(c *fasthttp.RequestCtx) {
+	var b runBody
+	if err := decodeOptional(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	run, err := s.cfg.Engine.RunNow(ctx, param(c, "name"), b.Params, actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, fasthttp.StatusAccepted, map[string]any{"ticket": run.Ticket, "task": run.TaskName})
+}
+
+func (s *Server) killTask(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	t, err := s.cfg.Engine.Kill(ctx, param(c, "name"), actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, taskView(t))
+}
+
+func (s *Server) taskRuns(c *fasthttp.RequestCtx) {
+	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	runs, err := s.cfg.Engine.Runs(ctx, param(c, "name"), limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if runs == nil {
+		runs = []persist.Run{}
+	}
+	writeJSON(c, 200, map[string]any{"runs": runs, "count": len(runs)})
+}
+
+func (s *Server) taskActions(c *fasthttp.RequestCtx) {
+	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	acts, err := s.cfg.Engine.Actions(ctx, param(c, "name"), limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if acts == nil {
+		acts = []persist.Action{}
+	}
+	writeJSON(c, 200, map[string]any{"actions": acts, "count": len(acts)})
+}
+
+func (s *Server) getRun(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	run, err := s.cfg.Engine.Run(ctx, param(c, "ticket"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, run)
+}
+
+func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
+	list := s.cfg.Engine.Executors()
+	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
+}
+
+// decodeStrict decodes a required JSON body, rejecting unknown fields.
+func decodeStrict(c *fasthttp.RequestCtx, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(c.PostBody())))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
+	var reg engine.ExecutorRegistration
+	if err := decodeStrict(c, &reg); err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
+		s.fail(c, err)
+		return
+	}
+	hb, lost := s.cfg.Engine.ExecutorTimings()
+	writeJSON(c, 200, map[string]int64{"heartbeat_interval_ms": hb.Milliseconds(), "lost_after_ms": lost.Milliseconds()})
+}
+
+type heartbeatBody struct {
+	App     string `json:"app"`
+	Address string `json:"address"`
+	Running int    `json:"running"`
+}
+
+func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
+	var hb heartbeatBody
+	if err := decodeStrict(c, &hb); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if hb.App == "" || hb.Address == "" {
+		writeErr(c, 400, "app and address are required")
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	if err := s.cfg.Engine.ExecutorHeartbeat(ctx, hb.App, hb.Address); err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, map[string]any{})
+}
+
+func (s *Server) callback(c *fasthttp.RequestCtx) {
+	var rep engine.Report
+	if err := decodeStrict(c, &rep); err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	dup, err := s.cfg.Engine.ReportResult(ctx, rep)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if dup {
+		writeJSON(c, 200, map[string]bool{"ok": true, "duplicate": true})
+		return
+	}
+	writeJSON(c, 200, map[string]bool{"ok": true})
+}
+
+func (s *Server) cronNext(c *fasthttp.RequestCtx) {
+	args := c.QueryArgs()
+	expr := string(args.Peek("expr"))
+	if expr == "" {
+		writeErr(c, 400, "expr: is required")
+		return
+	}
+	n, err := intArg(c, "n", 10, 1, 1000)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	times, loc, err := s.cfg.Engine.NextFireTimes(expr, string(args.Peek("tz")), n)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	out := make([]string, len(times))
+	for i, t := range times {
+		out[i] = t.In(loc).Format(time.RFC3339)
+	}
+	writeJSON(c, 200, map[string]any{"expr": expr, "timezone": loc.String(), "next": out})
+}
+
+func (s *Server) getRateLimits(c *fasthttp.RequestCtx) {
+	writeJSON(c, 200, s.cfg.Engine.RateLimits())
+}
+
+// rateLimitBody changes one bucket: downstream "" is the global one.
+type rateLimitBody struct {
+	Downstream string  `json:"downstream"`
+	Rate       float64 `json:"rate"`
+	Burst      int     `json:"burst"`
+}
+
+func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
+	var b rateLimitBody
+	if err := decodeStrict(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if b.Rate > 0 && b.Burst == 0 {
+		b.Burst = max(1, int(b.Rate))
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	if err := s.cfg.Engine.SetRateLimit(ctx, b.Downstream, ratelimit.Limit{Rate: b.Rate, Burst: b.Burst}, actor(c)); err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, s.cfg.Engine.RateLimits())
+}
+
+func param(c *fasthttp.RequestCtx, name string) string {
+	v, _ := c.UserValue(name).(string)
+	return v
+}
+
+func intArg(c *fasthttp.RequestCtx, name string, def, lo, hi int) (int, error) {
+	raw := string(c.QueryArgs().Peek(name))
+	if raw == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(raw)
+	if err != nil || v < lo || v > hi {
+		return 0, fmt.Errorf("%w: %s: must be an integer %d..%d, got %q", ErrBadRequest, name, lo, hi, raw)
+	}
+	return v, nil
+}
+
+// statusOf maps errors to HTTP status codes: the one place where that mapping lives.
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask):
+		return fasthttp.StatusBadRequest
+	case errors.Is(err, ErrUnauthorized):
+		return fasthttp.StatusUnauthorized
+	case errors.Is(err, engine.ErrTaskNotFound), errors.Is(err, engine.ErrRunNotFound),
+		errors.Is(err, persist.ErrExecutorNotFound), errors.Is(err, engine.ErrUnknownExecutor):
+		return fasthttp.StatusNotFound
+	case errors.Is(err, engine.ErrTaskExists), errors.Is(err, engine.ErrConflict),
+		errors.Is(err, engine.ErrInvalidTransition), errors.Is(err, persist.ErrVersionConflict),
+		errors.Is(err, engine.ErrStaleTicket):
+		return fasthttp.StatusConflict
+	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, persist.ErrLeaseLost),
+		errors.Is(err, context.DeadlineExceeded):
+		return fasthttp.StatusServiceUnavailable
+	default:
+		return fasthttp.StatusInternalServerError
+	}
+}
+
+func (s *Server) fail(c *fasthttp.RequestCtx, err error) {
+	code := statusOf(err)
+	msg := err.Error()
+	if code == fasthttp.StatusInternalServerError {
+		s.log.Error("API call failed", "method", string(c.Method()), "path", string(c.Path()), "error", err)
+	}
+	// Validation messages already name the field; drop the sentinel's prefix for readability.
+	msg = strings.TrimPrefix(msg, engine.ErrInvalidTask.Error()+": ")
+	msg = strings.TrimPrefix(msg, ErrBadRequest.Error()+": ")
+	writeErr(c, code, msg)
+}
+
+func writeErr(c *fasthttp.RequestCtx, code int, msg string) {
+	writeJSON(c, code, map[string]string{"error": msg})
+}
+
+func writeJSON(c *fasthttp.RequestCtx, code int, v any) {
+	c.SetStatusCode(code)
+	c.SetContentType("application/json")
+	enc := json.NewEncoder(c)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		c.SetStatusCode(fasthttp.StatusInternalServerError)
+	}
+}
+
+// taskJSON is a task as the API shows it: the definition's fields, and the runtime under
+// "runtime" with the next fire also as a readable time in the task's zone.
+type taskJSON struct {
+	persist.TaskDef
+	Runtime runtimeJSON `json:"runtime"`
+}
+
+type runtimeJSON struct {
+	persist.Runtime
+	NextFireAt string `json:"next_fire_at,omitempty"`
+}
+
+func taskView(t *persist.Task) taskJSON {
+	v := taskJSON{TaskDef: t.Def, Runtime: runtimeJSON{Runtime: t.Runtime}}
+	if v.DependsOn == nil {
+		v.DependsOn = []string{}
+	}
+	if n := t.Runtime.NextTriggerTime; n > 0 {
+		loc, err := time.LoadLocation(t.Def.Timezone)
+		if err != nil {
+			loc = time.UTC
+		}
+		v.Runtime.NextFireAt = time.UnixMilli(n).In(loc).Format(time.RFC3339Nano)
+	}
+	return v
+}

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/axe-sched/axe/admin"
+)
+
+// clientFlags are the flags every client command takes (SPEC section 12).
+type clientFlags struct {
+	server string
+	token  string
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.server, "server", "http://"+admin.AddrDefault, "comma-separated scheduler addresses; the first that answers is used (AXE_SERVER)")
+	fs.StringVar(&f.token, "token", "", "bearer token (AXE_TOKEN)")
+}
+
+func (f *clientFlags) client() (*admin.Client, error) {
+	who := "cli"
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		who = "cli:" + u.Username
+	}
+	return admin.NewClient(f.server, f.token, who)
+}
+
+// parseInterspersed parses flags that come after positional arguments too
+// ("axe task get NAME --server X"), which the flag package alone stops at.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// clientCmd builds a client command taking exactly nargs positional arguments.
+func clientCmd(name, usage, help string, nargs int, setup func(fs *flag.FlagSet), exec func(ctx context.Context, c *admin.Client, args []string) error) *ffcli.Command {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	if setup != nil {
+		setup(fs)
+	}
+	return &ffcli.Command{
+		Name:       name,
+		ShortUsage: usage,
+		ShortHelp:  help,
+		FlagSet:    fs,
+		Options:    envOpts,
+		Exec: func(ctx context.Context, args []string) error {
+			pos, err := parseInterspersed(fs, args)
+			if err != nil {
+				return err
+			}
+			if len(pos) != nargs {
+				return fmt.Errorf("usage: %s", usage)
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			return exec(ctx, c, pos)
+		},
+	}
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func readSpec(path string) ([]byte, error) {
+	if path == "" {
+		return nil, fmt.Errorf("-f: a task JSON file is required (- for standard input)")
+	}
+	if path == "-" {
+		return io.ReadAll(os.Stdin)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-f: %w", err)
+	}
+	return data, nil
+}
+
+func fmtMS(ms int64) string {
+	if ms <= 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).Format("2006-01-02 15:04:05.000")
+}
+
+func taskCmd() *ffcli.Command {
+	var file, group, state, note, params string
+	// One limit per command: flag.IntVar writes its default into the variable at
+	// registration, so a shared variable would give every command the last default.
+	var lsLimit, runsLimit, actionsLimit int
+	return &ffcli.Command{
+		Name:       "task",
+		ShortUsage: "axe task <create|update|ls|get|rm|pause|resume|run|kill|runs|actions> ...",
+		ShortHelp:  "manage tasks",
+		Exec:       parentExec,
+		Subcommands: []*ffcli.Command{
+			clientCmd("create", "axe task create -f task.json", "create a task from a JSON definition", 0,
+				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
+				func(ctx context.Context, c *admin.Client, _ []string) error {
+					spec, err := readSpec(file)
+					if err != nil {
+						return err
+					}
+					t, err := c.CreateTask(ctx, spec)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("created %s (%s, next fire %s)\n", t.Name, t.Runtime.State, orDash(t.Runtime.NextFireAt))
+					return nil
+				}),
+			clientCmd("update", "axe task update NAME -f task.json", "replace a task's definition", 1,
+				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					spec, err := readSpec(file)
+					if err != nil {
+						return err
+					}
+					t, err := c.UpdateTask(ctx, args[0], spec)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("updated %s (%s, next fire %s)\n", t.Name, t.Runtime.State, orDash(t.Runtime.NextFireAt))
+					return nil
+				}),
+			clientCmd("ls", "axe task ls [--group G] [--state S]", "list tasks", 0,
+				func(fs *flag.FlagSet) {
+					fs.StringVar(&group, "group", "", "only this group")
+					fs.StringVar(&state, "state", "", "only this state")
+					fs.IntVar(&lsLimit, "limit", 100, "at most this many")
+				},
+				func(ctx context.Context, c *admin.Client, _ []string) error {
+					list, err := c.ListTasks(ctx, group, state, lsLimit)
+					if err != nil {
+						return err
+					}
+					w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "NAME\tGROUP\tTRIGGER\tSTATE\tNEXT FIRE\tOK\tFAILED")
+					for _, t := range list {
+						trig := t.Trigger
+						if t.Cron != "" {
+							trig += " " + t.Cron
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%d\n", t.Name, t.Group, trig, t.Runtime.State,
+							orDash(t.Runtime.NextFireAt), t.Runtime.SuccessCount, t.Runtime.FailureCount)
+					}
+					return w.Flush()
+				}),
+			clientCmd("get", "axe task get NAME", "show a task's definition and runtime as JSON", 1, nil,
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					t, err := c.GetTask(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					return printJSON(t)
+				}),
+			clientCmd("rm", "axe task rm NAME", "delete a task (its runs and actions stay)", 1, nil,
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					if err := c.DeleteTask(ctx, args[0]); err != nil {
+						return err
+					}
+					fmt.Println("deleted", args[0])
+					return nil
+				}),
+			taskOpCmd("pause", "stop future triggers; a running instance finishes", &note),
+			taskOpCmd("resume", "re-enable a paused task", &note),
+			taskOpCmd("kill", "kill the task's run in flight", nil),
+			clientCmd("run", "axe task run NAME [--params JSON]", "run now: an independent instance with its own ticket", 1,
+				func(fs *flag.FlagSet) { fs.StringVar(&params, "params", "", "params JSON for this run only") },
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					var p json.RawMessage
+					if params != "" {
+						if !json.Valid([]byte(params)) {
+							return fmt.Errorf("--params: must be valid JSON")
+						}
+						p = json.RawMessage(params)
+					}
+					ticket, err := c.RunNow(ctx, args[0], p)
+					if err != nil {
+						return err
+					}
+					fmt.Println("started", args[0], "ticket", ticket)
+					return nil
+				}),
+			clientCmd("runs", "axe task runs NAME [--limit N]", "recent runs, newest first", 1,
+				func(fs *flag.FlagSet) { fs.IntVar(&runsLimit, "limit", 20, "at most this many") },
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					runs, err := c.Runs(ctx, args[0], runsLimit)
+					if err != nil {
+						return err
+					}
+					w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(w, "TICKET\tKIND\tATTEMPT\tSCHEDULED\tDISPATCHED\tRESULT\tDURATION\tEXECUTOR\tERROR")
+					for _, r := range runs {
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%dms\t%s\t%s\n", r.Ticket, r.Kind, r.Attempt,
+							fmtMS(r.ScheduledAt), fmtMS(r.DispatchedAt), r.Result, r.DurationMS, r.Executor, r.Error)
+					}
+					return w.Flush()
+				}),
+			clientCmd("actions", "axe task actions NAME [--limit N]", "the task's audit timeline, oldest first", 1,
+				func(fs *flag.FlagSet) { fs.IntVar(&actionsLimit, "limit", 50, "the newest this many") },
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					acts, err := c.Actions(ctx, args[0], actionsLimit)
+					if err != nil {
+						return err
+					}
+					for i := len(acts) - 1; i >= 0; i-- {
+						a := acts[i]
+						move := ""
+						if a.From != "" || a.To != "" {
+							move = fmt.Sprintf(" %s→%s", orDash(string(a.From)), orDash(string(a.To)))
+						}
+						line := fmt.Sprintf("%s  %-9s%s  by %s", fmtMS(a.At), a.Action, move, a.Actor)
+						if a.Ticket != "" {
+							line += "  ticket " + a.Ticket
+						}
+						if a.Detail != "" {
+							line += "  — " + a.Detail
+						}
+						fmt.Println(line)
+					}
+					return nil
+				}),
+		},
+	}
+}
+
+func taskOpCmd(op, help string, note *string) *ffcli.Command {
+	usage := "axe task " + op + " NAME"
+	var setup func(fs *flag.FlagSet)
+	if note != nil {
+		usage += " [--note TEXT]"
+		setup = func(fs *flag.FlagSet) { fs.StringVar(note, "note", "", "kept in the action record") }
+	}
+	return clientCmd(op, usage, help, 1, setup, func(ctx context.Context, c *admin.Client, args []string) error {
+		n := ""
+		if note != nil {
+			n = *note
+		}
+		t, err := c.TaskOp(ctx, args[0], op, n)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %s\n", t.Name, t.Runtime.State)
+		return nil
+	})
+}
+
+func groupCmd() *ffcli.Command {
+	var note string
+	op := func(name string) *ffcli.Command {
+		return clientCmd(name, "axe group "+name+" GROUP [--note TEXT]", name+" every task of a group", 1,
+			func(fs *flag.FlagSet) { fs.StringVar(&note, "note", "", "kept in the action records") },
+			func(ctx context.Context, c *admin.Client, args []string) error {
+				n, err := c.GroupOp(ctx, args[0], name, note)
+				if err != nil {
+					return err
+				}
+				fmt.Printf("group %s: %d task(s)\n", args[0], n)
+				return nil
+			})
+	}
+	return &ffcli.Command{
+		Name:        "group",
+		ShortUsage:  "axe group pause|resume GROUP",
+		ShortHelp:   "pause or resume a whole group",
+		Exec:        parentExec,
+		Subcommands: []*ffcli.Command{op("pause"), op("resume")},
+	}
+}
+
+func executorsCmd() *ffcli.Command {
+	return clientCmd("executors", "axe executors", "list registered executors and their heartbeats", 0, nil,
+		func(ctx context.Context, c *admin.Client, _ []string) error {
+			list, err := c.Executors(ctx)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "APP\tADDRESS\tSTATUS\tLAST HEARTBEAT\tHANDLERS")
+			for _, e := range list {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.App, e.Address, e.Status, fmtMS(e.LastHeartbeat), strings.Join(e.Handlers, ","))
+			}
+			return w.Flush()
+		})
+}
+
+func cronCmd() *ffcli.Command {
+	var tz string
+	var n int
+	return &ffcli.Command{
+		Name:       "cron",
+		ShortUsage: "axe cron next 'EXPR' [--tz ZONE] [-n 10]",
+		ShortHelp:  "preview cron expressions",
+		Exec:       parentExec,
+		Subcommands: []*ffcli.Command{
+			clientCmd("next", "axe cron next 'EXPR' [--tz ZONE] [-n 10]", "the next fire times of an expression", 1,
+				func(fs *flag.FlagSet) {
+					fs.StringVar(&tz, "tz", "", "IANA zone (default: the server's)")
+					fs.IntVar(&n, "n", 10, "how many")
+				},
+				func(ctx context.Context, c *admin.Client, args []string) error {
+					times, zone, err := c.CronNext(ctx, args[0], tz, n)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("# %s in %s\n", args[0], zone)
+					for _, t := range times {
+						fmt.Println(t)
+					}
+					return nil
+				}),
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
