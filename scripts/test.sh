@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs axe's whole test suite, with -race, against embedded SQLite and a real MySQL/MariaDB.
+#
+# MySQL: AXE_TEST_MYSQL_DSN (a go-sql-driver DSN without a database, default
+# root:@tcp(127.0.0.1:3306)/) is used when it answers. When nothing answers and we are root,
+# MariaDB is installed from Debian's packages (if missing) and started. Each test creates its
+# own database (axe_t_<random>) and drops it, so parallel packages and reruns never collide.
+#
+# Extra arguments go to `go test` (e.g. ./scripts/test.sh -run TestDaemon ./admin/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export AXE_TEST_MYSQL_DSN="${AXE_TEST_MYSQL_DSN:-root:@tcp(127.0.0.1:3306)/}"
+export AXE_REQUIRE_MYSQL=1
+
+say() { printf '== %s\n' "$*" >&2; }
+
+mysql_up() { go run ./scripts/dbwait -dsn "$AXE_TEST_MYSQL_DSN" -timeout "${1:-0s}" 2>/dev/null; }
+
+if mysql_up; then
+  say "MySQL answers at $AXE_TEST_MYSQL_DSN"
+else
+  say "no MySQL answers at $AXE_TEST_MYSQL_DSN; starting MariaDB"
+  if [ "$(id -u)" != 0 ]; then
+    echo "not root: start MySQL/MariaDB yourself and set AXE_TEST_MYSQL_DSN" >&2
+    exit 1
+  fi
+  if [ ! -x /usr/sbin/mariadbd ]; then
+    say "installing mariadb-server from Debian's packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q mariadb-server mariadb-client
+  fi
+  if [ ! -d /var/lib/mysql/mysql ]; then
+    mariadb-install-db --user=mysql --datadir=/var/lib/mysql >/dev/null
+  fi
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql
+  # Wait for the socket, then let root in over TCP with an empty password (Debian's default
+  # root@localhost accepts only the unix socket).
+  for _ in $(seq 1 60); do
+    mariadb -uroot -e 'SELECT 1' >/dev/null 2>&1 && break
+    sleep 1
+  done
+  mariadb -uroot -e "ALTER USER root@localhost IDENTIFIED VIA unix_socket OR mysql_native_password USING PASSWORD('')" || true
+  if ! mysql_up 60s; then
+    echo "MariaDB did not come up" >&2
+    exit 1
+  fi
+  say "MariaDB started"
+fi
+
+if [ $# -eq 0 ]; then
+  set -- ./...
+fi
+say "go vet"
+go vet ./...
+say "go test -race $*"
+go test -race -count=1 -timeout 30m "$@"
