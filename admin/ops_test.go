@@ -270,8 +270,17 @@ func TestRetriesAndTimeout(t *testing.T) {
 		})
 
 		t.Run("timeout", func(t *testing.T) {
-			call := h.waitCalls(t, "slowpoke", 1, waitTimeout)[0]
-			r := d.waitRun(t, "slowpoke", call.Ticket)
+			// Wait on the run record, not on the call: the deadline counts from the dispatch
+			// decision, so on a badly overloaded machine the call may never get out.
+			var r persist.Run
+			eventually(t, waitTimeout, "the hanging run to end", func() bool {
+				runs := d.runs(t, "slowpoke")
+				if len(runs) == 0 || runs[0].Result == persist.ResultRunning {
+					return false
+				}
+				r = runs[0]
+				return true
+			})
 			if r.Result != persist.ResultTimeout {
 				t.Fatalf("hanging run ended %q (%s), want timeout", r.Result, r.Error)
 			}

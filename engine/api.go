@@ -106,6 +106,7 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 	if err := e.store.CreateTask(ctx, &def, &rt); err != nil {
 		return nil, err
 	}
+	e.upstreams.add(def.DependsOn...)
 	t.id = def.ID
 	rt.TaskID = def.ID
 	t.rt = rt
@@ -133,7 +134,6 @@ func (e *Engine) checkDeps(ctx context.Context, def *persist.TaskDef) error {
 	// Walk upstream edges from def's upstreams; reaching def.Name is a cycle.
 	seen := map[string]bool{}
 	queue := append([]string(nil), def.DependsOn...)
-	first := true
 	for len(queue) > 0 {
 		name := queue[0]
 		queue = queue[1:]
@@ -146,16 +146,15 @@ func (e *Engine) checkDeps(ctx context.Context, def *persist.TaskDef) error {
 		seen[name] = true
 		pt, err := e.store.GetTask(ctx, name)
 		if errors.Is(err, persist.ErrTaskNotFound) {
-			if first || contains(def.DependsOn, name) {
+			if contains(def.DependsOn, name) {
 				return fieldErr("depends_on", "unknown task %q", name)
 			}
-			continue
+			continue // an edge to a deleted task further up: it cannot close a cycle
 		}
 		if err != nil {
 			return fmt.Errorf("cannot check dependencies: %w", err)
 		}
 		queue = append(queue, pt.Def.DependsOn...)
-		first = false
 	}
 	return nil
 }
@@ -240,6 +239,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
 		return nil, err
 	}
+	e.upstreams.add(def.DependsOn...)
 	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
 
 	nrt := t.rt
@@ -292,6 +292,7 @@ func (e *Engine) DeleteTask(ctx context.Context, name, actor string) error {
 	}
 	t.deleted = true
 	e.disarm(t)
+	e.brk.forget(t.id)
 	act := e.action(t, "", ActDelete, t.rt.State, "", actor, "", now)
 	t.mu.Unlock()
 	err = e.write(ctx, &persist.Group{Actions: []persist.Action{act}})
@@ -632,6 +633,7 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 	e.m.results.result(oc.result).Inc()
 	t.mu.Lock()
 	t.manual--
+	name, group := t.def.Name, t.def.Group
 	detail := "run-now " + oc.result
 	if oc.errText != "" {
 		detail += ": " + oc.errText
@@ -640,9 +642,17 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 	e.settle(t)
 	t.mu.Unlock()
 	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}
+	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
+		g.Done = func(err error) {
+			if err == nil {
+				go e.upstreamDone(name)
+			}
+		}
+	}
 	if err := e.writer.Submit(context.Background(), g); err != nil {
 		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
 	}
+	e.recordHealth(t.id, name, group, oc.result)
 	e.runsWG.Done()
 }
 

@@ -108,6 +108,10 @@ type Config struct {
 	// RateLimit sets the token buckets of R4.3: a global one and one per downstream
 	// (executor app, or callback host:port). Defaults to no limit; changeable at runtime.
 	RateLimit ratelimit.Config
+	// Breaker configures the per-task circuit breaker (R4.6).
+	Breaker BreakerConfig
+	// AlertWebhooks receive every alert as a JSON POST (R4.7).
+	AlertWebhooks []string
 	// NodeID names this scheduler in action records and logs. Defaults to "axe".
 	NodeID string
 	// Logger defaults to slog.Default().
@@ -149,6 +153,7 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Breaker = c.Breaker.WithDefaults()
 	if c.Writer.Logger == nil {
 		c.Writer.Logger = c.Logger
 	}
@@ -190,10 +195,13 @@ type Engine struct {
 	log    *slog.Logger
 	m      *engineMetrics
 
-	tasks    taskMap
-	registry *dispatch.Registry
-	execRuns execRuns
-	gate     *rateGate
+	tasks     taskMap
+	registry  *dispatch.Registry
+	execRuns  execRuns
+	gate      *rateGate
+	brk       breakers
+	upstreams upstreamSet
+	alerts    *alerter
 
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
@@ -242,6 +250,8 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
+	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Logger,
+		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	return e, nil
 }
 
@@ -291,6 +301,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		return fmt.Errorf("cannot load the first window: %w", err)
 	}
 	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", time.Since(start))
+	if err := e.loadDependencies(ctx); err != nil {
+		cancel()
+		e.running.Store(false)
+		return fmt.Errorf("cannot load dependencies: %w", err)
+	}
 
 	if err := e.wheel.Start(runCtx); err != nil {
 		cancel()
@@ -300,6 +315,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
+	e.alerts.start()
 	e.loopsWG.Add(3)
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)
@@ -356,6 +372,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	}
 	step("stop dispatcher", func() error { return e.disp.Stop(ctx) })
 	step("flush writer", func() error { return e.writer.Stop(ctx) })
+	step("deliver alerts", func() error { e.alerts.stop(ctx); return nil })
 	return errors.Join(errs...)
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -672,4 +673,164 @@ func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
 			t.Errorf("%d priority inversions in dispatch order", inversions)
 		}
 	})
+}
+
+func TestDependencyFanIn(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		e := startEngine(t, s)
+		for _, n := range []string{"extract", "load"} {
+			spec := httpSpec(n, cs.URL)
+			spec.Trigger = persist.TriggerManual
+			mustCreate(t, e, spec)
+		}
+		down := httpSpec("report", cs.URL)
+		down.DependsOn = []string{"extract", "load"}
+		mustCreate(t, e, down)
+
+		// A cycle, a self-dependency and an unknown upstream are refused.
+		var fe *FieldError
+		cyc := httpSpec("extract", cs.URL)
+		cyc.DependsOn = []string{"report"}
+		if _, err := e.UpdateTask(ctx, "extract", cyc, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
+			t.Errorf("cycle accepted: %v", err)
+		}
+		self := httpSpec("selfish", cs.URL)
+		self.DependsOn = []string{"selfish"}
+		if _, err := e.CreateTask(ctx, self, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
+			t.Errorf("self-dependency accepted: %v", err)
+		}
+		ghost := httpSpec("orphan", cs.URL)
+		ghost.DependsOn = []string{"nope"}
+		if _, err := e.CreateTask(ctx, ghost, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
+			t.Errorf("unknown upstream accepted: %v", err)
+		}
+
+		if _, err := e.RunNow(ctx, "extract", nil, "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 3*time.Second, "extract to run", func() bool { return len(cs.got("extract")) == 1 })
+		time.Sleep(500 * time.Millisecond)
+		if n := len(cs.got("report")); n != 0 {
+			t.Fatalf("report fired after one of two upstreams")
+		}
+		if _, err := e.RunNow(ctx, "load", nil, "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 3*time.Second, "report to fire after both upstreams", func() bool { return len(cs.got("report")) == 1 })
+		var runs []persist.Run
+		waitFor(t, 2*time.Second, "report's run recorded", func() bool {
+			runs, _ = e.Runs(ctx, "report", 10)
+			return len(runs) == 1 && runs[0].Result == persist.ResultSuccess
+		})
+		if d := runs[0].Detail; !strings.Contains(d, "extract (") || !strings.Contains(d, "load (") {
+			t.Errorf("run detail %q does not name the upstream runs that released it", d)
+		}
+		waitFor(t, 2*time.Second, "report waiting again", func() bool {
+			pt, err := e.GetTask(ctx, "report")
+			return err == nil && pt.Runtime.State == persist.StateWaiting
+		})
+		// One more upstream success is not enough: fan-in needs both again.
+		if _, err := e.RunNow(ctx, "load", nil, "test"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+		if n := len(cs.got("report")); n != 1 {
+			t.Errorf("report fired %d times, want 1", n)
+		}
+	})
+}
+
+func TestBreakerOpensAlertsAndSkips(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		cs.status = func(call) int { return 500 }
+		alerts := make(chan Alert, 16)
+		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var a Alert
+			if err := json.NewDecoder(r.Body).Decode(&a); err == nil {
+				alerts <- a
+			}
+		}))
+		defer hook.Close()
+		e := startEngine(t, s, func(c *Config) {
+			c.Breaker = BreakerConfig{MinSamples: 3, ProbeEvery: 4}
+			c.AlertWebhooks = []string{hook.URL}
+		})
+		spec := httpSpec("failing", cs.URL)
+		spec.Cron = "*/1 * * * * *"
+		mustCreate(t, e, spec)
+		var got Alert
+		waitFor(t, 8*time.Second, "the breaker_open webhook", func() bool {
+			select {
+			case a := <-alerts:
+				if a.Kind == AlertBreakerOpen {
+					got = a
+					return true
+				}
+			default:
+			}
+			return false
+		})
+		if got.Task != "failing" || got.Message == "" {
+			t.Errorf("alert = %+v", got)
+		}
+		calls := len(cs.got("failing"))
+		waitFor(t, 6*time.Second, "skipped fires", func() bool {
+			n := 0
+			for _, a := range actionNames(t, e, "failing") {
+				if a == ActSkippedByBreaker {
+					n++
+				}
+			}
+			return n >= 3
+		})
+		if after := len(cs.got("failing")); after > calls+2 {
+			t.Errorf("breaker open, yet %d more calls while skipping", after-calls)
+		}
+		_ = ctx
+	})
+}
+
+func TestBreakerWindow(t *testing.T) {
+	cfg := BreakerConfig{Window: time.Minute, MinSamples: 4, FailureRate: 0.5, ProbeEvery: 3}.WithDefaults()
+	var b breaker
+	now := int64(1_000_000)
+	for i := 0; i < 3; i++ {
+		if b.record(cfg, now, false) {
+			t.Fatalf("opened below the minimum sample after %d failures", i+1)
+		}
+	}
+	if !b.record(cfg, now+10, false) || !b.open {
+		t.Fatal("4 failures out of 4 did not open the breaker")
+	}
+	allowed := 0
+	for i := 0; i < 9; i++ {
+		if b.allow(cfg) {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Errorf("open breaker let %d of 9 fires through, want 3", allowed)
+	}
+	// Successes bring the rate back to 50%: it closes.
+	for i := 0; i < 3; i++ {
+		b.record(cfg, now+100, true)
+	}
+	if !b.open {
+		t.Fatal("closed with 4 failures and 3 successes (57%)")
+	}
+	if !b.record(cfg, now+200, true) || b.open {
+		t.Fatal("did not close at 50%")
+	}
+	// Failures age out of the window.
+	var c breaker
+	for i := 0; i < 4; i++ {
+		c.record(cfg, now, false)
+	}
+	if !c.open || !c.evaluate(cfg, now+2*time.Minute.Milliseconds()) || c.open {
+		t.Error("an open breaker did not close once its failures left the window")
+	}
 }

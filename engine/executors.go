@@ -149,7 +149,7 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	case created:
 		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "handlers", reg.Handlers)
 	case revived:
-		e.alert(ctx, "executor_back", fmt.Sprintf("executor %s at %s registered again", reg.App, reg.Address))
+		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s registered again", reg.App, reg.Address))
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr string) error 
 		return fmt.Errorf("cannot record heartbeat: %w", err)
 	}
 	if revived {
-		e.alert(ctx, "executor_back", fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
+		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (e *Engine) reap(ctx context.Context) {
 	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
 	for _, x := range lost {
 		msg := fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", x.App, x.Address, e.cfg.LostAfter)
-		e.alert(ctx, "executor_lost", msg)
+		e.alert(ctx, AlertExecutorLost, msg)
 		if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
 			e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 		}
@@ -238,16 +238,6 @@ func (e *Engine) reap(ctx context.Context) {
 					errText: "executor " + x.Address + " was lost with the run in flight"})
 			}
 		}
-	}
-}
-
-// alert raises an operator alert: log, metric and an action record (R4.7).
-func (e *Engine) alert(ctx context.Context, kind, msg string) {
-	e.log.Warn("alert: "+msg, "alert", kind)
-	e.m.alerts(kind).Inc()
-	act := persist.Action{Action: kind, Actor: ActorScheduler, At: e.nowMS(), Detail: msg}
-	if err := e.writer.Submit(ctx, &persist.Group{Actions: []persist.Action{act}}); err != nil {
-		e.log.Error("cannot record alert", "error", err)
 	}
 }
 

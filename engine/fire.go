@@ -38,6 +38,8 @@ const (
 	ActRunNow   = "run_now"
 	ActKill     = "kill"
 	ActConflict = "conflict"
+	// ActSkippedByBreaker records a fire the open circuit breaker did not dispatch.
+	ActSkippedByBreaker = "skipped_by_breaker"
 )
 
 // outcome is how a run ended.
@@ -90,6 +92,19 @@ func (e *Engine) fire(ent *wheel.Entry) {
 	}
 	t.ent = nil
 	now := e.nowMS()
+	if t.rt.State == persist.StateScheduled && t.def.Trigger == persist.TriggerCron && !e.cfg.Breaker.Disabled {
+		ok, closed := e.brk.allow(e.cfg.Breaker, t.id, now)
+		if closed {
+			name, group := t.def.Name, t.def.Group
+			defer e.alertFor(context.Background(), AlertBreakerClose, t.id, name, group,
+				"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
+		}
+		if !ok {
+			e.skipByBreaker(t, ent.When, now)
+			t.mu.Unlock()
+			return
+		}
+	}
 	e.m.lateness.Update(float64(now-ent.When) / 1000)
 	from := t.rt.State
 	if err := checkTransition(from, persist.StateRunning); err != nil {
@@ -116,6 +131,9 @@ func (e *Engine) fire(ent *wheel.Entry) {
 		ScheduledAt: ent.When, DispatchedAt: now, Result: persist.ResultRunning,
 		Executor: downstreamOf(t.def),
 	}
+	if t.releasedBy != "" {
+		run.Detail, t.releasedBy = t.releasedBy, ""
+	}
 	t.rt = nrt
 	t.pending++
 	t.run = &inflight{run: run}
@@ -136,6 +154,47 @@ func (e *Engine) fire(ent *wheel.Entry) {
 		// store still says SCHEDULED and the fire happens after a restart.
 		e.log.Warn("fire dropped: writer closed", "task", def.Name, "ticket", ticket, "error", err)
 		e.runsWG.Done()
+	}
+}
+
+// skipByBreaker consumes a fire without dispatching it while the task's breaker is open,
+// and moves the task on to its next fire. Caller holds t.mu.
+func (e *Engine) skipByBreaker(t *task, sched, now int64) {
+	e.m.skipped.Inc()
+	nrt := t.rt
+	next, _ := e.nextFire(t, sched, now)
+	nrt.NextTriggerTime = next
+	detail := "fire of " + time.UnixMilli(sched).In(t.loc).Format(time.RFC3339) + " skipped: circuit breaker open (one fire in " +
+		strconv.Itoa(e.cfg.Breaker.ProbeEvery) + " goes through)"
+	act := e.action(t, "", ActSkippedByBreaker, t.rt.State, t.rt.State, ActorScheduler, detail, now)
+	e.commitLocked(t, nrt, nil, []persist.Action{act})
+}
+
+// recordHealth feeds a result to the task's breaker and raises its alerts. Caller must not
+// hold t.mu.
+func (e *Engine) recordHealth(id int64, name, group, result string) {
+	if e.cfg.Breaker.Disabled {
+		return
+	}
+	var ok bool
+	switch result {
+	case persist.ResultSuccess:
+		ok = true
+	case persist.ResultFailed, persist.ResultTimeout:
+	default:
+		return // killed and lost say nothing about the task's health
+	}
+	changed, open := e.brk.record(e.cfg.Breaker, id, e.nowMS(), ok)
+	if !changed {
+		return
+	}
+	if open {
+		e.alertFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
+			"circuit breaker of %s opened: more than %.0f%% of its runs failed over %s; only one fire in %d is dispatched",
+			name, e.cfg.Breaker.FailureRate*100, e.cfg.Breaker.Window, e.cfg.Breaker.ProbeEvery))
+	} else {
+		e.alertFor(context.Background(), AlertBreakerClose, id, name, group,
+			"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
 	}
 }
 
@@ -309,6 +368,7 @@ func (e *Engine) complete(t *task, ticket string, oc outcome) {
 	nrt.LastExecutor = run.Executor
 	nrt.CurrentTicket = ""
 	var acts []persist.Action
+	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
 	detail := oc.result
 	if oc.errText != "" {
 		detail += ": " + oc.errText
@@ -341,12 +401,24 @@ func (e *Engine) complete(t *task, ticket string, oc outcome) {
 		name := ActResult
 		if oc.result == persist.ResultLost {
 			name = ActLost
+		} else {
+			finalFailure = true
 		}
 		acts = append(acts, e.action(t, ticket, name, persist.StateRunning, persist.StateFailed, ActorScheduler, detail, now))
 		e.nextCycle(t, &nrt, run.ScheduledAt, now, &acts)
 	}
-	e.commitLocked(t, nrt, []persist.Run{run}, acts)
+	name, group, id := t.def.Name, t.def.Group, t.id
+	var then func()
+	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
+		then = func() { e.upstreamDone(name) }
+	}
+	e.commitLockedThen(t, nrt, []persist.Run{run}, acts, then)
 	t.mu.Unlock()
+	e.recordHealth(id, name, group, oc.result)
+	if finalFailure {
+		e.alertFor(context.Background(), AlertFinalFailure, id, name, group,
+			fmt.Sprintf("%s failed after %d attempt(s): %s", name, run.Attempt, detail))
+	}
 	e.runsWG.Done()
 }
 
@@ -471,6 +543,12 @@ func retryDelay(interval time.Duration, retry int, capD time.Duration) time.Dura
 // commitLocked makes nrt the task's runtime and submits it with runs and actions to the
 // writer without waiting. Caller holds t.mu.
 func (e *Engine) commitLocked(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) {
+	e.commitLockedThen(t, nrt, runs, acts, nil)
+}
+
+// commitLockedThen is commitLocked that also runs then, on its own goroutine, once the write
+// is durable.
+func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action, then func()) {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
@@ -480,7 +558,12 @@ func (e *Engine) commitLocked(t *task, nrt persist.Runtime, runs []persist.Run, 
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
 		Runs:        runs,
 		Actions:     acts,
-		Done:        func(err error) { e.writeDone(t, err) },
+		Done: func(err error) {
+			e.writeDone(t, err)
+			if err == nil && then != nil {
+				go then()
+			}
+		},
 	}
 	// Submit may block on a full writer queue: that is the writer's backpressure. It never
 	// waits on this task's lock, so holding it here cannot deadlock.

@@ -33,6 +33,9 @@ type task struct {
 	evicted bool         // removed from the task map; a holder must look the task up again
 	deleted bool
 	stale   bool // a write conflicted: reload from the store once nothing is pending
+
+	// releasedBy names the upstream runs that released a dependency fire, for its run row.
+	releasedBy string
 }
 
 // inflight is the periodic run a task is waiting on.

@@ -21,6 +21,9 @@ type engineMetrics struct {
 	lateness     *metrics.PrometheusHistogram
 	loadDuration *metrics.PrometheusHistogram
 	rateWaits    *metrics.Counter
+	alertDrops   *metrics.Counter
+	alertFails   *metrics.Counter
+	skipped      *metrics.Counter
 	rateWait     *metrics.PrometheusHistogram
 	dispatches   labelled
 	results      labelled
@@ -54,6 +57,9 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		lateness:     s.NewPrometheusHistogramExt("axe_fire_lateness_seconds", latenessBuckets),
 		loadDuration: s.NewPrometheusHistogram("axe_window_load_duration_seconds"),
 		rateWaits:    s.NewCounter("axe_ratelimit_waits_total"),
+		alertDrops:   s.NewCounter("axe_alert_webhook_dropped_total"),
+		alertFails:   s.NewCounter("axe_alert_webhook_failures_total"),
+		skipped:      s.NewCounter("axe_breaker_skipped_fires_total"),
 		rateWait:     s.NewPrometheusHistogram("axe_ratelimit_wait_seconds"),
 		dispatches:   labelled{set: s, name: "axe_dispatch_failures_total", label: "reason"},
 		results:      labelled{set: s, name: "axe_results_total", label: "result"},
@@ -70,6 +76,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	s.NewGauge("axe_dispatch_inflight", func() float64 { return float64(e.disp.Running()) })
 	s.NewGauge("axe_dispatch_queued", func() float64 { return float64(e.disp.Queued()) })
 	s.NewGauge("axe_ratelimit_buffered", func() float64 { return float64(e.gate.buffered.Load()) })
+	s.NewGauge("axe_breakers_open", func() float64 { return float64(e.brk.openCount()) })
 	s.NewGauge("axe_executors_alive", func() float64 { return float64(e.registry.AliveCount()) })
 	s.NewGauge("axe_window_horizon_seconds", func() float64 {
 		return float64(e.Horizon().Sub(time.Now()).Seconds())

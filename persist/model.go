@@ -273,6 +273,8 @@ type Store interface {
 	LoadByState(ctx context.Context, states []State, fn func(*Task) error) error
 	// Dependents returns the tasks that name upstream in depends_on.
 	Dependents(ctx context.Context, upstream string) ([]Task, error)
+	// UpstreamNames returns every task name that some task depends on.
+	UpstreamNames(ctx context.Context) ([]string, error)
 
 	// ApplyBatch applies b in one transaction (R7.2). A failed CAS returns *ConflictError and
 	// applies nothing; a stale epoch returns ErrLeaseLost and applies nothing.

@@ -362,6 +362,27 @@ func (s *sqlStore) Dependents(ctx context.Context, upstream string) ([]Task, err
 	return out, err
 }
 
+// UpstreamNames returns every task name that some task depends on.
+func (s *sqlStore) UpstreamNames(ctx context.Context) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT upstream_name FROM task_dep`)
+	if err != nil {
+		return nil, fmt.Errorf("cannot query upstream names: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("cannot scan upstream name: %w", err)
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read upstream names: %w", err)
+	}
+	return out, nil
+}
+
 // streamTasks runs q and hands each row to fn as it arrives: nothing is buffered, so a
 // million-row window costs one row of memory. An error from fn stops the stream and is
 // returned as is.

@@ -514,7 +514,7 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 		}
 
 		var conflict *ConflictError
-		if errors.As(err, &conflict) && w.dropConflicts(items, conflict) {
+		if errors.As(err, &conflict) && w.dropConflicts(conflict) {
 			attempt = 0 // a conflict is an answer, not a failure: no backoff
 			continue
 		}
@@ -574,7 +574,7 @@ func (w *Writer) build(items []queuedGroup, epoch int64) int {
 // *ConflictError) and removes them from w.live. It returns false, changing nothing, when c
 // names no transition of the batch: such an error is treated as transient rather than
 // trusted to pick a victim.
-func (w *Writer) dropConflicts(items []queuedGroup, c *ConflictError) bool {
+func (w *Writer) dropConflicts(c *ConflictError) bool {
 	if len(c.Indexes) == 0 {
 		return false
 	}

@@ -43,6 +43,7 @@ const MaxPriority = 4
 // entry belongs to the wheel it is asked of.
 type list struct {
 	head, tail *Entry
+	n          int
 	owner      Wheel
 }
 
@@ -57,6 +58,7 @@ func (l *list) pushBack(e *Entry) {
 		l.tail.next = e
 	}
 	l.tail = e
+	l.n++
 }
 
 // remove unlinks e, which must be in l.
@@ -75,12 +77,5 @@ func (l *list) remove(e *Entry) {
 	e.prev = nil
 	e.next = nil
 	e.list = nil
-}
-
-// takeAll empties l and returns its first entry; the chain stays linked through next
-// so the caller can walk it.
-func (l *list) takeAll() *Entry {
-	head := l.head
-	l.head, l.tail = nil, nil
-	return head
+	l.n--
 }

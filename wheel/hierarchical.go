@@ -34,7 +34,7 @@ const dueLevel = 255
 type hierarchical struct {
 	tick int64 // milliseconds per tick
 	bits int   // log2 of the slots per level
-	mask int64 // slots - 1
+	mask int64 // 2*slots - 1: a level keeps buckets for its current and next block
 
 	now int64 // last Advance time: every entry with When <= now fired or is in due
 	cur int64 // tick containing now; levels are laid out relative to it
@@ -70,7 +70,7 @@ func NewHierarchical(tickMS int64, slots int, start int64) Wheel {
 	w := &hierarchical{
 		tick: tickMS,
 		bits: bits.TrailingZeros(uint(slots)),
-		mask: int64(slots - 1),
+		mask: int64(2*slots - 1),
 		now:  start,
 		cur:  floorDiv(start, tickMS),
 	}
@@ -99,7 +99,7 @@ func (w *hierarchical) Add(e *Entry) {
 }
 
 // place files e relative to the current tick: in due if its time has passed, else in
-// the lowest level that can hold it, creating overflow levels on demand.
+// the lowest level whose current block holds it, creating overflow levels on demand.
 func (w *hierarchical) place(e *Entry) {
 	if e.When <= w.now {
 		w.due.pushBack(e)
@@ -114,9 +114,13 @@ func (w *hierarchical) place(e *Entry) {
 	for lv >= len(w.levels) {
 		w.addLevel()
 	}
-	l := &w.levels[lv]
-	l.buckets[(t>>(w.bits*lv))&w.mask].pushBack(e)
-	l.n++
+	w.file(e, t, lv)
+}
+
+// file appends e, due in tick t, to its bucket in level lv.
+func (w *hierarchical) file(e *Entry, t int64, lv int) {
+	w.levels[lv].buckets[(t>>(w.bits*lv))&w.mask].pushBack(e)
+	w.levels[lv].n++
 	e.level = uint8(lv)
 }
 
@@ -156,7 +160,7 @@ func (w *hierarchical) Advance(now int64, fire func(*Entry)) {
 			break
 		}
 		w.cur = w.nextTick(target)
-		w.cascade()
+		w.turn()
 	}
 	w.now = now
 }
@@ -239,9 +243,10 @@ func (w *hierarchical) sortByWhen(batch []*Entry, tick int64) []*Entry {
 	return out
 }
 
-// nextTick returns the next tick (at most target) where something can happen: the
+// nextTick returns the next tick (at most target) where something must happen: the
 // next tick when level 0 holds entries, otherwise the next bucket boundary of the
-// lowest non-empty level, where that bucket cascades.
+// lowest non-empty level, where that bucket moves down. Skipped ticks only lose the
+// gradual moves of turn, which the boundary then does in full.
 func (w *hierarchical) nextTick(target int64) int64 {
 	for lv := range w.levels {
 		if w.levels[lv].n == 0 {
@@ -256,21 +261,43 @@ func (w *hierarchical) nextTick(target int64) int64 {
 	return target
 }
 
-// cascade re-files the buckets that start at the current tick, highest level first,
-// so their entries move down to the levels that now hold their deadlines.
-func (w *hierarchical) cascade() {
-	top := min(bits.TrailingZeros64(uint64(w.cur))/w.bits, len(w.levels)-1)
-	for lv := top; lv >= 1; lv-- {
-		if w.levels[lv].n == 0 {
+// turn moves entries down the levels for the tick just entered (see the package doc).
+// Where the tick starts a new block of level L, the level-(L+1) bucket covering that
+// block must be in level L in full; highest level first, so what one level receives
+// is passed on below in the same turn. On every tick each level also takes its share
+// of the next block's bucket, so the boundary finds little left to move: moving a
+// whole busy bucket at once stalled one tick for tens of milliseconds in profiles.
+func (w *hierarchical) turn() {
+	top := bits.TrailingZeros64(uint64(w.cur))/w.bits - 2
+	for lv := min(top, len(w.levels)-2); lv >= 0; lv-- {
+		src := w.source(lv, 0)
+		w.moveDown(lv, src, src.n)
+	}
+	for lv := len(w.levels) - 2; lv >= 0; lv-- {
+		src := w.source(lv, 1)
+		if src.n == 0 {
 			continue
 		}
-		b := &w.levels[lv].buckets[(w.cur>>(w.bits*lv))&w.mask]
-		for e := b.takeAll(); e != nil; {
-			next := e.next
-			w.levels[lv].n--
-			w.place(e) // lands below lv: its tick shares cur's level-lv bucket now
-			e = next
-		}
+		span := int64(1) << (w.bits * (lv + 1)) // ticks in a level-lv block
+		left := int(span - w.cur&(span-1))
+		w.moveDown(lv, src, (src.n+left-1)/left)
+	}
+}
+
+// source returns the level-(lv+1) bucket covering level lv's current block (ahead 0)
+// or its next block (ahead 1).
+func (w *hierarchical) source(lv int, ahead int64) *list {
+	return &w.levels[lv+1].buckets[(w.cur>>(w.bits*(lv+1))+ahead)&w.mask]
+}
+
+// moveDown moves up to limit entries from the head of src, a level-(lv+1) bucket, into
+// level lv. Taking from the head and appending keeps both lists in insertion order.
+func (w *hierarchical) moveDown(lv int, src *list, limit int) {
+	for ; limit > 0 && src.head != nil; limit-- {
+		e := src.head
+		src.remove(e)
+		w.levels[lv+1].n--
+		w.file(e, floorDiv(e.When, w.tick), lv)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -432,6 +433,12 @@ func testUpdateTaskDef(t *testing.T, ctx context.Context, s persist.Store) {
 		}
 		equal(t, "Dependents("+up+")", names(deps), []string{"report-v2"})
 	}
+	ups, err := s.UpstreamNames(ctx)
+	if err != nil {
+		t.Fatalf("UpstreamNames: %v", err)
+	}
+	sort.Strings(ups)
+	equal(t, "UpstreamNames", ups, []string{"load", "transform"})
 
 	// An update that changes nothing still succeeds (MySQL reports 0 changed rows).
 	if err := s.UpdateTaskDef(ctx, &sent); err != nil {

@@ -1,0 +1,170 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// Alert kinds (R4.7).
+const (
+	AlertBreakerOpen  = "breaker_open"
+	AlertBreakerClose = "breaker_close"
+	AlertFinalFailure = "final_failure"
+	AlertExecutorLost = "executor_lost"
+	AlertExecutorBack = "executor_back"
+)
+
+// Alert delivery defaults.
+const (
+	alertQueueSize    = 4096
+	alertAttempts     = 6
+	alertFirstBackoff = 500 * time.Millisecond
+	alertTimeout      = 5 * time.Second
+)
+
+// Alert is the JSON a webhook receives.
+type Alert struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+	Task    string `json:"task,omitempty"`
+	Group   string `json:"group,omitempty"`
+	Node    string `json:"node"`
+	At      int64  `json:"at"`
+}
+
+// alerter posts alerts to the configured webhooks on its own goroutine. It never blocks the
+// scheduler: a full queue drops the alert (it is still in the log, the metrics and the
+// action records), and a failing webhook is retried with backoff a bounded number of times.
+type alerter struct {
+	urls   []string
+	log    *slog.Logger
+	client *http.Client
+	ch     chan Alert
+	wg     sync.WaitGroup
+	quit   chan struct{}
+	once   sync.Once
+	drops  func()
+	fails  func()
+}
+
+func newAlerter(urls []string, log *slog.Logger, drops, fails func()) *alerter {
+	return &alerter{urls: urls, log: log, client: &http.Client{Timeout: alertTimeout},
+		ch: make(chan Alert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
+}
+
+func (a *alerter) start() {
+	if len(a.urls) == 0 {
+		return
+	}
+	a.wg.Add(1)
+	go a.loop()
+}
+
+// stop delivers what is queued until ctx expires, then gives up.
+func (a *alerter) stop(ctx context.Context) {
+	a.once.Do(func() { close(a.quit) })
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}
+
+func (a *alerter) send(al Alert) {
+	if len(a.urls) == 0 {
+		return
+	}
+	select {
+	case a.ch <- al:
+	default:
+		a.drops()
+		a.log.Error("alert queue full; webhook delivery dropped", "kind", al.Kind, "message", al.Message)
+	}
+}
+
+func (a *alerter) loop() {
+	defer a.wg.Done()
+	for {
+		select {
+		case al := <-a.ch:
+			a.deliver(al)
+		case <-a.quit:
+			for {
+				select {
+				case al := <-a.ch:
+					a.deliver(al)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (a *alerter) deliver(al Alert) {
+	body, _ := json.Marshal(al)
+	for _, url := range a.urls {
+		backoff := alertFirstBackoff
+		for attempt := 1; ; attempt++ {
+			err := a.post(url, body)
+			if err == nil {
+				break
+			}
+			if attempt == alertAttempts {
+				a.fails()
+				a.log.Error("alert webhook failed; giving up", "url", url, "kind", al.Kind, "attempts", attempt, "error", err)
+				break
+			}
+			select {
+			case <-time.After(backoff):
+			case <-a.quit:
+				// Stopping: one last try without waiting.
+				if a.post(url, body) != nil {
+					a.fails()
+				}
+				attempt = alertAttempts
+			}
+			if attempt == alertAttempts {
+				break
+			}
+			backoff *= 2
+		}
+	}
+}
+
+func (a *alerter) post(url string, body []byte) error {
+	resp, err := a.client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// alert raises an operator alert: log, metric, action record and webhooks (R4.7). t may be
+// nil for alerts that concern no task. Caller must not hold t.mu when t is nil-safe data is
+// passed through name/group.
+func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, group, msg string) {
+	e.log.Warn("alert: "+msg, "alert", kind, "task", task)
+	e.m.alerts(kind).Inc()
+	now := e.nowMS()
+	act := persist.Action{TaskID: taskID, TaskName: task, Action: kind, Actor: ActorScheduler, At: now, Detail: msg}
+	if err := e.writer.Submit(ctx, &persist.Group{Actions: []persist.Action{act}}); err != nil {
+		e.log.Error("cannot record alert", "error", err)
+	}
+	e.alerts.send(Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})
+}
+
+func (e *Engine) alert(ctx context.Context, kind, msg string) { e.alertFor(ctx, kind, 0, "", "", msg) }

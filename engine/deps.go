@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// upstreamSet is the set of task names some task depends on. A success of a task outside it
+// costs nothing; only upstreams look their dependents up. Names are added when a dependency
+// task is created or edited and never removed while running: a stale name only costs one
+// empty lookup.
+type upstreamSet struct {
+	mu sync.RWMutex
+	m  map[string]struct{}
+}
+
+func (u *upstreamSet) add(names ...string) {
+	u.mu.Lock()
+	if u.m == nil {
+		u.m = make(map[string]struct{})
+	}
+	for _, n := range names {
+		u.m[n] = struct{}{}
+	}
+	u.mu.Unlock()
+}
+
+func (u *upstreamSet) has(name string) bool {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
+	_, ok := u.m[name]
+	return ok
+}
+
+// loadDependencies restores the upstream set and releases every dependency task whose
+// upstreams succeeded while no scheduler ran (a release decided but not yet written when
+// the previous process died).
+func (e *Engine) loadDependencies(ctx context.Context) error {
+	names, err := e.store.UpstreamNames(ctx)
+	if err != nil {
+		return err
+	}
+	e.upstreams.add(names...)
+	for _, up := range names {
+		e.releaseDependents(ctx, up)
+	}
+	return nil
+}
+
+// upstreamDone runs after an upstream's success is durable: every downstream whose
+// conditions are now met goes WAITING→SCHEDULED and into the wheel at once (R6.3).
+func (e *Engine) upstreamDone(name string) {
+	if !e.upstreams.has(name) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.releaseDependents(ctx, name)
+}
+
+func (e *Engine) releaseDependents(ctx context.Context, upstream string) {
+	deps, err := e.store.Dependents(ctx, upstream)
+	if err != nil {
+		e.log.Error("cannot look up dependents", "upstream", upstream, "error", err)
+		return
+	}
+	for _, d := range deps {
+		if d.Def.Trigger != persist.TriggerDependency || d.Runtime.State != persist.StateWaiting || d.Def.Paused {
+			continue
+		}
+		if err := e.maybeRelease(ctx, d.Def.ID); err != nil {
+			e.log.Error("cannot release dependent", "task", d.Def.Name, "upstream", upstream, "error", err)
+		}
+	}
+}
+
+// lastSuccess returns the newest successful run of a task, or nil.
+func (e *Engine) lastSuccess(ctx context.Context, name string) (*persist.Run, error) {
+	pt, err := e.store.GetTask(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := e.store.ListRuns(ctx, pt.Def.ID, 50)
+	if err != nil {
+		return nil, err
+	}
+	var best *persist.Run
+	for i := range runs {
+		r := &runs[i]
+		if r.Result == persist.ResultSuccess && (best == nil || r.EndedAt > best.EndedAt) {
+			best = r
+		}
+	}
+	return best, nil
+}
+
+// maybeRelease schedules a WAITING dependency task when its upstreams have succeeded since
+// its last run: all of them (depends_mode all, the default: fan-in) or any one.
+func (e *Engine) maybeRelease(ctx context.Context, id int64) error {
+	t, err := e.acquire(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer e.release(t)
+	if t.deleted || t.def.Paused || t.rt.State != persist.StateWaiting || t.def.Trigger != persist.TriggerDependency {
+		return nil
+	}
+	// Successes count from the task's last run, or from its creation: a new downstream does
+	// not fire for upstream runs that happened before it existed.
+	since := max(t.rt.LastTriggerTime, t.def.CreatedAt)
+	var released []string
+	for _, up := range t.def.DependsOn {
+		r, err := e.lastSuccess(ctx, up)
+		if err != nil && err != persist.ErrTaskNotFound {
+			return err
+		}
+		if r != nil && r.EndedAt > since {
+			released = append(released, up+" ("+r.Ticket+")")
+		}
+	}
+	need := len(t.def.DependsOn)
+	if t.def.DependsMode == "any" {
+		need = 1
+	}
+	if len(released) < need || len(released) == 0 {
+		return nil
+	}
+	sort.Strings(released)
+	now := e.nowMS()
+	nrt := t.rt
+	nrt.State = persist.StateScheduled
+	nrt.NextTriggerTime = now
+	if err := checkTransition(t.rt.State, nrt.State); err != nil {
+		return err
+	}
+	t.releasedBy = "released by " + strings.Join(released, ", ")
+	act := e.action(t, "", ActSchedule, t.rt.State, nrt.State, ActorScheduler, t.releasedBy, now)
+	return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+}
