@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/persist"
@@ -25,12 +26,15 @@ type APIError struct {
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
 
 // Client calls the REST API. It takes several scheduler addresses and follows the one that
-// answers (R8.4): a connection error or a 503 moves on to the next address.
+// answers (R8.4): a connection error or a 503 moves on to the next address. It is safe for
+// concurrent use.
 type Client struct {
-	servers []string
-	token   string
-	actor   string
-	http    *http.Client
+	token string
+	actor string
+	http  *http.Client
+
+	mu      sync.Mutex
+	servers []string // the one that answered last comes first
 }
 
 // NewClient builds a client for a comma-separated list of base URLs ("http://host:port");
@@ -70,8 +74,11 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 			}
 		}
 	}
+	c.mu.Lock()
+	servers := append([]string(nil), c.servers...)
+	c.mu.Unlock()
 	var lastErr error
-	for i, base := range c.servers {
+	for i, base := range servers {
 		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(raw))
 		if err != nil {
 			return fmt.Errorf("cannot build request: %w", err)
@@ -96,16 +103,15 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 			lastErr = fmt.Errorf("cannot read answer of %s: %w", base, err)
 			continue
 		}
-		if resp.StatusCode == http.StatusServiceUnavailable && i < len(c.servers)-1 {
+		if resp.StatusCode == http.StatusServiceUnavailable && i < len(servers)-1 {
 			lastErr = apiErr(resp.StatusCode, data)
 			continue
 		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			return apiErr(resp.StatusCode, data)
 		}
-		// Prefer the server that answered next time.
 		if i > 0 {
-			c.servers[0], c.servers[i] = c.servers[i], c.servers[0]
+			c.prefer(base)
 		}
 		if out == nil {
 			return nil
@@ -116,6 +122,18 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		return nil
 	}
 	return lastErr
+}
+
+// prefer moves base to the front so the next call tries the server that answered first.
+func (c *Client) prefer(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.servers {
+		if s == base {
+			c.servers[0], c.servers[i] = c.servers[i], c.servers[0]
+			return
+		}
+	}
 }
 
 func apiErr(status int, data []byte) error {
@@ -228,6 +246,14 @@ func (c *Client) Actions(ctx context.Context, name string, limit int) ([]persist
 		Actions []persist.Action `json:"actions"`
 	}
 	return v.Actions, c.Do(ctx, http.MethodGet, "/api/v1/tasks/"+url.PathEscape(name)+"/actions?limit="+strconv.Itoa(limit), nil, &v)
+}
+
+// Alerts returns the newest action records that belong to no task.
+func (c *Client) Alerts(ctx context.Context, limit int) ([]persist.Action, error) {
+	var v struct {
+		Actions []persist.Action `json:"actions"`
+	}
+	return v.Actions, c.Do(ctx, http.MethodGet, "/api/v1/alerts?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Executors returns the executor registry.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,6 +169,45 @@ func TestClientFailover(t *testing.T) {
 			t.Errorf("get of a missing task: %v, want APIError 404", err)
 		}
 
+		// A server answering 503 (a backup, or one shutting down) is skipped as well.
+		unavailable := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":"not ready: shutting down"}`))
+		}))
+		defer unavailable.Close()
+		c503, err := admin.NewClient(unavailable.URL+","+d.base, "", "tester")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := c503.GetTask(ctx, "via-failover"); err != nil || v.Name != "via-failover" {
+			t.Errorf("get past a 503 server: %+v, %v", v, err)
+		}
+
+		// One client is shared by goroutines, as a program would share it, while it
+		// fails over.
+		shared, err := admin.NewClient("http://127.0.0.1:1,"+d.base, "", "tester")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8*5)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 5 {
+					if _, err := shared.ListTasks(ctx, "", "", 10); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("concurrent list through a shared client: %v", err)
+		}
+
 		dead, err := admin.NewClient("127.0.0.1:1", "", "tester")
 		if err != nil {
 			t.Fatal(err)
@@ -189,6 +230,11 @@ func TestGracefulShutdown(t *testing.T) {
 		h := newHook(t)
 		v := d.create(t, spec("slow", h.url("/slow/s?ms=1500"), "delay_ms", 0, "timeout_sec", 30))
 		call := h.waitCalls(t, "slow", 1, waitTimeout)[0]
+		var ready map[string]string
+		d.mustJSON(t, http.StatusOK, http.MethodGet, "/readyz", nil, &ready)
+		if ready["status"] != "ready" {
+			t.Errorf("/readyz = %v while serving", ready)
+		}
 
 		d.cancel()
 		// While draining, the daemon reports not ready but still serves.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,6 +164,18 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 				for _, x := range list {
 					if x.Address == dead.addr {
 						return x.Status == "lost"
+					}
+				}
+				return false
+			})
+			poll(t, 3*time.Second, "the executor_lost alert", func() bool {
+				acts, err := c.Alerts(ctx, 50)
+				if err != nil {
+					return false
+				}
+				for _, a := range acts {
+					if a.Action == engine.AlertExecutorLost && strings.Contains(a.Detail, dead.addr) {
+						return true
 					}
 				}
 				return false

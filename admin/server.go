@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
@@ -202,6 +203,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/tasks/{name}/runs", h(s.taskRuns))
 	api.GET("/tasks/{name}/actions", h(s.taskActions))
 	api.GET("/runs/{ticket}", h(s.getRun))
+	api.GET("/alerts", h(s.systemActions))
 	api.POST("/groups/{group}/pause", h(s.pauseGroup))
 	api.POST("/groups/{group}/resume", h(s.resumeGroup))
 	api.GET("/executors", h(s.listExecutors))
@@ -229,12 +231,21 @@ func (s *Server) authed(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	}
 }
 
+// maxActorLen bounds the caller-supplied part of an actor, in bytes.
+const maxActorLen = 64
+
 // actor names who called, for action records: the X-Axe-Actor header (the CLI sends the
 // user's login) or the client address.
 func actor(c *fasthttp.RequestCtx) string {
 	if a := strings.TrimSpace(string(c.Request.Header.Peek("X-Axe-Actor"))); a != "" {
-		if len(a) > 64 {
-			a = a[:64]
+		// Cut at a rune boundary: half a character would reach the audit log as garbage.
+		a = strings.ToValidUTF8(a, "?")
+		if len(a) > maxActorLen {
+			cut := maxActorLen
+			for cut > 0 && !utf8.RuneStart(a[cut]) {
+				cut--
+			}
+			a = a[:cut]
 		}
 		return "api:" + a
 	}
@@ -499,6 +510,27 @@ func (s *Server) taskActions(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	acts, err := s.cfg.Engine.Actions(ctx, param(c, "name"), limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if acts == nil {
+		acts = []persist.Action{}
+	}
+	writeJSON(c, 200, map[string]any{"actions": acts, "count": len(acts)})
+}
+
+// systemActions lists action records that belong to no task: alerts about executors, rate
+// limit changes, leader changes.
+func (s *Server) systemActions(c *fasthttp.RequestCtx) {
+	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	acts, err := s.cfg.Engine.SystemActions(ctx, limit)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -45,6 +45,15 @@ func TestTaskCRUD(t *testing.T) {
 			t.Errorf("task created paused is %s (paused=%v)", paused.Runtime.State, paused.Paused)
 		}
 
+		t.Run("names with punctuation", func(t *testing.T) {
+			d.create(t, spec("etl.daily:v2_x-1", h.url("/ok/p"), "group", "gp", "trigger", "manual"))
+			if g := d.get(t, "etl.daily:v2_x-1"); g.Name != "etl.daily:v2_x-1" {
+				t.Errorf("get = %+v", g.TaskDef)
+			}
+			d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/etl.daily:v2_x-1/pause", nil, nil)
+			d.mustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/tasks/etl.daily:v2_x-1", nil, nil)
+		})
+
 		t.Run("get", func(t *testing.T) {
 			g := d.get(t, "yearly")
 			if g.ID != yearly.ID || g.Group != "ga" || g.Trigger != "cron" || g.Cron != "0 0 1 1 *" || g.Timezone != "UTC" {
@@ -268,6 +277,33 @@ func TestRunsAndActions(t *testing.T) {
 		}
 		if a, _ := findAction(acts, "dispatch"); a.At < r.ScheduledAt {
 			t.Errorf("dispatch recorded at %d, before the fire time %d", a.At, r.ScheduledAt)
+		}
+	})
+}
+
+// TestActor checks who the audit log names for API calls.
+func TestActor(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		h := newHook(t)
+		long := "a" + strings.Repeat("é", 40) // 81 bytes: the 64-byte cut falls inside a rune
+		for _, c := range []struct {
+			name, header, want string
+		}{
+			{"anon", "", "api:127.0.0.1"},
+			{"spaced", "  bob  ", "api:bob"},
+			{"long", long, "api:a" + strings.Repeat("é", 31)},
+		} {
+			var hdr []string
+			if c.header != "" {
+				hdr = []string{"X-Axe-Actor", c.header}
+			}
+			d.create(t, spec("actor-"+c.name, h.url("/ok/x"), "trigger", "manual"), hdr...)
+			a, ok := findAction(d.actions(t, "actor-"+c.name), "create")
+			if !ok || a.Actor != c.want {
+				t.Errorf("%s: create actor %q, want %q", c.name, a.Actor, c.want)
+			}
 		}
 	})
 }

@@ -363,6 +363,12 @@ func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]persist
 	return e.store.ListActions(ctx, id, limit)
 }
 
+// SystemActions returns the newest action records that belong to no task (alerts about
+// executors, rate-limit changes).
+func (e *Engine) SystemActions(ctx context.Context, limit int) ([]persist.Action, error) {
+	return e.store.ListActions(ctx, 0, limit)
+}
+
 // Run returns one run by ticket.
 func (e *Engine) Run(ctx context.Context, ticket string) (*persist.Run, error) {
 	return e.store.GetRun(ctx, ticket)

@@ -394,7 +394,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 			}
 		}
 		// The in-memory state leads the durable records by at most a writer flush.
-		want := []string{ActCreate, ActSchedule, ActDispatch, ActRetry, ActDispatch, ActRetry, ActDispatch, ActResult}
+		want := []string{ActCreate, ActSchedule, ActDispatch, ActRetry, ActDispatch, ActRetry, ActDispatch, ActResult, AlertFinalFailure}
 		var got []string
 		waitFor(t, time.Second, "the action records", func() bool {
 			got = actionNames(t, e, "flaky")

@@ -90,7 +90,12 @@ func TestCLI(t *testing.T) {
 		if out = axeOK(t, env, "task", "create", "-f", manFile); out != "created cli-man (WAITING, next fire -)\n" {
 			t.Errorf("create printed %q", out)
 		}
-		r := axe(t, env, "task", "create", "-f", cronFile)
+		r := axeStdin(t, `{"name":"cli-stdin","trigger":"manual","callback":{"url":"`+h.srv.URL+`/stdin"}}`, env, "task", "create", "-f", "-")
+		if r.code != 0 || r.stdout != "created cli-stdin (WAITING, next fire -)\n" {
+			t.Errorf("create from stdin: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		axeOK(t, env, "task", "rm", "cli-stdin")
+		r = axe(t, env, "task", "create", "-f", cronFile)
 		if r.code == 0 || !strings.Contains(r.stderr, "exists") || !strings.Contains(r.stderr, "409") {
 			t.Errorf("duplicate create: exit %d, stderr %q", r.code, r.stderr)
 		}
@@ -464,4 +469,48 @@ func TestSIGTERM(t *testing.T) {
 	if len(rows) != 1 || rows[0][5] != persist.ResultSuccess {
 		t.Errorf("runs after a graceful restart = %v, want one success", rows)
 	}
+}
+
+// TestServeErrors checks that `axe serve` refuses bad flags and stores with a message that
+// names the problem, and exits non-zero without listening.
+func TestServeErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "postgres:x"}, nil, "scheme"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "a.db"), "--log-level", "loud"}, nil, "log-level"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "b.db")}, []string{"AXE_TIMEZONE=Mars/Base"}, "timezone"},
+		{[]string{"serve", "--tick", "soon"}, nil, "tick"},
+		{[]string{"serve", "extra-arg"}, nil, "extra-arg"},
+	} {
+		r := axe(t, c.env, c.args...)
+		if r.code == 0 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stdout, "listening") {
+			t.Errorf("axe %v (env %v): exit %d, stdout %q, stderr %q; want a failure naming %q", c.args, c.env, r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}
+
+// TestCLIToken runs a daemon whose token comes from AXE_TOKEN and checks the client's
+// --token flag and AXE_TOKEN variable.
+func TestCLIToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServe(t, dir, []string{"AXE_TOKEN=t0ps3cret", "AXE_DB=sqlite:" + filepath.Join(dir, "tok.db")}, "--addr", "127.0.0.1:0")
+	if !strings.Contains(srv.banner, "tok.db") {
+		t.Errorf("banner %q: AXE_DB was not read", srv.banner)
+	}
+	env := []string{"AXE_SERVER=" + srv.url}
+	r := axe(t, env, "task", "ls")
+	if r.code == 0 || !strings.Contains(r.stderr, "401") || !strings.Contains(r.stderr, "token") {
+		t.Errorf("ls without a token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := axe(t, env, "task", "ls", "--token", "wrong"); r.code == 0 || !strings.Contains(r.stderr, "401") {
+		t.Errorf("ls with a wrong token: exit %d, stderr %q", r.code, r.stderr)
+	}
+	axeOK(t, env, "task", "ls", "--token", "t0ps3cret")
+	axeOK(t, append(env, "AXE_TOKEN=t0ps3cret"), "executors")
 }

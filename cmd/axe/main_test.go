@@ -197,10 +197,17 @@ type cliResult struct {
 // axe runs the CLI with args in a clean environment plus env.
 func axe(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
+	return axeStdin(t, "", env, args...)
+}
+
+// axeStdin is axe with stdin as the command's standard input.
+func axeStdin(t *testing.T, stdin string, env []string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, axeBin, args...)
 	cmd.Env = cleanEnv(env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

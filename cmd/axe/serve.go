@@ -28,6 +28,9 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", admin.ShutdownTimeoutDefault, "graceful stop bound (AXE_SHUTDOWN_TIMEOUT)")
 	rateGlobal := fs.String("rate-global", "", "global dispatch rate, RATE[:BURST] per second; empty = unlimited (AXE_RATE_GLOBAL)")
 	rateDefault := fs.String("rate-default", "", "per-downstream dispatch rate, RATE[:BURST] per second (AXE_RATE_DEFAULT)")
+	fs.DurationVar(&cfg.Engine.LostAfter, "executor-lost-after", engine.LostAfterDefault, "an executor silent this long gets no new dispatch (AXE_EXECUTOR_LOST_AFTER)")
+	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
+	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (AXE_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "text", "text or json (AXE_LOG_FORMAT)")
 	return &ffcli.Command{
@@ -49,6 +52,15 @@ func serveCmd() *ffcli.Command {
 			}
 			if cfg.Engine.RateLimit.Default, err = ratelimit.ParseLimit(*rateDefault); err != nil {
 				return fmt.Errorf("rate-default: %w", err)
+			}
+			for _, u := range strings.Split(*webhooks, ",") {
+				if u = strings.TrimSpace(u); u == "" {
+					continue
+				}
+				if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+					return fmt.Errorf("alert-webhook: %q is not an http(s) URL", u)
+				}
+				cfg.Engine.AlertWebhooks = append(cfg.Engine.AlertWebhooks, u)
 			}
 			cfg.Logger = log
 			cfg.Version = version

@@ -24,7 +24,8 @@ const conformanceTimeout = 60 * time.Second
 const leaseName = "scheduler"
 
 // RunConformance runs the conformance suite: every documented behaviour of persist.Store.
-// newStore must return a fresh, empty, migrated store for each call.
+// newStore must return a fresh, empty, migrated store for each call; it is called from
+// parallel subtests.
 func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 	tests := []struct {
 		name string
@@ -61,6 +62,8 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			// Each test has its own store, so they can overlap their waits on the database.
+			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), conformanceTimeout)
 			defer cancel()
 			tc.fn(t, ctx, newStore(t))
@@ -950,41 +953,50 @@ func testApplyOversizedText(t *testing.T, ctx context.Context, s persist.Store) 
 
 func testApplyConcurrentCAS(t *testing.T, ctx context.Context, s persist.Store) {
 	task := create(t, ctx, s, newDef("contended"), newRuntime(persist.StateScheduled, 100))
-	const n = 8
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			tr := transition(task, persist.StateRunning, 100)
-			tr.Runtime.CurrentTicket = fmt.Sprintf("c-%d", i)
-			errs[i] = s.ApplyBatch(ctx, &persist.Batch{
-				Transitions: []persist.Transition{tr},
-				Runs:        []persist.Run{newRun(task, tr.Runtime.CurrentTicket, 100, persist.ResultRunning)},
+	const racers, rounds = 8, 4
+	for round := range rounds {
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				tr := transition(task, persist.StateRunning, 100)
+				tr.Runtime.CurrentTicket = fmt.Sprintf("c-%d-%d", round, i)
+				b := &persist.Batch{
+					Transitions: []persist.Transition{tr},
+					Runs:        []persist.Run{newRun(task, tr.Runtime.CurrentTicket, 100, persist.ResultRunning)},
+				}
+				<-start // all racers read the same version at (nearly) the same time
+				errs[i] = s.ApplyBatch(ctx, b)
 			})
-		})
-	}
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Fatalf("two dispatchers won the same CAS: %d and %d", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, persist.ErrVersionConflict):
-			t.Fatalf("loser %d: %v, want a version conflict", i, err)
 		}
-	}
-	if winner < 0 {
-		t.Fatalf("no dispatcher won")
-	}
-	got := getByID(t, ctx, s, task.Def.ID).Runtime
-	if got.Version != 2 || got.CurrentTicket != fmt.Sprintf("c-%d", winner) {
-		t.Fatalf("runtime %+v, want version 2 and the winner's ticket c-%d", got, winner)
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && winner >= 0:
+				t.Fatalf("round %d: two dispatchers won the same CAS: %d and %d", round, winner, i)
+			case err == nil:
+				winner = i
+			case !errors.Is(err, persist.ErrVersionConflict):
+				t.Fatalf("round %d: loser %d: %v, want a version conflict", round, i, err)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no dispatcher won", round)
+		}
+		cur := getByID(t, ctx, s, task.Def.ID)
+		ticket := fmt.Sprintf("c-%d-%d", round, winner)
+		if cur.Runtime.Version != task.Runtime.Version+1 || cur.Runtime.CurrentTicket != ticket {
+			t.Fatalf("round %d: runtime %+v, want version %d and the winner's ticket %s",
+				round, cur.Runtime, task.Runtime.Version+1, ticket)
+		}
+		task = cur
 	}
 	runs, err := s.ListRuns(ctx, task.Def.ID, 0)
-	if err != nil || len(runs) != 1 {
-		t.Fatalf("ListRuns = %d runs, %v; only the winner's run may exist", len(runs), err)
+	if err != nil || len(runs) != rounds {
+		t.Fatalf("ListRuns = %d runs, %v; only the %d winners' runs may exist", len(runs), err, rounds)
 	}
 }
 

@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+// FuzzDecodeTaskSpec feeds arbitrary bytes through the API's task decoding and validation:
+// it must never panic, every refusal must be ErrInvalidTask (a 400 naming a field), and
+// every accepted definition must satisfy the invariants the engine relies on.
+func FuzzDecodeTaskSpec(f *testing.F) {
+	for _, seed := range []string{
+		`{"name":"a","cron":"*/1 * * * * *","callback":{"url":"http://h/x"}}`,
+		`{"name":"b","trigger":"delay","delay_ms":1000,"callback":{"type":"http","url":"https://h:8/p"},"priority":0}`,
+		`{"name":"c","trigger":"manual","callback":{"type":"executor","app":"x","handler":"y","route":"least_busy"}}`,
+		`{"name":"d","depends_on":["a","b"],"depends_mode":"any","callback":{"url":"http://h"}}`,
+		`{"name":"e","cron":"0 0 L * ?","timezone":"America/New_York","retry_count":3,"params":{"k":[1,2]}}`,
+		`{"name":"f","trigger":"delay","delay_ms":-1}`, `{"priority":7}`, `[]`, `{"name":"x","extra":1}`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		spec, err := DecodeTaskSpec(data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidTask) {
+				t.Fatalf("decode error %v is not ErrInvalidTask", err)
+			}
+			return
+		}
+		def, err := Normalize(spec, TimezoneDefault)
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field == "" || !errors.Is(err, ErrInvalidTask) {
+				t.Fatalf("validation error %v does not name a field", err)
+			}
+			return
+		}
+		if def.Priority < 0 || def.Priority > 4 || def.TimeoutSec < 1 || def.RetryCount < 0 ||
+			def.RetryIntervalSec < 1 || def.DelayMS < 0 || def.Group == "" || def.Timezone == "" {
+			t.Fatalf("accepted an out-of-range definition: %+v", def)
+		}
+		if def.Callback.Type != "http" && def.Callback.Type != "executor" {
+			t.Fatalf("accepted callback type %q", def.Callback.Type)
+		}
+		if len(def.Params) > 0 && !json.Valid(def.Params) {
+			t.Fatalf("accepted invalid params %q", def.Params)
+		}
+		tk := &task{def: &def}
+		if err := tk.compile(); err != nil {
+			t.Fatalf("accepted a definition that does not compile: %v", err)
+		}
+	})
+}
+
+// FuzzExecutorRegistration checks the scheduler side of the executor protocol: any body
+// either decodes and validates into a registration the registry can hold, or is refused
+// with a field error.
+func FuzzExecutorRegistration(f *testing.F) {
+	f.Add([]byte(`{"app":"billing","address":"127.0.0.1:9100","protocol":"http","handlers":["charge"]}`))
+	f.Add([]byte(`{"app":"","address":"x","handlers":[]}`))
+	f.Add([]byte(`{"app":"a","address":"h/p:1","handlers":["a b"]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var reg ExecutorRegistration
+		if json.Unmarshal(data, &reg) != nil {
+			return
+		}
+		err := reg.validate()
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("refusal %v names no field", err)
+			}
+			return
+		}
+		if reg.App == "" || reg.Address == "" || len(reg.Handlers) == 0 || reg.Protocol != "http" {
+			t.Fatalf("accepted %+v", reg)
+		}
+	})
+}
