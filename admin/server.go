@@ -557,6 +557,15 @@ func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
+// decodeLenient decodes a required JSON body of the executor protocol, where unknown fields
+// are ignored so either side can add optional fields (docs/protocol.md).
+func decodeLenient(c *fasthttp.RequestCtx, v any) error {
+	if err := json.Unmarshal(c.PostBody(), v); err != nil {
+		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
 // decodeStrict decodes a required JSON body, rejecting unknown fields.
 func decodeStrict(c *fasthttp.RequestCtx, v any) error {
 	dec := json.NewDecoder(strings.NewReader(string(c.PostBody())))
@@ -569,7 +578,7 @@ func decodeStrict(c *fasthttp.RequestCtx, v any) error {
 
 func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	var reg engine.ExecutorRegistration
-	if err := decodeStrict(c, &reg); err != nil {
+	if err := decodeLenient(c, &reg); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -591,7 +600,7 @@ type heartbeatBody struct {
 
 func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 	var hb heartbeatBody
-	if err := decodeStrict(c, &hb); err != nil {
+	if err := decodeLenient(c, &hb); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -610,7 +619,7 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 
 func (s *Server) callback(c *fasthttp.RequestCtx) {
 	var rep engine.Report
-	if err := decodeStrict(c, &rep); err != nil {
+	if err := decodeLenient(c, &rep); err != nil {
 		s.fail(c, err)
 		return
 	}
