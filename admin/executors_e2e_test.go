@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,5 +213,74 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestExecutorResultSurvivesSchedulerRestart stops the scheduler while an SDK executor runs
+// a task, starts a new one on the same store and address, and checks that the executor's
+// re-sent result is recorded: the run is neither lost nor run twice.
+func TestExecutorResultSurvivesSchedulerRestart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "axe.db")
+	serve := func() (context.CancelFunc, chan error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		up := make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			done <- admin.Serve(ctx, admin.DaemonConfig{
+				Addr: addr, DB: db, ShutdownTimeout: 500 * time.Millisecond,
+				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+				OnListen: func(string) { close(up) },
+			})
+		}()
+		select {
+		case <-up:
+		case err := <-done:
+			t.Fatalf("serve: %v", err)
+		}
+		return cancel, done
+	}
+	stop1, done1 := serve()
+	base := "http://" + addr
+	release := make(chan struct{})
+	var calls atomic.Int32
+	exe, err := executor.New(executor.Config{App: "billing", Schedulers: []string{base},
+		ResendMin: 100 * time.Millisecond, ResendMax: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe.Handle("charge", func(ctx context.Context, run executor.Run) (executor.Result, error) {
+		calls.Add(1)
+		<-release
+		return executor.Result{Output: "done"}, nil
+	})
+	if err := exe.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Stop(context.Background())
+	c, _ := admin.NewClient(base, "", "test")
+	ctx := context.Background()
+	if _, err := c.CreateTask(ctx, []byte(`{"name":"once","trigger":"delay","delay_ms":0,"timeout_sec":60,
+		"callback":{"type":"executor","app":"billing","handler":"charge"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 5*time.Second, "the run in flight", func() bool { return calls.Load() == 1 })
+	stop1() // the shutdown timeout passes with the run still in flight
+	<-done1
+	stop2, done2 := serve()
+	defer func() { stop2(); <-done2 }()
+	close(release)
+	poll(t, 10*time.Second, "the re-sent result recorded", func() bool {
+		runs, err := c.Runs(ctx, "once", 10)
+		return err == nil && len(runs) == 1 && runs[0].Result == persist.ResultSuccess && runs[0].Output == "done"
+	})
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times", n)
 	}
 }

@@ -260,12 +260,16 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	d.cond.Broadcast()
 	started := d.started
 	d.mu.Unlock()
+	defer d.client.CloseIdleConnections()
 	if started {
 		done := make(chan struct{})
 		go func() { d.pumpWG.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-ctx.Done():
+			// Close the pool anyway: the pump then runs what is left itself (each send is
+			// bounded by its own deadline) and exits.
+			d.pool.Release()
 			return fmt.Errorf("cannot drain dispatch queue: %w", ctx.Err())
 		}
 	}
@@ -274,8 +278,8 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		timeout = time.Until(dl)
 	}
 	if err := d.pool.ReleaseTimeout(timeout); err != nil {
+		d.pool.Release()
 		return fmt.Errorf("cannot drain dispatch pool: %w", err)
 	}
-	d.client.CloseIdleConnections()
 	return nil
 }

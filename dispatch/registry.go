@@ -104,6 +104,20 @@ func (r *Registry) Restore(app, addr string, handlers []string, registeredAt, la
 	r.mu.Unlock()
 }
 
+// Get returns the executor registered as (app, addr), or nil.
+func (r *Registry) Get(app, addr string) *Executor {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if set := r.apps[app]; set != nil {
+		for _, m := range set.members {
+			if m.Address == addr {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
 // Heartbeat records a heartbeat; it reports whether the executor was lost and came back.
 func (r *Registry) Heartbeat(app, addr string, now int64) (revived bool, err error) {
 	r.mu.Lock()

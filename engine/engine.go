@@ -206,7 +206,7 @@ type Engine struct {
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
 
-	runsWG sync.WaitGroup // runs sent and not yet resolved
+	runsWG runCounter // runs sent and not yet resolved
 
 	lifeMu  sync.Mutex
 	state   int // 0 new, 1 running, 2 stopped
@@ -360,14 +360,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 			return err
 		})
 		step("drain in-flight runs", func() error {
-			done := make(chan struct{})
-			go func() { e.runsWG.Wait(); close(done) }()
-			select {
-			case <-done:
-				return nil
-			case <-ctx.Done():
-				return fmt.Errorf("cannot drain in-flight runs: %w", ctx.Err())
+			if err := e.runsWG.Wait(ctx); err != nil {
+				return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runsWG.Count(), err)
 			}
+			return nil
 		})
 	}
 	step("stop dispatcher", func() error { return e.disp.Stop(ctx) })
@@ -549,6 +545,52 @@ func (e *Engine) Horizon() time.Time {
 	e.horizonMu.RLock()
 	defer e.horizonMu.RUnlock()
 	return time.UnixMilli(e.horizon)
+}
+
+// runCounter counts runs in flight; Stop waits for it to reach zero without leaving a
+// goroutine behind when its deadline passes first.
+type runCounter struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0 while someone waits
+}
+
+func (c *runCounter) Add(d int) {
+	c.mu.Lock()
+	c.n += d
+	if c.n == 0 && c.zero != nil {
+		close(c.zero)
+		c.zero = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *runCounter) Done() { c.Add(-1) }
+
+func (c *runCounter) Count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// Wait returns when the count is zero or ctx is done.
+func (c *runCounter) Wait(ctx context.Context) error {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.zero == nil {
+		c.zero = make(chan struct{})
+	}
+	ch := c.zero
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ErrStopping is returned by writes attempted while the engine stops.

@@ -654,11 +654,55 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 		t.run = &inflight{run: *run}
 		t.mu.Unlock()
 		e.runsWG.Add(1)
+		if t.def.Callback.Type == persist.CallbackExecutor {
+			// An SDK executor re-sends its result until acknowledged: wait for it, under the
+			// run's own deadline, as if this process had sent the run.
+			e.adoptExecRun(t, *run, e.registry.Get(t.def.Callback.App, run.Executor))
+			continue
+		}
 		e.complete(t, run.Ticket, outcome{result: persist.ResultLost,
 			errText: "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"})
 	}
 	if len(tasks) > 0 {
-		e.log.Warn("resolved runs left in flight by the previous process as lost", "runs", len(tasks))
+		e.log.Warn("recovered periodic runs left in flight by the previous process", "runs", len(tasks))
+	}
+	return e.recoverManualRuns(ctx)
+}
+
+// recoverManualRuns does for run-now instances what recoverInFlight does for periodic runs.
+func (e *Engine) recoverManualRuns(ctx context.Context) error {
+	runs, err := e.store.ListRunsByResult(ctx, persist.ResultRunning, 100000)
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		if run.Kind != persist.RunManual {
+			continue
+		}
+		t, err := e.acquire(ctx, run.TaskID)
+		if err != nil {
+			if !errors.Is(err, persist.ErrTaskNotFound) {
+				return err
+			}
+			// The task is gone; close the record so it does not stay "running" forever.
+			run.Result, run.EndedAt = persist.ResultLost, e.nowMS()
+			run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
+			if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}}); err != nil {
+				return err
+			}
+			continue
+		}
+		t.manual++
+		x := e.registry.Get(t.def.Callback.App, run.Executor)
+		isExec := t.def.Callback.Type == persist.CallbackExecutor
+		t.mu.Unlock()
+		e.runsWG.Add(1)
+		if isExec {
+			e.adoptExecRun(t, run, x)
+			continue
+		}
+		e.completeManual(t, run, outcome{result: persist.ResultLost,
+			errText: "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"})
 	}
 	return nil
 }
