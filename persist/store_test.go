@@ -1,9 +1,17 @@
 package persist_test
 
 import (
+	"bufio"
 	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -73,5 +81,109 @@ func TestSQLiteReopen(t *testing.T) {
 	}
 	if got.Runtime.State != persist.StateScheduled || got.Runtime.Version != 2 {
 		t.Fatalf("runtime after reopen: %+v", got.Runtime)
+	}
+}
+
+// killHelperEnv names the database TestSQLiteKillHelper writes to; unset, the helper skips.
+const killHelperEnv = "AXE_TEST_KILL_HELPER_DB"
+
+// TestSQLiteSurvivesKill runs a writer in a child process, kills it with SIGKILL mid-stream
+// and checks that every batch it reported committed is in the reopened database, and that
+// the database is intact.
+func TestSQLiteSurvivesKill(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "axe.db")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSQLiteKillHelper$")
+	cmd.Env = append(os.Environ(), killHelperEnv+"="+path)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("StdoutPipe: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start helper: %v", err)
+	}
+	// Wait for a few commits, then kill without warning.
+	acked := int64(0)
+	lines := bufio.NewScanner(out)
+	for acked < 20 && lines.Scan() {
+		if v, ok := strings.CutPrefix(lines.Text(), "committed "); ok {
+			acked, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill helper: %v", err)
+	}
+	_ = cmd.Wait()
+	if acked < 20 {
+		t.Fatalf("helper acknowledged only %d batches before it stopped", acked)
+	}
+
+	s, err := persist.Open(ctx, "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("reopen after kill: %v", err)
+	}
+	defer s.Close()
+	task, err := s.GetTask(ctx, "survivor")
+	if err != nil {
+		t.Fatalf("GetTask: %v", err)
+	}
+	// Version v+1 is stored by the batch the helper acknowledged as "committed v".
+	if task.Runtime.Version < acked+1 {
+		t.Fatalf("runtime version %d after kill; batch %d was acknowledged", task.Runtime.Version, acked)
+	}
+	runs, err := s.ListRuns(ctx, task.Def.ID, 0)
+	if err != nil {
+		t.Fatalf("ListRuns: %v", err)
+	}
+	// Every committed batch wrote its run with its runtime: all or nothing.
+	if int64(len(runs)) != task.Runtime.Version-1 {
+		t.Fatalf("%d runs for runtime version %d: a batch was torn", len(runs), task.Runtime.Version)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatalf("open for integrity check: %v", err)
+	}
+	defer db.Close()
+	var verdict string
+	if err := db.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&verdict); err != nil || verdict != "ok" {
+		t.Fatalf("integrity_check = %q, %v", verdict, err)
+	}
+}
+
+// TestSQLiteKillHelper is the child process of TestSQLiteSurvivesKill: it commits batches
+// until it is killed, printing each acknowledged one.
+func TestSQLiteKillHelper(t *testing.T) {
+	path := os.Getenv(killHelperEnv)
+	if path == "" {
+		t.Skip("helper process of TestSQLiteSurvivesKill")
+	}
+	// Bounded so an orphaned helper cannot run forever.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := persist.Open(ctx, "sqlite:"+path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	def := &persist.TaskDef{Name: "survivor", Group: "default", Trigger: persist.TriggerCron}
+	rt := &persist.Runtime{State: persist.StateScheduled, Version: 1}
+	if err := s.CreateTask(ctx, def, rt); err != nil {
+		t.Fatalf("CreateTask: %v", err)
+	}
+	for v := int64(1); ctx.Err() == nil; v++ {
+		next := *rt
+		next.NextTriggerTime = v
+		ticket := fmt.Sprintf("k-%06d", v)
+		b := &persist.Batch{
+			Transitions: []persist.Transition{{ExpectVersion: v, Runtime: next}},
+			Runs:        []persist.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name, ScheduledAt: v, Output: strings.Repeat("o", 4096)}},
+			Actions:     []persist.Action{{TaskID: def.ID, TaskName: def.Name, Ticket: ticket, Action: "dispatch", At: v}},
+		}
+		if err := s.ApplyBatch(ctx, b); err != nil {
+			t.Fatalf("ApplyBatch: %v", err)
+		}
+		fmt.Printf("committed %d\n", v)
 	}
 }
