@@ -325,12 +325,9 @@ func (e *Engine) GetTask(ctx context.Context, name string) (*persist.Task, error
 
 // ListTasks lists tasks, filtered by group and state.
 func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]persist.Task, error) {
-	// The state filter is applied after the overlay so that it agrees with what is shown.
+	// The store filters by the durable state; the overlay may be a few milliseconds newer,
+	// so the filter is applied again to what is shown.
 	state := f.State
-	f.State = ""
-	if state != "" {
-		f.Limit = 0
-	}
 	list, err := e.store.ListTasks(ctx, f)
 	if err != nil {
 		return nil, err

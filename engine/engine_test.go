@@ -834,3 +834,28 @@ func TestBreakerWindow(t *testing.T) {
 		t.Error("an open breaker did not close once its failures left the window")
 	}
 }
+
+func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		cs.hang = make(chan struct{})
+		e := startEngine(t, s)
+		spec := httpSpec("doomed", cs.URL)
+		spec.DelayMS = ptr(int64(0))
+		mustCreate(t, e, spec)
+		waitFor(t, 3*time.Second, "the run in flight", func() bool { return len(cs.got("doomed")) == 1 })
+		ticket := cs.got("doomed")[0].ticket
+		if err := e.DeleteTask(ctx, "doomed", "test"); err != nil {
+			t.Fatal(err)
+		}
+		cs.mu.Lock()
+		close(cs.hang)
+		cs.hang = nil
+		cs.mu.Unlock()
+		waitFor(t, 3*time.Second, "the run of the deleted task recorded", func() bool {
+			r, err := s.GetRun(ctx, ticket)
+			return err == nil && r.Result == persist.ResultSuccess
+		})
+	})
+}

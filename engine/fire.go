@@ -380,7 +380,8 @@ func (e *Engine) complete(t *task, ticket string, oc outcome) {
 		nrt.Attempt = 0
 		acts = append(acts, e.action(t, ticket, ActResult, persist.StateRunning, persist.StateSuccess, ActorScheduler, detail, now))
 		e.nextCycle(t, &nrt, run.ScheduledAt, now, &acts)
-	case oc.result != persist.ResultLost && run.Attempt <= t.def.RetryCount:
+	case oc.result != persist.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
+		// (A pause stops retries too: they are future triggers.)
 		if oc.result == persist.ResultTimeout {
 			e.m.timeouts.Inc()
 		}
@@ -554,8 +555,13 @@ func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.R
 	t.rt = nrt
 	t.pending++
 	e.settle(t)
+	var trans []persist.Transition
+	if !t.deleted {
+		// A deleted task has no runtime row: its run and action records still land.
+		trans = []persist.Transition{{ExpectVersion: expect, Runtime: nrt}}
+	}
 	g := &persist.Group{
-		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
+		Transitions: trans,
 		Runs:        runs,
 		Actions:     acts,
 		Done: func(err error) {
