@@ -8,31 +8,37 @@
 //
 // # Level layout
 //
-// Time is cut into ticks of TickMS milliseconds; tick t covers [t*tick, (t+1)*tick).
-// A hierarchical wheel has levels of S = 2^b buckets. A bucket of level L spans S^L
-// ticks, so level L as a whole spans S^(L+1) ticks, which is exactly one bucket of
-// level L+1. Levels are aligned to absolute tick numbers: an entry whose deadline
-// falls in tick t is kept, relative to the current tick c, at level
+// Time is cut into ticks of tickMS milliseconds; tick t covers [t*tick, (t+1)*tick).
+// With S = 2^b slots, a bucket of level L spans S^L ticks and a block of level L spans
+// S^(L+1) ticks, which is one bucket of level L+1. Blocks are aligned to absolute tick
+// numbers. Relative to the current tick c, Add files a deadline in tick t at
 //
 //	L = (index of the highest bit where t and c differ) / b   (L = 0 when t == c)
 //
-// in bucket (t >> (b*L)) & (S-1). Put differently, level L holds entries that share
-// c's level-(L+1) bucket but not its level-L bucket. Levels beyond the existing ones
-// are created on demand when a far deadline needs them, so a wheel holding only the
-// next five minutes stays two levels deep while one holding a deadline years away
-// grows an overflow level for it.
+// that is, in the lowest level whose current block contains t. Each level keeps 2S
+// buckets, indexed by (t >> (b*L)) mod 2S: S for its current block and S for the next
+// one, which only ever receives entries moved down from level L+1. Levels beyond the
+// existing ones are created on demand for far deadlines, so a wheel holding the next
+// five minutes stays two levels deep while one deadline years away adds overflow
+// levels for itself.
 //
 // # Cascade invariant
 //
-// When the current tick reaches a multiple of S^L, the level-L bucket that starts
-// there is emptied and its entries are placed again relative to the new tick; they
-// land in lower levels, never back in level L. Levels are cascaded from the highest
-// down. Every deadline then sits in the lowest level that can hold it, so level-0
-// bucket c holds exactly the entries due in tick c and nothing due earlier is left
-// anywhere. Because a bucket only receives entries (by cascade or by Add) after the
-// current tick has entered its parent bucket, and a cascade keeps list order, each
-// bucket list stays in insertion order; sorting an expired bucket stably by When
-// therefore fires entries in (When, insertion) order.
+// Entries move down, never up, and always from the head of a bucket to the tail of
+// another. When the current tick enters a new block of level L, the level-(L+1) bucket
+// covering that block is moved into level L in full, highest level first. Between
+// boundaries, every tick each level also moves a share of the bucket covering its next
+// block (what is left divided by the ticks left), so a boundary finds almost nothing
+// to move even when a million deadlines share one second. Hence:
+//
+//   - level-0 bucket c holds exactly the pending entries due in tick c, and an entry
+//     above level 0 is never due before the next bucket boundary of its level, which
+//     is where Advance stops to move it (so Advance can skip empty stretches);
+//   - every bucket list is in insertion order, because a bucket receives entries only
+//     from Add (in call order) or from the head of one source list, and Add targets a
+//     bucket only once its block is current, after the boundary has emptied the
+//     source. Sorting an expired bucket stably by When therefore fires entries in
+//     (When, insertion) order.
 //
 // Entries whose deadline has already passed when they are added wait in a separate
 // due list and fire on the next Advance, before everything else.

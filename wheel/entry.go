@@ -5,8 +5,9 @@ package wheel
 // can be added again once it has fired and been popped from its ready queue, or after
 // a successful Cancel.
 //
-// When and Key must not change while the entry is pending: the wheel files the entry
-// by When and the sharded layer picks its shard by Key.
+// When and Key must not change, and the Entry must not be copied, while it is pending
+// or queued: the wheel files it by When, the sharded layer picks its shard by Key, and
+// both hold its address.
 type Entry struct {
 	// When is the deadline in Unix milliseconds.
 	When int64

@@ -57,7 +57,8 @@ type level struct {
 }
 
 // NewHierarchical returns a hierarchical timing wheel with ticks of tickMS
-// milliseconds, slots buckets per level and its clock at start (Unix milliseconds).
+// milliseconds, levels of slots buckets (each level stores two blocks, so 2*slots
+// lists) and its clock at start (Unix milliseconds).
 // It panics unless tickMS > 0 and slots is a power of two of at least 2; Config.validate
 // checks both before Sharded calls it.
 func NewHierarchical(tickMS int64, slots int, start int64) Wheel {
@@ -268,7 +269,7 @@ func (w *hierarchical) nextTick(target int64) int64 {
 // of the next block's bucket, so the boundary finds little left to move: moving a
 // whole busy bucket at once stalled one tick for tens of milliseconds in profiles.
 func (w *hierarchical) turn() {
-	top := bits.TrailingZeros64(uint64(w.cur))/w.bits - 2
+	top := bits.TrailingZeros64(uint64(w.cur))/w.bits - 1
 	for lv := min(top, len(w.levels)-2); lv >= 0; lv-- {
 		src := w.source(lv, 0)
 		w.moveDown(lv, src, src.n)
