@@ -200,10 +200,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.POST("/tasks/{name}/resume", h(s.resumeTask))
 	api.POST("/tasks/{name}/run", h(s.runTask))
 	api.POST("/tasks/{name}/kill", h(s.killTask))
-	api.GET("/tasks/{name}/runs", h(s.taskRuns))
-	api.GET("/tasks/{name}/actions", h(s.taskActions))
+	api.GET("/tasks/{name}/runs", h(list(s, "runs", s.taskRuns)))
+	api.GET("/tasks/{name}/actions", h(list(s, "actions", s.taskActions)))
 	api.GET("/runs/{ticket}", h(s.getRun))
-	api.GET("/alerts", h(s.systemActions))
+	api.GET("/alerts", h(list(s, "actions", s.systemActions)))
 	api.POST("/groups/{group}/pause", h(s.pauseGroup))
 	api.POST("/groups/{group}/resume", h(s.resumeGroup))
 	api.GET("/executors", h(s.listExecutors))
@@ -482,63 +482,41 @@ func (s *Server) killTask(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, taskView(t))
 }
 
-func (s *Server) taskRuns(c *fasthttp.RequestCtx) {
-	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
-	if err != nil {
-		s.fail(c, err)
-		return
+// list serves a list endpoint taking ?limit=: fetch gets the limit, the answer is
+// {"<key>": [...], "count": n}, never null.
+func list[T any](s *Server, key string, fetch func(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]T, error)) fasthttp.RequestHandler {
+	return func(c *fasthttp.RequestCtx) {
+		limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		ctx, cancel := reqCtx(c)
+		defer cancel()
+		items, err := fetch(ctx, c, limit)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		if items == nil {
+			items = []T{}
+		}
+		writeJSON(c, 200, map[string]any{key: items, "count": len(items)})
 	}
-	ctx, cancel := reqCtx(c)
-	defer cancel()
-	runs, err := s.cfg.Engine.Runs(ctx, param(c, "name"), limit)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	if runs == nil {
-		runs = []persist.Run{}
-	}
-	writeJSON(c, 200, map[string]any{"runs": runs, "count": len(runs)})
 }
 
-func (s *Server) taskActions(c *fasthttp.RequestCtx) {
-	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	ctx, cancel := reqCtx(c)
-	defer cancel()
-	acts, err := s.cfg.Engine.Actions(ctx, param(c, "name"), limit)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	if acts == nil {
-		acts = []persist.Action{}
-	}
-	writeJSON(c, 200, map[string]any{"actions": acts, "count": len(acts)})
+func (s *Server) taskRuns(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]persist.Run, error) {
+	return s.cfg.Engine.Runs(ctx, param(c, "name"), limit)
 }
 
-// systemActions lists action records that belong to no task: alerts about executors, rate
-// limit changes, leader changes.
-func (s *Server) systemActions(c *fasthttp.RequestCtx) {
-	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	ctx, cancel := reqCtx(c)
-	defer cancel()
-	acts, err := s.cfg.Engine.SystemActions(ctx, limit)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	if acts == nil {
-		acts = []persist.Action{}
-	}
-	writeJSON(c, 200, map[string]any{"actions": acts, "count": len(acts)})
+func (s *Server) taskActions(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]persist.Action, error) {
+	return s.cfg.Engine.Actions(ctx, param(c, "name"), limit)
+}
+
+// systemActions lists action records that belong to no task: alerts about executors and
+// rate-limit changes.
+func (s *Server) systemActions(ctx context.Context, _ *fasthttp.RequestCtx, limit int) ([]persist.Action, error) {
+	return s.cfg.Engine.SystemActions(ctx, limit)
 }
 
 func (s *Server) getRun(c *fasthttp.RequestCtx) {

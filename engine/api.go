@@ -395,6 +395,11 @@ func (e *Engine) NextFireTimes(expr, tz string, n int) ([]time.Time, *time.Locat
 // run in flight finishes; the task then rests in PAUSED. note is kept in the action record
 // and on the task. Pausing a paused task changes nothing.
 func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*persist.Task, error) {
+	return e.withTask(ctx, name, func(t *task) error { return e.pauseLocked(ctx, t, note, actor) })
+}
+
+// withTask runs op on the named task under its lock and returns the task as op left it.
+func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) error) (*persist.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -403,7 +408,7 @@ func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*persist.
 		return nil, err
 	}
 	defer e.release(t)
-	if err := e.pauseLocked(ctx, t, note, actor); err != nil {
+	if err := op(t); err != nil {
 		return nil, err
 	}
 	return snapshot(t), nil
@@ -456,18 +461,7 @@ func joinNote(a, note string) string {
 // Resume re-enables a paused task. Its next fire is computed from now; fires missed while it
 // was paused follow its misfire policy (fire_once: one fire now; skip: the next one after now).
 func (e *Engine) Resume(ctx context.Context, name, note, actor string) (*persist.Task, error) {
-	if err := e.checkRunning(); err != nil {
-		return nil, err
-	}
-	t, err := e.acquireByName(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	defer e.release(t)
-	if err := e.resumeLocked(ctx, t, note, actor); err != nil {
-		return nil, err
-	}
-	return snapshot(t), nil
+	return e.withTask(ctx, name, func(t *task) error { return e.resumeLocked(ctx, t, note, actor) })
 }
 
 func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) error {
