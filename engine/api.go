@@ -230,7 +230,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	}
 	now := e.nowMS()
 	def.ID, def.CreatedAt, def.UpdatedAt = old.ID, old.CreatedAt, now
-	pauseChange := def.Paused != old.Paused
+	pauseChange := spec.Paused != nil && *spec.Paused != old.Paused
 	def.Paused = old.Paused // pause and resume below go through their own paths
 	nt := &task{def: &def}
 	if err := nt.compile(); err != nil {
@@ -245,7 +245,8 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	nrt := t.rt
 	detail := "definition replaced"
 	reschedule := old.Cron != def.Cron || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS
-	if reschedule && t.rt.State == persist.StateScheduled {
+	// A paused task keeps its next fire too: resume starts from it.
+	if reschedule && (t.rt.State == persist.StateScheduled || t.rt.State == persist.StatePaused) {
 		switch def.Trigger {
 		case persist.TriggerCron:
 			nrt.NextTriggerTime = t.nextCron(now)
@@ -263,7 +264,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		return nil, err
 	}
 	if pauseChange {
-		if spec.Paused {
+		if *spec.Paused {
 			err = e.pauseLocked(ctx, t, "", actor)
 		} else {
 			err = e.resumeLocked(ctx, t, "", actor)

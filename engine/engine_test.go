@@ -859,3 +859,40 @@ func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
 		})
 	})
 }
+
+func TestEditingAPausedTask(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		e := startEngine(t, s)
+		spec := httpSpec("sleeper", "http://127.0.0.1:1/")
+		spec.Cron = "0 0 0 1 1 ?"
+		spec.Timezone = "UTC"
+		spec.Paused = ptr(true)
+		if pt := mustCreate(t, e, spec); pt.Runtime.State != persist.StatePaused {
+			t.Fatalf("created %s, want PAUSED", pt.Runtime.State)
+		}
+		// An edit that does not mention "paused" keeps the task paused, with the new schedule.
+		spec.Paused = nil
+		spec.Cron = "0 0 * * * *"
+		pt, err := e.UpdateTask(ctx, "sleeper", spec, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		nextHour := time.Now().UTC().Truncate(time.Hour).Add(time.Hour).UnixMilli()
+		if pt.Runtime.State != persist.StatePaused || pt.Runtime.NextTriggerTime != nextHour {
+			t.Fatalf("after edit: %s next %d, want PAUSED next %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, nextHour)
+		}
+		pt, err = e.Resume(ctx, "sleeper", "", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.NextTriggerTime != nextHour {
+			t.Errorf("after resume: %s next %d, want SCHEDULED next %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, nextHour)
+		}
+		// An explicit "paused": true pauses through the edit.
+		spec.Paused = ptr(true)
+		if pt, err = e.UpdateTask(ctx, "sleeper", spec, "test"); err != nil || pt.Runtime.State != persist.StatePaused {
+			t.Errorf("edit with paused true: %v, %+v", err, pt)
+		}
+	})
+}

@@ -282,7 +282,9 @@ func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {
 
 // send delivers a durable run to its callback.
 func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params json.RawMessage) {
-	deadline := time.UnixMilli(run.DispatchedAt).Add(time.Duration(def.TimeoutSec) * time.Second)
+	// The deadline counts from the send, not from the decision: a slow commit must not eat
+	// the run's time, let alone time it out before it is sent.
+	deadline := time.Now().Add(time.Duration(def.TimeoutSec) * time.Second)
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,

@@ -64,7 +64,9 @@ type TaskSpec struct {
 	Callback         *persist.Callback `json:"callback"`
 	Params           json.RawMessage   `json:"params"`
 	MisfirePolicy    string            `json:"misfire_policy"`
-	Paused           bool              `json:"paused"`
+	// Paused creates the task paused. On update, absent keeps the task as it is, so an
+	// edit never resumes (or pauses) a task by omission.
+	Paused *bool `json:"paused"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -305,7 +307,7 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 	default:
 		return d, fieldErr("misfire_policy", "must be fire_once or skip, got %q", s.MisfirePolicy)
 	}
-	d.Paused = s.Paused
+	d.Paused = s.Paused != nil && *s.Paused
 	return d, nil
 }
 
