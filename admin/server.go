@@ -162,10 +162,14 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.stopped = true
 	s.mu.Unlock()
-	if err := s.srv.ShutdownWithContext(ctx); err != nil {
+	err := s.srv.ShutdownWithContext(ctx)
+	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can
+	// come first, and Serve would then accept forever. Closing it here ends Serve either way.
+	_ = s.ln.Close()
+	<-s.serveErr
+	if err != nil {
 		return fmt.Errorf("cannot shut down HTTP server: %w", err)
 	}
-	<-s.serveErr
 	return nil
 }
 

@@ -33,6 +33,7 @@ const (
 // Executor serves runs for one app. Create it with New, register handlers with Handle, then
 // Start it; Stop it once.
 type Executor struct {
+	ln    net.Listener // the HTTP listener, closed by Stop
 	cfg   Config
 	log   *slog.Logger
 	clock Clock
@@ -223,6 +224,7 @@ func (e *Executor) Start(ctx context.Context) error {
 		Logger:             printfLogger{e.log},
 	}
 	e.serveDone = make(chan struct{})
+	e.ln = ln
 	go e.serve(ln)
 	e.state = stateStarted
 
@@ -316,6 +318,9 @@ func (e *Executor) shutdown(ctx context.Context) error {
 	if serr := e.srv.ShutdownWithContext(ctx); serr != nil && err == nil {
 		err = fmt.Errorf("cannot shut the HTTP server down: %w", serr)
 	}
+	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can
+	// come first, and Serve would then accept forever. Closing it here ends Serve either way.
+	_ = e.ln.Close()
 	<-e.serveDone
 	step("HTTP server closed", t)
 

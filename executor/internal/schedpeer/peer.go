@@ -168,6 +168,7 @@ func (p *Peer) Addr() string { return p.ln.Addr().String() }
 // Close stops serving and drops kept-alive connections.
 func (p *Peer) Close() error {
 	err := p.srv.Shutdown()
+	_ = p.ln.Close() // in case Serve had not registered it yet when Shutdown ran
 	<-p.done
 	p.client.CloseIdleConnections()
 	return err
