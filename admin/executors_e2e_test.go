@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -154,6 +155,47 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 					t.Errorf("run %+v lacks its executor or output", r)
 				}
 			}
+
+			// The callback endpoint is idempotent by ticket and refuses stale or unknown ones.
+			var done persist.Run
+			for _, r := range runs {
+				if r.Result == persist.ResultSuccess {
+					done = r
+					break
+				}
+			}
+			post := func(body string) (int, string) {
+				resp, err := http.Post(base+"/api/v1/callback", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return resp.StatusCode, string(b)
+			}
+			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"success","address":"x:1"}`); code != 200 || !strings.Contains(body, "duplicate") {
+				t.Errorf("repeated callback = %d %s, want 200 duplicate", code, body)
+			}
+			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"failed","address":"x:1"}`); code != 409 || !strings.Contains(body, "error") {
+				t.Errorf("contradicting callback = %d %s, want 409", code, body)
+			}
+			if code, body := post(`{"ticket":"no-such-ticket","status":"success","address":"x:1"}`); code != 404 || !strings.Contains(body, "error") {
+				t.Errorf("unknown ticket = %d %s, want 404", code, body)
+			}
+			if code, _ := post(`{"ticket":"t","status":"maybe"}`); code != 400 {
+				t.Errorf("bad status = %d, want 400", code)
+			}
+			poll(t, 3*time.Second, "the refused results recorded", func() bool {
+				acts, _ := c.Actions(ctx, "charge", 500)
+				sys, _ := c.Alerts(ctx, 50)
+				found := 0
+				for _, a := range append(acts, sys...) {
+					if a.Action == engine.ActRefusedResult {
+						found++
+					}
+				}
+				return found >= 2
+			})
 
 			// Kill one executor: it stops heartbeating, is marked lost, gets nothing new.
 			dead := exes[0]

@@ -368,6 +368,10 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 		return false, nil
 	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
+	if errors.Is(err, persist.ErrRunNotFound) {
+		e.recordRefusedResult(ctx, persist.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")
+		return false, fmt.Errorf("%w: %s", err, rep.Ticket)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -377,9 +381,21 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 	if run.Result == persist.ResultRunning {
 		// Sent by a previous scheduler process and still unresolved here: the run was
 		// recovered as lost at start, or is being resolved right now.
+		e.recordRefusedResult(ctx, *run, rep, "the run is not waiting for a result here")
 		return false, fmt.Errorf("%w: run %s is not waiting for a result here", ErrStaleTicket, rep.Ticket)
 	}
+	e.recordRefusedResult(ctx, *run, rep, "the run already ended as "+run.Result)
 	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)
+}
+
+// recordRefusedResult leaves an action record for a result that was not accepted, on the
+// run's task when it is known: an executor reporting into the void is worth seeing.
+func (e *Engine) recordRefusedResult(ctx context.Context, run persist.Run, rep Report, why string) {
+	act := persist.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
+		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
+	if err := e.writer.Submit(ctx, &persist.Group{Actions: []persist.Action{act}}); err != nil {
+		e.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
+	}
 }
 
 func tail(s string, n int) string {

@@ -38,6 +38,8 @@ const (
 	ActRunNow   = "run_now"
 	ActKill     = "kill"
 	ActConflict = "conflict"
+	// ActRefusedResult records an executor's result for an unknown or stale ticket.
+	ActRefusedResult = "refused_result"
 	// ActSkippedByBreaker records a fire the open circuit breaker did not dispatch.
 	ActSkippedByBreaker = "skipped_by_breaker"
 )
