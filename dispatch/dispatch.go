@@ -132,8 +132,12 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg:  cfg,
 		pool: pool,
 		client: &fasthttp.Client{
-			Name:                          "axe",
-			MaxConnsPerHost:               cfg.MaxConnsPerHost,
+			Name:            "axe",
+			MaxConnsPerHost: cfg.MaxConnsPerHost,
+			// With every connection to a host busy, wait for one instead of failing the run
+			// at once with ErrNoFreeConns: a burst is to be late, never lost. Each call's own
+			// deadline still bounds the wait.
+			MaxConnWaitTimeout:            time.Hour,
 			MaxIdleConnDuration:           30 * time.Second,
 			NoDefaultUserAgentHeader:      false,
 			DisableHeaderNamesNormalizing: false,

@@ -133,3 +133,28 @@ func TestStopWithoutStart(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBusyConnectionsMakeCallsWaitNotFail: with every connection to a host in use, a call
+// waits for one (bounded by its deadline) instead of failing at once.
+func TestBusyConnectionsMakeCallsWaitNotFail(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond)
+	}))
+	defer srv.Close()
+	d := newDispatcher(t, Config{MaxConnsPerHost: 1})
+	var wg sync.WaitGroup
+	outs := make([]Outcome, 4)
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i] = d.Post(&Request{URL: srv.URL, Deadline: time.Now().Add(10 * time.Second)})
+		}()
+	}
+	wg.Wait()
+	for i, o := range outs {
+		if !o.OK() {
+			t.Errorf("call %d: %+v", i, o)
+		}
+	}
+}
