@@ -45,6 +45,7 @@ type inflight struct {
 
 func newTask(pt *persist.Task) (*task, error) {
 	def := pt.Def
+	internDef(&def)
 	t := &task{id: def.ID, def: &def, rt: pt.Runtime}
 	t.rt.TaskID = def.ID
 	if err := t.compile(); err != nil {
@@ -105,6 +106,39 @@ func (t *task) nextCron(after int64) int64 {
 		return 0
 	}
 	return n.UnixMilli()
+}
+
+// interned holds one copy of strings many tasks repeat (groups, zones, cron expressions,
+// callback URLs and apps). Rows read from the store carry fresh copies of each; a million
+// tasks loaded into the window would otherwise hold a million copies of "Asia/Shanghai".
+var interned = struct {
+	sync.Mutex
+	m map[string]string
+}{m: make(map[string]string)}
+
+// internLimit bounds the table: past it, strings are kept as they come.
+const internLimit = 1 << 16
+
+func intern(s string) string {
+	if s == "" {
+		return s
+	}
+	interned.Lock()
+	defer interned.Unlock()
+	if v, ok := interned.m[s]; ok {
+		return v
+	}
+	if len(interned.m) < internLimit {
+		interned.m[s] = s
+	}
+	return s
+}
+
+func internDef(d *persist.TaskDef) {
+	d.Group, d.Trigger, d.Cron, d.Timezone = intern(d.Group), intern(d.Trigger), intern(d.Cron), intern(d.Timezone)
+	d.MisfirePolicy, d.DependsMode = intern(d.MisfirePolicy), intern(d.DependsMode)
+	cb := &d.Callback
+	cb.Type, cb.URL, cb.App, cb.Handler, cb.Route = intern(cb.Type), intern(cb.URL), intern(cb.App), intern(cb.Handler), intern(cb.Route)
 }
 
 // taskMapShards spreads the map over independent locks: consumers, the writer's callbacks
