@@ -173,9 +173,8 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 			t.Fatalf("called %d times, want 1", len(calls))
 		}
 		c := calls[0]
-		due := time.UnixMilli(created.Def.CreatedAt + 300)
-		if late := c.at.Sub(due); late < 0 || late > 100*time.Millisecond {
-			t.Errorf("arrived %s after its due time, want 0..100ms", late)
+		if c.body.ScheduledAt != created.Def.CreatedAt+300 {
+			t.Errorf("scheduled_at = %d, want created_at+300 = %d", c.body.ScheduledAt, created.Def.CreatedAt+300)
 		}
 		if c.attempt != 1 || c.ticket == "" || c.body.Ticket != c.ticket || string(c.body.Params) != `{"k":1}` {
 			t.Errorf("request = %+v", c)
@@ -186,6 +185,12 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 		}
 		if len(runs) != 1 || runs[0].Result != persist.ResultSuccess || runs[0].Ticket != c.ticket || runs[0].EndedAt == 0 {
 			t.Fatalf("runs = %+v", runs)
+		}
+		// The scheduler's own record of when it fired: the wheel's lateness, which the
+		// machine's load during a -race run does not inflate the way it does an HTTP round
+		// trip to a test server (that end-to-end bound is checked in admin's acceptance test).
+		if late := runs[0].DispatchedAt - runs[0].ScheduledAt; late < 0 || late > 100 {
+			t.Errorf("fired %d ms after its due time, want 0..100", late)
 		}
 		got := actionNames(t, e, "once")
 		want := []string{ActCreate, ActSchedule, ActDispatch, ActResult}
