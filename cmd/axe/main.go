@@ -37,6 +37,8 @@ func run(ctx context.Context, args []string) error {
 		Subcommands: []*ffcli.Command{
 			serveCmd(),
 			agentCmd(),
+			benchCmd(),
+			benchExecutorCmd(),
 			taskCmd(),
 			groupCmd(),
 			executorsCmd(),

@@ -1,0 +1,186 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/axe-sched/axe/bench/internal/benchkit"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// ants starts the goroutines of its package-level default pool when it is imported.
+		goleak.IgnoreCurrent(),
+		// fasthttp keeps process-wide helpers (the Date header updater, the DNS cache
+		// cleaner), and stopped servers' and clients' cleaners sleep out their idle period.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreTopFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
+	)
+}
+
+// Environment variables that turn TestRun into a full run, e.g.
+//
+//	AXE_BENCH_E2E_TASKS=1e6 AXE_BENCH_E2E_WINDOW=5m AXE_BENCH_E2E_BURST=2e5 \
+//	  go test -run TestRun -v -timeout 60m ./bench/e2e/
+const (
+	envTasks     = "AXE_BENCH_E2E_TASKS"
+	envWindow    = "AXE_BENCH_E2E_WINDOW"
+	envBurst     = "AXE_BENCH_E2E_BURST"
+	envExecutors = "AXE_BENCH_E2E_EXECUTORS"
+	// envWriterBatchRows overrides the engine writer's MaxBatchRows, to explore its tuning.
+	envWriterBatchRows = "AXE_BENCH_E2E_WRITER_BATCH_ROWS"
+)
+
+func envInt(t testing.TB, name string) int {
+	t.Helper()
+	s := os.Getenv(name)
+	if s == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: want a number such as 1e6", name, s)
+	}
+	return int(f)
+}
+
+// envConfig is the default configuration, changed by the environment variables above.
+func envConfig(tb testing.TB, dsn string) Config {
+	tb.Helper()
+	cfg := Config{
+		DSN:       dsn,
+		Tasks:     envInt(tb, envTasks),
+		Burst:     envInt(tb, envBurst),
+		Executors: envInt(tb, envExecutors),
+	}
+	cfg.Engine.Writer.MaxBatchRows = envInt(tb, envWriterBatchRows)
+	if w := os.Getenv(envWindow); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			tb.Fatalf("%s=%q: %v", envWindow, w, err)
+		}
+		cfg.Window = d
+	}
+	return cfg
+}
+
+// serverDSN returns the MySQL server to run on, skipping without one unless
+// AXE_REQUIRE_MYSQL=1.
+func serverDSN(tb testing.TB) string {
+	tb.Helper()
+	dsn := os.Getenv(persisttest.EnvMySQLDSN)
+	if dsn == "" {
+		if os.Getenv(persisttest.EnvRequireMySQL) == "1" {
+			tb.Fatalf("%s is unset but %s=1", persisttest.EnvMySQLDSN, persisttest.EnvRequireMySQL)
+		}
+		tb.Skipf("skipping: set %s to a MySQL server DSN", persisttest.EnvMySQLDSN)
+	}
+	return dsn
+}
+
+// TestRun runs B4 (small unless the environment says otherwise) and checks that both
+// phases recorded every task, that the figures are consistent with what was run, and that
+// the raw rate was measured.
+func TestRun(t *testing.T) {
+	cfg := envConfig(t, serverDSN(t))
+	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	rep, err := Run(context.Background(), cfg)
+	t.Log("\n" + rep.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithDefaults()
+	for _, c := range []struct {
+		p    *Phase
+		want int
+	}{{rep.Steady, cfg.Tasks}, {rep.Burst, cfg.Burst}} {
+		p := c.p
+		if c.want < 0 {
+			if p != nil {
+				t.Errorf("phase %s ran but was skipped", p.Name)
+			}
+			continue
+		}
+		if p == nil {
+			t.Fatal("a phase is missing from the report")
+		}
+		if p.Tasks != c.want || p.Runs != p.Tasks || p.Runtimes != p.Tasks || p.Actions < 2*p.Tasks {
+			t.Errorf("%s: %d runs, %d runtimes, %d actions for %d tasks; want %d", p.Name, p.Runs, p.Runtimes, p.Actions, p.Tasks, c.want)
+		}
+		if p.Finish < p.Span || p.Rate <= 0 || p.LatenessP50 > p.LatenessP99 || p.LatenessP99 > p.LatenessMax {
+			t.Errorf("%s: inconsistent figures: %+v", p.Name, *p)
+		}
+		if p.SchedulerCPU <= 0 || p.ExecutorCPU <= 0 || p.PeakRSS <= 0 {
+			t.Errorf("%s: CPU or RSS not measured: %+v", p.Name, *p)
+		}
+	}
+	if cfg.Burst > 0 && (rep.RawRate <= 0 || rep.BurstVsRaw <= 0) {
+		t.Errorf("raw rate %v, burst/raw %v: not measured", rep.RawRate, rep.BurstVsRaw)
+	}
+}
+
+// TestConfigValidate checks that Run refuses configurations it cannot run.
+func TestConfigValidate(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"no DSN":        {},
+		"both skipped":  {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Tasks: -1, Burst: -1},
+		"negative lead": {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Lead: -time.Second},
+		"sqlite":        {DSN: "sqlite:axe.db", Tasks: 10, Burst: -1, ExecutorCommand: []string{"/bin/false"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Run(context.Background(), cfg)
+			if err == nil {
+				t.Fatal("Run accepted the configuration")
+			}
+			if name == "sqlite" && !errors.Is(err, benchkit.ErrNotMySQL) {
+				t.Fatalf("got %v, want an error saying the DSN is not MySQL", err)
+			}
+		})
+	}
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// BenchmarkRun runs B4 once per iteration, so that `make bench` smoke-runs it too, and
+// reports the burst's drain rate and its ratio to the raw rate, and the steady phase's
+// lateness. The environment variables above set the size.
+func BenchmarkRun(b *testing.B) {
+	cfg := envConfig(b, serverDSN(b))
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	var last Report
+	for range b.N {
+		rep, err := Run(context.Background(), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		last = rep
+	}
+	if p := last.Steady; p != nil {
+		b.ReportMetric(float64(p.LatenessP99.Milliseconds()), "steady-p99-ms")
+		b.ReportMetric(float64(p.Overrun.Milliseconds()), "steady-overrun-ms")
+	}
+	if p := last.Burst; p != nil {
+		b.ReportMetric(p.Rate, "burst-recorded/s")
+		b.ReportMetric(last.BurstVsRaw, "x-raw")
+	}
+	b.Log("\n" + last.Table())
+}

@@ -1,0 +1,393 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/bench/internal/benchkit"
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/persist"
+)
+
+// runPhase runs one phase: n tasks falling due evenly over span, on a database, engine, API
+// server and executor processes of its own. The burst phase also measures the raw rate.
+func runPhase(ctx context.Context, cfg Config, command []string, name string, n int, span time.Duration, rep *Report) (*Phase, error) {
+	log := cfg.Logger.With("phase", name)
+	lead := cfg.lead(n)
+	ctx, cancel := context.WithTimeout(ctx, lead+cfg.timeout(n, span))
+	defer cancel()
+
+	dsn, drop, err := benchkit.CreateDatabase(ctx, cfg.DSN, "axe_e2e")
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer dcancel()
+		if err := drop(dctx); err != nil {
+			log.Warn("cannot drop the benchmark database", "err", err)
+		}
+	}()
+	store, err := persist.Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	db, err := benchkit.OpenSQL(dsn, 8)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if rep.DBVersion == "" {
+		si, err := benchkit.ReadServerInfo(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		rep.DBVersion, rep.FlushLogAtTrxCommit = si.Version, si.FlushLogAtTrxCommit
+	}
+
+	written := time.Now()
+	first := written.Add(lead).Truncate(time.Millisecond)
+	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
+		N:         n,
+		Due:       func(i int) int64 { return first.Add(time.Duration(i) * span / time.Duration(n)).UnixMilli() }, // span 0: all at once
+		Callback:  persist.Callback{Type: persist.CallbackExecutor, App: benchApp, Handler: benchHandler},
+		CreatedAt: written.UnixMilli(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("fixture written", "tasks", n, "due_over", span, "took", time.Since(written))
+
+	p := &Phase{Name: name, Tasks: n, Span: span, WriterLanes: cfg.Engine.WriterLanes}
+	if p.WriterLanes == 0 {
+		p.WriterLanes = engine.WriterLanesDefault
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	rss0, err := benchkit.RSS()
+	if err != nil {
+		return nil, err
+	}
+	quiet := slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn})
+	ecfg := cfg.Engine
+	ecfg.Store, ecfg.Logger = store, quiet
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := eng.Start(ctx); err != nil {
+		_ = eng.Stop(ctx)
+		return nil, err
+	}
+	p.Load = time.Since(start)
+	log.Info("window loaded", "took", p.Load)
+	srv, err := admin.NewServer(admin.ServerConfig{Addr: "127.0.0.1:0", Engine: eng, Store: store, Logger: quiet})
+	if err != nil {
+		_ = eng.Stop(ctx)
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		_ = eng.Stop(ctx)
+		return nil, err
+	}
+	var procs []*executorProc
+	// Shutdown order: executors first (they deliver their last results to the API), then the
+	// API server, then the engine (which flushes its writer); the store closes last.
+	defer func() {
+		for _, pr := range procs {
+			pr.stop()
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		if err := srv.Stop(sctx); err != nil {
+			log.Warn("cannot stop the API server", "err", err)
+		}
+		if err := eng.Stop(sctx); err != nil {
+			log.Warn("cannot stop the engine", "err", err)
+		}
+	}()
+	for range cfg.Executors {
+		pr, err := startExecutor(ctx, command, "http://"+srv.Addr())
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, pr)
+	}
+	if err := waitExecutors(ctx, eng, cfg.Executors); err != nil {
+		return nil, err
+	}
+	if late := time.Since(first); late > 0 {
+		return nil, fmt.Errorf("%w: phase %s: ready %s after the first due time (load took %s); raise Config.Lead",
+			ErrLeadTooShort, name, late, p.Load)
+	}
+
+	rss := startSampler()
+	dbPID := benchkit.FindProcess("mariadbd", "mysqld")
+	cpu0, exec0, db0 := benchkit.CPUTime(), execCPU(procs), dbCPU(dbPID)
+	commits0, busy0 := promValue("axe_writer_commits_total"), promValue("axe_writer_commit_duration_seconds_sum")
+	done, err := waitDone(ctx, eng, n)
+	if err != nil {
+		rss.stop()
+		return nil, fmt.Errorf("phase %s: %w", name, err)
+	}
+	p.SchedulerCPU, p.ExecutorCPU, p.DatabaseCPU = benchkit.CPUTime()-cpu0, execCPU(procs)-exec0, dbCPU(dbPID)-db0
+	p.WriterCommits = int(promValue("axe_writer_commits_total") - commits0)
+	p.WriterBusy = time.Duration((promValue("axe_writer_commit_duration_seconds_sum") - busy0) * float64(time.Second))
+	p.PeakRSS = rss.stop()
+	p.RSSGrowth = p.PeakRSS - rss0
+	p.Finish = done.Sub(first)
+	p.Overrun = p.Finish - span
+	p.Rate = float64(n) / p.Finish.Seconds()
+	log.Info("phase drained", "finish", p.Finish, "rate", p.Rate)
+
+	if name == "burst" {
+		rate, err := measureRaw(ctx, procs[0].ready.RawAddr, n, cfg.RawConcurrency)
+		if err != nil {
+			return nil, err
+		}
+		rep.RawRate = rate
+		log.Info("raw rate measured", "requests_per_s", rate)
+	}
+
+	late, err := benchkit.Lateness(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	p.LatenessP50 = time.Duration(benchkit.Percentile(late, 0.50)) * time.Millisecond
+	p.LatenessP99 = time.Duration(benchkit.Percentile(late, 0.99)) * time.Millisecond
+	if len(late) > 0 {
+		p.LatenessMax = time.Duration(late[len(late)-1]) * time.Millisecond
+	}
+	if p.Runtimes, p.Runs, p.Actions, err = benchkit.Recorded(ctx, db, string(persist.StateSuccess), persist.ResultSuccess); err != nil {
+		return nil, err
+	}
+	// A run writes two action records: its dispatch and its result.
+	if p.Runs != n || p.Runtimes != n || p.Actions < 2*n {
+		if p.Failures, err = benchkit.Failures(ctx, db); err != nil {
+			p.Failures = err.Error()
+		}
+		return p, fmt.Errorf("%w: phase %s recorded %d successful runs, %d runtimes in SUCCESS and %d actions for %d tasks; failures: %s",
+			ErrIncomplete, name, p.Runs, p.Runtimes, p.Actions, n, p.Failures)
+	}
+	return p, nil
+}
+
+// waitExecutors waits until n executors of the benchmark's app are registered and alive.
+func waitExecutors(ctx context.Context, eng *engine.Engine, n int) error {
+	for {
+		alive := 0
+		for _, x := range eng.Executors() {
+			if x.App == benchApp && x.Status == dispatch.StatusAlive {
+				alive++
+			}
+		}
+		if alive >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cannot wait for %d executors to register (%d did): %w", n, alive, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// results are the outcomes the engine counts; a run ends in exactly one of them.
+var results = []string{persist.ResultSuccess, persist.ResultFailed, persist.ResultTimeout, persist.ResultLost, persist.ResultKilled}
+
+// waitDone waits until n runs have ended and every write they caused is durable: the
+// results are counted and the writer queue is empty on two polls in a row (a result is
+// counted just before its write is queued). It returns when that was first seen.
+func waitDone(ctx context.Context, eng *engine.Engine, n int) (time.Time, error) {
+	queued := metrics.GetOrCreateGauge("axe_writer_queue_depth", nil)
+	set := eng.Metrics()
+	ended := func() int {
+		sum := 0
+		for _, r := range results {
+			sum += int(set.GetOrCreateCounter(`axe_results_total{result="` + r + `"}`).Get())
+		}
+		return sum
+	}
+	var first time.Time
+	for {
+		now := time.Now()
+		if ended() >= n && queued.Get() == 0 {
+			if !first.IsZero() {
+				return first, nil
+			}
+			first = now
+		} else {
+			first = time.Time{}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%w: %d of %d runs ended, %v writes queued: %w", ErrIncomplete, ended(), n, queued.Get(), ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// measureRaw posts n runs straight to the raw executor at addr, keeping concurrency
+// requests in flight, and returns the rate at which it accepted them. A 429 (the executor's
+// queue is full) is retried: it is the executor's pace, not a lost run.
+func measureRaw(ctx context.Context, addr string, n, concurrency int) (float64, error) {
+	client := &fasthttp.HostClient{Addr: addr, MaxConns: concurrency, MaxConnWaitTimeout: time.Minute}
+	defer client.CloseIdleConnections()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, concurrency)
+	)
+	deadline := time.Now().Add(5 * time.Minute).UnixMilli()
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			var body []byte
+			for i := next.Add(1); i <= int64(n); i = next.Add(1) {
+				id := strconv.FormatInt(i, 10)
+				body = append(body[:0], `{"task":"raw-`+id+`","handler":"`+benchHandler+`","group":"bench","ticket":"raw-`+id+
+					`-1","attempt":1,"kind":"scheduled","scheduled_at":`+strconv.FormatInt(time.Now().UnixMilli(), 10)+
+					`,"deadline":`+strconv.FormatInt(deadline, 10)+`,"dedup_ttl_ms":600000}`...)
+				for {
+					req.Reset()
+					req.SetRequestURI("/axe/run")
+					req.SetHost(addr)
+					req.Header.SetMethod(fasthttp.MethodPost)
+					req.Header.SetContentType("application/json")
+					req.SetBodyRaw(body)
+					if err := client.Do(req, resp); err != nil {
+						errs <- fmt.Errorf("cannot post a raw run: %w", err)
+						return
+					}
+					if resp.StatusCode() == fasthttp.StatusAccepted {
+						break
+					}
+					if resp.StatusCode() != fasthttp.StatusTooManyRequests || ctx.Err() != nil {
+						errs <- fmt.Errorf("raw run refused: %d %s", resp.StatusCode(), resp.Body())
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+// promValue reads one sample of the process-wide metrics (the writer's live there) by name,
+// or 0 when it is absent.
+func promValue(name string) float64 {
+	var buf bytes.Buffer
+	metrics.WritePrometheus(&buf, false)
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
+}
+
+func execCPU(procs []*executorProc) time.Duration {
+	var d time.Duration
+	for _, p := range procs {
+		d += p.cpu()
+	}
+	return d
+}
+
+func dbCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	d, _ := benchkit.ProcessCPU(pid)
+	return d
+}
+
+// sampler records the peak RSS of this process every 100 ms.
+type sampler struct {
+	done chan struct{}
+	peak chan int64
+}
+
+func startSampler() *sampler {
+	s := &sampler{done: make(chan struct{}), peak: make(chan int64, 1)}
+	go func() {
+		var peak int64
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss, err := benchkit.RSS(); err == nil {
+				peak = max(peak, rss)
+			}
+			select {
+			case <-s.done:
+				s.peak <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling and returns the peak.
+func (s *sampler) stop() int64 {
+	close(s.done)
+	return <-s.peak
+}
+
+// minLevel drops records below min: the engine's Info logs would swamp a benchmark's output.
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(attrs), h.min}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.min}
+}
+
+func memTotal() int64 { return benchkit.MemTotal() }
+
+// tempDir makes a directory for the executor binary and returns its removal.
+func tempDir() (string, func(), error) {
+	dir, err := os.MkdirTemp("", "axe-bench-")
+	if err != nil {
+		return "", nil, fmt.Errorf("cannot make a directory for the executor: %w", err)
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
