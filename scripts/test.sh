@@ -57,3 +57,10 @@ say "go vet"
 go vet ./...
 say "go test -race $*"
 go test -race -count=1 -timeout 30m "$@"
+# The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,
+# so they keep compiling and running (the other suites' smoke tests are in ./bench/...).
+if [ "$*" = "./..." ]; then
+  say "B1 wheel benchmarks, smoke size"
+  AXE_BENCH_WHEEL_SIZES=1e3 AXE_BENCH_WHEEL_LATE_SIZES=1e3 \
+    go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null
+fi
