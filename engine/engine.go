@@ -91,6 +91,10 @@ type Config struct {
 	Window time.Duration
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
+	// PromoteLead: tasks due later than this when the window is loaded are held as cold
+	// references (64 B each) and read in full this long before they fire (cold.go).
+	// Defaults to PromoteLeadDefault (10s); it must be shorter than Window.
+	PromoteLead time.Duration
 	// MisfireThreshold: a fire later than this is a misfire and follows the task's misfire
 	// policy; a fire less late is simply sent late. Defaults to MisfireThresholdDefault.
 	MisfireThreshold time.Duration
@@ -143,6 +147,9 @@ func (c Config) WithDefaults() Config {
 	if c.MisfireThreshold == 0 {
 		c.MisfireThreshold = MisfireThresholdDefault
 	}
+	if c.PromoteLead == 0 {
+		c.PromoteLead = min(PromoteLeadDefault, c.Window/2)
+	}
 	if c.RetryBackoffCap == 0 {
 		c.RetryBackoffCap = RetryBackoffCapDefault
 	}
@@ -184,6 +191,9 @@ func (c Config) validate() error {
 	if c.Window < 2*c.LoadInterval {
 		return fmt.Errorf("window (%s) must be at least twice the load interval (%s)", c.Window, c.LoadInterval)
 	}
+	if c.PromoteLead < c.Tick || c.PromoteLead >= c.Window {
+		return fmt.Errorf("promote lead (%s) must be at least the tick (%s) and shorter than the window (%s)", c.PromoteLead, c.Tick, c.Window)
+	}
 	if c.LoadInterval < c.Tick {
 		return fmt.Errorf("load interval (%s) must be >= tick (%s)", c.LoadInterval, c.Tick)
 	}
@@ -212,6 +222,7 @@ type Engine struct {
 	gate      *rateGate
 	brk       breakers
 	upstreams upstreamSet
+	promo     promoter
 	alerts    *alerter
 
 	horizonMu sync.RWMutex
@@ -254,6 +265,7 @@ func New(cfg Config) (*Engine, error) {
 		registry: dispatch.NewRegistry(),
 	}
 	e.tasks.init()
+	e.promo.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
@@ -327,7 +339,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
 	e.alerts.start()
-	e.loopsWG.Add(3)
+	e.loopsWG.Add(4)
+	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
@@ -391,6 +404,10 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue) {
 	defer e.loopsWG.Done()
 	for {
 		for ent := q.Pop(); ent != nil; ent = q.Pop() {
+			if _, cold := ent.Value.(coldRef); cold {
+				e.promo.push(int64(ent.Key))
+				continue
+			}
 			e.admit(ent)
 		}
 		select {
@@ -447,7 +464,37 @@ func (e *Engine) loadSlice(ctx context.Context) error {
 	return nil
 }
 
+// loadRange loads the tasks due in [from, to): in full those due within PromoteLead of
+// now (and every past fire, for the misfire policy), as cold references the rest.
 func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error) {
+	n := 0
+	hot := min(to, now+e.cfg.PromoteLead.Milliseconds())
+	if from < hot {
+		var err error
+		if n, err = e.loadFull(ctx, from, hot, now); err != nil {
+			return n, err
+		}
+	}
+	if hot < to {
+		m := 0
+		err := e.store.LoadDueRefs(ctx, max(from, hot), to, armableStates, func(r persist.DueRef) error {
+			m++
+			if e.tasks.get(r.TaskID) == nil {
+				e.armCold(r.TaskID, r.NextTriggerTime)
+			}
+			return nil
+		})
+		e.m.loaded.Add(m)
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// loadFull loads the tasks due in [from, to) in full.
+func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error) {
 	n := 0
 	err := e.store.LoadDue(ctx, from, to, armableStates, func(pt *persist.Task) error {
 		n++
@@ -466,14 +513,14 @@ func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error
 }
 
 // adopt puts a task read from the store into memory unless a newer copy is already there,
-// applying the misfire policy to a fire that is already too late.
+// applying the misfire policy to a fire already too late at now (now 0: no policy).
 func (e *Engine) adopt(t *task, now int64) {
 	if !e.tasks.insertIfAbsent(t) {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.rt.State == persist.StateScheduled && t.rt.NextTriggerTime < now-e.cfg.MisfireThreshold.Milliseconds() {
+	if now > 0 && t.rt.State == persist.StateScheduled && t.rt.NextTriggerTime < now-e.cfg.MisfireThreshold.Milliseconds() {
 		e.misfire(t, now)
 	}
 	e.settle(t)
@@ -548,7 +595,8 @@ func (e *Engine) release(t *task) {
 	t.mu.Unlock()
 }
 
-// InMemory reports how many tasks are held in memory and how many entries are armed.
+// InMemory reports how many tasks are held in memory in full and how many entries are armed
+// (cold references included).
 func (e *Engine) InMemory() (tasks, armed int) { return e.tasks.len(), e.wheel.Len() }
 
 // Horizon returns the time up to which tasks are held in memory.

@@ -18,6 +18,7 @@ type engineMetrics struct {
 	misfires     *metrics.Counter
 	conflicts    *metrics.Counter
 	loaded       *metrics.Counter
+	promoted     *metrics.Counter
 	lateness     *metrics.PrometheusHistogram
 	loadDuration *metrics.PrometheusHistogram
 	rateWaits    *metrics.Counter
@@ -54,6 +55,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		misfires:     s.NewCounter("axe_misfires_total"),
 		conflicts:    s.NewCounter("axe_write_conflicts_total"),
 		loaded:       s.NewCounter("axe_window_loaded_tasks_total"),
+		promoted:     s.NewCounter("axe_tasks_promoted_total"),
 		lateness:     s.NewPrometheusHistogramExt("axe_fire_lateness_seconds", latenessBuckets),
 		loadDuration: s.NewPrometheusHistogram("axe_window_load_duration_seconds"),
 		rateWaits:    s.NewCounter("axe_ratelimit_waits_total"),
@@ -66,6 +68,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	}
 	s.NewGauge("axe_wheel_pending", func() float64 { return float64(e.wheel.Len()) })
 	s.NewGauge("axe_tasks_in_memory", func() float64 { return float64(e.tasks.len()) })
+	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.promo.queued.Load()) })
 	s.NewGauge("axe_ready_queue_depth", func() float64 {
 		n := 0
 		for i := 0; i < e.wheel.Shards(); i++ {

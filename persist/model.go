@@ -144,6 +144,12 @@ type Task struct {
 	Runtime Runtime
 }
 
+// DueRef names a task due at NextTriggerTime; see Store.LoadDueRefs.
+type DueRef struct {
+	TaskID          int64
+	NextTriggerTime int64
+}
+
 // Run is one dispatch (SPEC R1.3). Upserted by Ticket.
 type Run struct {
 	Ticket       string `json:"ticket"`
@@ -269,6 +275,14 @@ type Store interface {
 	// returns and returns it. This is the window loader's query (R3.3); it must use the
 	// next_trigger_time index.
 	LoadDue(ctx context.Context, from, to int64, states []State, fn func(*Task) error) error
+	// LoadDueRefs streams the task id and next_trigger_time of the rows LoadDue would
+	// return, in no particular order, reading only task_runtime: the window loader holds
+	// tasks that are not due soon as these references and reads the rest with LoadByIDs
+	// shortly before they fire.
+	LoadDueRefs(ctx context.Context, from, to int64, states []State, fn func(DueRef) error) error
+	// LoadByIDs streams the tasks with the given ids in id order; ids without a task are
+	// skipped.
+	LoadByIDs(ctx context.Context, ids []int64, fn func(*Task) error) error
 	// LoadByState streams every task whose runtime state is in states (recovery at start).
 	LoadByState(ctx context.Context, states []State, fn func(*Task) error) error
 	// Dependents returns the tasks that name upstream in depends_on.

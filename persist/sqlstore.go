@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -333,6 +334,68 @@ func (s *sqlStore) LoadDue(ctx context.Context, from, to int64, states []State, 
 		" AND r.state IN (" + placeholders(len(states)) + ")" +
 		" ORDER BY r.next_trigger_time, r.task_id"
 	return s.streamTasks(ctx, q, args, fn)
+}
+
+// LoadDueRefs streams the (task id, next_trigger_time) pairs of LoadDue's rows from
+// task_runtime alone. No ORDER BY: over most of a table a scan beats the index, and the
+// loader does not need the order.
+func (s *sqlStore) LoadDueRefs(ctx context.Context, from, to int64, states []State, fn func(DueRef) error) error {
+	if len(states) == 0 || from >= to {
+		return nil
+	}
+	args := make([]any, 0, 2+len(states))
+	args = append(args, from, to)
+	for _, st := range states {
+		args = append(args, string(st))
+	}
+	q := "SELECT task_id, next_trigger_time FROM task_runtime" +
+		" WHERE next_trigger_time > 0 AND next_trigger_time >= ? AND next_trigger_time < ?" +
+		" AND state IN (" + placeholders(len(states)) + ")"
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("cannot query due tasks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r DueRef
+		if err := rows.Scan(&r.TaskID, &r.NextTriggerTime); err != nil {
+			return fmt.Errorf("cannot scan due task: %w", err)
+		}
+		if err := fn(r); err != nil {
+			cancel()
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("cannot read due tasks: %w", err)
+	}
+	return nil
+}
+
+// loadByIDsChunk keeps LoadByIDs' statements short enough to plan and send quickly.
+const loadByIDsChunk = 1000
+
+// LoadByIDs streams the tasks with the given ids in id order, at most loadByIDsChunk ids
+// per statement.
+func (s *sqlStore) LoadByIDs(ctx context.Context, ids []int64, fn func(*Task) error) error {
+	ids = slices.Clone(ids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	per := min(loadByIDsChunk, s.d.maxParams)
+	for start := 0; start < len(ids); start += per {
+		chunk := ids[start:min(start+per, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		q := taskSelect + taskJoin + " WHERE d.id IN (" + placeholders(len(chunk)) + ") ORDER BY d.id"
+		if err := s.streamTasks(ctx, q, args, fn); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // LoadByState streams, in task id order, every task whose state is in states. No states

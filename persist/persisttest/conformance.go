@@ -43,6 +43,8 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"LoadDue/RangeStatesOrder", testLoadDueRange},
 		{"LoadDue/EarlyStop", testLoadDueEarlyStop},
 		{"LoadDue/Stream", testLoadDueStream},
+		{"LoadDueRefs", testLoadDueRefs},
+		{"LoadByIDs", testLoadByIDs},
 		{"LoadByState", testLoadByState},
 		{"ApplyBatch/Success", testApplySuccess},
 		{"ApplyBatch/StaleVersion", testApplyStale},
@@ -620,6 +622,73 @@ func testLoadDueStream(t *testing.T, ctx context.Context, s persist.Store) {
 		t.Fatalf("LoadDue: %v", err)
 	}
 	equal(t, "streamed tasks", got, want)
+}
+
+// LoadDueRefs returns exactly LoadDue's rows, as (id, next trigger time) pairs.
+func testLoadDueRefs(t *testing.T, ctx context.Context, s persist.Store) {
+	created := createMany(t, ctx, s, "r", 120, func(i int) int64 { return int64((i * 53) % 97) })
+	for _, st := range []persist.State{persist.StatePaused, persist.StateRetrying} {
+		create(t, ctx, s, newDef("state-"+string(st)), newRuntime(st, 40))
+	}
+	refs := func(from, to int64, states ...persist.State) []persist.DueRef {
+		t.Helper()
+		var out []persist.DueRef
+		if err := s.LoadDueRefs(ctx, from, to, states, func(r persist.DueRef) error {
+			out = append(out, r)
+			return nil
+		}); err != nil {
+			t.Fatalf("LoadDueRefs: %v", err)
+		}
+		slices.SortFunc(out, func(a, b persist.DueRef) int { return int(a.TaskID - b.TaskID) })
+		return out
+	}
+	for _, w := range []struct {
+		from, to int64
+		states   []persist.State
+	}{
+		{0, 1000, []persist.State{persist.StateScheduled}},
+		{10, 40, []persist.State{persist.StateScheduled, persist.StateRetrying}},
+		{40, 41, []persist.State{persist.StateRetrying}},
+		{50, 50, []persist.State{persist.StateScheduled}},
+		{0, 1000, nil},
+	} {
+		var want []persist.DueRef
+		for _, task := range collect(t, func(fn func(*persist.Task) error) error {
+			return s.LoadDue(ctx, w.from, w.to, w.states, fn)
+		}) {
+			want = append(want, persist.DueRef{TaskID: task.Def.ID, NextTriggerTime: task.Runtime.NextTriggerTime})
+		}
+		slices.SortFunc(want, func(a, b persist.DueRef) int { return int(a.TaskID - b.TaskID) })
+		equal(t, fmt.Sprintf("refs [%d,%d) %v", w.from, w.to, w.states), refs(w.from, w.to, w.states...), want)
+	}
+	// The rows really are there: next trigger time 0 is excluded, as in LoadDue.
+	if got := refs(0, 1000, persist.StateScheduled); len(got) != len(created)-2 {
+		t.Fatalf("LoadDueRefs over everything returned %d refs, want %d (two tasks have no next fire)", len(got), len(created)-2)
+	}
+	stop := errors.New("stop")
+	calls := 0
+	if err := s.LoadDueRefs(ctx, 0, 1000, []persist.State{persist.StateScheduled}, func(persist.DueRef) error {
+		calls++
+		return stop
+	}); !errors.Is(err, stop) || calls != 1 {
+		t.Fatalf("LoadDueRefs after the callback's error = %v after %d calls, want it back after 1", err, calls)
+	}
+}
+
+// LoadByIDs returns whole tasks in id order, once each, and skips unknown ids.
+func testLoadByIDs(t *testing.T, ctx context.Context, s persist.Store) {
+	created := createMany(t, ctx, s, "b", 2100, func(i int) int64 { return int64(1000 + i) })
+	var ids []int64
+	var want []persist.Task
+	for i := len(created) - 1; i >= 0; i -= 2 { // every other task, in reverse order
+		ids = append(ids, created[i].Def.ID)
+		want = append(want, *created[i])
+	}
+	ids = append(ids, ids[0], 1<<40) // a repeat and an unknown id
+	slices.SortFunc(want, func(a, b persist.Task) int { return int(a.Def.ID - b.Def.ID) })
+	got := collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
+	equal(t, "LoadByIDs", got, want)
+	equal(t, "LoadByIDs(none)", collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, nil, fn) }), []persist.Task(nil))
 }
 
 func testLoadByState(t *testing.T, ctx context.Context, s persist.Store) {

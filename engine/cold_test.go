@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// TestColdTasksArePromotedAndFireOnce loads a window whose tasks are due later than the
+// promote lead: they are held as cold references only, read in full shortly before they
+// fire, and each fires exactly once at its time. Tasks paused, deleted or run by hand while
+// cold behave as if they had been in memory all along.
+func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		const n = 30
+		// A first engine only creates the tasks; the second finds them in the store.
+		e0, err := New(Config{Store: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e0.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			spec := httpSpec(fmt.Sprintf("cold-%02d", i), cs.URL)
+			spec.DelayMS = ptr(int64(4000))
+			mustCreate(t, e0, spec)
+		}
+		hot := httpSpec("hot", cs.URL)
+		hot.DelayMS = ptr(int64(300))
+		mustCreate(t, e0, hot)
+		if err := e0.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		e := startEngine(t, s, func(c *Config) { c.PromoteLead = time.Second })
+		tasks, armed := e.InMemory()
+		if tasks > 1 || armed != n+1 {
+			t.Fatalf("after the load: %d tasks in memory and %d entries armed, want at most the hot one and %d armed", tasks, armed, n+1)
+		}
+		if got := e.promo.queued.Load(); got != n {
+			t.Fatalf("%d cold references, want %d", got, n)
+		}
+
+		// While cold: pause one, delete one, run one by hand.
+		if _, err := e.Pause(ctx, "cold-00", "while cold", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.DeleteTask(ctx, "cold-01", "test"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.RunNow(ctx, "cold-02", nil, "test"); err != nil {
+			t.Fatal(err)
+		}
+
+		waitFor(t, 10*time.Second, "the cold tasks to fire", func() bool {
+			return len(cs.got("cold-29")) == 1 && len(cs.got("cold-03")) == 1
+		})
+		time.Sleep(500 * time.Millisecond) // let a duplicate show itself
+		for i := range n {
+			name := fmt.Sprintf("cold-%02d", i)
+			want := 1
+			switch i {
+			case 0, 1:
+				want = 0
+			case 2:
+				want = 2 // the manual run and the scheduled fire
+			}
+			calls := cs.got(name)
+			if len(calls) != want {
+				t.Errorf("%s received %d runs, want %d", name, len(calls), want)
+			}
+			if len(calls) == 2 && calls[0].ticket == calls[1].ticket {
+				t.Errorf("%s: manual and scheduled runs share ticket %s", name, calls[0].ticket)
+			}
+			for _, c := range calls {
+				if c.body.ScheduledAt == 0 {
+					continue
+				}
+				// A correctness bound, not a speed figure: promoted ahead of time, the fire
+				// is not held up by reading the task.
+				if late := c.at.UnixMilli() - c.body.ScheduledAt; late > 1000 {
+					t.Errorf("%s fired %d ms after its time", name, late)
+				}
+			}
+		}
+		if len(cs.got("hot")) != 1 {
+			t.Errorf("the task due within the lead received %d runs, want 1", len(cs.got("hot")))
+		}
+		pt, err := e.GetTask(ctx, "cold-00")
+		if err != nil || pt.Runtime.State != persist.StatePaused {
+			t.Errorf("paused cold task = %+v, %v; want PAUSED", pt, err)
+		}
+		waitFor(t, 5*time.Second, "every cold reference to be promoted", func() bool {
+			return e.promo.queued.Load() == 0
+		})
+		// Promoted one-shot tasks leave memory once their runs are recorded.
+		waitFor(t, 5*time.Second, "finished tasks to leave memory", func() bool {
+			tasks, _ := e.InMemory()
+			return tasks == 0
+		})
+	})
+}
+
+// TestPromoteLeadValidation refuses a lead the window cannot hold.
+func TestPromoteLeadValidation(t *testing.T) {
+	s := persisttest.SQLite(t)
+	for _, lead := range []time.Duration{time.Microsecond, 10 * time.Second, time.Minute} {
+		_, err := New(Config{Store: s, Window: 10 * time.Second, LoadInterval: 2 * time.Second, PromoteLead: lead})
+		if err == nil {
+			t.Errorf("promote lead %s with a 10s window accepted", lead)
+		}
+	}
+}
