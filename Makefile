@@ -18,7 +18,7 @@ test: ## the whole suite with -race, against SQLite and MySQL (starts MariaDB if
 test-race: test ## same as test: the suite always runs with -race
 
 bench: ## the benchmark suites (BENCHTIME=1x for a smoke run)
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./wheel/ ./ratelimit/ ./persist/ ./bench/...
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 0 ./wheel/ ./ratelimit/ ./persist/ ./bench/...
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,17 +58,18 @@ func (p *promoter) push(id int64) {
 	}
 }
 
-// take removes and returns up to promoteBatch ids, oldest first.
+// take removes and returns up to promoteBatch ids, oldest first. A burst can queue
+// hundreds of thousands: the rest is resliced, not copied down.
 func (p *promoter) take() []int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := min(len(p.ids), promoteBatch)
-	if n == 0 {
-		return nil
+	if len(p.ids) <= promoteBatch {
+		out := p.ids
+		p.ids = nil
+		return out
 	}
-	out := make([]int64, n)
-	copy(out, p.ids)
-	p.ids = append(p.ids[:0], p.ids[n:]...)
+	out := slices.Clone(p.ids[:promoteBatch])
+	p.ids = p.ids[promoteBatch:]
 	return out
 }
 
@@ -98,7 +100,7 @@ func (e *Engine) promoteLoop(ctx context.Context) {
 			}
 		}
 		ids := e.promo.take()
-		if ids == nil {
+		if len(ids) == 0 {
 			select {
 			case <-ctx.Done():
 				return

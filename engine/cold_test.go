@@ -118,3 +118,39 @@ func TestPromoteLeadValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestPromoterQueueOrder checks the promoter's queue: ids come out oldest first in batches
+// of at most promoteBatch, and a batch put back after a failed read comes out first again.
+func TestPromoterQueueOrder(t *testing.T) {
+	var p promoter
+	p.init()
+	const n = 2*promoteBatch + 17
+	for i := range int64(n) {
+		p.push(i)
+	}
+	first := p.take()
+	if len(first) != promoteBatch || first[0] != 0 || first[promoteBatch-1] != promoteBatch-1 {
+		t.Fatalf("first batch: %d ids from %d, want %d from 0", len(first), first[0], promoteBatch)
+	}
+	p.putBack(first)
+	var got []int64
+	for ids := p.take(); len(ids) > 0; ids = p.take() {
+		if len(ids) > promoteBatch {
+			t.Fatalf("batch of %d ids, want at most %d", len(ids), promoteBatch)
+		}
+		got = append(got, ids...)
+	}
+	if len(got) != n {
+		t.Fatalf("took %d ids, want %d", len(got), n)
+	}
+	for i, id := range got {
+		if id != int64(i) {
+			t.Fatalf("id %d at position %d: order lost", id, i)
+		}
+	}
+	select {
+	case <-p.signal:
+	default:
+		t.Fatal("push did not signal the promoter")
+	}
+}
