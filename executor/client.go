@@ -47,6 +47,10 @@ func newSchedulerClient(cfg Config) *schedulerClient {
 			WriteTimeout: cfg.RequestTimeout,
 			// Heartbeats reuse one connection; keep it a little longer than their period.
 			MaxIdleConnDuration: cfg.HeartbeatInterval + time.Second,
+			// When more results are ready at once than the client keeps connections
+			// (MaxConns, 512), a call waits for a free one instead of failing at once with
+			// ErrNoFreeConns, which would cost the result a whole re-send delay.
+			MaxConnWaitTimeout: cfg.RequestTimeout,
 		})
 	}
 	return c

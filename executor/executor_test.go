@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -966,4 +967,54 @@ func mustPanic(t *testing.T, what string, f func()) {
 		}
 	}()
 	f()
+}
+
+// TestResultBurstBeyondConnectionLimit finishes more runs at once than the SDK keeps
+// connections to the scheduler (512) while the scheduler holds each result call a while:
+// every result must wait for a free connection and arrive, not fail at once and sit out a
+// re-send delay (an hour here, so a result that needed a re-send never arrives in time).
+func TestResultBurstBeyondConnectionLimit(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{CallbackDelay: 200 * time.Millisecond})
+	const n = 700
+	exe := newExecutor(t, executor.Config{PoolSize: n, QueueSize: n, ResendMin: time.Hour, ResendMax: time.Hour}, peer)
+	started := make(chan string, n)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for range 32 {
+		wg.Go(func() {
+			for i := range work {
+				resp, err := peer.Dispatch(exe.Addr(), runFor(fmt.Sprintf("t-%03d", i), fmt.Sprintf("task-%03d", i), "h"))
+				if err != nil || resp.Status != http.StatusAccepted {
+					t.Errorf("dispatch %d: %v, status %d %s", i, err, resp.Status, resp.Body)
+				}
+			}
+		})
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for range n {
+		recv(t, started, "a handler start")
+	}
+	close(release) // n results ready at once
+	cbs := waitCallbacks(t, peer, n)
+	seen := map[string]bool{}
+	for _, cb := range cbs {
+		if cb.Status != "success" || seen[cb.Ticket] {
+			t.Fatalf("result %+v: want one success per ticket", cb)
+		}
+		seen[cb.Ticket] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d results, want %d", len(seen), n)
+	}
 }

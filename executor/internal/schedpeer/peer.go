@@ -39,6 +39,9 @@ type Config struct {
 	HeartbeatIntervalMS int64
 	// LostAfterMS is returned by register. Defaults to 30000.
 	LostAfterMS int64
+	// CallbackDelay holds every result callback this long before answering it, as a
+	// scheduler under load would; calls are held concurrently.
+	CallbackDelay time.Duration
 }
 
 // Registration is one decoded register body.
@@ -354,6 +357,9 @@ func (p *Peer) do(address, method, path string, body []byte, token string, heade
 
 func (p *Peer) serve(rc *fasthttp.RequestCtx) {
 	path := string(rc.Path())
+	if path == PathCallback && p.cfg.CallbackDelay > 0 {
+		time.Sleep(p.cfg.CallbackDelay)
+	}
 	body := append([]byte(nil), rc.PostBody()...)
 	auth := string(rc.Request.Header.Peek("Authorization"))
 
