@@ -135,6 +135,17 @@ func (r *Registry) Heartbeat(app, addr string, now int64) (revived bool, err err
 	return false, ErrUnknownExecutor
 }
 
+// Seen records that x called in at now with something other than a heartbeat (a result):
+// any call proves an executor alive, so a heartbeat queued behind a burst of results does
+// not get it reaped. It never revives a lost executor; only a heartbeat does, with its alert.
+func (r *Registry) Seen(x *Executor, now int64) {
+	r.mu.Lock()
+	if x.Alive && x.LastHeartbeat < now {
+		x.LastHeartbeat = now
+	}
+	r.mu.Unlock()
+}
+
 // Reap marks executors silent since before deadline as lost and returns them (R5.3). Lost
 // executors stay registered: a heartbeat brings them back.
 func (r *Registry) Reap(deadline int64) []*Executor {

@@ -59,6 +59,30 @@ func TestRegisterIsIdempotentAndReapKeepsRow(t *testing.T) {
 	}
 }
 
+// TestSeenKeepsAliveButDoesNotRevive: a result counts as a sign of life for an alive
+// executor, not for a lost one.
+func TestSeenKeepsAliveButDoesNotRevive(t *testing.T) {
+	r := registry3(t) // all last beat at 1000
+	c := r.Candidates("app", "h", RouteFailover, "k")
+	busy, gone := c[0], c[1]
+	if lost := r.Reap(1500); len(lost) != 4 {
+		t.Fatalf("reaped %d, want all 4", len(lost))
+	}
+	r.Seen(gone, 3000) // lost: stays lost
+	if _, err := r.Heartbeat("app", busy.Address, 2000); err != nil {
+		t.Fatal(err)
+	}
+	r.Seen(busy, 5000) // alive: its silence now counts from 5000
+	lost := r.Reap(4000)
+	if len(lost) != 0 {
+		t.Fatalf("reaped %v although one was seen at 5000 and the rest were already lost", lost)
+	}
+	cands := r.Candidates("app", "h", "", "k")
+	if len(cands) != 1 || cands[0] != busy {
+		t.Fatalf("candidates after Seen = %v, want only the busy one", cands)
+	}
+}
+
 func TestConsistentHashSticksAndMovesLittle(t *testing.T) {
 	r := registry3(t)
 	first := map[string]string{}

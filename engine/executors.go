@@ -351,6 +351,9 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 		return false, fieldErr("status", "must be success or failed, got %q", rep.Status)
 	}
 	if r := e.execRuns.take(rep.Ticket); r != nil {
+		if r.exec != nil {
+			e.registry.Seen(r.exec, e.nowMS())
+		}
 		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
 		if rep.Address != "" {
 			oc.executor = rep.Address

@@ -37,7 +37,11 @@ type Executor struct {
 	cfg   Config
 	log   *slog.Logger
 	clock Clock
+	// sched delivers results; ctl registers and beats. They keep separate connections so a
+	// backlog of results in a burst never delays the heartbeat that keeps this executor
+	// alive at the scheduler (a starved heartbeat gets every run in flight recorded lost).
 	sched *schedulerClient
+	ctl   *schedulerClient
 
 	// lifeMu serialises Handle, Start and Stop; state is guarded by it.
 	lifeMu sync.Mutex
@@ -117,6 +121,7 @@ func New(cfg Config) (*Executor, error) {
 		log:      cfg.Logger.With("app", cfg.App),
 		clock:    cfg.Clock,
 		sched:    newSchedulerClient(cfg),
+		ctl:      newSchedulerClient(cfg),
 		handlers: make(map[string]HandlerFunc),
 		running:  make(map[string]*activeRun),
 		tasks:    make(map[string]string),
@@ -332,6 +337,7 @@ func (e *Executor) shutdown(ctx context.Context) error {
 		err = fmt.Errorf("cannot release the handler pool: %w", perr)
 	}
 	e.sched.closeIdle()
+	e.ctl.closeIdle()
 	e.cancelRuns(ErrShutdown) // frees the contexts; every run has finished or was cancelled above
 	e.cancelSends()
 	step("pool released", t)
@@ -598,7 +604,7 @@ func (e *Executor) register() error {
 	if err != nil {
 		return fmt.Errorf("cannot encode the registration: %w", err)
 	}
-	status, resp, err := e.sched.post(pathRegister, body)
+	status, resp, err := e.ctl.post(pathRegister, body)
 	switch {
 	case err != nil:
 		return fmt.Errorf("cannot register: %w", err)
@@ -629,7 +635,7 @@ func (e *Executor) heartbeat() error {
 	if err != nil {
 		return fmt.Errorf("cannot encode the heartbeat: %w", err)
 	}
-	status, resp, err := e.sched.post(pathHeartbeat, body)
+	status, resp, err := e.ctl.post(pathHeartbeat, body)
 	switch {
 	case err != nil:
 		return fmt.Errorf("cannot send heartbeat: %w", err)

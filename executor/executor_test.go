@@ -973,10 +973,16 @@ func mustPanic(t *testing.T, what string, f func()) {
 // connections to the scheduler (512) while the scheduler holds each result call a while:
 // every result must wait for a free connection and arrive, not fail at once and sit out a
 // re-send delay (an hour here, so a result that needed a re-send never arrives in time).
+//
+// It also checks that heartbeats keep flowing while every result connection is busy: a
+// heartbeat queued behind the results would get the executor reaped as lost at the
+// scheduler, and every run it holds recorded lost with it.
 func TestResultBurstBeyondConnectionLimit(t *testing.T) {
-	peer := startPeer(t, schedpeer.Config{CallbackDelay: 200 * time.Millisecond})
+	const delay = 1500 * time.Millisecond
+	peer := startPeer(t, schedpeer.Config{CallbackDelay: delay})
 	const n = 700
-	exe := newExecutor(t, executor.Config{PoolSize: n, QueueSize: n, ResendMin: time.Hour, ResendMax: time.Hour}, peer)
+	exe := newExecutor(t, executor.Config{PoolSize: n, QueueSize: n, ResendMin: time.Hour, ResendMax: time.Hour,
+		HeartbeatInterval: 100 * time.Millisecond}, peer)
 	started := make(chan string, n)
 	release := make(chan struct{})
 	exe.Handle("h", blockingHandler(started, release))
@@ -1006,6 +1012,11 @@ func TestResultBurstBeyondConnectionLimit(t *testing.T) {
 		recv(t, started, "a handler start")
 	}
 	close(release) // n results ready at once
+	beats := len(peer.Heartbeats())
+	time.Sleep(delay) // every result connection is held by the scheduler meanwhile
+	if got := len(peer.Heartbeats()) - beats; got < 3 {
+		t.Errorf("%d heartbeats in %s of result backlog at a 100ms period: heartbeats wait behind results", got, delay)
+	}
 	cbs := waitCallbacks(t, peer, n)
 	seen := map[string]bool{}
 	for _, cb := range cbs {
