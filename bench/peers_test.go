@@ -90,12 +90,10 @@ type axeRun struct {
 	cpu              time.Duration
 }
 
-// runAxe starts an engine on dsn through a command-counting proxy, waits until the endpoint
-// has received n requests and every run is recorded, and stops it. first is when the first
-// task falls due: Start must have loaded the window by then.
-func runAxe(tb testing.TB, dsn string, n int, ep *benchkit.NoopEndpoint, first time.Time, expect time.Duration) axeRun {
+// countingProxy starts a command-counting proxy in front of dsn's server and returns it
+// with the DSN that reaches the same database through it.
+func countingProxy(tb testing.TB, dsn string) (*benchkit.CommandProxy, string) {
 	tb.Helper()
-	ctx := context.Background()
 	addr, err := benchkit.Addr(dsn)
 	if err != nil {
 		tb.Fatal(err)
@@ -104,11 +102,22 @@ func runAxe(tb testing.TB, dsn string, n int, ep *benchkit.NoopEndpoint, first t
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer proxy.Close()
 	proxied, err := benchkit.WithAddr(dsn, proxy.Addr())
 	if err != nil {
+		_ = proxy.Close()
 		tb.Fatal(err)
 	}
+	return proxy, proxied
+}
+
+// runAxe starts an engine on dsn through a command-counting proxy, waits until the endpoint
+// has received n requests and every run is recorded, and stops it. first is when the first
+// task falls due: Start must have loaded the window by then.
+func runAxe(tb testing.TB, dsn string, n int, ep *benchkit.NoopEndpoint, first time.Time, expect time.Duration) axeRun {
+	tb.Helper()
+	ctx := context.Background()
+	proxy, proxied := countingProxy(tb, dsn)
+	defer proxy.Close()
 	store, err := persist.Open(ctx, proxied)
 	if err != nil {
 		tb.Fatal(err)
@@ -296,19 +305,8 @@ type naiveRun struct {
 // are recorded.
 func runNaive(tb testing.TB, dsn string, n int, url string, expect time.Duration) naiveRun {
 	tb.Helper()
-	addr, err := benchkit.Addr(dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	proxy, err := benchkit.NewCommandProxy(addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	proxy, proxied := countingProxy(tb, dsn)
 	defer proxy.Close()
-	proxied, err := benchkit.WithAddr(dsn, proxy.Addr())
-	if err != nil {
-		tb.Fatal(err)
-	}
 	db, err := benchkit.OpenSQL(proxied, peersWorkers+2)
 	if err != nil {
 		tb.Fatal(err)

@@ -93,7 +93,8 @@ type Config struct {
 	LoadInterval time.Duration
 	// PromoteLead: tasks due later than this when the window is loaded are held as cold
 	// references (64 B each) and read in full this long before they fire (cold.go).
-	// Defaults to PromoteLeadDefault (10s); it must be shorter than Window.
+	// Defaults to PromoteLeadDefault (10s), or half the window if that is shorter; it must be
+	// shorter than Window.
 	PromoteLead time.Duration
 	// MisfireThreshold: a fire later than this is a misfire and follows the task's misfire
 	// policy; a fire less late is simply sent late. Defaults to MisfireThresholdDefault.

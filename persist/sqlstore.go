@@ -351,27 +351,13 @@ func (s *sqlStore) LoadDueRefs(ctx context.Context, from, to int64, states []Sta
 	q := "SELECT task_id, next_trigger_time FROM task_runtime" +
 		" WHERE next_trigger_time > 0 AND next_trigger_time >= ? AND next_trigger_time < ?" +
 		" AND state IN (" + placeholders(len(states)) + ")"
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("cannot query due tasks: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return streamRows(ctx, s.db, q, args, func(rows *sql.Rows) (DueRef, error) {
 		var r DueRef
 		if err := rows.Scan(&r.TaskID, &r.NextTriggerTime); err != nil {
-			return fmt.Errorf("cannot scan due task: %w", err)
+			return r, fmt.Errorf("cannot scan due task: %w", err)
 		}
-		if err := fn(r); err != nil {
-			cancel()
-			return err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("cannot read due tasks: %w", err)
-	}
-	return nil
+		return r, nil
+	}, fn)
 }
 
 // loadByIDsChunk keeps LoadByIDs' statements short enough to plan and send quickly.
@@ -446,31 +432,35 @@ func (s *sqlStore) UpstreamNames(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// streamTasks runs q and hands each row to fn as it arrives: nothing is buffered, so a
-// million-row window costs one row of memory. An error from fn stops the stream and is
-// returned as is.
+// streamTasks runs q and hands each task to fn as it arrives: nothing is buffered, so a
+// window of a million tasks never sits in a slice. fn's error stops the stream.
 func (s *sqlStore) streamTasks(ctx context.Context, q string, args []any, fn func(*Task) error) error {
-	// Cancelling on an early stop lets the MySQL driver drop the rest of the result
-	// instead of reading it all off the wire just to discard it.
+	return streamRows(ctx, s.db, q, args, scanTask, fn)
+}
+
+// streamRows runs q, decodes each row with scan and hands it to fn as it arrives. An error
+// of fn stops the stream and is returned as is; cancelling on an early stop lets the MySQL
+// driver drop the rest of the result instead of reading it all off the wire.
+func streamRows[T any](ctx context.Context, db *sql.DB, q string, args []any, scan func(*sql.Rows) (T, error), fn func(T) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return fmt.Errorf("cannot query tasks: %w", err)
+		return fmt.Errorf("cannot query: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		t, err := scanTask(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return err
 		}
-		if err := fn(t); err != nil {
+		if err := fn(v); err != nil {
 			cancel()
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("cannot read tasks: %w", err)
+		return fmt.Errorf("cannot read rows: %w", err)
 	}
 	return nil
 }
