@@ -139,7 +139,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	}
 
 	rss := startSampler()
-	dbPID := benchkit.FindProcess("mariadbd", "mysqld")
+	dbPID := benchkit.ServerPID(ctx, db)
 	cpu0, exec0, db0 := benchkit.CPUTime(), execCPU(procs), dbCPU(dbPID)
 	commits0, busy0 := promValue("axe_writer_commits_total"), promValue("axe_writer_commit_duration_seconds_sum")
 	done, err := waitDone(ctx, eng, n)

@@ -2,9 +2,10 @@ package benchkit
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,24 +70,27 @@ func ProcessCPU(pid int) (time.Duration, error) {
 	return time.Duration(ticks) * time.Second / clockTicks, nil
 }
 
-// FindProcess returns the pid of the first process whose command name is one of names, or
-// 0 when there is none (or no /proc). The suites use it to read the MariaDB server's CPU.
-func FindProcess(names ...string) int {
-	dirs, _ := filepath.Glob("/proc/[0-9]*/comm")
-	for _, d := range dirs {
-		b, err := os.ReadFile(d)
-		if err != nil {
-			continue
-		}
-		comm := strings.TrimSpace(string(b))
-		for _, n := range names {
-			if comm == n {
-				pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-				return pid
-			}
-		}
+// ServerPID returns the pid of the MySQL/MariaDB server db is connected to, read from the
+// server's own pid file (@@pid_file), or 0 when that file is not readable here (a server on
+// another host or in a container). The suites use it to read the server's CPU; matching
+// process names instead picks the wrong server when a machine runs two.
+func ServerPID(ctx context.Context, db *sql.DB) int {
+	var file string
+	if err := db.QueryRowContext(ctx, `SELECT @@pid_file`).Scan(&file); err != nil || file == "" {
+		return 0
 	}
-	return 0
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil {
+		return 0
+	}
+	return pid
 }
 
 // LoadAverage returns /proc/loadavg's three averages as text, or "" when unavailable.
