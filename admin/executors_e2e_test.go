@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -164,15 +165,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 					break
 				}
 			}
-			post := func(body string) (int, string) {
-				resp, err := http.Post(base+"/api/v1/callback", "application/json", strings.NewReader(body))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				return resp.StatusCode, string(b)
-			}
+			post := func(body string) (int, string) { return postTo(t, base+"/api/v1/callback", body) }
 			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"success","address":"x:1"}`); code != 200 || !strings.Contains(body, "duplicate") {
 				t.Errorf("repeated callback = %d %s, want 200 duplicate", code, body)
 			}
@@ -184,6 +177,34 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			}
 			if code, _ := post(`{"ticket":"t","status":"maybe"}`); code != 400 {
 				t.Errorf("bad status = %d, want 400", code)
+			}
+			// The batch endpoint answers each result as the single one would, in order.
+			code, body := postTo(t, base+"/api/v1/callback/batch", `{"results":[
+				{"ticket":"`+done.Ticket+`","status":"success","address":"x:1"},
+				{"ticket":"`+done.Ticket+`","status":"failed","address":"x:1"},
+				{"ticket":"no-such-ticket","status":"success","address":"x:1"},
+				{"ticket":"t","status":"maybe"}]}`)
+			var batch struct {
+				Results []struct {
+					Status    int    `json:"status"`
+					OK        bool   `json:"ok"`
+					Duplicate bool   `json:"duplicate"`
+					Error     string `json:"error"`
+				} `json:"results"`
+			}
+			if err := json.Unmarshal([]byte(body), &batch); code != 200 || err != nil || len(batch.Results) != 4 {
+				t.Fatalf("batch callback = %d %s (%v), want 200 with 4 answers", code, body, err)
+			}
+			for i, want := range []int{200, 409, 404, 400} {
+				got := batch.Results[i]
+				if got.Status != want || (want == 200) != (got.OK && got.Duplicate && got.Error == "") || (want != 200 && got.Error == "") {
+					t.Errorf("batch answer %d = %+v, want status %d (200: ok duplicate; else an error)", i, got, want)
+				}
+			}
+			for _, bad := range []string{`{"results":[]}`, `[{"ticket":"t"}]`, `{"results":` + strings.Repeat(`{},`, 1000) + `{}]}`, `nope`} {
+				if code, body := postTo(t, base+"/api/v1/callback/batch", bad); code != 400 || !strings.Contains(body, `"error"`) {
+					t.Errorf("batch %.40q = %d %s, want 400 with an error", bad, code, body)
+				}
 			}
 			poll(t, 3*time.Second, "the refused results recorded", func() bool {
 				acts, _ := c.Actions(ctx, "charge", 500)
@@ -325,4 +346,16 @@ func TestExecutorResultSurvivesSchedulerRestart(t *testing.T) {
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler ran %d times", n)
 	}
+}
+
+// postTo posts a JSON body and returns the status and body of the answer.
+func postTo(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -214,6 +214,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.POST("/executors/register", h(s.registerExecutor))
 	api.POST("/executors/heartbeat", h(s.executorHeartbeat))
 	api.POST("/callback", h(s.callback))
+	api.POST("/callback/batch", h(s.callbackBatch))
 	api.GET("/cron/next", h(s.cronNext))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
@@ -619,6 +620,55 @@ func (s *Server) callback(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]bool{"ok": true})
 }
 
+// MaxCallbackBatch is the most results one POST /api/v1/callback/batch may carry.
+const MaxCallbackBatch = 1000
+
+// callbackBatchBody is the body of POST /api/v1/callback/batch.
+type callbackBatchBody struct {
+	Results []engine.Report `json:"results"`
+}
+
+// callbackItem answers one result of a batch with what POST /api/v1/callback would have
+// answered for it alone: the status, and the duplicate flag or the error.
+type callbackItem struct {
+	Status    int    `json:"status"`
+	OK        bool   `json:"ok,omitempty"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// callbackBatch records several results in one call, each exactly as callback would: a
+// result refused does not refuse the others. The call itself fails only when the body is not
+// a batch.
+func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
+	var b callbackBatchBody
+	if err := decodeLenient(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	switch {
+	case len(b.Results) == 0:
+		writeErr(c, fasthttp.StatusBadRequest, "results: is required (one or more results)")
+		return
+	case len(b.Results) > MaxCallbackBatch:
+		writeErr(c, fasthttp.StatusBadRequest, fmt.Sprintf("results: at most %d per call, got %d", MaxCallbackBatch, len(b.Results)))
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	out := make([]callbackItem, len(b.Results))
+	for i, rep := range b.Results {
+		dup, err := s.cfg.Engine.ReportResult(ctx, rep)
+		if err != nil {
+			code, msg := s.errorOf(c, err)
+			out[i] = callbackItem{Status: code, Error: msg}
+			continue
+		}
+		out[i] = callbackItem{Status: fasthttp.StatusOK, OK: true, Duplicate: dup}
+	}
+	writeJSON(c, 200, map[string]any{"results": out})
+}
+
 func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 	args := c.QueryArgs()
 	expr := string(args.Peek("expr"))
@@ -712,6 +762,12 @@ func statusOf(err error) int {
 }
 
 func (s *Server) fail(c *fasthttp.RequestCtx, err error) {
+	code, msg := s.errorOf(c, err)
+	writeErr(c, code, msg)
+}
+
+// errorOf returns the status and message err is answered with, logging internal errors.
+func (s *Server) errorOf(c *fasthttp.RequestCtx, err error) (int, string) {
 	code := statusOf(err)
 	msg := err.Error()
 	if code == fasthttp.StatusInternalServerError {
@@ -720,7 +776,7 @@ func (s *Server) fail(c *fasthttp.RequestCtx, err error) {
 	// Validation messages already name the field; drop the sentinel's prefix for readability.
 	msg = strings.TrimPrefix(msg, engine.ErrInvalidTask.Error()+": ")
 	msg = strings.TrimPrefix(msg, ErrBadRequest.Error()+": ")
-	writeErr(c, code, msg)
+	return code, msg
 }
 
 func writeErr(c *fasthttp.RequestCtx, code int, msg string) {

@@ -31,6 +31,8 @@ const (
 	ResendMaxDefault = 30 * time.Second
 	// RequestTimeoutDefault bounds one HTTP call to one scheduler address.
 	RequestTimeoutDefault = 5 * time.Second
+	// ResultSendersDefault is how many result calls may be in flight at once.
+	ResultSendersDefault = 8
 	// OutputLimitDefault is the largest Result.Output sent to the scheduler; longer output
 	// keeps its tail, where errors usually are.
 	OutputLimitDefault = 64 << 10
@@ -100,6 +102,11 @@ type Config struct {
 	// RequestTimeout bounds one HTTP call to one scheduler address. Defaults to
 	// RequestTimeoutDefault.
 	RequestTimeout time.Duration
+	// ResultSenders is how many result calls to the scheduler may be in flight at once. A
+	// result finishing while every sender waits on the scheduler queues, and the next free
+	// sender takes everything queued (up to 256 results) in one batch call, so under load
+	// the batches grow instead of the calls. Defaults to ResultSendersDefault.
+	ResultSenders int
 	// OutputLimit is the largest Result.Output reported, in bytes; longer output keeps its
 	// last OutputLimit bytes. Defaults to OutputLimitDefault.
 	OutputLimit int
@@ -137,6 +144,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = RequestTimeoutDefault
+	}
+	if c.ResultSenders == 0 {
+		c.ResultSenders = ResultSendersDefault
 	}
 	if c.OutputLimit == 0 {
 		c.OutputLimit = OutputLimitDefault
@@ -182,6 +192,8 @@ func (c Config) validate() error {
 		return bad("ResendMax", "must not be below ResendMin")
 	case c.RequestTimeout < 0:
 		return bad("RequestTimeout", "must be positive")
+	case c.ResultSenders < 0:
+		return bad("ResultSenders", "must be positive")
 	case c.OutputLimit < 0:
 		return bad("OutputLimit", "must be positive")
 	}

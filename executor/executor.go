@@ -83,6 +83,13 @@ type Executor struct {
 
 	runWG  sync.WaitGroup // one per accepted run until its outcome is recorded
 	sendWG sync.WaitGroup // one per result being delivered
+
+	// outbox holds results waiting for a sender (results.go); outMu guards it, outReady
+	// wakes a sender when it gains entries.
+	outMu     sync.Mutex
+	outbox    []*outcome
+	outReady  chan struct{}
+	sendersWG sync.WaitGroup
 }
 
 // activeRun is a run accepted by /axe/run and not yet finished.
@@ -102,7 +109,7 @@ type outcome struct {
 	errText string
 	body    []byte // the marshalled callbackRequest
 	expires time.Time
-	sending bool // a delivery goroutine is running; guarded by Executor.mu
+	sending bool // queued or being sent; guarded by Executor.mu
 	again   bool // deliver once more after the current delivery ends; guarded by Executor.mu
 }
 
@@ -210,6 +217,11 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.hbInterval.Store(int64(e.cfg.HeartbeatInterval))
 	e.runCtx, e.cancelRuns = context.WithCancelCause(context.Background())
 	e.sendCtx, e.cancelSends = context.WithCancel(context.Background())
+	e.outReady = make(chan struct{}, 1)
+	for range e.cfg.ResultSenders {
+		e.sendersWG.Add(1)
+		go e.sendResults()
+	}
 	// The queue holds every admitted run, so sending to it under mu never blocks: admission
 	// already bounded inflight to PoolSize+QueueSize.
 	e.queue = make(chan *activeRun, e.cfg.PoolSize+e.cfg.QueueSize)
@@ -340,6 +352,9 @@ func (e *Executor) shutdown(ctx context.Context) error {
 	e.ctl.closeIdle()
 	e.cancelRuns(ErrShutdown) // frees the contexts; every run has finished or was cancelled above
 	e.cancelSends()
+	if err == nil {
+		e.sendersWG.Wait() // every result was delivered, so the senders are idle and leave at once
+	}
 	step("pool released", t)
 
 	if err != nil {
@@ -386,7 +401,7 @@ func (e *Executor) admit(req runRequest) (int, any, func()) {
 		} else {
 			o.sending = true
 			e.sendWG.Add(1)
-			resend = func() { go e.deliver(o) }
+			resend = func() { e.enqueue(o) }
 		}
 		return http.StatusOK, duplicateResponse{Duplicate: true, Status: o.status, Error: o.errText}, resend
 	}
@@ -533,52 +548,7 @@ func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended 
 
 	e.log.Info("run finished", "ticket", cb.Ticket, "task", cb.Task, "attempt", ar.run.Attempt,
 		"status", cb.Status, "error", cb.Error, "duration_ms", cb.DurationMS)
-	go e.deliver(o)
-}
-
-// deliver sends a result until the scheduler acknowledges it (200) or finally refuses it
-// (404 unknown ticket, 409 stale ticket, 400 malformed). Anything else — connection errors,
-// 5xx, 401 while an operator fixes a token — is retried with doubling backoff, which is how a
-// result survives a scheduler restart or failover.
-func (e *Executor) deliver(o *outcome) {
-	defer e.sendWG.Done()
-	wait := e.cfg.ResendMin
-	for attempt := 1; ; attempt++ {
-		if e.sendCtx.Err() != nil {
-			e.log.Warn("abandoned an unsent result", "attempt", attempt)
-			e.endDelivery(o)
-			return
-		}
-		status, resp, err := e.sched.post(pathCallback, o.body)
-		switch {
-		case err != nil:
-			e.log.Warn("cannot deliver result", "attempt", attempt, "retry_in", wait, "err", err)
-		case status == http.StatusOK:
-			var ack callbackResponse
-			_ = json.Unmarshal(resp, &ack)
-			e.log.Debug("result acknowledged", "attempt", attempt, "duplicate", ack.Duplicate)
-			if e.endDelivery(o) {
-				return
-			}
-			wait = e.cfg.ResendMin
-			continue
-		case status == http.StatusNotFound || status == http.StatusConflict || status == http.StatusBadRequest:
-			e.log.Warn("scheduler refused the result; not re-sending", "status", status, "err", errorText(resp))
-			if e.endDelivery(o) {
-				return
-			}
-			wait = e.cfg.ResendMin
-			continue
-		default:
-			e.log.Warn("cannot deliver result", "attempt", attempt, "retry_in", wait,
-				"err", statusError(pathCallback, status, resp))
-		}
-		select {
-		case <-e.sendCtx.Done():
-		case <-e.clock.After(wait):
-		}
-		wait = min(2*wait, e.cfg.ResendMax)
-	}
+	e.enqueue(o)
 }
 
 // endDelivery ends a delivery unless a repeated dispatch asked for one more in the meantime;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -934,6 +935,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		{"DedupTTL", func(c *executor.Config) { c.DedupTTL = 365 * 24 * time.Hour }},
 		{"ResendMax", func(c *executor.Config) { c.ResendMin = time.Minute; c.ResendMax = time.Second }},
 		{"OutputLimit", func(c *executor.Config) { c.OutputLimit = -1 }},
+		{"ResultSenders", func(c *executor.Config) { c.ResultSenders = -1 }},
 	} {
 		cfg := valid
 		tc.mutate(&cfg)
@@ -1027,5 +1029,93 @@ func TestResultBurstBeyondConnectionLimit(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Fatalf("%d results, want %d", len(seen), n)
+	}
+}
+
+// TestResultsBatched keeps every result sender waiting at the scheduler while more runs
+// finish, and checks that those results then travel together in batch calls, each settled by
+// its own answer: acknowledged, refused for good (unknown or stale ticket: never re-sent), or
+// failed transiently (re-sent until acknowledged); and that a batch the scheduler failed as a
+// whole is re-sent whole.
+func TestResultsBatched(t *testing.T) {
+	hold := make(chan struct{})
+	peer := startPeer(t, schedpeer.Config{Hold: hold})
+	const senders = 2
+	exe := newExecutor(t, executor.Config{ResultSenders: senders, PoolSize: 32, QueueSize: 32,
+		ResendMin: 5 * time.Millisecond, ResendMax: 5 * time.Millisecond}, peer)
+	finished := make(chan string, 32)
+	exe.Handle("h", func(_ context.Context, run executor.Run) (executor.Result, error) {
+		defer func() { finished <- run.Ticket }()
+		return executor.Result{Output: run.Ticket}, nil
+	})
+	start(t, exe)
+
+	// Two fillers occupy both senders; the scheduler holds their calls.
+	for _, tk := range []string{"fill-1", "fill-2"} {
+		dispatch(t, peer, exe, runFor(tk, tk, "h"), http.StatusAccepted)
+	}
+	if err := peer.WaitArrived(senders); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, finished, "filler")
+	recv(t, finished, "filler")
+
+	// Everything finishing now waits in the outbox.
+	oks := []string{"ok-1", "ok-2", "ok-3", "ok-4", "ok-5"}
+	for _, tk := range oks {
+		dispatch(t, peer, exe, runFor(tk, tk, "h"), http.StatusAccepted)
+	}
+	dispatch(t, peer, exe, runFor("stale-1", "stale-1", "h"), http.StatusAccepted)
+	peer.MarkStale("stale-1")
+	dispatch(t, peer, exe, runFor("flaky-1", "flaky-1", "h"), http.StatusAccepted)
+	peer.FailTicket("flaky-1", http.StatusInternalServerError)
+	// A ticket the scheduler never dispatched: posted straight, so the peer does not know it.
+	body, _ := json.Marshal(runFor("unknown-1", "unknown-1", "h"))
+	if resp, err := peer.Post(exe.Addr(), "/axe/run", body, "", nil); err != nil || resp.Status != http.StatusAccepted {
+		t.Fatalf("run unknown-1: %v %+v", err, resp)
+	}
+	for range len(oks) + 3 {
+		recv(t, finished, "a run to finish")
+	}
+	peer.FailNext(schedpeer.PathCallbackBatch, http.StatusInternalServerError)
+	close(hold)
+
+	// 2 fillers + 5 ok + stale + unknown + flaky twice (a transient failure, then acknowledged).
+	waitCallbacks(t, peer, 11)
+	stop(t, exe) // returns once every delivery has settled
+	for _, cb := range waitCallbacks(t, peer, 11) {
+		if cb.Output != cb.Ticket || cb.Status != "success" {
+			t.Errorf("result %+v, want success with the ticket as output", cb)
+		}
+	}
+	received := map[string]int{}
+	for _, cb := range waitCallbacks(t, peer, 11) {
+		received[cb.Ticket]++
+	}
+	want := map[string]int{"fill-1": 1, "fill-2": 1, "stale-1": 1, "unknown-1": 1, "flaky-1": 2}
+	for _, tk := range oks {
+		want[tk] = 1
+	}
+	if !maps.Equal(received, want) {
+		t.Errorf("results received per ticket = %v, want %v (refusals final, transient failures re-sent once)", received, want)
+	}
+	batches := peer.Calls(schedpeer.PathCallbackBatch)
+	if len(batches) < 2 || batches[0].Status != http.StatusInternalServerError {
+		t.Fatalf("%d batch calls, want the failed one and its re-send at least", len(batches))
+	}
+	sizes := peer.BatchSizes()
+	if sizes[0] < 2 {
+		t.Errorf("the first batch carried %d results, want the several that finished while the senders waited", sizes[0])
+	}
+	// Every result received was in an accepted batch or went alone.
+	inBatches := 0
+	for i, n := range sizes {
+		if batches[i].Status == http.StatusOK {
+			inBatches += n
+		}
+	}
+	singles := len(peer.Calls(schedpeer.PathCallback))
+	if inBatches+singles != 11 {
+		t.Errorf("%d results in accepted batches + %d alone = %d, want 11", inBatches, singles, inBatches+singles)
 	}
 }

@@ -24,6 +24,8 @@ const (
 	PathRegister  = "/api/v1/executors/register"
 	PathHeartbeat = "/api/v1/executors/heartbeat"
 	PathCallback  = "/api/v1/callback"
+	// PathCallbackBatch takes several results in one call.
+	PathCallbackBatch = "/api/v1/callback/batch"
 )
 
 // WaitTimeout bounds every Wait* call: a generous limit on real I/O, never a pacing sleep.
@@ -39,9 +41,12 @@ type Config struct {
 	HeartbeatIntervalMS int64
 	// LostAfterMS is returned by register. Defaults to 30000.
 	LostAfterMS int64
-	// CallbackDelay holds every result callback this long before answering it, as a
-	// scheduler under load would; calls are held concurrently.
+	// CallbackDelay holds every result callback (single or batch) this long before
+	// answering it, as a scheduler under load would; calls are held concurrently.
 	CallbackDelay time.Duration
+	// Hold, when set, holds every result callback until it is closed; Arrived counts the
+	// calls waiting on it. It lets a test keep every result sender of an executor busy.
+	Hold <-chan struct{}
 }
 
 // Registration is one decoded register body.
@@ -125,6 +130,9 @@ type Peer struct {
 	tickets     map[string]string // ticket → "open" | "done" | "stale"
 	calls       []Call
 	counts      map[string]int // calls per path
+	results     []Callback     // every result received, single or in a batch, in order
+	ticketFault map[string][]int
+	arrived     int // result calls received, counted before Hold and CallbackDelay
 	changed     chan struct{}
 }
 
@@ -153,6 +161,8 @@ func Start(cfg Config) (*Peer, error) {
 		tickets:   make(map[string]string),
 		counts:    make(map[string]int),
 		changed:   make(chan struct{}),
+
+		ticketFault: make(map[string][]int),
 	}
 	p.srv = &fasthttp.Server{Handler: p.serve, Name: "schedpeer"}
 	go func() {
@@ -189,6 +199,14 @@ func (p *Peer) FailNext(path string, statuses ...int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.faults[path] = append(p.faults[path], statuses...)
+}
+
+// FailTicket makes the next len(statuses) results for ticket, alone or within a batch,
+// answer those statuses.
+func (p *Peer) FailTicket(ticket string, statuses ...int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ticketFault[ticket] = append(p.ticketFault[ticket], statuses...)
 }
 
 // Forget drops every registration, as a restarted scheduler without state would.
@@ -264,19 +282,59 @@ func (p *Peer) WaitCount(path string, n int) error {
 	}
 }
 
-// WaitCallbacks waits for at least n callback calls and returns them decoded.
+// WaitCallbacks waits until at least n results were received, alone or in batches, and
+// returns every result received so far, in order, whatever it was answered.
 func (p *Peer) WaitCallbacks(n int) ([]Callback, error) {
-	calls, err := p.WaitCalls(PathCallback, n)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Callback, len(calls))
-	for i, c := range calls {
-		if err := json.Unmarshal(c.Body, &out[i]); err != nil {
-			return nil, fmt.Errorf("cannot decode callback %q: %w", c.Body, err)
+	deadline := time.NewTimer(WaitTimeout)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		have, changed := len(p.results), p.changed
+		if have >= n {
+			out := append([]Callback(nil), p.results...)
+			p.mu.Unlock()
+			return out, nil
+		}
+		p.mu.Unlock()
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return nil, fmt.Errorf("schedpeer: %d results after %s, want %d", have, WaitTimeout, n)
 		}
 	}
-	return out, nil
+}
+
+// WaitArrived waits until at least n result calls (single or batch) have reached the peer,
+// counting those still held by Config.Hold or CallbackDelay.
+func (p *Peer) WaitArrived(n int) error {
+	deadline := time.NewTimer(WaitTimeout)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		have, changed := p.arrived, p.changed
+		p.mu.Unlock()
+		if have >= n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			return fmt.Errorf("schedpeer: %d result calls arrived after %s, want %d", have, WaitTimeout, n)
+		}
+	}
+}
+
+// BatchSizes returns how many results each batch call carried, in order.
+func (p *Peer) BatchSizes() []int {
+	var out []int
+	for _, c := range p.Calls(PathCallbackBatch) {
+		var b struct {
+			Results []json.RawMessage `json:"results"`
+		}
+		_ = json.Unmarshal(c.Body, &b)
+		out = append(out, len(b.Results))
+	}
+	return out
 }
 
 // Registrations returns every register call decoded.
@@ -357,8 +415,17 @@ func (p *Peer) do(address, method, path string, body []byte, token string, heade
 
 func (p *Peer) serve(rc *fasthttp.RequestCtx) {
 	path := string(rc.Path())
-	if path == PathCallback && p.cfg.CallbackDelay > 0 {
-		time.Sleep(p.cfg.CallbackDelay)
+	if path == PathCallback || path == PathCallbackBatch {
+		p.mu.Lock()
+		p.arrived++
+		p.notifyLocked()
+		p.mu.Unlock()
+		if p.cfg.Hold != nil {
+			<-p.cfg.Hold
+		}
+		if p.cfg.CallbackDelay > 0 {
+			time.Sleep(p.cfg.CallbackDelay)
+		}
 	}
 	body := append([]byte(nil), rc.PostBody()...)
 	auth := string(rc.Request.Header.Peek("Authorization"))
@@ -368,13 +435,17 @@ func (p *Peer) serve(rc *fasthttp.RequestCtx) {
 	status, resp := p.answerLocked(path, auth, body)
 	p.calls = append(p.calls, Call{Path: path, Auth: auth, Body: body, Status: status})
 	p.counts[path]++
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.notifyLocked()
 
 	out, _ := json.Marshal(resp)
 	rc.SetStatusCode(status)
 	rc.SetContentType("application/json")
 	rc.SetBody(out)
+}
+
+func (p *Peer) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
 }
 
 func (p *Peer) answerLocked(path, auth string, body []byte) (int, any) {
@@ -412,25 +483,58 @@ func (p *Peer) answerLocked(path, auth string, body []byte) (int, any) {
 		}
 		return http.StatusOK, struct{}{}
 	case PathCallback:
-		var c Callback
-		if err := json.Unmarshal(body, &c); err != nil {
+		return p.resultLocked(body)
+	case PathCallbackBatch:
+		var b struct {
+			Results []json.RawMessage `json:"results"`
+		}
+		if err := json.Unmarshal(body, &b); err != nil {
 			return http.StatusBadRequest, errBody(err.Error())
 		}
-		if c.Status != "success" && c.Status != "failed" {
-			return http.StatusBadRequest, errBody("status must be success or failed")
+		if len(b.Results) == 0 {
+			return http.StatusBadRequest, errBody("results: is required")
 		}
-		switch p.tickets[c.Ticket] {
-		case "":
-			return http.StatusNotFound, errBody("unknown ticket")
-		case "stale":
-			return http.StatusConflict, errBody("stale ticket")
-		case "done":
-			return http.StatusOK, map[string]bool{"ok": true, "duplicate": true}
+		items := make([]map[string]any, len(b.Results))
+		for i, r := range b.Results {
+			status, resp := p.resultLocked(r)
+			item := map[string]any{"status": status}
+			switch v := resp.(type) {
+			case map[string]bool:
+				item["ok"], item["duplicate"] = v["ok"], v["duplicate"]
+			case map[string]string:
+				item["error"] = v["error"]
+			}
+			items[i] = item
 		}
-		p.tickets[c.Ticket] = "done"
-		return http.StatusOK, map[string]bool{"ok": true}
+		return http.StatusOK, map[string]any{"results": items}
 	}
 	return http.StatusNotFound, errBody("no such endpoint")
+}
+
+// resultLocked records and answers one result, alone or from a batch.
+func (p *Peer) resultLocked(body []byte) (int, any) {
+	var c Callback
+	if err := json.Unmarshal(body, &c); err != nil {
+		return http.StatusBadRequest, errBody(err.Error())
+	}
+	p.results = append(p.results, c)
+	if f := p.ticketFault[c.Ticket]; len(f) > 0 {
+		p.ticketFault[c.Ticket] = f[1:]
+		return f[0], errBody("injected fault")
+	}
+	if c.Status != "success" && c.Status != "failed" {
+		return http.StatusBadRequest, errBody("status must be success or failed")
+	}
+	switch p.tickets[c.Ticket] {
+	case "":
+		return http.StatusNotFound, errBody("unknown ticket")
+	case "stale":
+		return http.StatusConflict, errBody("stale ticket")
+	case "done":
+		return http.StatusOK, map[string]bool{"ok": true, "duplicate": true}
+	}
+	p.tickets[c.Ticket] = "done"
+	return http.StatusOK, map[string]bool{"ok": true}
 }
 
 func errBody(msg string) map[string]string { return map[string]string{"error": msg} }
