@@ -86,6 +86,11 @@ type Config struct {
 	// Timeout bounds each phase. Defaults to 2 minutes plus ten times the phase's span plus
 	// a millisecond per task.
 	Timeout time.Duration
+	// ProfileDir, when set, receives CPU profiles: scheduler-<phase>.pprof of this process
+	// while each phase drains, and executor-<phase>-<i>.pprof of each executor process over
+	// its whole life (in the burst phase, the raw-rate measurement included). Defaults to
+	// none.
+	ProfileDir string
 	// Logger receives progress and the engine's warnings. Defaults to slog.Default().
 	Logger *slog.Logger
 }

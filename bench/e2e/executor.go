@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
@@ -59,6 +60,7 @@ func ExecutorMain(ctx context.Context, args []string, stdin io.Reader, stdout io
 	scheduler := fs.String("scheduler", "", "base URL of the axe scheduler, e.g. http://127.0.0.1:7070")
 	pool := fs.Int("pool", ExecutorPoolSizeDefault, "handlers running at once")
 	queue := fs.Int("queue", ExecutorQueueSizeDefault, "accepted runs waiting for a handler")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the process's whole life to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +70,13 @@ func ExecutorMain(ctx context.Context, args []string, stdin io.Reader, stdout io
 	// Warnings only: the SDK logs every finished run at Info.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
+	if *cpuprofile != "" {
+		stop, err := startCPUProfile(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	sink, err := startSink()
 	if err != nil {
 		return err
@@ -126,6 +135,9 @@ type sink struct {
 	served chan struct{}
 }
 
+// ackItem acknowledges one result of a batch.
+const ackItem = `{"status":200,"ok":true}`
+
 func startSink() (*sink, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,11 +146,26 @@ func startSink() (*sink, error) {
 	s := &sink{ln: ln, url: "http://" + ln.Addr().String(), served: make(chan struct{})}
 	s.srv = &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) {
 		rc.SetContentType("application/json")
-		if strings.HasSuffix(string(rc.Path()), "/register") {
+		switch path := string(rc.Path()); {
+		case strings.HasSuffix(path, "/register"):
 			rc.SetBodyString(`{"heartbeat_interval_ms":10000,"lost_after_ms":30000}`)
-			return
+		case strings.HasSuffix(path, "/callback/batch"):
+			// One acknowledgement per result. Each result has exactly one "ticket" key (a
+			// quote inside a value is escaped), so counting them counts the results without
+			// decoding the batch.
+			n := bytes.Count(rc.PostBody(), []byte(`"ticket":`))
+			body := make([]byte, 0, 16+len(ackItem)*n)
+			body = append(body, `{"results":[`...)
+			for i := range n {
+				if i > 0 {
+					body = append(body, ',')
+				}
+				body = append(body, ackItem...)
+			}
+			rc.SetBody(append(body, `]}`...))
+		default:
+			rc.SetBodyString(`{"ok":true}`)
 		}
-		rc.SetBodyString(`{"ok":true}`)
 	}}
 	go func() {
 		defer close(s.served)
@@ -174,8 +201,11 @@ func buildExecutor(ctx context.Context, dir string) ([]string, error) {
 
 // startExecutor starts one executor process registered with the scheduler at url and waits
 // for its ready line.
-func startExecutor(ctx context.Context, command []string, scheduler string) (*executorProc, error) {
+func startExecutor(ctx context.Context, command []string, scheduler, cpuprofile string) (*executorProc, error) {
 	args := append(command[1:len(command):len(command)], "-scheduler", scheduler)
+	if cpuprofile != "" {
+		args = append(args, "-cpuprofile", cpuprofile)
+	}
 	cmd := exec.Command(command[0], args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -259,4 +289,20 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimSpace(t.buf.String())
+}
+
+// startCPUProfile profiles this process's CPU into file until the returned func is called.
+func startCPUProfile(file string) (func(), error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("cannot create the CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cannot start the CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

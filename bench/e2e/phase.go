@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -123,8 +124,12 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 			log.Warn("cannot stop the engine", "err", err)
 		}
 	}()
-	for range cfg.Executors {
-		pr, err := startExecutor(ctx, command, "http://"+srv.Addr())
+	for i := range cfg.Executors {
+		profile := ""
+		if cfg.ProfileDir != "" {
+			profile = filepath.Join(cfg.ProfileDir, fmt.Sprintf("executor-%s-%d.pprof", name, i))
+		}
+		pr, err := startExecutor(ctx, command, "http://"+srv.Addr(), profile)
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +147,15 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	dbPID := benchkit.ServerPID(ctx, db)
 	cpu0, exec0, db0 := benchkit.CPUTime(), execCPU(procs), dbCPU(dbPID)
 	commits0, busy0 := promValue("axe_writer_commits_total"), promValue("axe_writer_commit_duration_seconds_sum")
+	stopProfile := func() {}
+	if cfg.ProfileDir != "" {
+		if stopProfile, err = startCPUProfile(filepath.Join(cfg.ProfileDir, "scheduler-"+name+".pprof")); err != nil {
+			rss.stop()
+			return nil, err
+		}
+	}
 	done, err := waitDone(ctx, eng, n)
+	stopProfile()
 	if err != nil {
 		rss.stop()
 		return nil, fmt.Errorf("phase %s: %w", name, err)
