@@ -210,11 +210,7 @@ func (d *Dispatcher) Post(req *Request) Outcome {
 		return out
 	}
 	out.Status = resp.StatusCode()
-	body := resp.Body()
-	if n := d.cfg.MaxBodyTail; len(body) > n {
-		body = body[len(body)-n:]
-	}
-	out.Body = append([]byte(nil), body...)
+	out.Body = d.tail(resp.Body())
 	return out
 }
 

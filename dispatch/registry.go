@@ -38,6 +38,8 @@ type Executor struct {
 	Alive         bool
 	// inflight counts runs sent and not yet resolved, for least-busy routing.
 	inflight atomic.Int64
+	// offers holds the runs waiting to be offered to this executor (Dispatcher.Offer).
+	offers offerQueue
 }
 
 // Inflight returns the number of runs in flight on the executor.
@@ -84,6 +86,11 @@ func (r *Registry) Register(app, addr string, handlers []string, now int64) (x *
 		if m.Address == addr {
 			revived = !m.Alive
 			m.Handlers = append([]string(nil), handlers...)
+			// A registration may come from a new version of the executor: let it show
+			// again whether it takes run batches.
+			m.offers.mu.Lock()
+			m.offers.single = false
+			m.offers.mu.Unlock()
 			m.LastHeartbeat = now
 			m.Alive = true
 			return m, false, revived

@@ -261,8 +261,8 @@ func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, 
 		r.run.Executor = x.Address
 		x.AddInflight(1)
 		e.execRuns.put(r)
-		o := e.disp.Post(&dispatch.Request{
-			URL: "http://" + x.Address + "/axe/run", Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
+		o := e.disp.Offer(x, &dispatch.Request{
+			Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
 		})
 		if o.Err == nil && (o.Status == 202 || o.Status == 200) {

@@ -140,3 +140,36 @@ func TestTailKeepsRuneBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeRuns feeds arbitrary bodies to the /axe/runs decoder: it must never panic, must
+// refuse with ErrInvalidRun, and whatever it accepts holds 1 to maxRunsPerCall runs that
+// are each valid JSON (decodeRun then judges each run alone).
+func FuzzDecodeRuns(f *testing.F) {
+	for _, seed := range []string{
+		`{"runs":[{"ticket":"t-1","task":"a","handler":"h"},{"ticket":"t-2","task":"b","handler":"h"}]}`,
+		`{"runs":[{"ticket":"t","task":"a","handler":"h"},null,7,"x"]}`,
+		`{"runs":[]}`, `{"runs":null}`, `{}`, `[]`, `null`, `{"runs":[`, "\xff",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		runs, err := decodeRuns(body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRun) {
+				t.Fatalf("error %v does not wrap ErrInvalidRun", err)
+			}
+			return
+		}
+		if len(runs) == 0 || len(runs) > maxRunsPerCall {
+			t.Fatalf("accepted %d runs", len(runs))
+		}
+		for i, raw := range runs {
+			if !json.Valid(raw) {
+				t.Fatalf("run %d is not JSON: %q", i, raw)
+			}
+			if _, err := decodeRun(raw); err != nil && !errors.Is(err, ErrInvalidRun) {
+				t.Fatalf("run %d: error %v does not wrap ErrInvalidRun", i, err)
+			}
+		}
+	})
+}

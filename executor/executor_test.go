@@ -1119,3 +1119,75 @@ func TestResultsBatched(t *testing.T) {
 		t.Errorf("%d results in accepted batches + %d alone = %d, want 11", inBatches, singles, inBatches+singles)
 	}
 }
+
+// TestRunBatch admits several runs in one POST /axe/runs: each is answered as POST /axe/run
+// would answer it alone, in order, and one refused run does not refuse the others.
+func TestRunBatch(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 8)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+
+	type answer struct {
+		Code int             `json:"code"`
+		Body json.RawMessage `json:"body"`
+	}
+	batch := func(runs ...schedpeer.Run) []answer {
+		t.Helper()
+		resp, err := peer.DispatchBatch(exe.Addr(), runs)
+		if err != nil || resp.Status != http.StatusOK {
+			t.Fatalf("POST /axe/runs: %v, %d %s", err, resp.Status, resp.Body)
+		}
+		var out struct{ Results []answer }
+		if err := resp.Decode(&out); err != nil || len(out.Results) != len(runs) {
+			t.Fatalf("answer %s (%v): want %d items", resp.Body, err, len(runs))
+		}
+		return out.Results
+	}
+	noHandler := runFor("t-4", "task-d", "h")
+	noHandler.Handler = ""
+	got := batch(runFor("t-1", "task-a", "h"), runFor("t-2", "task-b", "h"), noHandler,
+		runFor("t-3", "task-c", "nope"), runFor("t-5", "task-a", "h"))
+	for i, want := range []struct {
+		code int
+		body string
+	}{
+		{202, `"accepted":true`}, {202, `"accepted":true`}, {400, `handler`}, {404, `unknown handler`}, {409, `already running`},
+	} {
+		if got[i].Code != want.code || !strings.Contains(string(got[i].Body), want.body) {
+			t.Errorf("run %d answered %d %s, want %d containing %s", i, got[i].Code, got[i].Body, want.code, want.body)
+		}
+	}
+	recv(t, started, "a handler start")
+	recv(t, started, "a handler start")
+
+	// A ticket running here is a duplicate, not a second run.
+	if got := batch(runFor("t-1", "task-a", "h")); got[0].Code != 202 || !strings.Contains(string(got[0].Body), `"duplicate":true`) {
+		t.Errorf("repeated running ticket answered %d %s, want 202 duplicate", got[0].Code, got[0].Body)
+	}
+	close(release)
+	waitCallbacks(t, peer, 2)
+	// A finished ticket answers its outcome and its result is sent again.
+	if got := batch(runFor("t-1", "task-a", "h"), runFor("t-6", "task-e", "h")); got[0].Code != 200 ||
+		!strings.Contains(string(got[0].Body), `"status":"success"`) || got[1].Code != 202 {
+		t.Errorf("finished ticket and a new one answered %+v, want 200 success and 202", got)
+	}
+	cbs := waitCallbacks(t, peer, 4)
+	tickets := map[string]int{}
+	for _, cb := range cbs {
+		tickets[cb.Ticket]++
+	}
+	if tickets["t-1"] != 2 || tickets["t-2"] != 1 || tickets["t-6"] != 1 || len(tickets) != 3 {
+		t.Errorf("results per ticket %v, want t-1 twice (re-sent), t-2 and t-6 once, nothing for refused runs", tickets)
+	}
+
+	// The call as a whole is refused only when it is not a batch.
+	for _, body := range []string{`{"runs":[]}`, `{"runs":{}}`, `[]`, `{"runs":[` + strings.Repeat(`{},`, 1000) + `{}]}`} {
+		resp, err := peer.Post(exe.Addr(), "/axe/runs", []byte(body), "", nil)
+		if err != nil || resp.Status != http.StatusBadRequest || !strings.Contains(string(resp.Body), `"error"`) {
+			t.Errorf("POST /axe/runs %.30q = %v %d %s, want 400 with an error", body, err, resp.Status, resp.Body)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 // Executor API paths and headers (docs/protocol.md).
 const (
 	pathRun  = "/axe/run"
+	pathRuns = "/axe/runs"
 	pathKill = "/axe/kill"
 	pathBeat = "/axe/beat"
 
@@ -30,6 +31,8 @@ const (
 	serverWriteTimeout = 30 * time.Second
 	serverIdleTimeout  = 2 * time.Minute
 	maxRequestBody     = 4 << 20
+	// maxRunsPerCall bounds the runs one POST /axe/runs may carry.
+	maxRunsPerCall = 1000
 )
 
 // acceptedResponse answers an admitted run (202).
@@ -78,6 +81,12 @@ func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
 			return
 		}
 		e.handleRun(rc)
+	case pathRuns:
+		if !rc.IsPost() {
+			methodNotAllowed(rc, fasthttp.MethodPost)
+			return
+		}
+		e.handleRuns(rc)
 	case pathKill:
 		if !rc.IsPost() {
 			methodNotAllowed(rc, fasthttp.MethodPost)
@@ -120,6 +129,63 @@ func (e *Executor) handleRun(rc *fasthttp.RequestCtx) {
 		e.log.Debug("run accepted", "ticket", req.Ticket, "task", req.Task, "attempt", req.Attempt)
 	}
 	writeJSON(rc, status, resp)
+}
+
+// runsRequest is the body of POST /axe/runs.
+type runsRequest struct {
+	Runs []json.RawMessage `json:"runs"`
+}
+
+// runAnswer answers one run of POST /axe/runs with what POST /axe/run would have answered.
+type runAnswer struct {
+	Code int `json:"code"`
+	Body any `json:"body"`
+}
+
+// handleRuns admits several runs, each exactly as handleRun would: one refused run does not
+// refuse the others. The scheduler sends them when more runs are due for this executor than
+// its calls in flight can carry one by one.
+func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
+	runs, err := decodeRuns(rc.PostBody())
+	if err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		return
+	}
+	answers := make([]runAnswer, len(runs))
+	var after []func()
+	for i, raw := range runs {
+		req, err := decodeRun(raw)
+		if err != nil {
+			answers[i] = runAnswer{http.StatusBadRequest, errorResponse{err.Error()}}
+			continue
+		}
+		status, resp, a := e.admit(req)
+		if a != nil {
+			after = append(after, a)
+		}
+		answers[i] = runAnswer{status, resp}
+	}
+	for _, a := range after {
+		a()
+	}
+	writeJSON(rc, http.StatusOK, struct {
+		Results []runAnswer `json:"results"`
+	}{answers})
+}
+
+// decodeRuns splits the body of POST /axe/runs into its runs, each still to be decoded.
+func decodeRuns(body []byte) ([]json.RawMessage, error) {
+	var r runsRequest
+	if err := json.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
+	}
+	switch {
+	case len(r.Runs) == 0:
+		return nil, fmt.Errorf("%w: runs: one or more required", ErrInvalidRun)
+	case len(r.Runs) > maxRunsPerCall:
+		return nil, fmt.Errorf("%w: runs: at most %d per call, got %d", ErrInvalidRun, maxRunsPerCall, len(r.Runs))
+	}
+	return r.Runs, nil
 }
 
 // checkRunHeaders rejects X-Axe-* headers that contradict the body. The body is authoritative;

@@ -376,6 +376,23 @@ func (p *Peer) Dispatch(address string, run Run) (Response, error) {
 	})
 }
 
+// DispatchBatch sends runs to the executor at address in one POST /axe/runs with the peer's
+// token, and remembers their tickets so their callbacks are accepted.
+func (p *Peer) DispatchBatch(address string, runs []Run) (Response, error) {
+	p.mu.Lock()
+	for _, run := range runs {
+		if _, known := p.tickets[run.Ticket]; !known {
+			p.tickets[run.Ticket] = "open"
+		}
+	}
+	p.mu.Unlock()
+	body, err := json.Marshal(map[string][]Run{"runs": runs})
+	if err != nil {
+		return Response{}, fmt.Errorf("cannot encode runs: %w", err)
+	}
+	return p.Post(address, "/axe/runs", body, p.cfg.Token, nil)
+}
+
 // Kill asks the executor at address to kill ticket.
 func (p *Peer) Kill(address, ticket string) (Response, error) {
 	body, _ := json.Marshal(map[string]string{"ticket": ticket})

@@ -1,0 +1,224 @@
+package dispatch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+)
+
+// The SDK executor endpoints that take runs (docs/protocol.md).
+const (
+	// RunPath takes one run.
+	RunPath = "/axe/run"
+	// RunsPath takes several runs in one call and answers each as RunPath would.
+	RunsPath = "/axe/runs"
+)
+
+// Offer batching. At most offerSenders calls to one executor are in flight; a run offered
+// while all of them are busy waits, and the next free sender takes every waiting run (up to
+// offerBatchMax, offerBatchBytes) in one call to RunsPath. Under a light load every offer
+// finds a free sender and goes alone to RunPath, as before; in a burst the batches grow
+// exactly while the executor is the bottleneck, so one HTTP exchange carries many runs.
+const (
+	offerSenders    = 8
+	offerBatchMax   = 256
+	offerBatchBytes = 512 << 10
+)
+
+var (
+	offerBatches    = metrics.GetOrCreateCounter("axe_dispatch_run_batches_total")
+	offerBatchedRun = metrics.GetOrCreateCounter("axe_dispatch_batched_runs_total")
+)
+
+// offerQueue is an executor's runs waiting for a sender.
+type offerQueue struct {
+	mu      sync.Mutex
+	waiting []*offer
+	senders int  // senders running for this executor
+	single  bool // the executor answered RunsPath with 404/405/501: offer runs one by one
+}
+
+// offer is one run waiting for its answer.
+type offer struct {
+	req  *Request
+	done chan Outcome
+}
+
+// runsAnswer is an executor's answer to RunsPath: one item per run, in order, each with the
+// status and body RunPath would have answered.
+type runsAnswer struct {
+	Results []struct {
+		Code int             `json:"code"`
+		Body json.RawMessage `json:"body"`
+	} `json:"results"`
+}
+
+// Offer sends req (a run's JSON) to the SDK executor x and returns the executor's answer
+// for it: the status and body RunPath answers, or the transport error. It blocks until then,
+// and coalesces with runs offered to x concurrently (see offerSenders). req.URL is ignored:
+// the paths come from x.Address.
+func (d *Dispatcher) Offer(x *Executor, req *Request) Outcome {
+	o := &offer{req: req, done: make(chan Outcome, 1)}
+	q := &x.offers
+	q.mu.Lock()
+	q.waiting = append(q.waiting, o)
+	start := q.senders < offerSenders
+	if start {
+		q.senders++
+	}
+	q.mu.Unlock()
+	if start {
+		go d.sendOffers(x)
+	}
+	return <-o.done
+}
+
+// sendOffers is one sender for x: it answers waiting offers until none is left.
+func (d *Dispatcher) sendOffers(x *Executor) {
+	q := &x.offers
+	var batch []*offer
+	for {
+		q.mu.Lock()
+		if len(q.waiting) == 0 {
+			q.senders--
+			q.mu.Unlock()
+			return
+		}
+		n, size := 0, 0
+		for n < len(q.waiting) && n < offerBatchMax {
+			size += len(q.waiting[n].req.Body) + 1
+			if n > 0 && size > offerBatchBytes {
+				break
+			}
+			n++
+		}
+		if q.single {
+			n = 1
+		}
+		batch = append(batch[:0], q.waiting[:n]...)
+		clear(q.waiting[:n])
+		q.waiting = q.waiting[n:]
+		if len(q.waiting) == 0 {
+			q.waiting = nil
+		}
+		q.mu.Unlock()
+		if len(batch) == 1 {
+			d.offerOne(x, batch[0])
+		} else {
+			d.offerBatch(x, batch)
+		}
+		clear(batch)
+	}
+}
+
+func (d *Dispatcher) offerOne(x *Executor, o *offer) {
+	req := *o.req
+	req.URL = "http://" + x.Address + RunPath
+	o.done <- d.Post(&req)
+}
+
+// offerBatch sends batch to RunsPath and hands each offer its own answer. An executor
+// without RunsPath gets these runs, and every later one, one by one.
+func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
+	now := time.Now()
+	var live []*offer
+	deadline := time.Time{}
+	for _, o := range batch {
+		if !o.req.Deadline.After(now) {
+			o.done <- Outcome{Err: ErrTimeout, Started: now}
+			continue
+		}
+		live = append(live, o)
+		if o.req.Deadline.After(deadline) {
+			deadline = o.req.Deadline
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		d.offerOne(x, live[0])
+		return
+	}
+	var body bytes.Buffer
+	body.WriteString(`{"runs":[`)
+	for i, o := range live {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(o.req.Body)
+	}
+	body.WriteString(`]}`)
+
+	r := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(r)
+	defer fasthttp.ReleaseResponse(resp)
+	r.SetRequestURI("http://" + x.Address + RunsPath)
+	r.Header.SetMethod(fasthttp.MethodPost)
+	r.Header.SetContentType("application/json")
+	if tok := live[0].req.Token; tok != "" {
+		r.Header.Set("Authorization", "Bearer "+tok)
+	}
+	r.SetBodyRaw(body.Bytes())
+	start := time.Now()
+	err := d.client.DoDeadline(r, resp, deadline)
+	whole := Outcome{Started: start, Duration: time.Since(start)}
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout):
+		whole.Err = ErrTimeout
+	case err != nil:
+		whole.Err = err
+	default:
+		whole.Status = resp.StatusCode()
+		whole.Body = d.tail(resp.Body())
+	}
+	if whole.Err == nil {
+		switch whole.Status {
+		case fasthttp.StatusNotFound, fasthttp.StatusMethodNotAllowed, fasthttp.StatusNotImplemented:
+			x.offers.mu.Lock()
+			x.offers.single = true
+			x.offers.mu.Unlock()
+			d.cfg.Logger.Info("executor takes no run batches; offering its runs one by one",
+				"address", x.Address, "status", whole.Status)
+			for _, o := range live {
+				d.offerOne(x, o)
+			}
+			return
+		case fasthttp.StatusOK:
+			var ans runsAnswer
+			if jerr := json.Unmarshal(resp.Body(), &ans); jerr != nil || len(ans.Results) != len(live) {
+				whole.Status = 0
+				whole.Err = fmt.Errorf("unreadable answer to %d runs (%d items): %v", len(live), len(ans.Results), jerr)
+				break
+			}
+			offerBatches.Inc()
+			offerBatchedRun.Add(len(live))
+			for i, o := range live {
+				out := whole
+				out.Status = ans.Results[i].Code
+				out.Body = d.tail(ans.Results[i].Body)
+				o.done <- out
+			}
+			return
+		}
+	}
+	// The call failed as a whole: every run gets what a lone call would have got.
+	for _, o := range live {
+		o.done <- whole
+	}
+}
+
+// tail copies the last MaxBodyTail bytes of body.
+func (d *Dispatcher) tail(body []byte) []byte {
+	if n := d.cfg.MaxBodyTail; len(body) > n {
+		body = body[len(body)-n:]
+	}
+	return append([]byte(nil), body...)
+}
