@@ -64,9 +64,10 @@ func mysqlDialect() *dialect {
 		forShare: " LOCK IN SHARE MODE",
 		// FORCE INDEX: for a wide window the optimizer may prefer a full scan plus a sort,
 		// which holds the whole result server-side before the first row streams out.
-		dueFrom:   "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
-		stateFrom: "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
-		maxParams: mysqlMaxParams,
+		dueFrom:        "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		stateFrom:      "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		maxParams:      mysqlMaxParams,
+		prepareBatches: true,
 		upsert: func(_, update []string) string {
 			var b strings.Builder
 			b.WriteString(" ON DUPLICATE KEY UPDATE ")

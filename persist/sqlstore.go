@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -26,6 +27,11 @@ type dialect struct {
 	stateFrom string
 	// maxParams bounds placeholders per statement.
 	maxParams int
+	// prepareBatches writes the batch path's rows through cached prepared statements
+	// (sqlbatch.go) instead of one statement text per chunk. MySQL only: its driver would
+	// otherwise interpolate every value into SQL text for the server to parse again, while
+	// SQLite compiles a statement per call anyway and gains nothing.
+	prepareBatches bool
 	// upsert returns the clause that turns a multi-row INSERT into an upsert on key that
 	// replaces the update columns with the inserted values.
 	upsert            func(key, update []string) string
@@ -98,6 +104,9 @@ type sqlStore struct {
 	insertAction   string
 	upsertExecutor string
 	runSelect      string
+
+	// stmts caches the batch path's prepared statements by batchStmtKey (sqlbatch.go).
+	stmts sync.Map
 }
 
 var _ Store = (*sqlStore)(nil)
@@ -138,6 +147,10 @@ func (s *sqlStore) Ping(ctx context.Context) error {
 
 // Close releases the connection pool.
 func (s *sqlStore) Close() error {
+	s.stmts.Range(func(_, st any) bool {
+		_ = st.(*sql.Stmt).Close()
+		return true
+	})
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("cannot close the %s store: %w", s.d.kind, err)
 	}
