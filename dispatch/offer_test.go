@@ -287,7 +287,9 @@ func TestOfferBatchFailures(t *testing.T) {
 		outcome string
 	}{
 		{"503", func(w http.ResponseWriter) { w.WriteHeader(503); _, _ = io.WriteString(w, `{"error":"stopping"}`) },
-			func(o Outcome) bool { return o.Err == nil && o.Status == 503 && strings.Contains(string(o.Body), "stopping") }, "503 stopping"},
+			func(o Outcome) bool {
+				return o.Err == nil && o.Status == 503 && strings.Contains(string(o.Body), "stopping")
+			}, "503 stopping"},
 		{"short answer", func(w http.ResponseWriter) { _, _ = io.WriteString(w, `{"results":[{"code":202,"body":{}}]}`) },
 			func(o Outcome) bool { return o.Err != nil && o.Status == 0 }, "an error"},
 		{"not JSON", func(w http.ResponseWriter) { _, _ = io.WriteString(w, `<html>`) },
