@@ -265,53 +265,33 @@ func (p *Peer) WaitCalls(path string, n int) ([]Call, error) {
 
 // WaitCount waits until at least n calls were received on path.
 func (p *Peer) WaitCount(path string, n int) error {
-	deadline := time.NewTimer(WaitTimeout)
-	defer deadline.Stop()
-	for {
-		p.mu.Lock()
-		have, changed := p.counts[path], p.changed
-		p.mu.Unlock()
-		if have >= n {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return fmt.Errorf("schedpeer: %d calls to %s after %s, want %d", have, path, WaitTimeout, n)
-		}
-	}
+	return p.waitUntil(n, "calls to "+path, func() int { return p.counts[path] })
 }
 
 // WaitCallbacks waits until at least n results were received, alone or in batches, and
 // returns every result received so far, in order, whatever it was answered.
 func (p *Peer) WaitCallbacks(n int) ([]Callback, error) {
-	deadline := time.NewTimer(WaitTimeout)
-	defer deadline.Stop()
-	for {
-		p.mu.Lock()
-		have, changed := len(p.results), p.changed
-		if have >= n {
-			out := append([]Callback(nil), p.results...)
-			p.mu.Unlock()
-			return out, nil
-		}
-		p.mu.Unlock()
-		select {
-		case <-changed:
-		case <-deadline.C:
-			return nil, fmt.Errorf("schedpeer: %d results after %s, want %d", have, WaitTimeout, n)
-		}
+	if err := p.waitUntil(n, "results", func() int { return len(p.results) }); err != nil {
+		return nil, err
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Callback(nil), p.results...), nil
 }
 
 // WaitArrived waits until at least n result calls (single or batch) have reached the peer,
 // counting those still held by Config.Hold or CallbackDelay.
 func (p *Peer) WaitArrived(n int) error {
+	return p.waitUntil(n, "result calls arrived", func() int { return p.arrived })
+}
+
+// waitUntil waits until count, read under mu, reaches n; what names the count in the error.
+func (p *Peer) waitUntil(n int, what string, count func() int) error {
 	deadline := time.NewTimer(WaitTimeout)
 	defer deadline.Stop()
 	for {
 		p.mu.Lock()
-		have, changed := p.arrived, p.changed
+		have, changed := count(), p.changed
 		p.mu.Unlock()
 		if have >= n {
 			return nil
@@ -319,7 +299,7 @@ func (p *Peer) WaitArrived(n int) error {
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return fmt.Errorf("schedpeer: %d result calls arrived after %s, want %d", have, WaitTimeout, n)
+			return fmt.Errorf("schedpeer: %d %s after %s, want %d", have, what, WaitTimeout, n)
 		}
 	}
 }
