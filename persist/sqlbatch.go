@@ -225,13 +225,14 @@ func appendRuntimeArgs(args []any, rt *Runtime) []any {
 		rt.Version)
 }
 
-// batchStmtSizes are the row counts of the multi-row statements the batch path prepares once
-// per connection and reuses: rows are written largest statement first (680 rows are
-// 2×256 + 2×64 + 2×16 + 2×4). A prepared statement saves the server lexing and parsing
-// every value again: in a B4 burst parsing was a fifth of MariaDB's CPU, and a prepared
-// 256-row upsert of runtime rows measured 4.2 µs of server CPU per row against 5.4 µs for
-// the same rows interpolated into SQL text.
-var batchStmtSizes = [...]int{256, 64, 16, 4, 1}
+// preparedRows is the row count of the multi-row statement the batch path prepares once per
+// connection and reuses on MySQL: a batch writes its rows preparedRows at a time through it,
+// and the remainder (fewer rows) as one statement text. A prepared statement saves the server
+// lexing and parsing every value again: in a B4 burst parsing was a fifth of MariaDB's CPU,
+// and a prepared 256-row upsert of runtime rows measured 4.2 µs of server CPU per row against
+// 5.4 µs for the same rows interpolated into SQL text. Small batches (a steady rate commits a
+// few rows at a time) stay one statement per table, as cheap to parse as to execute.
+const preparedRows = 256
 
 // batchStmtKey names one cached statement.
 type batchStmtKey struct {
@@ -240,32 +241,24 @@ type batchStmtKey struct {
 }
 
 // execRows runs head + VALUES groups + tail over args (ncols values per row), within the
-// placeholder and byte limits: on MySQL as a few cached prepared statements of
-// batchStmtSizes rows, on SQLite as few statements as the limits allow.
+// placeholder and byte limits: on MySQL full chunks of preparedRows go through a cached
+// prepared statement, and the rest as statement text.
 func (s *sqlStore) execRows(ctx context.Context, tx *sql.Tx, head, tail string, ncols int, args []any) error {
 	perStmt := min(maxRowsPerStmt, s.d.maxParams/ncols)
-	if !s.d.prepareBatches {
-		return execRowsText(ctx, tx, head, tail, ncols, perStmt, args)
-	}
-	for len(args) > 0 {
-		rows := len(args) / ncols
-		n := 1
-		for _, size := range batchStmtSizes {
-			if size <= perStmt && size <= rows && (size == 1 || rowBytes(args[:size*ncols]) <= maxBytesPerStmt) {
-				n = size
-				break
+	if s.d.prepareBatches && preparedRows <= perStmt {
+		chunk := preparedRows * ncols
+		for len(args) >= chunk && rowBytes(args[:chunk]) <= maxBytesPerStmt {
+			stmt, err := s.batchStmt(ctx, batchStmtKey{head, tail, preparedRows}, ncols)
+			if err != nil {
+				return err
 			}
+			if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args[:chunk]...); err != nil {
+				return err
+			}
+			args = args[chunk:]
 		}
-		stmt, err := s.batchStmt(ctx, batchStmtKey{head, tail, n}, ncols)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args[:n*ncols]...); err != nil {
-			return err
-		}
-		args = args[n*ncols:]
 	}
-	return nil
+	return execRowsText(ctx, tx, head, tail, ncols, perStmt, args)
 }
 
 // batchStmt returns the prepared statement for key, preparing it on first use. database/sql
