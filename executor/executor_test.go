@@ -789,10 +789,12 @@ func TestStopDrainsRunsAndDeliversResults(t *testing.T) {
 		defer cancel()
 		stopped <- exe.Stop(ctx)
 	}()
-	// Wait until Stop refuses new runs; it cannot return while the handler is blocked.
+	// Wait until Stop refuses new runs; it cannot return while the handler is blocked. The
+	// probe names no handler of this executor, so before Stop begins it is refused (404)
+	// rather than admitted as a second run.
 	deadline := time.Now().Add(schedpeer.WaitTimeout)
 	for {
-		resp, err := peer.Dispatch(exe.Addr(), runFor("t-2", "b", "h"))
+		resp, err := peer.Dispatch(exe.Addr(), runFor("t-2", "b", "no-such-handler"))
 		if err != nil {
 			t.Fatal(err)
 		}
