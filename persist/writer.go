@@ -19,10 +19,9 @@ const (
 	// batch only grows this large when groups queue faster than commits finish (an idle
 	// writer flushes after MaxDelay), so the bound trades nothing at a steady rate; under a
 	// burst, one writer against MariaDB measured 25.7K transitions/s at 512 rows, 42.9K at
-	// 2,048 and 46.8K at 8,192 (BENCHMARKS.md, B3), and a 200K-task B4 burst drained at
-	// 21.0-21.4K tasks/s at 4,096 against 18.5-19.7K at 2,048 (back to back, fewer commits
-	// and statements for MariaDB), where a 4,096-row commit took ~125 ms on average.
-	WriterMaxBatchRowsDefault = 4096
+	// 2,048 and 46.8K at 8,192 (BENCHMARKS.md, B3), and a 2,048-row commit still takes
+	// tens of milliseconds, not seconds.
+	WriterMaxBatchRowsDefault = 2048
 	// WriterMaxDelayDefault is the longest a lone group waits for company when the writer is
 	// idle; it is the latency batching may add to a dispatch (R7.2).
 	WriterMaxDelayDefault = 2 * time.Millisecond
@@ -54,7 +53,7 @@ var (
 type WriterConfig struct {
 	// MaxBatchRows flushes a batch once it holds this many rows (transitions + runs +
 	// actions). A group larger than this is committed alone; groups are never split.
-	// Defaults to WriterMaxBatchRowsDefault (4096).
+	// Defaults to WriterMaxBatchRowsDefault (2048).
 	MaxBatchRows int
 	// MaxDelay flushes a batch once its oldest group has waited this long since Submit.
 	// Defaults to WriterMaxDelayDefault (2ms).
