@@ -234,11 +234,8 @@ func appendRuntimeArgs(args []any, rt *Runtime) []any {
 // few rows at a time) stay one statement per table, as cheap to parse as to execute.
 const preparedRows = 256
 
-// batchStmtKey names one cached statement.
-type batchStmtKey struct {
-	head, tail string
-	rows       int
-}
+// batchStmtKey names one cached statement of preparedRows rows.
+type batchStmtKey struct{ head, tail string }
 
 // execRows runs head + VALUES groups + tail over args (ncols values per row), within the
 // placeholder and byte limits: on MySQL full chunks of preparedRows go through a cached
@@ -248,7 +245,7 @@ func (s *sqlStore) execRows(ctx context.Context, tx *sql.Tx, head, tail string, 
 	if s.d.prepareBatches && preparedRows <= perStmt {
 		chunk := preparedRows * ncols
 		for len(args) >= chunk && rowBytes(args[:chunk]) <= maxBytesPerStmt {
-			stmt, err := s.batchStmt(ctx, batchStmtKey{head, tail, preparedRows}, ncols)
+			stmt, err := s.batchStmt(ctx, batchStmtKey{head, tail}, ncols)
 			if err != nil {
 				return err
 			}
@@ -267,9 +264,9 @@ func (s *sqlStore) batchStmt(ctx context.Context, key batchStmtKey, ncols int) (
 	if st, ok := s.stmts.Load(key); ok {
 		return st.(*sql.Stmt), nil
 	}
-	st, err := s.db.PrepareContext(ctx, key.head+valuesList(ncols, key.rows)+key.tail)
+	st, err := s.db.PrepareContext(ctx, key.head+valuesList(ncols, preparedRows)+key.tail)
 	if err != nil {
-		return nil, fmt.Errorf("cannot prepare a %d-row statement: %w", key.rows, err)
+		return nil, fmt.Errorf("cannot prepare a %d-row statement: %w", preparedRows, err)
 	}
 	if prev, loaded := s.stmts.LoadOrStore(key, st); loaded {
 		_ = st.Close()

@@ -29,8 +29,9 @@ type dialect struct {
 	maxParams int
 	// prepareBatches writes the batch path's rows through cached prepared statements
 	// (sqlbatch.go) instead of one statement text per chunk. MySQL only: its driver would
-	// otherwise interpolate every value into SQL text for the server to parse again, while
-	// SQLite compiles a statement per call anyway and gains nothing.
+	// otherwise interpolate every value into SQL text for the server to parse again. SQLite
+	// binds values without parsing them anyway, and statements prepared on the pool outside
+	// the immediate transaction ran into SQLITE_BUSY in the conformance suite.
 	prepareBatches bool
 	// upsert returns the clause that turns a multi-row INSERT into an upsert on key that
 	// replaces the update columns with the inserted values.
