@@ -373,6 +373,51 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 	})
 }
 
+// TestManualRunLeftInFlightIsResolvedLost: run-now instances a previous process left running
+// are found at start (they have no runtime state of their own) and recorded lost, never
+// re-sent, also when their task was deleted meanwhile; finished ones are left alone.
+func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		ctx := context.Background()
+		now := time.Now().UnixMilli()
+		def := persist.TaskDef{
+			Name: "by-hand", Group: "default", Trigger: persist.TriggerManual, Timezone: "UTC", TimeoutSec: 10,
+			Priority: 2, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+		}
+		if err := s.CreateTask(ctx, &def, &persist.Runtime{State: persist.StateWaiting, Version: 1}); err != nil {
+			t.Fatal(err)
+		}
+		manual := func(ticket string, taskID int64, result string) persist.Run {
+			return persist.Run{Ticket: ticket, TaskID: taskID, TaskName: def.Name, Kind: persist.RunManual, Attempt: 1,
+				ScheduledAt: now - 1000, DispatchedAt: now - 1000, Result: result}
+		}
+		done := manual("m-done", def.ID, persist.ResultSuccess)
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{
+			manual("m-lost", def.ID, persist.ResultRunning), manual("m-gone", def.ID+1000, persist.ResultRunning), done,
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		startEngine(t, s)
+		for _, ticket := range []string{"m-lost", "m-gone"} {
+			waitFor(t, 3*time.Second, "run "+ticket+" to be recorded lost", func() bool {
+				r, err := s.GetRun(ctx, ticket)
+				return err == nil && r.Result == persist.ResultLost && r.EndedAt >= now
+			})
+		}
+		if r, err := s.GetRun(ctx, "m-done"); err != nil || *r != done {
+			t.Errorf("finished run = %+v, %v; want it untouched", r, err)
+		}
+		if runs, err := s.ListRunningManual(ctx, 0); err != nil || len(runs) != 0 {
+			t.Errorf("runs still running = %+v, %v", runs, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		if n := len(cs.got("")); n != 0 {
+			t.Errorf("a lost run was re-sent %d times", n)
+		}
+	})
+}
+
 func TestRetriesWithBackoffThenFailed(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)

@@ -681,14 +681,11 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 
 // recoverManualRuns does for run-now instances what recoverInFlight does for periodic runs.
 func (e *Engine) recoverManualRuns(ctx context.Context) error {
-	runs, err := e.store.ListRunsByResult(ctx, persist.ResultRunning, 100000)
+	runs, err := e.store.ListRunningManual(ctx, 100000)
 	if err != nil {
 		return err
 	}
 	for _, run := range runs {
-		if run.Kind != persist.RunManual {
-			continue
-		}
 		t, err := e.acquire(ctx, run.TaskID)
 		if err != nil {
 			if !errors.Is(err, persist.ErrTaskNotFound) {

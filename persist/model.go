@@ -298,9 +298,10 @@ type Store interface {
 	GetRun(ctx context.Context, ticket string) (*Run, error)
 	// ListRuns returns the task's runs, newest first (by scheduled_at, then ticket).
 	ListRuns(ctx context.Context, taskID int64, limit int) ([]Run, error)
-	// ListRunsByResult returns runs with the given result, oldest first (recovery of in-flight
-	// runs at start).
-	ListRunsByResult(ctx context.Context, result string, limit int) ([]Run, error)
+	// ListRunningManual returns the run-now (RunManual) runs whose result is still
+	// ResultRunning, oldest first (by scheduled_at, then ticket): the recovery of in-flight
+	// run-now instances at start. Periodic runs in flight are found through their runtime.
+	ListRunningManual(ctx context.Context, limit int) ([]Run, error)
 	// ListActions returns the task's action records, newest first (by id).
 	ListActions(ctx context.Context, taskID int64, limit int) ([]Action, error)
 

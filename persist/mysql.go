@@ -29,8 +29,11 @@ const mysqlSchemaLockTimeoutSec = 60
 
 // MySQL error numbers the store reacts to.
 const (
-	mysqlErrDupEntry = 1062
-	mysqlErrDeadlock = 1213
+	mysqlErrDupFieldName       = 1060 // ADD COLUMN of a column that exists
+	mysqlErrDupKeyName         = 1061 // CREATE INDEX of an index that exists
+	mysqlErrDupEntry           = 1062
+	mysqlErrCantDropFieldOrKey = 1091 // DROP of a column or index that does not exist
+	mysqlErrDeadlock           = 1213
 )
 
 func openMySQL(dsn string) (*sqlStore, error) {
@@ -91,7 +94,14 @@ func mysqlDialect() *dialect {
 		)` + mysqlTableOpts,
 		migrations:       mysqlMigrations,
 		transactionalDDL: false,
-		lockSchema:       mysqlLockSchema,
+		isAlreadyApplied: func(err error) bool {
+			return mysqlErrIs(err, mysqlErrDupFieldName) || mysqlErrIs(err, mysqlErrDupKeyName) ||
+				mysqlErrIs(err, mysqlErrCantDropFieldOrKey)
+		},
+		// open_manual is NULL for every other run (schema step 2); InnoDB orders ties by the
+		// primary key, the ticket.
+		openManualRuns: ` WHERE open_manual IS NOT NULL ORDER BY open_manual, ticket`,
+		lockSchema:     mysqlLockSchema,
 	}
 }
 

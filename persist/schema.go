@@ -133,6 +133,23 @@ var mysqlMigrations = []migration{{
 			PRIMARY KEY (name)
 		)` + mysqlTableOpts,
 	},
+}, {
+	version: 2,
+	name:    "index open manual runs only",
+	// idx_task_run_result moved every run in the index when its result was written: the
+	// dearest row work of a dispatch (a 256-row upsert of finished runs measured 14.6 µs of
+	// MariaDB CPU per row with it, 7.3 µs without). Only the recovery of in-flight run-now
+	// instances read it, and periodic in-flight runs are found through their task's runtime.
+	// The stored column is NULL except for a manual run still running, so finishing a
+	// periodic run leaves its entry alone. Plain DDL, not IF [NOT] EXISTS (which MySQL lacks
+	// for columns and indexes): a re-run after a crash meets "already exists" errors, which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_run ADD COLUMN open_manual BIGINT AS
+			(IF(result = 'running' AND kind = 'manual', scheduled_at, NULL)) STORED`,
+		`CREATE INDEX idx_task_run_open_manual ON task_run (open_manual)`,
+		`DROP INDEX idx_task_run_result ON task_run`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -234,6 +251,16 @@ var sqliteMigrations = []migration{{
 			expires_at INTEGER NOT NULL
 		)`,
 	},
+}, {
+	version: 2,
+	name:    "index open manual runs only",
+	// As on MySQL: only run-now instances still running are indexed (a partial index; the
+	// query must repeat its WHERE literally for SQLite to use it).
+	stmts: []string{
+		`CREATE INDEX IF NOT EXISTS idx_task_run_open_manual ON task_run (scheduled_at, ticket)
+			WHERE result = 'running' AND kind = 'manual'`,
+		`DROP INDEX IF EXISTS idx_task_run_result`,
+	},
 }}
 
 // Migrate creates or upgrades the schema. It is idempotent and safe to call from several
@@ -280,13 +307,13 @@ type execQuerier interface {
 // apply a step. MySQL commits DDL implicitly; there the named lock does that job.
 func (s *sqlStore) applyMigration(ctx context.Context, conn *sql.Conn, m migration) error {
 	if !s.d.transactionalDDL {
-		return runMigration(ctx, conn, m)
+		return runMigration(ctx, conn, m, s.d.isAlreadyApplied)
 	}
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("cannot begin migration %d: %w", m.version, err)
 	}
-	if err := runMigration(ctx, tx, m); err != nil {
+	if err := runMigration(ctx, tx, m, s.d.isAlreadyApplied); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -296,7 +323,9 @@ func (s *sqlStore) applyMigration(ctx context.Context, conn *sql.Conn, m migrati
 	return nil
 }
 
-func runMigration(ctx context.Context, q execQuerier, m migration) error {
+// runMigration runs m's statements unless schema_migrations lists it; an error for which
+// alreadyApplied holds means the statement took effect in an earlier, interrupted run.
+func runMigration(ctx context.Context, q execQuerier, m migration, alreadyApplied func(error) bool) error {
 	var n int
 	if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
 		return fmt.Errorf("cannot read schema_migrations: %w", err)
@@ -305,7 +334,7 @@ func runMigration(ctx context.Context, q execQuerier, m migration) error {
 		return nil
 	}
 	for _, stmt := range m.stmts {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
+		if _, err := q.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 			return fmt.Errorf("cannot apply migration %d (%s): %w", m.version, m.name, err)
 		}
 	}

@@ -84,6 +84,10 @@ func sqliteDialect() *dialect {
 		)`,
 		migrations:       sqliteMigrations,
 		transactionalDDL: true,
+		// SQLite's DDL here says IF [NOT] EXISTS and is transactional: nothing half applied.
+		isAlreadyApplied: func(error) bool { return false },
+		// Repeats the partial index's WHERE literally (bound values would not match it).
+		openManualRuns: ` WHERE result = '` + ResultRunning + `' AND kind = '` + RunManual + `' ORDER BY scheduled_at, ticket`,
 		lockSchema: func(context.Context, *sql.Conn) (func(), error) {
 			return func() {}, nil
 		},

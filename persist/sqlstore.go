@@ -44,6 +44,11 @@ type dialect struct {
 	migrationsTable  string
 	migrations       []migration
 	transactionalDDL bool
+	// isAlreadyApplied reports a migration statement's error that means its change is
+	// already there (a column, an index), as a step interrupted half way leaves it.
+	isAlreadyApplied func(error) bool
+	// openManualRuns is ListRunningManual's query; each store has its own index for it.
+	openManualRuns string
 	// lockSchema serialises Migrate across processes; the returned func releases the lock.
 	lockSchema func(ctx context.Context, conn *sql.Conn) (unlock func(), err error)
 }
@@ -583,9 +588,10 @@ func (s *sqlStore) ListRuns(ctx context.Context, taskID int64, limit int) ([]Run
 	return s.queryRuns(ctx, s.runSelect+` WHERE task_id = ? ORDER BY scheduled_at DESC, ticket DESC`+limitClause(limit), taskID)
 }
 
-// ListRunsByResult returns runs with the result, oldest first; limit <= 0 means all.
-func (s *sqlStore) ListRunsByResult(ctx context.Context, result string, limit int) ([]Run, error) {
-	return s.queryRuns(ctx, s.runSelect+` WHERE result = ? ORDER BY scheduled_at, ticket`+limitClause(limit), result)
+// ListRunningManual returns the run-now instances still running, oldest first; limit <= 0
+// means all.
+func (s *sqlStore) ListRunningManual(ctx context.Context, limit int) ([]Run, error) {
+	return s.queryRuns(ctx, s.runSelect+s.d.openManualRuns+limitClause(limit))
 }
 
 func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]Run, error) {

@@ -187,3 +187,74 @@ func TestSQLiteKillHelper(t *testing.T) {
 		fmt.Printf("committed %d\n", v)
 	}
 }
+
+// TestMigrateResumesInterruptedStep replays a schema step that a crash cut off half way (on
+// MySQL DDL commits one statement at a time, so a step can be partly applied without its
+// schema_migrations row): Migrate must finish it, not fail on what is already there.
+func TestMigrateResumesInterruptedStep(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		scheme, dsn func(t *testing.T) string
+		driver      string
+		// redoLast puts back what the last statement of step 2 removed, so that replaying the
+		// step meets two statements already applied and one not.
+		redoLast, countIndex string
+	}{{
+		scheme: func(*testing.T) string { return persist.SchemeSQLite },
+		dsn:    func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "axe.db") },
+		driver: "sqlite", redoLast: `CREATE INDEX idx_task_run_result ON task_run (result, scheduled_at, ticket)`,
+		countIndex: `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = ?`,
+	}, {
+		scheme: func(*testing.T) string { return persist.SchemeMySQL },
+		dsn:    func(t *testing.T) string { return persisttest.MySQLDSN(t) },
+		driver: "mysql", redoLast: `CREATE INDEX idx_task_run_result ON task_run (result, scheduled_at)`,
+		countIndex: `SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics
+			WHERE table_schema = DATABASE() AND table_name = 'task_run' AND index_name = ?`,
+	}} {
+		t.Run(tc.scheme(t), func(t *testing.T) {
+			dsn := tc.dsn(t)
+			s, err := persist.Open(ctx, dsn)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			def := &persist.TaskDef{Name: "m", Group: "default", Trigger: persist.TriggerManual}
+			if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateWaiting, Version: 1}); err != nil {
+				t.Fatalf("CreateTask: %v", err)
+			}
+			run := persist.Run{Ticket: "m-1", TaskID: def.ID, TaskName: "m", Kind: persist.RunManual,
+				Attempt: 1, ScheduledAt: 10, DispatchedAt: 10, Result: persist.ResultRunning}
+			if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{run}}); err != nil {
+				t.Fatalf("ApplyBatch: %v", err)
+			}
+			_ = s.Close()
+
+			db, err := sql.Open(tc.driver, strings.TrimPrefix(strings.TrimPrefix(dsn, "mysql:"), "sqlite:"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			for _, stmt := range []string{`DELETE FROM schema_migrations WHERE version = 2`, tc.redoLast} {
+				if _, err := db.ExecContext(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+
+			s, err = persist.Open(ctx, dsn)
+			if err != nil {
+				t.Fatalf("Open over the interrupted step: %v", err)
+			}
+			defer s.Close()
+			runs, err := s.ListRunningManual(ctx, 0)
+			if err != nil || len(runs) != 1 || runs[0] != run {
+				t.Fatalf("ListRunningManual = %+v, %v; want [%+v]", runs, err, run)
+			}
+			var versions, left int
+			if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = 2`).Scan(&versions); err != nil || versions != 1 {
+				t.Fatalf("schema_migrations rows of step 2 = %d, %v; want 1", versions, err)
+			}
+			if err := db.QueryRowContext(ctx, tc.countIndex, "idx_task_run_result").Scan(&left); err != nil || left != 0 {
+				t.Fatalf("idx_task_run_result indexes left = %d, %v; want 0", left, err)
+			}
+		})
+	}
+}

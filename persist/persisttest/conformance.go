@@ -925,10 +925,23 @@ func testApplyRunUpsert(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "ListRuns", tickets(s.ListRuns(ctx, task.Def.ID, 0)), []string{"r-3", "r-2", "r-1", "r-0"})
 	equal(t, "ListRuns limit", tickets(s.ListRuns(ctx, task.Def.ID, 2)), []string{"r-3", "r-2"})
 	equal(t, "ListRuns other", tickets(s.ListRuns(ctx, other.Def.ID, 0)), []string{"o-1"})
-	// Oldest first.
-	equal(t, "lost runs", tickets(s.ListRunsByResult(ctx, persist.ResultLost, 0)), []string{"o-1", "r-3"})
-	equal(t, "lost runs limit", tickets(s.ListRunsByResult(ctx, persist.ResultLost, 1)), []string{"o-1"})
-	equal(t, "running runs", tickets(s.ListRunsByResult(ctx, persist.ResultRunning, 0)), []string{})
+	// No run-now instance yet: periodic runs, running or not, are never listed.
+	apply(newRun(task, "r-4", 300, persist.ResultRunning))
+	equal(t, "running manual, none", tickets(s.ListRunningManual(ctx, 0)), []string{})
+
+	manual := func(ticket string, at int64, result string) persist.Run {
+		r := newRun(task, ticket, at, result)
+		r.Kind = persist.RunManual
+		return r
+	}
+	apply(manual("m-2", 300, persist.ResultRunning), manual("m-1", 300, persist.ResultRunning),
+		manual("m-0", 100, persist.ResultRunning), manual("m-done", 50, persist.ResultSuccess))
+	// Oldest first, ties by ticket.
+	equal(t, "running manual", tickets(s.ListRunningManual(ctx, 0)), []string{"m-0", "m-1", "m-2"})
+	equal(t, "running manual limit", tickets(s.ListRunningManual(ctx, 1)), []string{"m-0"})
+	// A finished instance leaves the list; one written again as running comes back.
+	apply(manual("m-1", 300, persist.ResultKilled), manual("m-done", 50, persist.ResultRunning))
+	equal(t, "running manual after results", tickets(s.ListRunningManual(ctx, 0)), []string{"m-done", "m-0", "m-2"})
 }
 
 func testApplyNoTransitions(t *testing.T, ctx context.Context, s persist.Store) {
