@@ -41,6 +41,8 @@ const (
 	envExecutors = "AXE_BENCH_E2E_EXECUTORS"
 	// envWriterBatchRows overrides the engine writer's MaxBatchRows, to explore its tuning.
 	envWriterBatchRows = "AXE_BENCH_E2E_WRITER_BATCH_ROWS"
+	// envWriterLanes overrides the engine's WriterLanes, likewise.
+	envWriterLanes = "AXE_BENCH_E2E_WRITER_LANES"
 	// envProfile names a directory for CPU profiles of the scheduler and executors
 	// (Config.ProfileDir).
 	envProfile = "AXE_BENCH_E2E_PROFILE"
@@ -69,6 +71,7 @@ func envConfig(tb testing.TB, dsn string) Config {
 		Executors: envInt(tb, envExecutors),
 	}
 	cfg.Engine.Writer.MaxBatchRows = envInt(tb, envWriterBatchRows)
+	cfg.Engine.WriterLanes = envInt(tb, envWriterLanes)
 	cfg.ProfileDir = os.Getenv(envProfile)
 	if w := os.Getenv(envWindow); w != "" {
 		d, err := time.ParseDuration(w)

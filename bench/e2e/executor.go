@@ -292,6 +292,40 @@ func (t *tailBuffer) String() string {
 }
 
 // startCPUProfile profiles this process's CPU into file until the returned func is called.
+// startProfiles starts the CPU profile <dir>/<name>.pprof and writes the heap's allocation
+// counts to <name>-allocs-start.pprof; the returned func stops the CPU profile and writes
+// <name>-allocs-end.pprof, so that
+//
+//	go tool pprof -sample_index=alloc_space -base <name>-allocs-start.pprof <name>-allocs-end.pprof
+//
+// shows what was allocated in between (the garbage the collector's share of the CPU
+// profile is spent on).
+func startProfiles(dir, name string) (func(), error) {
+	if err := writeAllocs(filepath.Join(dir, name+"-allocs-start.pprof")); err != nil {
+		return nil, err
+	}
+	stop, err := startCPUProfile(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		stop()
+		_ = writeAllocs(filepath.Join(dir, name+"-allocs-end.pprof"))
+	}, nil
+}
+
+func writeAllocs(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("cannot create the allocation profile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("cannot write the allocation profile: %w", err)
+	}
+	return nil
+}
+
 func startCPUProfile(file string) (func(), error) {
 	f, err := os.Create(file)
 	if err != nil {

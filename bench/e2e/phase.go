@@ -149,7 +149,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	commits0, busy0 := promValue("axe_writer_commits_total"), promValue("axe_writer_commit_duration_seconds_sum")
 	stopProfile := func() {}
 	if cfg.ProfileDir != "" {
-		if stopProfile, err = startCPUProfile(filepath.Join(cfg.ProfileDir, "scheduler-"+name+".pprof")); err != nil {
+		if stopProfile, err = startProfiles(cfg.ProfileDir, "scheduler-"+name); err != nil {
 			rss.stop()
 			return nil, err
 		}
