@@ -1,0 +1,250 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/bench/internal/benchkit"
+	"github.com/axe-sched/axe/persist"
+)
+
+// Row costs: MariaDB's CPU per row for the row shapes a dispatch writes, through the store's
+// own batch path (persist ApplyBatch, 2,048 rows per commit as the writer batches them), read
+// from the server's /proc/<pid>/stat. It explains where B3's and B4's database time goes and
+// checks schema decisions: finishing run rows with and without the index on their result
+// that schema step 2 replaced, and a fire's runtime upsert that moves the task's entry in
+// the window index (due → 0) against one that does not.
+//
+//	go test -run '^$' -bench RowCost -benchtime 3x ./bench/ -args -rows.size=2e5
+//
+// Needs the server's pid file readable here (a local server); otherwise it skips.
+
+var flagRowsSize = flag.String("rows.size", "", "row costs: rows per measured shape (env "+envRowsSize+"; default 2e3)")
+
+const envRowsSize = "AXE_BENCH_ROWS_SIZE"
+
+// rowsPerCommit is the writer's default batch bound.
+const rowsPerCommit = 2048
+
+// oldRunResultIndex is the index schema step 2 dropped, put back to compare.
+const oldRunResultIndex = `CREATE INDEX idx_task_run_result ON task_run (result, scheduled_at)`
+
+type rowCostFixture struct {
+	store persist.Store
+	db    *sql.DB
+	pid   int
+	n     int
+	pass  int // distinguishes tickets and versions between iterations
+}
+
+func newRowCostFixture(tb testing.TB, n int) *rowCostFixture {
+	tb.Helper()
+	ctx := context.Background()
+	dsn, _ := scratchDB(tb, serverDSN(tb))
+	store, err := persist.Open(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = store.Close() })
+	db, err := benchkit.OpenSQL(dsn, 2)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	pid := benchkit.ServerPID(ctx, db)
+	if pid == 0 {
+		tb.Skip("skipping: the MySQL server's CPU is not readable from here (no local pid file)")
+	}
+	due := time.Now().Add(time.Hour).UnixMilli()
+	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
+		N: n, Prefix: "r", Due: func(i int) int64 { return due + int64(i) },
+		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &rowCostFixture{store: store, db: db, pid: pid, n: n}
+}
+
+// serverCPU runs fn and returns the server CPU it cost per row, in µs.
+func (f *rowCostFixture) serverCPU(rows int, fn func() error) (float64, error) {
+	c0, err := benchkit.ProcessCPU(f.pid)
+	if err != nil {
+		return 0, err
+	}
+	if err := fn(); err != nil {
+		return 0, err
+	}
+	c1, err := benchkit.ProcessCPU(f.pid)
+	if err != nil {
+		return 0, err
+	}
+	return float64((c1 - c0).Microseconds()) / float64(rows), nil
+}
+
+func (f *rowCostFixture) exec(ctx context.Context, stmt string) error {
+	_, err := f.db.ExecContext(ctx, stmt)
+	return err
+}
+
+// runs writes n run rows with result, rowsPerCommit per batch; the tickets are the pass's, so
+// a second call in the same pass updates the rows of the first.
+func (f *rowCostFixture) runs(ctx context.Context, result string) error {
+	now := time.Now().UnixMilli()
+	for from := 0; from < f.n; from += rowsPerCommit {
+		b := &persist.Batch{}
+		for i := from; i < min(from+rowsPerCommit, f.n); i++ {
+			id := int64(i + 1)
+			r := persist.Run{
+				Ticket: strconv.FormatInt(id, 10) + "-" + strconv.Itoa(f.pass),
+				TaskID: id, TaskName: "r-" + strconv.FormatInt(id, 10), Kind: persist.RunScheduled, Attempt: 1,
+				ScheduledAt: int64(f.pass)*1e6 + id, DispatchedAt: now, Executor: "127.0.0.1:9", Result: result,
+			}
+			if result != persist.ResultRunning {
+				r.EndedAt, r.DurationMS = now+3, 3
+			}
+			b.Runs = append(b.Runs, r)
+		}
+		if err := f.store.ApplyBatch(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// transitions moves every task to state with the given next_trigger_time (next < 0 keeps
+// each task's own), expecting version, rowsPerCommit per batch.
+func (f *rowCostFixture) transitions(ctx context.Context, state persist.State, next, version int64) error {
+	due := time.Now().Add(time.Hour).UnixMilli()
+	for from := 0; from < f.n; from += rowsPerCommit {
+		b := &persist.Batch{}
+		for i := from; i < min(from+rowsPerCommit, f.n); i++ {
+			nt := next
+			if nt < 0 {
+				nt = due + int64(i)
+			}
+			b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version, Runtime: persist.Runtime{
+				TaskID: int64(i + 1), State: state, CurrentTicket: "t-" + strconv.Itoa(i), Attempt: 1,
+				NextTriggerTime: nt, LastTriggerTime: due,
+			}})
+		}
+		if err := f.store.ApplyBatch(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Row-cost figures, in the order the table shows them.
+const (
+	rcRunInsert        = "run rows inserted (running), µs/row"
+	rcRunFinish        = "run rows finished, µs/row"
+	rcRunInsertOld     = "run rows inserted, old result index, µs/row"
+	rcRunFinishOld     = "run rows finished, old result index, µs/row"
+	rcFireMoves        = "fire (CAS read + runtime upsert), due → 0, µs/row"
+	rcFinishStays      = "finish (CAS read + runtime upsert), next unchanged, µs/row"
+	rcRearmMoves       = "re-arm (CAS read + runtime upsert), 0 → due, µs/row"
+	rcFinishIndexRatio = "finishing runs, old index ÷ now"
+)
+
+// measure takes one pass over every shape and adds its figures to s.
+func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error {
+	f.pass++
+	version := int64(1 + 3*(f.pass-1)) // each pass makes three transitions per task
+	step := func(name string, fn func() error) (float64, error) {
+		v, err := f.serverCPU(f.n, fn)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
+		}
+		s.Add(name, v)
+		return v, nil
+	}
+	if err := f.exec(ctx, `TRUNCATE TABLE task_run`); err != nil {
+		return err
+	}
+	if _, err := step(rcRunInsert, func() error { return f.runs(ctx, persist.ResultRunning) }); err != nil {
+		return err
+	}
+	now, err := step(rcRunFinish, func() error { return f.runs(ctx, persist.ResultSuccess) })
+	if err != nil {
+		return err
+	}
+	for _, stmt := range []string{`TRUNCATE TABLE task_run`, oldRunResultIndex} {
+		if err := f.exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	if _, err := step(rcRunInsertOld, func() error { return f.runs(ctx, persist.ResultRunning) }); err != nil {
+		return err
+	}
+	old, err := step(rcRunFinishOld, func() error { return f.runs(ctx, persist.ResultSuccess) })
+	if err != nil {
+		return err
+	}
+	if err := f.exec(ctx, `DROP INDEX idx_task_run_result ON task_run`); err != nil {
+		return err
+	}
+	s.Add(rcFinishIndexRatio, old/now)
+	if _, err := step(rcFireMoves, func() error { return f.transitions(ctx, persist.StateRunning, 0, version) }); err != nil {
+		return err
+	}
+	if _, err := step(rcFinishStays, func() error { return f.transitions(ctx, persist.StateSuccess, 0, version+1) }); err != nil {
+		return err
+	}
+	_, err = step(rcRearmMoves, func() error { return f.transitions(ctx, persist.StateScheduled, -1, version+2) })
+	return err
+}
+
+func BenchmarkRowCost(b *testing.B) {
+	n := sizeParam(b, flagRowsSize, envRowsSize, 2e3)
+	f := newRowCostFixture(b, n)
+	var s benchkit.Series
+	b.Run("rows="+sizeName(n), func(b *testing.B) {
+		ctx := context.Background()
+		for range b.N {
+			if err := f.measure(ctx, &s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(s.Summary(rcRunFinish).Median, "finish-µs/row")
+		b.ReportMetric(s.Summary(rcFinishIndexRatio).Median, "x-old-index")
+	})
+	summarize(b, "Row costs: MariaDB CPU per row through persist ApplyBatch, %d rows per shape, %d rows per commit; load average %s\n%s",
+		n, rowsPerCommit, benchkit.LoadAverage(), s.Table())
+}
+
+// TestRowCostSmoke takes one small pass and checks that every shape wrote what it should:
+// the runs end finished, the old index is gone again, every task took three transitions.
+func TestRowCostSmoke(t *testing.T) {
+	const n = 500
+	f := newRowCostFixture(t, n)
+	ctx := context.Background()
+	var s benchkit.Series
+	if err := f.measure(ctx, &s); err != nil {
+		t.Fatal(err)
+	}
+	var runs, finished, versions, state, oldIndex int
+	if err := f.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM task_run),
+		(SELECT COUNT(*) FROM task_run WHERE result = ? AND ended_at > 0),
+		(SELECT COUNT(*) FROM task_runtime WHERE version = 4),
+		(SELECT COUNT(*) FROM task_runtime WHERE state = ? AND next_trigger_time > 0),
+		(SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE()
+			AND table_name = 'task_run' AND index_name = 'idx_task_run_result')`,
+		persist.ResultSuccess, string(persist.StateScheduled)).Scan(&runs, &finished, &versions, &state, &oldIndex); err != nil {
+		t.Fatal(err)
+	}
+	if runs != n || finished != n || versions != n || state != n || oldIndex != 0 {
+		t.Errorf("runs %d, finished %d, runtimes at version 4 %d, re-armed %d (want %d each); old index entries %d (want 0)",
+			runs, finished, versions, state, n, oldIndex)
+	}
+	for _, name := range []string{rcRunInsert, rcRunFinish, rcRunFinishOld, rcFireMoves} {
+		if v := s.Summary(name); v.N != 1 || v.Median < 0 {
+			t.Errorf("%s: %+v, want one non-negative figure", name, v)
+		}
+	}
+}
