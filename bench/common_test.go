@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
@@ -135,6 +137,27 @@ func scratchDB(tb testing.TB, server string) (dsn string, drop func()) {
 	}
 	tb.Cleanup(drop)
 	return dsn, drop
+}
+
+// scratchStore creates a scratch database (scratchDB) and opens it twice: as an axe store,
+// migrated, and as a plain pool of up to conns connections for fixtures and baselines. Both
+// close when the test ends, before the database is dropped.
+func scratchStore(tb testing.TB, conns int) (persist.Store, *sql.DB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dsn, _ := scratchDB(tb, serverDSN(tb))
+	store, err := persist.Open(ctx, dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = store.Close() })
+	db, err := benchkit.OpenSQL(dsn, conns)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return store, db
 }
 
 // redisAddr returns the Redis server of the asynq peer, skipping the test when nothing

@@ -45,23 +45,13 @@ type rowCostFixture struct {
 func newRowCostFixture(tb testing.TB, n int) *rowCostFixture {
 	tb.Helper()
 	ctx := context.Background()
-	dsn, _ := scratchDB(tb, serverDSN(tb))
-	store, err := persist.Open(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = store.Close() })
-	db, err := benchkit.OpenSQL(dsn, 2)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = db.Close() })
+	store, db := scratchStore(tb, 2)
 	pid := benchkit.ServerPID(ctx, db)
 	if pid == 0 {
 		tb.Skip("skipping: the MySQL server's CPU is not readable from here (no local pid file)")
 	}
 	due := time.Now().Add(time.Hour).UnixMilli()
-	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
+	err := benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N: n, Prefix: "r", Due: func(i int) int64 { return due + int64(i) },
 		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
 	})

@@ -65,22 +65,11 @@ func mix64(i uint64) uint64 {
 func newWindowFixture(tb testing.TB, n int) *windowFixture {
 	tb.Helper()
 	ctx := context.Background()
-	dsn, _ := scratchDB(tb, serverDSN(tb))
-	store, err := persist.Open(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = store.Close() })
-	db, err := benchkit.OpenSQL(dsn, 8)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = db.Close() })
-
+	store, db := scratchStore(tb, 8)
 	f := &windowFixture{n: n, due: (n + 1) / 2, now: time.Now().Truncate(time.Millisecond), store: store, db: db}
 	now, window := f.now.UnixMilli(), engine.WindowDefault.Milliseconds()
 	start := time.Now()
-	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
+	err := benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N: n,
 		Due: func(i int) int64 {
 			h := int64(mix64(uint64(i)) >> 1)

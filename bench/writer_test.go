@@ -96,19 +96,9 @@ type writerFixture struct {
 func newWriterFixture(tb testing.TB) *writerFixture {
 	tb.Helper()
 	ctx := context.Background()
-	dsn, _ := scratchDB(tb, serverDSN(tb))
-	store, err := persist.Open(ctx, dsn)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = store.Close() })
-	db, err := benchkit.OpenSQL(dsn, writerProducers)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = db.Close() })
+	store, db := scratchStore(tb, writerProducers)
 	n := writerProducers * writerTasksPerProducer
-	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
+	err := benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N: n, Prefix: "w", Due: func(int) int64 { return time.Now().Add(time.Hour).UnixMilli() },
 		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
 	})
