@@ -157,10 +157,15 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 	if err := f.exec(ctx, `TRUNCATE TABLE task_run`); err != nil {
 		return err
 	}
-	if _, err := step(rcRunInsert, func() error { return f.runs(ctx, persist.ResultRunning) }); err != nil {
-		return err
+	// insertAndFinish writes the pass's runs as running, then finished, and returns the
+	// cost of finishing them.
+	insertAndFinish := func(insert, finish string) (float64, error) {
+		if _, err := step(insert, func() error { return f.runs(ctx, persist.ResultRunning) }); err != nil {
+			return 0, err
+		}
+		return step(finish, func() error { return f.runs(ctx, persist.ResultSuccess) })
 	}
-	now, err := step(rcRunFinish, func() error { return f.runs(ctx, persist.ResultSuccess) })
+	now, err := insertAndFinish(rcRunInsert, rcRunFinish)
 	if err != nil {
 		return err
 	}
@@ -169,10 +174,7 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 			return err
 		}
 	}
-	if _, err := step(rcRunInsertOld, func() error { return f.runs(ctx, persist.ResultRunning) }); err != nil {
-		return err
-	}
-	old, err := step(rcRunFinishOld, func() error { return f.runs(ctx, persist.ResultSuccess) })
+	old, err := insertAndFinish(rcRunInsertOld, rcRunFinishOld)
 	if err != nil {
 		return err
 	}
