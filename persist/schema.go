@@ -137,13 +137,13 @@ var mysqlMigrations = []migration{{
 	version: 2,
 	name:    "index open manual runs only",
 	// idx_task_run_result moved every run in the index when its result was written: the
-	// dearest row work of a dispatch (a 256-row upsert of finished runs measured 14.6 µs of
-	// MariaDB CPU per row with it, 7.3 µs without). Only the recovery of in-flight run-now
-	// instances read it, and periodic in-flight runs are found through their task's runtime.
-	// The stored column is NULL except for a manual run still running, so finishing a
-	// periodic run leaves its entry alone. Plain DDL, not IF [NOT] EXISTS (which MySQL lacks
-	// for columns and indexes): a re-run after a crash meets "already exists" errors, which
-	// dialect.isAlreadyApplied lets through.
+	// dearest row work of a dispatch (finishing run rows costs MariaDB about twice the CPU
+	// with it: bench/rows_test.go). Only the recovery of in-flight run-now instances read
+	// it, and periodic in-flight runs are found through their task's runtime. The stored
+	// column is NULL except for a manual run still running, so finishing a periodic run
+	// leaves its entry alone. Adding a stored column rebuilds task_run once. Plain DDL, not
+	// IF [NOT] EXISTS (which MySQL lacks for columns and indexes): a re-run after a crash
+	// meets "already exists" errors, which dialect.isAlreadyApplied lets through.
 	stmts: []string{
 		`ALTER TABLE task_run ADD COLUMN open_manual BIGINT AS
 			(IF(result = 'running' AND kind = 'manual', scheduled_at, NULL)) STORED`,
