@@ -810,7 +810,12 @@ func taskView(t *persist.Task) taskJSON {
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}
-	if n := t.Runtime.NextTriggerTime; n > 0 {
+	if v.Runtime.State == persist.StateRunning {
+		// The store keeps the running fire's due there (persist.Runtime); the next fire is
+		// not known until the run ends.
+		v.Runtime.NextTriggerTime = 0
+	}
+	if n := v.Runtime.NextTriggerTime; n > 0 {
 		loc, err := time.LoadLocation(t.Def.Timezone)
 		if err != nil {
 			loc = time.UTC

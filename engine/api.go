@@ -685,6 +685,7 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	nrt := t.rt
 	nrt.LastEndTime = now
 	nrt.CurrentTicket = ""
+	nrt.NextTriggerTime = 0 // the due of the killed run (see fire)
 	nrt.Attempt = 0
 	nrt.State = persist.StateWaiting
 	acts := []persist.Action{

@@ -418,6 +418,67 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 	})
 }
 
+// TestRunningKeepsItsDueTime: while a cron run is in flight the stored runtime keeps the due
+// time of that fire (one window-index move per cycle, not two); the run's end, by result or
+// by kill, replaces it with the next fire, and the kept due is never fired again.
+func TestRunningKeepsItsDueTime(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		cs.hang = make(chan struct{})
+		e := startEngine(t, s)
+		ctx := context.Background()
+		spec := httpSpec("slowcron", cs.URL)
+		spec.Cron = "*/1 * * * * *"
+		spec.TimeoutSec = ptr(30)
+		mustCreate(t, e, spec)
+		waitFor(t, 5*time.Second, "the first fire", func() bool { return len(cs.got("slowcron")) == 1 })
+		first := cs.got("slowcron")[0]
+		var stored *persist.Task
+		waitFor(t, 2*time.Second, "the RUNNING runtime in the store", func() bool {
+			var err error
+			stored, err = s.GetTask(ctx, "slowcron")
+			return err == nil && stored.Runtime.State == persist.StateRunning
+		})
+		if stored.Runtime.NextTriggerTime != first.body.ScheduledAt || stored.Runtime.CurrentTicket != first.ticket {
+			t.Fatalf("running runtime: next %d ticket %q, want the fire's due %d and ticket %q",
+				stored.Runtime.NextTriggerTime, stored.Runtime.CurrentTicket, first.body.ScheduledAt, first.ticket)
+		}
+		// Overrunning its next fires must not fire the kept due (or any other) again.
+		time.Sleep(1500 * time.Millisecond)
+		if n := len(cs.got("slowcron")); n != 1 {
+			t.Fatalf("%d calls while the first run hung, want 1", n)
+		}
+
+		pt, err := e.Kill(ctx, "slowcron", "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.NextTriggerTime <= first.body.ScheduledAt {
+			t.Fatalf("after kill: %s next %d, want SCHEDULED after %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, first.body.ScheduledAt)
+		}
+		cs.mu.Lock()
+		close(cs.hang)
+		cs.hang = nil
+		cs.mu.Unlock()
+		waitFor(t, 5*time.Second, "a fire that ends with a result", func() bool {
+			pt, err := e.GetTask(ctx, "slowcron")
+			return err == nil && pt.Runtime.SuccessCount >= 1
+		})
+		waitFor(t, 3*time.Second, "the stored runtime after the result", func() bool {
+			got, err := s.GetTask(ctx, "slowcron")
+			return err == nil && got.Runtime.State == persist.StateScheduled && got.Runtime.SuccessCount >= 1 &&
+				got.Runtime.NextTriggerTime > got.Runtime.LastTriggerTime-1000
+		})
+		seen := map[int64]bool{}
+		for _, c := range cs.got("slowcron") {
+			if seen[c.body.ScheduledAt] {
+				t.Fatalf("fire %d dispatched twice", c.body.ScheduledAt)
+			}
+			seen[c.body.ScheduledAt] = true
+		}
+	})
+}
+
 func TestRetriesWithBackoffThenFailed(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)

@@ -123,6 +123,9 @@ type TaskDef struct {
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
+// NextTriggerTime is the next fire (Unix ms), 0 for none; while RUNNING it still holds the due
+// time of the fire in flight, so that a cron cycle moves the task in the window index once.
+// Only SCHEDULED and RETRYING tasks are ever armed from it.
 type Runtime struct {
 	TaskID          int64  `json:"-"`
 	State           State  `json:"state"`

@@ -1,0 +1,30 @@
+package admin
+
+import (
+	"testing"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// TestTaskViewHidesTheRunningDue: a RUNNING task's stored next_trigger_time is the due of the
+// fire in flight; the API shows no next fire until the run ends, and the real next fire of
+// any other state.
+func TestTaskViewHidesTheRunningDue(t *testing.T) {
+	const due = 1_800_000_000_000
+	for _, tc := range []struct {
+		state    persist.State
+		wantNext int64
+	}{
+		{persist.StateRunning, 0},
+		{persist.StateScheduled, due},
+		{persist.StatePaused, due},
+	} {
+		v := taskView(&persist.Task{
+			Def:     persist.TaskDef{Name: "x", Timezone: "UTC"},
+			Runtime: persist.Runtime{State: tc.state, NextTriggerTime: due},
+		})
+		if v.Runtime.NextTriggerTime != tc.wantNext || (v.Runtime.NextFireAt != "") != (tc.wantNext > 0) {
+			t.Errorf("%s: next_trigger_time %d, next_fire_at %q; want %d", tc.state, v.Runtime.NextTriggerTime, v.Runtime.NextFireAt, tc.wantNext)
+		}
+	}
+}
