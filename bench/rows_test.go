@@ -17,8 +17,9 @@ import (
 // own batch path (persist ApplyBatch, 2,048 rows per commit as the writer batches them), read
 // from the server's /proc/<pid>/stat. It explains where B3's and B4's database time goes and
 // checks schema decisions: finishing run rows with and without the index on their result
-// that schema step 2 replaced, and a fire's runtime upsert that moves the task's entry in
-// the window index (due → 0) against one that does not.
+// that schema step 2 replaced, and a cron cycle's two runtime writes as the engine made them
+// before (the fire moved the task's entry in the window index, and so did the run's end) and
+// as it makes them now (only the run's end moves it).
 //
 //	go test -run '^$' -bench RowCost -benchtime 3x ./bench/ -args -rows.size=2e5
 //
@@ -107,20 +108,16 @@ func (f *rowCostFixture) runs(ctx context.Context, result string) error {
 	return nil
 }
 
-// transitions moves every task to state with the given next_trigger_time (next < 0 keeps
-// each task's own), expecting version, rowsPerCommit per batch.
-func (f *rowCostFixture) transitions(ctx context.Context, state persist.State, next, version int64) error {
-	due := time.Now().Add(time.Hour).UnixMilli()
+// transitions moves every task i to state with next_trigger_time next(i), expecting
+// version, rowsPerCommit per batch.
+func (f *rowCostFixture) transitions(ctx context.Context, state persist.State, next func(i int) int64, version int64) error {
+	now := time.Now().UnixMilli()
 	for from := 0; from < f.n; from += rowsPerCommit {
 		b := &persist.Batch{}
 		for i := from; i < min(from+rowsPerCommit, f.n); i++ {
-			nt := next
-			if nt < 0 {
-				nt = due + int64(i)
-			}
 			b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version, Runtime: persist.Runtime{
 				TaskID: int64(i + 1), State: state, CurrentTicket: "t-" + strconv.Itoa(i), Attempt: 1,
-				NextTriggerTime: nt, LastTriggerTime: due,
+				NextTriggerTime: next(i), LastTriggerTime: now,
 			}})
 		}
 		if err := f.store.ApplyBatch(ctx, b); err != nil {
@@ -136,16 +133,23 @@ const (
 	rcRunFinish        = "run rows finished, µs/row"
 	rcRunInsertOld     = "run rows inserted, old result index, µs/row"
 	rcRunFinishOld     = "run rows finished, old result index, µs/row"
-	rcFireMoves        = "fire (CAS read + runtime upsert), due → 0, µs/row"
-	rcFinishStays      = "finish (CAS read + runtime upsert), next unchanged, µs/row"
-	rcRearmMoves       = "re-arm (CAS read + runtime upsert), 0 → due, µs/row"
 	rcFinishIndexRatio = "finishing runs, old index ÷ now"
+	// A cron cycle is two runtime transitions (each a CAS read and an upsert): the fire and
+	// the run's end, which re-arms the task. The engine's fire used to set next_trigger_time
+	// to 0 and the end set the next due: two moves in the window index; now the fire keeps it.
+	rcFireZero    = "cron fire, next due → 0 (before), µs/row"
+	rcEndFromZero = "cron end, next 0 → due (before), µs/row"
+	rcFireKeeps   = "cron fire, next unchanged (now), µs/row"
+	rcEndFromDue  = "cron end, next due → due (now), µs/row"
+	rcCycleBefore = "cron cycle before, µs/task"
+	rcCycleNow    = "cron cycle now, µs/task"
+	rcCycleRatio  = "cron cycle, before ÷ now"
 )
 
 // measure takes one pass over every shape and adds its figures to s.
 func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error {
 	f.pass++
-	version := int64(1 + 3*(f.pass-1)) // each pass makes three transitions per task
+	version := int64(1 + 4*(f.pass-1)) // each pass makes four transitions per task
 	step := func(name string, fn func() error) (float64, error) {
 		v, err := f.serverCPU(f.n, fn)
 		if err != nil {
@@ -182,14 +186,32 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 		return err
 	}
 	s.Add(rcFinishIndexRatio, old/now)
-	if _, err := step(rcFireMoves, func() error { return f.transitions(ctx, persist.StateRunning, 0, version) }); err != nil {
-		return err
+
+	// Each cycle's dues are a minute after the previous ones, as a cron task's would be.
+	due := func(cycle int) func(i int) int64 {
+		base := time.Now().Add(time.Hour).UnixMilli() + int64(cycle)*60_000
+		return func(i int) int64 { return base + int64(i) }
 	}
-	if _, err := step(rcFinishStays, func() error { return f.transitions(ctx, persist.StateSuccess, 0, version+1) }); err != nil {
-		return err
+	zero := func(int) int64 { return 0 }
+	var costs [4]float64
+	for k, tr := range []struct {
+		name  string
+		state persist.State
+		next  func(i int) int64
+	}{
+		{rcFireZero, persist.StateRunning, zero},
+		{rcEndFromZero, persist.StateScheduled, due(1)},
+		{rcFireKeeps, persist.StateRunning, due(1)},
+		{rcEndFromDue, persist.StateScheduled, due(2)},
+	} {
+		if costs[k], err = step(tr.name, func() error { return f.transitions(ctx, tr.state, tr.next, version+int64(k)) }); err != nil {
+			return err
+		}
 	}
-	_, err = step(rcRearmMoves, func() error { return f.transitions(ctx, persist.StateScheduled, -1, version+2) })
-	return err
+	s.Add(rcCycleBefore, costs[0]+costs[1])
+	s.Add(rcCycleNow, costs[2]+costs[3])
+	s.Add(rcCycleRatio, (costs[0]+costs[1])/(costs[2]+costs[3]))
+	return nil
 }
 
 func BenchmarkRowCost(b *testing.B) {
@@ -223,7 +245,7 @@ func TestRowCostSmoke(t *testing.T) {
 	var runs, finished, versions, state, oldIndex int
 	if err := f.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM task_run),
 		(SELECT COUNT(*) FROM task_run WHERE result = ? AND ended_at > 0),
-		(SELECT COUNT(*) FROM task_runtime WHERE version = 4),
+		(SELECT COUNT(*) FROM task_runtime WHERE version = 5),
 		(SELECT COUNT(*) FROM task_runtime WHERE state = ? AND next_trigger_time > 0),
 		(SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE()
 			AND table_name = 'task_run' AND index_name = 'idx_task_run_result')`,
@@ -231,10 +253,10 @@ func TestRowCostSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	if runs != n || finished != n || versions != n || state != n || oldIndex != 0 {
-		t.Errorf("runs %d, finished %d, runtimes at version 4 %d, re-armed %d (want %d each); old index entries %d (want 0)",
+		t.Errorf("runs %d, finished %d, runtimes at version 5 %d, re-armed %d (want %d each); old index entries %d (want 0)",
 			runs, finished, versions, state, n, oldIndex)
 	}
-	for _, name := range []string{rcRunInsert, rcRunFinish, rcRunFinishOld, rcFireMoves} {
+	for _, name := range []string{rcRunInsert, rcRunFinish, rcRunFinishOld, rcFireZero, rcEndFromDue, rcCycleNow} {
 		if v := s.Summary(name); v.N != 1 || v.Median < 0 {
 			t.Errorf("%s: %+v, want one non-negative figure", name, v)
 		}
