@@ -68,15 +68,20 @@ func newCallbackServer(t *testing.T) *callbackServer {
 		w.WriteHeader(code)
 	}))
 	t.Cleanup(func() {
-		cs.mu.Lock()
-		if cs.hang != nil {
-			close(cs.hang)
-			cs.hang = nil
-		}
-		cs.mu.Unlock()
+		cs.release()
 		cs.Close()
 	})
 	return cs
+}
+
+// release lets hung requests answer, and later ones answer at once.
+func (cs *callbackServer) release() {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.hang != nil {
+		close(cs.hang)
+		cs.hang = nil
+	}
 }
 
 func (cs *callbackServer) got(task string) []call {
@@ -366,11 +371,18 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.FailureCount != 1 || pt.Runtime.NextTriggerTime <= now {
 			t.Errorf("runtime = %+v, want SCHEDULED for the next hour with one failure", pt.Runtime)
 		}
-		time.Sleep(200 * time.Millisecond)
-		if n := len(cs.got("")); n != 0 {
-			t.Errorf("a lost run was re-sent %d times", n)
-		}
+		wantNotResent(t, cs)
 	})
+}
+
+// wantNotResent fails the test if cs receives any call within 200 ms: a run recovered as lost
+// must never be sent again.
+func wantNotResent(t *testing.T, cs *callbackServer) {
+	t.Helper()
+	time.Sleep(200 * time.Millisecond)
+	if n := len(cs.got("")); n != 0 {
+		t.Errorf("a lost run was re-sent %d times", n)
+	}
 }
 
 // TestManualRunLeftInFlightIsResolvedLost: run-now instances a previous process left running
@@ -411,10 +423,7 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 		if runs, err := s.ListRunningManual(ctx, 0); err != nil || len(runs) != 0 {
 			t.Errorf("runs still running = %+v, %v", runs, err)
 		}
-		time.Sleep(200 * time.Millisecond)
-		if n := len(cs.got("")); n != 0 {
-			t.Errorf("a lost run was re-sent %d times", n)
-		}
+		wantNotResent(t, cs)
 	})
 }
 
@@ -456,10 +465,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.NextTriggerTime <= first.body.ScheduledAt {
 			t.Fatalf("after kill: %s next %d, want SCHEDULED after %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, first.body.ScheduledAt)
 		}
-		cs.mu.Lock()
-		close(cs.hang)
-		cs.hang = nil
-		cs.mu.Unlock()
+		cs.release()
 		waitFor(t, 5*time.Second, "a fire that ends with a result", func() bool {
 			pt, err := e.GetTask(ctx, "slowcron")
 			return err == nil && pt.Runtime.SuccessCount >= 1
@@ -656,10 +662,7 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 		}
 		// Let the downstream answer: the killed run's late success changes nothing, the
 		// run-now instance records its own result.
-		cs.mu.Lock()
-		close(cs.hang)
-		cs.hang = nil
-		cs.mu.Unlock()
+		cs.release()
 		waitFor(t, 3*time.Second, "the run-now result", func() bool {
 			r, err := s.GetRun(ctx, run.Ticket)
 			return err == nil && r.Result == persist.ResultSuccess
@@ -975,10 +978,7 @@ func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
 		if err := e.DeleteTask(ctx, "doomed", "test"); err != nil {
 			t.Fatal(err)
 		}
-		cs.mu.Lock()
-		close(cs.hang)
-		cs.hang = nil
-		cs.mu.Unlock()
+		cs.release()
 		waitFor(t, 3*time.Second, "the run of the deleted task recorded", func() bool {
 			r, err := s.GetRun(ctx, ticket)
 			return err == nil && r.Result == persist.ResultSuccess
