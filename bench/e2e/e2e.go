@@ -88,8 +88,9 @@ type Config struct {
 	Timeout time.Duration
 	// ProfileDir, when set, receives CPU profiles: scheduler-<phase>.pprof of this process
 	// while each phase drains, and executor-<phase>-<i>.pprof of each executor process over
-	// its whole life (in the burst phase, the raw-rate measurement included). Defaults to
-	// none.
+	// its whole life (in the burst phase, the raw-rate measurement included); and this
+	// process's allocation counts before and after each drain,
+	// scheduler-<phase>-allocs-{start,end}.pprof. Defaults to none.
 	ProfileDir string
 	// Logger receives progress and the engine's warnings. Defaults to slog.Default().
 	Logger *slog.Logger

@@ -23,7 +23,7 @@ func benchCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Window, "window", e2e.WindowDefault, "the span the steady phase's tasks fall due over")
 	fs.IntVar(&cfg.Burst, "burst", e2e.BurstDefault, "tasks due at one instant; -1 skips the phase")
 	fs.IntVar(&cfg.Executors, "executors", e2e.ExecutorsDefault, "executor processes")
-	fs.StringVar(&cfg.ProfileDir, "profile", "", "write CPU profiles of the scheduler and the executors into this directory")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write CPU profiles of the scheduler and the executors, and the scheduler's allocations, into this directory")
 	small := fs.Bool("small", false, "a smoke run: 2,000 tasks over 5 s and a 2,000 burst")
 	return &ffcli.Command{
 		Name:       "bench",
