@@ -19,7 +19,9 @@ import (
 // checks schema decisions: finishing run rows with and without the index on their result
 // that schema step 2 replaced, and a cron cycle's two runtime writes as the engine made them
 // before (the fire moved the task's entry in the window index, and so did the run's end) and
-// as it makes them now (only the run's end moves it).
+// as it makes them now (only the run's end moves it); and the whole of what a one-shot task's
+// dispatch commits, as a B4 burst writes it: the fire and the end, each a runtime, a run row
+// and an action record, in batches of mixed rows.
 //
 //	go test -run '^$' -bench RowCost -benchtime 3x ./bench/ -args -rows.size=2e5
 //
@@ -144,12 +146,56 @@ const (
 	rcCycleBefore = "cron cycle before, µs/task"
 	rcCycleNow    = "cron cycle now, µs/task"
 	rcCycleRatio  = "cron cycle, before ÷ now"
+	// A one-shot task's dispatch as a burst commits it: the fire (runtime to RUNNING keeping
+	// its due time, run row inserted, action) and the end (runtime to SUCCESS with
+	// next_trigger_time 0, run row finished, action), three rows per task each.
+	rcOneShotFire = "one-shot fire, 3 rows, µs/task"
+	rcOneShotEnd  = "one-shot end, 3 rows, µs/task"
+	rcOneShotTask = "one-shot task's writes, µs/task"
 )
+
+// transitionsPerPass is how many transitions measure makes per task and pass.
+const transitionsPerPass = 7
+
+// dispatches writes, for every task, what the engine commits for a one-shot task's fire (end
+// false) or its end: the runtime transition expecting version, the run row and the action
+// record, rowsPerCommit rows per batch as a burst's commits carry them. due(i) is the task's
+// stored due time, which the fire keeps and the end clears.
+func (f *rowCostFixture) dispatches(ctx context.Context, end bool, version int64, due func(i int) int64) error {
+	now := time.Now().UnixMilli()
+	per := rowsPerCommit / 3
+	for from := 0; from < f.n; from += per {
+		b := &persist.Batch{}
+		for i := from; i < min(from+per, f.n); i++ {
+			id := int64(i + 1)
+			name := "r-" + strconv.FormatInt(id, 10)
+			ticket := "d-" + strconv.FormatInt(id, 10) + "-" + strconv.Itoa(f.pass)
+			rt := persist.Runtime{TaskID: id, State: persist.StateRunning, CurrentTicket: ticket, Attempt: 1,
+				NextTriggerTime: due(i), LastTriggerTime: now}
+			run := persist.Run{Ticket: ticket, TaskID: id, TaskName: name, Kind: persist.RunScheduled, Attempt: 1,
+				ScheduledAt: due(i), DispatchedAt: now, Executor: "127.0.0.1:9", Result: persist.ResultRunning}
+			act := persist.Action{TaskID: id, TaskName: name, Ticket: ticket, Action: "dispatch",
+				From: persist.StateScheduled, To: persist.StateRunning, Actor: "scheduler", At: now}
+			if end {
+				rt.State, rt.NextTriggerTime, rt.LastEndTime, rt.SuccessCount = persist.StateSuccess, 0, now+3, 1
+				run.EndedAt, run.DurationMS, run.Result = now+3, 3, persist.ResultSuccess
+				act.Action, act.From, act.To, act.At = "success", persist.StateRunning, persist.StateSuccess, now+3
+			}
+			b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version, Runtime: rt})
+			b.Runs = append(b.Runs, run)
+			b.Actions = append(b.Actions, act)
+		}
+		if err := f.store.ApplyBatch(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // measure takes one pass over every shape and adds its figures to s.
 func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error {
 	f.pass++
-	version := int64(1 + 4*(f.pass-1)) // each pass makes four transitions per task
+	version := int64(1 + transitionsPerPass*(f.pass-1))
 	step := func(name string, fn func() error) (float64, error) {
 		v, err := f.serverCPU(f.n, fn)
 		if err != nil {
@@ -211,7 +257,19 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 	s.Add(rcCycleBefore, costs[0]+costs[1])
 	s.Add(rcCycleNow, costs[2]+costs[3])
 	s.Add(rcCycleRatio, (costs[0]+costs[1])/(costs[2]+costs[3]))
-	return nil
+
+	// The tasks now rest at their cycle-2 dues: fire and end them as one-shot tasks, then
+	// re-arm them (not measured) so the next pass starts from a due time again.
+	fire, err := step(rcOneShotFire, func() error { return f.dispatches(ctx, false, version+4, due(2)) })
+	if err != nil {
+		return err
+	}
+	end, err := step(rcOneShotEnd, func() error { return f.dispatches(ctx, true, version+5, due(2)) })
+	if err != nil {
+		return err
+	}
+	s.Add(rcOneShotTask, fire+end)
+	return f.transitions(ctx, persist.StateScheduled, due(3), version+6)
 }
 
 func BenchmarkRowCost(b *testing.B) {
@@ -227,13 +285,16 @@ func BenchmarkRowCost(b *testing.B) {
 		}
 		b.ReportMetric(s.Summary(rcRunFinish).Median, "finish-µs/row")
 		b.ReportMetric(s.Summary(rcFinishIndexRatio).Median, "x-old-index")
+		b.ReportMetric(s.Summary(rcOneShotTask).Median, "one-shot-µs/task")
 	})
 	summarize(b, "Row costs: MariaDB CPU per row through persist ApplyBatch, %d rows per shape, %d rows per commit; load average %s\n%s",
 		n, rowsPerCommit, benchkit.LoadAverage(), s.Table())
 }
 
 // TestRowCostSmoke takes one small pass and checks that every shape wrote what it should:
-// the runs end finished, the old index is gone again, every task took three transitions.
+// the runs end finished (those of the run shapes and the one-shot dispatches), the old index
+// is gone again, every task took every transition and was re-armed, every dispatch left two
+// action records.
 func TestRowCostSmoke(t *testing.T) {
 	const n = 500
 	f := newRowCostFixture(t, n)
@@ -242,21 +303,24 @@ func TestRowCostSmoke(t *testing.T) {
 	if err := f.measure(ctx, &s); err != nil {
 		t.Fatal(err)
 	}
-	var runs, finished, versions, state, oldIndex int
+	var runs, finished, versions, state, actions, oldIndex int
 	if err := f.db.QueryRowContext(ctx, `SELECT (SELECT COUNT(*) FROM task_run),
 		(SELECT COUNT(*) FROM task_run WHERE result = ? AND ended_at > 0),
-		(SELECT COUNT(*) FROM task_runtime WHERE version = 5),
+		(SELECT COUNT(*) FROM task_runtime WHERE version = ?),
 		(SELECT COUNT(*) FROM task_runtime WHERE state = ? AND next_trigger_time > 0),
+		(SELECT COUNT(*) FROM task_action WHERE action IN ('dispatch', 'success')),
 		(SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE()
 			AND table_name = 'task_run' AND index_name = 'idx_task_run_result')`,
-		persist.ResultSuccess, string(persist.StateScheduled)).Scan(&runs, &finished, &versions, &state, &oldIndex); err != nil {
+		persist.ResultSuccess, 1+transitionsPerPass, string(persist.StateScheduled)).Scan(
+		&runs, &finished, &versions, &state, &actions, &oldIndex); err != nil {
 		t.Fatal(err)
 	}
-	if runs != n || finished != n || versions != n || state != n || oldIndex != 0 {
-		t.Errorf("runs %d, finished %d, runtimes at version 5 %d, re-armed %d (want %d each); old index entries %d (want 0)",
-			runs, finished, versions, state, n, oldIndex)
+	if runs != 2*n || finished != 2*n || versions != n || state != n || actions != 2*n || oldIndex != 0 {
+		t.Errorf("runs %d, finished %d (want %d each); runtimes at version %d %d, re-armed %d (want %d each); "+
+			"dispatch actions %d (want %d); old index entries %d (want 0)",
+			runs, finished, 2*n, 1+transitionsPerPass, versions, state, n, actions, 2*n, oldIndex)
 	}
-	for _, name := range []string{rcRunInsert, rcRunFinish, rcRunFinishOld, rcFireZero, rcEndFromDue, rcCycleNow} {
+	for _, name := range []string{rcRunInsert, rcRunFinish, rcRunFinishOld, rcFireZero, rcEndFromDue, rcCycleNow, rcOneShotTask} {
 		if v := s.Summary(name); v.N != 1 || v.Median < 0 {
 			t.Errorf("%s: %+v, want one non-negative figure", name, v)
 		}
