@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,6 +84,7 @@ func mysqlDialect() *dialect {
 			}
 			return b.String()
 		},
+		casUpsert:         mysqlCASUpsert,
 		isUniqueViolation: func(err error) bool { return mysqlErrIs(err, mysqlErrDupEntry) },
 		isRetryable:       func(err error) bool { return mysqlErrIs(err, mysqlErrDeadlock) },
 		ensureLease: `INSERT INTO lease (name, holder, epoch, expires_at) VALUES (?, '', 0, 0)
@@ -103,6 +105,28 @@ func mysqlDialect() *dialect {
 		openManualRuns: ` WHERE open_manual IS NOT NULL ORDER BY open_manual, ticket`,
 		lockSchema:     mysqlLockSchema,
 	}
+}
+
+// mysqlCASUpsert guards every assignment of an upsert with the CAS: a row applies only where
+// the stored version is steps below the inserted one (the row is the last of a chain of steps
+// transitions). update must end with version, so that the guards before it still read the
+// stored version (MySQL and MariaDB assign left to right). The affected-row count is 2 for an
+// updated row, 0 for one the guard kept and 1 for an inserted one (a row that did not exist),
+// so n rows all applied exactly when it is 2n.
+func mysqlCASUpsert(update []string, steps int64) string {
+	if update[len(update)-1] != "version" {
+		panic("persist: a guarded upsert must assign version last")
+	}
+	guard := "IF(version = VALUES(version) - " + strconv.FormatInt(steps, 10)
+	var b strings.Builder
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for i, c := range update {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(c + " = " + guard + ", VALUES(" + c + "), " + c + ")")
+	}
+	return b.String()
 }
 
 // mysqlLockSchema takes a server-wide named lock for this database, so two axe nodes

@@ -35,7 +35,12 @@ type dialect struct {
 	prepareBatches bool
 	// upsert returns the clause that turns a multi-row INSERT into an upsert on key that
 	// replaces the update columns with the inserted values.
-	upsert            func(key, update []string) string
+	upsert func(key, update []string) string
+	// casUpsert, when set, returns the clause that turns a multi-row INSERT of runtime rows
+	// into an upsert applying each row only where the stored version is steps below the
+	// row's, and whose affected-row count tells whether every row applied (ApplyBatch's
+	// guarded path, sqlbatch.go). Nil: every batch reads the versions first.
+	casUpsert         func(update []string, steps int64) string
 	isUniqueViolation func(error) bool
 	// isRetryable reports errors after which AcquireLease runs its transaction again.
 	isRetryable func(error) bool
@@ -101,10 +106,13 @@ type sqlStore struct {
 	db *sql.DB
 	d  *dialect
 
-	insertDef      string
-	updateDef      string
-	insertRuntime  string // head of a multi-row insert
-	upsertRuntime  string // tail turning it into an upsert on task_id
+	insertDef     string
+	updateDef     string
+	insertRuntime string // head of a multi-row insert
+	upsertRuntime string // tail turning it into an upsert on task_id
+	// casRuntime[k] is the tail turning it into an upsert guarded for chains of k+1 steps
+	// (k < len); nil if the dialect has no guarded upsert.
+	casRuntime     []string
 	insertRun      string
 	upsertRun      string
 	insertAction   string
@@ -129,6 +137,7 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 		updateDef:     "UPDATE task_def SET " + strings.Join(setList, ", ") + " WHERE id = ?",
 		insertRuntime: "INSERT INTO task_runtime (" + strings.Join(runtimeCols, ", ") + ") VALUES ",
 		upsertRuntime: d.upsert(runtimeCols[:1], runtimeCols[1:]),
+		casRuntime:    casRuntime(d),
 		insertRun:     "INSERT INTO task_run (" + strings.Join(runCols, ", ") + ") VALUES ",
 		upsertRun:     d.upsert(runCols[:1], runCols[1:]),
 		insertAction:  "INSERT INTO task_action (" + strings.Join(actionCols, ", ") + ") VALUES ",
@@ -138,6 +147,31 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 			d.upsert(executorCols[:2], []string{"protocol", "handlers", "last_heartbeat", "status"}),
 		runSelect: "SELECT " + strings.Join(runCols, ", ") + " FROM task_run",
 	}
+}
+
+// casRuntime builds the dialect's guarded upsert tails for runtime rows, for chains of 1 to
+// casCachedSteps transitions; longer chains build theirs when they occur.
+func casRuntime(d *dialect) []string {
+	if d.casUpsert == nil {
+		return nil
+	}
+	tails := make([]string, casCachedSteps)
+	for k := range tails {
+		tails[k] = d.casUpsert(runtimeCols[1:], int64(k+1))
+	}
+	return tails
+}
+
+// casCachedSteps is how many chain lengths have a ready guarded upsert tail.
+const casCachedSteps = 8
+
+// casTail returns the guarded upsert tail for a chain of steps transitions, and whether it is
+// one of the ready ones (which alone may be prepared and cached).
+func (s *sqlStore) casTail(steps int64) (string, bool) {
+	if steps <= int64(len(s.casRuntime)) {
+		return s.casRuntime[steps-1], true
+	}
+	return s.d.casUpsert(runtimeCols[1:], steps), false
 }
 
 // Kind is "mysql" or "sqlite".

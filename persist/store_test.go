@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -254,6 +257,66 @@ func TestMigrateResumesInterruptedStep(t *testing.T) {
 			}
 			if err := db.QueryRowContext(ctx, tc.countIndex, "idx_task_run_result").Scan(&left); err != nil || left != 0 {
 				t.Fatalf("idx_task_run_result indexes left = %d, %v; want 0", left, err)
+			}
+		})
+	}
+}
+
+// TestBatchGuardMisses checks which way ApplyBatch writes runtimes: on MySQL a batch whose
+// transitions all hold goes through the version-guarded upsert alone (no miss), a stale one
+// misses once and is run again the reading way, which names it; SQLite always reads.
+func TestBatchGuardMisses(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		scheme   string
+		open     func(t *testing.T) persist.Store
+		onStaleN uint64
+	}{
+		{persist.SchemeSQLite, func(t *testing.T) persist.Store { return persisttest.SQLite(t) }, 0},
+		{persist.SchemeMySQL, func(t *testing.T) persist.Store { return persisttest.MySQL(t) }, 1},
+	} {
+		t.Run(tc.scheme, func(t *testing.T) {
+			s := tc.open(t)
+			var ids []int64
+			for i := range 3 {
+				def := &persist.TaskDef{Name: fmt.Sprintf("g-%d", i), Group: "default", Trigger: persist.TriggerDelay,
+					DelayMS: 1000, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/x"}}
+				if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateScheduled, NextTriggerTime: 100, Version: 1}); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, def.ID)
+			}
+			batch := func(expect ...int64) *persist.Batch {
+				b := &persist.Batch{}
+				for i, id := range ids {
+					b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: expect[i],
+						Runtime: persist.Runtime{TaskID: id, State: persist.StateRunning, Version: expect[i]}})
+				}
+				return b
+			}
+			misses := func() uint64 { return metrics.GetOrCreateCounter("axe_store_batch_guard_misses_total").Get() }
+
+			before := misses()
+			if err := s.ApplyBatch(ctx, batch(1, 1, 1)); err != nil {
+				t.Fatalf("ApplyBatch: %v", err)
+			}
+			if got := misses() - before; got != 0 {
+				t.Fatalf("a batch whose transitions all hold missed %d times, want 0", got)
+			}
+			before = misses()
+			err := s.ApplyBatch(ctx, batch(2, 1, 2))
+			var ce *persist.ConflictError
+			if !errors.As(err, &ce) || len(ce.Indexes) != 1 || ce.Indexes[0] != 1 {
+				t.Fatalf("ApplyBatch(one stale) = %v, want a conflict at index 1", err)
+			}
+			if got := misses() - before; got != tc.onStaleN {
+				t.Fatalf("the stale batch missed %d times, want %d", got, tc.onStaleN)
+			}
+			for i, id := range ids {
+				got, err := s.GetTaskByID(ctx, id)
+				if err != nil || got.Runtime.Version != 2 {
+					t.Fatalf("task %d after the rejected batch: %+v, %v; want version 2", i, got, err)
+				}
 			}
 		})
 	}

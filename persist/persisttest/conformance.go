@@ -54,6 +54,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"ApplyBatch/RunUpsert", testApplyRunUpsert},
 		{"ApplyBatch/NoTransitions", testApplyNoTransitions},
 		{"ApplyBatch/Large", testApplyLarge},
+		{"ApplyBatch/LargeConflict", testApplyLargeConflict},
 		{"ApplyBatch/OversizedText", testApplyOversizedText},
 		{"ApplyBatch/ConcurrentCAS", testApplyConcurrentCAS},
 		{"ApplyBatch/EpochFencing", testApplyEpoch},
@@ -834,9 +835,39 @@ func testApplyChained(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "versions set", []int64{batch.Transitions[0].Runtime.Version,
 		batch.Transitions[1].Runtime.Version, batch.Transitions[2].Runtime.Version}, []int64{2, 3, 4})
 
+	// Chains of different lengths in one batch, one of them starting from a stale version:
+	// the batch is rejected, naming the stale transition. The chain's second transition
+	// expects what is stored, so on its own it would have applied; the whole batch does not.
+	cur := getByID(t, ctx, s, task.Def.ID)
+	other := create(t, ctx, s, newDef("chain-other"), newRuntime(persist.StateScheduled, 100))
+	staleStart := transition(cur, persist.StateRunning, 0)
+	staleStart.ExpectVersion = cur.Runtime.Version - 1
+	thenRight := transition(cur, persist.StateSuccess, 0)
+	mixed := &persist.Batch{Transitions: []persist.Transition{
+		transition(other, persist.StateRunning, 0), staleStart, thenRight}}
+	wantConflict(t, s.ApplyBatch(ctx, mixed), 1)
+	equal(t, "chain after the rejected mix", getByID(t, ctx, s, task.Def.ID), cur)
+	equal(t, "other after the rejected mix", getByID(t, ctx, s, other.Def.ID), other)
+	// The same lengths, every chain right: both apply.
+	o1 := transition(other, persist.StateRunning, 0)
+	o2 := o1
+	o2.ExpectVersion++
+	o2.Runtime.State = persist.StateSuccess
+	c1 := transition(cur, persist.StateRunning, 0)
+	mixed = &persist.Batch{Transitions: []persist.Transition{o1, c1, o2}}
+	if err := s.ApplyBatch(ctx, mixed); err != nil {
+		t.Fatalf("ApplyBatch(chains of 2 and 1): %v", err)
+	}
+	if got := getByID(t, ctx, s, other.Def.ID).Runtime; got.State != persist.StateSuccess || got.Version != other.Runtime.Version+2 {
+		t.Fatalf("other after its chain of 2: %+v", got)
+	}
+	if got := getByID(t, ctx, s, task.Def.ID).Runtime; got.State != persist.StateRunning || got.Version != cur.Runtime.Version+1 {
+		t.Fatalf("chain task after one more: %+v", got)
+	}
+
 	// Two transitions expecting the same version: the second one lost the race inside the
 	// batch, and the whole batch is rejected.
-	cur := getByID(t, ctx, s, task.Def.ID)
+	cur = getByID(t, ctx, s, task.Def.ID)
 	twice := &persist.Batch{Transitions: []persist.Transition{
 		transition(cur, persist.StateRunning, 0), transition(cur, persist.StateFailed, 0)}}
 	wantConflict(t, s.ApplyBatch(ctx, twice), 1)
@@ -996,6 +1027,56 @@ func testApplyLarge(t *testing.T, ctx context.Context, s persist.Store) {
 		if !(acts[0].ID > acts[1].ID && acts[1].ID > acts[2].ID) || acts[0].At != perTask-1 {
 			t.Fatalf("actions of %s out of order: %+v", task.Def.Name, acts)
 		}
+	}
+}
+
+// testApplyLargeConflict spreads one task per transition over more rows than one statement
+// takes, with a stale version in the first statement and a deleted task in the last, so a
+// store that writes the runtimes in several statements (and checks the versions within them)
+// must still catch both, roll back the statements that applied and recreate nothing.
+func testApplyLargeConflict(t *testing.T, ctx context.Context, s persist.Store) {
+	const n, stale, gone = 300, 10, 290
+	tasks := createMany(t, ctx, s, "lc", n, func(i int) int64 { return int64(i) + 1 })
+	if err := s.DeleteTask(ctx, tasks[gone].Def.ID); err != nil {
+		t.Fatalf("DeleteTask: %v", err)
+	}
+	batch := &persist.Batch{}
+	for i, task := range tasks {
+		tr := transition(task, persist.StateRunning, 0)
+		if i == stale {
+			tr.ExpectVersion = 0 // the task is at version 1
+		}
+		batch.Transitions = append(batch.Transitions, tr)
+		batch.Runs = append(batch.Runs, newRun(task, fmt.Sprintf("lc-%d", i), 100, persist.ResultRunning))
+	}
+	wantConflict(t, s.ApplyBatch(ctx, batch), stale, gone)
+	for _, i := range []int{0, stale, 255, 256, n - 1} {
+		equal(t, fmt.Sprintf("task %d after the rejected batch", i), getByID(t, ctx, s, tasks[i].Def.ID), tasks[i])
+		wantNoRun(t, ctx, s, fmt.Sprintf("lc-%d", i))
+	}
+	if _, err := s.GetTaskByID(ctx, tasks[gone].Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+		t.Fatalf("deleted task after the rejected batch: %v, want ErrTaskNotFound", err)
+	}
+	// Without the two the rest applies, every task once.
+	batch.Transitions = slices.Delete(batch.Transitions, gone, gone+1)
+	batch.Transitions = slices.Delete(batch.Transitions, stale, stale+1)
+	batch.Runs = nil
+	if err := s.ApplyBatch(ctx, batch); err != nil {
+		t.Fatalf("ApplyBatch(without the conflicts): %v", err)
+	}
+	running := collect(t, func(fn func(*persist.Task) error) error {
+		return s.LoadByState(ctx, []persist.State{persist.StateRunning}, fn)
+	})
+	if len(running) != n-2 {
+		t.Fatalf("%d tasks RUNNING, want %d", len(running), n-2)
+	}
+	for i, tr := range batch.Transitions {
+		if tr.Runtime.Version != 2 {
+			t.Fatalf("transition %d: version %d after apply, want 2", i, tr.Runtime.Version)
+		}
+	}
+	if got := getByID(t, ctx, s, tasks[stale].Def.ID); got.Runtime.State != persist.StateScheduled || got.Runtime.Version != 1 {
+		t.Fatalf("the stale task changed: %+v", got.Runtime)
 	}
 }
 
