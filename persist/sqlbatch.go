@@ -363,11 +363,7 @@ func (s *sqlStore) execRows(ctx context.Context, tx *sql.Tx, head, tail string, 
 				if err != nil {
 					return 0, err
 				}
-				res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args[:chunk]...)
-				if err != nil {
-					return 0, err
-				}
-				n, err := res.RowsAffected()
+				n, err := rowsAffected(tx.StmtContext(ctx, stmt).ExecContext(ctx, args[:chunk]...))
 				if err != nil {
 					return 0, err
 				}
@@ -413,11 +409,7 @@ func execRowsText(ctx context.Context, tx *sql.Tx, head, tail string, ncols, per
 			}
 			n++
 		}
-		res, err := tx.ExecContext(ctx, head+valuesList(ncols, n)+tail, args[:n*ncols]...)
-		if err != nil {
-			return 0, err
-		}
-		k, err := res.RowsAffected()
+		k, err := rowsAffected(tx.ExecContext(ctx, head+valuesList(ncols, n)+tail, args[:n*ncols]...))
 		if err != nil {
 			return 0, err
 		}
@@ -425,6 +417,14 @@ func execRowsText(ctx context.Context, tx *sql.Tx, head, tail string, ncols, per
 		args = args[n*ncols:]
 	}
 	return affected, nil
+}
+
+// rowsAffected is the affected-row count of a statement's result, or its error.
+func rowsAffected(res sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // rowBytes estimates the size of the values in row (one row or several) once sent.
