@@ -16,10 +16,11 @@ import (
 // Invariants the batched writer relies on:
 //   - All or nothing: a stale epoch, any failed CAS or any SQL error rolls back the whole
 //     batch, runs and actions included.
-//   - The CAS is decided in Go on versions read under lock (FOR UPDATE on MySQL, the
-//     database write lock on SQLite), in batch order: a task may appear several times and
-//     each transition expects the version its predecessor in the batch produced. A failed
-//     transition does not advance the version.
+//   - The CAS is decided on versions under lock, in batch order: a task may appear several
+//     times and each transition expects the version its predecessor in the batch produced.
+//     A failed transition does not advance the version. The conflicts reported are those
+//     of versions read under lock (FOR UPDATE on MySQL, the database write lock on SQLite)
+//     and checked in Go.
 //   - A transition to a task without a runtime row (deleted) is a conflict; rows are never
 //     recreated.
 //   - Only the last runtime of each task is written; for a ticket repeated in Runs the last
@@ -30,8 +31,8 @@ import (
 // by an upsert that applies each row only over the version its chain starts from, and the
 // affected-row count proves that all of them applied. If one did not (a stale version, a
 // deleted task), that transaction is rolled back and the batch runs again the reading way,
-// which names the failing transitions. The read was a tenth to a fifth of the server's CPU
-// for a runtime row.
+// which names the failing transitions. That saves the server a locked read per runtime row
+// in the common case (BENCHMARKS.md, Profiles, fourth machine).
 //
 // On success each b.Transitions[i].Runtime.Version is set to ExpectVersion+1.
 func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
