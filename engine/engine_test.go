@@ -305,10 +305,15 @@ func TestMisfirePolicies(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
-		past := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
+		// Every minute, at the second half a minute away from now: the next regular fire is
+		// ~30 s off, outside the few seconds the test watches (at second 0 a test started just
+		// before a minute's turn saw that fire too).
+		now := time.Now()
+		sec := (now.Second() + 30) % 60
+		past := now.Add(-time.Hour).Truncate(time.Minute).Add(time.Duration(sec) * time.Second).UnixMilli()
 		for _, policy := range []string{persist.MisfireFireOnce, persist.MisfireSkip} {
 			def := persist.TaskDef{
-				Name: "mf-" + policy, Group: "default", Trigger: persist.TriggerCron, Cron: "0 * * * * *",
+				Name: "mf-" + policy, Group: "default", Trigger: persist.TriggerCron, Cron: strconv.Itoa(sec) + " * * * * *",
 				Timezone: "UTC", TimeoutSec: 10, RetryIntervalSec: 1, Priority: 2,
 				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: policy,
 			}
