@@ -259,18 +259,27 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 	s.Add(rcCycleNow, costs[2]+costs[3])
 	s.Add(rcCycleRatio, (costs[0]+costs[1])/(costs[2]+costs[3]))
 
-	// The tasks now rest at their cycle-2 dues: fire and end them as one-shot tasks, then
-	// re-arm them (not measured) so the next pass starts from a due time again.
-	fire, err := step(rcOneShotFire, func() error { return f.dispatches(ctx, false, version+4, due(2)) })
+	// The tasks now rest at their cycle-2 dues.
+	return f.oneShot(ctx, s, version+4, due(2), due(3))
+}
+
+// oneShot fires and ends every task as a one-shot task (the fire expecting version, the end
+// version+1; due is the stored due time), adds the two costs and their sum to s, then re-arms
+// the tasks at rearm (not measured, expecting version+2) so the next cycle starts from a due
+// time again.
+func (f *rowCostFixture) oneShot(ctx context.Context, s *benchkit.Series, version int64, due, rearm func(i int) int64) error {
+	fire, err := f.serverCPU(f.n, func() error { return f.dispatches(ctx, false, version, due) })
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", rcOneShotFire, err)
 	}
-	end, err := step(rcOneShotEnd, func() error { return f.dispatches(ctx, true, version+5, due(2)) })
+	end, err := f.serverCPU(f.n, func() error { return f.dispatches(ctx, true, version+1, due) })
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", rcOneShotEnd, err)
 	}
+	s.Add(rcOneShotFire, fire)
+	s.Add(rcOneShotEnd, end)
 	s.Add(rcOneShotTask, fire+end)
-	return f.transitions(ctx, persist.StateScheduled, due(3), version+6)
+	return f.transitions(ctx, persist.StateScheduled, rearm, version+2)
 }
 
 func BenchmarkRowCost(b *testing.B) {
@@ -313,21 +322,10 @@ func BenchmarkDispatchRows(b *testing.B) {
 		ctx := context.Background()
 		for range b.N {
 			f.pass++
-			fire, err := f.serverCPU(n, func() error { return f.dispatches(ctx, false, version, due) })
-			if err != nil {
-				b.Fatal(err)
-			}
-			end, err := f.serverCPU(n, func() error { return f.dispatches(ctx, true, version+1, due) })
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := f.transitions(ctx, persist.StateScheduled, due, version+2); err != nil {
+			if err := f.oneShot(ctx, &s, version, due, due); err != nil {
 				b.Fatal(err)
 			}
 			version += 3
-			s.Add(rcOneShotFire, fire)
-			s.Add(rcOneShotEnd, end)
-			s.Add(rcOneShotTask, fire+end)
 		}
 		b.ReportMetric(s.Summary(rcOneShotTask).Median, "µs/task")
 	})
