@@ -17,7 +17,7 @@ import (
 // as a full in-memory task (definition, runtime, schedule; ~700 B) would take most of a
 // gigabyte, so the loader holds a task that is due later than PromoteLead from now as a
 // bare wheel entry instead: Key is the task id, When is the due time minus PromoteLead, and
-// Value is coldRef. Nothing else of it is in memory; it costs the 64 B of the entry.
+// Value is nil. Nothing else of it is in memory; it costs the 48 B of the entry.
 //
 // When a cold entry fires, PromoteLead before the task is due, the consumer hands its id
 // to the promoter, which reads the tasks from the store in batches (one statement per
@@ -30,10 +30,6 @@ import (
 
 // PromoteLeadDefault is how long before its fire a cold task is read in full.
 const PromoteLeadDefault = 10 * time.Second
-
-// coldRef marks a cold entry. It has no fields, so storing it in Entry.Value does not
-// allocate.
-type coldRef struct{}
 
 // promoter collects the ids of cold entries that fired and reads them in batches.
 type promoter struct {
@@ -83,7 +79,7 @@ func (p *promoter) putBack(ids []int64) {
 // armCold puts a cold entry for the task id due at due.
 func (e *Engine) armCold(id, due int64) {
 	e.promo.queued.Add(1)
-	e.wheel.Add(&wheel.Entry{When: due - e.cfg.PromoteLead.Milliseconds(), Key: uint64(id), Value: coldRef{}})
+	e.wheel.Add(&wheel.Entry[*task]{When: due - e.cfg.PromoteLead.Milliseconds(), Key: uint64(id)}) // no Value: cold
 }
 
 // promoteLoop reads the tasks of fired cold entries until ctx ends. A failed read is

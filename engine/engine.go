@@ -92,7 +92,7 @@ type Config struct {
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
 	// PromoteLead: tasks due later than this when the window is loaded are held as cold
-	// references (64 B each) and read in full this long before they fire (cold.go).
+	// references (48 B each) and read in full this long before they fire (cold.go).
 	// Defaults to PromoteLeadDefault (10s), or half the window if that is shorter; it must be
 	// shorter than Window.
 	PromoteLead time.Duration
@@ -212,7 +212,7 @@ type Engine struct {
 	cfg    Config
 	store  persist.Store
 	writer *persist.Lanes
-	wheel  *wheel.Sharded
+	wheel  *wheel.Sharded[*task]
 	disp   *dispatch.Dispatcher
 	log    *slog.Logger
 	m      *engineMetrics
@@ -248,7 +248,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create engine: %w", err)
 	}
-	wh, err := wheel.New(wheel.Config{Shards: cfg.Shards, Tick: cfg.Tick, Clock: cfg.Clock})
+	wh, err := wheel.New(wheel.Config[*task]{Shards: cfg.Shards, Tick: cfg.Tick, Clock: cfg.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create engine: %w", err)
 	}
@@ -401,11 +401,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 func (e *Engine) Running() bool { return e.running.Load() }
 
 // consume drains one shard's ready queue: highest priority first, then earliest fire time.
-func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue) {
+func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 	defer e.loopsWG.Done()
 	for {
 		for ent := q.Pop(); ent != nil; ent = q.Pop() {
-			if _, cold := ent.Value.(coldRef); cold {
+			if ent.Value == nil { // a cold entry (armCold)
 				e.promo.push(int64(ent.Key))
 				continue
 			}
@@ -542,7 +542,7 @@ func (e *Engine) settle(t *task) {
 	if want {
 		if t.ent == nil || t.ent.When != t.rt.NextTriggerTime {
 			e.disarm(t)
-			t.ent = &wheel.Entry{When: t.rt.NextTriggerTime, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
+			t.ent = &wheel.Entry[*task]{When: t.rt.NextTriggerTime, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
 			e.wheel.Add(t.ent)
 		}
 		return

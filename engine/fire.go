@@ -82,8 +82,8 @@ func (e *Engine) action(t *task, ticket, name string, from, to persist.State, ac
 
 // fire handles an entry popped from a ready queue: it moves the task to RUNNING in memory and
 // submits the transition; the run is sent only when that write is durable (invariant 1).
-func (e *Engine) fire(ent *wheel.Entry) {
-	t := ent.Value.(*task)
+func (e *Engine) fire(ent *wheel.Entry[*task]) {
+	t := ent.Value
 	t.mu.Lock()
 	if t.ent != ent || t.evicted || t.deleted || t.stale || !armable(t.rt.State) || !e.running.Load() {
 		// A stale entry: the task was re-armed, disarmed, deleted or is being reloaded after

@@ -26,11 +26,11 @@ type task struct {
 	// write submitted to the writer, which may not be durable yet (pending > 0).
 	rt persist.Runtime
 
-	ent     *wheel.Entry // armed entry, or nil
-	pending int          // writes submitted and not yet done
-	run     *inflight    // the periodic run in flight, or nil
-	manual  int          // run-now instances in flight
-	evicted bool         // removed from the task map; a holder must look the task up again
+	ent     *wheel.Entry[*task] // armed entry, or nil
+	pending int                 // writes submitted and not yet done
+	run     *inflight           // the periodic run in flight, or nil
+	manual  int                 // run-now instances in flight
+	evicted bool                // removed from the task map; a holder must look the task up again
 	deleted bool
 	stale   bool // a write conflicted: reload from the store once nothing is pending
 

@@ -35,7 +35,7 @@ type rateGate struct {
 }
 
 type gated struct {
-	ent *wheel.Entry
+	ent *wheel.Entry[*task]
 	at  time.Time // when it entered the buffer
 	seq uint64
 }
@@ -80,7 +80,7 @@ func (g *rateGate) refresh() {
 }
 
 // offer reports whether ent may fire now; otherwise it is buffered.
-func (g *rateGate) offer(key string, ent *wheel.Entry) bool {
+func (g *rateGate) offer(key string, ent *wheel.Entry[*task]) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q := g.queues[key]
@@ -106,8 +106,8 @@ func (g *rateGate) offer(key string, ent *wheel.Entry) bool {
 
 // drain fires every buffered entry whose downstream has a token, best priority first across
 // downstreams, and returns how long until the next one could go (or -1 when none waits).
-func (g *rateGate) drain(fire func(*wheel.Entry), waited func(time.Duration)) time.Duration {
-	var ready []*wheel.Entry
+func (g *rateGate) drain(fire func(*wheel.Entry[*task]), waited func(time.Duration)) time.Duration {
+	var ready []*wheel.Entry[*task]
 	next := time.Duration(-1)
 	g.mu.Lock()
 	for {
@@ -186,12 +186,12 @@ func (e *Engine) gateLoop(ctx context.Context) {
 }
 
 // admit passes a popped entry through the rate gate.
-func (e *Engine) admit(ent *wheel.Entry) {
+func (e *Engine) admit(ent *wheel.Entry[*task]) {
 	if !e.gate.limited.Load() {
 		e.fire(ent)
 		return
 	}
-	t := ent.Value.(*task)
+	t := ent.Value
 	t.mu.Lock()
 	key := downstreamOf(t.def)
 	t.mu.Unlock()

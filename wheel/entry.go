@@ -1,31 +1,35 @@
 package wheel
 
+import "sync/atomic"
+
 // Entry is one timer. It is intrusive: the links a wheel or a ready queue needs live
 // inside it, so adding a timer allocates nothing. The caller owns the memory; an Entry
 // can be added again once it has fired and been popped from its ready queue, or after
 // a successful Cancel.
 //
+// V is the caller's payload type. With a pointer for V (the engine uses its task
+// pointer) an Entry is 48 bytes, one size class of the allocator and three quarters of
+// a cache line.
+//
 // When and Key must not change, and the Entry must not be copied, while it is pending
 // or queued: the wheel files it by When, the sharded layer picks its shard by Key, and
 // both hold its address.
-type Entry struct {
+type Entry[V any] struct {
 	// When is the deadline in Unix milliseconds.
 	When int64
 	// Key chooses the shard (the engine uses the task id).
 	Key uint64
-	// Value is the caller's payload; the engine stores its task pointer here.
-	Value any
+	// Value is the caller's payload.
+	Value V
 
 	// next links the entry in a wheel bucket and, once it has fired, in a ready
 	// queue. The wheel uses it under the shard lock with plain reads and writes; the
 	// ready queue, whose producers and consumer share it, only through loadNext and
 	// storeNext. (An atomic.Pointer field made the wheel pay for atomic stores:
 	// profiled at a third of Add+Cancel.)
-	next *Entry
+	next *Entry[V]
 	// prev is the backward link in a wheel bucket, which makes Cancel O(1).
-	prev *Entry
-	// list is the bucket (or heap marker) holding the entry; nil when not pending.
-	list *list
+	prev *Entry[V]
 
 	// Priority orders due entries in the ready queue: 0 is highest, values above
 	// MaxPriority are treated as MaxPriority.
@@ -33,24 +37,42 @@ type Entry struct {
 	// level is the hierarchical wheel level holding the entry (dueLevel for the
 	// list of already-due entries).
 	level uint8
-	// index is the entry's position in a heap wheel.
-	index int32
+	// owner is the id of the wheel the entry is pending in, 0 when it is not pending.
+	// Together with level and pos it locates the entry's list without a pointer to it,
+	// which would cost the entry another 8 bytes.
+	owner uint16
+	// pos is the entry's bucket within its level in a hierarchical wheel, or its
+	// index in a heap wheel.
+	pos int32
 }
 
 // MaxPriority is the lowest priority (highest number) a ready queue distinguishes.
 const MaxPriority = 4
 
-// list is an intrusive doubly linked list of entries. owner tells Cancel whether an
-// entry belongs to the wheel it is asked of.
-type list struct {
-	head, tail *Entry
+// wheelIDs hands out wheel ids. They are 16 bits to fit the entry, so they repeat after
+// 65,535 wheels have been created in one process; the id only lets Cancel recognise an
+// entry pending in another wheel, a misuse, and the sharded layer always asks the wheel
+// that holds the entry.
+var wheelIDs atomic.Uint32
+
+// newWheelID returns the next wheel id, never 0 (which means "not pending").
+func newWheelID() uint16 {
+	for {
+		if id := uint16(wheelIDs.Add(1)); id != 0 {
+			return id
+		}
+	}
+}
+
+// list is an intrusive doubly linked list of entries.
+type list[V any] struct {
+	head, tail *Entry[V]
 	n          int
-	owner      Wheel
 }
 
 // pushBack appends e, keeping the list in insertion order (see the cascade invariant).
-func (l *list) pushBack(e *Entry) {
-	e.list = l
+// The caller sets e's owner, level and pos.
+func (l *list[V]) pushBack(e *Entry[V]) {
 	e.prev = l.tail
 	e.next = nil
 	if l.tail == nil {
@@ -62,8 +84,8 @@ func (l *list) pushBack(e *Entry) {
 	l.n++
 }
 
-// remove unlinks e, which must be in l.
-func (l *list) remove(e *Entry) {
+// remove unlinks e, which must be in l, and marks it not pending.
+func (l *list[V]) remove(e *Entry[V]) {
 	next := e.next
 	if e.prev == nil {
 		l.head = next
@@ -77,6 +99,6 @@ func (l *list) remove(e *Entry) {
 	}
 	e.prev = nil
 	e.next = nil
-	e.list = nil
+	e.owner = 0
 	l.n--
 }

@@ -13,15 +13,15 @@ import (
 //
 // The fire callback given to Advance must not call back into the same wheel (Add,
 // Cancel and Advance panic while it runs): the wheel is mid-update then.
-type Wheel interface {
+type Wheel[V any] interface {
 	// Add schedules e. e must not be pending anywhere; an entry whose When has
 	// already passed fires on the next Advance.
-	Add(e *Entry)
+	Add(e *Entry[V])
 	// Cancel removes e and reports whether it was pending in this wheel.
-	Cancel(e *Entry) bool
+	Cancel(e *Entry[V]) bool
 	// Advance moves the wheel's time to now (never backwards) and calls fire, in
 	// (When, insertion) order, for every entry with When <= now, removing it first.
-	Advance(now int64, fire func(*Entry))
+	Advance(now int64, fire func(*Entry[V]))
 	// Len is the number of pending entries.
 	Len() int
 }
@@ -31,28 +31,29 @@ const dueLevel = 255
 
 // hierarchical is the hierarchical timing wheel; the package doc describes its layout
 // and the cascade invariant it keeps.
-type hierarchical struct {
-	tick int64 // milliseconds per tick
-	bits int   // log2 of the slots per level
-	mask int64 // 2*slots - 1: a level keeps buckets for its current and next block
+type hierarchical[V any] struct {
+	id   uint16 // Entry.owner of the entries pending here
+	tick int64  // milliseconds per tick
+	bits int    // log2 of the slots per level
+	mask int64  // 2*slots - 1: a level keeps buckets for its current and next block
 
 	now int64 // last Advance time: every entry with When <= now fired or is in due
 	cur int64 // tick containing now; levels are laid out relative to it
 
-	levels []level
-	due    list // entries added with When <= now, in insertion order
+	levels []level[V]
+	due    list[V] // entries added with When <= now, in insertion order
 	n      int
 
 	firing bool // inside Advance; guards against re-entry from fire
 
 	// Scratch for expiring one bucket, reused to avoid allocating per tick.
-	batch  []*Entry
-	sorted []*Entry
+	batch  []*Entry[V]
+	sorted []*Entry[V]
 	counts []int
 }
 
-type level struct {
-	buckets []list
+type level[V any] struct {
+	buckets []list[V]
 	n       int // entries in this level, so Advance can skip empty stretches
 }
 
@@ -61,38 +62,34 @@ type level struct {
 // lists) and its clock at start (Unix milliseconds).
 // It panics unless tickMS > 0 and slots is a power of two of at least 2; Config.validate
 // checks both before Sharded calls it.
-func NewHierarchical(tickMS int64, slots int, start int64) Wheel {
+func NewHierarchical[V any](tickMS int64, slots int, start int64) Wheel[V] {
 	if tickMS <= 0 {
 		panic(fmt.Sprintf("wheel: tick must be positive, got %d ms", tickMS))
 	}
 	if slots < 2 || slots&(slots-1) != 0 {
 		panic(fmt.Sprintf("wheel: slots must be a power of two >= 2, got %d", slots))
 	}
-	w := &hierarchical{
+	w := &hierarchical[V]{
+		id:   newWheelID(),
 		tick: tickMS,
 		bits: bits.TrailingZeros(uint(slots)),
 		mask: int64(2*slots - 1),
 		now:  start,
 		cur:  floorDiv(start, tickMS),
 	}
-	w.due.owner = w
 	w.addLevel()
 	return w
 }
 
-func (w *hierarchical) addLevel() {
-	l := level{buckets: make([]list, w.mask+1)}
-	for i := range l.buckets {
-		l.buckets[i].owner = w
-	}
-	w.levels = append(w.levels, l)
+func (w *hierarchical[V]) addLevel() {
+	w.levels = append(w.levels, level[V]{buckets: make([]list[V], w.mask+1)})
 }
 
-func (w *hierarchical) Add(e *Entry) {
+func (w *hierarchical[V]) Add(e *Entry[V]) {
 	if w.firing {
 		panic("wheel: Add called from a fire callback")
 	}
-	if e.list != nil {
+	if e.owner != 0 {
 		panic("wheel: Add of an entry that is already pending")
 	}
 	w.place(e)
@@ -101,10 +98,10 @@ func (w *hierarchical) Add(e *Entry) {
 
 // place files e relative to the current tick: in due if its time has passed, else in
 // the lowest level whose current block holds it, creating overflow levels on demand.
-func (w *hierarchical) place(e *Entry) {
+func (w *hierarchical[V]) place(e *Entry[V]) {
 	if e.When <= w.now {
 		w.due.pushBack(e)
-		e.level = dueLevel
+		e.owner, e.level = w.id, dueLevel
 		return
 	}
 	t := floorDiv(e.When, w.tick) // t >= w.cur because When > now
@@ -119,30 +116,33 @@ func (w *hierarchical) place(e *Entry) {
 }
 
 // file appends e, due in tick t, to its bucket in level lv.
-func (w *hierarchical) file(e *Entry, t int64, lv int) {
-	w.levels[lv].buckets[(t>>(w.bits*lv))&w.mask].pushBack(e)
+func (w *hierarchical[V]) file(e *Entry[V], t int64, lv int) {
+	b := (t >> (w.bits * lv)) & w.mask
+	w.levels[lv].buckets[b].pushBack(e)
 	w.levels[lv].n++
-	e.level = uint8(lv)
+	e.owner, e.level, e.pos = w.id, uint8(lv), int32(b)
 }
 
-func (w *hierarchical) Cancel(e *Entry) bool {
+func (w *hierarchical[V]) Cancel(e *Entry[V]) bool {
 	if w.firing {
 		panic("wheel: Cancel called from a fire callback")
 	}
-	if e.list == nil || e.list.owner != Wheel(w) {
+	if e.owner != w.id {
 		return false
 	}
-	if e.level != dueLevel {
+	if e.level == dueLevel {
+		w.due.remove(e)
+	} else {
+		w.levels[e.level].buckets[e.pos].remove(e)
 		w.levels[e.level].n--
 	}
-	e.list.remove(e)
 	w.n--
 	return true
 }
 
-func (w *hierarchical) Len() int { return w.n }
+func (w *hierarchical[V]) Len() int { return w.n }
 
-func (w *hierarchical) Advance(now int64, fire func(*Entry)) {
+func (w *hierarchical[V]) Advance(now int64, fire func(*Entry[V])) {
 	if w.firing {
 		panic("wheel: Advance called from a fire callback")
 	}
@@ -177,7 +177,7 @@ const maxScratch = 1 << 16
 // order. l is in insertion order (the cascade invariant), so a stable sort by When
 // gives that order. levelN is the level's count to decrement (nil for the due list);
 // tick is the tick all of l's deadlines fall in, or anyTick.
-func (w *hierarchical) expire(l *list, now int64, levelN *int, tick int64, fire func(*Entry)) {
+func (w *hierarchical[V]) expire(l *list[V], now int64, levelN *int, tick int64, fire func(*Entry[V])) {
 	if l.head == nil {
 		return
 	}
@@ -211,10 +211,10 @@ func (w *hierarchical) expire(l *list, now int64, levelN *int, tick int64, fire 
 // sortByWhen sorts batch stably by When. One tick holds at most tickMS distinct
 // deadlines, so a tick's batch is counting-sorted in linear time: a comparison sort
 // was a third of Advance's time for 10k entries per tick in profiles.
-func (w *hierarchical) sortByWhen(batch []*Entry, tick int64) []*Entry {
+func (w *hierarchical[V]) sortByWhen(batch []*Entry[V], tick int64) []*Entry[V] {
 	if tick == anyTick || len(batch) < 64 || w.tick > 4096 {
-		if !slices.IsSortedFunc(batch, compareWhen) {
-			slices.SortStableFunc(batch, compareWhen)
+		if !slices.IsSortedFunc(batch, compareWhen[V]) {
+			slices.SortStableFunc(batch, compareWhen[V])
 		}
 		return batch
 	}
@@ -248,7 +248,7 @@ func (w *hierarchical) sortByWhen(batch []*Entry, tick int64) []*Entry {
 // next tick when level 0 holds entries, otherwise the next bucket boundary of the
 // lowest non-empty level, where that bucket moves down. Skipped ticks only lose the
 // gradual moves of turn, which the boundary then does in full.
-func (w *hierarchical) nextTick(target int64) int64 {
+func (w *hierarchical[V]) nextTick(target int64) int64 {
 	for lv := range w.levels {
 		if w.levels[lv].n == 0 {
 			continue
@@ -268,7 +268,7 @@ func (w *hierarchical) nextTick(target int64) int64 {
 // is passed on below in the same turn. On every tick each level also takes its share
 // of the next block's bucket, so the boundary finds little left to move: moving a
 // whole busy bucket at once stalled one tick for tens of milliseconds in profiles.
-func (w *hierarchical) turn() {
+func (w *hierarchical[V]) turn() {
 	top := bits.TrailingZeros64(uint64(w.cur))/w.bits - 1
 	for lv := min(top, len(w.levels)-2); lv >= 0; lv-- {
 		src := w.source(lv, 0)
@@ -287,13 +287,13 @@ func (w *hierarchical) turn() {
 
 // source returns the level-(lv+1) bucket covering level lv's current block (ahead 0)
 // or its next block (ahead 1).
-func (w *hierarchical) source(lv int, ahead int64) *list {
+func (w *hierarchical[V]) source(lv int, ahead int64) *list[V] {
 	return &w.levels[lv+1].buckets[(w.cur>>(w.bits*(lv+1))+ahead)&w.mask]
 }
 
 // moveDown moves up to limit entries from the head of src, a level-(lv+1) bucket, into
 // level lv. Taking from the head and appending keeps both lists in insertion order.
-func (w *hierarchical) moveDown(lv int, src *list, limit int) {
+func (w *hierarchical[V]) moveDown(lv int, src *list[V], limit int) {
 	for ; limit > 0 && src.head != nil; limit-- {
 		e := src.head
 		src.remove(e)
@@ -302,7 +302,7 @@ func (w *hierarchical) moveDown(lv int, src *list, limit int) {
 	}
 }
 
-func compareWhen(a, b *Entry) int {
+func compareWhen[V any](a, b *Entry[V]) int {
 	switch {
 	case a.When < b.When:
 		return -1

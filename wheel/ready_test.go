@@ -12,19 +12,19 @@ import (
 // one slice per priority, under random interleavings of pushes and pops.
 func TestReadyQueueMatchesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		q := NewReadyQueue()
-		var model [MaxPriority + 1][]*Entry
+		q := NewReadyQueue[any]()
+		var model [MaxPriority + 1][]*Entry[any]
 		size := 0
 		t.Repeat(map[string]func(*rapid.T){
 			"push": func(t *rapid.T) {
-				e := &Entry{Priority: rapid.Uint8Range(0, MaxPriority+3).Draw(t, "priority")}
+				e := &Entry[any]{Priority: rapid.Uint8Range(0, MaxPriority+3).Draw(t, "priority")}
 				q.Push(e)
 				p := min(e.Priority, MaxPriority)
 				model[p] = append(model[p], e)
 				size++
 			},
 			"pop": func(t *rapid.T) {
-				var want *Entry
+				var want *Entry[any]
 				for p := range model {
 					if len(model[p]) > 0 {
 						want, model[p] = model[p][0], model[p][1:]
@@ -46,14 +46,14 @@ func TestReadyQueueMatchesModel(t *testing.T) {
 }
 
 func TestReadyQueueSignalsAfterPush(t *testing.T) {
-	q := NewReadyQueue()
+	q := NewReadyQueue[any]()
 	select {
 	case <-q.Signal():
 		t.Fatal("an empty queue signalled")
 	default:
 	}
-	q.Push(&Entry{})
-	q.Push(&Entry{})
+	q.Push(&Entry[any]{})
+	q.Push(&Entry[any]{})
 	select {
 	case <-q.Signal():
 	default:
@@ -68,14 +68,14 @@ func TestReadyQueueConcurrentProducers(t *testing.T) {
 	const producers, perProducer = 4, 5000
 	type tag struct{ producer, seq int }
 
-	q := NewReadyQueue()
+	q := NewReadyQueue[any]()
 	var wg sync.WaitGroup
 	for p := range producers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range perProducer {
-				q.Push(&Entry{Priority: uint8((i * 7) % (MaxPriority + 1)), Value: tag{p, i}})
+				q.Push(&Entry[any]{Priority: uint8((i * 7) % (MaxPriority + 1)), Value: tag{p, i}})
 			}
 		}()
 	}

@@ -31,7 +31,7 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 // Config configures a Sharded wheel.
-type Config struct {
+type Config[V any] struct {
 	// Shards is the number of independent wheels. Defaults to runtime.GOMAXPROCS(0):
 	// one shard per core keeps producers adding timers and the tick driver advancing
 	// them from contending on the same mutex, while more shards than cores would only
@@ -47,11 +47,11 @@ type Config struct {
 	Clock Clock
 	// NewWheel builds one shard's wheel from the tick in milliseconds and the start
 	// time in Unix milliseconds. Defaults to NewHierarchical with Slots.
-	NewWheel func(tickMS int64, start int64) Wheel
+	NewWheel func(tickMS int64, start int64) Wheel[V]
 }
 
 // WithDefaults returns c with every zero field set to its default.
-func (c Config) WithDefaults() Config {
+func (c Config[V]) WithDefaults() Config[V] {
 	if c.Shards == 0 {
 		c.Shards = runtime.GOMAXPROCS(0)
 	}
@@ -66,12 +66,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.NewWheel == nil {
 		slots := c.Slots
-		c.NewWheel = func(tickMS, start int64) Wheel { return NewHierarchical(tickMS, slots, start) }
+		c.NewWheel = func(tickMS, start int64) Wheel[V] { return NewHierarchical[V](tickMS, slots, start) }
 	}
 	return c
 }
 
-func (c Config) validate() error {
+func (c Config[V]) validate() error {
 	if c.Shards < 1 {
 		return fmt.Errorf("%w: shards must be at least 1, got %d", ErrInvalidConfig, c.Shards)
 	}
@@ -87,35 +87,35 @@ func (c Config) validate() error {
 // Sharded is the timer service the engine uses: Shards wheels, each behind its own
 // mutex and paired with its own ReadyQueue (SPEC R3.4). An entry's shard is Key modulo
 // Shards, so Add, Cancel and the advance of one shard never wait on another shard.
-type Sharded struct {
-	cfg    Config
-	shards []*shard
+type Sharded[V any] struct {
+	cfg    Config[V]
+	shards []*shard[V]
 
 	runMu sync.Mutex // guards stop and done
 	stop  chan struct{}
 	done  chan struct{}
 }
 
-type shard struct {
+type shard[V any] struct {
 	mu    sync.Mutex
-	wheel Wheel
-	ready *ReadyQueue
-	fire  func(*Entry) // bound once so AdvanceTo does not allocate a closure per tick
-	fired int          // entries pushed by the current advance; guarded by mu
+	wheel Wheel[V]
+	ready *ReadyQueue[V]
+	fire  func(*Entry[V]) // bound once so AdvanceTo does not allocate a closure per tick
+	fired int             // entries pushed by the current advance; guarded by mu
 }
 
 // New returns a stopped Sharded wheel whose clocks start at cfg.Clock.Now().
-func New(cfg Config) (*Sharded, error) {
+func New[V any](cfg Config[V]) (*Sharded[V], error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create sharded wheel: %w", err)
 	}
 	tickMS := cfg.Tick.Milliseconds()
 	start := cfg.Clock.Now().UnixMilli()
-	s := &Sharded{cfg: cfg, shards: make([]*shard, cfg.Shards)}
+	s := &Sharded[V]{cfg: cfg, shards: make([]*shard[V], cfg.Shards)}
 	for i := range s.shards {
-		sh := &shard{wheel: cfg.NewWheel(tickMS, start), ready: NewReadyQueue()}
-		sh.fire = func(e *Entry) {
+		sh := &shard[V]{wheel: cfg.NewWheel(tickMS, start), ready: NewReadyQueue[V]()}
+		sh.fire = func(e *Entry[V]) {
 			sh.ready.push(e)
 			sh.fired++
 		}
@@ -126,7 +126,7 @@ func New(cfg Config) (*Sharded, error) {
 
 // Start starts the tick driver, which calls AdvanceTo(Clock.Now()) every Tick until
 // Stop is called or ctx is cancelled. Starting a running Sharded does nothing.
-func (s *Sharded) Start(ctx context.Context) error {
+func (s *Sharded[V]) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cannot start wheel driver: %w", err)
 	}
@@ -140,7 +140,7 @@ func (s *Sharded) Start(ctx context.Context) error {
 	return nil
 }
 
-func (s *Sharded) drive(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+func (s *Sharded[V]) drive(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
@@ -159,7 +159,7 @@ func (s *Sharded) drive(ctx context.Context, stop <-chan struct{}, done chan<- s
 // Stop stops the tick driver and waits for it to exit, or for ctx to end. Pending
 // entries stay in the wheels and queued ones in the ready queues; nothing fires until
 // the next Start or AdvanceTo. Stopping twice, or without Start, returns nil.
-func (s *Sharded) Stop(ctx context.Context) error {
+func (s *Sharded[V]) Stop(ctx context.Context) error {
 	s.runMu.Lock()
 	stop, done := s.stop, s.done
 	s.stop, s.done = nil, nil
@@ -176,13 +176,13 @@ func (s *Sharded) Stop(ctx context.Context) error {
 	}
 }
 
-func (s *Sharded) shardOf(e *Entry) *shard {
+func (s *Sharded[V]) shardOf(e *Entry[V]) *shard[V] {
 	return s.shards[e.Key%uint64(len(s.shards))]
 }
 
 // Add schedules e in the shard chosen by e.Key. An entry already due reaches the
 // shard's ready queue at the next advance. e must not be pending or queued.
-func (s *Sharded) Add(e *Entry) {
+func (s *Sharded[V]) Add(e *Entry[V]) {
 	sh := s.shardOf(e)
 	sh.mu.Lock()
 	sh.wheel.Add(e)
@@ -191,7 +191,7 @@ func (s *Sharded) Add(e *Entry) {
 
 // Cancel removes e from its wheel and reports whether it was pending there; it
 // returns false once e has moved to the ready queue.
-func (s *Sharded) Cancel(e *Entry) bool {
+func (s *Sharded[V]) Cancel(e *Entry[V]) bool {
 	sh := s.shardOf(e)
 	sh.mu.Lock()
 	ok := sh.wheel.Cancel(e)
@@ -200,7 +200,7 @@ func (s *Sharded) Cancel(e *Entry) bool {
 }
 
 // Len is the number of entries pending in the wheels, not counting ready queues.
-func (s *Sharded) Len() int {
+func (s *Sharded[V]) Len() int {
 	n := 0
 	for _, sh := range s.shards {
 		sh.mu.Lock()
@@ -211,15 +211,15 @@ func (s *Sharded) Len() int {
 }
 
 // Shards is the number of shards.
-func (s *Sharded) Shards() int { return len(s.shards) }
+func (s *Sharded[V]) Shards() int { return len(s.shards) }
 
 // Ready returns the ready queue of shard i, 0 <= i < Shards().
-func (s *Sharded) Ready(i int) *ReadyQueue { return s.shards[i].ready }
+func (s *Sharded[V]) Ready(i int) *ReadyQueue[V] { return s.shards[i].ready }
 
 // AdvanceTo moves every entry with When <= now into its shard's ready queue, in
 // When order, and signals each queue that received entries. Shards are advanced one
 // after another, each under its own lock only.
-func (s *Sharded) AdvanceTo(now time.Time) {
+func (s *Sharded[V]) AdvanceTo(now time.Time) {
 	ms := now.UnixMilli()
 	for _, sh := range s.shards {
 		sh.mu.Lock()

@@ -9,18 +9,18 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	cfg := Config{}.WithDefaults()
+	cfg := Config[any]{}.WithDefaults()
 	if cfg.Shards != runtime.GOMAXPROCS(0) || cfg.Tick != TickDefault || cfg.Slots != SlotsDefault ||
 		cfg.Clock == nil || cfg.NewWheel == nil {
 		t.Fatalf("WithDefaults left %+v", cfg)
 	}
-	if _, ok := cfg.NewWheel(10, 0).(*hierarchical); !ok {
+	if _, ok := cfg.NewWheel(10, 0).(*hierarchical[any]); !ok {
 		t.Fatal("default NewWheel does not build a hierarchical wheel")
 	}
 }
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
-	for name, cfg := range map[string]Config{
+	for name, cfg := range map[string]Config[any]{
 		"negative shards": {Shards: -1},
 		"sub-ms tick":     {Tick: time.Microsecond},
 		"fractional tick": {Tick: 1500 * time.Microsecond},
@@ -37,11 +37,11 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 
 func TestShardedRoutesByKey(t *testing.T) {
 	clock := newFakeClock(1_000)
-	s, err := New(Config{Shards: 3, Clock: clock})
+	s, err := New(Config[any]{Shards: 3, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Entry{When: 1_050, Key: 7}
+	e := &Entry[any]{When: 1_050, Key: 7}
 	s.Add(e)
 	clock.Set(1_050)
 	s.AdvanceTo(clock.Now())
@@ -55,11 +55,11 @@ func TestShardedRoutesByKey(t *testing.T) {
 
 func TestShardedCancelAfterFire(t *testing.T) {
 	clock := newFakeClock(0)
-	s, err := New(Config{Shards: 1, Clock: clock})
+	s, err := New(Config[any]{Shards: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Entry{When: 100}
+	e := &Entry[any]{When: 100}
 	s.Add(e)
 	s.AdvanceTo(time.UnixMilli(100))
 	if s.Cancel(e) {
@@ -81,11 +81,11 @@ func TestShardedCancelAfterFire(t *testing.T) {
 
 func TestShardedDueEntryWaitsForAdvance(t *testing.T) {
 	clock := newFakeClock(5_000)
-	s, err := New(Config{Shards: 1, Clock: clock})
+	s, err := New(Config[any]{Shards: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &Entry{When: 4_000}
+	e := &Entry[any]{When: 4_000}
 	s.Add(e)
 	if s.Ready(0).Pop() != nil {
 		t.Fatal("a due entry reached the ready queue before any advance")
@@ -98,13 +98,13 @@ func TestShardedDueEntryWaitsForAdvance(t *testing.T) {
 
 func TestShardedUsesConfiguredWheel(t *testing.T) {
 	var gotTick, gotStart int64
-	s, err := New(Config{
+	s, err := New(Config[any]{
 		Shards: 2,
 		Tick:   20 * time.Millisecond,
 		Clock:  newFakeClock(7_000),
-		NewWheel: func(tickMS, start int64) Wheel {
+		NewWheel: func(tickMS, start int64) Wheel[any] {
 			gotTick, gotStart = tickMS, start
-			return NewHeap()
+			return NewHeap[any]()
 		},
 	})
 	if err != nil {
@@ -113,7 +113,7 @@ func TestShardedUsesConfiguredWheel(t *testing.T) {
 	if gotTick != 20 || gotStart != 7_000 {
 		t.Fatalf("NewWheel got tick %d start %d, want 20 and 7000", gotTick, gotStart)
 	}
-	e := &Entry{When: 7_010, Key: 1}
+	e := &Entry[any]{When: 7_010, Key: 1}
 	s.Add(e)
 	s.AdvanceTo(time.UnixMilli(7_010))
 	if got := s.Ready(1).Pop(); got != e {
@@ -124,7 +124,7 @@ func TestShardedUsesConfiguredWheel(t *testing.T) {
 func TestShardedLifecycle(t *testing.T) {
 	ctx := context.Background()
 	clock := newFakeClock(10_000)
-	s, err := New(Config{Shards: 1, Clock: clock})
+	s, err := New(Config[any]{Shards: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestShardedLifecycle(t *testing.T) {
 		}
 		// The fake clock already reads past the deadline, so the driver's next tick
 		// must move the entry into the ready queue and signal.
-		e := &Entry{When: clock.Now().UnixMilli() - 1}
+		e := &Entry[any]{When: clock.Now().UnixMilli() - 1}
 		s.Add(e)
 		select {
 		case <-s.Ready(0).Signal():
@@ -162,7 +162,7 @@ func TestShardedLifecycle(t *testing.T) {
 }
 
 func TestShardedStartContext(t *testing.T) {
-	s, err := New(Config{Shards: 1, Clock: newFakeClock(0)})
+	s, err := New(Config[any]{Shards: 1, Clock: newFakeClock(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ var (
 	// lateSizes are the real-time lateness runs; 1e7 timers due in one second is not a
 	// workload the issue sets a target for, so it is opt-in.
 	lateSizes = pendingSizes("AXE_BENCH_WHEEL_LATE_SIZES", []int{1e5, 1e6})
-	sinkEntry *Entry
+	sinkEntry *benchEntry
 	sinkInt   int64
 )
 
@@ -59,6 +59,11 @@ const (
 
 func sizeName(n int) string { return fmt.Sprintf("1e%d", len(fmt.Sprint(n))-1) }
 
+// benchEntry is the entries' type in every benchmark: pointer-shaped, as the engine's
+// task pointer is, so the wheels' entries are the engine's 48 bytes, and the AfterFunc
+// baseline keeps its *time.Timer in Value.
+type benchEntry = Entry[*time.Timer]
+
 // afterFuncWheel puts the runtime's timers behind the Wheel interface so every
 // benchmark drives all implementations through the same calls. The *time.Timer
 // lives in Entry.Value; When is read relative to the wall clock at creation.
@@ -83,39 +88,41 @@ func newAfterFuncWheel() *afterFuncWheel {
 	return w
 }
 
-func (w *afterFuncWheel) Add(e *Entry) {
+func (w *afterFuncWheel) Add(e *benchEntry) {
 	e.Value = time.AfterFunc(time.Duration(e.When-benchBase)*time.Millisecond-time.Since(w.base), w.fire)
 	w.n++
 }
 
-func (w *afterFuncWheel) Cancel(e *Entry) bool {
-	ok := e.Value.(*time.Timer).Stop()
+func (w *afterFuncWheel) Cancel(e *benchEntry) bool {
+	ok := e.Value.Stop()
 	if ok {
 		w.n--
 	}
 	return ok
 }
 
-func (w *afterFuncWheel) Advance(int64, func(*Entry)) { panic("runtime timers advance on their own") }
-func (w *afterFuncWheel) Len() int                    { return w.n }
+func (w *afterFuncWheel) Advance(int64, func(*benchEntry)) {
+	panic("runtime timers advance on their own")
+}
+func (w *afterFuncWheel) Len() int { return w.n }
 
 // shardedWheel drives Sharded through the Wheel interface; Advance also drains the
 // ready queues, as the engine's dispatch loop would.
-type shardedWheel struct{ s *Sharded }
+type shardedWheel struct{ s *Sharded[*time.Timer] }
 
 func newShardedWheel() shardedWheel {
-	s, err := New(Config{Clock: newFakeClock(benchBase)})
+	s, err := New(Config[*time.Timer]{Clock: newFakeClock(benchBase)})
 	if err != nil {
 		panic(err)
 	}
 	return shardedWheel{s}
 }
 
-func (w shardedWheel) Add(e *Entry)         { w.s.Add(e) }
-func (w shardedWheel) Cancel(e *Entry) bool { return w.s.Cancel(e) }
-func (w shardedWheel) Len() int             { return w.s.Len() }
+func (w shardedWheel) Add(e *benchEntry)         { w.s.Add(e) }
+func (w shardedWheel) Cancel(e *benchEntry) bool { return w.s.Cancel(e) }
+func (w shardedWheel) Len() int                  { return w.s.Len() }
 
-func (w shardedWheel) Advance(now int64, fire func(*Entry)) {
+func (w shardedWheel) Advance(now int64, fire func(*benchEntry)) {
 	w.s.AdvanceTo(time.UnixMilli(now))
 	for i := range w.s.Shards() {
 		for e := w.s.Ready(i).Pop(); e != nil; e = w.s.Ready(i).Pop() {
@@ -124,14 +131,14 @@ func (w shardedWheel) Advance(now int64, fire func(*Entry)) {
 	}
 }
 
-func newBenchWheel(impl string) Wheel {
+func newBenchWheel(impl string) Wheel[*time.Timer] {
 	switch impl {
 	case "wheel":
-		return NewHierarchical(benchTickMS, SlotsDefault, benchBase)
+		return NewHierarchical[*time.Timer](benchTickMS, SlotsDefault, benchBase)
 	case "sharded":
 		return newShardedWheel()
 	case "heap":
-		h := NewHeap()
+		h := NewHeap[*time.Timer]()
 		h.Advance(benchBase, nil)
 		return h
 	case "afterfunc":
@@ -141,8 +148,8 @@ func newBenchWheel(impl string) Wheel {
 }
 
 // newEntries returns n entries with random keys and deadlines in [from, from+span) ms.
-func newEntries(rng *rand.Rand, n int, from, span int64) []Entry {
-	entries := make([]Entry, n)
+func newEntries(rng *rand.Rand, n int, from, span int64) []benchEntry {
+	entries := make([]benchEntry, n)
 	for i := range entries {
 		entries[i].When = from + rng.Int64N(span)
 		entries[i].Key = rng.Uint64()
@@ -154,7 +161,7 @@ func newEntries(rng *rand.Rand, n int, from, span int64) []Entry {
 // prefill builds a wheel holding pending timers spread over the window. It returns the
 // heap memory they take, entries included, per pending timer; benchmarks report it as
 // B/pending after the timed loop (ResetTimer would discard it).
-func prefill(b *testing.B, impl string, pending int, rng *rand.Rand) (Wheel, float64) {
+func prefill(b *testing.B, impl string, pending int, rng *rand.Rand) (Wheel[*time.Timer], float64) {
 	b.Helper()
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -259,7 +266,7 @@ func BenchmarkFire(b *testing.B) {
 						continue
 					}
 					fired := 0
-					count := func(e *Entry) {
+					count := func(e *benchEntry) {
 						fired++
 						sinkEntry = e
 					}
@@ -322,12 +329,12 @@ func runLateness(b *testing.B, impl string, pending int) []int64 {
 		return late
 	}
 
-	s, err := New(Config{})
+	s, err := New(Config[*time.Timer]{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i := range entries {
-		entries[i].Value = i
+		entries[i].Key = uint64(i) // names the entry in late; shards take keys round-robin
 		s.Add(&entries[i])
 	}
 	ctx := b.Context()
@@ -359,7 +366,7 @@ func runLateness(b *testing.B, impl string, pending int) []int64 {
 				if n%64 == 0 {
 					now = time.Now().UnixMilli()
 				}
-				late[e.Value.(int)] = now - e.When
+				late[e.Key] = now - e.When
 				if popped.Add(1) == int64(pending) {
 					close(allPopped)
 				}
