@@ -111,3 +111,37 @@ func storeBenchTasks(b *testing.B, ctx context.Context, s persist.Store, count i
 	}
 	return out
 }
+
+// BenchmarkLoadByIDs measures reading whole tasks back, as the promoter does for the tasks
+// of a burst: each op loads 1,000 tasks that share one callback, as the tasks of one
+// handler do. The metrics to read are ns/task and B/task on the scheduler's side.
+func BenchmarkLoadByIDs(b *testing.B) {
+	for _, st := range []struct {
+		name string
+		open func(testing.TB) persist.Store
+	}{
+		{persist.SchemeSQLite, persisttest.SQLite},
+		{persist.SchemeMySQL, persisttest.MySQL},
+	} {
+		b.Run("store="+st.name, func(b *testing.B) {
+			ctx := context.Background()
+			s := st.open(b)
+			tasks := storeBenchTasks(b, ctx, s, 1000)
+			ids := make([]int64, len(tasks))
+			for i, rt := range tasks {
+				ids[i] = rt.TaskID
+			}
+			b.ReportAllocs()
+			loaded := 0
+			for b.Loop() {
+				n := 0
+				err := s.LoadByIDs(ctx, ids, func(*persist.Task) error { n++; return nil })
+				if err != nil || n != len(ids) {
+					b.Fatalf("LoadByIDs: %d of %d tasks, %v", n, len(ids), err)
+				}
+				loaded += n
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(loaded), "ns/task")
+		})
+	}
+}

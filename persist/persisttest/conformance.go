@@ -45,6 +45,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"LoadDue/Stream", testLoadDueStream},
 		{"LoadDueRefs", testLoadDueRefs},
 		{"LoadByIDs", testLoadByIDs},
+		{"LoadSharedCallbacks", testLoadSharedCallbacks},
 		{"LoadByState", testLoadByState},
 		{"ApplyBatch/Success", testApplySuccess},
 		{"ApplyBatch/StaleVersion", testApplyStale},
@@ -690,6 +691,32 @@ func testLoadByIDs(t *testing.T, ctx context.Context, s persist.Store) {
 	got := collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
 	equal(t, "LoadByIDs", got, want)
 	equal(t, "LoadByIDs(none)", collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, nil, fn) }), []persist.Task(nil))
+}
+
+// Loads decode each task's own callback when neighbouring rows share theirs or not
+// (a stream decodes a callback only when it differs from the previous row's).
+func testLoadSharedCallbacks(t *testing.T, ctx context.Context, s persist.Store) {
+	a := persist.Callback{Type: persist.CallbackExecutor, App: "billing", Handler: "settle"}
+	b := persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/hook"}
+	c := persist.Callback{Type: persist.CallbackExecutor, App: "billing", Handler: "settle", Route: "hash"}
+	var ids []int64
+	var want []persist.Task
+	for i, cb := range []persist.Callback{a, a, b, b, a, c, a} {
+		def := newDef(fmt.Sprintf("cb-%d", i))
+		def.Callback = cb
+		rt := newRuntime(persist.StateScheduled, int64(5000+i))
+		if err := s.CreateTask(ctx, def, rt); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, def.ID)
+		want = append(want, persist.Task{Def: *def, Runtime: *rt})
+	}
+	got := collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
+	equal(t, "LoadByIDs", got, want)
+	got = collect(t, func(fn func(*persist.Task) error) error {
+		return s.LoadDue(ctx, 5000, 5007, []persist.State{persist.StateScheduled}, fn)
+	})
+	equal(t, "LoadDue", got, want)
 }
 
 func testLoadByState(t *testing.T, ctx context.Context, s persist.Store) {
