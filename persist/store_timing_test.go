@@ -10,6 +10,15 @@ import (
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
+// benchStores are the stores every benchmark here runs against.
+var benchStores = []struct {
+	name string
+	open func(testing.TB) persist.Store
+}{
+	{persist.SchemeSQLite, persisttest.SQLite},
+	{persist.SchemeMySQL, persisttest.MySQL},
+}
+
 // storeBenchSink keeps the compiler from discarding the measured calls.
 var storeBenchSink error
 
@@ -17,14 +26,7 @@ var storeBenchSink error
 // n distinct tasks, plus one run row and one action per transition, as the writer sends
 // them when dispatching. The metric to read is transitions/s.
 func BenchmarkApplyBatch(b *testing.B) {
-	stores := []struct {
-		name string
-		open func(testing.TB) persist.Store
-	}{
-		{persist.SchemeSQLite, persisttest.SQLite},
-		{persist.SchemeMySQL, persisttest.MySQL},
-	}
-	for _, st := range stores {
+	for _, st := range benchStores {
 		b.Run("store="+st.name, func(b *testing.B) {
 			for _, n := range []int{500} {
 				b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
@@ -116,13 +118,7 @@ func storeBenchTasks(b *testing.B, ctx context.Context, s persist.Store, count i
 // of a burst: each op loads 1,000 tasks that share one callback, as the tasks of one
 // handler do. The metrics to read are ns/task and B/task on the scheduler's side.
 func BenchmarkLoadByIDs(b *testing.B) {
-	for _, st := range []struct {
-		name string
-		open func(testing.TB) persist.Store
-	}{
-		{persist.SchemeSQLite, persisttest.SQLite},
-		{persist.SchemeMySQL, persisttest.MySQL},
-	} {
+	for _, st := range benchStores {
 		b.Run("store="+st.name, func(b *testing.B) {
 			ctx := context.Background()
 			s := st.open(b)
