@@ -52,7 +52,7 @@ func openMySQL(dsn string) (*sqlStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open mysql store: %w", err)
 	}
-	db := sql.OpenDB(connector)
+	db := sql.OpenDB(batchConnector{connector})
 	db.SetMaxOpenConns(mysqlMaxOpenConns)
 	db.SetMaxIdleConns(mysqlMaxIdleConns)
 	db.SetConnMaxLifetime(mysqlConnMaxLifetime)
@@ -68,10 +68,10 @@ func mysqlDialect() *dialect {
 		forShare: " LOCK IN SHARE MODE",
 		// FORCE INDEX: for a wide window the optimizer may prefer a full scan plus a sort,
 		// which holds the whole result server-side before the first row streams out.
-		dueFrom:        "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
-		stateFrom:      "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
-		maxParams:      mysqlMaxParams,
-		prepareBatches: true,
+		dueFrom:     "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		stateFrom:   "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		maxParams:   mysqlMaxParams,
+		connBatches: true,
 		upsert: func(_, update []string) string {
 			var b strings.Builder
 			b.WriteString(" ON DUPLICATE KEY UPDATE ")

@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"maps"
@@ -91,14 +92,55 @@ func (s *sqlStore) chains(ts []Transition) map[int64]chain {
 
 // applyBatch runs b in one transaction. With guarded set the runtime rows go through the
 // guarded upsert, and a row that did not apply fails it with errGuardMissed; otherwise the
-// versions are read and checked first.
+// versions are read and checked first. On MySQL the transaction runs on the driver
+// connection (mysqlconn.go).
 func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]chain) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	if !s.d.connBatches {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("cannot begin batch: %w", err)
+		}
+		return s.runBatch(ctx, sqlTx{tx}, b, guarded)
+	}
+	// The pool's liveness check discards a connection the server dropped before handing it
+	// out (TestMySQLBatchConn). A failure inside the transaction wrapping driver.ErrBadConn (runBatch) makes the pool
+	// discard the connection too.
+	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot begin batch: %w", err)
 	}
-	defer rollback(tx)
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		bc, ok := dc.(*batchConn)
+		if !ok {
+			return fmt.Errorf("cannot begin batch: %T is not a batch connection", dc)
+		}
+		tx, err := bc.begin(ctx)
+		if err != nil {
+			return fmt.Errorf("cannot begin batch: %w", err)
+		}
+		return s.runBatch(ctx, tx, b, guarded)
+	})
+}
 
+// runBatch writes b in tx and commits it, or rolls it back on failure. When the rollback
+// fails too, the connection's state is unknown and the error also wraps driver.ErrBadConn,
+// which makes the pool discard the connection (sql.Conn.Raw).
+func (s *sqlStore) runBatch(ctx context.Context, tx batchTx, b *Batch, guarded map[int64]chain) error {
+	if err := s.writeBatch(ctx, tx, b, guarded); err != nil {
+		if rbErr := tx.rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			return fmt.Errorf("%w (and the rollback failed: %w)", err, errors.Join(rbErr, driver.ErrBadConn))
+		}
+		return err
+	}
+	if err := tx.commit(); err != nil {
+		return fmt.Errorf("cannot commit batch: %w", err)
+	}
+	return nil
+}
+
+// writeBatch runs b's statements in tx.
+func (s *sqlStore) writeBatch(ctx context.Context, tx batchTx, b *Batch, guarded map[int64]chain) error {
 	if b.Epoch > 0 {
 		if err := s.checkEpoch(ctx, tx, b.LeaseName, b.Epoch); err != nil {
 			return err
@@ -106,6 +148,7 @@ func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]c
 	}
 	last := guarded
 	if last == nil {
+		var err error
 		if last, err = s.casTransitions(ctx, tx, b.Transitions); err != nil {
 			return err
 		}
@@ -116,25 +159,75 @@ func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]c
 	if err := s.writeRuns(ctx, tx, b.Runs); err != nil {
 		return err
 	}
-	if err := s.writeActions(ctx, tx, b.Actions); err != nil {
+	return s.writeActions(ctx, tx, b.Actions)
+}
+
+// batchTx runs one batch transaction's statements: a database/sql transaction (SQLite), or
+// one on a MySQL driver connection (connTx, mysqlconn.go), which also runs statements it
+// prepared once per connection (stmtTx).
+type batchTx interface {
+	// exec runs a statement and returns the rows it affected.
+	exec(ctx context.Context, query string, args []any) (int64, error)
+	// queryInts runs a query of integer columns and calls row with each row's values.
+	queryInts(ctx context.Context, query string, args []any, row func([]int64)) error
+	commit() error
+	rollback() error
+}
+
+// stmtTx is a batchTx that prepares the statement of key (ncols values per row) once per
+// connection and runs it.
+type stmtTx interface {
+	batchTx
+	execPrepared(ctx context.Context, key batchStmtKey, ncols int, args []any) (int64, error)
+}
+
+// sqlTx is a batchTx on database/sql.
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) exec(ctx context.Context, query string, args []any) (int64, error) {
+	return rowsAffected(t.tx.ExecContext(ctx, query, args...))
+}
+
+func (t sqlTx) queryInts(ctx context.Context, query string, args []any, row func([]int64)) error {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("cannot commit batch: %w", err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return err
 	}
-	return nil
+	ints := make([]int64, len(cols))
+	dest := make([]any, len(cols))
+	for i := range ints {
+		dest[i] = &ints[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		row(ints)
+	}
+	return rows.Err()
 }
+
+func (t sqlTx) commit() error   { return t.tx.Commit() }
+func (t sqlTx) rollback() error { return t.tx.Rollback() }
 
 // checkEpoch fails with ErrLeaseLost unless the lease row carries epoch. On MySQL the row is
 // share-locked until commit, so a takeover cannot slip in between this check and the writes.
-func (s *sqlStore) checkEpoch(ctx context.Context, tx *sql.Tx, lease string, epoch int64) error {
+func (s *sqlStore) checkEpoch(ctx context.Context, tx batchTx, lease string, epoch int64) error {
+	found := false
 	var current int64
-	err := tx.QueryRowContext(ctx, `SELECT epoch FROM lease WHERE name = ?`+s.d.forShare, lease).Scan(&current)
-	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("cannot apply batch of epoch %d: lease %q does not exist: %w", epoch, lease, ErrLeaseLost)
-	}
+	err := tx.queryInts(ctx, `SELECT epoch FROM lease WHERE name = ?`+s.d.forShare, []any{lease}, func(row []int64) {
+		found, current = true, row[0]
+	})
 	if err != nil {
 		return fmt.Errorf("cannot read lease %q: %w", lease, err)
+	}
+	if !found {
+		return fmt.Errorf("cannot apply batch of epoch %d: lease %q does not exist: %w", epoch, lease, ErrLeaseLost)
 	}
 	if current != epoch {
 		return fmt.Errorf("cannot apply batch of epoch %d: lease %q is at epoch %d: %w", epoch, lease, current, ErrLeaseLost)
@@ -144,7 +237,7 @@ func (s *sqlStore) checkEpoch(ctx context.Context, tx *sql.Tx, lease string, epo
 
 // casTransitions locks the runtime rows of ts, simulates the transitions in order and
 // returns each task's chain. Any failure is a *ConflictError listing every failing index.
-func (s *sqlStore) casTransitions(ctx context.Context, tx *sql.Tx, ts []Transition) (map[int64]chain, error) {
+func (s *sqlStore) casTransitions(ctx context.Context, tx batchTx, ts []Transition) (map[int64]chain, error) {
 	if len(ts) == 0 {
 		return nil, nil
 	}
@@ -178,7 +271,7 @@ func (s *sqlStore) casTransitions(ctx context.Context, tx *sql.Tx, ts []Transiti
 }
 
 // readVersions reads, under lock, the version of every existing runtime row in ids.
-func (s *sqlStore) readVersions(ctx context.Context, tx *sql.Tx, ids []int64) (map[int64]int64, error) {
+func (s *sqlStore) readVersions(ctx context.Context, tx batchTx, ids []int64) (map[int64]int64, error) {
 	versions := make(map[int64]int64, len(ids))
 	per := min(maxIDsPerQuery, s.d.maxParams)
 	args := make([]any, 0, min(per, len(ids)))
@@ -189,20 +282,7 @@ func (s *sqlStore) readVersions(ctx context.Context, tx *sql.Tx, ids []int64) (m
 			args = append(args, id)
 		}
 		q := `SELECT task_id, version FROM task_runtime WHERE task_id IN (` + placeholders(len(chunk)) + `)` + s.d.forUpdate
-		rows, err := tx.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, fmt.Errorf("cannot read runtime versions: %w", err)
-		}
-		for rows.Next() {
-			var id, v int64
-			if err := rows.Scan(&id, &v); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("cannot scan runtime version: %w", err)
-			}
-			versions[id] = v
-		}
-		err = rows.Err()
-		rows.Close()
+		err := tx.queryInts(ctx, q, args, func(row []int64) { versions[row[0]] = row[1] })
 		if err != nil {
 			return nil, fmt.Errorf("cannot read runtime versions: %w", err)
 		}
@@ -214,7 +294,7 @@ func (s *sqlStore) readVersions(ctx context.Context, tx *sql.Tx, ids []int64) (m
 // and are locked (casTransitions checked), so the upsert only ever updates. Guarded, the
 // upsert itself checks each version, one statement per chain length (nearly always 1), and
 // anything but every row updated is errGuardMissed.
-func (s *sqlStore) writeRuntimes(ctx context.Context, tx *sql.Tx, ts []Transition, chains map[int64]chain, guarded bool) error {
+func (s *sqlStore) writeRuntimes(ctx context.Context, tx batchTx, ts []Transition, chains map[int64]chain, guarded bool) error {
 	if len(chains) == 0 {
 		return nil
 	}
@@ -278,7 +358,7 @@ func groupBySteps(ids []int64, chains map[int64]chain) [][]int64 {
 
 // writeRuns upserts runs by ticket; for a ticket repeated in the batch only the last row
 // is written, which is what a later-wins upsert would leave anyway.
-func (s *sqlStore) writeRuns(ctx context.Context, tx *sql.Tx, runs []Run) error {
+func (s *sqlStore) writeRuns(ctx context.Context, tx batchTx, runs []Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -304,7 +384,7 @@ func (s *sqlStore) writeRuns(ctx context.Context, tx *sql.Tx, runs []Run) error 
 }
 
 // writeActions appends the action records in batch order, so their ids follow it.
-func (s *sqlStore) writeActions(ctx context.Context, tx *sql.Tx, actions []Action) error {
+func (s *sqlStore) writeActions(ctx context.Context, tx batchTx, actions []Action) error {
 	if len(actions) == 0 {
 		return nil
 	}
@@ -350,21 +430,17 @@ type batchStmtKey struct {
 // placeholder and byte limits: on MySQL chunks of the prepared sizes go through cached
 // prepared statements, and the rest as statement text. It returns the rows affected in all.
 // Only statements of a fixed set of tails may be prepared (cached), or the cache would grow.
-func (s *sqlStore) execRows(ctx context.Context, tx *sql.Tx, head, tail string, ncols int, args []any) (int64, error) {
+func (s *sqlStore) execRows(ctx context.Context, tx batchTx, head, tail string, ncols int, args []any) (int64, error) {
 	perStmt := s.perStmt(ncols)
 	var affected int64
-	if s.d.prepareBatches {
+	if st, ok := tx.(stmtTx); ok {
 		for _, rows := range preparedSizes {
 			if rows > perStmt {
 				continue
 			}
 			chunk := rows * ncols
 			for len(args) >= chunk && rowBytes(args[:chunk]) <= maxBytesPerStmt {
-				stmt, err := s.batchStmt(ctx, batchStmtKey{head, tail, rows}, ncols)
-				if err != nil {
-					return 0, err
-				}
-				n, err := rowsAffected(tx.StmtContext(ctx, stmt).ExecContext(ctx, args[:chunk]...))
+				n, err := st.execPrepared(ctx, batchStmtKey{head, tail, rows}, ncols, args[:chunk])
 				if err != nil {
 					return 0, err
 				}
@@ -380,26 +456,9 @@ func (s *sqlStore) execRows(ctx context.Context, tx *sql.Tx, head, tail string, 
 // perStmt is the most rows of ncols values one statement may carry.
 func (s *sqlStore) perStmt(ncols int) int { return min(maxRowsPerStmt, s.d.maxParams/ncols) }
 
-// batchStmt returns the prepared statement for key, preparing it on first use. database/sql
-// prepares it again on each connection it is used on, once.
-func (s *sqlStore) batchStmt(ctx context.Context, key batchStmtKey, ncols int) (*sql.Stmt, error) {
-	if st, ok := s.stmts.Load(key); ok {
-		return st.(*sql.Stmt), nil
-	}
-	st, err := s.db.PrepareContext(ctx, key.head+valuesList(ncols, key.rows)+key.tail)
-	if err != nil {
-		return nil, fmt.Errorf("cannot prepare a %d-row statement: %w", key.rows, err)
-	}
-	if prev, loaded := s.stmts.LoadOrStore(key, st); loaded {
-		_ = st.Close()
-		return prev.(*sql.Stmt), nil
-	}
-	return st, nil
-}
-
 // execRowsText runs head + VALUES groups + tail over args, perStmt rows at most per
 // statement and within maxBytesPerStmt, and returns the rows affected in all.
-func execRowsText(ctx context.Context, tx *sql.Tx, head, tail string, ncols, perStmt int, args []any) (int64, error) {
+func execRowsText(ctx context.Context, tx batchTx, head, tail string, ncols, perStmt int, args []any) (int64, error) {
 	var affected int64
 	for len(args) > 0 {
 		n, size := 0, 0
@@ -410,7 +469,7 @@ func execRowsText(ctx context.Context, tx *sql.Tx, head, tail string, ncols, per
 			}
 			n++
 		}
-		k, err := rowsAffected(tx.ExecContext(ctx, head+valuesList(ncols, n)+tail, args[:n*ncols]...))
+		k, err := tx.exec(ctx, head+valuesList(ncols, n)+tail, args[:n*ncols])
 		if err != nil {
 			return 0, err
 		}

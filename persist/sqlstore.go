@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 )
 
@@ -28,12 +27,13 @@ type dialect struct {
 	stateFrom string
 	// maxParams bounds placeholders per statement.
 	maxParams int
-	// prepareBatches writes the batch path's rows through cached prepared statements
-	// (sqlbatch.go) instead of one statement text per chunk. MySQL only: its driver would
-	// otherwise interpolate every value into SQL text for the server to parse again. SQLite
-	// binds values without parsing them anyway, and statements prepared on the pool outside
-	// the immediate transaction ran into SQLITE_BUSY in the conformance suite.
-	prepareBatches bool
+	// connBatches runs ApplyBatch on the driver connection (mysqlconn.go): the multi-row
+	// statements are prepared once per connection, and their arguments skip database/sql's
+	// conversion. MySQL only: its driver would otherwise interpolate every value into SQL
+	// text for the server to parse again. SQLite binds values without parsing them anyway,
+	// and statements prepared on the pool outside the immediate transaction ran into
+	// SQLITE_BUSY in the conformance suite.
+	connBatches bool
 	// upsert returns the clause that turns a multi-row INSERT into an upsert on key that
 	// replaces the update columns with the inserted values.
 	upsert func(key, update []string) string
@@ -119,9 +119,6 @@ type sqlStore struct {
 	insertAction   string
 	upsertExecutor string
 	runSelect      string
-
-	// stmts caches the batch path's prepared statements by batchStmtKey (sqlbatch.go).
-	stmts sync.Map
 }
 
 var _ Store = (*sqlStore)(nil)
@@ -188,10 +185,6 @@ func (s *sqlStore) Ping(ctx context.Context) error {
 
 // Close releases the connection pool.
 func (s *sqlStore) Close() error {
-	s.stmts.Range(func(_, st any) bool {
-		_ = st.(*sql.Stmt).Close()
-		return true
-	})
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("cannot close the %s store: %w", s.d.kind, err)
 	}

@@ -1,0 +1,33 @@
+package persist
+
+import (
+	"context"
+	"fmt"
+)
+
+// Hooks into the MySQL batch connection (mysqlconn.go) for the external tests.
+
+// LimitConns bounds s's pool to n connections, so consecutive batches share one.
+func LimitConns(s Store, n int) { s.(*sqlStore).db.SetMaxOpenConns(n) }
+
+// BatchStmts returns how many prepared batch statements a pooled connection of s holds, and
+// its server-side connection id.
+func BatchStmts(ctx context.Context, s Store) (stmts int, connID int64, err error) {
+	conn, err := s.(*sqlStore).db.Conn(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	if err := conn.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&connID); err != nil {
+		return 0, 0, err
+	}
+	err = conn.Raw(func(dc any) error {
+		bc, ok := dc.(*batchConn)
+		if !ok {
+			return fmt.Errorf("pooled connection %T is not a batch connection", dc)
+		}
+		stmts = len(bc.stmts)
+		return nil
+	})
+	return stmts, connID, err
+}

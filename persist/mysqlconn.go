@@ -1,0 +1,236 @@
+package persist
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// MySQL batches run on the driver connection itself (BENCHMARKS.md, Profiles): the pool's
+// connections are batchConns, and ApplyBatch takes one with sql.Conn.Raw and runs its
+// transaction there. Through database/sql each multi-row statement had its arguments copied
+// into a fresh []driver.NamedValue (40 B per value; 3,000 values for 256 runtime rows), a
+// third of the bytes the scheduler allocated in a burst. Here they go into a buffer the
+// connection reuses, and the multi-row statements are prepared once per connection and
+// closed with it.
+
+// batchConnector makes the pool's connections batchConns.
+type batchConnector struct {
+	driver.Connector
+}
+
+func (c batchConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newBatchConn(dc)
+}
+
+// batchConn is a MySQL driver connection with the batch path's prepared statements. It
+// forwards every optional interface the driver's connection implements, so database/sql
+// treats it as the driver's own; newBatchConn refuses a connection lacking one.
+type batchConn struct {
+	c interface {
+		driver.Conn
+		driver.ConnBeginTx
+		driver.ConnPrepareContext
+		driver.ExecerContext
+		driver.QueryerContext
+		driver.Pinger
+		driver.SessionResetter
+		driver.Validator
+		driver.NamedValueChecker
+	}
+	// stmts are this connection's prepared multi-row statements; there are a fixed number
+	// of keys (execRows), so the map stays small.
+	stmts map[batchStmtKey]driver.Stmt
+	// args is the argument buffer every batch statement reuses.
+	args []driver.NamedValue
+}
+
+func newBatchConn(dc driver.Conn) (*batchConn, error) {
+	bc := &batchConn{stmts: make(map[batchStmtKey]driver.Stmt)}
+	var ok bool
+	if bc.c, ok = dc.(interface {
+		driver.Conn
+		driver.ConnBeginTx
+		driver.ConnPrepareContext
+		driver.ExecerContext
+		driver.QueryerContext
+		driver.Pinger
+		driver.SessionResetter
+		driver.Validator
+		driver.NamedValueChecker
+	}); !ok {
+		_ = dc.Close()
+		return nil, fmt.Errorf("cannot use MySQL driver connection %T: it lacks an interface the batch path forwards", dc)
+	}
+	return bc, nil
+}
+
+func (bc *batchConn) Prepare(query string) (driver.Stmt, error) { return bc.c.Prepare(query) }
+func (bc *batchConn) Begin() (driver.Tx, error)                 { return bc.c.Begin() }
+func (bc *batchConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	return bc.c.BeginTx(ctx, opts)
+}
+func (bc *batchConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	return bc.c.PrepareContext(ctx, query)
+}
+func (bc *batchConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	return bc.c.ExecContext(ctx, query, args)
+}
+func (bc *batchConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	return bc.c.QueryContext(ctx, query, args)
+}
+func (bc *batchConn) Ping(ctx context.Context) error              { return bc.c.Ping(ctx) }
+func (bc *batchConn) ResetSession(ctx context.Context) error      { return bc.c.ResetSession(ctx) }
+func (bc *batchConn) IsValid() bool                               { return bc.c.IsValid() }
+func (bc *batchConn) CheckNamedValue(nv *driver.NamedValue) error { return bc.c.CheckNamedValue(nv) }
+
+// Close closes the prepared statements, then the connection.
+func (bc *batchConn) Close() error {
+	for k, st := range bc.stmts {
+		_ = st.Close()
+		delete(bc.stmts, k)
+	}
+	return bc.c.Close()
+}
+
+// begin starts a batch transaction on the connection.
+func (bc *batchConn) begin(ctx context.Context) (*connTx, error) {
+	tx, err := bc.c.BeginTx(ctx, driver.TxOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &connTx{bc: bc, tx: tx}, nil
+}
+
+// connTx is a batch transaction on a batchConn.
+type connTx struct {
+	bc *batchConn
+	tx driver.Tx
+}
+
+// bind fills the connection's argument buffer with args, converted as database/sql would
+// (the driver's CheckNamedValue). The caller clears it with unbind after the statement.
+func (t *connTx) bind(args []any) ([]driver.NamedValue, error) {
+	nv := t.bc.args[:0]
+	for i, a := range args {
+		nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
+		if err := t.bc.c.CheckNamedValue(&nv[i]); err != nil {
+			clear(nv)
+			return nil, fmt.Errorf("cannot convert argument %d (%T): %w", i+1, a, err)
+		}
+	}
+	t.bc.args = nv
+	return nv, nil
+}
+
+// unbind drops the buffer's references to the last statement's values.
+func (t *connTx) unbind() { clear(t.bc.args) }
+
+func (t *connTx) exec(ctx context.Context, query string, args []any) (int64, error) {
+	nv, err := t.bind(args)
+	if err != nil {
+		return 0, err
+	}
+	defer t.unbind()
+	res, err := t.bc.c.ExecContext(ctx, query, nv)
+	if errors.Is(err, driver.ErrSkip) {
+		// interpolateParams=false in the DSN: the driver sends arguments only to prepared
+		// statements, as database/sql would do here.
+		return t.execOnce(ctx, query, nv)
+	}
+	return driverRowsAffected(res, err)
+}
+
+// execOnce prepares query, runs it once and closes it.
+func (t *connTx) execOnce(ctx context.Context, query string, nv []driver.NamedValue) (int64, error) {
+	st, err := t.bc.c.PrepareContext(ctx, query)
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	return driverRowsAffected(st.(driver.StmtExecContext).ExecContext(ctx, nv))
+}
+
+func (t *connTx) execPrepared(ctx context.Context, key batchStmtKey, ncols int, args []any) (int64, error) {
+	st, ok := t.bc.stmts[key]
+	if !ok {
+		var err error
+		if st, err = t.bc.c.PrepareContext(ctx, key.head+valuesList(ncols, key.rows)+key.tail); err != nil {
+			return 0, fmt.Errorf("cannot prepare a %d-row statement: %w", key.rows, err)
+		}
+		t.bc.stmts[key] = st
+	}
+	nv, err := t.bind(args)
+	if err != nil {
+		return 0, err
+	}
+	defer t.unbind()
+	return driverRowsAffected(st.(driver.StmtExecContext).ExecContext(ctx, nv))
+}
+
+func (t *connTx) queryInts(ctx context.Context, query string, args []any, row func([]int64)) error {
+	nv, err := t.bind(args)
+	if err != nil {
+		return err
+	}
+	defer t.unbind()
+	rows, err := t.bc.c.QueryContext(ctx, query, nv)
+	if errors.Is(err, driver.ErrSkip) {
+		st, perr := t.bc.c.PrepareContext(ctx, query)
+		if perr != nil {
+			return perr
+		}
+		defer st.Close()
+		rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, nv)
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	vals := make([]driver.Value, len(rows.Columns()))
+	ints := make([]int64, len(vals))
+	for {
+		if err := rows.Next(vals); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for i, v := range vals {
+			if ints[i], err = driverInt64(v); err != nil {
+				return fmt.Errorf("column %d: %w", i+1, err)
+			}
+		}
+		row(ints)
+	}
+}
+
+func (t *connTx) commit() error   { return t.tx.Commit() }
+func (t *connTx) rollback() error { return t.tx.Rollback() }
+
+// driverInt64 reads an integer column as the driver returns it: int64 from a prepared
+// statement, its decimal text from an interpolated one.
+func driverInt64(v driver.Value) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case []byte:
+		return strconv.ParseInt(string(v), 10, 64)
+	default:
+		return 0, fmt.Errorf("cannot read %T as an integer", v)
+	}
+}
+
+func driverRowsAffected(res driver.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
