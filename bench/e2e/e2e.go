@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -261,6 +262,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("cannot run the end-to-end benchmark: %w", err)
 	}
 	rep := Report{CPUs: runtime.NumCPU(), MemoryBytes: memTotal()}
+	if cfg.ProfileDir != "" {
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return rep, fmt.Errorf("cannot create the profile directory: %w", err)
+		}
+	}
 	command := cfg.ExecutorCommand
 	if len(command) == 0 {
 		dir, cleanup, err := tempDir()

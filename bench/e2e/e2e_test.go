@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,14 +100,28 @@ func serverDSN(tb testing.TB) string {
 
 // TestRun runs B4 (small unless the environment says otherwise) and checks that both
 // phases recorded every task, that the figures are consistent with what was run, and that
-// the raw rate was measured.
+// the raw rate was measured. It profiles into a directory Run has to create, unless the
+// environment names one.
 func TestRun(t *testing.T) {
 	cfg := envConfig(t, serverDSN(t))
 	cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	if cfg.ProfileDir == "" {
+		cfg.ProfileDir = filepath.Join(t.TempDir(), "profiles")
+	}
 	rep, err := Run(context.Background(), cfg)
 	t.Log("\n" + rep.Table())
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range []*Phase{rep.Steady, rep.Burst} {
+		if p == nil {
+			continue
+		}
+		for _, f := range []string{"scheduler-" + p.Name + ".pprof", "executor-" + p.Name + "-0.pprof"} {
+			if st, err := os.Stat(filepath.Join(cfg.ProfileDir, f)); err != nil || st.Size() == 0 {
+				t.Errorf("profile %s: %v, want a non-empty file", f, err)
+			}
+		}
 	}
 	cfg = cfg.WithDefaults()
 	for _, c := range []struct {
