@@ -30,21 +30,24 @@ func (c batchConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return newBatchConn(dc)
 }
 
+// mysqlDriverConn is what the MySQL driver's connection implements and batchConn forwards.
+type mysqlDriverConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+	driver.NamedValueChecker
+}
+
 // batchConn is a MySQL driver connection with the batch path's prepared statements. It
-// forwards every optional interface the driver's connection implements, so database/sql
+// embeds every optional interface the driver's connection implements, so database/sql
 // treats it as the driver's own; newBatchConn refuses a connection lacking one.
 type batchConn struct {
-	c interface {
-		driver.Conn
-		driver.ConnBeginTx
-		driver.ConnPrepareContext
-		driver.ExecerContext
-		driver.QueryerContext
-		driver.Pinger
-		driver.SessionResetter
-		driver.Validator
-		driver.NamedValueChecker
-	}
+	mysqlDriverConn
 	// stmts are this connection's prepared multi-row statements; there are a fixed number
 	// of keys (execRows), so the map stays small.
 	stmts map[batchStmtKey]driver.Stmt
@@ -55,41 +58,12 @@ type batchConn struct {
 func newBatchConn(dc driver.Conn) (*batchConn, error) {
 	bc := &batchConn{stmts: make(map[batchStmtKey]driver.Stmt)}
 	var ok bool
-	if bc.c, ok = dc.(interface {
-		driver.Conn
-		driver.ConnBeginTx
-		driver.ConnPrepareContext
-		driver.ExecerContext
-		driver.QueryerContext
-		driver.Pinger
-		driver.SessionResetter
-		driver.Validator
-		driver.NamedValueChecker
-	}); !ok {
+	if bc.mysqlDriverConn, ok = dc.(mysqlDriverConn); !ok {
 		_ = dc.Close()
 		return nil, fmt.Errorf("cannot use MySQL driver connection %T: it lacks an interface the batch path forwards", dc)
 	}
 	return bc, nil
 }
-
-func (bc *batchConn) Prepare(query string) (driver.Stmt, error) { return bc.c.Prepare(query) }
-func (bc *batchConn) Begin() (driver.Tx, error)                 { return bc.c.Begin() }
-func (bc *batchConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	return bc.c.BeginTx(ctx, opts)
-}
-func (bc *batchConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	return bc.c.PrepareContext(ctx, query)
-}
-func (bc *batchConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	return bc.c.ExecContext(ctx, query, args)
-}
-func (bc *batchConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	return bc.c.QueryContext(ctx, query, args)
-}
-func (bc *batchConn) Ping(ctx context.Context) error              { return bc.c.Ping(ctx) }
-func (bc *batchConn) ResetSession(ctx context.Context) error      { return bc.c.ResetSession(ctx) }
-func (bc *batchConn) IsValid() bool                               { return bc.c.IsValid() }
-func (bc *batchConn) CheckNamedValue(nv *driver.NamedValue) error { return bc.c.CheckNamedValue(nv) }
 
 // Close closes the prepared statements, then the connection.
 func (bc *batchConn) Close() error {
@@ -97,12 +71,12 @@ func (bc *batchConn) Close() error {
 		_ = st.Close()
 		delete(bc.stmts, k)
 	}
-	return bc.c.Close()
+	return bc.mysqlDriverConn.Close()
 }
 
 // begin starts a batch transaction on the connection.
 func (bc *batchConn) begin(ctx context.Context) (*connTx, error) {
-	tx, err := bc.c.BeginTx(ctx, driver.TxOptions{})
+	tx, err := bc.BeginTx(ctx, driver.TxOptions{})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +95,7 @@ func (t *connTx) bind(args []any) ([]driver.NamedValue, error) {
 	nv := t.bc.args[:0]
 	for i, a := range args {
 		nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
-		if err := t.bc.c.CheckNamedValue(&nv[i]); err != nil {
+		if err := t.bc.CheckNamedValue(&nv[i]); err != nil {
 			clear(nv)
 			return nil, fmt.Errorf("cannot convert argument %d (%T): %w", i+1, a, err)
 		}
@@ -139,7 +113,7 @@ func (t *connTx) exec(ctx context.Context, query string, args []any) (int64, err
 		return 0, err
 	}
 	defer t.unbind()
-	res, err := t.bc.c.ExecContext(ctx, query, nv)
+	res, err := t.bc.ExecContext(ctx, query, nv)
 	if errors.Is(err, driver.ErrSkip) {
 		// interpolateParams=false in the DSN: the driver sends arguments only to prepared
 		// statements, as database/sql would do here.
@@ -150,7 +124,7 @@ func (t *connTx) exec(ctx context.Context, query string, args []any) (int64, err
 
 // execOnce prepares query, runs it once and closes it.
 func (t *connTx) execOnce(ctx context.Context, query string, nv []driver.NamedValue) (int64, error) {
-	st, err := t.bc.c.PrepareContext(ctx, query)
+	st, err := t.bc.PrepareContext(ctx, query)
 	if err != nil {
 		return 0, err
 	}
@@ -162,7 +136,7 @@ func (t *connTx) execPrepared(ctx context.Context, key batchStmtKey, ncols int, 
 	st, ok := t.bc.stmts[key]
 	if !ok {
 		var err error
-		if st, err = t.bc.c.PrepareContext(ctx, key.head+valuesList(ncols, key.rows)+key.tail); err != nil {
+		if st, err = t.bc.PrepareContext(ctx, key.head+valuesList(ncols, key.rows)+key.tail); err != nil {
 			return 0, fmt.Errorf("cannot prepare a %d-row statement: %w", key.rows, err)
 		}
 		t.bc.stmts[key] = st
@@ -181,9 +155,9 @@ func (t *connTx) queryInts(ctx context.Context, query string, args []any, row fu
 		return err
 	}
 	defer t.unbind()
-	rows, err := t.bc.c.QueryContext(ctx, query, nv)
+	rows, err := t.bc.QueryContext(ctx, query, nv)
 	if errors.Is(err, driver.ErrSkip) {
-		st, perr := t.bc.c.PrepareContext(ctx, query)
+		st, perr := t.bc.PrepareContext(ctx, query)
 		if perr != nil {
 			return perr
 		}
