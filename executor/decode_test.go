@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -142,34 +144,73 @@ func TestTailKeepsRuneBoundaries(t *testing.T) {
 }
 
 // FuzzDecodeRuns feeds arbitrary bodies to the /axe/runs decoder: it must never panic, must
-// refuse with ErrInvalidRun, and whatever it accepts holds 1 to maxRunsPerCall runs that
-// are each valid JSON (decodeRun then judges each run alone).
+// refuse with ErrInvalidRun, whatever it accepts holds 1 to maxRunsPerCall runs, each judged
+// with ErrInvalidRun when refused, and the one-pass decoding must judge every run as
+// decoding each alone does. (Where the body repeats its "runs" key, encoding/json merges the
+// repeats into the elements it already decoded, so the two may differ there; the scheduler
+// never sends that.)
 func FuzzDecodeRuns(f *testing.F) {
 	for _, seed := range []string{
 		`{"runs":[{"ticket":"t-1","task":"a","handler":"h"},{"ticket":"t-2","task":"b","handler":"h"}]}`,
 		`{"runs":[{"ticket":"t","task":"a","handler":"h"},null,7,"x"]}`,
+		`{"runs":[{"ticket":"t","task":"a","handler":"h","attempt":"2"},{"ticket":"u","task":"a","handler":"h"}]}`,
+		`{"runs":[{"ticket":"t","task":"a","handler":"h","attempt":-1}],"other":1}`,
+		`{"runs":[{"ticket":"a"}],"RUNS":[{"task":"b","handler":"h"}]}`,
 		`{"runs":[]}`, `{"runs":null}`, `{}`, `[]`, `null`, `{"runs":[`, "\xff",
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		runs, err := decodeRuns(body)
+		each, eachErr := decodeRunsEach(body)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidRun) {
 				t.Fatalf("error %v does not wrap ErrInvalidRun", err)
 			}
+		} else {
+			if len(runs) == 0 || len(runs) > maxRunsPerCall {
+				t.Fatalf("accepted %d runs", len(runs))
+			}
+			for i, run := range runs {
+				if run.err != nil && !errors.Is(run.err, ErrInvalidRun) {
+					t.Fatalf("run %d: error %v does not wrap ErrInvalidRun", i, run.err)
+				}
+			}
+		}
+		if runsKeys(body) > 1 {
 			return
 		}
-		if len(runs) == 0 || len(runs) > maxRunsPerCall {
-			t.Fatalf("accepted %d runs", len(runs))
+		if (err == nil) != (eachErr == nil) || len(runs) != len(each) {
+			t.Fatalf("one pass: %d runs, %v; each alone: %d runs, %v", len(runs), err, len(each), eachErr)
 		}
-		for i, raw := range runs {
-			if !json.Valid(raw) {
-				t.Fatalf("run %d is not JSON: %q", i, raw)
-			}
-			if _, err := decodeRun(raw); err != nil && !errors.Is(err, ErrInvalidRun) {
-				t.Fatalf("run %d: error %v does not wrap ErrInvalidRun", i, err)
+		for i := range runs {
+			if !reflect.DeepEqual(runs[i].req, each[i].req) || fmt.Sprint(runs[i].err) != fmt.Sprint(each[i].err) {
+				t.Fatalf("run %d: one pass %+v, %v; each alone %+v, %v", i, runs[i].req, runs[i].err, each[i].req, each[i].err)
 			}
 		}
 	})
+}
+
+// runsKeys counts the keys of body's top-level object that encoding/json would take for
+// "runs" (it matches keys without regard to case); 0 when body is not an object.
+func runsKeys(body []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if k, ok := key.(string); ok && strings.EqualFold(k, "runs") {
+			n++
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return n
+		}
+	}
+	return n
 }

@@ -70,6 +70,11 @@ func decodeRun(body []byte) (runRequest, error) {
 	if err := json.Unmarshal(body, &r); err != nil {
 		return runRequest{}, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
 	}
+	return checkRun(r)
+}
+
+// checkRun checks a decoded run as decodeRun does.
+func checkRun(r runRequest) (runRequest, error) {
 	bad := func(field, problem string) (runRequest, error) {
 		return runRequest{}, fmt.Errorf("%w: %s: %s", ErrInvalidRun, field, problem)
 	}

@@ -153,13 +153,12 @@ func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
 	}
 	answers := make([]runAnswer, len(runs))
 	var after []func()
-	for i, raw := range runs {
-		req, err := decodeRun(raw)
-		if err != nil {
-			answers[i] = runAnswer{http.StatusBadRequest, errorResponse{err.Error()}}
+	for i, run := range runs {
+		if run.err != nil {
+			answers[i] = runAnswer{http.StatusBadRequest, errorResponse{run.err.Error()}}
 			continue
 		}
-		status, resp, a := e.admit(req)
+		status, resp, a := e.admit(run.req)
 		if a != nil {
 			after = append(after, a)
 		}
@@ -173,19 +172,58 @@ func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
 	}{answers})
 }
 
-// decodeRuns splits the body of POST /axe/runs into its runs, each still to be decoded.
-func decodeRuns(body []byte) ([]json.RawMessage, error) {
+// decodedRun is one run of POST /axe/runs as decodeRun would judge it alone.
+type decodedRun struct {
+	req runRequest
+	err error
+}
+
+// decodeRuns decodes the body of POST /axe/runs. The body is decoded in one pass when every
+// run in it has the right shape, which is how the scheduler sends them; a run that does not
+// (null, a number, a field of the wrong type) fails that pass, and then each run is decoded
+// alone, so that it alone is refused. Either way each run gets what decodeRun would return
+// for it (FuzzDecodeRuns checks both ways agree).
+func decodeRuns(body []byte) ([]decodedRun, error) {
+	var whole struct {
+		Runs []runRequest `json:"runs"`
+	}
+	if err := json.Unmarshal(body, &whole); err != nil {
+		return decodeRunsEach(body)
+	}
+	if err := checkRunCount(len(whole.Runs)); err != nil {
+		return nil, err
+	}
+	out := make([]decodedRun, len(whole.Runs))
+	for i, r := range whole.Runs {
+		out[i].req, out[i].err = checkRun(r)
+	}
+	return out, nil
+}
+
+// decodeRunsEach splits the body into its runs and decodes each alone.
+func decodeRunsEach(body []byte) ([]decodedRun, error) {
 	var r runsRequest
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
 	}
-	switch {
-	case len(r.Runs) == 0:
-		return nil, fmt.Errorf("%w: runs: one or more required", ErrInvalidRun)
-	case len(r.Runs) > maxRunsPerCall:
-		return nil, fmt.Errorf("%w: runs: at most %d per call, got %d", ErrInvalidRun, maxRunsPerCall, len(r.Runs))
+	if err := checkRunCount(len(r.Runs)); err != nil {
+		return nil, err
 	}
-	return r.Runs, nil
+	out := make([]decodedRun, len(r.Runs))
+	for i, raw := range r.Runs {
+		out[i].req, out[i].err = decodeRun(raw)
+	}
+	return out, nil
+}
+
+func checkRunCount(n int) error {
+	switch {
+	case n == 0:
+		return fmt.Errorf("%w: runs: one or more required", ErrInvalidRun)
+	case n > maxRunsPerCall:
+		return fmt.Errorf("%w: runs: at most %d per call, got %d", ErrInvalidRun, maxRunsPerCall, n)
+	}
+	return nil
 }
 
 // checkRunHeaders rejects X-Axe-* headers that contradict the body. The body is authoritative;
