@@ -12,8 +12,8 @@ import (
 // MySQL batches run on the driver connection itself (BENCHMARKS.md, Profiles): the pool's
 // connections are batchConns, and ApplyBatch takes one with sql.Conn.Raw and runs its
 // transaction there. Through database/sql each multi-row statement had its arguments copied
-// into a fresh []driver.NamedValue (40 B per value; 3,000 values for 256 runtime rows), a
-// third of the bytes the scheduler allocated in a burst. Here they go into a buffer the
+// into a fresh []driver.NamedValue (40 B per value; 3,072 values for 256 runtime rows), a
+// quarter of the bytes the scheduler allocated in a burst. Here they go into a buffer the
 // connection reuses, and the multi-row statements are prepared once per connection and
 // closed with it.
 

@@ -103,8 +103,8 @@ func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]c
 		return s.runBatch(ctx, sqlTx{tx}, b, guarded)
 	}
 	// The pool's liveness check discards a connection the server dropped before handing it
-	// out (TestMySQLBatchConn). A failure inside the transaction wrapping driver.ErrBadConn (runBatch) makes the pool
-	// discard the connection too.
+	// out (TestMySQLBatchConn); an error of runBatch wrapping driver.ErrBadConn makes the
+	// pool discard the connection after use.
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot begin batch: %w", err)
