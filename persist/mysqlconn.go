@@ -186,8 +186,17 @@ func (t *connTx) queryInts(ctx context.Context, query string, args []any, row fu
 	}
 }
 
-func (t *connTx) commit() error   { return t.tx.Commit() }
-func (t *connTx) rollback() error { return t.tx.Rollback() }
+func (t *connTx) commit() error { return t.tx.Commit() }
+
+// rollback rolls the transaction back. When that fails, the connection's state is unknown:
+// the error then also wraps driver.ErrBadConn, which makes the pool discard the connection
+// once sql.Conn.Raw returns it.
+func (t *connTx) rollback() error {
+	if err := t.tx.Rollback(); err != nil {
+		return errors.Join(err, driver.ErrBadConn)
+	}
+	return nil
+}
 
 // driverInt64 reads an integer column as the driver returns it: int64 from a prepared
 // statement, its decimal text from an interpolated one.

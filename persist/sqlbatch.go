@@ -3,7 +3,6 @@ package persist
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"maps"
@@ -103,8 +102,8 @@ func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]c
 		return s.runBatch(ctx, sqlTx{tx}, b, guarded)
 	}
 	// The pool's liveness check discards a connection the server dropped before handing it
-	// out (TestMySQLBatchConn); an error of runBatch wrapping driver.ErrBadConn makes the
-	// pool discard the connection after use.
+	// out (TestMySQLBatchConn); a failed rollback (connTx.rollback) makes the pool discard
+	// the connection after use.
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot begin batch: %w", err)
@@ -123,13 +122,11 @@ func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]c
 	})
 }
 
-// runBatch writes b in tx and commits it, or rolls it back on failure. When the rollback
-// fails too, the connection's state is unknown and the error also wraps driver.ErrBadConn,
-// which makes the pool discard the connection (sql.Conn.Raw).
+// runBatch writes b in tx and commits it, or rolls it back on failure.
 func (s *sqlStore) runBatch(ctx context.Context, tx batchTx, b *Batch, guarded map[int64]chain) error {
 	if err := s.writeBatch(ctx, tx, b, guarded); err != nil {
 		if rbErr := tx.rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			return fmt.Errorf("%w (and the rollback failed: %w)", err, errors.Join(rbErr, driver.ErrBadConn))
+			return fmt.Errorf("%w (and the rollback failed: %w)", err, rbErr)
 		}
 		return err
 	}
