@@ -45,6 +45,8 @@ type DaemonConfig struct {
 	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
 	Engine engine.Config
+	// Outbound and bind safety; see security.go.
+	Security SecurityConfig
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -79,6 +81,9 @@ func (c DaemonConfig) WithDefaults() DaemonConfig {
 func Serve(ctx context.Context, cfg DaemonConfig) error {
 	cfg = cfg.WithDefaults()
 	log := cfg.Logger
+	if err := cfg.applySecurity(); err != nil {
+		return err
+	}
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	store, err := persist.Open(openCtx, cfg.DB)
 	cancel()

@@ -363,6 +363,8 @@ type hookCall struct {
 	Attempt string // X-Axe-Attempt
 	Body    hookBody
 	Raw     []byte
+	// Signature is X-Axe-Signature, when the daemon signs callbacks.
+	Signature string
 }
 
 // hookBody is the run JSON a callback receives.
@@ -403,6 +405,7 @@ func (h *hook) serve(w http.ResponseWriter, r *http.Request) {
 	c := hookCall{
 		At: time.Now(), Path: r.URL.Path, Task: r.Header.Get("X-Axe-Task"),
 		Ticket: r.Header.Get("X-Axe-Ticket"), Attempt: r.Header.Get("X-Axe-Attempt"),
+		Signature: r.Header.Get("X-Axe-Signature"),
 	}
 	c.Raw, _ = io.ReadAll(r.Body)
 	_ = json.Unmarshal(c.Raw, &c.Body)

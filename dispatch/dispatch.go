@@ -47,6 +47,13 @@ type Config struct {
 	MaxBodyTail int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Guard, when set, judges every address an HTTP callback (Send) connects to. Executor
+	// offers and kills (Post) are not guarded: executors register their own addresses.
+	// Defaults to nil: no check.
+	Guard *Guard
+	// CallbackSecret, when set, signs every HTTP callback: the header X-Axe-Signature carries
+	// "sha256=" and the hex HMAC-SHA256 of the body under this key. Defaults to none.
+	CallbackSecret []byte
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -107,6 +114,9 @@ type Dispatcher struct {
 	cfg    Config
 	pool   *ants.Pool
 	client *fasthttp.Client
+	// callbacks carries HTTP-callback runs: the same settings as client, dialling through
+	// cfg.Guard. A separate client, so executors are never judged by the callback allowlist.
+	callbacks *fasthttp.Client
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -129,24 +139,33 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("cannot create dispatch pool: %w", err)
 	}
 	d := &Dispatcher{
-		cfg:  cfg,
-		pool: pool,
-		client: &fasthttp.Client{
-			Name:            "axe",
-			MaxConnsPerHost: cfg.MaxConnsPerHost,
-			// With every connection to a host busy, wait for one instead of failing the run
-			// at once with ErrNoFreeConns: a burst is to be late, never lost. Each call's own
-			// deadline still bounds the wait.
-			MaxConnWaitTimeout:            time.Hour,
-			MaxIdleConnDuration:           30 * time.Second,
-			NoDefaultUserAgentHeader:      false,
-			DisableHeaderNamesNormalizing: false,
-			MaxResponseBodySize:           1 << 20,
-			ReadBufferSize:                8192,
-		},
+		cfg:    cfg,
+		pool:   pool,
+		client: newClient(cfg),
+	}
+	d.callbacks = newClient(cfg)
+	if cfg.Guard != nil {
+		d.callbacks.DialTimeout = cfg.Guard.dialTimeout
 	}
 	d.cond = sync.NewCond(&d.mu)
 	return d, nil
+}
+
+func newClient(cfg Config) *fasthttp.Client {
+	return &fasthttp.Client{
+		Name:            "axe",
+		MaxConnsPerHost: cfg.MaxConnsPerHost,
+		// With every connection to a host busy, wait for one instead of failing the run
+		// at once with ErrNoFreeConns: a burst is to be late, never lost. Each call's own
+		// deadline still bounds the wait.
+		MaxConnWaitTimeout:            time.Hour,
+		MaxIdleConnDuration:           30 * time.Second,
+		NoDefaultUserAgentHeader:      false,
+		DisableHeaderNamesNormalizing: false,
+		// A body past this fails the call rather than fill memory; only its tail is kept.
+		MaxResponseBodySize: 1 << 20,
+		ReadBufferSize:      8192,
+	}
 }
 
 // Start starts the pump that feeds the pool.
@@ -176,14 +195,17 @@ func (d *Dispatcher) Go(fn func()) error {
 	return nil
 }
 
-// Send posts req on the pool and calls done with the outcome from the worker. It never
-// blocks.
+// Send posts an HTTP-callback run on the pool, through the Guard and signed when a secret is
+// configured, and calls done with the outcome from the worker. It never blocks. Redirects are
+// not followed: a 3xx is the call's answer, and not a 2xx.
 func (d *Dispatcher) Send(req *Request, done func(Outcome)) error {
-	return d.Go(func() { done(d.Post(req)) })
+	return d.Go(func() { done(d.post(d.callbacks, req, d.cfg.CallbackSecret)) })
 }
 
-// Post performs req on the calling goroutine.
-func (d *Dispatcher) Post(req *Request) Outcome {
+// Post performs req on the calling goroutine, unguarded and unsigned (executor calls).
+func (d *Dispatcher) Post(req *Request) Outcome { return d.post(d.client, req, nil) }
+
+func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte) Outcome {
 	r := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(r)
@@ -198,8 +220,11 @@ func (d *Dispatcher) Post(req *Request) Outcome {
 		r.Header.Set("Authorization", "Bearer "+req.Token)
 	}
 	r.SetBodyRaw(req.Body)
+	if len(secret) > 0 {
+		r.Header.Set(SignatureHeader, Sign(secret, req.Body))
+	}
 	start := time.Now()
-	err := d.client.DoDeadline(r, resp, req.Deadline)
+	err := client.DoDeadline(r, resp, req.Deadline)
 	out := Outcome{Started: start, Duration: time.Since(start)}
 	if err != nil {
 		if errors.Is(err, fasthttp.ErrTimeout) {
@@ -261,6 +286,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	started := d.started
 	d.mu.Unlock()
 	defer d.client.CloseIdleConnections()
+	defer d.callbacks.CloseIdleConnections()
 	if started {
 		done := make(chan struct{})
 		go func() { d.pumpWG.Wait(); close(done) }()

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -55,8 +56,16 @@ type alerter struct {
 	fails  func()
 }
 
-func newAlerter(urls []string, log *slog.Logger, drops, fails func()) *alerter {
-	return &alerter{urls: urls, log: log, client: &http.Client{Timeout: alertTimeout},
+// newAlerter makes the webhook sender. Webhooks pass the same outbound guard as HTTP
+// callbacks (when guard is set), and a redirect is the answer, never followed.
+func newAlerter(urls []string, guard *dispatch.Guard, log *slog.Logger, drops, fails func()) *alerter {
+	client := &http.Client{Timeout: alertTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if guard != nil {
+		client.Transport = &http.Transport{DialContext: guard.DialContext, ForceAttemptHTTP2: true,
+			MaxIdleConns: 8, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
+	}
+	return &alerter{urls: urls, log: log, client: client,
 		ch: make(chan Alert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
 }
 

@@ -93,6 +93,9 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 	if err != nil {
 		return nil, err
 	}
+	if err := e.checkCallback(&def); err != nil {
+		return nil, err
+	}
 	if err := e.checkDeps(ctx, &def); err != nil {
 		return nil, err
 	}
@@ -214,6 +217,9 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	}
 	def, err := Normalize(spec, e.cfg.DefaultTimezone)
 	if err != nil {
+		return nil, err
+	}
+	if err := e.checkCallback(&def); err != nil {
 		return nil, err
 	}
 	if err := e.checkDeps(ctx, &def); err != nil {

@@ -274,7 +274,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
-	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Logger,
+	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Dispatch.Guard, cfg.Logger,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	return e, nil
 }

@@ -32,6 +32,10 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
+	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --token; logs a warning at every start (AXE_INSECURE_NO_AUTH)")
+	callbackAllow := fs.String("callback-allow", "", "comma-separated hosts and CIDR ranges HTTP callbacks and alert webhooks may reach; empty = all but link-local and metadata addresses (AXE_CALLBACK_ALLOW)")
+	fs.BoolVar(&cfg.Security.CallbackAllowLinkLocal, "callback-allow-link-local", false, "let callbacks reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, …) (AXE_CALLBACK_ALLOW_LINK_LOCAL)")
+	fs.StringVar(&cfg.Security.CallbackSecret, "callback-secret", "", "sign HTTP callbacks: X-Axe-Signature: sha256=HMAC(body) (AXE_CALLBACK_SECRET)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (AXE_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "text", "text or json (AXE_LOG_FORMAT)")
 	return &ffcli.Command{
@@ -62,6 +66,11 @@ func serveCmd() *ffcli.Command {
 					return fmt.Errorf("alert-webhook: %q is not an http(s) URL", u)
 				}
 				cfg.Engine.AlertWebhooks = append(cfg.Engine.AlertWebhooks, u)
+			}
+			for _, a := range strings.Split(*callbackAllow, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					cfg.Security.CallbackAllow = append(cfg.Security.CallbackAllow, a)
+				}
 			}
 			cfg.Logger = log
 			cfg.Version = version

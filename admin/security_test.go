@@ -1,0 +1,146 @@
+package admin_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/persist"
+)
+
+// serveOnce runs Serve with cfg and returns its error if it ends within a few seconds, or
+// stops it and returns nil if it started listening.
+func serveOnce(t *testing.T, cfg admin.DaemonConfig) error {
+	t.Helper()
+	if cfg.DB == "" {
+		cfg.DB = persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	listening := make(chan struct{}, 1)
+	cfg.OnListen = func(string) { listening <- struct{}{} }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- admin.Serve(ctx, cfg) }()
+	select {
+	case err := <-done:
+		return err
+	case <-listening:
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		return nil
+	case <-time.After(startTimeout):
+		t.Fatal("Serve neither failed nor listened")
+		return nil
+	}
+}
+
+func TestProtectedBind(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		err := serveOnce(t, admin.DaemonConfig{Addr: addr})
+		if err == nil || !strings.Contains(err.Error(), "without a token") || !strings.Contains(err.Error(), "--token") {
+			t.Errorf("Serve on %s without a token = %v, want a refusal saying how to fix it", addr, err)
+		}
+	}
+	// Loopback without a token, and any address with one, serve.
+	for _, cfg := range []admin.DaemonConfig{
+		{Addr: "127.0.0.1:0"}, {Addr: "localhost:0"}, {Addr: "[::1]:0"}, {Addr: "0.0.0.0:0", Token: "t0ken"},
+	} {
+		if cfg.Addr == "[::1]:0" && !hasIPv6Loopback() {
+			continue
+		}
+		if err := serveOnce(t, cfg); err != nil {
+			t.Errorf("Serve(%s, token %v) = %v", cfg.Addr, cfg.Token != "", err)
+		}
+	}
+	// --insecure-no-auth is the way around, and says so at every start.
+	var logs bytes.Buffer
+	cfg := admin.DaemonConfig{Addr: "0.0.0.0:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	cfg.Security.InsecureNoAuth = true
+	if err := serveOnce(t, cfg); err != nil {
+		t.Fatalf("Serve with --insecure-no-auth = %v", err)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "without authentication") {
+		t.Errorf("no warning logged:\n%s", logs.String())
+	}
+}
+
+func hasIPv6Loopback() bool {
+	c, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func TestCallbackGuard(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		h := newHook(t)
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.CallbackSecret = "hmac-key" })
+		for _, u := range []string{
+			"http://169.254.169.254/latest/meta-data/",
+			"http://[::ffff:169.254.169.254]/",
+			"http://100.100.100.200/latest/",
+			"http://[fe80::1%25eth0]/",
+		} {
+			msg := d.apiError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", spec("meta", u, "trigger", "manual"))
+			if !strings.Contains(msg, "callback.url") {
+				t.Errorf("create with %s: error %q does not name callback.url", u, msg)
+			}
+		}
+		if got := d.list(t, ""); len(got) != 0 {
+			t.Fatalf("refused creates left tasks: %v", names(got))
+		}
+		// An update to a refused URL is refused too and changes nothing.
+		d.create(t, spec("ok", h.url("/ok"), "trigger", "manual"))
+		d.apiError(t, http.StatusBadRequest, "PUT", "/api/v1/tasks/ok", spec("ok", "http://169.254.169.254/", "trigger", "manual"))
+		if got := d.get(t, "ok"); got.Callback.URL != h.url("/ok") {
+			t.Errorf("after a refused update the URL is %q", got.Callback.URL)
+		}
+		// A loopback target is allowed and its calls are signed.
+		ticket := d.runNow(t, "ok", nil)
+		d.waitRun(t, "ok", ticket)
+		calls := h.callsOf("ok")
+		if len(calls) != 1 {
+			t.Fatalf("calls = %d", len(calls))
+		}
+		if want := dispatch.Sign([]byte("hmac-key"), calls[0].Raw); !hmac.Equal([]byte(calls[0].Signature), []byte(want)) {
+			t.Errorf("X-Axe-Signature %q, want %q", calls[0].Signature, want)
+		}
+	})
+}
+
+func TestCallbackAllowlist(t *testing.T) {
+	h := newHook(t)
+	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
+	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.CallbackAllow = []string{"10.0.0.0/8", "hooks.internal"} })
+	msg := d.apiError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", spec("lo", h.url("/ok"), "trigger", "manual"))
+	if !strings.Contains(msg, "callback-allow") {
+		t.Errorf("error %q does not name the allowlist", msg)
+	}
+	d.create(t, spec("named", "http://hooks.internal:9/x", "trigger", "manual"))
+
+	if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: admin.SecurityConfig{CallbackAllow: []string{"not a host"}}}); err == nil ||
+		!strings.Contains(err.Error(), "callback-allow") {
+		t.Errorf("a bad --callback-allow entry: %v", err)
+	}
+	cfg := admin.DaemonConfig{Addr: "127.0.0.1:0"}
+	cfg.Engine.AlertWebhooks = []string{"http://169.254.169.254/hook"}
+	if err := serveOnce(t, cfg); err == nil || !strings.Contains(err.Error(), "alert-webhook") {
+		t.Errorf("a metadata alert webhook: %v", err)
+	}
+}

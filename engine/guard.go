@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/persist"
+)
+
+// checkCallback refuses, at create and update, an HTTP callback whose URL the outbound guard
+// (Config.Dispatch.Guard) refuses. The dispatcher judges the resolved address again at every
+// dial, so this check is the early, named error, not the only one.
+func (e *Engine) checkCallback(def *persist.TaskDef) error {
+	g := e.cfg.Dispatch.Guard
+	if g == nil || def.Callback.Type != persist.CallbackHTTP {
+		return nil
+	}
+	if err := g.CheckURL(def.Callback.URL); err != nil {
+		if errors.Is(err, dispatch.ErrRefusedTarget) {
+			return fieldErr("callback.url", "%v", err)
+		}
+		return fieldErr("callback.url", "must be an absolute http:// or https:// URL: %v", err)
+	}
+	return nil
+}
+
+// CheckWebhook judges an alert webhook URL by the same guard, for the daemon to refuse a bad
+// --alert-webhook at start.
+func CheckWebhook(g *dispatch.Guard, url string) error {
+	if g == nil {
+		return nil
+	}
+	return g.CheckURL(url)
+}
