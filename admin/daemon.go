@@ -45,8 +45,10 @@ type DaemonConfig struct {
 	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
 	Engine engine.Config
-	// Outbound and bind safety; see security.go.
+	// Outbound and bind safety, token file; see security.go.
 	Security SecurityConfig
+
+	tokenSet *Tokens // built from Token and Security.TokenFile by applySecurity
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -114,10 +116,12 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	defer metrics.UnregisterSet(set, true)
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
 
-	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Token: cfg.Token, Engine: eng, Store: store, Version: cfg.Version, Logger: log})
+	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Tokens: cfg.tokenSet, MetricsPublic: cfg.Security.MetricsPublic,
+		Engine: eng, Store: store, Version: cfg.Version, Logger: log})
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
+	defer cfg.reloadTokensOnHUP(srv)()
 	var stopping atomic.Bool
 	srv.SetReady(func() error {
 		if stopping.Load() || !eng.Running() {

@@ -5,7 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
@@ -24,12 +28,22 @@ type SecurityConfig struct {
 	CallbackAllowLinkLocal bool
 	// CallbackSecret, when set, signs every HTTP callback (X-Axe-Signature).
 	CallbackSecret string
+	// TokenFile, when set, holds the accepted tokens with their scopes (auth.go); it is read
+	// again on SIGHUP. Used together with Token, which becomes the token named "default".
+	TokenFile string
+	// MetricsPublic serves /metrics without a token.
+	MetricsPublic bool
 }
 
 // applySecurity refuses an unprotected non-loopback bind and installs the outbound guard on
 // the engine's dispatcher. It runs before anything is opened, so a refusal changes nothing.
 func (c *DaemonConfig) applySecurity() error {
-	if c.Token == "" {
+	ts, err := c.tokens()
+	if err != nil {
+		return err
+	}
+	c.tokenSet = ts
+	if c.Token == "" && c.Security.TokenFile == "" {
 		public, err := nonLoopback(c.Addr)
 		if err != nil {
 			return err
@@ -84,4 +98,54 @@ func nonLoopback(addr string) (bool, error) {
 		}
 	}
 	return len(addrs) == 0, nil
+}
+
+// tokens builds the accepted token set from --token and --token-file.
+func (c *DaemonConfig) tokens() (*Tokens, error) {
+	var entries []TokenEntry
+	if c.Security.TokenFile != "" {
+		var err error
+		if entries, err = LoadTokenFile(c.Security.TokenFile); err != nil {
+			return nil, err
+		}
+		if len(entries) == 0 && c.Token == "" {
+			return nil, fmt.Errorf("token-file: %s holds no token", c.Security.TokenFile)
+		}
+	}
+	return NewTokens(c.Token, entries)
+}
+
+// reloadTokensOnHUP rereads the token file on every SIGHUP until stop is called. A file that
+// no longer parses is logged and the tokens in force stay.
+func (c *DaemonConfig) reloadTokensOnHUP(srv *Server) (stop func()) {
+	if c.Security.TokenFile == "" {
+		return func() {}
+	}
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ch:
+				ts, err := c.tokens()
+				if err != nil {
+					c.Logger.Error("cannot reload the token file; the tokens in force stay", "file", c.Security.TokenFile, "error", err)
+					continue
+				}
+				srv.SetTokens(ts)
+				c.Logger.Info("token file reloaded", "file", c.Security.TokenFile, "tokens", len(ts.list))
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(ch)
+		close(done)
+		wg.Wait()
+	}
 }

@@ -7,7 +7,6 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -58,6 +58,12 @@ type ServerConfig struct {
 	Version string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Tokens, when set, are the accepted tokens with their scopes (--token-file); Token then
+	// is ignored. Defaults to Token alone, as the "default" token, or no authentication.
+	Tokens *Tokens
+	// MetricsPublic serves /metrics without a token. Defaults to false: /metrics needs the
+	// read scope when tokens are configured.
+	MetricsPublic bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -96,6 +102,7 @@ type Server struct {
 	stopped  bool
 	serveErr chan error
 	ready    func() error
+	tokens   atomic.Pointer[Tokens]
 }
 
 // NewServer builds the server; Start listens.
@@ -105,6 +112,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	ts := cfg.Tokens
+	if ts == nil {
+		var err error
+		if ts, err = NewTokens(cfg.Token, nil); err != nil {
+			return nil, fmt.Errorf("cannot create server: %w", err)
+		}
+	}
+	s.tokens.Store(ts)
 	s.srv = &fasthttp.Server{
 		Handler:               s.routes(),
 		Name:                  "axe",
@@ -188,10 +203,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 
 	r.GET("/healthz", func(c *fasthttp.RequestCtx) { writeJSON(c, 200, map[string]string{"status": "ok"}) })
 	r.GET("/readyz", s.readyz)
-	r.GET("/metrics", func(c *fasthttp.RequestCtx) {
+	r.GET("/metrics", s.metricsAuth(func(c *fasthttp.RequestCtx) {
 		c.SetContentType("text/plain; version=0.0.4")
 		metrics.WritePrometheus(c, true)
-	})
+	}))
 
 	api := r.Group("/api/v1")
 	h := s.authed
@@ -216,21 +231,21 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.POST("/callback", h(s.callback))
 	api.POST("/callback/batch", h(s.callbackBatch))
 	api.GET("/cron/next", h(s.cronNext))
+	api.GET("/whoami", h(s.whoami))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
 	return r.Handler
 }
 
-// authed enforces the bearer token when one is configured.
+// authed enforces the bearer token and its scope when tokens are configured (auth.go).
 func (s *Server) authed(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(c *fasthttp.RequestCtx) {
-		if s.cfg.Token != "" {
-			got := c.Request.Header.Peek("Authorization")
-			// Constant time, so the answer's timing does not reveal how much of a guess matched.
-			if subtle.ConstantTimeCompare(got, []byte("Bearer "+s.cfg.Token)) != 1 {
-				writeErr(c, fasthttp.StatusUnauthorized, "missing or wrong bearer token")
-				return
-			}
+		path := string(c.Path())
+		if i := strings.Index(path, "/api/v1/"); i > 0 {
+			path = path[i:] // behind a base path
+		}
+		if !s.authenticate(c, path) {
+			return
 		}
 		next(c)
 	}
@@ -239,9 +254,24 @@ func (s *Server) authed(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 // maxActorLen bounds the caller-supplied part of an actor, in bytes.
 const maxActorLen = 64
 
-// actor names who called, for action records: the X-Axe-Actor header (the CLI sends the
-// user's login) or the client address.
+// actor names who called, for action records: the token's name when tokens are configured,
+// then the X-Axe-Actor header (the CLI sends the user's login) or, without either, the client
+// address: "api:ops/alice", "api:alice", "api:127.0.0.1".
 func actor(c *fasthttp.RequestCtx) string {
+	if p := principalOf(c); p != nil {
+		if a := callerActor(c); a != "" {
+			return "api:" + p.name + "/" + a
+		}
+		return "api:" + p.name
+	}
+	if a := callerActor(c); a != "" {
+		return "api:" + a
+	}
+	return "api:" + c.RemoteIP().String()
+}
+
+// callerActor is the bounded X-Axe-Actor header, or "".
+func callerActor(c *fasthttp.RequestCtx) string {
 	if a := strings.TrimSpace(string(c.Request.Header.Peek("X-Axe-Actor"))); a != "" {
 		// Cut at a rune boundary: half a character would reach the audit log as garbage.
 		a = strings.ToValidUTF8(a, "?")
@@ -252,9 +282,9 @@ func actor(c *fasthttp.RequestCtx) string {
 			}
 			a = a[:cut]
 		}
-		return "api:" + a
+		return a
 	}
-	return "api:" + c.RemoteIP().String()
+	return ""
 }
 
 func (s *Server) readyz(c *fasthttp.RequestCtx) {
@@ -565,6 +595,9 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
+	if !s.allowApp(c, reg.App) {
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
@@ -591,6 +624,9 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 		writeErr(c, 400, "app and address are required")
 		return
 	}
+	if !s.allowApp(c, hb.App) {
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	if err := s.cfg.Engine.ExecutorHeartbeat(ctx, hb.App, hb.Address); err != nil {
@@ -604,6 +640,9 @@ func (s *Server) callback(c *fasthttp.RequestCtx) {
 	var rep engine.Report
 	if err := decodeLenient(c, &rep); err != nil {
 		s.fail(c, err)
+		return
+	}
+	if !s.allowApp(c, rep.App) {
 		return
 	}
 	ctx, cancel := reqCtx(c)
@@ -657,7 +696,12 @@ func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	out := make([]callbackItem, len(b.Results))
+	p := principalOf(c)
 	for i, rep := range b.Results {
+		if p != nil && !p.mayActFor(rep.App) {
+			out[i] = callbackItem{Status: fasthttp.StatusForbidden, Error: fmt.Sprintf("token %q may not act for executor app %q", p.name, rep.App)}
+			continue
+		}
 		dup, err := s.cfg.Engine.ReportResult(ctx, rep)
 		if err != nil {
 			code, msg := s.errorOf(c, err)

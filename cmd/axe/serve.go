@@ -32,6 +32,8 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
+	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
+	fs.BoolVar(&cfg.Security.MetricsPublic, "metrics-public", false, "serve /metrics without a token (AXE_METRICS_PUBLIC)")
 	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --token; logs a warning at every start (AXE_INSECURE_NO_AUTH)")
 	callbackAllow := fs.String("callback-allow", "", "comma-separated hosts and CIDR ranges HTTP callbacks and alert webhooks may reach; empty = all but link-local and metadata addresses (AXE_CALLBACK_ALLOW)")
 	fs.BoolVar(&cfg.Security.CallbackAllowLinkLocal, "callback-allow-link-local", false, "let callbacks reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, …) (AXE_CALLBACK_ALLOW_LINK_LOCAL)")

@@ -1,0 +1,235 @@
+package admin_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/persist"
+)
+
+const (
+	readTok  = "read-token-0123456789"
+	writeTok = "write-token-0123456789"
+	execTok  = "exec-token-0123456789"
+	billTok  = "billing-exec-0123456789"
+	hashTok  = "hashed-token-0123456789"
+)
+
+func writeTokenFile(t *testing.T, path string, entries []admin.TokenEntry) {
+	t.Helper()
+	b, err := json.Marshal(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+func scopedEntries() []admin.TokenEntry {
+	return []admin.TokenEntry{
+		{Name: "viewer", Scope: "read", Token: readTok},
+		{Name: "ops", Scope: "write", Token: writeTok},
+		{Name: "exec", Scope: "executor", Token: execTok},
+		{Name: "billing-exec", Scope: "executor", Token: billTok, Apps: []string{"billing"}},
+		{Name: "hashed", Scope: "write", Token: sha(hashTok)},
+	}
+}
+
+func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
+
+func TestScopedTokens(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		h := newHook(t)
+		file := filepath.Join(t.TempDir(), "tokens.json")
+		writeTokenFile(t, file, scopedEntries())
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+
+		// No token: 401 everywhere under /api and on /metrics; probes stay open.
+		for _, p := range []string{"/api/v1/tasks", "/api/v1/executors", "/api/v1/whoami", "/metrics"} {
+			if code, _ := d.call(t, "GET", p, nil); code != http.StatusUnauthorized {
+				t.Errorf("GET %s without a token: %d, want 401", p, code)
+			}
+		}
+		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer("not-a-token-at-all")...); code != http.StatusUnauthorized {
+			t.Errorf("unknown token: %d, want 401", code)
+		}
+		for _, p := range []string{"/healthz", "/readyz"} {
+			if code, _ := d.call(t, "GET", p, nil); code != http.StatusOK {
+				t.Errorf("GET %s without a token: %d, want 200", p, code)
+			}
+		}
+
+		// read: every GET, no change.
+		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(readTok)...); code != 200 {
+			t.Errorf("read token GET: %d", code)
+		}
+		if code, _ := d.call(t, "GET", "/metrics", nil, bearer(readTok)...); code != 200 {
+			t.Errorf("read token /metrics: %d", code)
+		}
+		msg := d.apiError(t, http.StatusForbidden, "POST", "/api/v1/tasks", spec("r", h.url("/ok"), "trigger", "manual"), bearer(readTok)...)
+		if !strings.Contains(msg, "write") {
+			t.Errorf("403 %q does not name the write scope", msg)
+		}
+		// executor: only the protocol.
+		msg = d.apiError(t, http.StatusForbidden, "POST", "/api/v1/tasks", spec("e", h.url("/ok"), "trigger", "manual"), bearer(execTok)...)
+		if !strings.Contains(msg, "write") {
+			t.Errorf("403 %q does not name the write scope", msg)
+		}
+		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(execTok)...); code != http.StatusForbidden {
+			t.Errorf("executor token GET /tasks: %d, want 403", code)
+		}
+		reg := map[string]any{"app": "billing", "address": "127.0.0.1:1", "handlers": []string{"charge"}}
+		if code, b := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(execTok)...); code != 200 {
+			t.Errorf("executor token register: %d %s", code, b)
+		}
+		if code, _ := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(writeTok)...); code != http.StatusForbidden {
+			t.Errorf("write token register: %d, want 403 (executor scope needed)", code)
+		}
+		// An app-bound executor token registers only as its apps.
+		if code, b := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(billTok)...); code != 200 {
+			t.Errorf("billing token as billing: %d %s", code, b)
+		}
+		other := map[string]any{"app": "payroll", "address": "127.0.0.1:2", "handlers": []string{"pay"}}
+		msg = d.apiError(t, http.StatusForbidden, "POST", "/api/v1/executors/register", other, bearer(billTok)...)
+		if !strings.Contains(msg, "payroll") {
+			t.Errorf("403 %q does not name the app", msg)
+		}
+		hb := map[string]any{"app": "payroll", "address": "127.0.0.1:2"}
+		d.apiError(t, http.StatusForbidden, "POST", "/api/v1/executors/heartbeat", hb, bearer(billTok)...)
+		res := map[string]any{"ticket": "1-1-0", "app": "payroll", "status": "success"}
+		d.apiError(t, http.StatusForbidden, "POST", "/api/v1/callback", res, bearer(billTok)...)
+
+		// write, by plain and by hashed token; actions name the token.
+		d.create(t, spec("w", h.url("/ok"), "trigger", "manual"), append(bearer(writeTok), "X-Axe-Actor", "alice")...)
+		d.create(t, spec("hw", h.url("/ok"), "trigger", "manual"), bearer(hashTok)...)
+		d.token = writeTok
+		if a, ok := findAction(d.actions(t, "w"), "create"); !ok || a.Actor != "api:ops/alice" {
+			t.Errorf("create of w by %q, want api:ops/alice", a.Actor)
+		}
+		if a, ok := findAction(d.actions(t, "hw"), "create"); !ok || a.Actor != "api:hashed" {
+			t.Errorf("create of hw by %q, want api:hashed", a.Actor)
+		}
+
+		// whoami reports the real scope for every kind of token.
+		for tok, want := range map[string][2]string{readTok: {"viewer", "read"}, writeTok: {"ops", "write"}, execTok: {"exec", "executor"}} {
+			var who map[string]string
+			d.mustJSON(t, 200, "GET", "/api/v1/whoami", nil, &who, bearer(tok)...)
+			if who["name"] != want[0] || who["scope"] != want[1] {
+				t.Errorf("whoami = %v, want %v", who, want)
+			}
+		}
+		// No response or stored record carries a token.
+		for _, tok := range []string{readTok, writeTok, execTok, billTok, hashTok} {
+			_, body := d.call(t, "GET", "/api/v1/tasks/w/actions", nil, bearer(writeTok)...)
+			if strings.Contains(string(body), tok) {
+				t.Errorf("a token appears in the actions")
+			}
+		}
+	})
+}
+
+func TestSingleTokenKeepsWriteAndExecutor(t *testing.T) {
+	h := newHook(t)
+	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
+	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "the-one-token" })
+	d.create(t, spec("x", h.url("/ok"), "trigger", "manual"))
+	reg := map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": []string{"h"}}
+	if code, b := d.call(t, "POST", "/api/v1/executors/register", reg); code != 200 {
+		t.Errorf("register with the single token: %d %s", code, b)
+	}
+	var who map[string]string
+	d.mustJSON(t, 200, "GET", "/api/v1/whoami", nil, &who)
+	if who["name"] != "default" || who["scope"] != "write" {
+		t.Errorf("whoami = %v", who)
+	}
+	if a, ok := findAction(d.actions(t, "x"), "create"); !ok || a.Actor != "api:default" {
+		t.Errorf("actor %q, want api:default", a.Actor)
+	}
+}
+
+func TestTokenFileErrors(t *testing.T) {
+	cases := []struct {
+		file, want string
+	}{
+		{`{"name":"x"}`, "JSON array"},
+		{`[{"name":"x","scope":"admin","token":"0123456789abcdefgh"}]`, "tokens[0] (x).scope"},
+		{`[{"name":"x","scope":"read","token":"short"}]`, "tokens[0] (x).token"},
+		{`[{"name":"x","scope":"read","token":"sha256:zz"}]`, "tokens[0] (x).token"},
+		{`[{"name":"","scope":"read","token":"0123456789abcdefgh"}]`, "tokens[0].name"},
+		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh"},{"name":"x","scope":"read","token":"0123456789abcdefgi"}]`, "tokens[1] (x).name"},
+		{`[{"name":"x","scope":"write","token":"0123456789abcdefgh","apps":["a"]}]`, "tokens[0] (x).apps"},
+		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh","admin":true}]`, `unknown field "admin"`},
+		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh"}] []`, "trailing"},
+		{`[`, "JSON"},
+	}
+	for _, c := range cases {
+		entries, err := admin.ParseTokenFile([]byte(c.file))
+		if err == nil {
+			_, err = admin.NewTokens("", entries)
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want it to name %q", c.file, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "0123456789abcdef") {
+			t.Errorf("%s: the error repeats the token: %v", c.file, err)
+		}
+	}
+	// A daemon refuses to start on a bad file, before it opens anything.
+	bad := filepath.Join(t.TempDir(), "tokens.json")
+	_ = os.WriteFile(bad, []byte(`[{"name":"x","scope":"root","token":"0123456789abcdefgh"}]`), 0o600)
+	if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: admin.SecurityConfig{TokenFile: bad}}); err == nil ||
+		!strings.Contains(err.Error(), "scope") {
+		t.Errorf("Serve with a bad token file: %v", err)
+	}
+	// A token file protects a public bind.
+	good := filepath.Join(t.TempDir(), "good.json")
+	writeTokenFile(t, good, scopedEntries())
+	if err := serveOnce(t, admin.DaemonConfig{Addr: "0.0.0.0:0", Security: admin.SecurityConfig{TokenFile: good}}); err != nil {
+		t.Errorf("public bind with a token file: %v", err)
+	}
+}
+
+// SIGHUP rereads the token file: a new token works at once and a removed one stops working;
+// a broken file keeps the tokens in force.
+func TestTokenFileReloadOnSIGHUP(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	writeTokenFile(t, file, scopedEntries())
+	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
+	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+	const newTok = "brand-new-token-0123456789"
+	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 401 {
+		t.Fatalf("new token before reload: %d", code)
+	}
+	writeTokenFile(t, file, []admin.TokenEntry{{Name: "fresh", Scope: "read", Token: newTok}})
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, waitTimeout, "the new token to work", func() bool {
+		code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...)
+		return code == 200
+	})
+	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(readTok)...); code != 401 {
+		t.Errorf("removed token after reload: %d, want 401", code)
+	}
+	_ = os.WriteFile(file, []byte(`not json`), 0o600)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	time.Sleep(200 * time.Millisecond) // nothing to wait for: the reload must change nothing
+	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 200 {
+		t.Errorf("after a broken file the token in force answers %d", code)
+	}
+}
