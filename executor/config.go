@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"strings"
@@ -75,9 +76,18 @@ type Config struct {
 	// connection error or 503 the next one is tried, and the one that answered is used first
 	// from then on (R8.4: follow the primary). Required.
 	Schedulers []string
-	// Token is sent as "Authorization: Bearer <token>" on every call to the scheduler and
-	// required on every call to this executor. Defaults to empty: no authentication.
+	// Token is sent as "Authorization: Bearer <token>" on every call to the scheduler (an
+	// executor-scope token of the scheduler's --token-file, or its --token). Defaults to
+	// empty: no authentication.
 	Token string
+	// SchedulerToken is required as "Authorization: Bearer <token>" on every call the
+	// scheduler makes to this executor (run, kill), so nobody else can make it run anything.
+	// Defaults to Token: one shared secret, as with the scheduler's single --token.
+	SchedulerToken string
+	// InsecureNoAuth lets Addr listen on a non-loopback address with no SchedulerToken (or
+	// Token). Refused otherwise: anyone reaching the port could run the handlers. Defaults
+	// to false.
+	InsecureNoAuth bool
 	// HeartbeatInterval is the heartbeat period. If the scheduler advertises a shorter
 	// heartbeat_interval_ms at registration, that one is used so the executor never looks
 	// lost. Defaults to HeartbeatIntervalDefault.
@@ -120,6 +130,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = AddrDefault
+	}
+	if c.SchedulerToken == "" {
+		c.SchedulerToken = c.Token
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = HeartbeatIntervalDefault
@@ -197,8 +210,13 @@ func (c Config) validate() error {
 	case c.OutputLimit < 0:
 		return bad("OutputLimit", "must be positive")
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
 		return bad("Addr", "%v", err)
+	}
+	if c.SchedulerToken == "" && !c.InsecureNoAuth && !loopbackHost(host) {
+		return bad("Addr", "%s listens beyond this machine without a token: anyone who can reach it could run "+
+			"the handlers; set SchedulerToken (or Token), listen on 127.0.0.1, or set InsecureNoAuth", c.Addr)
 	}
 	if c.AdvertiseAddr != "" {
 		if err := checkAdvertise(c.AdvertiseAddr); err != nil {
@@ -259,4 +277,14 @@ func parseScheduler(s string) (schedulerURL, error) {
 		host = net.JoinHostPort(u.Hostname(), port)
 	}
 	return schedulerURL{base: u.Scheme + "://" + u.Host, host: host, isTLS: isTLS}, nil
+}
+
+// loopbackHost reports whether a listen host is a loopback address or localhost. An empty or
+// unspecified host listens on every interface.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && a.Unmap().IsLoopback()
 }

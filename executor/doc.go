@@ -15,6 +15,10 @@
 //		Addr:          "0.0.0.0:9100",
 //		AdvertiseAddr: "billing-1.internal:9100",
 //		Schedulers:    []string{"http://axe-a:7070", "http://axe-b:7070"},
+//		// Beyond loopback a token is required: the scheduler must present SchedulerToken
+//		// to make this executor run anything; Token is what it presents to the scheduler.
+//		Token:          os.Getenv("AXE_EXECUTOR_TOKEN"),
+//		SchedulerToken: os.Getenv("AXE_SCHEDULER_TOKEN"),
 //	})
 //	exe.Handle("invoice", func(ctx context.Context, run executor.Run) (executor.Result, error) {
 //		// run.Ticket is the idempotency key of this run.

@@ -746,6 +746,61 @@ func TestTokenAuthentication(t *testing.T) {
 		}
 	})
 
+	t.Run("a separate scheduler token guards runs and kills", func(t *testing.T) {
+		peer := startPeer(t, schedpeer.Config{Token: "exec-token"})
+		exe := newExecutor(t, executor.Config{Token: "exec-token", SchedulerToken: "sched-token"}, peer)
+		exe.Handle("h", okHandler(""))
+		start(t, exe)
+		// The executor's own token, good for calling the scheduler, does not make it run.
+		for _, token := range []string{"", "exec-token", "wrong"} {
+			for _, path := range []string{"/axe/run", "/axe/kill"} {
+				resp, err := peer.Post(exe.Addr(), path, []byte(`{"ticket":"t-9","task":"z","handler":"h"}`), token, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.Status != http.StatusUnauthorized {
+					t.Errorf("%s with token %q: %d %s, want 401", path, token, resp.Status, resp.Body)
+				}
+			}
+		}
+		resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-3","task":"c","handler":"h"}`), "sched-token", nil)
+		if err != nil || resp.Status != http.StatusAccepted {
+			t.Fatalf("run with the scheduler token: %v %d %s", err, resp.Status, resp.Body)
+		}
+		waitCallbacks(t, peer, 1)
+		for _, c := range peer.Calls(schedpeer.PathCallback) {
+			if c.Auth != "Bearer exec-token" {
+				t.Errorf("result sent with %q, want the executor's own token", c.Auth)
+			}
+		}
+	})
+
+	t.Run("a non-loopback listen needs a token", func(t *testing.T) {
+		base := executor.Config{App: "a", Schedulers: []string{"http://127.0.0.1:1"}, AdvertiseAddr: "127.0.0.1:9"}
+		for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+			cfg := base
+			cfg.Addr = addr
+			if _, err := executor.New(cfg); !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "Addr") {
+				t.Errorf("New on %s without a token = %v, want ErrInvalidConfig naming Addr", addr, err)
+			}
+			cfg.SchedulerToken = "t"
+			if _, err := executor.New(cfg); err != nil {
+				t.Errorf("New on %s with a scheduler token = %v", addr, err)
+			}
+			cfg.SchedulerToken, cfg.InsecureNoAuth = "", true
+			if _, err := executor.New(cfg); err != nil {
+				t.Errorf("New on %s with InsecureNoAuth = %v", addr, err)
+			}
+		}
+		for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
+			cfg := base
+			cfg.Addr = addr
+			if _, err := executor.New(cfg); err != nil {
+				t.Errorf("New on %s = %v", addr, err)
+			}
+		}
+	})
+
 	t.Run("a refused token fails Start", func(t *testing.T) {
 		peer := startPeer(t, schedpeer.Config{Token: "s3cret"})
 		exe := newExecutor(t, executor.Config{Token: "old"}, peer)
@@ -896,14 +951,15 @@ func TestLifecycleMisuse(t *testing.T) {
 
 func TestWildcardListenNeedsAnAdvertiseAddress(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
-	exe := newExecutor(t, executor.Config{Addr: "0.0.0.0:0"}, peer)
+	// A wildcard listen also needs a token (protected bind); that is tested on its own.
+	exe := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", SchedulerToken: "t"}, peer)
 	exe.Handle("h", okHandler(""))
 	err := exe.Start(context.Background())
 	if !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "AdvertiseAddr") {
 		t.Fatalf("Start = %v, want an AdvertiseAddr config error", err)
 	}
 
-	adv := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", AdvertiseAddr: "executor-1.internal:9100"}, peer)
+	adv := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", AdvertiseAddr: "executor-1.internal:9100", SchedulerToken: "t"}, peer)
 	adv.Handle("h", okHandler(""))
 	start(t, adv)
 	if adv.Addr() != "executor-1.internal:9100" {

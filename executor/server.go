@@ -70,7 +70,7 @@ func (e *Executor) serve(ln net.Listener) {
 // serveHTTP routes the three executor endpoints. Authentication comes first so that an
 // unauthenticated caller learns nothing, not even which paths exist.
 func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
-	if e.cfg.Token != "" && !e.authorized(rc) {
+	if e.cfg.SchedulerToken != "" && !e.authorized(rc) {
 		writeJSON(rc, http.StatusUnauthorized, errorResponse{"missing or invalid token"})
 		return
 	}
@@ -105,7 +105,7 @@ func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
 }
 
 func (e *Executor) authorized(rc *fasthttp.RequestCtx) bool {
-	want := "Bearer " + e.cfg.Token
+	want := "Bearer " + e.cfg.SchedulerToken
 	got := rc.Request.Header.Peek(fasthttp.HeaderAuthorization)
 	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
 }

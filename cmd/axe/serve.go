@@ -33,6 +33,7 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
+	fs.StringVar(&cfg.Engine.ExecutorToken, "executor-token", "", "the token axe presents on run and kill calls to executors (their scheduler_token); defaults to --token (AXE_EXECUTOR_TOKEN)")
 	fs.BoolVar(&cfg.Security.MetricsPublic, "metrics-public", false, "serve /metrics without a token (AXE_METRICS_PUBLIC)")
 	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --token; logs a warning at every start (AXE_INSECURE_NO_AUTH)")
 	callbackAllow := fs.String("callback-allow", "", "comma-separated hosts and CIDR ranges HTTP callbacks and alert webhooks may reach; empty = all but link-local and metadata addresses (AXE_CALLBACK_ALLOW)")

@@ -52,13 +52,15 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	exe, err := executor.New(executor.Config{
-		App:           cfg.App,
-		Addr:          cfg.Listen,
-		AdvertiseAddr: cfg.Advertise,
-		Schedulers:    cfg.Schedulers,
-		Token:         cfg.Token,
-		OutputLimit:   cfg.OutputTailBytes,
-		Logger:        cfg.Logger,
+		App:            cfg.App,
+		Addr:           cfg.Listen,
+		AdvertiseAddr:  cfg.Advertise,
+		Schedulers:     cfg.Schedulers,
+		Token:          cfg.Token,
+		SchedulerToken: cfg.SchedulerToken,
+		InsecureNoAuth: cfg.InsecureNoAuth,
+		OutputLimit:    cfg.OutputTailBytes,
+		Logger:         cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the executor: %w", err)

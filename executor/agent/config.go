@@ -50,6 +50,12 @@ type Config struct {
 	// Token ("token") is the bearer token shared with the scheduler. Defaults to empty: no
 	// authentication.
 	Token string `json:"token"`
+	// SchedulerToken ("scheduler_token") is the token the scheduler must present on run and
+	// kill requests to this agent. Defaults to Token.
+	SchedulerToken string `json:"scheduler_token"`
+	// InsecureNoAuth ("insecure_no_auth") allows a non-loopback listen without a token.
+	// Refused otherwise. Defaults to false.
+	InsecureNoAuth bool `json:"insecure_no_auth"`
 	// OutputTailBytes ("output_tail_bytes") is how many bytes of the end of a command's
 	// combined stdout and stderr are reported. Defaults to OutputTailBytesDefault.
 	OutputTailBytes int `json:"output_tail_bytes"`
