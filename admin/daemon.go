@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,7 +49,8 @@ type DaemonConfig struct {
 	// Outbound and bind safety, token file; see security.go.
 	Security SecurityConfig
 
-	tokenSet *Tokens // built from Token and Security.TokenFile by applySecurity
+	tokenSet  *Tokens     // built from Token and Security.TokenFile by applySecurity
+	tlsConfig *tls.Config // built from Security.TLSCert and TLSKey by applySecurity
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -116,7 +118,7 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	defer metrics.UnregisterSet(set, true)
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
 
-	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Tokens: cfg.tokenSet, MetricsPublic: cfg.Security.MetricsPublic,
+	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Tokens: cfg.tokenSet, TLS: cfg.tlsConfig, MetricsPublic: cfg.Security.MetricsPublic,
 		Engine: eng, Store: store, Version: cfg.Version, Logger: log})
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())

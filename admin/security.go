@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/netip"
@@ -33,6 +34,8 @@ type SecurityConfig struct {
 	TokenFile string
 	// MetricsPublic serves /metrics without a token.
 	MetricsPublic bool
+	// TLSCert and TLSKey, both set, are the PEM files the API is served with over HTTPS.
+	TLSCert, TLSKey string
 }
 
 // applySecurity refuses an unprotected non-loopback bind and installs the outbound guard on
@@ -43,6 +46,16 @@ func (c *DaemonConfig) applySecurity() error {
 		return err
 	}
 	c.tokenSet = ts
+	if (c.Security.TLSCert == "") != (c.Security.TLSKey == "") {
+		return fmt.Errorf("tls-cert and tls-key: give both or neither")
+	}
+	if c.Security.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(c.Security.TLSCert, c.Security.TLSKey)
+		if err != nil {
+			return fmt.Errorf("tls-cert: cannot load the key pair: %w", err)
+		}
+		c.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if c.Token == "" && c.Security.TokenFile == "" {
 		public, err := nonLoopback(c.Addr)
 		if err != nil {

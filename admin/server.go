@@ -7,6 +7,7 @@ package admin
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,6 +62,9 @@ type ServerConfig struct {
 	// Tokens, when set, are the accepted tokens with their scopes (--token-file); Token then
 	// is ignored. Defaults to Token alone, as the "default" token, or no authentication.
 	Tokens *Tokens
+	// TLS, when set, serves the API over HTTPS with this configuration. Defaults to nil:
+	// plain HTTP.
+	TLS *tls.Config
 	// MetricsPublic serves /metrics without a token. Defaults to false: /metrics needs the
 	// read scope when tokens are configured.
 	MetricsPublic bool
@@ -147,6 +151,9 @@ func (s *Server) Start(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Addr, err)
+	}
+	if s.cfg.TLS != nil {
+		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
 	s.ln = ln
 	s.started = true

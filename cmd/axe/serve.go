@@ -34,6 +34,8 @@ func serveCmd() *ffcli.Command {
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
 	fs.StringVar(&cfg.Engine.ExecutorToken, "executor-token", "", "the token axe presents on run and kill calls to executors (their scheduler_token); defaults to --token (AXE_EXECUTOR_TOKEN)")
+	fs.StringVar(&cfg.Security.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve the API over HTTPS; with --tls-key (AXE_TLS_CERT)")
+	fs.StringVar(&cfg.Security.TLSKey, "tls-key", "", "PEM private key of --tls-cert (AXE_TLS_KEY)")
 	fs.BoolVar(&cfg.Security.MetricsPublic, "metrics-public", false, "serve /metrics without a token (AXE_METRICS_PUBLIC)")
 	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --token; logs a warning at every start (AXE_INSECURE_NO_AUTH)")
 	callbackAllow := fs.String("callback-allow", "", "comma-separated hosts and CIDR ranges HTTP callbacks and alert webhooks may reach; empty = all but link-local and metadata addresses (AXE_CALLBACK_ALLOW)")
@@ -78,7 +80,11 @@ func serveCmd() *ffcli.Command {
 			cfg.Logger = log
 			cfg.Version = version
 			cfg.OnListen = func(addr string) {
-				fmt.Printf("axe %s listening on http://%s (store %s)\n", version, addr, displayDB(cfg.DB))
+				scheme := "http"
+				if cfg.Security.TLSCert != "" {
+					scheme = "https"
+				}
+				fmt.Printf("axe %s listening on %s://%s (store %s)\n", version, scheme, addr, displayDB(cfg.DB))
 			}
 			return admin.Serve(ctx, cfg)
 		},
