@@ -294,3 +294,13 @@ func (s *Server) metricsAuth(next fasthttp.RequestHandler) fasthttp.RequestHandl
 		next(c)
 	}
 }
+
+// requestError answers a request fasthttp could not read (before any route runs) in the
+// API's own error shape: 413 naming the limit for a body over it, 400 otherwise.
+func requestError(c *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeErr(c, fasthttp.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than the limit of %d bytes", MaxRequestBodyDefault))
+		return
+	}
+	writeErr(c, fasthttp.StatusBadRequest, "malformed HTTP request")
+}

@@ -133,6 +133,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		IdleTimeout:           2 * time.Minute,
 		NoDefaultServerHeader: false,
 		Logger:                slogPrinter{cfg.Logger},
+		ErrorHandler:          requestError,
 	}
 	return s, nil
 }
@@ -759,6 +760,14 @@ func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
 	var b rateLimitBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
+		return
+	}
+	if b.Rate < 0 {
+		writeErr(c, fasthttp.StatusBadRequest, fmt.Sprintf("rate: must be >= 0 per second (0 removes the limit), got %v", b.Rate))
+		return
+	}
+	if b.Burst < 0 {
+		writeErr(c, fasthttp.StatusBadRequest, fmt.Sprintf("burst: must be >= 0, got %d", b.Burst))
 		return
 	}
 	if b.Rate > 0 && b.Burst == 0 {

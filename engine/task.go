@@ -28,6 +28,7 @@ const (
 	maxRetryIntervalSec = 24 * 3600
 	maxParamsBytes      = 64 << 10
 	maxDependsOn        = 64
+	maxCronLen          = 255 // the stored column's size
 )
 
 // FieldError is a validation failure of one field of a task definition. It unwraps to
@@ -143,6 +144,9 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 	case persist.TriggerCron:
 		if s.Cron == "" {
 			return d, fieldErr("cron", "is required for trigger cron")
+		}
+		if len(s.Cron) > maxCronLen {
+			return d, fieldErr("cron", "must be at most %d bytes, got %d", maxCronLen, len(s.Cron))
 		}
 		if _, err := cron.Parse(s.Cron); err != nil {
 			return d, fieldErr("cron", "%v", err)
