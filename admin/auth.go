@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
 // Scopes a token may hold. read allows every GET; write allows read plus every change;
@@ -201,10 +203,10 @@ func ParseTokenFile(raw []byte) ([]TokenEntry, error) {
 // executorPaths are the executor protocol's calls: the executor scope allows these and no
 // other.
 var executorPaths = map[string]bool{
-	"/api/v1/executors/register":  true,
-	"/api/v1/executors/heartbeat": true,
-	"/api/v1/callback":            true,
-	"/api/v1/callback/batch":      true,
+	protocol.PathRegister:      true,
+	protocol.PathHeartbeat:     true,
+	protocol.PathCallback:      true,
+	protocol.PathCallbackBatch: true,
 }
 
 // neededScope is the scope a request needs: executor for the executor protocol, read for

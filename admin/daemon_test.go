@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -61,18 +62,18 @@ func TestAuth(t *testing.T) {
 		}
 
 		ctx := context.Background()
-		good, err := admin.NewClient(d.base, "s3cret", "tester")
+		good, err := client.New(d.base, "s3cret", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := good.GetTask(ctx, "allowed"); err != nil {
 			t.Errorf("client with the token: %v", err)
 		}
-		bad, err := admin.NewClient(d.base, "", "tester")
+		bad, err := client.New(d.base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ae *admin.APIError
+		var ae *client.APIError
 		if _, err := bad.GetTask(ctx, "allowed"); !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 			t.Errorf("client without the token: %v, want an APIError 401", err)
 		}
@@ -143,7 +144,7 @@ func TestClientFailover(t *testing.T) {
 		d := startDaemon(t, dsn, nil)
 		h := newHook(t)
 		ctx := context.Background()
-		c, err := admin.NewClient("http://127.0.0.1:1, "+d.base, "", "tester")
+		c, err := client.New("http://127.0.0.1:1, "+d.base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +165,7 @@ func TestClientFailover(t *testing.T) {
 		}
 		// API errors are answers, not reasons to fail over.
 		_, err = c.GetTask(ctx, "missing")
-		var ae *admin.APIError
+		var ae *client.APIError
 		if !errors.As(err, &ae) || ae.Status != http.StatusNotFound || !strings.Contains(ae.Message, "not found") {
 			t.Errorf("get of a missing task: %v, want APIError 404", err)
 		}
@@ -175,7 +176,7 @@ func TestClientFailover(t *testing.T) {
 			_, _ = w.Write([]byte(`{"error":"not ready: shutting down"}`))
 		}))
 		defer unavailable.Close()
-		c503, err := admin.NewClient(unavailable.URL+","+d.base, "", "tester")
+		c503, err := client.New(unavailable.URL+","+d.base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -185,7 +186,7 @@ func TestClientFailover(t *testing.T) {
 
 		// One client is shared by goroutines, as a program would share it, while it
 		// fails over.
-		shared, err := admin.NewClient("http://127.0.0.1:1,"+d.base, "", "tester")
+		shared, err := client.New("http://127.0.0.1:1,"+d.base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -208,14 +209,14 @@ func TestClientFailover(t *testing.T) {
 			t.Errorf("concurrent list through a shared client: %v", err)
 		}
 
-		dead, err := admin.NewClient("127.0.0.1:1", "", "tester")
+		dead, err := client.New("127.0.0.1:1", "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := dead.ListTasks(ctx, "", "", 0); err == nil || errors.As(err, &ae) {
 			t.Errorf("client with only a dead address: %v, want a connection error", err)
 		}
-		if _, err := admin.NewClient(" , ", "", ""); err == nil {
+		if _, err := client.New(" , ", "", ""); err == nil {
 			t.Error("NewClient accepted an empty server list")
 		}
 	})

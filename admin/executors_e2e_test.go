@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/persist"
@@ -23,7 +24,7 @@ import (
 
 // e2eDaemon runs a full daemon with short executor timings and returns its base URL and a
 // client.
-func e2eDaemon(t *testing.T, db string) (string, *admin.Client) {
+func e2eDaemon(t *testing.T, db string) (string, *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addrCh := make(chan string, 1)
@@ -47,7 +48,7 @@ func e2eDaemon(t *testing.T, db string) (string, *admin.Client) {
 			t.Errorf("daemon stop: %v", err)
 		}
 	})
-	c, err := admin.NewClient("http://"+addr, "", "test")
+	c, err := client.New("http://"+addr, "", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +328,7 @@ func TestExecutorResultSurvivesSchedulerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer exe.Stop(context.Background())
-	c, _ := admin.NewClient(base, "", "test")
+	c, _ := client.New(base, "", "test")
 	ctx := context.Background()
 	if _, err := c.CreateTask(ctx, []byte(`{"name":"once","trigger":"delay","delay_ms":0,"timeout_sec":60,
 		"callback":{"type":"executor","app":"billing","handler":"charge"}}`)); err != nil {

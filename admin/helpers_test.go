@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -157,7 +158,7 @@ func (d *daemon) dump(t *testing.T) {
 		return string(data)
 	}
 	var list struct {
-		Tasks []admin.TaskView `json:"tasks"`
+		Tasks []client.TaskView `json:"tasks"`
 	}
 	if err := json.Unmarshal([]byte(get("/api/v1/tasks?limit=10000")), &list); err != nil {
 		t.Logf("dump: cannot list tasks: %v", err)
@@ -255,25 +256,25 @@ func (d *daemon) apiError(t *testing.T, want int, method, path string, body any,
 	return msg
 }
 
-func (d *daemon) create(t *testing.T, spec map[string]any, hdr ...string) admin.TaskView {
+func (d *daemon) create(t *testing.T, spec map[string]any, hdr ...string) client.TaskView {
 	t.Helper()
-	var v admin.TaskView
+	var v client.TaskView
 	d.mustJSON(t, http.StatusCreated, http.MethodPost, "/api/v1/tasks", spec, &v, hdr...)
 	return v
 }
 
-func (d *daemon) get(t *testing.T, name string) admin.TaskView {
+func (d *daemon) get(t *testing.T, name string) client.TaskView {
 	t.Helper()
-	var v admin.TaskView
+	var v client.TaskView
 	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/"+name, nil, &v)
 	return v
 }
 
-func (d *daemon) list(t *testing.T, query string) []admin.TaskView {
+func (d *daemon) list(t *testing.T, query string) []client.TaskView {
 	t.Helper()
 	var v struct {
-		Tasks []admin.TaskView `json:"tasks"`
-		Count int              `json:"count"`
+		Tasks []client.TaskView `json:"tasks"`
+		Count int               `json:"count"`
 	}
 	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks"+query, nil, &v)
 	if v.Count != len(v.Tasks) {
@@ -331,9 +332,9 @@ func (d *daemon) waitRun(t *testing.T, name, ticket string) persist.Run {
 }
 
 // waitState polls a task until its runtime state is want.
-func (d *daemon) waitState(t *testing.T, name string, want persist.State) admin.TaskView {
+func (d *daemon) waitState(t *testing.T, name string, want persist.State) client.TaskView {
 	t.Helper()
-	var v admin.TaskView
+	var v client.TaskView
 	eventually(t, waitTimeout, name+" to be "+string(want), func() bool {
 		v = d.get(t, name)
 		return v.Runtime.State == want
@@ -486,7 +487,7 @@ func spec(name, url string, kv ...any) map[string]any {
 	return m
 }
 
-func names(list []admin.TaskView) []string {
+func names(list []client.TaskView) []string {
 	out := make([]string, 0, len(list))
 	for _, v := range list {
 		out = append(out, v.Name)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -30,7 +30,7 @@ func TestPauseResume(t *testing.T) {
 		}
 
 		// Pause one task: its group-mate and the other group keep firing.
-		var pv admin.TaskView
+		var pv client.TaskView
 		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/a1/pause", map[string]string{"note": "disk full"}, &pv,
 			"X-Axe-Actor", "ops")
 		if !pv.Paused || (pv.Runtime.State != persist.StatePaused && pv.Runtime.State != persist.StateRunning) {
@@ -177,7 +177,7 @@ func TestKill(t *testing.T) {
 			t.Errorf("run-now during a run: call %s kind %s, want ticket %s", mc.Ticket, mc.Body.Kind, manual)
 		}
 
-		var v admin.TaskView
+		var v client.TaskView
 		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/stuck/kill", nil, &v, "X-Axe-Actor", "dave")
 		if v.Runtime.State == persist.StateRunning || v.Runtime.CurrentTicket != "" {
 			t.Errorf("after kill the task is %s with ticket %q", v.Runtime.State, v.Runtime.CurrentTicket)

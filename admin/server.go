@@ -26,6 +26,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
 )
 
@@ -234,10 +235,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.POST("/groups/{group}/pause", h(s.pauseGroup))
 	api.POST("/groups/{group}/resume", h(s.resumeGroup))
 	api.GET("/executors", h(s.listExecutors))
-	api.POST("/executors/register", h(s.registerExecutor))
-	api.POST("/executors/heartbeat", h(s.executorHeartbeat))
-	api.POST("/callback", h(s.callback))
-	api.POST("/callback/batch", h(s.callbackBatch))
+	r.POST(protocol.PathRegister, h(s.registerExecutor))
+	r.POST(protocol.PathHeartbeat, h(s.executorHeartbeat))
+	r.POST(protocol.PathCallback, h(s.callback))
+	r.POST(protocol.PathCallbackBatch, h(s.callbackBatch))
 	api.GET("/cron/next", h(s.cronNext))
 	api.GET("/whoami", h(s.whoami))
 	api.GET("/ratelimits", h(s.getRateLimits))
@@ -613,17 +614,11 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 		return
 	}
 	hb, lost := s.cfg.Engine.ExecutorTimings()
-	writeJSON(c, 200, map[string]int64{"heartbeat_interval_ms": hb.Milliseconds(), "lost_after_ms": lost.Milliseconds()})
-}
-
-type heartbeatBody struct {
-	App     string `json:"app"`
-	Address string `json:"address"`
-	Running int    `json:"running"`
+	writeJSON(c, 200, protocol.RegisterAnswer{HeartbeatIntervalMS: hb.Milliseconds(), LostAfterMS: lost.Milliseconds()})
 }
 
 func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
-	var hb heartbeatBody
+	var hb protocol.Heartbeat
 	if err := decodeLenient(c, &hb); err != nil {
 		s.fail(c, err)
 		return
@@ -668,27 +663,13 @@ func (s *Server) callback(c *fasthttp.RequestCtx) {
 }
 
 // MaxCallbackBatch is the most results one POST /api/v1/callback/batch may carry.
-const MaxCallbackBatch = 1000
-
-// callbackBatchBody is the body of POST /api/v1/callback/batch.
-type callbackBatchBody struct {
-	Results []engine.Report `json:"results"`
-}
-
-// callbackItem answers one result of a batch with what POST /api/v1/callback would have
-// answered for it alone: the status, and the duplicate flag or the error.
-type callbackItem struct {
-	Status    int    `json:"status"`
-	OK        bool   `json:"ok,omitempty"`
-	Duplicate bool   `json:"duplicate,omitempty"`
-	Error     string `json:"error,omitempty"`
-}
+const MaxCallbackBatch = protocol.MaxResultsPerCall
 
 // callbackBatch records several results in one call, each exactly as callback would: a
 // result refused does not refuse the others. The call itself fails only when the body is not
 // a batch.
 func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
-	var b callbackBatchBody
+	var b protocol.ResultBatch
 	if err := decodeLenient(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -703,20 +684,20 @@ func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	out := make([]callbackItem, len(b.Results))
+	out := make([]protocol.CallbackItem, len(b.Results))
 	p := principalOf(c)
 	for i, rep := range b.Results {
 		if p != nil && !p.mayActFor(rep.App) {
-			out[i] = callbackItem{Status: fasthttp.StatusForbidden, Error: fmt.Sprintf("token %q may not act for executor app %q", p.name, rep.App)}
+			out[i] = protocol.CallbackItem{Status: fasthttp.StatusForbidden, Error: fmt.Sprintf("token %q may not act for executor app %q", p.name, rep.App)}
 			continue
 		}
 		dup, err := s.cfg.Engine.ReportResult(ctx, rep)
 		if err != nil {
 			code, msg := s.errorOf(c, err)
-			out[i] = callbackItem{Status: code, Error: msg}
+			out[i] = protocol.CallbackItem{Status: code, Error: msg}
 			continue
 		}
-		out[i] = callbackItem{Status: fasthttp.StatusOK, OK: true, Duplicate: dup}
+		out[i] = protocol.CallbackItem{Status: fasthttp.StatusOK, OK: true, Duplicate: dup}
 	}
 	writeJSON(c, 200, map[string]any{"results": out})
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/protocol"
 	"github.com/panjf2000/ants/v2"
 	"github.com/valyala/fasthttp"
 )
@@ -213,9 +214,9 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte) 
 	r.SetRequestURI(req.URL)
 	r.Header.SetMethod(fasthttp.MethodPost)
 	r.Header.SetContentType("application/json")
-	r.Header.Set("X-Axe-Task", req.Task)
-	r.Header.Set("X-Axe-Ticket", req.Ticket)
-	r.Header.Set("X-Axe-Attempt", strconv.Itoa(req.Attempt))
+	r.Header.Set(protocol.HeaderTask, req.Task)
+	r.Header.Set(protocol.HeaderTicket, req.Ticket)
+	r.Header.Set(protocol.HeaderAttempt, strconv.Itoa(req.Attempt))
 	if req.Token != "" {
 		r.Header.Set("Authorization", "Bearer "+req.Token)
 	}

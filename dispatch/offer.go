@@ -9,15 +9,16 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
 )
 
 // The SDK executor endpoints that take runs (docs/protocol.md).
 const (
 	// RunPath takes one run.
-	RunPath = "/axe/run"
+	RunPath = protocol.PathRun
 	// RunsPath takes several runs in one call and answers each as RunPath would.
-	RunsPath = "/axe/runs"
+	RunsPath = protocol.PathRuns
 )
 
 // Offer batching. At most offerSenders calls to one executor are in flight; a run offered
@@ -48,15 +49,6 @@ type offerQueue struct {
 type offer struct {
 	req  *Request
 	done chan Outcome
-}
-
-// runsAnswer is an executor's answer to RunsPath: one item per run, in order, each with the
-// status and body RunPath would have answered.
-type runsAnswer struct {
-	Results []struct {
-		Code int             `json:"code"`
-		Body json.RawMessage `json:"body"`
-	} `json:"results"`
 }
 
 // Offer sends req (a run's JSON) to the SDK executor x and returns the executor's answer
@@ -192,7 +184,7 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 			}
 			return
 		case fasthttp.StatusOK:
-			var ans runsAnswer
+			var ans protocol.RunBatchAnswer
 			if jerr := json.Unmarshal(resp.Body(), &ans); jerr != nil || len(ans.Results) != len(live) {
 				whole.Status = 0
 				whole.Err = fmt.Errorf("unreadable answer to %d runs (%d items): %v", len(live), len(ans.Results), jerr)

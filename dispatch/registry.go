@@ -7,15 +7,17 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
-// Routing strategies (R5.5), chosen per task.
+// Routing strategies (R5.5), chosen per task; the names are protocol's.
 const (
-	RouteRoundRobin     = "round_robin"
-	RouteRandom         = "random"
-	RouteLeastBusy      = "least_busy"
-	RouteConsistentHash = "consistent_hash"
-	RouteFailover       = "failover"
+	RouteRoundRobin     = protocol.RouteRoundRobin
+	RouteRandom         = protocol.RouteRandom
+	RouteLeastBusy      = protocol.RouteLeastBusy
+	RouteConsistentHash = protocol.RouteConsistentHash
+	RouteFailover       = protocol.RouteFailover
 )
 
 // Executor statuses.

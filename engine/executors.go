@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // Executor protocol defaults (R5.2, R5.3).
@@ -295,19 +295,7 @@ func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, 
 }
 
 // Report is the body of POST /api/v1/callback: an executor's result for a ticket.
-type Report struct {
-	Ticket     string `json:"ticket"`
-	Task       string `json:"task"`
-	App        string `json:"app"`
-	Address    string `json:"address"`
-	Status     string `json:"status"` // success or failed
-	Error      string `json:"error"`
-	Output     string `json:"output"`
-	ExitCode   *int   `json:"exit_code"`
-	StartedAt  int64  `json:"started_at"`
-	EndedAt    int64  `json:"ended_at"`
-	DurationMS int64  `json:"duration_ms"`
-}
+type Report = protocol.Result
 
 // maxOutput bounds the output tail kept in a run record.
 const maxOutput = 8 << 10
@@ -386,13 +374,12 @@ func (e *Engine) killOnExecutor(ticket string) {
 	if r == nil || r.exec == nil {
 		return
 	}
-	body, _ := json.Marshal(map[string]string{"ticket": ticket})
 	addr := r.exec.Address
 	_ = e.disp.Go(func() {
-		o := e.disp.Post(&dispatch.Request{URL: "http://" + addr + "/axe/kill", Ticket: ticket, Body: body,
-			Deadline: time.Now().Add(offerTimeout), Token: e.cfg.ExecutorToken})
-		if !o.OK() {
-			e.log.Warn("executor did not confirm kill", "address", addr, "ticket", ticket, "status", o.Status, "error", o.Err)
+		ctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
+		defer cancel()
+		if err := e.disp.Kill(ctx, addr, ticket, e.cfg.ExecutorToken); err != nil {
+			e.log.Warn("executor did not confirm kill", "address", addr, "ticket", ticket, "error", err)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/wheel"
 )
 
@@ -218,20 +219,7 @@ func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run,
 }
 
 // runBody is the JSON a run carries to its callback (SPEC R4.2, section 10).
-type runBody struct {
-	Task        string          `json:"task"`
-	Handler     string          `json:"handler,omitempty"`
-	Group       string          `json:"group"`
-	Ticket      string          `json:"ticket"`
-	Attempt     int             `json:"attempt"`
-	Kind        string          `json:"kind"`
-	ScheduledAt int64           `json:"scheduled_at"`
-	Deadline    int64           `json:"deadline"`
-	Params      json.RawMessage `json:"params,omitempty"`
-	// DedupTTLMS tells an executor how long to remember the ticket: the task's longest retry
-	// span plus five minutes (R5.4), so a re-sent run is recognised for as long as it can come.
-	DedupTTLMS int64 `json:"dedup_ttl_ms,omitempty"`
-}
+type runBody = protocol.Run
 
 // dedupTTL is the longest span over which runs of one fire can arrive, plus five minutes.
 func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // Task definition defaults (SPEC R1.1).
@@ -280,8 +281,8 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 		if cb.URL != "" {
 			return d, fieldErr("callback.url", "is only valid with callback type http")
 		}
-		if !validRoute(cb.Route) {
-			return d, fieldErr("callback.route", "must be one of round_robin, random, least_busy, consistent_hash, failover; got %q", cb.Route)
+		if !protocol.ValidRoute(cb.Route) {
+			return d, fieldErr("callback.route", "must be one of %s; got %q", protocol.RouteList(), cb.Route)
 		}
 	default:
 		return d, fieldErr("callback.type", "must be http or executor, got %q", cb.Type)
@@ -313,21 +314,4 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 	}
 	d.Paused = s.Paused != nil && *s.Paused
 	return d, nil
-}
-
-// Routing strategies for executor callbacks (R5.5).
-const (
-	RouteRoundRobin     = "round_robin"
-	RouteRandom         = "random"
-	RouteLeastBusy      = "least_busy"
-	RouteConsistentHash = "consistent_hash"
-	RouteFailover       = "failover"
-)
-
-func validRoute(r string) bool {
-	switch r {
-	case "", RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover:
-		return true
-	}
-	return false
 }

@@ -8,14 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
-)
-
-// Scheduler API paths (docs/protocol.md).
-const (
-	pathRegister  = "/api/v1/executors/register"
-	pathHeartbeat = "/api/v1/executors/heartbeat"
-	pathCallback  = "/api/v1/callback"
 )
 
 // schedulerClient calls the scheduler API on whichever configured address answers, preferring
@@ -107,7 +101,7 @@ func (c *schedulerClient) closeIdle() {
 
 // errorText extracts the "error" of an error body, or returns the body itself.
 func errorText(body []byte) string {
-	var e errorResponse
+	var e protocol.Error
 	if json.Unmarshal(body, &e) == nil && e.Error != "" {
 		return e.Error
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
 func TestDecodeRun(t *testing.T) {
@@ -144,7 +146,7 @@ func TestTailKeepsRuneBoundaries(t *testing.T) {
 }
 
 // FuzzDecodeRuns feeds arbitrary bodies to the /axe/runs decoder: it must never panic, must
-// refuse with ErrInvalidRun, whatever it accepts holds 1 to maxRunsPerCall runs, each judged
+// refuse with ErrInvalidRun, whatever it accepts holds 1 to protocol.MaxRunsPerCall runs, each judged
 // with ErrInvalidRun when refused, and the one-pass decoding must judge every run as
 // decoding each alone does. (Where the body repeats its "runs" key, encoding/json merges the
 // repeats into the elements it already decoded, so the two may differ there; the scheduler
@@ -168,7 +170,7 @@ func FuzzDecodeRuns(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrInvalidRun", err)
 			}
 		} else {
-			if len(runs) == 0 || len(runs) > maxRunsPerCall {
+			if len(runs) == 0 || len(runs) > protocol.MaxRunsPerCall {
 				t.Fatalf("accepted %d runs", len(runs))
 			}
 			for i, run := range runs {

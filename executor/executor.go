@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/axe-sched/axe/protocol"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/panjf2000/ants/v2"
 	"github.com/valyala/fasthttp"
@@ -107,7 +108,7 @@ type activeRun struct {
 type outcome struct {
 	status  string
 	errText string
-	body    []byte // the marshalled callbackRequest
+	body    []byte // the marshalled protocol.Result
 	expires time.Time
 	sending bool // queued or being sent; guarded by Executor.mu
 	again   bool // deliver once more after the current delivery ends; guarded by Executor.mu
@@ -386,10 +387,10 @@ func (e *Executor) admit(req runRequest) (int, any, func()) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.accepting {
-		return http.StatusServiceUnavailable, errorResponse{"executor is stopping"}, nil
+		return http.StatusServiceUnavailable, protocol.Error{Error: "executor is stopping"}, nil
 	}
 	if _, ok := e.running[req.Ticket]; ok {
-		return http.StatusAccepted, acceptedResponse{Accepted: true, Duplicate: true}, nil
+		return http.StatusAccepted, protocol.Accepted{Accepted: true, Duplicate: true}, nil
 	}
 	if o := e.lookupFinished(req.Ticket, now); o != nil {
 		// The scheduler asks again for a ticket that already finished: it most likely never got
@@ -403,17 +404,17 @@ func (e *Executor) admit(req runRequest) (int, any, func()) {
 			e.sendWG.Add(1)
 			resend = func() { e.enqueue(o) }
 		}
-		return http.StatusOK, duplicateResponse{Duplicate: true, Status: o.status, Error: o.errText}, resend
+		return http.StatusOK, protocol.Finished{Duplicate: true, Status: o.status, Error: o.errText}, resend
 	}
 	h, ok := e.handlers[req.Handler]
 	if !ok {
-		return http.StatusNotFound, errorResponse{fmt.Sprintf("unknown handler %q", req.Handler)}, nil
+		return http.StatusNotFound, protocol.Error{Error: fmt.Sprintf("unknown handler %q", req.Handler)}, nil
 	}
 	if other, busy := e.tasks[req.Task]; busy {
-		return http.StatusConflict, errorResponse{fmt.Sprintf("task %q is already running here with ticket %q", req.Task, other)}, nil
+		return http.StatusConflict, protocol.Error{Error: fmt.Sprintf("task %q is already running here with ticket %q", req.Task, other)}, nil
 	}
 	if e.inflight >= e.cfg.PoolSize+e.cfg.QueueSize {
-		return http.StatusTooManyRequests, errorResponse{"busy"}, nil
+		return http.StatusTooManyRequests, protocol.Error{Error: "busy"}, nil
 	}
 
 	run := req.run()
@@ -431,7 +432,7 @@ func (e *Executor) admit(req runRequest) (int, any, func()) {
 	e.inflight++
 	e.runWG.Add(1)
 	e.queue <- ar
-	return http.StatusAccepted, acceptedResponse{Accepted: true}, nil
+	return http.StatusAccepted, protocol.Accepted{Accepted: true}, nil
 }
 
 // lookupFinished returns the remembered outcome of ticket, forgetting it once its own TTL has
@@ -510,12 +511,12 @@ func (e *Executor) call(ar *activeRun) (res Result, err error) {
 
 // finish records the outcome of a run, frees its slot and starts delivering its result.
 func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended time.Time) {
-	cb := callbackRequest{
+	cb := protocol.Result{
 		Ticket:     ar.run.Ticket,
 		Task:       ar.run.Task,
 		App:        e.cfg.App,
 		Address:    e.advertise,
-		Status:     statusSuccess,
+		Status:     protocol.StatusSuccess,
 		Output:     tail(res.Output, e.cfg.OutputLimit),
 		ExitCode:   res.ExitCode,
 		StartedAt:  started.UnixMilli(),
@@ -523,7 +524,7 @@ func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended 
 		DurationMS: ended.Sub(started).Milliseconds(),
 	}
 	if herr != nil {
-		cb.Status = statusFailed
+		cb.Status = protocol.StatusFailed
 		cb.Error = herr.Error()
 		if cb.Error == "" {
 			cb.Error = "handler failed"
@@ -568,19 +569,19 @@ func (e *Executor) endDelivery(o *outcome) bool {
 // register announces this executor; the scheduler keys it by (app, address), so registering
 // again after a restart or a 404 heartbeat updates the same row.
 func (e *Executor) register() error {
-	body, err := json.Marshal(registerRequest{
+	body, err := json.Marshal(protocol.Register{
 		App: e.cfg.App, Address: e.advertise, Protocol: "http", Handlers: e.handlerNames,
 	})
 	if err != nil {
 		return fmt.Errorf("cannot encode the registration: %w", err)
 	}
-	status, resp, err := e.ctl.post(pathRegister, body)
+	status, resp, err := e.ctl.post(protocol.PathRegister, body)
 	switch {
 	case err != nil:
 		return fmt.Errorf("cannot register: %w", err)
 	case status == http.StatusOK:
 		interval := e.cfg.HeartbeatInterval
-		var r registerResponse
+		var r protocol.RegisterAnswer
 		if json.Unmarshal(resp, &r) == nil && r.HeartbeatIntervalMS > 0 {
 			interval = min(interval, time.Duration(r.HeartbeatIntervalMS)*time.Millisecond)
 		}
@@ -588,11 +589,11 @@ func (e *Executor) register() error {
 		e.log.Info("registered", "address", e.advertise, "heartbeat", interval)
 		return nil
 	case isAuthStatus(status):
-		return fmt.Errorf("cannot register: %w: %w", ErrUnauthorized, statusError(pathRegister, status, resp))
+		return fmt.Errorf("cannot register: %w: %w", ErrUnauthorized, statusError(protocol.PathRegister, status, resp))
 	case status == http.StatusBadRequest:
-		return fmt.Errorf("cannot register: %w: %w", ErrRegistrationRejected, statusError(pathRegister, status, resp))
+		return fmt.Errorf("cannot register: %w: %w", ErrRegistrationRejected, statusError(protocol.PathRegister, status, resp))
 	default:
-		return fmt.Errorf("cannot register: %w", statusError(pathRegister, status, resp))
+		return fmt.Errorf("cannot register: %w", statusError(protocol.PathRegister, status, resp))
 	}
 }
 
@@ -601,11 +602,11 @@ func (e *Executor) heartbeat() error {
 	e.mu.Lock()
 	running := e.inflight
 	e.mu.Unlock()
-	body, err := json.Marshal(heartbeatRequest{App: e.cfg.App, Address: e.advertise, Running: running})
+	body, err := json.Marshal(protocol.Heartbeat{App: e.cfg.App, Address: e.advertise, Running: running})
 	if err != nil {
 		return fmt.Errorf("cannot encode the heartbeat: %w", err)
 	}
-	status, resp, err := e.ctl.post(pathHeartbeat, body)
+	status, resp, err := e.ctl.post(protocol.PathHeartbeat, body)
 	switch {
 	case err != nil:
 		return fmt.Errorf("cannot send heartbeat: %w", err)
@@ -614,7 +615,7 @@ func (e *Executor) heartbeat() error {
 	case status == http.StatusNotFound:
 		return errNotRegistered
 	default:
-		return fmt.Errorf("cannot send heartbeat: %w", statusError(pathHeartbeat, status, resp))
+		return fmt.Errorf("cannot send heartbeat: %w", statusError(protocol.PathHeartbeat, status, resp))
 	}
 }
 

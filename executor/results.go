@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
 // Result delivery. Finished runs queue their outcome in the outbox; Config.ResultSenders goroutines
@@ -22,22 +24,6 @@ const (
 	// limit. A single result is never split: one larger than this goes alone.
 	resultBatchBytes = 512 << 10
 )
-
-// pathCallbackBatch takes several results in one call (docs/protocol.md).
-const pathCallbackBatch = "/api/v1/callback/batch"
-
-// callbackBatchResponse is the scheduler's answer to a batch: one item per result, in order.
-type callbackBatchResponse struct {
-	Results []callbackItem `json:"results"`
-}
-
-// callbackItem is the answer for one result of a batch: the status a single callback would
-// have had, and its error text.
-type callbackItem struct {
-	Status    int    `json:"status"`
-	Duplicate bool   `json:"duplicate"`
-	Error     string `json:"error"`
-}
 
 // enqueue hands o to the senders. The caller has counted it in sendWG.
 func (e *Executor) enqueue(o *outcome) {
@@ -140,7 +126,7 @@ func (e *Executor) deliver(batch []*outcome) {
 // postOne sends one result to /api/v1/callback; it returns the result when it must be sent
 // again.
 func (e *Executor) postOne(o *outcome, attempt int, wait time.Duration) []*outcome {
-	status, resp, err := e.sched.post(pathCallback, o.body)
+	status, resp, err := e.sched.post(protocol.PathCallback, o.body)
 	if err != nil {
 		e.log.Warn("cannot deliver result", "attempt", attempt, "retry_in", wait, "err", err)
 		return []*outcome{o}
@@ -167,17 +153,17 @@ func (e *Executor) postBatch(batch []*outcome, attempt int, wait time.Duration) 
 		body.Write(o.body)
 	}
 	body.WriteString(`]}`)
-	status, resp, err := e.sched.post(pathCallbackBatch, body.Bytes())
+	status, resp, err := e.sched.post(protocol.PathCallbackBatch, body.Bytes())
 	if err != nil {
 		e.log.Warn("cannot deliver results", "results", len(batch), "attempt", attempt, "retry_in", wait, "err", err)
 		return batch
 	}
 	if status != http.StatusOK {
 		e.log.Warn("cannot deliver results", "results", len(batch), "attempt", attempt, "retry_in", wait,
-			"err", statusError(pathCallbackBatch, status, resp))
+			"err", statusError(protocol.PathCallbackBatch, status, resp))
 		return batch
 	}
-	var ack callbackBatchResponse
+	var ack protocol.CallbackBatchAnswer
 	if err := json.Unmarshal(resp, &ack); err != nil || len(ack.Results) != len(batch) {
 		// Results are idempotent by ticket at the scheduler: sending the whole batch again
 		// is safe.

@@ -9,19 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
-)
-
-// Executor API paths and headers (docs/protocol.md).
-const (
-	pathRun  = "/axe/run"
-	pathRuns = "/axe/runs"
-	pathKill = "/axe/kill"
-	pathBeat = "/axe/beat"
-
-	headerTask    = "X-Axe-Task"
-	headerTicket  = "X-Axe-Ticket"
-	headerAttempt = "X-Axe-Attempt"
 )
 
 // HTTP server limits. Runs are small JSON documents; the timeouts only protect against stuck
@@ -31,34 +20,7 @@ const (
 	serverWriteTimeout = 30 * time.Second
 	serverIdleTimeout  = 2 * time.Minute
 	maxRequestBody     = 4 << 20
-	// maxRunsPerCall bounds the runs one POST /axe/runs may carry.
-	maxRunsPerCall = 1000
 )
-
-// acceptedResponse answers an admitted run (202).
-type acceptedResponse struct {
-	Accepted  bool `json:"accepted"`
-	Duplicate bool `json:"duplicate,omitempty"`
-}
-
-// duplicateResponse answers a ticket that already finished (200).
-type duplicateResponse struct {
-	Duplicate bool   `json:"duplicate"`
-	Status    string `json:"status"`
-	Error     string `json:"error"`
-}
-
-// killResponse answers a kill of a running ticket.
-type killResponse struct {
-	Killed bool `json:"killed"`
-}
-
-// beatResponse answers GET /axe/beat.
-type beatResponse struct {
-	App      string   `json:"app"`
-	Running  int      `json:"running"`
-	Handlers []string `json:"handlers"`
-}
 
 func (e *Executor) serve(ln net.Listener) {
 	defer close(e.serveDone)
@@ -71,36 +33,36 @@ func (e *Executor) serve(ln net.Listener) {
 // unauthenticated caller learns nothing, not even which paths exist.
 func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
 	if e.cfg.SchedulerToken != "" && !e.authorized(rc) {
-		writeJSON(rc, http.StatusUnauthorized, errorResponse{"missing or invalid token"})
+		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
 		return
 	}
 	switch string(rc.Path()) {
-	case pathRun:
+	case protocol.PathRun:
 		if !rc.IsPost() {
 			methodNotAllowed(rc, fasthttp.MethodPost)
 			return
 		}
 		e.handleRun(rc)
-	case pathRuns:
+	case protocol.PathRuns:
 		if !rc.IsPost() {
 			methodNotAllowed(rc, fasthttp.MethodPost)
 			return
 		}
 		e.handleRuns(rc)
-	case pathKill:
+	case protocol.PathKill:
 		if !rc.IsPost() {
 			methodNotAllowed(rc, fasthttp.MethodPost)
 			return
 		}
 		e.handleKill(rc)
-	case pathBeat:
+	case protocol.PathBeat:
 		if !rc.IsGet() {
 			methodNotAllowed(rc, fasthttp.MethodGet)
 			return
 		}
 		e.handleBeat(rc)
 	default:
-		writeJSON(rc, http.StatusNotFound, errorResponse{fmt.Sprintf("no endpoint %s", rc.Path())})
+		writeJSON(rc, http.StatusNotFound, protocol.Error{Error: fmt.Sprintf("no endpoint %s", rc.Path())})
 	}
 }
 
@@ -114,11 +76,11 @@ func (e *Executor) authorized(rc *fasthttp.RequestCtx) bool {
 func (e *Executor) handleRun(rc *fasthttp.RequestCtx) {
 	req, err := decodeRun(rc.PostBody())
 	if err != nil {
-		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
 		return
 	}
 	if err := checkRunHeaders(&rc.Request.Header, req); err != nil {
-		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
 		return
 	}
 	status, resp, after := e.admit(req)
@@ -129,11 +91,6 @@ func (e *Executor) handleRun(rc *fasthttp.RequestCtx) {
 		e.log.Debug("run accepted", "ticket", req.Ticket, "task", req.Task, "attempt", req.Attempt)
 	}
 	writeJSON(rc, status, resp)
-}
-
-// runsRequest is the body of POST /axe/runs.
-type runsRequest struct {
-	Runs []json.RawMessage `json:"runs"`
 }
 
 // runAnswer answers one run of POST /axe/runs with what POST /axe/run would have answered.
@@ -148,14 +105,14 @@ type runAnswer struct {
 func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
 	runs, err := decodeRuns(rc.PostBody())
 	if err != nil {
-		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
 		return
 	}
 	answers := make([]runAnswer, len(runs))
 	var after []func()
 	for i, run := range runs {
 		if run.err != nil {
-			answers[i] = runAnswer{http.StatusBadRequest, errorResponse{run.err.Error()}}
+			answers[i] = runAnswer{http.StatusBadRequest, protocol.Error{Error: run.err.Error()}}
 			continue
 		}
 		status, resp, a := e.admit(run.req)
@@ -202,7 +159,7 @@ func decodeRuns(body []byte) ([]decodedRun, error) {
 
 // decodeRunsEach splits the body into its runs and decodes each alone.
 func decodeRunsEach(body []byte) ([]decodedRun, error) {
-	var r runsRequest
+	var r protocol.RunBatch
 	if err := json.Unmarshal(body, &r); err != nil {
 		return nil, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
 	}
@@ -220,8 +177,8 @@ func checkRunCount(n int) error {
 	switch {
 	case n == 0:
 		return fmt.Errorf("%w: runs: one or more required", ErrInvalidRun)
-	case n > maxRunsPerCall:
-		return fmt.Errorf("%w: runs: at most %d per call, got %d", ErrInvalidRun, maxRunsPerCall, n)
+	case n > protocol.MaxRunsPerCall:
+		return fmt.Errorf("%w: runs: at most %d per call, got %d", ErrInvalidRun, protocol.MaxRunsPerCall, n)
 	}
 	return nil
 }
@@ -230,9 +187,9 @@ func checkRunCount(n int) error {
 // the headers exist for proxies and access logs, and a mismatch means a broken intermediary.
 func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
 	for _, c := range []struct{ name, want string }{
-		{headerTicket, req.Ticket},
-		{headerTask, req.Task},
-		{headerAttempt, strconv.Itoa(req.Attempt)},
+		{protocol.HeaderTicket, req.Ticket},
+		{protocol.HeaderTask, req.Task},
+		{protocol.HeaderAttempt, strconv.Itoa(req.Attempt)},
 	} {
 		if got := h.Peek(c.name); len(got) > 0 && string(got) != c.want {
 			return fmt.Errorf("%w: header %s is %q but the body says %q", ErrInvalidRun, c.name, got, c.want)
@@ -243,37 +200,37 @@ func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
 
 // handleKill cancels the context of a running or queued ticket.
 func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
-	var k killRequest
+	var k protocol.Kill
 	if err := json.Unmarshal(rc.PostBody(), &k); err != nil {
-		writeJSON(rc, http.StatusBadRequest, errorResponse{fmt.Sprintf("cannot decode body: %v", err)})
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: fmt.Sprintf("cannot decode body: %v", err)})
 		return
 	}
 	if k.Ticket == "" {
-		writeJSON(rc, http.StatusBadRequest, errorResponse{"ticket: required"})
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "ticket: required"})
 		return
 	}
 	e.mu.Lock()
 	ar, ok := e.running[k.Ticket]
 	e.mu.Unlock()
 	if !ok {
-		writeJSON(rc, http.StatusNotFound, errorResponse{fmt.Sprintf("ticket %q is not running here", k.Ticket)})
+		writeJSON(rc, http.StatusNotFound, protocol.Error{Error: fmt.Sprintf("ticket %q is not running here", k.Ticket)})
 		return
 	}
 	ar.kill(ErrKilled)
 	e.log.Info("run killed", "ticket", k.Ticket, "task", ar.run.Task)
-	writeJSON(rc, http.StatusOK, killResponse{Killed: true})
+	writeJSON(rc, http.StatusOK, protocol.KillAnswer{Killed: true})
 }
 
 func (e *Executor) handleBeat(rc *fasthttp.RequestCtx) {
 	e.mu.Lock()
 	running := e.inflight
 	e.mu.Unlock()
-	writeJSON(rc, http.StatusOK, beatResponse{App: e.cfg.App, Running: running, Handlers: e.handlerNames})
+	writeJSON(rc, http.StatusOK, protocol.Beat{App: e.cfg.App, Running: running, Handlers: e.handlerNames})
 }
 
 func methodNotAllowed(rc *fasthttp.RequestCtx, allow string) {
 	rc.Response.Header.Set(fasthttp.HeaderAllow, allow)
-	writeJSON(rc, http.StatusMethodNotAllowed, errorResponse{fmt.Sprintf("use %s", allow)})
+	writeJSON(rc, http.StatusMethodNotAllowed, protocol.Error{Error: fmt.Sprintf("use %s", allow)})
 }
 
 func writeJSON(rc *fasthttp.RequestCtx, status int, v any) {

@@ -23,6 +23,7 @@ import (
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // runPhase runs one phase: n tasks falling due evenly over span, on a database, engine, API
@@ -283,7 +284,7 @@ func measureRaw(ctx context.Context, addr string, n, concurrency int) (float64, 
 					`,"deadline":`+strconv.FormatInt(deadline, 10)+`,"dedup_ttl_ms":600000}`...)
 				for {
 					req.Reset()
-					req.SetRequestURI("/axe/run")
+					req.SetRequestURI(protocol.PathRun)
 					req.SetHost(addr)
 					req.Header.SetMethod(fasthttp.MethodPost)
 					req.Header.SetContentType("application/json")

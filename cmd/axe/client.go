@@ -15,6 +15,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/client"
 )
 
 // clientFlags are the flags every client command takes (SPEC section 12).
@@ -28,12 +29,12 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.token, "token", "", "bearer token (AXE_TOKEN)")
 }
 
-func (f *clientFlags) client() (*admin.Client, error) {
+func (f *clientFlags) client() (*client.Client, error) {
 	who := "cli"
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		who = "cli:" + u.Username
 	}
-	return admin.NewClient(f.server, f.token, who)
+	return client.New(f.server, f.token, who)
 }
 
 // parseInterspersed parses flags that come after positional arguments too
@@ -54,7 +55,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // clientCmd builds a client command taking exactly nargs positional arguments.
-func clientCmd(name, usage, help string, nargs int, setup func(fs *flag.FlagSet), exec func(ctx context.Context, c *admin.Client, args []string) error) *ffcli.Command {
+func clientCmd(name, usage, help string, nargs int, setup func(fs *flag.FlagSet), exec func(ctx context.Context, c *client.Client, args []string) error) *ffcli.Command {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
@@ -124,7 +125,7 @@ func taskCmd() *ffcli.Command {
 		Subcommands: []*ffcli.Command{
 			clientCmd("create", "axe task create -f task.json", "create a task from a JSON definition", 0,
 				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
-				func(ctx context.Context, c *admin.Client, _ []string) error {
+				func(ctx context.Context, c *client.Client, _ []string) error {
 					spec, err := readSpec(file)
 					if err != nil {
 						return err
@@ -138,7 +139,7 @@ func taskCmd() *ffcli.Command {
 				}),
 			clientCmd("update", "axe task update NAME -f task.json", "replace a task's definition", 1,
 				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					spec, err := readSpec(file)
 					if err != nil {
 						return err
@@ -156,7 +157,7 @@ func taskCmd() *ffcli.Command {
 					fs.StringVar(&state, "state", "", "only this state")
 					fs.IntVar(&lsLimit, "limit", 100, "at most this many")
 				},
-				func(ctx context.Context, c *admin.Client, _ []string) error {
+				func(ctx context.Context, c *client.Client, _ []string) error {
 					list, err := c.ListTasks(ctx, group, state, lsLimit)
 					if err != nil {
 						return err
@@ -174,7 +175,7 @@ func taskCmd() *ffcli.Command {
 					return w.Flush()
 				}),
 			clientCmd("get", "axe task get NAME", "show a task's definition and runtime as JSON", 1, nil,
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					t, err := c.GetTask(ctx, args[0])
 					if err != nil {
 						return err
@@ -182,7 +183,7 @@ func taskCmd() *ffcli.Command {
 					return printJSON(t)
 				}),
 			clientCmd("rm", "axe task rm NAME", "delete a task (its runs and actions stay)", 1, nil,
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					if err := c.DeleteTask(ctx, args[0]); err != nil {
 						return err
 					}
@@ -194,7 +195,7 @@ func taskCmd() *ffcli.Command {
 			taskOpCmd("kill", "kill the task's run in flight", nil),
 			clientCmd("run", "axe task run NAME [--params JSON]", "run now: an independent instance with its own ticket", 1,
 				func(fs *flag.FlagSet) { fs.StringVar(&params, "params", "", "params JSON for this run only") },
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					var p json.RawMessage
 					if params != "" {
 						if !json.Valid([]byte(params)) {
@@ -211,7 +212,7 @@ func taskCmd() *ffcli.Command {
 				}),
 			clientCmd("runs", "axe task runs NAME [--limit N]", "recent runs, newest first", 1,
 				func(fs *flag.FlagSet) { fs.IntVar(&runsLimit, "limit", 20, "at most this many") },
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					runs, err := c.Runs(ctx, args[0], runsLimit)
 					if err != nil {
 						return err
@@ -226,7 +227,7 @@ func taskCmd() *ffcli.Command {
 				}),
 			clientCmd("actions", "axe task actions NAME [--limit N]", "the task's audit timeline, oldest first", 1,
 				func(fs *flag.FlagSet) { fs.IntVar(&actionsLimit, "limit", 50, "the newest this many") },
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					acts, err := c.Actions(ctx, args[0], actionsLimit)
 					if err != nil {
 						return err
@@ -259,7 +260,7 @@ func taskOpCmd(op, help string, note *string) *ffcli.Command {
 		usage += " [--note TEXT]"
 		setup = func(fs *flag.FlagSet) { fs.StringVar(note, "note", "", "kept in the action record") }
 	}
-	return clientCmd(op, usage, help, 1, setup, func(ctx context.Context, c *admin.Client, args []string) error {
+	return clientCmd(op, usage, help, 1, setup, func(ctx context.Context, c *client.Client, args []string) error {
 		n := ""
 		if note != nil {
 			n = *note
@@ -278,7 +279,7 @@ func groupCmd() *ffcli.Command {
 	op := func(name string) *ffcli.Command {
 		return clientCmd(name, "axe group "+name+" GROUP [--note TEXT]", name+" every task of a group", 1,
 			func(fs *flag.FlagSet) { fs.StringVar(&note, "note", "", "kept in the action records") },
-			func(ctx context.Context, c *admin.Client, args []string) error {
+			func(ctx context.Context, c *client.Client, args []string) error {
 				n, err := c.GroupOp(ctx, args[0], name, note)
 				if err != nil {
 					return err
@@ -298,7 +299,7 @@ func groupCmd() *ffcli.Command {
 
 func executorsCmd() *ffcli.Command {
 	return clientCmd("executors", "axe executors", "list registered executors and their heartbeats", 0, nil,
-		func(ctx context.Context, c *admin.Client, _ []string) error {
+		func(ctx context.Context, c *client.Client, _ []string) error {
 			list, err := c.Executors(ctx)
 			if err != nil {
 				return err
@@ -326,7 +327,7 @@ func cronCmd() *ffcli.Command {
 					fs.StringVar(&tz, "tz", "", "IANA zone (default: the server's)")
 					fs.IntVar(&n, "n", 10, "how many")
 				},
-				func(ctx context.Context, c *admin.Client, args []string) error {
+				func(ctx context.Context, c *client.Client, args []string) error {
 					times, zone, err := c.CronNext(ctx, args[0], tz, n)
 					if err != nil {
 						return err

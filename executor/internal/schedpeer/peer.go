@@ -16,16 +16,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
 )
 
 // Protocol paths served by the peer.
 const (
-	PathRegister  = "/api/v1/executors/register"
-	PathHeartbeat = "/api/v1/executors/heartbeat"
-	PathCallback  = "/api/v1/callback"
-	// PathCallbackBatch takes several results in one call.
-	PathCallbackBatch = "/api/v1/callback/batch"
+	PathRegister      = protocol.PathRegister
+	PathHeartbeat     = protocol.PathHeartbeat
+	PathCallback      = protocol.PathCallback
+	PathCallbackBatch = protocol.PathCallbackBatch
 )
 
 // WaitTimeout bounds every Wait* call: a generous limit on real I/O, never a pacing sleep.
@@ -50,34 +50,13 @@ type Config struct {
 }
 
 // Registration is one decoded register body.
-type Registration struct {
-	App      string   `json:"app"`
-	Address  string   `json:"address"`
-	Protocol string   `json:"protocol"`
-	Handlers []string `json:"handlers"`
-}
+type Registration = protocol.Register
 
 // Heartbeat is one decoded heartbeat body.
-type Heartbeat struct {
-	App     string `json:"app"`
-	Address string `json:"address"`
-	Running int    `json:"running"`
-}
+type Heartbeat = protocol.Heartbeat
 
 // Callback is one decoded result callback body.
-type Callback struct {
-	Ticket     string `json:"ticket"`
-	Task       string `json:"task"`
-	App        string `json:"app"`
-	Address    string `json:"address"`
-	Status     string `json:"status"`
-	Error      string `json:"error"`
-	Output     string `json:"output"`
-	ExitCode   *int   `json:"exit_code"`
-	StartedAt  int64  `json:"started_at"`
-	EndedAt    int64  `json:"ended_at"`
-	DurationMS int64  `json:"duration_ms"`
-}
+type Callback = protocol.Result
 
 // Call is one request the peer received, with the status it answered.
 type Call struct {
@@ -88,16 +67,7 @@ type Call struct {
 }
 
 // Run is the body of POST /axe/run as the scheduler sends it.
-type Run struct {
-	Ticket      string          `json:"ticket"`
-	Task        string          `json:"task"`
-	Handler     string          `json:"handler"`
-	Attempt     int             `json:"attempt"`
-	ScheduledAt int64           `json:"scheduled_at"`
-	Deadline    int64           `json:"deadline"`
-	Params      json.RawMessage `json:"params,omitempty"`
-	DedupTTLMS  int64           `json:"dedup_ttl_ms"`
-}
+type Run = protocol.Run
 
 // Response is an executor's answer to a call the peer made.
 type Response struct {
@@ -349,10 +319,10 @@ func (p *Peer) Dispatch(address string, run Run) (Response, error) {
 	if err != nil {
 		return Response{}, fmt.Errorf("cannot encode run: %w", err)
 	}
-	return p.Post(address, "/axe/run", body, p.cfg.Token, map[string]string{
-		"X-Axe-Task":    run.Task,
-		"X-Axe-Ticket":  run.Ticket,
-		"X-Axe-Attempt": strconv.Itoa(run.Attempt),
+	return p.Post(address, protocol.PathRun, body, p.cfg.Token, map[string]string{
+		protocol.HeaderTask:    run.Task,
+		protocol.HeaderTicket:  run.Ticket,
+		protocol.HeaderAttempt: strconv.Itoa(run.Attempt),
 	})
 }
 
@@ -370,18 +340,18 @@ func (p *Peer) DispatchBatch(address string, runs []Run) (Response, error) {
 	if err != nil {
 		return Response{}, fmt.Errorf("cannot encode runs: %w", err)
 	}
-	return p.Post(address, "/axe/runs", body, p.cfg.Token, nil)
+	return p.Post(address, protocol.PathRuns, body, p.cfg.Token, nil)
 }
 
 // Kill asks the executor at address to kill ticket.
 func (p *Peer) Kill(address, ticket string) (Response, error) {
 	body, _ := json.Marshal(map[string]string{"ticket": ticket})
-	return p.Post(address, "/axe/kill", body, p.cfg.Token, nil)
+	return p.Post(address, protocol.PathKill, body, p.cfg.Token, nil)
 }
 
 // Beat calls GET /axe/beat on the executor at address.
 func (p *Peer) Beat(address string) (Response, error) {
-	return p.do(address, fasthttp.MethodGet, "/axe/beat", nil, p.cfg.Token, nil)
+	return p.do(address, fasthttp.MethodGet, protocol.PathBeat, nil, p.cfg.Token, nil)
 }
 
 // Post sends body to path on the executor at address with the given token ("" for none).

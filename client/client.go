@@ -1,4 +1,7 @@
-package admin
+// Package client is the Go client of axe's REST API (docs in README.md, "REST API"). It
+// speaks only HTTP and decodes into the domain types of package model, so a program that
+// uses it links neither SQL driver nor the engine.
+package client
 
 import (
 	"bytes"
@@ -14,7 +17,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/model"
 )
 
 // APIError is an error answer of the API: the status and its {"error": ...} message.
@@ -37,9 +40,9 @@ type Client struct {
 	servers []string // the one that answered last comes first
 }
 
-// NewClient builds a client for a comma-separated list of base URLs ("http://host:port");
+// New builds a client for a comma-separated list of base URLs ("http://host:port");
 // a bare host:port gets http://.
-func NewClient(servers, token, actor string) (*Client, error) {
+func New(servers, token, actor string) (*Client, error) {
 	var list []string
 	for _, s := range strings.Split(servers, ",") {
 		s = strings.TrimSpace(s)
@@ -148,9 +151,9 @@ func apiErr(status int, data []byte) error {
 
 // TaskView is a task as the API returns it.
 type TaskView struct {
-	persist.TaskDef
+	model.TaskDef
 	Runtime struct {
-		persist.Runtime
+		model.Runtime
 		NextFireAt string `json:"next_fire_at"`
 	} `json:"runtime"`
 }
@@ -233,33 +236,33 @@ func (c *Client) GroupOp(ctx context.Context, group, op, note string) (int, erro
 }
 
 // Runs returns a task's recent runs.
-func (c *Client) Runs(ctx context.Context, name string, limit int) ([]persist.Run, error) {
+func (c *Client) Runs(ctx context.Context, name string, limit int) ([]model.Run, error) {
 	var v struct {
-		Runs []persist.Run `json:"runs"`
+		Runs []model.Run `json:"runs"`
 	}
 	return v.Runs, c.Do(ctx, http.MethodGet, "/api/v1/tasks/"+url.PathEscape(name)+"/runs?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Actions returns a task's action records, newest first.
-func (c *Client) Actions(ctx context.Context, name string, limit int) ([]persist.Action, error) {
+func (c *Client) Actions(ctx context.Context, name string, limit int) ([]model.Action, error) {
 	var v struct {
-		Actions []persist.Action `json:"actions"`
+		Actions []model.Action `json:"actions"`
 	}
 	return v.Actions, c.Do(ctx, http.MethodGet, "/api/v1/tasks/"+url.PathEscape(name)+"/actions?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Alerts returns the newest action records that belong to no task.
-func (c *Client) Alerts(ctx context.Context, limit int) ([]persist.Action, error) {
+func (c *Client) Alerts(ctx context.Context, limit int) ([]model.Action, error) {
 	var v struct {
-		Actions []persist.Action `json:"actions"`
+		Actions []model.Action `json:"actions"`
 	}
 	return v.Actions, c.Do(ctx, http.MethodGet, "/api/v1/alerts?limit="+strconv.Itoa(limit), nil, &v)
 }
 
 // Executors returns the executor registry.
-func (c *Client) Executors(ctx context.Context) ([]persist.Executor, error) {
+func (c *Client) Executors(ctx context.Context) ([]model.Executor, error) {
 	var v struct {
-		Executors []persist.Executor `json:"executors"`
+		Executors []model.Executor `json:"executors"`
 	}
 	return v.Executors, c.Do(ctx, http.MethodGet, "/api/v1/executors", nil, &v)
 }

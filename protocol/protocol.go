@@ -1,0 +1,217 @@
+// Package protocol is the one definition of the executor protocol (docs/protocol.md): the
+// paths each side serves, the routing strategy names a task may choose, and the JSON bodies
+// the scheduler and an SDK executor exchange. The scheduler's dispatch package (the client
+// of the executor endpoints) and the executor package (their server, and the client of the
+// scheduler endpoints) both use it, so a renamed field or path cannot drift between them.
+//
+// It imports nothing of axe. Times are Unix milliseconds; durations carry an _ms suffix.
+package protocol
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// Paths the scheduler serves to executors.
+const (
+	// PathRegister registers an executor (body Register, answer RegisterAnswer).
+	PathRegister = "/api/v1/executors/register"
+	// PathHeartbeat keeps a registration alive (body Heartbeat).
+	PathHeartbeat = "/api/v1/executors/heartbeat"
+	// PathCallback takes the result of one run (body Result, answer CallbackAnswer).
+	PathCallback = "/api/v1/callback"
+	// PathCallbackBatch takes several results (body ResultBatch, answer CallbackBatchAnswer).
+	PathCallbackBatch = "/api/v1/callback/batch"
+)
+
+// Paths an executor serves to the scheduler.
+const (
+	// PathRun takes one run (body Run).
+	PathRun = "/axe/run"
+	// PathRuns takes several runs in one call and answers each as PathRun would (body
+	// RunBatch, answer RunBatchAnswer).
+	PathRuns = "/axe/runs"
+	// PathKill cancels a run (body Kill, answer KillAnswer).
+	PathKill = "/axe/kill"
+	// PathBeat is the executor's own view, for probes (answer Beat).
+	PathBeat = "/axe/beat"
+)
+
+// Headers a run carries besides its body (also sent to HTTP-callback tasks).
+const (
+	HeaderTask    = "X-Axe-Task"
+	HeaderTicket  = "X-Axe-Ticket"
+	HeaderAttempt = "X-Axe-Attempt"
+)
+
+// Routing strategies (R5.5), chosen per task in callback.route; "" means RouteRoundRobin.
+const (
+	RouteRoundRobin     = "round_robin"
+	RouteRandom         = "random"
+	RouteLeastBusy      = "least_busy"
+	RouteConsistentHash = "consistent_hash"
+	RouteFailover       = "failover"
+)
+
+// Routes lists every routing strategy, in the order error messages name them.
+var Routes = []string{RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover}
+
+// ValidRoute reports whether r names a routing strategy; "" (the default) is valid.
+func ValidRoute(r string) bool {
+	switch r {
+	case "", RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover:
+		return true
+	}
+	return false
+}
+
+// RouteList is Routes joined for an error message: "round_robin, random, …".
+func RouteList() string { return strings.Join(Routes, ", ") }
+
+// Result statuses an executor reports.
+const (
+	StatusSuccess = "success"
+	StatusFailed  = "failed"
+)
+
+// Limits both sides enforce.
+const (
+	// MaxRunsPerCall is the most runs one PathRuns call may carry.
+	MaxRunsPerCall = 1000
+	// MaxResultsPerCall is the most results one PathCallbackBatch call may carry.
+	MaxResultsPerCall = 1000
+)
+
+// Run is the body of PathRun, and of the POST an HTTP-callback task gets (SPEC R4.2,
+// section 10).
+type Run struct {
+	Task        string          `json:"task"`
+	Handler     string          `json:"handler,omitempty"`
+	Group       string          `json:"group"`
+	Ticket      string          `json:"ticket"`
+	Attempt     int             `json:"attempt"`
+	Kind        string          `json:"kind"`
+	ScheduledAt int64           `json:"scheduled_at"`
+	Deadline    int64           `json:"deadline"`
+	Params      json.RawMessage `json:"params,omitempty"`
+	// DedupTTLMS tells an executor how long to remember the ticket: the task's longest retry
+	// span plus five minutes (R5.4), so a re-sent run is recognised for as long as it can
+	// come. 0 means the executor's default.
+	DedupTTLMS int64 `json:"dedup_ttl_ms,omitempty"`
+}
+
+// RunBatch is the body of PathRuns. Each element is a Run; the executor decodes them one by
+// one when the whole does not decode, so that one malformed run refuses only itself.
+type RunBatch struct {
+	Runs []json.RawMessage `json:"runs"`
+}
+
+// RunAnswer answers one run of a PathRuns call with the status and body PathRun would have
+// answered for it alone.
+type RunAnswer struct {
+	Code int             `json:"code"`
+	Body json.RawMessage `json:"body"`
+}
+
+// RunBatchAnswer is the answer to PathRuns: one item per run, in order.
+type RunBatchAnswer struct {
+	Results []RunAnswer `json:"results"`
+}
+
+// Accepted answers an admitted run (202).
+type Accepted struct {
+	Accepted  bool `json:"accepted"`
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// Finished answers a ticket that already finished on the executor and is still remembered
+// (200); the executor re-sends its result.
+type Finished struct {
+	Duplicate bool   `json:"duplicate"`
+	Status    string `json:"status"`
+	Error     string `json:"error"`
+}
+
+// Kill is the body of PathKill.
+type Kill struct {
+	Ticket string `json:"ticket"`
+}
+
+// KillAnswer answers a kill of a running ticket (200).
+type KillAnswer struct {
+	Killed bool `json:"killed"`
+}
+
+// Beat answers PathBeat.
+type Beat struct {
+	App      string   `json:"app"`
+	Running  int      `json:"running"`
+	Handlers []string `json:"handlers"`
+}
+
+// Register is the body of PathRegister. An executor is identified by (App, Address).
+type Register struct {
+	App      string   `json:"app"`
+	Address  string   `json:"address"`
+	Protocol string   `json:"protocol"`
+	Handlers []string `json:"handlers"`
+}
+
+// RegisterAnswer is the scheduler's answer to a registration (200).
+type RegisterAnswer struct {
+	HeartbeatIntervalMS int64 `json:"heartbeat_interval_ms"`
+	LostAfterMS         int64 `json:"lost_after_ms"`
+}
+
+// Heartbeat is the body of PathHeartbeat. Running counts the runs accepted and not yet
+// finished on the executor, for least-busy routing.
+type Heartbeat struct {
+	App     string `json:"app"`
+	Address string `json:"address"`
+	Running int    `json:"running"`
+}
+
+// Result is the body of PathCallback: an executor's result for a ticket.
+type Result struct {
+	Ticket     string `json:"ticket"`
+	Task       string `json:"task"`
+	App        string `json:"app"`
+	Address    string `json:"address"`
+	Status     string `json:"status"` // StatusSuccess or StatusFailed
+	Error      string `json:"error"`
+	Output     string `json:"output"`
+	ExitCode   *int   `json:"exit_code,omitempty"`
+	StartedAt  int64  `json:"started_at"`
+	EndedAt    int64  `json:"ended_at"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// CallbackAnswer is the scheduler's acknowledgement of a result (200).
+type CallbackAnswer struct {
+	OK        bool `json:"ok"`
+	Duplicate bool `json:"duplicate,omitempty"`
+}
+
+// ResultBatch is the body of PathCallbackBatch.
+type ResultBatch struct {
+	Results []Result `json:"results"`
+}
+
+// CallbackItem answers one result of a PathCallbackBatch call with what PathCallback would
+// have answered for it alone: the status, and the duplicate flag or the error.
+type CallbackItem struct {
+	Status    int    `json:"status"`
+	OK        bool   `json:"ok,omitempty"`
+	Duplicate bool   `json:"duplicate,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// CallbackBatchAnswer is the answer to PathCallbackBatch: one item per result, in order.
+type CallbackBatchAnswer struct {
+	Results []CallbackItem `json:"results"`
+}
+
+// Error is every error body, on both sides.
+type Error struct {
+	Error string `json:"error"`
+}
