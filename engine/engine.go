@@ -32,6 +32,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"
@@ -70,18 +71,17 @@ var (
 	ErrRunNotFound = persist.ErrRunNotFound
 )
 
-// Clock tells the time. Tests inject a fake one.
-type Clock interface{ Now() time.Time }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
+// Clock tells the time and arms timers: every time the engine reads and every timer it arms
+// goes through Config.Clock, so tests advance a clock.Fake instead of sleeping.
+type Clock = clock.Clock
 
 // Config configures an Engine.
 type Config struct {
 	// Store is the durable state. Required.
 	Store persist.Store
-	// Clock defaults to the real clock.
+	// Clock is the engine's only time source: fire times, deadlines, timeouts, retries,
+	// the breaker's window, the rate gate, the loader and the promoter. Defaults to the
+	// real clock.
 	Clock Clock
 	// Tick is the wheel's resolution. Defaults to TickDefault (10ms).
 	Tick time.Duration
@@ -134,7 +134,7 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real
 	}
 	if c.Tick == 0 {
 		c.Tick = TickDefault
@@ -219,7 +219,7 @@ type Engine struct {
 
 	tasks     taskMap
 	registry  *dispatch.Registry
-	execRuns  execRuns
+	runs      runsInFlight // every run sent and not yet settled
 	gate      *rateGate
 	brk       breakers
 	upstreams upstreamSet
@@ -228,8 +228,6 @@ type Engine struct {
 
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
-
-	runsWG runCounter // runs sent and not yet resolved
 
 	lifeMu  sync.Mutex
 	state   int // 0 new, 1 running, 2 stopped
@@ -266,6 +264,7 @@ func New(cfg Config) (*Engine, error) {
 		registry: dispatch.NewRegistry(),
 	}
 	e.tasks.init()
+	e.runs.init(cfg.Clock)
 	e.promo.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
@@ -385,8 +384,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 			return err
 		})
 		step("drain in-flight runs", func() error {
-			if err := e.runsWG.Wait(ctx); err != nil {
-				return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runsWG.Count(), err)
+			if err := e.runs.wait(ctx); err != nil {
+				return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
 			}
 			return nil
 		})
@@ -529,7 +528,7 @@ func (e *Engine) settle(t *task) {
 		return
 	}
 	e.disarm(t)
-	if t.pending == 0 && t.run == nil && t.manual == 0 {
+	if t.pending == 0 && t.flying == 0 {
 		t.evicted = true
 		e.tasks.remove(t)
 	}
@@ -586,52 +585,6 @@ func (e *Engine) Horizon() time.Time {
 	e.horizonMu.RLock()
 	defer e.horizonMu.RUnlock()
 	return time.UnixMilli(e.horizon)
-}
-
-// runCounter counts runs in flight; Stop waits for it to reach zero without leaving a
-// goroutine behind when its deadline passes first.
-type runCounter struct {
-	mu   sync.Mutex
-	n    int
-	zero chan struct{} // closed when n drops to 0 while someone waits
-}
-
-func (c *runCounter) Add(d int) {
-	c.mu.Lock()
-	c.n += d
-	if c.n == 0 && c.zero != nil {
-		close(c.zero)
-		c.zero = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *runCounter) Done() { c.Add(-1) }
-
-func (c *runCounter) Count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// Wait returns when the count is zero or ctx is done.
-func (c *runCounter) Wait(ctx context.Context) error {
-	c.mu.Lock()
-	if c.n == 0 {
-		c.mu.Unlock()
-		return nil
-	}
-	if c.zero == nil {
-		c.zero = make(chan struct{})
-	}
-	ch := c.zero
-	c.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // ErrStopping is returned by writes attempted while the engine stops.

@@ -150,13 +150,14 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	}
 	t.rt = nrt
 	t.pending++
-	t.run = &inflight{run: run}
+	t.periodic = ticket
+	t.flying++
+	e.runs.add(t, run)
 	def := t.def
 	act := e.action(t, ticket, ActDispatch, from, persist.StateRunning, ActorScheduler, "attempt "+strconv.Itoa(attempt), now)
 	t.mu.Unlock()
 
 	e.m.triggers.Inc()
-	e.runsWG.Add(1)
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
 		Runs:        []persist.Run{run},
@@ -167,7 +168,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 		// Only when the writer has stopped: the transition never reached the store, so the
 		// store still says SCHEDULED and the fire happens after a restart.
 		e.log.Warn("fire dropped: writer closed", "task", def.Name, "ticket", ticket, "error", err)
-		e.runsWG.Done()
+		e.runs.settle(ticket, nil, nil)
 	}
 }
 
@@ -199,16 +200,22 @@ func downstreamOf(def *persist.TaskDef) string {
 // failed). It must not block.
 func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run, err error) {
 	if err != nil {
-		t.mu.Lock()
-		t.pending--
-		if t.run != nil && t.run.run.Ticket == run.Ticket {
-			t.run = nil
+		settled := e.runs.settle(run.Ticket, nil, func(*flight) {
+			t.mu.Lock()
+			t.pending--
+			e.ranDown(t, run.Ticket)
+			e.writeFailed(t, err)
+			e.settle(t)
+			t.mu.Unlock()
+		})
+		if !settled { // killed while its transition was in flight: Kill recorded the end
+			t.mu.Lock()
+			t.pending--
+			e.writeFailed(t, err)
+			e.settle(t)
+			t.mu.Unlock()
 		}
-		e.writeFailed(t, err)
-		e.settle(t)
-		t.mu.Unlock()
 		e.m.dispatches.result("conflict").Inc()
-		e.runsWG.Done()
 		return
 	}
 	t.mu.Lock()
@@ -251,7 +258,7 @@ func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {
 func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params json.RawMessage) {
 	// The deadline counts from the send, not from the decision: a slow commit must not eat
 	// the run's time, let alone time it out before it is sent.
-	deadline := time.Now().Add(time.Duration(def.TimeoutSec) * time.Second)
+	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,
@@ -263,16 +270,16 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: deadline,
 		}
-		err := e.disp.Send(req, func(o dispatch.Outcome) { e.resolve(t, run, httpOutcome(o, run.Executor)) })
+		err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) })
 		if err != nil {
-			e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
+			e.settleRun(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
 		}
 	case persist.CallbackExecutor:
 		err := e.disp.Go(func() { e.sendToExecutor(t, def, run, body, deadline) })
 		if err != nil {
-			e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
+			e.settleRun(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
 		}
 	default:
-		e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "unknown callback type " + def.Callback.Type})
+		e.settleRun(t, run, outcome{result: persist.ResultFailed, errText: "unknown callback type " + def.Callback.Type})
 	}
 }
