@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -51,12 +52,13 @@ type alerter struct {
 	wg     sync.WaitGroup
 	quit   chan struct{}
 	once   sync.Once
+	clk    clock.Clock // paces retries
 	drops  func()
 	fails  func()
 }
 
-func newAlerter(urls []string, log *slog.Logger, drops, fails func()) *alerter {
-	return &alerter{urls: urls, log: log, client: &http.Client{Timeout: alertTimeout},
+func newAlerter(urls []string, clk clock.Clock, log *slog.Logger, drops, fails func()) *alerter {
+	return &alerter{urls: urls, clk: clk, log: log, client: &http.Client{Timeout: alertTimeout},
 		ch: make(chan Alert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
 }
 
@@ -125,7 +127,7 @@ func (a *alerter) deliver(al Alert) {
 				break
 			}
 			select {
-			case <-time.After(backoff):
+			case <-a.clk.After(backoff):
 			case <-a.quit:
 				// Stopping: one last try without waiting.
 				if a.post(url, body) != nil {

@@ -269,17 +269,19 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
-	if e.gate, err = newRateGate(cfg.RateLimit); err != nil {
+	if e.gate, err = newRateGate(cfg.RateLimit, cfg.Clock); err != nil {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
-	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Logger,
+	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Clock, cfg.Logger,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	return e, nil
 }
 
 func (e *Engine) now() time.Time { return e.cfg.Clock.Now() }
 func (e *Engine) nowMS() int64   { return e.cfg.Clock.Now().UnixMilli() }
+
+func (e *Engine) since(t time.Time) time.Duration { return clock.Since(e.cfg.Clock, t) }
 
 // Start recovers runs left in flight by a previous process, loads the first window (applying
 // misfire policies to fires that passed while no scheduler was active), and starts the wheel,
@@ -300,8 +302,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 
-	start := time.Now()
-	now := e.nowMS()
+	start := e.now()
+	now := start.UnixMilli()
 	e.horizonMu.Lock()
 	e.horizon = now + e.cfg.Window.Milliseconds()
 	h := e.horizon
@@ -323,7 +325,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.running.Store(false)
 		return fmt.Errorf("cannot load the first window: %w", err)
 	}
-	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", time.Since(start))
+	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", e.since(start))
 	if err := e.loadDependencies(ctx); err != nil {
 		cancel()
 		e.running.Store(false)
@@ -369,9 +371,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.running.Store(false)
 	var errs []error
 	step := func(name string, fn func() error) {
-		t := time.Now()
+		t := e.now()
 		err := fn()
-		e.log.Info("engine stop: "+name, "took", time.Since(t), "error", err)
+		e.log.Info("engine stop: "+name, "took", e.since(t), "error", err)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -402,13 +404,13 @@ func (e *Engine) Running() bool { return e.running.Load() }
 // loadLoop moves the window forward every LoadInterval (R3.3).
 func (e *Engine) loadLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	t := time.NewTicker(e.cfg.LoadInterval)
+	t := e.cfg.Clock.NewTicker(e.cfg.LoadInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			if err := e.loadSlice(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("cannot load the next window slice; retrying next interval", "error", err)
 			}
@@ -435,13 +437,13 @@ func (e *Engine) loadSlice(ctx context.Context) error {
 	}
 	e.horizon = to
 	e.horizonMu.Unlock()
-	t := time.Now()
+	t := e.now()
 	n, err := e.loadRange(ctx, from, to, now)
-	e.m.loadDuration.UpdateDuration(t)
+	e.m.loadDuration.Update(e.since(t).Seconds())
 	if err != nil {
 		return err
 	}
-	e.log.Debug("window slice loaded", "tasks", n, "took", time.Since(t))
+	e.log.Debug("window slice loaded", "tasks", n, "took", e.since(t))
 	return nil
 }
 

@@ -151,13 +151,13 @@ func (e *Engine) reapLoop(ctx context.Context) {
 	if every < 50*time.Millisecond {
 		every = 50 * time.Millisecond
 	}
-	t := time.NewTicker(every)
+	t := e.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			e.reap(ctx)
 		}
 	}
