@@ -33,6 +33,7 @@ import (
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"
@@ -229,11 +230,12 @@ type Engine struct {
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
 
-	lifeMu  sync.Mutex
-	state   int // 0 new, 1 running, 2 stopped
-	cancel  context.CancelFunc
-	loopsWG sync.WaitGroup
-	running atomic.Bool
+	life   startstop.Lifecycle
+	cancel context.CancelFunc
+	// startWheel starts the wheel's driver; a test replaces it to make Start fail there.
+	startWheel func(ctx context.Context) error
+	loopsWG    sync.WaitGroup
+	running    atomic.Bool
 }
 
 // New builds an engine from cfg. Nothing runs until Start.
@@ -263,6 +265,7 @@ func New(cfg Config) (*Engine, error) {
 		log:      cfg.Logger,
 		registry: dispatch.NewRegistry(),
 	}
+	e.startWheel = wh.Start
 	e.tasks.init()
 	e.runs.init(cfg.Clock)
 	e.promo.init()
@@ -283,24 +286,48 @@ func (e *Engine) nowMS() int64   { return e.cfg.Clock.Now().UnixMilli() }
 
 func (e *Engine) since(t time.Time) time.Duration { return clock.Since(e.cfg.Clock, t) }
 
+// startUndoTimeout bounds how long a failed Start spends stopping what it had started
+// (flushing the writer): the failure is often the store's, which a flush cannot outwait.
+const startUndoTimeout = 10 * time.Second
+
 // Start recovers runs left in flight by a previous process, loads the first window (applying
 // misfire policies to fires that passed while no scheduler was active), and starts the wheel,
-// the ready-queue consumers and the loader. It returns once they run.
+// the ready-queue consumers and the loader. It returns once they run. An engine starts once;
+// a Start that fails stops again what it had started (writer, dispatcher, wheel) and leaves
+// the engine stopped.
 func (e *Engine) Start(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state != 0 {
+	err := e.life.StartOnce(func() error { return e.start(ctx) })
+	if errors.Is(err, startstop.ErrStarted) || errors.Is(err, startstop.ErrStopped) {
 		return fmt.Errorf("cannot start engine: %w", ErrNotRunning)
 	}
+	return err
+}
+
+func (e *Engine) start(ctx context.Context) (err error) {
+	var undo startstop.Undo
+	defer func() {
+		if err == nil {
+			return
+		}
+		e.running.Store(false)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startUndoTimeout)
+		defer cancel()
+		if uerr := undo.Run(uctx, e.log, e.cfg.Clock, "engine start failed, undo: "); uerr != nil {
+			e.log.Error("cannot undo a failed engine start", "error", uerr)
+		}
+	}()
 	if err := e.writer.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start writer: %w", err)
 	}
+	undo.Push("flush writer", e.writer.Stop)
 	if err := e.disp.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start dispatcher: %w", err)
 	}
+	undo.Push("stop dispatcher", e.disp.Stop)
 	e.running.Store(true)
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	undo.Push("stop loops", func(context.Context) error { cancel(); return nil })
 
 	start := e.now()
 	now := start.UnixMilli()
@@ -309,33 +336,25 @@ func (e *Engine) Start(ctx context.Context) error {
 	h := e.horizon
 	e.horizonMu.Unlock()
 	if err := e.restoreExecutors(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot restore executors: %w", err)
 	}
 	if err := e.recoverInFlight(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot recover in-flight runs: %w", err)
 	}
 	// The first window includes every fire in the past: misfires (R3.5).
 	n, err := e.loadRange(ctx, 1, h, now)
 	if err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot load the first window: %w", err)
 	}
 	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", e.since(start))
 	if err := e.loadDependencies(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot load dependencies: %w", err)
 	}
-
-	if err := e.wheel.Start(runCtx); err != nil {
-		cancel()
+	if err := e.startWheel(runCtx); err != nil {
 		return fmt.Errorf("cannot start wheel: %w", err)
 	}
+	undo.Push("stop wheel", e.wheel.Stop)
+
 	for i := 0; i < e.wheel.Shards(); i++ {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
@@ -346,7 +365,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
-	e.state = 1
 	return nil
 }
 
@@ -359,43 +377,33 @@ func (e *Engine) Start(ctx context.Context) error {
 //     resolved as "lost" by the next Start (never re-sent, so never run twice);
 //  3. flush the batched writer.
 //
-// The store is the caller's to close afterwards. Stop is idempotent and safe without Start.
+// The store is the caller's to close afterwards. Stop is idempotent and safe without Start;
+// a second Stop waits for the first.
 func (e *Engine) Stop(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state == 2 {
-		return nil
-	}
-	wasRunning := e.state == 1
-	e.state = 2
-	e.running.Store(false)
-	var errs []error
-	step := func(name string, fn func() error) {
-		t := e.now()
-		err := fn()
-		e.log.Info("engine stop: "+name, "took", e.since(t), "error", err)
-		if err != nil {
-			errs = append(errs, err)
+	return e.life.StopOnce(ctx, func(started bool) error {
+		e.running.Store(false)
+		var steps []startstop.Step
+		if started {
+			steps = append(steps,
+				startstop.Step{Name: "stop triggering", Run: func(ctx context.Context) error {
+					e.cancel()
+					err := e.wheel.Stop(ctx)
+					e.loopsWG.Wait()
+					return err
+				}},
+				startstop.Step{Name: "drain in-flight runs", Run: func(ctx context.Context) error {
+					if err := e.runs.wait(ctx); err != nil {
+						return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
+					}
+					return nil
+				}})
 		}
-	}
-	if wasRunning {
-		step("stop triggering", func() error {
-			e.cancel()
-			err := e.wheel.Stop(ctx)
-			e.loopsWG.Wait()
-			return err
-		})
-		step("drain in-flight runs", func() error {
-			if err := e.runs.wait(ctx); err != nil {
-				return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
-			}
-			return nil
-		})
-	}
-	step("stop dispatcher", func() error { return e.disp.Stop(ctx) })
-	step("flush writer", func() error { return e.writer.Stop(ctx) })
-	step("deliver alerts", func() error { e.alerts.stop(ctx); return nil })
-	return errors.Join(errs...)
+		steps = append(steps,
+			startstop.Step{Name: "stop dispatcher", Run: e.disp.Stop},
+			startstop.Step{Name: "flush writer", Run: e.writer.Stop},
+			startstop.Step{Name: "deliver alerts", Run: func(ctx context.Context) error { e.alerts.stop(ctx); return nil }})
+		return startstop.Steps(ctx, e.log, e.cfg.Clock, "engine stop: ", steps...)
+	})
 }
 
 // Running reports whether the engine is started and not stopping.
