@@ -192,12 +192,6 @@ func findRedis(tb testing.TB) (string, error) {
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// frozenClock never moves: an engine on it loads its window and then fires nothing, which
-// is what a load benchmark needs.
-type frozenClock struct{ t time.Time }
-
-func (c frozenClock) Now() time.Time { return c.t }
-
 // successes is how many runs of eng have ended in success (its axe_results_total counter).
 func successes(eng *engine.Engine) int {
 	return int(eng.Metrics().GetOrCreateCounter(`axe_results_total{result="success"}`).Get())

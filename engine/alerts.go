@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -52,20 +53,21 @@ type alerter struct {
 	wg     sync.WaitGroup
 	quit   chan struct{}
 	once   sync.Once
+	clk    clock.Clock // paces retries
 	drops  func()
 	fails  func()
 }
 
 // newAlerter makes the webhook sender. Webhooks pass the same outbound guard as HTTP
 // callbacks (when guard is set), and a redirect is the answer, never followed.
-func newAlerter(urls []string, guard *dispatch.Guard, log *slog.Logger, drops, fails func()) *alerter {
+func newAlerter(urls []string, guard *dispatch.Guard, clk clock.Clock, log *slog.Logger, drops, fails func()) *alerter {
 	client := &http.Client{Timeout: alertTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	if guard != nil {
 		client.Transport = &http.Transport{DialContext: guard.DialContext, ForceAttemptHTTP2: true,
 			MaxIdleConns: 8, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
 	}
-	return &alerter{urls: urls, log: log, client: client,
+	return &alerter{urls: urls, clk: clk, log: log, client: client,
 		ch: make(chan Alert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
 }
 
@@ -134,7 +136,7 @@ func (a *alerter) deliver(al Alert) {
 				break
 			}
 			select {
-			case <-time.After(backoff):
+			case <-a.clk.After(backoff):
 			case <-a.quit:
 				// Stopping: one last try without waiting.
 				if a.post(url, body) != nil {

@@ -565,15 +565,15 @@ func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage
 		Executor: downstreamOf(def),
 	}
 	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, "independent instance", now)
-	t.manual++
+	t.flying++ // keeps t in memory while the row is written
 	t.mu.Unlock()
 	if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}); err != nil {
 		t.mu.Lock()
-		t.manual--
+		t.flying--
 		e.release(t)
 		return nil, err
 	}
-	e.runsWG.Add(1)
+	e.runs.add(t, run)
 	e.m.triggers.Inc()
 	e.send(t, def, run, params)
 	return &run, nil

@@ -92,7 +92,7 @@ func (e *Engine) promoteLoop(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-e.cfg.Clock.After(backoff):
 			}
 		}
 		ids := e.promo.take()

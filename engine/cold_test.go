@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -39,7 +40,8 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		e := startEngine(t, s, func(c *Config) { c.PromoteLead = time.Second })
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk), func(c *Config) { c.PromoteLead = time.Second })
 		tasks, armed := e.InMemory()
 		if tasks > 1 || armed != n+1 {
 			t.Fatalf("after the load: %d tasks in memory and %d entries armed, want at most the hot one and %d armed", tasks, armed, n+1)
@@ -59,7 +61,8 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		waitFor(t, 10*time.Second, "the cold tasks to fire", func() bool {
+		// Promotion and the fires follow the engine's clock: 50 ms a poll.
+		waitAdvancing(t, clk, 50*time.Millisecond, 15*time.Second, "the cold tasks to fire", func() bool {
 			return len(cs.got("cold-29")) == 1 && len(cs.got("cold-03")) == 1
 		})
 		time.Sleep(500 * time.Millisecond) // let a duplicate show itself
@@ -84,8 +87,13 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 					continue
 				}
 				// A correctness bound, not a speed figure: promoted ahead of time, the fire
-				// is not held up by reading the task.
-				if late := c.at.UnixMilli() - c.body.ScheduledAt; late > 1000 {
+				// is not held up by reading the task. Measured on the engine's clock, by
+				// the run's own record of when it was dispatched.
+				r, err := s.GetRun(ctx, c.ticket)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if late := r.DispatchedAt - c.body.ScheduledAt; late > 1000 {
 					t.Errorf("%s fired %d ms after its time", name, late)
 				}
 			}
@@ -97,7 +105,7 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		if err != nil || pt.Runtime.State != persist.StatePaused {
 			t.Errorf("paused cold task = %+v, %v; want PAUSED", pt, err)
 		}
-		waitFor(t, 5*time.Second, "every cold reference to be promoted", func() bool {
+		waitAdvancing(t, clk, 100*time.Millisecond, 5*time.Second, "every cold reference to be promoted", func() bool {
 			return e.promo.queued.Load() == 0
 		})
 		// Promoted one-shot tasks leave memory once their runs are recorded.

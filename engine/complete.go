@@ -38,29 +38,55 @@ func httpOutcome(o dispatch.Outcome, host string) outcome {
 	return oc
 }
 
-// resolve routes an outcome to the periodic state machine or to a run-now instance.
+// settleRun ends the run as oc says, unless something else (a kill, a timeout, a lost
+// executor) already took it from e.runs: then the late outcome changes nothing and is only
+// logged for the operator.
+func (e *Engine) settleRun(t *task, run persist.Run, oc outcome) {
+	if !e.runs.settle(run.Ticket, nil, func(*flight) { e.resolve(t, run, oc) }) {
+		e.lateResult(run.TaskName, run.Ticket, oc)
+	}
+}
+
+func (e *Engine) lateResult(task, ticket string, oc outcome) {
+	e.log.Info("late result ignored", "task", task, "ticket", ticket, "result", oc.result)
+	e.m.results.result("stale").Inc()
+}
+
+// resolve routes an outcome to the periodic state machine or to a run-now instance. The
+// caller has taken the run from e.runs (runsInFlight.settle).
 func (e *Engine) resolve(t *task, run persist.Run, oc outcome) {
 	if run.Kind == persist.RunManual {
 		e.completeManual(t, run, oc)
 		return
 	}
-	e.complete(t, run.Ticket, oc)
+	e.complete(t, run, oc)
 }
 
-// complete records how the periodic run with ticket ended and moves the task on: to the next
-// cycle, to a retry, or to its resting state.
-func (e *Engine) complete(t *task, ticket string, oc outcome) {
+// ranDown notes that one of t's runs left e.runs. Caller holds t.mu.
+func (e *Engine) ranDown(t *task, ticket string) {
+	t.flying--
+	if t.periodic == ticket {
+		t.periodic = ""
+	}
+}
+
+// complete records how the periodic run ended and moves the task on: to the next cycle, to a
+// retry, or to its resting state. The caller has taken the run from e.runs.
+func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
+	ticket := run.Ticket
 	t.mu.Lock()
-	if t.run == nil || t.run.run.Ticket != ticket || t.rt.State != persist.StateRunning {
-		// Already resolved another way (killed, timed out, lost): the late result changes
-		// nothing; it is in the log for the operator.
+	if t.periodic != ticket || t.rt.State != persist.StateRunning {
+		// Cannot happen while runsInFlight settles each ticket once; kept as a guard so a
+		// stray outcome never moves the state machine.
+		if t.periodic == ticket {
+			e.ranDown(t, ticket)
+		}
+		e.settle(t)
 		t.mu.Unlock()
-		e.log.Info("late result ignored", "task", t.def.Name, "ticket", ticket, "result", oc.result)
-		e.m.results.result("stale").Inc()
+		e.lateResult(run.TaskName, ticket, oc)
 		return
 	}
 	now := e.nowMS()
-	run := t.run.run
 	run.EndedAt = now
 	run.Result = oc.result
 	run.Error = oc.errText
@@ -72,7 +98,7 @@ func (e *Engine) complete(t *task, ticket string, oc outcome) {
 	if oc.duration == 0 {
 		run.DurationMS = now - run.DispatchedAt
 	}
-	t.run = nil
+	e.ranDown(t, ticket)
 	e.m.results.result(oc.result).Inc()
 
 	nrt := t.rt
@@ -133,7 +159,6 @@ func (e *Engine) complete(t *task, ticket string, oc outcome) {
 		e.alertFor(context.Background(), AlertFinalFailure, id, name, group,
 			fmt.Sprintf("%s failed after %d attempt(s): %s", name, run.Attempt, detail))
 	}
-	e.runsWG.Done()
 }
 
 // completeManual records the end of a run-now instance: its run row and an action record.
@@ -149,7 +174,7 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 	}
 	e.m.results.result(oc.result).Inc()
 	t.mu.Lock()
-	t.manual--
+	e.ranDown(t, run.Ticket)
 	name, group := t.def.Name, t.def.Group
 	detail := "run-now " + oc.result
 	if oc.errText != "" {
@@ -170,7 +195,6 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
 	}
 	e.recordHealth(t.id, name, group, oc.result)
-	e.runsWG.Done()
 }
 
 // Kill ends the task's periodic run in flight: the run is recorded KILLED and the task goes
@@ -185,21 +209,32 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 		return nil, err
 	}
 	defer e.release(t)
-	if t.run == nil || t.rt.State != persist.StateRunning {
+	if t.periodic == "" || t.rt.State != persist.StateRunning {
 		return nil, fmt.Errorf("%w: task %q is %s, not RUNNING", ErrConflict, name, t.rt.State)
 	}
-	now := e.nowMS()
-	run := t.run.run
-	if x := e.execRuns.peek(run.Ticket); x != nil {
-		run.Executor = x.run.Executor
-		e.killOnExecutor(run.Ticket)
-		e.execRuns.take(run.Ticket)
+	ticket := t.periodic
+	e.killOnExecutor(ticket) // best effort, while the run still names its executor
+	err = ErrConflict
+	settled := e.runs.settle(ticket, nil, func(f *flight) { err = e.killLocked(ctx, t, f.run, actor) })
+	if !settled {
+		// Its result, timeout or loss took the run first and is recording that end.
+		return nil, fmt.Errorf("%w: the run of task %q is ending already", ErrConflict, name)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(t), nil
+}
+
+// killLocked records the periodic run as killed and moves t on to its next cycle. The
+// caller holds t.mu and has taken the run from e.runs.
+func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor string) error {
+	now := e.nowMS()
 	run.EndedAt = now
 	run.Result = persist.ResultKilled
 	run.Error = "killed by " + actor
 	run.DurationMS = now - run.DispatchedAt
-	t.run = nil
+	e.ranDown(t, run.Ticket)
 	e.m.results.result(persist.ResultKilled).Inc()
 	nrt := t.rt
 	nrt.LastEndTime = now
@@ -225,12 +260,7 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
 		}
 	}
-	err = e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
-	e.runsWG.Done()
-	if err != nil {
-		return nil, err
-	}
-	return snapshot(t), nil
+	return e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
 }
 
 // nextCycle moves a task that just finished a run (SUCCESS or FAILED in nrt) to where it

@@ -32,6 +32,8 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"
@@ -70,18 +72,17 @@ var (
 	ErrRunNotFound = persist.ErrRunNotFound
 )
 
-// Clock tells the time. Tests inject a fake one.
-type Clock interface{ Now() time.Time }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
+// Clock tells the time and arms timers: every time the engine reads and every timer it arms
+// goes through Config.Clock, so tests advance a clock.Fake instead of sleeping.
+type Clock = clock.Clock
 
 // Config configures an Engine.
 type Config struct {
 	// Store is the durable state. Required.
 	Store persist.Store
-	// Clock defaults to the real clock.
+	// Clock is the engine's only time source: fire times, deadlines, timeouts, retries,
+	// the breaker's window, the rate gate, the loader and the promoter. Defaults to the
+	// real clock.
 	Clock Clock
 	// Tick is the wheel's resolution. Defaults to TickDefault (10ms).
 	Tick time.Duration
@@ -134,7 +135,7 @@ type Config struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = clock.Real
 	}
 	if c.Tick == 0 {
 		c.Tick = TickDefault
@@ -219,7 +220,7 @@ type Engine struct {
 
 	tasks     taskMap
 	registry  *dispatch.Registry
-	execRuns  execRuns
+	runs      runsInFlight // every run sent and not yet settled
 	gate      *rateGate
 	brk       breakers
 	upstreams upstreamSet
@@ -229,13 +230,12 @@ type Engine struct {
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
 
-	runsWG runCounter // runs sent and not yet resolved
-
-	lifeMu  sync.Mutex
-	state   int // 0 new, 1 running, 2 stopped
-	cancel  context.CancelFunc
-	loopsWG sync.WaitGroup
-	running atomic.Bool
+	life   startstop.Lifecycle
+	cancel context.CancelFunc
+	// startWheel starts the wheel's driver; a test replaces it to make Start fail there.
+	startWheel func(ctx context.Context) error
+	loopsWG    sync.WaitGroup
+	running    atomic.Bool
 }
 
 // New builds an engine from cfg. Nothing runs until Start.
@@ -265,16 +265,18 @@ func New(cfg Config) (*Engine, error) {
 		log:      cfg.Logger,
 		registry: dispatch.NewRegistry(),
 	}
+	e.startWheel = wh.Start
 	e.tasks.init()
+	e.runs.init(cfg.Clock)
 	e.promo.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
-	if e.gate, err = newRateGate(cfg.RateLimit); err != nil {
+	if e.gate, err = newRateGate(cfg.RateLimit, cfg.Clock); err != nil {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
-	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Dispatch.Guard, cfg.Logger,
+	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Dispatch.Guard, cfg.Clock, cfg.Logger,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	return e, nil
 }
@@ -282,59 +284,77 @@ func New(cfg Config) (*Engine, error) {
 func (e *Engine) now() time.Time { return e.cfg.Clock.Now() }
 func (e *Engine) nowMS() int64   { return e.cfg.Clock.Now().UnixMilli() }
 
+func (e *Engine) since(t time.Time) time.Duration { return clock.Since(e.cfg.Clock, t) }
+
+// startUndoTimeout bounds how long a failed Start spends stopping what it had started
+// (flushing the writer): the failure is often the store's, which a flush cannot outwait.
+const startUndoTimeout = 10 * time.Second
+
 // Start recovers runs left in flight by a previous process, loads the first window (applying
 // misfire policies to fires that passed while no scheduler was active), and starts the wheel,
-// the ready-queue consumers and the loader. It returns once they run.
+// the ready-queue consumers and the loader. It returns once they run. An engine starts once;
+// a Start that fails stops again what it had started (writer, dispatcher, wheel) and leaves
+// the engine stopped.
 func (e *Engine) Start(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state != 0 {
+	err := e.life.StartOnce(func() error { return e.start(ctx) })
+	if errors.Is(err, startstop.ErrStarted) || errors.Is(err, startstop.ErrStopped) {
 		return fmt.Errorf("cannot start engine: %w", ErrNotRunning)
 	}
+	return err
+}
+
+func (e *Engine) start(ctx context.Context) (err error) {
+	var undo startstop.Undo
+	defer func() {
+		if err == nil {
+			return
+		}
+		e.running.Store(false)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startUndoTimeout)
+		defer cancel()
+		if uerr := undo.Run(uctx, e.log, e.cfg.Clock, "engine start failed, undo: "); uerr != nil {
+			e.log.Error("cannot undo a failed engine start", "error", uerr)
+		}
+	}()
 	if err := e.writer.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start writer: %w", err)
 	}
+	undo.Push("flush writer", e.writer.Stop)
 	if err := e.disp.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start dispatcher: %w", err)
 	}
+	undo.Push("stop dispatcher", e.disp.Stop)
 	e.running.Store(true)
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	undo.Push("stop loops", func(context.Context) error { cancel(); return nil })
 
-	start := time.Now()
-	now := e.nowMS()
+	start := e.now()
+	now := start.UnixMilli()
 	e.horizonMu.Lock()
 	e.horizon = now + e.cfg.Window.Milliseconds()
 	h := e.horizon
 	e.horizonMu.Unlock()
 	if err := e.restoreExecutors(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot restore executors: %w", err)
 	}
 	if err := e.recoverInFlight(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot recover in-flight runs: %w", err)
 	}
 	// The first window includes every fire in the past: misfires (R3.5).
 	n, err := e.loadRange(ctx, 1, h, now)
 	if err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot load the first window: %w", err)
 	}
-	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", time.Since(start))
+	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", e.since(start))
 	if err := e.loadDependencies(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
 		return fmt.Errorf("cannot load dependencies: %w", err)
 	}
-
-	if err := e.wheel.Start(runCtx); err != nil {
-		cancel()
+	if err := e.startWheel(runCtx); err != nil {
 		return fmt.Errorf("cannot start wheel: %w", err)
 	}
+	undo.Push("stop wheel", e.wheel.Stop)
+
 	for i := 0; i < e.wheel.Shards(); i++ {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
@@ -345,7 +365,6 @@ func (e *Engine) Start(ctx context.Context) error {
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
-	e.state = 1
 	return nil
 }
 
@@ -358,43 +377,33 @@ func (e *Engine) Start(ctx context.Context) error {
 //     resolved as "lost" by the next Start (never re-sent, so never run twice);
 //  3. flush the batched writer.
 //
-// The store is the caller's to close afterwards. Stop is idempotent and safe without Start.
+// The store is the caller's to close afterwards. Stop is idempotent and safe without Start;
+// a second Stop waits for the first.
 func (e *Engine) Stop(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state == 2 {
-		return nil
-	}
-	wasRunning := e.state == 1
-	e.state = 2
-	e.running.Store(false)
-	var errs []error
-	step := func(name string, fn func() error) {
-		t := time.Now()
-		err := fn()
-		e.log.Info("engine stop: "+name, "took", time.Since(t), "error", err)
-		if err != nil {
-			errs = append(errs, err)
+	return e.life.StopOnce(ctx, func(started bool) error {
+		e.running.Store(false)
+		var steps []startstop.Step
+		if started {
+			steps = append(steps,
+				startstop.Step{Name: "stop triggering", Run: func(ctx context.Context) error {
+					e.cancel()
+					err := e.wheel.Stop(ctx)
+					e.loopsWG.Wait()
+					return err
+				}},
+				startstop.Step{Name: "drain in-flight runs", Run: func(ctx context.Context) error {
+					if err := e.runs.wait(ctx); err != nil {
+						return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
+					}
+					return nil
+				}})
 		}
-	}
-	if wasRunning {
-		step("stop triggering", func() error {
-			e.cancel()
-			err := e.wheel.Stop(ctx)
-			e.loopsWG.Wait()
-			return err
-		})
-		step("drain in-flight runs", func() error {
-			if err := e.runsWG.Wait(ctx); err != nil {
-				return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runsWG.Count(), err)
-			}
-			return nil
-		})
-	}
-	step("stop dispatcher", func() error { return e.disp.Stop(ctx) })
-	step("flush writer", func() error { return e.writer.Stop(ctx) })
-	step("deliver alerts", func() error { e.alerts.stop(ctx); return nil })
-	return errors.Join(errs...)
+		steps = append(steps,
+			startstop.Step{Name: "stop dispatcher", Run: e.disp.Stop},
+			startstop.Step{Name: "flush writer", Run: e.writer.Stop},
+			startstop.Step{Name: "deliver alerts", Run: func(ctx context.Context) error { e.alerts.stop(ctx); return nil }})
+		return startstop.Steps(ctx, e.log, e.cfg.Clock, "engine stop: ", steps...)
+	})
 }
 
 // Running reports whether the engine is started and not stopping.
@@ -403,13 +412,13 @@ func (e *Engine) Running() bool { return e.running.Load() }
 // loadLoop moves the window forward every LoadInterval (R3.3).
 func (e *Engine) loadLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	t := time.NewTicker(e.cfg.LoadInterval)
+	t := e.cfg.Clock.NewTicker(e.cfg.LoadInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			if err := e.loadSlice(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("cannot load the next window slice; retrying next interval", "error", err)
 			}
@@ -436,13 +445,13 @@ func (e *Engine) loadSlice(ctx context.Context) error {
 	}
 	e.horizon = to
 	e.horizonMu.Unlock()
-	t := time.Now()
+	t := e.now()
 	n, err := e.loadRange(ctx, from, to, now)
-	e.m.loadDuration.UpdateDuration(t)
+	e.m.loadDuration.Update(e.since(t).Seconds())
 	if err != nil {
 		return err
 	}
-	e.log.Debug("window slice loaded", "tasks", n, "took", time.Since(t))
+	e.log.Debug("window slice loaded", "tasks", n, "took", e.since(t))
 	return nil
 }
 
@@ -529,7 +538,7 @@ func (e *Engine) settle(t *task) {
 		return
 	}
 	e.disarm(t)
-	if t.pending == 0 && t.run == nil && t.manual == 0 {
+	if t.pending == 0 && t.flying == 0 {
 		t.evicted = true
 		e.tasks.remove(t)
 	}
@@ -586,52 +595,6 @@ func (e *Engine) Horizon() time.Time {
 	e.horizonMu.RLock()
 	defer e.horizonMu.RUnlock()
 	return time.UnixMilli(e.horizon)
-}
-
-// runCounter counts runs in flight; Stop waits for it to reach zero without leaving a
-// goroutine behind when its deadline passes first.
-type runCounter struct {
-	mu   sync.Mutex
-	n    int
-	zero chan struct{} // closed when n drops to 0 while someone waits
-}
-
-func (c *runCounter) Add(d int) {
-	c.mu.Lock()
-	c.n += d
-	if c.n == 0 && c.zero != nil {
-		close(c.zero)
-		c.zero = nil
-	}
-	c.mu.Unlock()
-}
-
-func (c *runCounter) Done() { c.Add(-1) }
-
-func (c *runCounter) Count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// Wait returns when the count is zero or ctx is done.
-func (c *runCounter) Wait(ctx context.Context) error {
-	c.mu.Lock()
-	if c.n == 0 {
-		c.mu.Unlock()
-		return nil
-	}
-	if c.zero == nil {
-		c.zero = make(chan struct{})
-	}
-	ch := c.zero
-	c.mu.Unlock()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // ErrStopping is returned by writes attempted while the engine stops.

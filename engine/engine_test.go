@@ -16,6 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/internal/leaktest"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -42,13 +44,17 @@ type callbackServer struct {
 	calls  []call
 	status func(c call) int // default 200
 	hang   chan struct{}    // when non-nil, requests block until it is closed
+	clk    clock.Clock      // stamps call.at; set it to the engine's clock before the first call
 }
 
 func newCallbackServer(t *testing.T) *callbackServer {
-	cs := &callbackServer{}
+	cs := &callbackServer{clk: clock.Real}
 	cs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		data, _ := io.ReadAll(r.Body)
-		c := call{at: time.Now(), task: r.Header.Get("X-Axe-Task"), ticket: r.Header.Get("X-Axe-Ticket")}
+		cs.mu.Lock()
+		clk := cs.clk
+		cs.mu.Unlock()
+		c := call{at: clk.Now(), task: r.Header.Get("X-Axe-Task"), ticket: r.Header.Get("X-Axe-Ticket")}
 		c.attempt, _ = strconv.Atoi(r.Header.Get("X-Axe-Attempt"))
 		_ = json.Unmarshal(data, &c.body)
 		cs.mu.Lock()
@@ -119,15 +125,35 @@ func startEngine(t *testing.T, s persist.Store, mods ...func(*Config)) *Engine {
 	return e
 }
 
+// waitFor polls cond until it holds, failing the test after timeout of real time: a
+// generous bound on goroutine scheduling, store writes and loopback HTTP, never a measure.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	waitAdvancing(t, nil, 0, timeout, what, cond)
+}
+
+// waitAdvancing is waitFor on an engine driven by the fake clock clk: between polls it moves
+// clk forward by step, so timers, fires, backoffs and token buckets come due without the
+// test sleeping through them. A nil clk only polls.
+func waitAdvancing(t *testing.T, clk *clock.Fake, step, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
+		if clk != nil {
+			clk.Advance(step)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// withFakeClock runs the engine on a fake clock reading the real time now. It starts at the
+// real time because the dispatcher's HTTP deadlines, derived from the engine's clock, are
+// enforced in real time.
+func withFakeClock(clk *clock.Fake) func(*Config) {
+	return func(c *Config) { c.Clock = clk }
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -494,13 +520,16 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.status = func(call) int { return 500 }
-		e := startEngine(t, s)
+		clk := clock.NewFake(time.Now())
+		cs.clk = clk
+		e := startEngine(t, s, withFakeClock(clk))
 		spec := httpSpec("flaky", cs.URL)
 		spec.DelayMS = ptr(int64(0))
 		spec.RetryCount = ptr(2)
 		spec.RetryIntervalSec = ptr(1)
 		mustCreate(t, e, spec)
-		waitFor(t, 6*time.Second, "the final failure", func() bool {
+		// The retries come due as the engine's clock moves: 100 ms per poll.
+		waitAdvancing(t, clk, 100*time.Millisecond, 10*time.Second, "the final failure", func() bool {
 			pt, err := e.GetTask(context.Background(), "flaky")
 			return err == nil && pt.Runtime.State == persist.StateFailed
 		})
@@ -730,7 +759,7 @@ func TestRetryDelay(t *testing.T) {
 // behind a 100/s bucket: all run, none dropped, spread over >= 9 s, best priority first.
 func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
 	if testing.Short() {
-		t.Skip("takes 10 s per store")
+		t.Skip("creates and checks 1,000 tasks per store")
 	}
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
@@ -752,10 +781,16 @@ func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
 		if time.Now().UnixMilli() > due {
 			t.Skip("the store was too slow to create the tasks before their due time")
 		}
-		startEngine(t, s, func(c *Config) {
+		clk := clock.NewFake(time.Now())
+		cs.clk = clk
+		e := startEngine(t, s, withFakeClock(clk), func(c *Config) {
 			c.RateLimit.PerKey = map[string]ratelimit.Limit{host: {Rate: 100, Burst: 1}}
 		})
-		waitFor(t, 20*time.Second, "all 1000 runs", func() bool { return len(cs.got("")) == n })
+		// Move the clock to the due time and let every fire reach the gate (the one token
+		// of the burst lets one through), then let tokens come 10 per poll.
+		clk.Advance(time.Duration(due-clk.Now().UnixMilli()) * time.Millisecond)
+		waitFor(t, 20*time.Second, "the fires buffered at the gate", func() bool { return e.gate.buffered.Load() == n-1 })
+		waitAdvancing(t, clk, 100*time.Millisecond, 30*time.Second, "all 1000 runs", func() bool { return len(cs.got("")) == n })
 		waitFor(t, 5*time.Second, "all runs recorded", func() bool {
 			for i := 0; i < n; i += 97 {
 				pt, err := s.GetTask(ctx, "burst-"+strconv.Itoa(i))
@@ -889,7 +924,8 @@ func TestBreakerOpensAlertsAndSkips(t *testing.T) {
 			}
 		}))
 		defer hook.Close()
-		e := startEngine(t, s, func(c *Config) {
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk), func(c *Config) {
 			c.Breaker = BreakerConfig{MinSamples: 3, ProbeEvery: 4}
 			c.AlertWebhooks = []string{hook.URL}
 		})
@@ -897,7 +933,8 @@ func TestBreakerOpensAlertsAndSkips(t *testing.T) {
 		spec.Cron = "*/1 * * * * *"
 		mustCreate(t, e, spec)
 		var got Alert
-		waitFor(t, 8*time.Second, "the breaker_open webhook", func() bool {
+		// The cron fires, and the breaker's window moves, with the fake clock: 200 ms a poll.
+		waitAdvancing(t, clk, 200*time.Millisecond, 15*time.Second, "the breaker_open webhook", func() bool {
 			select {
 			case a := <-alerts:
 				if a.Kind == AlertBreakerOpen {
@@ -912,7 +949,7 @@ func TestBreakerOpensAlertsAndSkips(t *testing.T) {
 			t.Errorf("alert = %+v", got)
 		}
 		calls := len(cs.got("failing"))
-		waitFor(t, 6*time.Second, "skipped fires", func() bool {
+		waitAdvancing(t, clk, 200*time.Millisecond, 15*time.Second, "skipped fires", func() bool {
 			n := 0
 			for _, a := range actionNames(t, e, "failing") {
 				if a == ActSkippedByBreaker {
@@ -1024,6 +1061,60 @@ func TestEditingAPausedTask(t *testing.T) {
 		spec.Paused = ptr(true)
 		if pt, err = e.UpdateTask(ctx, "sleeper", spec, "test"); err != nil || pt.Runtime.State != persist.StatePaused {
 			t.Errorf("edit with paused true: %v, %+v", err, pt)
+		}
+	})
+}
+
+// TestExecutorRunTimesOutOnTheEngineClock: a run an executor accepted and never reports is
+// timed out by the scheduler when the engine's clock passes its deadline plus the grace, and
+// not before; the fake clock moves, nobody sleeps through the timeout.
+func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		offers := make(chan string, 4)
+		exec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			offers <- r.URL.Path
+			w.WriteHeader(http.StatusAccepted) // accepted, and never reported
+		}))
+		defer exec.Close()
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk))
+		addr := exec.Listener.Addr().String()
+		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
+			t.Fatal(err)
+		}
+		spec := &TaskSpec{Name: "mute", Callback: &persist.Callback{Type: persist.CallbackExecutor, App: "silent", Handler: "job"}}
+		spec.DelayMS = ptr(int64(0))
+		spec.TimeoutSec = ptr(5)
+		mustCreate(t, e, spec)
+		select {
+		case p := <-offers:
+			if p != dispatch.RunPath {
+				t.Fatalf("offered at %s, want %s", p, dispatch.RunPath)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the run was never offered")
+		}
+		waitFor(t, 5*time.Second, "the executor to hold the run", func() bool {
+			runs := e.RunsInFlight()
+			return len(runs) == 1 && runs[0].Executor == addr
+		})
+		clk.Advance(5*time.Second + timeoutGrace - 10*time.Millisecond)
+		if runs, _ := e.Runs(ctx, "mute", 1); len(runs) != 1 || runs[0].EndedAt != 0 || len(e.RunsInFlight()) != 1 {
+			t.Fatalf("before the deadline and grace: runs %+v, in flight %d", runs, len(e.RunsInFlight()))
+		}
+		clk.Advance(20 * time.Millisecond)
+		var runs []persist.Run
+		waitFor(t, 5*time.Second, "the timeout to be recorded", func() bool {
+			runs, _ = e.Runs(ctx, "mute", 1)
+			return len(runs) == 1 && runs[0].EndedAt > 0
+		})
+		r := runs[0]
+		if r.Result != persist.ResultTimeout || r.Executor != addr {
+			t.Fatalf("run = %+v, want a timeout on %s", r, addr)
+		}
+		if d := time.Duration(r.EndedAt-r.DispatchedAt) * time.Millisecond; d < 5*time.Second+timeoutGrace {
+			t.Errorf("timed out %s after dispatch, want >= %s", d, 5*time.Second+timeoutGrace)
 		}
 	})
 }

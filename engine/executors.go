@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
@@ -34,66 +33,6 @@ var (
 	// ErrUnknownExecutor: a heartbeat from an executor that is not registered.
 	ErrUnknownExecutor = dispatch.ErrUnknownExecutor
 )
-
-// execRun is a run in flight on an SDK executor.
-type execRun struct {
-	t     *task
-	run   persist.Run
-	exec  *dispatch.Executor
-	timer *time.Timer
-}
-
-// execRuns tracks runs in flight on executors by ticket. Whoever removes a ticket resolves
-// the run, which makes resolution happen exactly once among the callback, the timeout, a kill
-// and a lost executor.
-type execRuns struct {
-	mu sync.Mutex
-	m  map[string]*execRun
-}
-
-func (r *execRuns) put(x *execRun) {
-	r.mu.Lock()
-	if r.m == nil {
-		r.m = make(map[string]*execRun)
-	}
-	r.m[x.run.Ticket] = x
-	r.mu.Unlock()
-}
-
-func (r *execRuns) take(ticket string) *execRun {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	x := r.m[ticket]
-	if x != nil {
-		delete(r.m, ticket)
-		if x.timer != nil {
-			x.timer.Stop()
-		}
-		if x.exec != nil {
-			x.exec.AddInflight(-1)
-		}
-	}
-	return x
-}
-
-func (r *execRuns) peek(ticket string) *execRun {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m[ticket]
-}
-
-// on returns the tickets in flight on executor x.
-func (r *execRuns) on(x *dispatch.Executor) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for t, v := range r.m {
-		if v.exec == x {
-			out = append(out, t)
-		}
-	}
-	return out
-}
 
 // ExecutorRegistration is the body of POST /api/v1/executors/register.
 type ExecutorRegistration struct {
@@ -212,13 +151,13 @@ func (e *Engine) reapLoop(ctx context.Context) {
 	if every < 50*time.Millisecond {
 		every = 50 * time.Millisecond
 	}
-	t := time.NewTicker(every)
+	t := e.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			e.reap(ctx)
 		}
 	}
@@ -232,11 +171,11 @@ func (e *Engine) reap(ctx context.Context) {
 		if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
 			e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 		}
-		for _, ticket := range e.execRuns.on(x) {
-			if r := e.execRuns.take(ticket); r != nil {
-				e.resolve(r.t, r.run, outcome{result: persist.ResultLost, executor: x.Address,
+		for _, ticket := range e.runs.on(x) {
+			e.runs.settle(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
+				e.resolve(f.t, f.run, outcome{result: persist.ResultLost, executor: x.Address,
 					errText: "executor " + x.Address + " was lost with the run in flight"})
-			}
+			})
 		}
 	}
 }
@@ -246,39 +185,29 @@ func (e *Engine) reap(ctx context.Context) {
 func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, body []byte, deadline time.Time) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
-		e.resolve(t, run, outcome{result: persist.ResultFailed,
+		e.settleRun(t, run, outcome{result: persist.ResultFailed,
 			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
 		return
 	}
 	var refusals []string
 	for _, x := range cands {
-		offerBy := time.Now().Add(offerTimeout)
+		offerBy := e.now().Add(offerTimeout)
 		if deadline.Before(offerBy) {
 			offerBy = deadline
 		}
-		// Track the run before offering it: the executor may call back before Post returns.
-		r := &execRun{t: t, run: run, exec: x}
-		r.run.Executor = x.Address
-		x.AddInflight(1)
-		e.execRuns.put(r)
+		// Assign the run before offering it: the executor may call back before Post returns.
+		if !e.runs.assign(run.Ticket, x) {
+			return // killed meanwhile
+		}
 		o := e.disp.Offer(x, &dispatch.Request{
 			Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
 		})
 		if o.Err == nil && (o.Status == 202 || o.Status == 200) {
-			e.execRuns.mu.Lock()
-			if e.execRuns.m[run.Ticket] == r {
-				r.timer = time.AfterFunc(time.Until(deadline)+timeoutGrace, func() {
-					if r := e.execRuns.take(run.Ticket); r != nil {
-						e.resolve(r.t, r.run, outcome{result: persist.ResultTimeout, executor: x.Address,
-							errText: "no result within timeout_sec"})
-					}
-				})
-			}
-			e.execRuns.mu.Unlock()
+			e.armExecTimeout(run.Ticket, deadline, x.Address)
 			return
 		}
-		if e.execRuns.take(run.Ticket) == nil {
+		if !e.runs.unassign(run.Ticket, x) {
 			// Resolved meanwhile (a result raced the refusal): nothing more to do.
 			return
 		}
@@ -290,8 +219,18 @@ func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, 
 		}
 		refusals = append(refusals, x.Address+": "+why)
 	}
-	e.resolve(t, run, outcome{result: persist.ResultFailed,
+	e.settleRun(t, run, outcome{result: persist.ResultFailed,
 		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
+}
+
+// armExecTimeout sets the scheduler's timeout of a run an executor holds (at addr): the
+// run's deadline plus timeoutGrace, so the executor's own deadline result (the second
+// timeout layer) arrives first when the executor is alive.
+func (e *Engine) armExecTimeout(ticket string, deadline time.Time, addr string) {
+	e.runs.arm(ticket, deadline.Add(timeoutGrace), func(f *flight) {
+		e.resolve(f.t, f.run, outcome{result: persist.ResultTimeout, executor: addr,
+			errText: "no result within timeout_sec"})
+	})
 }
 
 // Report is the body of POST /api/v1/callback: an executor's result for a ticket.
@@ -310,7 +249,7 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 	if rep.Status != persist.ResultSuccess && rep.Status != persist.ResultFailed {
 		return false, fieldErr("status", "must be success or failed, got %q", rep.Status)
 	}
-	if r := e.execRuns.take(rep.Ticket); r != nil {
+	settled := e.runs.settle(rep.Ticket, waitingReport, func(r *flight) {
 		if r.exec != nil {
 			e.registry.Seen(r.exec, e.nowMS())
 		}
@@ -328,6 +267,8 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 			oc.duration = time.Duration(rep.DurationMS) * time.Millisecond
 		}
 		e.resolve(r.t, r.run, oc)
+	})
+	if settled {
 		return false, nil
 	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
@@ -370,11 +311,10 @@ func tail(s string, n int) string {
 
 // killOnExecutor asks the executor running ticket to cancel it; best effort.
 func (e *Engine) killOnExecutor(ticket string) {
-	r := e.execRuns.peek(ticket)
-	if r == nil || r.exec == nil {
+	addr := e.runs.executorOf(ticket)
+	if addr == "" {
 		return
 	}
-	addr := r.exec.Address
 	_ = e.disp.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 		defer cancel()

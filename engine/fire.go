@@ -1,5 +1,37 @@
 package engine
 
+// The path of one fire, and the goroutine each step runs on.
+//
+// A fire crosses several goroutines. Each hand-off is a queue or a callback, and each step
+// must respect what its goroutine may and may not do:
+//
+//	step                                   goroutine               may block?
+//	wheel driver moves due entries          wheel driver (wheel/)   no: it is the clock tick
+//	  to a shard's ready queue
+//	consume → admit → fire                  one consumer per shard  on the writer's backpressure
+//	  (the rate gate may buffer the entry;  or gateLoop             (Submit), which is fine:
+//	  gateLoop fires it when a token comes)                         it slows firing, not writing
+//	fire: RUNNING in memory, run added to   consumer                holds t.mu, never waits on it
+//	  e.runs, group submitted
+//	Group.Done → dispatchDurable → send     writer lane (persist/)  never: it is the goroutine
+//	  (Send and Go only enqueue; a refused                          that makes every write durable;
+//	  send is settled on its own goroutine,                         a Submit from it can wait on
+//	  notSent)                                                      itself
+//	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
+//	  the outcome → settleRun → complete                            the run's deadline
+//	  → commitLockedThen (Submit)
+//	executor report, kill, run-now          API handler             on the writer (commitWait)
+//	executor timeout                        clock timer (AfterFunc) on Submit only
+//	lost executor                           reapLoop                on Submit only
+//	then (upstream released), reload        their own goroutines    on store reads
+//	  after a conflict
+//
+// Why: the writer must stay free to complete groups, since every other step waits on it
+// sooner or later, so nothing that runs on it submits synchronously. Settling a run goes
+// through e.runs (inflight.go) on whichever goroutine ends it, which makes the end happen
+// once whatever the goroutine. The steps after send are in complete.go, the writer
+// plumbing in commit.go.
+
 import (
 	"context"
 	"crypto/rand"
@@ -151,13 +183,14 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	}
 	t.rt = nrt
 	t.pending++
-	t.run = &inflight{run: run}
+	t.periodic = ticket
+	t.flying++
+	e.runs.add(t, run)
 	def := t.def
 	act := e.action(t, ticket, ActDispatch, from, persist.StateRunning, ActorScheduler, "attempt "+strconv.Itoa(attempt), now)
 	t.mu.Unlock()
 
 	e.m.triggers.Inc()
-	e.runsWG.Add(1)
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
 		Runs:        []persist.Run{run},
@@ -168,7 +201,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 		// Only when the writer has stopped: the transition never reached the store, so the
 		// store still says SCHEDULED and the fire happens after a restart.
 		e.log.Warn("fire dropped: writer closed", "task", def.Name, "ticket", ticket, "error", err)
-		e.runsWG.Done()
+		e.runs.settle(ticket, nil, nil)
 	}
 }
 
@@ -200,16 +233,22 @@ func downstreamOf(def *persist.TaskDef) string {
 // failed). It must not block.
 func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run, err error) {
 	if err != nil {
-		t.mu.Lock()
-		t.pending--
-		if t.run != nil && t.run.run.Ticket == run.Ticket {
-			t.run = nil
+		settled := e.runs.settle(run.Ticket, nil, func(*flight) {
+			t.mu.Lock()
+			t.pending--
+			e.ranDown(t, run.Ticket)
+			e.writeFailed(t, err)
+			e.settle(t)
+			t.mu.Unlock()
+		})
+		if !settled { // killed while its transition was in flight: Kill recorded the end
+			t.mu.Lock()
+			t.pending--
+			e.writeFailed(t, err)
+			e.settle(t)
+			t.mu.Unlock()
 		}
-		e.writeFailed(t, err)
-		e.settle(t)
-		t.mu.Unlock()
 		e.m.dispatches.result("conflict").Inc()
-		e.runsWG.Done()
 		return
 	}
 	t.mu.Lock()
@@ -239,7 +278,7 @@ func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {
 func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params json.RawMessage) {
 	// The deadline counts from the send, not from the decision: a slow commit must not eat
 	// the run's time, let alone time it out before it is sent.
-	deadline := time.Now().Add(time.Duration(def.TimeoutSec) * time.Second)
+	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,
@@ -251,16 +290,24 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: deadline,
 		}
-		err := e.disp.Send(req, func(o dispatch.Outcome) { e.resolve(t, run, httpOutcome(o, run.Executor)) })
+		err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) })
 		if err != nil {
-			e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
+			e.notSent(t, run, "not sent: "+err.Error())
 		}
 	case persist.CallbackExecutor:
 		err := e.disp.Go(func() { e.sendToExecutor(t, def, run, body, deadline) })
 		if err != nil {
-			e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
+			e.notSent(t, run, "not sent: "+err.Error())
 		}
 	default:
-		e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "unknown callback type " + def.Callback.Type})
+		e.notSent(t, run, "unknown callback type "+def.Callback.Type)
 	}
+}
+
+// notSent records a run the dispatcher refused as failed. It does so on its own goroutine:
+// send runs on the writer goroutine that reported the run durable (dispatchDurable), and the
+// failure's own write goes to the same writer lane, whose full queue would then wait for the
+// goroutine submitting to it. The run stays in e.runs until then, so Stop drains it.
+func (e *Engine) notSent(t *task, run persist.Run, why string) {
+	go e.settleRun(t, run, outcome{result: persist.ResultFailed, errText: why})
 }

@@ -28,19 +28,17 @@ type task struct {
 
 	ent     *wheel.Entry[*task] // armed entry, or nil
 	pending int                 // writes submitted and not yet done
-	run     *inflight           // the periodic run in flight, or nil
-	manual  int                 // run-now instances in flight
-	evicted bool                // removed from the task map; a holder must look the task up again
+	// periodic is the ticket of the periodic run in flight (e.runs), or "".
+	periodic string
+	// flying counts this task's runs in e.runs, periodic and run-now: the task stays in
+	// memory while any is in flight.
+	flying  int
+	evicted bool // removed from the task map; a holder must look the task up again
 	deleted bool
 	stale   bool // a write conflicted: reload from the store once nothing is pending
 
 	// releasedBy names the upstream runs that released a dependency fire, for its run row.
 	releasedBy string
-}
-
-// inflight is the periodic run a task is waiting on.
-type inflight struct {
-	run persist.Run
 }
 
 func newTask(pt *persist.Task) (*task, error) {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 )
@@ -82,7 +81,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	s.NewGauge("axe_breakers_open", func() float64 { return float64(e.brk.openCount()) })
 	s.NewGauge("axe_executors_alive", func() float64 { return float64(e.registry.AliveCount()) })
 	s.NewGauge("axe_window_horizon_seconds", func() float64 {
-		return float64(e.Horizon().Sub(time.Now()).Seconds())
+		return float64(e.Horizon().Sub(e.now()).Seconds())
 	})
 	return m
 }

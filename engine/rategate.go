@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"
@@ -20,6 +21,7 @@ import (
 // only late. While no limit is configured the gate is bypassed entirely.
 type rateGate struct {
 	lim     *ratelimit.Limiter
+	clk     clock.Clock // when a fire entered a buffer
 	limited atomic.Bool
 
 	mu       sync.Mutex
@@ -62,12 +64,12 @@ func (h *entryHeap) Pop() any {
 	return x
 }
 
-func newRateGate(cfg ratelimit.Config) (*rateGate, error) {
+func newRateGate(cfg ratelimit.Config, clk clock.Clock) (*rateGate, error) {
 	lim, err := ratelimit.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	g := &rateGate{lim: lim, queues: make(map[string]*entryHeap), wake: make(chan struct{}, 1),
+	g := &rateGate{lim: lim, clk: clk, queues: make(map[string]*entryHeap), wake: make(chan struct{}, 1),
 		deflt: cfg.Default, global: cfg.Global, perKeyN: len(cfg.PerKey)}
 	g.refresh()
 	return g, nil
@@ -95,7 +97,7 @@ func (g *rateGate) offer(key string, ent *wheel.Entry[*task]) bool {
 		g.queues[key] = q
 	}
 	g.seq++
-	heap.Push(q, gated{ent: ent, at: time.Now(), seq: g.seq})
+	heap.Push(q, gated{ent: ent, at: g.clk.Now(), seq: g.seq})
 	g.buffered.Add(1)
 	select {
 	case g.wake <- struct{}{}:
@@ -138,7 +140,7 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task]), waited func(time.Durati
 			}
 			x := heap.Pop(q).(gated)
 			g.buffered.Add(-1)
-			waited(time.Since(x.at))
+			waited(clock.Since(g.clk, x.at))
 			ready = append(ready, x.ent)
 			progressed = true
 			break // re-rank: the next head may outrank this downstream's
@@ -162,7 +164,7 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task]), waited func(time.Durati
 func (e *Engine) gateLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
 	g := e.gate
-	timer := time.NewTimer(time.Hour)
+	timer := e.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		wait := g.drain(e.fire, func(d time.Duration) { e.m.rateWait.Update(d.Seconds()) })
@@ -178,9 +180,9 @@ func (e *Engine) gateLoop(ctx context.Context) {
 			return
 		case <-g.wake:
 			if !timer.Stop() {
-				<-timer.C
+				<-timer.C()
 			}
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
+// errLostInRestart is the error text of a run recovered as lost.
+const errLostInRestart = "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"
+
 // recoverInFlight resolves runs a previous process left RUNNING. Their outcome is unknown:
 // an HTTP callback's connection died with the process. They are recorded as "lost" and the
 // task goes on to its next cycle; they are never re-sent, because they may have executed.
@@ -41,17 +44,17 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 			continue
 		}
 		t.mu.Lock()
-		t.run = &inflight{run: *run}
+		t.periodic = run.Ticket
+		t.flying++
 		t.mu.Unlock()
-		e.runsWG.Add(1)
+		e.runs.add(t, *run)
 		if t.def.Callback.Type == persist.CallbackExecutor {
 			// An SDK executor re-sends its result until acknowledged: wait for it, under the
 			// run's own deadline, as if this process had sent the run.
 			e.adoptExecRun(t, *run, e.registry.Get(t.def.Callback.App, run.Executor))
 			continue
 		}
-		e.complete(t, run.Ticket, outcome{result: persist.ResultLost,
-			errText: "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"})
+		e.settleRun(t, *run, outcome{result: persist.ResultLost, errText: errLostInRestart})
 	}
 	if len(tasks) > 0 {
 		e.log.Warn("recovered periodic runs left in flight by the previous process", "runs", len(tasks))
@@ -79,17 +82,16 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 			}
 			continue
 		}
-		t.manual++
+		t.flying++
 		x := e.registry.Get(t.def.Callback.App, run.Executor)
 		isExec := t.def.Callback.Type == persist.CallbackExecutor
 		t.mu.Unlock()
-		e.runsWG.Add(1)
+		e.runs.add(t, run)
 		if isExec {
 			e.adoptExecRun(t, run, x)
 			continue
 		}
-		e.completeManual(t, run, outcome{result: persist.ResultLost,
-			errText: "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"})
+		e.settleRun(t, run, outcome{result: persist.ResultLost, errText: errLostInRestart})
 	}
 	return nil
 }
@@ -102,22 +104,7 @@ func (e *Engine) adoptExecRun(t *task, run persist.Run, x *dispatch.Executor) {
 	t.mu.Lock()
 	deadline := time.UnixMilli(run.DispatchedAt).Add(time.Duration(t.def.TimeoutSec) * time.Second)
 	t.mu.Unlock()
-	r := &execRun{t: t, run: run, exec: x}
-	if x != nil {
-		x.AddInflight(1)
-	}
-	addr := run.Executor
-	e.execRuns.mu.Lock()
-	if e.execRuns.m == nil {
-		e.execRuns.m = make(map[string]*execRun)
-	}
-	e.execRuns.m[run.Ticket] = r
-	r.timer = time.AfterFunc(time.Until(deadline)+timeoutGrace, func() {
-		if r := e.execRuns.take(run.Ticket); r != nil {
-			e.resolve(r.t, r.run, outcome{result: persist.ResultTimeout, executor: addr,
-				errText: "no result within timeout_sec"})
-		}
-	})
-	e.execRuns.mu.Unlock()
+	e.runs.assign(run.Ticket, x)
+	e.armExecTimeout(run.Ticket, deadline, run.Executor)
 	e.log.Info("waiting for the result of a run sent before the restart", "task", run.TaskName, "ticket", run.Ticket)
 }

@@ -16,12 +16,12 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/executor/internal/testclock"
+	"github.com/axe-sched/axe/internal/clock"
 )
 
 func TestRunReportsResultByCallback(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{Clock: clk}, peer)
 	seen := make(chan executor.Run, 1)
 	exe.Handle("invoice", func(ctx context.Context, run executor.Run) (executor.Result, error) {
@@ -160,7 +160,7 @@ func TestDuplicateTicketRunsOnce(t *testing.T) {
 
 func TestFinishedTicketIsForgottenAfterItsTTL(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{Clock: clk, DedupTTL: time.Hour}, peer)
 	var calls atomic.Int32
 	exe.Handle("h", func(context.Context, executor.Run) (executor.Result, error) {
@@ -412,7 +412,7 @@ func TestBeatDescribesTheExecutor(t *testing.T) {
 
 func TestRegistrationAndHeartbeatCadence(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{HeartbeatIntervalMS: 60_000})
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{App: "ops", Clock: clk, HeartbeatInterval: 10 * time.Second}, peer)
 	started := make(chan string, 1)
 	release := make(chan struct{})
@@ -458,7 +458,7 @@ func TestRegistrationAndHeartbeatCadence(t *testing.T) {
 
 func TestSchedulerAdvertisedIntervalIsUsedWhenShorter(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{HeartbeatIntervalMS: 2000})
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{Clock: clk, HeartbeatInterval: 10 * time.Second}, peer)
 	exe.Handle("h", okHandler(""))
 	start(t, exe)
@@ -473,7 +473,7 @@ func TestSchedulerAdvertisedIntervalIsUsedWhenShorter(t *testing.T) {
 
 func TestUnknownExecutorRegistersAgain(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{Clock: clk}, peer)
 	exe.Handle("h", okHandler(""))
 	start(t, exe)
@@ -532,7 +532,7 @@ func TestRestartedExecutorRegistersTheSameRow(t *testing.T) {
 
 func TestResultIsResentWithBackoffUntilAcknowledged(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{
 		Clock: clk, ResendMin: 500 * time.Millisecond, ResendMax: 800 * time.Millisecond,
 	}, peer)
@@ -583,7 +583,7 @@ func TestFinalRefusalsStopTheResends(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			peer := startPeer(t, schedpeer.Config{})
-			clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+			clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 			exe := newExecutor(t, executor.Config{Clock: clk}, peer)
 			exe.Handle("h", okHandler(""))
 			start(t, exe)
@@ -619,7 +619,7 @@ func TestResultSurvivesASchedulerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := peer.Addr()
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{Clock: clk, RequestTimeout: time.Second}, peer)
 	release := make(chan struct{})
 	started := make(chan string, 1)
@@ -665,7 +665,7 @@ func TestFailoverFollowsTheSchedulerThatAnswers(t *testing.T) {
 		backup := startPeer(t, schedpeer.Config{})
 		primary := startPeer(t, schedpeer.Config{})
 		backup.SetUnavailable(true)
-		clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+		clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 		exe := newExecutor(t, executor.Config{Clock: clk}, backup, primary)
 		exe.Handle("h", okHandler(""))
 		start(t, exe)
@@ -704,7 +704,7 @@ func TestFailoverFollowsTheSchedulerThatAnswers(t *testing.T) {
 
 func TestStartWithoutAReachableSchedulerRegistersLater(t *testing.T) {
 	addr := freeAddr(t)
-	clk := testclock.New(time.UnixMilli(1_700_000_000_000))
+	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	exe := newExecutor(t, executor.Config{Clock: clk, Schedulers: []string{"http://" + addr}})
 	exe.Handle("h", okHandler(""))
 	start(t, exe) // the scheduler is not up yet: not an error

@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/persist"
+)
+
+// flight is one run that has left the engine's hands: decided (its RUNNING transition or its
+// run-now row submitted), sent or being sent, and not yet settled.
+type flight struct {
+	t   *task
+	run persist.Run // the run record; Executor names the executor holding it once offered
+
+	// The fields below are guarded by runsInFlight.mu.
+	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
+	waiting bool               // an executor's report may settle it (offered, accepted or adopted)
+	timer   clock.Timer        // the timeout, once armed
+}
+
+// runsInFlight owns every run in flight, periodic, run-now and executor runs alike, by ticket.
+// A run is added when it leaves (fire, RunNow, start-up recovery) and leaves again only
+// through settle, which whoever ends it calls: the HTTP outcome, an executor's report, the
+// timeout, a kill, a lost executor, a failed write.
+//
+// Invariants:
+//
+//  1. A ticket is taken once. settle removes the flight under the lock and only the caller
+//     that removed it runs the settle action; every other settle of that ticket returns false.
+//     So a timeout and a result (or a kill and a result) cannot both settle a run.
+//  2. The count Stop drains falls only after the settle action returned, so a run's final
+//     write is submitted to the writer before Stop goes on to flush it.
+//  3. The timeout timer comes from the engine's clock, and it settles the flight it was armed
+//     for, not a later flight of the same ticket.
+//  4. A flight on an executor adds one to that executor's in-flight count for as long as it is
+//     assigned to it.
+//
+// Lock order: a task's mu may be held when calling any method; runsInFlight.mu is never held
+// while calling out (settle actions, timers' callbacks).
+type runsInFlight struct {
+	clk clock.Clock
+
+	mu   sync.Mutex
+	m    map[string]*flight
+	n    int           // flights added and not yet settled (settle actions still running count)
+	zero chan struct{} // closed when n drops to 0 while someone waits
+}
+
+func (r *runsInFlight) init(clk clock.Clock) {
+	r.clk = clk
+	r.m = make(map[string]*flight)
+}
+
+// add registers a run that has left. A ticket already in flight is refused (false): tickets
+// are unique per fire and attempt, so that is a second dispatch of one run.
+func (r *runsInFlight) add(t *task, run persist.Run) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.m[run.Ticket]; ok {
+		return false
+	}
+	r.m[run.Ticket] = &flight{t: t, run: run}
+	r.n++
+	return true
+}
+
+// arm sets the run's timeout: at deadline, onTimeout settles it unless something else did
+// first. It reports false when the run is no longer in flight.
+func (r *runsInFlight) arm(ticket string, deadline time.Time, onTimeout func(f *flight)) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.m[ticket]
+	if f == nil {
+		return false
+	}
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	f.timer = r.clk.AfterFunc(clock.Until(r.clk, deadline), func() {
+		r.settle(ticket, func(g *flight) bool { return g == f }, onTimeout)
+	})
+	return true
+}
+
+// assign records that the run is offered to executor x (nil: an executor not in the
+// registry, for a run adopted after a restart) and may be settled by an executor's report.
+// It reports false when the run is no longer in flight.
+func (r *runsInFlight) assign(ticket string, x *dispatch.Executor) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.m[ticket]
+	if f == nil {
+		return false
+	}
+	r.unassignLocked(f)
+	f.exec, f.waiting = x, true
+	if x != nil {
+		x.AddInflight(1)
+		f.run.Executor = x.Address
+	}
+	return true
+}
+
+// unassign takes the run back from executor x after it refused the run. It reports false when
+// the run is no longer in flight (a report or a kill raced the refusal).
+func (r *runsInFlight) unassign(ticket string, x *dispatch.Executor) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.m[ticket]
+	if f == nil {
+		return false
+	}
+	if f.exec == x {
+		r.unassignLocked(f)
+	}
+	return true
+}
+
+func (r *runsInFlight) unassignLocked(f *flight) {
+	if f.exec != nil {
+		f.exec.AddInflight(-1)
+	}
+	f.exec, f.waiting = nil, false
+}
+
+// settle takes the run with ticket, when it is in flight and when (nil: always) accepts it,
+// stops its timeout and runs fn with it: this caller alone ends the run (invariant 1). It
+// reports whether it did.
+func (r *runsInFlight) settle(ticket string, when func(f *flight) bool, fn func(f *flight)) bool {
+	r.mu.Lock()
+	f := r.m[ticket]
+	if f == nil || (when != nil && !when(f)) {
+		r.mu.Unlock()
+		return false
+	}
+	delete(r.m, ticket)
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+	r.unassignLocked(f)
+	r.mu.Unlock()
+	defer r.done()
+	if fn != nil {
+		fn(f)
+	}
+	return true
+}
+
+func (r *runsInFlight) done() {
+	r.mu.Lock()
+	r.n--
+	if r.n == 0 && r.zero != nil {
+		close(r.zero)
+		r.zero = nil
+	}
+	r.mu.Unlock()
+}
+
+// waitingReport accepts a flight an executor's report may settle.
+func waitingReport(f *flight) bool { return f.waiting }
+
+// executorOf returns the address of the executor holding ticket, or "" when none does.
+func (r *runsInFlight) executorOf(ticket string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.m[ticket]; f != nil && f.exec != nil {
+		return f.exec.Address
+	}
+	return ""
+}
+
+// on returns the tickets in flight on executor x.
+func (r *runsInFlight) on(x *dispatch.Executor) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for t, f := range r.m {
+		if f.exec == x {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// list returns the runs in flight, unordered.
+func (r *runsInFlight) list() []persist.Run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]persist.Run, 0, len(r.m))
+	for _, f := range r.m {
+		out = append(out, f.run)
+	}
+	return out
+}
+
+// count returns how many runs are in flight or settling.
+func (r *runsInFlight) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
+}
+
+// wait returns when no run is in flight or ctx is done, leaving no goroutine behind.
+func (r *runsInFlight) wait(ctx context.Context) error {
+	r.mu.Lock()
+	if r.n == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	if r.zero == nil {
+		r.zero = make(chan struct{})
+	}
+	ch := r.zero
+	r.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// RunsInFlight lists the runs this engine has sent and not yet settled: periodic, run-now and
+// executor runs, including those adopted from the store at start.
+func (e *Engine) RunsInFlight() []persist.Run { return e.runs.list() }

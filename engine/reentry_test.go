@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// TestStoppedDispatcherDoesNotBlockTheWriter: with the dispatcher stopped, every durable fire
+// fails to send and its failure is recorded. That failure must not be submitted from the
+// writer goroutine that reported the fire durable: on a full lane the submit would wait for
+// the very goroutine making it, and no write would complete again.
+func TestStoppedDispatcherDoesNotBlockTheWriter(t *testing.T) {
+	s := persisttest.SQLite(t)
+	ctx := context.Background()
+	e := startEngine(t, s, func(c *Config) {
+		c.WriterLanes = 1
+		c.Writer.QueueSize = 1
+	})
+	if err := e.disp.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	for i := range n {
+		spec := httpSpec(fmt.Sprintf("unsent-%02d", i), "http://127.0.0.1:1/")
+		spec.DelayMS = ptr(int64(200))
+		mustCreate(t, e, spec)
+	}
+	waitFor(t, 20*time.Second, "every fire to be recorded as not sent", func() bool {
+		for i := range n {
+			runs, err := s.ListRuns(ctx, mustID(t, s, fmt.Sprintf("unsent-%02d", i)), 1)
+			if err != nil || len(runs) != 1 || runs[0].Result != persist.ResultFailed {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func mustID(t *testing.T, s persist.Store, name string) int64 {
+	t.Helper()
+	pt, err := s.GetTask(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pt.Def.ID
+}

@@ -1,0 +1,114 @@
+package startstop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestLifecycleStartOnceStopIdempotent(t *testing.T) {
+	var l Lifecycle
+	starts := 0
+	if err := l.StartOnce(func() error { starts++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.StartOnce(func() error { starts++; return nil }); !errors.Is(err, ErrStarted) {
+		t.Fatalf("second start = %v, want ErrStarted", err)
+	}
+	if !l.Started() || starts != 1 {
+		t.Fatalf("started %v after %d starts", l.Started(), starts)
+	}
+	release := make(chan struct{})
+	var stops []bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = l.StopOnce(context.Background(), func(started bool) error {
+			stops = append(stops, started)
+			<-release
+			return nil
+		})
+	}()
+	for l.Started() {
+		time.Sleep(time.Millisecond)
+	}
+	second := make(chan error, 1)
+	go func() {
+		second <- l.StopOnce(context.Background(), func(bool) error { t.Error("stop ran twice"); return nil })
+	}()
+	select {
+	case <-second:
+		t.Fatal("a second Stop returned before the first finished")
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(release)
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if len(stops) != 1 || !stops[0] {
+		t.Fatalf("stop calls = %v, want one, started", stops)
+	}
+	if err := l.StartOnce(func() error { return nil }); !errors.Is(err, ErrStopped) {
+		t.Fatalf("start after stop = %v, want ErrStopped", err)
+	}
+}
+
+func TestLifecycleStopWithoutStartAndFailedStart(t *testing.T) {
+	var l Lifecycle
+	var got []bool
+	if err := l.StopOnce(context.Background(), func(started bool) error { got = append(got, started); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] {
+		t.Fatalf("stop without start called with %v, want once with started=false", got)
+	}
+	var f Lifecycle
+	boom := errors.New("boom")
+	if err := f.StartOnce(func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("failed start = %v", err)
+	}
+	if f.Started() {
+		t.Fatal("a failed start left the service started")
+	}
+	if err := f.StopOnce(context.Background(), func(bool) error { t.Error("stop ran after a failed start"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUndoRunsInReverseAndLogsEachStep(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	var order []string
+	var u Undo
+	for _, n := range []string{"writer", "dispatcher", "wheel"} {
+		u.Push(n, func(context.Context) error {
+			order = append(order, n)
+			if n == "dispatcher" {
+				return errors.New("stuck")
+			}
+			return nil
+		})
+	}
+	err := u.Run(context.Background(), log, nil, "undo start: ")
+	if strings.Join(order, ",") != "wheel,dispatcher,writer" {
+		t.Errorf("order = %v, want the reverse of the starts", order)
+	}
+	if err == nil || !strings.Contains(err.Error(), "dispatcher: stuck") {
+		t.Errorf("error = %v, want the dispatcher's", err)
+	}
+	for _, n := range []string{"wheel", "dispatcher", "writer"} {
+		if !strings.Contains(buf.String(), `msg="undo start: `+n+`" took=`) {
+			t.Errorf("no timed log line for %s in %q", n, buf.String())
+		}
+	}
+	if err := u.Run(context.Background(), nil, nil, ""); err != nil || len(order) != 3 {
+		t.Errorf("a second Run did something: %v, %v", err, order)
+	}
+}
