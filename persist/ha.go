@@ -73,7 +73,9 @@ var mysqlHA = haSQL{
 	shift:    `UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND`,
 	shiftArg: func(d time.Duration) any { return d.Microseconds() },
 	leftUS:   func(col string) string { return `TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), ` + col + `)` },
-	epochMS:  func(col string) string { return `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `) DIV 1000)` },
+	epochMS: func(col string) string {
+		return `(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', ` + col + `) DIV 1000)`
+	},
 	readOnly: `SELECT @@global.read_only`,
 }
 
