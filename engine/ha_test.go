@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,4 +104,112 @@ func mustID(t *testing.T, e *Engine) int64 {
 		t.Fatal(err)
 	}
 	return pt.Def.ID
+}
+
+// TestOnLostResend: an HTTP run left RUNNING by a previous primary, on a task that says
+// on_lost: resend, is recorded lost and sent again once, with the same X-Axe-Ticket, as
+// attempt 2 of the same fire under a run record of its own.
+func TestOnLostResend(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		ctx := context.Background()
+		now := time.Now().UnixMilli()
+		sched := now - 1000
+		def := persist.TaskDef{
+			Name: "doubt", Group: "default", Trigger: persist.TriggerCron, Cron: "0 0 * * * *",
+			Timezone: "UTC", TimeoutSec: 10, RetryIntervalSec: 1, Priority: 2, OnLost: persist.OnLostResend,
+			Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+		}
+		rt := persist.Runtime{State: persist.StateRunning, Attempt: 1, NextTriggerTime: sched, LastTriggerTime: sched, Version: 1}
+		if err := s.CreateTask(ctx, &def, &rt); err != nil {
+			t.Fatal(err)
+		}
+		first := scheduledTicket(def.ID, sched, 1)
+		rt.CurrentTicket = first
+		if err := s.ApplyBatch(ctx, &persist.Batch{
+			Transitions: []persist.Transition{{ExpectVersion: 1, Runtime: rt}},
+			Fires: []persist.Run{{Ticket: first, TaskID: def.ID, TaskName: def.Name, Kind: persist.RunScheduled,
+				Attempt: 1, ScheduledAt: sched, DispatchedAt: sched, Result: persist.ResultRunning}}}); err != nil {
+			t.Fatal(err)
+		}
+		e := startEngine(t, s, func(c *Config) { c.Epoch = 0 })
+		second := scheduledTicket(def.ID, sched, 2)
+		waitFor(t, 5*time.Second, "the re-sent run to succeed", func() bool {
+			r, err := s.GetRun(ctx, second)
+			return err == nil && r.Result == persist.ResultSuccess
+		})
+		calls := cs.got("doubt")
+		if len(calls) != 1 || calls[0].ticket != first || calls[0].body.Ticket != first || calls[0].attempt != 2 ||
+			calls[0].body.Attempt != 2 || calls[0].body.ScheduledAt != sched {
+			t.Fatalf("calls = %+v, want one with ticket %s, attempt 2, fire %d", calls, first, sched)
+		}
+		lost, err := s.GetRun(ctx, first)
+		if err != nil || lost.Result != persist.ResultLost {
+			t.Fatalf("first run = %+v, %v; want lost", lost, err)
+		}
+		re, _ := s.GetRun(ctx, second)
+		if re.Attempt != 2 || re.ScheduledAt != sched || !strings.Contains(re.Detail, first) {
+			t.Fatalf("re-sent run = %+v", re)
+		}
+		acts := actionNames(t, e, "doubt")
+		if !slices.Contains(acts, ActLost) || !slices.Contains(acts, ActResend) {
+			t.Fatalf("actions %v lack %s and %s", acts, ActLost, ActResend)
+		}
+		pt, err := e.GetTask(ctx, "doubt")
+		if err != nil || pt.Runtime.State != persist.StateScheduled || pt.Runtime.SuccessCount != 1 {
+			t.Fatalf("task = %+v, %v; want SCHEDULED after one success", pt, err)
+		}
+	})
+}
+
+// TestOnLostValidation: on_lost is fail or resend, and resend only for HTTP callbacks.
+func TestOnLostValidation(t *testing.T) {
+	base := func(onLost string, cb persist.Callback) *TaskSpec {
+		return &TaskSpec{Name: "v", Cron: "@hourly", Callback: &cb, OnLost: onLost}
+	}
+	httpCB := persist.Callback{URL: "http://127.0.0.1:9/"}
+	execCB := persist.Callback{Type: persist.CallbackExecutor, App: "app", Handler: "h"}
+	for _, c := range []struct {
+		spec *TaskSpec
+		ok   bool
+	}{
+		{base("", httpCB), true}, {base("fail", httpCB), true}, {base("resend", httpCB), true},
+		{base("fail", execCB), true}, {base("resend", execCB), false}, {base("twice", httpCB), false},
+	} {
+		_, err := Normalize(c.spec, "UTC")
+		if (err == nil) != c.ok || (err != nil && !strings.Contains(err.Error(), "on_lost")) {
+			t.Errorf("on_lost %q on %s: %v", c.spec.OnLost, c.spec.Callback.Type, err)
+		}
+	}
+}
+
+// TestLateResultForALostRun: a result for a run already marked lost is recorded, and the
+// run's record and actions show both; a repeat is a duplicate.
+func TestLateResultForALostRun(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		e := startEngine(t, s)
+		pt := mustCreate(t, e, &TaskSpec{Name: "late", Cron: "@hourly",
+			Callback: &persist.Callback{Type: persist.CallbackExecutor, App: "app", Handler: "h"}})
+		lost := persist.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: persist.RunScheduled, Attempt: 1,
+			ScheduledAt: 10, DispatchedAt: 10, EndedAt: 20, Result: persist.ResultLost, Error: "executor 1.2.3.4:5 was lost"}
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{lost}}); err != nil {
+			t.Fatal(err)
+		}
+		rep := Report{Ticket: "late-1", Task: "late", Address: "1.2.3.4:5", Status: persist.ResultSuccess, Output: "done", DurationMS: 7}
+		if dup, err := e.ReportResult(ctx, rep); err != nil || dup {
+			t.Fatalf("late result = %v, %v; want recorded", dup, err)
+		}
+		got, err := s.GetRun(ctx, "late-1")
+		if err != nil || got.Result != persist.ResultSuccess || got.Output != "done" || !strings.Contains(got.Detail, "marked lost") ||
+			!strings.Contains(got.Detail, lost.Error) {
+			t.Fatalf("run after the late result = %+v, %v", got, err)
+		}
+		if !slices.Contains(actionNames(t, e, "late"), ActLateResult) {
+			t.Fatalf("no %s action", ActLateResult)
+		}
+		if dup, err := e.ReportResult(ctx, rep); err != nil || !dup {
+			t.Fatalf("repeated late result = %v, %v; want a duplicate", dup, err)
+		}
+	})
 }
