@@ -230,7 +230,7 @@ const principalKey = "axe.principal"
 // a missing or unknown token and 403, naming the scope needed, for the wrong scope, and
 // returns false then.
 func (s *Server) authenticate(c *fasthttp.RequestCtx, apiPath string) bool {
-	ts := s.tokens.Load()
+	ts := s.tokenSource()
 	if !ts.Enabled() {
 		return true
 	}
@@ -271,8 +271,8 @@ func (s *Server) allowApp(c *fasthttp.RequestCtx, app string) bool {
 	return false
 }
 
-// SetTokens replaces the accepted tokens (SIGHUP reload). Requests in flight finish under the
-// set they started with.
+// SetTokens replaces the accepted tokens of a server without a TokenSource. Requests in
+// flight finish under the set they started with.
 func (s *Server) SetTokens(ts *Tokens) { s.tokens.Store(ts) }
 
 // whoami answers who the caller authenticated as: {"name", "scope"}. Without authentication

@@ -12,6 +12,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -29,7 +30,7 @@ type DaemonConfig struct {
 	DB string
 	// Token, when set, guards the API.
 	Token string
-	// NodeID names this scheduler. Defaults to "axe".
+	// NodeID names this scheduler. Defaults to hostname:port (of Addr).
 	NodeID string
 	// Tick is the wheel resolution. Defaults to engine.TickDefault.
 	Tick time.Duration
@@ -46,11 +47,23 @@ type DaemonConfig struct {
 	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
 	Engine engine.Config
+	// HA runs the node as the primary or a backup of a shared MySQL database (R8, ha.go).
+	// Defaults to false: a single node.
+	HA bool
+	// Advertise is the URL other nodes and clients reach this node at, named in a backup's
+	// 503 and in /readyz. Defaults to http:// and the bound address.
+	Advertise string
+	// LeaseTTL is the HA lease's life past a renewal. Defaults to ha.LeaseTTLDefault (15s).
+	LeaseTTL time.Duration
+	// LeaseRenew is how often the primary renews and a backup campaigns. Defaults to
+	// ha.LeaseRenewDefault (5s).
+	LeaseRenew time.Duration
+
 	// Outbound and bind safety, token file; see security.go.
 	Security SecurityConfig
 
-	tokenSet  *Tokens     // built from Token and Security.TokenFile by applySecurity
-	tlsConfig *tls.Config // built from Security.TLSCert and TLSKey by applySecurity
+	tokens    *atomic.Pointer[Tokens] // built from Token and Security.TokenFile by applySecurity
+	tlsConfig *tls.Config             // built from Security.TLSCert and TLSKey by applySecurity
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -70,6 +83,15 @@ func (c DaemonConfig) WithDefaults() DaemonConfig {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID(c.Addr)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = ha.LeaseTTLDefault
+	}
+	if c.LeaseRenew == 0 {
+		c.LeaseRenew = ha.LeaseRenewDefault
+	}
 	return c
 }
 
@@ -84,10 +106,14 @@ func (c DaemonConfig) WithDefaults() DaemonConfig {
 // Nothing is left half-written: every transition either committed or was never decided.
 func Serve(ctx context.Context, cfg DaemonConfig) error {
 	cfg = cfg.WithDefaults()
-	log := cfg.Logger
 	if err := cfg.applySecurity(); err != nil {
 		return err
 	}
+	defer cfg.reloadTokensOnHUP()()
+	if cfg.HA {
+		return serveHA(ctx, cfg)
+	}
+	log := cfg.Logger
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	store, err := persist.Open(openCtx, cfg.DB)
 	cancel()
@@ -118,12 +144,10 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	defer metrics.UnregisterSet(set, true)
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
 
-	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Tokens: cfg.tokenSet, TLS: cfg.tlsConfig, MetricsPublic: cfg.Security.MetricsPublic,
-		Engine: eng, Store: store, Version: cfg.Version, Logger: log})
+	srv, err := NewServer(cfg.apiServer(ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log}))
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
-	defer cfg.reloadTokensOnHUP(srv)()
 	var stopping atomic.Bool
 	srv.SetReady(func() error {
 		if stopping.Load() || !eng.Running() {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,11 +42,12 @@ type SecurityConfig struct {
 // applySecurity refuses an unprotected non-loopback bind and installs the outbound guard on
 // the engine's dispatcher. It runs before anything is opened, so a refusal changes nothing.
 func (c *DaemonConfig) applySecurity() error {
-	ts, err := c.tokens()
+	ts, err := c.loadTokens()
 	if err != nil {
 		return err
 	}
-	c.tokenSet = ts
+	c.tokens = new(atomic.Pointer[Tokens])
+	c.tokens.Store(ts)
 	if (c.Security.TLSCert == "") != (c.Security.TLSKey == "") {
 		return fmt.Errorf("tls-cert and tls-key: give both or neither")
 	}
@@ -113,8 +115,17 @@ func nonLoopback(addr string) (bool, error) {
 	return len(addrs) == 0, nil
 }
 
-// tokens builds the accepted token set from --token and --token-file.
-func (c *DaemonConfig) tokens() (*Tokens, error) {
+// apiServer completes the configuration of one of the daemon's API servers: its tokens (shared,
+// so a SIGHUP reaches every server, a primary's term included), TLS and /metrics access.
+func (c *DaemonConfig) apiServer(sc ServerConfig) ServerConfig {
+	sc.TokenSource = c.tokens.Load
+	sc.TLS = c.tlsConfig
+	sc.MetricsPublic = c.Security.MetricsPublic
+	return sc
+}
+
+// loadTokens builds the accepted token set from --token and --token-file.
+func (c *DaemonConfig) loadTokens() (*Tokens, error) {
 	var entries []TokenEntry
 	if c.Security.TokenFile != "" {
 		var err error
@@ -130,7 +141,7 @@ func (c *DaemonConfig) tokens() (*Tokens, error) {
 
 // reloadTokensOnHUP rereads the token file on every SIGHUP until stop is called. A file that
 // no longer parses is logged and the tokens in force stay.
-func (c *DaemonConfig) reloadTokensOnHUP(srv *Server) (stop func()) {
+func (c *DaemonConfig) reloadTokensOnHUP() (stop func()) {
 	if c.Security.TokenFile == "" {
 		return func() {}
 	}
@@ -146,12 +157,12 @@ func (c *DaemonConfig) reloadTokensOnHUP(srv *Server) (stop func()) {
 			case <-done:
 				return
 			case <-ch:
-				ts, err := c.tokens()
+				ts, err := c.loadTokens()
 				if err != nil {
 					c.Logger.Error("cannot reload the token file; the tokens in force stay", "file", c.Security.TokenFile, "error", err)
 					continue
 				}
-				srv.SetTokens(ts)
+				c.tokens.Store(ts)
 				c.Logger.Info("token file reloaded", "file", c.Security.TokenFile, "tokens", len(ts.list))
 			}
 		}

@@ -63,6 +63,9 @@ type ServerConfig struct {
 	// Tokens, when set, are the accepted tokens with their scopes (--token-file); Token then
 	// is ignored. Defaults to Token alone, as the "default" token, or no authentication.
 	Tokens *Tokens
+	// TokenSource, when set, is asked for the accepted tokens on every request, so several
+	// servers share one set that a reload replaces; Tokens and Token are then ignored.
+	TokenSource func() *Tokens
 	// TLS, when set, serves the API over HTTPS with this configuration. Defaults to nil:
 	// plain HTTP.
 	TLS *tls.Config
@@ -102,12 +105,13 @@ type Server struct {
 	ln  net.Listener
 	log *slog.Logger
 
-	mu       sync.Mutex
-	started  bool
-	stopped  bool
-	serveErr chan error
-	ready    func() error
-	tokens   atomic.Pointer[Tokens]
+	mu          sync.Mutex
+	started     bool
+	stopped     bool
+	serveErr    chan error
+	ready       func() error
+	tokens      atomic.Pointer[Tokens]
+	tokenSource func() *Tokens
 }
 
 // NewServer builds the server; Start listens.
@@ -125,6 +129,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		}
 	}
 	s.tokens.Store(ts)
+	s.tokenSource = cfg.TokenSource
+	if s.tokenSource == nil {
+		s.tokenSource = s.tokens.Load
+	}
 	s.srv = &fasthttp.Server{
 		Handler:               s.routes(),
 		Name:                  "axe",

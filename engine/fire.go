@@ -37,6 +37,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"strconv"
 	"time"
@@ -193,7 +194,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	e.m.triggers.Inc()
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
-		Runs:        []persist.Run{run},
+		Fires:       []persist.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
 		Actions:     []persist.Action{act},
 		Done:        func(err error) { e.dispatchDurable(t, def, run, err) },
 	}
@@ -233,22 +234,38 @@ func downstreamOf(def *persist.TaskDef) string {
 // failed). It must not block.
 func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run, err error) {
 	if err != nil {
+		duplicate := errors.Is(err, persist.ErrDuplicateFire)
+		reload := false
+		failed := func() { // caller holds t.mu
+			if duplicate {
+				t.stale = true // another node dispatched this fire: its runtime is newer
+				reload = e.settleStale(t)
+			} else {
+				e.writeFailed(t, err)
+			}
+			e.settle(t)
+		}
 		settled := e.runs.settle(run.Ticket, nil, func(*flight) {
 			t.mu.Lock()
 			t.pending--
 			e.ranDown(t, run.Ticket)
-			e.writeFailed(t, err)
-			e.settle(t)
+			failed()
 			t.mu.Unlock()
 		})
 		if !settled { // killed while its transition was in flight: Kill recorded the end
 			t.mu.Lock()
 			t.pending--
-			e.writeFailed(t, err)
-			e.settle(t)
+			failed()
 			t.mu.Unlock()
 		}
-		e.m.dispatches.result("conflict").Inc()
+		if duplicate {
+			e.fireRefused(t, def, run)
+		} else {
+			e.m.dispatches.result("conflict").Inc()
+		}
+		if reload {
+			go e.reload(t.id)
+		}
 		return
 	}
 	t.mu.Lock()
@@ -282,7 +299,7 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,
-		DedupTTLMS: e.dedupTTL(def).Milliseconds(),
+		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
 	})
 	switch def.Callback.Type {
 	case persist.CallbackHTTP:

@@ -54,6 +54,10 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 			e.adoptExecRun(t, *run, e.registry.Get(t.def.Callback.App, run.Executor))
 			continue
 		}
+		if t.def.OnLost == persist.OnLostResend { // an HTTP run: executor runs were adopted above
+			e.resendLost(t, *run) // ha.go
+			continue
+		}
 		e.settleRun(t, *run, outcome{result: persist.ResultLost, errText: errLostInRestart})
 	}
 	if len(tasks) > 0 {

@@ -114,6 +114,10 @@ type TaskDef struct {
 	Paused           bool            `json:"paused"`
 	CreatedAt        int64           `json:"created_at,omitempty"`
 	UpdatedAt        int64           `json:"updated_at,omitempty"`
+	// OnLost is what becomes of an HTTP run left in doubt by a failover or a restart:
+	// "fail" ("" too: recorded lost, at most once) or "resend" (the same ticket sent again
+	// as a new attempt of the fire).
+	OnLost string `json:"on_lost,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
@@ -184,7 +188,8 @@ type Executor struct {
 	Status        string   `json:"status"` // "alive" or "lost"
 }
 
-// Lease is the HA lease row (SPEC R8.1).
+// Lease is the HA lease row (SPEC R8.1). ExpiresAt is the expiry by the database's clock
+// (Unix ms), for display only: no node's clock may judge it.
 type Lease struct {
 	Name      string `json:"name"`
 	Holder    string `json:"holder"`

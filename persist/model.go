@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/axe-sched/axe/model"
 )
@@ -99,6 +100,13 @@ var (
 	ErrExecutorNotFound = model.ErrExecutorNotFound
 	// ErrWriterClosed is returned by the batched writer after Stop.
 	ErrWriterClosed = errors.New("writer closed")
+	// ErrDuplicateFire is returned (inside a *FireRefusedError) when a fire record's insert
+	// met a run row with the same ticket: that (task, fire time, attempt) was dispatched
+	// already, and this one must not be (R8.5).
+	ErrDuplicateFire = errors.New("duplicate fire")
+	// ErrNodeIDTaken is returned by ClaimNode and TouchNode when another live node uses the
+	// id.
+	ErrNodeIDTaken = errors.New("node id taken by another live node")
 )
 
 // DueRef names a task due at NextTriggerTime; see Store.LoadDueRefs.
@@ -124,6 +132,10 @@ type Batch struct {
 	Transitions []Transition
 	Runs        []Run    // upserted by ticket: a later row for the same ticket replaces columns
 	Actions     []Action // appended
+	// Fires are fire records (R8.5): run rows inserted, never upserted, so that a ticket
+	// already stored (the same task, fire time and attempt) fails the batch with a
+	// *FireRefusedError. They are written before Runs.
+	Fires []Run
 }
 
 // ConflictError reports the transitions of a batch whose CAS failed. The batch was rolled
@@ -222,10 +234,37 @@ type Store interface {
 	// ListExecutors returns every executor ordered by (app, address).
 	ListExecutors(ctx context.Context) ([]Executor, error)
 
-	// AcquireLease takes the lease named name for holder until now+ttlMS when it is free,
-	// expired, or already held by holder (a renewal keeps the epoch; a takeover increments
-	// it). It returns the lease as stored after the call and whether holder now holds it.
-	AcquireLease(ctx context.Context, name, holder string, now, ttlMS int64) (Lease, bool, error)
 	// ReadLease returns the lease row, or a zero Lease when none exists.
 	ReadLease(ctx context.Context, name string) (Lease, error)
+
+	// The lease and the nodes of high availability (R8.1, ha.go). Every time below is the
+	// database's clock: no node passes its own.
+
+	// TakeLease takes the lease named name for holder, with epoch+1 and an expiry ttl from
+	// the database's now, when it is expired, released, or named for holder already (a
+	// holder taking its own lease again starts a new epoch: what it did under the old one
+	// is fenced off). It returns the lease as the database judges it after the call and
+	// whether holder now holds it.
+	TakeLease(ctx context.Context, name, holder string, ttl time.Duration) (LeaseState, bool, error)
+	// RenewLease moves the expiry to ttl from the database's now, as a compare-and-swap on
+	// holder and epoch. No row changed gives ErrLeaseLost: the caller must stop acting as
+	// the holder at once.
+	RenewLease(ctx context.Context, name, holder string, epoch int64, ttl time.Duration) error
+	// ReleaseLease ends holder's lease at epoch now, keeping the epoch, so that another node
+	// takes it at its next attempt. Releasing a lease no longer held changes nothing.
+	ReleaseLease(ctx context.Context, name, holder string, epoch int64) error
+	// LeaseState returns the lease as the database judges it now; a zero LeaseState when
+	// there is none.
+	LeaseState(ctx context.Context, name string) (LeaseState, error)
+	// ClaimNode records n as a node of this database. The id is taken when no row has it,
+	// when its row is n's own instance, stopped, or not seen for liveWithin; otherwise
+	// ErrNodeIDTaken, with the live node returned.
+	ClaimNode(ctx context.Context, n Node, liveWithin time.Duration) (Node, error)
+	// TouchNode records that the node is alive in role. ErrNodeIDTaken when another
+	// instance claimed the id meanwhile.
+	TouchNode(ctx context.Context, id, instance, role string) error
+	// ListNodes returns every node ordered by id, its age by the database's clock.
+	ListNodes(ctx context.Context) ([]Node, error)
+	// ReadOnly reports whether the database refuses writes (MySQL's @@read_only).
+	ReadOnly(ctx context.Context) (bool, error)
 }

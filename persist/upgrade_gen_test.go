@@ -257,14 +257,19 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 		t.Fatalf("SetExecutorStatus: %v", err)
 	}
 	// Two holders in turn, so the epoch is past its first value.
-	if _, ok, err := s.AcquireLease(ctx, fixtureLease, "axe-a:8080", fxT0-60_000, 10_000); err != nil || !ok {
-		t.Fatalf("AcquireLease(a) = %v, %v", ok, err)
+	la, ok, err := s.TakeLease(ctx, fixtureLease, "axe-a:8080", 10*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("TakeLease(a) = %v, %v", ok, err)
 	}
-	if _, ok, err := s.AcquireLease(ctx, fixtureLease, "axe-b:8080", fxT0-40_000, 15_000); err != nil || !ok {
-		t.Fatalf("AcquireLease(b) = %v, %v", ok, err)
+	if err := s.ReleaseLease(ctx, fixtureLease, "axe-a:8080", la.Epoch); err != nil {
+		t.Fatalf("ReleaseLease(a) = %v", err)
 	}
-	if _, ok, err := s.AcquireLease(ctx, fixtureLease, "axe-b:8080", fxT0, 15_000); err != nil || !ok {
-		t.Fatalf("AcquireLease(b renews) = %v, %v", ok, err)
+	lb, ok, err := s.TakeLease(ctx, fixtureLease, "axe-b:8080", 15*time.Second)
+	if err != nil || !ok {
+		t.Fatalf("TakeLease(b) = %v, %v", ok, err)
+	}
+	if err := s.RenewLease(ctx, fixtureLease, "axe-b:8080", lb.Epoch, 15*time.Second); err != nil {
+		t.Fatalf("RenewLease(b) = %v", err)
 	}
 }
 

@@ -98,6 +98,9 @@ type Run struct {
 	// span plus five minutes (R5.4), so a re-sent run is recognised for as long as it can
 	// come. 0 means the executor's default.
 	DedupTTLMS int64 `json:"dedup_ttl_ms,omitempty"`
+	// Epoch is the lease epoch of the primary that sent the run: an executor refuses one
+	// below the highest it has seen. 0 without HA.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // RunBatch is the body of PathRuns. Each element is a Run; the executor decodes them one by
