@@ -195,8 +195,8 @@ func (e *Engine) sendAs(t *task, def *persist.TaskDef, run persist.Run, wireTick
 	body := e.runJSON(def, run, wireTicket, deadline)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
 		Body: body, Deadline: deadline}
-	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.resolve(t, run, httpOutcome(o, run.Executor)) }); err != nil {
-		e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
+	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) }); err != nil {
+		e.notSent(t, run, "not sent: "+err.Error())
 	}
 }
 

@@ -31,7 +31,12 @@ var upgradeFixtures = []struct {
 	// value says so here.
 	adjust func(*storeSnapshot)
 }{
-	{version: 2},
+	{version: 2, adjust: func(s *storeSnapshot) {
+		// Migration 3 re-bases the lease expiry on the database's clock and leaves it expired:
+		// a node-ms expiry cannot be compared with that clock, and no axe before it held the
+		// lease. Holder and epoch carry over, so epochs never go back.
+		s.Lease.ExpiresAt = 0
+	}},
 }
 
 // upgradeDir holds the fixture files.
