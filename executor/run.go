@@ -61,6 +61,9 @@ type runRequest struct {
 	Deadline    int64           `json:"deadline"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	DedupTTLMS  int64           `json:"dedup_ttl_ms"`
+	// Epoch is the lease epoch of the scheduler that sent the run (R8.3); 0 from a scheduler
+	// that runs without --ha.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // decodeRun parses and checks a POST /axe/run body. Unknown fields are ignored so that a newer
@@ -97,6 +100,8 @@ func checkRun(r runRequest) (runRequest, error) {
 		return bad("deadline", "must not be negative")
 	case r.DedupTTLMS < 0 || r.DedupTTLMS > maxDedupTTL.Milliseconds():
 		return bad("dedup_ttl_ms", fmt.Sprintf("must be between 0 and %d", maxDedupTTL.Milliseconds()))
+	case r.Epoch < 0:
+		return bad("epoch", "must not be negative")
 	}
 	if bytes.Equal(r.Params, []byte("null")) {
 		r.Params = nil
@@ -175,6 +180,8 @@ type callbackResponse struct {
 // killRequest is the body of POST /axe/kill.
 type killRequest struct {
 	Ticket string `json:"ticket"`
+	// Epoch is the lease epoch of the scheduler that sent the kill, as on a run.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // errorResponse is every error body, on both sides of the protocol.

@@ -252,9 +252,18 @@ func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusBadRequest, errorResponse{"ticket: required"})
 		return
 	}
+	if k.Epoch < 0 {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{"epoch: must not be negative"})
+		return
+	}
 	e.mu.Lock()
+	status, resp, stale := e.staleEpoch(k.Epoch)
 	ar, ok := e.running[k.Ticket]
 	e.mu.Unlock()
+	if stale {
+		writeJSON(rc, status, resp)
+		return
+	}
 	if !ok {
 		writeJSON(rc, http.StatusNotFound, errorResponse{fmt.Sprintf("ticket %q is not running here", k.Ticket)})
 		return

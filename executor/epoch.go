@@ -1,0 +1,39 @@
+package executor
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Epoch fencing (R8.3). A scheduler running with --ha holds a lease whose epoch grows by one
+// at every takeover, and puts it on every run and kill it sends. A deposed primary that has
+// not yet noticed (paused, cut off from its database) still carries its old epoch, so once
+// the executor has seen a higher one it refuses the old one's runs and kills: the new primary
+// owns every run from then on. A run without an epoch (0, a scheduler without --ha) is judged
+// as before; it neither raises nor is held to the highest epoch.
+
+// staleEpoch records epoch and, when it is below the highest seen, returns the 409 that
+// refuses it. Callers hold mu.
+func (e *Executor) staleEpoch(epoch int64) (int, any, bool) {
+	if epoch == 0 {
+		return 0, nil, false
+	}
+	if epoch < e.epoch {
+		return http.StatusConflict, errorResponse{fmt.Sprintf("stale epoch %d < %d", epoch, e.epoch)}, true
+	}
+	if epoch > e.epoch {
+		if e.epoch != 0 {
+			e.log.Info("scheduler epoch advanced: refusing runs of older epochs", "epoch", epoch, "previous", e.epoch)
+		}
+		e.epoch = epoch
+	}
+	return 0, nil, false
+}
+
+// Epoch returns the highest scheduler epoch this executor has seen on a run or a kill, 0 if
+// none carried one.
+func (e *Executor) Epoch() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.epoch
+}
