@@ -34,6 +34,9 @@ type Run struct {
 	Deadline time.Time
 	// Params is the task's opaque params JSON; nil when the task has none.
 	Params json.RawMessage
+	// Epoch is the lease epoch of the scheduler that dispatched the run (R8.3); 0 from a
+	// scheduler that runs without --ha.
+	Epoch int64
 }
 
 // Result is what a handler reports besides its error.
@@ -117,6 +120,7 @@ func (r runRequest) run() Run {
 		Handler: r.Handler,
 		Attempt: r.Attempt,
 		Params:  r.Params,
+		Epoch:   r.Epoch,
 	}
 	if r.ScheduledAt > 0 {
 		run.ScheduledAt = time.UnixMilli(r.ScheduledAt)
