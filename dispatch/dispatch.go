@@ -34,7 +34,30 @@ var (
 	ErrStopped = errors.New("dispatcher stopped")
 	// ErrTimeout is the Outcome error of a call that did not answer before its deadline.
 	ErrTimeout = errors.New("timeout")
+	// ErrGated is the Outcome error of a request Config.Gate kept from being sent.
+	ErrGated = errors.New("not sent")
 )
+
+// EpochHeader carries the dispatching primary's lease epoch (Config.Epoch).
+const EpochHeader = "X-Axe-Epoch"
+
+// gate asks Config.Gate whether a request may leave now.
+func (d *Dispatcher) gate() error {
+	if d.cfg.Gate == nil {
+		return nil
+	}
+	if err := d.cfg.Gate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrGated, err)
+	}
+	return nil
+}
+
+// setEpoch adds the epoch header when there is one.
+func (d *Dispatcher) setEpoch(r *fasthttp.Request) {
+	if d.cfg.Epoch > 0 {
+		r.Header.Set(EpochHeader, strconv.FormatInt(d.cfg.Epoch, 10))
+	}
+}
 
 // Config configures a Dispatcher.
 type Config struct {
@@ -47,6 +70,15 @@ type Config struct {
 	MaxBodyTail int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Epoch, when > 0, is sent on every request as the X-Axe-Epoch header: the lease epoch
+	// of the primary that dispatches (R8.3), so a receiver can refuse a deposed one.
+	// Defaults to 0 (no header).
+	Epoch int64
+	// Gate, when set, is asked just before every request leaves; an error keeps the request
+	// from being sent and is its outcome, wrapped in ErrGated. A primary's gate closes when
+	// it is no longer sure of its lease, so a worker that was paused between the commit and
+	// the send does not dispatch late. Defaults to nil (always open).
+	Gate func() error
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -197,8 +229,12 @@ func (d *Dispatcher) Post(req *Request) Outcome {
 	if req.Token != "" {
 		r.Header.Set("Authorization", "Bearer "+req.Token)
 	}
+	d.setEpoch(r)
 	r.SetBodyRaw(req.Body)
 	start := time.Now()
+	if err := d.gate(); err != nil {
+		return Outcome{Err: err, Started: start}
+	}
 	err := d.client.DoDeadline(r, resp, req.Deadline)
 	out := Outcome{Started: start, Duration: time.Since(start)}
 	if err != nil {

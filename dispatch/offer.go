@@ -166,8 +166,15 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	if tok := live[0].req.Token; tok != "" {
 		r.Header.Set("Authorization", "Bearer "+tok)
 	}
+	d.setEpoch(r)
 	r.SetBodyRaw(body.Bytes())
 	start := time.Now()
+	if err := d.gate(); err != nil {
+		for _, o := range live {
+			o.done <- Outcome{Err: err, Started: start}
+		}
+		return
+	}
 	err := d.client.DoDeadline(r, resp, deadline)
 	whole := Outcome{Started: start, Duration: time.Since(start)}
 	switch {

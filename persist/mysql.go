@@ -87,7 +87,7 @@ func mysqlDialect() *dialect {
 		casUpsert:         mysqlCASUpsert,
 		isUniqueViolation: func(err error) bool { return mysqlErrIs(err, mysqlErrDupEntry) },
 		isRetryable:       func(err error) bool { return mysqlErrIs(err, mysqlErrDeadlock) },
-		ensureLease: `INSERT INTO lease (name, holder, epoch, expires_at) VALUES (?, '', 0, 0)
+		ensureLease: `INSERT INTO lease (name, holder, epoch) VALUES (?, '', 0)
 			ON DUPLICATE KEY UPDATE name = name`,
 		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version INT NOT NULL,

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -62,9 +63,9 @@ func TestMySQLBatchConn(t *testing.T) {
 		}
 		defer s.Close()
 		ids := createBatchTasks(t, s)
-		lease, ok, err := s.AcquireLease(ctx, "batch", "me", 1, 60_000)
+		lease, ok, err := s.TakeLease(ctx, "batch", "me", time.Minute)
 		if err != nil || !ok {
-			t.Fatalf("AcquireLease = %+v, %v, %v", lease, ok, err)
+			t.Fatalf("TakeLease = %+v, %v, %v", lease, ok, err)
 		}
 		// The epoch check reads the lease, and a stale transition makes the batch read
 		// every version: both are queries with arguments, which the driver prepares here.

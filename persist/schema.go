@@ -150,6 +150,31 @@ var mysqlMigrations = []migration{{
 		`CREATE INDEX idx_task_run_open_manual ON task_run (open_manual)`,
 		`DROP INDEX idx_task_run_result ON task_run`,
 	},
+}, {
+	version: 3,
+	name:    "high availability: lease by the database clock, nodes, on_lost",
+	// The lease's expiry becomes a time of the database's own clock (UTC_TIMESTAMP(6)), so
+	// no node's clock ever judges it (R8.1). The old expires_at was node milliseconds and
+	// cannot be compared with that clock, and no earlier axe ever held the lease (the daemon
+	// did not use it): each row keeps its holder and its epoch, so epochs never go back, and
+	// reads as expired. nodes lists every scheduler of the database and when it was last
+	// seen, by the same clock. on_lost is the per-task policy for an HTTP run left in doubt.
+	// Plain DDL as in step 2: a re-run meets "already exists" errors, which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE lease ADD COLUMN expiry DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'`,
+		`ALTER TABLE lease DROP COLUMN expires_at`,
+		`CREATE TABLE IF NOT EXISTS nodes (
+			id VARCHAR(255) NOT NULL,
+			advertise VARCHAR(255) NOT NULL,
+			role VARCHAR(32) NOT NULL,
+			instance VARCHAR(64) NOT NULL,
+			started_at DATETIME(6) NOT NULL,
+			last_seen DATETIME(6) NOT NULL,
+			PRIMARY KEY (id)
+		)` + mysqlTableOpts,
+		`ALTER TABLE task_def ADD COLUMN on_lost VARCHAR(32) NOT NULL DEFAULT ''`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -260,6 +285,25 @@ var sqliteMigrations = []migration{{
 		`CREATE INDEX IF NOT EXISTS idx_task_run_open_manual ON task_run (scheduled_at, ticket)
 			WHERE result = 'running' AND kind = 'manual'`,
 		`DROP INDEX IF EXISTS idx_task_run_result`,
+	},
+}, {
+	version: 3,
+	name:    "high availability: lease by the database clock, nodes, on_lost",
+	// The same shape as on MySQL; times are UTC text 'YYYY-MM-DD HH:MM:SS.SSS', which
+	// compares in time order. The embedded store refuses --ha (only one process can use
+	// it), but its lease still fences batches the same way.
+	stmts: []string{
+		`ALTER TABLE lease ADD COLUMN expiry TEXT NOT NULL DEFAULT '1970-01-01 00:00:00.000'`,
+		`ALTER TABLE lease DROP COLUMN expires_at`,
+		`CREATE TABLE IF NOT EXISTS nodes (
+			id TEXT PRIMARY KEY,
+			advertise TEXT NOT NULL,
+			role TEXT NOT NULL,
+			instance TEXT NOT NULL,
+			started_at TEXT NOT NULL,
+			last_seen TEXT NOT NULL
+		)`,
+		`ALTER TABLE task_def ADD COLUMN on_lost TEXT NOT NULL DEFAULT ''`,
 	},
 }}
 

@@ -36,11 +36,14 @@ import (
 //
 // On success each b.Transitions[i].Runtime.Version is set to ExpectVersion+1.
 func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
-	if len(b.Transitions) == 0 && len(b.Runs) == 0 && len(b.Actions) == 0 {
+	if len(b.Transitions) == 0 && len(b.Runs) == 0 && len(b.Actions) == 0 && len(b.Fires) == 0 {
 		return nil
 	}
 	if b.Epoch > 0 && b.LeaseName == "" {
 		return fmt.Errorf("cannot apply batch: epoch %d names no lease", b.Epoch)
+	}
+	if idx := repeatedFires(b.Fires); len(idx) > 0 {
+		return &FireRefusedError{Indexes: idx}
 	}
 	guarded := s.chains(b.Transitions)
 	err := s.applyBatch(ctx, b, guarded)
@@ -49,7 +52,7 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 		err = s.applyBatch(ctx, b, nil)
 	}
 	if err != nil {
-		return err
+		return s.refusedFires(ctx, b, err)
 	}
 	for i := range b.Transitions {
 		b.Transitions[i].Runtime.Version = b.Transitions[i].ExpectVersion + 1
@@ -151,6 +154,9 @@ func (s *sqlStore) writeBatch(ctx context.Context, tx batchTx, b *Batch, guarded
 		}
 	}
 	if err := s.writeRuntimes(ctx, tx, b.Transitions, last, guarded != nil); err != nil {
+		return err
+	}
+	if err := s.writeFires(ctx, tx, b.Fires); err != nil {
 		return err
 	}
 	if err := s.writeRuns(ctx, tx, b.Runs); err != nil {

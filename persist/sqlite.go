@@ -76,7 +76,7 @@ func sqliteDialect() *dialect {
 		isUniqueViolation: sqliteIsUnique,
 		// Transactions hold the write lock from BEGIN: nothing to retry.
 		isRetryable: func(error) bool { return false },
-		ensureLease: `INSERT INTO lease (name, holder, epoch, expires_at) VALUES (?, '', 0, 0)
+		ensureLease: `INSERT INTO lease (name, holder, epoch) VALUES (?, '', 0)
 			ON CONFLICT(name) DO NOTHING`,
 		migrationsTable: `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version INTEGER PRIMARY KEY,

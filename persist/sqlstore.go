@@ -43,7 +43,7 @@ type dialect struct {
 	// guarded path, sqlbatch.go). Nil: every batch reads the versions first.
 	casUpsert         func(update []string, steps int64) string
 	isUniqueViolation func(error) bool
-	// isRetryable reports errors after which AcquireLease runs its transaction again.
+	// isRetryable reports errors after which TakeLease runs its transaction again.
 	isRetryable func(error) bool
 	// ensureLease inserts an unheld lease row named by its one argument unless it exists.
 	ensureLease      string
@@ -67,7 +67,7 @@ const (
 	maxIDsPerQuery  = 1000
 )
 
-// leaseRetries bounds how often AcquireLease reruns its transaction (after creating the
+// leaseRetries bounds how often TakeLease reruns its transaction (after creating the
 // row, or after losing a race).
 const leaseRetries = 5
 
@@ -80,7 +80,7 @@ var (
 	// every column but the last.
 	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
 		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
-		"priority", "callback", "params", "misfire_policy", "paused", "updated_at", "created_at"}
+		"priority", "callback", "params", "misfire_policy", "paused", "on_lost", "updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
 		"note", "version"}
@@ -97,7 +97,8 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.depends_mode, d.timezone, d.timeout_sec, d.retry_count, d.retry_interval_sec, d.priority,
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
-	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version`
+	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
+	d.on_lost`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -119,6 +120,9 @@ type sqlStore struct {
 	insertAction   string
 	upsertExecutor string
 	runSelect      string
+	// fence, when set, makes every write check the lease epoch in its transaction (a copy
+	// made by Fenced, ha.go).
+	fence *fence
 }
 
 var _ Store = (*sqlStore)(nil)
@@ -199,7 +203,7 @@ func (s *sqlStore) CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) er
 	if err != nil {
 		return err
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot begin creating task %q: %w", def.Name, err)
 	}
@@ -238,7 +242,7 @@ func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
 		return err
 	}
 	args = append(args[:len(args)-1], def.ID) // drop created_at, add the WHERE id
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot begin updating task %d: %w", def.ID, err)
 	}
@@ -275,7 +279,7 @@ func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
 
 // DeleteTask removes the definition, runtime and dependency edges; runs and actions stay.
 func (s *sqlStore) DeleteTask(ctx context.Context, id int64) error {
-	tx, err := s.db.BeginTx(ctx, nil)
+	tx, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot begin deleting task %d: %w", id, err)
 	}
@@ -533,7 +537,8 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 		&d.DependsMode, &d.Timezone, &d.TimeoutSec, &d.RetryCount, &d.RetryIntervalSec, &d.Priority,
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
-		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version)
+		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
+		&d.OnLost)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -578,7 +583,7 @@ func encodeDef(def *TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as
@@ -692,7 +697,7 @@ func (s *sqlStore) UpsertExecutor(ctx context.Context, e *Executor) error {
 	if err != nil {
 		return fmt.Errorf("cannot encode the handlers of executor %s@%s: %w", e.App, e.Address, err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.upsertExecutor, e.App, e.Address, e.Protocol,
+	if _, err := s.exec(ctx, s.upsertExecutor, e.App, e.Address, e.Protocol,
 		string(handlers), e.RegisteredAt, e.LastHeartbeat, e.Status); err != nil {
 		return fmt.Errorf("cannot register executor %s@%s: %w", e.App, e.Address, err)
 	}
@@ -713,7 +718,7 @@ func (s *sqlStore) SetExecutorStatus(ctx context.Context, app, address, status s
 }
 
 func (s *sqlStore) updateExecutor(ctx context.Context, app, address, q string, args ...any) error {
-	res, err := s.db.ExecContext(ctx, q, args...)
+	res, err := s.exec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, err)
 	}
@@ -762,81 +767,7 @@ func (s *sqlStore) ListExecutors(ctx context.Context) ([]Executor, error) {
 	return out, nil
 }
 
-// ---- lease ----
-
-// AcquireLease takes, renews or fails to take the lease in one transaction that locks the
-// lease row. A free or expired lease is taken with epoch+1 (1 for the first ever), even by
-// its previous holder: anything that holder wrote under the old epoch is fenced off.
-func (s *sqlStore) AcquireLease(ctx context.Context, name, holder string, now, ttlMS int64) (Lease, bool, error) {
-	for attempt := 0; ; attempt++ {
-		l, ok, err := s.acquireLease(ctx, name, holder, now, ttlMS)
-		if err == nil || attempt >= leaseRetries {
-			return l, ok, err
-		}
-		switch {
-		case errors.Is(err, errNoLeaseRow):
-			// Locking a row that does not exist yet would lock a gap instead, and two
-			// nodes inserting into the same gap deadlock. So the row is created unheld
-			// (epoch 0, expired) outside the transaction, and the transaction runs again.
-			if _, err := s.db.ExecContext(ctx, s.d.ensureLease, name); err != nil {
-				return Lease{}, false, fmt.Errorf("cannot create lease %q: %w", name, err)
-			}
-		case s.d.isRetryable(err):
-		default:
-			return l, ok, err
-		}
-	}
-}
-
-// errNoLeaseRow tells AcquireLease to create the lease row and try again.
-var errNoLeaseRow = errors.New("no lease row")
-
-func (s *sqlStore) acquireLease(ctx context.Context, name, holder string, now, ttlMS int64) (Lease, bool, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return Lease{}, false, fmt.Errorf("cannot begin acquiring lease %q: %w", name, err)
-	}
-	defer rollback(tx)
-	l := Lease{Name: name}
-	err = tx.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM lease WHERE name = ?`+s.d.forUpdate, name).
-		Scan(&l.Holder, &l.Epoch, &l.ExpiresAt)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Lease{}, false, errNoLeaseRow
-	}
-	if err != nil {
-		return Lease{}, false, fmt.Errorf("cannot read lease %q: %w", name, err)
-	}
-	if l.ExpiresAt > now && l.Holder != holder {
-		return l, false, nil // held by someone else
-	}
-	if l.ExpiresAt <= now {
-		l.Epoch++ // a takeover, not a renewal
-	}
-	l.Holder = holder
-	l.ExpiresAt = now + ttlMS
-	if _, err := tx.ExecContext(ctx, `UPDATE lease SET holder = ?, epoch = ?, expires_at = ? WHERE name = ?`,
-		l.Holder, l.Epoch, l.ExpiresAt, l.Name); err != nil {
-		return Lease{}, false, fmt.Errorf("cannot update lease %q: %w", name, err)
-	}
-	if err := tx.Commit(); err != nil {
-		return Lease{}, false, fmt.Errorf("cannot commit lease %q: %w", name, err)
-	}
-	return l, true, nil
-}
-
-// ReadLease returns the lease row, or a zero Lease when none exists or it was never held.
-func (s *sqlStore) ReadLease(ctx context.Context, name string) (Lease, error) {
-	l := Lease{Name: name}
-	err := s.db.QueryRowContext(ctx, `SELECT holder, epoch, expires_at FROM lease WHERE name = ?`, name).
-		Scan(&l.Holder, &l.Epoch, &l.ExpiresAt)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && l.Epoch == 0) {
-		return Lease{}, nil
-	}
-	if err != nil {
-		return Lease{}, fmt.Errorf("cannot read lease %q: %w", name, err)
-	}
-	return l, nil
-}
+// ---- lease and nodes: ha.go ----
 
 // ---- helpers ----
 

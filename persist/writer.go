@@ -128,12 +128,15 @@ type Group struct {
 	// Done is called exactly once, from the writer goroutine, when the group is durable
 	// (nil; each of Transitions then has Runtime.Version = ExpectVersion+1) or definitively
 	// failed: a *ConflictError (indexes into this group's
-	// Transitions), an error wrapping ErrLeaseLost, or the error of Stop's context. It must
-	// not block: it runs on the only goroutine that commits. May be nil.
+	// Transitions), a *FireRefusedError (indexes into this group's Fires), an error wrapping
+	// ErrLeaseLost, or the error of Stop's context. It must not block: it runs on the only
+	// goroutine that commits. May be nil.
 	Done func(err error)
+	// Fires are fire records (Batch.Fires): inserted, refused when the run exists.
+	Fires []Run
 }
 
-func (g *Group) rows() int { return len(g.Transitions) + len(g.Runs) + len(g.Actions) }
+func (g *Group) rows() int { return len(g.Transitions) + len(g.Runs) + len(g.Actions) + len(g.Fires) }
 
 // Writer group-commits state transitions, runs and actions (R7.2): one goroutine gathers the
 // queued groups into batches and applies each with Store.ApplyBatch, so one commit (one
@@ -153,6 +156,8 @@ func (g *Group) rows() int { return len(g.Transitions) + len(g.Runs) + len(g.Act
 //     transitions fail (Done gets a *ConflictError with indexes into the group); the rest of
 //     the batch is applied again without them, until it lands. A non-conflicting group is
 //     never dropped because of another group's stale version.
+//   - Refused fires (R8.5). A *FireRefusedError fails only the groups owning the refused
+//     fire records, as a conflict does; the rest of the batch is applied again without them.
 //   - Fencing (R8.3). The lease epoch is read once per batch, and the batch and its retries
 //     carry it. ErrLeaseLost fails every group of the batch with an error wrapping
 //     ErrLeaseLost, and every later batch fails the same way without touching the database
@@ -199,6 +204,8 @@ type Writer struct {
 	live        []int // indexes into items still to be applied
 	offsets     []int // per live entry: index of its first transition in batch
 	owner       []int // per batch transition: index into live
+	fireOffsets []int // per live entry: index of its first fire record in batch
+	fireOwner   []int // per batch fire record: index into live
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
 }
@@ -521,6 +528,11 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			attempt = 0 // a conflict is an answer, not a failure: no backoff
 			continue
 		}
+		var refused *FireRefusedError
+		if errors.As(err, &refused) && w.dropRefused(refused) {
+			attempt = 0 // an answer too, as a conflict is
+			continue
+		}
 		if errors.Is(err, ErrLeaseLost) {
 			writerLeaseLost.Inc()
 			writerFailedByFences.Add(len(w.live))
@@ -558,19 +570,55 @@ func (w *Writer) build(items []queuedGroup, epoch int64) int {
 	if epoch > 0 {
 		b.Epoch, b.LeaseName = epoch, w.cfg.LeaseName
 	}
-	b.Transitions, b.Runs, b.Actions = b.Transitions[:0], b.Runs[:0], b.Actions[:0]
+	b.Transitions, b.Runs, b.Actions, b.Fires = b.Transitions[:0], b.Runs[:0], b.Actions[:0], b.Fires[:0]
 	w.offsets, w.owner = w.offsets[:0], w.owner[:0]
+	w.fireOffsets, w.fireOwner = w.fireOffsets[:0], w.fireOwner[:0]
 	for li, i := range w.live {
 		g := items[i].g
 		w.offsets = append(w.offsets, len(b.Transitions))
 		for range g.Transitions {
 			w.owner = append(w.owner, li)
 		}
+		w.fireOffsets = append(w.fireOffsets, len(b.Fires))
+		for range g.Fires {
+			w.fireOwner = append(w.fireOwner, li)
+		}
 		b.Transitions = append(b.Transitions, g.Transitions...)
 		b.Runs = append(b.Runs, g.Runs...)
 		b.Actions = append(b.Actions, g.Actions...)
+		b.Fires = append(b.Fires, g.Fires...)
 	}
-	return len(b.Transitions) + len(b.Runs) + len(b.Actions)
+	return len(b.Transitions) + len(b.Runs) + len(b.Actions) + len(b.Fires)
+}
+
+// dropRefused fails the groups owning the fire records in r (each with its own
+// *FireRefusedError) and removes them from w.live, as dropConflicts does for conflicts; the
+// other groups of the batch are applied again without them. It returns false, changing
+// nothing, when r names no fire record of the batch.
+func (w *Writer) dropRefused(r *FireRefusedError) bool {
+	if len(r.Indexes) == 0 {
+		return false
+	}
+	for _, idx := range r.Indexes {
+		if idx < 0 || idx >= len(w.fireOwner) {
+			return false
+		}
+	}
+	indexes := slices.Clone(r.Indexes)
+	slices.Sort(indexes)
+	indexes = slices.Compact(indexes)
+	for _, idx := range indexes {
+		li := w.fireOwner[idx]
+		i := w.live[li]
+		fe, ok := w.errs[i].(*FireRefusedError)
+		if !ok {
+			fe = &FireRefusedError{}
+			w.errs[i] = fe
+		}
+		fe.Indexes = append(fe.Indexes, idx-w.fireOffsets[li])
+	}
+	w.live = slices.DeleteFunc(w.live, func(i int) bool { return w.errs[i] != nil })
+	return true
 }
 
 // dropConflicts fails the groups owning the transitions in c (each with its own

@@ -577,12 +577,11 @@ func TestWriterConflictIsolation(t *testing.T) {
 // with ErrLeaseLost and write nothing (R8.3).
 func TestWriterFencing(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
-		const lease, ttl = "scheduler", int64(5000)
-		now := int64(1_700_000_000_000)
+		const lease, ttl = "scheduler", time.Minute
 		ctx := testCtx(t)
-		held, ok, err := s.AcquireLease(ctx, lease, "node-a", now, ttl)
+		held, ok, err := s.TakeLease(ctx, lease, "node-a", ttl)
 		if err != nil || !ok || held.Epoch <= 0 {
-			t.Fatalf("AcquireLease(node-a) = %+v, %v, %v; want it held with a positive epoch", held, ok, err)
+			t.Fatalf("TakeLease(node-a) = %+v, %v, %v; want it held with a positive epoch", held, ok, err)
 		}
 		var epoch atomic.Int64
 		epoch.Store(held.Epoch)
@@ -596,10 +595,13 @@ func TestWriterFencing(t *testing.T) {
 		k.checkLanded(t, s)
 		landed := k.rt
 
-		// The lease expires and node-b takes it over: node-a's epoch is stale.
-		took, ok, err := s.AcquireLease(ctx, lease, "node-b", now+ttl+1, ttl)
+		// node-a's lease ends and node-b takes it over: node-a's epoch is stale.
+		if err := s.ReleaseLease(ctx, lease, "node-a", held.Epoch); err != nil {
+			t.Fatalf("ReleaseLease(node-a): %v", err)
+		}
+		took, ok, err := s.TakeLease(ctx, lease, "node-b", ttl)
 		if err != nil || !ok || took.Epoch != held.Epoch+1 {
-			t.Fatalf("AcquireLease(node-b) after expiry = %+v, %v, %v; want a takeover at epoch %d", took, ok, err, held.Epoch+1)
+			t.Fatalf("TakeLease(node-b) after release = %+v, %v, %v; want a takeover at epoch %d", took, ok, err, held.Epoch+1)
 		}
 		leaseLost := counterValue(`axe_writer_commit_errors_total{reason="lease_lost"}`)
 		g := k.next()

@@ -63,6 +63,8 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"Executors", testExecutors},
 		{"Lease", testLease},
 		{"Lease/Concurrent", testLeaseConcurrent},
+		{"Nodes", testNodes},
+		{"ApplyBatch/FireRecord", testFireRecord},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1206,16 +1208,19 @@ func testApplyEpoch(t *testing.T, ctx context.Context, s persist.Store) {
 	if err := s.ApplyBatch(ctx, &persist.Batch{Epoch: 1, Runs: []persist.Run{newRun(task, "e-x", 1, "")}}); err == nil {
 		t.Fatalf("ApplyBatch with an epoch and no lease name succeeded")
 	}
-	l1, ok, err := s.AcquireLease(ctx, leaseName, "node-1", 1000, 5000)
+	l1, ok, err := s.TakeLease(ctx, leaseName, "node-1", time.Minute)
 	if err != nil || !ok || l1.Epoch != 1 {
-		t.Fatalf("AcquireLease = %+v, %v, %v", l1, ok, err)
+		t.Fatalf("TakeLease = %+v, %v, %v", l1, ok, err)
 	}
 	if err := s.ApplyBatch(ctx, fenced(1, task, "e-1")); err != nil {
 		t.Fatalf("ApplyBatch(current epoch): %v", err)
 	}
 	cur := getByID(t, ctx, s, task.Def.ID)
-	// node-2 takes over after the lease expires: node-1's writes must now fail.
-	l2, ok, err := s.AcquireLease(ctx, leaseName, "node-2", 6000, 5000)
+	// node-1 lets go and node-2 takes over: node-1's writes must now fail.
+	if err := s.ReleaseLease(ctx, leaseName, "node-1", 1); err != nil {
+		t.Fatalf("ReleaseLease: %v", err)
+	}
+	l2, ok, err := s.TakeLease(ctx, leaseName, "node-2", time.Minute)
 	if err != nil || !ok || l2.Epoch != 2 {
 		t.Fatalf("takeover = %+v, %v, %v", l2, ok, err)
 	}
@@ -1335,55 +1340,218 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 // ---- lease ----
 
 func testLease(t *testing.T, ctx context.Context, s persist.Store) {
-	acquire := func(holder string, now int64) (persist.Lease, bool) {
+	take := func(holder string, ttl time.Duration) (persist.LeaseState, bool) {
 		t.Helper()
-		l, ok, err := s.AcquireLease(ctx, leaseName, holder, now, 500)
+		l, ok, err := s.TakeLease(ctx, leaseName, holder, ttl)
 		if err != nil {
-			t.Fatalf("AcquireLease(%s, %d): %v", holder, now, err)
+			t.Fatalf("TakeLease(%s): %v", holder, err)
 		}
 		return l, ok
 	}
-	read := func() persist.Lease {
+	state := func() persist.LeaseState {
 		t.Helper()
-		l, err := s.ReadLease(ctx, leaseName)
+		l, err := s.LeaseState(ctx, leaseName)
 		if err != nil {
-			t.Fatalf("ReadLease: %v", err)
+			t.Fatalf("LeaseState: %v", err)
 		}
 		return l
 	}
-	equal(t, "no lease yet", read(), persist.Lease{})
+	renew := func(holder string, epoch int64, ttl time.Duration) error {
+		t.Helper()
+		return s.RenewLease(ctx, leaseName, holder, epoch, ttl)
+	}
+	// who is the part of a lease the database's clock does not move.
+	who := func(l persist.LeaseState) []any { return []any{l.Holder, l.Epoch, l.Held} }
+	equal(t, "no lease yet", state(), persist.LeaseState{})
+	if l, err := s.ReadLease(ctx, leaseName); err != nil || l != (persist.Lease{}) {
+		t.Fatalf("ReadLease with no lease = %+v, %v", l, err)
+	}
 
-	l, ok := acquire("n1", 1000)
-	equal(t, "first acquire", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n1", Epoch: 1, ExpiresAt: 1500}, true})
-	l, ok = acquire("n1", 1200)
-	equal(t, "renewal keeps the epoch", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n1", Epoch: 1, ExpiresAt: 1700}, true})
-	l, ok = acquire("n2", 1699)
-	held := persist.Lease{Name: leaseName, Holder: "n1", Epoch: 1, ExpiresAt: 1700}
-	equal(t, "held by another", []any{l, ok}, []any{held, false})
-	equal(t, "read", read(), held)
+	// Nodes pass no time: the database's clock sets and judges every expiry.
+	l, ok := take("n1", time.Minute)
+	equal(t, "first take", []any{who(l), ok}, []any{[]any{"n1", int64(1), true}, true})
+	if l.Remaining <= 50*time.Second || l.Remaining > time.Minute {
+		t.Fatalf("remaining after a 1m take = %s, want just under 1m", l.Remaining)
+	}
+	l, ok = take("n2", time.Minute)
+	equal(t, "held by another", []any{who(l), ok}, []any{[]any{"n1", int64(1), true}, false})
+	if rl, err := s.ReadLease(ctx, leaseName); err != nil || rl.Holder != "n1" || rl.Epoch != 1 || rl.ExpiresAt <= 0 {
+		t.Fatalf("ReadLease = %+v, %v", rl, err)
+	}
 
-	// Expired at expires_at: the backup takes it with a new epoch.
-	l, ok = acquire("n2", 1700)
-	equal(t, "takeover", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n2", Epoch: 2, ExpiresAt: 2200}, true})
-	l, ok = acquire("n1", 1800)
-	equal(t, "deposed primary", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n2", Epoch: 2, ExpiresAt: 2200}, false})
+	// Renewal is a CAS on holder and epoch.
+	if err := renew("n1", 1, time.Minute); err != nil {
+		t.Fatalf("renewal by the holder: %v", err)
+	}
+	for _, c := range []struct {
+		holder string
+		epoch  int64
+	}{{"n1", 2}, {"n2", 1}, {"n1", 0}} {
+		if err := renew(c.holder, c.epoch, time.Minute); !errors.Is(err, persist.ErrLeaseLost) {
+			t.Fatalf("renew(%s, %d) = %v, want ErrLeaseLost", c.holder, c.epoch, err)
+		}
+	}
+	equal(t, "after refused renewals", who(state()), []any{"n1", int64(1), true})
 
-	// A holder that lets its lease expire gets a new epoch when it takes it again.
-	l, ok = acquire("n2", 5000)
-	equal(t, "re-take after expiry", []any{l, ok}, []any{persist.Lease{Name: leaseName, Holder: "n2", Epoch: 3, ExpiresAt: 5500}, true})
+	// A holder taking its own lease again starts a new epoch; the old one cannot renew.
+	l, ok = take("n1", time.Minute)
+	equal(t, "re-take by the holder", []any{who(l), ok}, []any{[]any{"n1", int64(2), true}, true})
+	if err := renew("n1", 1, time.Minute); !errors.Is(err, persist.ErrLeaseLost) {
+		t.Fatalf("renew at the old epoch = %v, want ErrLeaseLost", err)
+	}
+
+	// Expiry by the database's clock, then a takeover with epoch+1. A renewal of the
+	// deposed holder then fails: it must give up at once.
+	if err := renew("n1", 2, 300*time.Millisecond); err != nil {
+		t.Fatalf("short renewal: %v", err)
+	}
+	waitUntil(t, "the lease to expire", func() bool { return !state().Held })
+	equal(t, "expired", who(state()), []any{"n1", int64(2), false})
+	l, ok = take("n2", time.Minute)
+	equal(t, "takeover", []any{who(l), ok}, []any{[]any{"n2", int64(3), true}, true})
+	if err := renew("n1", 2, time.Minute); !errors.Is(err, persist.ErrLeaseLost) {
+		t.Fatalf("renewal after takeover = %v, want ErrLeaseLost", err)
+	}
+
+	// Release keeps the epoch and frees the lease at once; a stale release changes nothing.
+	if err := s.ReleaseLease(ctx, leaseName, "n2", 3); err != nil {
+		t.Fatalf("ReleaseLease: %v", err)
+	}
+	equal(t, "released", who(state()), []any{"", int64(3), false})
+	l, ok = take("n1", time.Minute)
+	equal(t, "take after release", []any{who(l), ok}, []any{[]any{"n1", int64(4), true}, true})
+	if err := s.ReleaseLease(ctx, leaseName, "n2", 3); err != nil {
+		t.Fatalf("stale ReleaseLease: %v", err)
+	}
+	equal(t, "after a stale release", who(state()), []any{"n1", int64(4), true})
 
 	// Leases are independent by name.
-	other, ok, err := s.AcquireLease(ctx, "other", "n1", 5000, 100)
+	other, ok, err := s.TakeLease(ctx, "other", "n2", time.Minute)
 	if err != nil || !ok || other.Epoch != 1 {
 		t.Fatalf("other lease = %+v, %v, %v", other, ok, err)
 	}
-	equal(t, "read after all", read(), persist.Lease{Name: leaseName, Holder: "n2", Epoch: 3, ExpiresAt: 5500})
+	equal(t, "after the other lease", who(state()), []any{"n1", int64(4), true})
+}
+
+// waitUntil polls cond for up to 20 s: for what the database's clock decides.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// testNodes checks the nodes table: one live instance per id.
+func testNodes(t *testing.T, ctx context.Context, s persist.Store) {
+	a1 := persist.Node{ID: "a", Advertise: "http://a:7070", Role: persist.RoleBackup, Instance: "i1"}
+	if _, err := s.ClaimNode(ctx, a1, time.Minute); err != nil {
+		t.Fatalf("ClaimNode(a, i1): %v", err)
+	}
+	if _, err := s.ClaimNode(ctx, a1, time.Minute); err != nil {
+		t.Fatalf("ClaimNode(a, i1) again: %v", err)
+	}
+	a2 := a1
+	a2.Instance, a2.Advertise = "i2", "http://other:7070"
+	live, err := s.ClaimNode(ctx, a2, time.Minute)
+	if !errors.Is(err, persist.ErrNodeIDTaken) || live.Instance != "i1" || live.Advertise != "http://a:7070" {
+		t.Fatalf("ClaimNode(a, i2) while i1 is live = %+v, %v; want ErrNodeIDTaken naming i1", live, err)
+	}
+	if err := s.TouchNode(ctx, "a", "i1", persist.RolePrimary); err != nil {
+		t.Fatalf("TouchNode(i1): %v", err)
+	}
+	if err := s.TouchNode(ctx, "a", "i2", persist.RolePrimary); !errors.Is(err, persist.ErrNodeIDTaken) {
+		t.Fatalf("TouchNode(i2) = %v, want ErrNodeIDTaken", err)
+	}
+	b := persist.Node{ID: "b", Advertise: "http://b:7070", Role: persist.RoleBackup, Instance: "j1"}
+	if _, err := s.ClaimNode(ctx, b, time.Minute); err != nil {
+		t.Fatalf("ClaimNode(b): %v", err)
+	}
+	nodes, err := s.ListNodes(ctx)
+	if err != nil {
+		t.Fatalf("ListNodes: %v", err)
+	}
+	if len(nodes) != 2 || nodes[0].ID != "a" || nodes[0].Role != persist.RolePrimary || nodes[1].ID != "b" ||
+		nodes[0].Age < -time.Second || nodes[0].Age > 30*time.Second || nodes[0].LastSeen <= 0 {
+		t.Fatalf("ListNodes = %+v", nodes)
+	}
+	// Not seen for longer than liveWithin: the id is free again.
+	if _, err := s.ClaimNode(ctx, a2, time.Microsecond); err != nil {
+		t.Fatalf("ClaimNode(a, i2) of a silent node: %v", err)
+	}
+	if err := s.TouchNode(ctx, "a", "i1", persist.RolePrimary); !errors.Is(err, persist.ErrNodeIDTaken) {
+		t.Fatalf("TouchNode(i1) after i2 claimed = %v, want ErrNodeIDTaken", err)
+	}
+	// A stopped node frees its id at once.
+	if err := s.TouchNode(ctx, "a", "i2", persist.RoleStopped); err != nil {
+		t.Fatalf("TouchNode(stopped): %v", err)
+	}
+	if _, err := s.ClaimNode(ctx, a1, time.Minute); err != nil {
+		t.Fatalf("ClaimNode(a, i1) after i2 stopped: %v", err)
+	}
+	if ro, err := s.ReadOnly(ctx); err != nil || ro {
+		t.Fatalf("ReadOnly = %v, %v; want a writable test server", ro, err)
+	}
+}
+
+// testFireRecord checks that a fire record is an insert the database refuses when the run
+// exists, that the refusal applies nothing of the batch, and that later writes of the run
+// are updates (R8.5).
+func testFireRecord(t *testing.T, ctx context.Context, s persist.Store) {
+	task := create(t, ctx, s, newDef("fired"), newRuntime(persist.StateScheduled, 100))
+	fire := func(cur *persist.Task, ticket string) *persist.Batch {
+		return &persist.Batch{
+			Transitions: []persist.Transition{transition(cur, persist.StateRunning, 100)},
+			Fires:       []persist.Run{newRun(cur, ticket, 100, persist.ResultRunning)},
+			Actions:     []persist.Action{newAction(cur, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, 100)},
+		}
+	}
+	if err := s.ApplyBatch(ctx, fire(task, "f-1")); err != nil {
+		t.Fatalf("first fire: %v", err)
+	}
+	cur := getByID(t, ctx, s, task.Def.ID)
+	// The same fire again, with a CAS that passes: only the fire record refuses it.
+	var re *persist.FireRefusedError
+	err := s.ApplyBatch(ctx, fire(cur, "f-1"))
+	if !errors.As(err, &re) || !errors.Is(err, persist.ErrDuplicateFire) || !slices.Equal(re.Indexes, []int{0}) {
+		t.Fatalf("second fire of one ticket = %v, want *FireRefusedError{[0]}", err)
+	}
+	equal(t, "task after the refused fire", getByID(t, ctx, s, task.Def.ID), cur)
+	wantActions(t, ctx, s, task.Def.ID, 1)
+	// Two records of one ticket in one batch: the second is refused before the database.
+	b := fire(cur, "f-2")
+	b.Fires = append(b.Fires, newRun(cur, "f-3", 100, persist.ResultRunning), newRun(cur, "f-2", 100, persist.ResultRunning))
+	if err := s.ApplyBatch(ctx, b); !errors.As(err, &re) || !slices.Equal(re.Indexes, []int{2}) {
+		t.Fatalf("a ticket twice in one batch = %v, want *FireRefusedError{[2]}", err)
+	}
+	wantNoRun(t, ctx, s, "f-2")
+	wantNoRun(t, ctx, s, "f-3")
+	// The result of a fire is an update of its record, even in the same batch.
+	b = fire(cur, "f-4")
+	done := newRun(cur, "f-4", 100, persist.ResultSuccess)
+	b.Runs = []persist.Run{done}
+	if err := s.ApplyBatch(ctx, b); err != nil {
+		t.Fatalf("fire and result in one batch: %v", err)
+	}
+	got, err := s.GetRun(ctx, "f-4")
+	if err != nil || got.Result != persist.ResultSuccess {
+		t.Fatalf("GetRun(f-4) = %+v, %v; want the result", got, err)
+	}
+	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{newRun(cur, "f-1", 100, persist.ResultFailed)}}); err != nil {
+		t.Fatalf("result of f-1: %v", err)
+	}
+	if got, err := s.GetRun(ctx, "f-1"); err != nil || got.Result != persist.ResultFailed {
+		t.Fatalf("GetRun(f-1) = %+v, %v; want the result", got, err)
+	}
 }
 
 func testLeaseConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
 	const n = 6
 	type result struct {
-		l   persist.Lease
+		l   persist.LeaseState
 		ok  bool
 		err error
 	}
@@ -1391,7 +1559,7 @@ func testLeaseConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			l, ok, err := s.AcquireLease(ctx, leaseName, fmt.Sprintf("n%d", i), 1000, 5000)
+			l, ok, err := s.TakeLease(ctx, leaseName, fmt.Sprintf("n%d", i), time.Minute)
 			results[i] = result{l, ok, err}
 		})
 	}
@@ -1399,7 +1567,7 @@ func testLeaseConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
 	winner := ""
 	for i, r := range results {
 		if r.err != nil {
-			t.Fatalf("AcquireLease %d: %v", i, r.err)
+			t.Fatalf("TakeLease %d: %v", i, r.err)
 		}
 		if r.ok {
 			if winner != "" {
