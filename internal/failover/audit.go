@@ -63,8 +63,8 @@ type AuditTask struct {
 // Span is the fire times the audit covers: From ≤ fire time < To, in ms.
 type Span struct{ From, To int64 }
 
-// Fault is the instant a scenario did its fault to the primary, in ms; runs dispatched
-// before it and not finished by then are the runs in doubt.
+// Fault is an instant a scenario did a fault to the primary, in ms; runs dispatched before
+// it and not finished by then are the runs in doubt.
 type Fault int64
 
 // Audit is what Check found.
@@ -85,7 +85,7 @@ type Audit struct {
 	Unrecorded []string
 	// Phantoms lists fires recorded as a success that no receiver ever got.
 	Phantoms []string
-	// InDoubt counts runs dispatched before the fault and not finished by then, by how each
+	// InDoubt counts runs dispatched before a fault and not finished by then, by how each
 	// was resolved (the run's final result); "lost+received" is a run recorded lost although
 	// its receiver did get it.
 	InDoubt map[string]int
@@ -195,9 +195,9 @@ func (k fireKey) String() string {
 
 // Check audits one scenario: every (task, fire time) in span either ran exactly once or was
 // consumed by a misfire rule that an action records, nothing was received twice, nothing was
-// received without a fire record, and every run in doubt at fault was resolved. Manual runs
+// received without a fire record, and every run in doubt at a fault was resolved. Manual runs
 // are ignored. Cron expressions are evaluated in UTC, as the suite creates its tasks.
-func Check(tasks []AuditTask, span Span, fault Fault, runs []RunRow, actions []ActionRow, receipts []Receipt) (*Audit, error) {
+func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions []ActionRow, receipts []Receipt) (*Audit, error) {
 	a := &Audit{InDoubt: map[string]int{}}
 	received := map[attemptKey]int{}
 	for _, r := range receipts {
@@ -236,15 +236,19 @@ func Check(tasks []AuditTask, span Span, fault Fault, runs []RunRow, actions []A
 			ak := attemptKey{r.Task, r.ScheduledAt, r.Attempt}
 			got := received[ak]
 			if r.Result == "running" {
-				a.Unresolved = append(a.Unresolved, ak.String()+" still running")
+				a.Unresolved = append(a.Unresolved, fmt.Sprintf("%s still running, dispatched at %s", ak,
+					time.UnixMilli(r.DispatchedAt).UTC().Format("15:04:05.000")))
 			}
 			if r.Result == "success" && got == 0 {
 				a.Phantoms = append(a.Phantoms, ak.String()+" recorded success, never received")
 			}
-			if fault > 0 && r.DispatchedAt <= int64(fault) && (r.EndedAt == 0 || r.EndedAt > int64(fault)) {
-				a.InDoubt[r.Result]++
-				if r.Result == "lost" && got > 0 {
-					a.InDoubt["lost+received"]++
+			for _, f := range faults {
+				if r.DispatchedAt <= int64(f) && (r.EndedAt == 0 || r.EndedAt > int64(f)) {
+					a.InDoubt[r.Result]++
+					if r.Result == "lost" && got > 0 {
+						a.InDoubt["lost+received"]++
+					}
+					break
 				}
 			}
 		}

@@ -29,9 +29,9 @@ func clean() ([]RunRow, []Receipt) {
 
 var everyTask = []AuditTask{{Name: "every", Cron: "* * * * * *"}}
 
-func check(t *testing.T, runs []RunRow, acts []ActionRow, recs []Receipt, fault Fault) *Audit {
+func check(t *testing.T, runs []RunRow, acts []ActionRow, recs []Receipt, faults ...Fault) *Audit {
 	t.Helper()
-	a, err := Check(everyTask, Span{From: base, To: base + 10*sec}, fault, runs, acts, recs)
+	a, err := Check(everyTask, Span{From: base, To: base + 10*sec}, faults, runs, acts, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func check(t *testing.T, runs []RunRow, acts []ActionRow, recs []Receipt, fault 
 
 func TestAuditClean(t *testing.T) {
 	runs, recs := clean()
-	a := check(t, runs, nil, recs, 0)
+	a := check(t, runs, nil, recs)
 	if !a.OK() || a.Fires != 10 || a.Ran != 10 || a.Misfired != 0 {
 		t.Fatalf("clean audit: %s", a)
 	}
@@ -49,7 +49,7 @@ func TestAuditClean(t *testing.T) {
 func TestAuditFindsADuplicate(t *testing.T) {
 	runs, recs := clean()
 	recs = append(recs, recs[3])
-	a := check(t, runs, nil, recs, 0)
+	a := check(t, runs, nil, recs)
 	if a.OK() || len(a.Duplicates) != 1 || !strings.Contains(a.Duplicates[0], "received 2 times") {
 		t.Fatalf("audit of a duplicate: %s", a)
 	}
@@ -59,21 +59,21 @@ func TestAuditFindsASilentGap(t *testing.T) {
 	runs, recs := clean()
 	runs = append(runs[:4], runs[6:]...)
 	recs = append(recs[:4], recs[6:]...)
-	a := check(t, runs, nil, recs, 0)
+	a := check(t, runs, nil, recs)
 	if a.OK() || len(a.Gaps) != 2 || a.Misfired != 0 {
 		t.Fatalf("audit of a silent gap: %s", a)
 	}
 	// An action that accounts for one of the two only leaves the other a gap.
 	acts := []ActionRow{{Task: "every", Action: "schedule", At: base + 3*sec + 60,
 		Detail: "next fire 00:00:05Z (1 earlier fire(s) missed while running, coalesced)"}}
-	a = check(t, runs, acts, recs, 0)
+	a = check(t, runs, acts, recs)
 	if a.OK() || len(a.Gaps) != 1 || a.Misfired != 1 {
 		t.Fatalf("audit of a half-recorded gap: %s", a)
 	}
 	// An action outside the gap does not cover it.
 	acts[0].At = base + 8*sec
 	acts[0].Detail = "due 00:00:04Z (misfire: 2 fire(s) skipped)"
-	if a = check(t, runs, acts, recs, 0); len(a.Gaps) != 2 {
+	if a = check(t, runs, acts, recs); len(a.Gaps) != 2 {
 		t.Fatalf("an action after the gap covered it: %s", a)
 	}
 }
@@ -88,7 +88,7 @@ func TestAuditAcceptsRecordedMisfires(t *testing.T) {
 		"due 00:00:04Z (misfire: fire_once, 4 fire(s) coalesced into one)",
 	} {
 		acts := []ActionRow{{Task: "every", Action: "misfire", At: base + 6*sec, Detail: detail}}
-		a := check(t, runs, acts, recs, 0)
+		a := check(t, runs, acts, recs)
 		if !a.OK() || a.Misfired != 3 || a.Ran != 7 {
 			t.Errorf("%q: %s", detail, a)
 		}
@@ -98,12 +98,12 @@ func TestAuditAcceptsRecordedMisfires(t *testing.T) {
 func TestAuditFindsUnrecordedAndPhantomRuns(t *testing.T) {
 	runs, recs := clean()
 	recs = append(recs, Receipt{Task: "every", Ticket: "x", Attempt: 1, ScheduledAt: base + 20*sec})
-	a := check(t, runs, nil, recs, 0)
+	a := check(t, runs, nil, recs)
 	if len(a.Unrecorded) != 1 || a.OK() {
 		t.Fatalf("audit of a receipt without a record: %s", a)
 	}
 	runs, recs = clean()
-	a = check(t, runs, nil, recs[1:], 0)
+	a = check(t, runs, nil, recs[1:])
 	if len(a.Phantoms) != 1 || a.OK() {
 		t.Fatalf("audit of a success never received: %s", a)
 	}
@@ -127,7 +127,7 @@ func TestAuditOneShotTasks(t *testing.T) {
 	tasks := []AuditTask{{Name: "once"}, {Name: "never"}}
 	runs := []RunRow{{Ticket: "o", Task: "once", Kind: "delay", Attempt: 1, ScheduledAt: base, DispatchedAt: base, EndedAt: base + 1, Result: "success"}}
 	recs := []Receipt{{Task: "once", Ticket: "o", Attempt: 1, ScheduledAt: base}}
-	a, err := Check(tasks, Span{From: base, To: base + sec}, 0, runs, nil, recs)
+	a, err := Check(tasks, Span{From: base, To: base + sec}, nil, runs, nil, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
