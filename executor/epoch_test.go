@@ -225,3 +225,61 @@ func TestResultsTryTheNextAddressWhenTheNamedPrimaryIsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestEpochHeaderIsAnEpoch checks that the X-Axe-Epoch header a scheduler puts on every call
+// counts like the body's epoch, on runs, batches and kills, and that a header contradicting
+// the body is refused.
+func TestEpochHeaderIsAnEpoch(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 8)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+	defer close(release)
+
+	post := func(path string, v any, epoch string) schedpeer.Response {
+		t.Helper()
+		body, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := peer.Post(exe.Addr(), path, body, "", map[string]string{"X-Axe-Epoch": epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	peer.OpenTicket("t-6")
+	if resp := post("/axe/run", runFor("t-6", "a", "h"), "6"); resp.Status != http.StatusAccepted {
+		t.Fatalf("run with epoch header 6 = %d %s", resp.Status, resp.Body)
+	}
+	recv(t, started, "start of t-6")
+	if got := exe.Epoch(); got != 6 {
+		t.Fatalf("Epoch after a header of 6 = %d", got)
+	}
+	if resp := post("/axe/run", runFor("t-5", "b", "h"), "5"); resp.Status != http.StatusConflict || errorOf(t, resp) != "stale epoch 5 < 6" {
+		t.Errorf("run with epoch header 5 = %d %s, want 409", resp.Status, resp.Body)
+	}
+	resp := post("/axe/runs", map[string][]schedpeer.Run{"runs": {runFor("t-b", "c", "h")}}, "5")
+	var batch struct {
+		Results []struct {
+			Code int `json:"code"`
+		} `json:"results"`
+	}
+	if err := resp.Decode(&batch); err != nil || len(batch.Results) != 1 || batch.Results[0].Code != http.StatusConflict {
+		t.Errorf("batch with epoch header 5 = %d %s, want its run refused 409", resp.Status, resp.Body)
+	}
+	if resp := post("/axe/kill", map[string]string{"ticket": "t-6"}, "5"); resp.Status != http.StatusConflict {
+		t.Errorf("kill with epoch header 5 = %d %s, want 409", resp.Status, resp.Body)
+	}
+	if resp := post("/axe/run", atEpoch(runFor("t-7", "d", "h"), 8), "7"); resp.Status != http.StatusBadRequest {
+		t.Errorf("run whose header contradicts its body = %d %s, want 400", resp.Status, resp.Body)
+	}
+	if resp := post("/axe/run", runFor("t-x", "e", "h"), "x"); resp.Status != http.StatusBadRequest {
+		t.Errorf("run with a malformed epoch header = %d %s, want 400", resp.Status, resp.Body)
+	}
+	if got := exe.Epoch(); got != 6 {
+		t.Errorf("Epoch after refused calls = %d, want 6", got)
+	}
+}

@@ -121,6 +121,10 @@ func (e *Executor) handleRun(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
 		return
 	}
+	if req.Epoch, err = requestEpoch(&rc.Request.Header, req.Epoch); err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		return
+	}
 	status, resp, after := e.admit(req)
 	if after != nil {
 		after()
@@ -151,9 +155,16 @@ func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
 		return
 	}
+	if _, err := requestEpoch(&rc.Request.Header, 0); err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
+		return
+	}
 	answers := make([]runAnswer, len(runs))
 	var after []func()
 	for i, run := range runs {
+		if run.err == nil {
+			run.req.Epoch, run.err = requestEpoch(&rc.Request.Header, run.req.Epoch)
+		}
 		if run.err != nil {
 			answers[i] = runAnswer{http.StatusBadRequest, errorResponse{run.err.Error()}}
 			continue
@@ -244,7 +255,8 @@ func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
 // handleKill cancels the context of a running or queued ticket.
 func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 	var k killRequest
-	if err := json.Unmarshal(rc.PostBody(), &k); err != nil {
+	err := json.Unmarshal(rc.PostBody(), &k)
+	if err != nil {
 		writeJSON(rc, http.StatusBadRequest, errorResponse{fmt.Sprintf("cannot decode body: %v", err)})
 		return
 	}
@@ -254,6 +266,10 @@ func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 	}
 	if k.Epoch < 0 {
 		writeJSON(rc, http.StatusBadRequest, errorResponse{"epoch: must not be negative"})
+		return
+	}
+	if k.Epoch, err = requestEpoch(&rc.Request.Header, k.Epoch); err != nil {
+		writeJSON(rc, http.StatusBadRequest, errorResponse{err.Error()})
 		return
 	}
 	e.mu.Lock()
