@@ -11,6 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -28,7 +29,7 @@ type DaemonConfig struct {
 	DB string
 	// Token, when set, guards the API.
 	Token string
-	// NodeID names this scheduler. Defaults to "axe".
+	// NodeID names this scheduler. Defaults to hostname:port (of Addr).
 	NodeID string
 	// Tick is the wheel resolution. Defaults to engine.TickDefault.
 	Tick time.Duration
@@ -45,6 +46,17 @@ type DaemonConfig struct {
 	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
 	Engine engine.Config
+	// HA runs the node as the primary or a backup of a shared MySQL database (R8, ha.go).
+	// Defaults to false: a single node.
+	HA bool
+	// Advertise is the URL other nodes and clients reach this node at, named in a backup's
+	// 503 and in /readyz. Defaults to http:// and the bound address.
+	Advertise string
+	// LeaseTTL is the HA lease's life past a renewal. Defaults to ha.LeaseTTLDefault (15s).
+	LeaseTTL time.Duration
+	// LeaseRenew is how often the primary renews and a backup campaigns. Defaults to
+	// ha.LeaseRenewDefault (5s).
+	LeaseRenew time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -64,6 +76,15 @@ func (c DaemonConfig) WithDefaults() DaemonConfig {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.NodeID == "" {
+		c.NodeID = defaultNodeID(c.Addr)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = ha.LeaseTTLDefault
+	}
+	if c.LeaseRenew == 0 {
+		c.LeaseRenew = ha.LeaseRenewDefault
+	}
 	return c
 }
 
@@ -78,6 +99,9 @@ func (c DaemonConfig) WithDefaults() DaemonConfig {
 // Nothing is left half-written: every transition either committed or was never decided.
 func Serve(ctx context.Context, cfg DaemonConfig) error {
 	cfg = cfg.WithDefaults()
+	if cfg.HA {
+		return serveHA(ctx, cfg)
+	}
 	log := cfg.Logger
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	store, err := persist.Open(openCtx, cfg.DB)

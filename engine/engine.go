@@ -129,6 +129,12 @@ type Config struct {
 	NodeID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Epoch is the lease epoch this engine dispatches under (R8.3), carried in every run
+	// body; the daemon builds one engine per term as primary. Its Store should be fenced by
+	// the same epoch (persist.Fenced), and Writer and Dispatch given it too. Start then
+	// records each recovery step as an action: the promotion of R8.2. Defaults to 0 (no
+	// HA).
+	Epoch int64
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -301,34 +307,17 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
 
-	start := time.Now()
 	now := e.nowMS()
 	e.horizonMu.Lock()
 	e.horizon = now + e.cfg.Window.Milliseconds()
 	h := e.horizon
 	e.horizonMu.Unlock()
-	if err := e.restoreExecutors(ctx); err != nil {
+	// Recovery, before the wheel starts and so before any dispatch (ha.go; R8.2 on a
+	// promotion).
+	if err := e.recoverAtStart(ctx, now, h); err != nil {
 		cancel()
 		e.running.Store(false)
-		return fmt.Errorf("cannot restore executors: %w", err)
-	}
-	if err := e.recoverInFlight(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
-		return fmt.Errorf("cannot recover in-flight runs: %w", err)
-	}
-	// The first window includes every fire in the past: misfires (R3.5).
-	n, err := e.loadRange(ctx, 1, h, now)
-	if err != nil {
-		cancel()
-		e.running.Store(false)
-		return fmt.Errorf("cannot load the first window: %w", err)
-	}
-	e.log.Info("window loaded", "tasks", n, "window", e.cfg.Window, "took", time.Since(start))
-	if err := e.loadDependencies(ctx); err != nil {
-		cancel()
-		e.running.Store(false)
-		return fmt.Errorf("cannot load dependencies: %w", err)
+		return err
 	}
 
 	if err := e.wheel.Start(runCtx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"strconv"
 	"time"
@@ -159,7 +160,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	e.runsWG.Add(1)
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
-		Runs:        []persist.Run{run},
+		Fires:       []persist.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
 		Actions:     []persist.Action{act},
 		Done:        func(err error) { e.dispatchDurable(t, def, run, err) },
 	}
@@ -199,16 +200,30 @@ func downstreamOf(def *persist.TaskDef) string {
 // failed). It must not block.
 func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run, err error) {
 	if err != nil {
+		duplicate := errors.Is(err, persist.ErrDuplicateFire)
 		t.mu.Lock()
 		t.pending--
 		if t.run != nil && t.run.run.Ticket == run.Ticket {
 			t.run = nil
 		}
-		e.writeFailed(t, err)
+		reload := false
+		if duplicate {
+			t.stale = true // another node dispatched this fire: its runtime is newer
+			reload = e.settleStale(t)
+		} else {
+			e.writeFailed(t, err)
+		}
 		e.settle(t)
 		t.mu.Unlock()
-		e.m.dispatches.result("conflict").Inc()
+		if duplicate {
+			e.fireRefused(t, def, run)
+		} else {
+			e.m.dispatches.result("conflict").Inc()
+		}
 		e.runsWG.Done()
+		if reload {
+			go e.reload(t.id)
+		}
 		return
 	}
 	t.mu.Lock()
@@ -231,6 +246,9 @@ type runBody struct {
 	// DedupTTLMS tells an executor how long to remember the ticket: the task's longest retry
 	// span plus five minutes (R5.4), so a re-sent run is recognised for as long as it can come.
 	DedupTTLMS int64 `json:"dedup_ttl_ms,omitempty"`
+	// Epoch is the lease epoch of the primary that sent the run (R8.3): an executor refuses
+	// one below the highest it has seen. 0 without HA.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // dedupTTL is the longest span over which runs of one fire can arrive, plus five minutes.
@@ -255,7 +273,7 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,
-		DedupTTLMS: e.dedupTTL(def).Milliseconds(),
+		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
 	})
 	switch def.Callback.Type {
 	case persist.CallbackHTTP:

@@ -50,6 +50,10 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 			e.adoptExecRun(t, *run, e.registry.Get(t.def.Callback.App, run.Executor))
 			continue
 		}
+		if t.def.OnLost == persist.OnLostResend && t.def.Callback.Type == persist.CallbackHTTP {
+			e.resendLost(t, *run) // ha.go
+			continue
+		}
 		e.complete(t, run.Ticket, outcome{result: persist.ResultLost,
 			errText: "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"})
 	}

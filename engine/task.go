@@ -67,6 +67,11 @@ type TaskSpec struct {
 	// Paused creates the task paused. On update, absent keeps the task as it is, so an
 	// edit never resumes (or pauses) a task by omission.
 	Paused *bool `json:"paused"`
+	// OnLost is what becomes of an HTTP run left in doubt by a failover or a restart:
+	// "fail" (the default: recorded lost, at most once) or "resend" (the same ticket sent
+	// again as a new attempt of the same fire, for endpoints that de-duplicate on
+	// X-Axe-Ticket).
+	OnLost string `json:"on_lost"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -308,6 +313,17 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 		return d, fieldErr("misfire_policy", "must be fire_once or skip, got %q", s.MisfirePolicy)
 	}
 	d.Paused = s.Paused != nil && *s.Paused
+	switch s.OnLost {
+	case "", persist.OnLostFail:
+		d.OnLost = s.OnLost
+	case persist.OnLostResend:
+		if d.Callback.Type != persist.CallbackHTTP {
+			return d, fieldErr("on_lost", "resend applies to HTTP callbacks only; an executor's runs are settled by the results it re-sends")
+		}
+		d.OnLost = s.OnLost
+	default:
+		return d, fieldErr("on_lost", "must be fail or resend, got %q", s.OnLost)
+	}
 	return d, nil
 }
 

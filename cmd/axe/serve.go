@@ -12,17 +12,21 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/ratelimit"
 )
 
 func serveCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("axe serve", flag.ContinueOnError)
 	var cfg admin.DaemonConfig
-	host, _ := os.Hostname()
 	fs.StringVar(&cfg.Addr, "addr", admin.AddrDefault, "listen address (AXE_ADDR)")
 	fs.StringVar(&cfg.DB, "db", admin.DBDefault, "store: sqlite:PATH or mysql:USER:PASS@tcp(HOST:3306)/DB (AXE_DB)")
 	fs.StringVar(&cfg.Token, "token", "", "require Authorization: Bearer TOKEN on the API (AXE_TOKEN)")
-	fs.StringVar(&cfg.NodeID, "node-id", host, "this scheduler's name in action records (AXE_NODE_ID)")
+	fs.StringVar(&cfg.NodeID, "node-id", "", "this scheduler's name in the lease, the nodes table and action records; default hostname:port (AXE_NODE_ID)")
+	fs.BoolVar(&cfg.HA, "ha", false, "run as the primary or a backup of a shared MySQL database, by a lease (AXE_HA)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "with --ha: the URL other nodes and clients reach this node at; default http://ADDR (AXE_ADVERTISE)")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", ha.LeaseTTLDefault, "with --ha: how long the lease lasts past a renewal, by the database's clock (AXE_LEASE_TTL)")
+	fs.DurationVar(&cfg.LeaseRenew, "lease-renew", ha.LeaseRenewDefault, "with --ha: how often the primary renews the lease and a backup tries to take it (AXE_LEASE_RENEW)")
 	fs.DurationVar(&cfg.Tick, "tick", engine.TickDefault, "timing wheel resolution (AXE_TICK)")
 	fs.StringVar(&cfg.Timezone, "timezone", engine.TimezoneDefault, "default IANA zone of tasks (AXE_TIMEZONE)")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", admin.ShutdownTimeoutDefault, "graceful stop bound (AXE_SHUTDOWN_TIMEOUT)")

@@ -1,0 +1,385 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/ha"
+	"github.com/axe-sched/axe/persist"
+)
+
+// This file runs `axe serve --ha` (R8): a node that is the primary or a backup of one
+// shared MySQL database, by the lease ha.Elector keeps.
+//
+// Each term as primary gets an engine of its own, built for the term's epoch: its store is
+// fenced by that epoch, its dispatcher carries it and asks the elector's gate before every
+// send. Promotion is that engine's Start, whose recovery is R8.2's steps in order (reload
+// the executor registry, resolve the runs left RUNNING, load the window applying misfire
+// policies), before the wheel and the first dispatch. Demotion stops the term's engine at
+// once, with an expired context: triggering stops, nothing is drained or flushed (the gate
+// is closed and the fence refuses the writes anyway), and the wheel goes with the engine.
+// Nothing of a term survives it, so a later term starts from what the database holds.
+//
+// Between terms a backup serves the read API from the database through an engine that is
+// never started, and answers writes and the executor protocol with 503 naming the primary.
+
+// Errors of the HA daemon.
+var (
+	// ErrHANeedsMySQL: --ha with the embedded store.
+	ErrHANeedsMySQL = errors.New("--ha needs MySQL")
+	// ErrBackup is the error of a write or executor-protocol call on a backup.
+	ErrBackup = errors.New("this node is a backup")
+)
+
+// haTerm is what serves the API for one role: the primary's engine of one epoch, or the
+// backup's reader.
+type haTerm struct {
+	primary bool
+	epoch   int64
+	eng     *engine.Engine
+	handler fasthttp.RequestHandler
+	set     *metrics.Set // the engine's metrics, registered while the term serves
+}
+
+// haNode is the daemon state of one HA node.
+type haNode struct {
+	cfg    DaemonConfig
+	store  persist.Store
+	el     *ha.Elector // set before the role loop starts; handlers read elp
+	elp    atomic.Pointer[ha.Elector]
+	reader *haTerm
+
+	term      atomic.Pointer[haTerm]
+	promoting atomic.Bool
+	stopping  atomic.Bool
+
+	roleMu sync.Mutex // serialises promotions, demotions and shutdown
+	ended  bool       // under roleMu: shutdown began, no more promotions
+	loop   chan struct{}
+}
+
+// defaultNodeID is hostname:port, so that two nodes on one host differ.
+func defaultNodeID(addr string) string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "axe"
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return host
+	}
+	return host + ":" + port
+}
+
+// checkHA refuses --ha on a store that cannot share a lease, naming why and what to use.
+func checkHA(db string) error {
+	if strings.HasPrefix(db, persist.SchemeMySQL+":") {
+		return nil
+	}
+	return fmt.Errorf("cannot start with --ha on %s: the embedded SQLite store is a file one process owns, so a second node could neither read the lease nor take over; run every node with --db 'mysql:USER:PASS@tcp(HOST:3306)/DB' on one shared MySQL or MariaDB: %w",
+		redactDSN(db), ErrHANeedsMySQL)
+}
+
+// serveHA is Serve for --ha. Shutdown order, each step logged with how long it took:
+//
+//  1. not ready: /readyz answers 503;
+//  2. a primary stops its engine (triggering, drain in-flight runs, flush the writer) while
+//     the elector keeps renewing the lease, then releases the lease, so a backup takes over
+//     at its next attempt (about one renew interval); a backup just stops campaigning;
+//  3. stop the HTTP server;
+//  4. close the store.
+func serveHA(ctx context.Context, cfg DaemonConfig) error {
+	log := cfg.Logger
+	if err := checkHA(cfg.DB); err != nil {
+		return err
+	}
+	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	store, err := persist.Open(openCtx, cfg.DB)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
+	}
+	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{})}
+	// The listener is bound first: the advertise URL defaults to it, and clients can read
+	// /readyz while the node claims its id.
+	reader, err := n.newTerm(nil, false, 0)
+	if err != nil {
+		_ = store.Close()
+		return err
+	}
+	n.reader = reader
+	n.term.Store(reader)
+	front, err := NewServer(ServerConfig{Addr: cfg.Addr, Token: cfg.Token, Engine: reader.eng, Store: store, Version: cfg.Version, Logger: log})
+	if err != nil {
+		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
+	}
+	front.srv.Handler = n.handle(front)
+	if err := front.Start(ctx); err != nil {
+		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = "http://" + front.Addr()
+		n.cfg.Advertise = cfg.Advertise
+	}
+	el, err := ha.New(ha.Config{Store: store, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log})
+	if err == nil {
+		err = el.Start(ctx)
+	}
+	if err != nil {
+		return errors.Join(err, front.Stop(context.Background()), reader.eng.Stop(context.Background()), store.Close())
+	}
+	n.el = el
+	n.elp.Store(el)
+	go n.roles(ctx)
+	log.Info("axe listening as a backup until it holds the lease", "addr", "http://"+front.Addr(),
+		"advertise", cfg.Advertise, "store", redactDSN(cfg.DB), "node", cfg.NodeID,
+		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew)
+	if cfg.OnListen != nil {
+		cfg.OnListen(front.Addr())
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer scancel()
+	var errs []error
+	step := func(name string, fn func() error) {
+		t := time.Now()
+		err := fn()
+		log.Info("shutdown: "+name, "took", time.Since(t), "error", err)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	step("not ready", func() error { n.stopping.Store(true); return nil })
+	n.roleMu.Lock()
+	n.ended = true
+	t := n.term.Load()
+	if t.primary {
+		step("stop engine (triggering, dispatch, writer)", func() error { return t.eng.Stop(sctx) })
+	}
+	n.term.Store(n.reader)
+	n.roleMu.Unlock()
+	step("stop lease loop (releasing the lease if held)", func() error { return el.Stop(sctx, t.primary) })
+	<-n.loop
+	if t.primary {
+		metrics.UnregisterSet(t.set, true)
+	}
+	step("stop HTTP server", func() error { return front.Stop(sctx) })
+	step("stop reader", func() error { return n.reader.eng.Stop(sctx) })
+	step("close store", store.Close)
+	return errors.Join(errs...)
+}
+
+// newTerm builds the engine and API handler of a term: a primary's at epoch, or (el nil,
+// primary false) the backup's reader, which is never started.
+func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, error) {
+	cfg := n.cfg
+	ecfg := cfg.Engine
+	ecfg.Store = n.store
+	ecfg.Tick = cfg.Tick
+	ecfg.DefaultTimezone = cfg.Timezone
+	ecfg.NodeID = cfg.NodeID
+	ecfg.Logger = cfg.Logger
+	if ecfg.ExecutorToken == "" {
+		ecfg.ExecutorToken = cfg.Token
+	}
+	if primary {
+		lease := ha.LeaseNameDefault
+		fenced, err := persist.Fenced(n.store, lease, epoch, func(err error) { el.Lost(epoch, err) })
+		if err != nil {
+			return nil, err
+		}
+		ecfg.Store = fenced
+		ecfg.Epoch = epoch
+		ecfg.Writer.LeaseName = lease
+		ecfg.Writer.Epoch = func() int64 { return epoch }
+		ecfg.Dispatch.Epoch = epoch
+		ecfg.Dispatch.Gate = func() error { return el.Gate(epoch) }
+	}
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Token: cfg.Token, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger})
+	if err != nil {
+		return nil, errors.Join(err, eng.Stop(context.Background()))
+	}
+	return &haTerm{primary: primary, epoch: epoch, eng: eng, handler: srv.srv.Handler, set: eng.Metrics()}, nil
+}
+
+// roles follows the elector's role changes until it stops.
+func (n *haNode) roles(ctx context.Context) {
+	defer close(n.loop)
+	for ch := range n.el.Changes() {
+		if ch.Primary {
+			n.promote(ctx, ch)
+		} else {
+			n.demote(ch)
+		}
+	}
+}
+
+// promote starts the engine of ch's epoch, whose start-up recovery does R8.2's steps, and
+// serves the API with it once they are done.
+func (n *haNode) promote(ctx context.Context, ch ha.Change) {
+	n.roleMu.Lock()
+	defer n.roleMu.Unlock()
+	log := n.cfg.Logger.With("epoch", ch.Epoch)
+	if n.ended || n.el.Gate(ch.Epoch) != nil {
+		return // shutting down, or the lease went again before this change was read
+	}
+	n.promoting.Store(true)
+	defer n.promoting.Store(false)
+	log.Info("promotion: starting the engine of this term")
+	t, err := n.newTerm(n.el, true, ch.Epoch)
+	if err == nil {
+		err = t.eng.Start(ctx)
+		if err != nil {
+			_ = t.eng.Stop(expiredContext())
+		}
+	}
+	if err != nil {
+		log.Error("promotion failed; giving up the lease for another node", "error", err)
+		n.el.Lost(ch.Epoch, err)
+		return
+	}
+	if err := n.el.Gate(ch.Epoch); err != nil {
+		log.Warn("the lease went during the promotion; stopping its engine", "error", err)
+		_ = t.eng.Stop(expiredContext())
+		return
+	}
+	metrics.RegisterSet(t.set)
+	n.term.Store(t)
+	took := time.Since(ch.At)
+	ha.ObservePromotion(took)
+	log.Info("promotion complete: this node is the primary and dispatches", "took", took)
+}
+
+// demote serves as a backup at once and stops the primary's engine without draining or
+// flushing: its gate is already closed and its writes fenced.
+func (n *haNode) demote(ch ha.Change) {
+	n.roleMu.Lock()
+	defer n.roleMu.Unlock()
+	t := n.term.Load()
+	if !t.primary || t.epoch != ch.Epoch || n.ended {
+		return
+	}
+	n.term.Store(n.reader)
+	start := time.Now()
+	err := t.eng.Stop(expiredContext())
+	metrics.UnregisterSet(t.set, true)
+	n.cfg.Logger.Warn("demoted: the engine of this term is stopped and its wheel dropped",
+		"epoch", ch.Epoch, "reason", ch.Reason, "took", time.Since(start), "stop_error", err)
+}
+
+// expiredContext is the context of a stop that must not wait for anything.
+func expiredContext() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// handle is the HA node's root handler: /readyz, and the backup's 503 for writes and the
+// executor protocol, then the current term's API.
+func (n *haNode) handle(front *Server) fasthttp.RequestHandler {
+	backupOnly := front.authed(func(c *fasthttp.RequestCtx) {
+		if c.IsGet() && string(c.Path()) == "/api/v1/executors" {
+			n.backupExecutors(c)
+			return
+		}
+		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{
+			"error": ErrBackup.Error(), "primary": n.elp.Load().Status().Leader})
+	})
+	return func(c *fasthttp.RequestCtx) {
+		if string(c.Path()) == "/readyz" {
+			n.readyz(c)
+			return
+		}
+		t := n.term.Load()
+		el := n.elp.Load()
+		if !t.primary && el != nil && strings.HasPrefix(string(c.Path()), "/api/") &&
+			(!c.IsGet() && !c.IsHead() || string(c.Path()) == "/api/v1/executors") {
+			backupOnly(c)
+			return
+		}
+		if !t.primary && el == nil && strings.HasPrefix(string(c.Path()), "/api/") && !c.IsGet() {
+			// Still claiming the node id: not a backup of anything yet.
+			writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": ""})
+			return
+		}
+		t.handler(c)
+	}
+}
+
+// backupExecutors lists the executor registry from the database: a backup has none in
+// memory.
+func (n *haNode) backupExecutors(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	list, err := n.store.ListExecutors(ctx)
+	if err != nil {
+		writeErr(c, fasthttp.StatusInternalServerError, err.Error())
+		return
+	}
+	if list == nil {
+		list = []persist.Executor{}
+	}
+	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
+}
+
+// readyzJSON is /readyz's answer on an HA node (R8.6).
+type readyzJSON struct {
+	Status  string `json:"status"` // "ready" or "not_ready"
+	Role    string `json:"role"`   // "primary" or "backup"
+	Epoch   int64  `json:"epoch"`
+	Node    string `json:"node"`
+	Primary string `json:"primary"` // the primary's advertise URL; "" when none is known
+	Error   string `json:"error,omitempty"`
+}
+
+// readyz answers 200 when the node is ready in its role; with ?role=primary only when it is
+// also the primary that dispatches (for a load balancer or a keepalived check).
+func (n *haNode) readyz(c *fasthttp.RequestCtx) {
+	t := n.term.Load()
+	ans := readyzJSON{Status: "ready", Role: persist.RoleBackup, Node: n.cfg.NodeID}
+	if t.primary {
+		ans.Role = persist.RolePrimary
+	}
+	el := n.elp.Load()
+	if el != nil {
+		st := el.Status()
+		ans.Epoch, ans.Primary = st.Epoch, st.Leader
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	switch err := n.store.Ping(ctx); {
+	case err != nil:
+		ans.Status, ans.Error = "not_ready", "store unreachable: "+err.Error()
+	case n.stopping.Load():
+		ans.Status, ans.Error = "not_ready", "shutting down"
+	case el == nil:
+		ans.Status, ans.Error = "not_ready", "claiming the node id"
+	case n.promoting.Load():
+		ans.Status, ans.Error = "not_ready", "promotion in progress"
+	case t.primary && !t.eng.Running():
+		ans.Status, ans.Error = "not_ready", "engine stopping"
+	}
+	code := fasthttp.StatusOK
+	if ans.Status != "ready" || (string(c.QueryArgs().Peek("role")) == persist.RolePrimary && ans.Role != persist.RolePrimary) {
+		code = fasthttp.StatusServiceUnavailable
+	}
+	writeJSON(c, code, ans)
+}

@@ -1,0 +1,203 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/persist"
+)
+
+// This file holds what the engine does for high availability (R8): the recovery steps of a
+// start, which on a promotion are R8.2's; the reaction to a refused fire record (R8.5); and
+// the re-send of an HTTP run left in doubt whose task says on_lost: resend.
+
+// Action names of this file.
+const (
+	// ActPromotion records one step of a start's recovery on a promoted primary (a task-less
+	// action, listed with the alerts).
+	ActPromotion = "promotion"
+	// ActDuplicateFire records a fire the database refused because its run exists: that
+	// (task, fire time, attempt) was dispatched already, so it is not dispatched again.
+	ActDuplicateFire = "duplicate_fire_suppressed"
+	// ActResend records an HTTP run left in doubt sent again as a new attempt (on_lost).
+	ActResend = "resend"
+	// ActLateResult records a result that arrived for a run already marked lost.
+	ActLateResult = "late_result"
+)
+
+// duplicateFires counts fires refused by the fire record (process-wide, so it survives the
+// engine of one term).
+var duplicateFires = metrics.GetOrCreateCounter("axe_duplicate_fires_suppressed_total")
+
+// recoverAtStart runs the recovery of Start in order, logging each step with how long it
+// took and, under HA (Config.Epoch > 0), recording it as an action:
+//
+//  1. reload the executor registry from the store, so results and dispatches find every
+//     executor at once;
+//  2. resolve the runs left RUNNING: an SDK executor's run is waited for under its own
+//     deadline (past it, it takes the timeout's retry/fail path at once); an HTTP run, whose
+//     answer went to the process that sent it, follows its task's on_lost;
+//  3. load the window from the store, applying the misfire policy to every fire that came
+//     due while no primary dispatched (each misfire is an action of its task);
+//  4. release dependency tasks whose upstreams succeeded meanwhile.
+//
+// Runs left RUNNING are resolved before the window is loaded so that their tasks' next
+// fires are decided (and misfires among them handled) by the same rules.
+func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
+	var detail string
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"reload the executor registry", func() error {
+			if err := e.restoreExecutors(ctx); err != nil {
+				return fmt.Errorf("cannot restore executors: %w", err)
+			}
+			detail = strconv.Itoa(len(e.registry.Snapshot())) + " executor(s)"
+			return nil
+		}},
+		{"resolve runs left running", func() error {
+			before := e.runsWG.Count()
+			if err := e.recoverInFlight(ctx); err != nil {
+				return fmt.Errorf("cannot recover in-flight runs: %w", err)
+			}
+			detail = strconv.Itoa(e.runsWG.Count()-before) + " run(s) still awaited; the others resolved"
+			return nil
+		}},
+		{"load the window and apply misfire policies", func() error {
+			misfires := e.m.misfires.Get()
+			n, err := e.loadRange(ctx, 1, horizon, now) // every past fire too: misfires (R3.5)
+			if err != nil {
+				return fmt.Errorf("cannot load the first window: %w", err)
+			}
+			detail = fmt.Sprintf("%d task(s) due within %s; %d misfire(s) handled by policy", n, e.cfg.Window, e.m.misfires.Get()-misfires)
+			return nil
+		}},
+		{"release dependents", func() error {
+			if err := e.loadDependencies(ctx); err != nil {
+				return fmt.Errorf("cannot load dependencies: %w", err)
+			}
+			detail = ""
+			return nil
+		}},
+	}
+	start := time.Now()
+	for i, st := range steps {
+		t := time.Now()
+		detail = ""
+		err := st.fn()
+		took := time.Since(t)
+		e.log.Info("start: "+st.name, "step", i+1, "took", took, "detail", detail, "epoch", e.cfg.Epoch, "error", err)
+		if err != nil {
+			return err
+		}
+		if e.cfg.Epoch > 0 {
+			e.systemAction(ActPromotion, fmt.Sprintf("epoch %d, step %d: %s took %s; %s", e.cfg.Epoch, i+1, st.name, took.Round(time.Microsecond), detail))
+		}
+	}
+	e.log.Info("start: recovery done; dispatching", "took", time.Since(start), "epoch", e.cfg.Epoch)
+	return nil
+}
+
+// systemAction records a task-less action without waiting.
+func (e *Engine) systemAction(name, detail string) {
+	act := persist.Action{Action: name, Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(), Detail: detail}
+	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []persist.Action{act}}); err != nil {
+		e.log.Warn("cannot record action", "action", name, "error", err)
+	}
+}
+
+// fireRefused records a fire the database refused: it is not dispatched (R8.5).
+func (e *Engine) fireRefused(t *task, def *persist.TaskDef, run persist.Run) {
+	duplicateFires.Inc()
+	e.log.Warn("duplicate fire suppressed: this (task, fire time, attempt) was dispatched already",
+		"task", def.Name, "ticket", run.Ticket, "scheduled_at", run.ScheduledAt, "attempt", run.Attempt)
+	act := persist.Action{TaskID: t.id, TaskName: def.Name, Ticket: run.Ticket, Action: ActDuplicateFire,
+		Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(),
+		Detail: "fire of " + time.UnixMilli(run.ScheduledAt).UTC().Format(time.RFC3339Nano) + " attempt " +
+			strconv.Itoa(run.Attempt) + " not dispatched: its run record already exists"}
+	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []persist.Action{act}}); err != nil {
+		e.log.Warn("cannot record suppressed fire", "ticket", run.Ticket, "error", err)
+	}
+}
+
+// resendLost sends an HTTP run left in doubt again (on_lost: resend): the lost run is
+// recorded lost, and the same ticket goes out as attempt n+1 of the same fire, whose run
+// row has a ticket of its own, so no (task, fire time, attempt) is dispatched twice. The
+// endpoint sees X-Axe-Ticket of the first send and can de-duplicate on it. t is in memory
+// and RUNNING with run in flight (recoverInFlight).
+func (e *Engine) resendLost(t *task, lost persist.Run) {
+	now := e.nowMS()
+	t.mu.Lock()
+	def := t.def
+	attempt := lost.Attempt + 1
+	re := persist.Run{
+		Ticket: scheduledTicket(t.id, lost.ScheduledAt, attempt), TaskID: t.id, TaskName: def.Name,
+		Kind: persist.RunScheduled, Attempt: attempt, ScheduledAt: lost.ScheduledAt, DispatchedAt: now,
+		Result: persist.ResultRunning, Executor: downstreamOf(def),
+		Detail: "re-send of " + lost.Ticket + " (on_lost: resend), sent with X-Axe-Ticket " + lost.Ticket,
+	}
+	lost.Result, lost.EndedAt = persist.ResultLost, now
+	lost.Error = "the scheduler stopped while the run was in flight; re-sent as attempt " + strconv.Itoa(attempt) + " (on_lost: resend)"
+	lost.DurationMS = now - lost.DispatchedAt
+	expect := t.rt.Version
+	nrt := t.rt
+	nrt.CurrentTicket, nrt.Attempt, nrt.LastTriggerTime = re.Ticket, attempt, now
+	nrt.Version = expect + 1
+	t.rt = nrt
+	t.pending++
+	t.run = &inflight{run: re}
+	acts := []persist.Action{
+		e.action(t, lost.Ticket, ActLost, persist.StateRunning, persist.StateRunning, ActorScheduler, lost.Error, now),
+		e.action(t, re.Ticket, ActResend, persist.StateRunning, persist.StateRunning, ActorScheduler, re.Detail, now),
+	}
+	t.mu.Unlock()
+	e.m.triggers.Inc()
+	g := &persist.Group{
+		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
+		Runs:        []persist.Run{lost},
+		Fires:       []persist.Run{re},
+		Actions:     acts,
+		Done: func(err error) {
+			if err != nil {
+				e.dispatchDurable(t, def, re, err)
+				return
+			}
+			t.mu.Lock()
+			t.pending--
+			t.mu.Unlock()
+			e.sendAs(t, def, re, lost.Ticket)
+		},
+	}
+	if err := e.writer.Submit(context.Background(), g); err != nil {
+		e.log.Warn("re-send dropped: writer closed", "task", def.Name, "ticket", re.Ticket, "error", err)
+		e.runsWG.Done()
+	}
+}
+
+// sendAs posts the HTTP run as send does, but under the wire ticket of an earlier attempt.
+func (e *Engine) sendAs(t *task, def *persist.TaskDef, run persist.Run, wireTicket string) {
+	deadline := time.Now().Add(time.Duration(def.TimeoutSec) * time.Second)
+	body := e.runJSON(def, run, wireTicket, deadline)
+	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
+		Body: body, Deadline: deadline}
+	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.resolve(t, run, httpOutcome(o, run.Executor)) }); err != nil {
+		e.resolve(t, run, outcome{result: persist.ResultFailed, errText: "not sent: " + err.Error()})
+	}
+}
+
+// runJSON is the run body send posts, with ticket as its ticket.
+func (e *Engine) runJSON(def *persist.TaskDef, run persist.Run, ticket string, deadline time.Time) []byte {
+	body, _ := json.Marshal(runBody{
+		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: ticket, Attempt: run.Attempt,
+		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: def.Params,
+		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
+	})
+	return body
+}

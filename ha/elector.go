@@ -1,0 +1,495 @@
+// Package ha decides which axe node is the primary (R8.1, R8.3). It owns the lease loop:
+// a backup tries to take the lease every renew interval, a primary renews it, and a
+// primary that loses it, or is no longer sure of it, stops at once. It also keeps this
+// node's row in the nodes table and says who the primary is.
+//
+// It must not schedule anything itself: it reports role changes, and the daemon starts and
+// stops the engine on them. The lease is judged only by the database's clock; this node's
+// own monotonic clock only ever makes it give up earlier, never hold on longer.
+package ha
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// Defaults for Config.
+const (
+	// LeaseTTLDefault is how long a lease lasts past its last renewal, by the database's
+	// clock (R8.1). A takeover waits this long after a primary dies silently.
+	LeaseTTLDefault = 15 * time.Second
+	// LeaseRenewDefault is how often the primary renews and a backup tries to take the
+	// lease; a primary also gives up by itself TTL − renew after its last renewal was sent.
+	LeaseRenewDefault = 5 * time.Second
+	// LeaseNameDefault names the lease row.
+	LeaseNameDefault = "scheduler"
+)
+
+// Sentinel errors.
+var (
+	// ErrNotPrimary is the gate's answer on a node that is not the primary of the epoch
+	// asked about.
+	ErrNotPrimary = errors.New("this node is not the primary")
+	// ErrLeaseDeadline is the gate's answer on a primary whose last successful renewal was
+	// sent more than TTL − renew ago: another node may take over soon.
+	ErrLeaseDeadline = errors.New("lease renewal overdue")
+	// ErrReadOnly: the database refuses writes; a primary could not hold a lease on it.
+	ErrReadOnly = errors.New("database is read-only")
+	// ErrNodeIDTaken: another live node uses this node's id.
+	ErrNodeIDTaken = persist.ErrNodeIDTaken
+)
+
+// Metrics of R8 (process-wide).
+var (
+	primaryGauge    = metrics.NewGauge("axe_ha_primary", nil)
+	epochGauge      = metrics.NewGauge("axe_lease_epoch", nil)
+	renewOK         = metrics.NewCounter(`axe_lease_renewals_total{result="ok"}`)
+	renewLost       = metrics.NewCounter(`axe_lease_renewals_total{result="lost"}`)
+	renewError      = metrics.NewCounter(`axe_lease_renewals_total{result="error"}`)
+	failovers       = metrics.NewCounter("axe_failovers_total")
+	promotionTiming = metrics.NewPrometheusHistogramExt("axe_promotion_duration_seconds",
+		metrics.ExponentialBuckets(0.01, 2, 14)) // 10ms .. ~80s
+)
+
+// ObservePromotion records how long a promotion took, from taking the lease to the first
+// dispatch allowed (axe_promotion_duration_seconds).
+func ObservePromotion(d time.Duration) { promotionTiming.Update(d.Seconds()) }
+
+// Config configures an Elector.
+type Config struct {
+	// Store holds the lease and the nodes table. Required; MySQL in production.
+	Store persist.Store
+	// NodeID names this node in the lease and the nodes table. Required.
+	NodeID string
+	// Advertise is the URL other nodes and clients reach this node's API at. Required.
+	Advertise string
+	// LeaseName names the lease row. Defaults to LeaseNameDefault.
+	LeaseName string
+	// TTL is the lease's life past a renewal. Defaults to LeaseTTLDefault (15s).
+	TTL time.Duration
+	// Renew is the renewal and campaign interval. Defaults to LeaseRenewDefault (5s); it
+	// must be below TTL/2 so that a primary renews at least twice per TTL.
+	Renew time.Duration
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.LeaseName == "" {
+		c.LeaseName = LeaseNameDefault
+	}
+	if c.TTL == 0 {
+		c.TTL = LeaseTTLDefault
+	}
+	if c.Renew == 0 {
+		c.Renew = LeaseRenewDefault
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("store is required")
+	case c.NodeID == "":
+		return errors.New("node id is required")
+	case c.Advertise == "":
+		return errors.New("advertise URL is required")
+	case c.Renew <= 0 || c.TTL <= 0:
+		return fmt.Errorf("lease-ttl (%s) and lease-renew (%s) must be positive", c.TTL, c.Renew)
+	case 2*c.Renew >= c.TTL:
+		return fmt.Errorf("lease-renew (%s) must be below half the lease-ttl (%s)", c.Renew, c.TTL)
+	}
+	return nil
+}
+
+// Change is a role change of this node.
+type Change struct {
+	// Primary is true when this node became the primary at Epoch, false when it stopped.
+	Primary bool
+	Epoch   int64
+	// Reason says why (for logs and action records).
+	Reason string
+	// At is when this node learned it (monotonic).
+	At time.Time
+}
+
+// Elector runs the lease loop of one node. Create with New, then Start; Stop ends it.
+type Elector struct {
+	cfg      Config
+	log      *slog.Logger
+	instance string
+	changes  chan Change
+
+	mu       sync.Mutex
+	primary  bool
+	epoch    int64     // the epoch held while primary; the last seen otherwise
+	deadline time.Time // primary: the gate closes at this monotonic time
+	watchdog *time.Timer
+	leader   string // advertise URL of the primary as last seen; "" when none
+	holder   string // node id of the primary as last seen
+
+	lifeMu sync.Mutex
+	state  int // 0 new, 1 running, 2 stopped
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds an elector; nothing runs until Start.
+func New(cfg Config) (*Elector, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("cannot create elector: %w", err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Elector{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		instance: hex.EncodeToString(b[:]),
+		changes:  make(chan Change, 16),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Changes delivers every role change in order. The daemon must keep reading it.
+func (e *Elector) Changes() <-chan Change { return e.changes }
+
+// Start checks that the database takes writes, claims the node id, and starts the loop as
+// a backup. It waits up to 1.5 renew intervals for a previous instance of this id (a
+// process that crashed) to fall silent; an id that stays live is refused with
+// ErrNodeIDTaken.
+func (e *Elector) Start(ctx context.Context) error {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	if e.state != 0 {
+		return nil
+	}
+	ro, err := e.cfg.Store.ReadOnly(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot start HA: %w", err)
+	}
+	if ro {
+		return fmt.Errorf("cannot start HA: the %s server is read-only (@@read_only = 1; a replica?): point --db at the writable primary: %w",
+			e.cfg.Store.Kind(), ErrReadOnly)
+	}
+	if err := e.claim(ctx); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.state = 1
+	go e.run(runCtx)
+	return nil
+}
+
+// liveWithin is how recently a node must have been seen to count as live: a live node
+// touches its row every renew interval.
+func (e *Elector) liveWithin() time.Duration { return e.cfg.Renew + e.cfg.Renew/2 }
+
+func (e *Elector) claim(ctx context.Context) error {
+	me := persist.Node{ID: e.cfg.NodeID, Advertise: e.cfg.Advertise, Role: persist.RoleBackup, Instance: e.instance}
+	giveUp := time.Now().Add(e.liveWithin() + time.Second)
+	waited := false
+	for {
+		other, err := e.cfg.Store.ClaimNode(ctx, me, e.liveWithin())
+		if err == nil {
+			if waited {
+				e.log.Info("node id free again: its previous instance fell silent")
+			}
+			return nil
+		}
+		if !errors.Is(err, persist.ErrNodeIDTaken) {
+			return fmt.Errorf("cannot start HA: %w", err)
+		}
+		if time.Now().After(giveUp) {
+			return fmt.Errorf("cannot start HA: another live node uses node id %q (advertise %s, seen %s ago); give this node its own --node-id: %w",
+				e.cfg.NodeID, other.Advertise, other.Age.Round(time.Millisecond), ErrNodeIDTaken)
+		}
+		if !waited {
+			e.log.Warn("node id in use by another instance; waiting to see whether it is live",
+				"other_advertise", other.Advertise, "seen_ago", other.Age.Round(time.Millisecond), "wait_up_to", time.Until(giveUp).Round(time.Millisecond))
+			waited = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cannot start HA: %w", ctx.Err())
+		case <-time.After(e.cfg.Renew / 10):
+		}
+	}
+}
+
+// Stop ends the loop. A primary releases the lease when release is set (after the engine
+// drained: a graceful stop), so a backup takes over at its next attempt, about one renew
+// interval later; the node's row is marked stopped. Idempotent; safe without Start.
+func (e *Elector) Stop(ctx context.Context, release bool) error {
+	e.lifeMu.Lock()
+	defer e.lifeMu.Unlock()
+	if e.state != 1 {
+		e.state = 2
+		return nil
+	}
+	e.state = 2
+	e.cancel()
+	<-e.done
+	e.mu.Lock()
+	wasPrimary, epoch := e.primary, e.epoch
+	e.mu.Unlock()
+	e.demote("stopping")
+	var errs []error
+	if wasPrimary && release {
+		t := time.Now()
+		err := e.cfg.Store.ReleaseLease(ctx, e.cfg.LeaseName, e.cfg.NodeID, epoch)
+		e.log.Info("lease released", "epoch", epoch, "took", time.Since(t), "error", err)
+		errs = append(errs, err)
+	}
+	errs = append(errs, e.cfg.Store.TouchNode(ctx, e.cfg.NodeID, e.instance, persist.RoleStopped))
+	close(e.changes)
+	return errors.Join(errs...)
+}
+
+// Gate is nil while this node is the primary at epoch and its last successful renewal was
+// sent less than TTL − renew ago (R8.3). Every dispatch asks it just before it leaves.
+func (e *Elector) Gate(epoch int64) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.primary || e.epoch != epoch {
+		return fmt.Errorf("epoch %d: %w", epoch, ErrNotPrimary)
+	}
+	if !time.Now().Before(e.deadline) {
+		return fmt.Errorf("epoch %d: %w", epoch, ErrLeaseDeadline)
+	}
+	return nil
+}
+
+// Status is what /readyz shows.
+type Status struct {
+	Primary bool
+	Epoch   int64
+	NodeID  string
+	// Leader is the advertise URL of the primary: this node's own while primary, "" when
+	// none is known.
+	Leader string
+}
+
+// Status returns this node's role and the primary it knows of.
+func (e *Elector) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := Status{Primary: e.primary, Epoch: e.epoch, NodeID: e.cfg.NodeID, Leader: e.leader}
+	if e.primary {
+		s.Leader = e.cfg.Advertise
+	}
+	return s
+}
+
+// Lost tells the elector that a write at epoch failed on the fence: another node holds a
+// newer epoch. A primary at that epoch stops at once.
+func (e *Elector) Lost(epoch int64, err error) {
+	e.mu.Lock()
+	current := e.primary && e.epoch == epoch
+	e.mu.Unlock()
+	if current {
+		e.log.Error("a write failed on the fence: another node holds the lease; stopping as primary", "epoch", epoch, "error", err)
+		e.demote("a write failed on the fence")
+	}
+}
+
+// run is the lease loop.
+func (e *Elector) run(ctx context.Context) {
+	defer close(e.done)
+	next := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
+		e.mu.Lock()
+		primary := e.primary
+		e.mu.Unlock()
+		if primary {
+			next = e.renew(ctx)
+		} else {
+			next = e.campaign(ctx)
+		}
+	}
+}
+
+// campaign tries to take the lease once and returns when to try again.
+func (e *Elector) campaign(ctx context.Context) time.Duration {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.Renew)
+	defer cancel()
+	e.touch(cctx, persist.RoleBackup)
+	sent := time.Now()
+	l, ok, err := e.cfg.Store.TakeLease(cctx, e.cfg.LeaseName, e.cfg.NodeID, e.cfg.TTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("cannot try the lease", "error", err)
+		}
+		return e.cfg.Renew
+	}
+	if !ok {
+		e.learnLeader(cctx, l)
+		return e.cfg.Renew
+	}
+	e.mu.Lock()
+	e.primary, e.epoch = true, l.Epoch
+	e.holder, e.leader = e.cfg.NodeID, e.cfg.Advertise
+	e.armLocked(sent)
+	e.mu.Unlock()
+	primaryGauge.Set(1)
+	epochGauge.Set(float64(l.Epoch))
+	if l.Epoch > 1 {
+		failovers.Inc()
+	}
+	e.log.Info("lease taken: this node is the primary", "epoch", l.Epoch, "ttl_left", l.Remaining.Round(time.Millisecond))
+	e.touch(cctx, persist.RolePrimary)
+	e.changes <- Change{Primary: true, Epoch: l.Epoch, Reason: "lease taken", At: sent}
+	return e.cfg.Renew
+}
+
+// renew renews the lease once and returns when to renew next.
+func (e *Elector) renew(ctx context.Context) time.Duration {
+	e.mu.Lock()
+	epoch, left := e.epoch, time.Until(e.deadline)
+	e.mu.Unlock()
+	if left <= 0 {
+		e.demote("no successful renewal within lease-ttl − lease-renew")
+		return 0
+	}
+	cctx, cancel := context.WithTimeout(ctx, left)
+	defer cancel()
+	sent := time.Now()
+	err := e.cfg.Store.RenewLease(cctx, e.cfg.LeaseName, e.cfg.NodeID, epoch, e.cfg.TTL)
+	switch {
+	case err == nil:
+		renewOK.Inc()
+		e.mu.Lock()
+		if e.primary && e.epoch == epoch {
+			e.armLocked(sent)
+		}
+		e.mu.Unlock()
+		e.touch(cctx, persist.RolePrimary)
+		return e.cfg.Renew
+	case errors.Is(err, persist.ErrLeaseLost):
+		renewLost.Inc()
+		e.log.Error("lease lost: the renewal changed no row; stopping as primary at once", "epoch", epoch)
+		e.demote("the lease renewal found another holder or epoch")
+		return 0
+	default:
+		if ctx.Err() != nil {
+			return 0
+		}
+		renewError.Inc()
+		e.log.Warn("cannot renew the lease; retrying until the local deadline", "epoch", epoch,
+			"left", time.Until(e.deadlineOf()).Round(time.Millisecond), "error", err)
+		return min(e.cfg.Renew/5, time.Second)
+	}
+}
+
+func (e *Elector) deadlineOf() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.deadline
+}
+
+// armLocked moves the local deadline to TTL − renew after sent, the moment the successful
+// renewal left: the database set its expiry no earlier than that, so this node gives up at
+// least one renew interval before another could take over. Caller holds e.mu.
+func (e *Elector) armLocked(sent time.Time) {
+	e.deadline = sent.Add(e.cfg.TTL - e.cfg.Renew)
+	epoch := e.epoch
+	if e.watchdog != nil {
+		e.watchdog.Stop()
+	}
+	// The watchdog demotes on time even when the loop is stuck in a database call.
+	e.watchdog = time.AfterFunc(time.Until(e.deadline), func() {
+		e.mu.Lock()
+		due := e.primary && e.epoch == epoch && !time.Now().Before(e.deadline)
+		e.mu.Unlock()
+		if due {
+			e.log.Error("no successful lease renewal within lease-ttl − lease-renew; stopping as primary", "epoch", epoch)
+			e.demote("no successful renewal within lease-ttl − lease-renew")
+		}
+	})
+}
+
+// demote makes this node a backup, closing the gate first.
+func (e *Elector) demote(reason string) {
+	e.mu.Lock()
+	if !e.primary {
+		e.mu.Unlock()
+		return
+	}
+	e.primary = false
+	e.deadline = time.Time{}
+	if e.watchdog != nil {
+		e.watchdog.Stop()
+		e.watchdog = nil
+	}
+	e.leader, e.holder = "", ""
+	epoch := e.epoch
+	e.mu.Unlock()
+	primaryGauge.Set(0)
+	e.log.Warn("this node is a backup now", "epoch", epoch, "reason", reason)
+	e.changes <- Change{Primary: false, Epoch: epoch, Reason: reason, At: time.Now()}
+}
+
+// learnLeader records who holds the lease l, and its advertise URL.
+func (e *Elector) learnLeader(ctx context.Context, l persist.LeaseState) {
+	leader := ""
+	if l.Held {
+		e.mu.Lock()
+		known := l.Holder == e.holder
+		leader = e.leader
+		e.mu.Unlock()
+		if !known {
+			leader = ""
+			nodes, err := e.cfg.Store.ListNodes(ctx)
+			if err == nil {
+				for _, n := range nodes {
+					if n.ID == l.Holder {
+						leader = n.Advertise
+					}
+				}
+			}
+		}
+	}
+	e.mu.Lock()
+	if !e.primary {
+		e.epoch = l.Epoch
+		e.holder, e.leader = "", ""
+		if l.Held {
+			e.holder, e.leader = l.Holder, leader
+		}
+	}
+	e.mu.Unlock()
+	epochGauge.Set(float64(l.Epoch))
+}
+
+func (e *Elector) touch(ctx context.Context, role string) {
+	err := e.cfg.Store.TouchNode(ctx, e.cfg.NodeID, e.instance, role)
+	if errors.Is(err, persist.ErrNodeIDTaken) {
+		e.log.Error("another instance claimed this node id; stopping as primary", "error", err)
+		e.demote("another instance claimed this node id")
+		return
+	}
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn("cannot touch this node's row", "error", err)
+	}
+}
