@@ -91,6 +91,9 @@ type Audit struct {
 	InDoubt map[string]int
 	// Unresolved lists runs still running when the audit read the table.
 	Unresolved []string
+	// DoubtTimedOut lists the runs in doubt that ended timed out: neither their result nor a
+	// lost verdict reached the new primary within their timeout.
+	DoubtTimedOut []string
 }
 
 // OK reports whether the audit found nothing wrong.
@@ -131,7 +134,7 @@ func (a *Audit) String() string {
 	for _, l := range []struct {
 		name string
 		list []string
-	}{{"duplicate", a.Duplicates}, {"gap", a.Gaps}, {"unrecorded", a.Unrecorded}, {"phantom", a.Phantoms}, {"unresolved", a.Unresolved}} {
+	}{{"duplicate", a.Duplicates}, {"gap", a.Gaps}, {"unrecorded", a.Unrecorded}, {"phantom", a.Phantoms}, {"unresolved", a.Unresolved}, {"in doubt, timed out", a.DoubtTimedOut}} {
 		for i, s := range l.list {
 			if i == 5 {
 				fmt.Fprintf(&b, "\n  … %d more %s", len(l.list)-5, l.name)
@@ -245,6 +248,9 @@ func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions 
 			for _, f := range faults {
 				if r.DispatchedAt <= int64(f) && (r.EndedAt == 0 || r.EndedAt > int64(f)) {
 					a.InDoubt[r.Result]++
+					if r.Result == "timeout" {
+						a.DoubtTimedOut = append(a.DoubtTimedOut, fmt.Sprintf("%s (ticket %s, received %d)", ak, r.Ticket, got))
+					}
 					if r.Result == "lost" && got > 0 {
 						a.InDoubt["lost+received"]++
 					}

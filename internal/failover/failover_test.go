@@ -119,6 +119,7 @@ func TestFailoverKill(t *testing.T) {
 		c.start(primary)
 		c.waitRole(primary, "backup", roleTimeout)
 		if k == 0 {
+			c.waitPrimaryKnown(primary, backup)
 			c.backupRefusesWrites(primary, backup)
 		}
 		time.Sleep(sz.after)
@@ -134,6 +135,26 @@ func TestFailoverKill(t *testing.T) {
 	t.Logf("takeover over %d kills: median %s, range %s – %s", len(takeovers),
 		median(takeovers).Round(time.Millisecond), slices.Min(takeovers).Round(time.Millisecond), slices.Max(takeovers).Round(time.Millisecond))
 	c.audit("kill -9", l, Span{From: from, To: spanTo()}, faults)
+}
+
+// waitPrimaryKnown waits until backup's /readyz names primary, which it learns from the lease
+// row within a renew interval of starting, and logs how long that took.
+func (c *cluster) waitPrimaryKnown(backup, primary *node) {
+	c.t.Helper()
+	began := time.Now()
+	deadline := began.Add(c.ttl + takeoverSlack)
+	for {
+		r, _, _ := c.readyz(backup)
+		if r.Primary == primary.url {
+			c.t.Logf("backup %s named the primary %s after %s", backup.id, primary.id, time.Since(began).Round(time.Millisecond))
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Errorf("backup %s still names primary %q after %s, want %s", backup.id, r.Primary, c.ttl+takeoverSlack, primary.url)
+			return
+		}
+		time.Sleep(pollEvery)
+	}
 }
 
 // backupRefusesWrites checks a write sent to backup: the API answers 503 naming primary, and
@@ -271,6 +292,15 @@ func (c *cluster) nodeLogsOnFailure() {
 		}
 		for _, n := range c.nodes {
 			c.t.Logf("node %s log tail:\n%s", n.id, tail(strings.TrimSpace(n.allLogs()), 4000))
+		}
+		if c.exe != nil {
+			var warn []string
+			for _, line := range strings.Split(c.exe.stderr.String(), "\n") {
+				if strings.Contains(line, "refused") || strings.Contains(line, "abandon") {
+					warn = append(warn, line)
+				}
+			}
+			c.t.Logf("executor process: %d refusals; first ones:\n%s", len(warn), strings.Join(warn[:min(len(warn), 10)], "\n"))
 		}
 	})
 }
