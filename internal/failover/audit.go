@@ -58,6 +58,9 @@ type AuditTask struct {
 	Name string
 	// Cron is the task's expression for a cron task; "" for a one-shot (delay) task.
 	Cron string
+	// Due is, for a one-shot task, the latest instant (ms) it can fall due: one due at or
+	// after the span's end is not audited.
+	Due int64
 }
 
 // Span is the fire times the audit covers: From ≤ fire time < To, in ms.
@@ -262,6 +265,9 @@ func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions 
 
 	for _, t := range tasks {
 		if t.Cron == "" {
+			if t.Due >= span.To {
+				continue
+			}
 			a.Fires++
 			var found []RunRow
 			for k, rs := range rows {

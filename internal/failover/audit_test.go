@@ -134,4 +134,9 @@ func TestAuditOneShotTasks(t *testing.T) {
 	if a.Fires != 2 || a.Ran != 1 || len(a.Gaps) != 1 || !strings.Contains(a.Gaps[0], "never") {
 		t.Fatalf("one-shot audit: %s", a)
 	}
+	// A one-shot task due after the span is not audited.
+	tasks[1].Due = base + 2*sec
+	if a, err = Check(tasks, Span{From: base, To: base + sec}, nil, runs, nil, recs); err != nil || !a.OK() || a.Fires != 1 {
+		t.Fatalf("one-shot audit with a task due after the span: %s", a)
+	}
 }

@@ -21,8 +21,9 @@ const takeoverSlack = 5 * time.Second
 // roleTimeout bounds waiting for a node to reach a role when no takeover is being timed.
 const roleTimeout = 30 * time.Second
 
-// lostLease matches the log line of a node that finds it no longer holds the lease.
-var lostLease = regexp.MustCompile(`(?i)lease[^"\n]{0,40}lost|lost[^"\n]{0,40}lease`)
+// lostLease matches the log line of a node that gives up leadership: it lost the lease, or
+// found it could not have renewed it in time, and is a backup now.
+var lostLease = regexp.MustCompile(`(?i)lease[^"\n]{0,40}lost|lost[^"\n]{0,40}lease|"this node is a backup now"`)
 
 // bootHA starts node a (the primary), node b (the backup) and the executor process; when
 // proxied, every node reaches MariaDB through a testproxy of its own.
@@ -96,8 +97,7 @@ func TestFailoverKill(t *testing.T) {
 	sz := suiteSize()
 	c := newCluster(t, true)
 	a, b := c.bootHA(false)
-	span := sz.warm + time.Duration(sz.kills)*(c.ttl+takeoverSlack+sz.after)
-	l := c.createLoad(sz, span)
+	l := c.createLoad(sz, sz.warm+time.Duration(sz.kills)*(c.ttl+time.Second+sz.after))
 	from := spanFrom(l)
 	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
 
@@ -204,7 +204,7 @@ func TestFailoverSIGSTOP(t *testing.T) {
 	sz := suiteSize()
 	c := newCluster(t, true)
 	a, b := c.bootHA(false)
-	l := c.createLoad(sz, sz.warm+2*c.ttl+takeoverSlack+sz.after)
+	l := c.createLoad(sz, sz.warm+2*c.ttl+sz.after)
 	from := spanFrom(l)
 	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
 
@@ -239,7 +239,7 @@ func TestFailoverPartition(t *testing.T) {
 	sz := suiteSize()
 	c := newCluster(t, true)
 	a, b := c.bootHA(true)
-	l := c.createLoad(sz, sz.warm+2*(c.ttl+takeoverSlack+sz.after))
+	l := c.createLoad(sz, sz.warm+2*(c.ttl+time.Second+sz.after))
 	from := spanFrom(l)
 	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
 
@@ -284,13 +284,24 @@ func TestFailoverPartition(t *testing.T) {
 	c.audit("partition", l, Span{From: from, To: spanTo()}, faults)
 }
 
+// envLogDir names a directory where a failed test writes its nodes' whole logs.
+const envLogDir = "AXE_FAILOVER_LOG_DIR"
+
 // nodeLogsOnFailure prints the nodes' log tails when a test failed.
 func (c *cluster) nodeLogsOnFailure() {
 	c.t.Cleanup(func() {
 		if !c.t.Failed() {
 			return
 		}
+		dir := os.Getenv(envLogDir)
 		for _, n := range c.nodes {
+			if dir != "" {
+				path := filepath.Join(dir, c.t.Name()+"-"+n.id+".log")
+				if err := os.WriteFile(path, []byte(n.allLogs()), 0o644); err == nil {
+					c.t.Logf("node %s log: %s", n.id, path)
+					continue
+				}
+			}
 			c.t.Logf("node %s log tail:\n%s", n.id, tail(strings.TrimSpace(n.allLogs()), 4000))
 		}
 		if c.exe != nil {

@@ -93,22 +93,26 @@ func (c *cluster) createLoad(sz size, dueSpan time.Duration) *load {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	work := make(chan taskSpec)
+	work := make(chan int)
 	errs := make(chan error, len(specs))
+	due := make([]int64, len(specs)) // per one-shot task: the latest instant it can fall due
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for s := range work {
-				if err := client.Do(ctx, http.MethodPost, "/api/v1/tasks", s, nil); err != nil {
-					errs <- fmt.Errorf("create %s: %w", s.Name, err)
+			for i := range work {
+				if err := client.Do(ctx, http.MethodPost, "/api/v1/tasks", specs[i], nil); err != nil {
+					errs <- fmt.Errorf("create %s: %w", specs[i].Name, err)
+				}
+				if d := specs[i].DelayMS; d != nil {
+					due[i] = time.Now().UnixMilli() + *d
 				}
 			}
 		}()
 	}
-	for _, s := range specs {
-		work <- s
+	for i := range specs {
+		work <- i
 	}
 	close(work)
 	wg.Wait()
@@ -117,8 +121,8 @@ func (c *cluster) createLoad(sz size, dueSpan time.Duration) *load {
 		c.t.Fatal(err)
 	}
 	l := &load{created: time.Now()}
-	for _, s := range specs {
-		l.tasks = append(l.tasks, AuditTask{Name: s.Name, Cron: s.Cron})
+	for i, s := range specs {
+		l.tasks = append(l.tasks, AuditTask{Name: s.Name, Cron: s.Cron, Due: due[i]})
 	}
 	c.t.Logf("load: %d every-second, %d every-3-second and %d one-shot tasks", sz.every1, sz.every3, sz.delayed)
 	return l

@@ -104,8 +104,11 @@ func executorMain() int {
 		// takes over rather than a doubling delay later.
 		ResendMax:      time.Second,
 		RequestTimeout: 2 * time.Second,
-		QueueSize:      4096,
-		Logger:         log,
+		// Every run starts the moment it arrives: the receipt's time is then the dispatch's,
+		// which the partition scenario compares with the takeover.
+		PoolSize:  1024,
+		QueueSize: 4096,
+		Logger:    log,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
