@@ -97,6 +97,10 @@ type Audit struct {
 	// DoubtTimedOut lists the runs in doubt that ended timed out: neither their result nor a
 	// lost verdict reached the new primary within their timeout.
 	DoubtTimedOut []string
+	// ResultsLost lists the runs in doubt that the SDK executor ran, yet were recorded
+	// timed out or lost: the executor re-sends a result until a scheduler acknowledges it,
+	// so such a run's result was acknowledged and then not recorded.
+	ResultsLost []string
 }
 
 // OK reports whether the audit found nothing wrong.
@@ -133,11 +137,11 @@ func (a *Audit) String() string {
 		}
 		fmt.Fprintf(&b, " (%s)", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(&b, "; unresolved %d", len(a.Unresolved))
+	fmt.Fprintf(&b, "; unresolved %d; executor results lost %d", len(a.Unresolved), len(a.ResultsLost))
 	for _, l := range []struct {
 		name string
 		list []string
-	}{{"duplicate", a.Duplicates}, {"gap", a.Gaps}, {"unrecorded", a.Unrecorded}, {"phantom", a.Phantoms}, {"unresolved", a.Unresolved}, {"in doubt, timed out", a.DoubtTimedOut}} {
+	}{{"duplicate", a.Duplicates}, {"gap", a.Gaps}, {"unrecorded", a.Unrecorded}, {"phantom", a.Phantoms}, {"unresolved", a.Unresolved}, {"in doubt, timed out", a.DoubtTimedOut}, {"result lost", a.ResultsLost}} {
 		for i, s := range l.list {
 			if i == 5 {
 				fmt.Fprintf(&b, "\n  … %d more %s", len(l.list)-5, l.name)
@@ -206,8 +210,13 @@ func (k fireKey) String() string {
 func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions []ActionRow, receipts []Receipt) (*Audit, error) {
 	a := &Audit{InDoubt: map[string]int{}}
 	received := map[attemptKey]int{}
+	byExecutor := map[attemptKey]bool{}
 	for _, r := range receipts {
-		received[attemptKey{r.Task, r.ScheduledAt, r.Attempt}]++
+		k := attemptKey{r.Task, r.ScheduledAt, r.Attempt}
+		received[k]++
+		if r.Via == "executor" {
+			byExecutor[k] = true
+		}
 	}
 	rows := map[fireKey][]RunRow{}
 	tickets := map[attemptKey]string{}
@@ -253,6 +262,9 @@ func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions 
 					a.InDoubt[r.Result]++
 					if r.Result == "timeout" {
 						a.DoubtTimedOut = append(a.DoubtTimedOut, fmt.Sprintf("%s (ticket %s, received %d)", ak, r.Ticket, got))
+					}
+					if byExecutor[ak] && (r.Result == "timeout" || r.Result == "lost") {
+						a.ResultsLost = append(a.ResultsLost, fmt.Sprintf("%s (ticket %s) ran on the executor, recorded %s", ak, r.Ticket, r.Result))
 					}
 					if r.Result == "lost" && got > 0 {
 						a.InDoubt["lost+received"]++
@@ -331,5 +343,7 @@ func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions 
 	sort.Strings(a.Unrecorded)
 	sort.Strings(a.Phantoms)
 	sort.Strings(a.Unresolved)
+	sort.Strings(a.DoubtTimedOut)
+	sort.Strings(a.ResultsLost)
 	return a, nil
 }

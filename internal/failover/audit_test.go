@@ -121,6 +121,13 @@ func TestAuditCountsRunsInDoubt(t *testing.T) {
 	if len(a.Unresolved) != 1 || a.OK() {
 		t.Errorf("a run left running is not reported: %s", a)
 	}
+	// An executor run in doubt that ran, yet ended timed out, lost its acknowledged result.
+	recs[5].Via = "executor"
+	runs[6].Result, runs[6].EndedAt = "success", base+7*sec
+	a = check(t, runs, nil, recs, fault)
+	if len(a.ResultsLost) != 1 || !strings.Contains(a.ResultsLost[0], "recorded lost") {
+		t.Errorf("a lost executor result is not reported: %s", a)
+	}
 }
 
 func TestAuditOneShotTasks(t *testing.T) {

@@ -284,16 +284,20 @@ func TestFailoverPartition(t *testing.T) {
 	c.audit("partition", l, Span{From: from, To: spanTo()}, faults)
 }
 
-// envLogDir names a directory where a failed test writes its nodes' whole logs.
-const envLogDir = "AXE_FAILOVER_LOG_DIR"
+// envLogDir names a directory where a failed test writes its nodes' whole logs; with
+// envKeepLogs set, every test does.
+const (
+	envLogDir   = "AXE_FAILOVER_LOG_DIR"
+	envKeepLogs = "AXE_FAILOVER_KEEP_LOGS"
+)
 
 // nodeLogsOnFailure prints the nodes' log tails when a test failed.
 func (c *cluster) nodeLogsOnFailure() {
 	c.t.Cleanup(func() {
-		if !c.t.Failed() {
+		dir := os.Getenv(envLogDir)
+		if !c.t.Failed() && os.Getenv(envKeepLogs) == "" {
 			return
 		}
-		dir := os.Getenv(envLogDir)
 		for _, n := range c.nodes {
 			if dir != "" {
 				path := filepath.Join(dir, c.t.Name()+"-"+n.id+".log")
@@ -303,6 +307,12 @@ func (c *cluster) nodeLogsOnFailure() {
 				}
 			}
 			c.t.Logf("node %s log tail:\n%s", n.id, tail(strings.TrimSpace(n.allLogs()), 4000))
+		}
+		if c.exe != nil && dir != "" {
+			path := filepath.Join(dir, c.t.Name()+"-executor.log")
+			if err := os.WriteFile(path, []byte(c.exe.stderr.String()), 0o644); err == nil {
+				c.t.Logf("executor log: %s", path)
+			}
 		}
 		if c.exe != nil {
 			var warn []string

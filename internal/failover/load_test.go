@@ -163,6 +163,9 @@ func (c *cluster) audit(name string, l *load, span Span, faults []Fault) *Audit 
 	if !a.OK() {
 		c.t.Errorf("%s: the audit found duplicates, gaps or unresolved runs (above)", name)
 	}
+	if len(a.ResultsLost) > 0 {
+		c.t.Errorf("%s: %d runs in doubt ran on the SDK executor, which re-sends a result until it is acknowledged, yet were recorded timed out or lost (above): an acknowledged result was not recorded", name, len(a.ResultsLost))
+	}
 	if c.exe != nil {
 		c.exe.mu.Lock()
 		bad := c.exe.bad
