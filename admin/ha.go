@@ -110,6 +110,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	if err != nil {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
 	}
+	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
 	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{})}
 	// The listener is bound first: the advertise URL defaults to it, and clients can read
 	// /readyz while the node claims its id.

@@ -353,6 +353,9 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 	if run.Result == rep.Status {
 		return true, nil
 	}
+	if run.Result == persist.ResultLost {
+		return false, e.recordLateResult(ctx, *run, rep) // ha.go
+	}
 	if run.Result == persist.ResultRunning {
 		// Sent by a previous scheduler process and still unresolved here: the run was
 		// recovered as lost at start, or is being resolved right now.

@@ -201,3 +201,37 @@ func (e *Engine) runJSON(def *persist.TaskDef, run persist.Run, ticket string, d
 	})
 	return body
 }
+
+// recordLateResult records an executor's result for a run already marked lost (its
+// executor was reaped, or the scheduler failed over while it ran): the run row takes the
+// result, keeping in its detail when and why it was marked lost, and an action says so.
+// The task's state is not changed: it moved on when the run was marked lost.
+func (e *Engine) recordLateResult(ctx context.Context, run persist.Run, rep Report) error {
+	now := e.nowMS()
+	lostAt, lostWhy := run.EndedAt, run.Error
+	run.Result = rep.Status
+	run.Error = rep.Error
+	run.Output = tail(rep.Output, maxOutput)
+	if rep.Address != "" {
+		run.Executor = rep.Address
+	}
+	run.EndedAt = now
+	if rep.EndedAt > 0 {
+		run.EndedAt = rep.EndedAt
+	}
+	run.DurationMS = rep.DurationMS
+	note := "marked lost at " + time.UnixMilli(lostAt).UTC().Format(time.RFC3339Nano) + " (" + lostWhy + "); this result arrived later"
+	if run.Detail != "" {
+		note = run.Detail + "; " + note
+	}
+	run.Detail = note
+	act := persist.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: run.Ticket, Action: ActLateResult,
+		Actor: "executor:" + rep.Address, At: now,
+		Detail: rep.Status + " result for a run marked lost: recorded; the task had moved on and is not changed"}
+	e.m.results.result("late").Inc()
+	if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}); err != nil {
+		return fmt.Errorf("cannot record the late result of %s: %w", run.Ticket, err)
+	}
+	e.log.Info("late result recorded for a run marked lost", "task", run.TaskName, "ticket", run.Ticket, "result", rep.Status)
+	return nil
+}

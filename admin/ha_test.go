@@ -1,0 +1,381 @@
+package admin_test
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// Tests of `axe serve --ha` with two in-process nodes on one MariaDB database. Real time,
+// real loopback HTTP, real lease; the kill -9, SIGSTOP and partition suite with separate
+// processes lives elsewhere.
+
+// haNode starts an HA daemon named id on dsn with a short lease.
+func haNode(t *testing.T, dsn, id string, ttl, renew time.Duration) *daemon {
+	t.Helper()
+	return startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+		c.HA = true
+		c.NodeID = id
+		c.LeaseTTL = ttl
+		c.LeaseRenew = renew
+	})
+}
+
+// readyz is the JSON of /readyz on an HA node.
+type readyz struct {
+	Status  string `json:"status"`
+	Role    string `json:"role"`
+	Epoch   int64  `json:"epoch"`
+	Node    string `json:"node"`
+	Primary string `json:"primary"`
+}
+
+func (d *daemon) readyz(t *testing.T, query string) (int, readyz) {
+	t.Helper()
+	code, body := d.call(t, http.MethodGet, "/readyz"+query, nil)
+	var r readyz
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("/readyz%s answered %d %s: %v", query, code, body, err)
+	}
+	return code, r
+}
+
+// waitRole waits until d serves in role and returns its /readyz.
+func (d *daemon) waitRole(t *testing.T, role string, timeout time.Duration) readyz {
+	t.Helper()
+	var r readyz
+	eventually(t, timeout, d.base+" to be "+role, func() bool {
+		_, r = d.readyz(t, "")
+		return r.Role == role && r.Status == "ready"
+	})
+	return r
+}
+
+// epochHook records the callbacks it receives with their X-Axe-Epoch and X-Axe-Ticket.
+type epochHook struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	calls []epochCall
+}
+
+type epochCall struct {
+	at     time.Time
+	ticket string
+	epoch  int64
+	body   struct {
+		Ticket string `json:"ticket"`
+		Epoch  int64  `json:"epoch"`
+	}
+}
+
+func newEpochHook(t *testing.T) *epochHook {
+	h := &epochHook{}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := epochCall{at: time.Now(), ticket: r.Header.Get("X-Axe-Ticket")}
+		c.epoch, _ = strconv.ParseInt(r.Header.Get("X-Axe-Epoch"), 10, 64)
+		raw, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(raw, &c.body)
+		h.mu.Lock()
+		h.calls = append(h.calls, c)
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+func (h *epochHook) snapshot() []epochCall {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]epochCall(nil), h.calls...)
+}
+
+// countEpoch counts the calls made under epoch.
+func (h *epochHook) countEpoch(epoch int64) int {
+	n := 0
+	for _, c := range h.snapshot() {
+		if c.epoch == epoch {
+			n++
+		}
+	}
+	return n
+}
+
+// checkCalls asserts that every call carries its epoch in the header and the body, that no
+// ticket came twice, and that no call of an older epoch arrived after one of a newer.
+func (h *epochHook) checkCalls(t *testing.T) {
+	t.Helper()
+	seen := map[string]bool{}
+	newest := int64(0)
+	for _, c := range h.snapshot() {
+		if c.epoch <= 0 || c.body.Epoch != c.epoch || c.body.Ticket != c.ticket {
+			t.Errorf("call %s: header epoch %d, body epoch %d, body ticket %q", c.ticket, c.epoch, c.body.Epoch, c.body.Ticket)
+		}
+		if seen[c.ticket] {
+			t.Errorf("ticket %s dispatched twice", c.ticket)
+		}
+		seen[c.ticket] = true
+		if c.epoch < newest {
+			t.Errorf("call %s of epoch %d arrived after a call of epoch %d: a deposed primary dispatched", c.ticket, c.epoch, newest)
+		}
+		newest = max(newest, c.epoch)
+	}
+}
+
+// TestHABackupAnswers503 checks the backup's side of R8.6: reads from the database, 503
+// naming the primary for writes and the executor protocol, and /readyz's role answers.
+func TestHABackupAnswers503(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	a := haNode(t, dsn, "a", 3*time.Second, time.Second)
+	ra := a.waitRole(t, "primary", waitTimeout)
+	b := haNode(t, dsn, "b", 3*time.Second, time.Second)
+	rb := b.waitRole(t, "backup", waitTimeout)
+	eventually(t, waitTimeout, "the backup to name the primary", func() bool {
+		_, rb = b.readyz(t, "")
+		return rb.Primary == a.base
+	})
+	if ra.Node != "a" || ra.Epoch < 1 || ra.Primary != a.base || rb.Node != "b" || rb.Epoch != ra.Epoch {
+		t.Fatalf("readyz a = %+v, b = %+v", ra, rb)
+	}
+	if code, r := a.readyz(t, "?role=primary"); code != 200 || r.Role != "primary" {
+		t.Fatalf("primary's /readyz?role=primary = %d %+v, want 200", code, r)
+	}
+	if code, r := b.readyz(t, "?role=primary"); code != 503 || r.Role != "backup" || r.Status != "ready" {
+		t.Fatalf("backup's /readyz?role=primary = %d %+v, want 503", code, r)
+	}
+	if code, _ := b.readyz(t, ""); code != 200 {
+		t.Fatalf("backup's /readyz = %d, want 200: a healthy backup is ready", code)
+	}
+
+	hook := newEpochHook(t)
+	a.create(t, spec("on-primary", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 3_600_000))
+	backup503 := func(method, path string, body any) {
+		t.Helper()
+		code, raw := b.call(t, method, path, body)
+		var e struct {
+			Error   string `json:"error"`
+			Primary string `json:"primary"`
+		}
+		if err := json.Unmarshal(raw, &e); err != nil || code != 503 || e.Error != "this node is a backup" || e.Primary != a.base {
+			t.Errorf("%s %s on the backup = %d %s, want 503 naming %s", method, path, code, raw, a.base)
+		}
+	}
+	backup503(http.MethodPost, "/api/v1/tasks", spec("on-backup", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 1000))
+	backup503(http.MethodPut, "/api/v1/tasks/on-primary", spec("on-primary", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 5))
+	backup503(http.MethodDelete, "/api/v1/tasks/on-primary", nil)
+	backup503(http.MethodPost, "/api/v1/tasks/on-primary/run", nil)
+	backup503(http.MethodPost, "/api/v1/executors/register", map[string]any{"app": "x", "address": "127.0.0.1:1", "handlers": []string{"h"}})
+	backup503(http.MethodPost, "/api/v1/executors/heartbeat", map[string]any{"app": "x", "address": "127.0.0.1:1"})
+	backup503(http.MethodPost, "/api/v1/callback", map[string]any{"ticket": "1-2-1", "status": "success"})
+	backup503(http.MethodPost, "/api/v1/callback/batch", map[string]any{"results": []any{}})
+
+	// Reads come from the database: the task the primary created, no task the backup refused.
+	if v := b.get(t, "on-primary"); v.Runtime.State != "SCHEDULED" {
+		t.Fatalf("the backup reads on-primary as %+v", v.Runtime)
+	}
+	if got := names(b.list(t, "")); len(got) != 1 || got[0] != "on-primary" {
+		t.Fatalf("the backup lists %v, want [on-primary]", got)
+	}
+	if acts := b.actions(t, "on-primary"); len(acts) == 0 {
+		t.Fatalf("the backup shows no actions of on-primary")
+	}
+	if code, body := b.call(t, http.MethodGet, "/api/v1/cron/next?expr=@hourly&n=2", nil); code != 200 {
+		t.Fatalf("cron preview on the backup = %d %s", code, body)
+	}
+	var ex struct {
+		Count int `json:"count"`
+	}
+	b.mustJSON(t, 200, http.MethodGet, "/api/v1/executors", nil, &ex)
+	if code, body := b.call(t, http.MethodGet, "/api/v1/alerts", nil); code != 200 || !strings.Contains(string(body), ActPromotionName) {
+		t.Fatalf("the backup's /api/v1/alerts = %d %s, want the primary's promotion steps", code, body)
+	}
+}
+
+// ActPromotionName is the action the promotion's steps are recorded as.
+const ActPromotionName = `"promotion"`
+
+// TestHATakeoverWhenPrimaryStopsRenewing cuts the primary off from the database through a
+// TCP proxy. It must stop dispatching by itself (its gate closes TTL − renew after its last
+// renewal), and the backup takes over with epoch+1 once the lease expires by the
+// database's clock. No ticket is dispatched twice, no call of the old epoch arrives after
+// the new one's first, and the task keeps firing.
+func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	proxy := newDBProxy(t, "127.0.0.1:3306")
+	viaProxy := strings.Replace(dsn, "tcp(127.0.0.1:3306)", "tcp("+proxy.addr()+")", 1)
+	if viaProxy == dsn {
+		t.Skip("the test server is not at 127.0.0.1:3306; no proxy to cut")
+	}
+	const ttl, renew = 3 * time.Second, 500 * time.Millisecond
+	a := haNode(t, viaProxy, "a", ttl, renew)
+	ra := a.waitRole(t, "primary", waitTimeout)
+	b := haNode(t, dsn, "b", ttl, renew)
+	b.waitRole(t, "backup", waitTimeout)
+
+	hook := newEpochHook(t)
+	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
+	eventually(t, waitTimeout, "fires under epoch "+strconv.FormatInt(ra.Epoch, 10), func() bool { return hook.countEpoch(ra.Epoch) >= 2 })
+
+	cut := time.Now()
+	proxy.cut()
+	rb := b.waitRole(t, "primary", ttl+renew+10*time.Second)
+	if rb.Epoch != ra.Epoch+1 {
+		t.Fatalf("the new primary's epoch = %d, want %d", rb.Epoch, ra.Epoch+1)
+	}
+	t.Logf("takeover %s after the cut (ttl %s, renew %s)", time.Since(cut).Round(time.Millisecond), ttl, renew)
+	eventually(t, waitTimeout, "fires under epoch "+strconv.FormatInt(rb.Epoch, 10), func() bool { return hook.countEpoch(rb.Epoch) >= 2 })
+	// A's last call came before its gate closed, TTL − renew after its last renewal,
+	// which itself was before the cut.
+	for _, c := range hook.snapshot() {
+		if c.epoch == ra.Epoch && c.at.After(cut.Add(ttl-renew)) {
+			t.Errorf("call %s of the cut-off primary at %s, after its local deadline", c.ticket, c.at.Sub(cut))
+		}
+	}
+	proxy.heal()
+	// The old primary stays a backup of the new one.
+	eventually(t, waitTimeout, "the old primary to follow the new one", func() bool {
+		code, r := a.readyz(t, "")
+		return code == 200 && r.Role == "backup" && r.Primary == b.base
+	})
+	hook.checkCalls(t)
+}
+
+// TestHAGracefulHandover stops the primary as SIGTERM does: after draining it releases the
+// lease, so the backup takes over at its next attempt, long before the TTL would expire.
+func TestHAGracefulHandover(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	const ttl, renew = 60 * time.Second, 500 * time.Millisecond
+	a := haNode(t, dsn, "a", ttl, renew)
+	ra := a.waitRole(t, "primary", waitTimeout)
+	b := haNode(t, dsn, "b", ttl, renew)
+	b.waitRole(t, "backup", waitTimeout)
+	hook := newEpochHook(t)
+	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
+	eventually(t, waitTimeout, "a fire", func() bool { return hook.countEpoch(ra.Epoch) >= 1 })
+
+	stopped := time.Now()
+	if err := a.stop(); err != nil {
+		t.Fatalf("graceful stop of the primary: %v", err)
+	}
+	stoppedDone := time.Now()
+	// With a 60 s TTL only the release can make this quick.
+	rb := b.waitRole(t, "primary", ttl/4)
+	t.Logf("handover %s after the stop began (renew %s, ttl %s)", time.Since(stopped).Round(time.Millisecond), renew, ttl)
+	if rb.Epoch != ra.Epoch+1 {
+		t.Fatalf("epoch after handover = %d, want %d", rb.Epoch, ra.Epoch+1)
+	}
+	eventually(t, waitTimeout, "fires under the new epoch", func() bool { return hook.countEpoch(rb.Epoch) >= 1 })
+	// The stopped primary drained its runs; none of its calls came after its stop returned.
+	for _, c := range hook.snapshot() {
+		if c.epoch == ra.Epoch && c.at.After(stoppedDone) {
+			t.Errorf("call %s of the stopped primary after its stop", c.ticket)
+		}
+	}
+	hook.checkCalls(t)
+}
+
+// TestHARefusals checks what --ha refuses to start on.
+func TestHARefusals(t *testing.T) {
+	// The embedded store cannot be shared.
+	err := admin.Serve(t.Context(), admin.DaemonConfig{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: testLogger()})
+	if !errors.Is(err, admin.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
+		t.Fatalf("--ha on SQLite = %v, want ErrHANeedsMySQL naming what to use", err)
+	}
+	// A second live node with the same id.
+	dsn := persisttest.MySQLDSN(t)
+	haNode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).waitRole(t, "primary", waitTimeout)
+	err = admin.Serve(t.Context(), admin.DaemonConfig{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
+		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: testLogger()})
+	if err == nil || !strings.Contains(err.Error(), `node id "same"`) {
+		t.Fatalf("a second node with a live id = %v, want a refusal naming the id", err)
+	}
+}
+
+// dbProxy forwards TCP to the database until cut: then every connection is closed and new
+// ones are refused until heal.
+type dbProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cutOff bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+func newDBProxy(t *testing.T, target string) *dbProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dbProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *dbProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *dbProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.cutOff {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		pipe := func(dst, src net.Conn) {
+			defer p.wg.Done()
+			_, _ = io.Copy(dst, src)
+			_ = dst.Close()
+			_ = src.Close()
+		}
+		go pipe(up, c)
+		go pipe(c, up)
+	}
+}
+
+func (p *dbProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cutOff = true
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+func (p *dbProxy) heal() {
+	p.mu.Lock()
+	p.cutOff = false
+	p.mu.Unlock()
+}
