@@ -345,8 +345,8 @@ func (c *cluster) waitRole(n *node, role string, timeout time.Duration) (time.Ti
 			}
 		}
 		if now.After(deadline) {
-			c.t.Fatalf("node %s did not become %s within %s: last /readyz %d %+v\nlog tail:\n%s",
-				n.id, role, timeout, lastCode, last, tail(n.currentLog(), 3000))
+			c.t.Fatalf("node %s did not become %s within %s: last /readyz %d %+v\nopen transactions on the database:\n%s\nlog tail:\n%s",
+				n.id, role, timeout, lastCode, last, c.openTransactions(), tail(n.currentLog(), 3000))
 		}
 		time.Sleep(pollEvery)
 	}
@@ -435,6 +435,34 @@ func (c *cluster) actions() []ActionRow {
 		c.t.Fatal(err)
 	}
 	return out
+}
+
+// openTransactions describes the InnoDB transactions open on the scenario's database and the
+// locks they wait for: what holds up a node that cannot take the lease.
+func (c *cluster) openTransactions() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rows, err := c.db.QueryContext(ctx, `SELECT t.trx_mysql_thread_id, t.trx_state, TIMESTAMPDIFF(SECOND, t.trx_started, NOW()),
+			IFNULL(p.command, ''), IFNULL(p.time, 0), t.trx_rows_locked, LEFT(IFNULL(t.trx_query, ''), 120)
+		FROM information_schema.innodb_trx t LEFT JOIN information_schema.processlist p ON p.id = t.trx_mysql_thread_id
+		WHERE p.db = DATABASE()`)
+	if err != nil {
+		return "cannot read information_schema.innodb_trx: " + err.Error()
+	}
+	defer rows.Close()
+	var b strings.Builder
+	for rows.Next() {
+		var thread, age, idle, locked int64
+		var state, command, query string
+		if err := rows.Scan(&thread, &state, &age, &command, &idle, &locked, &query); err != nil {
+			return err.Error()
+		}
+		fmt.Fprintf(&b, "  connection %d: %s for %d s, %s for %d s, %d rows locked, query %q\n", thread, state, age, command, idle, locked, query)
+	}
+	if b.Len() == 0 {
+		return "  none"
+	}
+	return b.String()
 }
 
 // urls is every node's URL, comma-separated, as executors and clients are configured.
