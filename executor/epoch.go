@@ -44,6 +44,7 @@ func (e *Executor) staleEpoch(epoch int64) (int, any, bool) {
 		return 0, nil, false
 	}
 	if epoch < e.epoch {
+		e.log.Warn("refused a call of a stale scheduler epoch", "epoch", epoch, "highest", e.epoch)
 		return http.StatusConflict, errorResponse{fmt.Sprintf("stale epoch %d < %d", epoch, e.epoch)}, true
 	}
 	if epoch > e.epoch {

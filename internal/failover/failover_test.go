@@ -224,6 +224,15 @@ func TestFailoverSIGSTOP(t *testing.T) {
 	if n, last := sentBy(c.receipts(), oldEpoch, woke); n > 0 {
 		t.Errorf("the woken node dispatched %d runs at its old epoch %d after SIGCONT (last at +%s)", n, oldEpoch, last.Sub(woke))
 	}
+	refused := 0
+	for _, at := range c.exe.staleRefusals() {
+		if !at.Before(woke) {
+			refused++
+		}
+	}
+	if refused > 0 {
+		t.Errorf("the woken node sent the executor %d calls at a stale epoch after SIGCONT (the executor refused them)", refused)
+	}
 	if !lostLease.MatchString(a.currentLog()) {
 		t.Errorf("the woken node did not log that it lost the lease; its log tail:\n%s", tail(a.currentLog(), 3000))
 	}
@@ -281,6 +290,7 @@ func TestFailoverPartition(t *testing.T) {
 		primary, backup = backup, primary
 	}
 	time.Sleep(sz.after)
+	t.Logf("partition: the executor refused %d calls of a stale epoch", len(c.exe.staleRefusals()))
 	c.audit("partition", l, Span{From: from, To: spanTo()}, faults)
 }
 

@@ -235,6 +235,21 @@ func startExecutor(t *testing.T, schedulers []string) *execProc {
 	return p
 }
 
+// staleRefusals returns when the executor refused a call of a stale epoch, from its log.
+func (p *execProc) staleRefusals() []time.Time {
+	var out []time.Time
+	for _, line := range strings.Split(p.stderr.String(), "\n") {
+		var l struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "refused a call of a stale scheduler epoch" {
+			out = append(out, l.Time)
+		}
+	}
+	return out
+}
+
 func (p *execProc) all() []Receipt {
 	p.mu.Lock()
 	defer p.mu.Unlock()
