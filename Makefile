@@ -20,8 +20,13 @@ test-race: test ## same as test: the suite always runs with -race
 bench: ## the benchmark suites (BENCHTIME=1x for a smoke run)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 0 ./wheel/ ./ratelimit/ ./persist/ ./bench/...
 
+failover: ## the HA failover suite at full size (≥ 5 kills) on MariaDB; prints the audit figures and takeover times
+	@log=$$(mktemp); AXE_FAILOVER_SIZE=large ./scripts/test.sh -v -timeout 30m -run '^Test(Failover|SingleNode)' ./internal/failover/ >$$log 2>&1; \
+	status=$$?; grep -E '^(--- |PASS|FAIL|ok )|^ +[a-z_]+_test.go:[0-9]+: |^ +(duplicate|gap|unrecorded|phantom|unresolved):' $$log; \
+	echo "full log: $$log"; exit $$status
+
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 
-.PHONY: help run build test test-race bench lint
+.PHONY: help run build test test-race bench lint failover

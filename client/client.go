@@ -81,7 +81,8 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	servers := append([]string(nil), c.servers...)
 	c.mu.Unlock()
 	var lastErr error
-	for i, base := range servers {
+	for i := 0; i < len(servers); i++ {
+		base := servers[i]
 		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(raw))
 		if err != nil {
 			return fmt.Errorf("cannot build request: %w", err)
@@ -105,6 +106,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 		if err != nil {
 			lastErr = fmt.Errorf("cannot read answer of %s: %w", base, err)
 			continue
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			servers = followPrimary(servers, i, data)
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable && i < len(servers)-1 {
 			lastErr = apiErr(resp.StatusCode, data)

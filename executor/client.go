@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -51,27 +52,77 @@ func newSchedulerClient(cfg Config) *schedulerClient {
 }
 
 // post sends body to path and returns the status and a copy of the response body of the first
-// scheduler that answered with anything but 503.
+// scheduler that answered with anything but 503. It starts with the scheduler that answered
+// last; after a connection error it tries the next address, and after a 503 the primary that
+// the 503 names when that is one of the configured addresses (a backup knows the primary's
+// advertise address), else the next address. Each address is tried at most once per call.
 func (c *schedulerClient) post(path string, body []byte) (int, []byte, error) {
 	start := int(c.current.Load())
 	var lastErr error
-	for i := range c.urls {
-		idx := (start + i) % len(c.urls)
+	var tried []bool // allocated on the first failure: the usual call answers at once
+	idx := start
+	for range c.urls {
 		status, resp, err := c.postTo(idx, path, body)
-		if err != nil {
+		next := -1
+		switch {
+		case err != nil:
 			lastErr = fmt.Errorf("cannot reach scheduler %s: %w", c.urls[idx].base, err)
-			continue
-		}
-		if status == http.StatusServiceUnavailable {
+		case status == http.StatusServiceUnavailable:
 			lastErr = fmt.Errorf("scheduler %s answered %s with 503: %s", c.urls[idx].base, path, errorText(resp))
-			continue
+			next = c.indexOf(primaryOf(resp))
+		default:
+			if idx != start && c.current.CompareAndSwap(int32(start), int32(idx)) {
+				c.log.Info("following scheduler", "scheduler", c.urls[idx].base)
+			}
+			return status, resp, nil
 		}
-		if idx != start && c.current.CompareAndSwap(int32(start), int32(idx)) {
-			c.log.Info("following scheduler", "scheduler", c.urls[idx].base)
+		if tried == nil {
+			tried = make([]bool, len(c.urls))
 		}
-		return status, resp, nil
+		tried[idx] = true
+		if next < 0 || tried[next] {
+			next = -1
+			for i := 1; i < len(c.urls); i++ {
+				if j := (idx + i) % len(c.urls); !tried[j] {
+					next = j
+					break
+				}
+			}
+		}
+		if next < 0 {
+			break
+		}
+		idx = next
 	}
 	return 0, nil, fmt.Errorf("%w: %w", ErrNoScheduler, lastErr)
+}
+
+// primaryOf returns the "primary" a backup's 503 names, or "" when it names none.
+func primaryOf(body []byte) string {
+	var b struct {
+		Primary string `json:"primary"`
+	}
+	if json.Unmarshal(body, &b) != nil {
+		return ""
+	}
+	return b.Primary
+}
+
+// indexOf returns the index of the configured address that base names, or -1.
+func (c *schedulerClient) indexOf(base string) int {
+	if base == "" {
+		return -1
+	}
+	u, err := parseScheduler(strings.TrimRight(base, "/"))
+	if err != nil {
+		return -1
+	}
+	for i, have := range c.urls {
+		if have.host == u.host && have.isTLS == u.isTLS {
+			return i
+		}
+	}
+	return -1
 }
 
 func (c *schedulerClient) postTo(idx int, path string, body []byte) (int, []byte, error) {

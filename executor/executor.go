@@ -91,6 +91,10 @@ type Executor struct {
 	outbox    []*outcome
 	outReady  chan struct{}
 	sendersWG sync.WaitGroup
+
+	// epoch is the highest scheduler lease epoch seen on a run or a kill (epoch.go); guarded
+	// by mu.
+	epoch int64
 }
 
 // activeRun is a run accepted by /axe/run and not yet finished.
@@ -386,6 +390,9 @@ func (e *Executor) admit(req runRequest) (int, any, func()) {
 	now := e.clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if status, resp, stale := e.staleEpoch(req.Epoch); stale {
+		return status, resp, nil
+	}
 	if !e.accepting {
 		return http.StatusServiceUnavailable, protocol.Error{Error: "executor is stopping"}, nil
 	}

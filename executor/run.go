@@ -34,6 +34,9 @@ type Run struct {
 	Deadline time.Time
 	// Params is the task's opaque params JSON; nil when the task has none.
 	Params json.RawMessage
+	// Epoch is the lease epoch of the scheduler that dispatched the run (R8.3); 0 from a
+	// scheduler that runs without --ha.
+	Epoch int64
 }
 
 // Result is what a handler reports besides its error.
@@ -58,6 +61,9 @@ type runRequest struct {
 	Deadline    int64           `json:"deadline"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	DedupTTLMS  int64           `json:"dedup_ttl_ms"`
+	// Epoch is the lease epoch of the scheduler that sent the run (R8.3); 0 from a scheduler
+	// that runs without --ha.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // decodeRun parses and checks a POST /axe/run body. Unknown fields are ignored so that a newer
@@ -94,6 +100,8 @@ func checkRun(r runRequest) (runRequest, error) {
 		return bad("deadline", "must not be negative")
 	case r.DedupTTLMS < 0 || r.DedupTTLMS > maxDedupTTL.Milliseconds():
 		return bad("dedup_ttl_ms", fmt.Sprintf("must be between 0 and %d", maxDedupTTL.Milliseconds()))
+	case r.Epoch < 0:
+		return bad("epoch", "must not be negative")
 	}
 	if bytes.Equal(r.Params, []byte("null")) {
 		r.Params = nil
@@ -109,6 +117,7 @@ func (r runRequest) run() Run {
 		Handler: r.Handler,
 		Attempt: r.Attempt,
 		Params:  r.Params,
+		Epoch:   r.Epoch,
 	}
 	if r.ScheduledAt > 0 {
 		run.ScheduledAt = time.UnixMilli(r.ScheduledAt)

@@ -83,6 +83,10 @@ func (e *Executor) handleRun(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
 		return
 	}
+	if req.Epoch, err = requestEpoch(&rc.Request.Header, req.Epoch); err != nil {
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
+		return
+	}
 	status, resp, after := e.admit(req)
 	if after != nil {
 		after()
@@ -108,9 +112,16 @@ func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
 		return
 	}
+	if _, err := requestEpoch(&rc.Request.Header, 0); err != nil {
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
+		return
+	}
 	answers := make([]runAnswer, len(runs))
 	var after []func()
 	for i, run := range runs {
+		if run.err == nil {
+			run.req.Epoch, run.err = requestEpoch(&rc.Request.Header, run.req.Epoch)
+		}
 		if run.err != nil {
 			answers[i] = runAnswer{http.StatusBadRequest, protocol.Error{Error: run.err.Error()}}
 			continue
@@ -201,7 +212,8 @@ func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
 // handleKill cancels the context of a running or queued ticket.
 func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 	var k protocol.Kill
-	if err := json.Unmarshal(rc.PostBody(), &k); err != nil {
+	err := json.Unmarshal(rc.PostBody(), &k)
+	if err != nil {
 		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: fmt.Sprintf("cannot decode body: %v", err)})
 		return
 	}
@@ -209,9 +221,22 @@ func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "ticket: required"})
 		return
 	}
+	if k.Epoch < 0 {
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "epoch: must not be negative"})
+		return
+	}
+	if k.Epoch, err = requestEpoch(&rc.Request.Header, k.Epoch); err != nil {
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
+		return
+	}
 	e.mu.Lock()
+	status, resp, stale := e.staleEpoch(k.Epoch)
 	ar, ok := e.running[k.Ticket]
 	e.mu.Unlock()
+	if stale {
+		writeJSON(rc, status, resp)
+		return
+	}
 	if !ok {
 		writeJSON(rc, http.StatusNotFound, protocol.Error{Error: fmt.Sprintf("ticket %q is not running here", k.Ticket)})
 		return

@@ -138,6 +138,8 @@ type Finished struct {
 // Kill is the body of PathKill.
 type Kill struct {
 	Ticket string `json:"ticket"`
+	// Epoch is the lease epoch of the scheduler that sent the kill, as on a run.
+	Epoch int64 `json:"epoch,omitempty"`
 }
 
 // KillAnswer answers a kill of a running ticket (200).

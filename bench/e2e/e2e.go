@@ -95,6 +95,10 @@ type Config struct {
 	ProfileDir string
 	// Logger receives progress and the engine's warnings. Defaults to slog.Default().
 	Logger *slog.Logger
+	// HA runs each phase's engine as the primary of a lease, wired as `axe serve --ha` wires
+	// it (fenced writes, the epoch on every dispatch, the gate before each send), to measure
+	// what high availability costs. Defaults to false.
+	HA bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.

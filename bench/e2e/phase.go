@@ -89,6 +89,13 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	quiet := slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn})
 	ecfg := cfg.Engine
 	ecfg.Store, ecfg.Logger = store, quiet
+	if cfg.HA {
+		stopHA, err := asPrimary(ctx, store, &ecfg, quiet)
+		if err != nil {
+			return nil, err
+		}
+		defer stopHA() // after the engine's stop, deferred below
+	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, err

@@ -95,6 +95,7 @@ type Peer struct {
 
 	mu          sync.Mutex
 	unavailable bool
+	primary     string // named in the 503 body while unavailable
 	faults      map[string][]int
 	executors   map[executorKey]Registration
 	tickets     map[string]string // ticket → "open" | "done" | "stale"
@@ -162,6 +163,16 @@ func (p *Peer) SetUnavailable(unavailable bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.unavailable = unavailable
+	p.primary = ""
+}
+
+// SetBackupOf makes the peer answer every executor call like a backup scheduler that knows
+// the primary: 503 {"error": "this node is a backup", "primary": primary}.
+func (p *Peer) SetBackupOf(primary string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unavailable = true
+	p.primary = primary
 }
 
 // FailNext makes the next len(statuses) calls to path answer those statuses.
@@ -349,6 +360,13 @@ func (p *Peer) Kill(address, ticket string) (Response, error) {
 	return p.Post(address, protocol.PathKill, body, p.cfg.Token, nil)
 }
 
+// KillAtEpoch asks the executor at address to kill ticket, as a scheduler of lease epoch
+// epoch would.
+func (p *Peer) KillAtEpoch(address, ticket string, epoch int64) (Response, error) {
+	body, _ := json.Marshal(map[string]any{"ticket": ticket, "epoch": epoch})
+	return p.Post(address, "/axe/kill", body, p.cfg.Token, nil)
+}
+
 // Beat calls GET /axe/beat on the executor at address.
 func (p *Peer) Beat(address string) (Response, error) {
 	return p.do(address, fasthttp.MethodGet, protocol.PathBeat, nil, p.cfg.Token, nil)
@@ -417,7 +435,7 @@ func (p *Peer) notifyLocked() {
 
 func (p *Peer) answerLocked(path, auth string, body []byte) (int, any) {
 	if p.unavailable {
-		return http.StatusServiceUnavailable, errBody("backup scheduler")
+		return http.StatusServiceUnavailable, map[string]string{"error": "this node is a backup", "primary": p.primary}
 	}
 	if f := p.faults[path]; len(f) > 0 {
 		p.faults[path] = f[1:]
