@@ -104,8 +104,14 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	if err := checkHA(cfg.DB); err != nil {
 		return err
 	}
+	renew := cfg.LeaseRenew
+	if renew == 0 {
+		renew = ha.LeaseRenewDefault
+	}
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	store, err := persist.Open(openCtx, cfg.DB)
+	// A primary frozen mid-transaction must not hold the lease row's shared lock past its
+	// lease: the server ends its idle transactions after one renew interval (docs/ha.md).
+	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
@@ -31,3 +32,6 @@ func BatchStmts(ctx context.Context, s Store) (stmts int, connID int64, err erro
 	})
 	return stmts, connID, err
 }
+
+// DB returns s's connection pool, for tests that need a transaction of their own.
+func DB(s Store) *sql.DB { return s.(*sqlStore).db }

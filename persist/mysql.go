@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -35,9 +36,11 @@ const (
 	mysqlErrDupEntry           = 1062
 	mysqlErrCantDropFieldOrKey = 1091 // DROP of a column or index that does not exist
 	mysqlErrDeadlock           = 1213
+	// ER_UNKNOWN_SYSTEM_VARIABLE: SET of a variable this server does not have.
+	mysqlErrUnknownSystemVariable = 1193
 )
 
-func openMySQL(dsn string) (*sqlStore, error) {
+func openMySQL(dsn string, opts OpenOptions) (*sqlStore, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("cannot parse mysql DSN: %w", err)
@@ -52,11 +55,21 @@ func openMySQL(dsn string) (*sqlStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open mysql store: %w", err)
 	}
-	db := sql.OpenDB(batchConnector{connector})
+	bc := batchConnector{Connector: connector, waitTimeoutUsed: new(atomic.Bool)}
+	if opts.TxIdleTimeout > 0 {
+		bc.txIdleSec = int(max(1, (opts.TxIdleTimeout+time.Second-1)/time.Second))
+	}
+	db := sql.OpenDB(bc)
 	db.SetMaxOpenConns(mysqlMaxOpenConns)
 	db.SetMaxIdleConns(mysqlMaxIdleConns)
 	db.SetConnMaxLifetime(mysqlConnMaxLifetime)
-	return newSQLStore(db, mysqlDialect()), nil
+	s := newSQLStore(db, mysqlDialect())
+	s.afterPing = func() {
+		if bc.waitTimeoutUsed.Load() {
+			db.SetConnMaxIdleTime(time.Duration(bc.txIdleSec) * time.Second / 2)
+		}
+	}
+	return s, nil
 }
 
 func mysqlDialect() *dialect {

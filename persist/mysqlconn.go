@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync/atomic"
+
+	"github.com/go-sql-driver/mysql"
 )
 
 // MySQL batches run on the driver connection itself (BENCHMARKS.md, Profiles): the pool's
@@ -20,6 +23,12 @@ import (
 // batchConnector makes the pool's connections batchConns.
 type batchConnector struct {
 	driver.Connector
+	// txIdleSec, when > 0, bounds how long the server keeps a transaction that sits idle
+	// (OpenOptions.TxIdleTimeout): idle_transaction_timeout on MariaDB, wait_timeout where
+	// that variable is unknown (MySQL), which then also closes idle pooled connections, so
+	// waitTimeoutUsed is set and the pool retires idle connections before the server does.
+	txIdleSec       int
+	waitTimeoutUsed *atomic.Bool
 }
 
 func (c batchConnector) Connect(ctx context.Context) (driver.Conn, error) {
@@ -27,7 +36,35 @@ func (c batchConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.txIdleSec > 0 {
+		if err := c.boundIdleTransactions(ctx, dc); err != nil {
+			_ = dc.Close()
+			return nil, err
+		}
+	}
 	return newBatchConn(dc)
+}
+
+// boundIdleTransactions sets the session's idle-transaction bound. A process stopped in the
+// middle of a transaction (SIGSTOP, a long GC pause, a frozen VM) keeps its row locks for as
+// long as the server keeps the transaction; for an HA primary that includes the shared lock
+// on the lease row that every batch takes, which would block a backup's takeover.
+func (c batchConnector) boundIdleTransactions(ctx context.Context, dc driver.Conn) error {
+	ex, ok := dc.(driver.ExecerContext)
+	if !ok {
+		return errors.New("cannot bound idle transactions: the driver connection cannot execute")
+	}
+	n := strconv.Itoa(c.txIdleSec)
+	_, err := ex.ExecContext(ctx, "SET SESSION idle_transaction_timeout = "+n, nil)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == mysqlErrUnknownSystemVariable {
+		c.waitTimeoutUsed.Store(true)
+		_, err = ex.ExecContext(ctx, "SET SESSION wait_timeout = "+n, nil)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot bound idle transactions: %w", err)
+	}
+	return nil
 }
 
 // mysqlDriverConn is what the MySQL driver's connection implements and batchConn forwards.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // DSN schemes accepted by Open.
@@ -24,6 +25,21 @@ const (
 // The store never reads the clock: every time it writes (created_at, registered_at, …) comes
 // from the caller.
 func Open(ctx context.Context, dsn string) (Store, error) {
+	return OpenWith(ctx, dsn, OpenOptions{})
+}
+
+// OpenOptions tunes a store beyond its DSN.
+type OpenOptions struct {
+	// TxIdleTimeout, when > 0, has a MySQL server end any transaction of this store that sits
+	// idle this long (rounded up to whole seconds), releasing its locks: an HA primary sets
+	// it to its lease renew interval, so a primary frozen mid-transaction cannot hold the
+	// lease row's lock past its lease. Defaults to 0: the server's own setting. Ignored by
+	// SQLite.
+	TxIdleTimeout time.Duration
+}
+
+// OpenWith is Open with options.
+func OpenWith(ctx context.Context, dsn string, opts OpenOptions) (Store, error) {
 	scheme, rest, ok := strings.Cut(dsn, ":")
 	if !ok || rest == "" {
 		// The DSN may hold a password: never echo it.
@@ -37,7 +53,7 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	case SchemeSQLite:
 		s, err = openSQLite(rest)
 	case SchemeMySQL:
-		s, err = openMySQL(rest)
+		s, err = openMySQL(rest, opts)
 	default:
 		return nil, fmt.Errorf("cannot open store: unknown scheme %q (want %q or %q)", scheme, SchemeSQLite, SchemeMySQL)
 	}
@@ -47,6 +63,9 @@ func Open(ctx context.Context, dsn string) (Store, error) {
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err
+	}
+	if s.afterPing != nil {
+		s.afterPing()
 	}
 	if err := s.Migrate(ctx); err != nil {
 		_ = s.Close()

@@ -107,6 +107,8 @@ const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
 type sqlStore struct {
 	db *sql.DB
 	d  *dialect
+	// afterPing, when set, finishes the pool's set-up once a first connection is made.
+	afterPing func()
 
 	insertDef     string
 	updateDef     string
