@@ -129,6 +129,10 @@ type Config struct {
 	NodeID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// CronDialect is the dialect of tasks that name none: "unix" or "quartz" when the
+	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
+	// unix cron and Quartz read differently must name its dialect (see NormalizeIn).
+	CronDialect string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -203,6 +207,9 @@ func (c Config) validate() error {
 	}
 	if _, err := cron.LoadLocation(c.DefaultTimezone); err != nil {
 		return fmt.Errorf("default timezone: %w", err)
+	}
+	if _, err := cron.ParseDialect(c.CronDialect); err != nil {
+		return fmt.Errorf("cron dialect: %w", err)
 	}
 	return nil
 }

@@ -67,6 +67,9 @@ type TaskSpec struct {
 	// Paused creates the task paused. On update, absent keeps the task as it is, so an
 	// edit never resumes (or pauses) a task by omission.
 	Paused *bool `json:"paused"`
+	// CronDialect is "unix" or "quartz"; absent takes the server's --cron-dialect. Only
+	// valid with trigger cron.
+	CronDialect string `json:"cron_dialect"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -98,8 +101,17 @@ func jsonErrText(err error) string {
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // Normalize validates s and returns the definition with defaults applied. defaultTZ is the
-// server's default zone. Errors are *FieldError naming the field.
+// server's default zone; the cron dialect default is unix, chosen by no one (see
+// NormalizeIn). Errors are *FieldError naming the field.
 func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
+	return NormalizeIn(s, defaultTZ, "")
+}
+
+// NormalizeIn is Normalize on a server whose cron dialect is serverDialect: "unix" or
+// "quartz" when the operator chose one, "" when nobody did. In that last case a task that
+// names no dialect reads as unix, and an expression that unix and Quartz read differently
+// (cron.CheckAmbiguous) is refused rather than guessed at.
+func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef, error) {
 	var d persist.TaskDef
 	if s.Name == "" {
 		return d, fieldErr("name", "is required")
@@ -144,10 +156,20 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 		if s.Cron == "" {
 			return d, fieldErr("cron", "is required for trigger cron")
 		}
-		if _, err := cron.Parse(s.Cron); err != nil {
-			return d, fieldErr("cron", "%v", err)
+		dialect, err := resolveDialect(s.CronDialect, serverDialect)
+		if err != nil {
+			return d, err
+		}
+		if s.CronDialect == "" && serverDialect == "" {
+			if err := cron.CheckAmbiguous(s.Cron); err != nil {
+				return d, fieldErr("cron", "%v", err)
+			}
+		}
+		if _, err := cron.ParseIn(s.Cron, dialect); err != nil {
+			return d, fieldErr("cron", "%v (dialect %s)", err, dialect)
 		}
 		d.Cron = s.Cron
+		d.CronDialect = string(dialect)
 	case persist.TriggerDelay:
 		if s.DelayMS == nil {
 			return d, fieldErr("delay_ms", "is required for trigger delay")
@@ -169,6 +191,9 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 	}
 	if d.Trigger != persist.TriggerCron && s.Cron != "" {
 		return d, fieldErr("cron", "is only valid with trigger cron")
+	}
+	if d.Trigger != persist.TriggerCron && s.CronDialect != "" {
+		return d, fieldErr("cron_dialect", "is only valid with trigger cron")
 	}
 	if d.Trigger != persist.TriggerDelay && s.DelayMS != nil {
 		return d, fieldErr("delay_ms", "is only valid with trigger delay")
@@ -326,4 +351,20 @@ func validRoute(r string) bool {
 		return true
 	}
 	return false
+}
+
+// resolveDialect picks a task's cron dialect: its own, else the server's, else unix.
+func resolveDialect(own, server string) (cron.Dialect, error) {
+	name := own
+	if name == "" {
+		name = server
+	}
+	d, err := cron.ParseDialect(name)
+	if err != nil {
+		if own != "" {
+			return "", fieldErr("cron_dialect", "must be unix or quartz, got %q", own)
+		}
+		return "", fmt.Errorf("server cron dialect: %w", err)
+	}
+	return d, nil
 }

@@ -114,6 +114,10 @@ type TaskDef struct {
 	Paused           bool            `json:"paused"`
 	CreatedAt        int64           `json:"created_at,omitempty"`
 	UpdatedAt        int64           `json:"updated_at,omitempty"`
+	// CronDialect is how Cron reads ("unix" or "quartz"; engine/cron.Dialect). Stored
+	// resolved, so a change of the server's default never changes a stored task; "" (a
+	// row written before the column existed, or a non-cron task) reads as unix.
+	CronDialect string `json:"cron_dialect,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

@@ -150,6 +150,15 @@ var mysqlMigrations = []migration{{
 		`CREATE INDEX idx_task_run_open_manual ON task_run (open_manual)`,
 		`DROP INDEX idx_task_run_result ON task_run`,
 	},
+}, {
+	version: 4,
+	name:    "cron dialect per task",
+	// Every task stored before dialects existed was read the unix way, so the default fills
+	// the existing rows with 'unix' and none of them changes meaning. A re-run meets
+	// "duplicate column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN cron_dialect VARCHAR(32) NOT NULL DEFAULT 'unix'`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -260,6 +269,14 @@ var sqliteMigrations = []migration{{
 		`CREATE INDEX IF NOT EXISTS idx_task_run_open_manual ON task_run (scheduled_at, ticket)
 			WHERE result = 'running' AND kind = 'manual'`,
 		`DROP INDEX IF EXISTS idx_task_run_result`,
+	},
+}, {
+	version: 4,
+	name:    "cron dialect per task",
+	// As on MySQL: existing rows take the default, 'unix'. The step runs in one transaction
+	// with its schema_migrations row, so it is never half applied.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN cron_dialect TEXT NOT NULL DEFAULT 'unix'`,
 	},
 }}
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/ratelimit"
 )
 
@@ -34,6 +35,7 @@ func serveCmd() *ffcli.Command {
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (AXE_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "text", "text or json (AXE_LOG_FORMAT)")
+	cronDialect := fs.String("cron-dialect", string(cron.DialectDefault), "dialect of tasks that name no cron_dialect: unix (0/7 = SUN) or quartz (1 = SUN); when not set, expressions the two read differently are refused (AXE_CRON_DIALECT)")
 	return &ffcli.Command{
 		Name:       "serve",
 		ShortUsage: "axe serve [--addr 127.0.0.1:7070] [--db sqlite:axe.db | --db 'mysql:USER:PASS@tcp(HOST:3306)/DB'] [flags]",
@@ -62,6 +64,9 @@ func serveCmd() *ffcli.Command {
 					return fmt.Errorf("alert-webhook: %q is not an http(s) URL", u)
 				}
 				cfg.Engine.AlertWebhooks = append(cfg.Engine.AlertWebhooks, u)
+			}
+			if cfg.Engine.CronDialect, err = serverDialect(fs, *cronDialect); err != nil {
+				return err
 			}
 			cfg.Logger = log
 			cfg.Version = version
