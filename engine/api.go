@@ -59,6 +59,9 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
 	rt, detail := e.initialRuntime(t, now)
+	if rt.State == persist.StatePaused {
+		rt.Note = spec.Note
+	}
 	if err := e.store.CreateTask(ctx, &def, &rt); err != nil {
 		return nil, err
 	}
@@ -71,7 +74,7 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 		name := ActSchedule
 		if rt.State == persist.StatePaused {
 			name = ActPause
-			detail = "created paused"
+			detail = joinNote("created paused", spec.Note)
 		}
 		acts = append(acts, e.action(t, "", name, persist.StateWaiting, rt.State, actor, detail, now))
 	}
@@ -167,6 +170,9 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	}
 	if spec.Name != name {
 		return nil, fieldErr("name", "cannot be changed (got %q for task %q)", spec.Name, name)
+	}
+	if spec.Note != "" {
+		return nil, fieldErr("note", "is only valid on create; pause with a note instead")
 	}
 	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
 	if err != nil {

@@ -28,6 +28,7 @@ const (
 	maxRetryIntervalSec = 24 * 3600
 	maxParamsBytes      = 64 << 10
 	maxDependsOn        = 64
+	maxNoteBytes        = 1024
 )
 
 // FieldError is a validation failure of one field of a task definition. It unwraps to
@@ -70,6 +71,9 @@ type TaskSpec struct {
 	// CronDialect is "unix" or "quartz"; absent takes the server's --cron-dialect. Only
 	// valid with trigger cron.
 	CronDialect string `json:"cron_dialect"`
+	// Note is the pause note of a task created paused (as a pause with a note would set
+	// it); at most 1024 bytes. Only valid on create with paused true.
+	Note string `json:"note"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -118,6 +122,12 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	}
 	if !namePattern.MatchString(s.Name) {
 		return d, fieldErr("name", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	}
+	if s.Note != "" && (s.Paused == nil || !*s.Paused) {
+		return d, fieldErr("note", "is only valid with paused: true (it is the pause note)")
+	}
+	if len(s.Note) > maxNoteBytes {
+		return d, fieldErr("note", "must be at most %d bytes", maxNoteBytes)
 	}
 	d.Name = s.Name
 	d.Group = s.Group
