@@ -182,7 +182,7 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 		p.NotCarried = append(p.NotCarried, fmt.Sprintf("user %s (%s): the agent runs every command as its own user; run the agent as %s", u, lineList(users[u]), u))
 	}
 	if len(p.Items) > 0 {
-		p.NotCarried = append(p.NotCarried, "overlap: cron starts a job even while its previous run is still going; the agent refuses to start a task that is still running")
+		p.NotCarried = append(p.NotCarried, "overlap: cron starts a job even while its previous run is still going; axe runs a task once at a time (the agent refuses re-entry), and fires during a run are skipped")
 	}
 	return p, nil
 }
