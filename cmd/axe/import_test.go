@@ -121,6 +121,19 @@ CRON_TZ=Asia/Tokyo
 	if hourly.Cron != "@hourly" {
 		t.Errorf("hourly task = %+v", hourly)
 	}
+	// --on-conflict replace updates the definitions in place and keeps the paused state.
+	axeOK(t, env, "task", "pause", names[1])
+	if err := os.WriteFile(tab, []byte(strings.Replace(body, "CRON_TZ=Asia/Tokyo", "CRON_TZ=Europe/Paris", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	replaced := axeOK(t, env, "import", "crontab", tab, "--app", "ops", "--agent-config", agentPath, "--skip-bad", "--yes", "--on-conflict", "replace")
+	if !strings.Contains(replaced, "0 created, 2 replaced, 0 skipped") {
+		t.Fatalf("replace printed:\n%s", replaced)
+	}
+	if w, h := getImported(t, env, names[0]), getImported(t, env, names[1]); w.Timezone != "Europe/Paris" || w.Paused || h.Timezone != "Europe/Paris" || !h.Paused {
+		t.Errorf("after replace: %+v / %+v; want Europe/Paris, the second still paused", w, h)
+	}
+	axeOK(t, env, "task", "resume", names[1])
 
 	startAgent(t, agentPath)
 	eventually(t, waitTimeout, "the agent registered", func() bool {
