@@ -722,7 +722,8 @@ func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	times, loc, err := s.cfg.Engine.NextFireTimes(expr, string(args.Peek("tz")), n)
+	dialect := string(args.Peek("dialect"))
+	times, loc, err := s.cfg.Engine.NextFireTimes(expr, string(args.Peek("tz")), dialect, n)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -731,7 +732,11 @@ func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 	for i, t := range times {
 		out[i] = t.In(loc).Format(time.RFC3339)
 	}
-	writeJSON(c, 200, map[string]any{"expr": expr, "timezone": loc.String(), "next": out})
+	body := map[string]any{"expr": expr, "timezone": loc.String(), "next": out}
+	if dialect != "" {
+		body["dialect"] = dialect
+	}
+	writeJSON(c, 200, body)
 }
 
 func (s *Server) getRateLimits(c *fasthttp.RequestCtx) {

@@ -273,9 +273,18 @@ func (c *Client) Executors(ctx context.Context) ([]model.Executor, error) {
 
 // CronNext previews the next n fires of expr in zone tz.
 func (c *Client) CronNext(ctx context.Context, expr, tz string, n int) ([]string, string, error) {
+	return c.CronNextIn(ctx, expr, tz, "", n)
+}
+
+// CronNextIn is CronNext for an expression in a cron dialect ("unix" or "quartz"; "" is the
+// server's).
+func (c *Client) CronNextIn(ctx context.Context, expr, tz, dialect string, n int) ([]string, string, error) {
 	q := url.Values{"expr": {expr}}
 	if tz != "" {
 		q.Set("tz", tz)
+	}
+	if dialect != "" {
+		q.Set("dialect", dialect)
 	}
 	if n > 0 {
 		q.Set("n", strconv.Itoa(n))

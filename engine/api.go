@@ -45,7 +45,7 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
-	def, err := Normalize(spec, e.cfg.DefaultTimezone)
+	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +62,9 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
 	rt, detail := e.initialRuntime(t, now)
+	if rt.State == persist.StatePaused {
+		rt.Note = spec.Note
+	}
 	if err := e.store.CreateTask(ctx, &def, &rt); err != nil {
 		return nil, err
 	}
@@ -74,7 +77,7 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 		name := ActSchedule
 		if rt.State == persist.StatePaused {
 			name = ActPause
-			detail = "created paused"
+			detail = joinNote("created paused", spec.Note)
 		}
 		acts = append(acts, e.action(t, "", name, persist.StateWaiting, rt.State, actor, detail, now))
 	}
@@ -171,7 +174,10 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	if spec.Name != name {
 		return nil, fieldErr("name", "cannot be changed (got %q for task %q)", spec.Name, name)
 	}
-	def, err := Normalize(spec, e.cfg.DefaultTimezone)
+	if spec.Note != "" {
+		return nil, fieldErr("note", "is only valid on create; pause with a note instead")
+	}
+	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +212,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 
 	nrt := t.rt
 	detail := "definition replaced"
-	reschedule := old.Cron != def.Cron || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS
+	reschedule := old.Cron != def.Cron || old.CronDialect != def.CronDialect || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS
 	// A paused task keeps its next fire too: resume starts from it.
 	if reschedule && (t.rt.State == persist.StateScheduled || t.rt.State == persist.StatePaused) {
 		switch def.Trigger {
@@ -335,10 +341,20 @@ func (e *Engine) Run(ctx context.Context, ticket string) (*persist.Run, error) {
 }
 
 // NextFireTimes previews a cron expression (R3.1): the next n fires after now in zone tz
-// (the server's default zone when empty).
-func (e *Engine) NextFireTimes(expr, tz string, n int) ([]time.Time, *time.Location, error) {
+// (the server's default zone when empty), read in dialect (the server's when empty, with
+// the same ambiguity rule as a task's).
+func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *time.Location, error) {
 	if tz == "" {
 		tz = e.cfg.DefaultTimezone
+	}
+	d, err := resolveDialect(dialect, e.cfg.CronDialect)
+	if err != nil {
+		return nil, nil, fieldErr("dialect", "must be unix or quartz, got %q", dialect)
+	}
+	if dialect == "" && e.cfg.CronDialect == "" {
+		if err := cron.CheckAmbiguous(expr); err != nil {
+			return nil, nil, fieldErr("expr", "%v", err)
+		}
 	}
 	loc, err := cron.LoadLocation(tz)
 	if err != nil {
@@ -347,7 +363,7 @@ func (e *Engine) NextFireTimes(expr, tz string, n int) ([]time.Time, *time.Locat
 	if n < 1 || n > 1000 {
 		return nil, nil, fieldErr("n", "must be 1..1000, got %d", n)
 	}
-	times, err := cron.NextN(expr, loc, e.now(), n)
+	times, err := cron.NextNIn(expr, d, loc, e.now(), n)
 	if err != nil {
 		return nil, nil, fieldErr("expr", "%v", err)
 	}

@@ -136,6 +136,10 @@ type Config struct {
 	// records each recovery step as an action: the promotion of R8.2. Defaults to 0 (no
 	// HA).
 	Epoch int64
+	// CronDialect is the dialect of tasks that name none: "unix" or "quartz" when the
+	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
+	// unix cron and Quartz read differently must name its dialect (see NormalizeIn).
+	CronDialect string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -210,6 +214,9 @@ func (c Config) validate() error {
 	}
 	if _, err := cron.LoadLocation(c.DefaultTimezone); err != nil {
 		return fmt.Errorf("default timezone: %w", err)
+	}
+	if _, err := cron.ParseDialect(c.CronDialect); err != nil {
+		return fmt.Errorf("cron dialect: %w", err)
 	}
 	return nil
 }

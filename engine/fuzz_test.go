@@ -17,6 +17,8 @@ func FuzzDecodeTaskSpec(f *testing.F) {
 		`{"name":"d","depends_on":["a","b"],"depends_mode":"any","callback":{"url":"http://h"}}`,
 		`{"name":"e","cron":"0 0 L * ?","timezone":"America/New_York","retry_count":3,"params":{"k":[1,2]}}`,
 		`{"name":"f","trigger":"delay","delay_ms":-1}`, `{"priority":7}`, `[]`, `{"name":"x","extra":1}`, ``,
+		`{"name":"g","cron":"0 0 12 ? * 2","cron_dialect":"quartz","callback":{"url":"http://h"}}`,
+		`{"name":"h","cron":"0 0 12 ? * 6L","callback":{"url":"http://h"},"paused":true,"note":"from XXL-JOB"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -49,6 +51,23 @@ func FuzzDecodeTaskSpec(f *testing.F) {
 		tk := &task{def: &def}
 		if err := tk.compile(); err != nil {
 			t.Fatalf("accepted a definition that does not compile: %v", err)
+		}
+		if def.Trigger == "cron" && def.CronDialect != "unix" && def.CronDialect != "quartz" {
+			t.Fatalf("accepted cron task with dialect %q", def.CronDialect)
+		}
+		// On a server that chose its dialect, a task that names its own keeps it, and what
+		// is accepted compiles.
+		for _, server := range []string{"unix", "quartz"} {
+			d2, err := NormalizeIn(spec, TimezoneDefault, server)
+			if err == nil && spec.CronDialect != "" && d2.CronDialect != def.CronDialect {
+				t.Fatalf("server %s changed the task's own dialect %q to %q", server, def.CronDialect, d2.CronDialect)
+			}
+			if err == nil {
+				tk := &task{def: &d2}
+				if err := tk.compile(); err != nil {
+					t.Fatalf("server %s accepted a definition that does not compile: %v", server, err)
+				}
+			}
 		}
 	})
 }

@@ -61,7 +61,7 @@ func (t *task) compile() error {
 	t.loc = loc
 	t.sched = nil
 	if t.def.Trigger == persist.TriggerCron {
-		s, err := parseCached(t.def.Cron)
+		s, err := parseCached(t.def.Cron, t.def.CronDialect)
 		if err != nil {
 			return fmt.Errorf("cannot parse cron of task %q: %w", t.def.Name, err)
 		}
@@ -70,27 +70,35 @@ func (t *task) compile() error {
 	return nil
 }
 
-// scheduleCache keeps parsed cron schedules by expression. Parsing costs tens of
+// scheduleKey is a cached schedule's expression and dialect.
+type scheduleKey struct{ expr, dialect string }
+
+// scheduleCache keeps parsed cron schedules by expression and dialect. Parsing costs tens of
 // microseconds while a million tasks typically share a few thousand expressions, so the
 // window loader would otherwise spend most of its time parsing. Schedules are safe for
 // concurrent use, so tasks share them.
-var scheduleCache = func() *lru.Cache[string, cron.Schedule] {
-	c, err := lru.New[string, cron.Schedule](16384)
+var scheduleCache = func() *lru.Cache[scheduleKey, cron.Schedule] {
+	c, err := lru.New[scheduleKey, cron.Schedule](16384)
 	if err != nil {
 		panic(err)
 	}
 	return c
 }()
 
-func parseCached(expr string) (cron.Schedule, error) {
-	if s, ok := scheduleCache.Get(expr); ok {
+// parseCached parses expr in dialect; "" is unix (rows stored before dialects existed).
+func parseCached(expr, dialect string) (cron.Schedule, error) {
+	if dialect == "" {
+		dialect = string(cron.DialectUnix)
+	}
+	key := scheduleKey{expr, dialect}
+	if s, ok := scheduleCache.Get(key); ok {
 		return s, nil
 	}
-	s, err := cron.Parse(expr)
+	s, err := cron.ParseIn(expr, cron.Dialect(dialect))
 	if err != nil {
 		return nil, err
 	}
-	scheduleCache.Add(expr, s)
+	scheduleCache.Add(key, s)
 	return s, nil
 }
 
@@ -135,6 +143,7 @@ func intern(s string) string {
 func internDef(d *persist.TaskDef) {
 	d.Group, d.Trigger, d.Cron, d.Timezone = intern(d.Group), intern(d.Trigger), intern(d.Cron), intern(d.Timezone)
 	d.MisfirePolicy, d.DependsMode = intern(d.MisfirePolicy), intern(d.DependsMode)
+	d.CronDialect = intern(d.CronDialect)
 	cb := &d.Callback
 	cb.Type, cb.URL, cb.App, cb.Handler, cb.Route = intern(cb.Type), intern(cb.URL), intern(cb.App), intern(cb.Handler), intern(cb.Route)
 }

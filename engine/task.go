@@ -30,6 +30,7 @@ const (
 	maxParamsBytes      = 64 << 10
 	maxDependsOn        = 64
 	maxCronLen          = 255 // the stored column's size
+	maxNoteBytes        = 1024
 )
 
 // FieldError is a validation failure of one field of a task definition. It unwraps to
@@ -74,6 +75,12 @@ type TaskSpec struct {
 	// again as a new attempt of the same fire, for endpoints that de-duplicate on
 	// X-Axe-Ticket).
 	OnLost string `json:"on_lost"`
+	// CronDialect is "unix" or "quartz"; absent takes the server's --cron-dialect. Only
+	// valid with trigger cron.
+	CronDialect string `json:"cron_dialect"`
+	// Note is the pause note of a task created paused (as a pause with a note would set
+	// it); at most 1024 bytes. Only valid on create with paused true.
+	Note string `json:"note"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -105,14 +112,29 @@ func jsonErrText(err error) string {
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // Normalize validates s and returns the definition with defaults applied. defaultTZ is the
-// server's default zone. Errors are *FieldError naming the field.
+// server's default zone; the cron dialect default is unix, chosen by no one (see
+// NormalizeIn). Errors are *FieldError naming the field.
 func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
+	return NormalizeIn(s, defaultTZ, "")
+}
+
+// NormalizeIn is Normalize on a server whose cron dialect is serverDialect: "unix" or
+// "quartz" when the operator chose one, "" when nobody did. In that last case a task that
+// names no dialect reads as unix, and an expression that unix and Quartz read differently
+// (cron.CheckAmbiguous) is refused rather than guessed at.
+func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef, error) {
 	var d persist.TaskDef
 	if s.Name == "" {
 		return d, fieldErr("name", "is required")
 	}
 	if !namePattern.MatchString(s.Name) {
 		return d, fieldErr("name", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	}
+	if s.Note != "" && (s.Paused == nil || !*s.Paused) {
+		return d, fieldErr("note", "is only valid with paused: true (it is the pause note)")
+	}
+	if len(s.Note) > maxNoteBytes {
+		return d, fieldErr("note", "must be at most %d bytes", maxNoteBytes)
 	}
 	d.Name = s.Name
 	d.Group = s.Group
@@ -154,10 +176,20 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 		if len(s.Cron) > maxCronLen {
 			return d, fieldErr("cron", "must be at most %d bytes, got %d", maxCronLen, len(s.Cron))
 		}
-		if _, err := cron.Parse(s.Cron); err != nil {
-			return d, fieldErr("cron", "%v", err)
+		dialect, err := resolveDialect(s.CronDialect, serverDialect)
+		if err != nil {
+			return d, err
+		}
+		if s.CronDialect == "" && serverDialect == "" {
+			if err := cron.CheckAmbiguous(s.Cron); err != nil {
+				return d, fieldErr("cron", "%v", err)
+			}
+		}
+		if _, err := cron.ParseIn(s.Cron, dialect); err != nil {
+			return d, fieldErr("cron", "%v (dialect %s)", err, dialect)
 		}
 		d.Cron = s.Cron
+		d.CronDialect = string(dialect)
 	case persist.TriggerDelay:
 		if s.DelayMS == nil {
 			return d, fieldErr("delay_ms", "is required for trigger delay")
@@ -179,6 +211,9 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 	}
 	if d.Trigger != persist.TriggerCron && s.Cron != "" {
 		return d, fieldErr("cron", "is only valid with trigger cron")
+	}
+	if d.Trigger != persist.TriggerCron && s.CronDialect != "" {
+		return d, fieldErr("cron_dialect", "is only valid with trigger cron")
 	}
 	if d.Trigger != persist.TriggerDelay && s.DelayMS != nil {
 		return d, fieldErr("delay_ms", "is only valid with trigger delay")
@@ -328,6 +363,39 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 		d.OnLost = s.OnLost
 	default:
 		return d, fieldErr("on_lost", "must be fail or resend, got %q", s.OnLost)
+	}
+	return d, nil
+}
+
+// Routing strategies for executor callbacks (R5.5).
+const (
+	RouteRoundRobin     = "round_robin"
+	RouteRandom         = "random"
+	RouteLeastBusy      = "least_busy"
+	RouteConsistentHash = "consistent_hash"
+	RouteFailover       = "failover"
+)
+
+func validRoute(r string) bool {
+	switch r {
+	case "", RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover:
+		return true
+	}
+	return false
+}
+
+// resolveDialect picks a task's cron dialect: its own, else the server's, else unix.
+func resolveDialect(own, server string) (cron.Dialect, error) {
+	name := own
+	if name == "" {
+		name = server
+	}
+	d, err := cron.ParseDialect(name)
+	if err != nil {
+		if own != "" {
+			return "", fieldErr("cron_dialect", "must be unix or quartz, got %q", own)
+		}
+		return "", fmt.Errorf("server cron dialect: %w", err)
 	}
 	return d, nil
 }

@@ -118,6 +118,10 @@ type TaskDef struct {
 	// "fail" ("" too: recorded lost, at most once) or "resend" (the same ticket sent again
 	// as a new attempt of the fire).
 	OnLost string `json:"on_lost,omitempty"`
+	// CronDialect is how Cron reads ("unix" or "quartz"; engine/cron.Dialect). Stored
+	// resolved, so a change of the server's default never changes a stored task; "" (a
+	// row written before the column existed, or a non-cron task) reads as unix.
+	CronDialect string `json:"cron_dialect,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

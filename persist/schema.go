@@ -175,6 +175,15 @@ var mysqlMigrations = []migration{{
 		)` + mysqlTableOpts,
 		`ALTER TABLE task_def ADD COLUMN on_lost VARCHAR(32) NOT NULL DEFAULT ''`,
 	},
+}, {
+	version: 4,
+	name:    "cron dialect per task",
+	// Every task stored before dialects existed was read the unix way, so the default fills
+	// the existing rows with 'unix' and none of them changes meaning. A re-run meets
+	// "duplicate column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN cron_dialect VARCHAR(32) NOT NULL DEFAULT 'unix'`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -304,6 +313,14 @@ var sqliteMigrations = []migration{{
 			last_seen TEXT NOT NULL
 		)`,
 		`ALTER TABLE task_def ADD COLUMN on_lost TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 4,
+	name:    "cron dialect per task",
+	// As on MySQL: existing rows take the default, 'unix'. The step runs in one transaction
+	// with its schema_migrations row, so it is never half applied.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN cron_dialect TEXT NOT NULL DEFAULT 'unix'`,
 	},
 }}
 

@@ -77,10 +77,12 @@ const executorAlive = "alive"
 // Column lists, in the order the encode and scan helpers use them.
 var (
 	// defCols ends with created_at so that UpdateTaskDef, which keeps created_at, can use
-	// every column but the last.
+	// every column but the last; columns added by later schema steps go before updated_at.
 	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
 		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
-		"priority", "callback", "params", "misfire_policy", "paused", "on_lost", "updated_at", "created_at"}
+		"priority", "callback", "params", "misfire_policy", "paused", "on_lost",
+		"cron_dialect", // schema step 4
+		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
 		"note", "version"}
@@ -98,7 +100,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
-	d.on_lost`
+	d.on_lost, d.cron_dialect`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -540,7 +542,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
-		&d.OnLost)
+		&d.OnLost, &d.CronDialect)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -585,7 +587,7 @@ func encodeDef(def *TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as

@@ -36,6 +36,11 @@ var upgradeFixtures = []struct {
 		// a node-ms expiry cannot be compared with that clock, and no axe before it held the
 		// lease. Holder and epoch carry over, so epochs never go back.
 		s.Lease.ExpiresAt = 0
+		// Migration 4 stores the unix dialect on every task written before dialects, so none
+		// changes meaning.
+		for i := range s.Tasks {
+			s.Tasks[i].Def.CronDialect = "unix"
+		}
 	}},
 }
 

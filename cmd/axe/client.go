@@ -314,21 +314,22 @@ func executorsCmd() *ffcli.Command {
 }
 
 func cronCmd() *ffcli.Command {
-	var tz string
+	var tz, dialect string
 	var n int
 	return &ffcli.Command{
 		Name:       "cron",
-		ShortUsage: "axe cron next 'EXPR' [--tz ZONE] [-n 10]",
+		ShortUsage: "axe cron next 'EXPR' [--tz ZONE] [--dialect unix|quartz] [-n 10]",
 		ShortHelp:  "preview cron expressions",
 		Exec:       parentExec,
 		Subcommands: []*ffcli.Command{
-			clientCmd("next", "axe cron next 'EXPR' [--tz ZONE] [-n 10]", "the next fire times of an expression", 1,
+			clientCmd("next", "axe cron next 'EXPR' [--tz ZONE] [--dialect unix|quartz] [-n 10]", "the next fire times of an expression", 1,
 				func(fs *flag.FlagSet) {
 					fs.StringVar(&tz, "tz", "", "IANA zone (default: the server's)")
+					fs.StringVar(&dialect, "dialect", "", "cron dialect: unix (0/7 = SUN) or quartz (1 = SUN); default: the server's (AXE_DIALECT)")
 					fs.IntVar(&n, "n", 10, "how many")
 				},
 				func(ctx context.Context, c *client.Client, args []string) error {
-					times, zone, err := c.CronNext(ctx, args[0], tz, n)
+					times, zone, err := c.CronNextIn(ctx, args[0], tz, dialect, n)
 					if err != nil {
 						return err
 					}

@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 			groupCmd(),
 			executorsCmd(),
 			cronCmd(),
+			importCmd(),
 			versionCmd(),
 		},
 		Exec: parentExec,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/ratelimit"
 )
@@ -47,6 +48,7 @@ func serveCmd() *ffcli.Command {
 	fs.StringVar(&cfg.Security.CallbackSecret, "callback-secret", "", "sign HTTP callbacks: X-Axe-Signature: sha256=HMAC(body) (AXE_CALLBACK_SECRET)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (AXE_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "text", "text or json (AXE_LOG_FORMAT)")
+	cronDialect := fs.String("cron-dialect", string(cron.DialectDefault), "dialect of tasks that name no cron_dialect: unix (0/7 = SUN) or quartz (1 = SUN); when not set, expressions the two read differently are refused (AXE_CRON_DIALECT)")
 	return &ffcli.Command{
 		Name:       "serve",
 		ShortUsage: "axe serve [--addr 127.0.0.1:7070] [--db sqlite:axe.db | --db 'mysql:USER:PASS@tcp(HOST:3306)/DB'] [flags]",
@@ -80,6 +82,9 @@ func serveCmd() *ffcli.Command {
 				if a = strings.TrimSpace(a); a != "" {
 					cfg.Security.CallbackAllow = append(cfg.Security.CallbackAllow, a)
 				}
+			}
+			if cfg.Engine.CronDialect, err = serverDialect(fs, *cronDialect); err != nil {
+				return err
 			}
 			cfg.Logger = log
 			cfg.Version = version

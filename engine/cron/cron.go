@@ -21,6 +21,12 @@ var (
 	ErrInvalidTimezone = errors.New("invalid time zone")
 	// ErrInvalidCount reports a NextN count outside 1..NextNMax.
 	ErrInvalidCount = errors.New("invalid fire-time count")
+	// ErrInvalidDialect reports a dialect name other than unix or quartz.
+	ErrInvalidDialect = errors.New("invalid cron dialect")
+	// ErrAmbiguousDay reports an expression whose numeric day of week means
+	// one day in unix cron and another in Quartz, given where no dialect was
+	// chosen; see CheckAmbiguous.
+	ErrAmbiguousDay = errors.New("ambiguous day of week")
 )
 
 const (
@@ -49,9 +55,20 @@ type Schedule interface {
 	Next(after time.Time, loc *time.Location) time.Time
 }
 
-// Parse validates expr and returns its schedule. Errors wrap ErrInvalidCron.
-// The accepted syntax is described in the package documentation.
+// Parse validates expr in the unix dialect and returns its schedule. Errors
+// wrap ErrInvalidCron. The accepted syntax is described in the package
+// documentation.
 func Parse(expr string) (Schedule, error) {
+	return ParseIn(expr, DialectUnix)
+}
+
+// ParseIn validates expr in dialect d and returns its schedule. Errors wrap
+// ErrInvalidCron, or ErrInvalidDialect for a dialect that is neither unix nor
+// quartz.
+func ParseIn(expr string, d Dialect) (Schedule, error) {
+	if d != DialectUnix && d != DialectQuartz {
+		return nil, fmt.Errorf("%w %q (want %q or %q)", ErrInvalidDialect, d, DialectUnix, DialectQuartz)
+	}
 	if len(expr) > ExprMaxLen {
 		return nil, fmt.Errorf("%w: expression is %d bytes long, the limit is %d", ErrInvalidCron, len(expr), ExprMaxLen)
 	}
@@ -64,6 +81,11 @@ func Parse(expr string) (Schedule, error) {
 	}
 	f := strings.Fields(s)
 	var fields [fieldCount]string
+	if d == DialectQuartz {
+		if err := quartzShape(expr, f); err != nil {
+			return nil, err
+		}
+	}
 	switch len(f) {
 	case 5:
 		fields = [fieldCount]string{"0", f[0], f[1], f[2], f[3], f[4], "*"}
@@ -74,7 +96,11 @@ func Parse(expr string) (Schedule, error) {
 	default:
 		return nil, fmt.Errorf("%w %q: has %d fields, want 5 (min hour dom month dow), 6 (sec first) or 7 (sec first, year last)", ErrInvalidCron, expr, len(f))
 	}
-	return compile(expr, fields)
+	specs := &fieldSpecs
+	if d == DialectQuartz {
+		specs = &quartzSpecs
+	}
+	return compile(expr, fields, specs)
 }
 
 // descriptors maps each @name to its seven-field form.
@@ -91,8 +117,21 @@ var descriptors = map[string][fieldCount]string{
 func parseDescriptor(expr, s string) (Schedule, error) {
 	f := strings.Fields(s)
 	if f[0] == "@every" {
-		if len(f) != 2 {
-			return nil, fmt.Errorf("%w %q: @every takes exactly one duration, e.g. @every 30s", ErrInvalidCron, expr)
+		var phase int64
+		switch {
+		case len(f) == 4 && f[2] == "from":
+			// The anchor is read from the original text: RFC 3339 wants an
+			// upper-case T and Z.
+			at, err := time.Parse(time.RFC3339, strings.ToUpper(strings.Fields(expr)[3]))
+			if err != nil {
+				return nil, fmt.Errorf("%w %q: @every anchor %q is not an RFC 3339 time such as 2026-12-01T08:00:05Z", ErrInvalidCron, expr, strings.Fields(expr)[3])
+			}
+			if at.Nanosecond() != 0 {
+				return nil, fmt.Errorf("%w %q: @every anchor %s is not on a whole second", ErrInvalidCron, expr, at.Format(time.RFC3339Nano))
+			}
+			phase = at.Unix()
+		case len(f) != 2:
+			return nil, fmt.Errorf("%w %q: @every takes exactly one duration, optionally \"from\" an anchor time, e.g. @every 30s or @every 1h from 2026-12-01T08:00:05Z", ErrInvalidCron, expr)
 		}
 		d, err := time.ParseDuration(f[1])
 		if err != nil {
@@ -104,7 +143,14 @@ func parseDescriptor(expr, s string) (Schedule, error) {
 		if d%time.Second != 0 {
 			return nil, fmt.Errorf("%w %q: @every duration %s is not a whole number of seconds", ErrInvalidCron, expr, d)
 		}
-		return everySchedule{expr: expr, period: int64(d / time.Second)}, nil
+		period := int64(d / time.Second)
+		// Keep the phase in [0, period) so Next's arithmetic cannot overflow
+		// for any representable anchor.
+		phase %= period
+		if phase < 0 {
+			phase += period
+		}
+		return everySchedule{expr: expr, period: period, phase: phase}, nil
 	}
 	fields, ok := descriptors[f[0]]
 	if !ok {
@@ -113,7 +159,7 @@ func parseDescriptor(expr, s string) (Schedule, error) {
 	if len(f) != 1 {
 		return nil, fmt.Errorf("%w %q: descriptor %s takes no arguments", ErrInvalidCron, expr, f[0])
 	}
-	return compile(expr, fields)
+	return compile(expr, fields, &fieldSpecs)
 }
 
 // neverRef is where Parse starts its "can this ever fire" check: just before
@@ -142,9 +188,11 @@ var monthClasses = []monthClass{
 const noDay = 31
 
 // compile validates seven lower-cased fields and builds the schedule.
-func compile(expr string, raw [fieldCount]string) (Schedule, error) {
+// specs are the dialect's fields; the fields they produce number days of the
+// week the Unix way whatever the dialect.
+func compile(expr string, raw [fieldCount]string, specs *[fieldCount]fieldSpec) (Schedule, error) {
 	var fs [fieldCount]field
-	for i, spec := range fieldSpecs {
+	for i, spec := range specs {
 		f, err := spec.parse(raw[i])
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: %w", ErrInvalidCron, expr, err)
@@ -456,10 +504,12 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// everySchedule is "@every d": the multiples of d since the Unix epoch.
+// everySchedule is "@every d [from anchor]": the instants a whole number of
+// periods away from the anchor, the Unix epoch by default.
 type everySchedule struct {
 	expr   string
 	period int64 // seconds, >= 1
+	phase  int64 // seconds, the anchor modulo period: 0 <= phase < period
 }
 
 // String returns the expression as given to Parse.
@@ -472,29 +522,34 @@ func (e everySchedule) Next(after time.Time, loc *time.Location) time.Time {
 	}
 	// Unix() floors, so sec <= after < sec+1 and the next multiple above sec
 	// is strictly after `after`.
-	sec := after.Unix()
+	sec := after.Unix() - e.phase
 	k := sec / e.period
 	if sec%e.period != 0 && sec < 0 {
 		k-- // floor division
 	}
-	if k >= math.MaxInt64/e.period {
+	if k >= (math.MaxInt64-e.phase)/e.period {
 		return time.Time{} // the next multiple is not representable
 	}
-	return time.Unix((k+1)*e.period, 0).In(loc)
+	return time.Unix((k+1)*e.period+e.phase, 0).In(loc)
 }
 
-// NextN parses expr and returns its next n fire times strictly after
-// `after`, evaluated in and expressed in loc. It returns fewer than n when the
-// schedule stops firing. Errors wrap ErrInvalidCron, ErrInvalidTimezone (nil
-// loc) or ErrInvalidCount (n outside 1..NextNMax).
+// NextN parses expr in the unix dialect and returns its next n fire times
+// strictly after `after`, evaluated in and expressed in loc. It returns fewer
+// than n when the schedule stops firing. Errors wrap ErrInvalidCron,
+// ErrInvalidTimezone (nil loc) or ErrInvalidCount (n outside 1..NextNMax).
 func NextN(expr string, loc *time.Location, after time.Time, n int) ([]time.Time, error) {
+	return NextNIn(expr, DialectUnix, loc, after, n)
+}
+
+// NextNIn is NextN for an expression in dialect d.
+func NextNIn(expr string, d Dialect, loc *time.Location, after time.Time, n int) ([]time.Time, error) {
 	if loc == nil {
 		return nil, fmt.Errorf("%w: no location given", ErrInvalidTimezone)
 	}
 	if n < 1 || n > NextNMax {
 		return nil, fmt.Errorf("%w: %d is outside 1..%d", ErrInvalidCount, n, NextNMax)
 	}
-	s, err := Parse(expr)
+	s, err := ParseIn(expr, d)
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,8 @@
 // Ranges: second 0-59, minute 0-59, hour 0-23, day-of-month 1-31, month 1-12
 // or JAN-DEC (also full names), day-of-week 0-7 or SUN-SAT (0 and 7 are both
 // Sunday, the Unix numbering, not Quartz's 1=SUN; prefer names), year
-// 1970-2099. Each field is a comma list of items:
+// 1970-2099. (The quartz dialect numbers days of the week differently; see
+// Dialects.) Each field is a comma list of items:
 //
 //	every value   * or ?             (? is Quartz's "no specific value"; it is
 //	                                  accepted in any field and means *)
@@ -51,6 +52,27 @@
 // (for example 0 0 0 30 2 ?, February 30th). Because years stop at 2099, Next
 // returns the zero time once a schedule has no fire time left in that range.
 //
+// # Dialects
+//
+// Parse reads the unix dialect described above. ParseIn also reads the
+// quartz dialect, Quartz 2.3's CronExpression as Quartz and XXL-JOB use it
+// (checked against Quartz's own output: testdata/quartz). It differs in
+// exactly these ways:
+//   - day of week 1 is SUN and 7 is SAT (0 is out of range); L alone in
+//     day-of-week is SAT; 6L is the last Friday and 1#2 the second Sunday;
+//   - a reversed range wraps: 22-2 in hours is 22, 23, 0, 1, 2, FRI-MON is
+//     Friday to Monday, 28-3 in day-of-month runs over the month's end
+//     (years do not wrap);
+//   - exactly one of day-of-month and day-of-week must be ?, and ? is
+//     refused in other fields;
+//   - the seconds field is required: 6 or 7 fields.
+//
+// Day names, and everything else, mean the same in both, including the
+// daylight-saving rule below (Quartz itself skips a wall time inside a
+// spring-forward gap and fires a repeated one at its second occurrence).
+// CheckAmbiguous finds expressions a caller should not guess at: a numeric
+// day of week in an expression with syntax only Quartz has.
+//
 // # @every
 //
 // @every DURATION takes a Go duration (30s, 1h30m) that is a whole number of
@@ -60,6 +82,12 @@
 // hour in UTC, and every scheduler process computes the same instants without
 // sharing any state. It is absolute time: the zone and daylight saving do not
 // affect it.
+//
+// "@every DURATION from TIME" (TIME in RFC 3339, on a whole second) moves
+// the phase: it fires at every instant a whole number of periods away from
+// TIME, before or after it. "@every 90s from 2026-12-01T08:00:05Z" fires at
+// 08:00:05, 08:01:35, ... It carries a fixed-rate schedule over from a
+// scheduler that counts from its last fire.
 //
 // # Daylight saving
 //

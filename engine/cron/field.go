@@ -38,6 +38,14 @@ type fieldSpec struct {
 	// day-of-week, where 7 is an alias of Sunday (0).
 	starMax int
 	names   map[string]int
+	// offset is subtracted from a value to give the internal number: 1 for
+	// Quartz's day-of-week (1 = SUN), 0 elsewhere. Internally every day of
+	// the week is numbered the Unix way, 0 = SUN.
+	offset int
+	// wrapSpan is set in the quartz dialect: a reversed range a-b runs from
+	// a up to the field's end and on from its start to b, as Quartz's
+	// CronExpression does. It is the number of values in the field.
+	wrapSpan int
 }
 
 var (
@@ -52,6 +60,11 @@ var (
 		"sunday": 0, "monday": 1, "tuesday": 2, "wednesday": 3, "thursday": 4,
 		"friday": 5, "saturday": 6,
 	}
+	quartzDowNames = map[string]int{
+		"sun": 1, "mon": 2, "tue": 3, "wed": 4, "thu": 5, "fri": 6, "sat": 7,
+		"sunday": 1, "monday": 2, "tuesday": 3, "wednesday": 4, "thursday": 5,
+		"friday": 6, "saturday": 7,
+	}
 
 	fieldSpecs = [fieldCount]fieldSpec{
 		fieldSecond: {name: "second", min: 0, max: 59, starMax: 59},
@@ -62,6 +75,19 @@ var (
 		fieldDow:    {name: "day-of-week", min: 0, max: 7, starMax: 6, names: dowNames},
 		fieldYear:   {name: "year", min: yearMin, max: yearMax, starMax: yearMax},
 	}
+
+	// quartzSpecs are the fields of the quartz dialect: days of the week
+	// are 1 (SUN) to 7 (SAT), and reversed ranges wrap (years excepted).
+	quartzSpecs = func() [fieldCount]fieldSpec {
+		q := fieldSpecs
+		spans := [fieldCount]int{60, 60, 24, 31, 12, 7, 0}
+		for i := range q {
+			q[i].wrapSpan = spans[i]
+		}
+		q[fieldDow] = fieldSpec{name: "day-of-week", min: 1, max: 7, starMax: 7,
+			names: quartzDowNames, offset: 1, wrapSpan: 7}
+		return q
+	}()
 )
 
 // field is one parsed field.
@@ -149,6 +175,11 @@ func (spec fieldSpec) parse(s string) (field, error) {
 			f.all = true
 			continue
 		}
+		if item == "l" && spec.offset > 0 {
+			// Quartz: L alone in day-of-week is the week's last day, SAT.
+			seen[spec.max] = true
+			continue
+		}
 		if ok, err := spec.parseSpecial(item, &f); ok || err != nil {
 			if err != nil {
 				return field{}, err
@@ -160,7 +191,7 @@ func (spec fieldSpec) parse(s string) (field, error) {
 			return field{}, err
 		}
 		for v := lo; v <= hi; v += step {
-			seen[v] = true
+			seen[spec.unwrap(v)] = true
 		}
 	}
 	if spec.max > spec.starMax && seen[spec.max] {
@@ -174,7 +205,7 @@ func (spec fieldSpec) parse(s string) (field, error) {
 		return field{all: true}, nil
 	}
 	for v := range seen {
-		f.values = append(f.values, v)
+		f.values = append(f.values, v-spec.offset)
 	}
 	slices.Sort(f.values)
 	slices.Sort(f.special)
@@ -209,11 +240,16 @@ func (spec fieldSpec) parseRange(item string) (lo, hi, step int, err error) {
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		if hi == spec.min && spec.max > spec.starMax {
-			// A day-of-week range may end on Sunday: SAT-SUN is 6-7.
+		if hi == spec.min && lo > hi && spec.max > spec.starMax {
+			// A day-of-week range may end on Sunday: SAT-SUN is 6-7. SUN-SUN
+			// (0-0) is Sunday alone, not 0-7.
 			hi = spec.max
 		}
-		if lo > hi {
+		if lo > hi && spec.wrapSpan > 0 {
+			// Quartz: FRI-MON is FRI, SAT, SUN, MON; unwrap maps the values
+			// past the end back to the start.
+			hi += spec.wrapSpan
+		} else if lo > hi {
 			return 0, 0, 0, fmt.Errorf("%s range %q is reversed (wrap-around ranges are not supported)", spec.name, base)
 		}
 	case hasStep:
@@ -223,6 +259,23 @@ func (spec fieldSpec) parseRange(item string) (lo, hi, step int, err error) {
 		hi = lo
 	}
 	return lo, hi, step, nil
+}
+
+// unwrap maps a value of a wrapped range back into the field: past the end
+// it continues from the start (hour 25 is 1, day-of-week 9 is 2 = MON).
+func (spec fieldSpec) unwrap(v int) int {
+	if v <= spec.max || spec.wrapSpan == 0 {
+		return v
+	}
+	return v - spec.wrapSpan
+}
+
+// day returns the internal (0 = SUN) number of day-of-week value d.
+func (spec fieldSpec) day(d int) int {
+	if spec.offset > 0 {
+		return d - spec.offset
+	}
+	return d % 7
 }
 
 // parseStep parses the n of "/n". It must be at least 1 and no wider than
@@ -296,7 +349,7 @@ func (spec fieldSpec) parseSpecial(item string, f *field) (bool, error) {
 			if !ok || n < 1 || n > 5 {
 				return true, fmt.Errorf("day-of-week item %q: the week after # must be 1 to 5", item)
 			}
-			f.special = append(f.special, fmt.Sprintf("%d#%d", d%7, n))
+			f.special = append(f.special, fmt.Sprintf("%d#%d", spec.day(d), n))
 			return true, nil
 		}
 		if day, ok := strings.CutSuffix(item, "l"); ok {
@@ -304,7 +357,7 @@ func (spec fieldSpec) parseSpecial(item string, f *field) (bool, error) {
 			if err != nil {
 				return true, fmt.Errorf("day-of-week item %q: %w", item, err)
 			}
-			f.special = append(f.special, fmt.Sprintf("%dl", d%7))
+			f.special = append(f.special, fmt.Sprintf("%dl", spec.day(d)))
 			return true, nil
 		}
 	}

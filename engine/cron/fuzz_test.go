@@ -33,8 +33,28 @@ func FuzzParse(f *testing.F) {
 		time.Date(2090, 11, 5, 5, 30, 0, 0, time.UTC),
 	}
 	zones := []*time.Location{time.UTC, mustLoc(f, "America/New_York"), mustLoc(f, "Europe/Berlin"), mustLoc(f, "Australia/Lord_Howe")}
+	for _, expr := range []string{
+		"0 0 12 ? * 2", "0 0 12 ? * 1#2", "0 0 12 ? * 6L", "0 0 12 ? * L", "0 0 22-2 * * ?",
+		"0 0 8 ? * FRI-MON", "0 0 8 ? * 6-2/2", "0 50-10/5 * * * ?", "0 0 0 28-3 * ?", "0 0 0 1 11-2 ?",
+		"0 0 12 1 * MON", "0 0 12 ? * ?", "@every 90s from 2026-12-01T08:00:05Z", "@every 1s from 0001-01-01T00:00:00Z",
+	} {
+		f.Add(expr)
+	}
 	f.Fuzz(func(t *testing.T, expr string) {
-		s, err := Parse(expr)
+		// The ambiguity check never panics and only ever reports ErrAmbiguousDay.
+		if err := CheckAmbiguous(expr); err != nil && !errors.Is(err, ErrAmbiguousDay) {
+			t.Fatalf("CheckAmbiguous(%q) = %v, not ErrAmbiguousDay", expr, err)
+		}
+		for _, d := range []Dialect{DialectUnix, DialectQuartz} {
+			checkParsed(t, expr, d, refs, zones)
+		}
+	})
+}
+
+// checkParsed is FuzzParse's check of one dialect.
+func checkParsed(t *testing.T, expr string, d Dialect, refs []time.Time, zones []*time.Location) {
+	{
+		s, err := ParseIn(expr, d)
 		if err != nil {
 			if !errors.Is(err, ErrInvalidCron) {
 				t.Fatalf("Parse(%q) error %v does not wrap ErrInvalidCron", expr, err)
@@ -70,9 +90,9 @@ func FuzzParse(f *testing.F) {
 		}
 		// Accepted expressions fire at least once between 1970 and 2099.
 		if s.Next(neverRef, time.UTC).IsZero() {
-			t.Fatalf("%q was accepted but never fires", expr)
+			t.Fatalf("%q (%s) was accepted but never fires", expr, d)
 		}
-	})
+	}
 }
 
 // FuzzLoadLocation feeds arbitrary names to LoadLocation: no panic, errors

@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,9 @@ func (a *Agent) runCommand(ctx context.Context, name string, c Command, run exec
 	cmd := exec.CommandContext(ctx, c.Command[0], c.Command[1:]...)
 	cmd.Dir = c.Dir
 	cmd.Env = environ(c, run)
+	if c.Stdin != "" {
+		cmd.Stdin = strings.NewReader(c.Stdin)
+	}
 	cmd.Stdout = out // the same writer for both: exec serialises the writes
 	cmd.Stderr = out
 	setProcessGroup(cmd)

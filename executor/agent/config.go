@@ -79,6 +79,9 @@ type Command struct {
 	// Env ("env") adds environment variables to the agent's own. Names starting with AXE_ are
 	// reserved for the run's ticket, attempt, task and params.
 	Env map[string]string `json:"env"`
+	// Stdin ("stdin") is written to the command's standard input, which is otherwise empty
+	// (cron's % lines: see axe import crontab).
+	Stdin string `json:"stdin,omitempty"`
 }
 
 // Load reads, defaults and validates the config file at path. Unknown fields are errors, so a

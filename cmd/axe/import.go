@@ -1,0 +1,356 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the XXL-JOB admin database
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/executor/agent"
+	"github.com/axe-sched/axe/internal/migrate"
+)
+
+// Conflict policies of an import: what to do with a task whose name exists.
+const (
+	onConflictSkip    = "skip"
+	onConflictReplace = "replace"
+)
+
+func importCmd() *ffcli.Command {
+	return &ffcli.Command{
+		Name:        "import",
+		ShortUsage:  "axe import crontab FILE --app APP | axe import xxl-job --dsn 'mysql:…'",
+		ShortHelp:   "move jobs from crontab or XXL-JOB onto axe (dry run first, --yes applies)",
+		Exec:        parentExec,
+		Subcommands: []*ffcli.Command{importCrontabCmd(), importXXLJobCmd()},
+	}
+}
+
+// importFlags are the flags every importer shares.
+type importFlags struct {
+	clientFlags
+	yes        bool
+	skipBad    bool
+	onConflict string
+}
+
+func (f *importFlags) register(fs *flag.FlagSet) {
+	f.clientFlags.register(fs)
+	fs.BoolVar(&f.yes, "yes", false, "apply: create the tasks (without it, only the dry run is shown) (AXE_YES)")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "import what converts and skip the rest; without it nothing is created unless every job converts (AXE_SKIP_BAD)")
+	fs.StringVar(&f.onConflict, "on-conflict", onConflictSkip, "a task that exists: skip it, or replace its definition (its paused state is kept) (AXE_ON_CONFLICT)")
+}
+
+func (f *importFlags) validate() error {
+	if f.onConflict != onConflictSkip && f.onConflict != onConflictReplace {
+		return fmt.Errorf("on-conflict: must be skip or replace, got %q", f.onConflict)
+	}
+	return nil
+}
+
+// checkPlan prints the dry run and says whether to go on.
+func (f *importFlags) checkPlan(p *migrate.Plan) (bool, error) {
+	if err := p.WriteTable(os.Stdout); err != nil {
+		return false, err
+	}
+	if err := p.Err(); err != nil && !f.skipBad {
+		return false, fmt.Errorf("%w\nnothing was created; fix those jobs, or pass --skip-bad to import the rest", err)
+	}
+	if !f.yes {
+		fmt.Printf("dry run: %d task(s) would be created; nothing was changed. Run again with --yes to apply.\n", len(p.Items))
+		return false, nil
+	}
+	return true, nil
+}
+
+func importCrontabCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("axe import crontab", flag.ContinueOnError)
+	var f importFlags
+	f.register(fs)
+	app := fs.String("app", "", "executor app of the tasks, and the app of the agent config (AXE_APP)")
+	group := fs.String("group", "", "group of the tasks (default: the app) (AXE_GROUP)")
+	format := fs.String("format", "auto", "user, system (a user column, as /etc/crontab and /etc/cron.d), or auto: system for those paths (AXE_FORMAT)")
+	zone := fs.String("timezone", "", "zone of lines without CRON_TZ/TZ (default: the machine's, from /etc/localtime) (AXE_TIMEZONE)")
+	agentConfig := fs.String("agent-config", "agent.json", "the agent config to write; an existing one keeps its settings and gains the handlers (AXE_AGENT_CONFIG)")
+	paused := fs.Bool("paused", false, "import every task paused (AXE_PAUSED)")
+	timeout := fs.Duration("timeout", migrate.CrontabTimeoutDefault, "timeout of every task; cron has none (AXE_TIMEOUT)")
+	const usage = "axe import crontab FILE --app APP [--format auto|user|system] [--agent-config agent.json] [--yes]"
+	return &ffcli.Command{
+		Name:       "crontab",
+		ShortUsage: usage,
+		ShortHelp:  "turn a crontab into tasks and an `axe agent` config",
+		FlagSet:    fs,
+		Options:    envOpts,
+		Exec: func(ctx context.Context, args []string) error {
+			pos, err := parseInterspersed(fs, args)
+			if err != nil {
+				return err
+			}
+			if len(pos) != 1 {
+				return fmt.Errorf("usage: %s", usage)
+			}
+			if err := f.validate(); err != nil {
+				return err
+			}
+			if *app == "" {
+				return fmt.Errorf("app: required (the executor app of the agent that will run the commands)")
+			}
+			system, err := crontabFormat(*format, pos[0])
+			if err != nil {
+				return err
+			}
+			z := *zone
+			if z == "" {
+				if z, err = machineZone(); err != nil {
+					return err
+				}
+			}
+			file, err := os.Open(pos[0])
+			if err != nil {
+				return fmt.Errorf("cannot read crontab: %w", err)
+			}
+			defer file.Close()
+			plan, err := migrate.ReadCrontab(file, migrate.CrontabOptions{
+				App: *app, Group: *group, System: system, Zone: z, Timeout: *timeout, Paused: *paused,
+			})
+			if err != nil {
+				return err
+			}
+			if ok, err := f.checkPlan(&plan.Plan); !ok || err != nil {
+				return err
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			// The config first: a task that fires before its handler exists would fail.
+			if err := writeAgentConfig(*agentConfig, *app, strings.Split(f.server, ","), plan.Handlers); err != nil {
+				return err
+			}
+			fmt.Printf("wrote %s: %d handler(s) for app %s; run it with: axe agent -c %s\n", *agentConfig, len(plan.Handlers), *app, *agentConfig)
+			return applyPlan(ctx, c, &plan.Plan, f.onConflict)
+		},
+	}
+}
+
+// crontabFormat says whether path is read in the system format.
+func crontabFormat(format, path string) (bool, error) {
+	switch format {
+	case "user":
+		return false, nil
+	case "system":
+		return true, nil
+	case "auto":
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return false, fmt.Errorf("cannot resolve %s: %w", path, err)
+		}
+		return abs == "/etc/crontab" || filepath.Dir(abs) == "/etc/cron.d", nil
+	}
+	return false, fmt.Errorf("format: must be auto, user or system, got %q", format)
+}
+
+// machineZone is the IANA name of this machine's zone: the target of the /etc/localtime
+// link below a zoneinfo directory, else /etc/timezone.
+func machineZone() (string, error) {
+	if target, err := filepath.EvalSymlinks("/etc/localtime"); err == nil {
+		if _, name, ok := strings.Cut(target, "zoneinfo/"); ok {
+			if _, err := cron.LoadLocation(name); err == nil {
+				return name, nil
+			}
+		}
+	}
+	if b, err := os.ReadFile("/etc/timezone"); err == nil {
+		name := strings.TrimSpace(string(b))
+		if _, err := cron.LoadLocation(name); err == nil {
+			return name, nil
+		}
+	}
+	return "", errors.New("timezone: cannot tell this machine's zone from /etc/localtime or /etc/timezone; pass --timezone")
+}
+
+// writeAgentConfig writes the agent config at path with handlers added: an existing file
+// keeps its settings (listen, schedulers, token) and other handlers, and must be for app.
+// The result is loaded back as `axe agent` would, so a config the agent refuses is an error
+// here rather than at its start.
+func writeAgentConfig(path, app string, schedulers []string, handlers map[string]agent.Command) error {
+	cfg := agent.Config{App: app, Listen: agent.ListenDefault, Schedulers: schedulers}
+	raw, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		cfg = agent.Config{}
+		if err := dec.Decode(&cfg); err != nil {
+			return fmt.Errorf("agent-config: cannot read %s: %w", path, err)
+		}
+		if cfg.App != app {
+			return fmt.Errorf("agent-config: %s is the config of app %q, not %q; name another file", path, cfg.App, app)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("agent-config: %w", err)
+	}
+	if cfg.Handlers == nil {
+		cfg.Handlers = map[string]agent.Command{}
+	}
+	for name, h := range handlers {
+		cfg.Handlers[name] = h
+	}
+	out, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cannot encode the agent config: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(out, '\n'), 0o600); err != nil {
+		return fmt.Errorf("cannot write the agent config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("cannot write the agent config: %w", err)
+	}
+	if _, err := agent.Load(path); err != nil {
+		return fmt.Errorf("the agent config written to %s does not load: %w", path, err)
+	}
+	return nil
+}
+
+// applyPlan creates the plan's tasks, in order (an upstream before its dependents), and
+// prints what happened to each.
+func applyPlan(ctx context.Context, c *client.Client, p *migrate.Plan, onConflict string) error {
+	tasks := make([]migrate.Task, len(p.Items))
+	for i, it := range p.Items {
+		tasks[i] = it.Task
+	}
+	res, err := createTasks(ctx, c, tasks, onConflict, os.Stdout)
+	fmt.Printf("%d created, %d replaced, %d skipped (already there)\n", res.created, res.replaced, res.skipped)
+	return err
+}
+
+type importResult struct{ created, replaced, skipped int }
+
+// createTasks creates tasks one POST /api/v1/tasks at a time, in order. A name that exists
+// is skipped, or with onConflict replace updated by PUT without its paused state (so a task
+// already resumed stays resumed). This is the one place an import talks to the task API: it
+// can become one call of the bulk create API (POST /api/v1/tasks/batch?on_conflict=…) with
+// the same arguments and result.
+func createTasks(ctx context.Context, c *client.Client, tasks []migrate.Task, onConflict string, progress io.Writer) (importResult, error) {
+	var res importResult
+	for i, t := range tasks {
+		body, err := json.Marshal(t)
+		if err != nil {
+			return res, fmt.Errorf("cannot encode task %s: %w", t.Name, err)
+		}
+		_, err = c.CreateTask(ctx, body)
+		var apiErr *client.APIError
+		switch {
+		case err == nil:
+			res.created++
+			fmt.Fprintf(progress, "[%d/%d] created %s\n", i+1, len(tasks), t.Name)
+			continue
+		case !errors.As(err, &apiErr) || apiErr.Status != http.StatusConflict:
+			return res, fmt.Errorf("cannot create task %s: %w", t.Name, err)
+		case onConflict == onConflictSkip:
+			res.skipped++
+			fmt.Fprintf(progress, "[%d/%d] skipped %s (exists)\n", i+1, len(tasks), t.Name)
+			continue
+		}
+		var def map[string]any
+		if err := json.Unmarshal(body, &def); err != nil {
+			return res, fmt.Errorf("cannot encode task %s: %w", t.Name, err)
+		}
+		delete(def, "paused")
+		delete(def, "note")
+		put, err := json.Marshal(def)
+		if err != nil {
+			return res, fmt.Errorf("cannot encode task %s: %w", t.Name, err)
+		}
+		if _, err := c.UpdateTask(ctx, t.Name, put); err != nil {
+			return res, fmt.Errorf("cannot replace task %s: %w", t.Name, err)
+		}
+		res.replaced++
+		fmt.Fprintf(progress, "[%d/%d] replaced %s\n", i+1, len(tasks), t.Name)
+	}
+	return res, nil
+}
+
+// importTimeout bounds reading an import source.
+const importTimeout = 5 * time.Minute
+
+func importXXLJobCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("axe import xxl-job", flag.ContinueOnError)
+	var f importFlags
+	f.register(fs)
+	dsn := fs.String("dsn", "", "the XXL-JOB admin database: mysql:USER:PASS@tcp(HOST:3306)/DB (AXE_DSN)")
+	zone := fs.String("timezone", "", "the zone XXL-JOB's server computed schedules in (default: the axe server's default zone) (AXE_TIMEZONE)")
+	paused := fs.Bool("paused", true, "import every task paused, so XXL-JOB and axe never both fire; resume a group with axe group resume (AXE_PAUSED)")
+	timeout := fs.Duration("timeout", migrate.CrontabTimeoutDefault, "timeout of jobs that have none (executor_timeout 0) (AXE_TIMEOUT)")
+	const usage = "axe import xxl-job --dsn 'mysql:USER:PASS@tcp(HOST:3306)/DB' [--timezone ZONE] [--paused=true] [--yes]"
+	return &ffcli.Command{
+		Name:       "xxl-job",
+		ShortUsage: usage,
+		ShortHelp:  "turn the jobs of an XXL-JOB admin database into tasks (quartz dialect)",
+		FlagSet:    fs,
+		Options:    envOpts,
+		Exec: func(ctx context.Context, args []string) error {
+			pos, err := parseInterspersed(fs, args)
+			if err != nil {
+				return err
+			}
+			if len(pos) != 0 {
+				return fmt.Errorf("usage: %s", usage)
+			}
+			if err := f.validate(); err != nil {
+				return err
+			}
+			raw, ok := strings.CutPrefix(*dsn, "mysql:")
+			if !ok || raw == "" {
+				return fmt.Errorf("dsn: required, as mysql:USER:PASS@tcp(HOST:3306)/DB")
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			z := *zone
+			if z == "" {
+				// The server's default zone is what a preview without a zone uses.
+				if _, z, err = c.CronNextIn(ctx, "@hourly", "", "", 1); err != nil {
+					return fmt.Errorf("timezone: cannot ask the axe server for its zone (pass --timezone): %w", err)
+				}
+			}
+			db, err := sql.Open("mysql", raw)
+			if err != nil {
+				return fmt.Errorf("dsn: %w", err)
+			}
+			defer db.Close()
+			rctx, cancel := context.WithTimeout(ctx, importTimeout)
+			defer cancel()
+			plan, err := migrate.ReadXXLJob(rctx, db, migrate.XXLOptions{Zone: z, Paused: *paused, Timeout: *timeout})
+			if err != nil {
+				return err
+			}
+			if ok, err := f.checkPlan(plan); !ok || err != nil {
+				return err
+			}
+			if err := applyPlan(ctx, c, plan, f.onConflict); err != nil {
+				return err
+			}
+			if *paused {
+				fmt.Println("every task is paused. Cut over one group at a time: stop its jobs in XXL-JOB, then axe group resume GROUP")
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,166 @@
+// Package migrate turns the jobs of other schedulers (a crontab, an XXL-JOB admin database)
+// into axe task definitions, and says what of each it cannot carry over.
+//
+// It owns the translation only: it reads its sources and returns a Plan, and never talks to
+// an axe server or writes files; cmd/axe shows the plan as a dry run and applies it.
+package migrate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/axe-sched/axe/engine/cron"
+)
+
+// Errors returned by this package, wrapped with detail.
+var (
+	// ErrUnconvertible reports a source job (a crontab line, an XXL-JOB job) that cannot
+	// become an axe task; Plan.Bad lists each with its reason.
+	ErrUnconvertible = errors.New("cannot convert")
+)
+
+// Callback is a task's callback, as the task API takes it.
+type Callback struct {
+	Type    string `json:"type"`
+	App     string `json:"app,omitempty"`
+	Handler string `json:"handler,omitempty"`
+	Route   string `json:"route,omitempty"`
+}
+
+// Task is one task definition in the task API's JSON (POST /api/v1/tasks).
+type Task struct {
+	Name             string          `json:"name"`
+	Group            string          `json:"group,omitempty"`
+	Trigger          string          `json:"trigger"`
+	Cron             string          `json:"cron,omitempty"`
+	CronDialect      string          `json:"cron_dialect,omitempty"`
+	DependsOn        []string        `json:"depends_on,omitempty"`
+	DependsMode      string          `json:"depends_mode,omitempty"`
+	Timezone         string          `json:"timezone,omitempty"`
+	TimeoutSec       int             `json:"timeout_sec,omitempty"`
+	RetryCount       *int            `json:"retry_count,omitempty"`
+	Callback         Callback        `json:"callback"`
+	Params           json.RawMessage `json:"params,omitempty"`
+	MisfirePolicy    string          `json:"misfire_policy,omitempty"`
+	Paused           bool            `json:"paused"`
+	Note             string          `json:"note,omitempty"`
+	RetryIntervalSec int             `json:"retry_interval_sec,omitempty"`
+}
+
+// Item is one converted source job.
+type Item struct {
+	// Source names the job in its origin: "line 12", "job 7".
+	Source string
+	Task   Task
+	// Next is the first fire time after the plan's reference time, zero for tasks that
+	// do not fire on a schedule.
+	Next time.Time
+	// Command is what it runs, for the dry-run table.
+	Command string
+	// NotCarried lists what of this job axe does not carry over.
+	NotCarried []string
+}
+
+// Bad is one source job that could not be converted.
+type Bad struct {
+	Source string
+	Reason string
+}
+
+// Plan is the result of reading a source: the tasks to create, the jobs that cannot be
+// converted, and notes that concern the whole source.
+type Plan struct {
+	Items []Item
+	Bad   []Bad
+	// NotCarried lists what of the whole source axe does not carry over.
+	NotCarried []string
+	// Notes are choices the conversion made that the reader should see.
+	Notes []string
+}
+
+// Err returns ErrUnconvertible naming every bad job, or nil.
+func (p *Plan) Err() error {
+	if len(p.Bad) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, bad := range p.Bad {
+		fmt.Fprintf(&b, "\n  %s: %s", bad.Source, bad.Reason)
+	}
+	return fmt.Errorf("%w %d job(s):%s", ErrUnconvertible, len(p.Bad), b.String())
+}
+
+// WriteTable writes the dry run: one row per task (source, name, expression, zone, next
+// fire, command), then what cannot be converted and what is not carried over.
+func (p *Plan) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tTASK\tEXPRESSION\tZONE\tNEXT FIRE\tCOMMAND")
+	for _, it := range p.Items {
+		expr := it.Task.Cron
+		switch {
+		case it.Task.Trigger == "dependency":
+			expr = "after " + strings.Join(it.Task.DependsOn, " or ")
+		case expr == "":
+			expr = it.Task.Trigger
+		case it.Task.CronDialect == string(cron.DialectQuartz):
+			expr += " (quartz)"
+		}
+		next := "-"
+		if !it.Next.IsZero() {
+			next = it.Next.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.Source, it.Task.Name, expr, orDash(it.Task.Timezone), next, oneLine(it.Command))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, b := range p.Bad {
+		fmt.Fprintf(w, "cannot convert %s: %s\n", b.Source, b.Reason)
+	}
+	for _, n := range p.NotCarried {
+		fmt.Fprintf(w, "not carried over: %s\n", n)
+	}
+	for _, it := range p.Items {
+		for _, n := range it.NotCarried {
+			fmt.Fprintf(w, "not carried over (%s, %s): %s\n", it.Source, it.Task.Name, n)
+		}
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine shortens a command for a table cell: newlines shown as ⏎, at most 60 runes.
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", "⏎")
+	if r := []rune(s); len(r) > 60 {
+		return string(r[:59]) + "…"
+	}
+	return s
+}
+
+// nextFire is the first fire of expr in dialect d and zone after ref, or zero.
+func nextFire(expr string, d cron.Dialect, zone string, ref time.Time) (time.Time, error) {
+	loc, err := cron.LoadLocation(zone)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s, err := cron.ParseIn(expr, d)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.Next(ref, loc), nil
+}
