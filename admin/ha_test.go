@@ -197,6 +197,19 @@ func TestHABackupAnswers503(t *testing.T) {
 		Count int `json:"count"`
 	}
 	b.mustJSON(t, 200, http.MethodGet, "/api/v1/executors", nil, &ex)
+	var nodes struct {
+		Nodes []struct {
+			ID        string `json:"id"`
+			Advertise string `json:"advertise"`
+			Role      string `json:"role"`
+			AgeMS     int64  `json:"age_ms"`
+		} `json:"nodes"`
+	}
+	b.mustJSON(t, 200, http.MethodGet, "/api/v1/nodes", nil, &nodes)
+	if len(nodes.Nodes) != 2 || nodes.Nodes[0].ID != "a" || nodes.Nodes[0].Role != "primary" || nodes.Nodes[0].Advertise != a.base ||
+		nodes.Nodes[1].ID != "b" || nodes.Nodes[1].Role != "backup" || nodes.Nodes[1].AgeMS > 10_000 {
+		t.Fatalf("GET /api/v1/nodes on the backup = %+v", nodes)
+	}
 	if code, body := b.call(t, http.MethodGet, "/api/v1/alerts", nil); code != 200 || !strings.Contains(string(body), ActPromotionName) {
 		t.Fatalf("the backup's /api/v1/alerts = %d %s, want the primary's promotion steps", code, body)
 	}
