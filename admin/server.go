@@ -251,6 +251,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/whoami", h(s.whoami))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
+	s.haRoutes(api) // ha.go
 	return r.Handler
 }
 
