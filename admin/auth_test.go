@@ -14,6 +14,8 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/persist"
+
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 const (
@@ -219,7 +221,7 @@ func TestTokenFileReloadOnSIGHUP(t *testing.T) {
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the new token to work", func() bool {
+	testwait.For(t, waitTimeout, "the new token to work", func() bool {
 		code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...)
 		return code == 200
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -239,7 +240,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 		d.cancel()
 		// While draining, the daemon reports not ready but still serves.
-		eventually(t, time.Second, "/readyz to answer 503 while draining", func() bool {
+		testwait.For(t, time.Second, "/readyz to answer 503 while draining", func() bool {
 			code, _ := d.call(t, http.MethodGet, "/readyz", nil)
 			return code == http.StatusServiceUnavailable
 		})

@@ -18,6 +18,7 @@ import (
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -93,17 +94,6 @@ func (s *sdkExecutor) count() int {
 	return len(s.runs)
 }
 
-func poll(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestSDKExecutorsEndToEnd(t *testing.T) {
 	stores := map[string]func(t *testing.T) string{
 		"sqlite": func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "axe.db") },
@@ -117,7 +107,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			for i := 0; i < 3; i++ {
 				exes = append(exes, startSDK(t, base, "127.0.0.1:0"))
 			}
-			poll(t, 3*time.Second, "three executors registered", func() bool {
+			testwait.For(t, 3*time.Second, "three executors registered", func() bool {
 				list, err := c.Executors(ctx)
 				return err == nil && len(list) == 3
 			})
@@ -126,7 +116,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			poll(t, 10*time.Second, "six runs", func() bool {
+			testwait.For(t, 10*time.Second, "six runs", func() bool {
 				n := 0
 				for _, x := range exes {
 					n += x.count()
@@ -142,7 +132,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 				t.Errorf("round robin spread = %d..%d runs per executor, want even", lo, hi)
 			}
 			var runs []persist.Run
-			poll(t, 3*time.Second, "recorded successful runs", func() bool {
+			testwait.For(t, 3*time.Second, "recorded successful runs", func() bool {
 				runs, err = c.Runs(ctx, "charge", 100)
 				ok := 0
 				for _, r := range runs {
@@ -207,7 +197,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 					t.Errorf("batch %.40q = %d %s, want 400 with an error", bad, code, body)
 				}
 			}
-			poll(t, 3*time.Second, "the refused results recorded", func() bool {
+			testwait.For(t, 3*time.Second, "the refused results recorded", func() bool {
 				acts, _ := c.Actions(ctx, "charge", 500)
 				sys, _ := c.Alerts(ctx, 50)
 				found := 0
@@ -224,7 +214,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			if err := dead.exe.Stop(ctx); err != nil {
 				t.Fatal(err)
 			}
-			poll(t, 4*time.Second, "the executor marked lost", func() bool {
+			testwait.For(t, 4*time.Second, "the executor marked lost", func() bool {
 				list, _ := c.Executors(ctx)
 				for _, x := range list {
 					if x.Address == dead.addr {
@@ -233,7 +223,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 				}
 				return false
 			})
-			poll(t, 3*time.Second, "the executor_lost alert", func() bool {
+			testwait.For(t, 3*time.Second, "the executor_lost alert", func() bool {
 				acts, err := c.Alerts(ctx, 50)
 				if err != nil {
 					return false
@@ -247,14 +237,14 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			})
 			before := dead.count()
 			others := exes[1].count() + exes[2].count()
-			poll(t, 5*time.Second, "runs on the others", func() bool { return exes[1].count()+exes[2].count() >= others+3 })
+			testwait.For(t, 5*time.Second, "runs on the others", func() bool { return exes[1].count()+exes[2].count() >= others+3 })
 			if dead.count() != before {
 				t.Errorf("a lost executor received %d runs", dead.count()-before)
 			}
 
 			// Restart it on the same address: same row, no ghost, dispatch resumes.
 			var back *sdkExecutor
-			poll(t, 3*time.Second, "the port to be free", func() bool {
+			testwait.For(t, 3*time.Second, "the port to be free", func() bool {
 				ln, err := net.Listen("tcp", dead.addr)
 				if err != nil {
 					return false
@@ -263,7 +253,7 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 				return true
 			})
 			back = startSDK(t, base, dead.addr)
-			poll(t, 6*time.Second, "dispatch to the restarted executor", func() bool { return back.count() >= 1 })
+			testwait.For(t, 6*time.Second, "dispatch to the restarted executor", func() bool { return back.count() >= 1 })
 			list, err := c.Executors(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -334,13 +324,13 @@ func TestExecutorResultSurvivesSchedulerRestart(t *testing.T) {
 		"callback":{"type":"executor","app":"billing","handler":"charge"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 5*time.Second, "the run in flight", func() bool { return calls.Load() == 1 })
+	testwait.For(t, 5*time.Second, "the run in flight", func() bool { return calls.Load() == 1 })
 	stop1() // the shutdown timeout passes with the run still in flight
 	<-done1
 	stop2, done2 := serve()
 	defer func() { stop2(); <-done2 }()
 	close(release)
-	poll(t, 10*time.Second, "the re-sent result recorded", func() bool {
+	testwait.For(t, 10*time.Second, "the re-sent result recorded", func() bool {
 		runs, err := c.Runs(ctx, "once", 10)
 		return err == nil && len(runs) == 1 && runs[0].Result == persist.ResultSuccess && runs[0].Output == "done"
 	})

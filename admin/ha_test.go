@@ -15,6 +15,8 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/persist/persisttest"
+
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 // Tests of `axe serve --ha` with two in-process nodes on one MariaDB database. Real time,
@@ -55,7 +57,7 @@ func (d *daemon) readyz(t *testing.T, query string) (int, readyz) {
 func (d *daemon) waitRole(t *testing.T, role string, timeout time.Duration) readyz {
 	t.Helper()
 	var r readyz
-	eventually(t, timeout, d.base+" to be "+role, func() bool {
+	testwait.For(t, timeout, d.base+" to be "+role, func() bool {
 		_, r = d.readyz(t, "")
 		return r.Role == role && r.Status == "ready"
 	})
@@ -141,7 +143,7 @@ func TestHABackupAnswers503(t *testing.T) {
 	ra := a.waitRole(t, "primary", waitTimeout)
 	b := haNode(t, dsn, "b", 3*time.Second, time.Second)
 	rb := b.waitRole(t, "backup", waitTimeout)
-	eventually(t, waitTimeout, "the backup to name the primary", func() bool {
+	testwait.For(t, waitTimeout, "the backup to name the primary", func() bool {
 		_, rb = b.readyz(t, "")
 		return rb.Primary == a.base
 	})
@@ -238,7 +240,7 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 
 	hook := newEpochHook(t)
 	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
-	eventually(t, waitTimeout, "fires under epoch "+strconv.FormatInt(ra.Epoch, 10), func() bool { return hook.countEpoch(ra.Epoch) >= 2 })
+	testwait.For(t, waitTimeout, "fires under epoch "+strconv.FormatInt(ra.Epoch, 10), func() bool { return hook.countEpoch(ra.Epoch) >= 2 })
 
 	cut := time.Now()
 	proxy.cut()
@@ -247,7 +249,7 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 		t.Fatalf("the new primary's epoch = %d, want %d", rb.Epoch, ra.Epoch+1)
 	}
 	t.Logf("takeover %s after the cut (ttl %s, renew %s)", time.Since(cut).Round(time.Millisecond), ttl, renew)
-	eventually(t, waitTimeout, "fires under epoch "+strconv.FormatInt(rb.Epoch, 10), func() bool { return hook.countEpoch(rb.Epoch) >= 2 })
+	testwait.For(t, waitTimeout, "fires under epoch "+strconv.FormatInt(rb.Epoch, 10), func() bool { return hook.countEpoch(rb.Epoch) >= 2 })
 	// A's last call came before its gate closed, TTL − renew after its last renewal,
 	// which itself was before the cut.
 	for _, c := range hook.snapshot() {
@@ -257,7 +259,7 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 	}
 	proxy.heal()
 	// The old primary stays a backup of the new one.
-	eventually(t, waitTimeout, "the old primary to follow the new one", func() bool {
+	testwait.For(t, waitTimeout, "the old primary to follow the new one", func() bool {
 		code, r := a.readyz(t, "")
 		return code == 200 && r.Role == "backup" && r.Primary == b.base
 	})
@@ -275,7 +277,7 @@ func TestHAGracefulHandover(t *testing.T) {
 	b.waitRole(t, "backup", waitTimeout)
 	hook := newEpochHook(t)
 	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
-	eventually(t, waitTimeout, "a fire", func() bool { return hook.countEpoch(ra.Epoch) >= 1 })
+	testwait.For(t, waitTimeout, "a fire", func() bool { return hook.countEpoch(ra.Epoch) >= 1 })
 
 	stopped := time.Now()
 	if err := a.stop(); err != nil {
@@ -288,7 +290,7 @@ func TestHAGracefulHandover(t *testing.T) {
 	if rb.Epoch != ra.Epoch+1 {
 		t.Fatalf("epoch after handover = %d, want %d", rb.Epoch, ra.Epoch+1)
 	}
-	eventually(t, waitTimeout, "fires under the new epoch", func() bool { return hook.countEpoch(rb.Epoch) >= 1 })
+	testwait.For(t, waitTimeout, "fires under the new epoch", func() bool { return hook.countEpoch(rb.Epoch) >= 1 })
 	// The stopped primary drained its runs; none of its calls came after its stop returned.
 	for _, c := range hook.snapshot() {
 		if c.epoch == ra.Epoch && c.at.After(stoppedDone) {
@@ -443,7 +445,7 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 		onLost := strings.TrimPrefix(name, "doubt-")
 		a.create(t, spec(name, hook.URL+"/run", "trigger", "delay", "delay_ms", 200, "timeout_sec", 60, "on_lost", onLost))
 	}
-	eventually(t, waitTimeout, "both runs dispatched", func() bool {
+	testwait.For(t, waitTimeout, "both runs dispatched", func() bool {
 		return len(callsOf("doubt-fail")) == 1 && len(callsOf("doubt-resend")) == 1
 	})
 	proxy.cut()

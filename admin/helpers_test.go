@@ -21,6 +21,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -319,7 +320,7 @@ func (d *daemon) runNow(t *testing.T, name string, body any, hdr ...string) stri
 func (d *daemon) waitRun(t *testing.T, name, ticket string) persist.Run {
 	t.Helper()
 	var found persist.Run
-	eventually(t, waitTimeout, "run "+ticket+" of "+name+" to end", func() bool {
+	testwait.For(t, waitTimeout, "run "+ticket+" of "+name+" to end", func() bool {
 		for _, r := range d.runs(t, name) {
 			if r.Ticket == ticket && r.Result != persist.ResultRunning {
 				found = r
@@ -335,23 +336,11 @@ func (d *daemon) waitRun(t *testing.T, name, ticket string) persist.Run {
 func (d *daemon) waitState(t *testing.T, name string, want persist.State) client.TaskView {
 	t.Helper()
 	var v client.TaskView
-	eventually(t, waitTimeout, name+" to be "+string(want), func() bool {
+	testwait.For(t, waitTimeout, name+" to be "+string(want), func() bool {
 		v = d.get(t, name)
 		return v.Runtime.State == want
 	})
 	return v
-}
-
-// eventually polls cond every 20ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // hookCall is one callback request received by a hook.
@@ -460,7 +449,7 @@ func (h *hook) callsOf(task string) []hookCall {
 func (h *hook) waitCalls(t *testing.T, task string, n int, timeout time.Duration) []hookCall {
 	t.Helper()
 	var got []hookCall
-	eventually(t, timeout, strconv.Itoa(n)+" calls of "+task, func() bool {
+	testwait.For(t, timeout, strconv.Itoa(n)+" calls of "+task, func() bool {
 		got = h.callsOf(task)
 		return len(got) >= n
 	})

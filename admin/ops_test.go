@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -90,7 +91,7 @@ func TestPauseResume(t *testing.T) {
 		}
 		t2 := time.Now().UnixMilli()
 		for _, n := range []string{"a1", "a2", "b1"} {
-			eventually(t, waitTimeout, n+" to fire after the resume", func() bool { return len(h.callsAfter(n, t2)) >= 2 })
+			testwait.For(t, waitTimeout, n+" to fire after the resume", func() bool { return len(h.callsAfter(n, t2)) >= 2 })
 		}
 		if got := names(d.list(t, "?state=PAUSED")); len(got) != 0 {
 			t.Errorf("paused tasks after resume = %v", got)
@@ -241,7 +242,7 @@ func TestRetriesAndTimeout(t *testing.T) {
 			if v.Runtime.FailureCount != 1 || v.Runtime.SuccessCount != 0 {
 				t.Errorf("after the last attempt: %+v", v.Runtime)
 			}
-			eventually(t, waitTimeout, "three failed runs", func() bool {
+			testwait.For(t, waitTimeout, "three failed runs", func() bool {
 				runs := d.runs(t, "flaky")
 				if len(runs) != 3 {
 					return false
@@ -273,7 +274,7 @@ func TestRetriesAndTimeout(t *testing.T) {
 			// Wait on the run record, not on the call: the deadline counts from the dispatch
 			// decision, so on a badly overloaded machine the call may never get out.
 			var r persist.Run
-			eventually(t, waitTimeout, "the hanging run to end", func() bool {
+			testwait.For(t, waitTimeout, "the hanging run to end", func() bool {
 				runs := d.runs(t, "slowpoke")
 				if len(runs) == 0 || runs[0].Result == persist.ResultRunning {
 					return false

@@ -17,6 +17,7 @@ import (
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 func TestRunReportsResultByCallback(t *testing.T) {
@@ -847,20 +848,13 @@ func TestStopDrainsRunsAndDeliversResults(t *testing.T) {
 	// Wait until Stop refuses new runs; it cannot return while the handler is blocked. The
 	// probe names no handler of this executor, so before Stop begins it is refused (404)
 	// rather than admitted as a second run.
-	deadline := time.Now().Add(schedpeer.WaitTimeout)
-	for {
+	testwait.For(t, schedpeer.WaitTimeout, "runs to be refused with 503 after Stop began", func() bool {
 		resp, err := peer.Dispatch(exe.Addr(), runFor("t-2", "b", "no-such-handler"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp.Status == http.StatusServiceUnavailable {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runs still accepted (%d) after Stop began", resp.Status)
-		}
-		time.Sleep(time.Millisecond) // polling real I/O; no time injection applies here
-	}
+		return resp.Status == http.StatusServiceUnavailable
+	})
 	select {
 	case err := <-stopped:
 		t.Fatalf("Stop returned %v while a handler was running", err)

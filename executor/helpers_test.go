@@ -11,23 +11,11 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
+	"github.com/axe-sched/axe/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// ants starts the goroutines of its package-level default pool at import time.
-		goleak.IgnoreCurrent(),
-		// fasthttp's cleaners (idle client connections, idle server workers) sleep out their
-		// idle period, up to 10 s, before they notice they were stopped and exit; they hold no
-		// test state and cannot be woken early.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		// fasthttp starts these once per process, on first use, and never stops them: the
-		// cached Date header of servers and the DNS cache of the default dialer.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 // quiet keeps test output readable; failures are reported through assertions, not logs.

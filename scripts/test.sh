@@ -55,6 +55,12 @@ if [ $# -eq 0 ]; then
 fi
 say "go vet"
 go vet ./...
+# The scheduler binary builds for every platform it is released on (the benchmark harness,
+# which is Linux-only, lives in cmd/axe-bench). Compiling, not linking, is what can break.
+for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do
+  say "go build ./cmd/axe for $target"
+  GOOS="${target%/*}" GOARCH="${target#*/}" go build -o /dev/null ./cmd/axe
+done
 say "go test -race $*"
 go test -race -count=1 -timeout 30m "$@"
 # The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,

@@ -6,7 +6,7 @@
 // (tasks due within the same second), and beside the burst the raw fasthttp request rate of
 // the same executor process measured in the same run.
 //
-// Run is what `axe bench` calls; bench/e2e/e2e_test.go runs it small. The package owns only
+// Run is what `axe-bench run` calls; bench/e2e/e2e_test.go runs it small. The package owns only
 // the benchmark: it drives axe through engine, admin, persist and executor's public APIs,
 // creates a scratch database per phase and drops it, and must not touch anything else on
 // the server.

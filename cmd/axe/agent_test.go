@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 type runJSON struct {
@@ -42,7 +44,7 @@ func TestAgentRunsShellCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = agent.Process.Kill(); _, _ = agent.Process.Wait() })
-	eventually(t, waitTimeout, "the agent registered", func() bool {
+	testwait.For(t, waitTimeout, "the agent registered", func() bool {
 		return strings.Contains(axeOK(t, env, "executors"), "alive")
 	})
 
@@ -52,7 +54,7 @@ func TestAgentRunsShellCommands(t *testing.T) {
 	})
 	axeOK(t, env, "task", "create", "-f", task)
 	var runs []runJSON
-	eventually(t, waitTimeout, "a recorded run of the shell command", func() bool {
+	testwait.For(t, waitTimeout, "a recorded run of the shell command", func() bool {
 		runs = apiRuns(t, srv.url, "sh")
 		return len(runs) > 0 && runs[len(runs)-1].Result == "failed"
 	})
@@ -67,7 +69,7 @@ func TestAgentRunsShellCommands(t *testing.T) {
 		"callback": map[string]any{"type": "executor", "app": "ops", "handler": "slow"},
 	})
 	axeOK(t, env, "task", "create", "-f", slow)
-	eventually(t, waitTimeout, "the slow command running", func() bool {
+	testwait.For(t, waitTimeout, "the slow command running", func() bool {
 		rs := apiRuns(t, srv.url, "slow")
 		return len(rs) == 1 && rs[0].Result == "running"
 	})
@@ -75,7 +77,7 @@ func TestAgentRunsShellCommands(t *testing.T) {
 	if err := agent.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, waitTimeout, "the run resolved as lost", func() bool {
+	testwait.For(t, waitTimeout, "the run resolved as lost", func() bool {
 		rs := apiRuns(t, srv.url, "slow")
 		return len(rs) == 1 && rs[0].Result == "lost"
 	})

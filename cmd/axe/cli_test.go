@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -149,9 +150,9 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("runs and actions", func(t *testing.T) {
-		eventually(t, waitTimeout, "cli-cron to fire", func() bool { return len(h.callsOf("cli-cron")) > 0 })
+		testwait.For(t, waitTimeout, "cli-cron to fire", func() bool { return len(h.callsOf("cli-cron")) > 0 })
 		ticket := h.callsOf("cli-cron")[0].Ticket
-		eventually(t, waitTimeout, "the run to show as success", func() bool {
+		testwait.For(t, waitTimeout, "the run to show as success", func() bool {
 			for _, r := range tableRows(t, axeOK(t, env, "task", "runs", "cli-cron"), "TICKET") {
 				if r[0] == ticket && r[1] == "scheduled" && r[2] == "1" && r[5] == "success" {
 					return true
@@ -175,7 +176,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("pause printed %q", out)
 		}
 		paused := time.Now().UnixMilli()
-		eventually(t, waitTimeout, "cli-cron to be PAUSED", func() bool { return getTask(t, env, "cli-cron").Runtime.State == "PAUSED" })
+		testwait.For(t, waitTimeout, "cli-cron to be PAUSED", func() bool { return getTask(t, env, "cli-cron").Runtime.State == "PAUSED" })
 		if out := axeOK(t, env, "task", "actions", "cli-cron"); !strings.Contains(out, "maintenance window") {
 			t.Errorf("pause note missing from the actions:\n%s", out)
 		}
@@ -189,7 +190,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("resume printed %q", out)
 		}
 		resumed := time.Now().UnixMilli()
-		eventually(t, waitTimeout, "cli-cron to fire after resume", func() bool {
+		testwait.For(t, waitTimeout, "cli-cron to fire after resume", func() bool {
 			for _, c := range h.callsOf("cli-cron") {
 				if c.ScheduledAt > resumed {
 					return true
@@ -223,7 +224,7 @@ func TestCLI(t *testing.T) {
 		if m == nil {
 			t.Fatalf("run printed %q", out)
 		}
-		eventually(t, waitTimeout, "the run-now call", func() bool {
+		testwait.For(t, waitTimeout, "the run-now call", func() bool {
 			for _, c := range h.callsOf("cli-man") {
 				if c.Ticket == m[1] {
 					if !bytes.Equal(c.Params, []byte(`{"x":1}`)) {
@@ -342,10 +343,10 @@ func TestCrashSafety(t *testing.T) {
 				"name": "crashy", "cron": "*/1 * * * * *", "callback": map[string]string{"url": h.srv.URL + "/crashy?ms=400"},
 			})
 			axeOK(t, nil, "task", "create", "-f", spec, "--server", first.url)
-			eventually(t, waitTimeout, "two fires before the crash", func() bool { return len(h.callsOf("crashy")) >= 2 })
+			testwait.For(t, waitTimeout, "two fires before the crash", func() bool { return len(h.callsOf("crashy")) >= 2 })
 
 			var inFlight string
-			eventually(t, waitTimeout, "a run in flight", func() bool {
+			testwait.For(t, waitTimeout, "a run in flight", func() bool {
 				calls := h.callsOf("crashy")
 				if last := calls[len(calls)-1]; last.Done.IsZero() && time.Since(last.At) < 200*time.Millisecond {
 					inFlight = last.Ticket
@@ -361,7 +362,7 @@ func TestCrashSafety(t *testing.T) {
 
 			second := startServe(t, dir, nil, args...)
 			restarted := time.Now()
-			eventually(t, waitTimeout, "three fires after the restart", func() bool {
+			testwait.For(t, waitTimeout, "three fires after the restart", func() bool {
 				n := 0
 				for _, c := range h.callsOf("crashy") {
 					if c.At.After(restarted) {
@@ -393,7 +394,7 @@ func TestCrashSafety(t *testing.T) {
 			}
 			// The run cut off by the crash is recorded as lost, not re-sent.
 			var lost bool
-			eventually(t, waitTimeout, "the cut-off run in the history", func() bool {
+			testwait.For(t, waitTimeout, "the cut-off run in the history", func() bool {
 				for _, r := range tableRows(t, axeOK(t, env, "task", "runs", "crashy", "--limit", "100"), "TICKET") {
 					if r[0] == inFlight {
 						lost = r[5] == persist.ResultLost
@@ -427,7 +428,7 @@ func TestSIGTERM(t *testing.T) {
 		"name": "slow", "delay_ms": 0, "callback": map[string]string{"url": h.srv.URL + "/slow?ms=800"},
 	})
 	axeOK(t, []string{"AXE_SERVER=" + srv.url}, "task", "create", "-f", spec)
-	eventually(t, waitTimeout, "the slow run to start", func() bool { return len(h.callsOf("slow")) == 1 })
+	testwait.For(t, waitTimeout, "the slow run to start", func() bool { return len(h.callsOf("slow")) == 1 })
 
 	if code := srv.signal(t, syscall.SIGTERM); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0\nstderr:\n%s", code, srv.stderr.String())

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/internal/migrate/xxltest"
+
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 // importedTask is the part of `axe task get` an import test reads.
@@ -136,13 +138,13 @@ CRON_TZ=Asia/Tokyo
 	axeOK(t, env, "task", "resume", names[1])
 
 	startAgent(t, agentPath)
-	eventually(t, waitTimeout, "the agent registered", func() bool {
+	testwait.For(t, waitTimeout, "the agent registered", func() bool {
 		return strings.Contains(axeOK(t, env, "executors"), "alive")
 	})
 	for _, n := range names {
 		axeOK(t, env, "task", "run", n)
 	}
-	eventually(t, waitTimeout, "both commands ran", func() bool {
+	testwait.For(t, waitTimeout, "both commands ran", func() bool {
 		a, b := apiRuns(t, srv.url, names[0]), apiRuns(t, srv.url, names[1])
 		return len(a) == 1 && a[0].Result == "success" && len(b) == 1 && b[0].Result == "success"
 	})

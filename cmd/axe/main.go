@@ -37,8 +37,6 @@ func run(ctx context.Context, args []string) error {
 		Subcommands: []*ffcli.Command{
 			serveCmd(),
 			agentCmd(),
-			benchCmd(),
-			benchExecutorCmd(),
 			taskCmd(),
 			groupCmd(),
 			executorsCmd(),

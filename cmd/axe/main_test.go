@@ -292,18 +292,6 @@ func (h *hook) callsOf(task string) []call {
 	return out
 }
 
-// eventually polls cond every 50ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // writeJSON writes v as a JSON file in dir and returns its path.
 func writeJSON(t *testing.T, dir, name string, v any) string {
 	t.Helper()

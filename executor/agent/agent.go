@@ -18,6 +18,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,10 @@ var (
 	// ErrInvalidConfig is wrapped by Load and New when the config is invalid; the message
 	// names the field as it is spelt in the file.
 	ErrInvalidConfig = errors.New("agent: invalid config")
+	// ErrUnsupportedPlatform is returned by New where the agent cannot end a command's
+	// whole process tree on timeout and kill (everywhere but Unix, for now): it refuses to
+	// run rather than leave a killed command's children running.
+	ErrUnsupportedPlatform = errors.New("agent: this platform cannot end a command's whole process tree")
 )
 
 // reapPoll is how often a terminated process group is checked for survivors during the grace
@@ -48,6 +53,9 @@ type Agent struct {
 
 // New checks cfg and returns an Agent that is not yet listening.
 func New(cfg Config) (*Agent, error) {
+	if !processTrees {
+		return nil, fmt.Errorf("%w (%s): axe agent runs on Unix only", ErrUnsupportedPlatform, runtime.GOOS)
+	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err

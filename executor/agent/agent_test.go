@@ -19,20 +19,12 @@ import (
 
 	"github.com/axe-sched/axe/executor/agent"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
+	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// ants starts the goroutines of its package-level default pool at import time.
-		goleak.IgnoreCurrent(),
-		// fasthttp's cleaners sleep out their idle period before they notice they were stopped;
-		// its Date updater and dialer DNS cache live for the whole process.
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*Client).mCleaner"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
-	)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -255,32 +247,32 @@ func TestTimeoutTerminatesTheWholeProcessGroup(t *testing.T) {
 // process, with a generous bound.
 func waitPID(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(schedpeer.WaitTimeout)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatalf("pid file %q: %v", b, err)
-			}
-			return pid
+	pid := 0
+	testwait.For(t, schedpeer.WaitTimeout, "a pid in "+path, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+			return false
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no pid in %s after %s", path, schedpeer.WaitTimeout)
-	return 0
+		if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+			t.Fatalf("pid file %q: %v", b, err)
+		}
+		return true
+	})
+	return pid
 }
 
 // waitGone waits until pid has exited, with a generous bound.
 func waitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(schedpeer.WaitTimeout)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(pid, syscall.SIGKILL) // do not leave it behind
-			t.Fatalf("grandchild %d still alive %s after the run ended", pid, schedpeer.WaitTimeout)
+	// Do not leave it behind when the wait fails.
+	t.Cleanup(func() {
+		if !processGone(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testwait.For(t, schedpeer.WaitTimeout, fmt.Sprintf("grandchild %d to exit after the run ended", pid), func() bool {
+		return processGone(pid)
+	})
 }
 
 // processGone reports whether pid has exited. An exited process whose parent has not reaped it

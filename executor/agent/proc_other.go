@@ -4,7 +4,10 @@ package agent
 
 import "os/exec"
 
-// Without Unix process groups only the direct child can be stopped.
+// Without Unix process groups only the direct child could be stopped, which would leave a
+// killed command's children running; New refuses to start instead. (Windows would need a Job
+// Object per command, created before the command can spawn anything.)
+const processTrees = false
 
 func setProcessGroup(*exec.Cmd) {}
 

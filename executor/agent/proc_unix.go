@@ -8,6 +8,9 @@ import (
 	"syscall"
 )
 
+// processTrees: a command's whole process group can be signalled, so New may run.
+const processTrees = true
+
 // setProcessGroup starts cmd as the leader of a new process group, so that its children,
 // grandchildren and so on can be signalled together.
 func setProcessGroup(cmd *exec.Cmd) {

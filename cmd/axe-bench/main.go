@@ -1,0 +1,107 @@
+// Command axe-bench runs axe's end-to-end benchmark (B4 of BENCHMARKS.md). It is a command of
+// its own so that the scheduler binary, axe, links none of the benchmark harness.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/axe-sched/axe/bench/e2e"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "axe-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	root := &ffcli.Command{
+		Name:        "axe-bench",
+		ShortUsage:  "axe-bench <command> [flags]",
+		ShortHelp:   "axe's end-to-end benchmark",
+		FlagSet:     flag.NewFlagSet("axe-bench", flag.ContinueOnError),
+		Subcommands: []*ffcli.Command{runCmd(), executorCmd()},
+		Exec: func(_ context.Context, args []string) error {
+			if len(args) == 0 {
+				return flag.ErrHelp
+			}
+			return fmt.Errorf("unknown command %q (see -h)", args[0])
+		},
+	}
+	return root.ParseAndRun(ctx, args)
+}
+
+// envOpts makes every flag also read AXE_<FLAG> (dashes become underscores), as axe's do.
+var envOpts = []ff.Option{ff.WithEnvVarPrefix("AXE")}
+
+// runCmd runs the end-to-end benchmark: tasks due over a window and a burst due at one
+// instant, dispatched to SDK executors in separate processes (this binary, re-executed as
+// `axe-bench executor`), every transition, run and action durable in MySQL.
+func runCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("axe-bench run", flag.ContinueOnError)
+	var cfg e2e.Config
+	fs.StringVar(&cfg.DSN, "db", "mysql:root:@tcp(127.0.0.1:3306)/", "MySQL server; each phase creates and drops its own database (AXE_DB)")
+	fs.IntVar(&cfg.Tasks, "tasks", e2e.TasksDefault, "tasks falling due evenly over --window; -1 skips the phase")
+	fs.DurationVar(&cfg.Window, "window", e2e.WindowDefault, "the span the steady phase's tasks fall due over")
+	fs.IntVar(&cfg.Burst, "burst", e2e.BurstDefault, "tasks due at one instant; -1 skips the phase")
+	fs.IntVar(&cfg.Executors, "executors", e2e.ExecutorsDefault, "executor processes")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write CPU profiles of the scheduler and the executors, and the scheduler's allocations, into this directory")
+	fs.BoolVar(&cfg.HA, "ha", false, "run the engine as the primary of a lease, as axe serve --ha does (AXE_HA)")
+	small := fs.Bool("small", false, "a smoke run: 2,000 tasks over 5 s and a 2,000 burst")
+	return &ffcli.Command{
+		Name:       "run",
+		ShortUsage: "axe-bench run [--db mysql:…] [--tasks 1000000 --window 5m] [--burst 200000] [--small]",
+		ShortHelp:  "run the end-to-end benchmark against MySQL and print its table",
+		FlagSet:    fs,
+		Options:    envOpts,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("run: unexpected argument %q", args[0])
+			}
+			if *small {
+				cfg.Tasks, cfg.Window, cfg.Burst = e2e.TasksDefault, e2e.WindowDefault, e2e.BurstDefault
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("cannot find this binary to start executors: %w", err)
+			}
+			// "--" ends axe-bench's own flags: what Run appends goes to the executor untouched.
+			cfg.ExecutorCommand = []string{self, "executor", "--"}
+			start := time.Now()
+			rep, err := e2e.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			fmt.Print(rep.Table())
+			fmt.Printf("(took %s)\n", time.Since(start).Round(time.Second))
+			return nil
+		},
+	}
+}
+
+// executorCmd is the executor process `axe-bench run` starts; not for people.
+func executorCmd() *ffcli.Command {
+	return &ffcli.Command{
+		Name:       "executor",
+		ShortUsage: "axe-bench executor -scheduler URL",
+		ShortHelp:  "(internal) the no-op executor process of axe-bench run",
+		FlagSet:    flag.NewFlagSet("axe-bench executor", flag.ContinueOnError),
+		Exec: func(ctx context.Context, args []string) error {
+			return e2e.ExecutorMain(ctx, args, os.Stdin, os.Stdout)
+		},
+	}
+}
