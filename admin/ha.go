@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
@@ -383,4 +384,33 @@ func (n *haNode) readyz(c *fasthttp.RequestCtx) {
 		code = fasthttp.StatusServiceUnavailable
 	}
 	writeJSON(c, code, ans)
+}
+
+// nodeJSON is one row of GET /api/v1/nodes.
+type nodeJSON struct {
+	ID        string `json:"id"`
+	Advertise string `json:"advertise"`
+	Role      string `json:"role"`
+	LastSeen  int64  `json:"last_seen"` // Unix ms, by the database's clock
+	AgeMS     int64  `json:"age_ms"`    // how long ago, by the database's clock
+}
+
+// haRoutes registers the HA read endpoints: GET /api/v1/nodes lists the nodes table (every
+// node of an --ha database, its role and when it was last seen), for the console and
+// operators. Without --ha the list is empty.
+func (s *Server) haRoutes(api *router.Group) {
+	api.GET("/nodes", s.authed(func(c *fasthttp.RequestCtx) {
+		ctx, cancel := reqCtx(c)
+		defer cancel()
+		nodes, err := s.cfg.Store.ListNodes(ctx)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		out := make([]nodeJSON, 0, len(nodes))
+		for _, n := range nodes {
+			out = append(out, nodeJSON{ID: n.ID, Advertise: n.Advertise, Role: n.Role, LastSeen: n.LastSeen, AgeMS: n.Age.Milliseconds()})
+		}
+		writeJSON(c, 200, map[string]any{"nodes": out, "count": len(out)})
+	}))
 }

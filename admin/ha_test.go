@@ -197,6 +197,19 @@ func TestHABackupAnswers503(t *testing.T) {
 		Count int `json:"count"`
 	}
 	b.mustJSON(t, 200, http.MethodGet, "/api/v1/executors", nil, &ex)
+	var nodes struct {
+		Nodes []struct {
+			ID        string `json:"id"`
+			Advertise string `json:"advertise"`
+			Role      string `json:"role"`
+			AgeMS     int64  `json:"age_ms"`
+		} `json:"nodes"`
+	}
+	b.mustJSON(t, 200, http.MethodGet, "/api/v1/nodes", nil, &nodes)
+	if len(nodes.Nodes) != 2 || nodes.Nodes[0].ID != "a" || nodes.Nodes[0].Role != "primary" || nodes.Nodes[0].Advertise != a.base ||
+		nodes.Nodes[1].ID != "b" || nodes.Nodes[1].Role != "backup" || nodes.Nodes[1].AgeMS > 10_000 {
+		t.Fatalf("GET /api/v1/nodes on the backup = %+v", nodes)
+	}
 	if code, body := b.call(t, http.MethodGet, "/api/v1/alerts", nil); code != 200 || !strings.Contains(string(body), ActPromotionName) {
 		t.Fatalf("the backup's /api/v1/alerts = %d %s, want the primary's promotion steps", code, body)
 	}
@@ -378,4 +391,90 @@ func (p *dbProxy) heal() {
 	p.mu.Lock()
 	p.cutOff = false
 	p.mu.Unlock()
+}
+
+// TestHARunsInDoubtAcrossFailover: the primary dispatches two HTTP runs whose endpoint does
+// not answer, then is cut off from the database. The new primary resolves both at its
+// promotion: on_lost fail records the run lost and its one-shot task FAILED; on_lost resend
+// records it lost and sends the same ticket again as attempt 2 of the same fire, which the
+// endpoint answers.
+func TestHARunsInDoubtAcrossFailover(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	proxy := newDBProxy(t, "127.0.0.1:3306")
+	viaProxy := strings.Replace(dsn, "tcp(127.0.0.1:3306)", "tcp("+proxy.addr()+")", 1)
+	if viaProxy == dsn {
+		t.Skip("the test server is not at 127.0.0.1:3306; no proxy to cut")
+	}
+	type got struct {
+		ticket, attempt string
+		epoch           string
+	}
+	var (
+		mu    sync.Mutex
+		calls = map[string][]got{}
+	)
+	release := make(chan struct{})
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		task := r.Header.Get("X-Axe-Task")
+		calls[task] = append(calls[task], got{r.Header.Get("X-Axe-Ticket"), r.Header.Get("X-Axe-Attempt"), r.Header.Get("X-Axe-Epoch")})
+		mu.Unlock()
+		if r.Header.Get("X-Axe-Attempt") == "1" {
+			select { // the first primary never gets an answer
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(func() { close(release); hook.Close() })
+	callsOf := func(task string) []got {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]got(nil), calls[task]...)
+	}
+
+	const ttl, renew = 3 * time.Second, 500 * time.Millisecond
+	a := haNode(t, viaProxy, "a", ttl, renew)
+	a.waitRole(t, "primary", waitTimeout)
+	b := haNode(t, dsn, "b", ttl, renew)
+	b.waitRole(t, "backup", waitTimeout)
+	for _, name := range []string{"doubt-fail", "doubt-resend"} {
+		onLost := strings.TrimPrefix(name, "doubt-")
+		a.create(t, spec(name, hook.URL+"/run", "trigger", "delay", "delay_ms", 200, "timeout_sec", 60, "on_lost", onLost))
+	}
+	eventually(t, waitTimeout, "both runs dispatched", func() bool {
+		return len(callsOf("doubt-fail")) == 1 && len(callsOf("doubt-resend")) == 1
+	})
+	proxy.cut()
+	b.waitRole(t, "primary", ttl+renew+10*time.Second)
+
+	v := b.waitState(t, "doubt-fail", "FAILED")
+	if v.Runtime.FailureCount != 1 {
+		t.Fatalf("doubt-fail = %+v", v.Runtime)
+	}
+	if runs := b.runs(t, "doubt-fail"); len(runs) != 1 || runs[0].Result != "lost" {
+		t.Fatalf("runs of doubt-fail = %+v, want one lost", runs)
+	}
+	if n := len(callsOf("doubt-fail")); n != 1 {
+		t.Fatalf("doubt-fail sent %d times, want once (on_lost: fail)", n)
+	}
+
+	b.waitState(t, "doubt-resend", "SUCCESS")
+	sent := callsOf("doubt-resend")
+	if len(sent) != 2 || sent[0].ticket != sent[1].ticket || sent[0].attempt != "1" || sent[1].attempt != "2" || sent[0].epoch == sent[1].epoch {
+		t.Fatalf("doubt-resend calls = %+v, want the same ticket as attempts 1 and 2 under two epochs", sent)
+	}
+	runs := b.runs(t, "doubt-resend")
+	results := map[int]string{}
+	for _, r := range runs {
+		results[r.Attempt] = r.Result
+	}
+	if len(runs) != 2 || results[1] != "lost" || results[2] != "success" {
+		t.Fatalf("runs of doubt-resend = %+v, want attempt 1 lost and attempt 2 success", runs)
+	}
+	if _, ok := findAction(b.actions(t, "doubt-resend"), "resend"); !ok {
+		t.Fatalf("no resend action on doubt-resend")
+	}
+	proxy.heal()
 }

@@ -218,6 +218,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/cron/next", h(s.cronNext))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
+	s.haRoutes(api) // ha.go
 	return r.Handler
 }
 

@@ -358,8 +358,10 @@ func (e *Elector) campaign(ctx context.Context) time.Duration {
 		failovers.Inc()
 	}
 	e.log.Info("lease taken: this node is the primary", "epoch", l.Epoch, "ttl_left", l.Remaining.Round(time.Millisecond))
-	e.touch(cctx, persist.RolePrimary)
+	// The change goes out before the touch: a touch that finds the id taken demotes, and
+	// that change must follow this one.
 	e.changes <- Change{Primary: true, Epoch: l.Epoch, Reason: "lease taken", At: sent}
+	e.touch(cctx, persist.RolePrimary)
 	return e.cfg.Renew
 }
 

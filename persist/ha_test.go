@@ -2,6 +2,8 @@ package persist_test
 
 import (
 	"errors"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +90,47 @@ func TestFencedStore(t *testing.T) {
 // batchOf is the batch of one group.
 func batchOf(g *persist.Group) *persist.Batch {
 	return &persist.Batch{Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions, Fires: g.Fires}
+}
+
+// TestLeaseIgnoresSessionTimeZones opens two stores on one MariaDB database whose sessions
+// keep clocks twelve hours apart (time_zone +05:00 and -07:00): the nodes must still agree
+// on who holds the lease and how long ago a node was seen, because every statement uses
+// the database's UTC clock and no node passes a time.
+func TestLeaseIgnoresSessionTimeZones(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	open := func(zone string) persist.Store {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		s, err := persist.Open(testCtx(t), dsn+sep+"time_zone="+url.QueryEscape("'"+zone+"'"))
+		if err != nil {
+			t.Fatalf("Open at %s: %v", zone, err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	east, west := open("+05:00"), open("-07:00")
+	ctx := testCtx(t)
+	l, ok, err := east.TakeLease(ctx, "scheduler", "east", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("TakeLease(east) = %+v, %v, %v", l, ok, err)
+	}
+	got, ok, err := west.TakeLease(ctx, "scheduler", "west", time.Minute)
+	if err != nil || ok || got.Holder != "east" || !got.Held || got.Remaining < 50*time.Second || got.Remaining > time.Minute {
+		t.Fatalf("TakeLease(west) while east holds = %+v, %v, %v; want refused with about a minute left", got, ok, err)
+	}
+	if err := east.RenewLease(ctx, "scheduler", "east", l.Epoch, time.Minute); err != nil {
+		t.Fatalf("RenewLease(east): %v", err)
+	}
+	if _, err := east.ClaimNode(ctx, persist.Node{ID: "east", Advertise: "http://e", Role: persist.RolePrimary, Instance: "i"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := west.ListNodes(ctx)
+	if err != nil || len(nodes) != 1 || nodes[0].Age < -time.Second || nodes[0].Age > 30*time.Second {
+		t.Fatalf("west's view of east = %+v, %v; want seen just now", nodes, err)
+	}
+	if _, err := west.ClaimNode(ctx, persist.Node{ID: "east", Advertise: "http://w", Role: persist.RoleBackup, Instance: "j"}, time.Minute); !errors.Is(err, persist.ErrNodeIDTaken) {
+		t.Fatalf("west claiming east's live id = %v, want ErrNodeIDTaken", err)
+	}
 }

@@ -22,7 +22,8 @@ const (
 // DSN says otherwise, which saves a prepare round trip per statement on the hot path.
 //
 // The store never reads the clock: every time it writes (created_at, registered_at, …) comes
-// from the caller.
+// from the caller, except the lease's and the nodes table's, which the database's own clock
+// writes and judges (ha.go).
 func Open(ctx context.Context, dsn string) (Store, error) {
 	scheme, rest, ok := strings.Cut(dsn, ":")
 	if !ok || rest == "" {

@@ -25,6 +25,9 @@ import (
 //     recreated.
 //   - Only the last runtime of each task is written; for a ticket repeated in Runs the last
 //     row wins.
+//   - Fires are inserted before Runs are upserted. A fire whose ticket is stored, or repeats
+//     an earlier fire of the batch, fails the batch with a *FireRefusedError naming it
+//     (fire.go); Runs of the same ticket later in the batch update the inserted row.
 //
 // Where the dialect has a guarded upsert (MySQL) and each task's transitions in the batch
 // form an unbroken chain of versions, the versions are not read: the runtime rows are written
