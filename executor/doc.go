@@ -4,8 +4,10 @@
 //
 // The package owns the executor side of that protocol only: its HTTP server (/axe/run,
 // /axe/kill, /axe/beat), the bounded handler pool, ticket de-duplication, re-entry rejection,
-// registration, heartbeats and the re-sending of results until the scheduler acknowledges
-// them. It must not make scheduling decisions (when to run, whether to retry, whether a run
+// registration, heartbeats, the re-sending of results until the scheduler acknowledges
+// them, following the primary among several schedulers, and refusing runs and kills of a
+// scheduler epoch older than the highest seen (a deposed primary's). It must not make
+// scheduling decisions (when to run, whether to retry, whether a run
 // timed out): those belong to the scheduler, and the SDK only reports what happened.
 //
 // A typical executor:

@@ -89,8 +89,9 @@ type Audit struct {
 	// Phantoms lists fires recorded as a success that no receiver ever got.
 	Phantoms []string
 	// InDoubt counts runs dispatched before a fault and not finished by then, by how each
-	// was resolved (the run's final result); "lost+received" is a run recorded lost although
-	// its receiver did get it.
+	// was resolved (the run's final result). Two sub-counts of "lost" follow: "lost+received"
+	// is a run recorded lost although its receiver did get it, "lost+resent" one whose fire
+	// was sent again as its next attempt (on_lost: resend).
 	InDoubt map[string]int
 	// Unresolved lists runs still running when the audit read the table.
 	Unresolved []string
@@ -113,7 +114,7 @@ func (a *Audit) OK() bool {
 func (a *Audit) InDoubtTotal() int {
 	n := 0
 	for k, v := range a.InDoubt {
-		if k != "lost+received" {
+		if !strings.HasPrefix(k, "lost+") {
 			n += v
 		}
 	}
@@ -268,6 +269,9 @@ func Check(tasks []AuditTask, span Span, faults []Fault, runs []RunRow, actions 
 					}
 					if r.Result == "lost" && got > 0 {
 						a.InDoubt["lost+received"]++
+					}
+					if r.Result == "lost" && slices.ContainsFunc(attempts, func(o RunRow) bool { return o.Attempt > r.Attempt }) {
+						a.InDoubt["lost+resent"]++
 					}
 					break
 				}

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -473,5 +472,3 @@ func (c *cluster) urls() []string {
 	}
 	return out
 }
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }

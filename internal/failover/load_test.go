@@ -44,6 +44,7 @@ type taskSpec struct {
 	Callback      map[string]any `json:"callback"`
 	Params        map[string]int `json:"params,omitempty"`
 	MisfirePolicy string         `json:"misfire_policy,omitempty"`
+	OnLost        string         `json:"on_lost,omitempty"`
 }
 
 // load is the tasks a scenario created.
@@ -54,7 +55,8 @@ type load struct {
 
 // createLoad creates the scenario's tasks through any node (the client follows the primary).
 // Half call the HTTP target, half the executor; cron tasks alternate the two misfire
-// policies. One-shot tasks fall due evenly over dueSpan from now.
+// policies, and half the HTTP tasks have their runs in doubt re-sent (on_lost: resend).
+// One-shot tasks fall due evenly over dueSpan from now.
 func (c *cluster) createLoad(sz size, dueSpan time.Duration) *load {
 	c.t.Helper()
 	var specs []taskSpec
@@ -71,15 +73,21 @@ func (c *cluster) createLoad(sz size, dueSpan time.Duration) *load {
 		}
 		return "skip"
 	}
+	onLost := func(i int) string {
+		if i%4 == 2 { // every other HTTP task
+			return "resend"
+		}
+		return ""
+	}
 	for i := range sz.every1 {
 		cb, params := callback(i, 100)
 		specs = append(specs, taskSpec{Name: fmt.Sprintf("e1-%03d", i), Group: "e1", Cron: "* * * * * *",
-			TimeoutSec: 8, Callback: cb, Params: params, MisfirePolicy: policy(i)})
+			TimeoutSec: 8, Callback: cb, Params: params, MisfirePolicy: policy(i), OnLost: onLost(i)})
 	}
 	for i := range sz.every3 {
 		cb, params := callback(i, 1500)
 		specs = append(specs, taskSpec{Name: fmt.Sprintf("e3-%03d", i), Group: "e3", Cron: "*/3 * * * * *",
-			TimeoutSec: 8, Callback: cb, Params: params, MisfirePolicy: policy(i)})
+			TimeoutSec: 8, Callback: cb, Params: params, MisfirePolicy: policy(i), OnLost: onLost(i)})
 	}
 	for i := range sz.delayed {
 		cb, params := callback(i, 300)
