@@ -695,12 +695,21 @@ func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
 	defer cancel()
 	out := make([]protocol.CallbackItem, len(b.Results))
 	p := principalOf(c)
+	// Begin every result, then wait for each to be recorded: they share group commits, and
+	// each is acknowledged only once durable.
+	waits := make([]engine.ReportWait, len(b.Results))
 	for i, rep := range b.Results {
 		if p != nil && !p.mayActFor(rep.App) {
 			out[i] = protocol.CallbackItem{Status: fasthttp.StatusForbidden, Error: fmt.Sprintf("token %q may not act for executor app %q", p.name, rep.App)}
 			continue
 		}
-		dup, err := s.cfg.Engine.ReportResult(ctx, rep)
+		waits[i] = s.cfg.Engine.BeginReport(ctx, rep)
+	}
+	for i, wait := range waits {
+		if wait == nil {
+			continue
+		}
+		dup, err := wait(ctx)
 		if err != nil {
 			code, msg := s.errorOf(c, err)
 			out[i] = protocol.CallbackItem{Status: code, Error: msg}

@@ -26,6 +26,12 @@ func (e *Engine) commitLocked(t *task, nrt persist.Runtime, runs []persist.Run, 
 // commitLockedThen is commitLocked that also runs then, on its own goroutine, once the write
 // is durable.
 func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action, then func()) {
+	e.commitLockedNotify(t, nrt, runs, acts, then, nil)
+}
+
+// commitLockedNotify is commitLockedThen that also tells notify, on the writer goroutine, how
+// the write went (nil: durable). notify must not block.
+func (e *Engine) commitLockedNotify(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action, then func(), notify func(error)) {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
@@ -45,6 +51,9 @@ func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.R
 			if err == nil && then != nil {
 				go then()
 			}
+			if notify != nil {
+				notify(err)
+			}
 		},
 	}
 	// Submit may block on a full writer queue: that is the writer's backpressure. It never
@@ -52,6 +61,9 @@ func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.R
 	if err := e.writer.Submit(context.Background(), g); err != nil {
 		t.pending--
 		e.log.Warn("write dropped: writer closed", "task", t.def.Name, "error", err)
+		if notify != nil {
+			notify(err)
+		}
 	}
 }
 

@@ -18,6 +18,18 @@ type outcome struct {
 	output   string
 	executor string
 	duration time.Duration
+	// durable, when set, is told once whether the run's end was recorded (nil) or not: an
+	// executor's result is acknowledged only then, so a primary that cannot write (cut off
+	// from the database, deposed) never acknowledges a result it will lose, and the executor
+	// re-sends it to the next primary. Called on the writer goroutine: it must not block.
+	durable func(error)
+}
+
+// notify tells oc.durable, when set, how recording the run's end went.
+func (oc outcome) notify(err error) {
+	if oc.durable != nil {
+		oc.durable(err)
+	}
 }
 
 func httpOutcome(o dispatch.Outcome, host string) outcome {
@@ -84,6 +96,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		e.settle(t)
 		t.mu.Unlock()
 		e.lateResult(run.TaskName, ticket, oc)
+		oc.notify(fmt.Errorf("%w: run %s is no longer the task's run in flight", ErrStaleTicket, ticket))
 		return
 	}
 	now := e.nowMS()
@@ -152,7 +165,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
 		then = func() { e.upstreamDone(name) }
 	}
-	e.commitLockedThen(t, nrt, []persist.Run{run}, acts, then)
+	e.commitLockedNotify(t, nrt, []persist.Run{run}, acts, then, oc.durable)
 	t.mu.Unlock()
 	e.recordHealth(id, name, group, oc.result)
 	if finalFailure {
@@ -183,16 +196,16 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 	act := e.action(t, run.Ticket, ActResult, "", "", ActorScheduler, detail, now)
 	e.settle(t)
 	t.mu.Unlock()
-	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}
-	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
-		g.Done = func(err error) {
-			if err == nil {
-				go e.upstreamDone(name)
-			}
+	release := oc.result == persist.ResultSuccess && e.upstreams.has(name)
+	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}, Done: func(err error) {
+		if err == nil && release {
+			go e.upstreamDone(name)
 		}
-	}
+		oc.notify(err)
+	}}
 	if err := e.writer.Submit(context.Background(), g); err != nil {
 		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
+		oc.notify(err)
 	}
 	e.recordHealth(t.id, name, group, oc.result)
 }

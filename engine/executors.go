@@ -243,12 +243,24 @@ const maxOutput = 8 << 10
 // report of the recorded result returns duplicate=true and changes nothing; a report for a
 // run that ended another way returns ErrStaleTicket; an unknown ticket ErrRunNotFound.
 func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, err error) {
+	return e.BeginReport(ctx, rep)(ctx)
+}
+
+// ReportWait waits for a result that BeginReport accepted to be recorded.
+type ReportWait func(ctx context.Context) (duplicate bool, err error)
+
+// BeginReport starts settling an executor's result and returns how to wait for it: a result
+// for a run in flight here is acknowledged only once its end is durable, so many results of
+// one batch call are begun together and share group commits. The wait returns an error when
+// the end could not be recorded (the executor then re-sends it) or ctx ends first.
+func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if rep.Ticket == "" {
-		return false, fieldErr("ticket", "is required")
+		return failedReport(fieldErr("ticket", "is required"))
 	}
 	if rep.Status != persist.ResultSuccess && rep.Status != persist.ResultFailed {
-		return false, fieldErr("status", "must be success or failed, got %q", rep.Status)
+		return failedReport(fieldErr("status", "must be success or failed, got %q", rep.Status))
 	}
+	recorded := make(chan error, 1)
 	settled := e.runs.settle(rep.Ticket, waitingReport, func(r *flight) {
 		if r.exec != nil {
 			e.registry.Seen(r.exec, e.nowMS())
@@ -266,11 +278,33 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 		if rep.DurationMS > 0 {
 			oc.duration = time.Duration(rep.DurationMS) * time.Millisecond
 		}
+		oc.durable = func(err error) { recorded <- err }
 		e.resolve(r.t, r.run, oc)
 	})
 	if settled {
-		return false, nil
+		return func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-recorded:
+				if err != nil {
+					return false, fmt.Errorf("cannot record the result of %s: %w", rep.Ticket, err)
+				}
+				return false, nil
+			case <-ctx.Done():
+				return false, fmt.Errorf("cannot record the result of %s: %w", rep.Ticket, ctx.Err())
+			}
+		}
 	}
+	dup, err := e.reportUnheld(ctx, rep)
+	return func(context.Context) (bool, error) { return dup, err }
+}
+
+func failedReport(err error) ReportWait {
+	return func(context.Context) (bool, error) { return false, err }
+}
+
+// reportUnheld answers a result for a run not in flight here: a duplicate of a recorded
+// one, a late one for a run recorded lost, or one refused.
+func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, err error) {
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, persist.ErrRunNotFound) {
 		e.recordRefusedResult(ctx, persist.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")
