@@ -45,6 +45,10 @@ type DaemonConfig struct {
 	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
 	Engine engine.Config
+	// BasePath prefixes the console and the API (ServerConfig.BasePath). Defaults to "".
+	BasePath string
+	// Pprof serves /debug/pprof behind the token. Defaults to false.
+	Pprof bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -109,7 +113,8 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	defer metrics.UnregisterSet(set, true)
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
 
-	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Token: cfg.Token, Engine: eng, Store: store, Version: cfg.Version, Logger: log})
+	srv, err := NewServer(ServerConfig{Addr: cfg.Addr, Token: cfg.Token, Engine: eng, Store: store, Version: cfg.Version, Logger: log,
+		BasePath: cfg.BasePath, Pprof: cfg.Pprof})
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
@@ -123,7 +128,8 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	if err := srv.Start(ctx); err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
-	log.Info("axe listening", "addr", "http://"+srv.Addr(), "store", redactDSN(cfg.DB), "node", cfg.NodeID)
+	log.Info("axe listening", "addr", "http://"+srv.Addr(), "console", "http://"+srv.Addr()+cfg.BasePath+"/",
+		"store", redactDSN(cfg.DB), "node", cfg.NodeID)
 	if cfg.OnListen != nil {
 		cfg.OnListen(srv.Addr())
 	}

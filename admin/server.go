@@ -58,10 +58,16 @@ type ServerConfig struct {
 	Version string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// BasePath prefixes the console and the API for a reverse proxy, e.g. "/axe"; /metrics,
+	// /healthz and /readyz stay at the root. Defaults to "" (the root).
+	BasePath string
+	// Pprof serves /debug/pprof behind the token. Defaults to false.
+	Pprof bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c ServerConfig) WithDefaults() ServerConfig {
+	c.BasePath = strings.TrimRight(c.BasePath, "/")
 	if c.Addr == "" {
 		c.Addr = AddrDefault
 	}
@@ -81,7 +87,7 @@ func (c ServerConfig) validate() error {
 	if c.Store == nil {
 		return errors.New("store is required")
 	}
-	return nil
+	return validBasePath(c.BasePath)
 }
 
 // Server is the HTTP server of the API.
@@ -96,6 +102,7 @@ type Server struct {
 	stopped  bool
 	serveErr chan error
 	ready    func() error
+	minutes  *minuteSeries
 }
 
 // NewServer builds the server; Start listens.
@@ -104,7 +111,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1), minutes: newMinuteSeries(cfg.Engine)}
 	s.srv = &fasthttp.Server{
 		Handler:               s.routes(),
 		Name:                  "axe",
@@ -136,6 +143,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.started = true
 	go func() { s.serveErr <- s.srv.Serve(ln) }()
+	s.minutes.start()
 	return nil
 }
 
@@ -162,6 +170,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.stopped = true
 	s.mu.Unlock()
+	s.minutes.stop()
 	err := s.srv.ShutdownWithContext(ctx)
 	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can
 	// come first, and Serve would then accept forever. Closing it here ends Serve either way.
@@ -193,7 +202,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 		metrics.WritePrometheus(c, true)
 	})
 
-	api := r.Group("/api/v1")
+	api := r.Group(s.cfg.BasePath + "/api/v1")
 	h := s.authed
 	api.POST("/tasks", h(s.createTask))
 	api.GET("/tasks", h(s.listTasks))
@@ -218,7 +227,8 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/cron/next", h(s.cronNext))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
-	return r.Handler
+	s.consoleRoutes(r, api)
+	return s.consoleHeaders(r.Handler)
 }
 
 // authed enforces the bearer token when one is configured.
@@ -363,6 +373,10 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 		return
 	}
 	f.AfterID = int64(after)
+	if err := pageArgs(c, &f); err != nil {
+		s.fail(c, err)
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	list, err := s.cfg.Engine.ListTasks(ctx, f)
@@ -379,7 +393,7 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	for i := range list {
 		out = append(out, taskView(&list[i]))
 	}
-	writeJSON(c, 200, map[string]any{"tasks": out, "count": len(out)})
+	writeJSON(c, 200, s.taskPage(ctx, c, f, list, out))
 }
 
 // noteBody is the optional body of pause and resume.
@@ -536,7 +550,7 @@ func (s *Server) getRun(c *fasthttp.RequestCtx) {
 }
 
 func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
-	list := s.cfg.Engine.Executors()
+	list := s.cfg.Engine.ExecutorViews()
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
@@ -681,16 +695,17 @@ func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	times, loc, err := s.cfg.Engine.NextFireTimes(expr, string(args.Peek("tz")), n)
+	from, err := timeArg(c, "from")
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	out := make([]string, len(times))
-	for i, t := range times {
-		out[i] = t.In(loc).Format(time.RFC3339)
+	fires, loc, err := s.cfg.Engine.PreviewFires(expr, string(args.Peek("tz")), from, n)
+	if err != nil {
+		s.fail(c, err)
+		return
 	}
-	writeJSON(c, 200, map[string]any{"expr": expr, "timezone": loc.String(), "next": out})
+	writeJSON(c, 200, cronNextView(expr, loc, fires))
 }
 
 func (s *Server) getRateLimits(c *fasthttp.RequestCtx) {
@@ -742,7 +757,7 @@ func intArg(c *fasthttp.RequestCtx, name string, def, lo, hi int) (int, error) {
 // statusOf maps errors to HTTP status codes: the one place where that mapping lives.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask), errors.Is(err, persist.ErrBadFilter):
 		return fasthttp.StatusBadRequest
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
@@ -776,6 +791,7 @@ func (s *Server) errorOf(c *fasthttp.RequestCtx, err error) (int, string) {
 	// Validation messages already name the field; drop the sentinel's prefix for readability.
 	msg = strings.TrimPrefix(msg, engine.ErrInvalidTask.Error()+": ")
 	msg = strings.TrimPrefix(msg, ErrBadRequest.Error()+": ")
+	msg = strings.TrimPrefix(msg, persist.ErrBadFilter.Error()+": ")
 	return code, msg
 }
 

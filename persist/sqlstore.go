@@ -325,7 +325,7 @@ func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error
 	return found, nil
 }
 
-// ListTasks returns tasks ordered by id.
+// ListTasks returns tasks in f's order (by id unless f.Order says otherwise).
 func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	var (
 		where []string
@@ -339,17 +339,17 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		where = append(where, "r.state = ?")
 		args = append(args, string(f.State))
 	}
-	if f.AfterID > 0 {
-		where = append(where, "d.id > ?")
-		args = append(args, f.AfterID)
+	where, args, order, err := f.keyset(where, args)
+	if err != nil {
+		return nil, err
 	}
 	q := taskSelect + taskJoin
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY d.id" + limitClause(f.Limit)
+	q += " ORDER BY " + order + limitClause(f.Limit)
 	var out []Task
-	err := s.streamTasks(ctx, q, args, func(t *Task) error {
+	err = s.streamTasks(ctx, q, args, func(t *Task) error {
 		out = append(out, *t)
 		return nil
 	})

@@ -34,6 +34,8 @@ func serveCmd() *ffcli.Command {
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (AXE_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "text", "text or json (AXE_LOG_FORMAT)")
+	fs.StringVar(&cfg.BasePath, "base-path", "", "path prefix of the console and the API behind a reverse proxy, e.g. /axe (AXE_BASE_PATH)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof, behind the token (AXE_PPROF)")
 	return &ffcli.Command{
 		Name:       "serve",
 		ShortUsage: "axe serve [--addr 127.0.0.1:7070] [--db sqlite:axe.db | --db 'mysql:USER:PASS@tcp(HOST:3306)/DB'] [flags]",
