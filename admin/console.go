@@ -59,6 +59,12 @@ func (s *Server) consoleHeaders(next fasthttp.RequestHandler) fasthttp.RequestHa
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
+		// The router cannot hold both "/axe" and "/axe/"; the console's page needs the
+		// slash, so that its relative ui/ and api/ addresses resolve under the prefix.
+		if base := s.cfg.BasePath; base != "" && string(c.Path()) == base {
+			c.Redirect(base+"/", fasthttp.StatusMovedPermanently)
+			return
+		}
 		next(c)
 	}
 }
@@ -68,15 +74,20 @@ func (s *Server) consoleRoutes(r *router.Router, api *router.Group) {
 	base := s.cfg.BasePath
 	index := s.consoleFile("index.html")
 	r.GET(base+"/", index)
-	if base != "" {
-		r.GET(base, func(c *fasthttp.RequestCtx) { c.Redirect(base+"/", fasthttp.StatusMovedPermanently) })
-	}
-	r.GET(base+"/ui/{file:*}", func(c *fasthttp.RequestCtx) { s.consoleFile(param(c, "file"))(c) })
+	r.GET(base+"/ui/{file:*}", func(c *fasthttp.RequestCtx) { s.consoleFile("ui/" + param(c, "file"))(c) })
 	if s.cfg.Pprof {
 		r.GET("/debug/pprof/{profile:*}", s.authed(pprofhandler.PprofHandler))
 	}
 
 	h := s.authed
+	if base != "" {
+		// Executors reach the scheduler directly, not through the proxy that carries the
+		// prefix, so the executor protocol also answers at the root (docs/protocol.md).
+		r.POST("/api/v1/executors/register", h(s.registerExecutor))
+		r.POST("/api/v1/executors/heartbeat", h(s.executorHeartbeat))
+		r.POST("/api/v1/callback", h(s.callback))
+		r.POST("/api/v1/callback/batch", h(s.callbackBatch))
+	}
 	api.GET("/whoami", h(s.whoami))
 	api.GET("/overview", h(s.overview))
 	api.GET("/groups", h(s.listGroups))
