@@ -105,6 +105,7 @@ export async function render(main, args, session) {
     replace(status, `${data.count} task(s) on this page, loaded in ${ms} ms.`);
     status.dataset.ms = String(ms);
     status.dataset.count = String(data.count);
+    status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
     renderBulk();
   }
 
