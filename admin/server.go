@@ -19,7 +19,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
@@ -199,7 +198,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.GET("/readyz", s.readyz)
 	r.GET("/metrics", func(c *fasthttp.RequestCtx) {
 		c.SetContentType("text/plain; version=0.0.4")
-		metrics.WritePrometheus(c, true)
+		writeMetrics(c)
 	})
 
 	api := r.Group(s.cfg.BasePath + "/api/v1")

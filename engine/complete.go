@@ -201,6 +201,7 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	run.DurationMS = now - run.DispatchedAt
 	t.run = nil
 	e.m.results.result(persist.ResultKilled).Inc()
+	e.m.kills.Inc()
 	nrt := t.rt
 	nrt.LastEndTime = now
 	nrt.CurrentTicket = ""
