@@ -19,7 +19,7 @@ type ReadyQueue[V any] struct {
 	// byLevel counts each level's entries for the depth-by-priority metric; like n it may
 	// over-count briefly while a push is in flight.
 	byLevel [MaxPriority + 1]atomic.Int64
-	signal chan struct{}
+	signal  chan struct{}
 }
 
 // NewReadyQueue returns an empty ReadyQueue.
