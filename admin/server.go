@@ -310,6 +310,7 @@ func (s *Server) updateTask(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
+	s.unmaskSpec(ctx, param(c, "name"), spec)
 	t, err := s.cfg.Engine.UpdateTask(ctx, param(c, "name"), spec, actor(c))
 	if err != nil {
 		s.fail(c, err)
@@ -822,6 +823,7 @@ type runtimeJSON struct {
 
 func taskView(t *persist.Task) taskJSON {
 	v := taskJSON{TaskDef: t.Def, Runtime: runtimeJSON{Runtime: t.Runtime}}
+	maskDef(&v.TaskDef)
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,7 @@ const (
 	maxRetryIntervalSec = 24 * 3600
 	maxParamsBytes      = 64 << 10
 	maxDependsOn        = 64
+	maxSensitiveParams  = 32
 )
 
 // FieldError is a validation failure of one field of a task definition. It unwraps to
@@ -67,6 +69,8 @@ type TaskSpec struct {
 	// Paused creates the task paused. On update, absent keeps the task as it is, so an
 	// edit never resumes (or pauses) a task by omission.
 	Paused *bool `json:"paused"`
+	// SensitiveParams names top-level keys of params whose values reads mask.
+	SensitiveParams []string `json:"sensitive_params"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -308,6 +312,17 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 		return d, fieldErr("misfire_policy", "must be fire_once or skip, got %q", s.MisfirePolicy)
 	}
 	d.Paused = s.Paused != nil && *s.Paused
+	if len(s.SensitiveParams) > maxSensitiveParams {
+		return d, fieldErr("sensitive_params", "at most %d keys, got %d", maxSensitiveParams, len(s.SensitiveParams))
+	}
+	for _, k := range s.SensitiveParams {
+		if k == "" || len(k) > 128 {
+			return d, fieldErr("sensitive_params", "keys must be 1..128 bytes, got %q", k)
+		}
+		if !slices.Contains(d.SensitiveParams, k) {
+			d.SensitiveParams = append(d.SensitiveParams, k)
+		}
+	}
 	return d, nil
 }
 

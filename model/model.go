@@ -114,6 +114,8 @@ type TaskDef struct {
 	Paused           bool            `json:"paused"`
 	CreatedAt        int64           `json:"created_at,omitempty"`
 	UpdatedAt        int64           `json:"updated_at,omitempty"`
+	// SensitiveParams names the top-level keys of Params that API and console reads mask.
+	SensitiveParams []string `json:"sensitive_params,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

@@ -150,6 +150,14 @@ var mysqlMigrations = []migration{{
 		`CREATE INDEX idx_task_run_open_manual ON task_run (open_manual)`,
 		`DROP INDEX idx_task_run_result ON task_run`,
 	},
+}, {
+	version: 6,
+	name:    "sensitive params",
+	// The keys of params that reads mask, as a JSON array ('' for none). A default, so
+	// existing rows need no rewrite.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN sensitive_params VARCHAR(4096) NOT NULL DEFAULT ''`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -260,6 +268,12 @@ var sqliteMigrations = []migration{{
 		`CREATE INDEX IF NOT EXISTS idx_task_run_open_manual ON task_run (scheduled_at, ticket)
 			WHERE result = 'running' AND kind = 'manual'`,
 		`DROP INDEX IF EXISTS idx_task_run_result`,
+	},
+}, {
+	version: 6,
+	name:    "sensitive params",
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN sensitive_params TEXT NOT NULL DEFAULT ''`,
 	},
 }}
 

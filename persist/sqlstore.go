@@ -77,10 +77,10 @@ const executorAlive = "alive"
 // Column lists, in the order the encode and scan helpers use them.
 var (
 	// defCols ends with created_at so that UpdateTaskDef, which keeps created_at, can use
-	// every column but the last.
+	// every column but the last; later columns go before updated_at for that reason.
 	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
 		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
-		"priority", "callback", "params", "misfire_policy", "paused", "updated_at", "created_at"}
+		"priority", "callback", "params", "misfire_policy", "paused", "sensitive_params", "updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
 		"note", "version"}
@@ -97,7 +97,8 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.depends_mode, d.timezone, d.timeout_sec, d.retry_count, d.retry_interval_sec, d.priority,
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
-	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version`
+	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
+	d.sensitive_params`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -529,13 +530,20 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 	// RawBytes: the JSON columns are decoded before the next row, so they need no copy.
 	var deps, callback sql.RawBytes
 	var params []byte
+	var sensitive sql.RawBytes
 	err := rows.Scan(&d.ID, &d.Name, &d.Group, &d.Trigger, &d.Cron, &d.DelayMS, &deps,
 		&d.DependsMode, &d.Timezone, &d.TimeoutSec, &d.RetryCount, &d.RetryIntervalSec, &d.Priority,
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
-		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version)
+		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
+		&sensitive)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
+	}
+	if len(sensitive) > 0 {
+		if err := json.Unmarshal(sensitive, &d.SensitiveParams); err != nil {
+			return nil, fmt.Errorf("cannot decode sensitive_params of task %d: %w", d.ID, err)
+		}
 	}
 	r.TaskID = d.ID
 	if len(deps) > 0 {
@@ -575,10 +583,18 @@ func encodeDef(def *TaskDef) ([]any, []string, error) {
 		}
 		depsJSON = string(b)
 	}
+	var sensitive string
+	if len(def.SensitiveParams) > 0 {
+		b, err := json.Marshal(def.SensitiveParams)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot encode sensitive_params of task %q: %w", def.Name, err)
+		}
+		sensitive = string(b)
+	}
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.UpdatedAt, def.CreatedAt}, deps, nil
+		sensitive, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as

@@ -31,6 +31,7 @@ export async function render(main, args) {
   const cbHandler = inp('cb-handler', (t.callback || {}).handler);
   const params = h('textarea', {id: 'params', rows: 4, class: 'mono', spellcheck: 'false'});
   params.value = t.params !== undefined ? JSON.stringify(t.params, null, 2) : '';
+  const sensitive = inp('sensitive_params', (t.sensitive_params || []).join(', '), {autocomplete: 'off'});
   const timeout = inp('timeout_sec', t.timeout_sec, {type: 'number', min: 1});
   const retries = inp('retry_count', t.retry_count, {type: 'number', min: 0});
   const retryEvery = inp('retry_interval_sec', t.retry_interval_sec, {type: 'number', min: 0});
@@ -54,7 +55,9 @@ export async function render(main, args) {
         cronField, delayField, depsField, field('timezone', 'Time zone', tz, 'IANA name; fire times are shown in it'), zoneList),
       h('fieldset', {}, h('legend', {}, 'Next 10 fires'), preview)),
     h('fieldset', {}, h('legend', {}, 'Callback'), field('cb-type', 'Type', cbType), urlField, appField, handlerField,
-      field('params', 'Params (JSON)', params)),
+      field('params', 'Params (JSON)', params),
+      field('sensitive_params', 'Sensitive params keys (comma-separated)', sensitive,
+        'their values are shown as *** in the console and the API; saving *** keeps the stored value')),
     h('fieldset', {}, h('legend', {}, 'Behaviour'), field('timeout_sec', 'Timeout (s)', timeout), field('retry_count', 'Retries', retries),
       field('retry_interval_sec', 'Retry interval (s)', retryEvery), field('priority', 'Priority (0 first)', prio),
       field('misfire_policy', 'Misfire', misfire)),
@@ -126,6 +129,8 @@ export async function render(main, args) {
     spec.callback = cbType.value === 'http' ? {type: 'http', url: cbURL.value.trim()}
       : {type: 'executor', app: cbApp.value.trim(), handler: cbHandler.value.trim()};
     if (p.v !== undefined) spec.params = p.v;
+    const keys = sensitive.value.split(',').map(s => s.trim()).filter(Boolean);
+    if (keys.length) spec.sensitive_params = keys;
     try {
       const saved = editing ? await api.call('PUT', 'tasks/' + api.enc(editing), spec) : await api.call('POST', 'tasks', spec);
       toast((editing ? 'Saved ' : 'Created ') + saved.name);
