@@ -15,6 +15,7 @@ require (
 	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/valyala/fasthttp v1.78.0
 	go.uber.org/goleak v1.3.0
+	gopkg.in/yaml.v3 v3.0.1
 	modernc.org/sqlite v1.62.0
 	pgregory.net/rapid v1.3.0
 )

@@ -93,6 +93,19 @@ func (s *Server) consoleRoutes(r *router.Router, api *router.Group) {
 	api.GET("/groups", h(s.listGroups))
 }
 
+// Routes lists the routes the server answers, as "METHOD /path" with catch-all parameters
+// written "{name}", for checking docs/openapi.yaml against the live server.
+func (s *Server) Routes() []string {
+	var out []string
+	for method, paths := range s.router.List() {
+		for _, p := range paths {
+			out = append(out, method+" "+strings.ReplaceAll(p, ":*}", "}"))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // consoleFile serves one embedded file; a name outside the console is a 404.
 func (s *Server) consoleFile(name string) fasthttp.RequestHandler {
 	return func(c *fasthttp.RequestCtx) {

@@ -102,6 +102,7 @@ type Server struct {
 	serveErr chan error
 	ready    func() error
 	minutes  *minuteSeries
+	router   *router.Router
 }
 
 // NewServer builds the server; Start listens.
@@ -183,6 +184,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 func (s *Server) routes() fasthttp.RequestHandler {
 	r := router.New()
+	s.router = r
 	r.RedirectTrailingSlash = false
 	r.HandleMethodNotAllowed = true
 	r.NotFound = func(c *fasthttp.RequestCtx) { writeErr(c, fasthttp.StatusNotFound, "no such endpoint") }
