@@ -279,6 +279,22 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS(t, ctx, "only etl- rows",
 		`(() => { const r = [...document.querySelectorAll("#task-table tbody tr")].map(x => x.dataset.task);
 		  return r.length === 6 && r.every(n => n.startsWith("etl-")); })()`)
+	// Bulk: pause two of the filtered rows at once, after confirming.
+	run(t, ctx, "select two rows and bulk pause",
+		chromedp.Click(`#task-table tr[data-task="etl-job-00"] input[type=checkbox]`, chromedp.ByQuery),
+		chromedp.Click(`#task-table tr[data-task="etl-job-02"] input[type=checkbox]`, chromedp.ByQuery),
+		chromedp.Click("#bulk-pause", chromedp.ByQuery),
+		chromedp.WaitVisible("#confirm-ok", chromedp.ByQuery),
+		chromedp.Click("#confirm-ok", chromedp.ByQuery))
+	waitJS(t, ctx, "two rows paused", `[...document.querySelectorAll("#task-table tbody tr")].filter(r => r.textContent.includes("PAUSED")).length === 2`)
+	for _, n := range []string{"etl-job-00", "etl-job-02"} {
+		if v := d.getAt(t, api, n); v.Runtime.State != "PAUSED" {
+			t.Errorf("after bulk pause: %s is %s", n, v.Runtime.State)
+		}
+	}
+	if v := d.getAt(t, api, "etl-job-04"); v.Runtime.State == "PAUSED" {
+		t.Error("bulk pause paused an unselected task")
+	}
 	run(t, ctx, "filter by group and state",
 		setField("#f-name", ""),
 		chromedp.SetValue("#f-group", "web", chromedp.ByQuery),
@@ -305,6 +321,24 @@ func (d *daemon) getAt(t *testing.T, api, name string) admin.TaskView {
 	var v admin.TaskView
 	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/"+name, nil, &v)
 	return v
+}
+
+// TestConsoleBrowserLogin checks the token login: the console asks for the token, refuses
+// a wrong one, and after the right one shows the caller's scope; the token is kept for the
+// tab (sessionStorage), not in localStorage or a cookie.
+func TestConsoleBrowserLogin(t *testing.T) {
+	ctx := browser(t)
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) { c.Token = "open-sesame" })
+	run(t, ctx, "open the console", chromedp.Navigate(d.base+"/#/tasks"), chromedp.WaitVisible("#login-token", chromedp.ByQuery))
+	run(t, ctx, "a wrong token", chromedp.SendKeys("#login-token", "guess", chromedp.ByQuery), chromedp.Click("#login-ok", chromedp.ByQuery))
+	waitJS(t, ctx, "the refusal", `document.querySelector("#login-error").textContent.includes("refused")`)
+	run(t, ctx, "the right token", setField("#login-token", "open-sesame"), chromedp.Click("#login-ok", chromedp.ByQuery))
+	waitJS(t, ctx, "the scope", `document.querySelector("#who").textContent === "token (write)" && !!document.querySelector("#task-table")`)
+	var stored string
+	run(t, ctx, "where the token is kept", chromedp.Evaluate(`[sessionStorage.getItem("axe.token"), localStorage.length, document.cookie].join("|")`, &stored))
+	if stored != "open-sesame|0|" {
+		t.Errorf("sessionStorage token | localStorage entries | cookies = %q", stored)
+	}
 }
 
 // TestConsoleBrowserText checks that data is rendered as text: a task whose params and
