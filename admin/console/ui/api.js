@@ -57,10 +57,20 @@ export async function readyz() {
   try {
     const res = await fetch(new URL('/readyz', location.origin), {headers: {'Accept': 'application/json'}});
     const data = await res.json().catch(() => ({}));
-    return {ok: res.ok, ...data};
+    return {ok: res.ok, httpStatus: res.status, ...data};
   } catch (e) {
-    return {ok: false, error: String(e)};
+    return {ok: false, httpStatus: 0, error: String(e)};
   }
+}
+
+// roleText says what /readyz told about this node, without guessing: a role when it names
+// one, "single node" when it is ready without one, "not ready" with its reason on 503, and
+// "role unknown" when /readyz cannot be reached (e.g. a proxy that forwards only the prefix).
+export function roleText(r) {
+  if (r.role) return r.role + (r.epoch !== undefined ? ' · epoch ' + r.epoch : '');
+  if (r.ok) return 'single node';
+  if (r.httpStatus === 503) return 'not ready' + (r.error ? ': ' + r.error : '');
+  return 'role unknown';
 }
 
 // bulk applies action ("pause", "resume", "run", "delete") to the named tasks. The server

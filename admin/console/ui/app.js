@@ -111,13 +111,8 @@ export async function reload() {
 async function nodeBadge() {
   const r = await api.readyz();
   const el = document.getElementById('node');
-  if (r.role) {
-    replace(el, `${r.role}${r.epoch !== undefined ? ' · epoch ' + r.epoch : ''}`);
-    el.dataset.role = r.role;
-  } else {
-    replace(el, r.ok ? 'single node' : 'not ready');
-    el.dataset.role = r.ok ? 'single' : 'down';
-  }
+  replace(el, api.roleText(r));
+  el.dataset.role = r.role || (r.ok ? 'single' : r.httpStatus === 503 ? 'down' : 'unknown');
 }
 
 function start() {

@@ -13,12 +13,12 @@ export async function render(main) {
 
   async function load() {
     const [o, r] = await Promise.all([api.get('overview'), api.readyz()]);
-    const role = r.role ? r.role : 'single node';
+    const role = api.roleText(r);
     const others = Array.isArray(r.nodes) ? r.nodes.filter(n => n.node !== o.node) : null;
     replace(cards,
-      card('Role', role + (r.epoch !== undefined ? ' · epoch ' + r.epoch : ''), 'ov-role', !r.ok),
+      card('Role', role, 'ov-role', !r.ok),
       card('Node', o.node || '—', 'ov-node'),
-      card('Other nodes', others ? (others.map(n => `${n.node} (${n.role || '?'})`).join(', ') || 'none') : 'none known (single node)', 'ov-nodes'),
+      card('Other nodes', others ? (others.map(n => `${n.node} (${n.role || '?'})`).join(', ') || 'none') : (r.role ? 'not listed by /readyz' : 'none (single node)'), 'ov-nodes'),
       card('Executors alive', o.executors_alive, 'ov-alive'),
       card('Executors lost', o.executors_lost, 'ov-lost', o.executors_lost > 0),
       card('Breakers open', o.breakers_open, 'ov-breakers', o.breakers_open > 0),
