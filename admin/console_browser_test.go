@@ -307,6 +307,18 @@ func TestConsoleBrowser(t *testing.T) {
 		  return r.length === 6 && r.every(n => n.startsWith("web-")); })()`)
 	shot(t, ctx, dir, "tasks-filtered.png")
 
+	// Groups: counts by state, and a group paused as a whole after confirming.
+	run(t, ctx, "open groups", chromedp.Navigate(url+"#/groups"),
+		chromedp.WaitVisible(`#groups-table tr[data-group="web"] .group-pause`, chromedp.ByQuery),
+		chromedp.Click(`#groups-table tr[data-group="web"] .group-pause`, chromedp.ByQuery),
+		chromedp.WaitVisible("#confirm-ok", chromedp.ByQuery),
+		chromedp.Click("#confirm-ok", chromedp.ByQuery))
+	// The web row's PAUSED column (the seventh of the eight state columns after the total)
+	// counts its six tasks.
+	waitJS(t, ctx, "group web paused", `(() => { const c = document.querySelectorAll('#groups-table tr[data-group="web"] td');
+		return c.length > 9 && c[2 + 6].textContent === "6"; })()`)
+	shot(t, ctx, dir, "groups.png")
+
 	// The overview shows the lost executor and the fires of the last minutes.
 	run(t, ctx, "open the overview", chromedp.Navigate(url+"#/overview"))
 	waitJS(t, ctx, "one executor lost and some fires", `(document.querySelector("#ov-lost .value") || {}).textContent === "1" &&
