@@ -81,7 +81,7 @@ export async function render(main, args) {
       ['Timeout', t.timeout_sec + ' s'], ['Retries', `${t.retry_count} every ${t.retry_interval_sec} s`],
       ['Priority', t.priority], ['Misfire', t.misfire_policy],
       ['Params', t.params !== undefined ? h('pre', {id: 'task-params'}, JSON.stringify(t.params, null, 2)) : ''],
-      ['Next fire', t.runtime.next_trigger_time ? fmtZoned(t.runtime.next_trigger_time, zone) : '—'],
+      ['Next fire', t.runtime.state === 'PAUSED' ? 'none while paused' : t.runtime.next_trigger_time ? fmtZoned(t.runtime.next_trigger_time, zone) : '—'],
       ['Last fire', fmtZoned(t.runtime.last_trigger_time, zone)], ['Last end', fmtZoned(t.runtime.last_end_time, zone)],
       ['Successes / failures', `${t.runtime.success_count} / ${t.runtime.failure_count}`],
       ['Breaker', t.breaker_open ? 'open' : 'closed'],
@@ -90,12 +90,12 @@ export async function render(main, args) {
 
   async function renderFires() {
     if (t.trigger !== 'cron') { replace(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
-    const key = t.cron + '|' + t.timezone;
+    const key = t.cron + '|' + t.timezone + '|' + t.runtime.state;
     if (key === firesKey) return;
     firesKey = key;
     try {
       const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n: 10});
-      replace(fires, firesTable(r));
+      replace(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
     } catch (e) {
       replace(fires, h('p', {class: 'error'}, e.message));
     }

@@ -89,7 +89,7 @@ export async function render(main, args, session) {
         h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(t.name)}, t.name)),
         h('td', {}, t.group),
         h('td', {}, stateBadge(rt.state)),
-        h('td', {class: 'time'}, rt.next_trigger_time ? fmtTime(rt.next_trigger_time, t.timezone) + ' ' + t.timezone : '—'),
+        h('td', {class: 'time'}, rt.state === 'PAUSED' ? 'paused' : rt.next_trigger_time ? fmtTime(rt.next_trigger_time, t.timezone) + ' ' + t.timezone : '—'),
         h('td', {}, lr ? h('span', {class: 'result result-' + lr.result}, lr.result) : '—', lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : ''),
         h('td', {class: 'num'}, t.priority),
         h('td', {}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
