@@ -251,29 +251,29 @@ type taskRow struct {
 }
 
 // taskPage is the answer of GET /api/v1/tasks: the rows, and next_cursor when a page may
-// follow (the page was full).
-func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist.TaskFilter, list []persist.Task, views []taskJSON) map[string]any {
+// follow (the store read a full page; last is its last row).
+func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist.TaskFilter, list []persist.Task, views []taskJSON, last *persist.Task) map[string]any {
 	rows := make([]taskRow, len(views))
-	var last map[int64]persist.Run
+	var lastRuns map[int64]persist.Run
 	if string(c.QueryArgs().Peek("last_run")) == "1" {
 		ids := make([]int64, len(list))
 		for i := range list {
 			ids[i] = list[i].Def.ID
 		}
 		var err error
-		if last, err = s.cfg.Engine.LastRuns(ctx, ids); err != nil {
+		if lastRuns, err = s.cfg.Engine.LastRuns(ctx, ids); err != nil {
 			s.log.Warn("cannot read the last runs of a task page", "error", err)
 		}
 	}
 	for i := range views {
 		rows[i] = taskRow{taskJSON: views[i], BreakerOpen: s.cfg.Engine.BreakerOpen(list[i].Def.ID)}
-		if r, ok := last[list[i].Def.ID]; ok {
+		if r, ok := lastRuns[list[i].Def.ID]; ok {
 			rows[i].LastRun = &r
 		}
 	}
 	out := map[string]any{"tasks": rows, "count": len(rows)}
-	if f.Limit > 0 && len(list) >= f.Limit {
-		out["next_cursor"] = cursorAfter(f.Order, &list[len(list)-1])
+	if last != nil {
+		out["next_cursor"] = cursorAfter(f.Order, last)
 	}
 	return out
 }

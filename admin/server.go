@@ -381,7 +381,7 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	list, err := s.cfg.Engine.ListTasks(ctx, f)
+	list, last, err := s.cfg.Engine.ListTasksPage(ctx, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -395,7 +395,7 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	for i := range list {
 		out = append(out, taskView(&list[i]))
 	}
-	writeJSON(c, 200, s.taskPage(ctx, c, f, list, out))
+	writeJSON(c, 200, s.taskPage(ctx, c, f, list, out, last))
 }
 
 // noteBody is the optional body of pause and resume.

@@ -131,3 +131,28 @@ func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]persist.R
 
 // NodeID is this scheduler's name.
 func (e *Engine) NodeID() string { return e.cfg.NodeID }
+
+// ListTasksPage is ListTasks for one page of f.Limit rows: with them it returns the last
+// row the store read (nil when the store had no more than these), from which the next
+// page's cursor is made. The state filter is applied again to the in-memory runtime and
+// may drop rows, so a page can be short and still be followed by another.
+func (e *Engine) ListTasksPage(ctx context.Context, f persist.TaskFilter) ([]persist.Task, *persist.Task, error) {
+	state := f.State
+	list, err := e.store.ListTasks(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	var last *persist.Task
+	if f.Limit > 0 && len(list) >= f.Limit {
+		cp := list[len(list)-1]
+		last = &cp
+	}
+	out := list[:0]
+	for i := range list {
+		e.overlay(&list[i])
+		if state == "" || list[i].Runtime.State == state {
+			out = append(out, list[i])
+		}
+	}
+	return out, last, nil
+}
