@@ -480,3 +480,35 @@ func list100K(t *testing.T, kind string) {
 	run(t, ctx, "next page", chromedp.Click("#page-next", chromedp.ByQuery))
 	waitJS(t, ctx, "page 2", `!!document.querySelector('#task-table tbody tr[data-task="job-000051"]')`)
 }
+
+// TestConsoleBrowserEdit edits a task from the form: the change is saved, the masked
+// sensitive param keeps its real value, and fields the form does not show are kept.
+func TestConsoleBrowserEdit(t *testing.T) {
+	ctx := browser(t)
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := newHook(t)
+	d.create(t, spec("upstream", h.url("/ok/up"), "trigger", "manual"))
+	d.create(t, spec("sync", h.url("/ok/sync"), "trigger", "dependency", "depends_on", []string{"upstream"}, "depends_mode", "any", "timeout_sec", 30,
+		"params", map[string]any{"token": "real-secret", "batch": 10}, "sensitive_params", []string{"token"}))
+	run(t, ctx, "open the edit form", chromedp.Navigate(d.base+"/#/tasks/sync/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	var shown string
+	run(t, ctx, "read the params", chromedp.Value("#params", &shown, chromedp.ByQuery))
+	if strings.Contains(shown, "real-secret") || !strings.Contains(shown, `"***"`) {
+		t.Errorf("the form shows params %q, want the token masked", shown)
+	}
+	run(t, ctx, "change the timeout and save", setField("#timeout_sec", "77"), chromedp.Click("#save", chromedp.ByQuery))
+	waitJS(t, ctx, "the task page", `location.hash === "#/tasks/sync" && !!document.querySelector("#task-def")`)
+	var v struct {
+		TimeoutSec  int    `json:"timeout_sec"`
+		DependsMode string `json:"depends_mode"`
+	}
+	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/sync", nil, &v)
+	if v.TimeoutSec != 77 || v.DependsMode != "any" {
+		t.Errorf("after the edit: timeout %d depends_mode %q, want 77 and any", v.TimeoutSec, v.DependsMode)
+	}
+	d.waitRun(t, "sync", d.runNow(t, "sync", nil))
+	calls := h.callsOf("sync")
+	if len(calls) != 1 || !strings.Contains(string(calls[0].Body.Params), `"token":"real-secret"`) {
+		t.Errorf("the callback received %s, want the real token", calls[len(calls)-1].Body.Params)
+	}
+}

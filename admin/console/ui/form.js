@@ -5,6 +5,9 @@ import {h, replace, toast, debounce} from './dom.js';
 import {zones} from './time.js';
 import {firesTable} from './task.js';
 
+// READ_ONLY are the fields of a task as read that are not part of its definition.
+const READ_ONLY = new Set(['id', 'created_at', 'updated_at', 'runtime', 'paused', 'breaker_open', 'last_run']);
+
 export async function render(main, args) {
   const editing = args[0];
   let t = {name: '', group: 'default', trigger: 'cron', cron: '*/10 * * * * *', timezone: 'UTC', timeout_sec: 60,
@@ -89,7 +92,8 @@ export async function render(main, args) {
     const expr = cron.value.trim();
     if (!expr) { setErr('cron', 'cron: is required'); replace(preview); return; }
     try {
-      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n: 10});
+      // dialect: the task's cron dialect when the server has them (ignored otherwise).
+      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n: 10, dialect: t.cron_dialect});
       if (my !== seq) return;
       setErr('cron', '');
       setErr('timezone', '');
@@ -120,14 +124,26 @@ export async function render(main, args) {
     const p = checkParams();
     if (!p.ok) { params.focus(); return; }
     const num = el => (el.value === '' ? undefined : Number(el.value));
-    const spec = {name: name.value.trim(), group: group.value.trim(), trigger: trigger.value, timezone: tz.value.trim(),
+    // An edit replaces the whole definition, so fields this form does not show (a newer
+    // server's, like a cron dialect) are sent back as they were read.
+    const keep = {};
+    if (editing) {
+      for (const [k, v] of Object.entries(t)) if (!READ_ONLY.has(k)) keep[k] = v;
+      delete keep.params;
+      delete keep.sensitive_params;
+      delete keep.delay_ms;
+      delete keep.depends_on;
+      delete keep.cron;
+    }
+    const spec = {...keep, name: name.value.trim(), group: group.value.trim(), trigger: trigger.value, timezone: tz.value.trim(),
       timeout_sec: num(timeout), retry_count: num(retries), retry_interval_sec: num(retryEvery), priority: num(prio),
       misfire_policy: misfire.value};
     if (spec.trigger === 'cron') spec.cron = cron.value.trim();
     if (spec.trigger === 'delay') spec.delay_ms = num(delay);
     if (spec.trigger === 'dependency') spec.depends_on = deps.value.split(',').map(s => s.trim()).filter(Boolean);
-    spec.callback = cbType.value === 'http' ? {type: 'http', url: cbURL.value.trim()}
-      : {type: 'executor', app: cbApp.value.trim(), handler: cbHandler.value.trim()};
+    const was = editing && t.callback && t.callback.type === cbType.value ? t.callback : {};
+    spec.callback = cbType.value === 'http' ? {...was, type: 'http', url: cbURL.value.trim()}
+      : {...was, type: 'executor', app: cbApp.value.trim(), handler: cbHandler.value.trim()};
     if (p.v !== undefined) spec.params = p.v;
     const keys = sensitive.value.split(',').map(s => s.trim()).filter(Boolean);
     if (keys.length) spec.sensitive_params = keys;
