@@ -59,6 +59,11 @@ type DaemonConfig struct {
 	// ha.LeaseRenewDefault (5s).
 	LeaseRenew time.Duration
 
+	// BasePath prefixes the console and the API (ServerConfig.BasePath). Defaults to "".
+	BasePath string
+	// Pprof serves /debug/pprof behind the token. Defaults to false.
+	Pprof bool
+
 	// Outbound and bind safety, token file; see security.go.
 	Security SecurityConfig
 
@@ -113,6 +118,7 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	if cfg.HA {
 		return serveHA(ctx, cfg)
 	}
+	ha.MarkSingleNode()
 	log := cfg.Logger
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	store, err := persist.Open(openCtx, cfg.DB)
@@ -158,7 +164,8 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	if err := srv.Start(ctx); err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
-	log.Info("axe listening", "addr", "http://"+srv.Addr(), "store", redactDSN(cfg.DB), "node", cfg.NodeID)
+	log.Info("axe listening", "addr", "http://"+srv.Addr(), "console", "http://"+srv.Addr()+cfg.BasePath+"/",
+		"store", redactDSN(cfg.DB), "node", cfg.NodeID)
 	if cfg.OnListen != nil {
 		cfg.OnListen(srv.Addr())
 	}

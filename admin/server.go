@@ -20,7 +20,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
@@ -72,10 +71,16 @@ type ServerConfig struct {
 	// MetricsPublic serves /metrics without a token. Defaults to false: /metrics needs the
 	// read scope when tokens are configured.
 	MetricsPublic bool
+	// BasePath prefixes the console and the API for a reverse proxy, e.g. "/axe"; /metrics,
+	// /healthz and /readyz stay at the root. Defaults to "" (the root).
+	BasePath string
+	// Pprof serves /debug/pprof behind the token. Defaults to false.
+	Pprof bool
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c ServerConfig) WithDefaults() ServerConfig {
+	c.BasePath = strings.TrimRight(c.BasePath, "/")
 	if c.Addr == "" {
 		c.Addr = AddrDefault
 	}
@@ -95,7 +100,7 @@ func (c ServerConfig) validate() error {
 	if c.Store == nil {
 		return errors.New("store is required")
 	}
-	return nil
+	return validBasePath(c.BasePath)
 }
 
 // Server is the HTTP server of the API.
@@ -112,6 +117,8 @@ type Server struct {
 	ready       func() error
 	tokens      atomic.Pointer[Tokens]
 	tokenSource func() *Tokens
+	minutes     *minuteSeries
+	router      *router.Router
 }
 
 // NewServer builds the server; Start listens.
@@ -120,7 +127,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1), minutes: newMinuteSeries(cfg.Engine)}
 	ts := cfg.Tokens
 	if ts == nil {
 		var err error
@@ -168,6 +175,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.ln = ln
 	s.started = true
 	go func() { s.serveErr <- s.srv.Serve(ln) }()
+	s.minutes.start()
 	return nil
 }
 
@@ -194,6 +202,7 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.stopped = true
 	s.mu.Unlock()
+	s.minutes.stop()
 	err := s.srv.ShutdownWithContext(ctx)
 	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can
 	// come first, and Serve would then accept forever. Closing it here ends Serve either way.
@@ -207,6 +216,7 @@ func (s *Server) Stop(ctx context.Context) error {
 
 func (s *Server) routes() fasthttp.RequestHandler {
 	r := router.New()
+	s.router = r
 	r.RedirectTrailingSlash = false
 	r.HandleMethodNotAllowed = true
 	r.NotFound = func(c *fasthttp.RequestCtx) { writeErr(c, fasthttp.StatusNotFound, "no such endpoint") }
@@ -222,10 +232,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.GET("/readyz", s.readyz)
 	r.GET("/metrics", s.metricsAuth(func(c *fasthttp.RequestCtx) {
 		c.SetContentType("text/plain; version=0.0.4")
-		metrics.WritePrometheus(c, true)
+		writeMetrics(c)
 	}))
 
-	api := r.Group("/api/v1")
+	api := r.Group(s.cfg.BasePath + "/api/v1")
 	h := s.authed
 	api.POST("/tasks", h(s.createTask))
 	api.GET("/tasks", h(s.listTasks))
@@ -252,7 +262,8 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
 	s.haRoutes(api) // ha.go
-	return r.Handler
+	s.consoleRoutes(r, api)
+	return s.consoleHeaders(r.Handler)
 }
 
 // authed enforces the bearer token and its scope when tokens are configured (auth.go).
@@ -349,6 +360,7 @@ func (s *Server) updateTask(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
+	s.unmaskSpec(ctx, param(c, "name"), spec)
 	t, err := s.cfg.Engine.UpdateTask(ctx, param(c, "name"), spec, actor(c))
 	if err != nil {
 		s.fail(c, err)
@@ -411,9 +423,13 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 		return
 	}
 	f.AfterID = int64(after)
+	if err := pageArgs(c, &f); err != nil {
+		s.fail(c, err)
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	list, err := s.cfg.Engine.ListTasks(ctx, f)
+	list, last, err := s.cfg.Engine.ListTasksPage(ctx, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -427,7 +443,7 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	for i := range list {
 		out = append(out, taskView(&list[i]))
 	}
-	writeJSON(c, 200, map[string]any{"tasks": out, "count": len(out)})
+	writeJSON(c, 200, s.taskPage(ctx, c, f, list, out, last))
 }
 
 // noteBody is the optional body of pause and resume.
@@ -584,7 +600,7 @@ func (s *Server) getRun(c *fasthttp.RequestCtx) {
 }
 
 func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
-	list := s.cfg.Engine.Executors()
+	list := s.cfg.Engine.ExecutorViews()
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
@@ -733,16 +749,17 @@ func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 		return
 	}
 	dialect := string(args.Peek("dialect"))
-	times, loc, err := s.cfg.Engine.NextFireTimes(expr, string(args.Peek("tz")), dialect, n)
+	from, err := timeArg(c, "from")
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	out := make([]string, len(times))
-	for i, t := range times {
-		out[i] = t.In(loc).Format(time.RFC3339)
+	fires, loc, err := s.cfg.Engine.PreviewFires(expr, string(args.Peek("tz")), dialect, from, n)
+	if err != nil {
+		s.fail(c, err)
+		return
 	}
-	body := map[string]any{"expr": expr, "timezone": loc.String(), "next": out}
+	body := cronNextView(expr, loc, fires)
 	if dialect != "" {
 		body["dialect"] = dialect
 	}
@@ -806,7 +823,7 @@ func intArg(c *fasthttp.RequestCtx, name string, def, lo, hi int) (int, error) {
 // statusOf maps errors to HTTP status codes: the one place where that mapping lives.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask), errors.Is(err, persist.ErrBadFilter):
 		return fasthttp.StatusBadRequest
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
@@ -840,6 +857,7 @@ func (s *Server) errorOf(c *fasthttp.RequestCtx, err error) (int, string) {
 	// Validation messages already name the field; drop the sentinel's prefix for readability.
 	msg = strings.TrimPrefix(msg, engine.ErrInvalidTask.Error()+": ")
 	msg = strings.TrimPrefix(msg, ErrBadRequest.Error()+": ")
+	msg = strings.TrimPrefix(msg, persist.ErrBadFilter.Error()+": ")
 	return code, msg
 }
 
@@ -871,6 +889,7 @@ type runtimeJSON struct {
 
 func taskView(t *persist.Task) taskJSON {
 	v := taskJSON{TaskDef: t.Def, Runtime: runtimeJSON{Runtime: t.Runtime}}
+	maskDef(&v.TaskDef)
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}

@@ -249,6 +249,7 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor
 	run.DurationMS = now - run.DispatchedAt
 	e.ranDown(t, run.Ticket)
 	e.m.results.result(persist.ResultKilled).Inc()
+	e.m.kills.Inc()
 	nrt := t.rt
 	nrt.LastEndTime = now
 	nrt.CurrentTicket = ""

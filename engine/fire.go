@@ -127,6 +127,11 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	t := ent.Value
 	t.mu.Lock()
+	if t.ent != ent && t.ent != nil {
+		// The task was armed again with another entry: this one firing too would fire the
+		// task twice.
+		e.m.dupFires.Inc()
+	}
 	if t.ent != ent || t.evicted || t.deleted || t.stale || !armable(t.rt.State) || !e.running.Load() {
 		// A stale entry: the task was re-armed, disarmed, deleted or is being reloaded after
 		// the entry reached the ready queue. When stopping, the fire stays durable in the
@@ -295,7 +300,12 @@ func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {
 func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params json.RawMessage) {
 	// The deadline counts from the send, not from the decision: a slow commit must not eat
 	// the run's time, let alone time it out before it is sent.
-	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
+	sentAt := e.now()
+	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
+	e.m.sent.Inc()
+	if run.ScheduledAt > 0 {
+		e.m.dispatchLag.Update(max(0, float64(sentAt.UnixMilli()-run.ScheduledAt)/1000))
+	}
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/wheel"
 )
 
 // engineMetrics are one engine's series (R9.1). They live in a Set of their own, registered
@@ -27,6 +29,10 @@ type engineMetrics struct {
 	rateWait     *metrics.PrometheusHistogram
 	dispatches   labelled
 	results      labelled
+	sent         *metrics.Counter
+	dispatchLag  *metrics.PrometheusHistogram
+	kills        *metrics.Counter
+	dupFires     *metrics.Counter
 }
 
 // labelled is a counter family with one bounded label.
@@ -64,7 +70,35 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		rateWait:     s.NewPrometheusHistogram("axe_ratelimit_wait_seconds"),
 		dispatches:   labelled{set: s, name: "axe_dispatch_failures_total", label: "reason"},
 		results:      labelled{set: s, name: "axe_results_total", label: "result"},
+		sent:         s.NewCounter("axe_dispatches_total"),
+		dispatchLag:  s.NewPrometheusHistogramExt("axe_dispatch_latency_seconds", latenessBuckets),
+		kills:        s.NewCounter("axe_kills_total"),
+		// Not axe_duplicate_fires_suppressed_total: that counts fires the database's fire
+		// record refused (ha.go); these are wheel entries the engine itself dropped.
+		dupFires: s.NewCounter("axe_wheel_stale_entries_total"),
 	}
+	for p := 0; p <= wheel.MaxPriority; p++ {
+		s.NewGauge(fmt.Sprintf(`axe_ready_queue_depth_by_priority{priority="%d"}`, p), func() float64 {
+			n := 0
+			for i := 0; i < e.wheel.Shards(); i++ {
+				n += e.wheel.Ready(i).LevelLen(p)
+			}
+			return float64(n)
+		})
+	}
+	// Shards are counted from the CPUs, so the label set is bounded by the machine.
+	for i := 0; i < e.wheel.Shards(); i++ {
+		s.NewGauge(fmt.Sprintf(`axe_wheel_shard_pending{shard="%d"}`, i), func() float64 { return float64(e.wheel.ShardLen(i)) })
+	}
+	s.NewGauge("axe_executors_lost", func() float64 {
+		n := 0
+		for _, x := range e.registry.Snapshot() {
+			if !x.Alive {
+				n++
+			}
+		}
+		return float64(n)
+	})
 	s.NewGauge("axe_wheel_pending", func() float64 { return float64(e.wheel.Len()) })
 	s.NewGauge("axe_tasks_in_memory", func() float64 { return float64(e.tasks.len()) })
 	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.promo.queued.Load()) })

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -31,6 +32,7 @@ const (
 	maxDependsOn        = 64
 	maxCronLen          = 255 // the stored column's size
 	maxNoteBytes        = 1024
+	maxSensitiveParams  = 32
 )
 
 // FieldError is a validation failure of one field of a task definition. It unwraps to
@@ -81,6 +83,8 @@ type TaskSpec struct {
 	// Note is the pause note of a task created paused (as a pause with a note would set
 	// it); at most 1024 bytes. Only valid on create with paused true.
 	Note string `json:"note"`
+	// SensitiveParams names top-level keys of params whose values reads mask.
+	SensitiveParams []string `json:"sensitive_params"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
@@ -363,6 +367,17 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 		d.OnLost = s.OnLost
 	default:
 		return d, fieldErr("on_lost", "must be fail or resend, got %q", s.OnLost)
+	}
+	if len(s.SensitiveParams) > maxSensitiveParams {
+		return d, fieldErr("sensitive_params", "at most %d keys, got %d", maxSensitiveParams, len(s.SensitiveParams))
+	}
+	for _, k := range s.SensitiveParams {
+		if k == "" || len(k) > 128 {
+			return d, fieldErr("sensitive_params", "keys must be 1..128 bytes, got %q", k)
+		}
+		if !slices.Contains(d.SensitiveParams, k) {
+			d.SensitiveParams = append(d.SensitiveParams, k)
+		}
 	}
 	return d, nil
 }

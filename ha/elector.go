@@ -61,6 +61,10 @@ var (
 		metrics.ExponentialBuckets(0.01, 2, 14)) // 10ms .. ~80s
 )
 
+// MarkSingleNode sets axe_ha_primary for a node that runs without --ha: it is its own
+// primary.
+func MarkSingleNode() { primaryGauge.Set(1) }
+
 // ObservePromotion records how long a promotion took, from taking the lease to the first
 // dispatch allowed (axe_promotion_duration_seconds).
 func ObservePromotion(d time.Duration) { promotionTiming.Update(d.Seconds()) }

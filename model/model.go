@@ -122,6 +122,8 @@ type TaskDef struct {
 	// resolved, so a change of the server's default never changes a stored task; "" (a
 	// row written before the column existed, or a non-cron task) reads as unix.
 	CronDialect string `json:"cron_dialect,omitempty"`
+	// SensitiveParams names the top-level keys of Params that API and console reads mask.
+	SensitiveParams []string `json:"sensitive_params,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

@@ -158,7 +158,24 @@ type TaskFilter struct {
 	State   State
 	AfterID int64 // keyset pagination: only ids > AfterID
 	Limit   int   // 0 = no limit
+	// NamePrefix keeps the names that start with it; the unique name index serves it.
+	NamePrefix string
+	// Order is the sort, each served by an index: OrderID (the default, ""), OrderName,
+	// OrderGroup (group, then id) or OrderNext (next fire, then id).
+	Order string
+	// After is the sort key of the previous page's last row for OrderName (a name),
+	// OrderGroup (a group) and OrderNext (Unix ms, decimal); AfterID breaks its ties.
+	// Empty starts at the first page.
+	After string
 }
+
+// The sorts of TaskFilter.Order.
+const (
+	OrderID    = "id"
+	OrderName  = "name"
+	OrderGroup = "group"
+	OrderNext  = "next"
+)
 
 // Store is the durable state of axe. Implementations: MySQL and embedded SQLite; both pass
 // the conformance suite in persisttest. Every method is safe for concurrent use.

@@ -184,6 +184,14 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN cron_dialect VARCHAR(32) NOT NULL DEFAULT 'unix'`,
 	},
+}, {
+	version: 6,
+	name:    "sensitive params",
+	// The keys of params that reads mask, as a JSON array ('' for none). A default, so
+	// existing rows need no rewrite.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN sensitive_params VARCHAR(4096) NOT NULL DEFAULT ''`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -321,6 +329,12 @@ var sqliteMigrations = []migration{{
 	// with its schema_migrations row, so it is never half applied.
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN cron_dialect TEXT NOT NULL DEFAULT 'unix'`,
+	},
+}, {
+	version: 6,
+	name:    "sensitive params",
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN sensitive_params TEXT NOT NULL DEFAULT ''`,
 	},
 }}
 

@@ -81,7 +81,8 @@ var (
 	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
 		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
 		"priority", "callback", "params", "misfire_policy", "paused", "on_lost",
-		"cron_dialect", // schema step 4
+		"cron_dialect",     // schema step 4
+		"sensitive_params", // schema step 6
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
@@ -100,7 +101,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
-	d.on_lost, d.cron_dialect`
+	d.on_lost, d.cron_dialect, d.sensitive_params`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -333,7 +334,7 @@ func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error
 	return found, nil
 }
 
-// ListTasks returns tasks ordered by id.
+// ListTasks returns tasks in f's order (by id unless f.Order says otherwise).
 func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	var (
 		where []string
@@ -347,17 +348,17 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		where = append(where, "r.state = ?")
 		args = append(args, string(f.State))
 	}
-	if f.AfterID > 0 {
-		where = append(where, "d.id > ?")
-		args = append(args, f.AfterID)
+	where, args, order, err := f.keyset(where, args)
+	if err != nil {
+		return nil, err
 	}
 	q := taskSelect + taskJoin
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY d.id" + limitClause(f.Limit)
+	q += " ORDER BY " + order + limitClause(f.Limit)
 	var out []Task
-	err := s.streamTasks(ctx, q, args, func(t *Task) error {
+	err = s.streamTasks(ctx, q, args, func(t *Task) error {
 		out = append(out, *t)
 		return nil
 	})
@@ -537,14 +538,20 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 	// RawBytes: the JSON columns are decoded before the next row, so they need no copy.
 	var deps, callback sql.RawBytes
 	var params []byte
+	var sensitive sql.RawBytes
 	err := rows.Scan(&d.ID, &d.Name, &d.Group, &d.Trigger, &d.Cron, &d.DelayMS, &deps,
 		&d.DependsMode, &d.Timezone, &d.TimeoutSec, &d.RetryCount, &d.RetryIntervalSec, &d.Priority,
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
-		&d.OnLost, &d.CronDialect)
+		&d.OnLost, &d.CronDialect, &sensitive)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
+	}
+	if len(sensitive) > 0 {
+		if err := json.Unmarshal(sensitive, &d.SensitiveParams); err != nil {
+			return nil, fmt.Errorf("cannot decode sensitive_params of task %d: %w", d.ID, err)
+		}
 	}
 	r.TaskID = d.ID
 	if len(deps) > 0 {
@@ -584,10 +591,18 @@ func encodeDef(def *TaskDef) ([]any, []string, error) {
 		}
 		depsJSON = string(b)
 	}
+	var sensitive string
+	if len(def.SensitiveParams) > 0 {
+		b, err := json.Marshal(def.SensitiveParams)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot encode sensitive_params of task %q: %w", def.Name, err)
+		}
+		sensitive = string(b)
+	}
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.CronDialect, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, sensitive, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as

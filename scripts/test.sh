@@ -50,6 +50,22 @@ else
   say "MariaDB started"
 fi
 
+# The console's browser tests drive Debian's chromium; the metrics and alert-rule tests run
+# promtool from Debian's prometheus package. Install them when missing (as root), and then
+# require them, so the tests fail rather than skip.
+need_pkgs=()
+command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
+if [ ${#need_pkgs[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+  say "installing ${need_pkgs[*]} from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${need_pkgs[@]}"
+fi
+if command -v chromium >/dev/null 2>&1; then export AXE_REQUIRE_BROWSER=1; fi
+if command -v promtool >/dev/null 2>&1; then export AXE_REQUIRE_PROMTOOL=1; fi
+export AXE_ARTIFACTS="${AXE_ARTIFACTS:-$PWD/artifacts}"
+
 if [ $# -eq 0 ]; then
   set -- ./...
 fi

@@ -16,7 +16,10 @@ import (
 type ReadyQueue[V any] struct {
 	levels [MaxPriority + 1]mpscQueue[V]
 	n      atomic.Int64
-	signal chan struct{}
+	// byLevel counts each level's entries for the depth-by-priority metric; like n it may
+	// over-count briefly while a push is in flight.
+	byLevel [MaxPriority + 1]atomic.Int64
+	signal  chan struct{}
 }
 
 // NewReadyQueue returns an empty ReadyQueue.
@@ -38,7 +41,9 @@ func (q *ReadyQueue[V]) Push(e *Entry[V]) {
 // notifies once, which saves a channel operation per entry.
 func (q *ReadyQueue[V]) push(e *Entry[V]) {
 	q.n.Add(1) // before linking, so Len may over-count briefly but never goes negative
-	q.levels[min(e.Priority, MaxPriority)].push(e)
+	p := min(e.Priority, MaxPriority)
+	q.byLevel[p].Add(1)
+	q.levels[p].push(e)
 }
 
 // notify makes a receive on Signal succeed, without blocking when one is already pending.
@@ -56,10 +61,16 @@ func (q *ReadyQueue[V]) Pop() *Entry[V] {
 	for i := range q.levels {
 		if e := q.levels[i].pop(); e != nil {
 			q.n.Add(-1)
+			q.byLevel[i].Add(-1)
 			return e
 		}
 	}
 	return nil
+}
+
+// LevelLen is the number of queued entries of priority p (clamped to 0..MaxPriority).
+func (q *ReadyQueue[V]) LevelLen(p int) int {
+	return int(max(q.byLevel[min(max(p, 0), MaxPriority)].Load(), 0))
 }
 
 // Len is the number of queued entries; it is approximate while pushes are in flight.

@@ -210,6 +210,14 @@ func (s *Sharded[V]) Len() int {
 	return n
 }
 
+// ShardLen is the number of entries pending in shard i's wheel.
+func (s *Sharded[V]) ShardLen(i int) int {
+	sh := s.shards[i]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.wheel.Len()
+}
+
 // Shards is the number of shards.
 func (s *Sharded[V]) Shards() int { return len(s.shards) }
 

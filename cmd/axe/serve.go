@@ -49,6 +49,8 @@ func serveCmd() *ffcli.Command {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error (AXE_LOG_LEVEL)")
 	logFormat := fs.String("log-format", "text", "text or json (AXE_LOG_FORMAT)")
 	cronDialect := fs.String("cron-dialect", string(cron.DialectDefault), "dialect of tasks that name no cron_dialect: unix (0/7 = SUN) or quartz (1 = SUN); when not set, expressions the two read differently are refused (AXE_CRON_DIALECT)")
+	fs.StringVar(&cfg.BasePath, "base-path", "", "path prefix of the console and the API behind a reverse proxy, e.g. /axe (AXE_BASE_PATH)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof, behind the token (AXE_PPROF)")
 	return &ffcli.Command{
 		Name:       "serve",
 		ShortUsage: "axe serve [--addr 127.0.0.1:7070] [--db sqlite:axe.db | --db 'mysql:USER:PASS@tcp(HOST:3306)/DB'] [flags]",

@@ -1,0 +1,91 @@
+// The API client. The API lives beside the console (<base>/api/v1/), so a reverse-proxy
+// prefix needs nothing here. The token is kept in sessionStorage: for this tab only, gone
+// when it closes.
+
+const apiBase = new URL('api/v1/', document.baseURI);
+const TOKEN_KEY = 'axe.token';
+
+export class APIError extends Error {
+  constructor(status, body) {
+    super((body && body.error) || `HTTP ${status}`);
+    this.status = status;
+    this.body = body || {};
+  }
+}
+
+export function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+export function setToken(t) { if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY); }
+
+// listeners for 401 (ask for a token) and a backup's 503 (writes go to the primary).
+const hooks = {unauthorized: () => {}, backup: () => {}};
+export function on(name, fn) { hooks[name] = fn; }
+
+// call sends one API request; a JSON body when body is given.
+export async function call(method, path, body, query) {
+  const url = new URL(path.replace(/^\//, ''), apiBase);
+  for (const [k, v] of Object.entries(query || {})) {
+    if (v !== undefined && v !== null && v !== '') url.searchParams.set(k, v);
+  }
+  const headers = {'Accept': 'application/json', 'X-Axe-Actor': 'console'};
+  if (token()) headers['Authorization'] = 'Bearer ' + token();
+  const init = {method, headers};
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(url, init);
+  let data = null;
+  try { data = await res.json(); } catch { data = null; }
+  if (!res.ok) {
+    const err = new APIError(res.status, data);
+    if (res.status === 401) hooks.unauthorized(err);
+    if (res.status === 503 && data && data.primary) hooks.backup(data.primary);
+    throw err;
+  }
+  return data;
+}
+
+export const get = (p, q) => call('GET', p, undefined, q);
+export const post = (p, b) => call('POST', p, b === undefined ? {} : b);
+
+// enc escapes one path segment (task names may hold ':' and '.').
+export const enc = s => encodeURIComponent(s);
+
+// readyz reads the root /readyz (it stays at the root under --base-path). It answers the
+// role and epoch on a highly available axe; on a single node it has only "status".
+export async function readyz() {
+  try {
+    const res = await fetch(new URL('/readyz', location.origin), {headers: {'Accept': 'application/json'}});
+    const data = await res.json().catch(() => ({}));
+    return {ok: res.ok, httpStatus: res.status, ...data};
+  } catch (e) {
+    return {ok: false, httpStatus: 0, error: String(e)};
+  }
+}
+
+// roleText says what /readyz told about this node, without guessing: a role when it names
+// one, "single node" when it is ready without one, "not ready" with its reason on 503, and
+// "role unknown" when /readyz cannot be reached (e.g. a proxy that forwards only the prefix).
+export function roleText(r) {
+  if (r.role) return r.role + (r.epoch !== undefined ? ' · epoch ' + r.epoch : '');
+  if (r.ok) return 'single node';
+  if (r.httpStatus === 503) return 'not ready' + (r.error ? ': ' + r.error : '');
+  return 'role unknown';
+}
+
+// bulk applies action ("pause", "resume", "run", "delete") to the named tasks. The server
+// has no bulk endpoint yet, so this loops over the per-task endpoints; when
+// POST /api/v1/tasks/bulk/{action} exists, only this function changes.
+export async function bulk(action, names, body) {
+  const results = [];
+  for (const name of names) {
+    try {
+      if (action === 'delete') await call('DELETE', `tasks/${enc(name)}`);
+      else await post(`tasks/${enc(name)}/${action}`, body);
+      results.push({name, ok: true});
+    } catch (e) {
+      results.push({name, ok: false, error: e.message});
+    }
+  }
+  return results;
+}

@@ -1,0 +1,173 @@
+// Create and edit: live cron validation with the next 10 fires as you type, a zone picker,
+// and JSON params checked before anything is sent.
+import * as api from './api.js';
+import {h, replace, toast, debounce} from './dom.js';
+import {zones} from './time.js';
+import {firesTable} from './task.js';
+
+// READ_ONLY are the fields of a task as read that are not part of its definition.
+const READ_ONLY = new Set(['id', 'created_at', 'updated_at', 'runtime', 'paused', 'breaker_open', 'last_run']);
+
+export async function render(main, args) {
+  const editing = args[0];
+  let t = {name: '', group: 'default', trigger: 'cron', cron: '*/10 * * * * *', timezone: 'UTC', timeout_sec: 60,
+    retry_count: 0, retry_interval_sec: 10, priority: 0, misfire_policy: 'fire_once', callback: {type: 'http', url: ''}};
+  if (editing) t = await api.get('tasks/' + api.enc(editing));
+
+  const field = (id, label, input, help) => h('div', {class: 'field'}, h('label', {for: id}, label), input,
+    help ? h('small', {class: 'muted'}, help) : '', h('span', {class: 'error', id: id + '-error', role: 'alert'}));
+  const inp = (id, value, attrs) => h('input', {id, name: id, value: value ?? '', ...attrs});
+
+  const name = inp('name', t.name, {required: true, disabled: !!editing, autocomplete: 'off'});
+  const group = inp('group', t.group);
+  const trigger = h('select', {id: 'trigger'}, ['cron', 'delay', 'manual', 'dependency'].map(x => h('option', {value: x}, x)));
+  trigger.value = t.trigger;
+  const cron = inp('cron', t.cron || '', {autocomplete: 'off', spellcheck: 'false', class: 'mono'});
+  const delay = inp('delay_ms', t.delay_ms || '', {type: 'number', min: 0});
+  const deps = inp('depends_on', (t.depends_on || []).join(', '));
+  const zoneList = h('datalist', {id: 'zones'}, zones().map(z => h('option', {value: z})));
+  const tz = inp('timezone', t.timezone, {list: 'zones', autocomplete: 'off'});
+  const cbType = h('select', {id: 'cb-type'}, h('option', {value: 'http'}, 'http'), h('option', {value: 'executor'}, 'executor'));
+  cbType.value = (t.callback || {}).type || 'http';
+  const cbURL = inp('cb-url', (t.callback || {}).url, {type: 'url', placeholder: 'http://host/path'});
+  const cbApp = inp('cb-app', (t.callback || {}).app);
+  const cbHandler = inp('cb-handler', (t.callback || {}).handler);
+  const params = h('textarea', {id: 'params', rows: 4, class: 'mono', spellcheck: 'false'});
+  params.value = t.params !== undefined ? JSON.stringify(t.params, null, 2) : '';
+  const sensitive = inp('sensitive_params', (t.sensitive_params || []).join(', '), {autocomplete: 'off'});
+  const timeout = inp('timeout_sec', t.timeout_sec, {type: 'number', min: 1});
+  const retries = inp('retry_count', t.retry_count, {type: 'number', min: 0});
+  const retryEvery = inp('retry_interval_sec', t.retry_interval_sec, {type: 'number', min: 0});
+  const prio = inp('priority', t.priority, {type: 'number', min: 0, max: 9});
+  const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
+  misfire.value = t.misfire_policy || 'fire_once';
+  const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
+  const formErr = h('p', {class: 'error', id: 'form-error', role: 'alert'});
+
+  const cronField = field('cron', 'Cron expression', cron, 'sec min hour dom month dow, 5–7 fields, or @every 1m, @daily…');
+  const delayField = field('delay_ms', 'Delay (ms)', delay);
+  const depsField = field('depends_on', 'Depends on (comma-separated task names)', deps);
+  const urlField = field('cb-url', 'Callback URL', cbURL);
+  const appField = field('cb-app', 'Executor app', cbApp);
+  const handlerField = field('cb-handler', 'Handler', cbHandler);
+
+  const form = h('form', {id: 'task-form', class: 'form', novalidate: true, onsubmit: submit},
+    h('div', {class: 'cols'},
+      h('fieldset', {}, h('legend', {}, 'Task'),
+        field('name', 'Name', name), field('group', 'Group', group), field('trigger', 'Trigger', trigger),
+        cronField, delayField, depsField, field('timezone', 'Time zone', tz, 'IANA name; fire times are shown in it'), zoneList),
+      h('fieldset', {}, h('legend', {}, 'Next 10 fires'), preview)),
+    h('fieldset', {}, h('legend', {}, 'Callback'), field('cb-type', 'Type', cbType), urlField, appField, handlerField,
+      field('params', 'Params (JSON)', params),
+      field('sensitive_params', 'Sensitive params keys (comma-separated)', sensitive,
+        'their values are shown as *** in the console and the API; saving *** keeps the stored value')),
+    h('fieldset', {}, h('legend', {}, 'Behaviour'), field('timeout_sec', 'Timeout (s)', timeout), field('retry_count', 'Retries', retries),
+      field('retry_interval_sec', 'Retry interval (s)', retryEvery), field('priority', 'Priority (0 first)', prio),
+      field('misfire_policy', 'Misfire', misfire)),
+    formErr,
+    h('div', {class: 'row'}, h('button', {type: 'submit', id: 'save'}, editing ? 'Save' : 'Create'),
+      h('a', {href: editing ? '#/tasks/' + encodeURIComponent(editing) : '#/tasks', class: 'button'}, 'Cancel')));
+  main.append(h('h1', {}, editing ? 'Edit ' + editing : 'New task'), form);
+
+  function setErr(id, msg) {
+    const el = document.getElementById(id + '-error');
+    if (el) el.textContent = msg || '';
+    const input = document.getElementById(id);
+    if (input) input.setAttribute('aria-invalid', msg ? 'true' : 'false');
+  }
+
+  function showFields() {
+    const tr = trigger.value;
+    cronField.hidden = tr !== 'cron';
+    delayField.hidden = tr !== 'delay';
+    depsField.hidden = tr !== 'dependency';
+    urlField.hidden = cbType.value !== 'http';
+    appField.hidden = handlerField.hidden = cbType.value !== 'executor';
+    if (tr === 'cron') updatePreview(); else replace(preview, h('p', {class: 'muted'}, 'Only cron tasks have a preview.'));
+  }
+
+  let seq = 0;
+  const updatePreview = debounce(async () => {
+    const my = ++seq;
+    const expr = cron.value.trim();
+    if (!expr) { setErr('cron', 'cron: is required'); replace(preview); return; }
+    try {
+      // dialect: the task's cron dialect when the server has them (ignored otherwise).
+      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n: 10, dialect: t.cron_dialect});
+      if (my !== seq) return;
+      setErr('cron', '');
+      setErr('timezone', '');
+      replace(preview, firesTable(r));
+    } catch (e) {
+      if (my !== seq) return;
+      replace(preview, h('p', {class: 'muted'}, 'No preview.'));
+      if (/^tz:/.test(e.message)) setErr('timezone', e.message); else setErr('cron', e.message);
+    }
+  }, 200);
+
+  function checkParams() {
+    const raw = params.value.trim();
+    if (!raw) { setErr('params', ''); return {ok: true}; }
+    try {
+      const v = JSON.parse(raw);
+      setErr('params', '');
+      return {ok: true, v};
+    } catch (e) {
+      setErr('params', 'params: not valid JSON: ' + e.message);
+      return {ok: false};
+    }
+  }
+
+  async function submit(ev) {
+    ev.preventDefault();
+    formErr.textContent = '';
+    const p = checkParams();
+    if (!p.ok) { params.focus(); return; }
+    const num = el => (el.value === '' ? undefined : Number(el.value));
+    // An edit replaces the whole definition, so fields this form does not show (a newer
+    // server's, like a cron dialect) are sent back as they were read.
+    const keep = {};
+    if (editing) {
+      for (const [k, v] of Object.entries(t)) if (!READ_ONLY.has(k)) keep[k] = v;
+      delete keep.params;
+      delete keep.sensitive_params;
+      delete keep.delay_ms;
+      delete keep.depends_on;
+      delete keep.cron;
+    }
+    const spec = {...keep, name: name.value.trim(), group: group.value.trim(), trigger: trigger.value, timezone: tz.value.trim(),
+      timeout_sec: num(timeout), retry_count: num(retries), retry_interval_sec: num(retryEvery), priority: num(prio),
+      misfire_policy: misfire.value};
+    if (spec.trigger === 'cron') spec.cron = cron.value.trim();
+    if (spec.trigger === 'delay') spec.delay_ms = num(delay);
+    if (spec.trigger === 'dependency') spec.depends_on = deps.value.split(',').map(s => s.trim()).filter(Boolean);
+    const was = editing && t.callback && t.callback.type === cbType.value ? t.callback : {};
+    spec.callback = cbType.value === 'http' ? {...was, type: 'http', url: cbURL.value.trim()}
+      : {...was, type: 'executor', app: cbApp.value.trim(), handler: cbHandler.value.trim()};
+    if (p.v !== undefined) spec.params = p.v;
+    const keys = sensitive.value.split(',').map(s => s.trim()).filter(Boolean);
+    if (keys.length) spec.sensitive_params = keys;
+    try {
+      const saved = editing ? await api.call('PUT', 'tasks/' + api.enc(editing), spec) : await api.call('POST', 'tasks', spec);
+      toast((editing ? 'Saved ' : 'Created ') + saved.name);
+      location.hash = '#/tasks/' + encodeURIComponent(saved.name);
+    } catch (e) {
+      formErr.textContent = e.message;
+      const m = e.message.match(/^([a-z_.]+):/);
+      if (m) {
+        const id = {'callback.url': 'cb-url', 'callback.app': 'cb-app', 'callback.handler': 'cb-handler'}[m[1]] || m[1];
+        setErr(id, e.message);
+      }
+    }
+  }
+
+  cron.addEventListener('input', updatePreview);
+  tz.addEventListener('input', updatePreview);
+  tz.addEventListener('change', updatePreview);
+  trigger.addEventListener('change', showFields);
+  cbType.addEventListener('change', showFields);
+  params.addEventListener('input', checkParams);
+  showFields();
+  (editing ? cron : name).focus();
+  return {};
+}

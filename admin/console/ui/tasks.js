@@ -1,0 +1,114 @@
+// Tasks: the list, filtered by group, state and name prefix, one page at a time by cursor,
+// sorted by a column the store serves from an index (name, group, next fire).
+import * as api from './api.js';
+import {h, replace, table, toast, confirmAction} from './dom.js';
+import {fmtTime, fmtDuration} from './time.js';
+
+export const STATES = ['WAITING', 'SCHEDULED', 'RUNNING', 'SUCCESS', 'FAILED', 'RETRYING', 'PAUSED', 'KILLED'];
+const SORTS = [['id', 'created'], ['name', 'name'], ['group', 'group'], ['next', 'next fire']];
+const PAGE = 50;
+
+export function stateBadge(state) {
+  return h('span', {class: 'state state-' + String(state).toLowerCase()}, state);
+}
+
+export async function render(main, args, session) {
+  const q = new URLSearchParams(args[0] || '');
+  const f = {group: q.get('group') || '', state: q.get('state') || '', name_prefix: q.get('name_prefix') || '',
+    sort: q.get('sort') || 'name'};
+  let cursors = [''];          // cursor of each page visited, for Previous
+  let page = 0;
+  let next = null;
+  const selected = new Set();
+
+  const group = h('input', {id: 'f-group', type: 'search', value: f.group, placeholder: 'any group', 'aria-label': 'Group'});
+  const prefix = h('input', {id: 'f-name', type: 'search', value: f.name_prefix, placeholder: 'name starts with…', 'aria-label': 'Name prefix'});
+  const state = h('select', {id: 'f-state', 'aria-label': 'State'}, h('option', {value: ''}, 'any state'),
+    STATES.map(s => h('option', {value: s}, s)));
+  state.value = f.state;
+  const filters = h('form', {class: 'filters', id: 'task-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); apply(); }},
+    h('label', {}, 'Group ', group), h('label', {}, 'State ', state), h('label', {}, 'Name ', prefix),
+    h('button', {type: 'submit', id: 'f-apply'}, 'Filter'),
+    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix.'));
+  const bulkBar = h('div', {class: 'bulk needs-write', id: 'bulk'});
+  const status = h('p', {class: 'muted', id: 'list-status', 'aria-live': 'polite'});
+  const tableBox = h('div', {class: 'scroll'});
+  const pager = h('div', {class: 'row pager'});
+  main.append(h('h1', {}, 'Tasks'), filters, bulkBar, tableBox, pager, status);
+
+  function apply() {
+    f.group = group.value.trim();
+    f.state = state.value;
+    f.name_prefix = prefix.value.trim();
+    const p = new URLSearchParams();
+    for (const [k, v] of Object.entries(f)) if (v) p.set(k, v);
+    history.replaceState(null, '', '#/tasks?' + p.toString());
+    cursors = [''];
+    page = 0;
+    selected.clear();
+    load();
+  }
+
+  function sortHeader(key, label) {
+    const active = f.sort === key;
+    return h('button', {type: 'button', class: 'sort' + (active ? ' active' : ''), 'aria-pressed': active ? 'true' : 'false',
+      title: 'Sort by ' + label, onclick: () => { f.sort = key; apply(); }}, label + (active ? ' ▲' : ' △'));
+  }
+
+  function renderBulk() {
+    const names = [...selected];
+    replace(bulkBar, h('span', {}, `${names.length} selected`),
+      ['pause', 'resume', 'run'].map(a => h('button', {type: 'button', id: 'bulk-' + a, disabled: names.length === 0,
+        onclick: () => doBulk(a, names)}, a === 'run' ? 'Run now' : a[0].toUpperCase() + a.slice(1))),
+      h('button', {type: 'button', id: 'bulk-delete', class: 'danger', disabled: names.length === 0,
+        onclick: () => doBulk('delete', names)}, 'Delete'));
+  }
+
+  async function doBulk(action, names) {
+    if (action === 'delete' && !await confirmAction(`Delete ${names.length} task(s)? Their runs and records are removed.`, 'Delete')) return;
+    if (action === 'pause' && !await confirmAction(`Pause ${names.length} task(s)?`, 'Pause')) return;
+    const res = await api.bulk(action, names, action === 'pause' ? {note: 'bulk pause from the console'} : undefined);
+    const bad = res.filter(r => !r.ok);
+    toast(`${action}: ${res.length - bad.length} done` + (bad.length ? `, ${bad.length} failed (${bad[0].name}: ${bad[0].error})` : ''),
+      bad.length ? 'error' : '');
+    selected.clear();
+    await load();
+  }
+
+  async function load() {
+    const t0 = performance.now();
+    const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1});
+    next = data.next_cursor || null;
+    const rows = data.tasks.map(t => {
+      const rt = t.runtime;
+      const lr = t.last_run;
+      const box = h('input', {type: 'checkbox', class: 'needs-write', 'aria-label': 'Select ' + t.name, checked: selected.has(t.name),
+        onchange: ev => { if (ev.target.checked) selected.add(t.name); else selected.delete(t.name); renderBulk(); }});
+      return h('tr', {dataset: {task: t.name}},
+        h('td', {}, box),
+        h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(t.name)}, t.name)),
+        h('td', {}, t.group),
+        h('td', {}, stateBadge(rt.state)),
+        h('td', {class: 'time'}, rt.state === 'PAUSED' ? 'paused' : rt.next_trigger_time ? fmtTime(rt.next_trigger_time, t.timezone) + ' ' + t.timezone : '—'),
+        h('td', {}, lr ? h('span', {class: 'result result-' + lr.result}, lr.result) : '—', lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : ''),
+        h('td', {class: 'num'}, t.priority),
+        h('td', {}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
+        h('td', {class: 'note'}, rt.note || ''));
+    });
+    replace(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
+      sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table'}));
+    replace(pager,
+      h('button', {type: 'button', id: 'page-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Previous'),
+      h('span', {}, `Page ${page + 1}`),
+      h('button', {type: 'button', id: 'page-next', disabled: !next, onclick: () => { cursors[page + 1] = next; page++; load(); }}, 'Next →'));
+    const ms = Math.round(performance.now() - t0);
+    replace(status, `${data.count} task(s) on this page, loaded in ${ms} ms.`);
+    status.dataset.ms = String(ms);
+    status.dataset.count = String(data.count);
+    status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
+    renderBulk();
+  }
+
+  await load();
+  return {refresh: load};
+}

@@ -1,0 +1,50 @@
+package admin
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/engine"
+)
+
+// fireJSON is one fire of GET /api/v1/cron/next: the instant in the zone, its UTC offset
+// ("+02:00") and its DST mark ("gap", "repeat" or null).
+type fireJSON struct {
+	At     string  `json:"at"`
+	Offset string  `json:"offset"`
+	DST    *string `json:"dst"`
+}
+
+// cronNextView keeps the original "next" list (RFC 3339 strings) and adds "fires".
+func cronNextView(expr string, loc *time.Location, fires []engine.Fire) map[string]any {
+	next := make([]string, len(fires))
+	out := make([]fireJSON, len(fires))
+	for i, f := range fires {
+		t := f.At.In(loc)
+		next[i] = t.Format(time.RFC3339)
+		out[i] = fireJSON{At: next[i], Offset: t.Format("-07:00")}
+		if f.DST != "" {
+			d := f.DST
+			out[i].DST = &d
+		}
+	}
+	return map[string]any{"expr": expr, "timezone": loc.String(), "next": next, "fires": out}
+}
+
+// timeArg reads an optional RFC 3339 instant or Unix milliseconds; zero when absent.
+func timeArg(c *fasthttp.RequestCtx, name string) (time.Time, error) {
+	raw := string(c.QueryArgs().Peek(name))
+	if raw == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, raw); err == nil {
+		return t, nil
+	}
+	var ms int64
+	if _, err := fmt.Sscanf(raw, "%d", &ms); err == nil && fmt.Sprint(ms) == raw {
+		return time.UnixMilli(ms), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: %s: must be an RFC 3339 time or Unix milliseconds, got %q", ErrBadRequest, name, raw)
+}

@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/persist"
+)
+
+// This file holds the read-only views the operator console needs beyond the task API: fire
+// previews with DST marks, counts by group, executors with their runs in flight, and the
+// counters the console charts. None of them changes state.
+
+// ErrNoGroupCounts is returned by GroupCounts when the store cannot count by group.
+var ErrNoGroupCounts = errors.New("the store cannot count tasks by group")
+
+// Fire is one previewed fire time and its DST mark (cron.DSTGap, cron.DSTRepeat or "").
+type Fire struct {
+	At  time.Time
+	DST string
+}
+
+// PreviewFires is NextFireTimes from any instant, with each fire's DST mark: the next n
+// fires of expr strictly after from, in zone tz (the default zone when empty).
+func (e *Engine) PreviewFires(expr, tz, dialect string, from time.Time, n int) ([]Fire, *time.Location, error) {
+	if tz == "" {
+		tz = e.cfg.DefaultTimezone
+	}
+	d, err := resolveDialect(dialect, e.cfg.CronDialect)
+	if err != nil {
+		return nil, nil, fieldErr("dialect", "must be unix or quartz, got %q", dialect)
+	}
+	if dialect == "" && e.cfg.CronDialect == "" {
+		if err := cron.CheckAmbiguous(expr); err != nil {
+			return nil, nil, fieldErr("expr", "%v", err)
+		}
+	}
+	loc, err := cron.LoadLocation(tz)
+	if err != nil {
+		return nil, nil, fieldErr("tz", "unknown zone %q", tz)
+	}
+	if n < 1 || n > cron.NextNMax {
+		return nil, nil, fieldErr("n", "must be 1..%d, got %d", cron.NextNMax, n)
+	}
+	if from.IsZero() {
+		from = e.now()
+	}
+	s, err := cron.ParseIn(expr, d)
+	if err != nil {
+		return nil, nil, fieldErr("expr", "%v", err)
+	}
+	times, err := cron.NextNIn(expr, d, loc, from, n)
+	if err != nil {
+		return nil, nil, fieldErr("expr", "%v", err)
+	}
+	out := make([]Fire, len(times))
+	for i, t := range times {
+		out[i] = Fire{At: t, DST: cron.DSTMark(s, t, loc)}
+	}
+	return out, loc, nil
+}
+
+// GroupCounts counts the tasks by group and durable state.
+func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) {
+	gc, ok := e.store.(persist.GroupCounter)
+	if !ok {
+		return nil, ErrNoGroupCounts
+	}
+	return gc.GroupCounts(ctx)
+}
+
+// ExecutorView is a registered executor with the runs this scheduler has in flight on it.
+type ExecutorView struct {
+	persist.Executor
+	Inflight int64 `json:"inflight"`
+}
+
+// ExecutorViews lists the registry with each executor's runs in flight.
+func (e *Engine) ExecutorViews() []ExecutorView {
+	snap := e.registry.Snapshot()
+	out := make([]ExecutorView, 0, len(snap))
+	for _, x := range snap {
+		st := dispatch.StatusAlive
+		if !x.Alive {
+			st = dispatch.StatusLost
+		}
+		out = append(out, ExecutorView{Executor: persist.Executor{App: x.App, Address: x.Address, Protocol: "http",
+			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st},
+			Inflight: x.Inflight})
+	}
+	return out
+}
+
+// Counts are running totals since the engine started, for per-minute charts.
+type Counts struct {
+	Fires    uint64 // triggers: scheduled fires and run-now
+	Failures uint64 // results failed, timed out or lost
+}
+
+// Totals returns the engine's running totals; two readings a minute apart give that
+// minute's fires and failures.
+func (e *Engine) Totals() Counts {
+	r := e.m.results
+	return Counts{
+		Fires: e.m.triggers.Get(),
+		Failures: r.result(persist.ResultFailed).Get() + r.result(persist.ResultTimeout).Get() +
+			r.result(persist.ResultLost).Get(),
+	}
+}
+
+// BreakersOpen is the number of tasks whose circuit breaker is open.
+func (e *Engine) BreakersOpen() int { return e.brk.openCount() }
+
+// BreakerOpen reports whether task id's circuit breaker is open.
+func (e *Engine) BreakerOpen(id int64) bool {
+	e.brk.mu.Lock()
+	defer e.brk.mu.Unlock()
+	b := e.brk.m[id]
+	return b != nil && b.open
+}
+
+// LastRuns returns the newest run of each task id that has one (one index read per task on
+// idx_task_run_task), for a page of the task list.
+func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]persist.Run, error) {
+	out := make(map[int64]persist.Run, len(ids))
+	for _, id := range ids {
+		runs, err := e.store.ListRuns(ctx, id, 1)
+		if err != nil {
+			return nil, err
+		}
+		if len(runs) > 0 {
+			out[id] = runs[0]
+		}
+	}
+	return out, nil
+}
+
+// NodeID is this scheduler's name.
+func (e *Engine) NodeID() string { return e.cfg.NodeID }
+
+// ListTasksPage is ListTasks for one page of f.Limit rows: with them it returns the last
+// row the store read (nil when the store had no more than these), from which the next
+// page's cursor is made. The state filter is applied again to the in-memory runtime and
+// may drop rows, so a page can be short and still be followed by another.
+func (e *Engine) ListTasksPage(ctx context.Context, f persist.TaskFilter) ([]persist.Task, *persist.Task, error) {
+	state := f.State
+	list, err := e.store.ListTasks(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	var last *persist.Task
+	if f.Limit > 0 && len(list) >= f.Limit {
+		cp := list[len(list)-1]
+		last = &cp
+	}
+	out := list[:0]
+	for i := range list {
+		e.overlay(&list[i])
+		if state == "" || list[i].Runtime.State == state {
+			out = append(out, list[i])
+		}
+	}
+	return out, last, nil
+}
