@@ -80,14 +80,9 @@ func (s *Server) consoleRoutes(r *router.Router, api *router.Group) {
 	}
 
 	h := s.authed
-	if base != "" {
-		// Executors reach the scheduler directly, not through the proxy that carries the
-		// prefix, so the executor protocol also answers at the root (docs/protocol.md).
-		r.POST("/api/v1/executors/register", h(s.registerExecutor))
-		r.POST("/api/v1/executors/heartbeat", h(s.executorHeartbeat))
-		r.POST("/api/v1/callback", h(s.callback))
-		r.POST("/api/v1/callback/batch", h(s.callbackBatch))
-	}
+	// The executor protocol answers at the root whatever the base path (routes registers it
+	// there): executors reach the scheduler directly, not through the proxy that carries the
+	// prefix (docs/protocol.md).
 	// GET /api/v1/whoami is auth.go's, registered with the API routes.
 	api.GET("/overview", h(s.overview))
 	api.GET("/groups", h(s.listGroups))

@@ -120,7 +120,10 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 	defer cancel()
 	if err := chromedp.Run(c, actions...); err != nil {
 		var body string
-		_ = chromedp.Run(ctx, chromedp.Text("main", &body, chromedp.ByQuery))
+		// Bounded too: the page may have no main at all.
+		tc, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer tcancel()
+		_ = chromedp.Run(tc, chromedp.Evaluate(`document.body ? document.body.innerText : ""`, &body))
 		t.Fatalf("%s: %v\npage text:\n%s", what, err, body)
 	}
 }

@@ -116,11 +116,14 @@ func nonLoopback(addr string) (bool, error) {
 }
 
 // apiServer completes the configuration of one of the daemon's API servers: its tokens (shared,
-// so a SIGHUP reaches every server, a primary's term included), TLS and /metrics access.
+// so a SIGHUP reaches every server, a primary's term included), TLS, /metrics access, the
+// base path and pprof.
 func (c *DaemonConfig) apiServer(sc ServerConfig) ServerConfig {
 	sc.TokenSource = c.tokens.Load
 	sc.TLS = c.tlsConfig
 	sc.MetricsPublic = c.Security.MetricsPublic
+	sc.BasePath = c.BasePath
+	sc.Pprof = c.Pprof
 	return sc
 }
 

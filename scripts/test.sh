@@ -85,4 +85,16 @@ if [ "$*" = "./..." ]; then
   say "B1 wheel benchmarks, smoke size"
   AXE_BENCH_WHEEL_SIZES=1e3 AXE_BENCH_WHEEL_LATE_SIZES=1e3 \
     go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null
+  # Every fuzz target runs a few seconds beyond its seed corpus (which go test ran above), so
+  # the parsers meet inputs nobody wrote down. AXE_FUZZTIME=0 skips this.
+  fuzztime="${AXE_FUZZTIME:-5s}"
+  if [ "$fuzztime" != 0 ]; then
+    grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
+      dir="./$(dirname "${file#./}")"
+      for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
+        say "fuzz $dir $target for $fuzztime"
+        go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" >/dev/null
+      done
+    done
+  fi
 fi
