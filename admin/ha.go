@@ -140,7 +140,17 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 		cfg.Advertise = "http://" + front.Addr()
 		n.cfg.Advertise = cfg.Advertise
 	}
-	el, err := ha.New(ha.Config{Store: store, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
+	// The lease loop has a pool of its own: a renewal must never wait for a connection that
+	// the engine's batches and loads hold.
+	openCtx, cancel = context.WithTimeout(ctx, time.Minute)
+	leaseStore, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew})
+	cancel()
+	if err != nil {
+		return errors.Join(fmt.Errorf("cannot open the lease store %s: %w", redactDSN(cfg.DB), err),
+			front.Stop(context.Background()), reader.eng.Stop(context.Background()), store.Close())
+	}
+	defer leaseStore.Close()
+	el, err := ha.New(ha.Config{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
 		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log})
 	if err == nil {
 		err = el.Start(ctx)

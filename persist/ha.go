@@ -145,6 +145,12 @@ func (s *sqlStore) TakeLease(ctx context.Context, name, holder string, ttl time.
 	}
 }
 
+// fenceRow names the lease table's row that fences the batches of lease name: it holds the
+// current epoch and nothing else, written only by a takeover (TakeLease). Batches check and
+// share-lock it, never the lease row, which renewals write every few seconds: a renewal so
+// never waits behind a node's own batches.
+func fenceRow(name string) string { return name + "#fence" }
+
 // errNoLeaseRow tells TakeLease to create the lease row and try again.
 var errNoLeaseRow = errors.New("no lease row")
 
@@ -171,6 +177,17 @@ func (s *sqlStore) takeLease(ctx context.Context, name, holder string, ttl time.
 	}
 	if err != nil {
 		return LeaseState{}, false, fmt.Errorf("cannot read lease %q: %w", name, err)
+	}
+	if n == 1 {
+		// The fence row takes the new epoch in the same transaction. Its update waits for the
+		// batches of the previous holder that are still committing (they share-lock it), and
+		// every batch of that holder after this commit fails its epoch check.
+		if _, err := tx.ExecContext(ctx, s.d.ensureLease, fenceRow(name)); err != nil {
+			return LeaseState{}, false, fmt.Errorf("cannot create the fence of lease %q: %w", name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE lease SET epoch = ? WHERE name = ?`, l.Epoch, fenceRow(name)); err != nil {
+			return LeaseState{}, false, fmt.Errorf("cannot fence lease %q: %w", name, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return LeaseState{}, false, fmt.Errorf("cannot commit lease %q: %w", name, err)

@@ -221,12 +221,14 @@ func (t sqlTx) queryInts(ctx context.Context, query string, args []any, row func
 func (t sqlTx) commit() error   { return t.tx.Commit() }
 func (t sqlTx) rollback() error { return t.tx.Rollback() }
 
-// checkEpoch fails with ErrLeaseLost unless the lease row carries epoch. On MySQL the row is
-// share-locked until commit, so a takeover cannot slip in between this check and the writes.
+// checkEpoch fails with ErrLeaseLost unless the lease's fence row carries epoch. On MySQL the
+// row is share-locked until commit, so a takeover (which writes the fence row in its own
+// transaction) cannot slip in between this check and the writes. The fence row is not the
+// lease row itself: renewals write only that one, so they never wait behind a batch.
 func (s *sqlStore) checkEpoch(ctx context.Context, tx batchTx, lease string, epoch int64) error {
 	found := false
 	var current int64
-	err := tx.queryInts(ctx, `SELECT epoch FROM lease WHERE name = ?`+s.d.forShare, []any{lease}, func(row []int64) {
+	err := tx.queryInts(ctx, `SELECT epoch FROM lease WHERE name = ?`+s.d.forShare, []any{fenceRow(lease)}, func(row []int64) {
 		found, current = true, row[0]
 	})
 	if err != nil {
