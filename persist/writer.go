@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/axe-sched/axe/internal/startstop"
 )
 
 // Defaults of WriterConfig.
@@ -184,8 +185,7 @@ type Writer struct {
 	sendMu sync.RWMutex
 	closed bool // under sendMu
 
-	lifeMu    sync.Mutex // serialises Start and Stop
-	state     int        // under lifeMu: stateNew, stateRunning or stateStopped
+	life      startstop.Lifecycle
 	runCtx    context.Context
 	cancelRun context.CancelFunc
 
@@ -202,12 +202,6 @@ type Writer struct {
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
 }
-
-const (
-	stateNew = iota
-	stateRunning
-	stateStopped
-)
 
 type queuedGroup struct {
 	g  *Group
@@ -244,18 +238,18 @@ func (w *Writer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cannot start writer: %w", err)
 	}
-	w.lifeMu.Lock()
-	defer w.lifeMu.Unlock()
-	switch w.state {
-	case stateRunning:
+	err := w.life.StartOnce(func() error {
+		w.runCtx, w.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+		go w.run()
 		return nil
-	case stateStopped:
+	})
+	switch {
+	case errors.Is(err, startstop.ErrStarted):
+		return nil
+	case errors.Is(err, startstop.ErrStopped):
 		return ErrWriterClosed
 	}
-	w.state = stateRunning
-	w.runCtx, w.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
-	go w.run()
-	return nil
+	return err
 }
 
 // Stop shuts the writer down, in this order:
@@ -272,20 +266,11 @@ func (w *Writer) Start(ctx context.Context) error {
 // Stop is idempotent, and safe on a writer never started: the groups submitted before are
 // flushed all the same.
 func (w *Writer) Stop(ctx context.Context) error {
-	w.lifeMu.Lock()
-	if w.state == stateStopped {
-		w.lifeMu.Unlock()
-		select {
-		case <-w.exited:
-		case <-ctx.Done():
-		}
-		return nil
-	}
-	start := time.Now()
-	neverStarted := w.state == stateNew
-	w.state = stateStopped
-	w.lifeMu.Unlock()
+	return w.life.StopOnce(ctx, func(started bool) error { return w.stop(ctx, !started) })
+}
 
+func (w *Writer) stop(ctx context.Context, neverStarted bool) error {
+	start := time.Now()
 	close(w.stopping)
 	w.sendMu.Lock() // waits for every Submit in progress to give up or enqueue
 	w.closed = true
