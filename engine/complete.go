@@ -139,9 +139,13 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		nrt.FailureCount++
 		nrt.Attempt = 0
 		name := ActResult
-		if oc.result == persist.ResultLost {
+		switch oc.result {
+		case persist.ResultLost:
 			name = ActLost
-		} else {
+		case persist.ResultTimeout:
+			name = ActTimeout // a timeout is an action of its own in the audit log
+			finalFailure = true
+		default:
 			finalFailure = true
 		}
 		acts = append(acts, e.action(t, ticket, name, persist.StateRunning, persist.StateFailed, ActorScheduler, detail, now))
@@ -180,7 +184,11 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 	if oc.errText != "" {
 		detail += ": " + oc.errText
 	}
-	act := e.action(t, run.Ticket, ActResult, "", "", ActorScheduler, detail, now)
+	actName := ActResult
+	if oc.result == persist.ResultTimeout {
+		actName = ActTimeout
+	}
+	act := e.action(t, run.Ticket, actName, "", "", ActorScheduler, detail, now)
 	e.settle(t)
 	t.mu.Unlock()
 	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}
@@ -344,6 +352,7 @@ func (e *Engine) misfire(t *task, now int64) {
 	due := t.rt.NextTriggerTime
 	nrt := t.rt
 	var detail string
+	var runs []persist.Run
 	switch t.def.Trigger {
 	case persist.TriggerCron:
 		// nextFire counts from the fire before `due`; emulate that by asking for fires after
@@ -354,12 +363,19 @@ func (e *Engine) misfire(t *task, now int64) {
 		}
 		nrt.NextTriggerTime = next
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + d
+		if next > now {
+			// The skip policy: the missed fire is not run, and its run history says so.
+			runs = append(runs, persist.Run{
+				Ticket: scheduledTicket(t.id, due, 1), TaskID: t.id, TaskName: t.def.Name, Kind: persist.RunScheduled,
+				Attempt: 1, ScheduledAt: due, EndedAt: now, Result: persist.ResultSkipped, Detail: detail,
+			})
+		}
 	default:
 		e.m.misfires.Inc()
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + " (misfire: one-shot task fires now)"
 	}
 	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, nil, []persist.Action{act})
+	e.commitLocked(t, nrt, runs, []persist.Action{act})
 }
 
 // retryDelay is the backoff of R4.4: the interval for retries 1 and 2, then doubling from the

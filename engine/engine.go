@@ -597,7 +597,7 @@ func (e *Engine) Horizon() time.Time {
 	return time.UnixMilli(e.horizon)
 }
 
-// ErrStopping is returned by writes attempted while the engine stops.
+// errStopping is returned by writes attempted while the engine stops.
 var errStopping = fmt.Errorf("%w: stopping", ErrNotRunning)
 
 func (e *Engine) checkRunning() error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -369,6 +370,18 @@ func TestMisfirePolicies(t *testing.T) {
 				t.Errorf("%s: actions = %v, want a misfire record first", name, acts)
 			}
 		}
+		// The skipped fire is in the run history as skipped; the fired one is not.
+		var runs []persist.Run
+		waitFor(t, 2*time.Second, "the skipped run recorded", func() bool {
+			runs, _ = e.Runs(ctx, "mf-skip", 10)
+			return len(runs) == 1
+		})
+		if r := runs[0]; r.Result != persist.ResultSkipped || r.ScheduledAt != past || r.EndedAt == 0 {
+			t.Errorf("skipped fire recorded as %+v, want result skipped for the fire due %d", r, past)
+		}
+		if runs, _ := e.Runs(ctx, "mf-fire_once", 10); len(runs) != 1 || runs[0].Result == persist.ResultSkipped {
+			t.Errorf("fire_once runs = %+v, want its one fired run", runs)
+		}
 	})
 }
 
@@ -581,6 +594,11 @@ func TestTimeoutFailsTheRun(t *testing.T) {
 		if d := time.Duration(r.EndedAt-r.DispatchedAt) * time.Millisecond; d < time.Second || d > 2*time.Second {
 			t.Errorf("timed out %s after dispatch, want 1s..2s", d)
 		}
+		// A timeout is an action of its own in the audit log.
+		waitFor(t, 2*time.Second, "the timeout action", func() bool {
+			acts := actionNames(t, e, "slow")
+			return len(acts) > 0 && slices.Contains(acts, ActTimeout)
+		})
 	})
 }
 

@@ -67,7 +67,6 @@ const (
 	ActResume   = "resume"
 	ActRunNow   = "run_now"
 	ActKill     = "kill"
-	ActConflict = "conflict"
 	// ActRefusedResult records an executor's result for an unknown or stale ticket.
 	ActRefusedResult = "refused_result"
 	// ActSkippedByBreaker records a fire the open circuit breaker did not dispatch.

@@ -30,7 +30,7 @@ type rateGate struct {
 	seq      uint64
 	wake     chan struct{}
 
-	mu2     sync.Mutex // guards defaultLimit and the explicit-key count
+	mu2     sync.Mutex // guards deflt, global and perKeyN
 	deflt   ratelimit.Limit
 	global  ratelimit.Limit
 	perKeyN int

@@ -62,6 +62,3 @@ func checkTransition(from, to persist.State) error {
 	}
 	return fmt.Errorf("%w: %s→%s", ErrInvalidTransition, from, to)
 }
-
-// CanTransition reports whether from→to is an edge of the state machine (for docs and tools).
-func CanTransition(from, to persist.State) bool { return legal[[2]persist.State{from, to}] }

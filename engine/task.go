@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/persist"
 )
@@ -311,18 +312,10 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 	return d, nil
 }
 
-// Routing strategies for executor callbacks (R5.5).
-const (
-	RouteRoundRobin     = "round_robin"
-	RouteRandom         = "random"
-	RouteLeastBusy      = "least_busy"
-	RouteConsistentHash = "consistent_hash"
-	RouteFailover       = "failover"
-)
-
+// validRoute reports whether r names a routing strategy of the dispatcher's registry.
 func validRoute(r string) bool {
 	switch r {
-	case "", RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover:
+	case "", dispatch.RouteRoundRobin, dispatch.RouteRandom, dispatch.RouteLeastBusy, dispatch.RouteConsistentHash, dispatch.RouteFailover:
 		return true
 	}
 	return false
