@@ -14,7 +14,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// Alert kinds (R4.7).
+// Alert kinds.
 const (
 	AlertBreakerOpen  = "breaker_open"
 	AlertBreakerClose = "breaker_close"

@@ -316,7 +316,7 @@ func (e *Engine) nextCycle(t *task, nrt *persist.Runtime, lastSched, now int64, 
 // nextFire returns the cron fire that follows lastSched given the time now, and a note for
 // the action record. Fires missed while the run overran (or while no scheduler ran) are
 // coalesced: at most one of them fires. A fire later than MisfireThreshold follows the
-// task's misfire policy (R3.5): fire_once fires the latest missed one now, skip goes on to
+// task's misfire policy (design.md, "Window and cold entries"): fire_once fires the latest missed one now, skip goes on to
 // the first fire after now.
 func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
 	n := t.nextCron(lastSched)
@@ -346,7 +346,7 @@ func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
 }
 
 // misfire applies the misfire policy to a SCHEDULED task loaded with a fire time more than
-// MisfireThreshold in the past (R3.5). One-shot (delay) tasks always fire once: skipping their
+// MisfireThreshold in the past (design.md, "Window and cold entries"). One-shot (delay) tasks always fire once: skipping their
 // only fire would lose the task. Caller holds t.mu.
 func (e *Engine) misfire(t *task, now int64) {
 	due := t.rt.NextTriggerTime
@@ -378,7 +378,7 @@ func (e *Engine) misfire(t *task, now int64) {
 	e.commitLocked(t, nrt, runs, []persist.Action{act})
 }
 
-// retryDelay is the backoff of R4.4: the interval for retries 1 and 2, then doubling from the
+// retryDelay is the retry backoff: the interval for retries 1 and 2, then doubling from the
 // third, capped at max(capD, interval).
 func retryDelay(interval time.Duration, retry int, capD time.Duration) time.Duration {
 	if retry <= 2 {

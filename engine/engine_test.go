@@ -301,7 +301,7 @@ func TestRestartOnSameStoreKeepsFiring(t *testing.T) {
 }
 
 // TestTwoEnginesNeverDispatchTheSameFireTwice runs two engines on one store, both holding
-// the same task in their windows: only the CAS decides who dispatches each fire (R2.3).
+// the same task in their windows: only the CAS decides who dispatches each fire (design.md, "Write path").
 func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)

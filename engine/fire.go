@@ -51,7 +51,7 @@ const (
 	ActorScheduler = "scheduler"
 )
 
-// Action names recorded in action records (R1.4).
+// Action names recorded in action records (design.md, "State machine").
 const (
 	ActCreate   = "create"
 	ActUpdate   = "update"
@@ -167,7 +167,8 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	nrt.LastTriggerTime = now
 	// NextTriggerTime keeps the due time of the fire in flight: rewriting it would move the
 	// task's entry in the window index twice per cron cycle (here, and again when the run
-	// ends) instead of once, about 11 µs of MariaDB CPU per move (bench/rows_test.go). Only
+	// ends) instead of once, and each move costs the database CPU (BENCHMARKS.md, "Profiles:
+	// what is in the way"). Only
 	// SCHEDULED and RETRYING tasks are armed or loaded, so the stale due is never fired; the
 	// run's end sets the field (complete, Kill).
 	nrt.Version = expect + 1
@@ -255,7 +256,7 @@ func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run,
 	e.send(t, def, run, def.Params)
 }
 
-// runBody is the JSON a run carries to its callback (SPEC R4.2, section 10).
+// runBody is the JSON a run carries to its callback (docs/protocol.md).
 type runBody struct {
 	Task        string          `json:"task"`
 	Handler     string          `json:"handler,omitempty"`
@@ -267,7 +268,7 @@ type runBody struct {
 	Deadline    int64           `json:"deadline"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	// DedupTTLMS tells an executor how long to remember the ticket: the task's longest retry
-	// span plus five minutes (R5.4), so a re-sent run is recognised for as long as it can come.
+	// span plus five minutes, so a re-sent run is recognised for as long as it can come.
 	DedupTTLMS int64 `json:"dedup_ttl_ms,omitempty"`
 }
 

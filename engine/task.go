@@ -16,7 +16,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// Task definition defaults (SPEC R1.1).
+// Task definition defaults.
 const (
 	GroupDefault            = "default"
 	TimeoutSecDefault       = 300

@@ -19,9 +19,8 @@ const (
 	// WriterMaxBatchRowsDefault bounds a batch so one commit stays a short transaction. A
 	// batch only grows this large when groups queue faster than commits finish (an idle
 	// writer flushes after MaxDelay), so the bound trades nothing at a steady rate; under a
-	// burst, one writer against MariaDB measured 25.7K transitions/s at 512 rows, 42.9K at
-	// 2,048 and 46.8K at 8,192 (BENCHMARKS.md, B3), and a 2,048-row commit still takes
-	// tens of milliseconds, not seconds.
+	// burst, larger batches gain less and less while each commit grows longer (BENCHMARKS.md,
+	// "B3 batched writer", rows per batch).
 	WriterMaxBatchRowsDefault = 2048
 	// WriterMaxDelayDefault is the longest a lone group waits for company when the writer is
 	// idle; it is the latency batching may add to a dispatch (R7.2).
