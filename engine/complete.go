@@ -222,8 +222,9 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	}
 	ticket := t.periodic
 	e.killOnExecutor(ticket) // best effort, while the run still names its executor
+	var rt persist.Runtime
 	err = ErrConflict
-	settled := e.runs.settle(ticket, nil, func(f *flight) { err = e.killLocked(ctx, t, f.run, actor) })
+	settled := e.runs.settle(ticket, nil, func(f *flight) { rt, err = e.killLocked(ctx, t, f.run, actor) })
 	if !settled {
 		// Its result, timeout or loss took the run first and is recording that end.
 		return nil, fmt.Errorf("%w: the run of task %q is ending already", ErrConflict, name)
@@ -231,12 +232,14 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	if err != nil {
 		return nil, err
 	}
-	return snapshot(t), nil
+	// The runtime the kill made durable: while commitWait waited without the lock, a next
+	// fire already due may have started, and the caller asked about the kill.
+	return &persist.Task{Def: *t.def, Runtime: rt}, nil
 }
 
-// killLocked records the periodic run as killed and moves t on to its next cycle. The
-// caller holds t.mu and has taken the run from e.runs.
-func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor string) error {
+// killLocked records the periodic run as killed and moves t on to its next cycle, and
+// returns the runtime it committed. The caller holds t.mu and has taken the run from e.runs.
+func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor string) (persist.Runtime, error) {
 	now := e.nowMS()
 	run.EndedAt = now
 	run.Result = persist.ResultKilled
@@ -268,7 +271,8 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor
 				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
 		}
 	}
-	return e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
+	nrt.Version = t.rt.Version + 1 // as commitWait sets it
+	return nrt, e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
 }
 
 // nextCycle moves a task that just finished a run (SUCCESS or FAILED in nrt) to where it
