@@ -13,6 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -174,20 +175,11 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer scancel()
-	var errs []error
-	step := func(name string, fn func() error) {
-		t := time.Now()
-		err := fn()
-		log.Info("shutdown: "+name, "took", time.Since(t), "error", err)
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	step("not ready", func() error { stopping.Store(true); return nil })
-	step("stop engine (triggering, dispatch, writer)", func() error { return eng.Stop(sctx) })
-	step("stop HTTP server", func() error { return srv.Stop(sctx) })
-	step("close store", store.Close)
-	return errors.Join(errs...)
+	return startstop.Steps(sctx, log, nil, "shutdown: ",
+		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
+		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
+		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
+		startstop.Step{Name: "close store", Run: func(context.Context) error { return store.Close() }})
 }
 
 // redactDSN hides a MySQL password in logs.

@@ -15,7 +15,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -24,6 +23,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
@@ -110,9 +110,7 @@ type Server struct {
 	ln  net.Listener
 	log *slog.Logger
 
-	mu          sync.Mutex
-	started     bool
-	stopped     bool
+	life        startstop.Lifecycle
 	serveErr    chan error
 	ready       func() error
 	tokens      atomic.Pointer[Tokens]
@@ -160,23 +158,23 @@ func (p slogPrinter) Printf(format string, args ...any) { p.l.Debug(fmt.Sprintf(
 
 // Start listens and serves in the background; it returns once the listener is bound.
 func (s *Server) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started || s.stopped {
+	err := s.life.StartOnce(func() error {
+		ln, err := net.Listen("tcp", s.cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("cannot listen on %s: %w", s.cfg.Addr, err)
+		}
+		if s.cfg.TLS != nil {
+			ln = tls.NewListener(ln, s.cfg.TLS)
+		}
+		s.ln = ln
+		go func() { s.serveErr <- s.srv.Serve(ln) }()
+		s.minutes.start()
+		return nil
+	})
+	if errors.Is(err, startstop.ErrStarted) || errors.Is(err, startstop.ErrStopped) {
 		return nil
 	}
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", s.cfg.Addr, err)
-	}
-	if s.cfg.TLS != nil {
-		ln = tls.NewListener(ln, s.cfg.TLS)
-	}
-	s.ln = ln
-	s.started = true
-	go func() { s.serveErr <- s.srv.Serve(ln) }()
-	s.minutes.start()
-	return nil
+	return err
 }
 
 // Addr returns the bound address (after Start).
@@ -194,14 +192,15 @@ func (s *Server) SetReady(f func() error) { s.ready = f }
 // Stop closes the listener and waits for open requests to finish or ctx to expire.
 // Idempotent; safe without Start.
 func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if s.stopped || !s.started {
-		s.stopped = true
-		s.mu.Unlock()
-		return nil
-	}
-	s.stopped = true
-	s.mu.Unlock()
+	return s.life.StopOnce(ctx, func(started bool) error {
+		if !started {
+			return nil
+		}
+		return s.stop(ctx)
+	})
+}
+
+func (s *Server) stop(ctx context.Context) error {
 	s.minutes.stop()
 	err := s.srv.ShutdownWithContext(ctx)
 	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/panjf2000/ants/v2"
 	"github.com/valyala/fasthttp"
@@ -154,9 +155,9 @@ type Dispatcher struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	queue   []func()
-	stopped bool
+	stopped bool // under mu: Go refuses work; set by Stop
 	pumpWG  sync.WaitGroup
-	started bool
+	life    startstop.Lifecycle
 }
 
 // New creates a Dispatcher. Call Start before Send.
@@ -203,15 +204,15 @@ func newClient(cfg Config) *fasthttp.Client {
 
 // Start starts the pump that feeds the pool.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.started || d.stopped {
+	err := d.life.StartOnce(func() error {
+		d.pumpWG.Add(1)
+		go d.pump()
 		return nil
+	})
+	if errors.Is(err, startstop.ErrStarted) || errors.Is(err, startstop.ErrStopped) {
+		return nil // starting twice, or after Stop, does nothing
 	}
-	d.started = true
-	d.pumpWG.Add(1)
-	go d.pump()
-	return nil
+	return err
 }
 
 // Go runs fn on the pool. It never blocks; fn is queued until a worker is free.
@@ -313,14 +314,13 @@ func (d *Dispatcher) Queued() int {
 // Stop stops accepting sends, lets every queued and in-flight send finish (each is bounded by
 // its own deadline) or ctx expire, and releases the pool. Idempotent; safe without Start.
 func (d *Dispatcher) Stop(ctx context.Context) error {
+	return d.life.StopOnce(ctx, func(started bool) error { return d.stop(ctx, started) })
+}
+
+func (d *Dispatcher) stop(ctx context.Context, started bool) error {
 	d.mu.Lock()
-	if d.stopped {
-		d.mu.Unlock()
-		return nil
-	}
 	d.stopped = true
 	d.cond.Broadcast()
-	started := d.started
 	d.mu.Unlock()
 	defer d.client.CloseIdleConnections()
 	defer d.callbacks.CloseIdleConnections()

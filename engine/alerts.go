@@ -15,7 +15,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// Alert kinds (R4.7).
+// Alert kinds.
 const (
 	AlertBreakerOpen  = "breaker_open"
 	AlertBreakerClose = "breaker_close"
@@ -164,9 +164,9 @@ func (a *alerter) post(url string, body []byte) error {
 	return nil
 }
 
-// alert raises an operator alert: log, metric, action record and webhooks (R4.7). t may be
-// nil for alerts that concern no task. Caller must not hold t.mu when t is nil-safe data is
-// passed through name/group.
+// alertFor raises an operator alert: log, metric, action record and webhooks. taskID, task
+// and group name the task the alert is about; zero values mean it concerns no task (alert).
+// The caller passes copies of them, so it need not hold t.mu, and may call this without it.
 func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, group, msg string) {
 	e.log.Warn("alert: "+msg, "alert", kind, "task", task)
 	e.m.alerts(kind).Inc()

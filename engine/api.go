@@ -88,7 +88,7 @@ func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (
 	return &persist.Task{Def: def, Runtime: rt}, nil
 }
 
-// checkDeps verifies that every upstream exists and that the edges make no cycle (R6.3).
+// checkDeps verifies that every upstream exists and that the edges make no cycle.
 func (e *Engine) checkDeps(ctx context.Context, def *persist.TaskDef) error {
 	if len(def.DependsOn) == 0 {
 		return nil
@@ -162,7 +162,7 @@ func snapshot(t *task) *persist.Task {
 }
 
 // UpdateTask replaces a task's definition. The trigger type cannot change (delete and
-// re-create instead). A changed schedule re-arms the in-memory entry at once (R3.3); a run in
+// re-create instead). A changed schedule re-arms the in-memory entry at once; a run in
 // flight finishes under the old definition.
 func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, actor string) (*persist.Task, error) {
 	if err := e.checkRunning(); err != nil {
@@ -370,7 +370,7 @@ func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *t
 	return times, loc, nil
 }
 
-// Pause stops a task's future triggers at once (R6.1), including an entry already armed. A
+// Pause stops a task's future triggers at once, including an entry already armed. A
 // run in flight finishes; the task then rests in PAUSED. note is kept in the action record
 // and on the task. Pausing a paused task changes nothing.
 func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*persist.Task, error) {
@@ -555,7 +555,7 @@ func (e *Engine) eachInGroup(ctx context.Context, group string, fn func(name str
 	}
 }
 
-// RunNow starts an independent instance of a task with its own ticket (R6.2). It does not
+// RunNow starts an independent instance of a task with its own ticket. It does not
 // touch the periodic state machine: it works while the periodic run is RUNNING and while the
 // task is PAUSED. params, when given, replace the task's params for this run only. It returns
 // once the run is durably recorded and handed to the dispatcher.

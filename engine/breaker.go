@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Circuit breaker defaults (R4.6).
+// Circuit breaker defaults.
 const (
 	BreakerWindowDefault      = 5 * time.Minute
 	BreakerMinSamplesDefault  = 10

@@ -152,9 +152,13 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		nrt.FailureCount++
 		nrt.Attempt = 0
 		name := ActResult
-		if oc.result == persist.ResultLost {
+		switch oc.result {
+		case persist.ResultLost:
 			name = ActLost
-		} else {
+		case persist.ResultTimeout:
+			name = ActTimeout // a timeout is an action of its own in the audit log
+			finalFailure = true
+		default:
 			finalFailure = true
 		}
 		acts = append(acts, e.action(t, ticket, name, persist.StateRunning, persist.StateFailed, ActorScheduler, detail, now))
@@ -193,7 +197,11 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 	if oc.errText != "" {
 		detail += ": " + oc.errText
 	}
-	act := e.action(t, run.Ticket, ActResult, "", "", ActorScheduler, detail, now)
+	actName := ActResult
+	if oc.result == persist.ResultTimeout {
+		actName = ActTimeout
+	}
+	act := e.action(t, run.Ticket, actName, "", "", ActorScheduler, detail, now)
 	e.settle(t)
 	t.mu.Unlock()
 	release := oc.result == persist.ResultSuccess && e.upstreams.has(name)
@@ -227,8 +235,9 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	}
 	ticket := t.periodic
 	e.killOnExecutor(ticket) // best effort, while the run still names its executor
+	var rt persist.Runtime
 	err = ErrConflict
-	settled := e.runs.settle(ticket, nil, func(f *flight) { err = e.killLocked(ctx, t, f.run, actor) })
+	settled := e.runs.settle(ticket, nil, func(f *flight) { rt, err = e.killLocked(ctx, t, f.run, actor) })
 	if !settled {
 		// Its result, timeout or loss took the run first and is recording that end.
 		return nil, fmt.Errorf("%w: the run of task %q is ending already", ErrConflict, name)
@@ -236,12 +245,14 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	if err != nil {
 		return nil, err
 	}
-	return snapshot(t), nil
+	// The runtime the kill made durable: while commitWait waited without the lock, a next
+	// fire already due may have started, and the caller asked about the kill.
+	return &persist.Task{Def: *t.def, Runtime: rt}, nil
 }
 
-// killLocked records the periodic run as killed and moves t on to its next cycle. The
-// caller holds t.mu and has taken the run from e.runs.
-func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor string) error {
+// killLocked records the periodic run as killed and moves t on to its next cycle, and
+// returns the runtime it committed. The caller holds t.mu and has taken the run from e.runs.
+func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor string) (persist.Runtime, error) {
 	now := e.nowMS()
 	run.EndedAt = now
 	run.Result = persist.ResultKilled
@@ -274,7 +285,8 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor
 				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
 		}
 	}
-	return e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
+	nrt.Version = t.rt.Version + 1 // as commitWait sets it
+	return nrt, e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
 }
 
 // nextCycle moves a task that just finished a run (SUCCESS or FAILED in nrt) to where it
@@ -322,7 +334,7 @@ func (e *Engine) nextCycle(t *task, nrt *persist.Runtime, lastSched, now int64, 
 // nextFire returns the cron fire that follows lastSched given the time now, and a note for
 // the action record. Fires missed while the run overran (or while no scheduler ran) are
 // coalesced: at most one of them fires. A fire later than MisfireThreshold follows the
-// task's misfire policy (R3.5): fire_once fires the latest missed one now, skip goes on to
+// task's misfire policy (design.md, "Window and cold entries"): fire_once fires the latest missed one now, skip goes on to
 // the first fire after now.
 func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
 	n := t.nextCron(lastSched)
@@ -352,12 +364,13 @@ func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
 }
 
 // misfire applies the misfire policy to a SCHEDULED task loaded with a fire time more than
-// MisfireThreshold in the past (R3.5). One-shot (delay) tasks always fire once: skipping their
+// MisfireThreshold in the past (design.md, "Window and cold entries"). One-shot (delay) tasks always fire once: skipping their
 // only fire would lose the task. Caller holds t.mu.
 func (e *Engine) misfire(t *task, now int64) {
 	due := t.rt.NextTriggerTime
 	nrt := t.rt
 	var detail string
+	var runs []persist.Run
 	switch t.def.Trigger {
 	case persist.TriggerCron:
 		// nextFire counts from the fire before `due`; emulate that by asking for fires after
@@ -368,15 +381,22 @@ func (e *Engine) misfire(t *task, now int64) {
 		}
 		nrt.NextTriggerTime = next
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + d
+		if next > now {
+			// The skip policy: the missed fire is not run, and its run history says so.
+			runs = append(runs, persist.Run{
+				Ticket: scheduledTicket(t.id, due, 1), TaskID: t.id, TaskName: t.def.Name, Kind: persist.RunScheduled,
+				Attempt: 1, ScheduledAt: due, EndedAt: now, Result: persist.ResultSkipped, Detail: detail,
+			})
+		}
 	default:
 		e.m.misfires.Inc()
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + " (misfire: one-shot task fires now)"
 	}
 	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, nil, []persist.Action{act})
+	e.commitLocked(t, nrt, runs, []persist.Action{act})
 }
 
-// retryDelay is the backoff of R4.4: the interval for retries 1 and 2, then doubling from the
+// retryDelay is the retry backoff: the interval for retries 1 and 2, then doubling from the
 // third, capped at max(capD, interval).
 func retryDelay(interval time.Duration, retry int, capD time.Duration) time.Duration {
 	if retry <= 2 {

@@ -53,7 +53,7 @@ func (e *Engine) loadDependencies(ctx context.Context) error {
 }
 
 // upstreamDone runs after an upstream's success is durable: every downstream whose
-// conditions are now met goes WAITING→SCHEDULED and into the wheel at once (R6.3).
+// conditions are now met goes WAITING→SCHEDULED and into the wheel at once.
 func (e *Engine) upstreamDone(name string) {
 	if !e.upstreams.has(name) {
 		return

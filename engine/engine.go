@@ -8,7 +8,7 @@
 // # Invariants
 //
 //  1. A run is sent only after its SCHEDULED→RUNNING (or RETRYING→RUNNING) transition has
-//     committed as a CAS on the runtime row's version (R2.3, R7.2). A conflict means the
+//     committed as a CAS on the runtime row's version (design.md, "Write path"). A conflict means the
 //     in-memory view was stale: the trigger is dropped and the task reloaded. Two triggers for
 //     one fire time therefore never both dispatch.
 //  2. Every task whose next_trigger_time is below the horizon, in an armable state, is in
@@ -45,12 +45,11 @@ const (
 	LoadIntervalDefault     = 30 * time.Second
 	TickDefault             = 10 * time.Millisecond
 	MisfireThresholdDefault = 5 * time.Second
-	// WriterLanesDefault: see Config.WriterLanes. Four lanes let MariaDB overlap commits:
-	// a burst of 20,000 fires drained 10–60 % faster and its p99 lateness fell from seconds
-	// (one writer's queue full, consumers blocked) to ~50 ms (bench/e2e, same machine, runs
-	// alternated).
+	// WriterLanesDefault: see Config.WriterLanes. Four lanes let MariaDB overlap commits, so
+	// a burst drains faster and one full queue no longer blocks every consumer (measured in
+	// BENCHMARKS.md, "B4 end to end").
 	WriterLanesDefault = 4
-	// RetryBackoffCapDefault caps the doubling retry interval (R4.4).
+	// RetryBackoffCapDefault caps the doubling retry interval.
 	RetryBackoffCapDefault = 10 * time.Minute
 )
 
@@ -88,7 +87,7 @@ type Config struct {
 	Tick time.Duration
 	// Shards is the number of wheel shards. Defaults to GOMAXPROCS (see wheel.Config).
 	Shards int
-	// Window is how far ahead tasks are held in memory (R3.3). Defaults to WindowDefault.
+	// Window is how far ahead tasks are held in memory (design.md, "Window and cold entries"). Defaults to WindowDefault.
 	Window time.Duration
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
@@ -112,19 +111,19 @@ type Config struct {
 	// Dispatch configures the dispatcher.
 	Dispatch dispatch.Config
 	// LostAfter: an executor silent this long gets no new dispatch and its runs in flight are
-	// resolved as lost (R5.3). Defaults to LostAfterDefault.
+	// resolved as lost. Defaults to LostAfterDefault.
 	LostAfter time.Duration
 	// HeartbeatInterval is what executors are told to heartbeat at. Defaults to
 	// HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
 	// ExecutorToken, when set, is sent to executors as a bearer token.
 	ExecutorToken string
-	// RateLimit sets the token buckets of R4.3: a global one and one per downstream
+	// RateLimit sets the token buckets of the rate gate: a global one and one per downstream
 	// (executor app, or callback host:port). Defaults to no limit; changeable at runtime.
 	RateLimit ratelimit.Config
-	// Breaker configures the per-task circuit breaker (R4.6).
+	// Breaker configures the per-task circuit breaker.
 	Breaker BreakerConfig
-	// AlertWebhooks receive every alert as a JSON POST (R4.7).
+	// AlertWebhooks receive every alert as a JSON POST.
 	AlertWebhooks []string
 	// NodeID names this scheduler in action records and logs. Defaults to "axe".
 	NodeID string
@@ -411,7 +410,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 // Running reports whether the engine is started and not stopping.
 func (e *Engine) Running() bool { return e.running.Load() }
 
-// loadLoop moves the window forward every LoadInterval (R3.3).
+// loadLoop moves the window forward every LoadInterval (design.md, "Window and cold entries").
 func (e *Engine) loadLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
 	t := e.cfg.Clock.NewTicker(e.cfg.LoadInterval)
@@ -599,7 +598,7 @@ func (e *Engine) Horizon() time.Time {
 	return time.UnixMilli(e.horizon)
 }
 
-// ErrStopping is returned by writes attempted while the engine stops.
+// errStopping is returned by writes attempted while the engine stops.
 var errStopping = fmt.Errorf("%w: stopping", ErrNotRunning)
 
 func (e *Engine) checkRunning() error {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +150,15 @@ func waitAdvancing(t *testing.T, clk *clock.Fake, step, timeout time.Duration, w
 	}
 }
 
+// runFor moves clk forward by d in steps of step, letting the engine work between steps: the
+// fake-clock counterpart of sleeping d while the engine runs.
+func runFor(clk *clock.Fake, d, step time.Duration) {
+	for moved := time.Duration(0); moved < d; moved += step {
+		clk.Advance(min(step, d-moved))
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // withFakeClock runs the engine on a fake clock reading the real time now. It starts at the
 // real time because the dispatcher's HTTP deadlines, derived from the engine's clock, are
 // enforced in real time.
@@ -247,11 +257,12 @@ func equalStrings(a, b []string) bool {
 func TestCronFiresEverySecondWithDistinctTickets(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
-		e := startEngine(t, s)
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk))
 		spec := httpSpec("tick", cs.URL)
 		spec.Cron = "*/1 * * * * *"
 		mustCreate(t, e, spec)
-		waitFor(t, 6*time.Second, "three fires", func() bool { return len(cs.got("tick")) >= 3 })
+		waitAdvancing(t, clk, 50*time.Millisecond, 10*time.Second, "three fires", func() bool { return len(cs.got("tick")) >= 3 })
 		calls := cs.got("tick")
 		seen := map[string]bool{}
 		for i, c := range calls {
@@ -300,19 +311,23 @@ func TestRestartOnSameStoreKeepsFiring(t *testing.T) {
 }
 
 // TestTwoEnginesNeverDispatchTheSameFireTwice runs two engines on one store, both holding
-// the same task in their windows: only the CAS decides who dispatches each fire (R2.3).
+// the same task in their windows: only the CAS decides who dispatches each fire (design.md, "Write path").
 func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
-		a := startEngine(t, s)
+		clk := clock.NewFake(time.Now()) // one clock for both engines
+		a := startEngine(t, s, withFakeClock(clk))
 		spec := httpSpec("contended", cs.URL)
 		spec.Cron = "*/1 * * * * *"
 		mustCreate(t, a, spec)
-		b := startEngine(t, s) // loads the same task from the store
+		b := startEngine(t, s, withFakeClock(clk)) // loads the same task from the store
 		if n, _ := b.InMemory(); n != 1 {
 			t.Fatalf("second engine holds %d tasks, want 1", n)
 		}
-		time.Sleep(3500 * time.Millisecond)
+		runFor(clk, 3500*time.Millisecond, 50*time.Millisecond)
+		waitFor(t, 5*time.Second, "the runs to end", func() bool {
+			return len(a.RunsInFlight()) == 0 && len(b.RunsInFlight()) == 0
+		})
 		calls := cs.got("contended")
 		if len(calls) < 3 {
 			t.Fatalf("only %d fires in 3.5s", len(calls))
@@ -368,6 +383,18 @@ func TestMisfirePolicies(t *testing.T) {
 			if acts := actionNames(t, e, name); len(acts) == 0 || acts[0] != ActMisfire {
 				t.Errorf("%s: actions = %v, want a misfire record first", name, acts)
 			}
+		}
+		// The skipped fire is in the run history as skipped; the fired one is not.
+		var runs []persist.Run
+		waitFor(t, 2*time.Second, "the skipped run recorded", func() bool {
+			runs, _ = e.Runs(ctx, "mf-skip", 10)
+			return len(runs) == 1
+		})
+		if r := runs[0]; r.Result != persist.ResultSkipped || r.ScheduledAt != past || r.EndedAt == 0 {
+			t.Errorf("skipped fire recorded as %+v, want result skipped for the fire due %d", r, past)
+		}
+		if runs, _ := e.Runs(ctx, "mf-fire_once", 10); len(runs) != 1 || runs[0].Result == persist.ResultSkipped {
+			t.Errorf("fire_once runs = %+v, want its one fired run", runs)
 		}
 	})
 }
@@ -465,13 +492,14 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.hang = make(chan struct{})
-		e := startEngine(t, s)
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk))
 		ctx := context.Background()
 		spec := httpSpec("slowcron", cs.URL)
 		spec.Cron = "*/1 * * * * *"
 		spec.TimeoutSec = ptr(30)
 		mustCreate(t, e, spec)
-		waitFor(t, 5*time.Second, "the first fire", func() bool { return len(cs.got("slowcron")) == 1 })
+		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "the first fire", func() bool { return len(cs.got("slowcron")) == 1 })
 		first := cs.got("slowcron")[0]
 		var stored *persist.Task
 		waitFor(t, 2*time.Second, "the RUNNING runtime in the store", func() bool {
@@ -484,7 +512,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 				stored.Runtime.NextTriggerTime, stored.Runtime.CurrentTicket, first.body.ScheduledAt, first.ticket)
 		}
 		// Overrunning its next fires must not fire the kept due (or any other) again.
-		time.Sleep(1500 * time.Millisecond)
+		runFor(clk, 1500*time.Millisecond, 50*time.Millisecond)
 		if n := len(cs.got("slowcron")); n != 1 {
 			t.Fatalf("%d calls while the first run hung, want 1", n)
 		}
@@ -497,7 +525,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 			t.Fatalf("after kill: %s next %d, want SCHEDULED after %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, first.body.ScheduledAt)
 		}
 		cs.release()
-		waitFor(t, 5*time.Second, "a fire that ends with a result", func() bool {
+		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "a fire that ends with a result", func() bool {
 			pt, err := e.GetTask(ctx, "slowcron")
 			return err == nil && pt.Runtime.SuccessCount >= 1
 		})
@@ -581,6 +609,11 @@ func TestTimeoutFailsTheRun(t *testing.T) {
 		if d := time.Duration(r.EndedAt-r.DispatchedAt) * time.Millisecond; d < time.Second || d > 2*time.Second {
 			t.Errorf("timed out %s after dispatch, want 1s..2s", d)
 		}
+		// A timeout is an action of its own in the audit log.
+		waitFor(t, 2*time.Second, "the timeout action", func() bool {
+			acts := actionNames(t, e, "slow")
+			return len(acts) > 0 && slices.Contains(acts, ActTimeout)
+		})
 	})
 }
 
@@ -588,14 +621,15 @@ func TestPauseResumeAndDelete(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
-		e := startEngine(t, s)
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk))
 		for _, n := range []string{"p1", "p2"} {
 			spec := httpSpec(n, cs.URL)
 			spec.Cron = "*/1 * * * * *"
 			spec.Group = "g"
 			mustCreate(t, e, spec)
 		}
-		waitFor(t, 3*time.Second, "both firing", func() bool { return len(cs.got("p1")) > 0 && len(cs.got("p2")) > 0 })
+		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "both firing", func() bool { return len(cs.got("p1")) > 0 && len(cs.got("p2")) > 0 })
 		pt, err := e.Pause(ctx, "p1", "maintenance", "test")
 		if err != nil {
 			t.Fatal(err)
@@ -606,7 +640,7 @@ func TestPauseResumeAndDelete(t *testing.T) {
 			return err == nil && pt.Runtime.State == persist.StatePaused
 		})
 		n1, n2 := len(cs.got("p1")), len(cs.got("p2"))
-		time.Sleep(2200 * time.Millisecond)
+		runFor(clk, 2200*time.Millisecond, 50*time.Millisecond)
 		if got := len(cs.got("p1")); got != n1 {
 			t.Errorf("paused p1 fired %d more times", got-n1)
 		}
@@ -616,14 +650,15 @@ func TestPauseResumeAndDelete(t *testing.T) {
 		if _, err := e.Resume(ctx, "p1", "", "test"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 3*time.Second, "p1 firing again", func() bool { return len(cs.got("p1")) > n1 })
+		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "p1 firing again", func() bool { return len(cs.got("p1")) > n1 })
 
 		if err := e.DeleteTask(ctx, "p2", "test"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond) // let a run in flight at delete time finish
+		// Let a run in flight at delete time finish (the clock stands still: nothing new fires).
+		waitFor(t, 5*time.Second, "the runs in flight to end", func() bool { return len(e.RunsInFlight()) == 0 })
 		n2 = len(cs.got("p2"))
-		time.Sleep(1500 * time.Millisecond)
+		runFor(clk, 1500*time.Millisecond, 50*time.Millisecond)
 		if got := len(cs.got("p2")); got != n2 {
 			t.Errorf("deleted p2 fired %d more times", got-n2)
 		}

@@ -13,14 +13,14 @@ import (
 	"github.com/axe-sched/axe/protocol"
 )
 
-// Executor protocol defaults (R5.2, R5.3).
+// Executor protocol defaults (docs/protocol.md).
 const (
 	HeartbeatIntervalDefault = 10 * time.Second
 	LostAfterDefault         = 30 * time.Second
 	// offerTimeout bounds the POST /axe/run call itself: the executor answers 202 at once
 	// and reports the result later, so a slow answer means a sick executor.
 	offerTimeout = 5 * time.Second
-	// timeoutGrace lets the executor's own deadline result (the second timeout layer, R4.5)
+	// timeoutGrace lets the executor's own deadline result (the second timeout layer)
 	// arrive before the scheduler declares the run timed out.
 	timeoutGrace = 500 * time.Millisecond
 )
@@ -72,7 +72,7 @@ func (reg *ExecutorRegistration) validate() error {
 	return nil
 }
 
-// RegisterExecutor registers an executor, idempotent by (app, address) (R5.2).
+// RegisterExecutor registers an executor, idempotent by (app, address) (docs/protocol.md).
 func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration) error {
 	if err := reg.validate(); err != nil {
 		return err
@@ -144,7 +144,7 @@ func (e *Engine) restoreExecutors(ctx context.Context) error {
 	return nil
 }
 
-// reapLoop marks silent executors lost (R5.3).
+// reapLoop marks silent executors lost.
 func (e *Engine) reapLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
 	every := e.cfg.LostAfter / 10
@@ -181,7 +181,7 @@ func (e *Engine) reap(ctx context.Context) {
 }
 
 // sendToExecutor offers a durable run to the executors of its app, in the order its route
-// prefers, until one accepts (R5.5). It runs on a dispatch worker.
+// prefers, until one accepts. It runs on a dispatch worker.
 func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, body []byte, deadline time.Time) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
@@ -239,7 +239,7 @@ type Report = protocol.Result
 // maxOutput bounds the output tail kept in a run record.
 const maxOutput = 8 << 10
 
-// ReportResult records an executor's result (R5.2). It is idempotent by ticket: a repeated
+// ReportResult records an executor's result (docs/protocol.md). It is idempotent by ticket: a repeated
 // report of the recorded result returns duplicate=true and changes nothing; a report for a
 // run that ended another way returns ErrStaleTicket; an unknown ticket ErrRunNotFound.
 func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, err error) {

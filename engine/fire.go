@@ -53,7 +53,7 @@ const (
 	ActorScheduler = "scheduler"
 )
 
-// Action names recorded in action records (R1.4).
+// Action names recorded in action records (design.md, "State machine").
 const (
 	ActCreate   = "create"
 	ActUpdate   = "update"
@@ -69,7 +69,6 @@ const (
 	ActResume   = "resume"
 	ActRunNow   = "run_now"
 	ActKill     = "kill"
-	ActConflict = "conflict"
 	// ActRefusedResult records an executor's result for an unknown or stale ticket.
 	ActRefusedResult = "refused_result"
 	// ActSkippedByBreaker records a fire the open circuit breaker did not dispatch.
@@ -175,7 +174,8 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	nrt.LastTriggerTime = now
 	// NextTriggerTime keeps the due time of the fire in flight: rewriting it would move the
 	// task's entry in the window index twice per cron cycle (here, and again when the run
-	// ends) instead of once, about 11 µs of MariaDB CPU per move (bench/rows_test.go). Only
+	// ends) instead of once, and each move costs the database CPU (BENCHMARKS.md, "Profiles:
+	// what is in the way"). Only
 	// SCHEDULED and RETRYING tasks are armed or loaded, so the stale due is never fired; the
 	// run's end sets the field (complete, Kill).
 	nrt.Version = expect + 1
@@ -279,7 +279,7 @@ func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run,
 	e.send(t, def, run, def.Params)
 }
 
-// runBody is the JSON a run carries to its callback (SPEC R4.2, section 10).
+// runBody is the JSON a run carries to its callback (docs/protocol.md).
 type runBody = protocol.Run
 
 // dedupTTL is the longest span over which runs of one fire can arrive, plus five minutes.

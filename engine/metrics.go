@@ -8,9 +8,9 @@ import (
 	"github.com/axe-sched/axe/wheel"
 )
 
-// engineMetrics are one engine's series (R9.1). They live in a Set of their own, registered
-// globally while the engine exists, so that several engines in one process (tests, a backup
-// beside a primary) never collide; label sets are bounded — never a task name or a ticket.
+// engineMetrics are one engine's series. They live in a Set of their own (Metrics), which the
+// daemon registers for /metrics, so that several engines in one process (tests) never
+// collide; label sets are bounded — never a task name or a ticket.
 type engineMetrics struct {
 	set          *metrics.Set
 	triggers     *metrics.Counter

@@ -15,7 +15,7 @@ import (
 	"github.com/axe-sched/axe/wheel"
 )
 
-// rateGate holds fires back to the rate of their downstream (R4.3): a token bucket per
+// rateGate holds fires back to the rate of their downstream: a token bucket per
 // downstream (executor app, or callback host) plus a global one. A fire over the rate waits
 // in its downstream's buffer, ordered by priority then fire time; nothing is dropped, it is
 // only late. While no limit is configured the gate is bypassed entirely.
@@ -30,7 +30,7 @@ type rateGate struct {
 	seq      uint64
 	wake     chan struct{}
 
-	mu2     sync.Mutex // guards defaultLimit and the explicit-key count
+	mu2     sync.Mutex // guards deflt, global and perKeyN
 	deflt   ratelimit.Limit
 	global  ratelimit.Limit
 	perKeyN int

@@ -6,10 +6,10 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// transitions is the state machine of SPEC R2.1, in one declarative place. Every state change
+// transitions is the state machine (design.md, "State machine"), in one declarative place. Every state change
 // the engine makes is checked against it (checkTransition) and recorded as an action.
 //
-// The seed's table is:
+// The basic table is:
 //
 //	WAITING→SCHEDULED,PAUSED · SCHEDULED→RUNNING,FAILED · RUNNING→SUCCESS,FAILED,RETRYING,KILLED ·
 //	RETRYING→RUNNING,FAILED · SUCCESS→SCHEDULED · FAILED→RUNNING · PAUSED→WAITING,RUNNING ·
@@ -18,7 +18,7 @@ import (
 // Edges added beyond it, each needed by a behaviour the spec or an issue asks for:
 //
 //   - SCHEDULED→PAUSED, RETRYING→PAUSED: pausing a task that is armed in the wheel or waiting
-//     for a retry must stop its future triggers at once (R6.1); going through WAITING first
+//     for a retry must stop its future triggers at once; going through WAITING first
 //     would arm nothing and only add a meaningless record.
 //   - SUCCESS→PAUSED, FAILED→PAUSED, KILLED→PAUSED: a pause requested while a run was in flight
 //     takes effect when that run ends ("a running instance finishes, and the task then rests in
@@ -62,6 +62,3 @@ func checkTransition(from, to persist.State) error {
 	}
 	return fmt.Errorf("%w: %s→%s", ErrInvalidTransition, from, to)
 }
-
-// CanTransition reports whether from→to is an edge of the state machine (for docs and tools).
-func CanTransition(from, to persist.State) bool { return legal[[2]persist.State{from, to}] }

@@ -12,12 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )
 
-// Task definition defaults (SPEC R1.1).
+// Task definition defaults.
 const (
 	GroupDefault            = "default"
 	TimeoutSecDefault       = 300
@@ -382,18 +383,10 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	return d, nil
 }
 
-// Routing strategies for executor callbacks (R5.5).
-const (
-	RouteRoundRobin     = "round_robin"
-	RouteRandom         = "random"
-	RouteLeastBusy      = "least_busy"
-	RouteConsistentHash = "consistent_hash"
-	RouteFailover       = "failover"
-)
-
+// validRoute reports whether r names a routing strategy of the dispatcher's registry.
 func validRoute(r string) bool {
 	switch r {
-	case "", RouteRoundRobin, RouteRandom, RouteLeastBusy, RouteConsistentHash, RouteFailover:
+	case "", dispatch.RouteRoundRobin, dispatch.RouteRandom, dispatch.RouteLeastBusy, dispatch.RouteConsistentHash, dispatch.RouteFailover:
 		return true
 	}
 	return false

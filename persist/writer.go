@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/axe-sched/axe/internal/startstop"
 )
 
 // Defaults of WriterConfig.
@@ -18,9 +19,8 @@ const (
 	// WriterMaxBatchRowsDefault bounds a batch so one commit stays a short transaction. A
 	// batch only grows this large when groups queue faster than commits finish (an idle
 	// writer flushes after MaxDelay), so the bound trades nothing at a steady rate; under a
-	// burst, one writer against MariaDB measured 25.7K transitions/s at 512 rows, 42.9K at
-	// 2,048 and 46.8K at 8,192 (BENCHMARKS.md, B3), and a 2,048-row commit still takes
-	// tens of milliseconds, not seconds.
+	// burst, larger batches gain less and less while each commit grows longer (BENCHMARKS.md,
+	// "B3 batched writer", rows per batch).
 	WriterMaxBatchRowsDefault = 2048
 	// WriterMaxDelayDefault is the longest a lone group waits for company when the writer is
 	// idle; it is the latency batching may add to a dispatch (R7.2).
@@ -189,8 +189,7 @@ type Writer struct {
 	sendMu sync.RWMutex
 	closed bool // under sendMu
 
-	lifeMu    sync.Mutex // serialises Start and Stop
-	state     int        // under lifeMu: stateNew, stateRunning or stateStopped
+	life      startstop.Lifecycle
 	runCtx    context.Context
 	cancelRun context.CancelFunc
 
@@ -209,12 +208,6 @@ type Writer struct {
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
 }
-
-const (
-	stateNew = iota
-	stateRunning
-	stateStopped
-)
 
 type queuedGroup struct {
 	g  *Group
@@ -251,18 +244,18 @@ func (w *Writer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cannot start writer: %w", err)
 	}
-	w.lifeMu.Lock()
-	defer w.lifeMu.Unlock()
-	switch w.state {
-	case stateRunning:
+	err := w.life.StartOnce(func() error {
+		w.runCtx, w.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+		go w.run()
 		return nil
-	case stateStopped:
+	})
+	switch {
+	case errors.Is(err, startstop.ErrStarted):
+		return nil
+	case errors.Is(err, startstop.ErrStopped):
 		return ErrWriterClosed
 	}
-	w.state = stateRunning
-	w.runCtx, w.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
-	go w.run()
-	return nil
+	return err
 }
 
 // Stop shuts the writer down, in this order:
@@ -279,20 +272,11 @@ func (w *Writer) Start(ctx context.Context) error {
 // Stop is idempotent, and safe on a writer never started: the groups submitted before are
 // flushed all the same.
 func (w *Writer) Stop(ctx context.Context) error {
-	w.lifeMu.Lock()
-	if w.state == stateStopped {
-		w.lifeMu.Unlock()
-		select {
-		case <-w.exited:
-		case <-ctx.Done():
-		}
-		return nil
-	}
-	start := time.Now()
-	neverStarted := w.state == stateNew
-	w.state = stateStopped
-	w.lifeMu.Unlock()
+	return w.life.StopOnce(ctx, func(started bool) error { return w.stop(ctx, !started) })
+}
 
+func (w *Writer) stop(ctx context.Context, neverStarted bool) error {
+	start := time.Now()
 	close(w.stopping)
 	w.sendMu.Lock() // waits for every Submit in progress to give up or enqueue
 	w.closed = true

@@ -31,7 +31,7 @@ var (
 
 const (
 	// NextNDefault is how many fire times to list when a caller (the
-	// cron/next API, the CLI) does not say (R3.1).
+	// cron/next API, the CLI) does not say.
 	NextNDefault = 10
 	// NextNMax bounds NextN so a single request cannot ask for an unbounded
 	// amount of work.

@@ -1,5 +1,5 @@
 // Package cron parses axe's schedule expressions and time-zone names and
-// computes when a schedule fires next (R3.1).
+// computes when a schedule fires next.
 //
 // It owns the meaning of a cron expression: which strings are valid, which
 // instants they fire at, and how daylight-saving transitions are treated. It is
