@@ -88,6 +88,9 @@ var (
 	// ErrExecutorNotFound is returned by Heartbeat and SetExecutorStatus for an unknown
 	// executor.
 	ErrExecutorNotFound = errors.New("executor not found")
+	// ErrWriterBusy is returned by Writer.Offer when the writer's queue is too full to take
+	// more work that can wait (API creates); the caller should retry later.
+	ErrWriterBusy = errors.New("writer busy")
 )
 
 // Callback says where a run is sent (SPEC R1.1, R5.1).
@@ -120,6 +123,11 @@ type TaskDef struct {
 	Paused           bool            `json:"paused"`
 	CreatedAt        int64           `json:"created_at,omitempty"`
 	UpdatedAt        int64           `json:"updated_at,omitempty"`
+	// RetainHistoryMS and RetainFinishedMS override the server's retention for this task's
+	// runs and actions, and for the task itself once it is a finished one-shot; 0 keeps the
+	// server's setting (docs/retention.md).
+	RetainHistoryMS  int64 `json:"retain_history_ms,omitempty"`
+	RetainFinishedMS int64 `json:"retain_finished_ms,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
@@ -221,6 +229,12 @@ type Batch struct {
 	Transitions []Transition
 	Runs        []Run    // upserted by ticket: a later row for the same ticket replaces columns
 	Actions     []Action // appended
+
+	// Task writes (taskbatch.go), applied before the transitions, in this order: Deletes,
+	// Creates, DefUpdates.
+	Creates    []*TaskCreate
+	DefUpdates []TaskDef // replace the definition named by ID and its dependency edges
+	Deletes    []int64   // task ids: definition, runtime and edges go; runs and actions stay
 }
 
 // ConflictError reports the transitions of a batch whose CAS failed. The batch was rolled
@@ -228,14 +242,26 @@ type Batch struct {
 type ConflictError struct {
 	// Indexes into Batch.Transitions of the transitions that matched no row.
 	Indexes []int
+	// Creates are indexes into Batch.Creates of the creates whose name is taken (with
+	// CreateFail).
+	Creates []int
 }
 
 func (e *ConflictError) Error() string {
+	if len(e.Indexes) == 0 && len(e.Creates) > 0 {
+		return fmt.Sprintf("%d task name(s) already taken", len(e.Creates))
+	}
 	return fmt.Sprintf("version conflict on %d transition(s)", len(e.Indexes))
 }
 
-// Unwrap makes errors.Is(err, ErrVersionConflict) true.
-func (e *ConflictError) Unwrap() error { return ErrVersionConflict }
+// Unwrap makes errors.Is(err, ErrVersionConflict) true for a transition conflict, and
+// errors.Is(err, ErrTaskExists) true for a conflict of creates only.
+func (e *ConflictError) Unwrap() error {
+	if len(e.Indexes) == 0 && len(e.Creates) > 0 {
+		return ErrTaskExists
+	}
+	return ErrVersionConflict
+}
 
 // TaskFilter narrows ListTasks. Zero fields do not filter.
 type TaskFilter struct {

@@ -150,6 +150,17 @@ var mysqlMigrations = []migration{{
 		`CREATE INDEX idx_task_run_open_manual ON task_run (open_manual)`,
 		`DROP INDEX idx_task_run_result ON task_run`,
 	},
+}, {
+	version: 5,
+	name:    "retention",
+	// Per-task retention overrides (0: the server's setting), and an index that lets the
+	// pruner find old runs without scanning the table. Actions need none: their ids follow
+	// time, so the pruner finds its cut-off id by primary key. Plain DDL, as in step 2.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN retain_history_ms BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE task_def ADD COLUMN retain_finished_ms BIGINT NOT NULL DEFAULT 0`,
+		`CREATE INDEX idx_task_run_sched ON task_run (scheduled_at)`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -260,6 +271,16 @@ var sqliteMigrations = []migration{{
 		`CREATE INDEX IF NOT EXISTS idx_task_run_open_manual ON task_run (scheduled_at, ticket)
 			WHERE result = 'running' AND kind = 'manual'`,
 		`DROP INDEX IF EXISTS idx_task_run_result`,
+	},
+}, {
+	version: 5,
+	name:    "retention",
+	// As on MySQL. SQLite's ADD COLUMN has no IF NOT EXISTS, but its DDL is transactional:
+	// a step is never left half applied.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN retain_history_ms INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE task_def ADD COLUMN retain_finished_ms INTEGER NOT NULL DEFAULT 0`,
+		`CREATE INDEX IF NOT EXISTS idx_task_run_sched ON task_run (scheduled_at, ticket)`,
 	},
 }}
 

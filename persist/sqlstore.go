@@ -80,7 +80,8 @@ var (
 	// every column but the last.
 	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
 		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
-		"priority", "callback", "params", "misfire_policy", "paused", "updated_at", "created_at"}
+		"priority", "callback", "params", "misfire_policy", "paused", "retain_history_ms",
+		"retain_finished_ms", "updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
 		"note", "version"}
@@ -97,7 +98,8 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.depends_mode, d.timezone, d.timeout_sec, d.retry_count, d.retry_interval_sec, d.priority,
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
-	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version`
+	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
+	d.retain_history_ms, d.retain_finished_ms`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -108,6 +110,7 @@ type sqlStore struct {
 	d  *dialect
 
 	insertDef     string
+	insertDefHead string // head of a multi-row insert of definitions (taskbatch.go)
 	updateDef     string
 	insertRuntime string // head of a multi-row insert
 	upsertRuntime string // tail turning it into an upsert on task_id
@@ -132,6 +135,7 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 		db:            db,
 		d:             d,
 		insertDef:     "INSERT INTO task_def (" + strings.Join(defCols, ", ") + ") VALUES " + valuesList(len(defCols), 1),
+		insertDefHead: "INSERT INTO task_def (" + strings.Join(defCols, ", ") + ") VALUES ",
 		updateDef:     "UPDATE task_def SET " + strings.Join(setList, ", ") + " WHERE id = ?",
 		insertRuntime: "INSERT INTO task_runtime (" + strings.Join(runtimeCols, ", ") + ") VALUES ",
 		upsertRuntime: d.upsert(runtimeCols[:1], runtimeCols[1:]),
@@ -533,7 +537,8 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 		&d.DependsMode, &d.Timezone, &d.TimeoutSec, &d.RetryCount, &d.RetryIntervalSec, &d.Priority,
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
-		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version)
+		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
+		&d.RetainHistoryMS, &d.RetainFinishedMS)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -578,7 +583,7 @@ func encodeDef(def *TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.RetainHistoryMS, def.RetainFinishedMS, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as
