@@ -400,25 +400,6 @@ func (e *Engine) Stop(ctx context.Context) error {
 // Running reports whether the engine is started and not stopping.
 func (e *Engine) Running() bool { return e.running.Load() }
 
-// consume drains one shard's ready queue: highest priority first, then earliest fire time.
-func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
-	defer e.loopsWG.Done()
-	for {
-		for ent := q.Pop(); ent != nil; ent = q.Pop() {
-			if ent.Value == nil { // a cold entry (armCold)
-				e.promo.push(int64(ent.Key))
-				continue
-			}
-			e.admit(ent)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-q.Signal():
-		}
-	}
-}
-
 // loadLoop moves the window forward every LoadInterval (R3.3).
 func (e *Engine) loadLoop(ctx context.Context) {
 	defer e.loopsWG.Done()

@@ -294,34 +294,6 @@ func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, 
 		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
 }
 
-// adoptExecRun waits for the result of a run that a previous process sent to an executor: x
-// when the run row names a registered one, else nil (the address an executor accepted a
-// run at is only written with its result), in which case only the result or the deadline
-// resolves it.
-func (e *Engine) adoptExecRun(t *task, run persist.Run, x *dispatch.Executor) {
-	t.mu.Lock()
-	deadline := time.UnixMilli(run.DispatchedAt).Add(time.Duration(t.def.TimeoutSec) * time.Second)
-	t.mu.Unlock()
-	r := &execRun{t: t, run: run, exec: x}
-	if x != nil {
-		x.AddInflight(1)
-	}
-	addr := run.Executor
-	e.execRuns.mu.Lock()
-	if e.execRuns.m == nil {
-		e.execRuns.m = make(map[string]*execRun)
-	}
-	e.execRuns.m[run.Ticket] = r
-	r.timer = time.AfterFunc(time.Until(deadline)+timeoutGrace, func() {
-		if r := e.execRuns.take(run.Ticket); r != nil {
-			e.resolve(r.t, r.run, outcome{result: persist.ResultTimeout, executor: addr,
-				errText: "no result within timeout_sec"})
-		}
-	})
-	e.execRuns.mu.Unlock()
-	e.log.Info("waiting for the result of a run sent before the restart", "task", run.TaskName, "ticket", run.Ticket)
-}
-
 // Report is the body of POST /api/v1/callback: an executor's result for a ticket.
 type Report struct {
 	Ticket     string `json:"ticket"`

@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// write submits a group and waits until it is durable.
+func (e *Engine) write(ctx context.Context, g *persist.Group) error {
+	if err := e.writer.Write(ctx, g); err != nil {
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	return nil
+}
+
+// commitLocked makes nrt the task's runtime and submits it with runs and actions to the
+// writer without waiting. Caller holds t.mu.
+func (e *Engine) commitLocked(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) {
+	e.commitLockedThen(t, nrt, runs, acts, nil)
+}
+
+// commitLockedThen is commitLocked that also runs then, on its own goroutine, once the write
+// is durable.
+func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action, then func()) {
+	expect := t.rt.Version
+	nrt.Version = expect + 1
+	t.rt = nrt
+	t.pending++
+	e.settle(t)
+	var trans []persist.Transition
+	if !t.deleted {
+		// A deleted task has no runtime row: its run and action records still land.
+		trans = []persist.Transition{{ExpectVersion: expect, Runtime: nrt}}
+	}
+	g := &persist.Group{
+		Transitions: trans,
+		Runs:        runs,
+		Actions:     acts,
+		Done: func(err error) {
+			e.writeDone(t, err)
+			if err == nil && then != nil {
+				go then()
+			}
+		},
+	}
+	// Submit may block on a full writer queue: that is the writer's backpressure. It never
+	// waits on this task's lock, so holding it here cannot deadlock.
+	if err := e.writer.Submit(context.Background(), g); err != nil {
+		t.pending--
+		e.log.Warn("write dropped: writer closed", "task", t.def.Name, "error", err)
+	}
+}
+
+// commitWait is commitLocked for API calls: it makes nrt the runtime and waits for it to be
+// durable. Caller holds t.mu; the wait happens without it so the writer's callbacks for
+// this task can run.
+func (e *Engine) commitWait(ctx context.Context, t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) error {
+	expect := t.rt.Version
+	nrt.Version = expect + 1
+	t.rt = nrt
+	t.pending++
+	done := make(chan error, 1)
+	g := &persist.Group{
+		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
+		Runs:        runs,
+		Actions:     acts,
+		Done: func(err error) {
+			e.writeDone(t, err)
+			done <- err
+		},
+	}
+	if err := e.writer.Submit(ctx, g); err != nil {
+		t.pending--
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	t.mu.Unlock()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	t.mu.Lock()
+	if err != nil {
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	return nil
+}
+
+// writeDone runs on the writer goroutine when a write of t completed.
+func (e *Engine) writeDone(t *task, err error) {
+	t.mu.Lock()
+	t.pending--
+	if err != nil {
+		e.writeFailed(t, err)
+	}
+	reload := e.settleStale(t)
+	e.settle(t)
+	t.mu.Unlock()
+	if reload {
+		go e.reload(t.id)
+	}
+}
+
+// writeFailed reacts to a write that did not apply. Caller holds t.mu.
+func (e *Engine) writeFailed(t *task, err error) {
+	var ce *persist.ConflictError
+	switch {
+	case errors.As(err, &ce):
+		if !t.deleted {
+			e.log.Warn("stale in-memory task; reloading it from the store", "task", t.def.Name, "error", err)
+		}
+		e.m.conflicts.Inc()
+		t.stale = true
+	case errors.Is(err, persist.ErrLeaseLost):
+		e.log.Error("lease lost: this scheduler no longer owns the store", "task", t.def.Name)
+		t.stale = true
+	default:
+		e.log.Error("write failed", "task", t.def.Name, "error", err)
+		t.stale = true
+	}
+}
+
+// settleStale evicts a stale task once nothing is pending for it; it reports whether the
+// caller should reload it. Caller holds t.mu.
+func (e *Engine) settleStale(t *task) bool {
+	if !t.stale || t.pending > 0 || t.run != nil || t.evicted {
+		return false
+	}
+	e.disarm(t)
+	t.evicted = true
+	e.tasks.remove(t)
+	return !t.deleted
+}
+
+// reload reads a task back from the store after a conflict and arms it from there.
+func (e *Engine) reload(id int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pt, err := e.store.GetTaskByID(ctx, id)
+	if err != nil {
+		if !errors.Is(err, persist.ErrTaskNotFound) {
+			e.log.Error("cannot reload task", "id", id, "error", err)
+		}
+		return
+	}
+	t, err := newTask(pt)
+	if err != nil {
+		e.log.Error("cannot reload task", "id", id, "error", err)
+		return
+	}
+	e.adopt(t, e.nowMS())
+}

@@ -1,0 +1,380 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/persist"
+)
+
+// outcome is how a run ended.
+type outcome struct {
+	result   string // persist.Result*
+	errText  string
+	output   string
+	executor string
+	duration time.Duration
+}
+
+func httpOutcome(o dispatch.Outcome, host string) outcome {
+	oc := outcome{duration: o.Duration, executor: host, output: string(o.Body)}
+	switch {
+	case o.OK():
+		oc.result = persist.ResultSuccess
+	case errors.Is(o.Err, dispatch.ErrTimeout):
+		oc.result = persist.ResultTimeout
+		oc.errText = "no response within timeout_sec"
+	case o.Err != nil:
+		oc.result = persist.ResultFailed
+		oc.errText = o.Err.Error()
+	default:
+		oc.result = persist.ResultFailed
+		oc.errText = "HTTP " + strconv.Itoa(o.Status)
+	}
+	return oc
+}
+
+// resolve routes an outcome to the periodic state machine or to a run-now instance.
+func (e *Engine) resolve(t *task, run persist.Run, oc outcome) {
+	if run.Kind == persist.RunManual {
+		e.completeManual(t, run, oc)
+		return
+	}
+	e.complete(t, run.Ticket, oc)
+}
+
+// complete records how the periodic run with ticket ended and moves the task on: to the next
+// cycle, to a retry, or to its resting state.
+func (e *Engine) complete(t *task, ticket string, oc outcome) {
+	t.mu.Lock()
+	if t.run == nil || t.run.run.Ticket != ticket || t.rt.State != persist.StateRunning {
+		// Already resolved another way (killed, timed out, lost): the late result changes
+		// nothing; it is in the log for the operator.
+		t.mu.Unlock()
+		e.log.Info("late result ignored", "task", t.def.Name, "ticket", ticket, "result", oc.result)
+		e.m.results.result("stale").Inc()
+		return
+	}
+	now := e.nowMS()
+	run := t.run.run
+	run.EndedAt = now
+	run.Result = oc.result
+	run.Error = oc.errText
+	run.Output = oc.output
+	if oc.executor != "" {
+		run.Executor = oc.executor
+	}
+	run.DurationMS = oc.duration.Milliseconds()
+	if oc.duration == 0 {
+		run.DurationMS = now - run.DispatchedAt
+	}
+	t.run = nil
+	e.m.results.result(oc.result).Inc()
+
+	nrt := t.rt
+	nrt.LastEndTime = now
+	nrt.LastExecutor = run.Executor
+	nrt.CurrentTicket = ""
+	nrt.NextTriggerTime = 0 // the due of the run that ended (fire); the next cycle sets its own
+	var acts []persist.Action
+	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
+	detail := oc.result
+	if oc.errText != "" {
+		detail += ": " + oc.errText
+	}
+	switch {
+	case oc.result == persist.ResultSuccess:
+		nrt.State = persist.StateSuccess
+		nrt.SuccessCount++
+		nrt.Attempt = 0
+		acts = append(acts, e.action(t, ticket, ActResult, persist.StateRunning, persist.StateSuccess, ActorScheduler, detail, now))
+		e.nextCycle(t, &nrt, run.ScheduledAt, now, &acts)
+	case oc.result != persist.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
+		// (A pause stops retries too: they are future triggers.)
+		if oc.result == persist.ResultTimeout {
+			e.m.timeouts.Inc()
+		}
+		delay := retryDelay(time.Duration(t.def.RetryIntervalSec)*time.Second, run.Attempt, e.cfg.RetryBackoffCap)
+		nrt.State = persist.StateRetrying
+		nrt.Attempt = run.Attempt + 1
+		nrt.NextTriggerTime = now + delay.Milliseconds()
+		acts = append(acts, e.action(t, ticket, ActRetry, persist.StateRunning, persist.StateRetrying, ActorScheduler,
+			fmt.Sprintf("%s; attempt %d in %s", detail, nrt.Attempt, delay), now))
+		e.m.retries.Inc()
+	default:
+		if oc.result == persist.ResultTimeout {
+			e.m.timeouts.Inc()
+		}
+		nrt.State = persist.StateFailed
+		nrt.FailureCount++
+		nrt.Attempt = 0
+		name := ActResult
+		if oc.result == persist.ResultLost {
+			name = ActLost
+		} else {
+			finalFailure = true
+		}
+		acts = append(acts, e.action(t, ticket, name, persist.StateRunning, persist.StateFailed, ActorScheduler, detail, now))
+		e.nextCycle(t, &nrt, run.ScheduledAt, now, &acts)
+	}
+	name, group, id := t.def.Name, t.def.Group, t.id
+	var then func()
+	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
+		then = func() { e.upstreamDone(name) }
+	}
+	e.commitLockedThen(t, nrt, []persist.Run{run}, acts, then)
+	t.mu.Unlock()
+	e.recordHealth(id, name, group, oc.result)
+	if finalFailure {
+		e.alertFor(context.Background(), AlertFinalFailure, id, name, group,
+			fmt.Sprintf("%s failed after %d attempt(s): %s", name, run.Attempt, detail))
+	}
+	e.runsWG.Done()
+}
+
+// completeManual records the end of a run-now instance: its run row and an action record.
+func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
+	now := e.nowMS()
+	run.EndedAt = now
+	run.Result = oc.result
+	run.Error = oc.errText
+	run.Output = oc.output
+	run.DurationMS = oc.duration.Milliseconds()
+	if oc.executor != "" {
+		run.Executor = oc.executor
+	}
+	e.m.results.result(oc.result).Inc()
+	t.mu.Lock()
+	t.manual--
+	name, group := t.def.Name, t.def.Group
+	detail := "run-now " + oc.result
+	if oc.errText != "" {
+		detail += ": " + oc.errText
+	}
+	act := e.action(t, run.Ticket, ActResult, "", "", ActorScheduler, detail, now)
+	e.settle(t)
+	t.mu.Unlock()
+	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}
+	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
+		g.Done = func(err error) {
+			if err == nil {
+				go e.upstreamDone(name)
+			}
+		}
+	}
+	if err := e.writer.Submit(context.Background(), g); err != nil {
+		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
+	}
+	e.recordHealth(t.id, name, group, oc.result)
+	e.runsWG.Done()
+}
+
+// Kill ends the task's periodic run in flight: the run is recorded KILLED and the task goes
+// on to WAITING and its next cycle. For HTTP callbacks the scheduler stops waiting for the
+// call; the downstream sees its connection closed at the run's deadline.
+func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	t, err := e.acquireByName(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer e.release(t)
+	if t.run == nil || t.rt.State != persist.StateRunning {
+		return nil, fmt.Errorf("%w: task %q is %s, not RUNNING", ErrConflict, name, t.rt.State)
+	}
+	now := e.nowMS()
+	run := t.run.run
+	if x := e.execRuns.peek(run.Ticket); x != nil {
+		run.Executor = x.run.Executor
+		e.killOnExecutor(run.Ticket)
+		e.execRuns.take(run.Ticket)
+	}
+	run.EndedAt = now
+	run.Result = persist.ResultKilled
+	run.Error = "killed by " + actor
+	run.DurationMS = now - run.DispatchedAt
+	t.run = nil
+	e.m.results.result(persist.ResultKilled).Inc()
+	nrt := t.rt
+	nrt.LastEndTime = now
+	nrt.CurrentTicket = ""
+	nrt.NextTriggerTime = 0 // the due of the killed run (see fire)
+	nrt.Attempt = 0
+	nrt.State = persist.StateWaiting
+	acts := []persist.Action{
+		e.action(t, run.Ticket, ActKill, persist.StateRunning, persist.StateKilled, actor, "", now),
+		e.action(t, run.Ticket, ActSchedule, persist.StateKilled, persist.StateWaiting, ActorScheduler, "", now),
+	}
+	switch {
+	case t.def.Paused:
+		nrt.State = persist.StatePaused
+		acts[1].To = persist.StatePaused
+		acts[1].Action = ActPause
+		acts[1].Detail = "pause requested during the run takes effect"
+	case t.def.Trigger == persist.TriggerCron:
+		if next, d := e.nextFire(t, run.ScheduledAt, now); next != 0 {
+			nrt.State = persist.StateScheduled
+			nrt.NextTriggerTime = next
+			acts = append(acts, e.action(t, "", ActSchedule, persist.StateWaiting, persist.StateScheduled, ActorScheduler,
+				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
+		}
+	}
+	err = e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
+	e.runsWG.Done()
+	if err != nil {
+		return nil, err
+	}
+	return snapshot(t), nil
+}
+
+// nextCycle moves a task that just finished a run (SUCCESS or FAILED in nrt) to where it
+// waits next: SCHEDULED with the next cron fire, PAUSED when a pause was requested during the
+// run, WAITING for dependency tasks; one-shot tasks rest where they are. Caller holds t.mu.
+func (e *Engine) nextCycle(t *task, nrt *persist.Runtime, lastSched, now int64, acts *[]persist.Action) {
+	from := nrt.State
+	to := from
+	detail := ""
+	switch {
+	case t.def.Paused:
+		to = persist.StatePaused
+		nrt.NextTriggerTime = t.nextCron(now)
+		detail = "pause requested during the run takes effect"
+	case t.def.Trigger == persist.TriggerCron:
+		next, d := e.nextFire(t, lastSched, now)
+		if next == 0 {
+			detail = "the cron expression fires no more"
+			break
+		}
+		to = persist.StateScheduled
+		nrt.NextTriggerTime = next
+		detail = "next fire " + time.UnixMilli(next).In(t.loc).Format(time.RFC3339) + d
+	case t.def.Trigger == persist.TriggerDependency:
+		to = persist.StateWaiting
+		detail = "waiting for upstreams"
+	default:
+		return
+	}
+	if to == from {
+		return
+	}
+	if err := checkTransition(from, to); err != nil {
+		e.log.Error("state machine refused next cycle", "task", t.def.Name, "error", err)
+		return
+	}
+	nrt.State = to
+	name := ActSchedule
+	if to == persist.StatePaused {
+		name = ActPause
+	}
+	*acts = append(*acts, e.action(t, "", name, from, to, ActorScheduler, detail, now))
+}
+
+// nextFire returns the cron fire that follows lastSched given the time now, and a note for
+// the action record. Fires missed while the run overran (or while no scheduler ran) are
+// coalesced: at most one of them fires. A fire later than MisfireThreshold follows the
+// task's misfire policy (R3.5): fire_once fires the latest missed one now, skip goes on to
+// the first fire after now.
+func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
+	n := t.nextCron(lastSched)
+	if n == 0 || n > now {
+		return n, ""
+	}
+	missed := 0
+	for i := 0; i < 100000; i++ {
+		m := t.nextCron(n)
+		if m == 0 || m > now {
+			break
+		}
+		n = m
+		missed++
+	}
+	if now-n <= e.cfg.MisfireThreshold.Milliseconds() {
+		if missed == 0 {
+			return n, ""
+		}
+		return n, fmt.Sprintf(" (%d earlier fire(s) missed while running, coalesced)", missed)
+	}
+	e.m.misfires.Inc()
+	if t.def.MisfirePolicy == persist.MisfireSkip {
+		return t.nextCron(now), fmt.Sprintf(" (misfire: %d fire(s) skipped)", missed+1)
+	}
+	return n, fmt.Sprintf(" (misfire: fire_once, %d fire(s) coalesced into one)", missed+1)
+}
+
+// misfire applies the misfire policy to a SCHEDULED task loaded with a fire time more than
+// MisfireThreshold in the past (R3.5). One-shot (delay) tasks always fire once: skipping their
+// only fire would lose the task. Caller holds t.mu.
+func (e *Engine) misfire(t *task, now int64) {
+	due := t.rt.NextTriggerTime
+	nrt := t.rt
+	var detail string
+	switch t.def.Trigger {
+	case persist.TriggerCron:
+		// nextFire counts from the fire before `due`; emulate that by asking for fires after
+		// due-1ms, which yields due itself first.
+		next, d := e.nextFire(t, due-1, now)
+		if next == 0 {
+			return
+		}
+		nrt.NextTriggerTime = next
+		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + d
+	default:
+		e.m.misfires.Inc()
+		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + " (misfire: one-shot task fires now)"
+	}
+	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
+	e.commitLocked(t, nrt, nil, []persist.Action{act})
+}
+
+// retryDelay is the backoff of R4.4: the interval for retries 1 and 2, then doubling from the
+// third, capped at max(capD, interval).
+func retryDelay(interval time.Duration, retry int, capD time.Duration) time.Duration {
+	if retry <= 2 {
+		return interval
+	}
+	if capD < interval {
+		capD = interval
+	}
+	d := interval
+	for i := 2; i < retry; i++ {
+		d *= 2
+		if d >= capD || d <= 0 {
+			return capD
+		}
+	}
+	return d
+}
+
+// recordHealth feeds a result to the task's breaker and raises its alerts. Caller must not
+// hold t.mu.
+func (e *Engine) recordHealth(id int64, name, group, result string) {
+	if e.cfg.Breaker.Disabled {
+		return
+	}
+	var ok bool
+	switch result {
+	case persist.ResultSuccess:
+		ok = true
+	case persist.ResultFailed, persist.ResultTimeout:
+	default:
+		return // killed and lost say nothing about the task's health
+	}
+	changed, open := e.brk.record(e.cfg.Breaker, id, e.nowMS(), ok)
+	if !changed {
+		return
+	}
+	if open {
+		e.alertFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
+			"circuit breaker of %s opened: more than %.0f%% of its runs failed over %s; only one fire in %d is dispatched",
+			name, e.cfg.Breaker.FailureRate*100, e.cfg.Breaker.Window, e.cfg.Breaker.ProbeEvery))
+	} else {
+		e.alertFor(context.Background(), AlertBreakerClose, id, name, group,
+			"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
+	}
+}
