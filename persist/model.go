@@ -2,6 +2,9 @@
 // SQLite implementations, the schema and its migrations, and the batched writer that
 // group-commits state transitions (R7).
 //
+// The domain types (TaskDef, Run, State, …) live in package model; this package re-exports
+// them as aliases and adds what only storage needs: Batch, Transition, Store.
+//
 // persist knows rows, not rules: it never decides whether a transition is legal (that is the
 // engine's state-machine table); it only guarantees that a transition is applied as a
 // compare-and-swap on the runtime row's version, that a batch is applied all or nothing, and
@@ -12,204 +15,99 @@ package persist
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/axe-sched/axe/model"
 )
 
-// State is a task's runtime state (SPEC R2.1). The legal transitions live in the engine.
-type State string
+// The domain vocabulary lives in package model; persist re-exports it under the old names so
+// that persist.TaskDef and model.TaskDef are the same type and errors.Is matches either name.
+type (
+	// State is model.State.
+	State = model.State
+	// Callback is model.Callback.
+	Callback = model.Callback
+	// TaskDef is model.TaskDef.
+	TaskDef = model.TaskDef
+	// Runtime is model.Runtime.
+	Runtime = model.Runtime
+	// Task is model.Task.
+	Task = model.Task
+	// Run is model.Run.
+	Run = model.Run
+	// Action is model.Action.
+	Action = model.Action
+	// Executor is model.Executor.
+	Executor = model.Executor
+	// Lease is model.Lease.
+	Lease = model.Lease
+)
 
-// The eight states of SPEC R2.1.
+// The states, re-exported from model.
 const (
-	StateWaiting   State = "WAITING"
-	StateScheduled State = "SCHEDULED"
-	StateRunning   State = "RUNNING"
-	StateSuccess   State = "SUCCESS"
-	StateFailed    State = "FAILED"
-	StateRetrying  State = "RETRYING"
-	StatePaused    State = "PAUSED"
-	StateKilled    State = "KILLED"
+	StateWaiting   = model.StateWaiting
+	StateScheduled = model.StateScheduled
+	StateRunning   = model.StateRunning
+	StateSuccess   = model.StateSuccess
+	StateFailed    = model.StateFailed
+	StateRetrying  = model.StateRetrying
+	StatePaused    = model.StatePaused
+	StateKilled    = model.StateKilled
 )
 
-// Trigger types (SPEC R1.1).
+// Triggers, misfire policies, callback types, run results and run kinds, re-exported from
+// model.
 const (
-	TriggerCron       = "cron"
-	TriggerDelay      = "delay"
-	TriggerManual     = "manual"
-	TriggerDependency = "dependency"
+	TriggerCron       = model.TriggerCron
+	TriggerDelay      = model.TriggerDelay
+	TriggerManual     = model.TriggerManual
+	TriggerDependency = model.TriggerDependency
+
+	MisfireFireOnce = model.MisfireFireOnce
+	MisfireSkip     = model.MisfireSkip
+
+	CallbackHTTP     = model.CallbackHTTP
+	CallbackExecutor = model.CallbackExecutor
+
+	ResultRunning = model.ResultRunning
+	ResultSuccess = model.ResultSuccess
+	ResultFailed  = model.ResultFailed
+	ResultTimeout = model.ResultTimeout
+	ResultKilled  = model.ResultKilled
+	ResultLost    = model.ResultLost
+	ResultSkipped = model.ResultSkipped
+
+	RunScheduled = model.RunScheduled
+	RunManual    = model.RunManual
 )
 
-// Misfire policies (SPEC R3.5).
-const (
-	MisfireFireOnce = "fire_once"
-	MisfireSkip     = "skip"
-)
-
-// Callback types (SPEC R5.1).
-const (
-	CallbackHTTP     = "http"
-	CallbackExecutor = "executor"
-)
-
-// Run results, stored in Run.Result.
-const (
-	ResultRunning = "running"
-	ResultSuccess = "success"
-	ResultFailed  = "failed"
-	ResultTimeout = "timeout"
-	ResultKilled  = "killed"
-	ResultLost    = "lost" // the scheduler or executor died with the run in flight; outcome unknown
-	ResultSkipped = "skipped"
-)
-
-// Run kinds, stored in Run.Kind.
-const (
-	RunScheduled = "scheduled" // a periodic/delay/dependency fire, or a retry of one
-	RunManual    = "manual"    // run-now (R6.2): outside the periodic state machine
-)
-
-// Sentinel errors. Stores wrap them with %w; callers test with errors.Is.
+// Sentinel errors. Stores wrap them with %w; callers test with errors.Is. All but
+// ErrWriterClosed are the domain's, re-exported from model (the same values).
 var (
-	// ErrTaskNotFound is returned when no task has the given name or id.
-	ErrTaskNotFound = errors.New("task not found")
-	// ErrTaskExists is returned by CreateTask when the name is taken.
-	ErrTaskExists = errors.New("task already exists")
-	// ErrVersionConflict is returned (inside a *ConflictError) when a transition's CAS on
-	// (task_id, version) matched no row: someone else changed the task first.
-	ErrVersionConflict = errors.New("version conflict")
-	// ErrLeaseLost is returned when a batch carries a lease epoch that is no longer current,
-	// or a lease renewal finds another holder (R8.3).
-	ErrLeaseLost = errors.New("lease lost")
-	// ErrRunNotFound is returned by GetRun for an unknown ticket.
-	ErrRunNotFound = errors.New("run not found")
+	// ErrTaskNotFound is model.ErrTaskNotFound.
+	ErrTaskNotFound = model.ErrTaskNotFound
+	// ErrTaskExists is model.ErrTaskExists.
+	ErrTaskExists = model.ErrTaskExists
+	// ErrVersionConflict is model.ErrVersionConflict.
+	ErrVersionConflict = model.ErrVersionConflict
+	// ErrLeaseLost is model.ErrLeaseLost.
+	ErrLeaseLost = model.ErrLeaseLost
+	// ErrRunNotFound is model.ErrRunNotFound.
+	ErrRunNotFound = model.ErrRunNotFound
+	// ErrExecutorNotFound is model.ErrExecutorNotFound.
+	ErrExecutorNotFound = model.ErrExecutorNotFound
 	// ErrWriterClosed is returned by the batched writer after Stop.
 	ErrWriterClosed = errors.New("writer closed")
-	// ErrExecutorNotFound is returned by Heartbeat and SetExecutorStatus for an unknown
-	// executor.
-	ErrExecutorNotFound = errors.New("executor not found")
 	// ErrWriterBusy is returned by Writer.Offer when the writer's queue is too full to take
 	// more work that can wait (API creates); the caller should retry later.
 	ErrWriterBusy = errors.New("writer busy")
 )
 
-// Callback says where a run is sent (SPEC R1.1, R5.1).
-type Callback struct {
-	Type    string `json:"type"`              // "http" or "executor"
-	URL     string `json:"url,omitempty"`     // http: the endpoint that receives POST
-	App     string `json:"app,omitempty"`     // executor: the executor app name
-	Handler string `json:"handler,omitempty"` // executor: the handler name within the app
-	Route   string `json:"route,omitempty"`   // executor: routing strategy (R5.5); "" = round robin
-}
-
-// TaskDef is a task definition (SPEC R1.1). JSON names are the REST API's.
-type TaskDef struct {
-	ID               int64           `json:"id,omitempty"`
-	Name             string          `json:"name"`
-	Group            string          `json:"group"`
-	Trigger          string          `json:"trigger"`
-	Cron             string          `json:"cron,omitempty"`
-	DelayMS          int64           `json:"delay_ms,omitempty"`
-	DependsOn        []string        `json:"depends_on,omitempty"`
-	DependsMode      string          `json:"depends_mode,omitempty"` // "all" (default) or "any"
-	Timezone         string          `json:"timezone"`
-	TimeoutSec       int             `json:"timeout_sec"`
-	RetryCount       int             `json:"retry_count"`
-	RetryIntervalSec int             `json:"retry_interval_sec"`
-	Priority         int             `json:"priority"`
-	Callback         Callback        `json:"callback"`
-	Params           json.RawMessage `json:"params,omitempty"`
-	MisfirePolicy    string          `json:"misfire_policy"`
-	Paused           bool            `json:"paused"`
-	CreatedAt        int64           `json:"created_at,omitempty"`
-	UpdatedAt        int64           `json:"updated_at,omitempty"`
-	// RetainHistoryMS and RetainFinishedMS override the server's retention for this task's
-	// runs and actions, and for the task itself once it is a finished one-shot; 0 keeps the
-	// server's setting (docs/retention.md).
-	RetainHistoryMS  int64 `json:"retain_history_ms,omitempty"`
-	RetainFinishedMS int64 `json:"retain_finished_ms,omitempty"`
-}
-
-// Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
-// NextTriggerTime is the next fire (Unix ms), 0 for none; while RUNNING it still holds the due
-// time of the fire in flight, so that a cron cycle moves the task in the window index once.
-// Only SCHEDULED and RETRYING tasks are ever armed from it.
-type Runtime struct {
-	TaskID          int64  `json:"-"`
-	State           State  `json:"state"`
-	CurrentTicket   string `json:"current_ticket,omitempty"`
-	Attempt         int    `json:"attempt"`
-	NextTriggerTime int64  `json:"next_trigger_time"`
-	LastTriggerTime int64  `json:"last_trigger_time"`
-	LastEndTime     int64  `json:"last_end_time"`
-	LastExecutor    string `json:"last_executor,omitempty"`
-	SuccessCount    int64  `json:"success_count"`
-	FailureCount    int64  `json:"failure_count"`
-	Note            string `json:"note,omitempty"` // operator note (pause reason)
-	Version         int64  `json:"version"`
-}
-
-// Task is a definition joined with its runtime.
-type Task struct {
-	Def     TaskDef
-	Runtime Runtime
-}
-
 // DueRef names a task due at NextTriggerTime; see Store.LoadDueRefs.
 type DueRef struct {
 	TaskID          int64
 	NextTriggerTime int64
-}
-
-// Run is one dispatch (SPEC R1.3). Upserted by Ticket.
-type Run struct {
-	Ticket       string `json:"ticket"`
-	TaskID       int64  `json:"task_id"`
-	TaskName     string `json:"task"`
-	Kind         string `json:"kind"`
-	Attempt      int    `json:"attempt"`
-	ScheduledAt  int64  `json:"scheduled_at"`
-	DispatchedAt int64  `json:"dispatched_at"`
-	Executor     string `json:"executor,omitempty"`
-	EndedAt      int64  `json:"ended_at"`
-	Result       string `json:"result"`
-	Error        string `json:"error,omitempty"`
-	DurationMS   int64  `json:"duration_ms"`
-	Output       string `json:"output,omitempty"` // bounded output tail reported by an executor
-	Detail       string `json:"detail,omitempty"` // e.g. which upstream runs released a dependency fire
-}
-
-// Action is one audit record (SPEC R1.4). Append-only.
-type Action struct {
-	ID       int64  `json:"id"`
-	TaskID   int64  `json:"task_id"`
-	TaskName string `json:"task"`
-	Ticket   string `json:"ticket,omitempty"`
-	Action   string `json:"action"`
-	From     State  `json:"from,omitempty"`
-	To       State  `json:"to,omitempty"`
-	Actor    string `json:"actor"`
-	At       int64  `json:"at"`
-	Detail   string `json:"detail,omitempty"`
-}
-
-// Executor is one registered executor instance (SPEC R5.2), unique by (App, Address).
-type Executor struct {
-	App           string   `json:"app"`
-	Address       string   `json:"address"`
-	Protocol      string   `json:"protocol"`
-	Handlers      []string `json:"handlers"`
-	RegisteredAt  int64    `json:"registered_at"`
-	LastHeartbeat int64    `json:"last_heartbeat"`
-	Status        string   `json:"status"` // "alive" or "lost"
-}
-
-// Lease is the HA lease row (SPEC R8.1).
-type Lease struct {
-	Name      string `json:"name"`
-	Holder    string `json:"holder"`
-	Epoch     int64  `json:"epoch"`
-	ExpiresAt int64  `json:"expires_at"`
 }
 
 // Transition is one compare-and-swap of a runtime row: it applies only if the stored version
@@ -269,6 +167,8 @@ type TaskFilter struct {
 	State   State
 	AfterID int64 // keyset pagination: only ids > AfterID
 	Limit   int   // 0 = no limit
+	// NamePrefix keeps only tasks whose name starts with it.
+	NamePrefix string
 }
 
 // Store is the durable state of axe. Implementations: MySQL and embedded SQLite; both pass

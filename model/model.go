@@ -1,0 +1,198 @@
+// Package model is axe's domain vocabulary: a task's definition and runtime, its runs and
+// audit actions, registered executors, the HA lease, the eight states, and the sentinel
+// errors every layer shares. It imports nothing of axe, so that a client of the REST API can
+// use these types without linking the storage or the engine.
+//
+// The rules (which transitions are legal, what a trigger means) live in the engine; model
+// holds only the words. All times are Unix milliseconds (int64); 0 means "none".
+package model
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// State is a task's runtime state (SPEC R2.1). The legal transitions live in the engine.
+type State string
+
+// The eight states of SPEC R2.1.
+const (
+	StateWaiting   State = "WAITING"
+	StateScheduled State = "SCHEDULED"
+	StateRunning   State = "RUNNING"
+	StateSuccess   State = "SUCCESS"
+	StateFailed    State = "FAILED"
+	StateRetrying  State = "RETRYING"
+	StatePaused    State = "PAUSED"
+	StateKilled    State = "KILLED"
+)
+
+// Trigger types (SPEC R1.1).
+const (
+	TriggerCron       = "cron"
+	TriggerDelay      = "delay"
+	TriggerManual     = "manual"
+	TriggerDependency = "dependency"
+)
+
+// Misfire policies (SPEC R3.5).
+const (
+	MisfireFireOnce = "fire_once"
+	MisfireSkip     = "skip"
+)
+
+// Callback types (SPEC R5.1).
+const (
+	CallbackHTTP     = "http"
+	CallbackExecutor = "executor"
+)
+
+// Run results, stored in Run.Result.
+const (
+	ResultRunning = "running"
+	ResultSuccess = "success"
+	ResultFailed  = "failed"
+	ResultTimeout = "timeout"
+	ResultKilled  = "killed"
+	ResultLost    = "lost" // the scheduler or executor died with the run in flight; outcome unknown
+	ResultSkipped = "skipped"
+)
+
+// Run kinds, stored in Run.Kind.
+const (
+	RunScheduled = "scheduled" // a periodic/delay/dependency fire, or a retry of one
+	RunManual    = "manual"    // run-now (R6.2): outside the periodic state machine
+)
+
+// Sentinel errors of the domain. The stores and the engine wrap them with %w; callers test
+// with errors.Is. persist re-exports them under the same names.
+var (
+	// ErrTaskNotFound is returned when no task has the given name or id.
+	ErrTaskNotFound = errors.New("task not found")
+	// ErrTaskExists is returned by CreateTask when the name is taken.
+	ErrTaskExists = errors.New("task already exists")
+	// ErrVersionConflict is returned (inside a *ConflictError) when a transition's CAS on
+	// (task_id, version) matched no row: someone else changed the task first.
+	ErrVersionConflict = errors.New("version conflict")
+	// ErrLeaseLost is returned when a batch carries a lease epoch that is no longer current,
+	// or a lease renewal finds another holder (R8.3).
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrRunNotFound is returned by GetRun for an unknown ticket.
+	ErrRunNotFound = errors.New("run not found")
+	// ErrExecutorNotFound is returned by Heartbeat and SetExecutorStatus for an unknown
+	// executor.
+	ErrExecutorNotFound = errors.New("executor not found")
+)
+
+// Callback says where a run is sent (SPEC R1.1, R5.1).
+type Callback struct {
+	Type    string `json:"type"`              // "http" or "executor"
+	URL     string `json:"url,omitempty"`     // http: the endpoint that receives POST
+	App     string `json:"app,omitempty"`     // executor: the executor app name
+	Handler string `json:"handler,omitempty"` // executor: the handler name within the app
+	Route   string `json:"route,omitempty"`   // executor: routing strategy (R5.5); "" = round robin
+}
+
+// TaskDef is a task definition (SPEC R1.1). JSON names are the REST API's.
+type TaskDef struct {
+	ID               int64           `json:"id,omitempty"`
+	Name             string          `json:"name"`
+	Group            string          `json:"group"`
+	Trigger          string          `json:"trigger"`
+	Cron             string          `json:"cron,omitempty"`
+	DelayMS          int64           `json:"delay_ms,omitempty"`
+	DependsOn        []string        `json:"depends_on,omitempty"`
+	DependsMode      string          `json:"depends_mode,omitempty"` // "all" (default) or "any"
+	Timezone         string          `json:"timezone"`
+	TimeoutSec       int             `json:"timeout_sec"`
+	RetryCount       int             `json:"retry_count"`
+	RetryIntervalSec int             `json:"retry_interval_sec"`
+	Priority         int             `json:"priority"`
+	Callback         Callback        `json:"callback"`
+	Params           json.RawMessage `json:"params,omitempty"`
+	MisfirePolicy    string          `json:"misfire_policy"`
+	Paused           bool            `json:"paused"`
+	CreatedAt        int64           `json:"created_at,omitempty"`
+	UpdatedAt        int64           `json:"updated_at,omitempty"`
+	// RetainHistoryMS and RetainFinishedMS override the server's retention for this task's
+	// runs and actions, and for the task itself once it is a finished one-shot; 0 keeps the
+	// server's setting (docs/retention.md).
+	RetainHistoryMS  int64 `json:"retain_history_ms,omitempty"`
+	RetainFinishedMS int64 `json:"retain_finished_ms,omitempty"`
+}
+
+// Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
+// NextTriggerTime is the next fire (Unix ms), 0 for none; while RUNNING it still holds the due
+// time of the fire in flight, so that a cron cycle moves the task in the window index once.
+// Only SCHEDULED and RETRYING tasks are ever armed from it.
+type Runtime struct {
+	TaskID          int64  `json:"-"`
+	State           State  `json:"state"`
+	CurrentTicket   string `json:"current_ticket,omitempty"`
+	Attempt         int    `json:"attempt"`
+	NextTriggerTime int64  `json:"next_trigger_time"`
+	LastTriggerTime int64  `json:"last_trigger_time"`
+	LastEndTime     int64  `json:"last_end_time"`
+	LastExecutor    string `json:"last_executor,omitempty"`
+	SuccessCount    int64  `json:"success_count"`
+	FailureCount    int64  `json:"failure_count"`
+	Note            string `json:"note,omitempty"` // operator note (pause reason)
+	Version         int64  `json:"version"`
+}
+
+// Task is a definition joined with its runtime.
+type Task struct {
+	Def     TaskDef
+	Runtime Runtime
+}
+
+// Run is one dispatch (SPEC R1.3). Upserted by Ticket.
+type Run struct {
+	Ticket       string `json:"ticket"`
+	TaskID       int64  `json:"task_id"`
+	TaskName     string `json:"task"`
+	Kind         string `json:"kind"`
+	Attempt      int    `json:"attempt"`
+	ScheduledAt  int64  `json:"scheduled_at"`
+	DispatchedAt int64  `json:"dispatched_at"`
+	Executor     string `json:"executor,omitempty"`
+	EndedAt      int64  `json:"ended_at"`
+	Result       string `json:"result"`
+	Error        string `json:"error,omitempty"`
+	DurationMS   int64  `json:"duration_ms"`
+	Output       string `json:"output,omitempty"` // bounded output tail reported by an executor
+	Detail       string `json:"detail,omitempty"` // e.g. which upstream runs released a dependency fire
+}
+
+// Action is one audit record (SPEC R1.4). Append-only.
+type Action struct {
+	ID       int64  `json:"id"`
+	TaskID   int64  `json:"task_id"`
+	TaskName string `json:"task"`
+	Ticket   string `json:"ticket,omitempty"`
+	Action   string `json:"action"`
+	From     State  `json:"from,omitempty"`
+	To       State  `json:"to,omitempty"`
+	Actor    string `json:"actor"`
+	At       int64  `json:"at"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// Executor is one registered executor instance (SPEC R5.2), unique by (App, Address).
+type Executor struct {
+	App           string   `json:"app"`
+	Address       string   `json:"address"`
+	Protocol      string   `json:"protocol"`
+	Handlers      []string `json:"handlers"`
+	RegisteredAt  int64    `json:"registered_at"`
+	LastHeartbeat int64    `json:"last_heartbeat"`
+	Status        string   `json:"status"` // "alive" or "lost"
+}
+
+// Lease is the HA lease row (SPEC R8.1).
+type Lease struct {
+	Name      string `json:"name"`
+	Holder    string `json:"holder"`
+	Epoch     int64  `json:"epoch"`
+	ExpiresAt int64  `json:"expires_at"`
+}
