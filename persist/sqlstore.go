@@ -347,6 +347,12 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		where = append(where, "d.id > ?")
 		args = append(args, f.AfterID)
 	}
+	if f.NamePrefix != "" {
+		// '!' escapes LIKE's wildcards; task names cannot contain it.
+		esc := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(f.NamePrefix)
+		where = append(where, "d.name LIKE ? ESCAPE '!'")
+		args = append(args, esc+"%")
+	}
 	q := taskSelect + taskJoin
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
