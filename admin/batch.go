@@ -43,6 +43,38 @@ func (s *Server) writeRoutes(api *router.Group) {
 	h := s.authed
 	api.POST("/tasks/batch", h(s.createBatch))
 	api.POST("/tasks/bulk/{op}", h(s.bulkOp))
+	api.POST("/prune", h(s.prune))
+}
+
+// prune is POST /api/v1/prune {"before": TIME|DURATION, "dry_run": bool}.
+func (s *Server) prune(c *fasthttp.RequestCtx) {
+	var b struct {
+		Before string `json:"before"`
+		DryRun bool   `json:"dry_run"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(c.PostBody()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil {
+		writeErr(c, fasthttp.StatusBadRequest, "invalid body: "+strings.TrimPrefix(err.Error(), "json: "))
+		return
+	}
+	var before int64
+	if ts, err := time.Parse(time.RFC3339Nano, b.Before); err == nil {
+		before = ts.UnixMilli()
+	} else if d, err := engine.ParseRetention(b.Before); err == nil {
+		before = time.Now().Add(-d).UnixMilli()
+	} else {
+		writeErr(c, fasthttp.StatusBadRequest, fmt.Sprintf("before: must be an RFC 3339 time or an age such as 7d or 36h, got %q", b.Before))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
+	defer cancel()
+	res, err := s.cfg.Engine.Prune(ctx, before, before, b.DryRun)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, fasthttp.StatusOK, res)
 }
 
 // limitBodies keeps every endpoint but the batch one to MaxRequestBodyDefault. The server

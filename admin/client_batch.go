@@ -66,3 +66,18 @@ func (c *Client) Bulk(ctx context.Context, op string, sel BulkSelector, dryRun b
 	err := c.Do(ctx, http.MethodPost, path, sel, &out)
 	return out.Affected, err
 }
+
+// PruneResult counts what a prune deleted, or would on a dry run.
+type PruneResult struct {
+	Runs     int64 `json:"task_run"`
+	Actions  int64 `json:"task_action"`
+	Finished int64 `json:"task_def"`
+}
+
+// Prune deletes runs, actions and finished one-shot tasks from before before: an RFC 3339
+// time or an age ("7d", "36h").
+func (c *Client) Prune(ctx context.Context, before string, dryRun bool) (PruneResult, error) {
+	var out PruneResult
+	err := c.Do(ctx, http.MethodPost, "/api/v1/prune", map[string]any{"before": before, "dry_run": dryRun}, &out)
+	return out, err
+}

@@ -129,10 +129,13 @@ type Config struct {
 	NodeID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Retention bounds what the store keeps (prune.go, docs/retention.md).
+	Retention RetentionConfig
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
+	c.Retention = c.Retention.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = realClock{}
 	}
@@ -183,6 +186,9 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if err := c.Retention.validate(); err != nil {
+		return err
+	}
 	if c.Store == nil {
 		return errors.New("store is required")
 	}
@@ -340,7 +346,8 @@ func (e *Engine) Start(ctx context.Context) error {
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
 	e.alerts.start()
-	e.loopsWG.Add(4)
+	e.loopsWG.Add(5)
+	go e.pruneLoop(runCtx)
 	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)

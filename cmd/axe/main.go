@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string) error {
 			executorsCmd(),
 			cronCmd(),
 			versionCmd(),
+			pruneCmd(),
 		},
 		Exec: parentExec,
 	}
