@@ -157,14 +157,14 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	if err := nt.compile(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
+	if runAt != 0 {
+		def.DelayMS = old.DelayMS // unused with run_at; unchanged, it leaves the fire to run_at
+	}
 	e.upstreams.add(def.DependsOn...)
 	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
 
 	nrt := t.rt
 	detail := "definition replaced"
-	if runAt != 0 {
-		def.DelayMS = old.DelayMS // unused with run_at; unchanged, it leaves the fire to run_at
-	}
 	reschedule := old.Cron != def.Cron || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS || runAt != 0
 	// A paused task keeps its next fire too: resume starts from it.
 	if reschedule && (t.rt.State == persist.StateScheduled || t.rt.State == persist.StatePaused) {
