@@ -139,8 +139,11 @@ func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string
 		}
 		return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, err)
 	}
+	// The answer is the task as created: once adopted it may fire, and t is then read only
+	// under its lock.
+	out := &persist.Task{Def: *tc.Def, Runtime: tc.Runtime}
 	e.created(t, tc, runs, now)
-	return &persist.Task{Def: *t.def, Runtime: t.rt}, nil
+	return out, nil
 }
 
 // created takes a durable create into memory: it arms the task when it is due within the
