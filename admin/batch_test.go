@@ -211,13 +211,18 @@ func TestBatchLimits(t *testing.T) {
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	go func() { _, _ = pw.Write(bytes.Repeat([]byte(" "), 2<<20)) }()
 	resp, err := d.http.Do(req)
-	if err != nil {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "connection reset"):
+		// The server answered and closed while the client was still sending: the client
+		// can lose the answer to the reset, but the body was refused unread either way.
+	case err != nil:
 		t.Fatalf("oversized batch: %v", err)
-	}
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), "64 MiB") {
-		t.Fatalf("declared 64 MiB + 1: status %d body %s, want 413 naming 64 MiB", resp.StatusCode, data)
+	default:
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(data), "64 MiB") {
+			t.Fatalf("declared 64 MiB + 1: status %d body %s, want 413 naming 64 MiB", resp.StatusCode, data)
+		}
 	}
 
 	// Chunked (no length): refused once more than 64 MiB have arrived, not after the end.
