@@ -139,9 +139,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.tokenSource = s.tokens.Load
 	}
 	s.srv = &fasthttp.Server{
-		Handler:               s.routes(),
-		Name:                  "axe",
-		MaxRequestBodySize:    MaxRequestBodyDefault,
+		Handler:            limitBodies(s.routes()),
+		Name:               "axe",
+		MaxRequestBodySize: MaxRequestBodyDefault,
+		StreamRequestBody:  true, // for the batch endpoint; limitBodies bounds the rest
+
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          30 * time.Second,
 		IdleTimeout:           2 * time.Minute,
@@ -261,6 +263,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
 	s.haRoutes(api) // ha.go
+	s.writeRoutes(api)
 	s.consoleRoutes(r, api)
 	return s.consoleHeaders(r.Handler)
 }
@@ -833,6 +836,8 @@ func statusOf(err error) int {
 		errors.Is(err, engine.ErrInvalidTransition), errors.Is(err, persist.ErrVersionConflict),
 		errors.Is(err, engine.ErrStaleTicket):
 		return fasthttp.StatusConflict
+	case errors.Is(err, persist.ErrWriterBusy):
+		return fasthttp.StatusTooManyRequests
 	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, persist.ErrLeaseLost),
 		errors.Is(err, context.DeadlineExceeded):
 		return fasthttp.StatusServiceUnavailable
@@ -843,6 +848,9 @@ func statusOf(err error) int {
 
 func (s *Server) fail(c *fasthttp.RequestCtx, err error) {
 	code, msg := s.errorOf(c, err)
+	if code == fasthttp.StatusTooManyRequests {
+		c.Response.Header.Set("Retry-After", strconv.Itoa(RetryAfterBusySec))
+	}
 	writeErr(c, code, msg)
 }
 

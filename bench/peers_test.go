@@ -413,6 +413,7 @@ func BenchmarkPeersNaive(b *testing.B) {
 type peersBurst struct {
 	axe, axeRecorded, asynq, afterFunc time.Duration
 	asynqRan                           bool
+	river                              riverRun
 }
 
 func runPeersBurst(tb testing.TB, n int, redis string) peersBurst {
@@ -436,6 +437,7 @@ func runPeersBurst(tb testing.TB, n int, redis string) peersBurst {
 		r.asynq, r.asynqRan = runAsynq(tb, redis, n, expect), true
 	}
 	r.afterFunc = runAfterFunc(tb, n, expect)
+	r.river = runRiver(tb, n, expect)
 	return r
 }
 
@@ -589,6 +591,10 @@ func BenchmarkPeersBurst(b *testing.B) {
 				s.Add("asynq / axe", r.asynq.Seconds()/r.axe.Seconds())
 			}
 			s.Add("AfterFunc / axe", r.afterFunc.Seconds()/r.axe.Seconds())
+			s.Add("River: all run s (from the due instant)", r.river.fromDue.Seconds())
+			s.Add("River: processing s (first run to last)", r.river.processing.Seconds())
+			s.Add("River: InsertMany jobs/s", r.river.insertPerSec)
+			s.Add("River / axe", r.river.fromDue.Seconds()/r.axe.Seconds())
 		}
 		b.ReportMetric(s.Summary("axe: all run s").Median, "axe-s")
 		b.ReportMetric(s.Summary("AfterFunc: all run s").Median, "afterfunc-s")

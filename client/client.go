@@ -24,6 +24,8 @@ import (
 type APIError struct {
 	Status  int
 	Message string
+	// Items are the refused items of a batch (POST /api/v1/tasks/batch), by index.
+	Items []BatchItemError
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
@@ -77,6 +79,11 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 			}
 		}
 	}
+	return c.do(ctx, method, path, "application/json", raw, out)
+}
+
+// do sends raw (of content type ct, when not nil) and decodes a 2xx JSON answer into out.
+func (c *Client) do(ctx context.Context, method, path, ct string, raw []byte, out any) error {
 	c.mu.Lock()
 	servers := append([]string(nil), c.servers...)
 	c.mu.Unlock()
@@ -88,7 +95,7 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 			return fmt.Errorf("cannot build request: %w", err)
 		}
 		if raw != nil {
-			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Type", ct)
 		}
 		if c.token != "" {
 			req.Header.Set("Authorization", "Bearer "+c.token)
@@ -145,10 +152,11 @@ func (c *Client) prefer(base string) {
 
 func apiErr(status int, data []byte) error {
 	var e struct {
-		Error string `json:"error"`
+		Error  string           `json:"error"`
+		Errors []BatchItemError `json:"errors"`
 	}
 	if json.Unmarshal(data, &e) == nil && e.Error != "" {
-		return &APIError{Status: status, Message: e.Error}
+		return &APIError{Status: status, Message: e.Error, Items: e.Errors}
 	}
 	return &APIError{Status: status, Message: strings.TrimSpace(string(data))}
 }

@@ -40,52 +40,11 @@ func (e *Engine) initialRuntime(t *task, now int64) (persist.Runtime, string) {
 	return rt, "next fire " + time.UnixMilli(next).In(t.loc).Format(time.RFC3339Nano)
 }
 
-// CreateTask validates spec, stores the task and arms it when it is due within the window.
+// CreateTask validates spec and stores the task, its runtime and its action records as one
+// group of the batched writer, then arms it when it is due within the window. When the writer
+// is saturated it fails at once with persist.ErrWriterBusy (the API answers 429).
 func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (*persist.Task, error) {
-	if err := e.checkRunning(); err != nil {
-		return nil, err
-	}
-	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
-	if err != nil {
-		return nil, err
-	}
-	if err := e.checkCallback(&def); err != nil {
-		return nil, err
-	}
-	if err := e.checkDeps(ctx, &def); err != nil {
-		return nil, err
-	}
-	now := e.nowMS()
-	def.CreatedAt, def.UpdatedAt = now, now
-	t := &task{def: &def}
-	if err := t.compile(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
-	}
-	rt, detail := e.initialRuntime(t, now)
-	if rt.State == persist.StatePaused {
-		rt.Note = spec.Note
-	}
-	if err := e.store.CreateTask(ctx, &def, &rt); err != nil {
-		return nil, err
-	}
-	e.upstreams.add(def.DependsOn...)
-	t.id = def.ID
-	rt.TaskID = def.ID
-	t.rt = rt
-	acts := []persist.Action{e.action(t, "", ActCreate, "", persist.StateWaiting, actor, def.Trigger, now)}
-	if rt.State != persist.StateWaiting {
-		name := ActSchedule
-		if rt.State == persist.StatePaused {
-			name = ActPause
-			detail = joinNote("created paused", spec.Note)
-		}
-		acts = append(acts, e.action(t, "", name, persist.StateWaiting, rt.State, actor, detail, now))
-	}
-	if err := e.write(ctx, &persist.Group{Actions: acts}); err != nil {
-		return nil, err
-	}
-	e.adopt(t, now)
-	return &persist.Task{Def: def, Runtime: rt}, nil
+	return e.createGrouped(ctx, spec, actor)
 }
 
 // checkDeps verifies that every upstream exists and that the edges make no cycle.
@@ -177,11 +136,8 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	if spec.Note != "" {
 		return nil, fieldErr("note", "is only valid on create; pause with a note instead")
 	}
-	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
+	def, runAt, err := e.normalizeCreate(spec)
 	if err != nil {
-		return nil, err
-	}
-	if err := e.checkCallback(&def); err != nil {
 		return nil, err
 	}
 	if err := e.checkDeps(ctx, &def); err != nil {
@@ -204,15 +160,15 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	if err := nt.compile(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
-	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
-		return nil, err
+	if runAt != 0 {
+		def.DelayMS = old.DelayMS // unused with run_at; unchanged, it leaves the fire to run_at
 	}
 	e.upstreams.add(def.DependsOn...)
 	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
 
 	nrt := t.rt
 	detail := "definition replaced"
-	reschedule := old.Cron != def.Cron || old.CronDialect != def.CronDialect || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS
+	reschedule := old.Cron != def.Cron || old.CronDialect != def.CronDialect || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS || runAt != 0
 	// A paused task keeps its next fire too: resume starts from it.
 	if reschedule && (t.rt.State == persist.StateScheduled || t.rt.State == persist.StatePaused) {
 		switch def.Trigger {
@@ -221,6 +177,9 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		case persist.TriggerDelay:
 			// A changed delay counts from the edit: the task was waiting for its one fire.
 			nrt.NextTriggerTime = now + def.DelayMS
+			if runAt != 0 {
+				nrt.NextTriggerTime = runAt
+			}
 		}
 		detail += "; next fire " + time.UnixMilli(nrt.NextTriggerTime).In(t.loc).Format(time.RFC3339Nano)
 	}
@@ -228,7 +187,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		e.disarm(t) // settle re-arms it with the new priority
 	}
 	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
-	if err := e.commitWait(ctx, t, nrt, nil, []persist.Action{act}); err != nil {
+	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act}); err != nil {
 		return nil, err
 	}
 	if pauseChange {
@@ -247,6 +206,11 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 // DeleteTask removes a task. Its armed entry is cancelled at once; a run in flight finishes
 // and its result is recorded in the run history only. Runs and actions stay.
 func (e *Engine) DeleteTask(ctx context.Context, name, actor string) error {
+	return e.deleteTask(ctx, name, "", actor)
+}
+
+// deleteTask is DeleteTask with an operator note for the action record.
+func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error {
 	if err := e.checkRunning(); err != nil {
 		return err
 	}
@@ -256,15 +220,15 @@ func (e *Engine) DeleteTask(ctx context.Context, name, actor string) error {
 	}
 	defer e.release(t)
 	now := e.nowMS()
-	if err := e.store.DeleteTask(ctx, t.id); err != nil {
-		return err
-	}
+	act := e.action(t, "", ActDelete, t.rt.State, "", actor, note, now)
+	// The definition, runtime, edges and the action record go in one group. The task is
+	// marked deleted first, so that no fire is decided while the group is in flight; a
+	// write of it already queued conflicts once the rows are gone.
 	t.deleted = true
 	e.disarm(t)
 	e.brk.forget(t.id)
-	act := e.action(t, "", ActDelete, t.rt.State, "", actor, "", now)
 	t.mu.Unlock()
-	err = e.write(ctx, &persist.Group{Actions: []persist.Action{act}})
+	err = e.write(ctx, &persist.Group{Deletes: []int64{t.id}, Actions: []persist.Action{act}})
 	t.mu.Lock()
 	return err
 }
@@ -400,9 +364,6 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) e
 	def := *t.def
 	def.Paused = true
 	def.UpdatedAt = e.nowMS()
-	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
-		return err
-	}
 	t.def = &def
 	now := e.nowMS()
 	nrt := t.rt
@@ -412,7 +373,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) e
 	if from == persist.StateRunning {
 		detail = joinNote("takes effect when run "+t.rt.CurrentTicket+" ends", note)
 		act := e.action(t, t.rt.CurrentTicket, ActPause, from, from, actor, detail, now)
-		return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+		return e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act})
 	}
 	if from != persist.StatePaused {
 		if err := checkTransition(from, persist.StatePaused); err != nil {
@@ -427,7 +388,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) e
 	}
 	e.disarm(t)
 	act := e.action(t, "", ActPause, from, nrt.State, actor, detail, now)
-	return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+	return e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act})
 }
 
 func joinNote(a, note string) string {
@@ -450,9 +411,6 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 	def := *t.def
 	def.Paused = false
 	def.UpdatedAt = e.nowMS()
-	if err := e.store.UpdateTaskDef(ctx, &def); err != nil {
-		return err
-	}
 	t.def = &def
 	now := e.nowMS()
 	nrt := t.rt
@@ -506,7 +464,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 		}
 	}
 	act := e.action(t, "", ActResume, from, nrt.State, actor, joinNote(detail, note), now)
-	return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+	return e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act})
 }
 
 // PauseGroup pauses every task of a group and returns how many changed.
@@ -560,6 +518,11 @@ func (e *Engine) eachInGroup(ctx context.Context, group string, fn func(name str
 // task is PAUSED. params, when given, replace the task's params for this run only. It returns
 // once the run is durably recorded and handed to the dispatcher.
 func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*persist.Run, error) {
+	return e.runNow(ctx, name, params, "", actor)
+}
+
+// runNow is RunNow with an operator note for the action record.
+func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage, note, actor string) (*persist.Run, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -580,7 +543,7 @@ func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage
 		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: persist.ResultRunning,
 		Executor: downstreamOf(def),
 	}
-	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, "independent instance", now)
+	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote("independent instance", note), now)
 	t.flying++ // keeps t in memory while the row is written
 	t.mu.Unlock()
 	if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}); err != nil {

@@ -71,6 +71,12 @@ func (e *Engine) commitLockedNotify(t *task, nrt persist.Runtime, runs []persist
 // durable. Caller holds t.mu; the wait happens without it so the writer's callbacks for
 // this task can run.
 func (e *Engine) commitWait(ctx context.Context, t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) error {
+	return e.commitWaitDef(ctx, t, nrt, nil, runs, acts)
+}
+
+// commitWaitDef is commitWait that also replaces the task's definition with def (when not
+// nil) in the same group, so the definition and the runtime change together or not at all.
+func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt persist.Runtime, def *persist.TaskDef, runs []persist.Run, acts []persist.Action) error {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
@@ -84,6 +90,9 @@ func (e *Engine) commitWait(ctx context.Context, t *task, nrt persist.Runtime, r
 			e.writeDone(t, err)
 			done <- err
 		},
+	}
+	if def != nil {
+		g.DefUpdates = []persist.TaskDef{*def}
 	}
 	if err := e.writer.Submit(ctx, g); err != nil {
 		t.pending--

@@ -139,10 +139,13 @@ type Config struct {
 	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
 	// unix cron and Quartz read differently must name its dialect (see NormalizeIn).
 	CronDialect string
+	// Retention bounds what the store keeps (prune.go, docs/retention.md).
+	Retention RetentionConfig
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
+	c.Retention = c.Retention.WithDefaults()
 	if c.Clock == nil {
 		c.Clock = clock.Real
 	}
@@ -193,6 +196,9 @@ func (c Config) WithDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if err := c.Retention.validate(); err != nil {
+		return err
+	}
 	if c.Store == nil {
 		return errors.New("store is required")
 	}
@@ -361,7 +367,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
 	e.alerts.start()
-	e.loopsWG.Add(4)
+	e.loopsWG.Add(5)
+	go e.pruneLoop(runCtx)
 	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)

@@ -86,6 +86,13 @@ type TaskSpec struct {
 	Note string `json:"note"`
 	// SensitiveParams names top-level keys of params whose values reads mask.
 	SensitiveParams []string `json:"sensitive_params"`
+	// RunAt is a delay task's one fire as an absolute time, RFC 3339 with a zone, instead of
+	// delay_ms. Create only: an update keeps the fire time unless delay_ms changes.
+	RunAt string `json:"run_at,omitempty"`
+	// RetainHistory and RetainFinished override the server's retention for this task
+	// ("7d", "36h"); see docs/retention.md.
+	RetainHistory  string `json:"retain_history,omitempty"`
+	RetainFinished string `json:"retain_finished,omitempty"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a

@@ -124,6 +124,11 @@ type TaskDef struct {
 	CronDialect string `json:"cron_dialect,omitempty"`
 	// SensitiveParams names the top-level keys of Params that API and console reads mask.
 	SensitiveParams []string `json:"sensitive_params,omitempty"`
+	// RetainHistoryMS and RetainFinishedMS override the server's retention for this task's
+	// runs and actions, and for the task itself once it is a finished one-shot; 0 keeps the
+	// server's setting (docs/retention.md).
+	RetainHistoryMS  int64 `json:"retain_history_ms,omitempty"`
+	RetainFinishedMS int64 `json:"retain_finished_ms,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

@@ -35,6 +35,16 @@ func NewLanes(s Store, cfg WriterConfig, n int) (*Lanes, error) {
 func (l *Lanes) laneOf(g *Group) *Writer {
 	var id int64
 	switch {
+	case len(g.Creates) > 0:
+		// A new task has no id yet: spread creates by name (FNV-1a), so that creates fill
+		// every lane. A create's group is durable before the task can be written again.
+		h := uint32(2166136261)
+		for _, c := range []byte(g.Creates[0].Def.Name) {
+			h = (h ^ uint32(c)) * 16777619
+		}
+		id = int64(h)
+	case len(g.Deletes) > 0:
+		id = g.Deletes[0]
 	case len(g.Transitions) > 0:
 		id = g.Transitions[0].Runtime.TaskID
 	case len(g.Runs) > 0:
@@ -73,6 +83,18 @@ func (l *Lanes) Stop(ctx context.Context) error {
 
 // Submit enqueues g on its task's lane (see Writer.Submit).
 func (l *Lanes) Submit(ctx context.Context, g *Group) error { return l.laneOf(g).Submit(ctx, g) }
+
+// Offer queues g on its task's lane unless that lane is busy (see Writer.Offer).
+func (l *Lanes) Offer(g *Group) error { return l.laneOf(g).Offer(g) }
+
+// Busy is the fullest lane's queue fill, 0 to 1 (see Writer.Busy).
+func (l *Lanes) Busy() float64 {
+	b := 0.0
+	for _, w := range l.ws {
+		b = max(b, w.Busy())
+	}
+	return b
+}
 
 // Write submits g and waits until it is durable (see Writer.Write).
 func (l *Lanes) Write(ctx context.Context, g *Group) error { return l.laneOf(g).Write(ctx, g) }

@@ -107,6 +107,9 @@ var (
 	// ErrNodeIDTaken is returned by ClaimNode and TouchNode when another live node uses the
 	// id.
 	ErrNodeIDTaken = errors.New("node id taken by another live node")
+	// ErrWriterBusy is returned by Writer.Offer when the writer's queue is too full to take
+	// more work that can wait (API creates); the caller should retry later.
+	ErrWriterBusy = errors.New("writer busy")
 )
 
 // DueRef names a task due at NextTriggerTime; see Store.LoadDueRefs.
@@ -136,6 +139,12 @@ type Batch struct {
 	// already stored (the same task, fire time and attempt) fails the batch with a
 	// *FireRefusedError. They are written before Runs.
 	Fires []Run
+
+	// Task writes (taskbatch.go), applied before the transitions, in this order: Deletes,
+	// Creates, DefUpdates.
+	Creates    []*TaskCreate
+	DefUpdates []TaskDef // replace the definition named by ID and its dependency edges
+	Deletes    []int64   // task ids: definition, runtime and edges go; runs and actions stay
 }
 
 // ConflictError reports the transitions of a batch whose CAS failed. The batch was rolled
@@ -143,14 +152,26 @@ type Batch struct {
 type ConflictError struct {
 	// Indexes into Batch.Transitions of the transitions that matched no row.
 	Indexes []int
+	// Creates are indexes into Batch.Creates of the creates whose name is taken (with
+	// CreateFail).
+	Creates []int
 }
 
 func (e *ConflictError) Error() string {
+	if len(e.Indexes) == 0 && len(e.Creates) > 0 {
+		return fmt.Sprintf("%d task name(s) already taken", len(e.Creates))
+	}
 	return fmt.Sprintf("version conflict on %d transition(s)", len(e.Indexes))
 }
 
-// Unwrap makes errors.Is(err, ErrVersionConflict) true.
-func (e *ConflictError) Unwrap() error { return ErrVersionConflict }
+// Unwrap makes errors.Is(err, ErrVersionConflict) true for a transition conflict, and
+// errors.Is(err, ErrTaskExists) true for a conflict of creates only.
+func (e *ConflictError) Unwrap() error {
+	if len(e.Indexes) == 0 && len(e.Creates) > 0 {
+		return ErrTaskExists
+	}
+	return ErrVersionConflict
+}
 
 // TaskFilter narrows ListTasks. Zero fields do not filter.
 type TaskFilter struct {

@@ -223,6 +223,50 @@ func (t *connTx) queryInts(ctx context.Context, query string, args []any, row fu
 	}
 }
 
+func (t *connTx) queryIDNames(ctx context.Context, query string, args []any, row func(int64, string)) error {
+	nv, err := t.bind(args)
+	if err != nil {
+		return err
+	}
+	defer t.unbind()
+	rows, err := t.bc.QueryContext(ctx, query, nv)
+	if errors.Is(err, driver.ErrSkip) {
+		st, perr := t.bc.PrepareContext(ctx, query)
+		if perr != nil {
+			return perr
+		}
+		defer st.Close()
+		rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, nv)
+	}
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	vals := make([]driver.Value, 2)
+	for {
+		if err := rows.Next(vals); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		id, err := driverInt64(vals[0])
+		if err != nil {
+			return fmt.Errorf("column 1: %w", err)
+		}
+		var name string
+		switch v := vals[1].(type) {
+		case []byte:
+			name = string(v)
+		case string:
+			name = v
+		default:
+			return fmt.Errorf("column 2: unexpected %T", v)
+		}
+		row(id, name)
+	}
+}
+
 func (t *connTx) commit() error { return t.tx.Commit() }
 
 // rollback rolls the transaction back. When that fails, the connection's state is unknown:

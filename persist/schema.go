@@ -185,6 +185,17 @@ var mysqlMigrations = []migration{{
 		`ALTER TABLE task_def ADD COLUMN cron_dialect VARCHAR(32) NOT NULL DEFAULT 'unix'`,
 	},
 }, {
+	version: 5,
+	name:    "retention",
+	// Per-task retention overrides (0: the server's setting), and an index that lets the
+	// pruner find old runs without scanning the table. Actions need none: their ids follow
+	// time, so the pruner finds its cut-off id by primary key. Plain DDL, as in step 2.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN retain_history_ms BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE task_def ADD COLUMN retain_finished_ms BIGINT NOT NULL DEFAULT 0`,
+		`CREATE INDEX idx_task_run_sched ON task_run (scheduled_at)`,
+	},
+}, {
 	version: 6,
 	name:    "sensitive params",
 	// The keys of params that reads mask, as a JSON array ('' for none). A default, so
@@ -329,6 +340,16 @@ var sqliteMigrations = []migration{{
 	// with its schema_migrations row, so it is never half applied.
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN cron_dialect TEXT NOT NULL DEFAULT 'unix'`,
+	},
+}, {
+	version: 5,
+	name:    "retention",
+	// As on MySQL. SQLite's ADD COLUMN has no IF NOT EXISTS, but its DDL is transactional:
+	// a step is never left half applied.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN retain_history_ms INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE task_def ADD COLUMN retain_finished_ms INTEGER NOT NULL DEFAULT 0`,
+		`CREATE INDEX IF NOT EXISTS idx_task_run_sched ON task_run (scheduled_at, ticket)`,
 	},
 }, {
 	version: 6,

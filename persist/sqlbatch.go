@@ -39,7 +39,7 @@ import (
 //
 // On success each b.Transitions[i].Runtime.Version is set to ExpectVersion+1.
 func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
-	if len(b.Transitions) == 0 && len(b.Runs) == 0 && len(b.Actions) == 0 && len(b.Fires) == 0 {
+	if len(b.Transitions) == 0 && len(b.Runs) == 0 && len(b.Actions) == 0 && len(b.Fires) == 0 && !b.hasTaskWrites() {
 		return nil
 	}
 	if b.Epoch > 0 && b.LeaseName == "" {
@@ -52,6 +52,12 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 	err := s.applyBatch(ctx, b, guarded)
 	if guarded != nil && errors.Is(err, errGuardMissed) {
 		batchGuardMisses.Inc()
+		err = s.applyBatch(ctx, b, nil)
+	}
+	// A name taken by a transaction that committed after this one looked (a create outside
+	// the batch path) is a unique violation rather than a conflict: run the batch again, and
+	// the look-up finds the name.
+	for retry := 0; retry < 2 && err != nil && len(b.Creates) > 0 && s.d.isUniqueViolation(err); retry++ {
 		err = s.applyBatch(ctx, b, nil)
 	}
 	if err != nil {
@@ -149,6 +155,11 @@ func (s *sqlStore) writeBatch(ctx context.Context, tx batchTx, b *Batch, guarded
 			return err
 		}
 	}
+	if b.hasTaskWrites() {
+		if err := s.writeTaskChanges(ctx, tx, b); err != nil {
+			return err
+		}
+	}
 	last := guarded
 	if last == nil {
 		var err error
@@ -176,6 +187,9 @@ type batchTx interface {
 	exec(ctx context.Context, query string, args []any) (int64, error)
 	// queryInts runs a query of integer columns and calls row with each row's values.
 	queryInts(ctx context.Context, query string, args []any, row func([]int64)) error
+	// queryIDNames runs a query of an integer and a string column and calls row with each
+	// row's values.
+	queryIDNames(ctx context.Context, query string, args []any, row func(id int64, name string)) error
 	commit() error
 	rollback() error
 }
@@ -214,6 +228,25 @@ func (t sqlTx) queryInts(ctx context.Context, query string, args []any, row func
 			return err
 		}
 		row(ints)
+	}
+	return rows.Err()
+}
+
+func (t sqlTx) queryIDNames(ctx context.Context, query string, args []any, row func(int64, string)) error {
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id   int64
+			name string
+		)
+		if err := rows.Scan(&id, &name); err != nil {
+			return err
+		}
+		row(id, name)
 	}
 	return rows.Err()
 }

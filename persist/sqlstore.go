@@ -81,7 +81,8 @@ var (
 	defCols = []string{"name", "grp", "trigger_type", "cron", "delay_ms", "depends_on",
 		"depends_mode", "timezone", "timeout_sec", "retry_count", "retry_interval_sec",
 		"priority", "callback", "params", "misfire_policy", "paused", "on_lost",
-		"cron_dialect",     // schema step 4
+		"cron_dialect",                            // schema step 4
+		"retain_history_ms", "retain_finished_ms", // schema step 5
 		"sensitive_params", // schema step 6
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
@@ -101,7 +102,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
-	d.on_lost, d.cron_dialect, d.sensitive_params`
+	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -114,6 +115,7 @@ type sqlStore struct {
 	afterPing func()
 
 	insertDef     string
+	insertDefHead string // head of a multi-row insert of definitions (taskbatch.go)
 	updateDef     string
 	insertRuntime string // head of a multi-row insert
 	upsertRuntime string // tail turning it into an upsert on task_id
@@ -141,6 +143,7 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 		db:            db,
 		d:             d,
 		insertDef:     "INSERT INTO task_def (" + strings.Join(defCols, ", ") + ") VALUES " + valuesList(len(defCols), 1),
+		insertDefHead: "INSERT INTO task_def (" + strings.Join(defCols, ", ") + ") VALUES ",
 		updateDef:     "UPDATE task_def SET " + strings.Join(setList, ", ") + " WHERE id = ?",
 		insertRuntime: "INSERT INTO task_runtime (" + strings.Join(runtimeCols, ", ") + ") VALUES ",
 		upsertRuntime: d.upsert(runtimeCols[:1], runtimeCols[1:]),
@@ -352,6 +355,12 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 	if err != nil {
 		return nil, err
 	}
+	if f.NamePrefix != "" {
+		// '!' escapes LIKE's wildcards; task names cannot contain it.
+		esc := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(f.NamePrefix)
+		where = append(where, "d.name LIKE ? ESCAPE '!'")
+		args = append(args, esc+"%")
+	}
 	q := taskSelect + taskJoin
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
@@ -544,7 +553,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
-		&d.OnLost, &d.CronDialect, &sensitive)
+		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -602,7 +611,7 @@ func encodeDef(def *TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.CronDialect, sensitive, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as

@@ -46,6 +46,7 @@ var (
 	writerConflicts      = metrics.GetOrCreateCounter("axe_writer_conflicts_total")
 	writerQueueDepth     = metrics.GetOrCreateGauge("axe_writer_queue_depth", nil)
 	writerFailedByFences = metrics.GetOrCreateCounter("axe_writer_fenced_groups_total")
+	writerRefused        = metrics.GetOrCreateCounter("axe_writer_refused_groups_total")
 )
 
 // WriterConfig configures a Writer. The zero value is usable: every zero field takes its
@@ -134,9 +135,22 @@ type Group struct {
 	Done func(err error)
 	// Fires are fire records (Batch.Fires): inserted, refused when the run exists.
 	Fires []Run
+
+	// Task writes (see Batch). A create whose name is taken under CreateFail fails its group
+	// with a *ConflictError whose Creates indexes into this group's Creates; it unwraps to
+	// ErrTaskExists.
+	Creates    []*TaskCreate
+	DefUpdates []TaskDef
+	Deletes    []int64
 }
 
-func (g *Group) rows() int { return len(g.Transitions) + len(g.Runs) + len(g.Actions) + len(g.Fires) }
+func (g *Group) rows() int {
+	n := len(g.Transitions) + len(g.Runs) + len(g.Actions) + len(g.Fires) + len(g.DefUpdates) + len(g.Deletes)
+	for _, c := range g.Creates {
+		n += c.rows()
+	}
+	return n
+}
 
 // Writer group-commits state transitions, runs and actions (R7.2): one goroutine gathers the
 // queued groups into batches and applies each with Store.ApplyBatch, so one commit (one
@@ -205,6 +219,8 @@ type Writer struct {
 	owner       []int // per batch transition: index into live
 	fireOffsets []int // per live entry: index of its first fire record in batch
 	fireOwner   []int // per batch fire record: index into live
+	cOffsets    []int // per live entry: index of its first create in batch
+	cOwner      []int // per batch create: index into live
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
 }
@@ -344,6 +360,40 @@ func (w *Writer) Submit(ctx context.Context, g *Group) error {
 		return ErrWriterClosed
 	}
 }
+
+// Offer queues g like Submit, but only while the queue is less than half full, and never
+// blocks: otherwise it returns ErrWriterBusy at once. It is how API creates enter the writer:
+// a client that creates faster than the database commits is told to come back later (HTTP
+// 429) instead of queueing without bound, and the half of the queue left keeps room for the
+// firing path, which uses Submit.
+func (w *Writer) Offer(g *Group) error {
+	if g == nil {
+		return errors.New("cannot offer a nil group")
+	}
+	if w.Pending() >= w.cfg.QueueSize/2 {
+		writerRefused.Inc()
+		return ErrWriterBusy
+	}
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	if w.closed {
+		return ErrWriterClosed
+	}
+	w.pending.Add(1)
+	writerQueueDepth.Inc()
+	select {
+	case w.queue <- queuedGroup{g: g, at: time.Now()}:
+		return nil
+	default:
+		w.unpend(1)
+		writerRefused.Inc()
+		return ErrWriterBusy
+	}
+}
+
+// Busy reports how full the queue is, from 0 (empty) to 1 (full): the pruner backs off as it
+// rises.
+func (w *Writer) Busy() float64 { return float64(w.Pending()) / float64(w.cfg.QueueSize) }
 
 // Write submits g and waits until it is durable: the call a dispatch makes before it sends
 // (R7.2). It returns what g's Done would get, or ctx's error if ctx ends first (the group
@@ -555,8 +605,11 @@ func (w *Writer) build(items []queuedGroup, epoch int64) int {
 		b.Epoch, b.LeaseName = epoch, w.cfg.LeaseName
 	}
 	b.Transitions, b.Runs, b.Actions, b.Fires = b.Transitions[:0], b.Runs[:0], b.Actions[:0], b.Fires[:0]
+	b.Creates, b.DefUpdates, b.Deletes = b.Creates[:0], b.DefUpdates[:0], b.Deletes[:0]
 	w.offsets, w.owner = w.offsets[:0], w.owner[:0]
 	w.fireOffsets, w.fireOwner = w.fireOffsets[:0], w.fireOwner[:0]
+	w.cOffsets, w.cOwner = w.cOffsets[:0], w.cOwner[:0]
+	rows := 0
 	for li, i := range w.live {
 		g := items[i].g
 		w.offsets = append(w.offsets, len(b.Transitions))
@@ -567,12 +620,20 @@ func (w *Writer) build(items []queuedGroup, epoch int64) int {
 		for range g.Fires {
 			w.fireOwner = append(w.fireOwner, li)
 		}
+		w.cOffsets = append(w.cOffsets, len(b.Creates))
+		for range g.Creates {
+			w.cOwner = append(w.cOwner, li)
+		}
 		b.Transitions = append(b.Transitions, g.Transitions...)
 		b.Runs = append(b.Runs, g.Runs...)
 		b.Actions = append(b.Actions, g.Actions...)
 		b.Fires = append(b.Fires, g.Fires...)
+		b.Creates = append(b.Creates, g.Creates...)
+		b.DefUpdates = append(b.DefUpdates, g.DefUpdates...)
+		b.Deletes = append(b.Deletes, g.Deletes...)
+		rows += g.rows()
 	}
-	return len(b.Transitions) + len(b.Runs) + len(b.Actions) + len(b.Fires)
+	return rows
 }
 
 // dropRefused fails the groups owning the fire records in r (each with its own
@@ -610,7 +671,7 @@ func (w *Writer) dropRefused(r *FireRefusedError) bool {
 // names no transition of the batch: such an error is treated as transient rather than
 // trusted to pick a victim.
 func (w *Writer) dropConflicts(c *ConflictError) bool {
-	if len(c.Indexes) == 0 {
+	if len(c.Indexes) == 0 && len(c.Creates) == 0 {
 		return false
 	}
 	for _, idx := range c.Indexes {
@@ -618,19 +679,34 @@ func (w *Writer) dropConflicts(c *ConflictError) bool {
 			return false
 		}
 	}
-	writerConflicts.Add(len(c.Indexes))
+	for _, idx := range c.Creates {
+		if idx < 0 || idx >= len(w.cOwner) {
+			return false
+		}
+	}
+	writerConflicts.Add(len(c.Indexes) + len(c.Creates))
+	creates := slices.Clone(c.Creates)
+	slices.Sort(creates)
+	for _, idx := range slices.Compact(creates) {
+		li := w.cOwner[idx]
+		i := w.live[li]
+		ce, _ := w.errs[i].(*ConflictError)
+		if ce == nil {
+			ce = &ConflictError{}
+			w.errs[i] = ce
+		}
+		ce.Creates = append(ce.Creates, idx-w.cOffsets[li])
+	}
 	indexes := slices.Clone(c.Indexes)
 	slices.Sort(indexes)
 	indexes = slices.Compact(indexes)
 	for _, idx := range indexes {
 		li := w.owner[idx]
 		i := w.live[li]
-		var ce *ConflictError
-		if w.errs[i] == nil {
+		ce, _ := w.errs[i].(*ConflictError)
+		if ce == nil {
 			ce = &ConflictError{}
 			w.errs[i] = ce
-		} else {
-			ce = w.errs[i].(*ConflictError)
 		}
 		ce.Indexes = append(ce.Indexes, idx-w.offsets[li])
 	}

@@ -119,10 +119,10 @@ func taskCmd() *ffcli.Command {
 	var lsLimit, runsLimit, actionsLimit int
 	return &ffcli.Command{
 		Name:       "task",
-		ShortUsage: "axe task <create|update|ls|get|rm|pause|resume|run|kill|runs|actions> ...",
+		ShortUsage: "axe task <create|update|ls|get|rm|pause|resume|run|kill|runs|actions|import|bulk> ...",
 		ShortHelp:  "manage tasks",
 		Exec:       parentExec,
-		Subcommands: []*ffcli.Command{
+		Subcommands: append(writeCmds(),
 			clientCmd("create", "axe task create -f task.json", "create a task from a JSON definition", 0,
 				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
 				func(ctx context.Context, c *client.Client, _ []string) error {
@@ -249,7 +249,7 @@ func taskCmd() *ffcli.Command {
 					}
 					return nil
 				}),
-		},
+		),
 	}
 }
 

@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 			cronCmd(),
 			importCmd(),
 			versionCmd(),
+			pruneCmd(),
 		},
 		Exec: parentExec,
 	}

@@ -36,6 +36,7 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Engine.LostAfter, "executor-lost-after", engine.LostAfterDefault, "an executor silent this long gets no new dispatch (AXE_EXECUTOR_LOST_AFTER)")
 	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
+	registerRetention(fs, &cfg.Engine.Retention)
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
 	fs.StringVar(&cfg.Engine.ExecutorToken, "executor-token", "", "the token axe presents on run and kill calls to executors (their scheduler_token); defaults to --token (AXE_EXECUTOR_TOKEN)")

@@ -66,6 +66,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"Nodes", testNodes},
 		{"ApplyBatch/FireRecord", testFireRecord},
 	}
+	tests = append(tests, taskBatchTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each test has its own store, so they can overlap their waits on the database.

@@ -1,0 +1,477 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// Limits of CreateTasks (docs/bulk.md).
+const (
+	// BatchMaxTasks is the most tasks one CreateTasks call takes.
+	BatchMaxTasks = 10000
+)
+
+// What CreateTasks does with a name that is already taken (?on_conflict=).
+const (
+	OnConflictError   = "error"   // the batch is refused, naming every taken name
+	OnConflictSkip    = "skip"    // the existing task stays; the item counts as skipped
+	OnConflictReplace = "replace" // the existing task is deleted and the item created anew
+)
+
+// BatchResult counts what CreateTasks did.
+type BatchResult struct {
+	Created  int `json:"created"`
+	Skipped  int `json:"skipped"`
+	Replaced int `json:"replaced"`
+}
+
+// ItemError is what is wrong with one item of a batch, by its index in the batch.
+type ItemError struct {
+	Index int   `json:"index"`
+	Err   error `json:"-"`
+}
+
+// BatchError refuses a batch: it names every bad item, and nothing of the batch was
+// written. It unwraps to ErrInvalidTask, or to ErrTaskExists when every item is refused for
+// a taken name only.
+type BatchError struct {
+	Items []ItemError
+}
+
+func (e *BatchError) Error() string {
+	if len(e.Items) == 1 {
+		return fmt.Sprintf("item %d: %v", e.Items[0].Index, e.Items[0].Err)
+	}
+	return fmt.Sprintf("%d bad items; the first, item %d: %v", len(e.Items), e.Items[0].Index, e.Items[0].Err)
+}
+
+// Unwrap lets the API map a refused batch to its status code.
+func (e *BatchError) Unwrap() error {
+	for _, it := range e.Items {
+		if !errors.Is(it.Err, ErrTaskExists) {
+			return ErrInvalidTask
+		}
+	}
+	return ErrTaskExists
+}
+
+// newTaskCreate validates spec and builds what the store writes for it: the definition, the
+// runtime and the action records. With oneAction the creation is one record (its detail
+// names the first fire), as the bulk path writes; otherwise a create record and a schedule
+// or pause record follow each other, as a single create always wrote.
+func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneAction bool) (*task, *persist.TaskCreate, []persist.Run, error) {
+	def, runAt, err := e.normalizeCreate(spec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	def.CreatedAt, def.UpdatedAt = now, now
+	t := &task{def: &def}
+	if err := t.compile(); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
+	}
+	rt, detail := e.initialRuntime(t, now)
+	var runs []persist.Run
+	if runAt != 0 {
+		rt, detail, runs = e.runAtRuntime(t, runAt, now)
+	}
+	if rt.State == persist.StatePaused {
+		rt.Note = spec.Note // a task created paused keeps its note, as a pause with one would
+	}
+	t.rt = rt
+	tc := &persist.TaskCreate{Def: t.def, Runtime: rt}
+	switch {
+	case oneAction:
+		if rt.State == persist.StatePaused {
+			detail = joinNote(joinNote("created paused", spec.Note), detail)
+		}
+		tc.Actions = []persist.Action{e.action(t, "", ActCreate, "", rt.State, actor, joinNote(def.Trigger, detail), now)}
+	default:
+		tc.Actions = []persist.Action{e.action(t, "", ActCreate, "", persist.StateWaiting, actor, def.Trigger, now)}
+		if rt.State != persist.StateWaiting {
+			name := ActSchedule
+			if rt.State == persist.StatePaused {
+				name, detail = ActPause, joinNote("created paused", spec.Note)
+			}
+			tc.Actions = append(tc.Actions, e.action(t, "", name, persist.StateWaiting, rt.State, actor, detail, now))
+		}
+	}
+	if len(runs) > 0 {
+		// A run_at already past under misfire policy skip: the skipped fire is on record
+		// as a run of its own, and the task never fires.
+		tc.Actions = append(tc.Actions, e.action(t, runs[0].Ticket, ActMisfire, persist.StateWaiting, persist.StateWaiting,
+			ActorScheduler, runs[0].Detail, now))
+	}
+	return t, tc, runs, nil
+}
+
+// createGrouped is CreateTask: the definition, runtime and action records go to the batched
+// writer as one group, committed with other groups in one transaction. When the writer is
+// saturated the create is refused with persist.ErrWriterBusy rather than queued.
+func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string) (*persist.Task, error) {
+	if err := e.checkRunning(); err != nil {
+		return nil, err
+	}
+	now := e.nowMS()
+	t, tc, runs, err := e.newTaskCreate(spec, actor, now, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.checkDeps(ctx, t.def); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	g := &persist.Group{Creates: []*persist.TaskCreate{tc}, Done: func(err error) { done <- err }}
+	if err := e.writer.Offer(g); err != nil {
+		return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, err)
+	}
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("cannot wait for task %q to be durable: %w", t.def.Name, ctx.Err())
+	}
+	if err != nil {
+		if errors.Is(err, persist.ErrTaskExists) {
+			return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, ErrTaskExists)
+		}
+		return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, err)
+	}
+	// The answer is the task as created: once adopted it may fire, and t is then read only
+	// under its lock.
+	out := &persist.Task{Def: *tc.Def, Runtime: tc.Runtime}
+	e.created(t, tc, runs, now)
+	return out, nil
+}
+
+// created takes a durable create into memory: it arms the task when it is due within the
+// window, and records a skipped run_at fire.
+func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []persist.Run, now int64) {
+	t.id = tc.Def.ID
+	t.rt = tc.Runtime
+	e.upstreams.add(t.def.DependsOn...)
+	if len(runs) > 0 {
+		for i := range runs {
+			runs[i].TaskID = t.id
+			runs[i].Ticket = skipTicket(t.id, runs[i].ScheduledAt)
+		}
+		if err := e.writer.Submit(context.Background(), &persist.Group{Runs: runs}); err != nil {
+			e.log.Warn("skipped run_at fire not recorded: writer closed", "task", t.def.Name, "error", err)
+		}
+	}
+	e.adopt(t, now)
+}
+
+// skipTicket names the run row of a run_at fire skipped at creation.
+func skipTicket(id, due int64) string {
+	return "skip-" + strconv.FormatInt(id, 10) + "-" + strconv.FormatInt(due, 10)
+}
+
+// CreateTasks creates a batch of tasks in one transaction (docs/bulk.md): all of them, or,
+// when any item is bad, none, with a *BatchError naming every bad item. Names must be unique
+// within the batch; depends_on may name tasks of the same batch, in any order, and cycles
+// are refused. onConflict says what a name taken by an existing task does (OnConflict*).
+// A nil spec is an item the caller already found bad (it did not decode): the others are
+// still checked, so that every bad item is named, and nothing is written.
+func (e *Engine) CreateTasks(ctx context.Context, specs []*TaskSpec, onConflict, actor string) (BatchResult, error) {
+	var res BatchResult
+	if err := e.checkRunning(); err != nil {
+		return res, err
+	}
+	ifExists := persist.CreateFail
+	switch onConflict {
+	case "", OnConflictError:
+	case OnConflictSkip:
+		ifExists = persist.CreateSkip
+	case OnConflictReplace:
+		ifExists = persist.CreateReplace
+	default:
+		return res, fieldErr("on_conflict", "must be error, skip or replace; got %q", onConflict)
+	}
+	if len(specs) > BatchMaxTasks {
+		return res, fieldErr("batch", "at most %d tasks per batch, got %d", BatchMaxTasks, len(specs))
+	}
+	if len(specs) == 0 {
+		return res, nil
+	}
+	now := e.nowMS()
+	var bad []ItemError
+	tasks := make([]*task, len(specs))
+	creates := make([]*persist.TaskCreate, len(specs))
+	runs := make([][]persist.Run, len(specs))
+	byName := make(map[string]int, len(specs))
+	refused := false // a nil spec: the caller found the item bad
+	for i, spec := range specs {
+		if spec == nil {
+			refused = true
+			continue
+		}
+		t, tc, skipped, err := e.newTaskCreate(spec, actor, now, true)
+		if err != nil {
+			bad = append(bad, ItemError{Index: i, Err: err})
+			continue
+		}
+		runs[i] = skipped
+		if j, dup := byName[t.def.Name]; dup {
+			bad = append(bad, ItemError{Index: i, Err: fieldErr("name", "%q is also item %d of the batch", t.def.Name, j)})
+			continue
+		}
+		byName[t.def.Name] = i
+		tc.IfExists = ifExists
+		tasks[i], creates[i] = t, tc
+	}
+	depErrs, err := e.checkBatchDeps(ctx, tasks, byName)
+	if err != nil {
+		return res, err
+	}
+	bad = append(bad, depErrs...)
+	if len(bad) > 0 || refused {
+		sortItems(bad)
+		return res, &BatchError{Items: bad}
+	}
+	b := &persist.Batch{Creates: creates}
+	if err := e.store.ApplyBatch(ctx, b); err != nil {
+		var ce *persist.ConflictError
+		if errors.As(err, &ce) && len(ce.Creates) > 0 {
+			for _, i := range ce.Creates {
+				bad = append(bad, ItemError{Index: i, Err: fmt.Errorf("name %q: %w", creates[i].Def.Name, ErrTaskExists)})
+			}
+			return res, &BatchError{Items: bad}
+		}
+		return res, fmt.Errorf("cannot create %d tasks: %w", len(creates), err)
+	}
+	for i, tc := range creates {
+		switch tc.Outcome {
+		case persist.CreateSkipped:
+			res.Skipped++
+			continue
+		case persist.CreateReplaced:
+			res.Replaced++
+			e.forgetReplaced(tc.ReplacedID)
+		default:
+			res.Created++
+		}
+		e.created(tasks[i], tc, runs[i], now)
+	}
+	return res, nil
+}
+
+// forgetReplaced drops the in-memory copy of a task a batch replaced: its armed entry is
+// cancelled. A write of it still queued fails as a conflict (its runtime row is gone).
+func (e *Engine) forgetReplaced(id int64) {
+	t := e.tasks.get(id)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.deleted = true
+	e.disarm(t)
+	e.brk.forget(id)
+	e.settle(t)
+	t.mu.Unlock()
+}
+
+// checkBatchDeps checks the depends_on of a batch's tasks: each upstream is an item of the
+// batch or an existing task, and the edges (those of the batch over those stored) make no
+// cycle. It returns one ItemError per bad item.
+func (e *Engine) checkBatchDeps(ctx context.Context, tasks []*task, byName map[string]int) ([]ItemError, error) {
+	stored := map[string][]string{} // depends_on of existing tasks, nil for none
+	exists := map[string]bool{}
+	lookup := func(name string) ([]string, bool, error) {
+		if i, ok := byName[name]; ok {
+			return tasks[i].def.DependsOn, true, nil
+		}
+		if ok, seen := exists[name]; seen {
+			return stored[name], ok, nil
+		}
+		pt, err := e.store.GetTask(ctx, name)
+		if errors.Is(err, persist.ErrTaskNotFound) {
+			exists[name] = false
+			return nil, false, nil
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("cannot check dependencies: %w", err)
+		}
+		exists[name], stored[name] = true, pt.Def.DependsOn
+		return pt.Def.DependsOn, true, nil
+	}
+	var bad []ItemError
+	// state: 1 on the current path, 2 done and acyclic.
+	state := map[string]int{}
+	var visit func(name string) (string, error)
+	visit = func(name string) (string, error) {
+		switch state[name] {
+		case 1:
+			return name, nil
+		case 2:
+			return "", nil
+		}
+		state[name] = 1
+		deps, _, err := lookup(name)
+		if err != nil {
+			return "", err
+		}
+		for _, up := range deps {
+			if c, err := visit(up); err != nil || c != "" {
+				return c, err
+			}
+		}
+		state[name] = 2
+		return "", nil
+	}
+	for i, t := range tasks {
+		if t == nil || len(t.def.DependsOn) == 0 {
+			continue
+		}
+		var itemErr error
+		for _, up := range t.def.DependsOn {
+			_, ok, err := lookup(up)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				itemErr = fieldErr("depends_on", "unknown task %q (neither stored nor in the batch)", up)
+				break
+			}
+		}
+		if itemErr == nil {
+			c, err := visit(t.def.Name)
+			if err != nil {
+				return nil, err
+			}
+			if c != "" {
+				itemErr = fieldErr("depends_on", "would create a dependency cycle through %q", c)
+				// Leave the cycle's names unvisited so every task on it is named.
+				for n, st := range state {
+					if st == 1 {
+						delete(state, n)
+					}
+				}
+			}
+		}
+		if itemErr != nil {
+			bad = append(bad, ItemError{Index: i, Err: itemErr})
+		}
+	}
+	return bad, nil
+}
+
+func sortItems(items []ItemError) {
+	for i := 1; i < len(items); i++ {
+		for j := i; j > 0 && items[j].Index < items[j-1].Index; j-- {
+			items[j], items[j-1] = items[j-1], items[j]
+		}
+	}
+}
+
+// runAtRuntime is the runtime of a one-shot task given an absolute time (run_at). A time in
+// the past fires at once under fire_once (the misfire path of adopt handles one more than
+// MisfireThreshold late); under skip the fire is recorded as a skipped run, and the task
+// rests finished without firing.
+func (e *Engine) runAtRuntime(t *task, runAt, now int64) (persist.Runtime, string, []persist.Run) {
+	rt := persist.Runtime{State: persist.StateScheduled, Version: 1, NextTriggerTime: runAt}
+	when := time.UnixMilli(runAt).In(t.loc).Format(time.RFC3339Nano)
+	late := runAt < now-e.cfg.MisfireThreshold.Milliseconds()
+	if late && t.def.MisfirePolicy == persist.MisfireSkip {
+		rt.State, rt.NextTriggerTime = persist.StateWaiting, 0
+		rt.LastTriggerTime, rt.LastEndTime = runAt, now
+		detail := "run_at " + when + " is past (misfire: skip): not fired"
+		run := persist.Run{TaskName: t.def.Name, Kind: persist.RunScheduled, Attempt: 1,
+			ScheduledAt: runAt, EndedAt: now, Result: persist.ResultSkipped, Detail: detail}
+		return rt, detail, []persist.Run{run}
+	}
+	if t.def.Paused {
+		rt.State = persist.StatePaused
+	}
+	return rt, "next fire " + when, nil
+}
+
+// normalizeCreate is Normalize for a new task, with what only a create takes: run_at (an
+// absolute one-shot time, returned as Unix ms; 0 for none) and the retention overrides.
+func (e *Engine) normalizeCreate(spec *TaskSpec) (persist.TaskDef, int64, error) {
+	var runAt int64
+	if spec.RunAt != "" {
+		if spec.DelayMS != nil {
+			return persist.TaskDef{}, 0, fieldErr("run_at", "and delay_ms are exclusive: give one")
+		}
+		if spec.Trigger != "" && spec.Trigger != persist.TriggerDelay {
+			return persist.TaskDef{}, 0, fieldErr("run_at", "is only valid with trigger delay")
+		}
+		var err error
+		if runAt, err = parseRunAt(spec.RunAt); err != nil {
+			return persist.TaskDef{}, 0, err
+		}
+		if runAt <= 0 {
+			return persist.TaskDef{}, 0, fieldErr("run_at", "must be after 1970-01-01T00:00:00Z, got %q", spec.RunAt)
+		}
+		// Normalize checks every other field of a delay task; the delay itself is unused.
+		s := *spec
+		zero := int64(0)
+		s.DelayMS, s.Trigger = &zero, persist.TriggerDelay
+		spec = &s
+	}
+	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
+	if err != nil {
+		return def, 0, err
+	}
+	if err := e.checkCallback(&def); err != nil {
+		return def, 0, err
+	}
+	if def.RetainHistoryMS, err = parseRetention("retain_history", spec.RetainHistory); err != nil {
+		return def, 0, err
+	}
+	if def.RetainFinishedMS, err = parseRetention("retain_finished", spec.RetainFinished); err != nil {
+		return def, 0, err
+	}
+	return def, runAt, nil
+}
+
+// parseRunAt reads run_at: RFC 3339 with a zone (a Z or an offset).
+func parseRunAt(s string) (int64, error) {
+	ts, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	if err != nil {
+		return 0, fieldErr("run_at", "must be an RFC 3339 time with a zone, e.g. 2026-01-02T15:04:05Z or 2026-01-02T15:04:05+08:00; got %q", s)
+	}
+	return ts.UnixMilli(), nil
+}
+
+// parseRetention reads a per-task retention override: a duration in Go syntax or a number
+// of days ("7d"); "" is none (0).
+func parseRetention(field, s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := ParseRetention(s)
+	if err != nil {
+		return 0, fieldErr(field, "%v", err)
+	}
+	return d.Milliseconds(), nil
+}
+
+// ParseRetention parses a retention period: Go duration syntax ("36h", "90m") or whole and
+// fractional days with a d suffix ("7d", "1.5d"). It must be positive.
+func ParseRetention(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		f, err := strconv.ParseFloat(days, 64)
+		if err != nil || math.IsNaN(f) || f > 100*365 {
+			return 0, fmt.Errorf("must be a duration such as 7d, 36h or 90m, got %q", s)
+		}
+		d = time.Duration(f * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("must be a duration such as 7d, 36h or 90m, got %q", s)
+		}
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("must be positive, got %q", s)
+	}
+	return d, nil
+}
