@@ -113,7 +113,7 @@ func TestConsoleAPI(t *testing.T) {
 
 	var who map[string]string
 	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/whoami", nil, &who)
-	if who["name"] != "token" || who["scope"] != "write" {
+	if who["name"] != admin.DefaultTokenName || who["scope"] != "write" {
 		t.Errorf("whoami = %v", who)
 	}
 	d.token = ""
@@ -122,10 +122,17 @@ func TestConsoleAPI(t *testing.T) {
 	if code, _ := d.call(t, http.MethodGet, "/api/v1/tasks", nil, "Authorization", "Bearer tok"); code != http.StatusNotFound {
 		t.Errorf("/api/v1/tasks at the root under a base path: %d, want 404", code)
 	}
-	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/ops/axe/", "/ops/axe/ui/app.js"} {
+	for _, p := range []string{"/healthz", "/readyz", "/ops/axe/", "/ops/axe/ui/app.js"} {
 		if code, _ := d.call(t, http.MethodGet, p, nil); code != http.StatusOK {
 			t.Errorf("%s: %d, want 200", p, code)
 		}
+	}
+	// /metrics stays at the root too, and needs the read scope once tokens are configured.
+	if code, _ := d.call(t, http.MethodGet, "/metrics", nil); code != http.StatusUnauthorized {
+		t.Errorf("/metrics without a token: %d, want 401", code)
+	}
+	if code, _ := d.call(t, http.MethodGet, "/metrics", nil, "Authorization", "Bearer tok"); code != http.StatusOK {
+		t.Errorf("/metrics with the token: %d, want 200", code)
 	}
 	d.token = "tok"
 

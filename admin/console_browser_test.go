@@ -351,7 +351,7 @@ func TestConsoleBrowserLogin(t *testing.T) {
 	run(t, ctx, "a wrong token", chromedp.SendKeys("#login-token", "guess", chromedp.ByQuery), chromedp.Click("#login-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the refusal", `document.querySelector("#login-error").textContent.includes("refused")`)
 	run(t, ctx, "the right token", setField("#login-token", "open-sesame"), chromedp.Click("#login-ok", chromedp.ByQuery))
-	waitJS(t, ctx, "the scope", `document.querySelector("#who").textContent === "token (write)" && !!document.querySelector("#task-table")`)
+	waitJS(t, ctx, "the scope", `document.querySelector("#who").textContent === "default (write)" && !!document.querySelector("#task-table")`)
 	var stored string
 	run(t, ctx, "where the token is kept", chromedp.Evaluate(`[sessionStorage.getItem("axe.token"), localStorage.length, document.cookie].join("|")`, &stored))
 	if stored != "open-sesame|0|" {

@@ -250,8 +250,8 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-// oversized announces a body over the server's limit and sends none of it: the server must
-// answer 413 from the headers alone, before reading (let alone decoding) the body.
+// oversized announces a body over the server's limit and sends only its first 64 KiB: the
+// server must answer 413 before reading (let alone decoding) the rest.
 func oversized(t *testing.T, addr, path string) (int, []byte) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -262,6 +262,7 @@ func oversized(t *testing.T, addr, path string) (int, []byte) {
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
 		path, addr, admin.MaxRequestBodyDefault+1)
+	_, _ = conn.Write([]byte(`{"name":"` + strings.Repeat("x", 64<<10)))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("no answer to an oversized body: %v", err)

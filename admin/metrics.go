@@ -69,6 +69,8 @@ var metricHelp = map[string]metricMeta{
 	"axe_writer_queue_depth":             {"gauge", "Transitions waiting for the batched writer."},
 	"axe_writer_fenced_groups_total":     {"counter", "Writes refused because this node's lease epoch was no longer current."},
 	"axe_store_batch_guard_misses_total": {"counter", "Batches run again the reading way after a guarded write missed a row."},
+	"axe_writer_refused_groups_total":    {"counter", "Groups the batched writer refused to queue because it was busy (creates answered 429)."},
+	"axe_pruned_rows_total":              {"counter", "Rows deleted by retention, by table (task_run, task_action, task_def)."},
 	// HA and build.
 	"axe_lease_epoch":                {"gauge", "Epoch of the HA lease this node last held; 0 on a single node."},
 	"axe_ha_primary":                 {"gauge", "1 while this node is the primary (a single node always is), 0 on a backup."},

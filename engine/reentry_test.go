@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -28,7 +29,18 @@ func TestStoppedDispatcherDoesNotBlockTheWriter(t *testing.T) {
 	for i := range n {
 		spec := httpSpec(fmt.Sprintf("unsent-%02d", i), "http://127.0.0.1:1/")
 		spec.DelayMS = ptr(int64(200))
-		mustCreate(t, e, spec)
+		// A one-slot writer queue refuses creates while it is busy (the API answers 429):
+		// retry, as a client would.
+		for {
+			_, err := e.CreateTask(ctx, spec, "test")
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, persist.ErrWriterBusy) {
+				t.Fatalf("create %s: %v", spec.Name, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
 	}
 	waitFor(t, 20*time.Second, "every fire to be recorded as not sent", func() bool {
 		for i := range n {

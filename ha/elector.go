@@ -452,7 +452,7 @@ func (e *Elector) demote(reason string) {
 	epoch := e.epoch
 	e.mu.Unlock()
 	primaryGauge.Set(0)
-	e.log.Warn("this node is a backup now", "epoch", epoch, "reason", reason)
+	e.log.Warn("lost the lease: this node is a backup now", "epoch", epoch, "reason", reason)
 	e.changes <- Change{Primary: false, Epoch: epoch, Reason: reason, At: time.Now()}
 }
 
