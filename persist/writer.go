@@ -370,7 +370,7 @@ func (w *Writer) Offer(g *Group) error {
 	if g == nil {
 		return errors.New("cannot offer a nil group")
 	}
-	if w.Pending() >= w.cfg.QueueSize/2 {
+	if w.Pending() >= max(1, w.cfg.QueueSize/2) { // half the queue stays free for firing
 		writerRefused.Inc()
 		return ErrWriterBusy
 	}
