@@ -249,7 +249,15 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 	if rep.Status != persist.ResultSuccess && rep.Status != persist.ResultFailed {
 		return false, fieldErr("status", "must be success or failed, got %q", rep.Status)
 	}
-	settled := e.runs.settle(rep.Ticket, waitingReport, func(r *flight) {
+	// The result is noted as ending while the flight is taken, under the same lock, so a
+	// duplicate delivery that finds the flight gone finds the note.
+	settled := e.runs.settle(rep.Ticket, func(f *flight) bool {
+		if !waitingReport(f) {
+			return false
+		}
+		e.ending.add(rep.Ticket, rep.Status, time.Now())
+		return true
+	}, func(r *flight) {
 		if r.exec != nil {
 			e.registry.Seen(r.exec, e.nowMS())
 		}
@@ -270,6 +278,11 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 	})
 	if settled {
 		return false, nil
+	}
+	if e.ending.has(rep.Ticket, rep.Status) {
+		// The same result, delivered again before its record is durable (an executor that
+		// reports twice, a network that duplicates a request): the store still says running.
+		return true, nil
 	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, persist.ErrRunNotFound) {
