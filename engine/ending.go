@@ -18,7 +18,7 @@ const endingKeep = time.Minute
 type endingResults struct {
 	mu    sync.Mutex
 	m     map[string]endingEntry // ticket → reported status and when
-	order []endingEntry     // in settling order, for expiry
+	order []endingEntry          // in settling order, for expiry
 }
 
 type endingEntry struct {
