@@ -203,6 +203,18 @@ func TestFaultDatabaseOutage(t *testing.T) {
 	}
 	c.waitReady(n, 30*time.Second)
 	t.Logf("outage: ready again %s after the connection came back", time.Since(restored).Round(time.Millisecond))
+	// A fire due after the cut cannot have been made durable before the connection came
+	// back, so none of them may have reached a receiver before it did.
+	early := 0
+	for _, r := range c.receipts() {
+		if r.ScheduledAt > cut.Add(500*time.Millisecond).UnixMilli() && r.At.Before(restored) {
+			early++
+			if early <= 5 {
+				t.Errorf("%s @%d attempt %d was dispatched during the outage, before its fire could be durable", r.Task, r.ScheduledAt, r.Attempt)
+			}
+		}
+	}
+	t.Logf("outage: %d runs due during the outage reached a receiver before the database came back", early)
 	if !retryLine.MatchString(n.currentLog()) {
 		t.Errorf("the node never logged a commit it retried during the outage")
 	}
