@@ -255,7 +255,7 @@ func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, 
 		if !waitingReport(f) {
 			return false
 		}
-		e.ending.add(rep.Ticket, rep.Status, time.Now())
+		e.ending.add(rep.Ticket, rep.Status, e.now())
 		return true
 	}, func(r *flight) {
 		if r.exec != nil {
