@@ -25,8 +25,13 @@ failover: ## the HA failover suite at full size (≥ 5 kills) on MariaDB; prints
 	status=$$?; grep -E '^(--- |PASS|FAIL|ok )|^ +[a-z_]+_test.go:[0-9]+: |^ +(duplicate|gap|unrecorded|phantom|unresolved):' $$log; \
 	echo "full log: $$log; the nodes' logs of failed tests: $$logs"; exit $$status
 
+soak: ## the soak on two --ha nodes on MariaDB (DURATION=30m, default 2m); prints each node's RSS/goroutine/open-file trend and the audit
+	@log=$$(mktemp); AXE_SOAK_DURATION=$(or $(DURATION),2m) ./scripts/test.sh -v -timeout 0 -run '^TestSoak$$' ./internal/failover/ >$$log 2>&1; \
+	status=$$?; grep -E '^(--- |PASS|FAIL|ok )|soak_test.go:[0-9]+: ' $$log; \
+	echo "full log: $$log"; exit $$status
+
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 
-.PHONY: help run build test test-race bench lint failover
+.PHONY: help run build test test-race bench lint failover soak

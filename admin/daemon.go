@@ -160,6 +160,9 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 		if stopping.Load() || !eng.Running() {
 			return errors.New("not ready: shutting down")
 		}
+		if err := eng.WriteStalled(); err != nil {
+			return fmt.Errorf("not ready: %w", err)
+		}
 		return nil
 	})
 	if err := srv.Start(ctx); err != nil {

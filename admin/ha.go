@@ -394,6 +394,10 @@ func (n *haNode) readyz(c *fasthttp.RequestCtx) {
 		ans.Status, ans.Error = "not_ready", "promotion in progress"
 	case t.primary && !t.eng.Running():
 		ans.Status, ans.Error = "not_ready", "engine stopping"
+	case t.primary:
+		if err := t.eng.WriteStalled(); err != nil {
+			ans.Status, ans.Error = "not_ready", err.Error()
+		}
 	}
 	code := fasthttp.StatusOK
 	if ans.Status != "ready" || (string(c.QueryArgs().Peek("role")) == persist.RolePrimary && ans.Role != persist.RolePrimary) {

@@ -121,6 +121,13 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 	nrt.NextTriggerTime = 0 // the due of the run that ended (fire); the next cycle sets its own
 	var acts []persist.Action
 	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
+	// The next cycle follows the cron fire this run belongs to: a retry's own scheduled time
+	// is later, and fires between the two must be counted as missed, not dropped unrecorded.
+	lastSched := run.ScheduledAt
+	if run.Attempt > 1 && t.retryOf > 0 && t.retryOf < lastSched {
+		lastSched = t.retryOf
+	}
+	t.retryOf = 0
 	detail := oc.result
 	if oc.errText != "" {
 		detail += ": " + oc.errText
@@ -131,7 +138,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		nrt.SuccessCount++
 		nrt.Attempt = 0
 		acts = append(acts, e.action(t, ticket, ActResult, persist.StateRunning, persist.StateSuccess, ActorScheduler, detail, now))
-		e.nextCycle(t, &nrt, run.ScheduledAt, now, &acts)
+		e.nextCycle(t, &nrt, lastSched, now, &acts)
 	case oc.result != persist.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
 		// (A pause stops retries too: they are future triggers.)
 		if oc.result == persist.ResultTimeout {
@@ -140,6 +147,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		delay := retryDelay(time.Duration(t.def.RetryIntervalSec)*time.Second, run.Attempt, e.cfg.RetryBackoffCap)
 		nrt.State = persist.StateRetrying
 		nrt.Attempt = run.Attempt + 1
+		t.retryOf = lastSched
 		nrt.NextTriggerTime = now + delay.Milliseconds()
 		acts = append(acts, e.action(t, ticket, ActRetry, persist.StateRunning, persist.StateRetrying, ActorScheduler,
 			fmt.Sprintf("%s; attempt %d in %s", detail, nrt.Attempt, delay), now))
@@ -162,7 +170,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 			finalFailure = true
 		}
 		acts = append(acts, e.action(t, ticket, name, persist.StateRunning, persist.StateFailed, ActorScheduler, detail, now))
-		e.nextCycle(t, &nrt, run.ScheduledAt, now, &acts)
+		e.nextCycle(t, &nrt, lastSched, now, &acts)
 	}
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()

@@ -254,6 +254,8 @@ type Engine struct {
 	startWheel func(ctx context.Context) error
 	loopsWG    sync.WaitGroup
 	running    atomic.Bool
+	// ending remembers executor results settled in memory and not yet durable (ending.go).
+	ending endingResults
 }
 
 // New builds an engine from cfg. Nothing runs until Start.

@@ -261,7 +261,15 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		return failedReport(fieldErr("status", "must be success or failed, got %q", rep.Status))
 	}
 	recorded := make(chan error, 1)
-	settled := e.runs.settle(rep.Ticket, waitingReport, func(r *flight) {
+	// The result is noted as ending while the flight is taken, under the same lock, so a
+	// duplicate delivery that finds the flight gone finds the note.
+	settled := e.runs.settle(rep.Ticket, func(f *flight) bool {
+		if !waitingReport(f) {
+			return false
+		}
+		e.ending.add(rep.Ticket, rep.Status, e.now())
+		return true
+	}, func(r *flight) {
 		if r.exec != nil {
 			e.registry.Seen(r.exec, e.nowMS())
 		}
@@ -305,6 +313,11 @@ func failedReport(err error) ReportWait {
 // reportUnheld answers a result for a run not in flight here: a duplicate of a recorded
 // one, a late one for a run recorded lost, or one refused.
 func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, err error) {
+	if e.ending.has(rep.Ticket, rep.Status) {
+		// The same result, delivered again before its record is durable (an executor that
+		// reports twice, a network that duplicates a request): the store still says running.
+		return true, nil
+	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, persist.ErrRunNotFound) {
 		e.recordRefusedResult(ctx, persist.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")

@@ -39,6 +39,11 @@ type task struct {
 
 	// releasedBy names the upstream runs that released a dependency fire, for its run row.
 	releasedBy string
+	// retryOf is the fire time (ms) of the cron fire whose retries are under way, or 0: a
+	// retry's run is scheduled at its own due time, and the next cycle must count the fires
+	// missed since the original one (complete). Not persisted: after a restart mid-retry the
+	// next cycle counts from the retry's time.
+	retryOf int64
 }
 
 func newTask(pt *persist.Task) (*task, error) {

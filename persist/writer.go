@@ -223,6 +223,8 @@ type Writer struct {
 	cOwner      []int // per batch create: index into live
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
+
+	stall atomic.Pointer[Stall] // the current run of failed commits; nil while commits land (stall.go)
 }
 
 type queuedGroup struct {
@@ -546,6 +548,7 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 		err := w.store.ApplyBatch(w.runCtx, &w.batch)
 		writerCommitDuration.UpdateDuration(start)
 		if err == nil {
+			w.stall.Store(nil)
 			writerCommits.Inc()
 			writerBatchRows.Update(float64(rows))
 			for _, i := range w.live {
@@ -583,6 +586,7 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			return
 		}
 		writerCommitErrors.Inc()
+		w.stalled(err)
 		w.cfg.Logger.Warn("cannot commit batch, retrying",
 			"attempt", attempt, "groups", len(w.live), "rows", rows, "backoff", backoff, "error", err)
 		w.timer.Reset(backoff)
