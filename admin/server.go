@@ -838,7 +838,7 @@ func statusOf(err error) int {
 		return fasthttp.StatusConflict
 	case errors.Is(err, persist.ErrWriterBusy):
 		return fasthttp.StatusTooManyRequests
-	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, persist.ErrLeaseLost),
+	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, persist.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
 		errors.Is(err, context.DeadlineExceeded):
 		return fasthttp.StatusServiceUnavailable
 	default:

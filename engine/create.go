@@ -126,15 +126,30 @@ func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string
 	if err := e.checkDeps(ctx, t.def); err != nil {
 		return nil, err
 	}
+	if err := e.WriteStalled(); err != nil {
+		return nil, fmt.Errorf("cannot create task %q: %w: %v", t.def.Name, ErrStoreStalled, err)
+	}
 	done := make(chan error, 1)
 	g := &persist.Group{Creates: []*persist.TaskCreate{tc}, Done: func(err error) { done <- err }}
 	if err := e.writer.Offer(g); err != nil {
 		return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, err)
 	}
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("cannot wait for task %q to be durable: %w", t.def.Name, ctx.Err())
+	// Wait for the commit, but not through a store outage: the writer retries without end,
+	// and the caller is better told now. The create stays queued, so it may still land when
+	// the store recovers; a client retrying it then gets 409 for a taken name.
+	stallCheck := e.cfg.Clock.NewTicker(WriteStallReady / 4)
+	defer stallCheck.Stop()
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-stallCheck.C():
+			if serr := e.WriteStalled(); serr != nil {
+				return nil, fmt.Errorf("cannot create task %q: %w: %v", t.def.Name, ErrStoreStalled, serr)
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cannot wait for task %q to be durable: %w", t.def.Name, ctx.Err())
+		}
 	}
 	if err != nil {
 		if errors.Is(err, persist.ErrTaskExists) {

@@ -67,6 +67,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrNotRunning: the engine is not started or is stopping.
 	ErrNotRunning = errors.New("engine not running")
+	// ErrStoreStalled: the store has refused commits for a while (an outage, a full disk), so
+	// a change that must be durable before it is answered cannot be taken now.
+	ErrStoreStalled = errors.New("the store refuses writes")
 	// ErrRunNotFound: no run has that ticket.
 	ErrRunNotFound = persist.ErrRunNotFound
 )
