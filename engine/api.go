@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -304,32 +303,17 @@ func (e *Engine) Run(ctx context.Context, ticket string) (*persist.Run, error) {
 	return e.store.GetRun(ctx, ticket)
 }
 
-// NextFireTimes previews a cron expression (R3.1): the next n fires after now in zone tz
-// (the server's default zone when empty), read in dialect (the server's when empty, with
-// the same ambiguity rule as a task's).
+// NextFireTimes previews a cron expression: the next n fires after now in zone tz (the
+// server's default zone when empty), read in dialect (the server's when empty, with the same
+// ambiguity rule as a task's). It is PreviewFires without the DST marks.
 func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *time.Location, error) {
-	if tz == "" {
-		tz = e.cfg.DefaultTimezone
-	}
-	d, err := resolveDialect(dialect, e.cfg.CronDialect)
+	fires, loc, err := e.PreviewFires(expr, tz, dialect, time.Time{}, n)
 	if err != nil {
-		return nil, nil, fieldErr("dialect", "must be unix or quartz, got %q", dialect)
+		return nil, nil, err
 	}
-	if dialect == "" && e.cfg.CronDialect == "" {
-		if err := cron.CheckAmbiguous(expr); err != nil {
-			return nil, nil, fieldErr("expr", "%v", err)
-		}
-	}
-	loc, err := cron.LoadLocation(tz)
-	if err != nil {
-		return nil, nil, fieldErr("tz", "unknown zone %q", tz)
-	}
-	if n < 1 || n > 1000 {
-		return nil, nil, fieldErr("n", "must be 1..1000, got %d", n)
-	}
-	times, err := cron.NextNIn(expr, d, loc, e.now(), n)
-	if err != nil {
-		return nil, nil, fieldErr("expr", "%v", err)
+	times := make([]time.Time, len(fires))
+	for i, f := range fires {
+		times[i] = f.At
 	}
 	return times, loc, nil
 }

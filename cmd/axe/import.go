@@ -18,6 +18,7 @@ import (
 	_ "github.com/go-sql-driver/mysql" // the XXL-JOB admin database
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/executor/agent"
@@ -247,6 +248,11 @@ type importResult struct{ created, replaced, skipped int }
 // can become one call of the bulk create API (POST /api/v1/tasks/batch?on_conflict=…) with
 // the same arguments and result.
 func createTasks(ctx context.Context, c *client.Client, tasks []migrate.Task, onConflict string, progress io.Writer) (importResult, error) {
+	if onConflict == onConflictSkip {
+		return createTasksBulk(ctx, c, tasks, progress)
+	}
+	// replace goes task by task: it must keep each existing task's paused state, which a
+	// batch replace would overwrite with the import's.
 	var res importResult
 	for i, t := range tasks {
 		body, err := json.Marshal(t)
@@ -282,6 +288,59 @@ func createTasks(ctx context.Context, c *client.Client, tasks []migrate.Task, on
 		}
 		res.replaced++
 		fmt.Fprintf(progress, "[%d/%d] replaced %s\n", i+1, len(tasks), t.Name)
+	}
+	return res, nil
+}
+
+// importChunk is how many tasks one bulk create carries: the batch API's limit.
+const importChunk = admin.BatchMaxTasks
+
+// createTasksBulk creates the tasks through the batch API (POST /api/v1/tasks/batch) in
+// chunks of importChunk, skipping names that exist, so a large import is a few transactions
+// and a re-run is idempotent. The importers order parents before children, so a dependency
+// always names a task of its own chunk or of an earlier one.
+func createTasksBulk(ctx context.Context, c *client.Client, tasks []migrate.Task, progress io.Writer) (importResult, error) {
+	var res importResult
+	for start := 0; start < len(tasks); start += importChunk {
+		chunk := tasks[start:min(start+importChunk, len(tasks))]
+		specs := make([]json.RawMessage, len(chunk))
+		for i, t := range chunk {
+			body, err := json.Marshal(t)
+			if err != nil {
+				return res, fmt.Errorf("cannot encode task %s: %w", t.Name, err)
+			}
+			specs[i] = body
+		}
+		br, err := c.CreateTasks(ctx, specs, onConflictSkip)
+		if err != nil {
+			var apiErr *client.APIError
+			if errors.As(err, &apiErr) && len(apiErr.Items) > 0 {
+				msgs := make([]string, 0, len(apiErr.Items))
+				for _, it := range apiErr.Items {
+					name := "?"
+					if it.Index >= 0 && it.Index < len(chunk) {
+						name = chunk[it.Index].Name
+					}
+					msgs = append(msgs, fmt.Sprintf("%s: %s", name, it.Error))
+				}
+				return res, fmt.Errorf("cannot create tasks %d-%d: %s", start+1, start+len(chunk), strings.Join(msgs, "; "))
+			}
+			return res, fmt.Errorf("cannot create tasks %d-%d: %w", start+1, start+len(chunk), err)
+		}
+		res.created += br.Created
+		res.skipped += br.Skipped
+		// The batch answers counts, not names: a name is created or skipped for sure only
+		// when the whole chunk went one way.
+		verb := "created or skipped"
+		switch {
+		case br.Skipped == 0:
+			verb = "created"
+		case br.Created == 0:
+			verb = "skipped (exists)"
+		}
+		for i, t := range chunk {
+			fmt.Fprintf(progress, "[%d/%d] %s %s\n", start+i+1, len(tasks), verb, t.Name)
+		}
 	}
 	return res, nil
 }
