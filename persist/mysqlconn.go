@@ -186,25 +186,43 @@ func (t *connTx) execPrepared(ctx context.Context, key batchStmtKey, ncols int, 
 	return driverRowsAffected(st.(driver.StmtExecContext).ExecContext(ctx, nv))
 }
 
-func (t *connTx) queryInts(ctx context.Context, query string, args []any, row func([]int64)) error {
+// query runs a read on the driver connection with args bound in the connection's buffer,
+// preparing it when the driver asks to (interpolateParams=false). done closes the rows, the
+// statement and releases the buffer.
+func (t *connTx) query(ctx context.Context, query string, args []any) (rows driver.Rows, done func(), err error) {
 	nv, err := t.bind(args)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer t.unbind()
-	rows, err := t.bc.QueryContext(ctx, query, nv)
+	var st driver.Stmt
+	rows, err = t.bc.QueryContext(ctx, query, nv)
 	if errors.Is(err, driver.ErrSkip) {
-		st, perr := t.bc.PrepareContext(ctx, query)
-		if perr != nil {
-			return perr
+		if st, err = t.bc.PrepareContext(ctx, query); err == nil {
+			rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, nv)
 		}
-		defer st.Close()
-		rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, nv)
 	}
+	done = func() {
+		if rows != nil {
+			_ = rows.Close()
+		}
+		if st != nil {
+			_ = st.Close()
+		}
+		t.unbind()
+	}
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	return rows, done, nil
+}
+
+func (t *connTx) queryInts(ctx context.Context, query string, args []any, row func([]int64)) error {
+	rows, done, err := t.query(ctx, query, args)
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
+	defer done()
 	vals := make([]driver.Value, len(rows.Columns()))
 	ints := make([]int64, len(vals))
 	for {
@@ -224,24 +242,11 @@ func (t *connTx) queryInts(ctx context.Context, query string, args []any, row fu
 }
 
 func (t *connTx) queryIDNames(ctx context.Context, query string, args []any, row func(int64, string)) error {
-	nv, err := t.bind(args)
+	rows, done, err := t.query(ctx, query, args)
 	if err != nil {
 		return err
 	}
-	defer t.unbind()
-	rows, err := t.bc.QueryContext(ctx, query, nv)
-	if errors.Is(err, driver.ErrSkip) {
-		st, perr := t.bc.PrepareContext(ctx, query)
-		if perr != nil {
-			return perr
-		}
-		defer st.Close()
-		rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, nv)
-	}
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
+	defer done()
 	vals := make([]driver.Value, 2)
 	for {
 		if err := rows.Next(vals); err != nil {
