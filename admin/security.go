@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/engine"
 )
 
 // SecurityConfig is the daemon's bind protection and outbound guard.
@@ -77,7 +76,7 @@ func (c *DaemonConfig) applySecurity() error {
 		return err
 	}
 	for _, u := range c.Engine.AlertWebhooks {
-		if err := engine.CheckWebhook(g, u); err != nil {
+		if err := g.CheckURL(u); err != nil {
 			return fmt.Errorf("alert-webhook: %w", err)
 		}
 	}

@@ -23,12 +23,3 @@ func (e *Engine) checkCallback(def *persist.TaskDef) error {
 	}
 	return nil
 }
-
-// CheckWebhook judges an alert webhook URL by the same guard, for the daemon to refuse a bad
-// --alert-webhook at start.
-func CheckWebhook(g *dispatch.Guard, url string) error {
-	if g == nil {
-		return nil
-	}
-	return g.CheckURL(url)
-}
