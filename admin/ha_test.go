@@ -467,11 +467,18 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 	if len(sent) != 2 || sent[0].ticket != sent[1].ticket || sent[0].attempt != "1" || sent[1].attempt != "2" || sent[0].epoch == sent[1].epoch {
 		t.Fatalf("doubt-resend calls = %+v, want the same ticket as attempts 1 and 2 under two epochs", sent)
 	}
+	// The task's state is read from the engine, the runs from the store: the run row's end
+	// commits with the result's group, which may land just after the state is visible.
 	runs := b.runs(t, "doubt-resend")
 	results := map[int]string{}
-	for _, r := range runs {
-		results[r.Attempt] = r.Result
-	}
+	testwait.For(t, waitTimeout, "attempt 2 of doubt-resend ended", func() bool {
+		runs = b.runs(t, "doubt-resend")
+		clear(results)
+		for _, r := range runs {
+			results[r.Attempt] = r.Result
+		}
+		return results[2] != "" && results[2] != "running"
+	})
 	if len(runs) != 2 || results[1] != "lost" || results[2] != "success" {
 		t.Fatalf("runs of doubt-resend = %+v, want attempt 1 lost and attempt 2 success", runs)
 	}
