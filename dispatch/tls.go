@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/internal/tlsfiles"
+	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
 )
 
@@ -56,9 +57,9 @@ const tlsProbeTimeout = 2 * time.Second
 // 1.3 it is also how an executor refusing the client certificate looks, because its verdict
 // (a TLS alert) arrives after the client's side of the handshake is done, and fasthttp does
 // not keep it. So explainClosed opens one more connection with the same settings, bounded
-// by tlsProbeTimeout and the call's deadline, and reads: an alert the executor sends is the
-// cause, and the error says so. Any other error, or an executor that accepts the probe,
-// leaves err as it was.
+// by tlsProbeTimeout and the call's deadline, asks it for /axe/beat and reads: an alert the
+// executor sends is the cause, and the error says so. Any other error, or an executor that
+// accepts the probe, leaves err as it was.
 func (d *Dispatcher) explainClosed(rawURL string, err error, deadline time.Time) error {
 	if !errors.Is(err, fasthttp.ErrConnectionClosed) {
 		return err
@@ -90,7 +91,14 @@ func (d *Dispatcher) explainClosed(rawURL string, err error, deadline time.Time)
 		return err
 	}
 	defer conn.Close()
-	_ = conn.SetReadDeadline(until)
+	_ = conn.SetDeadline(until)
+	// Ask for something harmless, so that an executor that accepts the connection answers
+	// at once instead of leaving the read to wait out the deadline; one that refused the
+	// certificate has sent its alert, which the read returns instead.
+	req := "GET " + protocol.PathBeat + " HTTP/1.1\r\nHost: " + u.Host + "\r\nConnection: close\r\n\r\n"
+	if _, werr := conn.Write([]byte(req)); tlsFailure(werr) {
+		return fmt.Errorf("the executor refused the TLS connection: %w", werr)
+	}
 	if _, rerr := conn.Read(make([]byte, 1)); tlsFailure(rerr) {
 		return fmt.Errorf("the executor refused the TLS connection: %w", rerr)
 	}

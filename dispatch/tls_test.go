@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/axe-sched/axe/internal/testpki"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/valyala/fasthttp"
 )
 
 // tlsExecutor is an HTTPS executor endpoint that requires a client certificate of ca and
@@ -148,6 +151,46 @@ func TestHTTPSExecutorRefusalsAreClearErrors(t *testing.T) {
 	}
 	if n := len(ex.seen(protocol.PathRun)) + len(ex.seen(protocol.PathKill)); n != 0 {
 		t.Errorf("%d calls reached the executor", n)
+	}
+}
+
+// TestClosedConnectionKeepsItsErrorWhenTLSIsFine: an HTTPS executor that accepts the client
+// certificate but closes a call's connection without answering fails the call with the
+// connection error as it was; the second look at the TLS asks the executor for /axe/beat,
+// which it answers, and names no TLS cause.
+func TestClosedConnectionKeepsItsErrorWhenTLSIsFine(t *testing.T) {
+	dir := t.TempDir()
+	ca := testpki.NewCA(t, dir, "ca")
+	var mu sync.Mutex
+	var paths []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path == protocol.PathBeat {
+			_, _ = w.Write([]byte(`{"app":"app","running":0,"handlers":["h"]}`))
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Server(t, "executor").Load(t)},
+		ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.Pool()}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := ca.Client(t, "scheduler")
+	d := tlsDispatcher(t, ExecutorTLSFiles{CA: ca.File, Cert: client.CertFile, Key: client.KeyFile})
+	o := d.Offer(executorAt(strings.TrimPrefix(srv.URL, "https://"), protocol.ProtocolHTTPS), runOffer("t-1"))
+	if !errors.Is(o.Err, fasthttp.ErrConnectionClosed) || strings.Contains(o.Err.Error(), "TLS") {
+		t.Errorf("offer = %d %v, want the closed connection and no TLS cause", o.Status, o.Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"POST " + protocol.PathRun, "GET " + protocol.PathBeat}; !slices.Equal(paths, want) {
+		t.Errorf("the executor saw %v, want %v", paths, want)
 	}
 }
 
