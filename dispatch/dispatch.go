@@ -7,6 +7,7 @@ package dispatch
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -83,6 +84,12 @@ type Config struct {
 	// of the primary that dispatches (R8.3), so a receiver can refuse a deposed one.
 	// Defaults to 0 (no header).
 	Epoch int64
+	// ExecutorTLS configures the HTTPS calls to executors that registered with protocol
+	// "https" (offers, run batches, kills): the CAs trusted for their certificates
+	// (RootCAs) and the client certificate presented to those that require one. HTTP
+	// callbacks do not use it. Defaults to nil: the system's trust store and no client
+	// certificate (ExecutorTLSFiles.Load builds one from PEM files).
+	ExecutorTLS *tls.Config
 	// Gate, when set, is asked just before every request leaves; an error keeps the request
 	// from being sent and is its outcome, wrapped in ErrGated. A primary's gate closes when
 	// it is no longer sure of its lease, so a worker that was paused between the commit and
@@ -177,6 +184,9 @@ func New(cfg Config) (*Dispatcher, error) {
 		pool:   pool,
 		client: newClient(cfg),
 	}
+	if cfg.ExecutorTLS != nil {
+		d.client.TLSConfig = cfg.ExecutorTLS.Clone()
+	}
 	d.callbacks = newClient(cfg)
 	if cfg.Guard != nil {
 		d.callbacks.DialTimeout = cfg.Guard.dialTimeout
@@ -265,9 +275,12 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte) 
 	err := client.DoDeadline(r, resp, req.Deadline)
 	out := Outcome{Started: start, Duration: time.Since(start)}
 	if err != nil {
-		if errors.Is(err, fasthttp.ErrTimeout) {
+		switch {
+		case errors.Is(err, fasthttp.ErrTimeout):
 			out.Err = ErrTimeout
-		} else {
+		case client == d.client:
+			out.Err = d.explainClosed(req.URL, err, req.Deadline)
+		default:
 			out.Err = err
 		}
 		return out

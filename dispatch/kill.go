@@ -12,12 +12,13 @@ import (
 // KillTimeoutDefault bounds a kill call whose context carries no deadline.
 const KillTimeoutDefault = 5 * time.Second
 
-// Kill asks the SDK executor at addr (host:port) to cancel the run with ticket, sending
-// token as the bearer token when it is set. It runs on the calling goroutine and returns
+// Kill asks the SDK executor x to cancel the run with ticket, over x's scheme (HTTPS when it
+// registered so), sending token as the bearer token when it is set. It runs on the calling goroutine and returns
 // once the executor answered: nil when it confirmed (2xx), an error naming the status
 // otherwise (404: the ticket is not running there). The run's result still arrives by
 // callback. The call ends at ctx's deadline, or after KillTimeoutDefault when it has none.
-func (d *Dispatcher) Kill(ctx context.Context, addr, ticket, token string) error {
+func (d *Dispatcher) Kill(ctx context.Context, x *Executor, ticket, token string) error {
+	addr := x.Address
 	body, err := json.Marshal(protocol.Kill{Ticket: ticket})
 	if err != nil {
 		return fmt.Errorf("cannot encode kill of %s: %w", ticket, err)
@@ -29,7 +30,7 @@ func (d *Dispatcher) Kill(ctx context.Context, addr, ticket, token string) error
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cannot kill %s on %s: %w", ticket, addr, err)
 	}
-	o := d.Post(&Request{URL: "http://" + addr + protocol.PathKill, Ticket: ticket, Body: body,
+	o := d.Post(&Request{URL: x.URL(protocol.PathKill), Ticket: ticket, Body: body,
 		Deadline: deadline, Token: token})
 	switch {
 	case o.Err != nil:

@@ -40,15 +40,15 @@ func TestKillSpeaksTheProtocol(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	addr := strings.TrimPrefix(srv.URL, "http://")
+	x := executorAt(strings.TrimPrefix(srv.URL, "http://"), protocol.ProtocolHTTP)
 	d := newDispatcher(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
-	if err := d.Kill(ctx, addr, "t-1", "sekret"); err != nil {
+	if err := d.Kill(ctx, x, "t-1", "sekret"); err != nil {
 		t.Fatalf("kill of a running ticket: %v", err)
 	}
-	err := d.Kill(ctx, addr, "t-1", "sekret")
+	err := d.Kill(ctx, x, "t-1", "sekret")
 	if err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "t-1") {
 		t.Fatalf("second kill of t-1 = %v, want an error naming 404 and the ticket", err)
 	}
@@ -65,17 +65,23 @@ func TestKillUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
+	x := executorAt(ln.Addr().String(), protocol.ProtocolHTTP)
 	ln.Close()
 	d := newDispatcher(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := d.Kill(ctx, addr, "t-9", ""); err == nil {
+	if err := d.Kill(ctx, x, "t-9", ""); err == nil {
 		t.Fatal("kill on a closed port succeeded")
 	}
 	done, cancelDone := context.WithCancel(context.Background())
 	cancelDone()
-	if err := d.Kill(done, addr, "t-9", ""); err == nil || !strings.Contains(err.Error(), "canceled") {
+	if err := d.Kill(done, x, "t-9", ""); err == nil || !strings.Contains(err.Error(), "canceled") {
 		t.Fatalf("kill with a cancelled context = %v", err)
 	}
+}
+
+// executorAt registers one executor at addr, dialled with proto, in a registry of its own.
+func executorAt(addr, proto string) *Executor {
+	x, _, _ := NewRegistry().Register("app", addr, proto, []string{"h"}, 1)
+	return x
 }

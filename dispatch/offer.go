@@ -54,7 +54,7 @@ type offer struct {
 // Offer sends req (a run's JSON) to the SDK executor x and returns the executor's answer
 // for it: the status and body RunPath answers, or the transport error. It blocks until then,
 // and coalesces with runs offered to x concurrently (see offerSenders). req.URL is ignored:
-// the paths come from x.Address.
+// the URLs come from x (its scheme and address).
 func (d *Dispatcher) Offer(x *Executor, req *Request) Outcome {
 	o := &offer{req: req, done: make(chan Outcome, 1)}
 	q := &x.offers
@@ -111,7 +111,7 @@ func (d *Dispatcher) sendOffers(x *Executor) {
 
 func (d *Dispatcher) offerOne(x *Executor, o *offer) {
 	req := *o.req
-	req.URL = "http://" + x.Address + RunPath
+	req.URL = x.URL(RunPath)
 	o.done <- d.Post(&req)
 }
 
@@ -152,7 +152,7 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(r)
 	defer fasthttp.ReleaseResponse(resp)
-	r.SetRequestURI("http://" + x.Address + RunsPath)
+	r.SetRequestURI(x.URL(RunsPath))
 	r.Header.SetMethod(fasthttp.MethodPost)
 	r.Header.SetContentType("application/json")
 	if tok := live[0].req.Token; tok != "" {
@@ -173,7 +173,7 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	case errors.Is(err, fasthttp.ErrTimeout):
 		whole.Err = ErrTimeout
 	case err != nil:
-		whole.Err = err
+		whole.Err = d.explainClosed(x.URL(RunsPath), err, deadline)
 	default:
 		whole.Status = resp.StatusCode()
 		whole.Body = d.tail(resp.Body())

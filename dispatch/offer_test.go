@@ -250,7 +250,7 @@ func TestOfferFallsBackToSingleRuns(t *testing.T) {
 			f := startFakeExecutor(t, hold, status)
 			d := newDispatcher(t, Config{})
 			r := NewRegistry()
-			x, _, _ := r.Register("a", f.addr(), []string{"h"}, 1)
+			x, _, _ := r.Register("a", f.addr(), "http", []string{"h"}, 1)
 
 			first := holdSenders(t, d, x, f)
 			rest := make(chan map[string]Outcome)
@@ -271,7 +271,7 @@ func TestOfferFallsBackToSingleRuns(t *testing.T) {
 			if !single {
 				t.Error("the executor is not marked as taking runs one by one")
 			}
-			r.Register("a", f.addr(), []string{"h"}, 2)
+			r.Register("a", f.addr(), "http", []string{"h"}, 2)
 			x.offers.mu.Lock()
 			single = x.offers.single
 			x.offers.mu.Unlock()

@@ -38,6 +38,10 @@ type Executor struct {
 	RegisteredAt  int64
 	LastHeartbeat int64
 	Alive         bool
+	// tls is whether the executor serves its endpoints over HTTPS (it registered with
+	// protocol "https"); a registration may change it, so it is read without the registry's
+	// lock by the calls that dial the executor.
+	tls atomic.Bool
 	// inflight counts runs sent and not yet resolved, for least-busy routing.
 	inflight atomic.Int64
 	// offers holds the runs waiting to be offered to this executor (Dispatcher.Offer).
@@ -49,6 +53,18 @@ func (x *Executor) Inflight() int64 { return x.inflight.Load() }
 
 // AddInflight adjusts the in-flight count.
 func (x *Executor) AddInflight(d int64) { x.inflight.Add(d) }
+
+// Protocol is the scheme the executor is dialled with: protocol.ProtocolHTTP or
+// protocol.ProtocolHTTPS.
+func (x *Executor) Protocol() string {
+	if x.tls.Load() {
+		return protocol.ProtocolHTTPS
+	}
+	return protocol.ProtocolHTTP
+}
+
+// URL is the URL of path on the executor: scheme://address/path.
+func (x *Executor) URL(path string) string { return x.Protocol() + "://" + x.Address + path }
 
 func (x *Executor) serves(handler string) bool {
 	for _, h := range x.Handlers {
@@ -74,9 +90,11 @@ type Registry struct {
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry { return &Registry{apps: make(map[string]*appSet)} }
 
-// Register adds or refreshes an executor and marks it alive. It reports whether the entry
-// is new and whether it was lost before (it came back).
-func (r *Registry) Register(app, addr string, handlers []string, now int64) (x *Executor, created, revived bool) {
+// Register adds or refreshes an executor and marks it alive; proto is the scheme it is
+// dialled with (protocol.ProtocolHTTPS, or protocol.ProtocolHTTP for anything else). It
+// reports whether the entry is new and whether it was lost before (it came back).
+func (r *Registry) Register(app, addr, proto string, handlers []string, now int64) (x *Executor, created, revived bool) {
+	isTLS := proto == protocol.ProtocolHTTPS
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.apps[app]
@@ -88,6 +106,7 @@ func (r *Registry) Register(app, addr string, handlers []string, now int64) (x *
 		if m.Address == addr {
 			revived = !m.Alive
 			m.Handlers = append([]string(nil), handlers...)
+			m.tls.Store(isTLS)
 			// A registration may come from a new version of the executor: let it show
 			// again whether it takes run batches.
 			m.offers.mu.Lock()
@@ -99,14 +118,15 @@ func (r *Registry) Register(app, addr string, handlers []string, now int64) (x *
 		}
 	}
 	x = &Executor{App: app, Address: addr, Handlers: append([]string(nil), handlers...), RegisteredAt: now, LastHeartbeat: now, Alive: true}
+	x.tls.Store(isTLS)
 	set.members = append(set.members, x)
 	sort.Slice(set.members, func(i, j int) bool { return set.members[i].Address < set.members[j].Address })
 	return x, true, false
 }
 
 // Restore puts an executor read from the store into the registry as it was.
-func (r *Registry) Restore(app, addr string, handlers []string, registeredAt, lastHeartbeat int64, alive bool) {
-	x, _, _ := r.Register(app, addr, handlers, lastHeartbeat)
+func (r *Registry) Restore(app, addr, proto string, handlers []string, registeredAt, lastHeartbeat int64, alive bool) {
+	x, _, _ := r.Register(app, addr, proto, handlers, lastHeartbeat)
 	r.mu.Lock()
 	x.RegisteredAt = registeredAt
 	x.Alive = alive
@@ -176,6 +196,7 @@ func (r *Registry) Reap(deadline int64) []*Executor {
 type ExecutorInfo struct {
 	App           string
 	Address       string
+	Protocol      string
 	Handlers      []string
 	RegisteredAt  int64
 	LastHeartbeat int64
@@ -190,7 +211,7 @@ func (r *Registry) Snapshot() []ExecutorInfo {
 	var out []ExecutorInfo
 	for _, set := range r.apps {
 		for _, m := range set.members {
-			out = append(out, ExecutorInfo{App: m.App, Address: m.Address, Handlers: append([]string(nil), m.Handlers...),
+			out = append(out, ExecutorInfo{App: m.App, Address: m.Address, Protocol: m.Protocol(), Handlers: append([]string(nil), m.Handlers...),
 				RegisteredAt: m.RegisteredAt, LastHeartbeat: m.LastHeartbeat, Alive: m.Alive, Inflight: m.Inflight()})
 		}
 	}

@@ -8,9 +8,9 @@ import (
 func registry3(t *testing.T) *Registry {
 	r := NewRegistry()
 	for _, a := range []string{"10.0.0.3:1", "10.0.0.1:1", "10.0.0.2:1"} {
-		r.Register("app", a, []string{"h"}, 1000)
+		r.Register("app", a, "http", []string{"h"}, 1000)
 	}
-	r.Register("app", "10.0.0.9:1", []string{"other"}, 1000)
+	r.Register("app", "10.0.0.9:1", "http", []string{"other"}, 1000)
 	return r
 }
 
@@ -33,7 +33,7 @@ func TestRoundRobinIsEven(t *testing.T) {
 
 func TestRegisterIsIdempotentAndReapKeepsRow(t *testing.T) {
 	r := registry3(t)
-	_, created, _ := r.Register("app", "10.0.0.1:1", []string{"h", "h2"}, 2000)
+	_, created, _ := r.Register("app", "10.0.0.1:1", "http", []string{"h", "h2"}, 2000)
 	if created {
 		t.Fatal("re-registration created a second entry")
 	}
@@ -94,7 +94,7 @@ func TestConsistentHashSticksAndMovesLittle(t *testing.T) {
 		}
 		first[k] = a
 	}
-	r.Register("app", "10.0.0.4:1", []string{"h"}, 1000)
+	r.Register("app", "10.0.0.4:1", "http", []string{"h"}, 1000)
 	moved := 0
 	for k, a := range first {
 		b := r.Candidates("app", "h", RouteConsistentHash, k)[0].Address

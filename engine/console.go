@@ -87,7 +87,7 @@ func (e *Engine) ExecutorViews() []ExecutorView {
 		if !x.Alive {
 			st = dispatch.StatusLost
 		}
-		out = append(out, ExecutorView{Executor: persist.Executor{App: x.App, Address: x.Address, Protocol: "http",
+		out = append(out, ExecutorView{Executor: persist.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
 			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st},
 			Inflight: x.Inflight})
 	}

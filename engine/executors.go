@@ -56,10 +56,10 @@ func (reg *ExecutorRegistration) validate() error {
 		return fieldErr("address", "must be host:port, got %q", reg.Address)
 	}
 	if reg.Protocol == "" {
-		reg.Protocol = "http"
+		reg.Protocol = protocol.ProtocolHTTP
 	}
-	if reg.Protocol != "http" {
-		return fieldErr("protocol", "must be http, got %q", reg.Protocol)
+	if reg.Protocol != protocol.ProtocolHTTP && reg.Protocol != protocol.ProtocolHTTPS {
+		return fieldErr("protocol", "must be http or https, got %q", reg.Protocol)
 	}
 	if len(reg.Handlers) == 0 {
 		return fieldErr("handlers", "at least one handler is required")
@@ -78,7 +78,7 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 		return err
 	}
 	now := e.nowMS()
-	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Handlers, now)
+	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Protocol, reg.Handlers, now)
 	row := &persist.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
 		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive}
 	if err := e.store.UpsertExecutor(ctx, row); err != nil {
@@ -86,7 +86,7 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	}
 	switch {
 	case created:
-		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "handlers", reg.Handlers)
+		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "protocol", reg.Protocol, "handlers", reg.Handlers)
 	case revived:
 		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s registered again", reg.App, reg.Address))
 	}
@@ -125,7 +125,7 @@ func (e *Engine) Executors() []persist.Executor {
 		if !x.Alive {
 			st = dispatch.StatusLost
 		}
-		out = append(out, persist.Executor{App: x.App, Address: x.Address, Protocol: "http", Handlers: x.Handlers,
+		out = append(out, persist.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol, Handlers: x.Handlers,
 			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st})
 	}
 	return out
@@ -139,7 +139,7 @@ func (e *Engine) restoreExecutors(ctx context.Context) error {
 		return err
 	}
 	for _, x := range list {
-		e.registry.Restore(x.App, x.Address, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
+		e.registry.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
 	}
 	return nil
 }
@@ -361,15 +361,15 @@ func tail(s string, n int) string {
 
 // killOnExecutor asks the executor running ticket to cancel it; best effort.
 func (e *Engine) killOnExecutor(ticket string) {
-	addr := e.runs.executorOf(ticket)
-	if addr == "" {
+	x := e.runs.executorOf(ticket)
+	if x == nil {
 		return
 	}
 	_ = e.disp.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 		defer cancel()
-		if err := e.disp.Kill(ctx, addr, ticket, e.cfg.ExecutorToken); err != nil {
-			e.log.Warn("executor did not confirm kill", "address", addr, "ticket", ticket, "error", err)
+		if err := e.disp.Kill(ctx, x, ticket, e.cfg.ExecutorToken); err != nil {
+			e.log.Warn("executor did not confirm kill", "address", x.Address, "ticket", ticket, "error", err)
 		}
 	})
 }

@@ -163,14 +163,14 @@ func (r *runsInFlight) done() {
 // waitingReport accepts a flight an executor's report may settle.
 func waitingReport(f *flight) bool { return f.waiting }
 
-// executorOf returns the address of the executor holding ticket, or "" when none does.
-func (r *runsInFlight) executorOf(ticket string) string {
+// executorOf returns the executor holding ticket, or nil when none does.
+func (r *runsInFlight) executorOf(ticket string) *dispatch.Executor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if f := r.m[ticket]; f != nil && f.exec != nil {
-		return f.exec.Address
+	if f := r.m[ticket]; f != nil {
+		return f.exec
 	}
-	return ""
+	return nil
 }
 
 // on returns the tickets in flight on executor x.

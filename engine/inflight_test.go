@@ -67,8 +67,8 @@ func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 	r.init(clk)
 	x := &dispatch.Executor{App: "a", Address: "127.0.0.1:1"}
 	r.add(nil, persist.Run{Ticket: "k", Executor: "a"})
-	if !r.assign("k", x) || x.Inflight() != 1 || r.executorOf("k") != x.Address {
-		t.Fatalf("assign: inflight %d, executor %q", x.Inflight(), r.executorOf("k"))
+	if !r.assign("k", x) || x.Inflight() != 1 || r.executorOf("k") != x {
+		t.Fatalf("assign: inflight %d, executor %v", x.Inflight(), r.executorOf("k"))
 	}
 	if !r.unassign("k", x) || x.Inflight() != 0 {
 		t.Fatalf("unassign: inflight %d", x.Inflight())

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -26,7 +27,9 @@ type schedulerClient struct {
 	current atomic.Int32 // index into urls of the scheduler that answered last
 }
 
-func newSchedulerClient(cfg Config) *schedulerClient {
+// newSchedulerClient makes the client of cfg.Schedulers; tc, when set, is the TLS
+// configuration of the https:// ones (Config.SchedulerCA).
+func newSchedulerClient(cfg Config, tc *tls.Config) *schedulerClient {
 	c := &schedulerClient{timeout: cfg.RequestTimeout, log: cfg.Logger}
 	if cfg.Token != "" {
 		c.auth = "Bearer " + cfg.Token
@@ -37,6 +40,7 @@ func newSchedulerClient(cfg Config) *schedulerClient {
 		c.hosts = append(c.hosts, &fasthttp.HostClient{
 			Addr:         u.host,
 			IsTLS:        u.isTLS,
+			TLSConfig:    tc.Clone(),
 			Name:         "axe-executor",
 			ReadTimeout:  cfg.RequestTimeout,
 			WriteTimeout: cfg.RequestTimeout,

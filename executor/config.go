@@ -84,6 +84,21 @@ type Config struct {
 	// scheduler makes to this executor (run, kill), so nobody else can make it run anything.
 	// Defaults to Token: one shared secret, as with the scheduler's single --token.
 	SchedulerToken string
+	// TLSCert and TLSKey, both set, are the PEM files (certificate chain, private key) the
+	// executor serves its endpoints with over HTTPS. It then registers with protocol
+	// "https", and the scheduler dials it so, verifying the certificate against the
+	// address it registered (AdvertiseAddr): the certificate must name that host or IP.
+	// Defaults to empty: plain HTTP.
+	TLSCert, TLSKey string
+	// TLSClientCA, with TLSCert, is a PEM bundle of CAs: every connection must present a
+	// client certificate one of them signed (mTLS; the scheduler's --executor-cert), or the
+	// handshake fails before any request is read. The token is still required as well.
+	// Defaults to empty: no client certificate is asked for.
+	TLSClientCA string
+	// SchedulerCA is a PEM bundle of the CAs trusted for https:// Schedulers, for a
+	// scheduler whose --tls-cert a private CA signed. Defaults to empty: the system's trust
+	// store.
+	SchedulerCA string
 	// InsecureNoAuth lets Addr listen on a non-loopback address with no SchedulerToken (or
 	// Token). Refused otherwise: anyone reaching the port could run the handlers. Defaults
 	// to false.
@@ -217,6 +232,9 @@ func (c Config) validate() error {
 	if c.SchedulerToken == "" && !c.InsecureNoAuth && !loopbackHost(host) {
 		return bad("Addr", "%s listens beyond this machine without a token: anyone who can reach it could run "+
 			"the handlers; set SchedulerToken (or Token), listen on 127.0.0.1, or set InsecureNoAuth", c.Addr)
+	}
+	if c.TLSClientCA != "" && c.TLSCert == "" {
+		return bad("TLSClientCA", "verifies client certificates of an HTTPS listener: set TLSCert and TLSKey too")
 	}
 	if c.AdvertiseAddr != "" {
 		if err := checkAdvertise(c.AdvertiseAddr); err != nil {

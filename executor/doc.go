@@ -1,5 +1,5 @@
 // Package executor is the Go SDK for axe executors: a process that registers with the axe
-// scheduler, receives runs over HTTP, executes them with Go handlers and reports each result
+// scheduler, receives runs over HTTP or HTTPS, executes them with Go handlers and reports each result
 // back. The wire protocol it speaks is written down in docs/protocol.md.
 //
 // The package owns the executor side of that protocol only: its HTTP server (/axe/run,
@@ -21,6 +21,11 @@
 //		// to make this executor run anything; Token is what it presents to the scheduler.
 //		Token:          os.Getenv("AXE_EXECUTOR_TOKEN"),
 //		SchedulerToken: os.Getenv("AXE_SCHEDULER_TOKEN"),
+//		// Optional: serve HTTPS, and accept only callers with a client certificate of the
+//		// CA (the scheduler's --executor-cert). The scheduler then dials https://.
+//		TLSCert:     "/etc/axe/billing-1.pem",
+//		TLSKey:      "/etc/axe/billing-1-key.pem",
+//		TLSClientCA: "/etc/axe/ca.pem",
 //	})
 //	exe.Handle("invoice", func(ctx context.Context, run executor.Run) (executor.Result, error) {
 //		// run.Ticket is the idempotency key of this run.

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +37,7 @@ const (
 type Executor struct {
 	ln    net.Listener // the HTTP listener, closed by Stop
 	cfg   Config
+	tls   tlsConfigs
 	log   *slog.Logger
 	clock Clock
 	// sched delivers results; ctl registers and beats. They keep separate connections so a
@@ -124,16 +126,21 @@ func New(cfg Config) (*Executor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	tc, err := loadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	finished, err := simplelru.NewLRU[string, *outcome](cfg.DedupSize, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the ticket cache: %w", err)
 	}
 	return &Executor{
 		cfg:      cfg,
+		tls:      tc,
 		log:      cfg.Logger.With("app", cfg.App),
 		clock:    cfg.Clock,
-		sched:    newSchedulerClient(cfg),
-		ctl:      newSchedulerClient(cfg),
+		sched:    newSchedulerClient(cfg, tc.scheduler),
+		ctl:      newSchedulerClient(cfg, tc.scheduler),
 		handlers: make(map[string]HandlerFunc),
 		running:  make(map[string]*activeRun),
 		tasks:    make(map[string]string),
@@ -247,6 +254,11 @@ func (e *Executor) Start(ctx context.Context) error {
 	}
 	e.serveDone = make(chan struct{})
 	e.ln = ln
+	if e.tls.server != nil {
+		// The handshake, and with TLSClientCA the check of the client certificate, happen
+		// on each connection's first read, before fasthttp reads a request.
+		ln = tls.NewListener(ln, e.tls.server)
+	}
 	go e.serve(ln)
 	e.state = stateStarted
 
@@ -267,7 +279,7 @@ func (e *Executor) Start(ctx context.Context) error {
 	e.hbDone = make(chan struct{})
 	go e.heartbeatLoop(hbCtx, registered)
 
-	e.log.Info("executor started", "address", advertise, "listen", ln.Addr().String(),
+	e.log.Info("executor started", "address", advertise, "protocol", e.tls.scheme(), "listen", ln.Addr().String(),
 		"handlers", e.handlerNames, "pool", e.cfg.PoolSize, "queue", e.cfg.QueueSize)
 	return nil
 }
@@ -577,7 +589,7 @@ func (e *Executor) endDelivery(o *outcome) bool {
 // again after a restart or a 404 heartbeat updates the same row.
 func (e *Executor) register() error {
 	body, err := json.Marshal(protocol.Register{
-		App: e.cfg.App, Address: e.advertise, Protocol: "http", Handlers: e.handlerNames,
+		App: e.cfg.App, Address: e.advertise, Protocol: e.tls.scheme(), Handlers: e.handlerNames,
 	})
 	if err != nil {
 		return fmt.Errorf("cannot encode the registration: %w", err)

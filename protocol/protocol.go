@@ -156,11 +156,19 @@ type Beat struct {
 
 // Register is the body of PathRegister. An executor is identified by (App, Address).
 type Register struct {
-	App      string   `json:"app"`
-	Address  string   `json:"address"`
+	App     string `json:"app"`
+	Address string `json:"address"`
+	// Protocol is the scheme the scheduler dials Address with: ProtocolHTTP (also when
+	// empty, as executors that predate TLS send it) or ProtocolHTTPS.
 	Protocol string   `json:"protocol"`
 	Handlers []string `json:"handlers"`
 }
+
+// Register.Protocol values: the scheme of the executor's endpoints.
+const (
+	ProtocolHTTP  = "http"
+	ProtocolHTTPS = "https"
+)
 
 // RegisterAnswer is the scheduler's answer to a registration (200).
 type RegisterAnswer struct {

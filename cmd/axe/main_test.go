@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/axe-sched/axe/internal/leaktest"
 )
 
 // axeBin is the real binary, built once by TestMain.
@@ -44,15 +46,15 @@ func TestMain(m *testing.M) {
 		_ = os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m,
-		// ants starts the goroutines of its package-level default pool when it is imported
-		// (through admin): they were running before any test.
-		goleak.IgnoreCurrent(),
+	// leaktest's ignores hold the goroutines that were running before any test (ants starts
+	// its default pool when admin imports it) and those fasthttp leaves sleeping after the
+	// in-process executors of the TLS tests stop.
+	goleak.VerifyTestMain(m, append(leaktest.Options(),
 		goleak.Cleanup(func(code int) {
 			_ = os.RemoveAll(dir)
 			os.Exit(code)
 		}),
-	)
+	)...)
 }
 
 // Generous bounds: the suite runs with -race on two cores, next to other packages' tests.
@@ -95,7 +97,7 @@ func (b *syncBuffer) String() string {
 // serveProc is one `axe serve` process.
 type serveProc struct {
 	cmd    *exec.Cmd
-	url    string // http://host:port from the "listening on" line
+	url    string // http(s)://host:port from the "listening on" line
 	banner string // that line
 	stdout syncBuffer
 	stderr syncBuffer
@@ -103,7 +105,7 @@ type serveProc struct {
 	err    error // from Wait, valid after exited is closed
 }
 
-var listenLine = regexp.MustCompile(`listening on (http://\S+)`)
+var listenLine = regexp.MustCompile(`listening on (https?://\S+)`)
 
 // startServe runs `axe serve args...` in dir and waits for its "listening on" line. The
 // process is stopped (SIGTERM, then SIGKILL) when the test ends if it still runs.

@@ -11,6 +11,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/ha"
@@ -40,6 +41,10 @@ func serveCmd() *ffcli.Command {
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
 	fs.StringVar(&cfg.Engine.ExecutorToken, "executor-token", "", "the token axe presents on run and kill calls to executors (their scheduler_token); defaults to --token (AXE_EXECUTOR_TOKEN)")
+	var executorTLS dispatch.ExecutorTLSFiles
+	fs.StringVar(&executorTLS.CA, "executor-ca", "", "PEM bundle of the CAs trusted for executors that serve HTTPS; default the system's trust store (AXE_EXECUTOR_CA)")
+	fs.StringVar(&executorTLS.Cert, "executor-cert", "", "PEM client certificate presented to executors that require one (mTLS); with --executor-key (AXE_EXECUTOR_CERT)")
+	fs.StringVar(&executorTLS.Key, "executor-key", "", "PEM private key of --executor-cert (AXE_EXECUTOR_KEY)")
 	fs.StringVar(&cfg.Security.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve the API over HTTPS; with --tls-key (AXE_TLS_CERT)")
 	fs.StringVar(&cfg.Security.TLSKey, "tls-key", "", "PEM private key of --tls-cert (AXE_TLS_KEY)")
 	fs.BoolVar(&cfg.Security.MetricsPublic, "metrics-public", false, "serve /metrics without a token (AXE_METRICS_PUBLIC)")
@@ -87,6 +92,9 @@ func serveCmd() *ffcli.Command {
 				}
 			}
 			if cfg.Engine.CronDialect, err = serverDialect(fs, *cronDialect); err != nil {
+				return err
+			}
+			if cfg.Engine.Dispatch.ExecutorTLS, err = executorTLS.Load(); err != nil {
 				return err
 			}
 			cfg.Logger = log

@@ -68,6 +68,10 @@ func New(cfg Config) (*Agent, error) {
 		Token:          cfg.Token,
 		SchedulerToken: cfg.SchedulerToken,
 		InsecureNoAuth: cfg.InsecureNoAuth,
+		TLSCert:        cfg.TLSCert,
+		TLSKey:         cfg.TLSKey,
+		TLSClientCA:    cfg.TLSClientCA,
+		SchedulerCA:    cfg.SchedulerCA,
 		OutputLimit:    cfg.OutputTailBytes,
 		Logger:         cfg.Logger,
 	})

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/axe-sched/axe/internal/tlsfiles"
 )
 
 // Defaults applied by Config.WithDefaults.
@@ -53,6 +55,19 @@ type Config struct {
 	// SchedulerToken ("scheduler_token") is the token the scheduler must present on run and
 	// kill requests to this agent. Defaults to Token.
 	SchedulerToken string `json:"scheduler_token"`
+	// TLSCert ("tls_cert") and TLSKey ("tls_key"), both set, are the PEM certificate (chain)
+	// and private key the agent serves HTTPS with; it then registers with protocol "https".
+	// The certificate must name the host or IP of the advertised address. Defaults to
+	// empty: plain HTTP.
+	TLSCert string `json:"tls_cert"`
+	TLSKey  string `json:"tls_key"`
+	// TLSClientCA ("tls_client_ca"), with tls_cert, is a PEM bundle of CAs: the scheduler
+	// must present a client certificate one of them signed (its --executor-cert), or the
+	// connection is refused. Defaults to empty: no client certificate asked for.
+	TLSClientCA string `json:"tls_client_ca"`
+	// SchedulerCA ("scheduler_ca") is a PEM bundle of the CAs trusted for https://
+	// schedulers. Defaults to empty: the system's trust store.
+	SchedulerCA string `json:"scheduler_ca"`
 	// InsecureNoAuth ("insecure_no_auth") allows a non-loopback listen without a token.
 	// Refused otherwise. Defaults to false.
 	InsecureNoAuth bool `json:"insecure_no_auth"`
@@ -154,6 +169,9 @@ func (c Config) validate() error {
 			return bad("advertise", "must be host:port with a fixed port, got %q", c.Advertise)
 		}
 	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
 	for i, s := range c.Schedulers {
 		u, err := url.Parse(s)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
@@ -163,6 +181,32 @@ func (c Config) validate() error {
 	for _, name := range slices.Sorted(maps.Keys(c.Handlers)) {
 		if err := c.Handlers[name].validate("handlers." + name); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// validateTLS reads the TLS files, so that a mistake is reported naming its key.
+func (c Config) validateTLS() error {
+	bad := func(field string, err error) error {
+		return fmt.Errorf("%w: %s: %w", ErrInvalidConfig, field, err)
+	}
+	if c.TLSCert != "" || c.TLSKey != "" {
+		if _, err := tlsfiles.KeyPair(c.TLSCert, c.TLSKey); err != nil {
+			return bad("tls_cert", err)
+		}
+	}
+	if c.TLSClientCA != "" {
+		if c.TLSCert == "" {
+			return bad("tls_client_ca", errors.New("verifies the scheduler's client certificate over HTTPS: set tls_cert and tls_key too"))
+		}
+		if _, err := tlsfiles.CAPool(c.TLSClientCA); err != nil {
+			return bad("tls_client_ca", err)
+		}
+	}
+	if c.SchedulerCA != "" {
+		if _, err := tlsfiles.CAPool(c.SchedulerCA); err != nil {
+			return bad("scheduler_ca", err)
 		}
 	}
 	return nil

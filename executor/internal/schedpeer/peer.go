@@ -8,6 +8,7 @@
 package schedpeer
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -47,6 +48,11 @@ type Config struct {
 	// Hold, when set, holds every result callback until it is closed; Arrived counts the
 	// calls waiting on it. It lets a test keep every result sender of an executor busy.
 	Hold <-chan struct{}
+	// TLS, when set, serves the peer over HTTPS with it (URL is then https://).
+	TLS *tls.Config
+	// ExecutorTLS, when set, makes the calls to executors (Dispatch, Kill, Beat, Post) over
+	// HTTPS with it as the client configuration.
+	ExecutorTLS *tls.Config
 }
 
 // Registration is one decoded register body.
@@ -125,7 +131,7 @@ func Start(cfg Config) (*Peer, error) {
 	p := &Peer{
 		cfg:       cfg,
 		ln:        ln,
-		client:    &fasthttp.Client{Name: "schedpeer", ReadTimeout: WaitTimeout, WriteTimeout: WaitTimeout},
+		client:    &fasthttp.Client{Name: "schedpeer", ReadTimeout: WaitTimeout, WriteTimeout: WaitTimeout, TLSConfig: cfg.ExecutorTLS},
 		done:      make(chan struct{}),
 		faults:    make(map[string][]int),
 		executors: make(map[executorKey]Registration),
@@ -136,15 +142,24 @@ func Start(cfg Config) (*Peer, error) {
 		ticketFault: make(map[string][]int),
 	}
 	p.srv = &fasthttp.Server{Handler: p.serve, Name: "schedpeer"}
+	serveLn := ln
+	if cfg.TLS != nil {
+		serveLn = tls.NewListener(ln, cfg.TLS)
+	}
 	go func() {
 		defer close(p.done)
-		_ = p.srv.Serve(ln)
+		_ = p.srv.Serve(serveLn)
 	}()
 	return p, nil
 }
 
 // URL is the base URL executors are configured with.
-func (p *Peer) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Peer) URL() string {
+	if p.cfg.TLS != nil {
+		return "https://" + p.ln.Addr().String()
+	}
+	return "http://" + p.ln.Addr().String()
+}
 
 // Addr is the listen address.
 func (p *Peer) Addr() string { return p.ln.Addr().String() }
@@ -382,7 +397,11 @@ func (p *Peer) do(address, method, path string, body []byte, token string, heade
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	req.SetRequestURI("http://" + address + path)
+	scheme := "http://"
+	if p.cfg.ExecutorTLS != nil {
+		scheme = "https://"
+	}
+	req.SetRequestURI(scheme + address + path)
 	req.Header.SetMethod(method)
 	req.Header.SetContentType("application/json")
 	if token != "" {
@@ -450,7 +469,7 @@ func (p *Peer) answerLocked(path, auth string, body []byte) (int, any) {
 		if err := json.Unmarshal(body, &r); err != nil {
 			return http.StatusBadRequest, errBody(err.Error())
 		}
-		if r.App == "" || r.Address == "" || r.Protocol != "http" || len(r.Handlers) == 0 {
+		if r.App == "" || r.Address == "" || (r.Protocol != "http" && r.Protocol != "https") || len(r.Handlers) == 0 {
 			return http.StatusBadRequest, errBody("app, address, protocol and handlers are required")
 		}
 		p.executors[executorKey{r.App, r.Address}] = r
