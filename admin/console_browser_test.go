@@ -478,7 +478,8 @@ func list100K(t *testing.T, kind string) {
 	filter("name prefix job-0421", "", "", "job-0421", "job-042100")
 	filter("group=g3 and prefix job-09", "g3", "", "job-09", "job-090003")
 	filter("state=WAITING", "", "WAITING", "", "job-000001")
-	// No task is paused: the state is not indexed, so this page reads every row.
+	// No task is paused: no index holds the state, so this page is read from the runtime
+	// table first (persist/tasklist.go).
 	filter("state=PAUSED (no match, a full scan)", "", "PAUSED", "", "")
 	filter("state=WAITING again", "", "WAITING", "", "job-000001")
 	run(t, ctx, "next page", chromedp.Click("#page-next", chromedp.ByQuery))

@@ -18,6 +18,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // This file runs `axe serve --ha` (R8): a node that is the primary or a backup of one
@@ -64,6 +65,8 @@ type haNode struct {
 	term      atomic.Pointer[haTerm]
 	promoting atomic.Bool
 	stopping  atomic.Bool
+
+	fwd *fasthttp.Client // forwards the console's writes to the primary (haforward.go)
 
 	roleMu sync.Mutex // serialises promotions, demotions and shutdown
 	ended  bool       // under roleMu: shutdown began, no more promotions
@@ -118,7 +121,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
 	}
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
-	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{})}
+	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{}), fwd: newForwardClient()}
 	// The listener is bound first: the advertise URL defaults to it, and clients can read
 	// /readyz while the node claims its id.
 	reader, err := n.newTerm(nil, false, 0)
@@ -310,16 +313,36 @@ func expiredContext() context.Context {
 	return ctx
 }
 
-// handle is the HA node's root handler: /readyz, and the backup's 503 for writes and the
-// executor protocol, then the current term's API.
+// handle is the HA node's root handler: /readyz, and on a backup the executor registry
+// from the database, the console's writes forwarded to the primary (haforward.go) and the
+// 503 naming the primary for every other write and the executor protocol; then the current
+// term's API.
 func (n *haNode) handle(front *Server) fasthttp.RequestHandler {
+	base := front.cfg.BasePath
+	// api is the path under /api/ with the base path taken off, or "" outside the API. The
+	// executor protocol is at the root whatever the base path.
+	api := func(c *fasthttp.RequestCtx) string {
+		p := string(c.Path())
+		if base != "" && strings.HasPrefix(p, base+"/api/") {
+			return p[len(base):]
+		}
+		if strings.HasPrefix(p, "/api/") {
+			return p
+		}
+		return ""
+	}
 	backupOnly := front.authed(func(c *fasthttp.RequestCtx) {
-		if c.IsGet() && string(c.Path()) == "/api/v1/executors" {
+		p := api(c)
+		if c.IsGet() && p == "/api/v1/executors" {
 			n.backupExecutors(c)
 			return
 		}
-		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{
-			"error": ErrBackup.Error(), "primary": n.elp.Load().Status().Leader})
+		primary := n.elp.Load().Status().Leader
+		if wantsForward(c) && !isExecutorProtocol(string(c.Path())) {
+			n.forward(c, primary)
+			return
+		}
+		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": primary})
 	})
 	return func(c *fasthttp.RequestCtx) {
 		if string(c.Path()) == "/readyz" {
@@ -328,18 +351,24 @@ func (n *haNode) handle(front *Server) fasthttp.RequestHandler {
 		}
 		t := n.term.Load()
 		el := n.elp.Load()
-		if !t.primary && el != nil && strings.HasPrefix(string(c.Path()), "/api/") &&
-			(!c.IsGet() && !c.IsHead() || string(c.Path()) == "/api/v1/executors") {
+		p := api(c)
+		if !t.primary && el != nil && p != "" && (!c.IsGet() && !c.IsHead() || p == "/api/v1/executors") {
 			backupOnly(c)
 			return
 		}
-		if !t.primary && el == nil && strings.HasPrefix(string(c.Path()), "/api/") && !c.IsGet() {
+		if !t.primary && el == nil && p != "" && !c.IsGet() {
 			// Still claiming the node id: not a backup of anything yet.
 			writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": ""})
 			return
 		}
 		t.handler(c)
 	}
+}
+
+// isExecutorProtocol reports the executor protocol's paths (at the root, never under the
+// base path): executors talk to the primary themselves and are never forwarded.
+func isExecutorProtocol(path string) bool {
+	return strings.HasPrefix(path, "/api/v1/executors/") || path == protocol.PathCallback || path == protocol.PathCallbackBatch
 }
 
 // backupExecutors lists the executor registry from the database: a backup has none in

@@ -361,7 +361,11 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		where = append(where, "d.name LIKE ? ESCAPE '!'")
 		args = append(args, esc+"%")
 	}
-	q := taskSelect + taskJoin
+	from, err := s.listFrom(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	q := taskSelect + from
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}

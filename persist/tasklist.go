@@ -94,3 +94,43 @@ func (s *sqlStore) GroupCounts(ctx context.Context) ([]GroupCount, error) {
 	}
 	return out, nil
 }
+
+// stateDriveShare is the share of the sampled tasks at or under which a state-filtered page
+// is read from the runtime table first (see listFrom); stateSample is how many runtime rows
+// at each end of the table the sample reads.
+const (
+	stateDriveShare = 10
+	stateSample     = 1000
+)
+
+// listFrom is ListTasks' FROM clause. Without a state filter it is the plain join, which the
+// optimizer walks in the order's index, reading no more rows than the page holds.
+//
+// The state is in no index (an index on it would be written by every fire), so with a state
+// filter that walk reads rows until the page is full: a state held by few tasks, or by
+// none, costs a walk over every task, two clustered-index lookups each (at 100K tasks on
+// MariaDB, 0.2 to 0.5 s for a state nobody is in). The other way round, scanning the narrow
+// runtime table in key order and reading the definitions of the matching rows only, costs
+// one sequential scan plus a lookup and a sort per match: cheap for a rare state, dear for
+// a common one, whose walk fills a page after a few rows. So a state-filtered page first
+// reads the state of the oldest and the newest stateSample runtime rows (by primary key, a
+// few milliseconds) and reads from the runtime side when at most a tenth of them match.
+// The sample only picks the plan: both plans return the same rows.
+func (s *sqlStore) listFrom(ctx context.Context, f TaskFilter) (string, error) {
+	if f.State == "" || f.Limit <= 0 {
+		return taskJoin, nil
+	}
+	var total, match int64
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN state = ? THEN 1 ELSE 0 END), 0) FROM (
+		SELECT state FROM (SELECT state FROM task_runtime ORDER BY task_id LIMIT `+strconv.Itoa(stateSample)+`) oldest
+		UNION ALL
+		SELECT state FROM (SELECT state FROM task_runtime ORDER BY task_id DESC LIMIT `+strconv.Itoa(stateSample)+`) newest) sample`,
+		string(f.State)).Scan(&total, &match)
+	if err != nil {
+		return "", fmt.Errorf("cannot sample the tasks in state %s: %w", f.State, err)
+	}
+	if match*stateDriveShare <= total {
+		return " FROM " + s.d.stateFrom, nil
+	}
+	return taskJoin, nil
+}

@@ -16,7 +16,7 @@ export class APIError extends Error {
 export function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
 export function setToken(t) { if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY); }
 
-// listeners for 401 (ask for a token) and a backup's 503 (writes go to the primary).
+// listeners for 401 (ask for a token) and a backup that cannot reach the primary.
 const hooks = {unauthorized: () => {}, backup: () => {}};
 export function on(name, fn) { hooks[name] = fn; }
 
@@ -28,6 +28,9 @@ export async function call(method, path, body, query) {
   }
   const headers = {'Accept': 'application/json', 'X-Axe-Actor': 'console'};
   if (token()) headers['Authorization'] = 'Bearer ' + token();
+  // A backup passes writes marked so on to the primary, with this token and actor, and
+  // answers with the primary's answer (docs/operations.md); a primary ignores the mark.
+  if (method !== 'GET' && method !== 'HEAD') headers['X-Axe-Forward'] = 'primary';
   const init = {method, headers};
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
@@ -39,7 +42,9 @@ export async function call(method, path, body, query) {
   if (!res.ok) {
     const err = new APIError(res.status, data);
     if (res.status === 401) hooks.unauthorized(err);
-    if (res.status === 503 && data && data.primary) hooks.backup(data.primary);
+    // A backup that could not pass a write on: no primary holds the lease (503), or the
+    // primary it names does not answer (502).
+    if ((res.status === 503 || res.status === 502) && data && 'primary' in data) hooks.backup(data);
     throw err;
   }
   return data;
@@ -73,19 +78,11 @@ export function roleText(r) {
   return 'role unknown';
 }
 
-// bulk applies action ("pause", "resume", "run", "delete") to the named tasks. The server
-// has no bulk endpoint yet, so this loops over the per-task endpoints; when
-// POST /api/v1/tasks/bulk/{action} exists, only this function changes.
-export async function bulk(action, names, body) {
-  const results = [];
-  for (const name of names) {
-    try {
-      if (action === 'delete') await call('DELETE', `tasks/${enc(name)}`);
-      else await post(`tasks/${enc(name)}/${action}`, body);
-      results.push({name, ok: true});
-    } catch (e) {
-      results.push({name, ok: false, error: e.message});
-    }
-  }
-  return results;
+// bulk applies action ("pause", "resume", "run", "delete") to the tasks the selector picks,
+// in one POST tasks/bulk/{action}: a selection is {"names": [...]}, "all matching the
+// filter" is the filter's {"group", "name_prefix", "state"}. With dryRun the server counts
+// and changes nothing. Resolves to how many tasks were (or would be) affected.
+export async function bulk(action, selector, dryRun) {
+  const data = await call('POST', `tasks/bulk/${enc(action)}`, selector, dryRun ? {dry_run: 'true'} : undefined);
+  return data.affected;
 }

@@ -113,16 +113,31 @@ async function nodeBadge() {
   const el = document.getElementById('node');
   replace(el, api.roleText(r));
   el.dataset.role = r.role || (r.ok ? 'single' : r.httpStatus === 503 ? 'down' : 'unknown');
+  backupBanner(r.role === 'backup' ? r.primary : null);
+}
+
+// backupBanner says, on a backup, where its writes go: the backup passes the console's
+// writes on to the primary (primary is its advertise URL, "" when no node holds the lease).
+// null clears it.
+function backupBanner(primary) {
+  const b = document.getElementById('banner');
+  if (primary === null) {
+    if (b.dataset.kind === 'backup') { b.hidden = true; b.dataset.kind = ''; }
+    return;
+  }
+  b.hidden = false;
+  b.dataset.kind = 'backup';
+  if (primary) {
+    replace(b, 'This node is a backup: it reads from the shared database, and passes writes on to the primary at ',
+      h('a', {href: primary, id: 'banner-primary'}, primary), '.');
+  } else {
+    replace(b, 'This node is a backup and no node holds the lease: writes fail until one takes over.');
+  }
 }
 
 function start() {
   api.on('unauthorized', () => askToken(api.token() ? 'The token was refused.' : ''));
-  api.on('backup', primary => {
-    const b = document.getElementById('banner');
-    b.hidden = false;
-    b.dataset.kind = 'backup';
-    replace(b, 'This node is a backup: writes go to the primary at ', h('a', {href: primary}, primary), '.');
-  });
+  api.on('backup', data => backupBanner(data.primary || ''));
   document.getElementById('login-form').addEventListener('submit', async ev => {
     ev.preventDefault();
     api.setToken(document.getElementById('login-token').value.trim());

@@ -46,6 +46,7 @@ export async function render(main, args, session) {
     cursors = [''];
     page = 0;
     selected.clear();
+    allMatching = false;
     load();
   }
 
@@ -55,23 +56,63 @@ export async function render(main, args, session) {
       title: 'Sort by ' + label, onclick: () => { f.sort = key; apply(); }}, label + (active ? ' ▲' : ' △'));
   }
 
-  function renderBulk() {
-    const names = [...selected];
-    replace(bulkBar, h('span', {}, `${names.length} selected`),
-      ['pause', 'resume', 'run'].map(a => h('button', {type: 'button', id: 'bulk-' + a, disabled: names.length === 0,
-        onclick: () => doBulk(a, names)}, a === 'run' ? 'Run now' : a[0].toUpperCase() + a.slice(1))),
-      h('button', {type: 'button', id: 'bulk-delete', class: 'danger', disabled: names.length === 0,
-        onclick: () => doBulk('delete', names)}, 'Delete'));
+  // The bulk bar acts on the ticked rows ({"names": [...]}) or, after "Select all
+  // matching", on every task the applied filter matches, however many pages it spans.
+  let allMatching = false;
+
+  function filterSelector() {
+    const sel = {};
+    for (const k of ['group', 'name_prefix', 'state']) if (f[k]) sel[k] = f[k];
+    return sel;
   }
 
-  async function doBulk(action, names) {
-    if (action === 'delete' && !await confirmAction(`Delete ${names.length} task(s)? Their runs and records are removed.`, 'Delete')) return;
-    if (action === 'pause' && !await confirmAction(`Pause ${names.length} task(s)?`, 'Pause')) return;
-    const res = await api.bulk(action, names, action === 'pause' ? {note: 'bulk pause from the console'} : undefined);
-    const bad = res.filter(r => !r.ok);
-    toast(`${action}: ${res.length - bad.length} done` + (bad.length ? `, ${bad.length} failed (${bad[0].name}: ${bad[0].error})` : ''),
-      bad.length ? 'error' : '');
+  function describe(sel) {
+    return Object.entries(sel).map(([k, v]) => `${k.replace('_', ' ')} ${k === 'name_prefix' ? 'starts with ' : '= '}${v}`).join(', ');
+  }
+
+  function renderBulk() {
+    const names = [...selected];
+    const hasFilter = Object.keys(filterSelector()).length > 0;
+    if (!hasFilter) allMatching = false;
+    const any = allMatching || names.length > 0;
+    const label = allMatching ? `All tasks matching ${describe(filterSelector())}` : `${names.length} selected`;
+    replace(bulkBar, h('span', {id: 'bulk-what'}, label),
+      ['pause', 'resume', 'run'].map(a => h('button', {type: 'button', id: 'bulk-' + a, disabled: !any,
+        onclick: () => doBulk(a)}, a === 'run' ? 'Run now' : a[0].toUpperCase() + a.slice(1))),
+      h('button', {type: 'button', id: 'bulk-delete', class: 'danger', disabled: !any,
+        onclick: () => doBulk('delete')}, 'Delete'),
+      allMatching
+        ? h('button', {type: 'button', id: 'bulk-all', class: 'link', onclick: () => { allMatching = false; renderBulk(); }}, 'Back to the ticked rows')
+        : h('button', {type: 'button', id: 'bulk-all', class: 'link', disabled: !hasFilter,
+          title: hasFilter ? 'Act on every task the filter matches, on every page' : 'Apply a filter first',
+          onclick: () => { allMatching = true; renderBulk(); }}, 'Select all matching the filter'));
+  }
+
+  const verbs = {pause: 'Pause', resume: 'Resume', run: 'Run now', delete: 'Delete'};
+
+  async function doBulk(action) {
+    const sel = allMatching ? filterSelector() : {names: [...selected]};
+    if (action === 'pause') sel.note = 'bulk pause from the console';
+    let count;
+    try {
+      // The confirmation shows what the server would touch now, not what this page shows.
+      count = allMatching ? await api.bulk(action, sel, true) : sel.names.length;
+    } catch (e) {
+      toast(`${action}: ${e.message}`, 'error');
+      return;
+    }
+    const what = allMatching ? `all ${count} task(s) matching ${describe(filterSelector())}` : `${count} task(s)`;
+    const warn = action === 'delete' ? ' Their runs and records are removed.' : '';
+    if ((allMatching || action === 'delete' || action === 'pause') &&
+      !await confirmAction(`${verbs[action]} ${what}?${warn}`, verbs[action])) return;
+    try {
+      const n = await api.bulk(action, sel, false);
+      toast(`${action}: ${n} task(s) done`);
+    } catch (e) {
+      toast(`${action}: ${e.message}`, 'error');
+    }
     selected.clear();
+    allMatching = false;
     await load();
   }
 

@@ -1,0 +1,240 @@
+package admin_test
+
+import (
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// Tests of the backup forwarding the console's writes to the primary, with two real HA
+// nodes on one MariaDB database, a token and a base path, over loopback HTTP.
+
+const fwdToken = "fwd-s3cret"
+
+// haConsoleNode is an HA node with the token and the console's base path.
+func haConsoleNode(t *testing.T, dsn, id string, mod func(*admin.DaemonConfig)) *daemon {
+	t.Helper()
+	return startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+		c.HA = true
+		c.NodeID = id
+		c.LeaseTTL = 3 * time.Second
+		c.LeaseRenew = time.Second
+		c.Token = fwdToken
+		c.BasePath = consoleBase
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// fwdAnswer is one answer of raw: status, the X-Axe-Primary header and the body.
+type fwdAnswer struct {
+	code    int
+	primary string
+	body    []byte
+}
+
+// raw sends one request to d at path (base path included) with the headers given.
+func (d *daemon) raw(t *testing.T, method, path string, body any, hdr ...string) fwdAnswer {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, d.base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := d.http.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fwdAnswer{resp.StatusCode, resp.Header.Get(admin.ForwardedHeader), data}
+}
+
+// errBody decodes an {"error", "primary"} answer.
+func errBody(t *testing.T, a fwdAnswer) (msg, primary string) {
+	t.Helper()
+	var e struct {
+		Error   string  `json:"error"`
+		Primary *string `json:"primary"`
+	}
+	if err := json.Unmarshal(a.body, &e); err != nil || e.Error == "" || e.Primary == nil {
+		t.Fatalf("answer %d %s: want {\"error\", \"primary\"} (%v)", a.code, a.body, err)
+	}
+	return e.Error, *e.Primary
+}
+
+// TestHABackupForwardsConsoleWrites: a write marked X-Axe-Forward: primary on the backup is
+// done by the primary with the caller's token and actor; unmarked writes and the executor
+// protocol keep the backup's 503; a refused token is refused by the backup itself.
+func TestHABackupForwardsConsoleWrites(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	a := haConsoleNode(t, dsn, "a", nil)
+	a.waitRole(t, "primary", waitTimeout)
+	b := haConsoleNode(t, dsn, "b", nil)
+	b.waitRole(t, "backup", waitTimeout)
+	testwait.For(t, waitTimeout, "the backup to name the primary", func() bool {
+		_, r := b.readyz(t, "")
+		return r.Primary == a.base
+	})
+	api := consoleBase + "/api/v1"
+	auth := []string{"Authorization", "Bearer " + fwdToken}
+	console := append([]string{admin.ForwardHeader, "primary", "X-Axe-Actor", "alice"}, auth...)
+	task := spec("fwd-task", "http://127.0.0.1:1/x", "trigger", "delay", "delay_ms", 3_600_000)
+
+	// Create and pause through the backup.
+	ans := b.raw(t, http.MethodPost, api+"/tasks", task, console...)
+	if ans.code != http.StatusCreated || ans.primary != a.base {
+		t.Fatalf("create through the backup = %d (%s: %q) %s, want 201 from %s", ans.code, admin.ForwardedHeader, ans.primary, ans.body, a.base)
+	}
+	ans = b.raw(t, http.MethodPost, api+"/tasks/fwd-task/pause", map[string]string{"note": "paused from the backup"}, console...)
+	if ans.code != http.StatusOK || ans.primary != a.base {
+		t.Fatalf("pause through the backup = %d %s", ans.code, ans.body)
+	}
+	var v struct {
+		Runtime struct {
+			State   string `json:"state"`
+			Note    string `json:"note"`
+			Version int64  `json:"version"`
+		} `json:"runtime"`
+	}
+	getTask := func(d *daemon) {
+		t.Helper()
+		g := d.raw(t, http.MethodGet, api+"/tasks/fwd-task", nil, auth...)
+		if g.code != http.StatusOK || json.Unmarshal(g.body, &v) != nil {
+			t.Fatalf("GET fwd-task on %s = %d %s", d.base, g.code, g.body)
+		}
+	}
+	getTask(a)
+	if v.Runtime.State != "PAUSED" || v.Runtime.Note != "paused from the backup" {
+		t.Fatalf("the primary holds fwd-task as %+v, want paused with the note", v.Runtime)
+	}
+	version := v.Runtime.Version
+
+	// A bad body is the primary's 400, passed on as it is.
+	bad := spec("fwd-bad", "http://127.0.0.1:1/x", "trigger", "cron", "cron", "not a cron")
+	ans = b.raw(t, http.MethodPost, api+"/tasks", bad, console...)
+	var e400 struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(ans.body, &e400) != nil || ans.code != http.StatusBadRequest || !strings.Contains(e400.Error, "cron") || ans.primary != a.base {
+		t.Fatalf("a bad create through the backup = %d %s, want the primary's 400 naming cron", ans.code, ans.body)
+	}
+
+	// Without the header: R8.6's 503 naming the primary, and nothing done.
+	ans = b.raw(t, http.MethodPost, api+"/tasks/fwd-task/resume", nil, auth...)
+	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || msg != admin.ErrBackup.Error() || primary != a.base {
+		t.Fatalf("an unmarked write on the backup = %d %s, want 503 naming %s", ans.code, ans.body, a.base)
+	}
+	// A wrong token: the backup's own 401, and nothing forwarded.
+	ans = b.raw(t, http.MethodPost, api+"/tasks/fwd-task/resume", nil, admin.ForwardHeader, "primary", "Authorization", "Bearer wrong")
+	if ans.code != http.StatusUnauthorized || ans.primary != "" {
+		t.Fatalf("a write with a wrong token on the backup = %d (%q) %s, want the backup's 401", ans.code, ans.primary, ans.body)
+	}
+	// The executor protocol is never forwarded.
+	ans = b.raw(t, http.MethodPost, "/api/v1/executors/heartbeat", map[string]any{"app": "x", "address": "127.0.0.1:1"}, console...)
+	if _, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || primary != a.base || ans.primary != "" {
+		t.Fatalf("a heartbeat on the backup = %d %s, want 503", ans.code, ans.body)
+	}
+	getTask(a)
+	if v.Runtime.State != "PAUSED" || v.Runtime.Version != version {
+		t.Fatalf("after the refused writes fwd-task is %+v, want it unchanged (version %d)", v.Runtime, version)
+	}
+
+	// The same actor as a call made on the primary itself.
+	ans = a.raw(t, http.MethodPost, api+"/tasks/fwd-task/resume", nil, "X-Axe-Actor", "alice", auth[0], auth[1])
+	if ans.code != http.StatusOK || ans.primary != "" {
+		t.Fatalf("resume on the primary = %d %s", ans.code, ans.body)
+	}
+	acts := b.raw(t, http.MethodGet, api+"/tasks/fwd-task/actions", nil, auth...)
+	var list struct {
+		Actions []persist.Action `json:"actions"`
+	}
+	if acts.code != http.StatusOK || json.Unmarshal(acts.body, &list) != nil {
+		t.Fatalf("actions = %d %s", acts.code, acts.body)
+	}
+	actors := map[string]string{}
+	for _, x := range list.Actions {
+		actors[x.Action] = x.Actor
+	}
+	want := "api:" + admin.DefaultTokenName + "/alice"
+	if actors["create"] != want || actors["pause"] != want || actors["resume"] != want {
+		t.Fatalf("actors %v, want %q for create and pause through the backup as for resume on the primary", actors, want)
+	}
+}
+
+// TestHABackupForwardWithoutPrimary: with the lease held by a node that left no address, a
+// forwarded write is a 503 saying no primary is known; with an address nothing answers at,
+// a 502 naming it. Nothing is written either way.
+func TestHABackupForwardWithoutPrimary(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	// A first start creates the schema and the lease row; the graceful stop releases it.
+	x := haConsoleNode(t, dsn, "x", nil)
+	x.waitRole(t, "primary", waitTimeout)
+	if err := x.stop(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE lease SET holder = 'ghost', epoch = epoch + 1, expiry = NOW(6) + INTERVAL 1 HOUR`); err != nil {
+		t.Fatal(err)
+	}
+	y := haConsoleNode(t, dsn, "y", nil)
+	y.waitRole(t, "backup", waitTimeout)
+	api := consoleBase + "/api/v1"
+	console := []string{admin.ForwardHeader, "primary", "Authorization", "Bearer " + fwdToken}
+	task := spec("fwd-none", "http://127.0.0.1:1/x", "trigger", "manual")
+
+	ans := y.raw(t, http.MethodPost, api+"/tasks", task, console...)
+	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || primary != "" || !strings.Contains(msg, "no primary") {
+		t.Fatalf("a forwarded write with no primary = %d %s, want 503 saying no primary is known", ans.code, ans.body)
+	}
+
+	// A new holder whose row names an address nothing listens at (a backup reads the
+	// holder's address when the holder changes).
+	const dead = "http://127.0.0.1:1"
+	if _, err := db.Exec(`INSERT INTO nodes (id, advertise, role, instance, started_at, last_seen)
+		VALUES ('ghost2', ?, 'primary', 'i', NOW(6), NOW(6))`, dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE lease SET holder = 'ghost2', epoch = epoch + 1, expiry = NOW(6) + INTERVAL 1 HOUR`); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, waitTimeout, "the backup to name the ghost primary", func() bool {
+		_, r := y.readyz(t, "")
+		return r.Primary == dead
+	})
+	ans = y.raw(t, http.MethodPost, api+"/tasks", task, console...)
+	if msg, primary := errBody(t, ans); ans.code != http.StatusBadGateway || primary != dead || !strings.Contains(msg, "cannot reach the primary at "+dead) {
+		t.Fatalf("a forwarded write to a dead primary = %d %s, want 502 naming %s", ans.code, ans.body, dead)
+	}
+	if n := y.raw(t, http.MethodGet, api+"/tasks/fwd-none", nil, console[2:]...); n.code != http.StatusNotFound {
+		t.Fatalf("GET fwd-none = %d %s, want 404: nothing was written", n.code, n.body)
+	}
+}
