@@ -532,7 +532,7 @@ func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended 
 	}
 	if herr != nil {
 		cb.Status = protocol.StatusFailed
-		cb.Error = herr.Error()
+		cb.Error = protocol.ClipError(herr.Error())
 		if cb.Error == "" {
 			cb.Error = "handler failed"
 		}
