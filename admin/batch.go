@@ -152,7 +152,10 @@ func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemErr
 		if _, err := dec.Token(); err != nil {
 			return nil, nil, bodyErr(err, "the JSON array is not closed")
 		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		switch _, err := dec.Token(); {
+		case err == nil: // a value after the array ("[…] 0") is a token, not an error
+			return nil, nil, fmt.Errorf("%w: trailing data after the JSON array", ErrBadRequest)
+		case !errors.Is(err, io.EOF):
 			return nil, nil, bodyErr(err, "trailing data after the JSON array")
 		}
 	}

@@ -173,6 +173,7 @@ func hostileCases(hookURL string) []hostileCase {
 		{"result batch: trailing data", post, "/api/v1/callback/batch", `{"results":[{"ticket":"999-1-0","status":"success"}]} []`, nil, 400, "trailing"},
 		{"result batch: empty", post, "/api/v1/callback/batch", `{"results":[]}`, nil, 400, "results"},
 		{"result batch: too many", post, "/api/v1/callback/batch", `{"results":[` + strings.Repeat(`{"ticket":"999-1-0","status":"success"},`, 1000) + `{"ticket":"999-1-0","status":"success"}]}`, nil, 400, "results"},
+		{"batch: a value after the array", post, "/api/v1/tasks/batch", `[{"name":"evil","trigger":"manual"}]0`, nil, 400, "trailing"},
 		// Body limits per endpoint (the body is the size announced; only its start is sent).
 		{"register: body over its limit", post, "/api/v1/executors/register", protocol.MaxRegisterBodyBytes + 1, nil, 413, "512 KiB"},
 		{"heartbeat: body over its limit", post, "/api/v1/executors/heartbeat", protocol.MaxHeartbeatBodyBytes + 1, nil, 413, "4 KiB"},
