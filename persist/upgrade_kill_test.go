@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -251,4 +254,118 @@ func fixtureDSN(t *testing.T, scheme string) string {
 	dsn := persisttest.MySQLDSN(t)
 	loadMySQLDump(t, dsn, fixturePath("v2", "mysql.sql"))
 	return dsn
+}
+
+// TestUpgradedFixturesServe starts a real axe on each fixture, which upgrades it, and checks
+// that the daemon comes up ready and serves every task of the fixture with its definition.
+func TestUpgradedFixturesServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs axe")
+	}
+	bin := buildAxe(t)
+	for _, fx := range upgradeFixtures {
+		want := readWant(t, fx.name)
+		for _, scheme := range []string{persist.SchemeSQLite, persist.SchemeMySQL} {
+			t.Run(fx.name+"/"+scheme, func(t *testing.T) {
+				var dsn string
+				if scheme == persist.SchemeSQLite {
+					path := filepath.Join(t.TempDir(), "axe.db")
+					copyFile(t, fixturePath(fx.name, "sqlite"), path)
+					dsn = "sqlite:" + path
+				} else {
+					dsn = persisttest.MySQLDSN(t)
+					loadMySQLDump(t, dsn, fixturePath(fx.name, "mysql.sql"))
+				}
+				base := startAxe(t, bin, dsn)
+				testwait.For(t, time.Minute, "axe to be ready", func() bool {
+					resp, err := http.Get(base + "/readyz")
+					if err != nil {
+						return false
+					}
+					resp.Body.Close()
+					return resp.StatusCode == http.StatusOK
+				})
+				resp, err := http.Get(base + "/api/v1/tasks?limit=1000")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var page struct {
+					Tasks []struct {
+						Name    string `json:"name"`
+						Trigger string `json:"trigger"`
+						Cron    string `json:"cron"`
+					} `json:"tasks"`
+				}
+				if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || resp.StatusCode != http.StatusOK {
+					t.Fatalf("GET /api/v1/tasks: %d, %v", resp.StatusCode, err)
+				}
+				got := map[string]string{}
+				for _, tk := range page.Tasks {
+					got[tk.Name] = tk.Trigger + " " + tk.Cron
+				}
+				if len(got) != len(want.Tasks) {
+					t.Errorf("axe serves %d tasks, the fixture holds %d: %v", len(got), len(want.Tasks), got)
+				}
+				for _, tk := range want.Tasks {
+					if g := got[tk.Def.Name]; g != tk.Def.Trigger+" "+tk.Def.Cron {
+						t.Errorf("task %s served as %q, want %q", tk.Def.Name, g, tk.Def.Trigger+" "+tk.Def.Cron)
+					}
+				}
+			})
+		}
+	}
+}
+
+// startAxe runs `axe serve` on dsn until the test ends (then SIGTERM) and returns its base URL.
+func startAxe(t *testing.T, bin, dsn string) string {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "AXE_DB="+dsn)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("axe did not stop cleanly: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(time.Minute):
+			_ = cmd.Process.Kill()
+			t.Errorf("axe did not stop within a minute of SIGTERM")
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if _, rest, ok := strings.Cut(sc.Text(), " listening on "); ok {
+				u, _, _ := strings.Cut(rest, " ")
+				addr <- u
+				break
+			}
+		}
+		close(addr)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case u, ok := <-addr:
+		if !ok {
+			t.Fatalf("axe ended before listening:\n%s", stderr.String())
+		}
+		return u
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("axe did not listen within 2 minutes:\n%s", stderr.String())
+	}
+	return ""
 }
