@@ -146,3 +146,32 @@ func FuzzDecodeMessages(f *testing.F) {
 		}
 	})
 }
+
+// TestLargestResultFitsItsBody: a result with the largest output and error, of the bytes JSON
+// escapes the longest (six bytes each), fits MaxResultBodyBytes, and decodes to a result that
+// passes its check.
+func TestLargestResultFitsItsBody(t *testing.T) {
+	code := 3
+	r := Result{Ticket: strings.Repeat("t", MaxNameBytes), Task: strings.Repeat("k", MaxNameBytes),
+		App: strings.Repeat("a", MaxNameBytes), Address: strings.Repeat("h", MaxAddressBytes),
+		Status: StatusFailed, Output: strings.Repeat("\x00", MaxOutputBytes), Error: strings.Repeat("<", MaxErrorBytes),
+		ExitCode: &code, StartedAt: 1 << 62, EndedAt: 1 << 62, DurationMS: 1 << 62}
+	body, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > MaxResultBodyBytes {
+		t.Fatalf("the largest result is %d bytes of JSON, over MaxResultBodyBytes (%d)", len(body), MaxResultBodyBytes)
+	}
+	var back Result
+	if err := Decode(body, &back); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Check(); err != nil {
+		t.Fatalf("the largest result fails its check: %v", err)
+	}
+	batch, _ := json.Marshal(ResultBatch{Results: []Result{r}})
+	if len(batch) > MaxResultBodyBytes {
+		t.Fatalf("a batch of the largest result is %d bytes, over MaxResultBodyBytes", len(batch))
+	}
+}
