@@ -16,8 +16,8 @@ import (
 	"github.com/axe-sched/axe/engine"
 )
 
-// Limits of POST /api/v1/tasks/batch (docs/bulk.md). Every other endpoint keeps
-// MaxRequestBodyDefault.
+// Limits of POST /api/v1/tasks/batch (docs/bulk.md). Every other endpoint has its own
+// body limit (bodylimit.go).
 const (
 	// BatchMaxBodyBytes is the largest batch body taken: 64 MiB.
 	BatchMaxBodyBytes = 64 << 20
@@ -75,40 +75,6 @@ func (s *Server) prune(c *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(c, fasthttp.StatusOK, res)
-}
-
-// limitBodies keeps every endpoint but the batch one to MaxRequestBodyDefault. The server
-// streams request bodies (fasthttp's StreamRequestBody) so that the batch endpoint can
-// decode a large body as it arrives; every other endpoint is refused a body over the limit
-// before it is read, and gets the rest as one buffer as before.
-func limitBodies(next fasthttp.RequestHandler) fasthttp.RequestHandler {
-	return func(c *fasthttp.RequestCtx) {
-		if string(c.Path()) == batchPath {
-			next(c)
-			return
-		}
-		switch cl := c.Request.Header.ContentLength(); {
-		case cl > MaxRequestBodyDefault:
-			c.SetConnectionClose()
-			writeErr(c, fasthttp.StatusRequestEntityTooLarge,
-				fmt.Sprintf("request body of %d bytes is over the limit of %d bytes (1 MiB)", cl, MaxRequestBodyDefault))
-			return
-		case cl == -1: // chunked: read at most one byte past the limit
-			body, err := io.ReadAll(io.LimitReader(c.RequestBodyStream(), MaxRequestBodyDefault+1))
-			if err != nil {
-				writeErr(c, fasthttp.StatusBadRequest, "cannot read request body: "+err.Error())
-				return
-			}
-			if len(body) > MaxRequestBodyDefault {
-				c.SetConnectionClose()
-				writeErr(c, fasthttp.StatusRequestEntityTooLarge,
-					fmt.Sprintf("request body is over the limit of %d bytes (1 MiB)", MaxRequestBodyDefault))
-				return
-			}
-			c.Request.SetBody(body)
-		}
-		next(c)
-	}
 }
 
 // limitReader fails with errTooLarge once more than n bytes were read.
@@ -186,7 +152,10 @@ func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemErr
 		if _, err := dec.Token(); err != nil {
 			return nil, nil, bodyErr(err, "the JSON array is not closed")
 		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		switch _, err := dec.Token(); {
+		case err == nil: // a value after the array ("[…] 0") is a token, not an error
+			return nil, nil, fmt.Errorf("%w: trailing data after the JSON array", ErrBadRequest)
+		case !errors.Is(err, io.EOF):
 			return nil, nil, bodyErr(err, "trailing data after the JSON array")
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // hostileCase is one malformed request: what it must be answered with, and a word the error
@@ -149,6 +150,42 @@ func hostileCases(hookURL string) []hostileCase {
 		{"result: bad status", post, "/api/v1/callback", `{"ticket":"1-1-0","status":"maybe"}`, nil, 400, "status"},
 		{"result: unknown ticket", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"success"}`, nil, 404, "999-1-0"},
 		{"result batch: not JSON", post, "/api/v1/callback/batch", `{"results": [}`, nil, 400, "JSON"},
+		// The executor protocol, strictly: unknown fields, trailing data, types, sizes.
+		{"register: unknown field", post, "/api/v1/executors/register", `{"app":"a","address":"127.0.0.1:1","handlers":["h"],"admin":true}`, nil, 400, "admin"},
+		{"register: trailing data", post, "/api/v1/executors/register", `{"app":"a","address":"127.0.0.1:1","handlers":["h"]} {"app":"b"}`, nil, 400, "trailing"},
+		{"register: handlers of wrong type", post, "/api/v1/executors/register", `{"app":"a","address":"127.0.0.1:1","handlers":"h"}`, nil, 400, "handlers"},
+		{"register: too many handlers", post, "/api/v1/executors/register", `{"app":"a","address":"127.0.0.1:1","handlers":[` + strings.Repeat(`"h",`, 1000) + `"h"]}`, nil, 400, "handlers"},
+		{"register: app too long", post, "/api/v1/executors/register", `{"app":"` + long + `","address":"127.0.0.1:1","handlers":["h"]}`, nil, 400, "app"},
+		{"register: array", post, "/api/v1/executors/register", `[{"app":"a"}]`, nil, 400, "JSON object"},
+		{"heartbeat: unknown field", post, "/api/v1/executors/heartbeat", `{"app":"a","address":"127.0.0.1:9","cpu":0.5}`, nil, 400, "cpu"},
+		{"heartbeat: trailing data", post, "/api/v1/executors/heartbeat", `{"app":"a","address":"127.0.0.1:9"}]`, nil, 400, "trailing"},
+		{"heartbeat: negative running", post, "/api/v1/executors/heartbeat", `{"app":"a","address":"127.0.0.1:9","running":-2}`, nil, 400, "running"},
+		{"heartbeat: no app", post, "/api/v1/executors/heartbeat", `{"address":"127.0.0.1:9"}`, nil, 400, "app"},
+		{"heartbeat: empty body", post, "/api/v1/executors/heartbeat", ``, nil, 400, "JSON"},
+		{"result: unknown field", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"success","result":"ok"}`, nil, 400, "result"},
+		{"result: trailing data", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"success"}{"ticket":"999-1-0","status":"failed"}`, nil, 400, "trailing"},
+		{"result: exit code of wrong type", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"failed","exit_code":"1"}`, nil, 400, "exit_code"},
+		{"result: negative duration", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"success","duration_ms":-1}`, nil, 400, "duration_ms"},
+		{"result: output too long", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"success","output":"` + strings.Repeat("o", protocol.MaxOutputBytes+1) + `"}`, nil, 400, "output"},
+		{"result: error too long", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"failed","error":"` + strings.Repeat("e", protocol.MaxErrorBytes+1) + `"}`, nil, 400, "error"},
+		{"result: ticket too long", post, "/api/v1/callback", `{"ticket":"` + strings.Repeat("t", 300) + `","status":"success"}`, nil, 400, "ticket"},
+		{"result batch: unknown field", post, "/api/v1/callback/batch", `{"results":[{"ticket":"999-1-0","status":"success"}],"force":true}`, nil, 400, "force"},
+		{"result batch: trailing data", post, "/api/v1/callback/batch", `{"results":[{"ticket":"999-1-0","status":"success"}]} []`, nil, 400, "trailing"},
+		{"result batch: empty", post, "/api/v1/callback/batch", `{"results":[]}`, nil, 400, "results"},
+		{"result batch: too many", post, "/api/v1/callback/batch", `{"results":[` + strings.Repeat(`{"ticket":"999-1-0","status":"success"},`, 1000) + `{"ticket":"999-1-0","status":"success"}]}`, nil, 400, "results"},
+		{"batch: a value after the array", post, "/api/v1/tasks/batch", `[{"name":"evil","trigger":"manual"}]0`, nil, 400, "trailing"},
+		// Body limits per endpoint (the body is the size announced; only its start is sent).
+		{"register: body over its limit", post, "/api/v1/executors/register", protocol.MaxRegisterBodyBytes + 1, nil, 413, "512 KiB"},
+		{"heartbeat: body over its limit", post, "/api/v1/executors/heartbeat", protocol.MaxHeartbeatBodyBytes + 1, nil, 413, "4 KiB"},
+		{"result: body over its limit", post, "/api/v1/callback", protocol.MaxResultBodyBytes + 1, nil, 413, "8 MiB"},
+		{"result batch: body over its limit", post, "/api/v1/callback/batch", protocol.MaxResultBodyBytes + 1, nil, 413, "8 MiB"},
+		{"pause: note body over its limit", post, "/api/v1/tasks/seed/pause", admin.NoteMaxBytes + 1, nil, 413, "16 KiB"},
+		{"group resume: body over its limit", post, "/api/v1/groups/g/resume", admin.NoteMaxBytes + 1, nil, 413, "16 KiB"},
+		{"update: body over its limit", put, "/api/v1/tasks/seed", admin.TaskMaxBodyBytes + 1, nil, 413, "256 KiB"},
+		{"run: body over its limit", post, "/api/v1/tasks/seed/run", admin.RunNowMaxBodyBytes + 1, nil, 413, "128 KiB"},
+		{"kill: body over its limit", post, "/api/v1/tasks/seed/kill", admin.NoBodyMaxBytes + 1, nil, 413, "no body"},
+		{"ratelimit: body over its limit", put, "/api/v1/ratelimits", admin.SmallBodyMaxBytes + 1, nil, 413, "4 KiB"},
+		{"bulk: body over its limit", post, "/api/v1/tasks/bulk/pause", admin.BulkMaxBodyBytes + 1, nil, 413, "16 MiB"},
 		// Sizes and methods.
 		{"create: body over the limit", post, "/api/v1/tasks", nil, nil, 413, "limit"},
 		{"unknown endpoint", get, "/api/v1/nothing", nil, nil, 404, "endpoint"},
@@ -217,7 +254,8 @@ func TestHostileRequests(t *testing.T) {
 			var code int
 			var body []byte
 			if c.status == http.StatusRequestEntityTooLarge {
-				code, body = oversized(t, d.addr, c.path)
+				size, _ := c.body.(int)
+				code, body = oversized(t, d.addr, c.method, c.path, size)
 			} else {
 				code, body = d.call(t, c.method, c.path, c.body, c.hdr...)
 			}
@@ -250,9 +288,10 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-// oversized announces a body over the server's limit and sends only its first 64 KiB: the
-// server must answer 413 before reading (let alone decoding) the rest.
-func oversized(t *testing.T, addr, path string) (int, []byte) {
+// oversized announces a body of size bytes (0: just over the default limit of 1 MiB) and
+// sends at most its first 64 KiB: the server must answer 413 before reading (let alone
+// decoding) the rest.
+func oversized(t *testing.T, addr, method, path string, size int) (int, []byte) {
 	t.Helper()
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -260,9 +299,12 @@ func oversized(t *testing.T, addr, path string) (int, []byte) {
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
-		path, addr, admin.MaxRequestBodyDefault+1)
-	_, _ = conn.Write([]byte(`{"name":"` + strings.Repeat("x", 64<<10)))
+	if size == 0 {
+		size = admin.MaxRequestBodyDefault + 1
+	}
+	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		method, path, addr, size)
+	_, _ = conn.Write([]byte(`{"name":"` + strings.Repeat("x", 64<<10))[:min(size-1, 64<<10)])
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("no answer to an oversized body: %v", err)

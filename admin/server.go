@@ -139,10 +139,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.tokenSource = s.tokens.Load
 	}
 	s.srv = &fasthttp.Server{
-		Handler:            limitBodies(s.routes()),
-		Name:               "axe",
-		MaxRequestBodySize: MaxRequestBodyDefault,
-		StreamRequestBody:  true, // for the batch endpoint; limitBodies bounds the rest
+		Handler: s.limitBodies(s.routes()),
+		Name:    "axe",
+		// Bodies over the smallest endpoint limit are streamed, so that limitBodies sees the
+		// headers of every body it may refuse before any more of it is read; it reads the
+		// rest (up to the endpoint's limit) for every endpoint but the batch one.
+		MaxRequestBodySize: NoBodyMaxBytes,
+		StreamRequestBody:  true,
 
 		ReadTimeout:           30 * time.Second,
 		WriteTimeout:          30 * time.Second,
@@ -606,13 +609,13 @@ func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
-// decodeLenient decodes a required JSON body of the executor protocol, where unknown fields
-// are ignored so either side can add optional fields (docs/protocol.md).
-func decodeLenient(c *fasthttp.RequestCtx, v any) error {
-	if err := json.Unmarshal(c.PostBody(), v); err != nil {
-		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+// decodeMessage decodes a required body of the executor protocol strictly (protocol.Decode:
+// one object, no unknown field, nothing after it) and checks it; the error names the field.
+func decodeMessage(c *fasthttp.RequestCtx, v interface{ Check() error }) error {
+	if err := protocol.Decode(c.PostBody(), v); err != nil {
+		return err
 	}
-	return nil
+	return v.Check()
 }
 
 // decodeStrict decodes a required JSON body, rejecting unknown fields.
@@ -626,16 +629,17 @@ func decodeStrict(c *fasthttp.RequestCtx, v any) error {
 }
 
 func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
-	var reg engine.ExecutorRegistration
-	if err := decodeLenient(c, &reg); err != nil {
+	var msg protocol.Register
+	if err := decodeMessage(c, &msg); err != nil {
 		s.fail(c, err)
 		return
 	}
-	if !s.allowApp(c, reg.App) {
+	if !s.allowApp(c, msg.App) {
 		return
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
+	reg := engine.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers}
 	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
 		s.fail(c, err)
 		return
@@ -646,12 +650,8 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 
 func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 	var hb protocol.Heartbeat
-	if err := decodeLenient(c, &hb); err != nil {
+	if err := decodeMessage(c, &hb); err != nil {
 		s.fail(c, err)
-		return
-	}
-	if hb.App == "" || hb.Address == "" {
-		writeErr(c, 400, "app and address are required")
 		return
 	}
 	if !s.allowApp(c, hb.App) {
@@ -666,9 +666,12 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]any{})
 }
 
+// callback records one result. A token bound to apps reports only as one of them (allowApp),
+// and the engine refuses a result naming an app other than its run's (engine.ErrForeignApp):
+// together, an executor cannot settle another app's run.
 func (s *Server) callback(c *fasthttp.RequestCtx) {
 	var rep engine.Report
-	if err := decodeLenient(c, &rep); err != nil {
+	if err := decodeMessage(c, &rep); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -693,31 +696,27 @@ func (s *Server) callback(c *fasthttp.RequestCtx) {
 const MaxCallbackBatch = protocol.MaxResultsPerCall
 
 // callbackBatch records several results in one call, each exactly as callback would: a
-// result refused does not refuse the others. The call itself fails only when the body is not
-// a batch.
+// result refused (malformed, of another app, stale) does not refuse the others. The call
+// itself fails only when the body is not a batch.
 func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
-	var b protocol.ResultBatch
-	if err := decodeLenient(c, &b); err != nil {
+	results, bad, err := protocol.DecodeResultBatch(c.PostBody())
+	if err != nil {
 		s.fail(c, err)
-		return
-	}
-	switch {
-	case len(b.Results) == 0:
-		writeErr(c, fasthttp.StatusBadRequest, "results: is required (one or more results)")
-		return
-	case len(b.Results) > MaxCallbackBatch:
-		writeErr(c, fasthttp.StatusBadRequest, fmt.Sprintf("results: at most %d per call, got %d", MaxCallbackBatch, len(b.Results)))
 		return
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	out := make([]protocol.CallbackItem, len(b.Results))
+	out := make([]protocol.CallbackItem, len(results))
 	p := principalOf(c)
 	// Begin every result, then wait for each to be recorded: they share group commits, and
 	// each is acknowledged only once durable.
-	waits := make([]engine.ReportWait, len(b.Results))
-	for i, rep := range b.Results {
-		if p != nil && !p.mayActFor(rep.App) {
+	waits := make([]engine.ReportWait, len(results))
+	for i, rep := range results {
+		switch {
+		case bad[i] != nil:
+			out[i] = protocol.CallbackItem{Status: fasthttp.StatusBadRequest, Error: bad[i].Error()}
+			continue
+		case p != nil && !p.mayActFor(rep.App):
 			out[i] = protocol.CallbackItem{Status: fasthttp.StatusForbidden, Error: fmt.Sprintf("token %q may not act for executor app %q", p.name, rep.App)}
 			continue
 		}
@@ -825,8 +824,11 @@ func intArg(c *fasthttp.RequestCtx, name string, def, lo, hi int) (int, error) {
 // statusOf maps errors to HTTP status codes: the one place where that mapping lives.
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask), errors.Is(err, persist.ErrBadFilter):
+	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask), errors.Is(err, persist.ErrBadFilter),
+		errors.Is(err, protocol.ErrMalformed):
 		return fasthttp.StatusBadRequest
+	case errors.Is(err, engine.ErrForeignApp):
+		return fasthttp.StatusForbidden
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
 	case errors.Is(err, engine.ErrTaskNotFound), errors.Is(err, engine.ErrRunNotFound),
@@ -865,6 +867,7 @@ func (s *Server) errorOf(c *fasthttp.RequestCtx, err error) (int, string) {
 	msg = strings.TrimPrefix(msg, engine.ErrInvalidTask.Error()+": ")
 	msg = strings.TrimPrefix(msg, ErrBadRequest.Error()+": ")
 	msg = strings.TrimPrefix(msg, persist.ErrBadFilter.Error()+": ")
+	msg = strings.TrimPrefix(msg, engine.ErrForeignApp.Error()+": ")
 	return code, msg
 }
 

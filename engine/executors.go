@@ -32,6 +32,8 @@ var (
 	ErrStaleTicket = errors.New("stale ticket")
 	// ErrUnknownExecutor: a heartbeat from an executor that is not registered.
 	ErrUnknownExecutor = dispatch.ErrUnknownExecutor
+	// ErrForeignApp: a result naming an executor app that the run was not sent to.
+	ErrForeignApp = errors.New("run of another executor app")
 )
 
 // ExecutorRegistration is the body of POST /api/v1/executors/register.
@@ -260,6 +262,9 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if rep.Status != persist.ResultSuccess && rep.Status != persist.ResultFailed {
 		return failedReport(fieldErr("status", "must be success or failed, got %q", rep.Status))
 	}
+	if err := e.checkReportApp(ctx, rep); err != nil {
+		return failedReport(err)
+	}
 	recorded := make(chan error, 1)
 	// The result is noted as ending while the flight is taken, under the same lock, so a
 	// duplicate delivery that finds the flight gone finds the note.
@@ -304,6 +309,49 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	}
 	dup, err := e.reportUnheld(ctx, rep)
 	return func(context.Context) (bool, error) { return dup, err }
+}
+
+// checkReportApp refuses a result that names an executor app (rep.App) other than the one
+// the run belongs to: the executor it was offered to, or the task's callback app for a run
+// adopted after a restart or no longer in flight. The API lets a token bound to apps report
+// only as one of them, so together no executor can settle another app's run. A result
+// naming no app is not checked here (only an unbound token may send one). A run whose task
+// is gone is refused as stale: nobody can tell whose it was.
+func (e *Engine) checkReportApp(ctx context.Context, rep Report) error {
+	if rep.App == "" {
+		return nil
+	}
+	app, t, held := e.runs.appOf(rep.Ticket)
+	var cb persist.Callback
+	switch {
+	case t != nil:
+		t.mu.Lock()
+		cb = t.def.Callback
+		t.mu.Unlock()
+	case !held:
+		run, err := e.store.GetRun(ctx, rep.Ticket)
+		if err != nil {
+			return nil // unknown ticket or store error: the report path answers it
+		}
+		pt, err := e.store.GetTaskByID(ctx, run.TaskID)
+		if errors.Is(err, persist.ErrTaskNotFound) {
+			return fmt.Errorf("%w: run %s belongs to a deleted task", ErrStaleTicket, rep.Ticket)
+		}
+		if err != nil {
+			return fmt.Errorf("cannot read the task of run %s: %w", rep.Ticket, err)
+		}
+		cb = pt.Def.Callback
+	}
+	if t != nil || !held {
+		app = ""
+		if cb.Type == "executor" {
+			app = cb.App
+		}
+	}
+	if app != rep.App {
+		return fmt.Errorf("%w: run %s is not a run of executor app %q", ErrForeignApp, rep.Ticket, rep.App)
+	}
+	return nil
 }
 
 func failedReport(err error) ReportWait {

@@ -163,6 +163,22 @@ func (r *runsInFlight) done() {
 // waitingReport accepts a flight an executor's report may settle.
 func waitingReport(f *flight) bool { return f.waiting }
 
+// appOf tells whose run ticket is while it is in flight here: the app of the executor
+// holding it, or else its task (to read the callback app from). held is false when the run
+// is not in flight.
+func (r *runsInFlight) appOf(ticket string) (app string, t *task, held bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.m[ticket]
+	if f == nil {
+		return "", nil, false
+	}
+	if f.exec != nil {
+		return f.exec.App, nil, true
+	}
+	return "", f.t, true
+}
+
 // executorOf returns the executor holding ticket, or nil when none does.
 func (r *runsInFlight) executorOf(ticket string) *dispatch.Executor {
 	r.mu.Lock()

@@ -18,6 +18,9 @@ import (
 	"github.com/axe-sched/axe/protocol"
 )
 
+// MaxParamsBytes bounds a task's params (and a run-now's), in bytes of JSON.
+const MaxParamsBytes = 64 << 10
+
 // Task definition defaults.
 const (
 	GroupDefault            = "default"
@@ -29,7 +32,7 @@ const (
 	maxTimeoutSec       = 7 * 24 * 3600
 	maxRetryCount       = 100
 	maxRetryIntervalSec = 24 * 3600
-	maxParamsBytes      = 64 << 10
+	maxParamsBytes      = MaxParamsBytes
 	maxDependsOn        = 64
 	maxCronLen          = 255 // the stored column's size
 	maxNoteBytes        = 1024

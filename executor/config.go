@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
 // Defaults applied by Config.WithDefaults.
@@ -224,6 +226,8 @@ func (c Config) validate() error {
 		return bad("ResultSenders", "must be positive")
 	case c.OutputLimit < 0:
 		return bad("OutputLimit", "must be positive")
+	case c.OutputLimit > protocol.MaxOutputBytes:
+		return bad("OutputLimit", "at most %d bytes (protocol.MaxOutputBytes), the largest output the scheduler takes", protocol.MaxOutputBytes)
 	}
 	host, _, err := net.SplitHostPort(c.Addr)
 	if err != nil {

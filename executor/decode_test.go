@@ -16,7 +16,7 @@ import (
 func TestDecodeRun(t *testing.T) {
 	r, err := decodeRun([]byte(`{"ticket":"t-1","task":"nightly","handler":"backup","attempt":2,
 		"scheduled_at":1700000000000,"deadline":1700000300000,"params":{"dir":"/etc"},
-		"dedup_ttl_ms":900000,"future_field":true}`))
+		"dedup_ttl_ms":900000,"group":"ops","kind":"cron"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,14 +43,17 @@ func TestDecodeRun(t *testing.T) {
 		`{"task":"a","handler":"h"}`:   "ticket",
 		`{"ticket":"t","handler":"h"}`: "task",
 		`{"ticket":"t","task":"a"}`:    "handler",
-		`{"ticket":"` + strings.Repeat("x", 257) + `","task":"a","handler":"h"}`: "ticket",
-		`{"ticket":"t","task":"a","handler":"h","attempt":-1}`:                   "attempt",
-		`{"ticket":"t","task":"a","handler":"h","deadline":-5}`:                  "deadline",
-		`{"ticket":"t","task":"a","handler":"h","scheduled_at":-5}`:              "scheduled_at",
-		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":99999999999999}`:  "dedup_ttl_ms",
-		`{"ticket":1,"task":"a","handler":"h"}`:                                  "cannot decode",
-		`null`:                                                                   "ticket",
-		``:                                                                       "cannot decode",
+		`{"ticket":"` + strings.Repeat("x", 257) + `","task":"a","handler":"h"}`:            "ticket",
+		`{"ticket":"t","task":"a","handler":"h","attempt":-1}`:                              "attempt",
+		`{"ticket":"t","task":"a","handler":"h","deadline":-5}`:                             "deadline",
+		`{"ticket":"t","task":"a","handler":"h","scheduled_at":-5}`:                         "scheduled_at",
+		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":99999999999999}`:             "dedup_ttl_ms",
+		`{"ticket":1,"task":"a","handler":"h"}`:                                             "ticket: must be string",
+		`{"ticket":"t","task":"a","handler":"h","future_field":true}`:                       "future_field: unknown field",
+		`{"ticket":"t","task":"a","handler":"h"}{}`:                                         "trailing data",
+		`{"ticket":"t","task":"a","handler":"h","kind":"` + strings.Repeat("k", 300) + `"}`: "kind",
+		`null`: "ticket",
+		``:     "invalid JSON",
 	} {
 		_, err := decodeRun([]byte(body))
 		if !errors.Is(err, ErrInvalidRun) || !strings.Contains(err.Error(), field) {
@@ -215,4 +218,33 @@ func runsKeys(body []byte) int {
 		}
 	}
 	return n
+}
+
+// FuzzDecodeKill feeds arbitrary bodies to the /axe/kill decoder: it never panics, and what it
+// accepts has a ticket within bounds, no negative epoch, and re-encodes to a body it accepts
+// again unchanged.
+func FuzzDecodeKill(f *testing.F) {
+	for _, seed := range []string{
+		`{"ticket":"t-1"}`, `{"ticket":"t-1","epoch":3}`, `{"ticket":"t","epoch":-1}`,
+		`{"ticket":"t","signal":9}`, `{"ticket":"t"} []`, `{"TICKET":"t"}`, `{}`, `[]`, `null`, "\xff",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		k, err := decodeKill(body)
+		if err != nil {
+			if len(body) <= protocol.MaxKillBodyBytes && !errors.Is(err, protocol.ErrMalformed) {
+				t.Fatalf("error %v is not protocol.ErrMalformed", err)
+			}
+			return
+		}
+		if k.Ticket == "" || len(k.Ticket) > protocol.MaxNameBytes || k.Epoch < 0 {
+			t.Fatalf("accepted %+v", k)
+		}
+		again, _ := json.Marshal(k)
+		k2, err := decodeKill(again)
+		if err != nil || k2 != k {
+			t.Fatalf("re-encoded kill %s: %+v, %v", again, k2, err)
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -530,13 +531,16 @@ func (e *Executor) call(ar *activeRun) (res Result, err error) {
 
 // finish records the outcome of a run, frees its slot and starts delivering its result.
 func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended time.Time) {
+	// The output is made valid UTF-8 before it is cut, so that what the scheduler decodes is
+	// what was measured: JSON would spell each invalid byte as a three-byte U+FFFD.
+	output := tail(strings.ToValidUTF8(res.Output, "\uFFFD"), e.cfg.OutputLimit)
 	cb := protocol.Result{
 		Ticket:     ar.run.Ticket,
 		Task:       ar.run.Task,
 		App:        e.cfg.App,
 		Address:    e.advertise,
 		Status:     protocol.StatusSuccess,
-		Output:     tail(res.Output, e.cfg.OutputLimit),
+		Output:     output,
 		ExitCode:   res.ExitCode,
 		StartedAt:  started.UnixMilli(),
 		EndedAt:    ended.UnixMilli(),
@@ -544,7 +548,7 @@ func (e *Executor) finish(ar *activeRun, res Result, herr error, started, ended 
 	}
 	if herr != nil {
 		cb.Status = protocol.StatusFailed
-		cb.Error = herr.Error()
+		cb.Error = protocol.ClipError(strings.ToValidUTF8(herr.Error(), "\uFFFD"))
 		if cb.Error == "" {
 			cb.Error = "handler failed"
 		}

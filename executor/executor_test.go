@@ -13,11 +13,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/protocol"
 )
 
 func TestRunReportsResultByCallback(t *testing.T) {
@@ -106,6 +108,29 @@ func TestOutputKeepsItsTail(t *testing.T) {
 	dispatch(t, peer, exe, runFor("t-1", "a", "log"), http.StatusAccepted)
 	if cb := waitCallbacks(t, peer, 1)[0]; cb.Output != "abcdefghij" {
 		t.Errorf("output = %q, want the last 10 bytes", cb.Output)
+	}
+}
+
+// TestResultsFitTheProtocol: output that is not UTF-8 and an overlong error are reported
+// within the protocol's sizes as the scheduler decodes them, so the result is never refused
+// for its size (which would lose it).
+func TestResultsFitTheProtocol(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{OutputLimit: 1000}, peer)
+	exe.Handle("bin", func(context.Context, executor.Run) (executor.Result, error) {
+		return executor.Result{Output: strings.Repeat("\xff", 5000)}, errors.New(strings.Repeat("e", protocol.MaxErrorBytes+100))
+	})
+	start(t, exe)
+	dispatch(t, peer, exe, runFor("t-bin", "a", "bin"), http.StatusAccepted)
+	cb := waitCallbacks(t, peer, 1)[0]
+	if len(cb.Output) > 1000 || !utf8.ValidString(cb.Output) || cb.Output == "" {
+		t.Errorf("output of %d bytes (valid UTF-8: %v), want at most 1000 valid bytes", len(cb.Output), utf8.ValidString(cb.Output))
+	}
+	if len(cb.Error) > protocol.MaxErrorBytes || len(cb.Error) < protocol.MaxErrorBytes-4 {
+		t.Errorf("error of %d bytes, want the first %d", len(cb.Error), protocol.MaxErrorBytes)
+	}
+	if err := cb.Check(); err != nil {
+		t.Errorf("the result fails the protocol's check: %v", err)
 	}
 }
 
@@ -368,14 +393,25 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		status           int
 		errContains      string
 	}{
-		{"bad json", "/axe/run", `{"ticket":`, nil, 400, "cannot decode body"},
+		{"bad json", "/axe/run", `{"ticket":`, nil, 400, "invalid JSON"},
+		{"unknown field", "/axe/run", `{"ticket":"t","task":"a","handler":"h","command":"rm -rf /"}`, nil, 400, "command: unknown field"},
+		{"trailing data", "/axe/run", `{"ticket":"t","task":"a","handler":"h"} {"ticket":"u"}`, nil, 400, "trailing data"},
+		{"two objects in a batch", "/axe/runs", `{"runs":[{"ticket":"t","task":"a","handler":"h"}]}{}`, nil, 400, "trailing data"},
+		{"unknown batch field", "/axe/runs", `{"runs":[{"ticket":"t","task":"a","handler":"h"}],"all":true}`, nil, 400, "all: unknown field"},
+		{"ticket of wrong type", "/axe/run", `{"ticket":7,"task":"a","handler":"h"}`, nil, 400, "ticket: must be string"},
+		{"group too long", "/axe/run", `{"ticket":"t","task":"a","handler":"h","group":"` + strings.Repeat("g", 300) + `"}`, nil, 400, "group"},
 		{"missing ticket", "/axe/run", `{"task":"a","handler":"h"}`, nil, 400, "ticket: required"},
 		{"missing handler", "/axe/run", `{"ticket":"t","task":"a"}`, nil, 400, "handler: required"},
 		{"negative attempt", "/axe/run", `{"ticket":"t","task":"a","handler":"h","attempt":-1}`, nil, 400, "attempt"},
 		{"header mismatch", "/axe/run", `{"ticket":"t","task":"a","handler":"h"}`, map[string]string{"X-Axe-Ticket": "other"}, 400, "X-Axe-Ticket"},
 		{"unknown handler", "/axe/run", `{"ticket":"t","task":"a","handler":"nope"}`, nil, 404, `unknown handler "nope"`},
-		{"kill without ticket", "/axe/kill", `{}`, nil, 400, "ticket: required"},
-		{"kill bad json", "/axe/kill", `[`, nil, 400, "cannot decode body"},
+		{"kill without ticket", "/axe/kill", `{}`, nil, 400, "ticket: is required"},
+		{"kill bad json", "/axe/kill", `[`, nil, 400, "invalid JSON"},
+		{"kill unknown field", "/axe/kill", `{"ticket":"t","signal":9}`, nil, 400, "signal: unknown field"},
+		{"kill trailing data", "/axe/kill", `{"ticket":"t"}]`, nil, 400, "trailing data"},
+		{"kill negative epoch", "/axe/kill", `{"ticket":"t","epoch":-1}`, nil, 400, "epoch"},
+		{"kill ticket too long", "/axe/kill", `{"ticket":"` + strings.Repeat("t", 300) + `"}`, nil, 400, "ticket"},
+		{"kill body too large", "/axe/kill", `{"ticket":"` + strings.Repeat("t", 5000) + `"}`, nil, 400, "limit"},
 		{"kill unknown", "/axe/kill", `{"ticket":"ghost"}`, nil, 404, "not running"},
 		{"beat by POST", "/axe/beat", ``, nil, 405, "use GET"},
 		{"unknown path", "/axe/nope", ``, nil, 404, "no endpoint"},
@@ -987,6 +1023,7 @@ func TestConfigValidationNamesTheField(t *testing.T) {
 		{"DedupTTL", func(c *executor.Config) { c.DedupTTL = 365 * 24 * time.Hour }},
 		{"ResendMax", func(c *executor.Config) { c.ResendMin = time.Minute; c.ResendMax = time.Second }},
 		{"OutputLimit", func(c *executor.Config) { c.OutputLimit = -1 }},
+		{"OutputLimit", func(c *executor.Config) { c.OutputLimit = protocol.MaxOutputBytes + 1 }},
 		{"ResultSenders", func(c *executor.Config) { c.ResultSenders = -1 }},
 	} {
 		cfg := valid

@@ -22,6 +22,13 @@ func TestRunRequestIsProtocolRun(t *testing.T) {
 	if own.NumField() == 0 {
 		t.Fatal("runRequest has no fields")
 	}
+	// The executor refuses a field it does not know, so it must know every field the
+	// scheduler sends.
+	for name, w := range wire {
+		if _, ok := own.FieldByName(w.Name); !ok {
+			t.Errorf("protocol.Run.%s (%q) is missing from runRequest: every run would be refused", w.Name, name)
+		}
+	}
 	for i := 0; i < own.NumField(); i++ {
 		f := own.Field(i)
 		w, ok := wire[jsonName(f)]

@@ -20,8 +20,9 @@ const (
 	// resultBatchMax bounds the results in one batch call (the scheduler accepts up to
 	// 1,000).
 	resultBatchMax = 256
-	// resultBatchBytes bounds a batch body, under the scheduler's default 1 MiB request
-	// limit. A single result is never split: one larger than this goes alone.
+	// resultBatchBytes bounds a batch body, well under the scheduler's limit
+	// (protocol.MaxResultBodyBytes). A single result is never split: one larger than this goes
+	// alone, and fits that limit however its output is escaped.
 	resultBatchBytes = 512 << 10
 )
 

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
 // HandlerFunc executes one run. The context carries the run's deadline and is cancelled when
@@ -48,15 +50,16 @@ type Result struct {
 	ExitCode *int
 }
 
-// runRequest is the part of protocol.Run (the body of POST /axe/run) the executor reads. It
-// leaves out what only HTTP-callback receivers use (group, kind), so decoding a burst of runs
-// allocates nothing for them; TestRunRequestIsProtocolRun keeps the fields that are here
-// named and typed as protocol.Run has them.
+// runRequest is protocol.Run (the body of POST /axe/run) as the executor reads it: every
+// field, since a field the executor does not know is refused; TestRunRequestIsProtocolRun
+// keeps the two named and typed alike.
 type runRequest struct {
-	Ticket      string          `json:"ticket"`
 	Task        string          `json:"task"`
 	Handler     string          `json:"handler"`
+	Group       string          `json:"group"`
+	Ticket      string          `json:"ticket"`
 	Attempt     int             `json:"attempt"`
+	Kind        string          `json:"kind"`
 	ScheduledAt int64           `json:"scheduled_at"`
 	Deadline    int64           `json:"deadline"`
 	Params      json.RawMessage `json:"params,omitempty"`
@@ -66,12 +69,12 @@ type runRequest struct {
 	Epoch int64 `json:"epoch,omitempty"`
 }
 
-// decodeRun parses and checks a POST /axe/run body. Unknown fields are ignored so that a newer
-// scheduler can add fields without breaking older executors.
+// decodeRun parses and checks a POST /axe/run body strictly (protocol.Decode): one object,
+// no field protocol.Run lacks, nothing after it. The error names the field.
 func decodeRun(body []byte) (runRequest, error) {
 	var r runRequest
-	if err := json.Unmarshal(body, &r); err != nil {
-		return runRequest{}, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
+	if err := protocol.Decode(body, &r); err != nil {
+		return runRequest{}, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
 	return checkRun(r)
 }
@@ -92,6 +95,10 @@ func checkRun(r runRequest) (runRequest, error) {
 		}
 	}
 	switch {
+	case len(r.Group) > maxNameLen:
+		return bad("group", fmt.Sprintf("longer than %d bytes", maxNameLen))
+	case len(r.Kind) > maxNameLen:
+		return bad("kind", fmt.Sprintf("longer than %d bytes", maxNameLen))
 	case r.Attempt < 0:
 		return bad("attempt", "must not be negative")
 	case r.ScheduledAt < 0:

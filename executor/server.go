@@ -155,7 +155,7 @@ func decodeRuns(body []byte) ([]decodedRun, error) {
 	var whole struct {
 		Runs []runRequest `json:"runs"`
 	}
-	if err := json.Unmarshal(body, &whole); err != nil {
+	if err := protocol.Decode(body, &whole); err != nil {
 		return decodeRunsEach(body)
 	}
 	if err := checkRunCount(len(whole.Runs)); err != nil {
@@ -171,8 +171,8 @@ func decodeRuns(body []byte) ([]decodedRun, error) {
 // decodeRunsEach splits the body into its runs and decodes each alone.
 func decodeRunsEach(body []byte) ([]decodedRun, error) {
 	var r protocol.RunBatch
-	if err := json.Unmarshal(body, &r); err != nil {
-		return nil, fmt.Errorf("%w: cannot decode body: %w", ErrInvalidRun, err)
+	if err := protocol.Decode(body, &r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
 	if err := checkRunCount(len(r.Runs)); err != nil {
 		return nil, err
@@ -211,18 +211,9 @@ func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
 
 // handleKill cancels the context of a running or queued ticket.
 func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
-	var k protocol.Kill
-	err := json.Unmarshal(rc.PostBody(), &k)
+	k, err := decodeKill(rc.PostBody())
 	if err != nil {
-		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: fmt.Sprintf("cannot decode body: %v", err)})
-		return
-	}
-	if k.Ticket == "" {
-		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "ticket: required"})
-		return
-	}
-	if k.Epoch < 0 {
-		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "epoch: must not be negative"})
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: err.Error()})
 		return
 	}
 	if k.Epoch, err = requestEpoch(&rc.Request.Header, k.Epoch); err != nil {
@@ -244,6 +235,21 @@ func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 	ar.kill(ErrKilled)
 	e.log.Info("run killed", "ticket", k.Ticket, "task", ar.run.Task)
 	writeJSON(rc, http.StatusOK, protocol.KillAnswer{Killed: true})
+}
+
+// decodeKill parses and checks a POST /axe/kill body strictly; the error names the field.
+func decodeKill(body []byte) (protocol.Kill, error) {
+	var k protocol.Kill
+	if len(body) > protocol.MaxKillBodyBytes {
+		return protocol.Kill{}, fmt.Errorf("kill body over the limit of %d bytes", protocol.MaxKillBodyBytes)
+	}
+	if err := protocol.Decode(body, &k); err != nil {
+		return protocol.Kill{}, err
+	}
+	if err := k.Check(); err != nil {
+		return protocol.Kill{}, err
+	}
+	return k, nil
 }
 
 func (e *Executor) handleBeat(rc *fasthttp.RequestCtx) {

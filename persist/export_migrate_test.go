@@ -37,3 +37,17 @@ func MigrateBefore(ctx context.Context, dsn string, version int) error {
 	s.d = &d
 	return s.Migrate(ctx)
 }
+
+// MigrationStatements returns, by schema version, how many statements the step of that
+// version runs on the store of scheme ("sqlite" or "mysql").
+func MigrationStatements(scheme string) map[int]int {
+	ms := mysqlMigrations
+	if scheme == SchemeSQLite {
+		ms = sqliteMigrations
+	}
+	out := map[int]int{}
+	for _, m := range ms {
+		out[m.version] = len(m.stmts)
+	}
+	return out
+}

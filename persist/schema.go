@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 )
 
 // migration is one ordered schema step. Steps are append-only: a released step is never
@@ -359,6 +362,34 @@ var sqliteMigrations = []migration{{
 	},
 }}
 
+// SchemaVersion is the newest schema version this code migrates to.
+func SchemaVersion() int { return mysqlMigrations[len(mysqlMigrations)-1].version }
+
+// EnvMigratePause is a test hook that holds Migrate at one point for a test to kill the
+// process there (persist/upgrade_kill_test.go): "V.K" after the K-th statement of step V has
+// run (on SQLite, inside the step's transaction), "done" once every step is applied. Migrate
+// then prints "axe: migration paused at <point>" on stderr and never returns. Unset, it
+// costs nothing.
+const EnvMigratePause = "AXE_TEST_MIGRATE_PAUSE"
+
+// migratePause reports whether the hook holds Migrate after statement k (1-based) of step v;
+// k 0 with v 0 asks about "done".
+func migratePause(v, k int) {
+	at := os.Getenv(EnvMigratePause)
+	if at == "" {
+		return
+	}
+	want := "done"
+	if v > 0 {
+		want = strconv.Itoa(v) + "." + strconv.Itoa(k)
+	}
+	if strings.TrimSpace(at) != want {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "axe: migration paused at %s\n", want)
+	select {}
+}
+
 // Migrate creates or upgrades the schema. It is idempotent and safe to call from several
 // processes at once: MySQL serialises callers with a named lock, SQLite with its write lock.
 func (s *sqlStore) Migrate(ctx context.Context) error {
@@ -389,6 +420,7 @@ func (s *sqlStore) Migrate(ctx context.Context) error {
 	if known := s.d.migrations[len(s.d.migrations)-1].version; newest.Int64 > int64(known) {
 		return fmt.Errorf("cannot migrate: the database is at schema version %d, newer than this axe knows (%d)", newest.Int64, known)
 	}
+	migratePause(0, 0)
 	return nil
 }
 
@@ -429,10 +461,11 @@ func runMigration(ctx context.Context, q execQuerier, m migration, alreadyApplie
 	if n > 0 {
 		return nil
 	}
-	for _, stmt := range m.stmts {
+	for i, stmt := range m.stmts {
 		if _, err := q.ExecContext(ctx, stmt); err != nil && !alreadyApplied(err) {
 			return fmt.Errorf("cannot apply migration %d (%s): %w", m.version, m.name, err)
 		}
+		migratePause(m.version, i+1)
 	}
 	if _, err := q.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, m.version, m.name); err != nil {
 		return fmt.Errorf("cannot record migration %d: %w", m.version, err)

@@ -21,6 +21,10 @@ import (
 // for. Unset, the test is skipped. See testdata/upgrade/README.md.
 const EnvWriteUpgradeFixture = "AXE_WRITE_UPGRADE_FIXTURE"
 
+// EnvUpgradeFixtureName names the fixture's files instead of v<N>, for a schema that holds
+// version N but not every version before it (a step merged below one already released).
+const EnvUpgradeFixtureName = "AXE_UPGRADE_FIXTURE_NAME"
+
 // TestWriteUpgradeFixture writes the upgrade fixture of the schema this code creates:
 // testdata/upgrade/v<N>.sqlite, v<N>.mysql.sql (needs AXE_TEST_MYSQL_DSN) and v<N>.want.json,
 // what this code reads back from them. N must be the schema version this code migrates to,
@@ -62,8 +66,12 @@ func TestWriteUpgradeFixture(t *testing.T) {
 	if got := sqliteSchemaVersion(t, tmp); got != version {
 		t.Fatalf("this code writes schema version %d, not %d: check out the commit of version %d to write its fixture", got, version, version)
 	}
-	copyFile(t, tmp, fixturePath(version, "sqlite"))
-	writeJSONFile(t, fixturePath(version, "want.json"), want)
+	name := fmt.Sprintf("v%d", version)
+	if n := os.Getenv(EnvUpgradeFixtureName); n != "" {
+		name = n
+	}
+	copyFile(t, tmp, fixturePath(name, "sqlite"))
+	writeJSONFile(t, fixturePath(name, "want.json"), want)
 
 	// MySQL: fill a fresh database the same way, check it reads alike, and dump it.
 	dsn := persisttest.MySQLDSN(t)
@@ -82,7 +90,7 @@ func TestWriteUpgradeFixture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(fixturePath(version, "mysql.sql"), []byte(dump), 0o644); err != nil {
+	if err := os.WriteFile(fixturePath(name, "mysql.sql"), []byte(dump), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	checkFixtureCoverage(t, want)
@@ -155,6 +163,7 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 		d := defs[i]
 		d.def.CreatedAt = fxT0 - int64(len(defs)-i)*86_400_000
 		d.def.UpdatedAt = d.def.CreatedAt + 1_000
+		fixtureExtras(&d.def) // upgrade_fill_test.go: the columns of later schema versions
 		// Every task is created WAITING at version 1 and then moved by one batch, as the
 		// engine would, so versions and the transition path are those of a live store.
 		rt := persist.Runtime{State: persist.StateWaiting, Version: 1}

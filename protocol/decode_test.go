@@ -1,0 +1,177 @@
+package protocol
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDecodeNamesTheField(t *testing.T) {
+	long := strings.Repeat("x", MaxNameBytes+1)
+	for _, tc := range []struct {
+		name, body, field string
+		into              func() interface{ Check() error }
+	}{
+		{"register unknown field", `{"app":"a","address":"h:1","handlers":["h"],"secret":"x"}`, "secret: unknown field", reg},
+		{"register trailing data", `{"app":"a","address":"h:1","handlers":["h"]} x`, "trailing data", reg},
+		{"register handlers of wrong type", `{"app":"a","address":"h:1","handlers":"h"}`, "handlers: must be", reg},
+		{"register no app", `{"address":"h:1","handlers":["h"]}`, "app: is required", reg},
+		{"register no address", `{"app":"a","handlers":["h"]}`, "address: is required", reg},
+		{"register no handlers", `{"app":"a","address":"h:1"}`, "handlers: at least one", reg},
+		{"register empty handler", `{"app":"a","address":"h:1","handlers":[""]}`, "handlers: is required", reg},
+		{"register app too long", `{"app":"` + long + `","address":"h:1","handlers":["h"]}`, "app: longer", reg},
+		{"register too many handlers", `{"app":"a","address":"h:1","handlers":[` + strings.Repeat(`"h",`, MaxHandlers) + `"h"]}`, "handlers: at most", reg},
+		{"heartbeat empty", ``, "invalid JSON", hb},
+		{"heartbeat array", `[]`, "must be a JSON object", hb},
+		{"heartbeat unknown field", `{"app":"a","address":"h:1","load":3}`, "load: unknown field", hb},
+		{"heartbeat negative running", `{"app":"a","address":"h:1","running":-1}`, "running: must not be negative", hb},
+		{"heartbeat address too long", `{"app":"a","address":"` + strings.Repeat("a", MaxAddressBytes+1) + `"}`, "address: longer", hb},
+		{"result unknown field", `{"ticket":"t","status":"success","exit":0}`, "exit: unknown field", res},
+		{"result trailing data", `{"ticket":"t","status":"success"}{"ticket":"u","status":"failed"}`, "trailing data", res},
+		{"result no ticket", `{"status":"success"}`, "ticket: is required", res},
+		{"result bad status", `{"ticket":"t","status":"ok"}`, "status: must be success or failed", res},
+		{"result output too long", `{"ticket":"t","status":"success","output":"` + strings.Repeat("o", MaxOutputBytes+1) + `"}`, "output: longer", res},
+		{"result error too long", `{"ticket":"t","status":"failed","error":"` + strings.Repeat("e", MaxErrorBytes+1) + `"}`, "error: longer", res},
+		{"result negative duration", `{"ticket":"t","status":"success","duration_ms":-4}`, "duration_ms", res},
+		{"result exit code of wrong type", `{"ticket":"t","status":"success","exit_code":"1"}`, "exit_code: must be", res},
+		{"kill unknown field", `{"ticket":"t","force":true}`, "force: unknown field", kill},
+		{"kill no ticket", `{"epoch":1}`, "ticket: is required", kill},
+	} {
+		v := tc.into()
+		err := Decode([]byte(tc.body), v)
+		if err == nil {
+			err = v.Check()
+		}
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want ErrMalformed naming %q", tc.name, err, tc.field)
+		}
+	}
+}
+
+func reg() interface{ Check() error }  { return new(Register) }
+func hb() interface{ Check() error }   { return new(Heartbeat) }
+func res() interface{ Check() error }  { return new(Result) }
+func kill() interface{ Check() error } { return new(Kill) }
+
+func TestDecodeResultBatchRefusesOnlyTheBadResult(t *testing.T) {
+	results, errs, err := DecodeResultBatch([]byte(`{"results":[{"ticket":"a","status":"success"},
+		{"ticket":"b","status":"success","extra":1},7,{"status":"failed"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 4 || errs[0] != nil || results[0].Ticket != "a" {
+		t.Fatalf("results %+v, errors %v", results, errs)
+	}
+	for i, want := range []string{"", "extra: unknown field", "must be a JSON object", "ticket: is required"} {
+		if i > 0 && (errs[i] == nil || !strings.Contains(errs[i].Error(), want)) {
+			t.Errorf("result %d: %v, want naming %q", i, errs[i], want)
+		}
+	}
+	for body, want := range map[string]string{
+		`{"results":[]}`: "results: is required",
+		`{"results":[{"ticket":"a","status":"success"}],"more":1}`:         "more: unknown field",
+		`{"results":[{"ticket":"a","status":"success"}]} 1`:                "trailing data",
+		`{"results":[` + strings.Repeat(`{},`, MaxResultsPerCall) + `{}]}`: "results: at most",
+	} {
+		if _, _, err := DecodeResultBatch([]byte(body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.60s: %v, want naming %q", body, err, want)
+		}
+	}
+}
+
+// FuzzDecodeMessages feeds arbitrary bodies to the scheduler's decoders of the executor
+// protocol (register, heartbeat, result, result batch): none panics, every refusal is
+// ErrMalformed, and what is accepted passes its Check, re-encodes, and decodes again to the
+// same message.
+func FuzzDecodeMessages(f *testing.F) {
+	for _, seed := range []string{
+		`{"app":"billing","address":"10.0.0.5:7071","protocol":"http","handlers":["invoice","refund"]}`,
+		`{"app":"billing","address":"10.0.0.5:7071","running":3}`,
+		`{"ticket":"12-1700000000000-0","task":"t","app":"a","address":"h:1","status":"failed","error":"boom","output":"…","exit_code":2,"started_at":1,"ended_at":2,"duration_ms":1}`,
+		`{"results":[{"ticket":"a","status":"success"},{"ticket":"b","status":"maybe"}]}`,
+		`{"ticket":"t","status":"success"} {}`, `{"ticket":"t","status":"success","x":1}`,
+		`{"Ticket":"t","STATUS":"success"}`, `{"handlers":[null]}`, `{"running":1e400}`,
+		`[]`, `null`, `{}`, ``, "\xff", `{"results":null}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, into := range []func() interface{ Check() error }{reg, hb, res, kill} {
+			v := into()
+			err := Decode(body, v)
+			if err == nil {
+				err = v.Check()
+			}
+			if err != nil {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("%T: error %v is not ErrMalformed", v, err)
+				}
+				continue
+			}
+			again, err := json.Marshal(v)
+			if err != nil {
+				t.Fatalf("%T: cannot re-encode %+v: %v", v, v, err)
+			}
+			w := into()
+			if err := Decode(again, w); err != nil {
+				t.Fatalf("%T: re-encoded %s refused: %v", v, again, err)
+			}
+			if err := w.Check(); err != nil {
+				t.Fatalf("%T: re-encoded %s fails its check: %v", v, again, err)
+			}
+			if b, _ := json.Marshal(w); string(b) != string(again) {
+				t.Fatalf("%T: round trip changed %s into %s", v, again, b)
+			}
+		}
+		results, errs, err := DecodeResultBatch(body)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("batch: error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if len(results) == 0 || len(results) > MaxResultsPerCall || len(errs) != len(results) {
+			t.Fatalf("batch: %d results, %d errors", len(results), len(errs))
+		}
+		for i, e := range errs {
+			if e != nil && !errors.Is(e, ErrMalformed) {
+				t.Fatalf("batch result %d: %v is not ErrMalformed", i, e)
+			}
+			if e == nil {
+				if err := results[i].Check(); err != nil {
+					t.Fatalf("batch result %d accepted but fails its check: %v", i, err)
+				}
+			}
+		}
+	})
+}
+
+// TestLargestResultFitsItsBody: a result with the largest output and error, of the bytes JSON
+// escapes the longest (six bytes each), fits MaxResultBodyBytes, and decodes to a result that
+// passes its check.
+func TestLargestResultFitsItsBody(t *testing.T) {
+	code := 3
+	r := Result{Ticket: strings.Repeat("t", MaxNameBytes), Task: strings.Repeat("k", MaxNameBytes),
+		App: strings.Repeat("a", MaxNameBytes), Address: strings.Repeat("h", MaxAddressBytes),
+		Status: StatusFailed, Output: strings.Repeat("\x00", MaxOutputBytes), Error: strings.Repeat("<", MaxErrorBytes),
+		ExitCode: &code, StartedAt: 1 << 62, EndedAt: 1 << 62, DurationMS: 1 << 62}
+	body, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > MaxResultBodyBytes {
+		t.Fatalf("the largest result is %d bytes of JSON, over MaxResultBodyBytes (%d)", len(body), MaxResultBodyBytes)
+	}
+	var back Result
+	if err := Decode(body, &back); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Check(); err != nil {
+		t.Fatalf("the largest result fails its check: %v", err)
+	}
+	batch, _ := json.Marshal(ResultBatch{Results: []Result{r}})
+	if len(batch) > MaxResultBodyBytes {
+		t.Fatalf("a batch of the largest result is %d bytes, over MaxResultBodyBytes", len(batch))
+	}
+}
