@@ -236,7 +236,12 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 			pt, err := e.GetTask(context.Background(), "once")
 			return err == nil && pt.Runtime.State == persist.StateSuccess
 		})
-		waitSettled(t, e) // a second call would be in flight or queued until then
+		// A second call would be in flight or queued until the engine settles, or armed to
+		// come later.
+		waitSettled(t, e)
+		if _, armed := e.InMemory(); armed != 0 {
+			t.Errorf("%d entries still armed after the one-shot task ran", armed)
+		}
 		calls := cs.got("once")
 		if len(calls) != 1 {
 			t.Fatalf("called %d times, want 1", len(calls))
