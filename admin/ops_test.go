@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -12,9 +13,22 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// quietPeriod is how long a paused task is watched for fires that must not happen: more
-// than two fires of a per-second cron.
-const quietPeriod = 2500 * time.Millisecond
+// quietFires is how many fires of the tasks left running a paused task is watched over for
+// fires that must not happen. The tasks share one per-second cron, so a paused task that still
+// fired would have fired at those same instants.
+const quietFires = 2
+
+// waitQuietFires waits until each of running has been called for quietFires fire times after
+// ms: the positive event a paused task is watched over, instead of a fixed sleep that a slow
+// machine can outrun.
+func waitQuietFires(t *testing.T, h *hook, ms int64, running ...string) {
+	t.Helper()
+	for _, n := range running {
+		testwait.For(t, waitTimeout, fmt.Sprintf("%s to fire %d times after the pause", n, quietFires), func() bool {
+			return len(h.callsAfter(n, ms)) >= quietFires
+		})
+	}
+}
 
 // TestPauseResume pauses one task of a group, then the group, then resumes the group, and
 // checks at each step exactly which tasks keep firing.
@@ -38,14 +52,9 @@ func TestPauseResume(t *testing.T) {
 			t.Fatalf("pause answered paused=%v state %s", pv.Paused, pv.Runtime.State)
 		}
 		t0 := time.Now().UnixMilli()
-		time.Sleep(quietPeriod)
+		waitQuietFires(t, h, t0, "a2", "b1") // they keep firing
 		if got := h.callsAfter("a1", t0); len(got) != 0 {
 			t.Errorf("paused a1 fired %d time(s) for fire times after the pause", len(got))
-		}
-		for _, n := range []string{"a2", "b1"} {
-			if got := h.callsAfter(n, t0); len(got) == 0 {
-				t.Errorf("%s fired %d time(s) while a1 was paused, want it to keep firing", n, len(got))
-			}
 		}
 		a1 := d.waitState(t, "a1", persist.StatePaused)
 		if a1.Runtime.Note != "disk full" {
@@ -65,14 +74,11 @@ func TestPauseResume(t *testing.T) {
 			t.Errorf("group pause answered %+v, want alpha with 2 tasks", g)
 		}
 		t1 := time.Now().UnixMilli()
-		time.Sleep(quietPeriod)
+		waitQuietFires(t, h, t1, "b1") // another group's task keeps firing
 		for _, n := range []string{"a1", "a2"} {
 			if got := h.callsAfter(n, t1); len(got) != 0 {
 				t.Errorf("%s fired %d time(s) after its group was paused", n, len(got))
 			}
-		}
-		if got := h.callsAfter("b1", t1); len(got) == 0 {
-			t.Errorf("b1 of another group fired %d time(s) while alpha was paused", len(got))
 		}
 		d.waitState(t, "a2", persist.StatePaused)
 		paused := names(d.list(t, "?state=PAUSED"))

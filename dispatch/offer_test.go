@@ -171,17 +171,11 @@ func offerAll(d *Dispatcher, x *Executor, prefix string, n int) map[string]Outco
 // waitWaiting waits until n offers wait in x's queue.
 func waitWaiting(t *testing.T, x *Executor, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+	testwait.For(t, 10*time.Second, fmt.Sprintf("%d offers waiting", n), func() bool {
 		x.offers.mu.Lock()
-		waiting := len(x.offers.waiting)
-		x.offers.mu.Unlock()
-		if waiting == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d offers waiting, want %d", waiting, n)
-		}
-	}
+		defer x.offers.mu.Unlock()
+		return len(x.offers.waiting) == n
+	})
 }
 
 // checkOwnAnswers fails unless every ticket got the answer the executor gave that ticket.
@@ -331,13 +325,14 @@ func TestOfferBatchFailures(t *testing.T) {
 			}
 			// One run already past its deadline, then a batch of live ones.
 			late := make(chan Outcome)
+			lateDeadline := time.Now().Add(time.Millisecond)
 			go func() {
-				late <- d.Offer(x, &Request{Ticket: "late", Body: []byte(`{"ticket":"late"}`), Deadline: time.Now().Add(time.Millisecond)})
+				late <- d.Offer(x, &Request{Ticket: "late", Body: []byte(`{"ticket":"late"}`), Deadline: lateDeadline})
 			}()
 			rest := make(chan map[string]Outcome)
 			go func() { rest <- offerAll(d, x, "queued", 5) }()
 			waitWaiting(t, x, 6)
-			time.Sleep(5 * time.Millisecond) // past the late run's deadline
+			testwait.For(t, time.Second, "the late run's deadline to pass", func() bool { return time.Now().After(lateDeadline) })
 			release()
 			for range offerSenders {
 				<-first

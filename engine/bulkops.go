@@ -203,7 +203,7 @@ func (e *Engine) bulkPage(ctx context.Context, page []persist.Task, do func(cont
 			case <-ctx.Done():
 				wg.Wait()
 				return n, ctx.Err()
-			case <-time.After(5 * time.Millisecond):
+			case <-e.cfg.Clock.After(5 * time.Millisecond):
 			}
 		}
 		mu.Lock()

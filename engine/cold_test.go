@@ -65,7 +65,7 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		waitAdvancing(t, clk, 50*time.Millisecond, 15*time.Second, "the cold tasks to fire", func() bool {
 			return len(cs.got("cold-29")) == 1 && len(cs.got("cold-03")) == 1
 		})
-		time.Sleep(500 * time.Millisecond) // let a duplicate show itself
+		waitSettled(t, e) // a duplicate would be queued or in flight until then
 		for i := range n {
 			name := fmt.Sprintf("cold-%02d", i)
 			want := 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -150,6 +151,32 @@ func waitAdvancing(t *testing.T, clk *clock.Fake, step, timeout time.Duration, w
 	}
 }
 
+// waitSettled waits until the engine has nothing left to do for what has come due so far: no
+// entry waits in a ready queue, no run is in flight and no write is queued, on two polls in a
+// row (a fire moves from one to the next). A test that asserts something did not happen
+// (a second call, a re-send) asserts it once the engine has settled instead of after a fixed
+// sleep: with nothing in flight and nothing due, nothing more can be sent.
+func waitSettled(t *testing.T, e *Engine) {
+	t.Helper()
+	idle := func() bool {
+		for i := 0; i < e.wheel.Shards(); i++ {
+			if e.wheel.Ready(i).Len() > 0 {
+				return false
+			}
+		}
+		return e.runs.count() == 0 && e.writer.Busy() == 0
+	}
+	quiet := 0
+	waitFor(t, 10*time.Second, "the engine to settle", func() bool {
+		if idle() {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		return quiet >= 2
+	})
+}
+
 // runFor moves clk forward by d in steps of step, letting the engine work between steps: the
 // fake-clock counterpart of sleeping d while the engine runs.
 func runFor(clk *clock.Fake, d, step time.Duration) {
@@ -209,7 +236,12 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 			pt, err := e.GetTask(context.Background(), "once")
 			return err == nil && pt.Runtime.State == persist.StateSuccess
 		})
-		time.Sleep(300 * time.Millisecond) // a second call would come within this
+		// A second call would be in flight or queued until the engine settles, or armed to
+		// come later.
+		waitSettled(t, e)
+		if _, armed := e.InMemory(); armed != 0 {
+			t.Errorf("%d entries still armed after the one-shot task ran", armed)
+		}
 		calls := cs.got("once")
 		if len(calls) != 1 {
 			t.Fatalf("called %d times, want 1", len(calls))
@@ -365,7 +397,7 @@ func TestMisfirePolicies(t *testing.T) {
 		}
 		e := startEngine(t, s)
 		waitFor(t, 3*time.Second, "the fire_once misfire to fire", func() bool { return len(cs.got("mf-fire_once")) == 1 })
-		time.Sleep(500 * time.Millisecond)
+		waitSettled(t, e)
 		if n := len(cs.got("mf-fire_once")); n != 1 {
 			t.Errorf("fire_once fired %d times, want exactly 1 for 60 missed fires", n)
 		}
@@ -429,15 +461,16 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.FailureCount != 1 || pt.Runtime.NextTriggerTime <= now {
 			t.Errorf("runtime = %+v, want SCHEDULED for the next hour with one failure", pt.Runtime)
 		}
-		wantNotResent(t, cs)
+		wantNotResent(t, e, cs)
 	})
 }
 
-// wantNotResent fails the test if cs receives any call within 200 ms: a run recovered as lost
-// must never be sent again.
-func wantNotResent(t *testing.T, cs *callbackServer) {
+// wantNotResent fails the test if cs has received any call once e has settled: a run
+// recovered as lost must never be sent again. Recovery runs inside Start, so a re-send would
+// have left by then and be in flight or delivered.
+func wantNotResent(t *testing.T, e *Engine, cs *callbackServer) {
 	t.Helper()
-	time.Sleep(200 * time.Millisecond)
+	waitSettled(t, e)
 	if n := len(cs.got("")); n != 0 {
 		t.Errorf("a lost run was re-sent %d times", n)
 	}
@@ -468,7 +501,7 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 		}}); err != nil {
 			t.Fatal(err)
 		}
-		startEngine(t, s)
+		e := startEngine(t, s)
 		for _, ticket := range []string{"m-lost", "m-gone"} {
 			waitFor(t, 3*time.Second, "run "+ticket+" to be recorded lost", func() bool {
 				r, err := s.GetRun(ctx, ticket)
@@ -481,7 +514,7 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 		if runs, err := s.ListRunningManual(ctx, 0); err != nil || len(runs) != 0 {
 			t.Errorf("runs still running = %+v, %v", runs, err)
 		}
-		wantNotResent(t, cs)
+		wantNotResent(t, e, cs)
 	})
 }
 
@@ -915,7 +948,7 @@ func TestDependencyFanIn(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 3*time.Second, "extract to run", func() bool { return len(cs.got("extract")) == 1 })
-		time.Sleep(500 * time.Millisecond)
+		decideRelease(t, e, "extract", 1, "report")
 		if n := len(cs.got("report")); n != 0 {
 			t.Fatalf("report fired after one of two upstreams")
 		}
@@ -939,11 +972,38 @@ func TestDependencyFanIn(t *testing.T) {
 		if _, err := e.RunNow(ctx, "load", nil, "test"); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(700 * time.Millisecond)
+		decideRelease(t, e, "load", 2, "report")
 		if n := len(cs.got("report")); n != 1 {
 			t.Errorf("report fired %d times, want 1", n)
 		}
 	})
+}
+
+// decideRelease waits for upstream's n-th success to be recorded, then takes the release
+// decision for downstream itself, as the goroutine the success started does, and lets the
+// engine settle: a wrong release has then fired, without a sleep long enough for that
+// goroutine to have run.
+func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream string) {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 3*time.Second, fmt.Sprintf("%s's success number %d recorded", upstream, n), func() bool {
+		runs, err := e.Runs(ctx, upstream, 10)
+		ok := 0
+		for _, r := range runs {
+			if r.Result == persist.ResultSuccess {
+				ok++
+			}
+		}
+		return err == nil && ok >= n
+	})
+	pt, err := e.GetTask(ctx, downstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.maybeRelease(ctx, pt.Def.ID); err != nil {
+		t.Fatalf("release decision for %s: %v", downstream, err)
+	}
+	waitSettled(t, e)
 }
 
 func TestBreakerOpensAlertsAndSkips(t *testing.T) {

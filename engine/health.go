@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"time"
+
+	"github.com/axe-sched/axe/internal/clock"
 )
 
 // WriteStallReady is how long commits may keep failing before the engine reports itself not
@@ -19,7 +21,8 @@ func (e *Engine) WriteStalled() error {
 	if s == nil {
 		return nil
 	}
-	if d := time.Since(s.Since); d >= WriteStallReady {
+	// The writer stamps a stall on the real clock, so its age is read on the same clock.
+	if d := clock.Since(clock.Real, s.Since); d >= WriteStallReady {
 		return fmt.Errorf("cannot commit to the store for %s (%d attempts): %w", d.Round(100*time.Millisecond), s.Attempts, s.Err)
 	}
 	return nil

@@ -96,13 +96,13 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 	if _, ok := e.store.(persist.Pruner); !ok || (rc.History < 0 && rc.Finished < 0) {
 		return
 	}
-	t := time.NewTicker(rc.Interval)
+	t := e.cfg.Clock.NewTicker(rc.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		if rc.Primary != nil && !rc.Primary() {
 			continue
@@ -115,14 +115,14 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 		if rc.Finished > 0 {
 			fin = now - rc.Finished.Milliseconds()
 		}
-		start := time.Now()
+		start := e.now()
 		res, err := e.prune(ctx, hist, fin, false, true)
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("prune pass failed", "error", err)
 		}
 		if res.Runs+res.Actions+res.Finished > 0 {
 			e.log.Info("pruned", "task_run", res.Runs, "task_action", res.Actions, "task_def", res.Finished,
-				"took", time.Since(start))
+				"took", e.since(start))
 		}
 	}
 }
@@ -207,7 +207,7 @@ func (e *Engine) prunePause(ctx context.Context, paced bool) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(wait):
+		case <-e.cfg.Clock.After(wait):
 		}
 		if !paced || e.writer.Busy() <= pruneBusy {
 			return true

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -31,16 +32,13 @@ func TestStoppedDispatcherDoesNotBlockTheWriter(t *testing.T) {
 		spec.DelayMS = ptr(int64(200))
 		// A one-slot writer queue refuses creates while it is busy (the API answers 429):
 		// retry, as a client would.
-		for {
+		testwait.For(t, 20*time.Second, "the writer to take the create of "+spec.Name, func() bool {
 			_, err := e.CreateTask(ctx, spec, "test")
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, persist.ErrWriterBusy) {
+			if err != nil && !errors.Is(err, persist.ErrWriterBusy) {
 				t.Fatalf("create %s: %v", spec.Name, err)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
+			return err == nil
+		})
 	}
 	waitFor(t, 20*time.Second, "every fire to be recorded as not sent", func() bool {
 		for i := range n {

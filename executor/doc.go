@@ -47,7 +47,8 @@ var (
 	ErrNoHandlers = errors.New("executor: no handlers registered")
 	// ErrAlreadyStarted is returned by a second Start.
 	ErrAlreadyStarted = errors.New("executor: already started")
-	// ErrStopped is returned by Start after Stop: an Executor is used once.
+	// ErrStopped is returned by Start after Stop, or after a Start that failed once it had
+	// started serving (a refused registration): an Executor is used once.
 	ErrStopped = errors.New("executor: stopped")
 	// ErrUnauthorized is returned by Start when the scheduler refused the configured token
 	// (HTTP 401 or 403). It is a configuration error, so Start fails instead of retrying.

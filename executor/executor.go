@@ -18,19 +18,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/panjf2000/ants/v2"
 	"github.com/valyala/fasthttp"
-)
-
-// lifecycle is where an Executor is between New and Stop.
-type lifecycle int
-
-const (
-	stateNew lifecycle = iota
-	stateStarted
-	stateStopped
 )
 
 // Executor serves runs for one app. Create it with New, register handlers with Handle, then
@@ -47,9 +39,9 @@ type Executor struct {
 	sched *schedulerClient
 	ctl   *schedulerClient
 
-	// lifeMu serialises Handle, Start and Stop; state is guarded by it.
-	lifeMu sync.Mutex
-	state  lifecycle
+	// life serialises Handle, Start and Stop: Handle registers only while the executor is
+	// new, and waits for a Start under way.
+	life startstop.Lifecycle
 
 	// mu guards the run bookkeeping. It is never held while a handler runs or while the
 	// scheduler is called, so /axe/run answers in microseconds even when the scheduler is slow.
@@ -155,27 +147,30 @@ func New(cfg Config) (*Executor, error) {
 // Start, because each is a programming error that would otherwise surface much later as runs
 // failing with "unknown handler".
 func (e *Executor) Handle(name string, h HandlerFunc) {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
 	switch {
 	case name == "" || len(name) > maxNameLen:
 		panic(fmt.Sprintf("executor: handler name must be 1 to %d bytes, got %q", maxNameLen, name))
 	case h == nil:
 		panic(fmt.Sprintf("executor: nil handler for %q", name))
-	case e.state != stateNew:
+	}
+	dup := false
+	if !e.life.IfNew(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if _, dup = e.handlers[name]; !dup {
+			e.handlers[name] = h
+		}
+	}) {
 		panic(fmt.Sprintf("executor: Handle(%q) after Start", name))
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, dup := e.handlers[name]; dup {
+	if dup {
 		panic(fmt.Sprintf("executor: handler %q registered twice", name))
 	}
-	e.handlers[name] = h
 }
 
 // Addr returns the address advertised to the scheduler (host:port), or "" before Start.
 func (e *Executor) Addr() string {
-	// mu, not lifeMu: Addr must answer while Stop drains.
+	// mu, not the lifecycle: Addr must answer while Stop drains.
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.advertise
@@ -186,41 +181,59 @@ func (e *Executor) Addr() string {
 // every heartbeat tick, so executors can boot before the scheduler. If a scheduler refuses the
 // token or the registration (ErrUnauthorized, ErrRegistrationRejected), Start undoes
 // everything and returns the error: that is a configuration mistake, not an outage.
+//
+// A Start that fails before it listens, or on a port it cannot bind, started nothing and may
+// be tried again; any later failure leaves the executor stopped (ErrStopped).
 func (e *Executor) Start(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	switch e.state {
-	case stateStarted:
+	err := e.life.StartOnce(func() error { return e.start(ctx) })
+	switch {
+	case errors.Is(err, startstop.ErrStarted):
 		return ErrAlreadyStarted
-	case stateStopped:
+	case errors.Is(err, startstop.ErrStopped):
 		return ErrStopped
 	}
+	return err
+}
+
+// start is Start under the lifecycle lock. Whatever it has started when it fails is stopped
+// again, last started first.
+func (e *Executor) start(ctx context.Context) (err error) {
+	var undo startstop.Undo
+	defer func() {
+		if err == nil {
+			return
+		}
+		if uerr := undo.Run(ctx, e.log, nil, "start failed, undo: "); uerr != nil {
+			e.log.Warn("cannot tear down after a failed start", "err", uerr)
+		}
+	}()
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("cannot start executor: %w", err)
+		return startstop.NothingStarted(fmt.Errorf("cannot start executor: %w", err))
 	}
 	e.mu.Lock()
 	e.handlerNames = slices.Sorted(maps.Keys(e.handlers))
 	e.mu.Unlock()
 	if len(e.handlerNames) == 0 {
-		return ErrNoHandlers
+		return startstop.NothingStarted(ErrNoHandlers)
 	}
 
 	ln, err := net.Listen("tcp", e.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("cannot listen on %s: %w", e.cfg.Addr, err)
+		return startstop.NothingStarted(fmt.Errorf("cannot listen on %s: %w", e.cfg.Addr, err))
 	}
+	// The listener is the only thing started so far, and closing it undoes it: a failure up to
+	// the serving goroutines still leaves the executor new.
+	undo.Push("close listener", func(context.Context) error { _ = ln.Close(); return nil })
 	advertise := e.cfg.AdvertiseAddr
 	if advertise == "" {
 		advertise = ln.Addr().String()
 		if err := checkAdvertise(advertise); err != nil {
-			_ = ln.Close()
-			return fmt.Errorf("%w: AdvertiseAddr: %w", ErrInvalidConfig, err)
+			return startstop.NothingStarted(fmt.Errorf("%w: AdvertiseAddr: %w", ErrInvalidConfig, err))
 		}
 	}
 	pool, err := ants.NewPool(e.cfg.PoolSize, ants.WithLogger(printfLogger{e.log}))
 	if err != nil {
-		_ = ln.Close()
-		return fmt.Errorf("cannot create the handler pool: %w", err)
+		return startstop.NothingStarted(fmt.Errorf("cannot create the handler pool: %w", err))
 	}
 
 	e.mu.Lock()
@@ -261,15 +274,12 @@ func (e *Executor) Start(ctx context.Context) error {
 		ln = tls.NewListener(ln, e.tls.server)
 	}
 	go e.serve(ln)
-	e.state = stateStarted
+	// From here on runs can arrive, so undoing is the whole ordered Stop.
+	undo.Push("stop executor", e.shutdown)
 
 	registered := true
 	if err := e.register(); err != nil {
 		if errors.Is(err, ErrUnauthorized) || errors.Is(err, ErrRegistrationRejected) {
-			e.state = stateStopped
-			if serr := e.shutdown(ctx); serr != nil {
-				e.log.Warn("cannot tear down after a refused registration", "err", serr)
-			}
 			return err
 		}
 		registered = false
@@ -303,78 +313,88 @@ func (e *Executor) Start(ctx context.Context) error {
 //
 // Stop is idempotent and safe without Start. An Executor cannot be started again.
 func (e *Executor) Stop(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state != stateStarted {
-		e.state = stateStopped
-		return nil
-	}
-	e.state = stateStopped
-	return e.shutdown(ctx)
+	return e.life.StopOnce(ctx, func(started bool) error {
+		if !started {
+			return nil
+		}
+		return e.shutdown(ctx)
+	})
 }
 
-// shutdown performs Stop's steps; see Stop for the order and why.
+// shutdown performs Stop's steps; see Stop for the order and why. A step that fails does not
+// stop the ones after it; the first to give up waiting cancels the runs and abandons the
+// results still unsent, and the steps after it no longer wait for either.
 func (e *Executor) shutdown(ctx context.Context) error {
 	began := time.Now()
-	step := func(what string, since time.Time) {
-		e.log.Info("stop: "+what, "took", time.Since(since))
-	}
-
-	e.mu.Lock()
-	e.accepting = false
-	pending := e.inflight
-	close(e.queue)
-	e.mu.Unlock()
-	e.log.Info("stop: refusing new runs", "pending", pending)
-
-	t := time.Now()
-	err := waitGroup(ctx, &e.runWG)
-	if err == nil {
-		step("runs finished", t)
-		t = time.Now()
-		if err = waitGroup(ctx, &e.sendWG); err == nil {
-			step("results delivered", t)
-		}
-	}
-	if err != nil {
+	var gaveUp bool
+	giveUp := func(err error) error {
+		gaveUp = true
 		e.cancelRuns(ErrShutdown)
 		e.cancelSends()
 		e.log.Warn("stop: gave up waiting; cancelled runs and abandoned unsent results", "err", err)
+		return err
 	}
-
-	t = time.Now()
-	if e.hbCancel != nil {
-		e.hbCancel()
-		<-e.hbDone
-	}
-	step("heartbeats stopped", t)
-
-	t = time.Now()
-	if serr := e.srv.ShutdownWithContext(ctx); serr != nil && err == nil {
-		err = fmt.Errorf("cannot shut the HTTP server down: %w", serr)
-	}
-	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can
-	// come first, and Serve would then accept forever. Closing it here ends Serve either way.
-	_ = e.ln.Close()
-	<-e.serveDone
-	step("HTTP server closed", t)
-
-	t = time.Now()
-	if err == nil {
-		<-e.feederDone // the queue is closed and empty, so the feeder is on its way out
-	}
-	if perr := e.pool.ReleaseContext(ctx); perr != nil && err == nil {
-		err = fmt.Errorf("cannot release the handler pool: %w", perr)
-	}
-	e.sched.closeIdle()
-	e.ctl.closeIdle()
-	e.cancelRuns(ErrShutdown) // frees the contexts; every run has finished or was cancelled above
-	e.cancelSends()
-	if err == nil {
-		e.sendersWG.Wait() // every result was delivered, so the senders are idle and leave at once
-	}
-	step("pool released", t)
-
+	err := startstop.Steps(ctx, e.log, nil, "stop: ",
+		startstop.Step{Name: "refuse new runs", Run: func(context.Context) error {
+			e.mu.Lock()
+			e.accepting = false
+			pending := e.inflight
+			close(e.queue)
+			e.mu.Unlock()
+			e.log.Info("stop: runs pending", "pending", pending)
+			return nil
+		}},
+		startstop.Step{Name: "finish runs", Run: func(ctx context.Context) error {
+			if err := waitGroup(ctx, &e.runWG); err != nil {
+				return giveUp(err)
+			}
+			return nil
+		}},
+		startstop.Step{Name: "deliver results", Run: func(ctx context.Context) error {
+			if gaveUp {
+				return nil
+			}
+			if err := waitGroup(ctx, &e.sendWG); err != nil {
+				return giveUp(err)
+			}
+			return nil
+		}},
+		startstop.Step{Name: "stop heartbeats", Run: func(context.Context) error {
+			if e.hbCancel != nil {
+				e.hbCancel()
+				<-e.hbDone
+			}
+			return nil
+		}},
+		startstop.Step{Name: "close HTTP server", Run: func(ctx context.Context) error {
+			serr := e.srv.ShutdownWithContext(ctx)
+			// Shutdown closes only the listeners Serve has registered; a Stop right after
+			// Start can come first, and Serve would then accept forever. Closing it here ends
+			// Serve either way.
+			_ = e.ln.Close()
+			<-e.serveDone
+			if serr != nil && !gaveUp {
+				return fmt.Errorf("cannot shut the HTTP server down: %w", serr)
+			}
+			return nil
+		}},
+		startstop.Step{Name: "release pool", Run: func(ctx context.Context) error {
+			if !gaveUp {
+				<-e.feederDone // the queue is closed and empty, so the feeder is on its way out
+			}
+			perr := e.pool.ReleaseContext(ctx)
+			e.sched.closeIdle()
+			e.ctl.closeIdle()
+			e.cancelRuns(ErrShutdown) // frees the contexts; every run has finished or was cancelled above
+			e.cancelSends()
+			if !gaveUp {
+				e.sendersWG.Wait() // every result was delivered, so the senders are idle and leave at once
+			}
+			if perr != nil && !gaveUp {
+				return fmt.Errorf("cannot release the handler pool: %w", perr)
+			}
+			return nil
+		}})
 	if err != nil {
 		return fmt.Errorf("cannot stop gracefully: %w", err)
 	}

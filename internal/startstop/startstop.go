@@ -39,7 +39,8 @@ type Lifecycle struct {
 
 // StartOnce runs start under the lifecycle lock unless the service was started or stopped
 // before (ErrStarted, ErrStopped). A failed start leaves the service stopped: start must
-// itself stop what it had started (see Undo) before it returns its error.
+// itself stop what it had started (see Undo) before it returns its error. The exception is an
+// error marked by NothingStarted, which StartOnce returns unmarked, leaving the service new.
 func (l *Lifecycle) StartOnce(start func() error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -50,6 +51,9 @@ func (l *Lifecycle) StartOnce(start func() error) error {
 		return ErrStopped
 	}
 	if err := start(); err != nil {
+		if ns, ok := errors.AsType[nothingStarted](err); ok {
+			return ns.err
+		}
 		l.state = stateStopped
 		close(l.stoppedLocked())
 		return err
@@ -78,6 +82,34 @@ func (l *Lifecycle) StopOnce(ctx context.Context, stop func(started bool) error)
 	defer close(ch)
 	return stop(started)
 }
+
+// IfNew runs f under the lifecycle lock if the service was neither started nor stopped, and
+// reports whether it ran. A service uses it for what may only happen before Start (such as
+// registering handlers); a Start under way makes it wait.
+func (l *Lifecycle) IfNew(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateNew {
+		return false
+	}
+	f()
+	return true
+}
+
+// NothingStarted marks the error of a start that failed before it started anything (a
+// precondition, a port in use): StartOnce then leaves the service new, so that Start may be
+// tried again. A nil err stays nil.
+func NothingStarted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return nothingStarted{err}
+}
+
+type nothingStarted struct{ err error }
+
+func (n nothingStarted) Error() string { return n.err.Error() }
+func (n nothingStarted) Unwrap() error { return n.err }
 
 // Started reports whether Start succeeded and Stop has not begun.
 func (l *Lifecycle) Started() bool {

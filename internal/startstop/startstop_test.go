@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -110,5 +111,53 @@ func TestUndoRunsInReverseAndLogsEachStep(t *testing.T) {
 	}
 	if err := u.Run(context.Background(), nil, nil, ""); err != nil || len(order) != 3 {
 		t.Errorf("a second Run did something: %v, %v", err, order)
+	}
+}
+
+func TestNothingStartedLeavesTheServiceNew(t *testing.T) {
+	var l Lifecycle
+	busy := errors.New("port in use")
+	err := l.StartOnce(func() error { return NothingStarted(fmt.Errorf("cannot listen: %w", busy)) })
+	if !errors.Is(err, busy) {
+		t.Fatalf("start = %v, want the cause", err)
+	}
+	if _, marked := errors.AsType[nothingStarted](err); marked {
+		t.Errorf("StartOnce returned the mark itself: %#v", err)
+	}
+	if !l.IfNew(func() {}) {
+		t.Fatal("service not new after a start that started nothing")
+	}
+	if err := l.StartOnce(func() error { return nil }); err != nil {
+		t.Fatalf("second start = %v, want it to run", err)
+	}
+	if !l.Started() {
+		t.Fatal("not started")
+	}
+	if NothingStarted(nil) != nil {
+		t.Error("NothingStarted(nil) is not nil")
+	}
+}
+
+func TestIfNew(t *testing.T) {
+	var l Lifecycle
+	ran := 0
+	if !l.IfNew(func() { ran++ }) || ran != 1 {
+		t.Fatalf("IfNew on a new service: ran %d", ran)
+	}
+	if err := l.StartOnce(func() error { return errors.New("failed") }); err == nil {
+		t.Fatal("start succeeded")
+	}
+	if l.IfNew(func() { ran++ }) || ran != 1 {
+		t.Errorf("IfNew ran after a failed start")
+	}
+	var started Lifecycle
+	_ = started.StartOnce(func() error { return nil })
+	if started.IfNew(func() { ran++ }) || ran != 1 {
+		t.Errorf("IfNew ran after Start")
+	}
+	var stopped Lifecycle
+	_ = stopped.StopOnce(context.Background(), func(bool) error { return nil })
+	if stopped.IfNew(func() { ran++ }) || ran != 1 {
+		t.Errorf("IfNew ran after Stop")
 	}
 }
