@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/axe-sched/axe/internal/testwait"
 )
 
 // TestFaultExecutorKilled kills the SDK executor process with SIGKILL while its runs are in
@@ -449,6 +451,20 @@ func TestFaultDuplicateResults(t *testing.T) {
 		t.Errorf("%d duplicate deliveries were recorded as refused results, want 0: a duplicate changes nothing", refused)
 	}
 	for _, x := range []*rawExecutor{twice, netdup} {
+		// Every delivery of every run the executor took must have its answer before they are
+		// judged: the first one of a run is answered only once its result is durable, which
+		// on a loaded machine can come after the audit read the run table.
+		want := map[string]int{"twice": 2, "netdup": 3}[x.mode] // netdup: two, then the batch's two or its one error
+		testwait.For(t, 30*time.Second, x.mode+": an answer to every delivery", func() bool {
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			for ticket := range x.runs {
+				if len(x.answers[ticket]) < want {
+					return false
+				}
+			}
+			return true
+		})
 		x.mu.Lock()
 		firsts, dups := 0, 0
 		for ticket, as := range x.answers {
