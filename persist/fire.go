@@ -144,8 +144,7 @@ func (s *sqlStore) ListOpenFires(ctx context.Context, upTo int64) ([]Run, error)
 	for i, c := range runCols {
 		cols[i] = "x." + c
 	}
-	q := "SELECT " + strings.Join(cols, ", ") + " FROM task_runtime r JOIN task_run x" +
-		" ON x.task_id = r.task_id AND x.scheduled_at = r.next_trigger_time" +
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + s.d.openFiresFrom +
 		" WHERE r.next_trigger_time > 0 AND r.next_trigger_time < ?" +
 		" AND r.state IN ('" + string(StateScheduled) + "', '" + string(StateRetrying) + "')" +
 		" AND x.kind = '" + RunScheduled + "' AND x.result = '" + ResultRunning + "'" +

@@ -25,6 +25,10 @@ type dialect struct {
 	// order so rows stream in index order. stateFrom is LoadByState's.
 	dueFrom   string
 	stateFrom string
+	// openFiresFrom is ListOpenFires' FROM clause: the due-time index of task_runtime drives,
+	// and each row probes task_run's (task_id, scheduled_at) index, never a scan of the run
+	// history.
+	openFiresFrom string
 	// maxParams bounds placeholders per statement.
 	maxParams int
 	// connBatches runs ApplyBatch on the driver connection (mysqlconn.go): the multi-row
