@@ -237,12 +237,44 @@ func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error
 func (e *Engine) overlay(pt *persist.Task) {
 	if t := e.tasks.get(pt.Def.ID); t != nil {
 		t.mu.Lock()
-		if !t.evicted && !t.deleted {
+		held := !t.evicted && !t.deleted
+		if held {
 			pt.Def = *t.def
 			pt.Runtime = t.rt
 		}
 		t.mu.Unlock()
+		if held {
+			return
+		}
 	}
+	e.overlayOpenFire(pt)
+}
+
+// overlayOpenFire shows a task read from the store by an engine that is not running (a
+// backup's reader) as RUNNING when its fire record is
+// open: the runtime row says RUNNING only once the run's end is written (fire.go).
+func (e *Engine) overlayOpenFire(pt *persist.Task) {
+	rt := &pt.Runtime
+	if e.running.Load() {
+		return // a running engine holds every run in flight in memory (recover.go)
+	}
+	if !armable(rt.State) || rt.NextTriggerTime <= 0 || rt.NextTriggerTime > e.nowMS()+openFireMargin.Milliseconds() {
+		return
+	}
+	attempt := 1
+	if rt.State == persist.StateRetrying {
+		attempt = rt.Attempt
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	run, err := e.store.GetRun(ctx, scheduledTicket(pt.Def.ID, rt.NextTriggerTime, attempt))
+	if err != nil || run.Result != persist.ResultRunning {
+		return
+	}
+	rt.State = persist.StateRunning
+	rt.CurrentTicket = run.Ticket
+	rt.Attempt = run.Attempt
+	rt.LastTriggerTime = run.DispatchedAt
 }
 
 // GetTask returns a task's definition and runtime.
@@ -283,13 +315,23 @@ func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]persist.Ru
 	return e.store.ListRuns(ctx, id, limit)
 }
 
-// Actions returns a task's action records, newest first.
+// Actions returns a task's timeline, newest first: its action records merged with the
+// dispatch and success events its run rows carry (persist.Timeline), which a fire no longer
+// writes as action records of their own (design.md, "Write path").
 func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]persist.Action, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	return e.store.ListActions(ctx, id, limit)
+	acts, err := e.store.ListActions(ctx, id, limit)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := e.store.ListRuns(ctx, id, limit)
+	if err != nil {
+		return nil, err
+	}
+	return persist.Timeline(acts, runs, limit), nil
 }
 
 // SystemActions returns the newest action records that belong to no task (alerts about

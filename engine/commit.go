@@ -174,5 +174,23 @@ func (e *Engine) reload(id int64) {
 		e.log.Error("cannot reload task", "id", id, "error", err)
 		return
 	}
+	run, open, err := e.openFire(ctx, t)
+	if err != nil {
+		e.log.Error("cannot reload task", "id", id, "error", err)
+		return
+	}
+	if open {
+		if run.Result != persist.ResultRunning || !t.adoptOpenFire(run) {
+			// The fire of this due time has ended, yet the runtime was not moved on with it:
+			// the two are written in one group, so this is not a state axe leaves. Firing
+			// again would be refused by the fire record; leave it to the operator.
+			e.log.Error("task's runtime is behind its last run; not arming it", "task", t.def.Name,
+				"ticket", run.Ticket, "result", run.Result)
+			return
+		}
+		e.log.Warn("adopting a run in flight found on reload", "task", t.def.Name, "ticket", run.Ticket)
+		e.takeOverRun(t, run)
+		return
+	}
 	e.adopt(t, e.nowMS())
 }

@@ -137,7 +137,9 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		nrt.State = persist.StateSuccess
 		nrt.SuccessCount++
 		nrt.Attempt = 0
-		acts = append(acts, e.action(t, ticket, ActResult, persist.StateRunning, persist.StateSuccess, ActorScheduler, detail, now))
+		// No `result` action record: the run row carries the end (ended_at, result), and
+		// the timeline derives the RUNNING→SUCCESS event from it (persist.Timeline). Every
+		// other end keeps its action record, whose target state the run row cannot tell.
 		e.nextCycle(t, &nrt, lastSched, now, &acts)
 	case oc.result != persist.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
 		// (A pause stops retries too: they are future triggers.)

@@ -343,7 +343,7 @@ func TestRestartOnSameStoreKeepsFiring(t *testing.T) {
 }
 
 // TestTwoEnginesNeverDispatchTheSameFireTwice runs two engines on one store, both holding
-// the same task in their windows: only the CAS decides who dispatches each fire (design.md, "Write path").
+// the same task in their windows: only the fire record decides who dispatches each fire (design.md, "Write path").
 func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
@@ -465,6 +465,77 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 	})
 }
 
+// TestOpenFireLeftInFlightIsResolvedLost: what a fire leaves when the process dies before
+// its result is written is its fire record, a run row `running`, while the runtime still
+// holds the SCHEDULED state, due time and version it fired from (design.md, "Crash
+// recovery"). The next start must find that run, record it lost without sending it again,
+// and move the task on; a one-shot task must not fire a second time.
+func TestOpenFireLeftInFlightIsResolvedLost(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		ctx := context.Background()
+		now := time.Now().UnixMilli()
+		due := now - 60_000 // long past: a misfire too, were it not in flight
+		mk := func(name, trig string) (persist.TaskDef, string) {
+			def := persist.TaskDef{
+				Name: name, Group: "default", Trigger: trig, Cron: "0 0 * * * *", DelayMS: 1000,
+				Timezone: "UTC", TimeoutSec: 10, RetryCount: 3, RetryIntervalSec: 1, Priority: 2,
+				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireSkip,
+			}
+			if trig == persist.TriggerDelay {
+				def.Cron = ""
+			}
+			rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due, Version: 3}
+			if err := s.CreateTask(ctx, &def, &rt); err != nil {
+				t.Fatal(err)
+			}
+			ticket := scheduledTicket(def.ID, due, 1)
+			if err := s.ApplyBatch(ctx, &persist.Batch{Fires: []persist.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name,
+				Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: due, DispatchedAt: due + 5, Result: persist.ResultRunning}}}); err != nil {
+				t.Fatal(err)
+			}
+			return def, ticket
+		}
+		_, cronTicket := mk("open-cron", persist.TriggerCron)
+		_, onceTicket := mk("open-once", persist.TriggerDelay)
+		// Read from the store by an engine that does not run (a backup's reader), an open
+		// fire shows its task RUNNING.
+		reader, err := New(Config{Store: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt, err := reader.GetTask(ctx, "open-once")
+		_ = reader.Stop(ctx) // never started: releases what New made
+		if err != nil || pt.Runtime.State != persist.StateRunning || pt.Runtime.CurrentTicket != onceTicket {
+			t.Fatalf("backup view of an open fire = %+v, %v; want RUNNING with ticket %s", pt, err, onceTicket)
+		}
+		if list, err := s.ListTasks(ctx, persist.TaskFilter{State: persist.StateRunning}); err != nil || len(list) != 2 {
+			t.Fatalf("store's RUNNING filter = %d tasks, %v; want both open fires", len(list), err)
+		}
+
+		e := startEngine(t, s)
+		for _, ticket := range []string{cronTicket, onceTicket} {
+			waitFor(t, 3*time.Second, "the open fire "+ticket+" to be recorded lost", func() bool {
+				r, err := s.GetRun(ctx, ticket)
+				return err == nil && r.Result == persist.ResultLost && r.EndedAt >= now
+			})
+		}
+		waitFor(t, 3*time.Second, "the runtimes to move on", func() bool {
+			c, err1 := s.GetTask(ctx, "open-cron")
+			o, err2 := s.GetTask(ctx, "open-once")
+			return err1 == nil && err2 == nil &&
+				c.Runtime.State == persist.StateScheduled && c.Runtime.FailureCount == 1 && c.Runtime.NextTriggerTime > now &&
+				o.Runtime.State == persist.StateFailed && o.Runtime.FailureCount == 1 && o.Runtime.NextTriggerTime == 0
+		})
+		wantNotResent(t, e, cs)
+		// CreateTask in the store writes no action record: the timeline is the fire, read
+		// from its run row, and the loss.
+		if names, want := actionNames(t, e, "open-once"), []string{ActDispatch, ActLost}; !equalStrings(names, want) {
+			t.Errorf("timeline of the one-shot = %v, want %v", names, want)
+		}
+	})
+}
+
 // wantNotResent fails the test if cs has received any call once e has settled: a run
 // recovered as lost must never be sent again. Recovery runs inside Start, so a re-send would
 // have left by then and be in flight or delivered.
@@ -534,15 +605,21 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		mustCreate(t, e, spec)
 		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "the first fire", func() bool { return len(cs.got("slowcron")) == 1 })
 		first := cs.got("slowcron")[0]
-		var stored *persist.Task
-		waitFor(t, 2*time.Second, "the RUNNING runtime in the store", func() bool {
-			var err error
-			stored, err = s.GetTask(ctx, "slowcron")
-			return err == nil && stored.Runtime.State == persist.StateRunning
-		})
-		if stored.Runtime.NextTriggerTime != first.body.ScheduledAt || stored.Runtime.CurrentTicket != first.ticket {
-			t.Fatalf("running runtime: next %d ticket %q, want the fire's due %d and ticket %q",
-				stored.Runtime.NextTriggerTime, stored.Runtime.CurrentTicket, first.body.ScheduledAt, first.ticket)
+		// The fire wrote its run row only: the stored runtime keeps the state and due time
+		// it fired from, and the run row is the RUNNING marker (design.md, "Write path").
+		stored, err := s.GetTask(ctx, "slowcron")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Runtime.State != persist.StateScheduled || stored.Runtime.NextTriggerTime != first.body.ScheduledAt {
+			t.Fatalf("stored runtime during the run: %s next %d, want SCHEDULED at the fire's due %d",
+				stored.Runtime.State, stored.Runtime.NextTriggerTime, first.body.ScheduledAt)
+		}
+		if r, err := s.GetRun(ctx, first.ticket); err != nil || r.Result != persist.ResultRunning || r.ScheduledAt != first.body.ScheduledAt {
+			t.Fatalf("fire record of the run in flight = %+v, %v", r, err)
+		}
+		if pt, err := e.GetTask(ctx, "slowcron"); err != nil || pt.Runtime.State != persist.StateRunning || pt.Runtime.CurrentTicket != first.ticket {
+			t.Fatalf("engine's view during the run = %+v, %v; want RUNNING with ticket %s", pt, err, first.ticket)
 		}
 		// Overrunning its next fires must not fire the kept due (or any other) again.
 		runFor(clk, 1500*time.Millisecond, 50*time.Millisecond)

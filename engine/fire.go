@@ -166,19 +166,23 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 		attempt = t.rt.Attempt
 	}
 	ticket := scheduledTicket(t.id, ent.When, attempt)
-	expect := t.rt.Version
+	// The fire writes one row: its run, with result `running`, inserted as the fire record
+	// (R8.5). That row is the durable RUNNING marker. The runtime row keeps the state, the
+	// due time, the attempt and the version the fire was made from until the run's end is
+	// written, which moves it on with one compare-and-swap from that version; the run row
+	// carries the dispatch (dispatched_at, attempt) that a `dispatch` action record used to
+	// repeat, and the timeline derives that event from it (persist.Timeline). Recovery finds
+	// such a run through ListOpenFires (recover.go). In memory the task is RUNNING at once,
+	// at the same version: nothing was written to the runtime. See design.md, "Write path"
+	// and "Crash recovery". NextTriggerTime keeps the due time of the fire in flight, which
+	// is also how the open run is found; only SCHEDULED and RETRYING tasks are armed or
+	// loaded, so the due in memory is never fired again, and the run's end sets the field
+	// (complete, Kill).
 	nrt := t.rt
 	nrt.State = persist.StateRunning
 	nrt.CurrentTicket = ticket
 	nrt.Attempt = attempt
 	nrt.LastTriggerTime = now
-	// NextTriggerTime keeps the due time of the fire in flight: rewriting it would move the
-	// task's entry in the window index twice per cron cycle (here, and again when the run
-	// ends) instead of once, and each move costs the database CPU (BENCHMARKS.md, "Profiles:
-	// what is in the way"). Only
-	// SCHEDULED and RETRYING tasks are armed or loaded, so the stale due is never fired; the
-	// run's end sets the field (complete, Kill).
-	nrt.Version = expect + 1
 	run := persist.Run{
 		Ticket: ticket, TaskID: t.id, TaskName: t.def.Name, Kind: kind, Attempt: attempt,
 		ScheduledAt: ent.When, DispatchedAt: now, Result: persist.ResultRunning,
@@ -193,18 +197,15 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	t.flying++
 	e.runs.add(t, run)
 	def := t.def
-	act := e.action(t, ticket, ActDispatch, from, persist.StateRunning, ActorScheduler, "attempt "+strconv.Itoa(attempt), now)
 	t.mu.Unlock()
 
 	e.m.triggers.Inc()
 	g := &persist.Group{
-		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
-		Fires:       []persist.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
-		Actions:     []persist.Action{act},
-		Done:        func(err error) { e.dispatchDurable(t, def, run, err) },
+		Fires: []persist.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
+		Done:  func(err error) { e.dispatchDurable(t, def, run, err) },
 	}
 	if err := e.writer.Submit(context.Background(), g); err != nil {
-		// Only when the writer has stopped: the transition never reached the store, so the
+		// Only when the writer has stopped: the fire record never reached the store, so the
 		// store still says SCHEDULED and the fire happens after a restart.
 		e.log.Warn("fire dropped: writer closed", "task", def.Name, "ticket", ticket, "error", err)
 		e.runs.settle(ticket, nil, nil)

@@ -12,24 +12,41 @@ import (
 // errLostInRestart is the error text of a run recovered as lost.
 const errLostInRestart = "the scheduler stopped while the run was in flight; its outcome is unknown, so it is not re-sent"
 
-// recoverInFlight resolves runs a previous process left RUNNING. Their outcome is unknown:
+// openFireMargin is how far past its own clock recovery looks for open fires: a fire made
+// by a node whose clock ran ahead of this one's. One this misses is still never sent twice
+// (its fire record refuses the second dispatch, and reload then adopts it).
+const openFireMargin = time.Minute
+
+// recoverInFlight resolves runs a previous process left running. Their outcome is unknown:
 // an HTTP callback's connection died with the process. They are recorded as "lost" and the
-// task goes on to its next cycle; they are never re-sent, because they may have executed.
+// task goes on to its next cycle; they are never re-sent, because they may have executed
+// (unless the task says on_lost: resend). Executor runs are adopted and wait for the result
+// the executor re-sends.
+//
+// A periodic run in flight is found two ways. Its fire record is the durable RUNNING marker:
+// a run row still `running` whose task's runtime still holds the SCHEDULED or RETRYING state
+// the fire was made from (ListOpenFires). A runtime that says RUNNING (written by a pause or
+// a re-send during the run, or by an older build at every fire) names its run itself.
 func (e *Engine) recoverInFlight(ctx context.Context) error {
-	var tasks []*task
+	type inFlight struct {
+		t   *task
+		run persist.Run
+	}
+	var found []inFlight
 	err := e.store.LoadByState(ctx, []persist.State{persist.StateRunning}, func(pt *persist.Task) error {
 		t, err := newTask(pt)
 		if err != nil {
 			e.log.Error("cannot recover task", "task", pt.Def.Name, "error", err)
 			return nil
 		}
-		tasks = append(tasks, t)
+		found = append(found, inFlight{t: t})
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, t := range tasks {
+	for i := range found {
+		t := found[i].t
 		run, err := e.store.GetRun(ctx, t.rt.CurrentTicket)
 		if err != nil {
 			if !errors.Is(err, persist.ErrRunNotFound) {
@@ -40,30 +57,113 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 				Attempt: t.rt.Attempt, ScheduledAt: t.rt.LastTriggerTime, DispatchedAt: t.rt.LastTriggerTime,
 			}
 		}
-		if !e.tasks.insertIfAbsent(t) {
-			continue
-		}
-		t.mu.Lock()
-		t.periodic = run.Ticket
-		t.flying++
-		t.mu.Unlock()
-		e.runs.add(t, *run)
-		if t.def.Callback.Type == persist.CallbackExecutor {
-			// An SDK executor re-sends its result until acknowledged: wait for it, under the
-			// run's own deadline, as if this process had sent the run.
-			e.adoptExecRun(t, *run, e.registry.Get(t.def.Callback.App, run.Executor))
-			continue
-		}
-		if t.def.OnLost == persist.OnLostResend { // an HTTP run: executor runs were adopted above
-			e.resendLost(t, *run) // ha.go
-			continue
-		}
-		e.settleRun(t, *run, outcome{result: persist.ResultLost, errText: errLostInRestart})
+		found[i].run = *run
 	}
-	if len(tasks) > 0 {
-		e.log.Warn("recovered periodic runs left in flight by the previous process", "runs", len(tasks))
+	open, err := e.store.ListOpenFires(ctx, e.nowMS()+openFireMargin.Milliseconds())
+	if err != nil {
+		return err
+	}
+	runOf := make(map[int64]persist.Run, len(open))
+	ids := make([]int64, 0, len(open))
+	for _, r := range open {
+		runOf[r.TaskID] = r
+		ids = append(ids, r.TaskID)
+	}
+	err = e.store.LoadByIDs(ctx, ids, func(pt *persist.Task) error {
+		t, err := newTask(pt)
+		if err != nil {
+			e.log.Error("cannot recover task", "task", pt.Def.Name, "error", err)
+			return nil
+		}
+		run := runOf[t.id]
+		if !t.adoptOpenFire(run) {
+			return nil // moved on since ListOpenFires read it: not this run's task any more
+		}
+		found = append(found, inFlight{t: t, run: run})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	recovered := 0
+	for _, f := range found {
+		if e.takeOverRun(f.t, f.run) {
+			recovered++
+		}
+	}
+	if recovered > 0 {
+		e.log.Warn("recovered periodic runs left in flight by the previous process", "runs", recovered)
 	}
 	return e.recoverManualRuns(ctx)
+}
+
+// takeOverRun puts t, with its periodic run in flight that no part of this process sent,
+// into memory and resolves the run as recovery does: an executor run waits for its result,
+// an HTTP run is re-sent (on_lost: resend) or recorded lost. It reports false when a copy of
+// t is in memory already. t must be RUNNING with run as its current ticket.
+func (e *Engine) takeOverRun(t *task, run persist.Run) bool {
+	if !e.tasks.insertIfAbsent(t) {
+		return false
+	}
+	t.mu.Lock()
+	t.periodic = run.Ticket
+	t.flying++
+	t.mu.Unlock()
+	e.runs.add(t, run)
+	if t.def.Callback.Type == persist.CallbackExecutor {
+		// An SDK executor re-sends its result until acknowledged: wait for it, under the
+		// run's own deadline, as if this process had sent the run.
+		e.adoptExecRun(t, run, e.registry.Get(t.def.Callback.App, run.Executor))
+		return true
+	}
+	if t.def.OnLost == persist.OnLostResend { // an HTTP run: executor runs were adopted above
+		e.resendLost(t, run) // ha.go
+		return true
+	}
+	e.settleRun(t, run, outcome{result: persist.ResultLost, errText: errLostInRestart})
+	return true
+}
+
+// openFire returns the open fire of t as read from the store, if there is one: its run row
+// still running while the runtime holds the state the fire was made from. reload asks,
+// because the window only ever holds such a task again when recovery missed its run (a
+// fire record whose commit was reported failed but landed, or a fire made by a node whose
+// clock ran more than openFireMargin ahead): firing it would meet its fire record forever.
+func (e *Engine) openFire(ctx context.Context, t *task) (persist.Run, bool, error) {
+	if !armable(t.rt.State) || t.rt.NextTriggerTime <= 0 {
+		return persist.Run{}, false, nil
+	}
+	attempt := 1
+	if t.rt.State == persist.StateRetrying {
+		attempt = t.rt.Attempt
+	}
+	run, err := e.store.GetRun(ctx, scheduledTicket(t.id, t.rt.NextTriggerTime, attempt))
+	if errors.Is(err, persist.ErrRunNotFound) {
+		return persist.Run{}, false, nil
+	}
+	if err != nil {
+		return persist.Run{}, false, err
+	}
+	return *run, true, nil
+}
+
+// adoptOpenFire makes t, read from the store in the state its open fire run was made from,
+// RUNNING with that run in memory, as the fire made it (fire.go): same version, the due time
+// kept. It reports false when the stored runtime is not that state any more. t is not shared
+// yet.
+func (t *task) adoptOpenFire(run persist.Run) bool {
+	want := 1
+	if t.rt.State == persist.StateRetrying {
+		want = t.rt.Attempt
+	}
+	if !armable(t.rt.State) || t.rt.NextTriggerTime != run.ScheduledAt || run.Attempt != want {
+		return false
+	}
+	t.rt.State = persist.StateRunning
+	t.rt.CurrentTicket = run.Ticket
+	t.rt.Attempt = run.Attempt
+	t.rt.LastTriggerTime = run.DispatchedAt
+	return true
 }
 
 // recoverManualRuns does for run-now instances what recoverInFlight does for periodic runs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The fire record (R8.5). A fire's run row is keyed by its deterministic ticket (task, fire
@@ -128,4 +129,26 @@ func appendRunArgs(args []any, r *Run) []any {
 		clip(r.Kind, shortLen), r.Attempt, r.ScheduledAt, r.DispatchedAt, clip(r.Executor, nameLen),
 		r.EndedAt, clip(r.Result, shortLen), clip(r.Error, textLen), r.DurationMS,
 		clip(r.Output, textLen), clip(r.Detail, textLen))
+}
+
+// ListOpenFires returns the periodic runs still running whose task's runtime does not say
+// so: the fire record is the durable RUNNING marker of a fire (design.md, "Write path"), and
+// until the run's end is written the runtime keeps the SCHEDULED (or RETRYING) state, the due
+// time and the attempt the fire was made from. A run is open when its row is still
+// `running` and it is the fire of that state: its scheduled_at is the runtime's
+// next_trigger_time and its attempt the one that state fires (1, or the RETRYING attempt).
+// Only tasks due before upTo are looked at (recovery passes now plus a margin: no fire can
+// have been made of a due time later than the clock of the node that made it). Oldest first.
+func (s *sqlStore) ListOpenFires(ctx context.Context, upTo int64) ([]Run, error) {
+	cols := make([]string, len(runCols))
+	for i, c := range runCols {
+		cols[i] = "x." + c
+	}
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + s.d.openFiresFrom +
+		" WHERE r.next_trigger_time > 0 AND r.next_trigger_time < ?" +
+		" AND r.state IN ('" + string(StateScheduled) + "', '" + string(StateRetrying) + "')" +
+		" AND x.kind = '" + RunScheduled + "' AND x.result = '" + ResultRunning + "'" +
+		" AND x.attempt = CASE WHEN r.state = '" + string(StateRetrying) + "' THEN r.attempt ELSE 1 END" +
+		" ORDER BY x.scheduled_at, x.ticket"
+	return s.queryRuns(ctx, q, upTo)
 }

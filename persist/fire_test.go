@@ -60,3 +60,80 @@ func TestWriterRefusedFireIsolation(t *testing.T) {
 		b.checkLanded(t, s)
 	})
 }
+
+// TestListOpenFires: a fire record still running is open while its task's runtime holds the
+// state it fired from (due time and attempt included); a finished run, a run of another due
+// time or attempt, a run-now run and a task already RUNNING in its runtime are not. The
+// store's RUNNING filter lists the open ones (whatever their due) with the RUNNING
+// runtimes, and no other.
+func TestListOpenFires(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		const due = 1_000_000
+		mk := func(name string, rt persist.Runtime, runs ...persist.Run) int64 {
+			def := persist.TaskDef{Name: name, Group: "g", Trigger: persist.TriggerDelay, DelayMS: 1, Timezone: "UTC",
+				TimeoutSec: 5, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:1/"},
+				MisfirePolicy: persist.MisfireFireOnce}
+			rt.Version = 1
+			if err := s.CreateTask(ctx, &def, &rt); err != nil {
+				t.Fatal(err)
+			}
+			for i := range runs {
+				runs[i].TaskID, runs[i].TaskName = def.ID, name
+				if runs[i].Ticket == "" {
+					runs[i].Ticket = name + "-" + string(rune('a'+i))
+				}
+				if runs[i].Kind == "" {
+					runs[i].Kind = persist.RunScheduled
+				}
+			}
+			if err := s.ApplyBatch(ctx, &persist.Batch{Fires: runs}); err != nil {
+				t.Fatal(err)
+			}
+			return def.ID
+		}
+		running := func(sched int64, attempt int) persist.Run {
+			return persist.Run{Attempt: attempt, ScheduledAt: sched, DispatchedAt: sched + 1, Result: persist.ResultRunning}
+		}
+		sched := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due}
+		retry := persist.Runtime{State: persist.StateRetrying, NextTriggerTime: due + 10, Attempt: 3}
+		open1 := mk("open", sched, running(due, 1))
+		open2 := mk("open-retry", retry, running(due, 1), running(due+10, 3))
+		mk("ended", sched, persist.Run{Attempt: 1, ScheduledAt: due, DispatchedAt: due, EndedAt: due + 5, Result: persist.ResultSuccess})
+		mk("other-due", sched, running(due-500, 1))
+		mk("other-attempt", retry, running(due+10, 2))
+		mk("manual", sched, persist.Run{Kind: persist.RunManual, Attempt: 1, ScheduledAt: due, DispatchedAt: due, Result: persist.ResultRunning})
+		late := mk("late", persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due + 5000}, running(due+5000, 1))
+		rtRunning := mk("runtime-running", persist.Runtime{State: persist.StateRunning, NextTriggerTime: due, CurrentTicket: "runtime-running-a", Attempt: 1}, running(due, 1))
+
+		open, err := s.ListOpenFires(ctx, due+1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, r := range open {
+			got = append(got, r.TaskID)
+			if r.Result != persist.ResultRunning || r.Kind != persist.RunScheduled {
+				t.Errorf("open fire %+v", r)
+			}
+		}
+		if !slices.Equal(got, []int64{open1, open2}) {
+			t.Fatalf("ListOpenFires = %v (%+v), want tasks %v", got, open, []int64{open1, open2})
+		}
+		if open[1].Attempt != 3 || open[1].ScheduledAt != due+10 {
+			t.Errorf("open fire of the retrying task = %+v, want attempt 3 at its retry due", open[1])
+		}
+		list, err := s.ListTasks(ctx, persist.TaskFilter{State: persist.StateRunning})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, tk := range list {
+			ids = append(ids, tk.Def.ID)
+		}
+		slices.Sort(ids)
+		if want := []int64{open1, open2, late, rtRunning}; !slices.Equal(ids, want) {
+			t.Errorf("ListTasks(RUNNING) = %v, want %v", ids, want)
+		}
+	})
+}

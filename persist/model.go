@@ -256,8 +256,14 @@ type Store interface {
 	ListRuns(ctx context.Context, taskID int64, limit int) ([]Run, error)
 	// ListRunningManual returns the run-now (RunManual) runs whose result is still
 	// ResultRunning, oldest first (by scheduled_at, then ticket): the recovery of in-flight
-	// run-now instances at start. Periodic runs in flight are found through their runtime.
+	// run-now instances at start. Periodic runs in flight are found through their runtime
+	// (RUNNING) or through ListOpenFires.
 	ListRunningManual(ctx context.Context, limit int) ([]Run, error)
+	// ListOpenFires returns the periodic runs still running whose task's runtime is still
+	// in the SCHEDULED or RETRYING state the fire was made from (the fire record is the
+	// durable RUNNING marker; the runtime follows with the run's end), for tasks due before
+	// upTo, oldest first: the recovery of periodic runs in flight at start.
+	ListOpenFires(ctx context.Context, upTo int64) ([]Run, error)
 	// ListActions returns the task's action records, newest first (by id).
 	ListActions(ctx context.Context, taskID int64, limit int) ([]Action, error)
 

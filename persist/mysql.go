@@ -81,8 +81,10 @@ func mysqlDialect() *dialect {
 		forShare: " LOCK IN SHARE MODE",
 		// FORCE INDEX: for a wide window the optimizer may prefer a full scan plus a sort,
 		// which holds the whole result server-side before the first row streams out.
-		dueFrom:     "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
-		stateFrom:   "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		dueFrom:   "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		stateFrom: "task_runtime r STRAIGHT_JOIN task_def d ON d.id = r.task_id",
+		openFiresFrom: "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_run x FORCE INDEX (idx_task_run_task)" +
+			" ON x.task_id = r.task_id AND x.scheduled_at = r.next_trigger_time",
 		maxParams:   mysqlMaxParams,
 		connBatches: true,
 		upsert: func(_, update []string) string {

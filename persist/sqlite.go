@@ -59,6 +59,8 @@ func sqliteDialect() *dialect {
 		// task_runtime as the outer loop so rows come out in index order.
 		dueFrom:   "task_runtime r INDEXED BY idx_task_runtime_next CROSS JOIN task_def d ON d.id = r.task_id",
 		stateFrom: "task_runtime r CROSS JOIN task_def d ON d.id = r.task_id",
+		openFiresFrom: "task_runtime r INDEXED BY idx_task_runtime_next CROSS JOIN task_run x INDEXED BY idx_task_run_task" +
+			" ON x.task_id = r.task_id AND x.scheduled_at = r.next_trigger_time",
 		maxParams: sqliteMaxParams,
 		upsert: func(key, update []string) string {
 			var b strings.Builder

@@ -25,6 +25,10 @@ type dialect struct {
 	// order so rows stream in index order. stateFrom is LoadByState's.
 	dueFrom   string
 	stateFrom string
+	// openFiresFrom is ListOpenFires' FROM clause: the due-time index of task_runtime drives,
+	// and each row probes task_run's (task_id, scheduled_at) index, never a scan of the run
+	// history.
+	openFiresFrom string
 	// maxParams bounds placeholders per statement.
 	maxParams int
 	// connBatches runs ApplyBatch on the driver connection (mysqlconn.go): the multi-row
@@ -347,7 +351,18 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		where = append(where, "d.grp = ?")
 		args = append(args, f.Group)
 	}
-	if f.State != "" {
+	switch f.State {
+	case "":
+	case StateRunning:
+		// A fire in flight whose end is not written yet: its runtime keeps the state it fired
+		// from, and its fire record is the RUNNING marker (ListOpenFires). Callers show it
+		// RUNNING; the SCHEDULED and RETRYING pages then drop it.
+		where = append(where, "(r.state = ? OR (r.state IN ('"+string(StateScheduled)+"', '"+string(StateRetrying)+"')"+
+			" AND r.next_trigger_time > 0 AND EXISTS (SELECT 1 FROM task_run x WHERE x.task_id = r.task_id"+
+			" AND x.scheduled_at = r.next_trigger_time AND x.kind = '"+RunScheduled+"' AND x.result = '"+ResultRunning+"'"+
+			" AND x.attempt = CASE WHEN r.state = '"+string(StateRetrying)+"' THEN r.attempt ELSE 1 END)))")
+		args = append(args, string(f.State))
+	default:
 		where = append(where, "r.state = ?")
 		args = append(args, string(f.State))
 	}

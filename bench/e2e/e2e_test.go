@@ -138,7 +138,7 @@ func TestRun(t *testing.T) {
 		if p == nil {
 			t.Fatal("a phase is missing from the report")
 		}
-		if p.Tasks != c.want || p.Runs != p.Tasks || p.Runtimes != p.Tasks || p.Actions < 2*p.Tasks {
+		if p.Tasks != c.want || p.Runs != p.Tasks || p.Runtimes != p.Tasks {
 			t.Errorf("%s: %d runs, %d runtimes, %d actions for %d tasks; want %d", p.Name, p.Runs, p.Runtimes, p.Actions, p.Tasks, c.want)
 		}
 		if p.Finish < p.Span || p.Rate <= 0 || p.LatenessP50 > p.LatenessP99 || p.LatenessP99 > p.LatenessMax {

@@ -59,6 +59,7 @@ func runCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Window, "window", e2e.WindowDefault, "the span the steady phase's tasks fall due over")
 	fs.IntVar(&cfg.Burst, "burst", e2e.BurstDefault, "tasks due at one instant; -1 skips the phase")
 	fs.IntVar(&cfg.Executors, "executors", e2e.ExecutorsDefault, "executor processes")
+	fs.DurationVar(&cfg.Lead, "lead", 0, "how long after a phase starts writing its fixture its first task falls due (0: 5s plus 40µs a task); raise it on a loaded machine")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write CPU profiles of the scheduler and the executors, and the scheduler's allocations, into this directory")
 	fs.BoolVar(&cfg.HA, "ha", false, "run the engine as the primary of a lease, as axe serve --ha does (AXE_HA)")
 	small := fs.Bool("small", false, "a smoke run: 2,000 tasks over 5 s and a 2,000 burst")
