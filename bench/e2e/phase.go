@@ -74,7 +74,13 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	if err != nil {
 		return nil, err
 	}
-	log.Info("fixture written", "tasks", n, "due_over", span, "took", time.Since(written))
+	background := name == "steady" && cfg.Background != BackgroundNone
+	if background {
+		if err := seedBackground(ctx, cfg, db, n, written); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("fixture written", "tasks", n, "due_over", span, "background", background, "took", time.Since(written))
 
 	p := &Phase{Name: name, Tasks: n, Span: span, WriterLanes: cfg.Engine.WriterLanes}
 	if p.WriterLanes == 0 {
@@ -89,6 +95,9 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	quiet := slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn})
 	ecfg := cfg.Engine
 	ecfg.Store, ecfg.Logger = store, quiet
+	if background {
+		backgroundEngine(cfg, &ecfg, first, span)
+	}
 	if cfg.HA {
 		stopHA, err := asPrimary(ctx, store, &ecfg, quiet)
 		if err != nil {
@@ -162,9 +171,17 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 			return nil, err
 		}
 	}
+	waitBackground := func() (*Background, error) { return nil, nil }
+	if background {
+		waitBackground = runBackground(ctx, cfg, "http://"+srv.Addr(), first, span)
+	}
 	done, err := waitDone(ctx, eng, n)
 	stopProfile()
 	if err != nil {
+		rss.stop()
+		return nil, fmt.Errorf("phase %s: %w", name, err)
+	}
+	if p.Background, err = waitBackground(); err != nil {
 		rss.stop()
 		return nil, fmt.Errorf("phase %s: %w", name, err)
 	}
@@ -187,7 +204,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		log.Info("raw rate measured", "requests_per_s", rate)
 	}
 
-	late, err := benchkit.Lateness(ctx, db)
+	late, err := benchkit.LatenessSince(ctx, db, first.UnixMilli())
 	if err != nil {
 		return nil, err
 	}

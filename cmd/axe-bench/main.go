@@ -61,6 +61,8 @@ func runCmd() *ffcli.Command {
 	fs.IntVar(&cfg.Executors, "executors", e2e.ExecutorsDefault, "executor processes")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write CPU profiles of the scheduler and the executors, and the scheduler's allocations, into this directory")
 	fs.BoolVar(&cfg.HA, "ha", false, "run the engine as the primary of a lease, as axe serve --ha does (AXE_HA)")
+	fs.StringVar(&cfg.Background, "background", e2e.BackgroundNone, "work beside the steady phase: bulk-pause (one bulk pause of --background-tasks other tasks) or prune (the pruner deleting --background-tasks old runs and twice as many actions)")
+	fs.IntVar(&cfg.BackgroundTasks, "background-tasks", e2e.BackgroundTasksDefault, "size of --background")
 	small := fs.Bool("small", false, "a smoke run: 2,000 tasks over 5 s and a 2,000 burst")
 	return &ffcli.Command{
 		Name:       "run",
