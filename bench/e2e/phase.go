@@ -31,6 +31,10 @@ import (
 func runPhase(ctx context.Context, cfg Config, command []string, name string, n int, span time.Duration, rep *Report) (*Phase, error) {
 	log := cfg.Logger.With("phase", name)
 	lead := cfg.lead(n)
+	if name == "steady" && cfg.Background != BackgroundNone {
+		// The background's rows are written first too, more slowly than the tasks'.
+		lead = cfg.lead(n) + time.Duration(3*cfg.BackgroundTasks)*150*time.Microsecond
+	}
 	ctx, cancel := context.WithTimeout(ctx, lead+cfg.timeout(n, span))
 	defer cancel()
 
