@@ -159,7 +159,13 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 
 type slogPrinter struct{ l *slog.Logger }
 
-func (p slogPrinter) Printf(format string, args ...any) { p.l.Debug(fmt.Sprintf(format, args...)) }
+// Printf logs at debug level. fasthttp calls it for every streamed request body read whole
+// (each single create), so the message is formatted only when debug is on.
+func (p slogPrinter) Printf(format string, args ...any) {
+	if p.l.Enabled(context.Background(), slog.LevelDebug) {
+		p.l.Debug(fmt.Sprintf(format, args...))
+	}
+}
 
 // Start listens and serves in the background; it returns once the listener is bound.
 func (s *Server) Start(ctx context.Context) error {

@@ -38,6 +38,12 @@ const (
 	envCreateSize  = "AXE_BENCH_CREATE_SIZE"   // single creates per run (default 2e4)
 	envBatchSize   = "AXE_BENCH_BATCH_SIZE"    // tasks per batch run (default 1e5)
 	envCreateRound = "AXE_BENCH_CREATE_ROUNDS" // A/B rounds (default 2)
+	// envCreateProfile names a directory: each 64-client run writes a CPU profile of the
+	// daemon there (<bin>-r<round>-cpu.pprof), taken over the middle of the load.
+	envCreateProfile = "AXE_BENCH_CREATE_PROFILE"
+	// envCreateSingleOnly set to 1 runs the single creates and the autocommit baseline
+	// only, without the batch and ceiling runs.
+	envCreateSingleOnly = "AXE_BENCH_CREATE_SINGLE_ONLY"
 )
 
 var noFlag = new(string)
@@ -51,7 +57,7 @@ type serveProc struct {
 func startAxe(tb testing.TB, bin, dsn string) *serveProc {
 	tb.Helper()
 	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", dsn, "--timezone", "UTC")
-	cmd.Env = append(os.Environ(), "AXE_LOG_LEVEL=error")
+	cmd.Env = append(os.Environ(), "AXE_LOG_LEVEL=error", "AXE_PPROF=1")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		tb.Fatal(err)
@@ -293,6 +299,135 @@ func ceiling(tb testing.TB, db *sql.DB, prefix string, n, per int) float64 {
 	return float64(n) / time.Since(start).Seconds()
 }
 
+// runCost is what a run of creates cost: the CPU of the daemon and of the database server and of this process (the clients),
+// the server's commits and data fsyncs (global counters: other clients of a shared server
+// add to them), and the daemon's writer commits and rows per commit (from /metrics; zero
+// for a binary that does not export them).
+type runCost struct {
+	axeCPU, dbCPU, selfCPU time.Duration
+	dbCommits, dbFsyncs    float64
+	writerCommits, wRows   float64
+	writerRowsPerCommitOK  bool
+}
+
+type costProbe struct {
+	tb               testing.TB
+	db               *sql.DB
+	axePID, dbPID    int
+	base             string
+	axe0, db0, self0 time.Duration
+	st0              map[string]float64
+	m0               map[string]float64
+}
+
+func startCost(tb testing.TB, db *sql.DB, p *serveProc) *costProbe {
+	c := &costProbe{tb: tb, db: db, axePID: p.cmd.Process.Pid, dbPID: benchkit.ServerPID(context.Background(), db), base: p.base}
+	c.axe0, _ = benchkit.ProcessCPU(c.axePID)
+	c.self0 = benchkit.CPUTime()
+	if c.dbPID > 0 {
+		c.db0, _ = benchkit.ProcessCPU(c.dbPID)
+	}
+	c.st0 = globalStatus(tb, db)
+	c.m0 = scrapeMetrics(p.base)
+	return c
+}
+
+func (c *costProbe) end() runCost {
+	var r runCost
+	a1, _ := benchkit.ProcessCPU(c.axePID)
+	r.axeCPU = a1 - c.axe0
+	r.selfCPU = benchkit.CPUTime() - c.self0
+	if c.dbPID > 0 {
+		d1, _ := benchkit.ProcessCPU(c.dbPID)
+		r.dbCPU = d1 - c.db0
+	}
+	st1 := globalStatus(c.tb, c.db)
+	r.dbCommits = st1["Com_commit"] - c.st0["Com_commit"]
+	r.dbFsyncs = st1["Innodb_data_fsyncs"] - c.st0["Innodb_data_fsyncs"]
+	m1 := scrapeMetrics(c.base)
+	if _, ok := m1["axe_writer_commits_total"]; ok {
+		r.writerRowsPerCommitOK = true
+		r.writerCommits = m1["axe_writer_commits_total"] - c.m0["axe_writer_commits_total"]
+		n := m1["axe_writer_batch_rows_count"] - c.m0["axe_writer_batch_rows_count"]
+		if n > 0 {
+			r.wRows = (m1["axe_writer_batch_rows_sum"] - c.m0["axe_writer_batch_rows_sum"]) / n
+		}
+	}
+	return r
+}
+
+// cells renders the cost per create of n creates.
+func (r runCost) cells(n int) []string {
+	per := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Microseconds())/float64(n)) }
+	w := ""
+	if r.writerRowsPerCommitOK {
+		w = fmt.Sprintf("%.0f (%.1f rows)", r.writerCommits, r.wRows)
+	}
+	return []string{per(r.axeCPU), per(r.dbCPU), per(r.selfCPU), fmt.Sprintf("%.0f", r.dbCommits), fmt.Sprintf("%.0f", r.dbFsyncs), w}
+}
+
+func globalStatus(tb testing.TB, db *sql.DB) map[string]float64 {
+	out := map[string]float64{}
+	rows, err := db.Query(`SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit', 'Innodb_data_fsyncs')`)
+	if err != nil {
+		tb.Logf("cannot read server status: %v", err)
+		return out
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if rows.Scan(&k, &v) == nil {
+			out[k], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	return out
+}
+
+// scrapeMetrics reads the writer's series from the daemon's /metrics.
+func scrapeMetrics(base string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get("http://" + base + "/metrics")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		switch f[0] {
+		case "axe_writer_commits_total", "axe_writer_batch_rows_sum", "axe_writer_batch_rows_count":
+			out[f[0]], _ = strconv.ParseFloat(f[1], 64)
+		}
+	}
+	return out
+}
+
+// profileCPU takes a CPU profile of the daemon over d, after a pause of wait, into file;
+// it logs and gives up on a binary without /debug/pprof.
+func profileCPU(tb testing.TB, base, file string, wait, d time.Duration) {
+	time.Sleep(wait)
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", base, int(d.Seconds())))
+	if err != nil {
+		tb.Logf("no CPU profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		tb.Logf("no CPU profile: status %d", resp.StatusCode)
+		return
+	}
+	data, err := io.ReadAll(resp.Body)
+	if err == nil {
+		err = os.WriteFile(file, data, 0o644)
+	}
+	if err != nil {
+		tb.Logf("no CPU profile: %v", err)
+	}
+}
+
 func fmtLat(lat []time.Duration, p float64) string {
 	ns := make([]int64, len(lat))
 	for i, d := range lat {
@@ -309,7 +444,20 @@ func BenchmarkCreates(b *testing.B) {
 	nb := sizeParam(b, noFlag, envBatchSize, 100000)
 	rounds := sizeParam(b, noFlag, envCreateRound, 2)
 	const clients = 64
-	tab := benchkit.NewTable("round", "path", "tasks", "creates/s", "p50", "p99", "429s")
+	profDir := os.Getenv(envCreateProfile)
+	singleOnly := os.Getenv(envCreateSingleOnly) == "1"
+	{
+		db, err := benchkit.OpenSQL(server, 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if si, err := benchkit.ReadServerInfo(context.Background(), db); err == nil {
+			b.Logf("server: %s; load average %s", si, benchkit.LoadAverage())
+		}
+		_ = db.Close()
+	}
+	tab := benchkit.NewTable("round", "path", "tasks", "creates/s", "p50", "p99", "429s",
+		"axe CPU/create", "DB CPU/create", "client CPU/create", "DB commits", "data fsyncs", "writer commits (rows each)")
 	for b.Loop() {
 		for r := range rounds {
 			// Alternate the order so neither binary always runs on a warmer server.
@@ -320,23 +468,36 @@ func BenchmarkCreates(b *testing.B) {
 			for _, bin := range order {
 				dsn, drop := scratchDB(b, server)
 				p := startAxe(b, bin.path, dsn)
-				rate, lat, busy := createLoad(b, p.base, "t-", n, clients, 0)
-				tab.Row(strconv.Itoa(r), bin.name+" 64 clients", strconv.Itoa(n), fmt.Sprintf("%.0f", rate), fmtLat(lat, 0.5), fmtLat(lat, 0.99), strconv.FormatInt(busy, 10))
-				if bin.name == "new" {
-					rate70, lat70, busy70 := createLoad(b, p.base, "u-", n/2, clients, 0.7*rate)
-					tab.Row(strconv.Itoa(r), bin.name+" at 70% of peak", strconv.Itoa(n/2), fmt.Sprintf("%.0f", rate70), fmtLat(lat70, 0.5), fmtLat(lat70, 0.99), strconv.FormatInt(busy70, 10))
-					brate := batchLoad(b, p.base, "b-", nb, 10000)
-					tab.Row(strconv.Itoa(r), bin.name+" batch 10000/request", strconv.Itoa(nb), fmt.Sprintf("%.0f", brate), "", "", "")
-					db, err := benchkit.OpenSQL(dsn, 2)
-					if err != nil {
-						b.Fatal(err)
-					}
-					c := ceiling(b, db, "c-", nb, 10000)
-					tab.Row(strconv.Itoa(r), "ceiling: multi-row INSERT", strconv.Itoa(nb), fmt.Sprintf("%.0f", c), "", "", "")
-					ac := autocommitBaseline(b, db, min(n, 5000))
-					tab.Row(strconv.Itoa(r), "one autocommit connection", strconv.Itoa(min(n, 5000)), fmt.Sprintf("%.0f", ac), "", "", "")
-					_ = db.Close()
+				db, err := benchkit.OpenSQL(dsn, 2)
+				if err != nil {
+					b.Fatal(err)
 				}
+				if profDir != "" {
+					// The load takes about n/2000 s at old rates: profile its middle.
+					go profileCPU(b, p.base, fmt.Sprintf("%s/%s-r%d-cpu.pprof", profDir, bin.name, r), time.Second, 4*time.Second)
+				}
+				probe := startCost(b, db, p)
+				rate, lat, busy := createLoad(b, p.base, "t-", n, clients, 0)
+				row := []string{strconv.Itoa(r), bin.name + " 64 clients", strconv.Itoa(n), fmt.Sprintf("%.0f", rate), fmtLat(lat, 0.5), fmtLat(lat, 0.99), strconv.FormatInt(busy, 10)}
+				tab.Row(append(row, probe.end().cells(n)...)...)
+				if bin.name != "old" {
+					// Open loop at 70% of the peak this binary just reached.
+					probe = startCost(b, db, p)
+					rate70, lat70, busy70 := createLoad(b, p.base, "u-", n/2, clients, 0.7*rate)
+					row = []string{strconv.Itoa(r), bin.name + " at 70% of peak", strconv.Itoa(n / 2), fmt.Sprintf("%.0f", rate70), fmtLat(lat70, 0.5), fmtLat(lat70, 0.99), strconv.FormatInt(busy70, 10)}
+					tab.Row(append(row, probe.end().cells(n/2)...)...)
+				}
+				if bin.name == "new" {
+					if !singleOnly {
+						brate := batchLoad(b, p.base, "b-", nb, 10000)
+						tab.Row(strconv.Itoa(r), bin.name+" batch 10000/request", strconv.Itoa(nb), fmt.Sprintf("%.0f", brate))
+						c := ceiling(b, db, "c-", nb, 10000)
+						tab.Row(strconv.Itoa(r), "ceiling: multi-row INSERT", strconv.Itoa(nb), fmt.Sprintf("%.0f", c))
+					}
+					ac := autocommitBaseline(b, db, min(n, 5000))
+					tab.Row(strconv.Itoa(r), "one autocommit connection", strconv.Itoa(min(n, 5000)), fmt.Sprintf("%.0f", ac))
+				}
+				_ = db.Close()
 				p.stop()
 				drop()
 			}

@@ -145,6 +145,10 @@ type Batch struct {
 	Creates    []*TaskCreate
 	DefUpdates []TaskDef // replace the definition named by ID and its dependency edges
 	Deletes    []int64   // task ids: definition, runtime and edges go; runs and actions stay
+
+	// checkNames makes the store look the creates' names up before inserting them; set by
+	// ApplyBatch (taskbatch.go, lookUpNames).
+	checkNames bool
 }
 
 // ConflictError reports the transitions of a batch whose CAS failed. The batch was rolled

@@ -68,8 +68,25 @@ func openMySQL(dsn string, opts OpenOptions) (*sqlStore, error) {
 		if bc.waitTimeoutUsed.Load() {
 			db.SetConnMaxIdleTime(time.Duration(bc.txIdleSec) * time.Second / 2)
 		}
+		s.consecutiveIDs = mysqlConsecutiveIDs(db)
 	}
 	return s, nil
+}
+
+// mysqlConsecutiveIDs reports whether the server gives the rows of one multi-row INSERT
+// consecutive auto-increment ids, first the one LAST_INSERT_ID() reports: InnoDB does for
+// such "simple inserts" under innodb_autoinc_lock_mode 0 (traditional) and 1 (consecutive,
+// MariaDB's and MySQL 5.7's default), with an auto_increment_increment of 1. Under lock mode
+// 2 (interleaved, MySQL 8's default) or a larger increment (Galera), or when the settings
+// cannot be read, it is false and the ids are read back by name.
+func mysqlConsecutiveIDs(db *sql.DB) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var mode, inc int64
+	if err := db.QueryRowContext(ctx, `SELECT @@innodb_autoinc_lock_mode, @@auto_increment_increment`).Scan(&mode, &inc); err != nil {
+		return false
+	}
+	return (mode == 0 || mode == 1) && inc == 1
 }
 
 func mysqlDialect() *dialect {

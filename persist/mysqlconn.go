@@ -145,9 +145,19 @@ func (t *connTx) bind(args []any) ([]driver.NamedValue, error) {
 func (t *connTx) unbind() { clear(t.bc.args) }
 
 func (t *connTx) exec(ctx context.Context, query string, args []any) (int64, error) {
+	return driverRowsAffected(t.execResult(ctx, query, args))
+}
+
+// execFirstID runs an INSERT and returns the rows it inserted and the first id it gave
+// (LAST_INSERT_ID()).
+func (t *connTx) execFirstID(ctx context.Context, query string, args []any) (n, first int64, err error) {
+	return driverInsert(t.execResult(ctx, query, args))
+}
+
+func (t *connTx) execResult(ctx context.Context, query string, args []any) (driver.Result, error) {
 	nv, err := t.bind(args)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer t.unbind()
 	res, err := t.bc.ExecContext(ctx, query, nv)
@@ -156,34 +166,43 @@ func (t *connTx) exec(ctx context.Context, query string, args []any) (int64, err
 		// statements, as database/sql would do here.
 		return t.execOnce(ctx, query, nv)
 	}
-	return driverRowsAffected(res, err)
+	return res, err
 }
 
 // execOnce prepares query, runs it once and closes it.
-func (t *connTx) execOnce(ctx context.Context, query string, nv []driver.NamedValue) (int64, error) {
+func (t *connTx) execOnce(ctx context.Context, query string, nv []driver.NamedValue) (driver.Result, error) {
 	st, err := t.bc.PrepareContext(ctx, query)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer st.Close()
-	return driverRowsAffected(st.(driver.StmtExecContext).ExecContext(ctx, nv))
+	return st.(driver.StmtExecContext).ExecContext(ctx, nv)
 }
 
 func (t *connTx) execPrepared(ctx context.Context, key batchStmtKey, ncols int, args []any) (int64, error) {
+	return driverRowsAffected(t.execPreparedResult(ctx, key, ncols, args))
+}
+
+// execPreparedFirstID is execFirstID through the statement of key (see execPrepared).
+func (t *connTx) execPreparedFirstID(ctx context.Context, key batchStmtKey, ncols int, args []any) (n, first int64, err error) {
+	return driverInsert(t.execPreparedResult(ctx, key, ncols, args))
+}
+
+func (t *connTx) execPreparedResult(ctx context.Context, key batchStmtKey, ncols int, args []any) (driver.Result, error) {
 	st, ok := t.bc.stmts[key]
 	if !ok {
 		var err error
 		if st, err = t.bc.PrepareContext(ctx, key.head+valuesList(ncols, key.rows)+key.tail); err != nil {
-			return 0, fmt.Errorf("cannot prepare a %d-row statement: %w", key.rows, err)
+			return nil, fmt.Errorf("cannot prepare a %d-row statement: %w", key.rows, err)
 		}
 		t.bc.stmts[key] = st
 	}
 	nv, err := t.bind(args)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer t.unbind()
-	return driverRowsAffected(st.(driver.StmtExecContext).ExecContext(ctx, nv))
+	return st.(driver.StmtExecContext).ExecContext(ctx, nv)
 }
 
 // query runs a read on the driver connection with args bound in the connection's buffer,
@@ -295,6 +314,19 @@ func driverInt64(v driver.Value) (int64, error) {
 	default:
 		return 0, fmt.Errorf("cannot read %T as an integer", v)
 	}
+}
+
+// driverInsert returns an INSERT's row count and the first id it gave.
+func driverInsert(res driver.Result, err error) (int64, int64, error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, 0, err
+	}
+	first, err := res.LastInsertId()
+	return n, first, err
 }
 
 func driverRowsAffected(res driver.Result, err error) (int64, error) {

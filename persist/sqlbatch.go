@@ -49,15 +49,17 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 		return &FireRefusedError{Indexes: idx}
 	}
 	guarded := s.chains(b.Transitions)
+	b.checkNames = lookUpNames(b.Creates)
 	err := s.applyBatch(ctx, b, guarded)
 	if guarded != nil && errors.Is(err, errGuardMissed) {
 		batchGuardMisses.Inc()
 		err = s.applyBatch(ctx, b, nil)
 	}
-	// A name taken by a transaction that committed after this one looked (a create outside
-	// the batch path) is a unique violation rather than a conflict: run the batch again, and
-	// the look-up finds the name.
+	// A taken name is a unique violation rather than a conflict when the names were not
+	// looked up first (lookUpNames), or were taken by a transaction that committed after
+	// this one looked: run the batch again with the look-up, which names the creates.
 	for retry := 0; retry < 2 && err != nil && len(b.Creates) > 0 && s.d.isUniqueViolation(err); retry++ {
+		b.checkNames = true
 		err = s.applyBatch(ctx, b, nil)
 	}
 	if err != nil {

@@ -117,6 +117,11 @@ type sqlStore struct {
 	d  *dialect
 	// afterPing, when set, finishes the pool's set-up once a first connection is made.
 	afterPing func()
+	// consecutiveIDs: a multi-row INSERT of definitions gets consecutive ids from the one
+	// LAST_INSERT_ID() reports (MySQL with innodb_autoinc_lock_mode 0 or 1 and
+	// auto_increment_increment 1), so a batch of creates need not read them back
+	// (taskbatch.go). Set by afterPing.
+	consecutiveIDs bool
 
 	insertDef     string
 	insertDefHead string // head of a multi-row insert of definitions (taskbatch.go)

@@ -47,13 +47,34 @@ func (b *Batch) hasTaskWrites() bool {
 	return len(b.Creates) > 0 || len(b.DefUpdates) > 0 || len(b.Deletes) > 0
 }
 
+// lookUpNames reports whether a batch of these creates must look their names up before it
+// inserts them: when one of them skips or replaces a taken name. A batch of CreateFail
+// creates only (every single create through the writer) inserts at once, and a taken name
+// fails the insert with a unique violation: ApplyBatch then runs the batch again with the
+// look-up, which names the creates that conflict. That saves a query per commit in the
+// common case, where no name is taken.
+func lookUpNames(cs []*TaskCreate) bool {
+	for _, c := range cs {
+		if c.IfExists != CreateFail {
+			return true
+		}
+	}
+	return false
+}
+
 // writeTaskChanges applies b's task writes in tx: the deletes, then the creates, then the
 // definition updates. A taken name under CreateFail is a *ConflictError naming every such
-// create; nothing is written then.
+// create, or, when b.checkNames is false, a unique violation of the insert; nothing is
+// written then.
 func (s *sqlStore) writeTaskChanges(ctx context.Context, tx batchTx, b *Batch) error {
 	deletes := b.Deletes
 	var fresh []*TaskCreate // the creates to insert
-	if len(b.Creates) > 0 {
+	if len(b.Creates) > 0 && !b.checkNames {
+		fresh = b.Creates
+		for _, c := range b.Creates {
+			c.Outcome, c.ReplacedID = CreatedNew, 0
+		}
+	} else if len(b.Creates) > 0 {
 		names := make([]string, len(b.Creates))
 		for i, c := range b.Creates {
 			c.Outcome, c.ReplacedID = 0, 0
@@ -161,21 +182,29 @@ func (s *sqlStore) insertTasks(ctx context.Context, tx batchTx, cs []*TaskCreate
 		args = append(args, row...)
 		names[i] = c.Def.Name
 	}
-	if _, err := s.execRows(ctx, tx, s.insertDefHead, "", len(defCols), args); err != nil {
+	ids, err := s.insertDefs(ctx, tx, args)
+	if err != nil {
 		return fmt.Errorf("cannot insert task definitions: %w", err)
 	}
-	ids, err := s.idsByName(ctx, tx, names)
-	if err != nil {
-		return err
+	if ids == nil {
+		byName, err := s.idsByName(ctx, tx, names)
+		if err != nil {
+			return err
+		}
+		ids = make([]int64, len(cs))
+		for i, c := range cs {
+			id, ok := byName[c.Def.Name]
+			if !ok {
+				return fmt.Errorf("cannot read the id of new task %q", c.Def.Name)
+			}
+			ids[i] = id
+		}
 	}
 	args = args[:0]
 	var deps []any
 	nacts := 0
-	for _, c := range cs {
-		id, ok := ids[c.Def.Name]
-		if !ok {
-			return fmt.Errorf("cannot read the id of new task %q", c.Def.Name)
-		}
+	for i, c := range cs {
+		id := ids[i]
 		c.Def.ID = id
 		c.Runtime.TaskID = id
 		for j := range c.Actions {
@@ -200,6 +229,71 @@ func (s *sqlStore) insertTasks(ctx context.Context, tx batchTx, cs []*TaskCreate
 		acts = append(acts, c.Actions...)
 	}
 	return s.writeActions(ctx, tx, acts)
+}
+
+// idTx is a batchTx whose inserts report the first id they gave (connTx, MySQL).
+type idTx interface {
+	execFirstID(ctx context.Context, query string, args []any) (n, first int64, err error)
+	execPreparedFirstID(ctx context.Context, key batchStmtKey, ncols int, args []any) (n, first int64, err error)
+}
+
+// insertDefs inserts the definition rows of args (len(defCols) values each) and returns
+// their ids in row order, or nil when the store cannot tell them without reading them back
+// (idsByName). Where the ids are consecutive (sqlStore.consecutiveIDs) each statement's
+// first id gives all of its rows'; the statements are split as execRows splits them.
+func (s *sqlStore) insertDefs(ctx context.Context, tx batchTx, args []any) ([]int64, error) {
+	ncols := len(defCols)
+	it, ok := tx.(idTx)
+	if !s.consecutiveIDs || !ok {
+		_, err := s.execRows(ctx, tx, s.insertDefHead, "", ncols, args)
+		return nil, err
+	}
+	ids := make([]int64, 0, len(args)/ncols)
+	took := func(rows int, n, first int64) error {
+		if n != int64(rows) || first <= 0 {
+			return fmt.Errorf("an insert of %d definitions reported %d rows from id %d", rows, n, first)
+		}
+		for k := range int64(rows) {
+			ids = append(ids, first+k)
+		}
+		return nil
+	}
+	perStmt := s.perStmt(ncols)
+	for _, rows := range preparedSizes {
+		if rows > perStmt {
+			continue
+		}
+		chunk := rows * ncols
+		for len(args) >= chunk && rowBytes(args[:chunk]) <= maxBytesPerStmt {
+			n, first, err := it.execPreparedFirstID(ctx, batchStmtKey{s.insertDefHead, "", rows}, ncols, args[:chunk])
+			if err != nil {
+				return nil, err
+			}
+			if err := took(rows, n, first); err != nil {
+				return nil, err
+			}
+			args = args[chunk:]
+		}
+	}
+	for len(args) > 0 {
+		rows, size := 0, 0
+		for rows < perStmt && rows*ncols < len(args) {
+			size += rowBytes(args[rows*ncols : (rows+1)*ncols])
+			if rows > 0 && size > maxBytesPerStmt {
+				break
+			}
+			rows++
+		}
+		n, first, err := it.execFirstID(ctx, s.insertDefHead+valuesList(ncols, rows), args[:rows*ncols])
+		if err != nil {
+			return nil, err
+		}
+		if err := took(rows, n, first); err != nil {
+			return nil, err
+		}
+		args = args[rows*ncols:]
+	}
+	return ids, nil
 }
 
 // updateDefTx replaces a definition's columns (but created_at) and its edges in tx. A

@@ -2,6 +2,7 @@ package persist_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/axe-sched/axe/persist"
@@ -95,5 +96,56 @@ func TestWriterOffer(t *testing.T) {
 		if r.err != nil {
 			t.Errorf("group %d: %v", r.seq, r.err)
 		}
+	}
+}
+
+// TestApplyBatchCreateIDs: a batch of creates larger than every prepared statement size
+// (so its definitions go in several statements, prepared and as text) gives each task its
+// own id: the runtime and the action of every name are its own, wherever the store takes
+// the ids from (LAST_INSERT_ID on MySQL, a read by name elsewhere).
+func TestApplyBatchCreateIDs(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "mysql"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			s := persisttest.SQLite(t)
+			if kind == "mysql" {
+				s = persisttest.MySQL(t)
+			}
+			ctx := testCtx(t)
+			newTask(t, s, "before") // ids do not start at 1
+			const n = 301           // 256 + 32 + 8 prepared, 5 as text on MySQL
+			b := &persist.Batch{}
+			for i := range n {
+				name := fmt.Sprintf("c%03d", i)
+				def := &persist.TaskDef{Name: name, Group: "g", Trigger: persist.TriggerManual, Timezone: "UTC",
+					Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:1/"}, MisfirePolicy: persist.MisfireFireOnce}
+				b.Creates = append(b.Creates, &persist.TaskCreate{Def: def,
+					Runtime: persist.Runtime{State: persist.StateWaiting, Version: 1, Note: "note of " + name},
+					Actions: []persist.Action{{TaskName: name, Action: "create", Actor: "test", Detail: "detail of " + name}}})
+			}
+			if err := s.ApplyBatch(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[int64]bool{}
+			for i, c := range b.Creates {
+				name := c.Def.Name
+				got, err := s.GetTask(ctx, name)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if got.Def.ID != c.Def.ID || seen[c.Def.ID] {
+					t.Fatalf("create %d (%s): stored id %d, reported %d (seen before: %v)", i, name, got.Def.ID, c.Def.ID, seen[c.Def.ID])
+				}
+				seen[c.Def.ID] = true
+				if got.Runtime.Note != "note of "+name {
+					t.Errorf("%s: runtime note %q, want its own", name, got.Runtime.Note)
+				}
+				acts, err := s.ListActions(ctx, got.Def.ID, 0)
+				if err != nil || len(acts) != 1 || acts[0].Detail != "detail of "+name {
+					t.Errorf("%s: actions %+v (%v), want its own one", name, acts, err)
+				}
+			}
+		})
 	}
 }

@@ -95,6 +95,11 @@ type Config struct {
 	ProfileDir string
 	// Logger receives progress and the engine's warnings. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Background is work the steady phase runs beside its firing: BackgroundBulkPause or
+	// BackgroundPrune (background.go). Defaults to BackgroundNone.
+	Background string
+	// BackgroundTasks sizes the background work. Defaults to BackgroundTasksDefault.
+	BackgroundTasks int
 	// HA runs each phase's engine as the primary of a lease, wired as `axe serve --ha` wires
 	// it (fenced writes, the epoch on every dispatch, the gate before each send), to measure
 	// what high availability costs. Defaults to false.
@@ -117,6 +122,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RawConcurrency == 0 {
 		c.RawConcurrency = RawConcurrencyDefault
+	}
+	if c.BackgroundTasks == 0 {
+		c.BackgroundTasks = BackgroundTasksDefault
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -204,6 +212,8 @@ type Phase struct {
 	// Failures summarises the runs that did not succeed, by result and error; empty when
 	// every run succeeded.
 	Failures string
+	// Background is what the background work did (Config.Background); nil for none.
+	Background *Background
 }
 
 // Report is the result of Run.
@@ -248,6 +258,9 @@ func (r Report) Table() string {
 	for _, p := range []*Phase{r.Steady, r.Burst} {
 		if p != nil && p.Failures != "" {
 			fmt.Fprintf(&b, "%s failures: %s\n", p.Name, p.Failures)
+		}
+		if p != nil && p.Background != nil {
+			fmt.Fprintf(&b, "%s beside %s: %d rows in %s\n", p.Name, p.Background.Kind, p.Background.Rows, p.Background.Took.Round(time.Millisecond))
 		}
 	}
 	if r.RawRate > 0 {

@@ -31,6 +31,10 @@ import (
 func runPhase(ctx context.Context, cfg Config, command []string, name string, n int, span time.Duration, rep *Report) (*Phase, error) {
 	log := cfg.Logger.With("phase", name)
 	lead := cfg.lead(n)
+	if name == "steady" && cfg.Background != BackgroundNone {
+		// The background's rows are written first too, more slowly than the tasks'.
+		lead = cfg.lead(n) + time.Duration(3*cfg.BackgroundTasks)*150*time.Microsecond
+	}
 	ctx, cancel := context.WithTimeout(ctx, lead+cfg.timeout(n, span))
 	defer cancel()
 
@@ -74,7 +78,13 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	if err != nil {
 		return nil, err
 	}
-	log.Info("fixture written", "tasks", n, "due_over", span, "took", time.Since(written))
+	background := name == "steady" && cfg.Background != BackgroundNone
+	if background {
+		if err := seedBackground(ctx, cfg, db, n, written); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("fixture written", "tasks", n, "due_over", span, "background", background, "took", time.Since(written))
 
 	p := &Phase{Name: name, Tasks: n, Span: span, WriterLanes: cfg.Engine.WriterLanes}
 	if p.WriterLanes == 0 {
@@ -89,6 +99,9 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	quiet := slog.New(minLevel{cfg.Logger.Handler(), slog.LevelWarn})
 	ecfg := cfg.Engine
 	ecfg.Store, ecfg.Logger = store, quiet
+	if background {
+		backgroundEngine(cfg, &ecfg, first, span)
+	}
 	if cfg.HA {
 		stopHA, err := asPrimary(ctx, store, &ecfg, quiet)
 		if err != nil {
@@ -162,9 +175,17 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 			return nil, err
 		}
 	}
+	waitBackground := func() (*Background, error) { return nil, nil }
+	if background {
+		waitBackground = runBackground(ctx, cfg, "http://"+srv.Addr(), first, span)
+	}
 	done, err := waitDone(ctx, eng, n)
 	stopProfile()
 	if err != nil {
+		rss.stop()
+		return nil, fmt.Errorf("phase %s: %w", name, err)
+	}
+	if p.Background, err = waitBackground(); err != nil {
 		rss.stop()
 		return nil, fmt.Errorf("phase %s: %w", name, err)
 	}
@@ -187,7 +208,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		log.Info("raw rate measured", "requests_per_s", rate)
 	}
 
-	late, err := benchkit.Lateness(ctx, db)
+	late, err := benchkit.LatenessSince(ctx, db, first.UnixMilli())
 	if err != nil {
 		return nil, err
 	}

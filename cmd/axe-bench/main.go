@@ -62,6 +62,8 @@ func runCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Lead, "lead", 0, "how long after a phase starts writing its fixture its first task falls due (0: 5s plus 40µs a task); raise it on a loaded machine")
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write CPU profiles of the scheduler and the executors, and the scheduler's allocations, into this directory")
 	fs.BoolVar(&cfg.HA, "ha", false, "run the engine as the primary of a lease, as axe serve --ha does (AXE_HA)")
+	fs.StringVar(&cfg.Background, "background", e2e.BackgroundNone, "work beside the steady phase: bulk-pause (one bulk pause of --background-tasks other tasks) or prune (the pruner deleting --background-tasks old runs and twice as many actions)")
+	fs.IntVar(&cfg.BackgroundTasks, "background-tasks", e2e.BackgroundTasksDefault, "size of --background")
 	small := fs.Bool("small", false, "a smoke run: 2,000 tasks over 5 s and a 2,000 burst")
 	return &ffcli.Command{
 		Name:       "run",
