@@ -2,6 +2,7 @@ package persist_test
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -134,6 +135,24 @@ func TestListOpenFires(t *testing.T) {
 		slices.Sort(ids)
 		if want := []int64{open1, open2, late, rtRunning}; !slices.Equal(ids, want) {
 			t.Errorf("ListTasks(RUNNING) = %v, want %v", ids, want)
+		}
+		// The groups page counts them the same way.
+		gc, ok := s.(persist.GroupCounter)
+		if !ok {
+			t.Fatalf("%T counts no groups", s)
+		}
+		counts, err := gc.GroupCounts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byState := map[persist.State]int64{}
+		for _, c := range counts {
+			if c.Group == "g" {
+				byState[c.State] += c.Count
+			}
+		}
+		if want := map[persist.State]int64{persist.StateRunning: 4, persist.StateScheduled: 3, persist.StateRetrying: 1}; !maps.Equal(byState, want) {
+			t.Errorf("GroupCounts of g = %v, want %v", byState, want)
 		}
 	})
 }

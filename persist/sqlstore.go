@@ -346,6 +346,14 @@ func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error
 	return found, nil
 }
 
+// openFireOfRuntime is true of a runtime row r whose fire is in flight though r does not say
+// so: r keeps the SCHEDULED or RETRYING state it fired from until the run's end is written,
+// and its fire record, still running, is the RUNNING marker (ListOpenFires).
+const openFireOfRuntime = "(r.state IN ('" + string(StateScheduled) + "', '" + string(StateRetrying) + "')" +
+	" AND r.next_trigger_time > 0 AND EXISTS (SELECT 1 FROM task_run x WHERE x.task_id = r.task_id" +
+	" AND x.scheduled_at = r.next_trigger_time AND x.kind = '" + RunScheduled + "' AND x.result = '" + ResultRunning + "'" +
+	" AND x.attempt = CASE WHEN r.state = '" + string(StateRetrying) + "' THEN r.attempt ELSE 1 END))"
+
 // ListTasks returns tasks in f's order (by id unless f.Order says otherwise).
 func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
 	var (
@@ -362,10 +370,7 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		// A fire in flight whose end is not written yet: its runtime keeps the state it fired
 		// from, and its fire record is the RUNNING marker (ListOpenFires). Callers show it
 		// RUNNING; the SCHEDULED and RETRYING pages then drop it.
-		where = append(where, "(r.state = ? OR (r.state IN ('"+string(StateScheduled)+"', '"+string(StateRetrying)+"')"+
-			" AND r.next_trigger_time > 0 AND EXISTS (SELECT 1 FROM task_run x WHERE x.task_id = r.task_id"+
-			" AND x.scheduled_at = r.next_trigger_time AND x.kind = '"+RunScheduled+"' AND x.result = '"+ResultRunning+"'"+
-			" AND x.attempt = CASE WHEN r.state = '"+string(StateRetrying)+"' THEN r.attempt ELSE 1 END)))")
+		where = append(where, "(r.state = ? OR "+openFireOfRuntime+")")
 		args = append(args, string(f.State))
 	default:
 		where = append(where, "r.state = ?")

@@ -73,10 +73,13 @@ type GroupCounter interface {
 	GroupCounts(ctx context.Context) ([]GroupCount, error)
 }
 
-// GroupCounts counts the tasks by group and durable state. It reads every runtime row once
-// (no index holds both columns), which the groups page pays for on demand, never a fire.
+// GroupCounts counts the tasks by group and durable state, a fire in flight counted RUNNING
+// as ListTasks shows it. It reads every runtime row once (no index holds both columns), and
+// probes the run index for the SCHEDULED and RETRYING ones, which the groups page pays for on
+// demand, never a fire.
 func (s *sqlStore) GroupCounts(ctx context.Context) ([]GroupCount, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT d.grp, r.state, COUNT(*)`+taskJoin+` GROUP BY d.grp, r.state ORDER BY d.grp, r.state`)
+	rows, err := s.db.QueryContext(ctx, `SELECT d.grp, CASE WHEN `+openFireOfRuntime+` THEN '`+string(StateRunning)+`' ELSE r.state END AS st, COUNT(*)`+
+		taskJoin+` GROUP BY d.grp, st ORDER BY d.grp, st`)
 	if err != nil {
 		return nil, fmt.Errorf("cannot count tasks by group: %w", err)
 	}
