@@ -136,6 +136,12 @@ func TestListOpenFires(t *testing.T) {
 		if want := []int64{open1, open2, late, rtRunning}; !slices.Equal(ids, want) {
 			t.Errorf("ListTasks(RUNNING) = %v, want %v", ids, want)
 		}
+		// The SCHEDULED and RETRYING pages leave them out.
+		for st, want := range map[persist.State]int{persist.StateScheduled: 3, persist.StateRetrying: 1} {
+			if list, err := s.ListTasks(ctx, persist.TaskFilter{State: st}); err != nil || len(list) != want {
+				t.Errorf("ListTasks(%s) = %d tasks, %v; want %d", st, len(list), err, want)
+			}
+		}
 		// The groups page counts them the same way.
 		gc, ok := s.(persist.GroupCounter)
 		if !ok {

@@ -369,8 +369,12 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 	case StateRunning:
 		// A fire in flight whose end is not written yet: its runtime keeps the state it fired
 		// from, and its fire record is the RUNNING marker (ListOpenFires). Callers show it
-		// RUNNING; the SCHEDULED and RETRYING pages then drop it.
+		// RUNNING ...
 		where = append(where, "(r.state = ? OR "+openFireOfRuntime+")")
+		args = append(args, string(f.State))
+	case StateScheduled, StateRetrying:
+		// ... and these pages leave them out.
+		where = append(where, "r.state = ? AND NOT "+openFireOfRuntime)
 		args = append(args, string(f.State))
 	default:
 		where = append(where, "r.state = ?")
