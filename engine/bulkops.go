@@ -51,27 +51,21 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 		return 0, err
 	}
 	var (
-		do func(ctx context.Context, name string) error // one task through the API's own path
-		// apply is op on a locked task for a page written at once (bulkApply); nil for run,
-		// which goes a few tasks at a time through do.
-		apply func(ctx context.Context, t *task) error
+		// apply is op on a locked task, for a page written at once (bulkApply); listed says
+		// whether a task not in memory may be built from its listed row (a version check
+		// then guards the write). Run has no apply: it goes a few tasks at a time through do.
+		apply  func(ctx context.Context, t *task) error
+		listed = true
+		do     func(ctx context.Context, name string) error
 	)
 	switch op {
 	case BulkPause:
-		do = func(ctx context.Context, name string) error {
-			_, err := e.Pause(ctx, name, sel.Note, actor)
-			return err
-		}
 		apply = func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, sel.Note, actor) }
 	case BulkResume:
-		do = func(ctx context.Context, name string) error {
-			_, err := e.Resume(ctx, name, sel.Note, actor)
-			return err
-		}
 		apply = func(ctx context.Context, t *task) error { return e.resumeLocked(ctx, t, sel.Note, actor) }
 	case BulkDelete:
-		do = func(ctx context.Context, name string) error { return e.deleteTask(ctx, name, sel.Note, actor) }
 		apply = func(ctx context.Context, t *task) error { return e.bulkDeleteLocked(ctx, t, sel.Note, actor) }
+		listed = false
 	case BulkRun:
 		do = func(ctx context.Context, name string) error {
 			_, err := e.runNow(ctx, name, nil, sel.Note, actor)
@@ -93,7 +87,7 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 		var k int
 		var err error
 		if apply != nil {
-			k, err = e.bulkApply(ctx, page, match, apply, do)
+			k, err = e.bulkApply(ctx, page, match, apply, listed)
 		} else {
 			k, err = e.bulkPage(ctx, page, do)
 		}
@@ -272,12 +266,17 @@ const bulkMaxTries = 3
 // the version it was changed from), as a single API call writes it: the writer packs the
 // page's groups into a few commits, a conflict fails only its own task's group, and each
 // task stays in its own lane. The page is submitted without waiting on each task, and each
-// submit first waits while the writer is busy. A task that no longer matches the selector
-// once locked (it fired or was edited since it was listed) is skipped. A task whose write conflicted (it changed
-// behind the page: the in-memory copy was stale) is tried again through do, which reads
-// it afresh; a task deleted meanwhile is not counted.
-func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(*persist.Task) bool, apply func(context.Context, *task) error, do func(context.Context, string) error) (int, error) {
+// submit first waits while the writer is busy.
+//
+// A task is checked against the selector again once locked: one that no longer matches (it
+// fired or was edited since it was listed) is skipped. With listed, a task not in memory
+// is built from its listed row instead of being read again; a stale row carries a stale
+// version, so that task's write conflicts and the task is done again from the store
+// (bulkRetry). Without listed (delete, whose group has no version to check) such a task is
+// read afresh. A task deleted meanwhile is not counted.
+func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(*persist.Task) bool, apply func(context.Context, *task) error, listed bool) (int, error) {
 	type result struct {
+		id   int64
 		name string
 		err  error
 	}
@@ -285,14 +284,22 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 	var (
 		n, inflight int
 		firstErr    error
-		retry       []string
+		retry       []int64
 	)
 	for i := range page {
 		if err := e.waitNotBusy(ctx); err != nil {
 			firstErr = err
 			break
 		}
-		t, err := e.acquireListed(ctx, &page[i])
+		var (
+			t   *task
+			err error
+		)
+		if listed {
+			t, err = e.acquireListed(ctx, &page[i])
+		} else {
+			t, err = e.acquireLive(ctx, page[i].Def.ID)
+		}
 		if errors.Is(err, persist.ErrTaskNotFound) {
 			continue
 		}
@@ -304,8 +311,8 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 			e.release(t) // it changed since it was listed (it fired, was edited): skipped
 			continue
 		}
-		name := t.def.Name
-		sink := &bulkSink{done: func(err error) { results <- result{name, err} }}
+		id, name := t.id, t.def.Name
+		sink := &bulkSink{done: func(err error) { results <- result{id, name, err} }}
 		err = apply(withBulkSink(ctx, sink), t)
 		e.release(t)
 		if err != nil {
@@ -330,7 +337,7 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 		case r.err == nil:
 			n++
 		case errors.As(r.err, &ce):
-			retry = append(retry, r.name)
+			retry = append(retry, r.id)
 		case errors.Is(r.err, persist.ErrTaskNotFound):
 		case firstErr == nil:
 			firstErr = fmt.Errorf("cannot operate on task %q: %w", r.name, r.err)
@@ -339,32 +346,58 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 	if firstErr != nil {
 		return n, firstErr
 	}
-	for _, name := range retry {
-		err := e.bulkRetry(ctx, name, do)
+	for _, id := range retry {
+		ok, err := e.bulkRetry(ctx, id, match, apply)
 		switch {
 		case err == nil:
-			n++
+			if ok {
+				n++
+			}
 		case errors.Is(err, persist.ErrTaskNotFound):
 		default:
-			return n, fmt.Errorf("cannot operate on task %q: %w", name, err)
+			return n, fmt.Errorf("cannot operate on task %d: %w", id, err)
 		}
 	}
 	return n, nil
 }
 
-// bulkRetry runs do on a task whose bulk write conflicted, trying again while it conflicts.
-func (e *Engine) bulkRetry(ctx context.Context, name string, do func(context.Context, string) error) error {
-	var err error
+// bulkRetry does a task whose bulk write conflicted again, as a single API call would: read
+// afresh, checked against the selector, written and waited for; again while it conflicts.
+// ok is false when it no longer matches.
+func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*persist.Task) bool, apply func(context.Context, *task) error) (ok bool, err error) {
 	for try := 0; try < bulkMaxTries; try++ {
 		if err = e.waitNotBusy(ctx); err != nil {
-			return err
+			return false, err
 		}
+		t, err := e.acquireLive(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if !match(snapshot(t)) {
+			e.release(t)
+			return false, nil
+		}
+		err = apply(ctx, t) // no sink: it waits for its write
+		e.release(t)
 		var ce *persist.ConflictError
-		if err = do(ctx, name); !errors.As(err, &ce) {
-			return err
+		if !errors.As(err, &ce) {
+			return err == nil, err
 		}
 	}
-	return err
+	return false, err
+}
+
+// acquireLive is acquire that reports ErrTaskNotFound for a task deleted meanwhile.
+func (e *Engine) acquireLive(ctx context.Context, id int64) (*task, error) {
+	t, err := e.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.deleted {
+		t.mu.Unlock()
+		return nil, ErrTaskNotFound
+	}
+	return t, nil
 }
 
 // acquireListed is acquire for a task just read by eachSelected: one not in memory is built
@@ -399,7 +432,8 @@ func (e *Engine) acquireListed(ctx context.Context, pt *persist.Task) (*task, er
 }
 
 // bulkDeleteLocked is deleteTask's write for bulkApply: the definition, runtime, edges and
-// action record in one group, submitted without waiting. Caller holds t.mu.
+// action record in one group, submitted without waiting when ctx carries a sink. Caller
+// holds t.mu.
 func (e *Engine) bulkDeleteLocked(ctx context.Context, t *task, note, actor string) error {
 	sink := bulkSinkOf(ctx)
 	act := e.action(t, "", ActDelete, t.rt.State, "", actor, note, e.nowMS())
@@ -407,7 +441,14 @@ func (e *Engine) bulkDeleteLocked(ctx context.Context, t *task, note, actor stri
 	t.deleted = true
 	e.disarm(t)
 	e.brk.forget(t.id)
-	g := &persist.Group{Deletes: []int64{t.id}, Actions: []persist.Action{act}, Done: sink.done}
+	g := &persist.Group{Deletes: []int64{t.id}, Actions: []persist.Action{act}}
+	if sink == nil { // written and waited for, as deleteTask does
+		t.mu.Unlock()
+		err := e.write(ctx, g)
+		t.mu.Lock()
+		return err
+	}
+	g.Done = sink.done
 	if err := e.writer.Submit(ctx, g); err != nil {
 		return fmt.Errorf("cannot write: %w", err)
 	}

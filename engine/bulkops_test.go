@@ -161,12 +161,8 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		do := func(ctx context.Context, name string) error {
-			_, err := e.Pause(ctx, name, "n", "test")
-			return err
-		}
 		apply := func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, "n", "test") }
-		got, err := e.bulkApply(ctx, listed, match, apply, do)
+		got, err := e.bulkApply(ctx, listed, match, apply, true)
 		if err != nil || got != 2 {
 			t.Fatalf("bulkApply = %d, %v; want 2", got, err)
 		}
@@ -185,6 +181,77 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 		pt, _ := s.GetTask(ctx, "st-00000")
 		if pt.Def.Priority != 3 || pt.Def.Callback.URL != "http://127.0.0.1:1/edited" {
 			t.Errorf("the edit was clobbered: priority %d, url %s", pt.Def.Priority, pt.Def.Callback.URL)
+		}
+	})
+}
+
+// TestBulkSkipsTaskThatNoLongerMatches: a task that left the selector after its page was
+// read (here paused, against a selector of scheduled tasks) is skipped and not counted.
+func TestBulkSkipsTaskThatNoLongerMatches(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		e := startEngine(t, s)
+		createDayLater(t, e, "sk", 3)
+		sel := Selector{NamePrefix: "sk-", State: "scheduled"}
+		match, err := sel.compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
+		if err != nil || len(listed) != 3 {
+			t.Fatalf("list = %d, %v", len(listed), err)
+		}
+		if _, err := e.Pause(ctx, "sk-00001", "by hand", "test"); err != nil {
+			t.Fatal(err)
+		}
+		apply := func(ctx context.Context, t *task) error { return e.bulkDeleteLocked(ctx, t, "bulk", "test") }
+		got, err := e.bulkApply(ctx, listed, match, apply, false)
+		if err != nil || got != 2 {
+			t.Fatalf("bulkApply = %d, %v; want 2", got, err)
+		}
+		left, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
+		if err != nil || len(left) != 1 || left[0].Def.Name != "sk-00001" || left[0].Runtime.State != persist.StatePaused {
+			t.Errorf("left = %+v, %v; want only sk-00001, paused", left, err)
+		}
+	})
+}
+
+// TestBulkStaleListedTaskThatNoLongerMatches: a task paused by hand after its page was read
+// is built from the stale row (SCHEDULED), so a bulk pause of scheduled tasks writes it and
+// conflicts; tried again from the store it no longer matches, and is neither written nor
+// counted.
+func TestBulkStaleListedTaskThatNoLongerMatches(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		e := startEngine(t, s)
+		createDayLater(t, e, "sm", 2)
+		match, err := (&Selector{NamePrefix: "sm-", State: "scheduled"}).compile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sm-"})
+		if err != nil || len(listed) != 2 {
+			t.Fatalf("list = %d, %v", len(listed), err)
+		}
+		if _, err := e.Pause(ctx, "sm-00000", "by hand", "test"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 5*time.Second, "the paused task to leave memory", func() bool {
+			return e.tasks.get(listed[0].Def.ID) == nil
+		})
+		apply := func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, "bulk", "test") }
+		got, err := e.bulkApply(ctx, listed, match, apply, true)
+		if err != nil || got != 1 {
+			t.Fatalf("bulkApply = %d, %v; want 1", got, err)
+		}
+		if c := countActions(t, e, "sm-00000", ActPause, "bulk"); c != 0 {
+			t.Errorf("the task paused by hand got %d bulk pause actions, want 0", c)
+		}
+		if pt, _ := s.GetTask(ctx, "sm-00000"); pt.Runtime.Note != "by hand" {
+			t.Errorf("the hand pause's note became %q", pt.Runtime.Note)
+		}
+		if c := countActions(t, e, "sm-00001", ActPause, "bulk"); c != 1 {
+			t.Errorf("sm-00001 has %d bulk pause actions, want 1", c)
 		}
 	})
 }
