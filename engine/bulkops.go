@@ -20,9 +20,8 @@ const (
 
 	// bulkPage is how many tasks a bulk operation reads and works through at a time.
 	bulkPage = 500
-	// bulkWorkers is how many tasks of a page are operated on at once: each one is a group
-	// of the batched writer, so a few in flight fill its batches without crowding out the
-	// groups of the firing path.
+	// bulkWorkers is how many tasks of a page a bulk run starts at once. (Pause, resume and
+	// delete submit a whole page's groups and then wait for them: bulkApply.)
 	bulkWorkers = 8
 	// bulkBusy is the writer queue fill above which a bulk operation waits between tasks:
 	// the firing path comes first.
@@ -45,26 +44,28 @@ type Selector struct {
 // Bulk runs op (BulkPause, BulkResume, BulkDelete or BulkRun) on every task sel picks and
 // returns how many it affected; with dryRun it changes nothing and returns how many it
 // would. Each task gets its own action record with sel.Note. The work goes a page at a
-// time, a few tasks at once, and waits while the writer is busy, so a bulk call over 100K
-// tasks never starves the firing path.
+// time, and waits while the writer is busy, so a bulk call over 100K tasks never starves
+// the firing path.
 func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool, actor string) (int, error) {
 	if err := e.checkRunning(); err != nil {
 		return 0, err
 	}
-	var do func(ctx context.Context, name string) error
+	var (
+		// apply is op on a locked task, for a page written at once (bulkApply); listed says
+		// whether a task not in memory may be built from its listed row (a version check
+		// then guards the write). Run has no apply: it goes a few tasks at a time through do.
+		apply  func(ctx context.Context, t *task) error
+		listed = true
+		do     func(ctx context.Context, name string) error
+	)
 	switch op {
 	case BulkPause:
-		do = func(ctx context.Context, name string) error {
-			_, err := e.Pause(ctx, name, sel.Note, actor)
-			return err
-		}
+		apply = func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, sel.Note, actor) }
 	case BulkResume:
-		do = func(ctx context.Context, name string) error {
-			_, err := e.Resume(ctx, name, sel.Note, actor)
-			return err
-		}
+		apply = func(ctx context.Context, t *task) error { return e.resumeLocked(ctx, t, sel.Note, actor) }
 	case BulkDelete:
-		do = func(ctx context.Context, name string) error { return e.deleteTask(ctx, name, sel.Note, actor) }
+		apply = func(ctx context.Context, t *task) error { return e.bulkDeleteLocked(ctx, t, sel.Note, actor) }
+		listed = false
 	case BulkRun:
 		do = func(ctx context.Context, name string) error {
 			_, err := e.runNow(ctx, name, nil, sel.Note, actor)
@@ -83,7 +84,13 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 			n += len(page)
 			return nil
 		}
-		k, err := e.bulkPage(ctx, page, do)
+		var k int
+		var err error
+		if apply != nil {
+			k, err = e.bulkApply(ctx, page, match, apply, listed)
+		} else {
+			k, err = e.bulkPage(ctx, page, do)
+		}
 		n += k
 		return err
 	})
@@ -230,4 +237,233 @@ func (e *Engine) bulkPage(ctx context.Context, page []persist.Task, do func(cont
 	}
 	wg.Wait()
 	return n, firstErr
+}
+
+// bulkSink is how a page of a bulk operation is written at once: commitWaitDef, given a
+// context carrying a sink, submits its group without waiting for it and reports the outcome
+// to done (on the writer goroutine; done must not block).
+type bulkSink struct {
+	submitted bool // a group was submitted; done will be called exactly once
+	done      func(err error)
+}
+
+type bulkSinkKey struct{}
+
+func withBulkSink(ctx context.Context, s *bulkSink) context.Context {
+	return context.WithValue(ctx, bulkSinkKey{}, s)
+}
+
+func bulkSinkOf(ctx context.Context) *bulkSink {
+	s, _ := ctx.Value(bulkSinkKey{}).(*bulkSink)
+	return s
+}
+
+// bulkMaxTries bounds how often a task whose write conflicted is tried again, one at a time.
+const bulkMaxTries = 3
+
+// bulkApply runs apply on every task of page and then waits for all their writes. Each
+// task is its own writer group (its transition, definition change and action record, with
+// the version it was changed from), as a single API call writes it: the writer packs the
+// page's groups into a few commits, a conflict fails only its own task's group, and each
+// task stays in its own lane. The page is submitted without waiting on each task, and each
+// submit first waits while the writer is busy.
+//
+// A task is checked against the selector again once locked: one that no longer matches (it
+// fired or was edited since it was listed) is skipped. With listed, a task not in memory
+// is built from its listed row instead of being read again; a stale row carries a stale
+// version, so that task's write conflicts and the task is done again from the store
+// (bulkRetry). Without listed (delete, whose group has no version to check) such a task is
+// read afresh. A task deleted meanwhile is not counted.
+func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(*persist.Task) bool, apply func(context.Context, *task) error, listed bool) (int, error) {
+	type result struct {
+		id   int64
+		name string
+		err  error
+	}
+	results := make(chan result, len(page)) // one per submitted group: done never blocks
+	var (
+		n, inflight int
+		firstErr    error
+		retry       []int64
+	)
+	for i := range page {
+		if err := e.waitNotBusy(ctx); err != nil {
+			firstErr = err
+			break
+		}
+		var (
+			t   *task
+			err error
+		)
+		if listed {
+			t, err = e.acquireListed(ctx, &page[i])
+		} else {
+			t, err = e.acquireLive(ctx, page[i].Def.ID)
+		}
+		if errors.Is(err, persist.ErrTaskNotFound) {
+			continue
+		}
+		if err != nil {
+			firstErr = fmt.Errorf("cannot operate on task %q: %w", page[i].Def.Name, err)
+			break
+		}
+		if !match(snapshot(t)) {
+			e.release(t) // it changed since it was listed (it fired, was edited): skipped
+			continue
+		}
+		id, name := t.id, t.def.Name
+		sink := &bulkSink{done: func(err error) { results <- result{id, name, err} }}
+		err = apply(withBulkSink(ctx, sink), t)
+		e.release(t)
+		if err != nil {
+			firstErr = fmt.Errorf("cannot operate on task %q: %w", name, err)
+			break
+		}
+		if sink.submitted {
+			inflight++
+		} else {
+			n++ // nothing to write (pausing a paused task): done
+		}
+	}
+	for ; inflight > 0; inflight-- {
+		var r result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			return n, ctx.Err()
+		}
+		var ce *persist.ConflictError
+		switch {
+		case r.err == nil:
+			n++
+		case errors.As(r.err, &ce):
+			retry = append(retry, r.id)
+		case errors.Is(r.err, persist.ErrTaskNotFound):
+		case firstErr == nil:
+			firstErr = fmt.Errorf("cannot operate on task %q: %w", r.name, r.err)
+		}
+	}
+	if firstErr != nil {
+		return n, firstErr
+	}
+	for _, id := range retry {
+		ok, err := e.bulkRetry(ctx, id, match, apply)
+		switch {
+		case err == nil:
+			if ok {
+				n++
+			}
+		case errors.Is(err, persist.ErrTaskNotFound):
+		default:
+			return n, fmt.Errorf("cannot operate on task %d: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
+// bulkRetry does a task whose bulk write conflicted again, as a single API call would: read
+// afresh, checked against the selector, written and waited for; again while it conflicts.
+// ok is false when it no longer matches.
+func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*persist.Task) bool, apply func(context.Context, *task) error) (ok bool, err error) {
+	for try := 0; try < bulkMaxTries; try++ {
+		if err = e.waitNotBusy(ctx); err != nil {
+			return false, err
+		}
+		t, err := e.acquireLive(ctx, id)
+		if err != nil {
+			return false, err
+		}
+		if !match(snapshot(t)) {
+			e.release(t)
+			return false, nil
+		}
+		err = apply(ctx, t) // no sink: it waits for its write
+		e.release(t)
+		var ce *persist.ConflictError
+		if !errors.As(err, &ce) {
+			return err == nil, err
+		}
+	}
+	return false, err
+}
+
+// acquireLive is acquire that reports ErrTaskNotFound for a task deleted meanwhile.
+func (e *Engine) acquireLive(ctx context.Context, id int64) (*task, error) {
+	t, err := e.acquire(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if t.deleted {
+		t.mu.Unlock()
+		return nil, ErrTaskNotFound
+	}
+	return t, nil
+}
+
+// acquireListed is acquire for a task just read by eachSelected: one not in memory is built
+// from the listed row instead of being read again. Should that row be stale by now, its
+// version is, and the write conflicts instead of landing (bulkApply then tries again).
+func (e *Engine) acquireListed(ctx context.Context, pt *persist.Task) (*task, error) {
+	for {
+		if t := e.tasks.get(pt.Def.ID); t != nil {
+			t.mu.Lock()
+			if t.evicted {
+				t.mu.Unlock()
+				continue
+			}
+			if t.deleted {
+				t.mu.Unlock()
+				return nil, ErrTaskNotFound
+			}
+			return t, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		t, err := newTask(pt)
+		if err != nil {
+			return nil, fmt.Errorf("cannot load task %q: %w", pt.Def.Name, err)
+		}
+		if e.tasks.insertIfAbsent(t) {
+			t.mu.Lock()
+			return t, nil
+		}
+	}
+}
+
+// bulkDeleteLocked is deleteTask's write for bulkApply: the definition, runtime, edges and
+// action record in one group, submitted without waiting when ctx carries a sink. Caller
+// holds t.mu.
+func (e *Engine) bulkDeleteLocked(ctx context.Context, t *task, note, actor string) error {
+	sink := bulkSinkOf(ctx)
+	act := e.action(t, "", ActDelete, t.rt.State, "", actor, note, e.nowMS())
+	// Marked deleted first, as deleteTask does, so that no fire is decided meanwhile.
+	t.deleted = true
+	e.disarm(t)
+	e.brk.forget(t.id)
+	g := &persist.Group{Deletes: []int64{t.id}, Actions: []persist.Action{act}}
+	if sink == nil { // written and waited for, as deleteTask does
+		t.mu.Unlock()
+		err := e.write(ctx, g)
+		t.mu.Lock()
+		return err
+	}
+	g.Done = sink.done
+	if err := e.writer.Submit(ctx, g); err != nil {
+		return fmt.Errorf("cannot write: %w", err)
+	}
+	sink.submitted = true
+	return nil
+}
+
+// waitNotBusy waits while the writer's queue is over bulkBusy full: the firing path first.
+func (e *Engine) waitNotBusy(ctx context.Context) error {
+	for e.writer.Busy() > bulkBusy {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-e.cfg.Clock.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }

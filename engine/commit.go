@@ -94,9 +94,21 @@ func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt persist.Runtime
 	if def != nil {
 		g.DefUpdates = []persist.TaskDef{*def}
 	}
+	sink := bulkSinkOf(ctx)
+	if sink != nil {
+		// A bulk operation (bulkops.go): submit without waiting; the sink hears the outcome.
+		g.Done = func(err error) {
+			e.writeDone(t, err)
+			sink.done(err)
+		}
+	}
 	if err := e.writer.Submit(ctx, g); err != nil {
 		t.pending--
 		return fmt.Errorf("cannot write: %w", err)
+	}
+	if sink != nil {
+		sink.submitted = true
+		return nil
 	}
 	t.mu.Unlock()
 	var err error
