@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/internal/testwait"
-	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )
 
@@ -128,16 +129,16 @@ func TestResultsAreBoundToTheRunsApp(t *testing.T) {
 		d.apiError(t, http.StatusForbidden, "POST", protocol.PathHeartbeat, map[string]any{"app": "billing", "address": billX.addr()}, bearer(payTok)...)
 		d.mustJSON(t, 200, "POST", protocol.PathHeartbeat, map[string]any{"app": "payroll", "address": payX.addr()}, nil, bearer(payTok)...)
 
-		if r := runOf(t, d, "charge", charge); r.Result != persist.ResultRunning || r.Output != "" {
+		if r := runOf(t, d, "charge", charge); r.Result != model.ResultRunning || r.Output != "" {
 			t.Fatalf("billing's run after the forged results: %+v, want it still running", r)
 		}
-		if r := d.waitRun(t, "pay", pay); r.Result != persist.ResultSuccess {
+		if r := d.waitRun(t, "pay", pay); r.Result != model.ResultSuccess {
 			t.Errorf("payroll's own run: %+v, want success", r)
 		}
 		// Billing's token reports its own run.
 		d.mustJSON(t, 200, "POST", protocol.PathCallback, map[string]any{"ticket": charge, "app": "billing",
 			"address": billX.addr(), "status": "success", "output": "charged"}, nil, bearer(billTok)...)
-		if r := d.waitRun(t, "charge", charge); r.Result != persist.ResultSuccess || r.Output != "charged" {
+		if r := d.waitRun(t, "charge", charge); r.Result != model.ResultSuccess || r.Output != "charged" {
 			t.Errorf("billing's run: %+v, want success with its own output", r)
 		}
 		// Once ended, a foreign report is still refused, not acknowledged as a duplicate.
@@ -151,7 +152,7 @@ func TestResultsAreBoundToTheRunsApp(t *testing.T) {
 	})
 }
 
-func runOf(t *testing.T, d *daemon, task, ticket string) persist.Run {
+func runOf(t *testing.T, d *daemon, task, ticket string) model.Run {
 	t.Helper()
 	for _, r := range d.runs(t, task) {
 		if r.Ticket == ticket {
@@ -159,5 +160,5 @@ func runOf(t *testing.T, d *daemon, task, ticket string) persist.Run {
 		}
 	}
 	t.Fatalf("no run %s of %s", ticket, task)
-	return persist.Run{}
+	return model.Run{}
 }

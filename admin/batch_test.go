@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/persist"
 
 	"github.com/axe-sched/axe/internal/testwait"
 )
@@ -88,10 +89,10 @@ func TestBatchCreate(t *testing.T) {
 			if a.Created != 3 || a.Skipped != 0 || a.Replaced != 0 {
 				t.Fatalf("answer %+v, want 3 created", a)
 			}
-			if g := d.get(t, "up2"); g.Runtime.State != persist.StateScheduled || g.Runtime.NextTriggerTime != nextNewYearUTC(time.Now()) {
+			if g := d.get(t, "up2"); g.Runtime.State != model.StateScheduled || g.Runtime.NextTriggerTime != nextNewYearUTC(time.Now()) {
 				t.Errorf("up2 = %+v, want SCHEDULED for New Year", g.Runtime)
 			}
-			if acts := d.actions(t, "up2"); len(acts) != 1 || acts[0].Action != "create" || acts[0].To != persist.StateScheduled {
+			if acts := d.actions(t, "up2"); len(acts) != 1 || acts[0].Action != "create" || acts[0].To != model.StateScheduled {
 				t.Errorf("actions of up2 = %+v, want one create record", acts)
 			}
 			if g := d.get(t, "down"); len(g.DependsOn) != 2 {
@@ -117,7 +118,7 @@ func TestBatchCreate(t *testing.T) {
 			if a.Created != 10000 {
 				t.Fatalf("answer %+v, want 10000 created", a)
 			}
-			if g := d.get(t, "bulk-09999"); g.Runtime.State != persist.StateScheduled || g.Runtime.NextTriggerTime == 0 {
+			if g := d.get(t, "bulk-09999"); g.Runtime.State != model.StateScheduled || g.Runtime.NextTriggerTime == 0 {
 				t.Errorf("bulk-09999 = %+v, want SCHEDULED with a next fire", g.Runtime)
 			}
 		})
@@ -291,7 +292,7 @@ func TestRunAt(t *testing.T) {
 		h := newHook(t)
 		at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
 		v := d.create(t, spec("at", h.url("/ok/at"), "run_at", at.In(time.FixedZone("x", 8*3600)).Format(time.RFC3339Nano)))
-		if v.Trigger != persist.TriggerDelay || v.Runtime.NextTriggerTime != at.UnixMilli() {
+		if v.Trigger != model.TriggerDelay || v.Runtime.NextTriggerTime != at.UnixMilli() {
 			t.Fatalf("created %+v / %+v, want a delay task due at %d", v.TaskDef, v.Runtime, at.UnixMilli())
 		}
 		calls := h.waitCalls(t, "at", 1, 10*time.Second)
@@ -304,12 +305,12 @@ func TestRunAt(t *testing.T) {
 		h.waitCalls(t, "past-once", 1, 10*time.Second)
 
 		s := d.create(t, spec("past-skip", h.url("/ok/past-skip"), "run_at", past, "misfire_policy", "skip"))
-		if s.Runtime.State != persist.StateWaiting || s.Runtime.NextTriggerTime != 0 {
+		if s.Runtime.State != model.StateWaiting || s.Runtime.NextTriggerTime != 0 {
 			t.Errorf("past-skip = %+v, want WAITING with no fire", s.Runtime)
 		}
 		testwait.For(t, 5*time.Second, "a skipped run of past-skip", func() bool {
 			runs := d.runs(t, "past-skip")
-			return len(runs) == 1 && runs[0].Result == persist.ResultSkipped
+			return len(runs) == 1 && runs[0].Result == model.ResultSkipped
 		})
 		time.Sleep(300 * time.Millisecond)
 		if n := len(h.callsOf("past-skip")); n != 0 {

@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"embed"
 	"encoding/base64"
@@ -210,7 +212,7 @@ func pageArgs(c *fasthttp.RequestCtx, f *persist.TaskFilter) error {
 }
 
 // cursorAfter is the cursor of the page that follows the task t.
-func cursorAfter(order string, t *persist.Task) string {
+func cursorAfter(order string, t *model.Task) string {
 	key := ""
 	switch order {
 	case persist.OrderName:
@@ -226,15 +228,15 @@ func cursorAfter(order string, t *persist.Task) string {
 // taskRow is a task of the list with what the console shows beside it.
 type taskRow struct {
 	taskJSON
-	BreakerOpen bool         `json:"breaker_open"`
-	LastRun     *persist.Run `json:"last_run,omitempty"`
+	BreakerOpen bool       `json:"breaker_open"`
+	LastRun     *model.Run `json:"last_run,omitempty"`
 }
 
 // taskPage is the answer of GET /api/v1/tasks: the rows, and next_cursor when a page may
 // follow (the store read a full page; last is its last row).
-func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist.TaskFilter, list []persist.Task, views []taskJSON, last *persist.Task) map[string]any {
+func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist.TaskFilter, list []model.Task, views []taskJSON, last *model.Task) map[string]any {
 	rows := make([]taskRow, len(views))
-	var lastRuns map[int64]persist.Run
+	var lastRuns map[int64]model.Run
 	if string(c.QueryArgs().Peek("last_run")) == "1" {
 		ids := make([]int64, len(list))
 		for i := range list {

@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"net/http"
@@ -150,7 +152,7 @@ func TestClientFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		v, err := c.CreateTask(ctx, []byte(`{"name":"via-failover","trigger":"manual","callback":{"url":"`+h.url("/ok/f")+`"}}`))
-		if err != nil || v.Name != "via-failover" || v.Runtime.State != persist.StateWaiting {
+		if err != nil || v.Name != "via-failover" || v.Runtime.State != model.StateWaiting {
 			t.Fatalf("create through the second address: %+v, %v", v, err)
 		}
 		list, err := c.ListTasks(ctx, "", "", 0)
@@ -268,11 +270,11 @@ func TestGracefulShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pt.Runtime.State != persist.StateSuccess || pt.Runtime.SuccessCount != 1 || pt.Runtime.CurrentTicket != "" {
+		if pt.Runtime.State != model.StateSuccess || pt.Runtime.SuccessCount != 1 || pt.Runtime.CurrentTicket != "" {
 			t.Errorf("stored runtime after shutdown: %+v, want SUCCESS", pt.Runtime)
 		}
 		run, err := st.GetRun(ctx, call.Ticket)
-		if err != nil || run.Result != persist.ResultSuccess || run.EndedAt == 0 {
+		if err != nil || run.Result != model.ResultSuccess || run.EndedAt == 0 {
 			t.Errorf("stored run after shutdown: %+v, %v", run, err)
 		}
 		acts, err := st.ListActions(ctx, v.ID, 100)
@@ -284,7 +286,7 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The success is carried by the run row; the timeline shows it as the result event.
-		if a, ok := findAction(persist.Timeline(acts, runs, 0), "result"); !ok || a.To != persist.StateSuccess {
+		if a, ok := findAction(persist.Timeline(acts, runs, 0), "result"); !ok || a.To != model.StateSuccess {
 			t.Errorf("no result action recorded before shutdown: %+v", acts)
 		}
 	})

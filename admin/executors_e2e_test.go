@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"encoding/json"
 	"io"
@@ -19,7 +21,6 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/internal/testwait"
-	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
@@ -131,27 +132,27 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			if lo == 0 || hi-lo > 1 {
 				t.Errorf("round robin spread = %d..%d runs per executor, want even", lo, hi)
 			}
-			var runs []persist.Run
+			var runs []model.Run
 			testwait.For(t, 3*time.Second, "recorded successful runs", func() bool {
 				runs, err = c.Runs(ctx, "charge", 100)
 				ok := 0
 				for _, r := range runs {
-					if r.Result == persist.ResultSuccess {
+					if r.Result == model.ResultSuccess {
 						ok++
 					}
 				}
 				return err == nil && ok >= 5
 			})
 			for _, r := range runs {
-				if r.Result == persist.ResultSuccess && (r.Executor == "" || r.Output != "charged "+r.Ticket) {
+				if r.Result == model.ResultSuccess && (r.Executor == "" || r.Output != "charged "+r.Ticket) {
 					t.Errorf("run %+v lacks its executor or output", r)
 				}
 			}
 
 			// The callback endpoint is idempotent by ticket and refuses stale or unknown ones.
-			var done persist.Run
+			var done model.Run
 			for _, r := range runs {
-				if r.Result == persist.ResultSuccess {
+				if r.Result == model.ResultSuccess {
 					done = r
 					break
 				}
@@ -332,7 +333,7 @@ func TestExecutorResultSurvivesSchedulerRestart(t *testing.T) {
 	close(release)
 	testwait.For(t, 10*time.Second, "the re-sent result recorded", func() bool {
 		runs, err := c.Runs(ctx, "once", 10)
-		return err == nil && len(runs) == 1 && runs[0].Result == persist.ResultSuccess && runs[0].Output == "done"
+		return err == nil && len(runs) == 1 && runs[0].Result == model.ResultSuccess && runs[0].Output == "done"
 	})
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler ran %d times", n)

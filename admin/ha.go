@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -382,7 +384,7 @@ func (n *haNode) backupExecutors(c *fasthttp.RequestCtx) {
 		return
 	}
 	if list == nil {
-		list = []persist.Executor{}
+		list = []model.Executor{}
 	}
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }

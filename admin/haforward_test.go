@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"database/sql"
 	"encoding/json"
@@ -171,7 +173,7 @@ func TestHABackupForwardsConsoleWrites(t *testing.T) {
 	}
 	acts := b.raw(t, http.MethodGet, api+"/tasks/fwd-task/actions", nil, auth...)
 	var list struct {
-		Actions []persist.Action `json:"actions"`
+		Actions []model.Action `json:"actions"`
 	}
 	if acts.code != http.StatusOK || json.Unmarshal(acts.body, &list) != nil {
 		t.Fatalf("actions = %d %s", acts.code, acts.body)

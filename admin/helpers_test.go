@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -284,19 +286,19 @@ func (d *daemon) list(t *testing.T, query string) []client.TaskView {
 	return v.Tasks
 }
 
-func (d *daemon) runs(t *testing.T, name string) []persist.Run {
+func (d *daemon) runs(t *testing.T, name string) []model.Run {
 	t.Helper()
 	var v struct {
-		Runs []persist.Run `json:"runs"`
+		Runs []model.Run `json:"runs"`
 	}
 	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/"+name+"/runs", nil, &v)
 	return v.Runs
 }
 
-func (d *daemon) actions(t *testing.T, name string) []persist.Action {
+func (d *daemon) actions(t *testing.T, name string) []model.Action {
 	t.Helper()
 	var v struct {
-		Actions []persist.Action `json:"actions"`
+		Actions []model.Action `json:"actions"`
 	}
 	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/"+name+"/actions", nil, &v)
 	return v.Actions
@@ -317,12 +319,12 @@ func (d *daemon) runNow(t *testing.T, name string, body any, hdr ...string) stri
 }
 
 // waitRun polls a task's runs until the run with ticket has a result other than running.
-func (d *daemon) waitRun(t *testing.T, name, ticket string) persist.Run {
+func (d *daemon) waitRun(t *testing.T, name, ticket string) model.Run {
 	t.Helper()
-	var found persist.Run
+	var found model.Run
 	testwait.For(t, waitTimeout, "run "+ticket+" of "+name+" to end", func() bool {
 		for _, r := range d.runs(t, name) {
-			if r.Ticket == ticket && r.Result != persist.ResultRunning {
+			if r.Ticket == ticket && r.Result != model.ResultRunning {
 				found = r
 				return true
 			}
@@ -333,7 +335,7 @@ func (d *daemon) waitRun(t *testing.T, name, ticket string) persist.Run {
 }
 
 // waitState polls a task until its runtime state is want.
-func (d *daemon) waitState(t *testing.T, name string, want persist.State) client.TaskView {
+func (d *daemon) waitState(t *testing.T, name string, want model.State) client.TaskView {
 	t.Helper()
 	var v client.TaskView
 	testwait.For(t, waitTimeout, name+" to be "+string(want), func() bool {
@@ -484,11 +486,11 @@ func names(list []client.TaskView) []string {
 	return out
 }
 
-func findAction(acts []persist.Action, name string) (persist.Action, bool) {
+func findAction(acts []model.Action, name string) (model.Action, bool) {
 	for _, a := range acts {
 		if a.Action == name {
 			return a, true
 		}
 	}
-	return persist.Action{}, false
+	return model.Action{}, false
 }

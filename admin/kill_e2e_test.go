@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"io"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/internal/testwait"
-	"github.com/axe-sched/axe/persist"
 )
 
 // TestKillReachesTheExecutor: killing a task whose run is on an SDK executor makes the
@@ -75,7 +76,7 @@ func TestKillReachesTheExecutor(t *testing.T) {
 	// The run is recorded killed; the one-shot task passes KILLED and waits for nothing more.
 	testwait.For(t, 5*time.Second, "the run recorded killed", func() bool {
 		runs, err := c.Runs(ctx, "stuck", 10)
-		return err == nil && len(runs) == 1 && runs[0].Ticket == ticket && runs[0].Result == persist.ResultKilled
+		return err == nil && len(runs) == 1 && runs[0].Ticket == ticket && runs[0].Result == model.ResultKilled
 	})
 	acts, err := c.Actions(ctx, "stuck", 10)
 	if err != nil {
@@ -83,7 +84,7 @@ func TestKillReachesTheExecutor(t *testing.T) {
 	}
 	killed := false
 	for _, a := range acts {
-		killed = killed || (a.Ticket == ticket && a.From == persist.StateRunning && a.To == persist.StateKilled)
+		killed = killed || (a.Ticket == ticket && a.From == model.StateRunning && a.To == model.StateKilled)
 	}
 	if !killed {
 		t.Fatalf("actions %+v lack RUNNING→KILLED for %s", acts, ticket)

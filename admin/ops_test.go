@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,7 +12,6 @@ import (
 
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/internal/testwait"
-	"github.com/axe-sched/axe/persist"
 )
 
 // quietFires is how many fires of the tasks left running a paused task is watched over for
@@ -48,7 +49,7 @@ func TestPauseResume(t *testing.T) {
 		var pv client.TaskView
 		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/a1/pause", map[string]string{"note": "disk full"}, &pv,
 			"X-Axe-Actor", "ops")
-		if !pv.Paused || (pv.Runtime.State != persist.StatePaused && pv.Runtime.State != persist.StateRunning) {
+		if !pv.Paused || (pv.Runtime.State != model.StatePaused && pv.Runtime.State != model.StateRunning) {
 			t.Fatalf("pause answered paused=%v state %s", pv.Paused, pv.Runtime.State)
 		}
 		t0 := time.Now().UnixMilli()
@@ -56,7 +57,7 @@ func TestPauseResume(t *testing.T) {
 		if got := h.callsAfter("a1", t0); len(got) != 0 {
 			t.Errorf("paused a1 fired %d time(s) for fire times after the pause", len(got))
 		}
-		a1 := d.waitState(t, "a1", persist.StatePaused)
+		a1 := d.waitState(t, "a1", model.StatePaused)
 		if a1.Runtime.Note != "disk full" {
 			t.Errorf("paused a1 note = %q", a1.Runtime.Note)
 		}
@@ -80,7 +81,7 @@ func TestPauseResume(t *testing.T) {
 				t.Errorf("%s fired %d time(s) after its group was paused", n, len(got))
 			}
 		}
-		d.waitState(t, "a2", persist.StatePaused)
+		d.waitState(t, "a2", model.StatePaused)
 		paused := names(d.list(t, "?state=PAUSED"))
 		slices.Sort(paused)
 		if !slices.Equal(paused, []string{"a1", "a2"}) {
@@ -102,7 +103,7 @@ func TestPauseResume(t *testing.T) {
 		if got := names(d.list(t, "?state=PAUSED")); len(got) != 0 {
 			t.Errorf("paused tasks after resume = %v", got)
 		}
-		if a, ok := findAction(d.actions(t, "a2"), "resume"); !ok || a.From != persist.StatePaused {
+		if a, ok := findAction(d.actions(t, "a2"), "resume"); !ok || a.From != model.StatePaused {
 			t.Errorf("resume action = %+v (found %v)", a, ok)
 		}
 
@@ -130,7 +131,7 @@ func TestRunNow(t *testing.T) {
 		started := time.Now()
 		first := d.runNow(t, "by-hand", nil)
 		calls := h.waitCalls(t, "by-hand", 1, waitTimeout)
-		if c := calls[0]; c.Ticket != first || c.Body.Kind != persist.RunManual || c.Attempt != "1" || !jsonEqual(c.Body.Params, []byte(`{"p":1}`)) {
+		if c := calls[0]; c.Ticket != first || c.Body.Kind != model.RunManual || c.Attempt != "1" || !jsonEqual(c.Body.Params, []byte(`{"p":1}`)) {
 			t.Errorf("run-now call: ticket %s (want %s), body %s", c.Ticket, first, c.Raw)
 		}
 		if late := calls[0].At.Sub(started); late > 3*time.Second {
@@ -144,11 +145,11 @@ func TestRunNow(t *testing.T) {
 			t.Errorf("run-now while paused: ticket %s (want %s, distinct from %s), body %s", c.Ticket, second, first, c.Raw)
 		}
 		for _, tk := range []string{first, second} {
-			if r := d.waitRun(t, "by-hand", tk); r.Result != persist.ResultSuccess || r.Kind != persist.RunManual {
+			if r := d.waitRun(t, "by-hand", tk); r.Result != model.ResultSuccess || r.Kind != model.RunManual {
 				t.Errorf("run %s = %+v", tk, r)
 			}
 		}
-		if g := d.get(t, "by-hand"); g.Runtime.State != persist.StatePaused || g.Runtime.SuccessCount != 0 {
+		if g := d.get(t, "by-hand"); g.Runtime.State != model.StatePaused || g.Runtime.SuccessCount != 0 {
 			t.Errorf("run-now touched the periodic state: %+v", g.Runtime)
 		}
 		// The task's own params are unchanged by the override.
@@ -175,26 +176,26 @@ func TestKill(t *testing.T) {
 		defer h.releaseHung() // before the daemon stops: its dispatcher waits for the call
 		d.create(t, spec("stuck", h.url("/hang/stuck"), "delay_ms", 0, "timeout_sec", 120))
 		call := h.waitCalls(t, "stuck", 1, waitTimeout)[0]
-		d.waitState(t, "stuck", persist.StateRunning)
+		d.waitState(t, "stuck", model.StateRunning)
 
 		// Run-now works while the periodic run is RUNNING, as an independent instance that
 		// kill does not touch (R6.2).
 		manual := d.runNow(t, "stuck", nil)
-		if mc := h.waitCalls(t, "stuck", 2, waitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != persist.RunManual || manual == call.Ticket {
+		if mc := h.waitCalls(t, "stuck", 2, waitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != model.RunManual || manual == call.Ticket {
 			t.Errorf("run-now during a run: call %s kind %s, want ticket %s", mc.Ticket, mc.Body.Kind, manual)
 		}
 
 		var v client.TaskView
 		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/stuck/kill", nil, &v, "X-Axe-Actor", "dave")
-		if v.Runtime.State == persist.StateRunning || v.Runtime.CurrentTicket != "" {
+		if v.Runtime.State == model.StateRunning || v.Runtime.CurrentTicket != "" {
 			t.Errorf("after kill the task is %s with ticket %q", v.Runtime.State, v.Runtime.CurrentTicket)
 		}
 		r := d.waitRun(t, "stuck", call.Ticket)
-		if r.Result != persist.ResultKilled || !strings.Contains(r.Error, "api:dave") || r.EndedAt == 0 {
+		if r.Result != model.ResultKilled || !strings.Contains(r.Error, "api:dave") || r.EndedAt == 0 {
 			t.Errorf("killed run = %+v", r)
 		}
 		if a, ok := findAction(d.actions(t, "stuck"), "kill"); !ok || a.Actor != "api:dave" || a.Ticket != call.Ticket ||
-			a.From != persist.StateRunning || a.To != persist.StateKilled {
+			a.From != model.StateRunning || a.To != model.StateKilled {
 			t.Errorf("kill action = %+v (found %v)", a, ok)
 		}
 		if msg := d.apiError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks/stuck/kill", nil); !strings.Contains(msg, "RUNNING") {
@@ -204,13 +205,13 @@ func TestKill(t *testing.T) {
 		// The downstream answering late changes nothing.
 		h.releaseHung()
 		time.Sleep(300 * time.Millisecond)
-		if g := d.get(t, "stuck"); g.Runtime.State == persist.StateRunning || g.Runtime.SuccessCount != 0 {
+		if g := d.get(t, "stuck"); g.Runtime.State == model.StateRunning || g.Runtime.SuccessCount != 0 {
 			t.Errorf("late answer after kill changed the task: %+v", g.Runtime)
 		}
-		if r := d.waitRun(t, "stuck", manual); r.Result != persist.ResultSuccess {
+		if r := d.waitRun(t, "stuck", manual); r.Result != model.ResultSuccess {
 			t.Errorf("run-now instance ended %q, want success: kill must not touch it", r.Result)
 		}
-		if r := d.waitRun(t, "stuck", call.Ticket); r.Result != persist.ResultKilled {
+		if r := d.waitRun(t, "stuck", call.Ticket); r.Result != model.ResultKilled {
 			t.Errorf("killed run after the late answer = %+v", r)
 		}
 	})
@@ -244,7 +245,7 @@ func TestRetriesAndTimeout(t *testing.T) {
 			if len(tickets) != 3 {
 				t.Errorf("3 attempts used %d distinct tickets", len(tickets))
 			}
-			v := d.waitState(t, "flaky", persist.StateFailed)
+			v := d.waitState(t, "flaky", model.StateFailed)
 			if v.Runtime.FailureCount != 1 || v.Runtime.SuccessCount != 0 {
 				t.Errorf("after the last attempt: %+v", v.Runtime)
 			}
@@ -254,7 +255,7 @@ func TestRetriesAndTimeout(t *testing.T) {
 					return false
 				}
 				for _, r := range runs {
-					if r.Result != persist.ResultFailed || !strings.Contains(r.Error, "500") {
+					if r.Result != model.ResultFailed || !strings.Contains(r.Error, "500") {
 						return false
 					}
 				}
@@ -279,22 +280,22 @@ func TestRetriesAndTimeout(t *testing.T) {
 		t.Run("timeout", func(t *testing.T) {
 			// Wait on the run record, not on the call: the deadline counts from the dispatch
 			// decision, so on a badly overloaded machine the call may never get out.
-			var r persist.Run
+			var r model.Run
 			testwait.For(t, waitTimeout, "the hanging run to end", func() bool {
 				runs := d.runs(t, "slowpoke")
-				if len(runs) == 0 || runs[0].Result == persist.ResultRunning {
+				if len(runs) == 0 || runs[0].Result == model.ResultRunning {
 					return false
 				}
 				r = runs[0]
 				return true
 			})
-			if r.Result != persist.ResultTimeout {
+			if r.Result != model.ResultTimeout {
 				t.Fatalf("hanging run ended %q (%s), want timeout", r.Result, r.Error)
 			}
 			if took := r.EndedAt - r.DispatchedAt; took < 900 || took > 2000 {
 				t.Errorf("timeout after %d ms, want about timeout_sec (1 s) and within 2 s", took)
 			}
-			if v := d.waitState(t, "slowpoke", persist.StateFailed); v.Runtime.FailureCount != 1 {
+			if v := d.waitState(t, "slowpoke", model.StateFailed); v.Runtime.FailureCount != 1 {
 				t.Errorf("after the timeout: %+v", v.Runtime)
 			}
 		})

@@ -1,12 +1,13 @@
 package admin
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"encoding/json"
 
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/persist"
 )
 
 // SensitiveMask replaces the value of each sensitive params key in API and console reads.
@@ -68,4 +69,4 @@ func (s *Server) unmaskSpec(ctx context.Context, name string, spec *engine.TaskS
 }
 
 // maskDef masks a definition's sensitive params for a read.
-func maskDef(d *persist.TaskDef) { d.Params = maskParams(d.Params, d.SensitiveParams) }
+func maskDef(d *model.TaskDef) { d.Params = maskParams(d.Params, d.SensitiveParams) }

@@ -6,6 +6,8 @@
 package admin
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -402,11 +404,11 @@ func (s *Server) deleteTask(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]string{"deleted": name})
 }
 
-var validStates = map[string]persist.State{}
+var validStates = map[string]model.State{}
 
 func init() {
-	for _, st := range []persist.State{persist.StateWaiting, persist.StateScheduled, persist.StateRunning,
-		persist.StateSuccess, persist.StateFailed, persist.StateRetrying, persist.StatePaused, persist.StateKilled} {
+	for _, st := range []model.State{model.StateWaiting, model.StateScheduled, model.StateRunning,
+		model.StateSuccess, model.StateFailed, model.StateRetrying, model.StatePaused, model.StateKilled} {
 		validStates[string(st)] = st
 	}
 }
@@ -490,7 +492,7 @@ func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	var t *persist.Task
+	var t *model.Task
 	var err error
 	if pause {
 		t, err = s.cfg.Engine.Pause(ctx, param(c, "name"), b.Note, actor(c))
@@ -585,17 +587,17 @@ func list[T any](s *Server, key string, fetch func(ctx context.Context, c *fasth
 	}
 }
 
-func (s *Server) taskRuns(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]persist.Run, error) {
+func (s *Server) taskRuns(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]model.Run, error) {
 	return s.cfg.Engine.Runs(ctx, param(c, "name"), limit)
 }
 
-func (s *Server) taskActions(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]persist.Action, error) {
+func (s *Server) taskActions(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]model.Action, error) {
 	return s.cfg.Engine.Actions(ctx, param(c, "name"), limit)
 }
 
 // systemActions lists action records that belong to no task: alerts about executors and
 // rate-limit changes.
-func (s *Server) systemActions(ctx context.Context, _ *fasthttp.RequestCtx, limit int) ([]persist.Action, error) {
+func (s *Server) systemActions(ctx context.Context, _ *fasthttp.RequestCtx, limit int) ([]model.Action, error) {
 	return s.cfg.Engine.SystemActions(ctx, limit)
 }
 
@@ -838,15 +840,15 @@ func statusOf(err error) int {
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
 	case errors.Is(err, engine.ErrTaskNotFound), errors.Is(err, engine.ErrRunNotFound),
-		errors.Is(err, persist.ErrExecutorNotFound), errors.Is(err, engine.ErrUnknownExecutor):
+		errors.Is(err, model.ErrExecutorNotFound), errors.Is(err, engine.ErrUnknownExecutor):
 		return fasthttp.StatusNotFound
 	case errors.Is(err, engine.ErrTaskExists), errors.Is(err, engine.ErrConflict),
-		errors.Is(err, engine.ErrInvalidTransition), errors.Is(err, persist.ErrVersionConflict),
+		errors.Is(err, engine.ErrInvalidTransition), errors.Is(err, model.ErrVersionConflict),
 		errors.Is(err, engine.ErrStaleTicket):
 		return fasthttp.StatusConflict
 	case errors.Is(err, persist.ErrWriterBusy):
 		return fasthttp.StatusTooManyRequests
-	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, persist.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
+	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, model.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
 		errors.Is(err, context.DeadlineExceeded):
 		return fasthttp.StatusServiceUnavailable
 	default:
@@ -894,23 +896,23 @@ func writeJSON(c *fasthttp.RequestCtx, code int, v any) {
 // taskJSON is a task as the API shows it: the definition's fields, and the runtime under
 // "runtime" with the next fire also as a readable time in the task's zone.
 type taskJSON struct {
-	persist.TaskDef
+	model.TaskDef
 	Runtime runtimeJSON `json:"runtime"`
 }
 
 type runtimeJSON struct {
-	persist.Runtime
+	model.Runtime
 	NextFireAt string `json:"next_fire_at,omitempty"`
 }
 
-func taskView(t *persist.Task) taskJSON {
+func taskView(t *model.Task) taskJSON {
 	v := taskJSON{TaskDef: t.Def, Runtime: runtimeJSON{Runtime: t.Runtime}}
 	maskDef(&v.TaskDef)
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}
 	}
-	if v.Runtime.State == persist.StateRunning {
-		// The store keeps the running fire's due there (persist.Runtime); the next fire is
+	if v.Runtime.State == model.StateRunning {
+		// The store keeps the running fire's due there (model.Runtime); the next fire is
 		// not known until the run ends.
 		v.Runtime.NextTriggerTime = 0
 	}

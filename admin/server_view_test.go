@@ -1,9 +1,9 @@
 package admin
 
 import (
-	"testing"
+	"github.com/axe-sched/axe/model"
 
-	"github.com/axe-sched/axe/persist"
+	"testing"
 )
 
 // TestTaskViewHidesTheRunningDue: a RUNNING task's stored next_trigger_time is the due of the
@@ -12,16 +12,16 @@ import (
 func TestTaskViewHidesTheRunningDue(t *testing.T) {
 	const due = 1_800_000_000_000
 	for _, tc := range []struct {
-		state    persist.State
+		state    model.State
 		wantNext int64
 	}{
-		{persist.StateRunning, 0},
-		{persist.StateScheduled, due},
-		{persist.StatePaused, due},
+		{model.StateRunning, 0},
+		{model.StateScheduled, due},
+		{model.StatePaused, due},
 	} {
-		v := taskView(&persist.Task{
-			Def:     persist.TaskDef{Name: "x", Timezone: "UTC"},
-			Runtime: persist.Runtime{State: tc.state, NextTriggerTime: due},
+		v := taskView(&model.Task{
+			Def:     model.TaskDef{Name: "x", Timezone: "UTC"},
+			Runtime: model.Runtime{State: tc.state, NextTriggerTime: due},
 		})
 		if v.Runtime.NextTriggerTime != tc.wantNext || (v.Runtime.NextFireAt != "") != (tc.wantNext > 0) {
 			t.Errorf("%s: next_trigger_time %d, next_fire_at %q; want %d", tc.state, v.Runtime.NextTriggerTime, v.Runtime.NextFireAt, tc.wantNext)

@@ -1,6 +1,8 @@
 package admin_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"net/http"
 	"slices"
@@ -32,7 +34,7 @@ func TestTaskCRUD(t *testing.T) {
 		actor := []string{"X-Axe-Actor", "carol"}
 
 		yearly := d.create(t, spec("yearly", h.url("/ok/yearly"), "group", "ga", "cron", "0 0 1 1 *", "timezone", "UTC"), actor...)
-		if yearly.ID == 0 || yearly.Runtime.State != persist.StateScheduled {
+		if yearly.ID == 0 || yearly.Runtime.State != model.StateScheduled {
 			t.Fatalf("created %+v / %+v, want an id and SCHEDULED", yearly.TaskDef, yearly.Runtime)
 		}
 		if want := nextNewYearUTC(time.Now()); yearly.Runtime.NextTriggerTime != want {
@@ -41,7 +43,7 @@ func TestTaskCRUD(t *testing.T) {
 		d.create(t, spec("manual-b", h.url("/ok/manual"), "group", "gb", "trigger", "manual"))
 		d.create(t, spec("manual-c", h.url("/ok/manual"), "group", "gb", "trigger", "manual"))
 		paused := d.create(t, spec("paused-a", h.url("/ok/paused"), "group", "ga", "cron", "0 * * * *", "paused", true))
-		if paused.Runtime.State != persist.StatePaused || !paused.Paused {
+		if paused.Runtime.State != model.StatePaused || !paused.Paused {
 			t.Errorf("task created paused is %s (paused=%v)", paused.Runtime.State, paused.Paused)
 		}
 
@@ -103,8 +105,8 @@ func TestTaskCRUD(t *testing.T) {
 
 		t.Run("update", func(t *testing.T) {
 			var u struct {
-				persist.TaskDef
-				Runtime persist.Runtime `json:"runtime"`
+				model.TaskDef
+				Runtime model.Runtime `json:"runtime"`
 			}
 			d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/yearly",
 				spec("yearly", h.url("/ok/yearly"), "group", "ga", "cron", "0 0 * * *", "timezone", "UTC", "priority", 0), &u, actor...)
@@ -142,7 +144,7 @@ func TestTaskCRUD(t *testing.T) {
 		var ticket string
 		t.Run("delete keeps history", func(t *testing.T) {
 			ticket = d.runNow(t, "yearly", nil, actor...)
-			if r := d.waitRun(t, "yearly", ticket); r.Result != persist.ResultSuccess {
+			if r := d.waitRun(t, "yearly", ticket); r.Result != model.ResultSuccess {
 				t.Fatalf("run-now ended %s (%s)", r.Result, r.Error)
 			}
 			acts := d.actions(t, "yearly")
@@ -162,9 +164,9 @@ func TestTaskCRUD(t *testing.T) {
 			if got := names(d.list(t, "?group=ga")); !slices.Equal(got, []string{"paused-a"}) {
 				t.Errorf("group ga after delete = %v", got)
 			}
-			var run persist.Run
+			var run model.Run
 			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs/"+ticket, nil, &run)
-			if run.Ticket != ticket || run.TaskName != "yearly" || run.Result != persist.ResultSuccess {
+			if run.Ticket != ticket || run.TaskName != "yearly" || run.Result != model.ResultSuccess {
 				t.Errorf("run of the deleted task = %+v", run)
 			}
 			// The name is free again.
@@ -193,7 +195,7 @@ func TestTaskCRUD(t *testing.T) {
 		if !ok || del.Actor != "api:carol" || del.TaskName != "yearly" || del.At == 0 {
 			t.Errorf("delete action = %+v (found %v), want actor api:carol", del, ok)
 		}
-		if run, err := st.GetRun(ctx, ticket); err != nil || run.Result != persist.ResultSuccess {
+		if run, err := st.GetRun(ctx, ticket); err != nil || run.Result != model.ResultSuccess {
 			t.Errorf("run %s after delete: %+v, %v", ticket, run, err)
 		}
 	})
@@ -212,7 +214,7 @@ func TestRunsAndActions(t *testing.T) {
 		// The task's runtime is shown from memory and may be a write ahead of the run
 		// history, so wait on the run record itself.
 		d.waitRun(t, "fired", call.Ticket)
-		if g := d.get(t, "fired"); g.Runtime.State != persist.StateSuccess || g.Runtime.SuccessCount != 1 {
+		if g := d.get(t, "fired"); g.Runtime.State != model.StateSuccess || g.Runtime.SuccessCount != 1 {
 			t.Errorf("task after its run: %+v, want SUCCESS with success_count 1", g.Runtime)
 		}
 		end := time.Now().UnixMilli()
@@ -222,10 +224,10 @@ func TestRunsAndActions(t *testing.T) {
 			t.Fatalf("runs = %+v, want one", runs)
 		}
 		r := runs[0]
-		if r.Ticket != call.Ticket || r.TaskName != "fired" || r.TaskID != v.ID || r.Kind != persist.RunScheduled || r.Attempt != 1 {
+		if r.Ticket != call.Ticket || r.TaskName != "fired" || r.TaskID != v.ID || r.Kind != model.RunScheduled || r.Attempt != 1 {
 			t.Errorf("run identity %+v does not match the call (ticket %s)", r, call.Ticket)
 		}
-		if r.Result != persist.ResultSuccess || r.Error != "" {
+		if r.Result != model.ResultSuccess || r.Error != "" {
 			t.Errorf("run result %q error %q, want success", r.Result, r.Error)
 		}
 		if r.ScheduledAt != v.CreatedAt+300 || r.DispatchedAt < r.ScheduledAt || r.EndedAt < r.DispatchedAt || r.EndedAt > end {
@@ -235,7 +237,7 @@ func TestRunsAndActions(t *testing.T) {
 		if r.Executor != strings.TrimPrefix(h.srv.URL, "http://") {
 			t.Errorf("run executor %q, want the callback host %s", r.Executor, h.srv.URL)
 		}
-		var byTicket persist.Run
+		var byTicket model.Run
 		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs/"+r.Ticket, nil, &byTicket)
 		if byTicket != r {
 			t.Errorf("GET /runs/%s = %+v, want %+v", r.Ticket, byTicket, r)
@@ -256,14 +258,14 @@ func TestRunsAndActions(t *testing.T) {
 		}
 		want := []struct {
 			action   string
-			from, to persist.State
+			from, to model.State
 			actor    string
 			ticket   string
 		}{
-			{"create", "", persist.StateWaiting, "api:alice", ""},
-			{"schedule", persist.StateWaiting, persist.StateScheduled, "api:alice", ""},
-			{"dispatch", persist.StateScheduled, persist.StateRunning, "scheduler", call.Ticket},
-			{"result", persist.StateRunning, persist.StateSuccess, "scheduler", call.Ticket},
+			{"create", "", model.StateWaiting, "api:alice", ""},
+			{"schedule", model.StateWaiting, model.StateScheduled, "api:alice", ""},
+			{"dispatch", model.StateScheduled, model.StateRunning, "scheduler", call.Ticket},
+			{"result", model.StateRunning, model.StateSuccess, "scheduler", call.Ticket},
 		}
 		for _, w := range want {
 			a, ok := findAction(acts, w.action)

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -60,7 +62,7 @@ func peersDB(tb testing.TB, n int, due func(i int) int64, url string) (string, *
 	}
 	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N: n, Due: due, CreatedAt: time.Now().UnixMilli(),
-		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: url},
+		Callback: model.Callback{Type: model.CallbackHTTP, URL: url},
 	})
 	if err != nil {
 		tb.Fatal(err)

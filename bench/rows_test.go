@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"flag"
@@ -56,7 +58,7 @@ func newRowCostFixture(tb testing.TB, n int) *rowCostFixture {
 	due := time.Now().Add(time.Hour).UnixMilli()
 	err := benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N: n, Prefix: "r", Due: func(i int) int64 { return due + int64(i) },
-		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
+		Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
 	})
 	if err != nil {
 		tb.Fatal(err)
@@ -93,12 +95,12 @@ func (f *rowCostFixture) runs(ctx context.Context, result string) error {
 		b := &persist.Batch{}
 		for i := from; i < min(from+rowsPerCommit, f.n); i++ {
 			id := int64(i + 1)
-			r := persist.Run{
+			r := model.Run{
 				Ticket: strconv.FormatInt(id, 10) + "-" + strconv.Itoa(f.pass),
-				TaskID: id, TaskName: "r-" + strconv.FormatInt(id, 10), Kind: persist.RunScheduled, Attempt: 1,
+				TaskID: id, TaskName: "r-" + strconv.FormatInt(id, 10), Kind: model.RunScheduled, Attempt: 1,
 				ScheduledAt: int64(f.pass)*1e6 + id, DispatchedAt: now, Executor: "127.0.0.1:9", Result: result,
 			}
-			if result != persist.ResultRunning {
+			if result != model.ResultRunning {
 				r.EndedAt, r.DurationMS = now+3, 3
 			}
 			b.Runs = append(b.Runs, r)
@@ -112,12 +114,12 @@ func (f *rowCostFixture) runs(ctx context.Context, result string) error {
 
 // transitions moves every task i to state with next_trigger_time next(i), expecting
 // version, rowsPerCommit per batch.
-func (f *rowCostFixture) transitions(ctx context.Context, state persist.State, next func(i int) int64, version int64) error {
+func (f *rowCostFixture) transitions(ctx context.Context, state model.State, next func(i int) int64, version int64) error {
 	now := time.Now().UnixMilli()
 	for from := 0; from < f.n; from += rowsPerCommit {
 		b := &persist.Batch{}
 		for i := from; i < min(from+rowsPerCommit, f.n); i++ {
-			b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version, Runtime: persist.Runtime{
+			b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version, Runtime: model.Runtime{
 				TaskID: int64(i + 1), State: state, CurrentTicket: "t-" + strconv.Itoa(i), Attempt: 1,
 				NextTriggerTime: next(i), LastTriggerTime: now,
 			}})
@@ -170,16 +172,16 @@ func (f *rowCostFixture) dispatches(ctx context.Context, end bool, version int64
 			id := int64(i + 1)
 			name := "r-" + strconv.FormatInt(id, 10)
 			ticket := "d-" + strconv.FormatInt(id, 10) + "-" + strconv.Itoa(f.pass)
-			rt := persist.Runtime{TaskID: id, State: persist.StateRunning, CurrentTicket: ticket, Attempt: 1,
+			rt := model.Runtime{TaskID: id, State: model.StateRunning, CurrentTicket: ticket, Attempt: 1,
 				NextTriggerTime: due(i), LastTriggerTime: now}
-			run := persist.Run{Ticket: ticket, TaskID: id, TaskName: name, Kind: persist.RunScheduled, Attempt: 1,
-				ScheduledAt: due(i), DispatchedAt: now, Executor: "127.0.0.1:9", Result: persist.ResultRunning}
-			act := persist.Action{TaskID: id, TaskName: name, Ticket: ticket, Action: "dispatch",
-				From: persist.StateScheduled, To: persist.StateRunning, Actor: "scheduler", At: now}
+			run := model.Run{Ticket: ticket, TaskID: id, TaskName: name, Kind: model.RunScheduled, Attempt: 1,
+				ScheduledAt: due(i), DispatchedAt: now, Executor: "127.0.0.1:9", Result: model.ResultRunning}
+			act := model.Action{TaskID: id, TaskName: name, Ticket: ticket, Action: "dispatch",
+				From: model.StateScheduled, To: model.StateRunning, Actor: "scheduler", At: now}
 			if end {
-				rt.State, rt.NextTriggerTime, rt.LastEndTime, rt.SuccessCount = persist.StateSuccess, 0, now+3, 1
-				run.EndedAt, run.DurationMS, run.Result = now+3, 3, persist.ResultSuccess
-				act.Action, act.From, act.To, act.At = "success", persist.StateRunning, persist.StateSuccess, now+3
+				rt.State, rt.NextTriggerTime, rt.LastEndTime, rt.SuccessCount = model.StateSuccess, 0, now+3, 1
+				run.EndedAt, run.DurationMS, run.Result = now+3, 3, model.ResultSuccess
+				act.Action, act.From, act.To, act.At = "success", model.StateRunning, model.StateSuccess, now+3
 			}
 			b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version, Runtime: rt})
 			b.Runs = append(b.Runs, run)
@@ -210,10 +212,10 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 	// insertAndFinish writes the pass's runs as running, then finished, and returns the
 	// cost of finishing them.
 	insertAndFinish := func(insert, finish string) (float64, error) {
-		if _, err := step(insert, func() error { return f.runs(ctx, persist.ResultRunning) }); err != nil {
+		if _, err := step(insert, func() error { return f.runs(ctx, model.ResultRunning) }); err != nil {
 			return 0, err
 		}
-		return step(finish, func() error { return f.runs(ctx, persist.ResultSuccess) })
+		return step(finish, func() error { return f.runs(ctx, model.ResultSuccess) })
 	}
 	now, err := insertAndFinish(rcRunInsert, rcRunFinish)
 	if err != nil {
@@ -243,13 +245,13 @@ func (f *rowCostFixture) measure(ctx context.Context, s *benchkit.Series) error 
 	var costs [4]float64
 	for k, tr := range []struct {
 		name  string
-		state persist.State
+		state model.State
 		next  func(i int) int64
 	}{
-		{rcFireZero, persist.StateRunning, zero},
-		{rcEndFromZero, persist.StateScheduled, due(1)},
-		{rcFireKeeps, persist.StateRunning, due(1)},
-		{rcEndFromDue, persist.StateScheduled, due(2)},
+		{rcFireZero, model.StateRunning, zero},
+		{rcEndFromZero, model.StateScheduled, due(1)},
+		{rcFireKeeps, model.StateRunning, due(1)},
+		{rcEndFromDue, model.StateScheduled, due(2)},
 	} {
 		if costs[k], err = step(tr.name, func() error { return f.transitions(ctx, tr.state, tr.next, version+int64(k)) }); err != nil {
 			return err
@@ -279,7 +281,7 @@ func (f *rowCostFixture) oneShot(ctx context.Context, s *benchkit.Series, versio
 	s.Add(rcOneShotFire, fire)
 	s.Add(rcOneShotEnd, end)
 	s.Add(rcOneShotTask, fire+end)
-	return f.transitions(ctx, persist.StateScheduled, rearm, version+2)
+	return f.transitions(ctx, model.StateScheduled, rearm, version+2)
 }
 
 func BenchmarkRowCost(b *testing.B) {
@@ -313,7 +315,7 @@ func BenchmarkDispatchRows(b *testing.B) {
 	base := time.Now().Add(2 * time.Hour).UnixMilli()
 	due := func(i int) int64 { return base + int64(i) }
 	// Arm every task at due first (unmeasured), so each fire keeps the stored due time.
-	if err := f.transitions(context.Background(), persist.StateScheduled, due, 1); err != nil {
+	if err := f.transitions(context.Background(), model.StateScheduled, due, 1); err != nil {
 		b.Fatal(err)
 	}
 	var s benchkit.Series
@@ -353,7 +355,7 @@ func TestRowCostSmoke(t *testing.T) {
 		(SELECT COUNT(*) FROM task_action WHERE action IN ('dispatch', 'success')),
 		(SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE()
 			AND table_name = 'task_run' AND index_name = 'idx_task_run_result')`,
-		persist.ResultSuccess, 1+transitionsPerPass, string(persist.StateScheduled)).Scan(
+		model.ResultSuccess, 1+transitionsPerPass, string(model.StateScheduled)).Scan(
 		&runs, &finished, &versions, &state, &actions, &oldIndex); err != nil {
 		t.Fatal(err)
 	}

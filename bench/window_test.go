@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"fmt"
@@ -21,7 +23,7 @@ import (
 // loaded by engine.Start into the wheel, beside the same rows read by a plain SELECT of
 // whole tasks (the database and the driver alone), by a plain SELECT of the (id, due time)
 // references the engine holds for tasks not due within its promote lead (the ceiling of
-// what it reads), and by Store.LoadDue (whole rows decoded into persist.Task). Targets at
+// what it reads), and by Store.LoadDue (whole rows decoded into model.Task). Targets at
 // 1M due: >= 200K tasks/s (<= 5 s), RSS increase <= 300 MB.
 //
 //	go test -run '^$' -bench WindowLoad -benchtime 5x ./bench/ -args -size=2e6
@@ -80,7 +82,7 @@ func newWindowFixture(tb testing.TB, n int) *windowFixture {
 			return now + window + 1000 + h%(55*60*1000) // later within the hour
 		},
 		// Nothing fires on the frozen clock; the URL is never called.
-		Callback:  persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
+		Callback:  model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
 		CreatedAt: now,
 	})
 	if err != nil {
@@ -143,8 +145,8 @@ func (f *windowFixture) selectQuery(ctx context.Context, q string, ncols int) (i
 func (f *windowFixture) loadDue(ctx context.Context) (int, time.Duration, error) {
 	start := time.Now()
 	n := 0
-	err := f.store.LoadDue(ctx, 1, f.horizon(), []persist.State{persist.StateScheduled, persist.StateRetrying},
-		func(t *persist.Task) error {
+	err := f.store.LoadDue(ctx, 1, f.horizon(), []model.State{model.StateScheduled, model.StateRetrying},
+		func(t *model.Task) error {
 			n++
 			return nil
 		})

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"fmt"
@@ -63,21 +65,21 @@ func (p *writerProducer) next(now int64) persist.Group {
 	k := &p.tasks[p.turn%len(p.tasks)]
 	p.turn++
 	p.seq++
-	from, to := persist.StateScheduled, persist.StateRunning
+	from, to := model.StateScheduled, model.StateRunning
 	if k.running {
 		from, to = to, from
 	}
 	k.running = !k.running
 	ticket := strconv.Itoa(p.id) + "-" + strconv.Itoa(p.seq) + "-" + strconv.FormatInt(now, 10)
 	g := persist.Group{
-		Transitions: []persist.Transition{{ExpectVersion: k.version, Runtime: persist.Runtime{
+		Transitions: []persist.Transition{{ExpectVersion: k.version, Runtime: model.Runtime{
 			TaskID: k.id, State: to, CurrentTicket: ticket, Attempt: 1, LastTriggerTime: now,
 		}}},
-		Runs: []persist.Run{{
-			Ticket: ticket, TaskID: k.id, TaskName: k.name, Kind: persist.RunScheduled, Attempt: 1,
-			ScheduledAt: now, DispatchedAt: now, Executor: "127.0.0.1:9", Result: persist.ResultRunning,
+		Runs: []model.Run{{
+			Ticket: ticket, TaskID: k.id, TaskName: k.name, Kind: model.RunScheduled, Attempt: 1,
+			ScheduledAt: now, DispatchedAt: now, Executor: "127.0.0.1:9", Result: model.ResultRunning,
 		}},
-		Actions: []persist.Action{{
+		Actions: []model.Action{{
 			TaskID: k.id, TaskName: k.name, Ticket: ticket, Action: "dispatch", From: from, To: to,
 			Actor: "scheduler", At: now, Detail: "attempt 1",
 		}},
@@ -100,7 +102,7 @@ func newWriterFixture(tb testing.TB) *writerFixture {
 	n := writerProducers * writerTasksPerProducer
 	err := benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N: n, Prefix: "w", Due: func(int) int64 { return time.Now().Add(time.Hour).UnixMilli() },
-		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
+		Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/never"},
 	})
 	if err != nil {
 		tb.Fatal(err)

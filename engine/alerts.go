@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"encoding/json"
@@ -171,8 +173,8 @@ func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, 
 	e.log.Warn("alert: "+msg, "alert", kind, "task", task)
 	e.m.alerts(kind).Inc()
 	now := e.nowMS()
-	act := persist.Action{TaskID: taskID, TaskName: task, Action: kind, Actor: ActorScheduler, At: now, Detail: msg}
-	if err := e.writer.Submit(ctx, &persist.Group{Actions: []persist.Action{act}}); err != nil {
+	act := model.Action{TaskID: taskID, TaskName: task, Action: kind, Actor: ActorScheduler, At: now, Detail: msg}
+	if err := e.writer.Submit(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
 		e.log.Error("cannot record alert", "error", err)
 	}
 	e.alerts.send(Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})

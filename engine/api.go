@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,26 +17,26 @@ import (
 // returns after its writes are durable.
 
 // initialRuntime is the runtime of a new task.
-func (e *Engine) initialRuntime(t *task, now int64) (persist.Runtime, string) {
-	rt := persist.Runtime{State: persist.StateWaiting, Version: 1}
+func (e *Engine) initialRuntime(t *task, now int64) (model.Runtime, string) {
+	rt := model.Runtime{State: model.StateWaiting, Version: 1}
 	next := int64(0)
 	switch t.def.Trigger {
-	case persist.TriggerCron:
+	case model.TriggerCron:
 		next = t.nextCron(now)
-	case persist.TriggerDelay:
+	case model.TriggerDelay:
 		next = now + t.def.DelayMS
 	}
 	if next == 0 {
 		if t.def.Paused {
-			rt.State = persist.StatePaused
+			rt.State = model.StatePaused
 		}
 		return rt, ""
 	}
 	rt.NextTriggerTime = next
-	rt.State = persist.StateScheduled
+	rt.State = model.StateScheduled
 	if t.def.Paused {
 		// Kept while paused so that resume knows which fire was due (misfire policy).
-		rt.State = persist.StatePaused
+		rt.State = model.StatePaused
 	}
 	return rt, "next fire " + time.UnixMilli(next).In(t.loc).Format(time.RFC3339Nano)
 }
@@ -42,12 +44,12 @@ func (e *Engine) initialRuntime(t *task, now int64) (persist.Runtime, string) {
 // CreateTask validates spec and stores the task, its runtime and its action records as one
 // group of the batched writer, then arms it when it is due within the window. When the writer
 // is saturated it fails at once with persist.ErrWriterBusy (the API answers 429).
-func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (*persist.Task, error) {
+func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (*model.Task, error) {
 	return e.createGrouped(ctx, spec, actor)
 }
 
 // checkDeps verifies that every upstream exists and that the edges make no cycle.
-func (e *Engine) checkDeps(ctx context.Context, def *persist.TaskDef) error {
+func (e *Engine) checkDeps(ctx context.Context, def *model.TaskDef) error {
 	if len(def.DependsOn) == 0 {
 		return nil
 	}
@@ -65,7 +67,7 @@ func (e *Engine) checkDeps(ctx context.Context, def *persist.TaskDef) error {
 		}
 		seen[name] = true
 		pt, err := e.store.GetTask(ctx, name)
-		if errors.Is(err, persist.ErrTaskNotFound) {
+		if errors.Is(err, model.ErrTaskNotFound) {
 			if contains(def.DependsOn, name) {
 				return fieldErr("depends_on", "unknown task %q", name)
 			}
@@ -115,14 +117,14 @@ func (e *Engine) acquireByName(ctx context.Context, name string) (*task, error) 
 	return t, nil
 }
 
-func snapshot(t *task) *persist.Task {
-	return &persist.Task{Def: *t.def, Runtime: t.rt}
+func snapshot(t *task) *model.Task {
+	return &model.Task{Def: *t.def, Runtime: t.rt}
 }
 
 // UpdateTask replaces a task's definition. The trigger type cannot change (delete and
 // re-create instead). A changed schedule re-arms the in-memory entry at once; a run in
 // flight finishes under the old definition.
-func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, actor string) (*persist.Task, error) {
+func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -169,11 +171,11 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	detail := "definition replaced"
 	reschedule := old.Cron != def.Cron || old.CronDialect != def.CronDialect || old.Timezone != def.Timezone || old.DelayMS != def.DelayMS || runAt != 0
 	// A paused task keeps its next fire too: resume starts from it.
-	if reschedule && (t.rt.State == persist.StateScheduled || t.rt.State == persist.StatePaused) {
+	if reschedule && (t.rt.State == model.StateScheduled || t.rt.State == model.StatePaused) {
 		switch def.Trigger {
-		case persist.TriggerCron:
+		case model.TriggerCron:
 			nrt.NextTriggerTime = t.nextCron(now)
-		case persist.TriggerDelay:
+		case model.TriggerDelay:
 			// A changed delay counts from the edit: the task was waiting for its one fire.
 			nrt.NextTriggerTime = now + def.DelayMS
 			if runAt != 0 {
@@ -186,7 +188,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		e.disarm(t) // settle re-arms it with the new priority
 	}
 	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
-	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act}); err != nil {
+	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act}); err != nil {
 		return nil, err
 	}
 	if pauseChange {
@@ -227,14 +229,14 @@ func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error
 	e.disarm(t)
 	e.brk.forget(t.id)
 	t.mu.Unlock()
-	err = e.write(ctx, &persist.Group{Deletes: []int64{t.id}, Actions: []persist.Action{act}})
+	err = e.write(ctx, &persist.Group{Deletes: []int64{t.id}, Actions: []model.Action{act}})
 	t.mu.Lock()
 	return err
 }
 
 // overlay replaces the stored runtime with the in-memory one, which may be a few
 // milliseconds ahead of what is durable.
-func (e *Engine) overlay(pt *persist.Task) {
+func (e *Engine) overlay(pt *model.Task) {
 	if t := e.tasks.get(pt.Def.ID); t != nil {
 		t.mu.Lock()
 		held := !t.evicted && !t.deleted
@@ -253,7 +255,7 @@ func (e *Engine) overlay(pt *persist.Task) {
 // overlayOpenFire shows a task read from the store by an engine that is not running (a
 // backup's reader) as RUNNING when its fire record is
 // open: the runtime row says RUNNING only once the run's end is written (fire.go).
-func (e *Engine) overlayOpenFire(pt *persist.Task) {
+func (e *Engine) overlayOpenFire(pt *model.Task) {
 	rt := &pt.Runtime
 	if e.running.Load() {
 		return // a running engine holds every run in flight in memory (recover.go)
@@ -262,23 +264,23 @@ func (e *Engine) overlayOpenFire(pt *persist.Task) {
 		return
 	}
 	attempt := 1
-	if rt.State == persist.StateRetrying {
+	if rt.State == model.StateRetrying {
 		attempt = rt.Attempt
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	run, err := e.store.GetRun(ctx, scheduledTicket(pt.Def.ID, rt.NextTriggerTime, attempt))
-	if err != nil || run.Result != persist.ResultRunning {
+	if err != nil || run.Result != model.ResultRunning {
 		return
 	}
-	rt.State = persist.StateRunning
+	rt.State = model.StateRunning
 	rt.CurrentTicket = run.Ticket
 	rt.Attempt = run.Attempt
 	rt.LastTriggerTime = run.DispatchedAt
 }
 
 // GetTask returns a task's definition and runtime.
-func (e *Engine) GetTask(ctx context.Context, name string) (*persist.Task, error) {
+func (e *Engine) GetTask(ctx context.Context, name string) (*model.Task, error) {
 	pt, err := e.store.GetTask(ctx, name)
 	if err != nil {
 		return nil, err
@@ -288,7 +290,7 @@ func (e *Engine) GetTask(ctx context.Context, name string) (*persist.Task, error
 }
 
 // ListTasks lists tasks, filtered by group and state.
-func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]persist.Task, error) {
+func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]model.Task, error) {
 	// The store filters by the durable state; the overlay may be a few milliseconds newer,
 	// so the filter is applied again to what is shown.
 	state := f.State
@@ -307,7 +309,7 @@ func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]persist
 }
 
 // Runs returns a task's recent runs, newest first.
-func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]persist.Run, error) {
+func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]model.Run, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -318,7 +320,7 @@ func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]persist.Ru
 // Actions returns a task's timeline, newest first: its action records merged with the
 // dispatch and success events its run rows carry (persist.Timeline), which a fire no longer
 // writes as action records of their own (design.md, "Write path").
-func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]persist.Action, error) {
+func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]model.Action, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -336,12 +338,12 @@ func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]persist
 
 // SystemActions returns the newest action records that belong to no task (alerts about
 // executors, rate-limit changes).
-func (e *Engine) SystemActions(ctx context.Context, limit int) ([]persist.Action, error) {
+func (e *Engine) SystemActions(ctx context.Context, limit int) ([]model.Action, error) {
 	return e.store.ListActions(ctx, 0, limit)
 }
 
 // Run returns one run by ticket.
-func (e *Engine) Run(ctx context.Context, ticket string) (*persist.Run, error) {
+func (e *Engine) Run(ctx context.Context, ticket string) (*model.Run, error) {
 	return e.store.GetRun(ctx, ticket)
 }
 
@@ -363,12 +365,12 @@ func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *t
 // Pause stops a task's future triggers at once, including an entry already armed. A
 // run in flight finishes; the task then rests in PAUSED. note is kept in the action record
 // and on the task. Pausing a paused task changes nothing.
-func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*persist.Task, error) {
+func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*model.Task, error) {
 	return e.withTask(ctx, name, func(t *task) error { return e.pauseLocked(ctx, t, note, actor) })
 }
 
 // withTask runs op on the named task under its lock and returns the task as op left it.
-func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) error) (*persist.Task, error) {
+func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) error) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -396,17 +398,17 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) e
 	nrt.Note = note
 	from := t.rt.State
 	detail := note
-	if from == persist.StateRunning {
+	if from == model.StateRunning {
 		detail = joinNote("takes effect when run "+t.rt.CurrentTicket+" ends", note)
 		act := e.action(t, t.rt.CurrentTicket, ActPause, from, from, actor, detail, now)
-		return e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act})
+		return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
 	}
-	if from != persist.StatePaused {
-		if err := checkTransition(from, persist.StatePaused); err != nil {
+	if from != model.StatePaused {
+		if err := checkTransition(from, model.StatePaused); err != nil {
 			return err
 		}
-		nrt.State = persist.StatePaused
-		if from == persist.StateRetrying {
+		nrt.State = model.StatePaused
+		if from == model.StateRetrying {
 			// The pending retry is abandoned; resume starts from the next cycle.
 			nrt.Attempt = 0
 			nrt.NextTriggerTime = t.nextCron(now)
@@ -414,7 +416,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) e
 	}
 	e.disarm(t)
 	act := e.action(t, "", ActPause, from, nrt.State, actor, detail, now)
-	return e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act})
+	return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
 }
 
 func joinNote(a, note string) string {
@@ -426,12 +428,12 @@ func joinNote(a, note string) string {
 
 // Resume re-enables a paused task. Its next fire is computed from now; fires missed while it
 // was paused follow its misfire policy (fire_once: one fire now; skip: the next one after now).
-func (e *Engine) Resume(ctx context.Context, name, note, actor string) (*persist.Task, error) {
+func (e *Engine) Resume(ctx context.Context, name, note, actor string) (*model.Task, error) {
 	return e.withTask(ctx, name, func(t *task) error { return e.resumeLocked(ctx, t, note, actor) })
 }
 
 func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) error {
-	if !t.def.Paused && t.rt.State != persist.StatePaused {
+	if !t.def.Paused && t.rt.State != model.StatePaused {
 		return nil
 	}
 	def := *t.def
@@ -443,9 +445,9 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 	nrt.Note = ""
 	from := t.rt.State
 	detail := ""
-	if from == persist.StatePaused {
+	if from == model.StatePaused {
 		switch def.Trigger {
-		case persist.TriggerCron:
+		case model.TriggerCron:
 			due := t.rt.NextTriggerTime
 			if due == 0 {
 				due = t.nextCron(now)
@@ -454,7 +456,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 				next, d := e.nextFire(t, due-1, now)
 				// A missed fire is always late by more than a tick; resume treats any
 				// missed fire as a misfire so the policy decides, not the threshold.
-				if t.def.MisfirePolicy == persist.MisfireSkip {
+				if t.def.MisfirePolicy == model.MisfireSkip {
 					next, d = t.nextCron(now), " (misfire: fires missed while paused skipped)"
 				} else if next < now-e.cfg.MisfireThreshold.Milliseconds() || next <= now {
 					next, d = now, " (misfire: fire_once, fires missed while paused coalesced into one now)"
@@ -463,26 +465,26 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 				detail = d
 			}
 			if due == 0 {
-				nrt.State = persist.StateWaiting
+				nrt.State = model.StateWaiting
 			} else {
-				nrt.State = persist.StateScheduled
+				nrt.State = model.StateScheduled
 				nrt.NextTriggerTime = due
 				detail = "next fire " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339Nano) + detail
 			}
-		case persist.TriggerDelay:
+		case model.TriggerDelay:
 			if t.rt.LastTriggerTime == 0 && t.rt.NextTriggerTime > 0 {
 				// Its one fire has not happened: a missed one fires now.
-				nrt.State = persist.StateScheduled
+				nrt.State = model.StateScheduled
 				if nrt.NextTriggerTime < now {
 					nrt.NextTriggerTime = now
 				}
 				detail = "next fire " + time.UnixMilli(nrt.NextTriggerTime).In(t.loc).Format(time.RFC3339Nano)
 			} else {
-				nrt.State = persist.StateWaiting
+				nrt.State = model.StateWaiting
 				nrt.NextTriggerTime = 0
 			}
 		default:
-			nrt.State = persist.StateWaiting
+			nrt.State = model.StateWaiting
 			nrt.NextTriggerTime = 0
 		}
 		if err := checkTransition(from, nrt.State); err != nil {
@@ -490,7 +492,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 		}
 	}
 	act := e.action(t, "", ActResume, from, nrt.State, actor, joinNote(detail, note), now)
-	return e.commitWaitDef(ctx, t, nrt, &def, nil, []persist.Action{act})
+	return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
 }
 
 // PauseGroup pauses every task of a group and returns how many changed.
@@ -522,7 +524,7 @@ func (e *Engine) eachInGroup(ctx context.Context, group string, fn func(name str
 		}
 		for _, pt := range list {
 			ok, err := fn(pt.Def.Name)
-			if errors.Is(err, persist.ErrTaskNotFound) {
+			if errors.Is(err, model.ErrTaskNotFound) {
 				continue // deleted meanwhile
 			}
 			if err != nil {
@@ -543,12 +545,12 @@ func (e *Engine) eachInGroup(ctx context.Context, group string, fn func(name str
 // touch the periodic state machine: it works while the periodic run is RUNNING and while the
 // task is PAUSED. params, when given, replace the task's params for this run only. It returns
 // once the run is durably recorded and handed to the dispatcher.
-func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*persist.Run, error) {
+func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*model.Run, error) {
 	return e.runNow(ctx, name, params, "", actor)
 }
 
 // runNow is RunNow with an operator note for the action record.
-func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage, note, actor string) (*persist.Run, error) {
+func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage, note, actor string) (*model.Run, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -564,15 +566,15 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	if len(params) == 0 {
 		params = def.Params
 	}
-	run := persist.Run{
-		Ticket: manualTicket(t.id, now), TaskID: t.id, TaskName: def.Name, Kind: persist.RunManual,
-		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: persist.ResultRunning,
+	run := model.Run{
+		Ticket: manualTicket(t.id, now), TaskID: t.id, TaskName: def.Name, Kind: model.RunManual,
+		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: model.ResultRunning,
 		Executor: downstreamOf(def),
 	}
 	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote("independent instance", note), now)
 	t.flying++ // keeps t in memory while the row is written
 	t.mu.Unlock()
-	if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}); err != nil {
+	if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {
 		t.mu.Lock()
 		t.flying--
 		e.release(t)

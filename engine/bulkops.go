@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -79,7 +81,7 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 		return 0, err
 	}
 	n := 0
-	err = e.eachSelected(ctx, sel, match, func(page []persist.Task) error {
+	err = e.eachSelected(ctx, sel, match, func(page []model.Task) error {
 		if dryRun {
 			n += len(page)
 			return nil
@@ -98,7 +100,7 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 }
 
 // compile validates sel and returns the test a stored task must pass.
-func (sel *Selector) compile() (func(*persist.Task) bool, error) {
+func (sel *Selector) compile() (func(*model.Task) bool, error) {
 	if sel.Group == "" && sel.NamePrefix == "" && sel.State == "" && len(sel.Names) == 0 {
 		return nil, fieldErr("selector", "is empty: give at least one of group, name_prefix, state, names")
 	}
@@ -108,24 +110,24 @@ func (sel *Selector) compile() (func(*persist.Task) bool, error) {
 	if len(sel.Note) > 1024 {
 		return nil, fieldErr("note", "at most 1024 characters")
 	}
-	var state persist.State
+	var state model.State
 	if sel.State != "" {
-		state = persist.State(strings.ToUpper(sel.State))
+		state = model.State(strings.ToUpper(sel.State))
 		if !validState(state) {
 			return nil, fieldErr("state", "unknown state %q", sel.State)
 		}
 	}
-	return func(t *persist.Task) bool {
+	return func(t *model.Task) bool {
 		return (sel.Group == "" || t.Def.Group == sel.Group) &&
 			(sel.NamePrefix == "" || strings.HasPrefix(t.Def.Name, sel.NamePrefix)) &&
 			(state == "" || t.Runtime.State == state)
 	}, nil
 }
 
-func validState(s persist.State) bool {
+func validState(s model.State) bool {
 	switch s {
-	case persist.StateWaiting, persist.StateScheduled, persist.StateRunning, persist.StateSuccess,
-		persist.StateFailed, persist.StateRetrying, persist.StatePaused, persist.StateKilled:
+	case model.StateWaiting, model.StateScheduled, model.StateRunning, model.StateSuccess,
+		model.StateFailed, model.StateRetrying, model.StatePaused, model.StateKilled:
 		return true
 	}
 	return false
@@ -133,9 +135,9 @@ func validState(s persist.State) bool {
 
 // eachSelected hands the selected tasks to fn a page at a time, with the in-memory runtime
 // overlaid (the state filter applies to what the API shows).
-func (e *Engine) eachSelected(ctx context.Context, sel Selector, match func(*persist.Task) bool, fn func([]persist.Task) error) error {
+func (e *Engine) eachSelected(ctx context.Context, sel Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
 	if len(sel.Names) > 0 {
-		page := make([]persist.Task, 0, bulkPage)
+		page := make([]model.Task, 0, bulkPage)
 		seen := make(map[string]bool, len(sel.Names))
 		for _, name := range sel.Names {
 			if seen[name] {
@@ -143,7 +145,7 @@ func (e *Engine) eachSelected(ctx context.Context, sel Selector, match func(*per
 			}
 			seen[name] = true
 			pt, err := e.store.GetTask(ctx, name)
-			if errors.Is(err, persist.ErrTaskNotFound) {
+			if errors.Is(err, model.ErrTaskNotFound) {
 				continue
 			}
 			if err != nil {
@@ -196,7 +198,7 @@ func (e *Engine) eachSelected(ctx context.Context, sel Selector, match func(*per
 // bulkPage runs do on each task of page, bulkWorkers at a time, each start waiting while
 // the writer is busy. A task deleted meanwhile is not counted; the first other error stops
 // the operation once the tasks in flight finish.
-func (e *Engine) bulkPage(ctx context.Context, page []persist.Task, do func(context.Context, string) error) (int, error) {
+func (e *Engine) bulkPage(ctx context.Context, page []model.Task, do func(context.Context, string) error) (int, error) {
 	var (
 		mu       sync.Mutex
 		n        int
@@ -229,7 +231,7 @@ func (e *Engine) bulkPage(ctx context.Context, page []persist.Task, do func(cont
 			switch {
 			case err == nil:
 				n++
-			case errors.Is(err, persist.ErrTaskNotFound):
+			case errors.Is(err, model.ErrTaskNotFound):
 			case firstErr == nil:
 				firstErr = fmt.Errorf("cannot operate on task %q: %w", name, err)
 			}
@@ -274,7 +276,7 @@ const bulkMaxTries = 3
 // version, so that task's write conflicts and the task is done again from the store
 // (bulkRetry). Without listed (delete, whose group has no version to check) such a task is
 // read afresh. A task deleted meanwhile is not counted.
-func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(*persist.Task) bool, apply func(context.Context, *task) error, listed bool) (int, error) {
+func (e *Engine) bulkApply(ctx context.Context, page []model.Task, match func(*model.Task) bool, apply func(context.Context, *task) error, listed bool) (int, error) {
 	type result struct {
 		id   int64
 		name string
@@ -300,7 +302,7 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 		} else {
 			t, err = e.acquireLive(ctx, page[i].Def.ID)
 		}
-		if errors.Is(err, persist.ErrTaskNotFound) {
+		if errors.Is(err, model.ErrTaskNotFound) {
 			continue
 		}
 		if err != nil {
@@ -338,7 +340,7 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 			n++
 		case errors.As(r.err, &ce):
 			retry = append(retry, r.id)
-		case errors.Is(r.err, persist.ErrTaskNotFound):
+		case errors.Is(r.err, model.ErrTaskNotFound):
 		case firstErr == nil:
 			firstErr = fmt.Errorf("cannot operate on task %q: %w", r.name, r.err)
 		}
@@ -353,7 +355,7 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 			if ok {
 				n++
 			}
-		case errors.Is(err, persist.ErrTaskNotFound):
+		case errors.Is(err, model.ErrTaskNotFound):
 		default:
 			return n, fmt.Errorf("cannot operate on task %d: %w", id, err)
 		}
@@ -364,7 +366,7 @@ func (e *Engine) bulkApply(ctx context.Context, page []persist.Task, match func(
 // bulkRetry does a task whose bulk write conflicted again, as a single API call would: read
 // afresh, checked against the selector, written and waited for; again while it conflicts.
 // ok is false when it no longer matches.
-func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*persist.Task) bool, apply func(context.Context, *task) error) (ok bool, err error) {
+func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task) bool, apply func(context.Context, *task) error) (ok bool, err error) {
 	for try := 0; try < bulkMaxTries; try++ {
 		if err = e.waitNotBusy(ctx); err != nil {
 			return false, err
@@ -403,7 +405,7 @@ func (e *Engine) acquireLive(ctx context.Context, id int64) (*task, error) {
 // acquireListed is acquire for a task just read by eachSelected: one not in memory is built
 // from the listed row instead of being read again. Should that row be stale by now, its
 // version is, and the write conflicts instead of landing (bulkApply then tries again).
-func (e *Engine) acquireListed(ctx context.Context, pt *persist.Task) (*task, error) {
+func (e *Engine) acquireListed(ctx context.Context, pt *model.Task) (*task, error) {
 	for {
 		if t := e.tasks.get(pt.Def.ID); t != nil {
 			t.mu.Lock()
@@ -441,7 +443,7 @@ func (e *Engine) bulkDeleteLocked(ctx context.Context, t *task, note, actor stri
 	t.deleted = true
 	e.disarm(t)
 	e.brk.forget(t.id)
-	g := &persist.Group{Deletes: []int64{t.id}, Actions: []persist.Action{act}}
+	g := &persist.Group{Deletes: []int64{t.id}, Actions: []model.Action{act}}
 	if sink == nil { // written and waited for, as deleteTask does
 		t.mu.Unlock()
 		err := e.write(ctx, g)

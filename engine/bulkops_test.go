@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"fmt"
 	"testing"
@@ -64,7 +66,7 @@ func TestBulkOverSeveralPages(t *testing.T) {
 		if got, err := e.Bulk(ctx, BulkPause, sel, true, "test"); err != nil || got != n {
 			t.Fatalf("dry-run pause = %d, %v; want %d", got, err, n)
 		}
-		if pt, _ := e.GetTask(ctx, "pg-00000"); pt.Runtime.State != persist.StateScheduled || pt.Def.Paused {
+		if pt, _ := e.GetTask(ctx, "pg-00000"); pt.Runtime.State != model.StateScheduled || pt.Def.Paused {
 			t.Fatalf("after a dry run: %s paused=%v, want SCHEDULED", pt.Runtime.State, pt.Def.Paused)
 		}
 		if got, err := e.Bulk(ctx, BulkPause, sel, false, "test"); err != nil || got != n {
@@ -75,17 +77,17 @@ func TestBulkOverSeveralPages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pt.Runtime.State != persist.StatePaused || !pt.Def.Paused || pt.Runtime.Note != "maint" {
+			if pt.Runtime.State != model.StatePaused || !pt.Def.Paused || pt.Runtime.Note != "maint" {
 				t.Errorf("%s stored as %s paused=%v note=%q, want PAUSED with the note", name, pt.Runtime.State, pt.Def.Paused, pt.Runtime.Note)
 			}
 			if c := countActions(t, e, name, ActPause, "maint"); c != 1 {
 				t.Errorf("%s has %d pause actions with the note, want 1", name, c)
 			}
 		}
-		if pt, _ := e.GetTask(ctx, "other-00000"); pt.Runtime.State != persist.StateScheduled {
+		if pt, _ := e.GetTask(ctx, "other-00000"); pt.Runtime.State != model.StateScheduled {
 			t.Errorf("a task outside the selector is %s", pt.Runtime.State)
 		}
-		paused, err := e.ListTasks(ctx, persist.TaskFilter{State: persist.StatePaused})
+		paused, err := e.ListTasks(ctx, persist.TaskFilter{State: model.StatePaused})
 		if err != nil || len(paused) != n {
 			t.Fatalf("stored paused tasks = %d, %v; want %d", len(paused), err, n)
 		}
@@ -101,7 +103,7 @@ func TestBulkOverSeveralPages(t *testing.T) {
 		if got, err := e.Bulk(ctx, BulkResume, Selector{NamePrefix: "pg-", State: "paused"}, false, "test"); err != nil || got != n {
 			t.Fatalf("resume = %d, %v; want %d", got, err, n)
 		}
-		if pt, _ := s.GetTask(ctx, "pg-00600"); pt.Runtime.State != persist.StateScheduled || pt.Def.Paused {
+		if pt, _ := s.GetTask(ctx, "pg-00600"); pt.Runtime.State != model.StateScheduled || pt.Def.Paused {
 			t.Errorf("resumed task stored as %s paused=%v", pt.Runtime.State, pt.Def.Paused)
 		}
 
@@ -125,7 +127,7 @@ func TestBulkOverSeveralPages(t *testing.T) {
 	})
 }
 
-func mustIDOf(t *testing.T, list []persist.Task, name string) int64 {
+func mustIDOf(t *testing.T, list []model.Task, name string) int64 {
 	t.Helper()
 	for _, pt := range list {
 		if pt.Def.Name == name {
@@ -171,7 +173,7 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pt.Runtime.State != persist.StatePaused || !pt.Def.Paused {
+			if pt.Runtime.State != model.StatePaused || !pt.Def.Paused {
 				t.Errorf("%s stored as %s paused=%v, want PAUSED", name, pt.Runtime.State, pt.Def.Paused)
 			}
 			if c := countActions(t, e, name, ActPause, "n"); c != 1 {
@@ -210,7 +212,7 @@ func TestBulkSkipsTaskThatNoLongerMatches(t *testing.T) {
 			t.Fatalf("bulkApply = %d, %v; want 2", got, err)
 		}
 		left, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
-		if err != nil || len(left) != 1 || left[0].Def.Name != "sk-00001" || left[0].Runtime.State != persist.StatePaused {
+		if err != nil || len(left) != 1 || left[0].Def.Name != "sk-00001" || left[0].Runtime.State != model.StatePaused {
 			t.Errorf("left = %+v, %v; want only sk-00001, paused", left, err)
 		}
 	})

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"regexp"
 	"strconv"
@@ -8,7 +10,6 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
@@ -25,7 +26,7 @@ func TestClockStepForwardAndBack(t *testing.T) {
 	clk := clock.NewFake(time.Now())
 	cs.clk = clk
 	e := startEngine(t, s, withFakeClock(clk))
-	for _, policy := range []string{persist.MisfireFireOnce, persist.MisfireSkip} {
+	for _, policy := range []string{model.MisfireFireOnce, model.MisfireSkip} {
 		spec := httpSpec("step-"+policy, cs.URL)
 		spec.Cron = "*/5 * * * * *"
 		spec.Timezone = "UTC"
@@ -107,7 +108,7 @@ func TestClockStepForwardAndBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ahead := time.UnixMilli(pt.Runtime.NextTriggerTime).Sub(clk.Now()); pt.Runtime.State != persist.StateScheduled || ahead < 50*time.Minute {
+		if ahead := time.UnixMilli(pt.Runtime.NextTriggerTime).Sub(clk.Now()); pt.Runtime.State != model.StateScheduled || ahead < 50*time.Minute {
 			t.Errorf("%s after the step back: %s, next fire %s ahead; want SCHEDULED about an hour ahead", name, pt.Runtime.State, ahead)
 		}
 	}

@@ -1,13 +1,14 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/wheel"
 )
 
@@ -127,7 +128,7 @@ func (e *Engine) promote(ctx context.Context, ids []int64) error {
 		}
 	}
 	if len(keep) > 0 {
-		err := e.store.LoadByIDs(ctx, keep, func(pt *persist.Task) error {
+		err := e.store.LoadByIDs(ctx, keep, func(pt *model.Task) error {
 			t, err := newTask(pt)
 			if err != nil {
 				e.log.Error("cannot load task", "task", pt.Def.Name, "error", err)

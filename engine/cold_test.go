@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"fmt"
 	"testing"
@@ -102,7 +104,7 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 			t.Errorf("the task due within the lead received %d runs, want 1", len(cs.got("hot")))
 		}
 		pt, err := e.GetTask(ctx, "cold-00")
-		if err != nil || pt.Runtime.State != persist.StatePaused {
+		if err != nil || pt.Runtime.State != model.StatePaused {
 			t.Errorf("paused cold task = %+v, %v; want PAUSED", pt, err)
 		}
 		waitAdvancing(t, clk, 100*time.Millisecond, 5*time.Second, "every cold reference to be promoted", func() bool {

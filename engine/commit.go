@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -19,19 +21,19 @@ func (e *Engine) write(ctx context.Context, g *persist.Group) error {
 
 // commitLocked makes nrt the task's runtime and submits it with runs and actions to the
 // writer without waiting. Caller holds t.mu.
-func (e *Engine) commitLocked(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) {
+func (e *Engine) commitLocked(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) {
 	e.commitLockedThen(t, nrt, runs, acts, nil)
 }
 
 // commitLockedThen is commitLocked that also runs then, on its own goroutine, once the write
 // is durable.
-func (e *Engine) commitLockedThen(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action, then func()) {
+func (e *Engine) commitLockedThen(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func()) {
 	e.commitLockedNotify(t, nrt, runs, acts, then, nil)
 }
 
 // commitLockedNotify is commitLockedThen that also tells notify, on the writer goroutine, how
 // the write went (nil: durable). notify must not block.
-func (e *Engine) commitLockedNotify(t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action, then func(), notify func(error)) {
+func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
@@ -70,13 +72,13 @@ func (e *Engine) commitLockedNotify(t *task, nrt persist.Runtime, runs []persist
 // commitWait is commitLocked for API calls: it makes nrt the runtime and waits for it to be
 // durable. Caller holds t.mu; the wait happens without it so the writer's callbacks for
 // this task can run.
-func (e *Engine) commitWait(ctx context.Context, t *task, nrt persist.Runtime, runs []persist.Run, acts []persist.Action) error {
+func (e *Engine) commitWait(ctx context.Context, t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) error {
 	return e.commitWaitDef(ctx, t, nrt, nil, runs, acts)
 }
 
 // commitWaitDef is commitWait that also replaces the task's definition with def (when not
 // nil) in the same group, so the definition and the runtime change together or not at all.
-func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt persist.Runtime, def *persist.TaskDef, runs []persist.Run, acts []persist.Action) error {
+func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, def *model.TaskDef, runs []model.Run, acts []model.Action) error {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
@@ -92,7 +94,7 @@ func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt persist.Runtime
 		},
 	}
 	if def != nil {
-		g.DefUpdates = []persist.TaskDef{*def}
+		g.DefUpdates = []model.TaskDef{*def}
 	}
 	sink := bulkSinkOf(ctx)
 	if sink != nil {
@@ -149,7 +151,7 @@ func (e *Engine) writeFailed(t *task, err error) {
 		}
 		e.m.conflicts.Inc()
 		t.stale = true
-	case errors.Is(err, persist.ErrLeaseLost):
+	case errors.Is(err, model.ErrLeaseLost):
 		e.log.Error("lease lost: this scheduler no longer owns the store", "task", t.def.Name)
 		t.stale = true
 	default:
@@ -176,7 +178,7 @@ func (e *Engine) reload(id int64) {
 	defer cancel()
 	pt, err := e.store.GetTaskByID(ctx, id)
 	if err != nil {
-		if !errors.Is(err, persist.ErrTaskNotFound) {
+		if !errors.Is(err, model.ErrTaskNotFound) {
 			e.log.Error("cannot reload task", "id", id, "error", err)
 		}
 		return
@@ -192,7 +194,7 @@ func (e *Engine) reload(id int64) {
 		return
 	}
 	if open {
-		if run.Result != persist.ResultRunning || !t.adoptOpenFire(run) {
+		if run.Result != model.ResultRunning || !t.adoptOpenFire(run) {
 			// The fire of this due time has ended, yet the runtime was not moved on with it:
 			// the two are written in one group, so this is not a state axe leaves. Firing
 			// again would be refused by the fire record; leave it to the operator.

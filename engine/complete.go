@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -36,15 +38,15 @@ func httpOutcome(o dispatch.Outcome, host string) outcome {
 	oc := outcome{duration: o.Duration, executor: host, output: string(o.Body)}
 	switch {
 	case o.OK():
-		oc.result = persist.ResultSuccess
+		oc.result = model.ResultSuccess
 	case errors.Is(o.Err, dispatch.ErrTimeout):
-		oc.result = persist.ResultTimeout
+		oc.result = model.ResultTimeout
 		oc.errText = "no response within timeout_sec"
 	case o.Err != nil:
-		oc.result = persist.ResultFailed
+		oc.result = model.ResultFailed
 		oc.errText = o.Err.Error()
 	default:
-		oc.result = persist.ResultFailed
+		oc.result = model.ResultFailed
 		oc.errText = "HTTP " + strconv.Itoa(o.Status)
 	}
 	return oc
@@ -53,7 +55,7 @@ func httpOutcome(o dispatch.Outcome, host string) outcome {
 // settleRun ends the run as oc says, unless something else (a kill, a timeout, a lost
 // executor) already took it from e.runs: then the late outcome changes nothing and is only
 // logged for the operator.
-func (e *Engine) settleRun(t *task, run persist.Run, oc outcome) {
+func (e *Engine) settleRun(t *task, run model.Run, oc outcome) {
 	if !e.runs.settle(run.Ticket, nil, func(*flight) { e.resolve(t, run, oc) }) {
 		e.lateResult(run.TaskName, run.Ticket, oc)
 	}
@@ -66,8 +68,8 @@ func (e *Engine) lateResult(task, ticket string, oc outcome) {
 
 // resolve routes an outcome to the periodic state machine or to a run-now instance. The
 // caller has taken the run from e.runs (runsInFlight.settle).
-func (e *Engine) resolve(t *task, run persist.Run, oc outcome) {
-	if run.Kind == persist.RunManual {
+func (e *Engine) resolve(t *task, run model.Run, oc outcome) {
+	if run.Kind == model.RunManual {
 		e.completeManual(t, run, oc)
 		return
 	}
@@ -84,10 +86,10 @@ func (e *Engine) ranDown(t *task, ticket string) {
 
 // complete records how the periodic run ended and moves the task on: to the next cycle, to a
 // retry, or to its resting state. The caller has taken the run from e.runs.
-func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
+func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	ticket := run.Ticket
 	t.mu.Lock()
-	if t.periodic != ticket || t.rt.State != persist.StateRunning {
+	if t.periodic != ticket || t.rt.State != model.StateRunning {
 		// Cannot happen while runsInFlight settles each ticket once; kept as a guard so a
 		// stray outcome never moves the state machine.
 		if t.periodic == ticket {
@@ -119,7 +121,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 	nrt.LastExecutor = run.Executor
 	nrt.CurrentTicket = ""
 	nrt.NextTriggerTime = 0 // the due of the run that ended (fire); the next cycle sets its own
-	var acts []persist.Action
+	var acts []model.Action
 	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
 	// The next cycle follows the cron fire this run belongs to: a retry's own scheduled time
 	// is later, and fires between the two must be counted as missed, not dropped unrecorded.
@@ -133,53 +135,53 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 		detail += ": " + oc.errText
 	}
 	switch {
-	case oc.result == persist.ResultSuccess:
-		nrt.State = persist.StateSuccess
+	case oc.result == model.ResultSuccess:
+		nrt.State = model.StateSuccess
 		nrt.SuccessCount++
 		nrt.Attempt = 0
 		// No `result` action record: the run row carries the end (ended_at, result), and
 		// the timeline derives the RUNNING→SUCCESS event from it (persist.Timeline). Every
 		// other end keeps its action record, whose target state the run row cannot tell.
 		e.nextCycle(t, &nrt, lastSched, now, &acts)
-	case oc.result != persist.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
+	case oc.result != model.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
 		// (A pause stops retries too: they are future triggers.)
-		if oc.result == persist.ResultTimeout {
+		if oc.result == model.ResultTimeout {
 			e.m.timeouts.Inc()
 		}
 		delay := retryDelay(time.Duration(t.def.RetryIntervalSec)*time.Second, run.Attempt, e.cfg.RetryBackoffCap)
-		nrt.State = persist.StateRetrying
+		nrt.State = model.StateRetrying
 		nrt.Attempt = run.Attempt + 1
 		t.retryOf = lastSched
 		nrt.NextTriggerTime = now + delay.Milliseconds()
-		acts = append(acts, e.action(t, ticket, ActRetry, persist.StateRunning, persist.StateRetrying, ActorScheduler,
+		acts = append(acts, e.action(t, ticket, ActRetry, model.StateRunning, model.StateRetrying, ActorScheduler,
 			fmt.Sprintf("%s; attempt %d in %s", detail, nrt.Attempt, delay), now))
 		e.m.retries.Inc()
 	default:
-		if oc.result == persist.ResultTimeout {
+		if oc.result == model.ResultTimeout {
 			e.m.timeouts.Inc()
 		}
-		nrt.State = persist.StateFailed
+		nrt.State = model.StateFailed
 		nrt.FailureCount++
 		nrt.Attempt = 0
 		name := ActResult
 		switch oc.result {
-		case persist.ResultLost:
+		case model.ResultLost:
 			name = ActLost
-		case persist.ResultTimeout:
+		case model.ResultTimeout:
 			name = ActTimeout // a timeout is an action of its own in the audit log
 			finalFailure = true
 		default:
 			finalFailure = true
 		}
-		acts = append(acts, e.action(t, ticket, name, persist.StateRunning, persist.StateFailed, ActorScheduler, detail, now))
+		acts = append(acts, e.action(t, ticket, name, model.StateRunning, model.StateFailed, ActorScheduler, detail, now))
 		e.nextCycle(t, &nrt, lastSched, now, &acts)
 	}
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()
-	if oc.result == persist.ResultSuccess && e.upstreams.has(name) {
+	if oc.result == model.ResultSuccess && e.upstreams.has(name) {
 		then = func() { e.upstreamDone(name) }
 	}
-	e.commitLockedNotify(t, nrt, []persist.Run{run}, acts, then, oc.durable)
+	e.commitLockedNotify(t, nrt, []model.Run{run}, acts, then, oc.durable)
 	t.mu.Unlock()
 	e.recordHealth(id, name, group, oc.result)
 	if finalFailure {
@@ -189,7 +191,7 @@ func (e *Engine) complete(t *task, run persist.Run, oc outcome) {
 }
 
 // completeManual records the end of a run-now instance: its run row and an action record.
-func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
+func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 	now := e.nowMS()
 	run.EndedAt = now
 	run.Result = oc.result
@@ -208,14 +210,14 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 		detail += ": " + oc.errText
 	}
 	actName := ActResult
-	if oc.result == persist.ResultTimeout {
+	if oc.result == model.ResultTimeout {
 		actName = ActTimeout
 	}
 	act := e.action(t, run.Ticket, actName, "", "", ActorScheduler, detail, now)
 	e.settle(t)
 	t.mu.Unlock()
-	release := oc.result == persist.ResultSuccess && e.upstreams.has(name)
-	g := &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}, Done: func(err error) {
+	release := oc.result == model.ResultSuccess && e.upstreams.has(name)
+	g := &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}, Done: func(err error) {
 		if err == nil && release {
 			go e.upstreamDone(name)
 		}
@@ -231,7 +233,7 @@ func (e *Engine) completeManual(t *task, run persist.Run, oc outcome) {
 // Kill ends the task's periodic run in flight: the run is recorded KILLED and the task goes
 // on to WAITING and its next cycle. For HTTP callbacks the scheduler stops waiting for the
 // call; the downstream sees its connection closed at the run's deadline.
-func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, error) {
+func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -240,12 +242,12 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 		return nil, err
 	}
 	defer e.release(t)
-	if t.periodic == "" || t.rt.State != persist.StateRunning {
+	if t.periodic == "" || t.rt.State != model.StateRunning {
 		return nil, fmt.Errorf("%w: task %q is %s, not RUNNING", ErrConflict, name, t.rt.State)
 	}
 	ticket := t.periodic
 	e.killOnExecutor(ticket) // best effort, while the run still names its executor
-	var rt persist.Runtime
+	var rt model.Runtime
 	err = ErrConflict
 	settled := e.runs.settle(ticket, nil, func(f *flight) { rt, err = e.killLocked(ctx, t, f.run, actor) })
 	if !settled {
@@ -257,71 +259,71 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*persist.Task, e
 	}
 	// The runtime the kill made durable: while commitWait waited without the lock, a next
 	// fire already due may have started, and the caller asked about the kill.
-	return &persist.Task{Def: *t.def, Runtime: rt}, nil
+	return &model.Task{Def: *t.def, Runtime: rt}, nil
 }
 
 // killLocked records the periodic run as killed and moves t on to its next cycle, and
 // returns the runtime it committed. The caller holds t.mu and has taken the run from e.runs.
-func (e *Engine) killLocked(ctx context.Context, t *task, run persist.Run, actor string) (persist.Runtime, error) {
+func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor string) (model.Runtime, error) {
 	now := e.nowMS()
 	run.EndedAt = now
-	run.Result = persist.ResultKilled
+	run.Result = model.ResultKilled
 	run.Error = "killed by " + actor
 	run.DurationMS = now - run.DispatchedAt
 	e.ranDown(t, run.Ticket)
-	e.m.results.result(persist.ResultKilled).Inc()
+	e.m.results.result(model.ResultKilled).Inc()
 	e.m.kills.Inc()
 	nrt := t.rt
 	nrt.LastEndTime = now
 	nrt.CurrentTicket = ""
 	nrt.NextTriggerTime = 0 // the due of the killed run (see fire)
 	nrt.Attempt = 0
-	nrt.State = persist.StateWaiting
-	acts := []persist.Action{
-		e.action(t, run.Ticket, ActKill, persist.StateRunning, persist.StateKilled, actor, "", now),
-		e.action(t, run.Ticket, ActSchedule, persist.StateKilled, persist.StateWaiting, ActorScheduler, "", now),
+	nrt.State = model.StateWaiting
+	acts := []model.Action{
+		e.action(t, run.Ticket, ActKill, model.StateRunning, model.StateKilled, actor, "", now),
+		e.action(t, run.Ticket, ActSchedule, model.StateKilled, model.StateWaiting, ActorScheduler, "", now),
 	}
 	switch {
 	case t.def.Paused:
-		nrt.State = persist.StatePaused
-		acts[1].To = persist.StatePaused
+		nrt.State = model.StatePaused
+		acts[1].To = model.StatePaused
 		acts[1].Action = ActPause
 		acts[1].Detail = "pause requested during the run takes effect"
-	case t.def.Trigger == persist.TriggerCron:
+	case t.def.Trigger == model.TriggerCron:
 		if next, d := e.nextFire(t, run.ScheduledAt, now); next != 0 {
-			nrt.State = persist.StateScheduled
+			nrt.State = model.StateScheduled
 			nrt.NextTriggerTime = next
-			acts = append(acts, e.action(t, "", ActSchedule, persist.StateWaiting, persist.StateScheduled, ActorScheduler,
+			acts = append(acts, e.action(t, "", ActSchedule, model.StateWaiting, model.StateScheduled, ActorScheduler,
 				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
 		}
 	}
 	nrt.Version = t.rt.Version + 1 // as commitWait sets it
-	return nrt, e.commitWait(ctx, t, nrt, []persist.Run{run}, acts)
+	return nrt, e.commitWait(ctx, t, nrt, []model.Run{run}, acts)
 }
 
 // nextCycle moves a task that just finished a run (SUCCESS or FAILED in nrt) to where it
 // waits next: SCHEDULED with the next cron fire, PAUSED when a pause was requested during the
 // run, WAITING for dependency tasks; one-shot tasks rest where they are. Caller holds t.mu.
-func (e *Engine) nextCycle(t *task, nrt *persist.Runtime, lastSched, now int64, acts *[]persist.Action) {
+func (e *Engine) nextCycle(t *task, nrt *model.Runtime, lastSched, now int64, acts *[]model.Action) {
 	from := nrt.State
 	to := from
 	detail := ""
 	switch {
 	case t.def.Paused:
-		to = persist.StatePaused
+		to = model.StatePaused
 		nrt.NextTriggerTime = t.nextCron(now)
 		detail = "pause requested during the run takes effect"
-	case t.def.Trigger == persist.TriggerCron:
+	case t.def.Trigger == model.TriggerCron:
 		next, d := e.nextFire(t, lastSched, now)
 		if next == 0 {
 			detail = "the cron expression fires no more"
 			break
 		}
-		to = persist.StateScheduled
+		to = model.StateScheduled
 		nrt.NextTriggerTime = next
 		detail = "next fire " + time.UnixMilli(next).In(t.loc).Format(time.RFC3339) + d
-	case t.def.Trigger == persist.TriggerDependency:
-		to = persist.StateWaiting
+	case t.def.Trigger == model.TriggerDependency:
+		to = model.StateWaiting
 		detail = "waiting for upstreams"
 	default:
 		return
@@ -335,7 +337,7 @@ func (e *Engine) nextCycle(t *task, nrt *persist.Runtime, lastSched, now int64, 
 	}
 	nrt.State = to
 	name := ActSchedule
-	if to == persist.StatePaused {
+	if to == model.StatePaused {
 		name = ActPause
 	}
 	*acts = append(*acts, e.action(t, "", name, from, to, ActorScheduler, detail, now))
@@ -367,7 +369,7 @@ func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
 		return n, fmt.Sprintf(" (%d earlier fire(s) missed while running, coalesced)", missed)
 	}
 	e.m.misfires.Inc()
-	if t.def.MisfirePolicy == persist.MisfireSkip {
+	if t.def.MisfirePolicy == model.MisfireSkip {
 		return t.nextCron(now), fmt.Sprintf(" (misfire: %d fire(s) skipped)", missed+1)
 	}
 	return n, fmt.Sprintf(" (misfire: fire_once, %d fire(s) coalesced into one)", missed+1)
@@ -380,9 +382,9 @@ func (e *Engine) misfire(t *task, now int64) {
 	due := t.rt.NextTriggerTime
 	nrt := t.rt
 	var detail string
-	var runs []persist.Run
+	var runs []model.Run
 	switch t.def.Trigger {
-	case persist.TriggerCron:
+	case model.TriggerCron:
 		// nextFire counts from the fire before `due`; emulate that by asking for fires after
 		// due-1ms, which yields due itself first.
 		next, d := e.nextFire(t, due-1, now)
@@ -393,9 +395,9 @@ func (e *Engine) misfire(t *task, now int64) {
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + d
 		if next > now {
 			// The skip policy: the missed fire is not run, and its run history says so.
-			runs = append(runs, persist.Run{
-				Ticket: scheduledTicket(t.id, due, 1), TaskID: t.id, TaskName: t.def.Name, Kind: persist.RunScheduled,
-				Attempt: 1, ScheduledAt: due, EndedAt: now, Result: persist.ResultSkipped, Detail: detail,
+			runs = append(runs, model.Run{
+				Ticket: scheduledTicket(t.id, due, 1), TaskID: t.id, TaskName: t.def.Name, Kind: model.RunScheduled,
+				Attempt: 1, ScheduledAt: due, EndedAt: now, Result: model.ResultSkipped, Detail: detail,
 			})
 		}
 	default:
@@ -403,7 +405,7 @@ func (e *Engine) misfire(t *task, now int64) {
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + " (misfire: one-shot task fires now)"
 	}
 	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, runs, []persist.Action{act})
+	e.commitLocked(t, nrt, runs, []model.Action{act})
 }
 
 // retryDelay is the retry backoff: the interval for retries 1 and 2, then doubling from the
@@ -433,9 +435,9 @@ func (e *Engine) recordHealth(id int64, name, group, result string) {
 	}
 	var ok bool
 	switch result {
-	case persist.ResultSuccess:
+	case model.ResultSuccess:
 		ok = true
-	case persist.ResultFailed, persist.ResultTimeout:
+	case model.ResultFailed, model.ResultTimeout:
 	default:
 		return // killed and lost say nothing about the task's health
 	}

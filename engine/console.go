@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"time"
@@ -74,7 +76,7 @@ func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) 
 
 // ExecutorView is a registered executor with the runs this scheduler has in flight on it.
 type ExecutorView struct {
-	persist.Executor
+	model.Executor
 	Inflight int64 `json:"inflight"`
 }
 
@@ -87,7 +89,7 @@ func (e *Engine) ExecutorViews() []ExecutorView {
 		if !x.Alive {
 			st = dispatch.StatusLost
 		}
-		out = append(out, ExecutorView{Executor: persist.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
+		out = append(out, ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
 			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st},
 			Inflight: x.Inflight})
 	}
@@ -106,8 +108,8 @@ func (e *Engine) Totals() Counts {
 	r := e.m.results
 	return Counts{
 		Fires: e.m.triggers.Get(),
-		Failures: r.result(persist.ResultFailed).Get() + r.result(persist.ResultTimeout).Get() +
-			r.result(persist.ResultLost).Get(),
+		Failures: r.result(model.ResultFailed).Get() + r.result(model.ResultTimeout).Get() +
+			r.result(model.ResultLost).Get(),
 	}
 }
 
@@ -124,8 +126,8 @@ func (e *Engine) BreakerOpen(id int64) bool {
 
 // LastRuns returns the newest run of each task id that has one (one index read per task on
 // idx_task_run_task), for a page of the task list.
-func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]persist.Run, error) {
-	out := make(map[int64]persist.Run, len(ids))
+func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]model.Run, error) {
+	out := make(map[int64]model.Run, len(ids))
 	for _, id := range ids {
 		runs, err := e.store.ListRuns(ctx, id, 1)
 		if err != nil {
@@ -145,13 +147,13 @@ func (e *Engine) NodeID() string { return e.cfg.NodeID }
 // row the store read (nil when the store had no more than these), from which the next
 // page's cursor is made. The state filter is applied again to the in-memory runtime and
 // may drop rows, so a page can be short and still be followed by another.
-func (e *Engine) ListTasksPage(ctx context.Context, f persist.TaskFilter) ([]persist.Task, *persist.Task, error) {
+func (e *Engine) ListTasksPage(ctx context.Context, f persist.TaskFilter) ([]model.Task, *model.Task, error) {
 	state := f.State
 	list, err := e.store.ListTasks(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
-	var last *persist.Task
+	var last *model.Task
 	if f.Limit > 0 && len(list) >= f.Limit {
 		cp := list[len(list)-1]
 		last = &cp

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +68,7 @@ func (e *BatchError) Unwrap() error {
 // runtime and the action records. With oneAction the creation is one record (its detail
 // names the first fire), as the bulk path writes; otherwise a create record and a schedule
 // or pause record follow each other, as a single create always wrote.
-func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneAction bool) (*task, *persist.TaskCreate, []persist.Run, error) {
+func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneAction bool) (*task, *persist.TaskCreate, []model.Run, error) {
 	def, runAt, err := e.normalizeCreate(spec)
 	if err != nil {
 		return nil, nil, nil, err
@@ -77,35 +79,35 @@ func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneActio
 		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
 	rt, detail := e.initialRuntime(t, now)
-	var runs []persist.Run
+	var runs []model.Run
 	if runAt != 0 {
 		rt, detail, runs = e.runAtRuntime(t, runAt, now)
 	}
-	if rt.State == persist.StatePaused {
+	if rt.State == model.StatePaused {
 		rt.Note = spec.Note // a task created paused keeps its note, as a pause with one would
 	}
 	t.rt = rt
 	tc := &persist.TaskCreate{Def: t.def, Runtime: rt}
 	switch {
 	case oneAction:
-		if rt.State == persist.StatePaused {
+		if rt.State == model.StatePaused {
 			detail = joinNote(joinNote("created paused", spec.Note), detail)
 		}
-		tc.Actions = []persist.Action{e.action(t, "", ActCreate, "", rt.State, actor, joinNote(def.Trigger, detail), now)}
+		tc.Actions = []model.Action{e.action(t, "", ActCreate, "", rt.State, actor, joinNote(def.Trigger, detail), now)}
 	default:
-		tc.Actions = []persist.Action{e.action(t, "", ActCreate, "", persist.StateWaiting, actor, def.Trigger, now)}
-		if rt.State != persist.StateWaiting {
+		tc.Actions = []model.Action{e.action(t, "", ActCreate, "", model.StateWaiting, actor, def.Trigger, now)}
+		if rt.State != model.StateWaiting {
 			name := ActSchedule
-			if rt.State == persist.StatePaused {
+			if rt.State == model.StatePaused {
 				name, detail = ActPause, joinNote("created paused", spec.Note)
 			}
-			tc.Actions = append(tc.Actions, e.action(t, "", name, persist.StateWaiting, rt.State, actor, detail, now))
+			tc.Actions = append(tc.Actions, e.action(t, "", name, model.StateWaiting, rt.State, actor, detail, now))
 		}
 	}
 	if len(runs) > 0 {
 		// A run_at already past under misfire policy skip: the skipped fire is on record
 		// as a run of its own, and the task never fires.
-		tc.Actions = append(tc.Actions, e.action(t, runs[0].Ticket, ActMisfire, persist.StateWaiting, persist.StateWaiting,
+		tc.Actions = append(tc.Actions, e.action(t, runs[0].Ticket, ActMisfire, model.StateWaiting, model.StateWaiting,
 			ActorScheduler, runs[0].Detail, now))
 	}
 	return t, tc, runs, nil
@@ -114,7 +116,7 @@ func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneActio
 // createGrouped is CreateTask: the definition, runtime and action records go to the batched
 // writer as one group, committed with other groups in one transaction. When the writer is
 // saturated the create is refused with persist.ErrWriterBusy rather than queued.
-func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string) (*persist.Task, error) {
+func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -152,21 +154,21 @@ func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string
 		}
 	}
 	if err != nil {
-		if errors.Is(err, persist.ErrTaskExists) {
+		if errors.Is(err, model.ErrTaskExists) {
 			return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, ErrTaskExists)
 		}
 		return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, err)
 	}
 	// The answer is the task as created: once adopted it may fire, and t is then read only
 	// under its lock.
-	out := &persist.Task{Def: *tc.Def, Runtime: tc.Runtime}
+	out := &model.Task{Def: *tc.Def, Runtime: tc.Runtime}
 	e.created(t, tc, runs, now)
 	return out, nil
 }
 
 // created takes a durable create into memory: it arms the task when it is due within the
 // window, and records a skipped run_at fire.
-func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []persist.Run, now int64) {
+func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []model.Run, now int64) {
 	t.id = tc.Def.ID
 	t.rt = tc.Runtime
 	e.upstreams.add(t.def.DependsOn...)
@@ -218,7 +220,7 @@ func (e *Engine) CreateTasks(ctx context.Context, specs []*TaskSpec, onConflict,
 	var bad []ItemError
 	tasks := make([]*task, len(specs))
 	creates := make([]*persist.TaskCreate, len(specs))
-	runs := make([][]persist.Run, len(specs))
+	runs := make([][]model.Run, len(specs))
 	byName := make(map[string]int, len(specs))
 	refused := false // a nil spec: the caller found the item bad
 	for i, spec := range specs {
@@ -305,7 +307,7 @@ func (e *Engine) checkBatchDeps(ctx context.Context, tasks []*task, byName map[s
 			return stored[name], ok, nil
 		}
 		pt, err := e.store.GetTask(ctx, name)
-		if errors.Is(err, persist.ErrTaskNotFound) {
+		if errors.Is(err, model.ErrTaskNotFound) {
 			exists[name] = false
 			return nil, false, nil
 		}
@@ -388,46 +390,46 @@ func sortItems(items []ItemError) {
 // the past fires at once under fire_once (the misfire path of adopt handles one more than
 // MisfireThreshold late); under skip the fire is recorded as a skipped run, and the task
 // rests finished without firing.
-func (e *Engine) runAtRuntime(t *task, runAt, now int64) (persist.Runtime, string, []persist.Run) {
-	rt := persist.Runtime{State: persist.StateScheduled, Version: 1, NextTriggerTime: runAt}
+func (e *Engine) runAtRuntime(t *task, runAt, now int64) (model.Runtime, string, []model.Run) {
+	rt := model.Runtime{State: model.StateScheduled, Version: 1, NextTriggerTime: runAt}
 	when := time.UnixMilli(runAt).In(t.loc).Format(time.RFC3339Nano)
 	late := runAt < now-e.cfg.MisfireThreshold.Milliseconds()
-	if late && t.def.MisfirePolicy == persist.MisfireSkip {
-		rt.State, rt.NextTriggerTime = persist.StateWaiting, 0
+	if late && t.def.MisfirePolicy == model.MisfireSkip {
+		rt.State, rt.NextTriggerTime = model.StateWaiting, 0
 		rt.LastTriggerTime, rt.LastEndTime = runAt, now
 		detail := "run_at " + when + " is past (misfire: skip): not fired"
-		run := persist.Run{TaskName: t.def.Name, Kind: persist.RunScheduled, Attempt: 1,
-			ScheduledAt: runAt, EndedAt: now, Result: persist.ResultSkipped, Detail: detail}
-		return rt, detail, []persist.Run{run}
+		run := model.Run{TaskName: t.def.Name, Kind: model.RunScheduled, Attempt: 1,
+			ScheduledAt: runAt, EndedAt: now, Result: model.ResultSkipped, Detail: detail}
+		return rt, detail, []model.Run{run}
 	}
 	if t.def.Paused {
-		rt.State = persist.StatePaused
+		rt.State = model.StatePaused
 	}
 	return rt, "next fire " + when, nil
 }
 
 // normalizeCreate is Normalize for a new task, with what only a create takes: run_at (an
 // absolute one-shot time, returned as Unix ms; 0 for none) and the retention overrides.
-func (e *Engine) normalizeCreate(spec *TaskSpec) (persist.TaskDef, int64, error) {
+func (e *Engine) normalizeCreate(spec *TaskSpec) (model.TaskDef, int64, error) {
 	var runAt int64
 	if spec.RunAt != "" {
 		if spec.DelayMS != nil {
-			return persist.TaskDef{}, 0, fieldErr("run_at", "and delay_ms are exclusive: give one")
+			return model.TaskDef{}, 0, fieldErr("run_at", "and delay_ms are exclusive: give one")
 		}
-		if spec.Trigger != "" && spec.Trigger != persist.TriggerDelay {
-			return persist.TaskDef{}, 0, fieldErr("run_at", "is only valid with trigger delay")
+		if spec.Trigger != "" && spec.Trigger != model.TriggerDelay {
+			return model.TaskDef{}, 0, fieldErr("run_at", "is only valid with trigger delay")
 		}
 		var err error
 		if runAt, err = parseRunAt(spec.RunAt); err != nil {
-			return persist.TaskDef{}, 0, err
+			return model.TaskDef{}, 0, err
 		}
 		if runAt <= 0 {
-			return persist.TaskDef{}, 0, fieldErr("run_at", "must be after 1970-01-01T00:00:00Z, got %q", spec.RunAt)
+			return model.TaskDef{}, 0, fieldErr("run_at", "must be after 1970-01-01T00:00:00Z, got %q", spec.RunAt)
 		}
 		// Normalize checks every other field of a delay task; the delay itself is unused.
 		s := *spec
 		zero := int64(0)
-		s.DelayMS, s.Trigger = &zero, persist.TriggerDelay
+		s.DelayMS, s.Trigger = &zero, model.TriggerDelay
 		spec = &s
 	}
 	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)

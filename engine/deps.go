@@ -1,13 +1,13 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"sort"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/axe-sched/axe/persist"
 )
 
 // upstreamSet is the set of task names some task depends on. A success of a task outside it
@@ -70,7 +70,7 @@ func (e *Engine) releaseDependents(ctx context.Context, upstream string) {
 		return
 	}
 	for _, d := range deps {
-		if d.Def.Trigger != persist.TriggerDependency || d.Runtime.State != persist.StateWaiting || d.Def.Paused {
+		if d.Def.Trigger != model.TriggerDependency || d.Runtime.State != model.StateWaiting || d.Def.Paused {
 			continue
 		}
 		if err := e.maybeRelease(ctx, d.Def.ID); err != nil {
@@ -80,7 +80,7 @@ func (e *Engine) releaseDependents(ctx context.Context, upstream string) {
 }
 
 // lastSuccess returns the newest successful run of a task, or nil.
-func (e *Engine) lastSuccess(ctx context.Context, name string) (*persist.Run, error) {
+func (e *Engine) lastSuccess(ctx context.Context, name string) (*model.Run, error) {
 	pt, err := e.store.GetTask(ctx, name)
 	if err != nil {
 		return nil, err
@@ -89,10 +89,10 @@ func (e *Engine) lastSuccess(ctx context.Context, name string) (*persist.Run, er
 	if err != nil {
 		return nil, err
 	}
-	var best *persist.Run
+	var best *model.Run
 	for i := range runs {
 		r := &runs[i]
-		if r.Result == persist.ResultSuccess && (best == nil || r.EndedAt > best.EndedAt) {
+		if r.Result == model.ResultSuccess && (best == nil || r.EndedAt > best.EndedAt) {
 			best = r
 		}
 	}
@@ -107,7 +107,7 @@ func (e *Engine) maybeRelease(ctx context.Context, id int64) error {
 		return err
 	}
 	defer e.release(t)
-	if t.deleted || t.def.Paused || t.rt.State != persist.StateWaiting || t.def.Trigger != persist.TriggerDependency {
+	if t.deleted || t.def.Paused || t.rt.State != model.StateWaiting || t.def.Trigger != model.TriggerDependency {
 		return nil
 	}
 	// Successes count from the task's last run, or from its creation: a new downstream does
@@ -116,7 +116,7 @@ func (e *Engine) maybeRelease(ctx context.Context, id int64) error {
 	var released []string
 	for _, up := range t.def.DependsOn {
 		r, err := e.lastSuccess(ctx, up)
-		if err != nil && err != persist.ErrTaskNotFound {
+		if err != nil && err != model.ErrTaskNotFound {
 			return err
 		}
 		if r != nil && r.EndedAt > since {
@@ -133,12 +133,12 @@ func (e *Engine) maybeRelease(ctx context.Context, id int64) error {
 	sort.Strings(released)
 	now := e.nowMS()
 	nrt := t.rt
-	nrt.State = persist.StateScheduled
+	nrt.State = model.StateScheduled
 	nrt.NextTriggerTime = now
 	if err := checkTransition(t.rt.State, nrt.State); err != nil {
 		return err
 	}
 	t.releasedBy = "released by " + strings.Join(released, ", ")
 	act := e.action(t, "", ActSchedule, t.rt.State, nrt.State, ActorScheduler, t.releasedBy, now)
-	return e.commitWait(ctx, t, nrt, nil, []persist.Action{act})
+	return e.commitWait(ctx, t, nrt, nil, []model.Action{act})
 }

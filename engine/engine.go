@@ -22,6 +22,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -58,9 +60,9 @@ var (
 	// ErrInvalidTask wraps every validation failure of a task definition (*FieldError).
 	ErrInvalidTask = errors.New("invalid task")
 	// ErrTaskNotFound: no task has that name.
-	ErrTaskNotFound = persist.ErrTaskNotFound
+	ErrTaskNotFound = model.ErrTaskNotFound
 	// ErrTaskExists: the name is taken.
-	ErrTaskExists = persist.ErrTaskExists
+	ErrTaskExists = model.ErrTaskExists
 	// ErrInvalidTransition: an edge that is not in the state machine table.
 	ErrInvalidTransition = errors.New("invalid state transition")
 	// ErrConflict: the operation does not apply to the task's current state.
@@ -71,7 +73,7 @@ var (
 	// a change that must be durable before it is answered cannot be taken now.
 	ErrStoreStalled = errors.New("the store refuses writes")
 	// ErrRunNotFound: no run has that ticket.
-	ErrRunNotFound = persist.ErrRunNotFound
+	ErrRunNotFound = model.ErrRunNotFound
 )
 
 // Clock tells the time and arms timers: every time the engine reads and every timer it arms
@@ -440,10 +442,10 @@ func (e *Engine) loadLoop(ctx context.Context) {
 }
 
 // armableStates are the states whose next_trigger_time means "fire then".
-var armableStates = []persist.State{persist.StateScheduled, persist.StateRetrying}
+var armableStates = []model.State{model.StateScheduled, model.StateRetrying}
 
-func armable(s persist.State) bool {
-	return s == persist.StateScheduled || s == persist.StateRetrying
+func armable(s model.State) bool {
+	return s == model.StateScheduled || s == model.StateRetrying
 }
 
 // loadSlice uncovers [old horizon, now+Window) and loads it.
@@ -500,7 +502,7 @@ func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error
 // loadFull loads the tasks due in [from, to) in full.
 func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error) {
 	n := 0
-	err := e.store.LoadDue(ctx, from, to, armableStates, func(pt *persist.Task) error {
+	err := e.store.LoadDue(ctx, from, to, armableStates, func(pt *model.Task) error {
 		n++
 		t, err := newTask(pt)
 		if err != nil {
@@ -524,7 +526,7 @@ func (e *Engine) adopt(t *task, now int64) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if now > 0 && t.rt.State == persist.StateScheduled && t.rt.NextTriggerTime < now-e.cfg.MisfireThreshold.Milliseconds() {
+	if now > 0 && t.rt.State == model.StateScheduled && t.rt.NextTriggerTime < now-e.cfg.MisfireThreshold.Milliseconds() {
 		e.misfire(t, now)
 	}
 	e.settle(t)

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -196,10 +198,10 @@ func withFakeClock(clk *clock.Fake) func(*Config) {
 func ptr[T any](v T) *T { return &v }
 
 func httpSpec(name, url string) *TaskSpec {
-	return &TaskSpec{Name: name, Callback: &persist.Callback{URL: url}}
+	return &TaskSpec{Name: name, Callback: &model.Callback{URL: url}}
 }
 
-func mustCreate(t *testing.T, e *Engine, s *TaskSpec) *persist.Task {
+func mustCreate(t *testing.T, e *Engine, s *TaskSpec) *model.Task {
 	t.Helper()
 	pt, err := e.CreateTask(context.Background(), s, "test")
 	if err != nil {
@@ -229,12 +231,12 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 		spec.DelayMS = ptr(int64(300))
 		spec.Params = json.RawMessage(`{"k": 1}`)
 		created := mustCreate(t, e, spec)
-		if created.Runtime.State != persist.StateScheduled {
+		if created.Runtime.State != model.StateScheduled {
 			t.Fatalf("state after create = %s, want SCHEDULED", created.Runtime.State)
 		}
 		waitFor(t, 5*time.Second, "the delay task to run", func() bool {
 			pt, err := e.GetTask(context.Background(), "once")
-			return err == nil && pt.Runtime.State == persist.StateSuccess
+			return err == nil && pt.Runtime.State == model.StateSuccess
 		})
 		// A second call would be in flight or queued until the engine settles, or armed to
 		// come later.
@@ -257,7 +259,7 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(runs) != 1 || runs[0].Result != persist.ResultSuccess || runs[0].Ticket != c.ticket || runs[0].EndedAt == 0 {
+		if len(runs) != 1 || runs[0].Result != model.ResultSuccess || runs[0].Ticket != c.ticket || runs[0].EndedAt == 0 {
 			t.Fatalf("runs = %+v", runs)
 		}
 		// The scheduler's own record of when it fired: the wheel's lateness, which the
@@ -384,13 +386,13 @@ func TestMisfirePolicies(t *testing.T) {
 		now := time.Now()
 		sec := (now.Second() + 30) % 60
 		past := now.Add(-time.Hour).Truncate(time.Minute).Add(time.Duration(sec) * time.Second).UnixMilli()
-		for _, policy := range []string{persist.MisfireFireOnce, persist.MisfireSkip} {
-			def := persist.TaskDef{
-				Name: "mf-" + policy, Group: "default", Trigger: persist.TriggerCron, Cron: strconv.Itoa(sec) + " * * * * *",
+		for _, policy := range []string{model.MisfireFireOnce, model.MisfireSkip} {
+			def := model.TaskDef{
+				Name: "mf-" + policy, Group: "default", Trigger: model.TriggerCron, Cron: strconv.Itoa(sec) + " * * * * *",
 				Timezone: "UTC", TimeoutSec: 10, RetryIntervalSec: 1, Priority: 2,
-				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: policy,
+				Callback: model.Callback{Type: model.CallbackHTTP, URL: cs.URL}, MisfirePolicy: policy,
 			}
-			rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: past, Version: 1}
+			rt := model.Runtime{State: model.StateScheduled, NextTriggerTime: past, Version: 1}
 			if err := s.CreateTask(ctx, &def, &rt); err != nil {
 				t.Fatal(err)
 			}
@@ -409,7 +411,7 @@ func TestMisfirePolicies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pt.Runtime.NextTriggerTime <= time.Now().UnixMilli() || pt.Runtime.State != persist.StateScheduled {
+			if pt.Runtime.NextTriggerTime <= time.Now().UnixMilli() || pt.Runtime.State != model.StateScheduled {
 				t.Errorf("%s: runtime after misfire = %+v, want SCHEDULED in the future", name, pt.Runtime)
 			}
 			if acts := actionNames(t, e, name); len(acts) == 0 || acts[0] != ActMisfire {
@@ -417,15 +419,15 @@ func TestMisfirePolicies(t *testing.T) {
 			}
 		}
 		// The skipped fire is in the run history as skipped; the fired one is not.
-		var runs []persist.Run
+		var runs []model.Run
 		waitFor(t, 2*time.Second, "the skipped run recorded", func() bool {
 			runs, _ = e.Runs(ctx, "mf-skip", 10)
 			return len(runs) == 1
 		})
-		if r := runs[0]; r.Result != persist.ResultSkipped || r.ScheduledAt != past || r.EndedAt == 0 {
+		if r := runs[0]; r.Result != model.ResultSkipped || r.ScheduledAt != past || r.EndedAt == 0 {
 			t.Errorf("skipped fire recorded as %+v, want result skipped for the fire due %d", r, past)
 		}
-		if runs, _ := e.Runs(ctx, "mf-fire_once", 10); len(runs) != 1 || runs[0].Result == persist.ResultSkipped {
+		if runs, _ := e.Runs(ctx, "mf-fire_once", 10); len(runs) != 1 || runs[0].Result == model.ResultSkipped {
 			t.Errorf("fire_once runs = %+v, want its one fired run", runs)
 		}
 	})
@@ -436,29 +438,29 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
 		now := time.Now().UnixMilli()
-		def := persist.TaskDef{
-			Name: "inflight", Group: "default", Trigger: persist.TriggerCron, Cron: "0 0 * * * *",
+		def := model.TaskDef{
+			Name: "inflight", Group: "default", Trigger: model.TriggerCron, Cron: "0 0 * * * *",
 			Timezone: "UTC", TimeoutSec: 10, RetryCount: 3, RetryIntervalSec: 1, Priority: 2,
-			Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+			Callback: model.Callback{Type: model.CallbackHTTP, URL: cs.URL}, MisfirePolicy: model.MisfireFireOnce,
 		}
-		rt := persist.Runtime{State: persist.StateRunning, CurrentTicket: "t-lost", Attempt: 1, LastTriggerTime: now - 1000, Version: 1}
+		rt := model.Runtime{State: model.StateRunning, CurrentTicket: "t-lost", Attempt: 1, LastTriggerTime: now - 1000, Version: 1}
 		if err := s.CreateTask(ctx, &def, &rt); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{{Ticket: "t-lost", TaskID: def.ID, TaskName: def.Name,
-			Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: now - 1000, DispatchedAt: now - 1000, Result: persist.ResultRunning}}}); err != nil {
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{{Ticket: "t-lost", TaskID: def.ID, TaskName: def.Name,
+			Kind: model.RunScheduled, Attempt: 1, ScheduledAt: now - 1000, DispatchedAt: now - 1000, Result: model.ResultRunning}}}); err != nil {
 			t.Fatal(err)
 		}
 		e := startEngine(t, s)
 		waitFor(t, 3*time.Second, "the lost run to be recorded", func() bool {
 			r, err := s.GetRun(ctx, "t-lost")
-			return err == nil && r.Result == persist.ResultLost
+			return err == nil && r.Result == model.ResultLost
 		})
 		pt, err := e.GetTask(ctx, "inflight")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.FailureCount != 1 || pt.Runtime.NextTriggerTime <= now {
+		if pt.Runtime.State != model.StateScheduled || pt.Runtime.FailureCount != 1 || pt.Runtime.NextTriggerTime <= now {
 			t.Errorf("runtime = %+v, want SCHEDULED for the next hour with one failure", pt.Runtime)
 		}
 		wantNotResent(t, e, cs)
@@ -476,28 +478,28 @@ func TestOpenFireLeftInFlightIsResolvedLost(t *testing.T) {
 		ctx := context.Background()
 		now := time.Now().UnixMilli()
 		due := now - 60_000 // long past: a misfire too, were it not in flight
-		mk := func(name, trig string) (persist.TaskDef, string) {
-			def := persist.TaskDef{
+		mk := func(name, trig string) (model.TaskDef, string) {
+			def := model.TaskDef{
 				Name: name, Group: "default", Trigger: trig, Cron: "0 0 * * * *", DelayMS: 1000,
 				Timezone: "UTC", TimeoutSec: 10, RetryCount: 3, RetryIntervalSec: 1, Priority: 2,
-				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireSkip,
+				Callback: model.Callback{Type: model.CallbackHTTP, URL: cs.URL}, MisfirePolicy: model.MisfireSkip,
 			}
-			if trig == persist.TriggerDelay {
+			if trig == model.TriggerDelay {
 				def.Cron = ""
 			}
-			rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due, Version: 3}
+			rt := model.Runtime{State: model.StateScheduled, NextTriggerTime: due, Version: 3}
 			if err := s.CreateTask(ctx, &def, &rt); err != nil {
 				t.Fatal(err)
 			}
 			ticket := scheduledTicket(def.ID, due, 1)
-			if err := s.ApplyBatch(ctx, &persist.Batch{Fires: []persist.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name,
-				Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: due, DispatchedAt: due + 5, Result: persist.ResultRunning}}}); err != nil {
+			if err := s.ApplyBatch(ctx, &persist.Batch{Fires: []model.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name,
+				Kind: model.RunScheduled, Attempt: 1, ScheduledAt: due, DispatchedAt: due + 5, Result: model.ResultRunning}}}); err != nil {
 				t.Fatal(err)
 			}
 			return def, ticket
 		}
-		_, cronTicket := mk("open-cron", persist.TriggerCron)
-		_, onceTicket := mk("open-once", persist.TriggerDelay)
+		_, cronTicket := mk("open-cron", model.TriggerCron)
+		_, onceTicket := mk("open-once", model.TriggerDelay)
 		// Read from the store by an engine that does not run (a backup's reader), an open
 		// fire shows its task RUNNING.
 		reader, err := New(Config{Store: s})
@@ -506,10 +508,10 @@ func TestOpenFireLeftInFlightIsResolvedLost(t *testing.T) {
 		}
 		pt, err := reader.GetTask(ctx, "open-once")
 		_ = reader.Stop(ctx) // never started: releases what New made
-		if err != nil || pt.Runtime.State != persist.StateRunning || pt.Runtime.CurrentTicket != onceTicket {
+		if err != nil || pt.Runtime.State != model.StateRunning || pt.Runtime.CurrentTicket != onceTicket {
 			t.Fatalf("backup view of an open fire = %+v, %v; want RUNNING with ticket %s", pt, err, onceTicket)
 		}
-		if list, err := s.ListTasks(ctx, persist.TaskFilter{State: persist.StateRunning}); err != nil || len(list) != 2 {
+		if list, err := s.ListTasks(ctx, persist.TaskFilter{State: model.StateRunning}); err != nil || len(list) != 2 {
 			t.Fatalf("store's RUNNING filter = %d tasks, %v; want both open fires", len(list), err)
 		}
 
@@ -517,15 +519,15 @@ func TestOpenFireLeftInFlightIsResolvedLost(t *testing.T) {
 		for _, ticket := range []string{cronTicket, onceTicket} {
 			waitFor(t, 3*time.Second, "the open fire "+ticket+" to be recorded lost", func() bool {
 				r, err := s.GetRun(ctx, ticket)
-				return err == nil && r.Result == persist.ResultLost && r.EndedAt >= now
+				return err == nil && r.Result == model.ResultLost && r.EndedAt >= now
 			})
 		}
 		waitFor(t, 3*time.Second, "the runtimes to move on", func() bool {
 			c, err1 := s.GetTask(ctx, "open-cron")
 			o, err2 := s.GetTask(ctx, "open-once")
 			return err1 == nil && err2 == nil &&
-				c.Runtime.State == persist.StateScheduled && c.Runtime.FailureCount == 1 && c.Runtime.NextTriggerTime > now &&
-				o.Runtime.State == persist.StateFailed && o.Runtime.FailureCount == 1 && o.Runtime.NextTriggerTime == 0
+				c.Runtime.State == model.StateScheduled && c.Runtime.FailureCount == 1 && c.Runtime.NextTriggerTime > now &&
+				o.Runtime.State == model.StateFailed && o.Runtime.FailureCount == 1 && o.Runtime.NextTriggerTime == 0
 		})
 		wantNotResent(t, e, cs)
 		// CreateTask in the store writes no action record: the timeline is the fire, read
@@ -555,20 +557,20 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
 		now := time.Now().UnixMilli()
-		def := persist.TaskDef{
-			Name: "by-hand", Group: "default", Trigger: persist.TriggerManual, Timezone: "UTC", TimeoutSec: 10,
-			Priority: 2, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+		def := model.TaskDef{
+			Name: "by-hand", Group: "default", Trigger: model.TriggerManual, Timezone: "UTC", TimeoutSec: 10,
+			Priority: 2, Callback: model.Callback{Type: model.CallbackHTTP, URL: cs.URL}, MisfirePolicy: model.MisfireFireOnce,
 		}
-		if err := s.CreateTask(ctx, &def, &persist.Runtime{State: persist.StateWaiting, Version: 1}); err != nil {
+		if err := s.CreateTask(ctx, &def, &model.Runtime{State: model.StateWaiting, Version: 1}); err != nil {
 			t.Fatal(err)
 		}
-		manual := func(ticket string, taskID int64, result string) persist.Run {
-			return persist.Run{Ticket: ticket, TaskID: taskID, TaskName: def.Name, Kind: persist.RunManual, Attempt: 1,
+		manual := func(ticket string, taskID int64, result string) model.Run {
+			return model.Run{Ticket: ticket, TaskID: taskID, TaskName: def.Name, Kind: model.RunManual, Attempt: 1,
 				ScheduledAt: now - 1000, DispatchedAt: now - 1000, Result: result}
 		}
-		done := manual("m-done", def.ID, persist.ResultSuccess)
-		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{
-			manual("m-lost", def.ID, persist.ResultRunning), manual("m-gone", def.ID+1000, persist.ResultRunning), done,
+		done := manual("m-done", def.ID, model.ResultSuccess)
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{
+			manual("m-lost", def.ID, model.ResultRunning), manual("m-gone", def.ID+1000, model.ResultRunning), done,
 		}}); err != nil {
 			t.Fatal(err)
 		}
@@ -576,7 +578,7 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 		for _, ticket := range []string{"m-lost", "m-gone"} {
 			waitFor(t, 3*time.Second, "run "+ticket+" to be recorded lost", func() bool {
 				r, err := s.GetRun(ctx, ticket)
-				return err == nil && r.Result == persist.ResultLost && r.EndedAt >= now
+				return err == nil && r.Result == model.ResultLost && r.EndedAt >= now
 			})
 		}
 		if r, err := s.GetRun(ctx, "m-done"); err != nil || *r != done {
@@ -611,14 +613,14 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stored.Runtime.State != persist.StateScheduled || stored.Runtime.NextTriggerTime != first.body.ScheduledAt {
+		if stored.Runtime.State != model.StateScheduled || stored.Runtime.NextTriggerTime != first.body.ScheduledAt {
 			t.Fatalf("stored runtime during the run: %s next %d, want SCHEDULED at the fire's due %d",
 				stored.Runtime.State, stored.Runtime.NextTriggerTime, first.body.ScheduledAt)
 		}
-		if r, err := s.GetRun(ctx, first.ticket); err != nil || r.Result != persist.ResultRunning || r.ScheduledAt != first.body.ScheduledAt {
+		if r, err := s.GetRun(ctx, first.ticket); err != nil || r.Result != model.ResultRunning || r.ScheduledAt != first.body.ScheduledAt {
 			t.Fatalf("fire record of the run in flight = %+v, %v", r, err)
 		}
-		if pt, err := e.GetTask(ctx, "slowcron"); err != nil || pt.Runtime.State != persist.StateRunning || pt.Runtime.CurrentTicket != first.ticket {
+		if pt, err := e.GetTask(ctx, "slowcron"); err != nil || pt.Runtime.State != model.StateRunning || pt.Runtime.CurrentTicket != first.ticket {
 			t.Fatalf("engine's view during the run = %+v, %v; want RUNNING with ticket %s", pt, err, first.ticket)
 		}
 		// Overrunning its next fires must not fire the kept due (or any other) again.
@@ -631,7 +633,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.NextTriggerTime <= first.body.ScheduledAt {
+		if pt.Runtime.State != model.StateScheduled || pt.Runtime.NextTriggerTime <= first.body.ScheduledAt {
 			t.Fatalf("after kill: %s next %d, want SCHEDULED after %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, first.body.ScheduledAt)
 		}
 		cs.release()
@@ -641,7 +643,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		})
 		waitFor(t, 3*time.Second, "the stored runtime after the result", func() bool {
 			got, err := s.GetTask(ctx, "slowcron")
-			return err == nil && got.Runtime.State == persist.StateScheduled && got.Runtime.SuccessCount >= 1 &&
+			return err == nil && got.Runtime.State == model.StateScheduled && got.Runtime.SuccessCount >= 1 &&
 				got.Runtime.NextTriggerTime > got.Runtime.LastTriggerTime-1000
 		})
 		seen := map[int64]bool{}
@@ -669,7 +671,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 		// The retries come due as the engine's clock moves: 100 ms per poll.
 		waitAdvancing(t, clk, 100*time.Millisecond, 10*time.Second, "the final failure", func() bool {
 			pt, err := e.GetTask(context.Background(), "flaky")
-			return err == nil && pt.Runtime.State == persist.StateFailed
+			return err == nil && pt.Runtime.State == model.StateFailed
 		})
 		calls := cs.got("flaky")
 		if len(calls) != 3 {
@@ -705,13 +707,13 @@ func TestTimeoutFailsTheRun(t *testing.T) {
 		spec.DelayMS = ptr(int64(0))
 		spec.TimeoutSec = ptr(1)
 		mustCreate(t, e, spec)
-		var runs []persist.Run
+		var runs []model.Run
 		waitFor(t, 5*time.Second, "the run to end", func() bool {
 			runs, _ = e.Runs(context.Background(), "slow", 1)
 			return len(runs) == 1 && runs[0].EndedAt > 0
 		})
 		r := runs[0]
-		if r.Result != persist.ResultTimeout {
+		if r.Result != model.ResultTimeout {
 			t.Fatalf("run = %+v, want result timeout", r)
 		}
 		// Measured on the run's own timestamps, not the test's clock: a loaded machine may
@@ -747,7 +749,7 @@ func TestPauseResumeAndDelete(t *testing.T) {
 		// A run in flight finishes first; then the task rests in PAUSED.
 		waitFor(t, 2*time.Second, "p1 to rest in PAUSED", func() bool {
 			pt, err = e.GetTask(ctx, "p1")
-			return err == nil && pt.Runtime.State == persist.StatePaused
+			return err == nil && pt.Runtime.State == model.StatePaused
 		})
 		n1, n2 := len(cs.got("p1")), len(cs.got("p2"))
 		runFor(clk, 2200*time.Millisecond, 50*time.Millisecond)
@@ -795,7 +797,7 @@ func TestUpdateReArmsAtOnce(t *testing.T) {
 			t.Errorf("next after update = %d, want within 2s", pt.Runtime.NextTriggerTime)
 		}
 		waitFor(t, 3*time.Second, "the edited schedule to fire", func() bool { return len(cs.got("edit")) > 0 })
-		spec.Trigger = persist.TriggerDelay
+		spec.Trigger = model.TriggerDelay
 		spec.Cron = ""
 		spec.DelayMS = ptr(int64(10))
 		var fe *FieldError
@@ -829,11 +831,11 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pt.Runtime.State == persist.StateRunning {
+		if pt.Runtime.State == model.StateRunning {
 			t.Errorf("state after kill = %s", pt.Runtime.State)
 		}
 		r, err := s.GetRun(ctx, calls[0].ticket)
-		if err != nil || r.Result != persist.ResultKilled {
+		if err != nil || r.Result != model.ResultKilled {
 			t.Errorf("killed run = %+v, %v", r, err)
 		}
 		if _, err := e.Kill(ctx, "long", "test"); !errors.Is(err, ErrConflict) {
@@ -844,24 +846,24 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 		cs.release()
 		waitFor(t, 3*time.Second, "the run-now result", func() bool {
 			r, err := s.GetRun(ctx, run.Ticket)
-			return err == nil && r.Result == persist.ResultSuccess
+			return err == nil && r.Result == model.ResultSuccess
 		})
-		if r, _ := s.GetRun(ctx, calls[0].ticket); r == nil || r.Result != persist.ResultKilled {
+		if r, _ := s.GetRun(ctx, calls[0].ticket); r == nil || r.Result != model.ResultKilled {
 			t.Errorf("a late answer changed the killed run: %+v", r)
 		}
 	})
 }
 
 func TestStateTable(t *testing.T) {
-	seed := map[persist.State][]persist.State{
-		persist.StateWaiting:   {persist.StateScheduled, persist.StatePaused},
-		persist.StateScheduled: {persist.StateRunning, persist.StateFailed},
-		persist.StateRunning:   {persist.StateSuccess, persist.StateFailed, persist.StateRetrying, persist.StateKilled},
-		persist.StateRetrying:  {persist.StateRunning, persist.StateFailed},
-		persist.StateSuccess:   {persist.StateScheduled},
-		persist.StateFailed:    {persist.StateRunning},
-		persist.StatePaused:    {persist.StateWaiting, persist.StateRunning},
-		persist.StateKilled:    {persist.StateWaiting},
+	seed := map[model.State][]model.State{
+		model.StateWaiting:   {model.StateScheduled, model.StatePaused},
+		model.StateScheduled: {model.StateRunning, model.StateFailed},
+		model.StateRunning:   {model.StateSuccess, model.StateFailed, model.StateRetrying, model.StateKilled},
+		model.StateRetrying:  {model.StateRunning, model.StateFailed},
+		model.StateSuccess:   {model.StateScheduled},
+		model.StateFailed:    {model.StateRunning},
+		model.StatePaused:    {model.StateWaiting, model.StateRunning},
+		model.StateKilled:    {model.StateWaiting},
 	}
 	for from, tos := range seed {
 		for _, to := range tos {
@@ -870,12 +872,12 @@ func TestStateTable(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range [][2]persist.State{
-		{persist.StateWaiting, persist.StateRunning},
-		{persist.StateSuccess, persist.StateRunning},
-		{persist.StateKilled, persist.StateRunning},
-		{persist.StateRunning, persist.StateScheduled},
-		{persist.StatePaused, persist.StateSuccess},
+	for _, bad := range [][2]model.State{
+		{model.StateWaiting, model.StateRunning},
+		{model.StateSuccess, model.StateRunning},
+		{model.StateKilled, model.StateRunning},
+		{model.StateRunning, model.StateScheduled},
+		{model.StatePaused, model.StateSuccess},
 	} {
 		if err := checkTransition(bad[0], bad[1]); !errors.Is(err, ErrInvalidTransition) {
 			t.Errorf("%s→%s = %v, want ErrInvalidTransition", bad[0], bad[1], err)
@@ -913,12 +915,12 @@ func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
 		due := time.Now().Add(3 * time.Second).Truncate(time.Second).Add(time.Second).UnixMilli()
 		const n = 1000
 		for i := 0; i < n; i++ {
-			def := persist.TaskDef{
-				Name: "burst-" + strconv.Itoa(i), Group: "burst", Trigger: persist.TriggerDelay, DelayMS: 1,
+			def := model.TaskDef{
+				Name: "burst-" + strconv.Itoa(i), Group: "burst", Trigger: model.TriggerDelay, DelayMS: 1,
 				Timezone: "UTC", TimeoutSec: 30, RetryIntervalSec: 1, Priority: (i * 7) % 5,
-				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+				Callback: model.Callback{Type: model.CallbackHTTP, URL: cs.URL}, MisfirePolicy: model.MisfireFireOnce,
 			}
-			rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due, Version: 1}
+			rt := model.Runtime{State: model.StateScheduled, NextTriggerTime: due, Version: 1}
 			if err := s.CreateTask(ctx, &def, &rt); err != nil {
 				t.Fatal(err)
 			}
@@ -939,7 +941,7 @@ func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
 		waitFor(t, 5*time.Second, "all runs recorded", func() bool {
 			for i := 0; i < n; i += 97 {
 				pt, err := s.GetTask(ctx, "burst-"+strconv.Itoa(i))
-				if err != nil || pt.Runtime.State != persist.StateSuccess {
+				if err != nil || pt.Runtime.State != model.StateSuccess {
 					return false
 				}
 			}
@@ -996,7 +998,7 @@ func TestDependencyFanIn(t *testing.T) {
 		e := startEngine(t, s)
 		for _, n := range []string{"extract", "load"} {
 			spec := httpSpec(n, cs.URL)
-			spec.Trigger = persist.TriggerManual
+			spec.Trigger = model.TriggerManual
 			mustCreate(t, e, spec)
 		}
 		down := httpSpec("report", cs.URL)
@@ -1033,17 +1035,17 @@ func TestDependencyFanIn(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 3*time.Second, "report to fire after both upstreams", func() bool { return len(cs.got("report")) == 1 })
-		var runs []persist.Run
+		var runs []model.Run
 		waitFor(t, 2*time.Second, "report's run recorded", func() bool {
 			runs, _ = e.Runs(ctx, "report", 10)
-			return len(runs) == 1 && runs[0].Result == persist.ResultSuccess
+			return len(runs) == 1 && runs[0].Result == model.ResultSuccess
 		})
 		if d := runs[0].Detail; !strings.Contains(d, "extract (") || !strings.Contains(d, "load (") {
 			t.Errorf("run detail %q does not name the upstream runs that released it", d)
 		}
 		waitFor(t, 2*time.Second, "report waiting again", func() bool {
 			pt, err := e.GetTask(ctx, "report")
-			return err == nil && pt.Runtime.State == persist.StateWaiting
+			return err == nil && pt.Runtime.State == model.StateWaiting
 		})
 		// One more upstream success is not enough: fan-in needs both again.
 		if _, err := e.RunNow(ctx, "load", nil, "test"); err != nil {
@@ -1067,7 +1069,7 @@ func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream s
 		runs, err := e.Runs(ctx, upstream, 10)
 		ok := 0
 		for _, r := range runs {
-			if r.Result == persist.ResultSuccess {
+			if r.Result == model.ResultSuccess {
 				ok++
 			}
 		}
@@ -1195,7 +1197,7 @@ func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
 		cs.release()
 		waitFor(t, 3*time.Second, "the run of the deleted task recorded", func() bool {
 			r, err := s.GetRun(ctx, ticket)
-			return err == nil && r.Result == persist.ResultSuccess
+			return err == nil && r.Result == model.ResultSuccess
 		})
 	})
 }
@@ -1208,7 +1210,7 @@ func TestEditingAPausedTask(t *testing.T) {
 		spec.Cron = "0 0 0 1 1 ?"
 		spec.Timezone = "UTC"
 		spec.Paused = ptr(true)
-		if pt := mustCreate(t, e, spec); pt.Runtime.State != persist.StatePaused {
+		if pt := mustCreate(t, e, spec); pt.Runtime.State != model.StatePaused {
 			t.Fatalf("created %s, want PAUSED", pt.Runtime.State)
 		}
 		// An edit that does not mention "paused" keeps the task paused, with the new schedule.
@@ -1219,19 +1221,19 @@ func TestEditingAPausedTask(t *testing.T) {
 			t.Fatal(err)
 		}
 		nextHour := time.Now().UTC().Truncate(time.Hour).Add(time.Hour).UnixMilli()
-		if pt.Runtime.State != persist.StatePaused || pt.Runtime.NextTriggerTime != nextHour {
+		if pt.Runtime.State != model.StatePaused || pt.Runtime.NextTriggerTime != nextHour {
 			t.Fatalf("after edit: %s next %d, want PAUSED next %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, nextHour)
 		}
 		pt, err = e.Resume(ctx, "sleeper", "", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pt.Runtime.State != persist.StateScheduled || pt.Runtime.NextTriggerTime != nextHour {
+		if pt.Runtime.State != model.StateScheduled || pt.Runtime.NextTriggerTime != nextHour {
 			t.Errorf("after resume: %s next %d, want SCHEDULED next %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, nextHour)
 		}
 		// An explicit "paused": true pauses through the edit.
 		spec.Paused = ptr(true)
-		if pt, err = e.UpdateTask(ctx, "sleeper", spec, "test"); err != nil || pt.Runtime.State != persist.StatePaused {
+		if pt, err = e.UpdateTask(ctx, "sleeper", spec, "test"); err != nil || pt.Runtime.State != model.StatePaused {
 			t.Errorf("edit with paused true: %v, %+v", err, pt)
 		}
 	})
@@ -1255,7 +1257,7 @@ func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
 		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
-		spec := &TaskSpec{Name: "mute", Callback: &persist.Callback{Type: persist.CallbackExecutor, App: "silent", Handler: "job"}}
+		spec := &TaskSpec{Name: "mute", Callback: &model.Callback{Type: model.CallbackExecutor, App: "silent", Handler: "job"}}
 		spec.DelayMS = ptr(int64(0))
 		spec.TimeoutSec = ptr(5)
 		mustCreate(t, e, spec)
@@ -1276,13 +1278,13 @@ func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
 			t.Fatalf("before the deadline and grace: runs %+v, in flight %d", runs, len(e.RunsInFlight()))
 		}
 		clk.Advance(20 * time.Millisecond)
-		var runs []persist.Run
+		var runs []model.Run
 		waitFor(t, 5*time.Second, "the timeout to be recorded", func() bool {
 			runs, _ = e.Runs(ctx, "mute", 1)
 			return len(runs) == 1 && runs[0].EndedAt > 0
 		})
 		r := runs[0]
-		if r.Result != persist.ResultTimeout || r.Executor != addr {
+		if r.Result != model.ResultTimeout || r.Executor != addr {
 			t.Fatalf("run = %+v, want a timeout on %s", r, addr)
 		}
 		if d := time.Duration(r.EndedAt-r.DispatchedAt) * time.Millisecond; d < 5*time.Second+timeoutGrace {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +83,7 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	}
 	now := e.nowMS()
 	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Protocol, reg.Handlers, now)
-	row := &persist.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
+	row := &model.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
 		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive}
 	if err := e.store.UpsertExecutor(ctx, row); err != nil {
 		return fmt.Errorf("cannot record executor: %w", err)
@@ -103,7 +105,7 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr string) error 
 	if err != nil {
 		return err
 	}
-	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, persist.ErrExecutorNotFound) {
+	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
 		return fmt.Errorf("cannot record heartbeat: %w", err)
 	}
 	if revived {
@@ -119,15 +121,15 @@ func (e *Engine) ExecutorTimings() (heartbeat, lostAfter time.Duration) {
 }
 
 // Executors lists the registry.
-func (e *Engine) Executors() []persist.Executor {
+func (e *Engine) Executors() []model.Executor {
 	snap := e.registry.Snapshot()
-	out := make([]persist.Executor, 0, len(snap))
+	out := make([]model.Executor, 0, len(snap))
 	for _, x := range snap {
 		st := dispatch.StatusAlive
 		if !x.Alive {
 			st = dispatch.StatusLost
 		}
-		out = append(out, persist.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol, Handlers: x.Handlers,
+		out = append(out, model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol, Handlers: x.Handlers,
 			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st})
 	}
 	return out
@@ -175,7 +177,7 @@ func (e *Engine) reap(ctx context.Context) {
 		}
 		for _, ticket := range e.runs.on(x) {
 			e.runs.settle(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
-				e.resolve(f.t, f.run, outcome{result: persist.ResultLost, executor: x.Address,
+				e.resolve(f.t, f.run, outcome{result: model.ResultLost, executor: x.Address,
 					errText: "executor " + x.Address + " was lost with the run in flight"})
 			})
 		}
@@ -184,10 +186,10 @@ func (e *Engine) reap(ctx context.Context) {
 
 // sendToExecutor offers a durable run to the executors of its app, in the order its route
 // prefers, until one accepts. It runs on a dispatch worker.
-func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, body []byte, deadline time.Time) {
+func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
-		e.settleRun(t, run, outcome{result: persist.ResultFailed,
+		e.settleRun(t, run, outcome{result: model.ResultFailed,
 			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
 		return
 	}
@@ -221,7 +223,7 @@ func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, 
 		}
 		refusals = append(refusals, x.Address+": "+why)
 	}
-	e.settleRun(t, run, outcome{result: persist.ResultFailed,
+	e.settleRun(t, run, outcome{result: model.ResultFailed,
 		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
 }
 
@@ -230,7 +232,7 @@ func (e *Engine) sendToExecutor(t *task, def *persist.TaskDef, run persist.Run, 
 // timeout layer) arrives first when the executor is alive.
 func (e *Engine) armExecTimeout(ticket string, deadline time.Time, addr string) {
 	e.runs.arm(ticket, deadline.Add(timeoutGrace), func(f *flight) {
-		e.resolve(f.t, f.run, outcome{result: persist.ResultTimeout, executor: addr,
+		e.resolve(f.t, f.run, outcome{result: model.ResultTimeout, executor: addr,
 			errText: "no result within timeout_sec"})
 	})
 }
@@ -259,7 +261,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if rep.Ticket == "" {
 		return failedReport(fieldErr("ticket", "is required"))
 	}
-	if rep.Status != persist.ResultSuccess && rep.Status != persist.ResultFailed {
+	if rep.Status != model.ResultSuccess && rep.Status != model.ResultFailed {
 		return failedReport(fieldErr("status", "must be success or failed, got %q", rep.Status))
 	}
 	if err := e.checkReportApp(ctx, rep); err != nil {
@@ -284,7 +286,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		}
 		if rep.ExitCode != nil {
 			oc.errText = strings.TrimSpace(fmt.Sprintf("%s (exit code %d)", rep.Error, *rep.ExitCode))
-			if rep.Status == persist.ResultSuccess {
+			if rep.Status == model.ResultSuccess {
 				oc.errText = ""
 			}
 		}
@@ -322,7 +324,7 @@ func (e *Engine) checkReportApp(ctx context.Context, rep Report) error {
 		return nil
 	}
 	app, t, held := e.runs.appOf(rep.Ticket)
-	var cb persist.Callback
+	var cb model.Callback
 	switch {
 	case t != nil:
 		t.mu.Lock()
@@ -334,7 +336,7 @@ func (e *Engine) checkReportApp(ctx context.Context, rep Report) error {
 			return nil // unknown ticket or store error: the report path answers it
 		}
 		pt, err := e.store.GetTaskByID(ctx, run.TaskID)
-		if errors.Is(err, persist.ErrTaskNotFound) {
+		if errors.Is(err, model.ErrTaskNotFound) {
 			return fmt.Errorf("%w: run %s belongs to a deleted task", ErrStaleTicket, rep.Ticket)
 		}
 		if err != nil {
@@ -367,8 +369,8 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		return true, nil
 	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
-	if errors.Is(err, persist.ErrRunNotFound) {
-		e.recordRefusedResult(ctx, persist.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")
+	if errors.Is(err, model.ErrRunNotFound) {
+		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")
 		return false, fmt.Errorf("%w: %s", err, rep.Ticket)
 	}
 	if err != nil {
@@ -377,10 +379,10 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	if run.Result == rep.Status {
 		return true, nil
 	}
-	if run.Result == persist.ResultLost {
+	if run.Result == model.ResultLost {
 		return false, e.recordLateResult(ctx, *run, rep) // ha.go
 	}
-	if run.Result == persist.ResultRunning {
+	if run.Result == model.ResultRunning {
 		// Sent by a previous scheduler process and still unresolved here: the run was
 		// recovered as lost at start, or is being resolved right now.
 		e.recordRefusedResult(ctx, *run, rep, "the run is not waiting for a result here")
@@ -392,10 +394,10 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 
 // recordRefusedResult leaves an action record for a result that was not accepted, on the
 // run's task when it is known: an executor reporting into the void is worth seeing.
-func (e *Engine) recordRefusedResult(ctx context.Context, run persist.Run, rep Report, why string) {
-	act := persist.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
+func (e *Engine) recordRefusedResult(ctx context.Context, run model.Run, rep Report, why string) {
+	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
 		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
-	if err := e.writer.Submit(ctx, &persist.Group{Actions: []persist.Action{act}}); err != nil {
+	if err := e.writer.Submit(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
 		e.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
 	}
 }

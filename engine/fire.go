@@ -33,6 +33,8 @@ package engine
 // plumbing in commit.go.
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -95,8 +97,8 @@ func manualTicket(id, now int64) string {
 	return strconv.FormatInt(id, 10) + "-m" + strconv.FormatInt(now, 10) + "-" + hex.EncodeToString(r[:])
 }
 
-func (e *Engine) action(t *task, ticket, name string, from, to persist.State, actor, detail string, at int64) persist.Action {
-	return persist.Action{
+func (e *Engine) action(t *task, ticket, name string, from, to model.State, actor, detail string, at int64) model.Action {
+	return model.Action{
 		TaskID: t.id, TaskName: t.def.Name, Ticket: ticket, Action: name,
 		From: from, To: to, Actor: actor, At: at, Detail: detail,
 	}
@@ -140,7 +142,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	}
 	t.ent = nil
 	now := e.nowMS()
-	if t.rt.State == persist.StateScheduled && t.def.Trigger == persist.TriggerCron && !e.cfg.Breaker.Disabled {
+	if t.rt.State == model.StateScheduled && t.def.Trigger == model.TriggerCron && !e.cfg.Breaker.Disabled {
 		ok, closed := e.brk.allow(e.cfg.Breaker, t.id, now)
 		if closed {
 			name, group := t.def.Name, t.def.Group
@@ -155,14 +157,14 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	}
 	e.m.lateness.Update(float64(now-ent.When) / 1000)
 	from := t.rt.State
-	if err := checkTransition(from, persist.StateRunning); err != nil {
+	if err := checkTransition(from, model.StateRunning); err != nil {
 		t.mu.Unlock()
 		e.log.Error("refusing fire", "task", t.def.Name, "error", err)
 		return
 	}
 	attempt := 1
-	kind := persist.RunScheduled
-	if from == persist.StateRetrying {
+	kind := model.RunScheduled
+	if from == model.StateRetrying {
 		attempt = t.rt.Attempt
 	}
 	ticket := scheduledTicket(t.id, ent.When, attempt)
@@ -179,13 +181,13 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	// loaded, so the due in memory is never fired again, and the run's end sets the field
 	// (complete, Kill).
 	nrt := t.rt
-	nrt.State = persist.StateRunning
+	nrt.State = model.StateRunning
 	nrt.CurrentTicket = ticket
 	nrt.Attempt = attempt
 	nrt.LastTriggerTime = now
-	run := persist.Run{
+	run := model.Run{
 		Ticket: ticket, TaskID: t.id, TaskName: t.def.Name, Kind: kind, Attempt: attempt,
-		ScheduledAt: ent.When, DispatchedAt: now, Result: persist.ResultRunning,
+		ScheduledAt: ent.When, DispatchedAt: now, Result: model.ResultRunning,
 		Executor: downstreamOf(t.def),
 	}
 	if t.releasedBy != "" {
@@ -201,7 +203,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 
 	e.m.triggers.Inc()
 	g := &persist.Group{
-		Fires: []persist.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
+		Fires: []model.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
 		Done:  func(err error) { e.dispatchDurable(t, def, run, err) },
 	}
 	if err := e.writer.Submit(context.Background(), g); err != nil {
@@ -222,12 +224,12 @@ func (e *Engine) skipByBreaker(t *task, sched, now int64) {
 	detail := "fire of " + time.UnixMilli(sched).In(t.loc).Format(time.RFC3339) + " skipped: circuit breaker open (one fire in " +
 		strconv.Itoa(e.cfg.Breaker.ProbeEvery) + " goes through)"
 	act := e.action(t, "", ActSkippedByBreaker, t.rt.State, t.rt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, nil, []persist.Action{act})
+	e.commitLocked(t, nrt, nil, []model.Action{act})
 }
 
 // downstreamOf names the downstream a run goes to, for run records and rate limits.
-func downstreamOf(def *persist.TaskDef) string {
-	if def.Callback.Type == persist.CallbackExecutor {
+func downstreamOf(def *model.TaskDef) string {
+	if def.Callback.Type == model.CallbackExecutor {
 		return def.Callback.App
 	}
 	if u, err := url.Parse(def.Callback.URL); err == nil {
@@ -238,7 +240,7 @@ func downstreamOf(def *persist.TaskDef) string {
 
 // dispatchDurable runs on the writer goroutine when the RUNNING transition is durable (or
 // failed). It must not block.
-func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run, err error) {
+func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
 	if err != nil {
 		duplicate := errors.Is(err, persist.ErrDuplicateFire)
 		reload := false
@@ -284,7 +286,7 @@ func (e *Engine) dispatchDurable(t *task, def *persist.TaskDef, run persist.Run,
 type runBody = protocol.Run
 
 // dedupTTL is the longest span over which runs of one fire can arrive, plus five minutes.
-func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {
+func (e *Engine) dedupTTL(def *model.TaskDef) time.Duration {
 	timeout := time.Duration(def.TimeoutSec) * time.Second
 	span := timeout
 	for k := 1; k <= def.RetryCount; k++ {
@@ -298,7 +300,7 @@ func (e *Engine) dedupTTL(def *persist.TaskDef) time.Duration {
 }
 
 // send delivers a durable run to its callback.
-func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params json.RawMessage) {
+func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.RawMessage) {
 	// The deadline counts from the send, not from the decision: a slow commit must not eat
 	// the run's time, let alone time it out before it is sent.
 	sentAt := e.now()
@@ -313,7 +315,7 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
 	})
 	switch def.Callback.Type {
-	case persist.CallbackHTTP:
+	case model.CallbackHTTP:
 		req := &dispatch.Request{
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: deadline,
@@ -322,7 +324,7 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 		if err != nil {
 			e.notSent(t, run, "not sent: "+err.Error())
 		}
-	case persist.CallbackExecutor:
+	case model.CallbackExecutor:
 		err := e.disp.Go(func() { e.sendToExecutor(t, def, run, body, deadline) })
 		if err != nil {
 			e.notSent(t, run, "not sent: "+err.Error())
@@ -336,6 +338,6 @@ func (e *Engine) send(t *task, def *persist.TaskDef, run persist.Run, params jso
 // send runs on the writer goroutine that reported the run durable (dispatchDurable), and the
 // failure's own write goes to the same writer lane, whose full queue would then wait for the
 // goroutine submitting to it. The run stays in e.runs until then, so Stop drains it.
-func (e *Engine) notSent(t *task, run persist.Run, why string) {
-	go e.settleRun(t, run, outcome{result: persist.ResultFailed, errText: why})
+func (e *Engine) notSent(t *task, run model.Run, why string) {
+	go e.settleRun(t, run, outcome{result: model.ResultFailed, errText: why})
 }

@@ -1,18 +1,19 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"errors"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/persist"
 )
 
 // checkCallback refuses, at create and update, an HTTP callback whose URL the outbound guard
 // (Config.Dispatch.Guard) refuses. The dispatcher judges the resolved address again at every
 // dial, so this check is the early, named error, not the only one.
-func (e *Engine) checkCallback(def *persist.TaskDef) error {
+func (e *Engine) checkCallback(def *model.TaskDef) error {
 	g := e.cfg.Dispatch.Guard
-	if g == nil || def.Callback.Type != persist.CallbackHTTP {
+	if g == nil || def.Callback.Type != model.CallbackHTTP {
 		return nil
 	}
 	if err := g.CheckURL(def.Callback.URL); err != nil {

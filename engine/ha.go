@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"encoding/json"
 	"fmt"
@@ -107,22 +109,22 @@ func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
 
 // systemAction records a task-less action without waiting.
 func (e *Engine) systemAction(name, detail string) {
-	act := persist.Action{Action: name, Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(), Detail: detail}
-	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []persist.Action{act}}); err != nil {
+	act := model.Action{Action: name, Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(), Detail: detail}
+	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []model.Action{act}}); err != nil {
 		e.log.Warn("cannot record action", "action", name, "error", err)
 	}
 }
 
 // fireRefused records a fire the database refused: it is not dispatched (R8.5).
-func (e *Engine) fireRefused(t *task, def *persist.TaskDef, run persist.Run) {
+func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 	duplicateFires.Inc()
 	e.log.Warn("duplicate fire suppressed: this (task, fire time, attempt) was dispatched already",
 		"task", def.Name, "ticket", run.Ticket, "scheduled_at", run.ScheduledAt, "attempt", run.Attempt)
-	act := persist.Action{TaskID: t.id, TaskName: def.Name, Ticket: run.Ticket, Action: ActDuplicateFire,
+	act := model.Action{TaskID: t.id, TaskName: def.Name, Ticket: run.Ticket, Action: ActDuplicateFire,
 		Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(),
 		Detail: "fire of " + time.UnixMilli(run.ScheduledAt).UTC().Format(time.RFC3339Nano) + " attempt " +
 			strconv.Itoa(run.Attempt) + " not dispatched: its run record already exists"}
-	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []persist.Action{act}}); err != nil {
+	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []model.Action{act}}); err != nil {
 		e.log.Warn("cannot record suppressed fire", "ticket", run.Ticket, "error", err)
 	}
 }
@@ -132,7 +134,7 @@ func (e *Engine) fireRefused(t *task, def *persist.TaskDef, run persist.Run) {
 // row has a ticket of its own, so no (task, fire time, attempt) is dispatched twice. The
 // endpoint sees X-Axe-Ticket of the first send and can de-duplicate on it. t is in memory
 // and RUNNING with run in flight (recoverInFlight).
-func (e *Engine) resendLost(t *task, lost persist.Run) {
+func (e *Engine) resendLost(t *task, lost model.Run) {
 	now := e.nowMS()
 	// The lost run leaves e.runs (recoverInFlight added it); its re-send takes its place.
 	e.runs.settle(lost.Ticket, nil, func(*flight) {
@@ -143,13 +145,13 @@ func (e *Engine) resendLost(t *task, lost persist.Run) {
 	t.mu.Lock()
 	def := t.def
 	attempt := lost.Attempt + 1
-	re := persist.Run{
+	re := model.Run{
 		Ticket: scheduledTicket(t.id, lost.ScheduledAt, attempt), TaskID: t.id, TaskName: def.Name,
-		Kind: persist.RunScheduled, Attempt: attempt, ScheduledAt: lost.ScheduledAt, DispatchedAt: now,
-		Result: persist.ResultRunning, Executor: downstreamOf(def),
+		Kind: model.RunScheduled, Attempt: attempt, ScheduledAt: lost.ScheduledAt, DispatchedAt: now,
+		Result: model.ResultRunning, Executor: downstreamOf(def),
 		Detail: "re-send of " + lost.Ticket + " (on_lost: resend), sent with X-Axe-Ticket " + lost.Ticket,
 	}
-	lost.Result, lost.EndedAt = persist.ResultLost, now
+	lost.Result, lost.EndedAt = model.ResultLost, now
 	lost.Error = "the scheduler stopped while the run was in flight; re-sent as attempt " + strconv.Itoa(attempt) + " (on_lost: resend)"
 	lost.DurationMS = now - lost.DispatchedAt
 	expect := t.rt.Version
@@ -161,16 +163,16 @@ func (e *Engine) resendLost(t *task, lost persist.Run) {
 	t.periodic = re.Ticket
 	t.flying++
 	e.runs.add(t, re)
-	acts := []persist.Action{
-		e.action(t, lost.Ticket, ActLost, persist.StateRunning, persist.StateRunning, ActorScheduler, lost.Error, now),
-		e.action(t, re.Ticket, ActResend, persist.StateRunning, persist.StateRunning, ActorScheduler, re.Detail, now),
+	acts := []model.Action{
+		e.action(t, lost.Ticket, ActLost, model.StateRunning, model.StateRunning, ActorScheduler, lost.Error, now),
+		e.action(t, re.Ticket, ActResend, model.StateRunning, model.StateRunning, ActorScheduler, re.Detail, now),
 	}
 	t.mu.Unlock()
 	e.m.triggers.Inc()
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
-		Runs:        []persist.Run{lost},
-		Fires:       []persist.Run{re},
+		Runs:        []model.Run{lost},
+		Fires:       []model.Run{re},
 		Actions:     acts,
 		Done: func(err error) {
 			if err != nil {
@@ -190,7 +192,7 @@ func (e *Engine) resendLost(t *task, lost persist.Run) {
 }
 
 // sendAs posts the HTTP run as send does, but under the wire ticket of an earlier attempt.
-func (e *Engine) sendAs(t *task, def *persist.TaskDef, run persist.Run, wireTicket string) {
+func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket string) {
 	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
 	body := e.runJSON(def, run, wireTicket, deadline)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
@@ -201,7 +203,7 @@ func (e *Engine) sendAs(t *task, def *persist.TaskDef, run persist.Run, wireTick
 }
 
 // runJSON is the run body send posts, with ticket as its ticket.
-func (e *Engine) runJSON(def *persist.TaskDef, run persist.Run, ticket string, deadline time.Time) []byte {
+func (e *Engine) runJSON(def *model.TaskDef, run model.Run, ticket string, deadline time.Time) []byte {
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: def.Params,
@@ -214,7 +216,7 @@ func (e *Engine) runJSON(def *persist.TaskDef, run persist.Run, ticket string, d
 // executor was reaped, or the scheduler failed over while it ran): the run row takes the
 // result, keeping in its detail when and why it was marked lost, and an action says so.
 // The task's state is not changed: it moved on when the run was marked lost.
-func (e *Engine) recordLateResult(ctx context.Context, run persist.Run, rep Report) error {
+func (e *Engine) recordLateResult(ctx context.Context, run model.Run, rep Report) error {
 	now := e.nowMS()
 	lostAt, lostWhy := run.EndedAt, run.Error
 	run.Result = rep.Status
@@ -233,11 +235,11 @@ func (e *Engine) recordLateResult(ctx context.Context, run persist.Run, rep Repo
 		note = run.Detail + "; " + note
 	}
 	run.Detail = note
-	act := persist.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: run.Ticket, Action: ActLateResult,
+	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: run.Ticket, Action: ActLateResult,
 		Actor: "executor:" + rep.Address, At: now,
 		Detail: rep.Status + " result for a run marked lost: recorded; the task had moved on and is not changed"}
 	e.m.results.result("late").Inc()
-	if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}, Actions: []persist.Action{act}}); err != nil {
+	if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {
 		return fmt.Errorf("cannot record the late result of %s: %w", run.Ticket, err)
 	}
 	e.log.Info("late result recorded for a run marked lost", "task", run.TaskName, "ticket", run.Ticket, "result", rep.Status)

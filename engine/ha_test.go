@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"fmt"
 	"slices"
@@ -121,12 +123,12 @@ func TestOnLostResend(t *testing.T) {
 		ctx := context.Background()
 		now := time.Now().UnixMilli()
 		sched := now - 1000
-		def := persist.TaskDef{
-			Name: "doubt", Group: "default", Trigger: persist.TriggerCron, Cron: "0 0 * * * *",
+		def := model.TaskDef{
+			Name: "doubt", Group: "default", Trigger: model.TriggerCron, Cron: "0 0 * * * *",
 			Timezone: "UTC", TimeoutSec: 10, RetryIntervalSec: 1, Priority: 2, OnLost: persist.OnLostResend,
-			Callback: persist.Callback{Type: persist.CallbackHTTP, URL: cs.URL}, MisfirePolicy: persist.MisfireFireOnce,
+			Callback: model.Callback{Type: model.CallbackHTTP, URL: cs.URL}, MisfirePolicy: model.MisfireFireOnce,
 		}
-		rt := persist.Runtime{State: persist.StateRunning, Attempt: 1, NextTriggerTime: sched, LastTriggerTime: sched, Version: 1}
+		rt := model.Runtime{State: model.StateRunning, Attempt: 1, NextTriggerTime: sched, LastTriggerTime: sched, Version: 1}
 		if err := s.CreateTask(ctx, &def, &rt); err != nil {
 			t.Fatal(err)
 		}
@@ -134,15 +136,15 @@ func TestOnLostResend(t *testing.T) {
 		rt.CurrentTicket = first
 		if err := s.ApplyBatch(ctx, &persist.Batch{
 			Transitions: []persist.Transition{{ExpectVersion: 1, Runtime: rt}},
-			Fires: []persist.Run{{Ticket: first, TaskID: def.ID, TaskName: def.Name, Kind: persist.RunScheduled,
-				Attempt: 1, ScheduledAt: sched, DispatchedAt: sched, Result: persist.ResultRunning}}}); err != nil {
+			Fires: []model.Run{{Ticket: first, TaskID: def.ID, TaskName: def.Name, Kind: model.RunScheduled,
+				Attempt: 1, ScheduledAt: sched, DispatchedAt: sched, Result: model.ResultRunning}}}); err != nil {
 			t.Fatal(err)
 		}
 		e := startEngine(t, s, func(c *Config) { c.Epoch = 0 })
 		second := scheduledTicket(def.ID, sched, 2)
 		waitFor(t, 5*time.Second, "the re-sent run to succeed", func() bool {
 			r, err := s.GetRun(ctx, second)
-			return err == nil && r.Result == persist.ResultSuccess
+			return err == nil && r.Result == model.ResultSuccess
 		})
 		calls := cs.got("doubt")
 		if len(calls) != 1 || calls[0].ticket != first || calls[0].body.Ticket != first || calls[0].attempt != 2 ||
@@ -150,7 +152,7 @@ func TestOnLostResend(t *testing.T) {
 			t.Fatalf("calls = %+v, want one with ticket %s, attempt 2, fire %d", calls, first, sched)
 		}
 		lost, err := s.GetRun(ctx, first)
-		if err != nil || lost.Result != persist.ResultLost {
+		if err != nil || lost.Result != model.ResultLost {
 			t.Fatalf("first run = %+v, %v; want lost", lost, err)
 		}
 		re, _ := s.GetRun(ctx, second)
@@ -162,7 +164,7 @@ func TestOnLostResend(t *testing.T) {
 			t.Fatalf("actions %v lack %s and %s", acts, ActLost, ActResend)
 		}
 		pt, err := e.GetTask(ctx, "doubt")
-		if err != nil || pt.Runtime.State != persist.StateScheduled || pt.Runtime.SuccessCount != 1 {
+		if err != nil || pt.Runtime.State != model.StateScheduled || pt.Runtime.SuccessCount != 1 {
 			t.Fatalf("task = %+v, %v; want SCHEDULED after one success", pt, err)
 		}
 	})
@@ -170,11 +172,11 @@ func TestOnLostResend(t *testing.T) {
 
 // TestOnLostValidation: on_lost is fail or resend, and resend only for HTTP callbacks.
 func TestOnLostValidation(t *testing.T) {
-	base := func(onLost string, cb persist.Callback) *TaskSpec {
+	base := func(onLost string, cb model.Callback) *TaskSpec {
 		return &TaskSpec{Name: "v", Cron: "@hourly", Callback: &cb, OnLost: onLost}
 	}
-	httpCB := persist.Callback{URL: "http://127.0.0.1:9/"}
-	execCB := persist.Callback{Type: persist.CallbackExecutor, App: "app", Handler: "h"}
+	httpCB := model.Callback{URL: "http://127.0.0.1:9/"}
+	execCB := model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}
 	for _, c := range []struct {
 		spec *TaskSpec
 		ok   bool
@@ -196,18 +198,18 @@ func TestLateResultForALostRun(t *testing.T) {
 		ctx := context.Background()
 		e := startEngine(t, s)
 		pt := mustCreate(t, e, &TaskSpec{Name: "late", Cron: "@hourly",
-			Callback: &persist.Callback{Type: persist.CallbackExecutor, App: "app", Handler: "h"}})
-		lost := persist.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: persist.RunScheduled, Attempt: 1,
-			ScheduledAt: 10, DispatchedAt: 10, EndedAt: 20, Result: persist.ResultLost, Error: "executor 1.2.3.4:5 was lost"}
-		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{lost}}); err != nil {
+			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
+		lost := model.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: model.RunScheduled, Attempt: 1,
+			ScheduledAt: 10, DispatchedAt: 10, EndedAt: 20, Result: model.ResultLost, Error: "executor 1.2.3.4:5 was lost"}
+		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{lost}}); err != nil {
 			t.Fatal(err)
 		}
-		rep := Report{Ticket: "late-1", Task: "late", Address: "1.2.3.4:5", Status: persist.ResultSuccess, Output: "done", DurationMS: 7}
+		rep := Report{Ticket: "late-1", Task: "late", Address: "1.2.3.4:5", Status: model.ResultSuccess, Output: "done", DurationMS: 7}
 		if dup, err := e.ReportResult(ctx, rep); err != nil || dup {
 			t.Fatalf("late result = %v, %v; want recorded", dup, err)
 		}
 		got, err := s.GetRun(ctx, "late-1")
-		if err != nil || got.Result != persist.ResultSuccess || got.Output != "done" || !strings.Contains(got.Detail, "marked lost") ||
+		if err != nil || got.Result != model.ResultSuccess || got.Output != "done" || !strings.Contains(got.Detail, "marked lost") ||
 			!strings.Contains(got.Detail, lost.Error) {
 			t.Fatalf("run after the late result = %+v, %v", got, err)
 		}

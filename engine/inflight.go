@@ -1,20 +1,21 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/persist"
 )
 
 // flight is one run that has left the engine's hands: decided (its RUNNING transition or its
 // run-now row submitted), sent or being sent, and not yet settled.
 type flight struct {
 	t   *task
-	run persist.Run // the run record; Executor names the executor holding it once offered
+	run model.Run // the run record; Executor names the executor holding it once offered
 
 	// The fields below are guarded by runsInFlight.mu.
 	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
@@ -57,7 +58,7 @@ func (r *runsInFlight) init(clk clock.Clock) {
 
 // add registers a run that has left. A ticket already in flight is refused (false): tickets
 // are unique per fire and attempt, so that is a second dispatch of one run.
-func (r *runsInFlight) add(t *task, run persist.Run) bool {
+func (r *runsInFlight) add(t *task, run model.Run) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.m[run.Ticket]; ok {
@@ -203,10 +204,10 @@ func (r *runsInFlight) on(x *dispatch.Executor) []string {
 }
 
 // list returns the runs in flight, unordered.
-func (r *runsInFlight) list() []persist.Run {
+func (r *runsInFlight) list() []model.Run {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]persist.Run, 0, len(r.m))
+	out := make([]model.Run, 0, len(r.m))
 	for _, f := range r.m {
 		out = append(out, f.run)
 	}
@@ -242,4 +243,4 @@ func (r *runsInFlight) wait(ctx context.Context) error {
 
 // RunsInFlight lists the runs this engine has sent and not yet settled: periodic, run-now and
 // executor runs, including those adopted from the store at start.
-func (e *Engine) RunsInFlight() []persist.Run { return e.runs.list() }
+func (e *Engine) RunsInFlight() []model.Run { return e.runs.list() }

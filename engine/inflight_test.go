@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"strconv"
 	"sync"
@@ -10,7 +12,6 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/persist"
 )
 
 // TestRunsInFlightSettleOnce races a result against the timeout for many runs: exactly one
@@ -23,10 +24,10 @@ func TestRunsInFlightSettleOnce(t *testing.T) {
 	var timeouts, results atomic.Int32
 	for i := range n {
 		ticket := "t-" + strconv.Itoa(i)
-		if !r.add(nil, persist.Run{Ticket: ticket}) {
+		if !r.add(nil, model.Run{Ticket: ticket}) {
 			t.Fatalf("add %s refused", ticket)
 		}
-		if r.add(nil, persist.Run{Ticket: ticket}) {
+		if r.add(nil, model.Run{Ticket: ticket}) {
 			t.Fatalf("a second add of %s accepted", ticket)
 		}
 		if !r.arm(ticket, clk.Now().Add(time.Second), func(*flight) { timeouts.Add(1) }) {
@@ -66,7 +67,7 @@ func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 	var r runsInFlight
 	r.init(clk)
 	x := &dispatch.Executor{App: "a", Address: "127.0.0.1:1"}
-	r.add(nil, persist.Run{Ticket: "k", Executor: "a"})
+	r.add(nil, model.Run{Ticket: "k", Executor: "a"})
 	if !r.assign("k", x) || x.Inflight() != 1 || r.executorOf("k") != x {
 		t.Fatalf("assign: inflight %d, executor %v", x.Inflight(), r.executorOf("k"))
 	}
@@ -77,7 +78,7 @@ func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 		t.Fatal("a report settled a run no executor holds")
 	}
 	r.assign("k", x)
-	fired := make(chan persist.Run, 1)
+	fired := make(chan model.Run, 1)
 	r.arm("k", clk.Now().Add(10*time.Second), func(f *flight) { fired <- f.run })
 	clk.Advance(9 * time.Second)
 	select {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"fmt"
 	"sync"
 	"time"
@@ -8,7 +10,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/axe-sched/axe/engine/cron"
-	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/wheel"
 )
 
@@ -18,13 +19,13 @@ type task struct {
 	mu sync.Mutex
 
 	id    int64
-	def   *persist.TaskDef // replaced, never mutated, so a snapshot can leave the lock
-	sched cron.Schedule    // nil unless trigger cron
+	def   *model.TaskDef // replaced, never mutated, so a snapshot can leave the lock
+	sched cron.Schedule  // nil unless trigger cron
 	loc   *time.Location
 
 	// rt is the newest runtime the engine decided. rt.Version is the version of the last
 	// write submitted to the writer, which may not be durable yet (pending > 0).
-	rt persist.Runtime
+	rt model.Runtime
 
 	ent     *wheel.Entry[*task] // armed entry, or nil
 	pending int                 // writes submitted and not yet done
@@ -46,7 +47,7 @@ type task struct {
 	retryOf int64
 }
 
-func newTask(pt *persist.Task) (*task, error) {
+func newTask(pt *model.Task) (*task, error) {
 	def := pt.Def
 	internDef(&def)
 	t := &task{id: def.ID, def: &def, rt: pt.Runtime}
@@ -65,7 +66,7 @@ func (t *task) compile() error {
 	}
 	t.loc = loc
 	t.sched = nil
-	if t.def.Trigger == persist.TriggerCron {
+	if t.def.Trigger == model.TriggerCron {
 		s, err := parseCached(t.def.Cron, t.def.CronDialect)
 		if err != nil {
 			return fmt.Errorf("cannot parse cron of task %q: %w", t.def.Name, err)
@@ -145,7 +146,7 @@ func intern(s string) string {
 	return s
 }
 
-func internDef(d *persist.TaskDef) {
+func internDef(d *model.TaskDef) {
 	d.Group, d.Trigger, d.Cron, d.Timezone = intern(d.Group), intern(d.Trigger), intern(d.Cron), intern(d.Timezone)
 	d.MisfirePolicy, d.DependsMode = intern(d.MisfirePolicy), intern(d.DependsMode)
 	d.CronDialect = intern(d.CronDialect)

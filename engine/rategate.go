@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"container/heap"
 	"context"
 	"sort"
@@ -260,9 +262,9 @@ func (e *Engine) SetRateLimit(ctx context.Context, key string, l ratelimit.Limit
 	case g.wake <- struct{}{}:
 	default:
 	}
-	act := persist.Action{Action: "rate_limit", Actor: actor, At: e.nowMS(),
+	act := model.Action{Action: "rate_limit", Actor: actor, At: e.nowMS(),
 		Detail: "downstream " + orGlobal(key) + ": " + limitText(l)}
-	return e.write(ctx, &persist.Group{Actions: []persist.Action{act}})
+	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})
 }
 
 func orGlobal(k string) string {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"time"
@@ -30,10 +32,10 @@ const openFireMargin = time.Minute
 func (e *Engine) recoverInFlight(ctx context.Context) error {
 	type inFlight struct {
 		t   *task
-		run persist.Run
+		run model.Run
 	}
 	var found []inFlight
-	err := e.store.LoadByState(ctx, []persist.State{persist.StateRunning}, func(pt *persist.Task) error {
+	err := e.store.LoadByState(ctx, []model.State{model.StateRunning}, func(pt *model.Task) error {
 		t, err := newTask(pt)
 		if err != nil {
 			e.log.Error("cannot recover task", "task", pt.Def.Name, "error", err)
@@ -49,11 +51,11 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 		t := found[i].t
 		run, err := e.store.GetRun(ctx, t.rt.CurrentTicket)
 		if err != nil {
-			if !errors.Is(err, persist.ErrRunNotFound) {
+			if !errors.Is(err, model.ErrRunNotFound) {
 				return err
 			}
-			run = &persist.Run{
-				Ticket: t.rt.CurrentTicket, TaskID: t.id, TaskName: t.def.Name, Kind: persist.RunScheduled,
+			run = &model.Run{
+				Ticket: t.rt.CurrentTicket, TaskID: t.id, TaskName: t.def.Name, Kind: model.RunScheduled,
 				Attempt: t.rt.Attempt, ScheduledAt: t.rt.LastTriggerTime, DispatchedAt: t.rt.LastTriggerTime,
 			}
 		}
@@ -63,13 +65,13 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	runOf := make(map[int64]persist.Run, len(open))
+	runOf := make(map[int64]model.Run, len(open))
 	ids := make([]int64, 0, len(open))
 	for _, r := range open {
 		runOf[r.TaskID] = r
 		ids = append(ids, r.TaskID)
 	}
-	err = e.store.LoadByIDs(ctx, ids, func(pt *persist.Task) error {
+	err = e.store.LoadByIDs(ctx, ids, func(pt *model.Task) error {
 		t, err := newTask(pt)
 		if err != nil {
 			e.log.Error("cannot recover task", "task", pt.Def.Name, "error", err)
@@ -101,7 +103,7 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 // into memory and resolves the run as recovery does: an executor run waits for its result,
 // an HTTP run is re-sent (on_lost: resend) or recorded lost. It reports false when a copy of
 // t is in memory already. t must be RUNNING with run as its current ticket.
-func (e *Engine) takeOverRun(t *task, run persist.Run) bool {
+func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 	if !e.tasks.insertIfAbsent(t) {
 		return false
 	}
@@ -110,7 +112,7 @@ func (e *Engine) takeOverRun(t *task, run persist.Run) bool {
 	t.flying++
 	t.mu.Unlock()
 	e.runs.add(t, run)
-	if t.def.Callback.Type == persist.CallbackExecutor {
+	if t.def.Callback.Type == model.CallbackExecutor {
 		// An SDK executor re-sends its result until acknowledged: wait for it, under the
 		// run's own deadline, as if this process had sent the run.
 		e.adoptExecRun(t, run, e.registry.Get(t.def.Callback.App, run.Executor))
@@ -120,7 +122,7 @@ func (e *Engine) takeOverRun(t *task, run persist.Run) bool {
 		e.resendLost(t, run) // ha.go
 		return true
 	}
-	e.settleRun(t, run, outcome{result: persist.ResultLost, errText: errLostInRestart})
+	e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return true
 }
 
@@ -129,20 +131,20 @@ func (e *Engine) takeOverRun(t *task, run persist.Run) bool {
 // because the window only ever holds such a task again when recovery missed its run (a
 // fire record whose commit was reported failed but landed, or a fire made by a node whose
 // clock ran more than openFireMargin ahead): firing it would meet its fire record forever.
-func (e *Engine) openFire(ctx context.Context, t *task) (persist.Run, bool, error) {
+func (e *Engine) openFire(ctx context.Context, t *task) (model.Run, bool, error) {
 	if !armable(t.rt.State) || t.rt.NextTriggerTime <= 0 {
-		return persist.Run{}, false, nil
+		return model.Run{}, false, nil
 	}
 	attempt := 1
-	if t.rt.State == persist.StateRetrying {
+	if t.rt.State == model.StateRetrying {
 		attempt = t.rt.Attempt
 	}
 	run, err := e.store.GetRun(ctx, scheduledTicket(t.id, t.rt.NextTriggerTime, attempt))
-	if errors.Is(err, persist.ErrRunNotFound) {
-		return persist.Run{}, false, nil
+	if errors.Is(err, model.ErrRunNotFound) {
+		return model.Run{}, false, nil
 	}
 	if err != nil {
-		return persist.Run{}, false, err
+		return model.Run{}, false, err
 	}
 	return *run, true, nil
 }
@@ -151,15 +153,15 @@ func (e *Engine) openFire(ctx context.Context, t *task) (persist.Run, bool, erro
 // RUNNING with that run in memory, as the fire made it (fire.go): same version, the due time
 // kept. It reports false when the stored runtime is not that state any more. t is not shared
 // yet.
-func (t *task) adoptOpenFire(run persist.Run) bool {
+func (t *task) adoptOpenFire(run model.Run) bool {
 	want := 1
-	if t.rt.State == persist.StateRetrying {
+	if t.rt.State == model.StateRetrying {
 		want = t.rt.Attempt
 	}
 	if !armable(t.rt.State) || t.rt.NextTriggerTime != run.ScheduledAt || run.Attempt != want {
 		return false
 	}
-	t.rt.State = persist.StateRunning
+	t.rt.State = model.StateRunning
 	t.rt.CurrentTicket = run.Ticket
 	t.rt.Attempt = run.Attempt
 	t.rt.LastTriggerTime = run.DispatchedAt
@@ -175,27 +177,27 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 	for _, run := range runs {
 		t, err := e.acquire(ctx, run.TaskID)
 		if err != nil {
-			if !errors.Is(err, persist.ErrTaskNotFound) {
+			if !errors.Is(err, model.ErrTaskNotFound) {
 				return err
 			}
 			// The task is gone; close the record so it does not stay "running" forever.
-			run.Result, run.EndedAt = persist.ResultLost, e.nowMS()
+			run.Result, run.EndedAt = model.ResultLost, e.nowMS()
 			run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
-			if err := e.write(ctx, &persist.Group{Runs: []persist.Run{run}}); err != nil {
+			if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}}); err != nil {
 				return err
 			}
 			continue
 		}
 		t.flying++
 		x := e.registry.Get(t.def.Callback.App, run.Executor)
-		isExec := t.def.Callback.Type == persist.CallbackExecutor
+		isExec := t.def.Callback.Type == model.CallbackExecutor
 		t.mu.Unlock()
 		e.runs.add(t, run)
 		if isExec {
 			e.adoptExecRun(t, run, x)
 			continue
 		}
-		e.settleRun(t, run, outcome{result: persist.ResultLost, errText: errLostInRestart})
+		e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	}
 	return nil
 }
@@ -204,7 +206,7 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 // when the run row names a registered one, else nil (the address an executor accepted a
 // run at is only written with its result), in which case only the result or the deadline
 // resolves it.
-func (e *Engine) adoptExecRun(t *task, run persist.Run, x *dispatch.Executor) {
+func (e *Engine) adoptExecRun(t *task, run model.Run, x *dispatch.Executor) {
 	t.mu.Lock()
 	deadline := time.UnixMilli(run.DispatchedAt).Add(time.Duration(t.def.TimeoutSec) * time.Second)
 	t.mu.Unlock()

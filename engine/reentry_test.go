@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -43,7 +45,7 @@ func TestStoppedDispatcherDoesNotBlockTheWriter(t *testing.T) {
 	waitFor(t, 20*time.Second, "every fire to be recorded as not sent", func() bool {
 		for i := range n {
 			runs, err := s.ListRuns(ctx, mustID(t, s, fmt.Sprintf("unsent-%02d", i)), 1)
-			if err != nil || len(runs) != 1 || runs[0].Result != persist.ResultFailed {
+			if err != nil || len(runs) != 1 || runs[0].Result != model.ResultFailed {
 				return false
 			}
 		}

@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"fmt"
+	"github.com/axe-sched/axe/model"
 
-	"github.com/axe-sched/axe/persist"
+	"fmt"
 )
 
 // transitions is the state machine (design.md, "State machine"), in one declarative place. Every state change
@@ -33,31 +33,31 @@ import (
 //     arms it directly; WAITING→SCHEDULED would be recorded as a second action for one click.
 //   - WAITING→WAITING is not an edge: updates that only move next_trigger_time within a state
 //     are recorded as "update" actions, not transitions.
-var transitions = map[persist.State][]persist.State{
-	persist.StateWaiting:   {persist.StateScheduled, persist.StatePaused},
-	persist.StateScheduled: {persist.StateRunning, persist.StateFailed, persist.StatePaused},
-	persist.StateRunning:   {persist.StateSuccess, persist.StateFailed, persist.StateRetrying, persist.StateKilled},
-	persist.StateRetrying:  {persist.StateRunning, persist.StateFailed, persist.StatePaused, persist.StateScheduled},
-	persist.StateSuccess:   {persist.StateScheduled, persist.StateWaiting, persist.StatePaused},
-	persist.StateFailed:    {persist.StateRunning, persist.StateScheduled, persist.StateWaiting, persist.StatePaused},
-	persist.StatePaused:    {persist.StateWaiting, persist.StateRunning, persist.StateScheduled},
-	persist.StateKilled:    {persist.StateWaiting, persist.StatePaused},
+var transitions = map[model.State][]model.State{
+	model.StateWaiting:   {model.StateScheduled, model.StatePaused},
+	model.StateScheduled: {model.StateRunning, model.StateFailed, model.StatePaused},
+	model.StateRunning:   {model.StateSuccess, model.StateFailed, model.StateRetrying, model.StateKilled},
+	model.StateRetrying:  {model.StateRunning, model.StateFailed, model.StatePaused, model.StateScheduled},
+	model.StateSuccess:   {model.StateScheduled, model.StateWaiting, model.StatePaused},
+	model.StateFailed:    {model.StateRunning, model.StateScheduled, model.StateWaiting, model.StatePaused},
+	model.StatePaused:    {model.StateWaiting, model.StateRunning, model.StateScheduled},
+	model.StateKilled:    {model.StateWaiting, model.StatePaused},
 }
 
 // legal is the table compiled for O(1) checks on the hot path.
-var legal = func() map[[2]persist.State]bool {
-	m := make(map[[2]persist.State]bool)
+var legal = func() map[[2]model.State]bool {
+	m := make(map[[2]model.State]bool)
 	for from, tos := range transitions {
 		for _, to := range tos {
-			m[[2]persist.State{from, to}] = true
+			m[[2]model.State{from, to}] = true
 		}
 	}
 	return m
 }()
 
 // checkTransition reports whether from→to is an edge of the state machine.
-func checkTransition(from, to persist.State) error {
-	if legal[[2]persist.State{from, to}] {
+func checkTransition(from, to model.State) error {
+	if legal[[2]model.State{from, to}] {
 		return nil
 	}
 	return fmt.Errorf("%w: %s→%s", ErrInvalidTransition, from, to)

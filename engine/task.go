@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -58,21 +60,21 @@ func fieldErr(field, format string, args ...any) error {
 // TaskSpec is a task definition as a client sends it. Fields whose zero value is meaningful
 // (priority 0 is the highest) are pointers so that "absent" can take the default.
 type TaskSpec struct {
-	Name             string            `json:"name"`
-	Group            string            `json:"group"`
-	Trigger          string            `json:"trigger"`
-	Cron             string            `json:"cron"`
-	DelayMS          *int64            `json:"delay_ms"`
-	DependsOn        []string          `json:"depends_on"`
-	DependsMode      string            `json:"depends_mode"`
-	Timezone         string            `json:"timezone"`
-	TimeoutSec       *int              `json:"timeout_sec"`
-	RetryCount       *int              `json:"retry_count"`
-	RetryIntervalSec *int              `json:"retry_interval_sec"`
-	Priority         *int              `json:"priority"`
-	Callback         *persist.Callback `json:"callback"`
-	Params           json.RawMessage   `json:"params"`
-	MisfirePolicy    string            `json:"misfire_policy"`
+	Name             string          `json:"name"`
+	Group            string          `json:"group"`
+	Trigger          string          `json:"trigger"`
+	Cron             string          `json:"cron"`
+	DelayMS          *int64          `json:"delay_ms"`
+	DependsOn        []string        `json:"depends_on"`
+	DependsMode      string          `json:"depends_mode"`
+	Timezone         string          `json:"timezone"`
+	TimeoutSec       *int            `json:"timeout_sec"`
+	RetryCount       *int            `json:"retry_count"`
+	RetryIntervalSec *int            `json:"retry_interval_sec"`
+	Priority         *int            `json:"priority"`
+	Callback         *model.Callback `json:"callback"`
+	Params           json.RawMessage `json:"params"`
+	MisfirePolicy    string          `json:"misfire_policy"`
 	// Paused creates the task paused. On update, absent keeps the task as it is, so an
 	// edit never resumes (or pauses) a task by omission.
 	Paused *bool `json:"paused"`
@@ -129,7 +131,7 @@ var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 // Normalize validates s and returns the definition with defaults applied. defaultTZ is the
 // server's default zone; the cron dialect default is unix, chosen by no one (see
 // NormalizeIn). Errors are *FieldError naming the field.
-func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
+func Normalize(s *TaskSpec, defaultTZ string) (model.TaskDef, error) {
 	return NormalizeIn(s, defaultTZ, "")
 }
 
@@ -137,8 +139,8 @@ func Normalize(s *TaskSpec, defaultTZ string) (persist.TaskDef, error) {
 // "quartz" when the operator chose one, "" when nobody did. In that last case a task that
 // names no dialect reads as unix, and an expression that unix and Quartz read differently
 // (cron.CheckAmbiguous) is refused rather than guessed at.
-func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef, error) {
-	var d persist.TaskDef
+func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, error) {
+	var d model.TaskDef
 	if s.Name == "" {
 		return d, fieldErr("name", "is required")
 	}
@@ -165,11 +167,11 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 		// Infer only when unambiguous; otherwise ask for it.
 		switch {
 		case s.Cron != "" && s.DelayMS == nil && len(s.DependsOn) == 0:
-			d.Trigger = persist.TriggerCron
+			d.Trigger = model.TriggerCron
 		case s.DelayMS != nil && s.Cron == "" && len(s.DependsOn) == 0:
-			d.Trigger = persist.TriggerDelay
+			d.Trigger = model.TriggerDelay
 		case len(s.DependsOn) > 0 && s.Cron == "" && s.DelayMS == nil:
-			d.Trigger = persist.TriggerDependency
+			d.Trigger = model.TriggerDependency
 		default:
 			return d, fieldErr("trigger", "is required: one of cron, delay, manual, dependency")
 		}
@@ -184,7 +186,7 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	d.Timezone = tz
 
 	switch d.Trigger {
-	case persist.TriggerCron:
+	case model.TriggerCron:
 		if s.Cron == "" {
 			return d, fieldErr("cron", "is required for trigger cron")
 		}
@@ -205,7 +207,7 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 		}
 		d.Cron = s.Cron
 		d.CronDialect = string(dialect)
-	case persist.TriggerDelay:
+	case model.TriggerDelay:
 		if s.DelayMS == nil {
 			return d, fieldErr("delay_ms", "is required for trigger delay")
 		}
@@ -216,24 +218,24 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 			return d, fieldErr("delay_ms", "must be at most ten years")
 		}
 		d.DelayMS = *s.DelayMS
-	case persist.TriggerManual:
-	case persist.TriggerDependency:
+	case model.TriggerManual:
+	case model.TriggerDependency:
 		if len(s.DependsOn) == 0 {
 			return d, fieldErr("depends_on", "is required for trigger dependency")
 		}
 	default:
 		return d, fieldErr("trigger", "must be one of cron, delay, manual, dependency; got %q", s.Trigger)
 	}
-	if d.Trigger != persist.TriggerCron && s.Cron != "" {
+	if d.Trigger != model.TriggerCron && s.Cron != "" {
 		return d, fieldErr("cron", "is only valid with trigger cron")
 	}
-	if d.Trigger != persist.TriggerCron && s.CronDialect != "" {
+	if d.Trigger != model.TriggerCron && s.CronDialect != "" {
 		return d, fieldErr("cron_dialect", "is only valid with trigger cron")
 	}
-	if d.Trigger != persist.TriggerDelay && s.DelayMS != nil {
+	if d.Trigger != model.TriggerDelay && s.DelayMS != nil {
 		return d, fieldErr("delay_ms", "is only valid with trigger delay")
 	}
-	if d.Trigger != persist.TriggerDependency && len(s.DependsOn) > 0 {
+	if d.Trigger != model.TriggerDependency && len(s.DependsOn) > 0 {
 		return d, fieldErr("depends_on", "is only valid with trigger dependency")
 	}
 	if len(s.DependsOn) > maxDependsOn {
@@ -257,11 +259,11 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	}
 	switch s.DependsMode {
 	case "", "all":
-		if d.Trigger == persist.TriggerDependency {
+		if d.Trigger == model.TriggerDependency {
 			d.DependsMode = "all"
 		}
 	case "any":
-		if d.Trigger != persist.TriggerDependency {
+		if d.Trigger != model.TriggerDependency {
 			return d, fieldErr("depends_mode", "is only valid with trigger dependency")
 		}
 		d.DependsMode = "any"
@@ -304,15 +306,15 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	if cb.Type == "" {
 		switch {
 		case cb.URL != "" && cb.App == "":
-			cb.Type = persist.CallbackHTTP
+			cb.Type = model.CallbackHTTP
 		case cb.App != "" && cb.URL == "":
-			cb.Type = persist.CallbackExecutor
+			cb.Type = model.CallbackExecutor
 		default:
 			return d, fieldErr("callback.type", "is required: http or executor")
 		}
 	}
 	switch cb.Type {
-	case persist.CallbackHTTP:
+	case model.CallbackHTTP:
 		if cb.URL == "" {
 			return d, fieldErr("callback.url", "is required for callback type http")
 		}
@@ -323,7 +325,7 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 		if cb.App != "" || cb.Handler != "" || cb.Route != "" {
 			return d, fieldErr("callback", "app, handler and route are only valid with callback type executor")
 		}
-	case persist.CallbackExecutor:
+	case model.CallbackExecutor:
 		if cb.App == "" {
 			return d, fieldErr("callback.app", "is required for callback type executor")
 		}
@@ -361,8 +363,8 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	}
 	switch s.MisfirePolicy {
 	case "":
-		d.MisfirePolicy = persist.MisfireFireOnce
-	case persist.MisfireFireOnce, persist.MisfireSkip:
+		d.MisfirePolicy = model.MisfireFireOnce
+	case model.MisfireFireOnce, model.MisfireSkip:
 		d.MisfirePolicy = s.MisfirePolicy
 	default:
 		return d, fieldErr("misfire_policy", "must be fire_once or skip, got %q", s.MisfirePolicy)
@@ -372,7 +374,7 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (persist.TaskDef,
 	case "", persist.OnLostFail:
 		d.OnLost = s.OnLost
 	case persist.OnLostResend:
-		if d.Callback.Type != persist.CallbackHTTP {
+		if d.Callback.Type != model.CallbackHTTP {
 			return d, fieldErr("on_lost", "resend applies to HTTP callbacks only; an executor's runs are settled by the results it re-sends")
 		}
 		d.OnLost = s.OnLost

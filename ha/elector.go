@@ -9,6 +9,8 @@
 package ha
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -392,7 +394,7 @@ func (e *Elector) renew(ctx context.Context) time.Duration {
 		e.mu.Unlock()
 		e.touch(cctx, persist.RolePrimary)
 		return e.cfg.Renew
-	case errors.Is(err, persist.ErrLeaseLost):
+	case errors.Is(err, model.ErrLeaseLost):
 		renewLost.Inc()
 		e.log.Error("lease lost: the renewal changed no row; stopping as primary at once", "epoch", epoch)
 		e.demote("the lease renewal found another holder or epoch")

@@ -1,6 +1,8 @@
 package ha
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"log/slog"
@@ -112,7 +114,7 @@ func TestPrimaryGivesUpBeforeTheLeaseExpires(t *testing.T) {
 	if !took.Primary || took.Epoch != 2 || b.Gate(2) != nil {
 		t.Fatalf("backup's change %+v, want primary at epoch 2", took)
 	}
-	if err := s.Store.RenewLease(context.Background(), LeaseNameDefault, "a", 1, ttl); !errors.Is(err, persist.ErrLeaseLost) {
+	if err := s.Store.RenewLease(context.Background(), LeaseNameDefault, "a", 1, ttl); !errors.Is(err, model.ErrLeaseLost) {
 		t.Fatalf("renewal of the deposed primary = %v, want ErrLeaseLost", err)
 	}
 	if st := a.Status(); st.Primary || st.Leader != "" && st.Leader != "http://b" {

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"path/filepath"
@@ -75,9 +77,9 @@ func TestMigrationCronDialect(t *testing.T) {
 			if err := db.QueryRowContext(ctx, `SELECT MAX(version) FROM schema_migrations`).Scan(&version); err != nil || version < 4 {
 				t.Fatalf("schema version %d, %v; want at least 4", version, err)
 			}
-			def := &persist.TaskDef{Name: "new", Group: "default", Trigger: persist.TriggerCron,
+			def := &model.TaskDef{Name: "new", Group: "default", Trigger: model.TriggerCron,
 				Cron: "0 0 12 ? * 2", CronDialect: "quartz", Timezone: "UTC", MisfirePolicy: "fire_once"}
-			if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateScheduled, Version: 1}); err != nil {
+			if err := s.CreateTask(ctx, def, &model.Runtime{State: model.StateScheduled, Version: 1}); err != nil {
 				t.Fatal(err)
 			}
 			def.CronDialect = "unix"

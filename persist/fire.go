@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -35,7 +37,7 @@ var errFireExists = errors.New("a fire record exists")
 
 // repeatedFires returns the indexes of fires whose ticket an earlier fire of the same batch
 // already has: the database would refuse them, so the batch does not go there at all.
-func repeatedFires(fires []Run) []int {
+func repeatedFires(fires []model.Run) []int {
 	if len(fires) < 2 {
 		return nil
 	}
@@ -53,7 +55,7 @@ func repeatedFires(fires []Run) []int {
 
 // existingFires returns the indexes of fires whose ticket is stored: after a batch was
 // refused on a fire record, the ones to blame.
-func (s *sqlStore) existingFires(ctx context.Context, fires []Run) ([]int, error) {
+func (s *sqlStore) existingFires(ctx context.Context, fires []model.Run) ([]int, error) {
 	stored := make(map[string]bool, len(fires))
 	per := min(maxIDsPerQuery, s.d.maxParams)
 	for start := 0; start < len(fires); start += per {
@@ -107,7 +109,7 @@ func (s *sqlStore) refusedFires(ctx context.Context, b *Batch, err error) error 
 }
 
 // writeFires inserts the fire records; a stored ticket fails with errFireExists.
-func (s *sqlStore) writeFires(ctx context.Context, tx batchTx, fires []Run) error {
+func (s *sqlStore) writeFires(ctx context.Context, tx batchTx, fires []model.Run) error {
 	if len(fires) == 0 {
 		return nil
 	}
@@ -124,7 +126,7 @@ func (s *sqlStore) writeFires(ctx context.Context, tx batchTx, fires []Run) erro
 	return nil
 }
 
-func appendRunArgs(args []any, r *Run) []any {
+func appendRunArgs(args []any, r *model.Run) []any {
 	return append(args, clip(r.Ticket, ticketLen), r.TaskID, clip(r.TaskName, nameLen),
 		clip(r.Kind, shortLen), r.Attempt, r.ScheduledAt, r.DispatchedAt, clip(r.Executor, nameLen),
 		r.EndedAt, clip(r.Result, shortLen), clip(r.Error, textLen), r.DurationMS,
@@ -139,16 +141,16 @@ func appendRunArgs(args []any, r *Run) []any {
 // next_trigger_time and its attempt the one that state fires (1, or the RETRYING attempt).
 // Only tasks due before upTo are looked at (recovery passes now plus a margin: no fire can
 // have been made of a due time later than the clock of the node that made it). Oldest first.
-func (s *sqlStore) ListOpenFires(ctx context.Context, upTo int64) ([]Run, error) {
+func (s *sqlStore) ListOpenFires(ctx context.Context, upTo int64) ([]model.Run, error) {
 	cols := make([]string, len(runCols))
 	for i, c := range runCols {
 		cols[i] = "x." + c
 	}
 	q := "SELECT " + strings.Join(cols, ", ") + " FROM " + s.d.openFiresFrom +
 		" WHERE r.next_trigger_time > 0 AND r.next_trigger_time < ?" +
-		" AND r.state IN ('" + string(StateScheduled) + "', '" + string(StateRetrying) + "')" +
-		" AND x.kind = '" + RunScheduled + "' AND x.result = '" + ResultRunning + "'" +
-		" AND x.attempt = CASE WHEN r.state = '" + string(StateRetrying) + "' THEN r.attempt ELSE 1 END" +
+		" AND r.state IN ('" + string(model.StateScheduled) + "', '" + string(model.StateRetrying) + "')" +
+		" AND x.kind = '" + model.RunScheduled + "' AND x.result = '" + model.ResultRunning + "'" +
+		" AND x.attempt = CASE WHEN r.state = '" + string(model.StateRetrying) + "' THEN r.attempt ELSE 1 END" +
 		" ORDER BY x.scheduled_at, x.ticket"
 	return s.queryRuns(ctx, q, upTo)
 }

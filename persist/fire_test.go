@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"errors"
 	"maps"
 	"slices"
@@ -71,10 +73,10 @@ func TestListOpenFires(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		const due = 1_000_000
-		mk := func(name string, rt persist.Runtime, runs ...persist.Run) int64 {
-			def := persist.TaskDef{Name: name, Group: "g", Trigger: persist.TriggerDelay, DelayMS: 1, Timezone: "UTC",
-				TimeoutSec: 5, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:1/"},
-				MisfirePolicy: persist.MisfireFireOnce}
+		mk := func(name string, rt model.Runtime, runs ...model.Run) int64 {
+			def := model.TaskDef{Name: name, Group: "g", Trigger: model.TriggerDelay, DelayMS: 1, Timezone: "UTC",
+				TimeoutSec: 5, Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:1/"},
+				MisfirePolicy: model.MisfireFireOnce}
 			rt.Version = 1
 			if err := s.CreateTask(ctx, &def, &rt); err != nil {
 				t.Fatal(err)
@@ -85,7 +87,7 @@ func TestListOpenFires(t *testing.T) {
 					runs[i].Ticket = name + "-" + string(rune('a'+i))
 				}
 				if runs[i].Kind == "" {
-					runs[i].Kind = persist.RunScheduled
+					runs[i].Kind = model.RunScheduled
 				}
 			}
 			if err := s.ApplyBatch(ctx, &persist.Batch{Fires: runs}); err != nil {
@@ -93,19 +95,19 @@ func TestListOpenFires(t *testing.T) {
 			}
 			return def.ID
 		}
-		running := func(sched int64, attempt int) persist.Run {
-			return persist.Run{Attempt: attempt, ScheduledAt: sched, DispatchedAt: sched + 1, Result: persist.ResultRunning}
+		running := func(sched int64, attempt int) model.Run {
+			return model.Run{Attempt: attempt, ScheduledAt: sched, DispatchedAt: sched + 1, Result: model.ResultRunning}
 		}
-		sched := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due}
-		retry := persist.Runtime{State: persist.StateRetrying, NextTriggerTime: due + 10, Attempt: 3}
+		sched := model.Runtime{State: model.StateScheduled, NextTriggerTime: due}
+		retry := model.Runtime{State: model.StateRetrying, NextTriggerTime: due + 10, Attempt: 3}
 		open1 := mk("open", sched, running(due, 1))
 		open2 := mk("open-retry", retry, running(due, 1), running(due+10, 3))
-		mk("ended", sched, persist.Run{Attempt: 1, ScheduledAt: due, DispatchedAt: due, EndedAt: due + 5, Result: persist.ResultSuccess})
+		mk("ended", sched, model.Run{Attempt: 1, ScheduledAt: due, DispatchedAt: due, EndedAt: due + 5, Result: model.ResultSuccess})
 		mk("other-due", sched, running(due-500, 1))
 		mk("other-attempt", retry, running(due+10, 2))
-		mk("manual", sched, persist.Run{Kind: persist.RunManual, Attempt: 1, ScheduledAt: due, DispatchedAt: due, Result: persist.ResultRunning})
-		late := mk("late", persist.Runtime{State: persist.StateScheduled, NextTriggerTime: due + 5000}, running(due+5000, 1))
-		rtRunning := mk("runtime-running", persist.Runtime{State: persist.StateRunning, NextTriggerTime: due, CurrentTicket: "runtime-running-a", Attempt: 1}, running(due, 1))
+		mk("manual", sched, model.Run{Kind: model.RunManual, Attempt: 1, ScheduledAt: due, DispatchedAt: due, Result: model.ResultRunning})
+		late := mk("late", model.Runtime{State: model.StateScheduled, NextTriggerTime: due + 5000}, running(due+5000, 1))
+		rtRunning := mk("runtime-running", model.Runtime{State: model.StateRunning, NextTriggerTime: due, CurrentTicket: "runtime-running-a", Attempt: 1}, running(due, 1))
 
 		open, err := s.ListOpenFires(ctx, due+1000)
 		if err != nil {
@@ -114,7 +116,7 @@ func TestListOpenFires(t *testing.T) {
 		var got []int64
 		for _, r := range open {
 			got = append(got, r.TaskID)
-			if r.Result != persist.ResultRunning || r.Kind != persist.RunScheduled {
+			if r.Result != model.ResultRunning || r.Kind != model.RunScheduled {
 				t.Errorf("open fire %+v", r)
 			}
 		}
@@ -124,7 +126,7 @@ func TestListOpenFires(t *testing.T) {
 		if open[1].Attempt != 3 || open[1].ScheduledAt != due+10 {
 			t.Errorf("open fire of the retrying task = %+v, want attempt 3 at its retry due", open[1])
 		}
-		list, err := s.ListTasks(ctx, persist.TaskFilter{State: persist.StateRunning})
+		list, err := s.ListTasks(ctx, persist.TaskFilter{State: model.StateRunning})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +139,7 @@ func TestListOpenFires(t *testing.T) {
 			t.Errorf("ListTasks(RUNNING) = %v, want %v", ids, want)
 		}
 		// The SCHEDULED and RETRYING pages leave them out.
-		for st, want := range map[persist.State]int{persist.StateScheduled: 3, persist.StateRetrying: 1} {
+		for st, want := range map[model.State]int{model.StateScheduled: 3, model.StateRetrying: 1} {
 			if list, err := s.ListTasks(ctx, persist.TaskFilter{State: st}); err != nil || len(list) != want {
 				t.Errorf("ListTasks(%s) = %d tasks, %v; want %d", st, len(list), err, want)
 			}
@@ -151,13 +153,13 @@ func TestListOpenFires(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		byState := map[persist.State]int64{}
+		byState := map[model.State]int64{}
 		for _, c := range counts {
 			if c.Group == "g" {
 				byState[c.State] += c.Count
 			}
 		}
-		if want := map[persist.State]int64{persist.StateRunning: 4, persist.StateScheduled: 3, persist.StateRetrying: 1}; !maps.Equal(byState, want) {
+		if want := map[model.State]int64{model.StateRunning: 4, model.StateScheduled: 3, model.StateRetrying: 1}; !maps.Equal(byState, want) {
 			t.Errorf("GroupCounts of g = %v, want %v", byState, want)
 		}
 	})

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -34,7 +36,7 @@ const (
 
 // LeaseState is a lease as the database judged it when it was read.
 type LeaseState struct {
-	Lease
+	model.Lease
 	// Held is true while a holder is named and its expiry is ahead of the database's now.
 	Held bool
 	// Remaining is the time left by the database's clock; <= 0 once expired.
@@ -111,7 +113,7 @@ func (s *sqlStore) leaseCols() string {
 }
 
 func scanLease(row interface{ Scan(...any) error }, name string) (LeaseState, error) {
-	l := LeaseState{Lease: Lease{Name: name}}
+	l := LeaseState{Lease: model.Lease{Name: name}}
 	var leftUS int64
 	if err := row.Scan(&l.Holder, &l.Epoch, &l.ExpiresAt, &leftUS); err != nil {
 		return LeaseState{}, err
@@ -208,7 +210,7 @@ func (s *sqlStore) RenewLease(ctx context.Context, name, holder string, epoch in
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("cannot renew lease %q: %w", name, err)
 	} else if n == 0 {
-		return fmt.Errorf("cannot renew lease %q at epoch %d for %s: %w", name, epoch, holder, ErrLeaseLost)
+		return fmt.Errorf("cannot renew lease %q at epoch %d for %s: %w", name, epoch, holder, model.ErrLeaseLost)
 	}
 	return nil
 }
@@ -236,10 +238,10 @@ func (s *sqlStore) LeaseState(ctx context.Context, name string) (LeaseState, err
 }
 
 // ReadLease returns the lease row, or a zero Lease when none exists or it was never held.
-func (s *sqlStore) ReadLease(ctx context.Context, name string) (Lease, error) {
+func (s *sqlStore) ReadLease(ctx context.Context, name string) (model.Lease, error) {
 	l, err := s.LeaseState(ctx, name)
 	if err != nil || l.Epoch == 0 {
-		return Lease{}, err
+		return model.Lease{}, err
 	}
 	return l.Lease, nil
 }
@@ -363,17 +365,17 @@ type fencedStore struct {
 }
 
 func (f *fencedStore) check(err error) error {
-	if err != nil && errors.Is(err, ErrLeaseLost) && f.onLost != nil {
+	if err != nil && errors.Is(err, model.ErrLeaseLost) && f.onLost != nil {
 		f.onLost(err)
 	}
 	return err
 }
 
-func (f *fencedStore) CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) error {
+func (f *fencedStore) CreateTask(ctx context.Context, def *model.TaskDef, rt *model.Runtime) error {
 	return f.check(f.sqlStore.CreateTask(ctx, def, rt))
 }
 
-func (f *fencedStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
+func (f *fencedStore) UpdateTaskDef(ctx context.Context, def *model.TaskDef) error {
 	return f.check(f.sqlStore.UpdateTaskDef(ctx, def))
 }
 
@@ -381,7 +383,7 @@ func (f *fencedStore) DeleteTask(ctx context.Context, id int64) error {
 	return f.check(f.sqlStore.DeleteTask(ctx, id))
 }
 
-func (f *fencedStore) UpsertExecutor(ctx context.Context, e *Executor) error {
+func (f *fencedStore) UpsertExecutor(ctx context.Context, e *model.Executor) error {
 	return f.check(f.sqlStore.UpsertExecutor(ctx, e))
 }
 

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"errors"
 	"net/url"
 	"strings"
@@ -28,7 +30,7 @@ func TestFencedStore(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := newTask(t, f, "kept")
-		ex := &persist.Executor{App: "app", Address: "127.0.0.1:1", Protocol: "http", Handlers: []string{"h"}, Status: "alive"}
+		ex := &model.Executor{App: "app", Address: "127.0.0.1:1", Protocol: "http", Handlers: []string{"h"}, Status: "alive"}
 		if err := f.UpsertExecutor(ctx, ex); err != nil {
 			t.Fatalf("UpsertExecutor under the current epoch: %v", err)
 		}
@@ -66,7 +68,7 @@ func TestFencedStore(t *testing.T) {
 		}
 		for name, write := range writes {
 			n := len(lost)
-			if err := write(); !errors.Is(err, persist.ErrLeaseLost) {
+			if err := write(); !errors.Is(err, model.ErrLeaseLost) {
 				t.Errorf("%s after takeover = %v, want ErrLeaseLost", name, err)
 			}
 			if len(lost) != n+1 {
@@ -77,7 +79,7 @@ func TestFencedStore(t *testing.T) {
 		if err != nil || after.Def.Group != before.Def.Group || after.Runtime.Version != before.Runtime.Version {
 			t.Errorf("kept after fenced writes = %+v, %v; want it unchanged", after, err)
 		}
-		if _, err := s.GetTask(ctx, "new"); !errors.Is(err, persist.ErrTaskNotFound) {
+		if _, err := s.GetTask(ctx, "new"); !errors.Is(err, model.ErrTaskNotFound) {
 			t.Errorf("a fenced CreateTask left a task: %v", err)
 		}
 		list, err := s.ListExecutors(ctx)

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"fmt"
 	"sync"
@@ -57,7 +59,7 @@ func TestLanesKeepEachTaskInOrder(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		if err := l.Write(ctx, &persist.Group{Actions: []persist.Action{{Action: "system", Actor: "test", At: 1}}}); err != nil {
+		if err := l.Write(ctx, &persist.Group{Actions: []model.Action{{Action: "system", Actor: "test", At: 1}}}); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.Stop(ctx); err != nil {

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"path/filepath"
@@ -40,9 +42,9 @@ func TestMigrateStep3InPlace(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
-			def := &persist.TaskDef{Name: "kept", Group: "g", Trigger: persist.TriggerManual, Timezone: "UTC",
-				Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/"}}
-			if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateWaiting, Version: 1}); err != nil {
+			def := &model.TaskDef{Name: "kept", Group: "g", Trigger: model.TriggerManual, Timezone: "UTC",
+				Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/"}}
+			if err := s.CreateTask(ctx, def, &model.Runtime{State: model.StateWaiting, Version: 1}); err != nil {
 				t.Fatalf("CreateTask: %v", err)
 			}
 			_ = s.Close()

@@ -2,8 +2,8 @@
 // SQLite implementations, the schema and its migrations, and the batched writer that
 // group-commits state transitions (R7).
 //
-// The domain types (TaskDef, Run, State, …) live in package model; this package re-exports
-// them as aliases and adds what only storage needs: Batch, Transition, Store.
+// The domain types (TaskDef, Run, State, …) live in package model; this package adds what
+// only storage needs: Batch, Transition, Store.
 //
 // persist knows rows, not rules: it never decides whether a transition is legal (that is the
 // engine's state-machine table); it only guarantees that a transition is applied as a
@@ -22,82 +22,9 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// The domain vocabulary lives in package model; persist re-exports it under the old names so
-// that persist.TaskDef and model.TaskDef are the same type and errors.Is matches either name.
-type (
-	// State is model.State.
-	State = model.State
-	// Callback is model.Callback.
-	Callback = model.Callback
-	// TaskDef is model.TaskDef.
-	TaskDef = model.TaskDef
-	// Runtime is model.Runtime.
-	Runtime = model.Runtime
-	// Task is model.Task.
-	Task = model.Task
-	// Run is model.Run.
-	Run = model.Run
-	// Action is model.Action.
-	Action = model.Action
-	// Executor is model.Executor.
-	Executor = model.Executor
-	// Lease is model.Lease.
-	Lease = model.Lease
-)
-
-// The states, re-exported from model.
-const (
-	StateWaiting   = model.StateWaiting
-	StateScheduled = model.StateScheduled
-	StateRunning   = model.StateRunning
-	StateSuccess   = model.StateSuccess
-	StateFailed    = model.StateFailed
-	StateRetrying  = model.StateRetrying
-	StatePaused    = model.StatePaused
-	StateKilled    = model.StateKilled
-)
-
-// Triggers, misfire policies, callback types, run results and run kinds, re-exported from
-// model.
-const (
-	TriggerCron       = model.TriggerCron
-	TriggerDelay      = model.TriggerDelay
-	TriggerManual     = model.TriggerManual
-	TriggerDependency = model.TriggerDependency
-
-	MisfireFireOnce = model.MisfireFireOnce
-	MisfireSkip     = model.MisfireSkip
-
-	CallbackHTTP     = model.CallbackHTTP
-	CallbackExecutor = model.CallbackExecutor
-
-	ResultRunning = model.ResultRunning
-	ResultSuccess = model.ResultSuccess
-	ResultFailed  = model.ResultFailed
-	ResultTimeout = model.ResultTimeout
-	ResultKilled  = model.ResultKilled
-	ResultLost    = model.ResultLost
-	ResultSkipped = model.ResultSkipped
-
-	RunScheduled = model.RunScheduled
-	RunManual    = model.RunManual
-)
-
-// Sentinel errors. Stores wrap them with %w; callers test with errors.Is. All but
-// ErrWriterClosed are the domain's, re-exported from model (the same values).
+// Storage's own sentinel errors. Stores wrap them, and the domain's errors of package model,
+// with %w; callers test with errors.Is.
 var (
-	// ErrTaskNotFound is model.ErrTaskNotFound.
-	ErrTaskNotFound = model.ErrTaskNotFound
-	// ErrTaskExists is model.ErrTaskExists.
-	ErrTaskExists = model.ErrTaskExists
-	// ErrVersionConflict is model.ErrVersionConflict.
-	ErrVersionConflict = model.ErrVersionConflict
-	// ErrLeaseLost is model.ErrLeaseLost.
-	ErrLeaseLost = model.ErrLeaseLost
-	// ErrRunNotFound is model.ErrRunNotFound.
-	ErrRunNotFound = model.ErrRunNotFound
-	// ErrExecutorNotFound is model.ErrExecutorNotFound.
-	ErrExecutorNotFound = model.ErrExecutorNotFound
 	// ErrWriterClosed is returned by the batched writer after Stop.
 	ErrWriterClosed = errors.New("writer closed")
 	// ErrDuplicateFire is returned (inside a *FireRefusedError) when a fire record's insert
@@ -122,7 +49,7 @@ type DueRef struct {
 // equals ExpectVersion, and then stores Runtime with Version = ExpectVersion+1.
 type Transition struct {
 	ExpectVersion int64
-	Runtime       Runtime // Runtime.TaskID names the row; Runtime.Version is set by the store
+	Runtime       model.Runtime // Runtime.TaskID names the row; Runtime.Version is set by the store
 }
 
 // Batch is one group commit: all of it is applied in one database transaction, or none of it.
@@ -133,18 +60,18 @@ type Batch struct {
 	LeaseName string
 
 	Transitions []Transition
-	Runs        []Run    // upserted by ticket: a later row for the same ticket replaces columns
-	Actions     []Action // appended
+	Runs        []model.Run    // upserted by ticket: a later row for the same ticket replaces columns
+	Actions     []model.Action // appended
 	// Fires are fire records (R8.5): run rows inserted, never upserted, so that a ticket
 	// already stored (the same task, fire time and attempt) fails the batch with a
 	// *FireRefusedError. They are written before Runs.
-	Fires []Run
+	Fires []model.Run
 
 	// Task writes (taskbatch.go), applied before the transitions, in this order: Deletes,
 	// Creates, DefUpdates.
 	Creates    []*TaskCreate
-	DefUpdates []TaskDef // replace the definition named by ID and its dependency edges
-	Deletes    []int64   // task ids: definition, runtime and edges go; runs and actions stay
+	DefUpdates []model.TaskDef // replace the definition named by ID and its dependency edges
+	Deletes    []int64         // task ids: definition, runtime and edges go; runs and actions stay
 
 	// checkNames makes the store look the creates' names up before inserting them; set by
 	// ApplyBatch (taskbatch.go, lookUpNames).
@@ -172,15 +99,15 @@ func (e *ConflictError) Error() string {
 // errors.Is(err, ErrTaskExists) true for a conflict of creates only.
 func (e *ConflictError) Unwrap() error {
 	if len(e.Indexes) == 0 && len(e.Creates) > 0 {
-		return ErrTaskExists
+		return model.ErrTaskExists
 	}
-	return ErrVersionConflict
+	return model.ErrVersionConflict
 }
 
 // TaskFilter narrows ListTasks. Zero fields do not filter.
 type TaskFilter struct {
 	Group   string
-	State   State
+	State   model.State
 	AfterID int64 // keyset pagination: only ids > AfterID
 	Limit   int   // 0 = no limit
 	// NamePrefix keeps the names that start with it; the unique name index serves it.
@@ -216,37 +143,37 @@ type Store interface {
 
 	// CreateTask inserts def, its runtime row and its dependency edges (def.DependsOn, by name)
 	// atomically. It sets def.ID and rt.TaskID. A taken name gives ErrTaskExists.
-	CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) error
+	CreateTask(ctx context.Context, def *model.TaskDef, rt *model.Runtime) error
 	// UpdateTaskDef replaces the definition (matched by def.ID) and its dependency edges.
-	UpdateTaskDef(ctx context.Context, def *TaskDef) error
+	UpdateTaskDef(ctx context.Context, def *model.TaskDef) error
 	// DeleteTask removes the definition, runtime and dependency edges of the task. Runs and
 	// actions stay: the audit trail outlives the task.
 	DeleteTask(ctx context.Context, id int64) error
 	// GetTask returns the task by name, or ErrTaskNotFound.
-	GetTask(ctx context.Context, name string) (*Task, error)
+	GetTask(ctx context.Context, name string) (*model.Task, error)
 	// GetTaskByID returns the task by id, or ErrTaskNotFound.
-	GetTaskByID(ctx context.Context, id int64) (*Task, error)
+	GetTaskByID(ctx context.Context, id int64) (*model.Task, error)
 	// ListTasks returns tasks ordered by id.
-	ListTasks(ctx context.Context, f TaskFilter) ([]Task, error)
+	ListTasks(ctx context.Context, f TaskFilter) ([]model.Task, error)
 	// CountTasks returns the number of task definitions.
 	CountTasks(ctx context.Context) (int64, error)
 	// LoadDue streams, in next_trigger_time order, every task whose runtime state is in states
 	// and whose next_trigger_time is in [from, to) and > 0. It stops at the first error fn
 	// returns and returns it. This is the window loader's query (R3.3); it must use the
 	// next_trigger_time index.
-	LoadDue(ctx context.Context, from, to int64, states []State, fn func(*Task) error) error
+	LoadDue(ctx context.Context, from, to int64, states []model.State, fn func(*model.Task) error) error
 	// LoadDueRefs streams the task id and next_trigger_time of the rows LoadDue would
 	// return, in no particular order, reading only task_runtime: the window loader holds
 	// tasks that are not due soon as these references and reads the rest with LoadByIDs
 	// shortly before they fire.
-	LoadDueRefs(ctx context.Context, from, to int64, states []State, fn func(DueRef) error) error
+	LoadDueRefs(ctx context.Context, from, to int64, states []model.State, fn func(DueRef) error) error
 	// LoadByIDs streams the tasks with the given ids in id order; ids without a task are
 	// skipped.
-	LoadByIDs(ctx context.Context, ids []int64, fn func(*Task) error) error
+	LoadByIDs(ctx context.Context, ids []int64, fn func(*model.Task) error) error
 	// LoadByState streams every task whose runtime state is in states (recovery at start).
-	LoadByState(ctx context.Context, states []State, fn func(*Task) error) error
+	LoadByState(ctx context.Context, states []model.State, fn func(*model.Task) error) error
 	// Dependents returns the tasks that name upstream in depends_on.
-	Dependents(ctx context.Context, upstream string) ([]Task, error)
+	Dependents(ctx context.Context, upstream string) ([]model.Task, error)
 	// UpstreamNames returns every task name that some task depends on.
 	UpstreamNames(ctx context.Context) ([]string, error)
 
@@ -255,35 +182,35 @@ type Store interface {
 	ApplyBatch(ctx context.Context, b *Batch) error
 
 	// GetRun returns the run with the ticket, or ErrRunNotFound.
-	GetRun(ctx context.Context, ticket string) (*Run, error)
+	GetRun(ctx context.Context, ticket string) (*model.Run, error)
 	// ListRuns returns the task's runs, newest first (by scheduled_at, then ticket).
-	ListRuns(ctx context.Context, taskID int64, limit int) ([]Run, error)
+	ListRuns(ctx context.Context, taskID int64, limit int) ([]model.Run, error)
 	// ListRunningManual returns the run-now (RunManual) runs whose result is still
 	// ResultRunning, oldest first (by scheduled_at, then ticket): the recovery of in-flight
 	// run-now instances at start. Periodic runs in flight are found through their runtime
 	// (RUNNING) or through ListOpenFires.
-	ListRunningManual(ctx context.Context, limit int) ([]Run, error)
+	ListRunningManual(ctx context.Context, limit int) ([]model.Run, error)
 	// ListOpenFires returns the periodic runs still running whose task's runtime is still
 	// in the SCHEDULED or RETRYING state the fire was made from (the fire record is the
 	// durable RUNNING marker; the runtime follows with the run's end), for tasks due before
 	// upTo, oldest first: the recovery of periodic runs in flight at start.
-	ListOpenFires(ctx context.Context, upTo int64) ([]Run, error)
+	ListOpenFires(ctx context.Context, upTo int64) ([]model.Run, error)
 	// ListActions returns the task's action records, newest first (by id).
-	ListActions(ctx context.Context, taskID int64, limit int) ([]Action, error)
+	ListActions(ctx context.Context, taskID int64, limit int) ([]model.Action, error)
 
 	// UpsertExecutor registers an executor, idempotent by (App, Address): a second call
 	// updates protocol, handlers, heartbeat and status, and keeps RegisteredAt.
-	UpsertExecutor(ctx context.Context, e *Executor) error
+	UpsertExecutor(ctx context.Context, e *model.Executor) error
 	// Heartbeat sets last_heartbeat and status "alive". Unknown executors give
 	// ErrExecutorNotFound.
 	Heartbeat(ctx context.Context, app, address string, at int64) error
 	// SetExecutorStatus sets status ("alive" or "lost").
 	SetExecutorStatus(ctx context.Context, app, address, status string) error
 	// ListExecutors returns every executor ordered by (app, address).
-	ListExecutors(ctx context.Context) ([]Executor, error)
+	ListExecutors(ctx context.Context) ([]model.Executor, error)
 
 	// ReadLease returns the lease row, or a zero Lease when none exists.
-	ReadLease(ctx context.Context, name string) (Lease, error)
+	ReadLease(ctx context.Context, name string) (model.Lease, error)
 
 	// The lease and the nodes of high availability (R8.1, ha.go). Every time below is the
 	// database's clock: no node passes its own.

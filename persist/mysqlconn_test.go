@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -31,7 +33,7 @@ func TestMySQLBatchConn(t *testing.T) {
 		s := persisttest.MySQL(t)
 		persist.LimitConns(s, 1)
 		ids := createBatchTasks(t, s)
-		applyStep(t, s, ids, 1, persist.StateRunning)
+		applyStep(t, s, ids, 1, model.StateRunning)
 		prepared, conn, err := persist.BatchStmts(ctx, s)
 		if err != nil {
 			t.Fatal(err)
@@ -39,7 +41,7 @@ func TestMySQLBatchConn(t *testing.T) {
 		if prepared == 0 {
 			t.Fatalf("after a batch of %d tasks the connection holds no prepared statement", connBatchTasks)
 		}
-		applyStep(t, s, ids, 2, persist.StateSuccess)
+		applyStep(t, s, ids, 2, model.StateSuccess)
 		again, sameConn, err := persist.BatchStmts(ctx, s)
 		if err != nil {
 			t.Fatal(err)
@@ -48,7 +50,7 @@ func TestMySQLBatchConn(t *testing.T) {
 			t.Fatalf("a second batch of the same shape on connection %d: %d prepared statements on connection %d, want %d",
 				conn, again, sameConn, prepared)
 		}
-		wantStep(t, s, ids, 3, persist.StateSuccess)
+		wantStep(t, s, ids, 3, model.StateSuccess)
 	})
 
 	t.Run("interpolateParams off", func(t *testing.T) {
@@ -69,26 +71,26 @@ func TestMySQLBatchConn(t *testing.T) {
 		}
 		// The epoch check reads the lease, and a stale transition makes the batch read
 		// every version: both are queries with arguments, which the driver prepares here.
-		b := stepBatch(ids, 1, persist.StateRunning)
+		b := stepBatch(ids, 1, model.StateRunning)
 		b.LeaseName, b.Epoch = "batch", lease.Epoch
 		b.Transitions[7].ExpectVersion = 5
 		var ce *persist.ConflictError
 		if err := s.ApplyBatch(ctx, b); !errors.As(err, &ce) || len(ce.Indexes) != 1 || ce.Indexes[0] != 7 {
 			t.Fatalf("ApplyBatch(stale at 7) = %v, want a conflict at index 7", err)
 		}
-		wantStep(t, s, ids, 1, persist.StateScheduled)
-		b = stepBatch(ids, 1, persist.StateRunning)
+		wantStep(t, s, ids, 1, model.StateScheduled)
+		b = stepBatch(ids, 1, model.StateRunning)
 		b.LeaseName, b.Epoch = "batch", lease.Epoch
 		if err := s.ApplyBatch(ctx, b); err != nil {
 			t.Fatalf("ApplyBatch: %v", err)
 		}
-		wantStep(t, s, ids, 2, persist.StateRunning)
-		b = stepBatch(ids, 2, persist.StateSuccess)
+		wantStep(t, s, ids, 2, model.StateRunning)
+		b = stepBatch(ids, 2, model.StateSuccess)
 		b.LeaseName, b.Epoch = "batch", lease.Epoch+1
-		if err := s.ApplyBatch(ctx, b); !errors.Is(err, persist.ErrLeaseLost) {
+		if err := s.ApplyBatch(ctx, b); !errors.Is(err, model.ErrLeaseLost) {
 			t.Fatalf("ApplyBatch(wrong epoch) = %v, want ErrLeaseLost", err)
 		}
-		wantStep(t, s, ids, 2, persist.StateRunning)
+		wantStep(t, s, ids, 2, model.StateRunning)
 	})
 
 	t.Run("cancelled part way", func(t *testing.T) {
@@ -102,12 +104,12 @@ func TestMySQLBatchConn(t *testing.T) {
 		// The driver checks the context before the begin and before every statement.
 		cut := &errAfter{Context: ctx}
 		cut.left.Store(3)
-		if err := s.ApplyBatch(cut, stepBatch(ids, 1, persist.StateRunning)); !errors.Is(err, context.Canceled) {
+		if err := s.ApplyBatch(cut, stepBatch(ids, 1, model.StateRunning)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("ApplyBatch(cancelled part way) = %v, want context.Canceled", err)
 		}
-		wantStep(t, s, ids, 1, persist.StateScheduled)
-		applyStep(t, s, ids, 1, persist.StateRunning)
-		wantStep(t, s, ids, 2, persist.StateRunning)
+		wantStep(t, s, ids, 1, model.StateScheduled)
+		applyStep(t, s, ids, 1, model.StateRunning)
+		wantStep(t, s, ids, 2, model.StateRunning)
 		if _, same, err := persist.BatchStmts(ctx, s); err != nil || same != conn {
 			t.Fatalf("after the rolled-back batch the pool holds connection %d (%v), want %d still", same, err, conn)
 		}
@@ -122,13 +124,13 @@ func TestMySQLBatchConn(t *testing.T) {
 		defer s.Close()
 		persist.LimitConns(s, 1)
 		ids := createBatchTasks(t, s)
-		applyStep(t, s, ids, 1, persist.StateRunning)
+		applyStep(t, s, ids, 1, model.StateRunning)
 		_, conn, err := persist.BatchStmts(ctx, s)
 		if err != nil {
 			t.Fatal(err)
 		}
 		killConn(t, dsn, conn)
-		applyStep(t, s, ids, 2, persist.StateSuccess)
+		applyStep(t, s, ids, 2, model.StateSuccess)
 		_, next, err := persist.BatchStmts(ctx, s)
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +138,7 @@ func TestMySQLBatchConn(t *testing.T) {
 		if next == conn {
 			t.Fatalf("the batch after KILL %d ran on the same connection", conn)
 		}
-		wantStep(t, s, ids, 3, persist.StateSuccess)
+		wantStep(t, s, ids, 3, model.StateSuccess)
 	})
 }
 
@@ -144,9 +146,9 @@ func createBatchTasks(t *testing.T, s persist.Store) []int64 {
 	t.Helper()
 	ids := make([]int64, 0, connBatchTasks)
 	for i := range connBatchTasks {
-		def := &persist.TaskDef{Name: fmt.Sprintf("c-%d", i), Group: "default", Trigger: persist.TriggerDelay,
-			DelayMS: 1000, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/x"}}
-		if err := s.CreateTask(context.Background(), def, &persist.Runtime{State: persist.StateScheduled, NextTriggerTime: 100, Version: 1}); err != nil {
+		def := &model.TaskDef{Name: fmt.Sprintf("c-%d", i), Group: "default", Trigger: model.TriggerDelay,
+			DelayMS: 1000, Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/x"}}
+		if err := s.CreateTask(context.Background(), def, &model.Runtime{State: model.StateScheduled, NextTriggerTime: 100, Version: 1}); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, def.ID)
@@ -156,21 +158,21 @@ func createBatchTasks(t *testing.T, s persist.Store) []int64 {
 
 // stepBatch moves every task in ids from version to version+1 in state, with a run row and
 // an action record each.
-func stepBatch(ids []int64, version int64, state persist.State) *persist.Batch {
+func stepBatch(ids []int64, version int64, state model.State) *persist.Batch {
 	b := &persist.Batch{}
 	for _, id := range ids {
 		ticket := fmt.Sprintf("t-%d", id)
 		b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: version,
-			Runtime: persist.Runtime{TaskID: id, State: state, CurrentTicket: ticket, Attempt: 1, NextTriggerTime: 100, Version: version}})
-		b.Runs = append(b.Runs, persist.Run{Ticket: ticket, TaskID: id, TaskName: "c", Kind: "delay", Attempt: 1,
+			Runtime: model.Runtime{TaskID: id, State: state, CurrentTicket: ticket, Attempt: 1, NextTriggerTime: 100, Version: version}})
+		b.Runs = append(b.Runs, model.Run{Ticket: ticket, TaskID: id, TaskName: "c", Kind: "delay", Attempt: 1,
 			ScheduledAt: 100, Result: string(state)})
-		b.Actions = append(b.Actions, persist.Action{TaskID: id, TaskName: "c", Ticket: ticket, Action: "step",
+		b.Actions = append(b.Actions, model.Action{TaskID: id, TaskName: "c", Ticket: ticket, Action: "step",
 			To: state, Actor: "test", At: version})
 	}
 	return b
 }
 
-func applyStep(t *testing.T, s persist.Store, ids []int64, version int64, state persist.State) {
+func applyStep(t *testing.T, s persist.Store, ids []int64, version int64, state model.State) {
 	t.Helper()
 	if err := s.ApplyBatch(context.Background(), stepBatch(ids, version, state)); err != nil {
 		t.Fatalf("ApplyBatch(%s at version %d): %v", state, version, err)
@@ -179,7 +181,7 @@ func applyStep(t *testing.T, s persist.Store, ids []int64, version int64, state 
 
 // wantStep checks the first, a middle and the last task: runtime state and version, and,
 // past version 1, the run row and the newest action the step wrote.
-func wantStep(t *testing.T, s persist.Store, ids []int64, version int64, state persist.State) {
+func wantStep(t *testing.T, s persist.Store, ids []int64, version int64, state model.State) {
 	t.Helper()
 	ctx := context.Background()
 	for _, id := range []int64{ids[0], ids[len(ids)/2], ids[len(ids)-1]} {
@@ -199,7 +201,7 @@ func wantStep(t *testing.T, s persist.Store, ids []int64, version int64, state p
 		}
 		run, err := s.GetRun(ctx, fmt.Sprintf("t-%d", id))
 		if version == 1 {
-			if !errors.Is(err, persist.ErrRunNotFound) {
+			if !errors.Is(err, model.ErrRunNotFound) {
 				t.Fatalf("task %d at version 1: GetRun = %+v, %v, want ErrRunNotFound", id, run, err)
 			}
 			continue

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -270,10 +272,10 @@ func (s *sqlStore) checkEpoch(ctx context.Context, tx batchTx, lease string, epo
 		return fmt.Errorf("cannot read lease %q: %w", lease, err)
 	}
 	if !found {
-		return fmt.Errorf("cannot apply batch of epoch %d: lease %q does not exist: %w", epoch, lease, ErrLeaseLost)
+		return fmt.Errorf("cannot apply batch of epoch %d: lease %q does not exist: %w", epoch, lease, model.ErrLeaseLost)
 	}
 	if current != epoch {
-		return fmt.Errorf("cannot apply batch of epoch %d: lease %q is at epoch %d: %w", epoch, lease, current, ErrLeaseLost)
+		return fmt.Errorf("cannot apply batch of epoch %d: lease %q is at epoch %d: %w", epoch, lease, current, model.ErrLeaseLost)
 	}
 	return nil
 }
@@ -401,7 +403,7 @@ func groupBySteps(ids []int64, chains map[int64]chain) [][]int64 {
 
 // writeRuns upserts runs by ticket; for a ticket repeated in the batch only the last row
 // is written, which is what a later-wins upsert would leave anyway.
-func (s *sqlStore) writeRuns(ctx context.Context, tx batchTx, runs []Run) error {
+func (s *sqlStore) writeRuns(ctx context.Context, tx batchTx, runs []model.Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -427,7 +429,7 @@ func (s *sqlStore) writeRuns(ctx context.Context, tx batchTx, runs []Run) error 
 }
 
 // writeActions appends the action records in batch order, so their ids follow it.
-func (s *sqlStore) writeActions(ctx context.Context, tx batchTx, actions []Action) error {
+func (s *sqlStore) writeActions(ctx context.Context, tx batchTx, actions []model.Action) error {
 	if len(actions) == 0 {
 		return nil
 	}
@@ -444,7 +446,7 @@ func (s *sqlStore) writeActions(ctx context.Context, tx batchTx, actions []Actio
 	return nil
 }
 
-func appendRuntimeArgs(args []any, rt *Runtime) []any {
+func appendRuntimeArgs(args []any, rt *model.Runtime) []any {
 	return append(args, rt.TaskID, clip(string(rt.State), shortLen), clip(rt.CurrentTicket, ticketLen),
 		rt.Attempt, rt.NextTriggerTime, rt.LastTriggerTime, rt.LastEndTime,
 		clip(rt.LastExecutor, nameLen), rt.SuccessCount, rt.FailureCount, clip(rt.Note, textLen),

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"errors"
@@ -89,7 +91,7 @@ func sqliteDialect() *dialect {
 		// SQLite's DDL here says IF [NOT] EXISTS and is transactional: nothing half applied.
 		isAlreadyApplied: func(error) bool { return false },
 		// Repeats the partial index's WHERE literally (bound values would not match it).
-		openManualRuns: ` WHERE result = '` + ResultRunning + `' AND kind = '` + RunManual + `' ORDER BY scheduled_at, ticket`,
+		openManualRuns: ` WHERE result = '` + model.ResultRunning + `' AND kind = '` + model.RunManual + `' ORDER BY scheduled_at, ticket`,
 		lockSchema: func(context.Context, *sql.Conn) (func(), error) {
 			return func() {}, nil
 		},

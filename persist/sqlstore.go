@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"database/sql"
@@ -215,7 +217,7 @@ func (s *sqlStore) Close() error {
 // ---- tasks ----
 
 // CreateTask inserts def, its runtime row and its dependency edges in one transaction.
-func (s *sqlStore) CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) error {
+func (s *sqlStore) CreateTask(ctx context.Context, def *model.TaskDef, rt *model.Runtime) error {
 	args, deps, err := encodeDef(def)
 	if err != nil {
 		return err
@@ -228,7 +230,7 @@ func (s *sqlStore) CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) er
 	res, err := tx.ExecContext(ctx, s.insertDef, args...)
 	if err != nil {
 		if s.d.isUniqueViolation(err) {
-			return fmt.Errorf("cannot create task %q: %w", def.Name, ErrTaskExists)
+			return fmt.Errorf("cannot create task %q: %w", def.Name, model.ErrTaskExists)
 		}
 		return fmt.Errorf("cannot insert task %q: %w", def.Name, err)
 	}
@@ -253,7 +255,7 @@ func (s *sqlStore) CreateTask(ctx context.Context, def *TaskDef, rt *Runtime) er
 }
 
 // UpdateTaskDef replaces every definition column but created_at, and the dependency edges.
-func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
+func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *model.TaskDef) error {
 	args, deps, err := encodeDef(def)
 	if err != nil {
 		return err
@@ -267,7 +269,7 @@ func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
 	res, err := tx.ExecContext(ctx, s.updateDef, args...)
 	if err != nil {
 		if s.d.isUniqueViolation(err) {
-			return fmt.Errorf("cannot rename task %d to %q: %w", def.ID, def.Name, ErrTaskExists)
+			return fmt.Errorf("cannot rename task %d to %q: %w", def.ID, def.Name, model.ErrTaskExists)
 		}
 		return fmt.Errorf("cannot update task %d: %w", def.ID, err)
 	}
@@ -276,7 +278,7 @@ func (s *sqlStore) UpdateTaskDef(ctx context.Context, def *TaskDef) error {
 		var one int
 		err := tx.QueryRowContext(ctx, `SELECT 1 FROM task_def WHERE id = ?`, def.ID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("cannot update task %d: %w", def.ID, ErrTaskNotFound)
+			return fmt.Errorf("cannot update task %d: %w", def.ID, model.ErrTaskNotFound)
 		}
 		if err != nil {
 			return fmt.Errorf("cannot update task %d: %w", def.ID, err)
@@ -308,7 +310,7 @@ func (s *sqlStore) DeleteTask(ctx context.Context, id int64) error {
 	if n, err := res.RowsAffected(); err != nil {
 		return fmt.Errorf("cannot delete task %d: %w", id, err)
 	} else if n == 0 {
-		return fmt.Errorf("cannot delete task %d: %w", id, ErrTaskNotFound)
+		return fmt.Errorf("cannot delete task %d: %w", id, model.ErrTaskNotFound)
 	}
 	for _, q := range []string{`DELETE FROM task_runtime WHERE task_id = ?`, `DELETE FROM task_dep WHERE task_id = ?`} {
 		if _, err := tx.ExecContext(ctx, q, id); err != nil {
@@ -322,18 +324,18 @@ func (s *sqlStore) DeleteTask(ctx context.Context, id int64) error {
 }
 
 // GetTask returns the task by name, or ErrTaskNotFound.
-func (s *sqlStore) GetTask(ctx context.Context, name string) (*Task, error) {
+func (s *sqlStore) GetTask(ctx context.Context, name string) (*model.Task, error) {
 	return s.getTask(ctx, taskSelect+taskJoin+` WHERE d.name = ?`, name)
 }
 
 // GetTaskByID returns the task by id, or ErrTaskNotFound.
-func (s *sqlStore) GetTaskByID(ctx context.Context, id int64) (*Task, error) {
+func (s *sqlStore) GetTaskByID(ctx context.Context, id int64) (*model.Task, error) {
 	return s.getTask(ctx, taskSelect+taskJoin+` WHERE d.id = ?`, id)
 }
 
-func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error) {
-	var found *Task
-	err := s.streamTasks(ctx, q, []any{key}, func(t *Task) error {
+func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*model.Task, error) {
+	var found *model.Task
+	err := s.streamTasks(ctx, q, []any{key}, func(t *model.Task) error {
 		found = t
 		return nil
 	})
@@ -341,7 +343,7 @@ func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error
 		return nil, err
 	}
 	if found == nil {
-		return nil, fmt.Errorf("cannot get task %v: %w", key, ErrTaskNotFound)
+		return nil, fmt.Errorf("cannot get task %v: %w", key, model.ErrTaskNotFound)
 	}
 	return found, nil
 }
@@ -349,13 +351,13 @@ func (s *sqlStore) getTask(ctx context.Context, q string, key any) (*Task, error
 // openFireOfRuntime is true of a runtime row r whose fire is in flight though r does not say
 // so: r keeps the SCHEDULED or RETRYING state it fired from until the run's end is written,
 // and its fire record, still running, is the RUNNING marker (ListOpenFires).
-const openFireOfRuntime = "(r.state IN ('" + string(StateScheduled) + "', '" + string(StateRetrying) + "')" +
+const openFireOfRuntime = "(r.state IN ('" + string(model.StateScheduled) + "', '" + string(model.StateRetrying) + "')" +
 	" AND r.next_trigger_time > 0 AND EXISTS (SELECT 1 FROM task_run x WHERE x.task_id = r.task_id" +
-	" AND x.scheduled_at = r.next_trigger_time AND x.kind = '" + RunScheduled + "' AND x.result = '" + ResultRunning + "'" +
-	" AND x.attempt = CASE WHEN r.state = '" + string(StateRetrying) + "' THEN r.attempt ELSE 1 END))"
+	" AND x.scheduled_at = r.next_trigger_time AND x.kind = '" + model.RunScheduled + "' AND x.result = '" + model.ResultRunning + "'" +
+	" AND x.attempt = CASE WHEN r.state = '" + string(model.StateRetrying) + "' THEN r.attempt ELSE 1 END))"
 
 // ListTasks returns tasks in f's order (by id unless f.Order says otherwise).
-func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) {
+func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]model.Task, error) {
 	var (
 		where []string
 		args  []any
@@ -366,13 +368,13 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 	}
 	switch f.State {
 	case "":
-	case StateRunning:
+	case model.StateRunning:
 		// A fire in flight whose end is not written yet: its runtime keeps the state it fired
 		// from, and its fire record is the RUNNING marker (ListOpenFires). Callers show it
 		// RUNNING ...
 		where = append(where, "(r.state = ? OR "+openFireOfRuntime+")")
 		args = append(args, string(f.State))
-	case StateScheduled, StateRetrying:
+	case model.StateScheduled, model.StateRetrying:
 		// ... and these pages leave them out.
 		where = append(where, "r.state = ? AND NOT "+openFireOfRuntime)
 		args = append(args, string(f.State))
@@ -399,8 +401,8 @@ func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]Task, error) 
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
 	q += " ORDER BY " + order + limitClause(f.Limit)
-	var out []Task
-	err = s.streamTasks(ctx, q, args, func(t *Task) error {
+	var out []model.Task
+	err = s.streamTasks(ctx, q, args, func(t *model.Task) error {
 		out = append(out, *t)
 		return nil
 	})
@@ -418,7 +420,7 @@ func (s *sqlStore) CountTasks(ctx context.Context) (int64, error) {
 
 // LoadDue streams the tasks due in [from, to) whose state is in states, in
 // next_trigger_time order (ties by task id). No states means no tasks.
-func (s *sqlStore) LoadDue(ctx context.Context, from, to int64, states []State, fn func(*Task) error) error {
+func (s *sqlStore) LoadDue(ctx context.Context, from, to int64, states []model.State, fn func(*model.Task) error) error {
 	if len(states) == 0 || from >= to {
 		return nil
 	}
@@ -437,7 +439,7 @@ func (s *sqlStore) LoadDue(ctx context.Context, from, to int64, states []State, 
 // LoadDueRefs streams the (task id, next_trigger_time) pairs of LoadDue's rows from
 // task_runtime alone. No ORDER BY: over most of a table a scan beats the index, and the
 // loader does not need the order.
-func (s *sqlStore) LoadDueRefs(ctx context.Context, from, to int64, states []State, fn func(DueRef) error) error {
+func (s *sqlStore) LoadDueRefs(ctx context.Context, from, to int64, states []model.State, fn func(DueRef) error) error {
 	if len(states) == 0 || from >= to {
 		return nil
 	}
@@ -463,7 +465,7 @@ const loadByIDsChunk = 1000
 
 // LoadByIDs streams the tasks with the given ids in id order, at most loadByIDsChunk ids
 // per statement.
-func (s *sqlStore) LoadByIDs(ctx context.Context, ids []int64, fn func(*Task) error) error {
+func (s *sqlStore) LoadByIDs(ctx context.Context, ids []int64, fn func(*model.Task) error) error {
 	ids = slices.Clone(ids)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
@@ -484,7 +486,7 @@ func (s *sqlStore) LoadByIDs(ctx context.Context, ids []int64, fn func(*Task) er
 
 // LoadByState streams, in task id order, every task whose state is in states. No states
 // means no tasks.
-func (s *sqlStore) LoadByState(ctx context.Context, states []State, fn func(*Task) error) error {
+func (s *sqlStore) LoadByState(ctx context.Context, states []model.State, fn func(*model.Task) error) error {
 	if len(states) == 0 {
 		return nil
 	}
@@ -498,11 +500,11 @@ func (s *sqlStore) LoadByState(ctx context.Context, states []State, fn func(*Tas
 }
 
 // Dependents returns the tasks that name upstream in depends_on, ordered by id.
-func (s *sqlStore) Dependents(ctx context.Context, upstream string) ([]Task, error) {
+func (s *sqlStore) Dependents(ctx context.Context, upstream string) ([]model.Task, error) {
 	q := taskSelect + ` FROM task_dep p JOIN task_def d ON d.id = p.task_id
 		JOIN task_runtime r ON r.task_id = d.id WHERE p.upstream_name = ? ORDER BY d.id`
-	var out []Task
-	err := s.streamTasks(ctx, q, []any{upstream}, func(t *Task) error {
+	var out []model.Task
+	err := s.streamTasks(ctx, q, []any{upstream}, func(t *model.Task) error {
 		out = append(out, *t)
 		return nil
 	})
@@ -532,7 +534,7 @@ func (s *sqlStore) UpstreamNames(ctx context.Context) ([]string, error) {
 
 // streamTasks runs q and hands each task to fn as it arrives: nothing is buffered, so a
 // window of a million tasks never sits in a slice. fn's error stops the stream.
-func (s *sqlStore) streamTasks(ctx context.Context, q string, args []any, fn func(*Task) error) error {
+func (s *sqlStore) streamTasks(ctx context.Context, q string, args []any, fn func(*model.Task) error) error {
 	var sc taskScanner
 	return streamRows(ctx, s.db, q, args, sc.scan, fn)
 }
@@ -570,12 +572,12 @@ func streamRows[T any](ctx context.Context, db *sql.DB, q string, args []any, sc
 // share the decoded strings. In a burst's promotions the callback's json.Unmarshal was
 // half of the scan's CPU.
 type taskScanner struct {
-	lastCallback []byte   // the previous row's callback column
-	callback     Callback // lastCallback decoded
+	lastCallback []byte         // the previous row's callback column
+	callback     model.Callback // lastCallback decoded
 }
 
-func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
-	t := new(Task)
+func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
+	t := new(model.Task)
 	d, r := &t.Def, &t.Runtime
 	// RawBytes: the JSON columns are decoded before the next row, so they need no copy.
 	var deps, callback sql.RawBytes
@@ -603,7 +605,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 	}
 	if len(callback) > 0 {
 		if !bytes.Equal(callback, sc.lastCallback) {
-			var cb Callback
+			var cb model.Callback
 			if err := json.Unmarshal(callback, &cb); err != nil {
 				return nil, fmt.Errorf("cannot decode callback of task %d: %w", d.ID, err)
 			}
@@ -619,7 +621,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*Task, error) {
 
 // encodeDef returns the column values of def in defCols order, and its deduplicated
 // upstream names.
-func encodeDef(def *TaskDef) ([]any, []string, error) {
+func encodeDef(def *model.TaskDef) ([]any, []string, error) {
 	callback, err := json.Marshal(def.Callback)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot encode the callback of task %q: %w", def.Name, err)
@@ -682,37 +684,37 @@ func dedupe(names []string) []string {
 // ---- runs and actions ----
 
 // GetRun returns the run with the ticket, or ErrRunNotFound.
-func (s *sqlStore) GetRun(ctx context.Context, ticket string) (*Run, error) {
+func (s *sqlStore) GetRun(ctx context.Context, ticket string) (*model.Run, error) {
 	runs, err := s.queryRuns(ctx, s.runSelect+` WHERE ticket = ?`, ticket)
 	if err != nil {
 		return nil, err
 	}
 	if len(runs) == 0 {
-		return nil, fmt.Errorf("cannot get run %q: %w", ticket, ErrRunNotFound)
+		return nil, fmt.Errorf("cannot get run %q: %w", ticket, model.ErrRunNotFound)
 	}
 	return &runs[0], nil
 }
 
 // ListRuns returns the task's runs, newest first; limit <= 0 means all.
-func (s *sqlStore) ListRuns(ctx context.Context, taskID int64, limit int) ([]Run, error) {
+func (s *sqlStore) ListRuns(ctx context.Context, taskID int64, limit int) ([]model.Run, error) {
 	return s.queryRuns(ctx, s.runSelect+` WHERE task_id = ? ORDER BY scheduled_at DESC, ticket DESC`+limitClause(limit), taskID)
 }
 
 // ListRunningManual returns the run-now instances still running, oldest first; limit <= 0
 // means all.
-func (s *sqlStore) ListRunningManual(ctx context.Context, limit int) ([]Run, error) {
+func (s *sqlStore) ListRunningManual(ctx context.Context, limit int) ([]model.Run, error) {
 	return s.queryRuns(ctx, s.runSelect+s.d.openManualRuns+limitClause(limit))
 }
 
-func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]Run, error) {
+func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]model.Run, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot query runs: %w", err)
 	}
 	defer rows.Close()
-	var out []Run
+	var out []model.Run
 	for rows.Next() {
-		var r Run
+		var r model.Run
 		if err := rows.Scan(&r.Ticket, &r.TaskID, &r.TaskName, &r.Kind, &r.Attempt, &r.ScheduledAt,
 			&r.DispatchedAt, &r.Executor, &r.EndedAt, &r.Result, &r.Error, &r.DurationMS,
 			&r.Output, &r.Detail); err != nil {
@@ -727,16 +729,16 @@ func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]Run,
 }
 
 // ListActions returns the task's action records, newest first; limit <= 0 means all.
-func (s *sqlStore) ListActions(ctx context.Context, taskID int64, limit int) ([]Action, error) {
+func (s *sqlStore) ListActions(ctx context.Context, taskID int64, limit int) ([]model.Action, error) {
 	q := "SELECT id, " + strings.Join(actionCols, ", ") + " FROM task_action WHERE task_id = ? ORDER BY id DESC" + limitClause(limit)
 	rows, err := s.db.QueryContext(ctx, q, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("cannot query actions: %w", err)
 	}
 	defer rows.Close()
-	var out []Action
+	var out []model.Action
 	for rows.Next() {
-		var a Action
+		var a model.Action
 		if err := rows.Scan(&a.ID, &a.TaskID, &a.TaskName, &a.Ticket, &a.Action, &a.From, &a.To,
 			&a.Actor, &a.At, &a.Detail); err != nil {
 			return nil, fmt.Errorf("cannot scan action: %w", err)
@@ -753,7 +755,7 @@ func (s *sqlStore) ListActions(ctx context.Context, taskID int64, limit int) ([]
 
 // UpsertExecutor registers e, idempotent by (App, Address); a re-registration keeps the
 // stored RegisteredAt.
-func (s *sqlStore) UpsertExecutor(ctx context.Context, e *Executor) error {
+func (s *sqlStore) UpsertExecutor(ctx context.Context, e *model.Executor) error {
 	handlers, err := json.Marshal(e.Handlers)
 	if err != nil {
 		return fmt.Errorf("cannot encode the handlers of executor %s@%s: %w", e.App, e.Address, err)
@@ -790,7 +792,7 @@ func (s *sqlStore) updateExecutor(ctx context.Context, app, address, q string, a
 	var one int
 	err = s.db.QueryRowContext(ctx, `SELECT 1 FROM executor WHERE app = ? AND address = ?`, app, address).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, ErrExecutorNotFound)
+		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, model.ErrExecutorNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("cannot update executor %s@%s: %w", app, address, err)
@@ -799,16 +801,16 @@ func (s *sqlStore) updateExecutor(ctx context.Context, app, address, q string, a
 }
 
 // ListExecutors returns every executor ordered by (app, address).
-func (s *sqlStore) ListExecutors(ctx context.Context) ([]Executor, error) {
+func (s *sqlStore) ListExecutors(ctx context.Context) ([]model.Executor, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT "+strings.Join(executorCols, ", ")+" FROM executor ORDER BY app, address")
 	if err != nil {
 		return nil, fmt.Errorf("cannot query executors: %w", err)
 	}
 	defer rows.Close()
-	var out []Executor
+	var out []model.Executor
 	for rows.Next() {
 		var (
-			e        Executor
+			e        model.Executor
 			handlers sql.RawBytes
 		)
 		if err := rows.Scan(&e.App, &e.Address, &e.Protocol, &handlers, &e.RegisteredAt,

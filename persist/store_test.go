@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bufio"
 	"context"
 	"database/sql"
@@ -60,13 +62,13 @@ func TestSQLiteReopen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	def := &persist.TaskDef{Name: "kept", Group: "default", Trigger: persist.TriggerManual}
-	rt := &persist.Runtime{State: persist.StateWaiting, Version: 1}
+	def := &model.TaskDef{Name: "kept", Group: "default", Trigger: model.TriggerManual}
+	rt := &model.Runtime{State: model.StateWaiting, Version: 1}
 	if err := s.CreateTask(ctx, def, rt); err != nil {
 		t.Fatalf("CreateTask: %v", err)
 	}
 	tr := persist.Transition{ExpectVersion: 1, Runtime: *rt}
-	tr.Runtime.State = persist.StateScheduled
+	tr.Runtime.State = model.StateScheduled
 	if err := s.ApplyBatch(ctx, &persist.Batch{Transitions: []persist.Transition{tr}}); err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
 	}
@@ -82,7 +84,7 @@ func TestSQLiteReopen(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GetTask after reopen: %v", err)
 	}
-	if got.Runtime.State != persist.StateScheduled || got.Runtime.Version != 2 {
+	if got.Runtime.State != model.StateScheduled || got.Runtime.Version != 2 {
 		t.Fatalf("runtime after reopen: %+v", got.Runtime)
 	}
 }
@@ -170,8 +172,8 @@ func TestSQLiteKillHelper(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer s.Close()
-	def := &persist.TaskDef{Name: "survivor", Group: "default", Trigger: persist.TriggerCron}
-	rt := &persist.Runtime{State: persist.StateScheduled, Version: 1}
+	def := &model.TaskDef{Name: "survivor", Group: "default", Trigger: model.TriggerCron}
+	rt := &model.Runtime{State: model.StateScheduled, Version: 1}
 	if err := s.CreateTask(ctx, def, rt); err != nil {
 		t.Fatalf("CreateTask: %v", err)
 	}
@@ -181,8 +183,8 @@ func TestSQLiteKillHelper(t *testing.T) {
 		ticket := fmt.Sprintf("k-%06d", v)
 		b := &persist.Batch{
 			Transitions: []persist.Transition{{ExpectVersion: v, Runtime: next}},
-			Runs:        []persist.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name, ScheduledAt: v, Output: strings.Repeat("o", 4096)}},
-			Actions:     []persist.Action{{TaskID: def.ID, TaskName: def.Name, Ticket: ticket, Action: "dispatch", At: v}},
+			Runs:        []model.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name, ScheduledAt: v, Output: strings.Repeat("o", 4096)}},
+			Actions:     []model.Action{{TaskID: def.ID, TaskName: def.Name, Ticket: ticket, Action: "dispatch", At: v}},
 		}
 		if err := s.ApplyBatch(ctx, b); err != nil {
 			t.Fatalf("ApplyBatch: %v", err)
@@ -220,13 +222,13 @@ func TestMigrateResumesInterruptedStep(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Open: %v", err)
 			}
-			def := &persist.TaskDef{Name: "m", Group: "default", Trigger: persist.TriggerManual}
-			if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateWaiting, Version: 1}); err != nil {
+			def := &model.TaskDef{Name: "m", Group: "default", Trigger: model.TriggerManual}
+			if err := s.CreateTask(ctx, def, &model.Runtime{State: model.StateWaiting, Version: 1}); err != nil {
 				t.Fatalf("CreateTask: %v", err)
 			}
-			run := persist.Run{Ticket: "m-1", TaskID: def.ID, TaskName: "m", Kind: persist.RunManual,
-				Attempt: 1, ScheduledAt: 10, DispatchedAt: 10, Result: persist.ResultRunning}
-			if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{run}}); err != nil {
+			run := model.Run{Ticket: "m-1", TaskID: def.ID, TaskName: "m", Kind: model.RunManual,
+				Attempt: 1, ScheduledAt: 10, DispatchedAt: 10, Result: model.ResultRunning}
+			if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{run}}); err != nil {
 				t.Fatalf("ApplyBatch: %v", err)
 			}
 			_ = s.Close()
@@ -279,9 +281,9 @@ func TestBatchGuardMisses(t *testing.T) {
 			s := tc.open(t)
 			var ids []int64
 			for i := range 3 {
-				def := &persist.TaskDef{Name: fmt.Sprintf("g-%d", i), Group: "default", Trigger: persist.TriggerDelay,
-					DelayMS: 1000, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/x"}}
-				if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateScheduled, NextTriggerTime: 100, Version: 1}); err != nil {
+				def := &model.TaskDef{Name: fmt.Sprintf("g-%d", i), Group: "default", Trigger: model.TriggerDelay,
+					DelayMS: 1000, Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/x"}}
+				if err := s.CreateTask(ctx, def, &model.Runtime{State: model.StateScheduled, NextTriggerTime: 100, Version: 1}); err != nil {
 					t.Fatal(err)
 				}
 				ids = append(ids, def.ID)
@@ -290,7 +292,7 @@ func TestBatchGuardMisses(t *testing.T) {
 				b := &persist.Batch{}
 				for i, id := range ids {
 					b.Transitions = append(b.Transitions, persist.Transition{ExpectVersion: expect[i],
-						Runtime: persist.Runtime{TaskID: id, State: persist.StateRunning, Version: expect[i]}})
+						Runtime: model.Runtime{TaskID: id, State: model.StateRunning, Version: expect[i]}})
 				}
 				return b
 			}

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"fmt"
 	"sync"
@@ -49,23 +51,23 @@ func benchmarkApplyBatch(b *testing.B, s persist.Store, n int) {
 	for b.Loop() {
 		batch := &persist.Batch{
 			Transitions: make([]persist.Transition, 0, n),
-			Runs:        make([]persist.Run, 0, n),
-			Actions:     make([]persist.Action, 0, n),
+			Runs:        make([]model.Run, 0, n),
+			Actions:     make([]model.Action, 0, n),
 		}
 		base := (batches * n) % len(tasks)
 		for i := range n {
 			rt := &tasks[base+i]
 			next := *rt
-			next.State, next.CurrentTicket = persist.StateRunning, fmt.Sprintf("bench-%09d", ticket)
-			if rt.State == persist.StateRunning {
-				next.State, next.SuccessCount = persist.StateScheduled, rt.SuccessCount+1
+			next.State, next.CurrentTicket = model.StateRunning, fmt.Sprintf("bench-%09d", ticket)
+			if rt.State == model.StateRunning {
+				next.State, next.SuccessCount = model.StateScheduled, rt.SuccessCount+1
 			}
 			next.NextTriggerTime += 60_000
 			batch.Transitions = append(batch.Transitions, persist.Transition{ExpectVersion: rt.Version, Runtime: next})
-			batch.Runs = append(batch.Runs, persist.Run{Ticket: next.CurrentTicket, TaskID: rt.TaskID,
-				TaskName: "bench", Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: rt.NextTriggerTime,
-				DispatchedAt: rt.NextTriggerTime + 2, Executor: "10.0.0.1:9000", Result: persist.ResultRunning})
-			batch.Actions = append(batch.Actions, persist.Action{TaskID: rt.TaskID, TaskName: "bench",
+			batch.Runs = append(batch.Runs, model.Run{Ticket: next.CurrentTicket, TaskID: rt.TaskID,
+				TaskName: "bench", Kind: model.RunScheduled, Attempt: 1, ScheduledAt: rt.NextTriggerTime,
+				DispatchedAt: rt.NextTriggerTime + 2, Executor: "10.0.0.1:9000", Result: model.ResultRunning})
+			batch.Actions = append(batch.Actions, model.Action{TaskID: rt.TaskID, TaskName: "bench",
 				Ticket: next.CurrentTicket, Action: "dispatch", From: rt.State, To: next.State,
 				Actor: "scheduler", At: rt.NextTriggerTime + 2})
 			ticket++
@@ -96,9 +98,9 @@ func processCPU(b *testing.B) time.Duration {
 }
 
 // storeBenchTasks creates count tasks, a few at a time, and returns their runtimes.
-func storeBenchTasks(b *testing.B, ctx context.Context, s persist.Store, count int) []persist.Runtime {
+func storeBenchTasks(b *testing.B, ctx context.Context, s persist.Store, count int) []model.Runtime {
 	b.Helper()
-	out := make([]persist.Runtime, count)
+	out := make([]model.Runtime, count)
 	const workers = 8
 	var (
 		wg       sync.WaitGroup
@@ -108,10 +110,10 @@ func storeBenchTasks(b *testing.B, ctx context.Context, s persist.Store, count i
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < count; i += workers {
-				def := &persist.TaskDef{Name: fmt.Sprintf("bench-%06d", i), Group: "bench",
-					Trigger: persist.TriggerCron, Cron: "* * * * *", Timezone: "UTC", TimeoutSec: 300,
-					Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/run"}}
-				rt := persist.Runtime{State: persist.StateScheduled, NextTriggerTime: int64(1_000_000 + i), Version: 1}
+				def := &model.TaskDef{Name: fmt.Sprintf("bench-%06d", i), Group: "bench",
+					Trigger: model.TriggerCron, Cron: "* * * * *", Timezone: "UTC", TimeoutSec: 300,
+					Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/run"}}
+				rt := model.Runtime{State: model.StateScheduled, NextTriggerTime: int64(1_000_000 + i), Version: 1}
 				if err := s.CreateTask(ctx, def, &rt); err != nil {
 					mu.Lock()
 					firstErr = err
@@ -146,7 +148,7 @@ func BenchmarkLoadByIDs(b *testing.B) {
 			loaded := 0
 			for b.Loop() {
 				n := 0
-				err := s.LoadByIDs(ctx, ids, func(*persist.Task) error { n++; return nil })
+				err := s.LoadByIDs(ctx, ids, func(*model.Task) error { n++; return nil })
 				if err != nil || n != len(ids) {
 					b.Fatalf("LoadByIDs: %d of %d tasks, %v", n, len(ids), err)
 				}

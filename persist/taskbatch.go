@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"fmt"
 )
@@ -29,9 +31,9 @@ const (
 // assigned by the database: when the batch lands the store has set it on Def.ID,
 // Runtime.TaskID and every action's TaskID.
 type TaskCreate struct {
-	Def      *TaskDef
-	Runtime  Runtime
-	Actions  []Action
+	Def      *model.TaskDef
+	Runtime  model.Runtime
+	Actions  []model.Action
 	IfExists int // CreateFail, CreateSkip or CreateReplace
 
 	// Set by the store when the batch lands.
@@ -224,7 +226,7 @@ func (s *sqlStore) insertTasks(ctx context.Context, tx batchTx, cs []*TaskCreate
 			return fmt.Errorf("cannot insert task dependencies: %w", err)
 		}
 	}
-	acts := make([]Action, 0, nacts)
+	acts := make([]model.Action, 0, nacts)
 	for _, c := range cs {
 		acts = append(acts, c.Actions...)
 	}
@@ -299,7 +301,7 @@ func (s *sqlStore) insertDefs(ctx context.Context, tx batchTx, args []any) ([]in
 // updateDefTx replaces a definition's columns (but created_at) and its edges in tx. A
 // definition that no longer exists is left alone: the transition that goes with an update
 // then conflicts.
-func (s *sqlStore) updateDefTx(ctx context.Context, tx batchTx, def *TaskDef) error {
+func (s *sqlStore) updateDefTx(ctx context.Context, tx batchTx, def *model.TaskDef) error {
 	row, deps, err := encodeDef(def)
 	if err != nil {
 		return err

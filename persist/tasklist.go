@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -63,9 +65,9 @@ func (f TaskFilter) keyset(where []string, args []any) ([]string, []any, string,
 
 // GroupCount is how many tasks of a group are in one state.
 type GroupCount struct {
-	Group string `json:"group"`
-	State State  `json:"state"`
-	Count int64  `json:"count"`
+	Group string      `json:"group"`
+	State model.State `json:"state"`
+	Count int64       `json:"count"`
 }
 
 // GroupCounter is implemented by the SQL stores: task counts by group and state.
@@ -78,7 +80,7 @@ type GroupCounter interface {
 // probes the run index for the SCHEDULED and RETRYING ones, which the groups page pays for on
 // demand, never a fire.
 func (s *sqlStore) GroupCounts(ctx context.Context) ([]GroupCount, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT d.grp, CASE WHEN `+openFireOfRuntime+` THEN '`+string(StateRunning)+`' ELSE r.state END AS st, COUNT(*)`+
+	rows, err := s.db.QueryContext(ctx, `SELECT d.grp, CASE WHEN `+openFireOfRuntime+` THEN '`+string(model.StateRunning)+`' ELSE r.state END AS st, COUNT(*)`+
 		taskJoin+` GROUP BY d.grp, st ORDER BY d.grp, st`)
 	if err != nil {
 		return nil, fmt.Errorf("cannot count tasks by group: %w", err)

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"cmp"
 	"context"
 	"encoding/json"
@@ -24,28 +26,28 @@ func TestListTasksStatePlans(t *testing.T) {
 func listStatePlans(t *testing.T, s persist.Store) {
 	ctx := context.Background()
 	const n = 60
-	var all []persist.Task
+	var all []model.Task
 	for k := range n {
 		// Created out of name order, so that id order and name order differ.
 		i := (k * 37) % n
-		st := persist.StateWaiting
+		st := model.StateWaiting
 		switch {
 		case i%15 == 4:
-			st = persist.StatePaused // 4 of 60: under a tenth
+			st = model.StatePaused // 4 of 60: under a tenth
 		case i%2 == 1:
-			st = persist.StateScheduled // 30 of 60
+			st = model.StateScheduled // 30 of 60
 		}
-		def := &persist.TaskDef{Name: fmt.Sprintf("job-%03d", i), Group: []string{"a", "b", "c"}[i%3],
-			Trigger: persist.TriggerCron, Cron: "0 * * * *", DependsMode: "all", Timezone: "UTC",
-			TimeoutSec: 60, Priority: 2, Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://x/run"},
-			Params: json.RawMessage(`{}`), MisfirePolicy: persist.MisfireFireOnce, CreatedAt: 1, UpdatedAt: 1}
-		rt := &persist.Runtime{State: st, NextTriggerTime: int64(1000 + i%7), Version: 1} // ties on next fire
+		def := &model.TaskDef{Name: fmt.Sprintf("job-%03d", i), Group: []string{"a", "b", "c"}[i%3],
+			Trigger: model.TriggerCron, Cron: "0 * * * *", DependsMode: "all", Timezone: "UTC",
+			TimeoutSec: 60, Priority: 2, Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://x/run"},
+			Params: json.RawMessage(`{}`), MisfirePolicy: model.MisfireFireOnce, CreatedAt: 1, UpdatedAt: 1}
+		rt := &model.Runtime{State: st, NextTriggerTime: int64(1000 + i%7), Version: 1} // ties on next fire
 		if err := s.CreateTask(ctx, def, rt); err != nil {
 			t.Fatal(err)
 		}
-		all = append(all, persist.Task{Def: *def, Runtime: *rt})
+		all = append(all, model.Task{Def: *def, Runtime: *rt})
 	}
-	key := func(order string, x *persist.Task) string {
+	key := func(order string, x *model.Task) string {
 		switch order {
 		case persist.OrderName:
 			return x.Def.Name
@@ -56,8 +58,8 @@ func listStatePlans(t *testing.T, s persist.Store) {
 		}
 		return ""
 	}
-	less := func(order string) func(a, b persist.Task) int {
-		return func(a, b persist.Task) int {
+	less := func(order string) func(a, b model.Task) int {
+		return func(a, b model.Task) int {
 			switch order {
 			case persist.OrderName:
 				return cmp.Compare(a.Def.Name, b.Def.Name)
@@ -70,9 +72,9 @@ func listStatePlans(t *testing.T, s persist.Store) {
 		}
 	}
 	for _, c := range []struct {
-		state persist.State
+		state model.State
 		plan  string
-	}{{persist.StatePaused, "runtime"}, {persist.StateKilled, "runtime"}, {persist.StateScheduled, "join"}, {persist.StateWaiting, "join"}} {
+	}{{model.StatePaused, "runtime"}, {model.StateKilled, "runtime"}, {model.StateScheduled, "join"}, {model.StateWaiting, "join"}} {
 		for _, group := range []string{"", "b"} {
 			for _, order := range []string{persist.OrderID, persist.OrderName, persist.OrderGroup, persist.OrderNext} {
 				f := persist.TaskFilter{State: c.state, Group: group, Order: order, Limit: 3}

@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"slices"
 	"strconv"
 )
@@ -32,7 +34,7 @@ const (
 // records of the same ticket (a retry, a kill), its success before the ticket-less records
 // of that instant (the next cycle's `schedule`), and an earlier run's events before a later
 // run's.
-func Timeline(acts []Action, runs []Run, limit int) []Action {
+func Timeline(acts []model.Action, runs []model.Run, limit int) []model.Action {
 	asc := slices.Clone(acts)
 	slices.Reverse(asc)
 	const hasDispatch, hasResult = 1, 2
@@ -46,20 +48,20 @@ func Timeline(acts []Action, runs []Run, limit int) []Action {
 		}
 	}
 	ordered := slices.Clone(runs)
-	slices.SortStableFunc(ordered, func(a, b Run) int {
+	slices.SortStableFunc(ordered, func(a, b model.Run) int {
 		if a.ScheduledAt != b.ScheduledAt {
 			return cmpInt(a.ScheduledAt, b.ScheduledAt)
 		}
 		return cmpInt(a.DispatchedAt, b.DispatchedAt)
 	})
 	type derived struct {
-		a        Action
+		a        model.Action
 		pos, run int // insert before asc[pos]; the run's place in time
 		sub      int // 0 dispatch, 1 result
 	}
 	var evs []derived
 	// before returns the index of the first record for which after holds, or len(asc).
-	before := func(after func(a *Action) bool) int {
+	before := func(after func(a *model.Action) bool) int {
 		for i := range asc {
 			if after(&asc[i]) {
 				return i
@@ -69,33 +71,33 @@ func Timeline(acts []Action, runs []Run, limit int) []Action {
 	}
 	for k := range ordered {
 		r := &ordered[k]
-		if r.Kind != RunScheduled || r.DispatchedAt <= 0 || r.Result == ResultSkipped {
+		if r.Kind != model.RunScheduled || r.DispatchedAt <= 0 || r.Result == model.ResultSkipped {
 			continue
 		}
 		bits := has[r.Ticket]
 		pd := 0
 		if bits&hasDispatch == 0 {
-			from := StateScheduled
+			from := model.StateScheduled
 			if r.Attempt > 1 {
-				from = StateRetrying
+				from = model.StateRetrying
 			}
-			pd = before(func(a *Action) bool { return a.At > r.DispatchedAt || a.Ticket == r.Ticket })
-			evs = append(evs, derived{a: Action{
+			pd = before(func(a *model.Action) bool { return a.At > r.DispatchedAt || a.Ticket == r.Ticket })
+			evs = append(evs, derived{a: model.Action{
 				TaskID: r.TaskID, TaskName: r.TaskName, Ticket: r.Ticket, Action: timelineDispatch,
-				From: from, To: StateRunning, Actor: timelineActor, At: r.DispatchedAt,
+				From: from, To: model.StateRunning, Actor: timelineActor, At: r.DispatchedAt,
 				Detail: "attempt " + strconv.Itoa(r.Attempt),
 			}, pos: pd, run: k})
 		}
-		if r.Result == ResultSuccess && r.EndedAt > 0 && bits&hasResult == 0 {
-			pr := before(func(a *Action) bool { return a.At > r.EndedAt || (a.At == r.EndedAt && a.Ticket == "") })
+		if r.Result == model.ResultSuccess && r.EndedAt > 0 && bits&hasResult == 0 {
+			pr := before(func(a *model.Action) bool { return a.At > r.EndedAt || (a.At == r.EndedAt && a.Ticket == "") })
 			pr = max(pr, pd)
-			detail := ResultSuccess
+			detail := model.ResultSuccess
 			if r.Error != "" {
 				detail += ": " + r.Error
 			}
-			evs = append(evs, derived{a: Action{
+			evs = append(evs, derived{a: model.Action{
 				TaskID: r.TaskID, TaskName: r.TaskName, Ticket: r.Ticket, Action: timelineResult,
-				From: StateRunning, To: StateSuccess, Actor: timelineActor, At: r.EndedAt, Detail: detail,
+				From: model.StateRunning, To: model.StateSuccess, Actor: timelineActor, At: r.EndedAt, Detail: detail,
 			}, pos: pr, run: k, sub: 1})
 		}
 	}
@@ -110,7 +112,7 @@ func Timeline(acts []Action, runs []Run, limit int) []Action {
 		}
 		return x.sub - y.sub
 	})
-	out := make([]Action, 0, len(asc)+len(evs))
+	out := make([]model.Action, 0, len(asc)+len(evs))
 	j := 0
 	for i := 0; i <= len(asc); i++ {
 		for j < len(evs) && evs[j].pos == i {

@@ -2,13 +2,13 @@
 
 package persist_test
 
-import "github.com/axe-sched/axe/persist"
+import "github.com/axe-sched/axe/model"
 
 // fixtureExtras sets, on the fixture's task definitions, the columns that schema versions
 // after 2 added, as far as the schema a fixture is written for has them: each such version
 // has its own file, chosen by build tag when its fixture is written
 // (testdata/upgrade/make-fixture.sh); this one, untagged, is today's.
-func fixtureExtras(d *persist.TaskDef) {
+func fixtureExtras(d *model.TaskDef) {
 	switch d.Name {
 	case "nightly-report":
 		d.OnLost = "resend"

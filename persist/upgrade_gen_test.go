@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -104,61 +106,61 @@ const fxT0 = int64(1_767_600_000_000)
 // (one an alert), two executors and a held lease.
 func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 	t.Helper()
-	httpCB := persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:8081/hook"}
-	execCB := func(route string) persist.Callback {
-		return persist.Callback{Type: persist.CallbackExecutor, App: "billing", Handler: "invoice", Route: route}
+	httpCB := model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:8081/hook"}
+	execCB := func(route string) model.Callback {
+		return model.Callback{Type: model.CallbackExecutor, App: "billing", Handler: "invoice", Route: route}
 	}
 	type task struct {
-		def persist.TaskDef
-		rt  persist.Runtime
+		def model.TaskDef
+		rt  model.Runtime
 	}
 	defs := []task{{
-		def: persist.TaskDef{Name: "nightly-report", Group: "reports", Trigger: persist.TriggerCron, Cron: "0 2 * * *",
+		def: model.TaskDef{Name: "nightly-report", Group: "reports", Trigger: model.TriggerCron, Cron: "0 2 * * *",
 			Timezone: "Europe/Berlin", TimeoutSec: 600, RetryCount: 3, RetryIntervalSec: 60, Priority: 5,
-			Callback: httpCB, Params: json.RawMessage(`{"format":"pdf","days":7}`), MisfirePolicy: persist.MisfireFireOnce},
-		rt: persist.Runtime{State: persist.StateScheduled, NextTriggerTime: fxT0 + 18*3600_000, LastTriggerTime: fxT0 - 6*3600_000,
+			Callback: httpCB, Params: json.RawMessage(`{"format":"pdf","days":7}`), MisfirePolicy: model.MisfireFireOnce},
+		rt: model.Runtime{State: model.StateScheduled, NextTriggerTime: fxT0 + 18*3600_000, LastTriggerTime: fxT0 - 6*3600_000,
 			LastEndTime: fxT0 - 6*3600_000 + 4200, SuccessCount: 41, FailureCount: 2},
 	}, {
-		def: persist.TaskDef{Name: "invoice-run", Group: "billing", Trigger: persist.TriggerCron, Cron: "*/5 * * * *",
-			Timezone: "UTC", TimeoutSec: 120, Priority: 9, Callback: execCB("least_busy"), MisfirePolicy: persist.MisfireSkip},
-		rt: persist.Runtime{State: persist.StateRunning, CurrentTicket: "fx-invoice-3", Attempt: 1, NextTriggerTime: fxT0,
+		def: model.TaskDef{Name: "invoice-run", Group: "billing", Trigger: model.TriggerCron, Cron: "*/5 * * * *",
+			Timezone: "UTC", TimeoutSec: 120, Priority: 9, Callback: execCB("least_busy"), MisfirePolicy: model.MisfireSkip},
+		rt: model.Runtime{State: model.StateRunning, CurrentTicket: "fx-invoice-3", Attempt: 1, NextTriggerTime: fxT0,
 			LastTriggerTime: fxT0, LastExecutor: "billing@10.0.0.7:9100", SuccessCount: 2},
 	}, {
-		def: persist.TaskDef{Name: "welcome-mail", Group: "mail", Trigger: persist.TriggerDelay, DelayMS: 90_000,
-			Timezone: "UTC", TimeoutSec: 30, Callback: httpCB, MisfirePolicy: persist.MisfireFireOnce},
-		rt: persist.Runtime{State: persist.StateSuccess, LastTriggerTime: fxT0 + 90_000, LastEndTime: fxT0 + 91_250, SuccessCount: 1},
+		def: model.TaskDef{Name: "welcome-mail", Group: "mail", Trigger: model.TriggerDelay, DelayMS: 90_000,
+			Timezone: "UTC", TimeoutSec: 30, Callback: httpCB, MisfirePolicy: model.MisfireFireOnce},
+		rt: model.Runtime{State: model.StateSuccess, LastTriggerTime: fxT0 + 90_000, LastEndTime: fxT0 + 91_250, SuccessCount: 1},
 	}, {
-		def: persist.TaskDef{Name: "retry-export", Group: "mail", Trigger: persist.TriggerDelay, DelayMS: 5_000,
+		def: model.TaskDef{Name: "retry-export", Group: "mail", Trigger: model.TriggerDelay, DelayMS: 5_000,
 			Timezone: "UTC", TimeoutSec: 10, RetryCount: 5, RetryIntervalSec: 30, Callback: execCB("failover"),
-			MisfirePolicy: persist.MisfireFireOnce},
-		rt: persist.Runtime{State: persist.StateRetrying, Attempt: 2, NextTriggerTime: fxT0 + 65_000,
+			MisfirePolicy: model.MisfireFireOnce},
+		rt: model.Runtime{State: model.StateRetrying, Attempt: 2, NextTriggerTime: fxT0 + 65_000,
 			LastTriggerTime: fxT0 + 5_000, LastEndTime: fxT0 + 15_000, LastExecutor: "billing@10.0.0.8:9100", FailureCount: 2},
 	}, {
-		def: persist.TaskDef{Name: "rebuild-index", Group: "ops", Trigger: persist.TriggerManual, Timezone: "Asia/Tokyo",
-			TimeoutSec: 3600, Callback: execCB(""), Params: json.RawMessage(`["full"]`), MisfirePolicy: persist.MisfireFireOnce},
-		rt: persist.Runtime{State: persist.StateWaiting},
+		def: model.TaskDef{Name: "rebuild-index", Group: "ops", Trigger: model.TriggerManual, Timezone: "Asia/Tokyo",
+			TimeoutSec: 3600, Callback: execCB(""), Params: json.RawMessage(`["full"]`), MisfirePolicy: model.MisfireFireOnce},
+		rt: model.Runtime{State: model.StateWaiting},
 	}, {
-		def: persist.TaskDef{Name: "purge-cache", Group: "ops", Trigger: persist.TriggerManual, Timezone: "UTC",
-			TimeoutSec: 60, Callback: httpCB, MisfirePolicy: persist.MisfireFireOnce, Paused: true},
-		rt: persist.Runtime{State: persist.StatePaused, Note: "paused for the migration window", FailureCount: 1},
+		def: model.TaskDef{Name: "purge-cache", Group: "ops", Trigger: model.TriggerManual, Timezone: "UTC",
+			TimeoutSec: 60, Callback: httpCB, MisfirePolicy: model.MisfireFireOnce, Paused: true},
+		rt: model.Runtime{State: model.StatePaused, Note: "paused for the migration window", FailureCount: 1},
 	}, {
-		def: persist.TaskDef{Name: "publish-report", Group: "reports", Trigger: persist.TriggerDependency,
+		def: model.TaskDef{Name: "publish-report", Group: "reports", Trigger: model.TriggerDependency,
 			DependsOn: []string{"nightly-report", "welcome-mail"}, DependsMode: "all", Timezone: "UTC", TimeoutSec: 60,
-			Callback: execCB("consistent_hash"), MisfirePolicy: persist.MisfireFireOnce},
-		rt: persist.Runtime{State: persist.StateWaiting},
+			Callback: execCB("consistent_hash"), MisfirePolicy: model.MisfireFireOnce},
+		rt: model.Runtime{State: model.StateWaiting},
 	}, {
-		def: persist.TaskDef{Name: "notify-finance", Group: "billing", Trigger: persist.TriggerDependency,
+		def: model.TaskDef{Name: "notify-finance", Group: "billing", Trigger: model.TriggerDependency,
 			DependsOn: []string{"invoice-run"}, DependsMode: "any", Timezone: "UTC", TimeoutSec: 45, RetryCount: 1,
-			RetryIntervalSec: 5, Callback: execCB("random"), MisfirePolicy: persist.MisfireSkip},
-		rt: persist.Runtime{State: persist.StateFailed, Attempt: 1, LastTriggerTime: fxT0 - 300_000,
+			RetryIntervalSec: 5, Callback: execCB("random"), MisfirePolicy: model.MisfireSkip},
+		rt: model.Runtime{State: model.StateFailed, Attempt: 1, LastTriggerTime: fxT0 - 300_000,
 			LastEndTime: fxT0 - 299_000, LastExecutor: "billing@10.0.0.7:9100", FailureCount: 3},
 	}, {
-		def: persist.TaskDef{Name: "long-import", Group: "ops", Trigger: persist.TriggerCron, Cron: "30 3 * * 1",
-			Timezone: "America/New_York", TimeoutSec: 7200, Callback: execCB("round_robin"), MisfirePolicy: persist.MisfireFireOnce},
-		rt: persist.Runtime{State: persist.StateKilled, NextTriggerTime: fxT0 + 7*24*3600_000, LastTriggerTime: fxT0 - 3600_000,
+		def: model.TaskDef{Name: "long-import", Group: "ops", Trigger: model.TriggerCron, Cron: "30 3 * * 1",
+			Timezone: "America/New_York", TimeoutSec: 7200, Callback: execCB("round_robin"), MisfirePolicy: model.MisfireFireOnce},
+		rt: model.Runtime{State: model.StateKilled, NextTriggerTime: fxT0 + 7*24*3600_000, LastTriggerTime: fxT0 - 3600_000,
 			LastEndTime: fxT0 - 1800_000, LastExecutor: "billing@10.0.0.8:9100", Note: "killed by an operator"},
 	}}
-	byName := map[string]*persist.Task{}
+	byName := map[string]*model.Task{}
 	for i := range defs {
 		d := defs[i]
 		d.def.CreatedAt = fxT0 - int64(len(defs)-i)*86_400_000
@@ -166,13 +168,13 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 		fixtureExtras(&d.def) // upgrade_fill_test.go: the columns of later schema versions
 		// Every task is created WAITING at version 1 and then moved by one batch, as the
 		// engine would, so versions and the transition path are those of a live store.
-		rt := persist.Runtime{State: persist.StateWaiting, Version: 1}
+		rt := model.Runtime{State: model.StateWaiting, Version: 1}
 		if err := s.CreateTask(ctx, &d.def, &rt); err != nil {
 			t.Fatalf("CreateTask(%q): %v", d.def.Name, err)
 		}
-		byName[d.def.Name] = &persist.Task{Def: d.def, Runtime: d.rt}
+		byName[d.def.Name] = &model.Task{Def: d.def, Runtime: d.rt}
 		byName[d.def.Name].Runtime.TaskID = d.def.ID
-		if d.rt.State == persist.StateWaiting {
+		if d.rt.State == model.StateWaiting {
 			continue
 		}
 		if err := s.ApplyBatch(ctx, &persist.Batch{Transitions: []persist.Transition{{ExpectVersion: 1, Runtime: byName[d.def.Name].Runtime}}}); err != nil {
@@ -187,32 +189,32 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 		t.Fatalf("UpdateTaskDef: %v", err)
 	}
 
-	run := func(task, ticket, kind, result string, attempt int, at int64, dur int64) persist.Run {
+	run := func(task, ticket, kind, result string, attempt int, at int64, dur int64) model.Run {
 		tk := byName[task]
-		r := persist.Run{Ticket: ticket, TaskID: tk.Def.ID, TaskName: task, Kind: kind, Attempt: attempt,
+		r := model.Run{Ticket: ticket, TaskID: tk.Def.ID, TaskName: task, Kind: kind, Attempt: attempt,
 			ScheduledAt: at, DispatchedAt: at + 4, Result: result}
-		if tk.Def.Callback.Type == persist.CallbackExecutor {
+		if tk.Def.Callback.Type == model.CallbackExecutor {
 			r.Executor = "billing@10.0.0.7:9100"
 		}
-		if result != persist.ResultRunning {
+		if result != model.ResultRunning {
 			r.EndedAt = at + 4 + dur
 			r.DurationMS = dur
 		}
 		return r
 	}
-	runs := []persist.Run{
-		run("nightly-report", "fx-nightly-1", persist.RunScheduled, persist.ResultSuccess, 1, fxT0-6*3600_000, 4196),
-		run("nightly-report", "fx-nightly-0", persist.RunScheduled, persist.ResultTimeout, 1, fxT0-30*3600_000, 600_000),
-		run("invoice-run", "fx-invoice-3", persist.RunScheduled, persist.ResultRunning, 1, fxT0, 0),
-		run("invoice-run", "fx-invoice-2", persist.RunScheduled, persist.ResultLost, 1, fxT0-300_000, 0),
-		run("welcome-mail", "fx-welcome-1", persist.RunScheduled, persist.ResultSuccess, 1, fxT0+90_000, 1246),
-		run("retry-export", "fx-export-1", persist.RunScheduled, persist.ResultFailed, 1, fxT0+5_000, 10_000),
-		run("retry-export", "fx-export-2", persist.RunScheduled, persist.ResultFailed, 2, fxT0+35_000, 812),
-		run("rebuild-index", "fx-rebuild-m1", persist.RunManual, persist.ResultRunning, 1, fxT0+1_000, 0),
-		run("rebuild-index", "fx-rebuild-m0", persist.RunManual, persist.ResultSuccess, 1, fxT0-86_400_000, 3_100_000),
-		run("purge-cache", "fx-purge-1", persist.RunScheduled, persist.ResultSkipped, 1, fxT0-7_200_000, 0),
-		run("notify-finance", "fx-notify-1", persist.RunScheduled, persist.ResultFailed, 1, fxT0-300_000, 1000),
-		run("long-import", "fx-import-1", persist.RunScheduled, persist.ResultKilled, 1, fxT0-3600_000, 1_800_000),
+	runs := []model.Run{
+		run("nightly-report", "fx-nightly-1", model.RunScheduled, model.ResultSuccess, 1, fxT0-6*3600_000, 4196),
+		run("nightly-report", "fx-nightly-0", model.RunScheduled, model.ResultTimeout, 1, fxT0-30*3600_000, 600_000),
+		run("invoice-run", "fx-invoice-3", model.RunScheduled, model.ResultRunning, 1, fxT0, 0),
+		run("invoice-run", "fx-invoice-2", model.RunScheduled, model.ResultLost, 1, fxT0-300_000, 0),
+		run("welcome-mail", "fx-welcome-1", model.RunScheduled, model.ResultSuccess, 1, fxT0+90_000, 1246),
+		run("retry-export", "fx-export-1", model.RunScheduled, model.ResultFailed, 1, fxT0+5_000, 10_000),
+		run("retry-export", "fx-export-2", model.RunScheduled, model.ResultFailed, 2, fxT0+35_000, 812),
+		run("rebuild-index", "fx-rebuild-m1", model.RunManual, model.ResultRunning, 1, fxT0+1_000, 0),
+		run("rebuild-index", "fx-rebuild-m0", model.RunManual, model.ResultSuccess, 1, fxT0-86_400_000, 3_100_000),
+		run("purge-cache", "fx-purge-1", model.RunScheduled, model.ResultSkipped, 1, fxT0-7_200_000, 0),
+		run("notify-finance", "fx-notify-1", model.RunScheduled, model.ResultFailed, 1, fxT0-300_000, 1000),
+		run("long-import", "fx-import-1", model.RunScheduled, model.ResultKilled, 1, fxT0-3600_000, 1_800_000),
 	}
 	runs[1].Error = "deadline exceeded after 600s"
 	runs[3].Error = "executor billing@10.0.0.7:9100 lost with the run in flight"
@@ -224,20 +226,20 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 	runs[10].Detail = "released by fx-invoice-2"
 	runs[11].Error = "executor: run killed"
 	runs[11].Output = "imported 120000 rows, then a tab\t and ünïcödé"
-	actions := []persist.Action{}
-	act := func(task, ticket, action string, from, to persist.State, at int64, actor, detail string) {
-		a := persist.Action{TaskName: task, Ticket: ticket, Action: action, From: from, To: to, Actor: actor, At: at, Detail: detail}
+	actions := []model.Action{}
+	act := func(task, ticket, action string, from, to model.State, at int64, actor, detail string) {
+		a := model.Action{TaskName: task, Ticket: ticket, Action: action, From: from, To: to, Actor: actor, At: at, Detail: detail}
 		if tk := byName[task]; tk != nil {
 			a.TaskID = tk.Def.ID
 		}
 		actions = append(actions, a)
 	}
-	act("nightly-report", "fx-nightly-1", "fire", persist.StateScheduled, persist.StateRunning, fxT0-6*3600_000, "scheduler", "")
-	act("nightly-report", "fx-nightly-1", "success", persist.StateRunning, persist.StateScheduled, fxT0-6*3600_000+4200, "scheduler", "")
-	act("invoice-run", "fx-invoice-3", "fire", persist.StateScheduled, persist.StateRunning, fxT0, "scheduler", "")
-	act("retry-export", "fx-export-2", "retry", persist.StateRunning, persist.StateRetrying, fxT0+35_816, "scheduler", "attempt 2 of 6")
-	act("purge-cache", "", "pause", persist.StateWaiting, persist.StatePaused, fxT0-100, "alice", "paused for the migration window")
-	act("long-import", "fx-import-1", "kill", persist.StateRunning, persist.StateKilled, fxT0-1800_000, "bob", "")
+	act("nightly-report", "fx-nightly-1", "fire", model.StateScheduled, model.StateRunning, fxT0-6*3600_000, "scheduler", "")
+	act("nightly-report", "fx-nightly-1", "success", model.StateRunning, model.StateScheduled, fxT0-6*3600_000+4200, "scheduler", "")
+	act("invoice-run", "fx-invoice-3", "fire", model.StateScheduled, model.StateRunning, fxT0, "scheduler", "")
+	act("retry-export", "fx-export-2", "retry", model.StateRunning, model.StateRetrying, fxT0+35_816, "scheduler", "attempt 2 of 6")
+	act("purge-cache", "", "pause", model.StateWaiting, model.StatePaused, fxT0-100, "alice", "paused for the migration window")
+	act("long-import", "fx-import-1", "kill", model.StateRunning, model.StateKilled, fxT0-1800_000, "bob", "")
 	act("", "", "executor_lost", "", "", fxT0-299_500, "scheduler", "billing@10.0.0.9:9100 missed its heartbeats")
 	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: runs, Actions: actions}); err != nil {
 		t.Fatalf("ApplyBatch(runs, actions): %v", err)
@@ -245,11 +247,11 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 	// A later row for a ticket replaces columns: the upsert path.
 	up := runs[7]
 	up.Detail = "started by carol"
-	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{up}}); err != nil {
+	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{up}}); err != nil {
 		t.Fatalf("ApplyBatch(run update): %v", err)
 	}
 
-	for _, e := range []persist.Executor{
+	for _, e := range []model.Executor{
 		{App: "billing", Address: "10.0.0.7:9100", Protocol: "http", Handlers: []string{"invoice", "refund"},
 			RegisteredAt: fxT0 - 86_400_000, LastHeartbeat: fxT0 - 2_000, Status: "alive"},
 		{App: "billing", Address: "10.0.0.9:9100", Protocol: "http", Handlers: []string{"invoice"},

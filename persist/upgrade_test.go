@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bufio"
 	"context"
 	"database/sql"
@@ -49,11 +51,11 @@ func checkUpgrade(t *testing.T, dsn string, want *storeSnapshot) {
 // storeSnapshot is everything a fixture holds, as the store reads it.
 type storeSnapshot struct {
 	Tasks      []snapTask         `json:"tasks"`       // ListTasks, by id
-	Runs       []persist.Run      `json:"runs"`        // GetRun of every ticket ListRuns gives, by task then newest first
-	Actions    []persist.Action   `json:"actions"`     // ListActions of every task and of task 0 (alerts)
-	Executors  []persist.Executor `json:"executors"`   // ListExecutors
+	Runs       []model.Run        `json:"runs"`        // GetRun of every ticket ListRuns gives, by task then newest first
+	Actions    []model.Action     `json:"actions"`     // ListActions of every task and of task 0 (alerts)
+	Executors  []model.Executor   `json:"executors"`   // ListExecutors
 	LeaseName  string             `json:"lease_name"`  // the lease row the fixture holds
-	Lease      persist.Lease      `json:"lease"`       // ReadLease(LeaseName)
+	Lease      model.Lease        `json:"lease"`       // ReadLease(LeaseName)
 	Upstreams  []string           `json:"upstreams"`   // UpstreamNames, sorted
 	Dependents map[string][]int64 `json:"dependents"`  // Dependents(upstream) ids, per upstream
 	OpenManual []string           `json:"open_manual"` // tickets of ListRunningManual
@@ -63,9 +65,9 @@ type storeSnapshot struct {
 
 // snapTask is a task with its runtime's TaskID, which Runtime's JSON leaves out.
 type snapTask struct {
-	Def           persist.TaskDef `json:"def"`
-	Runtime       persist.Runtime `json:"runtime"`
-	RuntimeTaskID int64           `json:"runtime_task_id"`
+	Def           model.TaskDef `json:"def"`
+	Runtime       model.Runtime `json:"runtime"`
+	RuntimeTaskID int64         `json:"runtime_task_id"`
 }
 
 // fixtureLease is the lease name the fixtures hold a row for.
@@ -141,9 +143,9 @@ func snapshot(ctx context.Context, s persist.Store) (*storeSnapshot, error) {
 	for _, r := range open {
 		out.OpenManual = append(out.OpenManual, r.Ticket)
 	}
-	armed := []persist.State{persist.StateScheduled, persist.StateRetrying}
+	armed := []model.State{model.StateScheduled, model.StateRetrying}
 	const forever = int64(1) << 62
-	if err := s.LoadDue(ctx, 1, forever, armed, func(tk *persist.Task) error {
+	if err := s.LoadDue(ctx, 1, forever, armed, func(tk *model.Task) error {
 		out.Due = append(out.Due, tk.Def.ID)
 		return nil
 	}); err != nil {
@@ -227,18 +229,18 @@ func checkFixtureCoverage(t *testing.T, s *storeSnapshot) {
 		seen["executor "+e.Status] = true
 	}
 	var want []string
-	for _, tr := range []string{persist.TriggerCron, persist.TriggerDelay, persist.TriggerManual, persist.TriggerDependency} {
+	for _, tr := range []string{model.TriggerCron, model.TriggerDelay, model.TriggerManual, model.TriggerDependency} {
 		want = append(want, "trigger "+tr)
 	}
-	for _, st := range []persist.State{persist.StateWaiting, persist.StateScheduled, persist.StateRunning, persist.StateSuccess,
-		persist.StateFailed, persist.StateRetrying, persist.StatePaused, persist.StateKilled} {
+	for _, st := range []model.State{model.StateWaiting, model.StateScheduled, model.StateRunning, model.StateSuccess,
+		model.StateFailed, model.StateRetrying, model.StatePaused, model.StateKilled} {
 		want = append(want, "state "+string(st))
 	}
-	for _, r := range []string{persist.ResultRunning, persist.ResultSuccess, persist.ResultFailed, persist.ResultTimeout,
-		persist.ResultKilled, persist.ResultLost, persist.ResultSkipped} {
+	for _, r := range []string{model.ResultRunning, model.ResultSuccess, model.ResultFailed, model.ResultTimeout,
+		model.ResultKilled, model.ResultLost, model.ResultSkipped} {
 		want = append(want, "result "+r)
 	}
-	want = append(want, "kind "+persist.RunScheduled, "kind "+persist.RunManual, "alert", "executor alive", "executor lost")
+	want = append(want, "kind "+model.RunScheduled, "kind "+model.RunManual, "alert", "executor alive", "executor lost")
 	for _, w := range want {
 		if !seen[w] {
 			t.Errorf("the fixture has no %s", w)

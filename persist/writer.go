@@ -1,6 +1,8 @@
 package persist
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -124,8 +126,8 @@ func (c WriterConfig) validate() error {
 // atomic: it lands whole or not at all, and never straddles two batches.
 type Group struct {
 	Transitions []Transition
-	Runs        []Run
-	Actions     []Action
+	Runs        []model.Run
+	Actions     []model.Action
 	// Done is called exactly once, from the writer goroutine, when the group is durable
 	// (nil; each of Transitions then has Runtime.Version = ExpectVersion+1) or definitively
 	// failed: a *ConflictError (indexes into this group's
@@ -134,13 +136,13 @@ type Group struct {
 	// goroutine that commits. May be nil.
 	Done func(err error)
 	// Fires are fire records (Batch.Fires): inserted, refused when the run exists.
-	Fires []Run
+	Fires []model.Run
 
 	// Task writes (see Batch). A create whose name is taken under CreateFail fails its group
 	// with a *ConflictError whose Creates indexes into this group's Creates; it unwraps to
 	// ErrTaskExists.
 	Creates    []*TaskCreate
-	DefUpdates []TaskDef
+	DefUpdates []model.TaskDef
 	Deletes    []int64
 }
 
@@ -523,7 +525,7 @@ func (w *Writer) commit(items []queuedGroup) {
 		w.failLive(w.abortError())
 	case epoch > 0 && epoch == w.fencedEpoch:
 		writerFailedByFences.Add(len(w.live))
-		w.failLive(fmt.Errorf("cannot commit batch at lease epoch %d: %w", epoch, ErrLeaseLost))
+		w.failLive(fmt.Errorf("cannot commit batch at lease epoch %d: %w", epoch, model.ErrLeaseLost))
 	default:
 		w.apply(items, epoch)
 	}
@@ -570,7 +572,7 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			attempt = 0 // an answer too, as a conflict is
 			continue
 		}
-		if errors.Is(err, ErrLeaseLost) {
+		if errors.Is(err, model.ErrLeaseLost) {
 			writerLeaseLost.Inc()
 			writerFailedByFences.Add(len(w.live))
 			if epoch > 0 {

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"errors"
 	"fmt"
 	"testing"
@@ -10,11 +12,11 @@ import (
 )
 
 func createGroup(name string, o outcomes, seq int) *persist.Group {
-	def := &persist.TaskDef{Name: name, Group: "g", Trigger: persist.TriggerManual, Timezone: "UTC",
-		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:1/"}, MisfirePolicy: persist.MisfireFireOnce}
+	def := &model.TaskDef{Name: name, Group: "g", Trigger: model.TriggerManual, Timezone: "UTC",
+		Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:1/"}, MisfirePolicy: model.MisfireFireOnce}
 	return &persist.Group{
-		Creates: []*persist.TaskCreate{{Def: def, Runtime: persist.Runtime{State: persist.StateWaiting, Version: 1},
-			Actions: []persist.Action{{TaskName: name, Action: "create", Actor: "test"}}}},
+		Creates: []*persist.TaskCreate{{Def: def, Runtime: model.Runtime{State: model.StateWaiting, Version: 1},
+			Actions: []model.Action{{TaskName: name, Action: "create", Actor: "test"}}}},
 		Done: o.done(seq),
 	}
 }
@@ -51,7 +53,7 @@ func TestWriterCreates(t *testing.T) {
 					}
 				default:
 					var ce *persist.ConflictError
-					if !errors.As(r.err, &ce) || len(ce.Creates) != 1 || ce.Creates[0] != 0 || !errors.Is(r.err, persist.ErrTaskExists) {
+					if !errors.As(r.err, &ce) || len(ce.Creates) != 1 || ce.Creates[0] != 0 || !errors.Is(r.err, model.ErrTaskExists) {
 						t.Errorf("group %d: %v, want a *ConflictError naming create 0 and unwrapping to ErrTaskExists", r.seq, r.err)
 					}
 				}
@@ -118,11 +120,11 @@ func TestApplyBatchCreateIDs(t *testing.T) {
 			b := &persist.Batch{}
 			for i := range n {
 				name := fmt.Sprintf("c%03d", i)
-				def := &persist.TaskDef{Name: name, Group: "g", Trigger: persist.TriggerManual, Timezone: "UTC",
-					Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:1/"}, MisfirePolicy: persist.MisfireFireOnce}
+				def := &model.TaskDef{Name: name, Group: "g", Trigger: model.TriggerManual, Timezone: "UTC",
+					Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:1/"}, MisfirePolicy: model.MisfireFireOnce}
 				b.Creates = append(b.Creates, &persist.TaskCreate{Def: def,
-					Runtime: persist.Runtime{State: persist.StateWaiting, Version: 1, Note: "note of " + name},
-					Actions: []persist.Action{{TaskName: name, Action: "create", Actor: "test", Detail: "detail of " + name}}})
+					Runtime: model.Runtime{State: model.StateWaiting, Version: 1, Note: "note of " + name},
+					Actions: []model.Action{{TaskName: name, Action: "create", Actor: "test", Detail: "detail of " + name}}})
 			}
 			if err := s.ApplyBatch(ctx, b); err != nil {
 				t.Fatal(err)

@@ -1,6 +1,8 @@
 package persist_test
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -145,7 +147,7 @@ func newWriter(t *testing.T, s persist.Store, cfg persist.WriterConfig, start bo
 // task is a test task and the runtime the next transition must expect.
 type task struct {
 	name string
-	rt   persist.Runtime
+	rt   model.Runtime
 	seq  int
 }
 
@@ -160,18 +162,18 @@ func newTask(t testing.TB, s persist.Store, name string) *task {
 
 // createTask is newTask for goroutines other than the test's, which must not call Fatal.
 func createTask(ctx context.Context, s persist.Store, name string) (*task, error) {
-	def := &persist.TaskDef{
+	def := &model.TaskDef{
 		Name:             name,
 		Group:            "default",
-		Trigger:          persist.TriggerManual,
+		Trigger:          model.TriggerManual,
 		Timezone:         "UTC",
 		TimeoutSec:       300,
 		RetryIntervalSec: 30,
 		Priority:         2,
-		Callback:         persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/run"},
-		MisfirePolicy:    persist.MisfireFireOnce,
+		Callback:         model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/run"},
+		MisfirePolicy:    model.MisfireFireOnce,
 	}
-	if err := s.CreateTask(ctx, def, &persist.Runtime{State: persist.StateScheduled}); err != nil {
+	if err := s.CreateTask(ctx, def, &model.Runtime{State: model.StateScheduled}); err != nil {
 		return nil, fmt.Errorf("CreateTask %s: %w", name, err)
 	}
 	got, err := s.GetTask(ctx, name)
@@ -181,7 +183,7 @@ func createTask(ctx context.Context, s persist.Store, name string) (*task, error
 	return &task{name: name, rt: got.Runtime}, nil
 }
 
-func reload(t testing.TB, s persist.Store, name string) persist.Runtime {
+func reload(t testing.TB, s persist.Store, name string) model.Runtime {
 	t.Helper()
 	got, err := s.GetTask(testCtx(t), name)
 	if err != nil {
@@ -196,19 +198,19 @@ func (k *task) next() *persist.Group {
 	k.seq++
 	ticket := fmt.Sprintf("%s-%d", k.name, k.seq)
 	at := int64(1_700_000_000_000) + int64(k.seq)
-	from, to := k.rt.State, persist.StateRunning
-	if from == persist.StateRunning {
-		to = persist.StateScheduled
+	from, to := k.rt.State, model.StateRunning
+	if from == model.StateRunning {
+		to = model.StateScheduled
 	}
 	rt := k.rt
 	rt.State, rt.CurrentTicket, rt.LastTriggerTime = to, ticket, at
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: k.rt.Version, Runtime: rt}},
-		Runs: []persist.Run{{
-			Ticket: ticket, TaskID: rt.TaskID, TaskName: k.name, Kind: persist.RunScheduled,
-			Attempt: 1, ScheduledAt: at, DispatchedAt: at, Result: persist.ResultRunning,
+		Runs: []model.Run{{
+			Ticket: ticket, TaskID: rt.TaskID, TaskName: k.name, Kind: model.RunScheduled,
+			Attempt: 1, ScheduledAt: at, DispatchedAt: at, Result: model.ResultRunning,
 		}},
-		Actions: []persist.Action{{
+		Actions: []model.Action{{
 			TaskID: rt.TaskID, TaskName: k.name, Ticket: ticket, Action: "dispatch",
 			From: from, To: to, Actor: "scheduler", At: at,
 		}},
@@ -238,7 +240,7 @@ func checkRun(t *testing.T, s persist.Store, ticket string, want bool) {
 	switch {
 	case want && err != nil:
 		t.Errorf("GetRun %s: %v, want the run", ticket, err)
-	case !want && !errors.Is(err, persist.ErrRunNotFound):
+	case !want && !errors.Is(err, model.ErrRunNotFound):
 		t.Errorf("GetRun %s: %v, want ErrRunNotFound", ticket, err)
 	}
 }
@@ -554,7 +556,7 @@ func TestWriterConflictIsolation(t *testing.T) {
 				t.Errorf("group %d: %v, want a *ConflictError", i, got[i].err)
 				continue
 			}
-			if !slices.Equal(ce.Indexes, want) || !errors.Is(got[i].err, persist.ErrVersionConflict) {
+			if !slices.Equal(ce.Indexes, want) || !errors.Is(got[i].err, model.ErrVersionConflict) {
 				t.Errorf("group %d: conflict indexes %v, want %v", i, ce.Indexes, want)
 			}
 		}
@@ -605,7 +607,7 @@ func TestWriterFencing(t *testing.T) {
 		}
 		leaseLost := counterValue(`axe_writer_commit_errors_total{reason="lease_lost"}`)
 		g := k.next()
-		if err := w.Write(ctx, g); !errors.Is(err, persist.ErrLeaseLost) {
+		if err := w.Write(ctx, g); !errors.Is(err, model.ErrLeaseLost) {
 			t.Fatalf("Write after takeover = %v, want ErrLeaseLost", err)
 		}
 		if delta := counterValue(`axe_writer_commit_errors_total{reason="lease_lost"}`) - leaseLost; delta != 1 {
@@ -618,7 +620,7 @@ func TestWriterFencing(t *testing.T) {
 		// While the epoch stays stale, batches fail without reaching the database.
 		calls := cs.calls.Load()
 		g = k.next()
-		if err := w.Write(ctx, g); !errors.Is(err, persist.ErrLeaseLost) {
+		if err := w.Write(ctx, g); !errors.Is(err, model.ErrLeaseLost) {
 			t.Fatalf("second Write at the stale epoch = %v, want ErrLeaseLost", err)
 		}
 		if got := cs.calls.Load(); got != calls {

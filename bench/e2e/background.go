@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"database/sql"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/persist"
 )
 
 // Background work a steady phase can run beside its firing (Config.Background), to measure
@@ -58,7 +59,7 @@ func seedBackground(ctx context.Context, cfg Config, db *sql.DB, n int, written 
 		return benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 			N: cfg.BackgroundTasks, FirstID: int64(n) + 1, Prefix: "bulk",
 			Due:       func(int) int64 { return later },
-			Callback:  persist.Callback{Type: persist.CallbackExecutor, App: benchApp, Handler: benchHandler},
+			Callback:  model.Callback{Type: model.CallbackExecutor, App: benchApp, Handler: benchHandler},
 			CreatedAt: written.UnixMilli(),
 		})
 	case BackgroundPrune:

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -72,7 +74,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N:         n,
 		Due:       func(i int) int64 { return first.Add(time.Duration(i) * span / time.Duration(n)).UnixMilli() }, // span 0: all at once
-		Callback:  persist.Callback{Type: persist.CallbackExecutor, App: benchApp, Handler: benchHandler},
+		Callback:  model.Callback{Type: model.CallbackExecutor, App: benchApp, Handler: benchHandler},
 		CreatedAt: written.UnixMilli(),
 	})
 	if err != nil {
@@ -217,7 +219,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	if len(late) > 0 {
 		p.LatenessMax = time.Duration(late[len(late)-1]) * time.Millisecond
 	}
-	if p.Runtimes, p.Runs, p.Actions, err = benchkit.Recorded(ctx, db, string(persist.StateSuccess), persist.ResultSuccess); err != nil {
+	if p.Runtimes, p.Runs, p.Actions, err = benchkit.Recorded(ctx, db, string(model.StateSuccess), model.ResultSuccess); err != nil {
 		return nil, err
 	}
 	// A run's dispatch and its success are carried by its run row, which the timeline shows
@@ -254,7 +256,7 @@ func waitExecutors(ctx context.Context, eng *engine.Engine, n int) error {
 }
 
 // results are the outcomes the engine counts; a run ends in exactly one of them.
-var results = []string{persist.ResultSuccess, persist.ResultFailed, persist.ResultTimeout, persist.ResultLost, persist.ResultKilled}
+var results = []string{model.ResultSuccess, model.ResultFailed, model.ResultTimeout, model.ResultLost, model.ResultKilled}
 
 // waitDone waits until n runs have ended and every write they caused is durable: the
 // results are counted and the writer queue is empty on two polls in a row (a result is

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -398,8 +400,8 @@ func TestCrashSafety(t *testing.T) {
 			testwait.For(t, waitTimeout, "the cut-off run in the history", func() bool {
 				for _, r := range tableRows(t, axeOK(t, env, "task", "runs", "crashy", "--limit", "100"), "TICKET") {
 					if r[0] == inFlight {
-						lost = r[5] == persist.ResultLost
-						return r[5] != persist.ResultRunning
+						lost = r[5] == model.ResultLost
+						return r[5] != model.ResultRunning
 					}
 				}
 				return false
@@ -468,7 +470,7 @@ func TestSIGTERM(t *testing.T) {
 	// Restarted on the same store: the run was recorded, not lost.
 	again := startServe(t, dir, []string{"AXE_ADDR=127.0.0.1:0"})
 	rows := tableRows(t, axeOK(t, []string{"AXE_SERVER=" + again.url}, "task", "runs", "slow"), "TICKET")
-	if len(rows) != 1 || rows[0][5] != persist.ResultSuccess {
+	if len(rows) != 1 || rows[0][5] != model.ResultSuccess {
 		t.Errorf("runs after a graceful restart = %v, want one success", rows)
 	}
 }

@@ -1,6 +1,8 @@
 package persisttest
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -81,11 +83,11 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 // ---- fixtures ----
 
 // newDef returns a definition with every field set, so a round trip checks every column.
-func newDef(name string, deps ...string) *persist.TaskDef {
-	return &persist.TaskDef{
+func newDef(name string, deps ...string) *model.TaskDef {
+	return &model.TaskDef{
 		Name:             name,
 		Group:            "default",
-		Trigger:          persist.TriggerCron,
+		Trigger:          model.TriggerCron,
 		Cron:             "*/5 * * * * *",
 		DelayMS:          1500,
 		DependsOn:        deps,
@@ -95,45 +97,45 @@ func newDef(name string, deps ...string) *persist.TaskDef {
 		RetryCount:       3,
 		RetryIntervalSec: 30,
 		Priority:         2,
-		Callback: persist.Callback{Type: persist.CallbackExecutor, URL: "http://x/run",
+		Callback: model.Callback{Type: model.CallbackExecutor, URL: "http://x/run",
 			App: "billing", Handler: "settle", Route: "hash"},
 		Params:        json.RawMessage(`{"region":"eu","ids":[1,2,3]}`),
-		MisfirePolicy: persist.MisfireFireOnce,
+		MisfirePolicy: model.MisfireFireOnce,
 		CreatedAt:     1_700_000_000_000,
 		UpdatedAt:     1_700_000_000_001,
 	}
 }
 
-func newRuntime(state persist.State, next int64) *persist.Runtime {
-	return &persist.Runtime{State: state, NextTriggerTime: next, Version: 1}
+func newRuntime(state model.State, next int64) *model.Runtime {
+	return &model.Runtime{State: state, NextTriggerTime: next, Version: 1}
 }
 
-func create(t *testing.T, ctx context.Context, s persist.Store, def *persist.TaskDef, rt *persist.Runtime) *persist.Task {
+func create(t *testing.T, ctx context.Context, s persist.Store, def *model.TaskDef, rt *model.Runtime) *model.Task {
 	t.Helper()
 	if err := s.CreateTask(ctx, def, rt); err != nil {
 		t.Fatalf("CreateTask(%q): %v", def.Name, err)
 	}
-	return &persist.Task{Def: *def, Runtime: *rt}
+	return &model.Task{Def: *def, Runtime: *rt}
 }
 
 // createMany creates n tasks named prefix-i concurrently (a few at a time, as the API
 // would) and returns them in name order. next(i) gives each its next_trigger_time.
-func createMany(t *testing.T, ctx context.Context, s persist.Store, prefix string, n int, next func(i int) int64) []*persist.Task {
+func createMany(t *testing.T, ctx context.Context, s persist.Store, prefix string, n int, next func(i int) int64) []*model.Task {
 	t.Helper()
 	const workers = 4
-	out := make([]*persist.Task, n)
+	out := make([]*model.Task, n)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
 				def := newDef(fmt.Sprintf("%s-%04d", prefix, i))
-				rt := newRuntime(persist.StateScheduled, next(i))
+				rt := newRuntime(model.StateScheduled, next(i))
 				if err := s.CreateTask(ctx, def, rt); err != nil {
 					errs <- err
 					return
 				}
-				out[i] = &persist.Task{Def: *def, Runtime: *rt}
+				out[i] = &model.Task{Def: *def, Runtime: *rt}
 			}
 		})
 	}
@@ -145,7 +147,7 @@ func createMany(t *testing.T, ctx context.Context, s persist.Store, prefix strin
 	return out
 }
 
-func getByID(t *testing.T, ctx context.Context, s persist.Store, id int64) *persist.Task {
+func getByID(t *testing.T, ctx context.Context, s persist.Store, id int64) *model.Task {
 	t.Helper()
 	got, err := s.GetTaskByID(ctx, id)
 	if err != nil {
@@ -155,21 +157,21 @@ func getByID(t *testing.T, ctx context.Context, s persist.Store, id int64) *pers
 }
 
 // transition moves task to state, expecting its current version.
-func transition(task *persist.Task, state persist.State, next int64) persist.Transition {
+func transition(task *model.Task, state model.State, next int64) persist.Transition {
 	rt := task.Runtime
 	rt.State = state
 	rt.NextTriggerTime = next
 	return persist.Transition{ExpectVersion: task.Runtime.Version, Runtime: rt}
 }
 
-func newRun(task *persist.Task, ticket string, scheduledAt int64, result string) persist.Run {
-	return persist.Run{Ticket: ticket, TaskID: task.Def.ID, TaskName: task.Def.Name,
-		Kind: persist.RunScheduled, Attempt: 1, ScheduledAt: scheduledAt,
+func newRun(task *model.Task, ticket string, scheduledAt int64, result string) model.Run {
+	return model.Run{Ticket: ticket, TaskID: task.Def.ID, TaskName: task.Def.Name,
+		Kind: model.RunScheduled, Attempt: 1, ScheduledAt: scheduledAt,
 		DispatchedAt: scheduledAt + 3, Executor: "10.0.0.1:9000", Result: result}
 }
 
-func newAction(task *persist.Task, ticket, action string, from, to persist.State, at int64) persist.Action {
-	return persist.Action{TaskID: task.Def.ID, TaskName: task.Def.Name, Ticket: ticket,
+func newAction(task *model.Task, ticket, action string, from, to model.State, at int64) model.Action {
+	return model.Action{TaskID: task.Def.ID, TaskName: task.Def.Name, Ticket: ticket,
 		Action: action, From: from, To: to, Actor: "scheduler", At: at, Detail: "d:" + action}
 }
 
@@ -181,7 +183,7 @@ func equal(t *testing.T, what string, got, want any) {
 }
 
 // names returns the task names in order, nil for no tasks.
-func names(tasks []persist.Task) []string {
+func names(tasks []model.Task) []string {
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -192,10 +194,10 @@ func names(tasks []persist.Task) []string {
 	return out
 }
 
-func collect(t *testing.T, load func(fn func(*persist.Task) error) error) []persist.Task {
+func collect(t *testing.T, load func(fn func(*model.Task) error) error) []model.Task {
 	t.Helper()
-	var out []persist.Task
-	if err := load(func(task *persist.Task) error {
+	var out []model.Task
+	if err := load(func(task *model.Task) error {
 		out = append(out, *task)
 		return nil
 	}); err != nil {
@@ -210,7 +212,7 @@ func wantConflict(t *testing.T, err error, indexes ...int) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("ApplyBatch = %v, want *ConflictError", err)
 	}
-	if !errors.Is(err, persist.ErrVersionConflict) {
+	if !errors.Is(err, model.ErrVersionConflict) {
 		t.Fatalf("ConflictError does not unwrap to ErrVersionConflict")
 	}
 	equal(t, "conflict indexes", ce.Indexes, indexes)
@@ -218,12 +220,12 @@ func wantConflict(t *testing.T, err error, indexes ...int) {
 
 func wantNoRun(t *testing.T, ctx context.Context, s persist.Store, ticket string) {
 	t.Helper()
-	if _, err := s.GetRun(ctx, ticket); !errors.Is(err, persist.ErrRunNotFound) {
+	if _, err := s.GetRun(ctx, ticket); !errors.Is(err, model.ErrRunNotFound) {
 		t.Fatalf("GetRun(%q) = %v, want ErrRunNotFound", ticket, err)
 	}
 }
 
-func wantActions(t *testing.T, ctx context.Context, s persist.Store, taskID int64, n int) []persist.Action {
+func wantActions(t *testing.T, ctx context.Context, s persist.Store, taskID int64, n int) []model.Action {
 	t.Helper()
 	got, err := s.ListActions(ctx, taskID, 0)
 	if err != nil {
@@ -244,7 +246,7 @@ func testMigrateTwice(t *testing.T, ctx context.Context, s persist.Store) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping: %v", err)
 	}
-	task := create(t, ctx, s, newDef("before"), newRuntime(persist.StateWaiting, 0))
+	task := create(t, ctx, s, newDef("before"), newRuntime(model.StateWaiting, 0))
 	for range 2 {
 		if err := s.Migrate(ctx); err != nil {
 			t.Fatalf("Migrate again: %v", err)
@@ -267,7 +269,7 @@ func testMigrateConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
 			t.Fatalf("concurrent Migrate %d: %v", i, err)
 		}
 	}
-	create(t, ctx, s, newDef("after"), newRuntime(persist.StateWaiting, 0))
+	create(t, ctx, s, newDef("after"), newRuntime(model.StateWaiting, 0))
 }
 
 // ---- tasks ----
@@ -275,7 +277,7 @@ func testMigrateConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
 func testCreateRoundTrip(t *testing.T, ctx context.Context, s persist.Store) {
 	def := newDef("报表-nightly 🚀", "b", "a", "b")
 	def.Paused = true
-	rt := &persist.Runtime{State: persist.StatePaused, CurrentTicket: "t-1", Attempt: 2,
+	rt := &model.Runtime{State: model.StatePaused, CurrentTicket: "t-1", Attempt: 2,
 		NextTriggerTime: 1_700_000_100_000, LastTriggerTime: 11, LastEndTime: 12,
 		LastExecutor: "10.0.0.9:9000", SuccessCount: 5, FailureCount: 6, Note: "paused by ops", Version: 7}
 	if err := s.CreateTask(ctx, def, rt); err != nil {
@@ -284,7 +286,7 @@ func testCreateRoundTrip(t *testing.T, ctx context.Context, s persist.Store) {
 	if def.ID <= 0 || rt.TaskID != def.ID {
 		t.Fatalf("CreateTask set def.ID=%d rt.TaskID=%d", def.ID, rt.TaskID)
 	}
-	want := &persist.Task{Def: *def, Runtime: *rt}
+	want := &model.Task{Def: *def, Runtime: *rt}
 	want.Def.DependsOn = []string{"b", "a"} // deduplicated, order kept
 	byName, err := s.GetTask(ctx, def.Name)
 	if err != nil {
@@ -294,21 +296,21 @@ func testCreateRoundTrip(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "GetTaskByID", getByID(t, ctx, s, def.ID), want)
 
 	// Zero values survive too: no params, no deps, no callback URL.
-	bare := &persist.TaskDef{Name: "bare", Group: "g", Trigger: persist.TriggerManual,
-		Callback: persist.Callback{Type: persist.CallbackHTTP, URL: "http://h/x"}}
-	bareRT := &persist.Runtime{State: persist.StateWaiting}
+	bare := &model.TaskDef{Name: "bare", Group: "g", Trigger: model.TriggerManual,
+		Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://h/x"}}
+	bareRT := &model.Runtime{State: model.StateWaiting}
 	create(t, ctx, s, bare, bareRT)
-	equal(t, "bare task", getByID(t, ctx, s, bare.ID), &persist.Task{Def: *bare, Runtime: *bareRT})
+	equal(t, "bare task", getByID(t, ctx, s, bare.ID), &model.Task{Def: *bare, Runtime: *bareRT})
 	if bare.ID <= def.ID {
 		t.Fatalf("second id %d not above first %d", bare.ID, def.ID)
 	}
 }
 
 func testCreateDuplicate(t *testing.T, ctx context.Context, s persist.Store) {
-	first := create(t, ctx, s, newDef("job"), newRuntime(persist.StateWaiting, 0))
+	first := create(t, ctx, s, newDef("job"), newRuntime(model.StateWaiting, 0))
 	dup := newDef("job", "upstream-x")
-	err := s.CreateTask(ctx, dup, newRuntime(persist.StateScheduled, 5))
-	if !errors.Is(err, persist.ErrTaskExists) {
+	err := s.CreateTask(ctx, dup, newRuntime(model.StateScheduled, 5))
+	if !errors.Is(err, model.ErrTaskExists) {
 		t.Fatalf("CreateTask(duplicate) = %v, want ErrTaskExists", err)
 	}
 	// The failed create left nothing behind: no second runtime, no dependency edge.
@@ -320,22 +322,22 @@ func testCreateDuplicate(t *testing.T, ctx context.Context, s persist.Store) {
 	}
 	equal(t, "original task", getByID(t, ctx, s, first.Def.ID), first)
 	// Names are case-sensitive on both stores.
-	create(t, ctx, s, newDef("JOB"), newRuntime(persist.StateWaiting, 0))
+	create(t, ctx, s, newDef("JOB"), newRuntime(model.StateWaiting, 0))
 }
 
 func testNotFound(t *testing.T, ctx context.Context, s persist.Store) {
-	if _, err := s.GetTask(ctx, "nope"); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTask(ctx, "nope"); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("GetTask = %v, want ErrTaskNotFound", err)
 	}
-	if _, err := s.GetTaskByID(ctx, 424242); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTaskByID(ctx, 424242); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("GetTaskByID = %v, want ErrTaskNotFound", err)
 	}
 	def := newDef("ghost")
 	def.ID = 424242
-	if err := s.UpdateTaskDef(ctx, def); !errors.Is(err, persist.ErrTaskNotFound) {
+	if err := s.UpdateTaskDef(ctx, def); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("UpdateTaskDef = %v, want ErrTaskNotFound", err)
 	}
-	if err := s.DeleteTask(ctx, 424242); !errors.Is(err, persist.ErrTaskNotFound) {
+	if err := s.DeleteTask(ctx, 424242); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("DeleteTask = %v, want ErrTaskNotFound", err)
 	}
 	wantNoRun(t, ctx, s, "no-such-ticket")
@@ -348,15 +350,15 @@ func testNotFound(t *testing.T, ctx context.Context, s persist.Store) {
 }
 
 func testListTasks(t *testing.T, ctx context.Context, s persist.Store) {
-	var all []*persist.Task
+	var all []*model.Task
 	for i, grp := range []string{"a", "b", "a", "b", "a"} {
 		def := newDef(fmt.Sprintf("t%d", i))
 		def.Group = grp
-		all = append(all, create(t, ctx, s, def, newRuntime(persist.StateWaiting, 0)))
+		all = append(all, create(t, ctx, s, def, newRuntime(model.StateWaiting, 0)))
 	}
 	// Move t1 and t4 to SCHEDULED.
 	b := &persist.Batch{Transitions: []persist.Transition{
-		transition(all[1], persist.StateScheduled, 10), transition(all[4], persist.StateScheduled, 20)}}
+		transition(all[1], model.StateScheduled, 10), transition(all[4], model.StateScheduled, 20)}}
 	if err := s.ApplyBatch(ctx, b); err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
 	}
@@ -370,8 +372,8 @@ func testListTasks(t *testing.T, ctx context.Context, s persist.Store) {
 	}
 	equal(t, "all", list(persist.TaskFilter{}), []string{"t0", "t1", "t2", "t3", "t4"})
 	equal(t, "group a", list(persist.TaskFilter{Group: "a"}), []string{"t0", "t2", "t4"})
-	equal(t, "scheduled", list(persist.TaskFilter{State: persist.StateScheduled}), []string{"t1", "t4"})
-	equal(t, "group a scheduled", list(persist.TaskFilter{Group: "a", State: persist.StateScheduled}), []string{"t4"})
+	equal(t, "scheduled", list(persist.TaskFilter{State: model.StateScheduled}), []string{"t1", "t4"})
+	equal(t, "group a scheduled", list(persist.TaskFilter{Group: "a", State: model.StateScheduled}), []string{"t4"})
 	equal(t, "limit", list(persist.TaskFilter{Limit: 2}), []string{"t0", "t1"})
 
 	// Keyset pagination visits every task once.
@@ -395,7 +397,7 @@ func testListTasks(t *testing.T, ctx context.Context, s persist.Store) {
 	if err != nil || len(tasks) != 1 {
 		t.Fatalf("ListTasks(after t3) = %v, %v", names(tasks), err)
 	}
-	if rt := tasks[0].Runtime; rt.State != persist.StateScheduled || rt.NextTriggerTime != 20 || rt.Version != 2 {
+	if rt := tasks[0].Runtime; rt.State != model.StateScheduled || rt.NextTriggerTime != 20 || rt.Version != 2 {
 		t.Fatalf("t4 runtime = %+v", rt)
 	}
 	if n, err := s.CountTasks(ctx); err != nil || n != 5 {
@@ -404,22 +406,22 @@ func testListTasks(t *testing.T, ctx context.Context, s persist.Store) {
 }
 
 func testUpdateTaskDef(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("report", "extract"), newRuntime(persist.StateScheduled, 77))
-	create(t, ctx, s, newDef("taken"), newRuntime(persist.StateWaiting, 0))
+	task := create(t, ctx, s, newDef("report", "extract"), newRuntime(model.StateScheduled, 77))
+	create(t, ctx, s, newDef("taken"), newRuntime(model.StateWaiting, 0))
 
 	def := task.Def
 	def.Name = "report-v2"
 	def.Group = "finance"
-	def.Trigger = persist.TriggerDependency
+	def.Trigger = model.TriggerDependency
 	def.Cron = ""
 	def.DelayMS = 0
 	def.DependsOn = []string{"load", "transform"}
 	def.DependsMode = "any"
 	def.Timezone = "UTC"
 	def.TimeoutSec, def.RetryCount, def.RetryIntervalSec, def.Priority = 60, 1, 10, 0
-	def.Callback = persist.Callback{Type: persist.CallbackHTTP, URL: "http://svc/report"}
+	def.Callback = model.Callback{Type: model.CallbackHTTP, URL: "http://svc/report"}
 	def.Params = json.RawMessage(`{"v":2}`)
-	def.MisfirePolicy = persist.MisfireSkip
+	def.MisfirePolicy = model.MisfireSkip
 	def.Paused = true
 	def.UpdatedAt = 1_800_000_000_000
 	sent := def
@@ -430,7 +432,7 @@ func testUpdateTaskDef(t *testing.T, ctx context.Context, s persist.Store) {
 	got := getByID(t, ctx, s, task.Def.ID)
 	equal(t, "updated def", got.Def, def)
 	equal(t, "runtime untouched", got.Runtime, task.Runtime)
-	if _, err := s.GetTask(ctx, "report"); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTask(ctx, "report"); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("old name still found: %v", err)
 	}
 	if deps, _ := s.Dependents(ctx, "extract"); len(deps) != 0 {
@@ -458,7 +460,7 @@ func testUpdateTaskDef(t *testing.T, ctx context.Context, s persist.Store) {
 	clash := def
 	clash.Name = "taken"
 	clash.DependsOn = []string{"zzz"}
-	if err := s.UpdateTaskDef(ctx, &clash); !errors.Is(err, persist.ErrTaskExists) {
+	if err := s.UpdateTaskDef(ctx, &clash); !errors.Is(err, model.ErrTaskExists) {
 		t.Fatalf("UpdateTaskDef(rename onto taken) = %v, want ErrTaskExists", err)
 	}
 	equal(t, "def after failed rename", getByID(t, ctx, s, task.Def.ID).Def, def)
@@ -468,12 +470,12 @@ func testUpdateTaskDef(t *testing.T, ctx context.Context, s persist.Store) {
 }
 
 func testDeleteTask(t *testing.T, ctx context.Context, s persist.Store) {
-	keep := create(t, ctx, s, newDef("keep"), newRuntime(persist.StateScheduled, 100))
-	gone := create(t, ctx, s, newDef("gone", "keep"), newRuntime(persist.StateScheduled, 100))
+	keep := create(t, ctx, s, newDef("keep"), newRuntime(model.StateScheduled, 100))
+	gone := create(t, ctx, s, newDef("gone", "keep"), newRuntime(model.StateScheduled, 100))
 	b := &persist.Batch{
-		Transitions: []persist.Transition{transition(gone, persist.StateRunning, 100)},
-		Runs:        []persist.Run{newRun(gone, "gone-1", 100, persist.ResultRunning)},
-		Actions:     []persist.Action{newAction(gone, "gone-1", "dispatch", persist.StateScheduled, persist.StateRunning, 101)},
+		Transitions: []persist.Transition{transition(gone, model.StateRunning, 100)},
+		Runs:        []model.Run{newRun(gone, "gone-1", 100, model.ResultRunning)},
+		Actions:     []model.Action{newAction(gone, "gone-1", "dispatch", model.StateScheduled, model.StateRunning, 101)},
 	}
 	if err := s.ApplyBatch(ctx, b); err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
@@ -481,17 +483,17 @@ func testDeleteTask(t *testing.T, ctx context.Context, s persist.Store) {
 	if err := s.DeleteTask(ctx, gone.Def.ID); err != nil {
 		t.Fatalf("DeleteTask: %v", err)
 	}
-	if _, err := s.GetTaskByID(ctx, gone.Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTaskByID(ctx, gone.Def.ID); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("GetTaskByID(deleted) = %v", err)
 	}
-	if _, err := s.GetTask(ctx, "gone"); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTask(ctx, "gone"); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("GetTask(deleted) = %v", err)
 	}
 	if deps, _ := s.Dependents(ctx, "keep"); len(deps) != 0 {
 		t.Fatalf("deleted task still a dependent: %v", names(deps))
 	}
-	due := collect(t, func(fn func(*persist.Task) error) error {
-		return s.LoadByState(ctx, []persist.State{persist.StateRunning, persist.StateScheduled}, fn)
+	due := collect(t, func(fn func(*model.Task) error) error {
+		return s.LoadByState(ctx, []model.State{model.StateRunning, model.StateScheduled}, fn)
 	})
 	equal(t, "tasks left", names(due), []string{"keep"})
 	// The audit trail outlives the task.
@@ -499,11 +501,11 @@ func testDeleteTask(t *testing.T, ctx context.Context, s persist.Store) {
 		t.Fatalf("run of deleted task: %v", err)
 	}
 	wantActions(t, ctx, s, gone.Def.ID, 1)
-	if err := s.DeleteTask(ctx, gone.Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+	if err := s.DeleteTask(ctx, gone.Def.ID); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("DeleteTask twice = %v, want ErrTaskNotFound", err)
 	}
 	// Ids are never reused, even the highest one after its deletion.
-	again := create(t, ctx, s, newDef("gone"), newRuntime(persist.StateWaiting, 0))
+	again := create(t, ctx, s, newDef("gone"), newRuntime(model.StateWaiting, 0))
 	if again.Def.ID <= gone.Def.ID {
 		t.Fatalf("new id %d reuses or precedes deleted id %d", again.Def.ID, gone.Def.ID)
 	}
@@ -511,11 +513,11 @@ func testDeleteTask(t *testing.T, ctx context.Context, s persist.Store) {
 }
 
 func testDependents(t *testing.T, ctx context.Context, s persist.Store) {
-	create(t, ctx, s, newDef("a"), newRuntime(persist.StateWaiting, 0))
-	create(t, ctx, s, newDef("b"), newRuntime(persist.StateWaiting, 0))
-	c := create(t, ctx, s, newDef("c", "a", "b"), newRuntime(persist.StateWaiting, 0))
-	create(t, ctx, s, newDef("d", "a"), newRuntime(persist.StateWaiting, 0))
-	get := func(up string) []persist.Task {
+	create(t, ctx, s, newDef("a"), newRuntime(model.StateWaiting, 0))
+	create(t, ctx, s, newDef("b"), newRuntime(model.StateWaiting, 0))
+	c := create(t, ctx, s, newDef("c", "a", "b"), newRuntime(model.StateWaiting, 0))
+	create(t, ctx, s, newDef("d", "a"), newRuntime(model.StateWaiting, 0))
+	get := func(up string) []model.Task {
 		t.Helper()
 		deps, err := s.Dependents(ctx, up)
 		if err != nil {
@@ -538,36 +540,36 @@ func testDependents(t *testing.T, ctx context.Context, s persist.Store) {
 func testLoadDueRange(t *testing.T, ctx context.Context, s persist.Store) {
 	type row struct {
 		name  string
-		state persist.State
+		state model.State
 		next  int64
 	}
 	rows := []row{
-		{"never", persist.StateScheduled, 0},  // 0 = no next fire: excluded even if from <= 0
-		{"early", persist.StateScheduled, 50}, // before the window
-		{"first", persist.StateScheduled, 100},
-		{"paused", persist.StatePaused, 150}, // wrong state
-		{"tie-a", persist.StateWaiting, 200},
-		{"tie-b", persist.StateScheduled, 200},
-		{"last", persist.StateRetrying, 299},
-		{"edge", persist.StateScheduled, 300}, // to is exclusive
-		{"late", persist.StateScheduled, 900},
+		{"never", model.StateScheduled, 0},  // 0 = no next fire: excluded even if from <= 0
+		{"early", model.StateScheduled, 50}, // before the window
+		{"first", model.StateScheduled, 100},
+		{"paused", model.StatePaused, 150}, // wrong state
+		{"tie-a", model.StateWaiting, 200},
+		{"tie-b", model.StateScheduled, 200},
+		{"last", model.StateRetrying, 299},
+		{"edge", model.StateScheduled, 300}, // to is exclusive
+		{"late", model.StateScheduled, 900},
 	}
 	// Insert out of time order so index order is not insertion order.
 	for _, i := range []int{8, 6, 0, 5, 2, 7, 1, 4, 3} {
 		create(t, ctx, s, newDef(rows[i].name), newRuntime(rows[i].state, rows[i].next))
 	}
-	due := func(from, to int64, states ...persist.State) []string {
+	due := func(from, to int64, states ...model.State) []string {
 		t.Helper()
-		return names(collect(t, func(fn func(*persist.Task) error) error {
+		return names(collect(t, func(fn func(*model.Task) error) error {
 			return s.LoadDue(ctx, from, to, states, fn)
 		}))
 	}
-	active := []persist.State{persist.StateScheduled, persist.StateWaiting, persist.StateRetrying}
+	active := []model.State{model.StateScheduled, model.StateWaiting, model.StateRetrying}
 	// Ties on next_trigger_time come in id order: tie-b was created before tie-a.
 	equal(t, "[100,300)", due(100, 300, active...), []string{"first", "tie-b", "tie-a", "last"})
 	equal(t, "[0,100)", due(0, 100, active...), []string{"early"})
-	equal(t, "scheduled only", due(0, 1000, persist.StateScheduled), []string{"early", "first", "tie-b", "edge", "late"})
-	equal(t, "paused", due(0, 1000, persist.StatePaused), []string{"paused"})
+	equal(t, "scheduled only", due(0, 1000, model.StateScheduled), []string{"early", "first", "tie-b", "edge", "late"})
+	equal(t, "paused", due(0, 1000, model.StatePaused), []string{"paused"})
 	equal(t, "empty window", due(300, 300, active...), []string(nil))
 	equal(t, "inverted window", due(500, 100, active...), []string(nil))
 	equal(t, "no states", due(0, 1000), []string(nil))
@@ -577,7 +579,7 @@ func testLoadDueEarlyStop(t *testing.T, ctx context.Context, s persist.Store) {
 	createMany(t, ctx, s, "due", 40, func(i int) int64 { return int64(1000 + i) })
 	stop := errors.New("window full")
 	calls := 0
-	err := s.LoadDue(ctx, 0, 1<<40, []persist.State{persist.StateScheduled}, func(*persist.Task) error {
+	err := s.LoadDue(ctx, 0, 1<<40, []model.State{model.StateScheduled}, func(*model.Task) error {
 		calls++
 		if calls == 3 {
 			return stop
@@ -592,8 +594,8 @@ func testLoadDueEarlyStop(t *testing.T, ctx context.Context, s persist.Store) {
 	}
 	// The store is usable after an abandoned stream.
 	for range 3 {
-		got := collect(t, func(fn func(*persist.Task) error) error {
-			return s.LoadDue(ctx, 1000, 1010, []persist.State{persist.StateScheduled}, fn)
+		got := collect(t, func(fn func(*model.Task) error) error {
+			return s.LoadDue(ctx, 1000, 1010, []model.State{model.StateScheduled}, fn)
 		})
 		if len(got) != 10 {
 			t.Fatalf("LoadDue after early stop returned %d tasks, want 10", len(got))
@@ -606,14 +608,14 @@ func testLoadDueStream(t *testing.T, ctx context.Context, s persist.Store) {
 	// A scrambled, tie-rich order of fire times.
 	created := createMany(t, ctx, s, "s", n, func(i int) int64 { return int64(5000 + (i*37)%101) })
 	want := slices.Clone(created)
-	slices.SortFunc(want, func(a, b *persist.Task) int {
+	slices.SortFunc(want, func(a, b *model.Task) int {
 		if a.Runtime.NextTriggerTime != b.Runtime.NextTriggerTime {
 			return int(a.Runtime.NextTriggerTime - b.Runtime.NextTriggerTime)
 		}
 		return int(a.Def.ID - b.Def.ID)
 	})
-	var got []*persist.Task
-	err := s.LoadDue(ctx, 0, 1<<40, []persist.State{persist.StateScheduled}, func(task *persist.Task) error {
+	var got []*model.Task
+	err := s.LoadDue(ctx, 0, 1<<40, []model.State{model.StateScheduled}, func(task *model.Task) error {
 		// The stream does not hold the store: the callback may use it, as the engine does.
 		if len(got)%50 == 0 {
 			if _, err := s.GetTaskByID(ctx, task.Def.ID); err != nil {
@@ -632,10 +634,10 @@ func testLoadDueStream(t *testing.T, ctx context.Context, s persist.Store) {
 // LoadDueRefs returns exactly LoadDue's rows, as (id, next trigger time) pairs.
 func testLoadDueRefs(t *testing.T, ctx context.Context, s persist.Store) {
 	created := createMany(t, ctx, s, "r", 120, func(i int) int64 { return int64((i * 53) % 97) })
-	for _, st := range []persist.State{persist.StatePaused, persist.StateRetrying} {
+	for _, st := range []model.State{model.StatePaused, model.StateRetrying} {
 		create(t, ctx, s, newDef("state-"+string(st)), newRuntime(st, 40))
 	}
-	refs := func(from, to int64, states ...persist.State) []persist.DueRef {
+	refs := func(from, to int64, states ...model.State) []persist.DueRef {
 		t.Helper()
 		var out []persist.DueRef
 		if err := s.LoadDueRefs(ctx, from, to, states, func(r persist.DueRef) error {
@@ -649,16 +651,16 @@ func testLoadDueRefs(t *testing.T, ctx context.Context, s persist.Store) {
 	}
 	for _, w := range []struct {
 		from, to int64
-		states   []persist.State
+		states   []model.State
 	}{
-		{0, 1000, []persist.State{persist.StateScheduled}},
-		{10, 40, []persist.State{persist.StateScheduled, persist.StateRetrying}},
-		{40, 41, []persist.State{persist.StateRetrying}},
-		{50, 50, []persist.State{persist.StateScheduled}},
+		{0, 1000, []model.State{model.StateScheduled}},
+		{10, 40, []model.State{model.StateScheduled, model.StateRetrying}},
+		{40, 41, []model.State{model.StateRetrying}},
+		{50, 50, []model.State{model.StateScheduled}},
 		{0, 1000, nil},
 	} {
 		var want []persist.DueRef
-		for _, task := range collect(t, func(fn func(*persist.Task) error) error {
+		for _, task := range collect(t, func(fn func(*model.Task) error) error {
 			return s.LoadDue(ctx, w.from, w.to, w.states, fn)
 		}) {
 			want = append(want, persist.DueRef{TaskID: task.Def.ID, NextTriggerTime: task.Runtime.NextTriggerTime})
@@ -667,12 +669,12 @@ func testLoadDueRefs(t *testing.T, ctx context.Context, s persist.Store) {
 		equal(t, fmt.Sprintf("refs [%d,%d) %v", w.from, w.to, w.states), refs(w.from, w.to, w.states...), want)
 	}
 	// The rows really are there: next trigger time 0 is excluded, as in LoadDue.
-	if got := refs(0, 1000, persist.StateScheduled); len(got) != len(created)-2 {
+	if got := refs(0, 1000, model.StateScheduled); len(got) != len(created)-2 {
 		t.Fatalf("LoadDueRefs over everything returned %d refs, want %d (two tasks have no next fire)", len(got), len(created)-2)
 	}
 	stop := errors.New("stop")
 	calls := 0
-	if err := s.LoadDueRefs(ctx, 0, 1000, []persist.State{persist.StateScheduled}, func(persist.DueRef) error {
+	if err := s.LoadDueRefs(ctx, 0, 1000, []model.State{model.StateScheduled}, func(persist.DueRef) error {
 		calls++
 		return stop
 	}); !errors.Is(err, stop) || calls != 1 {
@@ -684,66 +686,66 @@ func testLoadDueRefs(t *testing.T, ctx context.Context, s persist.Store) {
 func testLoadByIDs(t *testing.T, ctx context.Context, s persist.Store) {
 	created := createMany(t, ctx, s, "b", 2100, func(i int) int64 { return int64(1000 + i) })
 	var ids []int64
-	var want []persist.Task
+	var want []model.Task
 	for i := len(created) - 1; i >= 0; i -= 2 { // every other task, in reverse order
 		ids = append(ids, created[i].Def.ID)
 		want = append(want, *created[i])
 	}
 	ids = append(ids, ids[0], 1<<40) // a repeat and an unknown id
-	slices.SortFunc(want, func(a, b persist.Task) int { return int(a.Def.ID - b.Def.ID) })
-	got := collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
+	slices.SortFunc(want, func(a, b model.Task) int { return int(a.Def.ID - b.Def.ID) })
+	got := collect(t, func(fn func(*model.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
 	equal(t, "LoadByIDs", got, want)
-	equal(t, "LoadByIDs(none)", collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, nil, fn) }), []persist.Task(nil))
+	equal(t, "LoadByIDs(none)", collect(t, func(fn func(*model.Task) error) error { return s.LoadByIDs(ctx, nil, fn) }), []model.Task(nil))
 }
 
 // Loads decode each task's own callback when neighbouring rows share theirs or not
 // (a stream decodes a callback only when it differs from the previous row's).
 func testLoadSharedCallbacks(t *testing.T, ctx context.Context, s persist.Store) {
-	a := persist.Callback{Type: persist.CallbackExecutor, App: "billing", Handler: "settle"}
-	b := persist.Callback{Type: persist.CallbackHTTP, URL: "http://127.0.0.1:9/hook"}
-	c := persist.Callback{Type: persist.CallbackExecutor, App: "billing", Handler: "settle", Route: "hash"}
+	a := model.Callback{Type: model.CallbackExecutor, App: "billing", Handler: "settle"}
+	b := model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:9/hook"}
+	c := model.Callback{Type: model.CallbackExecutor, App: "billing", Handler: "settle", Route: "hash"}
 	var ids []int64
-	var want []persist.Task
-	for i, cb := range []persist.Callback{a, a, b, b, a, c, a} {
+	var want []model.Task
+	for i, cb := range []model.Callback{a, a, b, b, a, c, a} {
 		def := newDef(fmt.Sprintf("cb-%d", i))
 		def.Callback = cb
-		rt := newRuntime(persist.StateScheduled, int64(5000+i))
+		rt := newRuntime(model.StateScheduled, int64(5000+i))
 		if err := s.CreateTask(ctx, def, rt); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, def.ID)
-		want = append(want, persist.Task{Def: *def, Runtime: *rt})
+		want = append(want, model.Task{Def: *def, Runtime: *rt})
 	}
-	got := collect(t, func(fn func(*persist.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
+	got := collect(t, func(fn func(*model.Task) error) error { return s.LoadByIDs(ctx, ids, fn) })
 	equal(t, "LoadByIDs", got, want)
-	got = collect(t, func(fn func(*persist.Task) error) error {
-		return s.LoadDue(ctx, 5000, 5007, []persist.State{persist.StateScheduled}, fn)
+	got = collect(t, func(fn func(*model.Task) error) error {
+		return s.LoadDue(ctx, 5000, 5007, []model.State{model.StateScheduled}, fn)
 	})
 	equal(t, "LoadDue", got, want)
 }
 
 func testLoadByState(t *testing.T, ctx context.Context, s persist.Store) {
-	var tasks []*persist.Task
-	for i, st := range []persist.State{persist.StateRunning, persist.StateWaiting, persist.StateRetrying,
-		persist.StateRunning, persist.StateSuccess} {
+	var tasks []*model.Task
+	for i, st := range []model.State{model.StateRunning, model.StateWaiting, model.StateRetrying,
+		model.StateRunning, model.StateSuccess} {
 		tasks = append(tasks, create(t, ctx, s, newDef(fmt.Sprintf("t%d", i)), newRuntime(st, int64(1000-i))))
 	}
-	load := func(states ...persist.State) []string {
+	load := func(states ...model.State) []string {
 		t.Helper()
-		return names(collect(t, func(fn func(*persist.Task) error) error { return s.LoadByState(ctx, states, fn) }))
+		return names(collect(t, func(fn func(*model.Task) error) error { return s.LoadByState(ctx, states, fn) }))
 	}
-	equal(t, "in flight", load(persist.StateRunning, persist.StateRetrying), []string{"t0", "t2", "t3"})
-	equal(t, "success", load(persist.StateSuccess), []string{"t4"})
-	equal(t, "killed", load(persist.StateKilled), []string(nil))
+	equal(t, "in flight", load(model.StateRunning, model.StateRetrying), []string{"t0", "t2", "t3"})
+	equal(t, "success", load(model.StateSuccess), []string{"t4"})
+	equal(t, "killed", load(model.StateKilled), []string(nil))
 	equal(t, "no states", load(), []string(nil))
 
 	stop := errors.New("stop")
-	err := s.LoadByState(ctx, []persist.State{persist.StateRunning}, func(*persist.Task) error { return stop })
+	err := s.LoadByState(ctx, []model.State{model.StateRunning}, func(*model.Task) error { return stop })
 	if !errors.Is(err, stop) {
 		t.Fatalf("LoadByState = %v, want the callback's error", err)
 	}
-	loaded := collect(t, func(fn func(*persist.Task) error) error {
-		return s.LoadByState(ctx, []persist.State{persist.StateWaiting}, fn)
+	loaded := collect(t, func(fn func(*model.Task) error) error {
+		return s.LoadByState(ctx, []model.State{model.StateWaiting}, fn)
 	})
 	equal(t, "loaded task", &loaded[0], tasks[1])
 }
@@ -751,22 +753,22 @@ func testLoadByState(t *testing.T, ctx context.Context, s persist.Store) {
 // ---- batches ----
 
 func testApplySuccess(t *testing.T, ctx context.Context, s persist.Store) {
-	a := create(t, ctx, s, newDef("a"), newRuntime(persist.StateScheduled, 100))
-	b := create(t, ctx, s, newDef("b"), newRuntime(persist.StateScheduled, 100))
-	ta := transition(a, persist.StateRunning, 160)
+	a := create(t, ctx, s, newDef("a"), newRuntime(model.StateScheduled, 100))
+	b := create(t, ctx, s, newDef("b"), newRuntime(model.StateScheduled, 100))
+	ta := transition(a, model.StateRunning, 160)
 	ta.Runtime.CurrentTicket, ta.Runtime.Attempt, ta.Runtime.LastTriggerTime = "a-1", 1, 100
 	ta.Runtime.LastExecutor, ta.Runtime.Note = "10.0.0.1:9000", "dispatched"
-	tb := transition(b, persist.StateFailed, 0)
+	tb := transition(b, model.StateFailed, 0)
 	tb.Runtime.FailureCount, tb.Runtime.LastEndTime = 1, 130
-	runA := newRun(a, "a-1", 100, persist.ResultRunning)
-	runB := newRun(b, "b-1", 100, persist.ResultFailed)
+	runA := newRun(a, "a-1", 100, model.ResultRunning)
+	runB := newRun(b, "b-1", 100, model.ResultFailed)
 	runB.EndedAt, runB.Error, runB.DurationMS, runB.Output, runB.Detail = 130, "exit 1", 27, "tail", "upstream x"
 	batch := &persist.Batch{
 		Transitions: []persist.Transition{ta, tb},
-		Runs:        []persist.Run{runA, runB},
-		Actions: []persist.Action{
-			newAction(a, "a-1", "dispatch", persist.StateScheduled, persist.StateRunning, 101),
-			newAction(b, "b-1", "result", persist.StateScheduled, persist.StateFailed, 130),
+		Runs:        []model.Run{runA, runB},
+		Actions: []model.Action{
+			newAction(a, "a-1", "dispatch", model.StateScheduled, model.StateRunning, 101),
+			newAction(b, "b-1", "result", model.StateScheduled, model.StateFailed, 130),
 		},
 	}
 	if err := s.ApplyBatch(ctx, batch); err != nil {
@@ -783,7 +785,7 @@ func testApplySuccess(t *testing.T, ctx context.Context, s persist.Store) {
 	wantB := tb.Runtime
 	wantB.Version = 2
 	equal(t, "runtime b", getByID(t, ctx, s, b.Def.ID).Runtime, wantB)
-	for _, want := range []persist.Run{runA, runB} {
+	for _, want := range []model.Run{runA, runB} {
 		got, err := s.GetRun(ctx, want.Ticket)
 		if err != nil {
 			t.Fatalf("GetRun(%s): %v", want.Ticket, err)
@@ -802,16 +804,16 @@ func testApplySuccess(t *testing.T, ctx context.Context, s persist.Store) {
 }
 
 func testApplyStale(t *testing.T, ctx context.Context, s persist.Store) {
-	a := create(t, ctx, s, newDef("a"), newRuntime(persist.StateScheduled, 100))
-	b := create(t, ctx, s, newDef("b"), newRuntime(persist.StateScheduled, 100))
-	stale := transition(b, persist.StateRunning, 0)
+	a := create(t, ctx, s, newDef("a"), newRuntime(model.StateScheduled, 100))
+	b := create(t, ctx, s, newDef("b"), newRuntime(model.StateScheduled, 100))
+	stale := transition(b, model.StateRunning, 0)
 	stale.ExpectVersion = 0 // b is at version 1
-	ahead := transition(b, persist.StateRunning, 0)
+	ahead := transition(b, model.StateRunning, 0)
 	ahead.ExpectVersion = 5
 	batch := &persist.Batch{
-		Transitions: []persist.Transition{transition(a, persist.StateRunning, 0), stale, ahead},
-		Runs:        []persist.Run{newRun(a, "a-1", 100, persist.ResultRunning)},
-		Actions:     []persist.Action{newAction(a, "a-1", "dispatch", persist.StateScheduled, persist.StateRunning, 101)},
+		Transitions: []persist.Transition{transition(a, model.StateRunning, 0), stale, ahead},
+		Runs:        []model.Run{newRun(a, "a-1", 100, model.ResultRunning)},
+		Actions:     []model.Action{newAction(a, "a-1", "dispatch", model.StateScheduled, model.StateRunning, 101)},
 	}
 	wantConflict(t, s.ApplyBatch(ctx, batch), 1, 2)
 	equal(t, "a untouched", getByID(t, ctx, s, a.Def.ID), a)
@@ -821,19 +823,19 @@ func testApplyStale(t *testing.T, ctx context.Context, s persist.Store) {
 }
 
 func testApplyMissingRow(t *testing.T, ctx context.Context, s persist.Store) {
-	live := create(t, ctx, s, newDef("live"), newRuntime(persist.StateScheduled, 100))
-	dead := create(t, ctx, s, newDef("dead"), newRuntime(persist.StateScheduled, 100))
+	live := create(t, ctx, s, newDef("live"), newRuntime(model.StateScheduled, 100))
+	dead := create(t, ctx, s, newDef("dead"), newRuntime(model.StateScheduled, 100))
 	if err := s.DeleteTask(ctx, dead.Def.ID); err != nil {
 		t.Fatalf("DeleteTask: %v", err)
 	}
-	never := transition(live, persist.StateRunning, 0)
+	never := transition(live, model.StateRunning, 0)
 	never.Runtime.TaskID = 987654
 	batch := &persist.Batch{Transitions: []persist.Transition{
-		transition(dead, persist.StateRunning, 0), transition(live, persist.StateRunning, 0), never}}
+		transition(dead, model.StateRunning, 0), transition(live, model.StateRunning, 0), never}}
 	wantConflict(t, s.ApplyBatch(ctx, batch), 0, 2)
 	// No runtime row was created for the deleted or unknown task.
-	all := collect(t, func(fn func(*persist.Task) error) error {
-		return s.LoadByState(ctx, []persist.State{persist.StateRunning, persist.StateScheduled}, fn)
+	all := collect(t, func(fn func(*model.Task) error) error {
+		return s.LoadByState(ctx, []model.State{model.StateRunning, model.StateScheduled}, fn)
 	})
 	equal(t, "tasks", names(all), []string{"live"})
 	equal(t, "live untouched", &all[0], live)
@@ -841,20 +843,20 @@ func testApplyMissingRow(t *testing.T, ctx context.Context, s persist.Store) {
 	if err := s.ApplyBatch(ctx, &persist.Batch{Transitions: batch.Transitions[1:2]}); err != nil {
 		t.Fatalf("ApplyBatch(retry): %v", err)
 	}
-	if got := getByID(t, ctx, s, live.Def.ID).Runtime; got.State != persist.StateRunning || got.Version != 2 {
+	if got := getByID(t, ctx, s, live.Def.ID).Runtime; got.State != model.StateRunning || got.Version != 2 {
 		t.Fatalf("live after retry: %+v", got)
 	}
 }
 
 func testApplyChained(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("chain"), newRuntime(persist.StateScheduled, 100))
-	t1 := transition(task, persist.StateRunning, 100)
+	task := create(t, ctx, s, newDef("chain"), newRuntime(model.StateScheduled, 100))
+	t1 := transition(task, model.StateRunning, 100)
 	t2 := t1
 	t2.ExpectVersion = 2
-	t2.Runtime.State, t2.Runtime.SuccessCount = persist.StateSuccess, 1
+	t2.Runtime.State, t2.Runtime.SuccessCount = model.StateSuccess, 1
 	t3 := t2
 	t3.ExpectVersion = 3
-	t3.Runtime.State, t3.Runtime.NextTriggerTime = persist.StateScheduled, 200
+	t3.Runtime.State, t3.Runtime.NextTriggerTime = model.StateScheduled, 200
 	batch := &persist.Batch{Transitions: []persist.Transition{t1, t2, t3}}
 	if err := s.ApplyBatch(ctx, batch); err != nil {
 		t.Fatalf("ApplyBatch(chain): %v", err)
@@ -869,29 +871,29 @@ func testApplyChained(t *testing.T, ctx context.Context, s persist.Store) {
 	// the batch is rejected, naming the stale transition. The chain's second transition
 	// expects what is stored, so on its own it would have applied; the whole batch does not.
 	cur := getByID(t, ctx, s, task.Def.ID)
-	other := create(t, ctx, s, newDef("chain-other"), newRuntime(persist.StateScheduled, 100))
-	staleStart := transition(cur, persist.StateRunning, 0)
+	other := create(t, ctx, s, newDef("chain-other"), newRuntime(model.StateScheduled, 100))
+	staleStart := transition(cur, model.StateRunning, 0)
 	staleStart.ExpectVersion = cur.Runtime.Version - 1
-	thenRight := transition(cur, persist.StateSuccess, 0)
+	thenRight := transition(cur, model.StateSuccess, 0)
 	mixed := &persist.Batch{Transitions: []persist.Transition{
-		transition(other, persist.StateRunning, 0), staleStart, thenRight}}
+		transition(other, model.StateRunning, 0), staleStart, thenRight}}
 	wantConflict(t, s.ApplyBatch(ctx, mixed), 1)
 	equal(t, "chain after the rejected mix", getByID(t, ctx, s, task.Def.ID), cur)
 	equal(t, "other after the rejected mix", getByID(t, ctx, s, other.Def.ID), other)
 	// The same lengths, every chain right: both apply.
-	o1 := transition(other, persist.StateRunning, 0)
+	o1 := transition(other, model.StateRunning, 0)
 	o2 := o1
 	o2.ExpectVersion++
-	o2.Runtime.State = persist.StateSuccess
-	c1 := transition(cur, persist.StateRunning, 0)
+	o2.Runtime.State = model.StateSuccess
+	c1 := transition(cur, model.StateRunning, 0)
 	mixed = &persist.Batch{Transitions: []persist.Transition{o1, c1, o2}}
 	if err := s.ApplyBatch(ctx, mixed); err != nil {
 		t.Fatalf("ApplyBatch(chains of 2 and 1): %v", err)
 	}
-	if got := getByID(t, ctx, s, other.Def.ID).Runtime; got.State != persist.StateSuccess || got.Version != other.Runtime.Version+2 {
+	if got := getByID(t, ctx, s, other.Def.ID).Runtime; got.State != model.StateSuccess || got.Version != other.Runtime.Version+2 {
 		t.Fatalf("other after its chain of 2: %+v", got)
 	}
-	if got := getByID(t, ctx, s, task.Def.ID).Runtime; got.State != persist.StateRunning || got.Version != cur.Runtime.Version+1 {
+	if got := getByID(t, ctx, s, task.Def.ID).Runtime; got.State != model.StateRunning || got.Version != cur.Runtime.Version+1 {
 		t.Fatalf("chain task after one more: %+v", got)
 	}
 
@@ -899,23 +901,23 @@ func testApplyChained(t *testing.T, ctx context.Context, s persist.Store) {
 	// batch, and the whole batch is rejected.
 	cur = getByID(t, ctx, s, task.Def.ID)
 	twice := &persist.Batch{Transitions: []persist.Transition{
-		transition(cur, persist.StateRunning, 0), transition(cur, persist.StateFailed, 0)}}
+		transition(cur, model.StateRunning, 0), transition(cur, model.StateFailed, 0)}}
 	wantConflict(t, s.ApplyBatch(ctx, twice), 1)
 	equal(t, "after rejected chain", getByID(t, ctx, s, task.Def.ID), cur)
 }
 
 func testApplyConflictRollsBack(t *testing.T, ctx context.Context, s persist.Store) {
 	tasks := createMany(t, ctx, s, "rb", 3, func(int) int64 { return 100 })
-	stale := transition(tasks[1], persist.StateRunning, 0)
+	stale := transition(tasks[1], model.StateRunning, 0)
 	stale.ExpectVersion = 9
 	batch := &persist.Batch{
 		Transitions: []persist.Transition{
-			transition(tasks[0], persist.StateRunning, 0), stale, transition(tasks[2], persist.StateRunning, 0)},
+			transition(tasks[0], model.StateRunning, 0), stale, transition(tasks[2], model.StateRunning, 0)},
 	}
 	for i, task := range tasks {
 		ticket := fmt.Sprintf("rb-run-%d", i)
-		batch.Runs = append(batch.Runs, newRun(task, ticket, 100, persist.ResultRunning))
-		batch.Actions = append(batch.Actions, newAction(task, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, 101))
+		batch.Runs = append(batch.Runs, newRun(task, ticket, 100, model.ResultRunning))
+		batch.Actions = append(batch.Actions, newAction(task, ticket, "dispatch", model.StateScheduled, model.StateRunning, 101))
 	}
 	wantConflict(t, s.ApplyBatch(ctx, batch), 1)
 	for i, task := range tasks {
@@ -929,7 +931,7 @@ func testApplyConflictRollsBack(t *testing.T, ctx context.Context, s persist.Sto
 		t.Fatalf("ApplyBatch(fixed): %v", err)
 	}
 	for i, task := range tasks {
-		if got := getByID(t, ctx, s, task.Def.ID).Runtime; got.State != persist.StateRunning || got.Version != 2 {
+		if got := getByID(t, ctx, s, task.Def.ID).Runtime; got.State != model.StateRunning || got.Version != 2 {
 			t.Fatalf("task %d after fixed batch: %+v", i, got)
 		}
 		if _, err := s.GetRun(ctx, fmt.Sprintf("rb-run-%d", i)); err != nil {
@@ -940,20 +942,20 @@ func testApplyConflictRollsBack(t *testing.T, ctx context.Context, s persist.Sto
 }
 
 func testApplyRunUpsert(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("runs"), newRuntime(persist.StateScheduled, 100))
-	other := create(t, ctx, s, newDef("other"), newRuntime(persist.StateScheduled, 100))
-	first := newRun(task, "r-1", 100, persist.ResultRunning)
+	task := create(t, ctx, s, newDef("runs"), newRuntime(model.StateScheduled, 100))
+	other := create(t, ctx, s, newDef("other"), newRuntime(model.StateScheduled, 100))
+	first := newRun(task, "r-1", 100, model.ResultRunning)
 	first.Output = "first"
 	later := first
-	later.Result, later.EndedAt, later.DurationMS, later.Output = persist.ResultSuccess, 150, 47, ""
-	apply := func(runs ...persist.Run) {
+	later.Result, later.EndedAt, later.DurationMS, later.Output = model.ResultSuccess, 150, 47, ""
+	apply := func(runs ...model.Run) {
 		t.Helper()
 		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: runs}); err != nil {
 			t.Fatalf("ApplyBatch: %v", err)
 		}
 	}
 	// Within one batch the later row wins, columns it zeroes included.
-	apply(first, newRun(task, "r-2", 200, persist.ResultRunning), later)
+	apply(first, newRun(task, "r-2", 200, model.ResultRunning), later)
 	got, err := s.GetRun(ctx, "r-1")
 	if err != nil {
 		t.Fatalf("GetRun: %v", err)
@@ -961,17 +963,17 @@ func testApplyRunUpsert(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "r-1 after one batch", *got, later)
 
 	// Across batches too.
-	final := newRun(task, "r-2", 200, persist.ResultTimeout)
+	final := newRun(task, "r-2", 200, model.ResultTimeout)
 	final.Error, final.EndedAt = "no result within 300s", 500
-	apply(final, newRun(task, "r-3", 200, persist.ResultLost), newRun(task, "r-0", 50, persist.ResultSuccess),
-		newRun(other, "o-1", 10, persist.ResultLost))
+	apply(final, newRun(task, "r-3", 200, model.ResultLost), newRun(task, "r-0", 50, model.ResultSuccess),
+		newRun(other, "o-1", 10, model.ResultLost))
 	got, err = s.GetRun(ctx, "r-2")
 	if err != nil {
 		t.Fatalf("GetRun: %v", err)
 	}
 	equal(t, "r-2 after second batch", *got, final)
 
-	tickets := func(runs []persist.Run, err error) []string {
+	tickets := func(runs []model.Run, err error) []string {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("list runs: %v", err)
@@ -987,30 +989,30 @@ func testApplyRunUpsert(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "ListRuns limit", tickets(s.ListRuns(ctx, task.Def.ID, 2)), []string{"r-3", "r-2"})
 	equal(t, "ListRuns other", tickets(s.ListRuns(ctx, other.Def.ID, 0)), []string{"o-1"})
 	// No run-now instance yet: periodic runs, running or not, are never listed.
-	apply(newRun(task, "r-4", 300, persist.ResultRunning))
+	apply(newRun(task, "r-4", 300, model.ResultRunning))
 	equal(t, "running manual, none", tickets(s.ListRunningManual(ctx, 0)), []string{})
 
-	manual := func(ticket string, at int64, result string) persist.Run {
+	manual := func(ticket string, at int64, result string) model.Run {
 		r := newRun(task, ticket, at, result)
-		r.Kind = persist.RunManual
+		r.Kind = model.RunManual
 		return r
 	}
-	apply(manual("m-2", 300, persist.ResultRunning), manual("m-1", 300, persist.ResultRunning),
-		manual("m-0", 100, persist.ResultRunning), manual("m-done", 50, persist.ResultSuccess))
+	apply(manual("m-2", 300, model.ResultRunning), manual("m-1", 300, model.ResultRunning),
+		manual("m-0", 100, model.ResultRunning), manual("m-done", 50, model.ResultSuccess))
 	// Oldest first, ties by ticket.
 	equal(t, "running manual", tickets(s.ListRunningManual(ctx, 0)), []string{"m-0", "m-1", "m-2"})
 	equal(t, "running manual limit", tickets(s.ListRunningManual(ctx, 1)), []string{"m-0"})
 	// A finished instance leaves the list; one written again as running comes back.
-	apply(manual("m-1", 300, persist.ResultKilled), manual("m-done", 50, persist.ResultRunning))
+	apply(manual("m-1", 300, model.ResultKilled), manual("m-done", 50, model.ResultRunning))
 	equal(t, "running manual after results", tickets(s.ListRunningManual(ctx, 0)), []string{"m-done", "m-0", "m-2"})
 }
 
 func testApplyNoTransitions(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("manual"), newRuntime(persist.StateRunning, 0))
+	task := create(t, ctx, s, newDef("manual"), newRuntime(model.StateRunning, 0))
 	// A run-now instance: a run and its action, without touching the state machine.
 	batch := &persist.Batch{
-		Runs:    []persist.Run{newRun(task, "m-1", 10, persist.ResultRunning)},
-		Actions: []persist.Action{newAction(task, "m-1", "run_now", "", "", 10)},
+		Runs:    []model.Run{newRun(task, "m-1", 10, model.ResultRunning)},
+		Actions: []model.Action{newAction(task, "m-1", "run_now", "", "", 10)},
 	}
 	if err := s.ApplyBatch(ctx, batch); err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
@@ -1031,23 +1033,23 @@ func testApplyLarge(t *testing.T, ctx context.Context, s persist.Store) {
 	tasks := createMany(t, ctx, s, "big", nTasks, func(i int) int64 { return int64(i) + 1 })
 	batch := &persist.Batch{}
 	for i, task := range tasks {
-		batch.Transitions = append(batch.Transitions, transition(task, persist.StateRunning, int64(i)+1))
+		batch.Transitions = append(batch.Transitions, transition(task, model.StateRunning, int64(i)+1))
 		for j := range perTask {
 			ticket := fmt.Sprintf("big-%d-%d", i, j)
-			batch.Runs = append(batch.Runs, newRun(task, ticket, int64(j), persist.ResultRunning))
-			batch.Actions = append(batch.Actions, newAction(task, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, int64(j)))
+			batch.Runs = append(batch.Runs, newRun(task, ticket, int64(j), model.ResultRunning))
+			batch.Actions = append(batch.Actions, newAction(task, ticket, "dispatch", model.StateScheduled, model.StateRunning, int64(j)))
 		}
 	}
 	if err := s.ApplyBatch(ctx, batch); err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
 	}
-	running := collect(t, func(fn func(*persist.Task) error) error {
-		return s.LoadByState(ctx, []persist.State{persist.StateRunning}, fn)
+	running := collect(t, func(fn func(*model.Task) error) error {
+		return s.LoadByState(ctx, []model.State{model.StateRunning}, fn)
 	})
 	if len(running) != nTasks {
 		t.Fatalf("%d tasks RUNNING, want %d", len(running), nTasks)
 	}
-	for _, task := range []*persist.Task{tasks[0], tasks[nTasks/2], tasks[nTasks-1]} {
+	for _, task := range []*model.Task{tasks[0], tasks[nTasks/2], tasks[nTasks-1]} {
 		runs, err := s.ListRuns(ctx, task.Def.ID, 0)
 		if err != nil || len(runs) != perTask {
 			t.Fatalf("ListRuns(%s) = %d runs, %v; want %d", task.Def.Name, len(runs), err, perTask)
@@ -1072,19 +1074,19 @@ func testApplyLargeConflict(t *testing.T, ctx context.Context, s persist.Store) 
 	}
 	batch := &persist.Batch{}
 	for i, task := range tasks {
-		tr := transition(task, persist.StateRunning, 0)
+		tr := transition(task, model.StateRunning, 0)
 		if i == stale {
 			tr.ExpectVersion = 0 // the task is at version 1
 		}
 		batch.Transitions = append(batch.Transitions, tr)
-		batch.Runs = append(batch.Runs, newRun(task, fmt.Sprintf("lc-%d", i), 100, persist.ResultRunning))
+		batch.Runs = append(batch.Runs, newRun(task, fmt.Sprintf("lc-%d", i), 100, model.ResultRunning))
 	}
 	wantConflict(t, s.ApplyBatch(ctx, batch), stale, gone)
 	for _, i := range []int{0, stale, 255, 256, n - 1} {
 		equal(t, fmt.Sprintf("task %d after the rejected batch", i), getByID(t, ctx, s, tasks[i].Def.ID), tasks[i])
 		wantNoRun(t, ctx, s, fmt.Sprintf("lc-%d", i))
 	}
-	if _, err := s.GetTaskByID(ctx, tasks[gone].Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTaskByID(ctx, tasks[gone].Def.ID); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("deleted task after the rejected batch: %v, want ErrTaskNotFound", err)
 	}
 	// Without the two the rest applies, every task once.
@@ -1094,8 +1096,8 @@ func testApplyLargeConflict(t *testing.T, ctx context.Context, s persist.Store) 
 	if err := s.ApplyBatch(ctx, batch); err != nil {
 		t.Fatalf("ApplyBatch(without the conflicts): %v", err)
 	}
-	running := collect(t, func(fn func(*persist.Task) error) error {
-		return s.LoadByState(ctx, []persist.State{persist.StateRunning}, fn)
+	running := collect(t, func(fn func(*model.Task) error) error {
+		return s.LoadByState(ctx, []model.State{model.StateRunning}, fn)
 	})
 	if len(running) != n-2 {
 		t.Fatalf("%d tasks RUNNING, want %d", len(running), n-2)
@@ -1105,19 +1107,19 @@ func testApplyLargeConflict(t *testing.T, ctx context.Context, s persist.Store) 
 			t.Fatalf("transition %d: version %d after apply, want 2", i, tr.Runtime.Version)
 		}
 	}
-	if got := getByID(t, ctx, s, tasks[stale].Def.ID); got.Runtime.State != persist.StateScheduled || got.Runtime.Version != 1 {
+	if got := getByID(t, ctx, s, tasks[stale].Def.ID); got.Runtime.State != model.StateScheduled || got.Runtime.Version != 1 {
 		t.Fatalf("the stale task changed: %+v", got.Runtime)
 	}
 }
 
 func testApplyOversizedText(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("noisy"), newRuntime(persist.StateRunning, 0))
+	task := create(t, ctx, s, newDef("noisy"), newRuntime(model.StateRunning, 0))
 	huge := strings.Repeat("é", 50_000) // 100,000 bytes of two-byte runes
 	bad := "ok\xffbad"                  // not UTF-8
 	batch := &persist.Batch{}
 	// Twenty 60 KB outputs: more than one statement's byte budget.
 	for i := range 20 {
-		r := newRun(task, fmt.Sprintf("n-%02d", i), int64(i), persist.ResultFailed)
+		r := newRun(task, fmt.Sprintf("n-%02d", i), int64(i), model.ResultFailed)
 		r.Output = strings.Repeat("x", 60_000)
 		batch.Runs = append(batch.Runs, r)
 	}
@@ -1145,7 +1147,7 @@ func testApplyOversizedText(t *testing.T, ctx context.Context, s persist.Store) 
 }
 
 func testApplyConcurrentCAS(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("contended"), newRuntime(persist.StateScheduled, 100))
+	task := create(t, ctx, s, newDef("contended"), newRuntime(model.StateScheduled, 100))
 	const racers, rounds = 8, 4
 	for round := range rounds {
 		errs := make([]error, racers)
@@ -1153,11 +1155,11 @@ func testApplyConcurrentCAS(t *testing.T, ctx context.Context, s persist.Store) 
 		var wg sync.WaitGroup
 		for i := range racers {
 			wg.Go(func() {
-				tr := transition(task, persist.StateRunning, 100)
+				tr := transition(task, model.StateRunning, 100)
 				tr.Runtime.CurrentTicket = fmt.Sprintf("c-%d-%d", round, i)
 				b := &persist.Batch{
 					Transitions: []persist.Transition{tr},
-					Runs:        []persist.Run{newRun(task, tr.Runtime.CurrentTicket, 100, persist.ResultRunning)},
+					Runs:        []model.Run{newRun(task, tr.Runtime.CurrentTicket, 100, model.ResultRunning)},
 				}
 				<-start // all racers read the same version at (nearly) the same time
 				errs[i] = s.ApplyBatch(ctx, b)
@@ -1172,7 +1174,7 @@ func testApplyConcurrentCAS(t *testing.T, ctx context.Context, s persist.Store) 
 				t.Fatalf("round %d: two dispatchers won the same CAS: %d and %d", round, winner, i)
 			case err == nil:
 				winner = i
-			case !errors.Is(err, persist.ErrVersionConflict):
+			case !errors.Is(err, model.ErrVersionConflict):
 				t.Fatalf("round %d: loser %d: %v, want a version conflict", round, i, err)
 			}
 		}
@@ -1194,19 +1196,19 @@ func testApplyConcurrentCAS(t *testing.T, ctx context.Context, s persist.Store) 
 }
 
 func testApplyEpoch(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("fenced"), newRuntime(persist.StateScheduled, 100))
-	fenced := func(epoch int64, cur *persist.Task, ticket string) *persist.Batch {
+	task := create(t, ctx, s, newDef("fenced"), newRuntime(model.StateScheduled, 100))
+	fenced := func(epoch int64, cur *model.Task, ticket string) *persist.Batch {
 		return &persist.Batch{Epoch: epoch, LeaseName: leaseName,
-			Transitions: []persist.Transition{transition(cur, persist.StateRunning, 100)},
-			Runs:        []persist.Run{newRun(cur, ticket, 100, persist.ResultRunning)},
-			Actions:     []persist.Action{newAction(cur, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, 100)},
+			Transitions: []persist.Transition{transition(cur, model.StateRunning, 100)},
+			Runs:        []model.Run{newRun(cur, ticket, 100, model.ResultRunning)},
+			Actions:     []model.Action{newAction(cur, ticket, "dispatch", model.StateScheduled, model.StateRunning, 100)},
 		}
 	}
 	// No lease yet: a fenced batch cannot prove its epoch.
-	if err := s.ApplyBatch(ctx, fenced(1, task, "e-0")); !errors.Is(err, persist.ErrLeaseLost) {
+	if err := s.ApplyBatch(ctx, fenced(1, task, "e-0")); !errors.Is(err, model.ErrLeaseLost) {
 		t.Fatalf("ApplyBatch without a lease row = %v, want ErrLeaseLost", err)
 	}
-	if err := s.ApplyBatch(ctx, &persist.Batch{Epoch: 1, Runs: []persist.Run{newRun(task, "e-x", 1, "")}}); err == nil {
+	if err := s.ApplyBatch(ctx, &persist.Batch{Epoch: 1, Runs: []model.Run{newRun(task, "e-x", 1, "")}}); err == nil {
 		t.Fatalf("ApplyBatch with an epoch and no lease name succeeded")
 	}
 	l1, ok, err := s.TakeLease(ctx, leaseName, "node-1", time.Minute)
@@ -1225,7 +1227,7 @@ func testApplyEpoch(t *testing.T, ctx context.Context, s persist.Store) {
 	if err != nil || !ok || l2.Epoch != 2 {
 		t.Fatalf("takeover = %+v, %v, %v", l2, ok, err)
 	}
-	if err := s.ApplyBatch(ctx, fenced(1, cur, "e-2")); !errors.Is(err, persist.ErrLeaseLost) {
+	if err := s.ApplyBatch(ctx, fenced(1, cur, "e-2")); !errors.Is(err, model.ErrLeaseLost) {
 		t.Fatalf("ApplyBatch(stale epoch) = %v, want ErrLeaseLost", err)
 	}
 	equal(t, "task after fenced batch", getByID(t, ctx, s, task.Def.ID), cur)
@@ -1235,17 +1237,17 @@ func testApplyEpoch(t *testing.T, ctx context.Context, s persist.Store) {
 		t.Fatalf("ApplyBatch(new epoch): %v", err)
 	}
 	// An unfenced batch (Epoch 0) is not checked: single-node mode.
-	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{newRun(task, "e-4", 1, "")}}); err != nil {
+	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{newRun(task, "e-4", 1, "")}}); err != nil {
 		t.Fatalf("ApplyBatch(unfenced): %v", err)
 	}
 }
 
 func testActions(t *testing.T, ctx context.Context, s persist.Store) {
-	a := create(t, ctx, s, newDef("a"), newRuntime(persist.StateScheduled, 0))
-	b := create(t, ctx, s, newDef("b"), newRuntime(persist.StateScheduled, 0))
+	a := create(t, ctx, s, newDef("a"), newRuntime(model.StateScheduled, 0))
+	b := create(t, ctx, s, newDef("b"), newRuntime(model.StateScheduled, 0))
 	for i := range 3 {
-		batch := &persist.Batch{Actions: []persist.Action{
-			newAction(a, "", fmt.Sprintf("a%d", i), persist.StateWaiting, persist.StateScheduled, int64(i)),
+		batch := &persist.Batch{Actions: []model.Action{
+			newAction(a, "", fmt.Sprintf("a%d", i), model.StateWaiting, model.StateScheduled, int64(i)),
 			newAction(b, "", fmt.Sprintf("b%d", i), "", "", int64(i)),
 		}}
 		if err := s.ApplyBatch(ctx, batch); err != nil {
@@ -1256,7 +1258,7 @@ func testActions(t *testing.T, ctx context.Context, s persist.Store) {
 	var got []string
 	for _, act := range acts {
 		got = append(got, act.Action)
-		if act.TaskID != a.Def.ID || act.From != persist.StateWaiting || act.To != persist.StateScheduled {
+		if act.TaskID != a.Def.ID || act.From != model.StateWaiting || act.To != model.StateScheduled {
 			t.Fatalf("action %+v", act)
 		}
 	}
@@ -1273,13 +1275,13 @@ func testActions(t *testing.T, ctx context.Context, s persist.Store) {
 // ---- executors ----
 
 func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
-	upsert := func(e persist.Executor) {
+	upsert := func(e model.Executor) {
 		t.Helper()
 		if err := s.UpsertExecutor(ctx, &e); err != nil {
 			t.Fatalf("UpsertExecutor(%s@%s): %v", e.App, e.Address, err)
 		}
 	}
-	list := func() []persist.Executor {
+	list := func() []model.Executor {
 		t.Helper()
 		es, err := s.ListExecutors(ctx)
 		if err != nil {
@@ -1290,11 +1292,11 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 	if len(list()) != 0 {
 		t.Fatalf("fresh store has executors")
 	}
-	e := persist.Executor{App: "billing", Address: "10.0.0.2:9000", Protocol: "http",
+	e := model.Executor{App: "billing", Address: "10.0.0.2:9000", Protocol: "http",
 		Handlers: []string{"settle"}, RegisteredAt: 100, LastHeartbeat: 100, Status: "alive"}
 	upsert(e)
-	upsert(persist.Executor{App: "billing", Address: "10.0.0.1:9000", Protocol: "http", RegisteredAt: 50, LastHeartbeat: 50, Status: "alive"})
-	upsert(persist.Executor{App: "alpha", Address: "10.0.0.9:9000", Protocol: "http", Handlers: []string{}, RegisteredAt: 70, LastHeartbeat: 70, Status: "lost"})
+	upsert(model.Executor{App: "billing", Address: "10.0.0.1:9000", Protocol: "http", RegisteredAt: 50, LastHeartbeat: 50, Status: "alive"})
+	upsert(model.Executor{App: "alpha", Address: "10.0.0.9:9000", Protocol: "http", Handlers: []string{}, RegisteredAt: 70, LastHeartbeat: 70, Status: "lost"})
 
 	// A restart re-registers: same row, new handlers and heartbeat, first registration kept.
 	again := e
@@ -1330,10 +1332,10 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "after heartbeat", got, want)
 	equal(t, "others untouched", list()[1].LastHeartbeat, int64(50))
 
-	if err := s.Heartbeat(ctx, "billing", "10.0.0.3:9000", 1); !errors.Is(err, persist.ErrExecutorNotFound) {
+	if err := s.Heartbeat(ctx, "billing", "10.0.0.3:9000", 1); !errors.Is(err, model.ErrExecutorNotFound) {
 		t.Fatalf("Heartbeat(unknown) = %v, want ErrExecutorNotFound", err)
 	}
-	if err := s.SetExecutorStatus(ctx, "nobody", "x", "lost"); !errors.Is(err, persist.ErrExecutorNotFound) {
+	if err := s.SetExecutorStatus(ctx, "nobody", "x", "lost"); !errors.Is(err, model.ErrExecutorNotFound) {
 		t.Fatalf("SetExecutorStatus(unknown) = %v, want ErrExecutorNotFound", err)
 	}
 }
@@ -1364,7 +1366,7 @@ func testLease(t *testing.T, ctx context.Context, s persist.Store) {
 	// who is the part of a lease the database's clock does not move.
 	who := func(l persist.LeaseState) []any { return []any{l.Holder, l.Epoch, l.Held} }
 	equal(t, "no lease yet", state(), persist.LeaseState{})
-	if l, err := s.ReadLease(ctx, leaseName); err != nil || l != (persist.Lease{}) {
+	if l, err := s.ReadLease(ctx, leaseName); err != nil || l != (model.Lease{}) {
 		t.Fatalf("ReadLease with no lease = %+v, %v", l, err)
 	}
 
@@ -1388,7 +1390,7 @@ func testLease(t *testing.T, ctx context.Context, s persist.Store) {
 		holder string
 		epoch  int64
 	}{{"n1", 2}, {"n2", 1}, {"n1", 0}} {
-		if err := renew(c.holder, c.epoch, time.Minute); !errors.Is(err, persist.ErrLeaseLost) {
+		if err := renew(c.holder, c.epoch, time.Minute); !errors.Is(err, model.ErrLeaseLost) {
 			t.Fatalf("renew(%s, %d) = %v, want ErrLeaseLost", c.holder, c.epoch, err)
 		}
 	}
@@ -1397,7 +1399,7 @@ func testLease(t *testing.T, ctx context.Context, s persist.Store) {
 	// A holder taking its own lease again starts a new epoch; the old one cannot renew.
 	l, ok = take("n1", time.Minute)
 	equal(t, "re-take by the holder", []any{who(l), ok}, []any{[]any{"n1", int64(2), true}, true})
-	if err := renew("n1", 1, time.Minute); !errors.Is(err, persist.ErrLeaseLost) {
+	if err := renew("n1", 1, time.Minute); !errors.Is(err, model.ErrLeaseLost) {
 		t.Fatalf("renew at the old epoch = %v, want ErrLeaseLost", err)
 	}
 
@@ -1410,7 +1412,7 @@ func testLease(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "expired", who(state()), []any{"n1", int64(2), false})
 	l, ok = take("n2", time.Minute)
 	equal(t, "takeover", []any{who(l), ok}, []any{[]any{"n2", int64(3), true}, true})
-	if err := renew("n1", 2, time.Minute); !errors.Is(err, persist.ErrLeaseLost) {
+	if err := renew("n1", 2, time.Minute); !errors.Is(err, model.ErrLeaseLost) {
 		t.Fatalf("renewal after takeover = %v, want ErrLeaseLost", err)
 	}
 
@@ -1502,12 +1504,12 @@ func testNodes(t *testing.T, ctx context.Context, s persist.Store) {
 // exists, that the refusal applies nothing of the batch, and that later writes of the run
 // are updates (R8.5).
 func testFireRecord(t *testing.T, ctx context.Context, s persist.Store) {
-	task := create(t, ctx, s, newDef("fired"), newRuntime(persist.StateScheduled, 100))
-	fire := func(cur *persist.Task, ticket string) *persist.Batch {
+	task := create(t, ctx, s, newDef("fired"), newRuntime(model.StateScheduled, 100))
+	fire := func(cur *model.Task, ticket string) *persist.Batch {
 		return &persist.Batch{
-			Transitions: []persist.Transition{transition(cur, persist.StateRunning, 100)},
-			Fires:       []persist.Run{newRun(cur, ticket, 100, persist.ResultRunning)},
-			Actions:     []persist.Action{newAction(cur, ticket, "dispatch", persist.StateScheduled, persist.StateRunning, 100)},
+			Transitions: []persist.Transition{transition(cur, model.StateRunning, 100)},
+			Fires:       []model.Run{newRun(cur, ticket, 100, model.ResultRunning)},
+			Actions:     []model.Action{newAction(cur, ticket, "dispatch", model.StateScheduled, model.StateRunning, 100)},
 		}
 	}
 	if err := s.ApplyBatch(ctx, fire(task, "f-1")); err != nil {
@@ -1524,7 +1526,7 @@ func testFireRecord(t *testing.T, ctx context.Context, s persist.Store) {
 	wantActions(t, ctx, s, task.Def.ID, 1)
 	// Two records of one ticket in one batch: the second is refused before the database.
 	b := fire(cur, "f-2")
-	b.Fires = append(b.Fires, newRun(cur, "f-3", 100, persist.ResultRunning), newRun(cur, "f-2", 100, persist.ResultRunning))
+	b.Fires = append(b.Fires, newRun(cur, "f-3", 100, model.ResultRunning), newRun(cur, "f-2", 100, model.ResultRunning))
 	if err := s.ApplyBatch(ctx, b); !errors.As(err, &re) || !slices.Equal(re.Indexes, []int{2}) {
 		t.Fatalf("a ticket twice in one batch = %v, want *FireRefusedError{[2]}", err)
 	}
@@ -1532,19 +1534,19 @@ func testFireRecord(t *testing.T, ctx context.Context, s persist.Store) {
 	wantNoRun(t, ctx, s, "f-3")
 	// The result of a fire is an update of its record, even in the same batch.
 	b = fire(cur, "f-4")
-	done := newRun(cur, "f-4", 100, persist.ResultSuccess)
-	b.Runs = []persist.Run{done}
+	done := newRun(cur, "f-4", 100, model.ResultSuccess)
+	b.Runs = []model.Run{done}
 	if err := s.ApplyBatch(ctx, b); err != nil {
 		t.Fatalf("fire and result in one batch: %v", err)
 	}
 	got, err := s.GetRun(ctx, "f-4")
-	if err != nil || got.Result != persist.ResultSuccess {
+	if err != nil || got.Result != model.ResultSuccess {
 		t.Fatalf("GetRun(f-4) = %+v, %v; want the result", got, err)
 	}
-	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []persist.Run{newRun(cur, "f-1", 100, persist.ResultFailed)}}); err != nil {
+	if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{newRun(cur, "f-1", 100, model.ResultFailed)}}); err != nil {
 		t.Fatalf("result of f-1: %v", err)
 	}
-	if got, err := s.GetRun(ctx, "f-1"); err != nil || got.Result != persist.ResultFailed {
+	if got, err := s.GetRun(ctx, "f-1"); err != nil || got.Result != model.ResultFailed {
 		t.Fatalf("GetRun(f-1) = %+v, %v; want the result", got, err)
 	}
 }

@@ -1,6 +1,8 @@
 package persisttest
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"errors"
 	"fmt"
@@ -25,15 +27,15 @@ func newCreate(name string, deps ...string) *persist.TaskCreate {
 	def := newDef(name, deps...)
 	return &persist.TaskCreate{
 		Def:     def,
-		Runtime: persist.Runtime{State: persist.StateScheduled, NextTriggerTime: 5000, Version: 1},
-		Actions: []persist.Action{{TaskName: name, Action: "create", To: persist.StateScheduled, Actor: "test", At: 1}},
+		Runtime: model.Runtime{State: model.StateScheduled, NextTriggerTime: 5000, Version: 1},
+		Actions: []model.Action{{TaskName: name, Action: "create", To: model.StateScheduled, Actor: "test", At: 1}},
 	}
 }
 
 // testApplyCreates: a batch of creates (with edges between them) lands with ids set on the
 // definitions, runtimes and actions, beside a transition of another task.
 func testApplyCreates(t *testing.T, ctx context.Context, s persist.Store) {
-	old := create(t, ctx, s, newDef("old"), newRuntime(persist.StateScheduled, 100))
+	old := create(t, ctx, s, newDef("old"), newRuntime(model.StateScheduled, 100))
 	var cs []*persist.TaskCreate
 	for i := range 600 { // more than one statement's rows
 		c := newCreate(fmt.Sprintf("new-%03d", i))
@@ -42,7 +44,7 @@ func testApplyCreates(t *testing.T, ctx context.Context, s persist.Store) {
 		}
 		cs = append(cs, c)
 	}
-	b := &persist.Batch{Creates: cs, Transitions: []persist.Transition{transition(old, persist.StateRunning, 100)}}
+	b := &persist.Batch{Creates: cs, Transitions: []persist.Transition{transition(old, model.StateRunning, 100)}}
 	if err := s.ApplyBatch(ctx, b); err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
 	}
@@ -60,7 +62,7 @@ func testApplyCreates(t *testing.T, ctx context.Context, s persist.Store) {
 	got := getByID(t, ctx, s, cs[7].Def.ID)
 	equal(t, "name", got.Def.Name, "new-007")
 	equal(t, "depends_on", got.Def.DependsOn, []string{"new-006"})
-	equal(t, "state", got.Runtime.State, persist.StateScheduled)
+	equal(t, "state", got.Runtime.State, model.StateScheduled)
 	equal(t, "next", got.Runtime.NextTriggerTime, int64(5000))
 	equal(t, "params", string(got.Def.Params), string(cs[7].Def.Params))
 	deps, err := s.Dependents(ctx, "new-006")
@@ -72,13 +74,13 @@ func testApplyCreates(t *testing.T, ctx context.Context, s persist.Store) {
 	if n, err := s.CountTasks(ctx); err != nil || n != 601 {
 		t.Fatalf("CountTasks = %d, %v; want 601", n, err)
 	}
-	equal(t, "old state", getByID(t, ctx, s, old.Def.ID).Runtime.State, persist.StateRunning)
+	equal(t, "old state", getByID(t, ctx, s, old.Def.ID).Runtime.State, model.StateRunning)
 }
 
 // testApplyCreateConflict: a taken name, or one repeated in the batch, fails the batch with a
 // *ConflictError naming those creates, unwrapping to ErrTaskExists; nothing lands.
 func testApplyCreateConflict(t *testing.T, ctx context.Context, s persist.Store) {
-	create(t, ctx, s, newDef("taken"), newRuntime(persist.StateWaiting, 0))
+	create(t, ctx, s, newDef("taken"), newRuntime(model.StateWaiting, 0))
 	cs := []*persist.TaskCreate{newCreate("a"), newCreate("taken"), newCreate("b"), newCreate("a")}
 	err := s.ApplyBatch(ctx, &persist.Batch{Creates: cs})
 	var ce *persist.ConflictError
@@ -86,7 +88,7 @@ func testApplyCreateConflict(t *testing.T, ctx context.Context, s persist.Store)
 		t.Fatalf("ApplyBatch = %v, want *ConflictError", err)
 	}
 	equal(t, "conflicting creates", ce.Creates, []int{1, 3})
-	if !errors.Is(err, persist.ErrTaskExists) {
+	if !errors.Is(err, model.ErrTaskExists) {
 		t.Fatalf("conflict of creates does not unwrap to ErrTaskExists: %v", err)
 	}
 	if n, err := s.CountTasks(ctx); err != nil || n != 1 {
@@ -97,9 +99,9 @@ func testApplyCreateConflict(t *testing.T, ctx context.Context, s persist.Store)
 // testApplyCreateSkipReplace: CreateSkip leaves a taken name's task alone; CreateReplace puts
 // a new task (new id) in its place, and the old one's actions stay.
 func testApplyCreateSkipReplace(t *testing.T, ctx context.Context, s persist.Store) {
-	keep := create(t, ctx, s, newDef("keep"), newRuntime(persist.StateWaiting, 0))
-	repl := create(t, ctx, s, newDef("repl", "keep"), newRuntime(persist.StateScheduled, 77))
-	if err := s.ApplyBatch(ctx, &persist.Batch{Actions: []persist.Action{newAction(repl, "", "x", "", "", 1)}}); err != nil {
+	keep := create(t, ctx, s, newDef("keep"), newRuntime(model.StateWaiting, 0))
+	repl := create(t, ctx, s, newDef("repl", "keep"), newRuntime(model.StateScheduled, 77))
+	if err := s.ApplyBatch(ctx, &persist.Batch{Actions: []model.Action{newAction(repl, "", "x", "", "", 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	skip := newCreate("keep")
@@ -130,7 +132,7 @@ func testApplyCreateSkipReplace(t *testing.T, ctx context.Context, s persist.Sto
 	if got.Def.ID == repl.Def.ID {
 		t.Fatalf("replaced task kept its id %d", got.Def.ID)
 	}
-	if _, err := s.GetTaskByID(ctx, repl.Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+	if _, err := s.GetTaskByID(ctx, repl.Def.ID); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("old task still there: %v", err)
 	}
 	wantActions(t, ctx, s, repl.Def.ID, 1) // the audit trail outlives the task
@@ -144,28 +146,28 @@ func testApplyCreateSkipReplace(t *testing.T, ctx context.Context, s persist.Sto
 // testApplyDefUpdateDelete: a definition update and a delete land with the batch's
 // transitions, all or nothing.
 func testApplyDefUpdateDelete(t *testing.T, ctx context.Context, s persist.Store) {
-	up := create(t, ctx, s, newDef("up"), newRuntime(persist.StateScheduled, 10))
-	del := create(t, ctx, s, newDef("del", "up"), newRuntime(persist.StateScheduled, 10))
-	stale := create(t, ctx, s, newDef("stale"), newRuntime(persist.StateScheduled, 10))
+	up := create(t, ctx, s, newDef("up"), newRuntime(model.StateScheduled, 10))
+	del := create(t, ctx, s, newDef("del", "up"), newRuntime(model.StateScheduled, 10))
+	stale := create(t, ctx, s, newDef("stale"), newRuntime(model.StateScheduled, 10))
 
 	def := up.Def
 	def.Cron = "0 0 * * * *"
 	def.DependsOn = []string{"stale"}
-	bad := transition(stale, persist.StateRunning, 10)
+	bad := transition(stale, model.StateRunning, 10)
 	bad.ExpectVersion = 42
 	err := s.ApplyBatch(ctx, &persist.Batch{
-		DefUpdates:  []persist.TaskDef{def},
+		DefUpdates:  []model.TaskDef{def},
 		Deletes:     []int64{del.Def.ID},
-		Transitions: []persist.Transition{transition(up, persist.StatePaused, 10), bad},
+		Transitions: []persist.Transition{transition(up, model.StatePaused, 10), bad},
 	})
 	wantConflict(t, err, 1)
 	equal(t, "cron after rollback", getByID(t, ctx, s, up.Def.ID).Def.Cron, up.Def.Cron)
 	getByID(t, ctx, s, del.Def.ID)
 
 	err = s.ApplyBatch(ctx, &persist.Batch{
-		DefUpdates:  []persist.TaskDef{def},
+		DefUpdates:  []model.TaskDef{def},
 		Deletes:     []int64{del.Def.ID},
-		Transitions: []persist.Transition{transition(up, persist.StatePaused, 10)},
+		Transitions: []persist.Transition{transition(up, model.StatePaused, 10)},
 	})
 	if err != nil {
 		t.Fatalf("ApplyBatch: %v", err)
@@ -173,8 +175,8 @@ func testApplyDefUpdateDelete(t *testing.T, ctx context.Context, s persist.Store
 	got := getByID(t, ctx, s, up.Def.ID)
 	equal(t, "cron", got.Def.Cron, "0 0 * * * *")
 	equal(t, "deps", got.Def.DependsOn, []string{"stale"})
-	equal(t, "state", got.Runtime.State, persist.StatePaused)
-	if _, err := s.GetTaskByID(ctx, del.Def.ID); !errors.Is(err, persist.ErrTaskNotFound) {
+	equal(t, "state", got.Runtime.State, model.StatePaused)
+	if _, err := s.GetTaskByID(ctx, del.Def.ID); !errors.Is(err, model.ErrTaskNotFound) {
 		t.Fatalf("deleted task still there: %v", err)
 	}
 	deps, err := s.Dependents(ctx, "stale")

@@ -1,6 +1,8 @@
 package benchkit
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"os"
 	"strconv"
@@ -96,13 +98,13 @@ func TestInsertTasks(t *testing.T) {
 	defer db.Close()
 	const n = 2500 // three statements of at most 1000 rows
 	base := time.Now().UnixMilli()
-	cb := persist.Callback{Type: persist.CallbackExecutor, App: "bench", Handler: "noop"}
+	cb := model.Callback{Type: model.CallbackExecutor, App: "bench", Handler: "noop"}
 	err = InsertTasks(ctx, db, Tasks{N: n, FirstID: 10, Prefix: "fx", Due: func(i int) int64 { return base + int64(i) }, Callback: cb, CreatedAt: base - 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	count := 0
-	err = s.LoadDue(ctx, 1, base+n, []persist.State{persist.StateScheduled}, func(task *persist.Task) error {
+	err = s.LoadDue(ctx, 1, base+n, []model.State{model.StateScheduled}, func(task *model.Task) error {
 		i := int(task.Def.ID - 10)
 		if task.Def.Name != "fx-"+strconv.FormatInt(task.Def.ID, 10) || task.Runtime.NextTriggerTime != base+int64(i) ||
 			task.Def.Callback != cb || task.Def.DelayMS != int64(i)+1000 || task.Runtime.Version != 1 {

@@ -1,6 +1,8 @@
 package benchkit
 
 import (
+	"github.com/axe-sched/axe/model"
+
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-
-	"github.com/axe-sched/axe/persist"
 )
 
 // Fixture insertion limits: 1000 rows keep one INSERT near 300 KB, far below
@@ -33,7 +33,7 @@ type Tasks struct {
 	// Due returns the next_trigger_time (Unix ms) of the i-th task, 0 <= i < N. Required.
 	Due func(i int) int64
 	// Callback is every task's callback. Required.
-	Callback persist.Callback
+	Callback model.Callback
 	// CreatedAt stamps created_at and updated_at (Unix ms); delay_ms is Due(i)-CreatedAt.
 	CreatedAt int64
 	// TimeoutSec is every task's timeout_sec. Zero means 300, the product default.
@@ -123,10 +123,10 @@ func (f *Tasks) statements(defs, rts *strings.Builder, from, to int, callback st
 			defs.WriteByte(',')
 			rts.WriteByte(',')
 		}
-		defs.WriteString("(" + id + ",'" + prefix + "-" + id + "','bench','" + persist.TriggerDelay + "',''," +
+		defs.WriteString("(" + id + ",'" + prefix + "-" + id + "','bench','" + model.TriggerDelay + "',''," +
 			strconv.FormatInt(due-f.CreatedAt, 10) + ",'','','UTC'," + timeout + ",0,30,2," + callback + ",'','" +
-			persist.MisfireFireOnce + "',0," + created + "," + created + ")")
-		rts.WriteString("(" + id + ",'" + string(persist.StateScheduled) + "','',0," +
+			model.MisfireFireOnce + "',0," + created + "," + created + ")")
+		rts.WriteString("(" + id + ",'" + string(model.StateScheduled) + "','',0," +
 			strconv.FormatInt(due, 10) + ",0,0,'',0,0,'',1)")
 	}
 }
