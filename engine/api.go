@@ -106,15 +106,7 @@ func (e *Engine) acquireByName(ctx context.Context, name string) (*task, error) 
 	if err != nil {
 		return nil, err
 	}
-	t, err := e.acquire(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if t.deleted {
-		t.mu.Unlock()
-		return nil, ErrTaskNotFound
-	}
-	return t, nil
+	return e.acquireLive(ctx, id)
 }
 
 func snapshot(t *task) *model.Task {

@@ -391,46 +391,14 @@ func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task
 
 // acquireLive is acquire that reports ErrTaskNotFound for a task deleted meanwhile.
 func (e *Engine) acquireLive(ctx context.Context, id int64) (*task, error) {
-	t, err := e.acquire(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if t.deleted {
-		t.mu.Unlock()
-		return nil, ErrTaskNotFound
-	}
-	return t, nil
+	return live(e.acquire(ctx, id))
 }
 
 // acquireListed is acquire for a task just read by eachSelected: one not in memory is built
 // from the listed row instead of being read again. Should that row be stale by now, its
 // version is, and the write conflicts instead of landing (bulkApply then tries again).
 func (e *Engine) acquireListed(ctx context.Context, pt *model.Task) (*task, error) {
-	for {
-		if t := e.tasks.get(pt.Def.ID); t != nil {
-			t.mu.Lock()
-			if t.evicted {
-				t.mu.Unlock()
-				continue
-			}
-			if t.deleted {
-				t.mu.Unlock()
-				return nil, ErrTaskNotFound
-			}
-			return t, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		t, err := newTask(pt)
-		if err != nil {
-			return nil, fmt.Errorf("cannot load task %q: %w", pt.Def.Name, err)
-		}
-		if e.tasks.insertIfAbsent(t) {
-			t.mu.Lock()
-			return t, nil
-		}
-	}
+	return live(e.acquireFrom(ctx, pt.Def.ID, func() (*model.Task, error) { return pt, nil }))
 }
 
 // bulkDeleteLocked is deleteTask's write for bulkApply: the definition, runtime, edges and

@@ -571,6 +571,11 @@ func (e *Engine) disarm(t *task) {
 // acquire returns the task with id locked, loading it from the store when it is not in
 // memory. The caller must call release.
 func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
+	return e.acquireFrom(ctx, id, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
+}
+
+// acquireFrom is acquire with the task built from load's row when it is not in memory.
+func (e *Engine) acquireFrom(ctx context.Context, id int64, load func() (*model.Task, error)) (*task, error) {
 	for {
 		if t := e.tasks.get(id); t != nil {
 			t.mu.Lock()
@@ -580,7 +585,10 @@ func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
 			t.mu.Unlock()
 			continue
 		}
-		pt, err := e.store.GetTaskByID(ctx, id)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		pt, err := load()
 		if err != nil {
 			return nil, err
 		}
@@ -593,6 +601,18 @@ func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
 			return t, nil
 		}
 	}
+}
+
+// live unlocks and refuses a task acquired while it was being deleted.
+func live(t *task, err error) (*task, error) {
+	if err != nil {
+		return nil, err
+	}
+	if t.deleted {
+		t.mu.Unlock()
+		return nil, ErrTaskNotFound
+	}
+	return t, nil
 }
 
 // release settles and unlocks a task obtained from acquire.
