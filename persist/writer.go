@@ -691,31 +691,25 @@ func (w *Writer) dropConflicts(c *ConflictError) bool {
 		}
 	}
 	writerConflicts.Add(len(c.Indexes) + len(c.Creates))
-	creates := slices.Clone(c.Creates)
-	slices.Sort(creates)
-	for _, idx := range slices.Compact(creates) {
-		li := w.cOwner[idx]
-		i := w.live[li]
-		ce, _ := w.errs[i].(*ConflictError)
-		if ce == nil {
-			ce = &ConflictError{}
-			w.errs[i] = ce
+	// blame gives each batch-wide index in idxs to the group that owns it, as that group's
+	// own index, in the ConflictError field that pick names.
+	blame := func(idxs, owner, offsets []int, pick func(*ConflictError) *[]int) {
+		idxs = slices.Clone(idxs)
+		slices.Sort(idxs)
+		for _, idx := range slices.Compact(idxs) {
+			li := owner[idx]
+			i := w.live[li]
+			ce, _ := w.errs[i].(*ConflictError)
+			if ce == nil {
+				ce = &ConflictError{}
+				w.errs[i] = ce
+			}
+			f := pick(ce)
+			*f = append(*f, idx-offsets[li])
 		}
-		ce.Creates = append(ce.Creates, idx-w.cOffsets[li])
 	}
-	indexes := slices.Clone(c.Indexes)
-	slices.Sort(indexes)
-	indexes = slices.Compact(indexes)
-	for _, idx := range indexes {
-		li := w.owner[idx]
-		i := w.live[li]
-		ce, _ := w.errs[i].(*ConflictError)
-		if ce == nil {
-			ce = &ConflictError{}
-			w.errs[i] = ce
-		}
-		ce.Indexes = append(ce.Indexes, idx-w.offsets[li])
-	}
+	blame(c.Creates, w.cOwner, w.cOffsets, func(ce *ConflictError) *[]int { return &ce.Creates })
+	blame(c.Indexes, w.owner, w.offsets, func(ce *ConflictError) *[]int { return &ce.Indexes })
 	w.live = slices.DeleteFunc(w.live, func(i int) bool { return w.errs[i] != nil })
 	return true
 }
