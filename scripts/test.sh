@@ -93,7 +93,22 @@ if [ "$*" = "./..." ]; then
       dir="./$(dirname "${file#./}")"
       for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
         say "fuzz $dir $target for $fuzztime"
-        go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" >/dev/null
+        # A failure prints the fuzzer's output. One that recorded no failing input under
+        # testdata/fuzz (the fuzzing engine itself gave up, e.g. a worker it judged hung)
+        # is tried once more; a recorded failing input always fails the run.
+        log=$(mktemp)
+        for try in 1 2; do
+          if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" >"$log" 2>&1; then
+            break
+          fi
+          tail -n 30 "$log" >&2
+          if [ "$try" = 2 ] || [ -n "$(git status --porcelain -- "$dir/testdata/fuzz/$target" 2>/dev/null)" ]; then
+            rm -f "$log"
+            exit 1
+          fi
+          say "fuzz $dir $target failed without a failing input; once more"
+        done
+        rm -f "$log"
       done
     done
   fi
