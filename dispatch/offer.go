@@ -138,7 +138,12 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 		d.offerOne(x, live[0])
 		return
 	}
+	size := len(`{"runs":[]}`) + len(live) - 1
+	for _, o := range live {
+		size += len(o.req.Body)
+	}
 	var body bytes.Buffer
+	body.Grow(size)
 	body.WriteString(`{"runs":[`)
 	for i, o := range live {
 		if i > 0 {

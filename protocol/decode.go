@@ -199,21 +199,44 @@ func (k *Kill) Check() error {
 }
 
 // DecodeResultBatch decodes the body of PathCallbackBatch. The envelope is decoded strictly
-// (one object, only "results", nothing after it); each result is then decoded and checked
-// alone, so one malformed result refuses only itself. A nil error with a non-nil errs[i]
-// means result i is refused for errs[i].
+// (one object, only "results", nothing after it); each result is judged alone, so one
+// malformed result refuses only itself. A nil error with a non-nil errs[i] means result i
+// is refused for errs[i].
+//
+// A batch is decoded in one pass, and each result then checked: a body every result of which
+// decodes (what an executor sends) costs one scan and one copy of it. Only when that pass
+// fails is the body decoded again, result by result (decodeResultBatchEach), to tell which
+// results are malformed; both ways judge every result alike (FuzzDecodeResultBatch). Where
+// the body repeats its "results" key, encoding/json merges the repeats into the results it
+// already decoded, so the two may differ there; the SDK never sends that.
 func DecodeResultBatch(body []byte) (results []Result, errs []error, err error) {
+	var whole struct {
+		Results []Result `json:"results"`
+	}
+	if Decode(body, &whole) != nil {
+		return decodeResultBatchEach(body)
+	}
+	if err := checkResultCount(len(whole.Results)); err != nil {
+		return nil, nil, err
+	}
+	errs = make([]error, len(whole.Results))
+	for i := range whole.Results {
+		errs[i] = whole.Results[i].Check()
+	}
+	return whole.Results, errs, nil
+}
+
+// decodeResultBatchEach is DecodeResultBatch decoding the envelope strictly and then each
+// result alone.
+func decodeResultBatchEach(body []byte) (results []Result, errs []error, err error) {
 	var raw struct {
 		Results []json.RawMessage `json:"results"`
 	}
 	if err := Decode(body, &raw); err != nil {
 		return nil, nil, err
 	}
-	switch n := len(raw.Results); {
-	case n == 0:
-		return nil, nil, malformed("results", "is required (one or more results)")
-	case n > MaxResultsPerCall:
-		return nil, nil, malformed("results", "at most %d per call, got %d", MaxResultsPerCall, n)
+	if err := checkResultCount(len(raw.Results)); err != nil {
+		return nil, nil, err
 	}
 	results = make([]Result, len(raw.Results))
 	errs = make([]error, len(raw.Results))
@@ -225,6 +248,17 @@ func DecodeResultBatch(body []byte) (results []Result, errs []error, err error) 
 		errs[i] = results[i].Check()
 	}
 	return results, errs, nil
+}
+
+// checkResultCount refuses a batch of no results or of more than MaxResultsPerCall.
+func checkResultCount(n int) error {
+	switch {
+	case n == 0:
+		return malformed("results", "is required (one or more results)")
+	case n > MaxResultsPerCall:
+		return malformed("results", "at most %d per call, got %d", MaxResultsPerCall, n)
+	}
+	return nil
 }
 
 // ClipError returns s cut to MaxErrorBytes at a character boundary.

@@ -1,8 +1,11 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -173,5 +176,101 @@ func TestLargestResultFitsItsBody(t *testing.T) {
 	batch, _ := json.Marshal(ResultBatch{Results: []Result{r}})
 	if len(batch) > MaxResultBodyBytes {
 		t.Fatalf("a batch of the largest result is %d bytes, over MaxResultBodyBytes", len(batch))
+	}
+}
+
+// FuzzDecodeResultBatch: the one-pass decoding of a result batch judges every result as
+// decoding each alone does, and refuses the same envelopes with the same error. (Where the
+// body repeats its "results" key, encoding/json merges the repeats, so the two may differ;
+// the SDK never sends that.)
+func FuzzDecodeResultBatch(f *testing.F) {
+	for _, seed := range []string{
+		`{"results":[{"ticket":"a","status":"success"},{"ticket":"b","status":"failed","error":"x"}]}`,
+		`{"results":[{"ticket":"a","status":"success"},{"ticket":"b","status":"maybe"}]}`,
+		`{"results":[{"ticket":"a","status":"success"},null,7,"x",{"ticket":"c","status":"success","extra":1}]}`,
+		`{"results":[{"ticket":"a","status":"success","duration_ms":"2"},{"ticket":"b","status":"success"}]}`,
+		`{"results":[{"ticket":"a","status":"success"}],"other":1}`,
+		`{"results":[{"ticket":"a"}],"RESULTS":[{"status":"success"}]}`,
+		`{"results":[]}`, `{"results":null}`, `{}`, `[]`, `null`, `{"results":[`, "\xff",
+		`{"results":[{"ticket":"a","status":"success"}]} {}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		results, errs, err := DecodeResultBatch(body)
+		each, eachErrs, eachErr := decodeResultBatchEach(body)
+		if resultsKeys(body) > 1 {
+			return
+		}
+		if fmt.Sprint(err) != fmt.Sprint(eachErr) || len(results) != len(each) || len(errs) != len(eachErrs) {
+			t.Fatalf("one pass: %d results, %v; each alone: %d results, %v", len(results), err, len(each), eachErr)
+		}
+		for i := range results {
+			if fmt.Sprint(errs[i]) != fmt.Sprint(eachErrs[i]) {
+				t.Fatalf("result %d: one pass %v; each alone %v", i, errs[i], eachErrs[i])
+			}
+			if errs[i] == nil && !reflect.DeepEqual(results[i], each[i]) {
+				t.Fatalf("result %d: one pass %+v; each alone %+v", i, results[i], each[i])
+			}
+		}
+	})
+}
+
+// resultsKeys counts the keys of body's top-level object that encoding/json would take for
+// "results" (it matches keys without regard to case); 0 when body is not an object.
+func resultsKeys(body []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return 0
+	}
+	n := 0
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return n
+		}
+		if k, ok := key.(string); ok && strings.EqualFold(k, "results") {
+			n++
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return n
+		}
+	}
+	return n
+}
+
+var sinkResults []Result
+
+// BenchmarkDecodeResultBatch measures the decoding of a batch of 64 results: in one pass
+// (DecodeResultBatch, what a well-formed batch takes) and result by result
+// (decodeResultBatchEach, what a batch holding a malformed result takes), in the same run.
+func BenchmarkDecodeResultBatch(b *testing.B) {
+	var body strings.Builder
+	body.WriteString(`{"results":[`)
+	for i := range 64 {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		fmt.Fprintf(&body, `{"ticket":"%d-1700000000000-0","task":"monthly-invoice-%d","app":"billing",`+
+			`"address":"10.0.0.5:7071","status":"success","output":"ok","started_at":1700000000001,`+
+			`"ended_at":1700000000004,"duration_ms":3}`, 1000+i, i)
+	}
+	body.WriteString(`]}`)
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) ([]Result, []error, error)
+	}{{"one-pass", DecodeResultBatch}, {"each", decodeResultBatchEach}} {
+		b.Run("mode="+c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(body.Len()))
+			for b.Loop() {
+				rs, errs, err := c.decode([]byte(body.String()))
+				if err != nil || len(rs) != 64 || errs[63] != nil {
+					b.Fatalf("decode = %d results, %v", len(rs), err)
+				}
+				sinkResults = rs
+			}
+		})
 	}
 }
