@@ -213,6 +213,10 @@ func DecodeResultBatch(body []byte) (results []Result, errs []error, err error) 
 	var whole struct {
 		Results []Result `json:"results"`
 	}
+	// Room for every result up front: encoding/json appends into the slice it finds, so the
+	// results are not copied again each time it would have grown. A count that is off (a
+	// "ticket" inside a string) only sizes the slice.
+	whole.Results = make([]Result, 0, min(bytes.Count(body, ticketKey), MaxResultsPerCall))
 	if Decode(body, &whole) != nil {
 		return decodeResultBatchEach(body)
 	}
@@ -225,6 +229,9 @@ func DecodeResultBatch(body []byte) (results []Result, errs []error, err error) 
 	}
 	return whole.Results, errs, nil
 }
+
+// ticketKey is the key every result carries once.
+var ticketKey = []byte(`"ticket"`)
 
 // decodeResultBatchEach is DecodeResultBatch decoding the envelope strictly and then each
 // result alone.

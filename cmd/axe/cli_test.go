@@ -489,6 +489,8 @@ func TestServeErrors(t *testing.T) {
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "a.db"), "--log-level", "loud"}, nil, "log-level"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "b.db")}, []string{"AXE_TIMEZONE=Mars/Base"}, "timezone"},
 		{[]string{"serve", "--tick", "soon"}, nil, "tick"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "c.db"), "--writer-lanes", "0"}, nil, "writer-lanes: must be 1 to 64"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "d.db")}, []string{"AXE_WRITER_LANES=65"}, "writer-lanes: must be 1 to 64"},
 		{[]string{"serve", "extra-arg"}, nil, "extra-arg"},
 	} {
 		r := axe(t, c.env, c.args...)

@@ -37,6 +37,7 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Engine.LostAfter, "executor-lost-after", engine.LostAfterDefault, "an executor silent this long gets no new dispatch (AXE_EXECUTOR_LOST_AFTER)")
 	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
+	fs.IntVar(&cfg.Engine.WriterLanes, "writer-lanes", engine.WriterLanesDefault, "batched writers committing in parallel, tasks spread over them; raise it where MySQL runs on a machine of its own (AXE_WRITER_LANES)")
 	registerRetention(fs, &cfg.Engine.Retention)
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
@@ -90,6 +91,9 @@ func serveCmd() *ffcli.Command {
 				if a = strings.TrimSpace(a); a != "" {
 					cfg.Security.CallbackAllow = append(cfg.Security.CallbackAllow, a)
 				}
+			}
+			if cfg.Engine.WriterLanes < 1 || cfg.Engine.WriterLanes > engine.WriterLanesMax {
+				return fmt.Errorf("writer-lanes: must be 1 to %d, got %d", engine.WriterLanesMax, cfg.Engine.WriterLanes)
 			}
 			if cfg.Engine.CronDialect, err = serverDialect(fs, *cronDialect); err != nil {
 				return err
