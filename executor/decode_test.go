@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/protocol"
+
+	"github.com/axe-sched/axe/internal/jsonkeys"
 )
 
 func TestDecodeRun(t *testing.T) {
@@ -182,7 +184,7 @@ func FuzzDecodeRuns(f *testing.F) {
 				}
 			}
 		}
-		if runsKeys(body) > 1 {
+		if jsonkeys.Count(body, "runs") > 1 {
 			return
 		}
 		if (err == nil) != (eachErr == nil) || len(runs) != len(each) {
@@ -194,30 +196,6 @@ func FuzzDecodeRuns(f *testing.F) {
 			}
 		}
 	})
-}
-
-// runsKeys counts the keys of body's top-level object that encoding/json would take for
-// "runs" (it matches keys without regard to case); 0 when body is not an object.
-func runsKeys(body []byte) int {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return 0
-	}
-	n := 0
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return n
-		}
-		if k, ok := key.(string); ok && strings.EqualFold(k, "runs") {
-			n++
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return n
-		}
-	}
-	return n
 }
 
 // FuzzDecodeKill feeds arbitrary bodies to the /axe/kill decoder: it never panics, and what it

@@ -1,13 +1,14 @@
 package protocol
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/axe-sched/axe/internal/jsonkeys"
 )
 
 func TestDecodeNamesTheField(t *testing.T) {
@@ -199,7 +200,7 @@ func FuzzDecodeResultBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		results, errs, err := DecodeResultBatch(body)
 		each, eachErrs, eachErr := decodeResultBatchEach(body)
-		if resultsKeys(body) > 1 {
+		if jsonkeys.Count(body, "results") > 1 {
 			return
 		}
 		if fmt.Sprint(err) != fmt.Sprint(eachErr) || len(results) != len(each) || len(errs) != len(eachErrs) {
@@ -214,30 +215,6 @@ func FuzzDecodeResultBatch(f *testing.F) {
 			}
 		}
 	})
-}
-
-// resultsKeys counts the keys of body's top-level object that encoding/json would take for
-// "results" (it matches keys without regard to case); 0 when body is not an object.
-func resultsKeys(body []byte) int {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return 0
-	}
-	n := 0
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return n
-		}
-		if k, ok := key.(string); ok && strings.EqualFold(k, "results") {
-			n++
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return n
-		}
-	}
-	return n
 }
 
 var sinkResults []Result
