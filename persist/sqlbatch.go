@@ -373,7 +373,7 @@ func (s *sqlStore) writeRuntimes(ctx context.Context, tx batchTx, ts []Transitio
 		if cached {
 			n, err = s.execRows(ctx, tx, s.insertRuntime, tail, len(runtimeCols), args)
 		} else {
-			n, err = execRowsText(ctx, tx, s.insertRuntime, tail, len(runtimeCols), s.perStmt(len(runtimeCols)), args)
+			n, err = s.execRowsText(ctx, tx, s.insertRuntime, tail, len(runtimeCols), args)
 		}
 		if err != nil {
 			return fmt.Errorf("cannot write runtimes: %w", err)
@@ -471,58 +471,83 @@ type batchStmtKey struct {
 	rows       int
 }
 
-// execRows runs head + VALUES groups + tail over args (ncols values per row), within the
-// placeholder and byte limits: on MySQL chunks of the prepared sizes go through cached
-// prepared statements, and the rest as statement text. It returns the rows affected in all.
+// execRows runs head + VALUES groups + tail over args (ncols values per row), split as
+// splitRows splits them: on MySQL chunks of the prepared sizes go through cached prepared
+// statements, and the rest as statement text. It returns the rows affected in all.
 // Only statements of a fixed set of tails may be prepared (cached), or the cache would grow.
 func (s *sqlStore) execRows(ctx context.Context, tx batchTx, head, tail string, ncols int, args []any) (int64, error) {
-	perStmt := s.perStmt(ncols)
+	st, prepare := tx.(stmtTx)
 	var affected int64
-	if st, ok := tx.(stmtTx); ok {
+	err := s.splitRows(args, ncols, prepare, func(rows int, prepared bool, chunk []any) error {
+		var n int64
+		var err error
+		if prepared {
+			n, err = st.execPrepared(ctx, batchStmtKey{head, tail, rows}, ncols, chunk)
+		} else {
+			n, err = tx.exec(ctx, head+valuesList(ncols, rows)+tail, chunk)
+		}
+		affected += n
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return affected, nil
+}
+
+// execRowsText is execRows with every statement as text.
+func (s *sqlStore) execRowsText(ctx context.Context, tx batchTx, head, tail string, ncols int, args []any) (int64, error) {
+	var affected int64
+	err := s.splitRows(args, ncols, false, func(rows int, _ bool, chunk []any) error {
+		n, err := tx.exec(ctx, head+valuesList(ncols, rows)+tail, chunk)
+		affected += n
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return affected, nil
+}
+
+// splitRows cuts args (ncols values per row) into the statements a batch sends and calls
+// each with every one in order, stopping at its first error. With prepare, whole chunks of
+// the prepared sizes come first (prepared true); the rest go as statement text, at most
+// perStmt rows each and within maxBytesPerStmt.
+func (s *sqlStore) splitRows(args []any, ncols int, prepare bool, each func(rows int, prepared bool, chunk []any) error) error {
+	perStmt := s.perStmt(ncols)
+	if prepare {
 		for _, rows := range preparedSizes {
 			if rows > perStmt {
 				continue
 			}
 			chunk := rows * ncols
 			for len(args) >= chunk && rowBytes(args[:chunk]) <= maxBytesPerStmt {
-				n, err := st.execPrepared(ctx, batchStmtKey{head, tail, rows}, ncols, args[:chunk])
-				if err != nil {
-					return 0, err
+				if err := each(rows, true, args[:chunk]); err != nil {
+					return err
 				}
-				affected += n
 				args = args[chunk:]
 			}
 		}
 	}
-	n, err := execRowsText(ctx, tx, head, tail, ncols, perStmt, args)
-	return affected + n, err
+	for len(args) > 0 {
+		rows, size := 0, 0
+		for rows < perStmt && rows*ncols < len(args) {
+			size += rowBytes(args[rows*ncols : (rows+1)*ncols])
+			if rows > 0 && size > maxBytesPerStmt {
+				break
+			}
+			rows++
+		}
+		if err := each(rows, false, args[:rows*ncols]); err != nil {
+			return err
+		}
+		args = args[rows*ncols:]
+	}
+	return nil
 }
 
 // perStmt is the most rows of ncols values one statement may carry.
 func (s *sqlStore) perStmt(ncols int) int { return min(maxRowsPerStmt, s.d.maxParams/ncols) }
-
-// execRowsText runs head + VALUES groups + tail over args, perStmt rows at most per
-// statement and within maxBytesPerStmt, and returns the rows affected in all.
-func execRowsText(ctx context.Context, tx batchTx, head, tail string, ncols, perStmt int, args []any) (int64, error) {
-	var affected int64
-	for len(args) > 0 {
-		n, size := 0, 0
-		for n < perStmt && n*ncols < len(args) {
-			size += rowBytes(args[n*ncols : (n+1)*ncols])
-			if n > 0 && size > maxBytesPerStmt {
-				break
-			}
-			n++
-		}
-		k, err := tx.exec(ctx, head+valuesList(ncols, n)+tail, args[:n*ncols])
-		if err != nil {
-			return 0, err
-		}
-		affected += k
-		args = args[n*ncols:]
-	}
-	return affected, nil
-}
 
 // rowsAffected is the affected-row count of a statement's result, or its error.
 func rowsAffected(res sql.Result, err error) (int64, error) {

@@ -222,7 +222,7 @@ func (s *sqlStore) insertTasks(ctx context.Context, tx batchTx, cs []*TaskCreate
 		return fmt.Errorf("cannot insert task runtimes: %w", err)
 	}
 	if len(deps) > 0 {
-		if _, err := execRowsText(ctx, tx, "INSERT INTO task_dep (task_id, upstream_name) VALUES ", "", 2, s.perStmt(2), deps); err != nil {
+		if _, err := s.execRowsText(ctx, tx, "INSERT INTO task_dep (task_id, upstream_name) VALUES ", "", 2, deps); err != nil {
 			return fmt.Errorf("cannot insert task dependencies: %w", err)
 		}
 	}
@@ -242,7 +242,8 @@ type idTx interface {
 // insertDefs inserts the definition rows of args (len(defCols) values each) and returns
 // their ids in row order, or nil when the store cannot tell them without reading them back
 // (idsByName). Where the ids are consecutive (sqlStore.consecutiveIDs) each statement's
-// first id gives all of its rows'; the statements are split as execRows splits them.
+// first id gives all of its rows'; the statements are split as execRows splits them
+// (splitRows).
 func (s *sqlStore) insertDefs(ctx context.Context, tx batchTx, args []any) ([]int64, error) {
 	ncols := len(defCols)
 	it, ok := tx.(idTx)
@@ -251,7 +252,17 @@ func (s *sqlStore) insertDefs(ctx context.Context, tx batchTx, args []any) ([]in
 		return nil, err
 	}
 	ids := make([]int64, 0, len(args)/ncols)
-	took := func(rows int, n, first int64) error {
+	err := s.splitRows(args, ncols, true, func(rows int, prepared bool, chunk []any) error {
+		var n, first int64
+		var err error
+		if prepared {
+			n, first, err = it.execPreparedFirstID(ctx, batchStmtKey{s.insertDefHead, "", rows}, ncols, chunk)
+		} else {
+			n, first, err = it.execFirstID(ctx, s.insertDefHead+valuesList(ncols, rows), chunk)
+		}
+		if err != nil {
+			return err
+		}
 		if n != int64(rows) || first <= 0 {
 			return fmt.Errorf("an insert of %d definitions reported %d rows from id %d", rows, n, first)
 		}
@@ -259,41 +270,9 @@ func (s *sqlStore) insertDefs(ctx context.Context, tx batchTx, args []any) ([]in
 			ids = append(ids, first+k)
 		}
 		return nil
-	}
-	perStmt := s.perStmt(ncols)
-	for _, rows := range preparedSizes {
-		if rows > perStmt {
-			continue
-		}
-		chunk := rows * ncols
-		for len(args) >= chunk && rowBytes(args[:chunk]) <= maxBytesPerStmt {
-			n, first, err := it.execPreparedFirstID(ctx, batchStmtKey{s.insertDefHead, "", rows}, ncols, args[:chunk])
-			if err != nil {
-				return nil, err
-			}
-			if err := took(rows, n, first); err != nil {
-				return nil, err
-			}
-			args = args[chunk:]
-		}
-	}
-	for len(args) > 0 {
-		rows, size := 0, 0
-		for rows < perStmt && rows*ncols < len(args) {
-			size += rowBytes(args[rows*ncols : (rows+1)*ncols])
-			if rows > 0 && size > maxBytesPerStmt {
-				break
-			}
-			rows++
-		}
-		n, first, err := it.execFirstID(ctx, s.insertDefHead+valuesList(ncols, rows), args[:rows*ncols])
-		if err != nil {
-			return nil, err
-		}
-		if err := took(rows, n, first); err != nil {
-			return nil, err
-		}
-		args = args[rows*ncols:]
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ids, nil
 }
