@@ -1,12 +1,8 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
-	"bytes"
 	"database/sql"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -14,6 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -46,34 +43,12 @@ type fwdAnswer struct {
 	body    []byte
 }
 
-// raw sends one request to d at path (base path included) with the headers given.
+// raw sends one request to d at path (base path included) with the headers given, and no
+// token but what they hold.
 func (d *daemon) raw(t *testing.T, method, path string, body any, hdr ...string) fwdAnswer {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, d.base+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := d.http.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fwdAnswer{resp.StatusCode, resp.Header.Get(admin.ForwardedHeader), data}
+	code, h, data := d.send(t, method, path, body, false, hdr...)
+	return fwdAnswer{code, h.Get(admin.ForwardedHeader), data}
 }
 
 // errBody decodes an {"error", "primary"} answer.

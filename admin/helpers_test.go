@@ -1,8 +1,6 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -24,6 +22,7 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -193,6 +192,14 @@ func (d *daemon) stop() error {
 // header pairs.
 func (d *daemon) call(t *testing.T, method, path string, body any, hdr ...string) (int, []byte) {
 	t.Helper()
+	code, _, data := d.send(t, method, path, body, true, hdr...)
+	return code, data
+}
+
+// send is call returning the answer's headers too; withToken false sends no token but what
+// hdr holds.
+func (d *daemon) send(t *testing.T, method, path string, body any, withToken bool, hdr ...string) (int, http.Header, []byte) {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -209,7 +216,7 @@ func (d *daemon) call(t *testing.T, method, path string, body any, hdr ...string
 	if err != nil {
 		t.Fatalf("build request: %v", err)
 	}
-	if d.token != "" {
+	if withToken && d.token != "" {
 		req.Header.Set("Authorization", "Bearer "+d.token)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -224,7 +231,7 @@ func (d *daemon) call(t *testing.T, method, path string, body any, hdr ...string
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
-	return resp.StatusCode, data
+	return resp.StatusCode, resp.Header, data
 }
 
 // mustJSON calls and requires the status, then decodes the body into out (when non-nil).
