@@ -1,8 +1,6 @@
 package admin
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"embed"
 	"encoding/base64"
@@ -19,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/pprofhandler"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

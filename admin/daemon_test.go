@@ -1,8 +1,6 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"net/http"
@@ -17,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

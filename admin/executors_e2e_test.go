@@ -1,8 +1,6 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"encoding/json"
 	"io"
@@ -21,6 +19,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 

@@ -1,8 +1,6 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"io"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 )
 
 // TestKillReachesTheExecutor: killing a task whose run is on an SDK executor makes the

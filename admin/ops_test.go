@@ -1,8 +1,6 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 )
 
 // quietFires is how many fires of the tasks left running a paused task is watched over for

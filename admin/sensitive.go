@@ -1,13 +1,12 @@
 package admin
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"context"
 	"encoding/json"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
 )
 
 // SensitiveMask replaces the value of each sensitive params key in API and console reads.

@@ -6,8 +6,6 @@
 package admin
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -26,6 +24,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"

@@ -1,9 +1,9 @@
 package admin
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"testing"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // TestTaskViewHidesTheRunningDue: a RUNNING task's stored next_trigger_time is the due of the

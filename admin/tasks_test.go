@@ -1,8 +1,6 @@
 package admin_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"net/http"
 	"slices"
@@ -10,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

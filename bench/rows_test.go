@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"flag"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

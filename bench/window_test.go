@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

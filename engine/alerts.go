@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

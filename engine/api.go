@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"regexp"
 	"strconv"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 

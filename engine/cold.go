@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/wheel"
 )
 

@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

@@ -1,13 +1,13 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // upstreamSet is the set of task names some task depends on. A success of a task outside it

@@ -22,8 +22,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"fmt"
@@ -36,6 +34,7 @@ import (
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -23,6 +21,7 @@ import (
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/ratelimit"

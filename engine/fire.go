@@ -33,8 +33,6 @@ package engine
 // plumbing in commit.go.
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -45,6 +43,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/wheel"

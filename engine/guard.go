@@ -1,11 +1,10 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"errors"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
 )
 
 // checkCallback refuses, at create and update, an HTTP callback whose URL the outbound guard

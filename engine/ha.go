@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

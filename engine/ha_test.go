@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"fmt"
 	"slices"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

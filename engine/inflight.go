@@ -1,14 +1,13 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 )
 
 // flight is one run that has left the engine's hands: decided (its RUNNING transition or its

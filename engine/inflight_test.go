@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"strconv"
 	"sync"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/model"
 )
 
 // TestRunsInFlightSettleOnce races a result against the timeout for many runs: exactly one

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"fmt"
 	"sync"
 	"time"
@@ -10,6 +8,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/wheel"
 )
 

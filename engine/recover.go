@@ -1,13 +1,12 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

@@ -1,9 +1,9 @@
 package engine
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"fmt"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // transitions is the state machine (design.md, "State machine"), in one declarative place. Every state change

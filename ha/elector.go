@@ -9,8 +9,6 @@
 package ha
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

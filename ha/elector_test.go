@@ -1,8 +1,6 @@
 package ha
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

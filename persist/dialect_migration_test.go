@@ -1,14 +1,13 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

@@ -1,12 +1,12 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // The fire record (R8.5). A fire's run row is keyed by its deterministic ticket (task, fire

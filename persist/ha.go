@@ -1,13 +1,13 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // This file holds what high availability needs of the store (R8): the lease judged by the

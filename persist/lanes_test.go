@@ -1,13 +1,12 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"fmt"
 	"sync"
 	"testing"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

@@ -1,8 +1,6 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"errors"
@@ -11,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // ApplyBatch applies b in one transaction: the group commit of R7.2.

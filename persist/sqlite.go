@@ -1,8 +1,6 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"errors"
@@ -11,6 +9,8 @@ import (
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // sqliteParams configure every pooled connection:

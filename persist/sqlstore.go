@@ -1,8 +1,6 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"context"
 	"database/sql"
@@ -13,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // dialect is everything that differs between MySQL and SQLite. The statements themselves are

@@ -1,8 +1,6 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bufio"
 	"context"
 	"database/sql"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

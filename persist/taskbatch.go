@@ -1,10 +1,10 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"fmt"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // What TaskCreate.IfExists does when the name is taken.

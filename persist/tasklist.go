@@ -1,12 +1,12 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // ErrBadFilter is returned (wrapped, naming the field) by ListTasks for a TaskFilter it

@@ -1,8 +1,6 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"cmp"
 	"context"
 	"encoding/json"
@@ -11,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

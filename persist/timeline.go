@@ -1,10 +1,10 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"slices"
 	"strconv"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // The timeline of a task: its action records merged with the events its run rows carry.

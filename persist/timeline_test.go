@@ -1,11 +1,10 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"strings"
 	"testing"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

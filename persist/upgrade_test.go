@@ -1,8 +1,6 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bufio"
 	"context"
 	"database/sql"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

@@ -1,8 +1,6 @@
 package persist
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/model"
 )
 
 // Defaults of WriterConfig.

@@ -1,12 +1,11 @@
 package persist_test
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

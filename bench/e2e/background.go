@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"context"
 	"database/sql"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
 )
 
 // Background work a steady phase can run beside its firing (Config.Background), to measure

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"context"
 	"fmt"
@@ -24,6 +22,7 @@ import (
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )

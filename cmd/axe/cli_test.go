@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

@@ -1,8 +1,6 @@
 package persisttest
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 

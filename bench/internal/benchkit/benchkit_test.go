@@ -1,8 +1,6 @@
 package benchkit
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"os"
 	"strconv"
@@ -12,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

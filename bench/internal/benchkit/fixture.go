@@ -1,8 +1,6 @@
 package benchkit
 
 import (
-	"github.com/axe-sched/axe/model"
-
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -10,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/axe-sched/axe/model"
 )
 
 // Fixture insertion limits: 1000 rows keep one INSERT near 300 KB, far below
