@@ -37,8 +37,8 @@ func (l *Lanes) laneOf(g *Group) *Writer {
 	switch {
 	case len(g.Creates) > 0:
 		// A new task has no id yet, and a create's group is durable before the task can be
-		// written again, so any lane will do: all creates share lane 0. Spread over every
-		// lane, concurrent creates made batches a quarter the size, and each commit's
+		// written again, so any lane will do: all creates share lane 0. Spread over four
+		// lanes, concurrent creates made batches a quarter the size, and each commit's
 		// statements and round trips were shared by a quarter as many creates: on two cores
 		// the server spent 85 µs of CPU per create against 52 µs in one lane, and the
 		// daemon 104 µs against 84 µs (BENCHMARKS.md, B6).
