@@ -92,6 +92,7 @@ func serveCmd() *ffcli.Command {
 					cfg.Security.CallbackAllow = append(cfg.Security.CallbackAllow, a)
 				}
 			}
+			// Checked here, not only by the engine: its config reads 0 as "the default".
 			if cfg.Engine.WriterLanes < 1 || cfg.Engine.WriterLanes > engine.WriterLanesMax {
 				return fmt.Errorf("writer-lanes: must be 1 to %d, got %d", engine.WriterLanesMax, cfg.Engine.WriterLanes)
 			}
