@@ -237,8 +237,8 @@ func downstreamOf(def *model.TaskDef) string {
 	return ""
 }
 
-// dispatchDurable runs on the writer goroutine when the RUNNING transition is durable (or
-// failed). It must not block.
+// dispatchDurable runs on the writer goroutine when the fire record is durable (or failed).
+// It must not block.
 func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
 	if err != nil {
 		duplicate := errors.Is(err, persist.ErrDuplicateFire)
