@@ -35,3 +35,13 @@ func BatchStmts(ctx context.Context, s Store) (stmts int, connID int64, err erro
 
 // DB returns s's connection pool, for tests that need a transaction of their own.
 func DB(s Store) *sql.DB { return s.(*sqlStore).db }
+
+// OldRunsSelect is the pruner's query of up to limit old runs over every task, with the
+// cut-off time as its one argument, for tests that ask the database how it reads it.
+func OldRunsSelect(s Store, limit int) string { return s.(*sqlStore).oldRunsSelect(nil, limit) }
+
+// OpenManualRunsSelect is ListRunningManual's query.
+func OpenManualRunsSelect(s Store) string {
+	st := s.(*sqlStore)
+	return st.runSelect + st.d.openManualRuns
+}

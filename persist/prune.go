@@ -66,16 +66,26 @@ func notIn(col string, ids map[int64]int64) string {
 	return b.String()
 }
 
+// oldRuns is the condition on the runs history retention lets go, over every task but
+// those in over (which keep their own); it takes the cut-off time as its one argument.
+func (s *sqlStore) oldRuns(over map[int64]int64) string {
+	return ` WHERE ` + s.d.prunableRuns + `scheduled_at < ? AND result <> 'running'` + notIn("task_id", over)
+}
+
+// oldRunsSelect selects up to limit tickets of oldRuns, oldest first.
+func (s *sqlStore) oldRunsSelect(over map[int64]int64, limit int) string {
+	return `SELECT ticket FROM task_run` + s.oldRuns(over) + ` ORDER BY scheduled_at LIMIT ` + strconv.Itoa(limit)
+}
+
 // PruneRuns deletes up to limit finished runs scheduled before before (see Pruner).
 func (s *sqlStore) PruneRuns(ctx context.Context, before, now int64, limit int, dryRun bool) (int64, error) {
 	over, err := s.historyOverrides(ctx)
 	if err != nil {
 		return 0, err
 	}
-	where := ` WHERE scheduled_at < ? AND result <> 'running'`
 	if dryRun {
 		var n int64
-		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_run`+where+notIn("task_id", over), before).Scan(&n); err != nil {
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM task_run`+s.oldRuns(over), before).Scan(&n); err != nil {
 			return 0, fmt.Errorf("cannot count old runs: %w", err)
 		}
 		for id, ms := range over {
@@ -87,8 +97,7 @@ func (s *sqlStore) PruneRuns(ctx context.Context, before, now int64, limit int, 
 		}
 		return n, nil
 	}
-	n, err := s.deleteKeys(ctx, `SELECT ticket FROM task_run`+where+notIn("task_id", over)+` ORDER BY scheduled_at LIMIT `+strconv.Itoa(limit),
-		[]any{before}, `DELETE FROM task_run WHERE ticket IN `)
+	n, err := s.deleteKeys(ctx, s.oldRunsSelect(over, limit), []any{before}, `DELETE FROM task_run WHERE ticket IN `)
 	if err != nil || len(over) > maxOverrides {
 		return n, err
 	}

@@ -61,6 +61,9 @@ type dialect struct {
 	isAlreadyApplied func(error) bool
 	// openManualRuns is ListRunningManual's query; each store has its own index for it.
 	openManualRuns string
+	// prunableRuns opens the pruner's condition on old runs ("" or a condition and " AND ")
+	// so that it reads the index the store keeps for it.
+	prunableRuns string
 	// lockSchema serialises Migrate across processes; the returned func releases the lock.
 	lockSchema func(ctx context.Context, conn *sql.Conn) (unlock func(), err error)
 }

@@ -34,6 +34,7 @@ var upgradeFixtures = []struct {
 	// so a database of that build lacks a step below its newest.
 	{name: "v6-without-5"},
 	{name: "v6"},
+	{name: "v7"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
