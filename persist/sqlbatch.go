@@ -477,6 +477,16 @@ type batchStmtKey struct {
 // Only statements of a fixed set of tails may be prepared (cached), or the cache would grow.
 func (s *sqlStore) execRows(ctx context.Context, tx batchTx, head, tail string, ncols int, args []any) (int64, error) {
 	st, prepare := tx.(stmtTx)
+	return s.execSplit(ctx, tx, st, prepare, head, tail, ncols, args)
+}
+
+// execRowsText is execRows with every statement as text.
+func (s *sqlStore) execRowsText(ctx context.Context, tx batchTx, head, tail string, ncols int, args []any) (int64, error) {
+	return s.execSplit(ctx, tx, nil, false, head, tail, ncols, args)
+}
+
+// execSplit runs the statements splitRows cuts args into, the prepared ones through st.
+func (s *sqlStore) execSplit(ctx context.Context, tx batchTx, st stmtTx, prepare bool, head, tail string, ncols int, args []any) (int64, error) {
 	var affected int64
 	err := s.splitRows(args, ncols, prepare, func(rows int, prepared bool, chunk []any) error {
 		var n int64
@@ -486,20 +496,6 @@ func (s *sqlStore) execRows(ctx context.Context, tx batchTx, head, tail string, 
 		} else {
 			n, err = tx.exec(ctx, head+valuesList(ncols, rows)+tail, chunk)
 		}
-		affected += n
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return affected, nil
-}
-
-// execRowsText is execRows with every statement as text.
-func (s *sqlStore) execRowsText(ctx context.Context, tx batchTx, head, tail string, ncols int, args []any) (int64, error) {
-	var affected int64
-	err := s.splitRows(args, ncols, false, func(rows int, _ bool, chunk []any) error {
-		n, err := tx.exec(ctx, head+valuesList(ncols, rows)+tail, chunk)
 		affected += n
 		return err
 	})
