@@ -87,16 +87,15 @@ func TestPruneRunsSkipsOpenRuns(t *testing.T) {
 		if _, err := db.ExecContext(ctx, `ANALYZE TABLE task_run`); err != nil {
 			t.Fatal(err)
 		}
-		for what, q := range map[string]string{
-			"the pruner's query":    persist.OldRunsSelect(s, 100),
-			"the open run-now list": persist.OpenManualRunsSelect(s),
+		for _, c := range []struct {
+			what, q string
+			args    []any
+		}{
+			{"the pruner's query", persist.OldRunsSelect(s, 100), []any{cutoff}},
+			{"the open run-now list", persist.OpenManualRunsSelect(s), nil},
 		} {
-			var args []any
-			if what == "the pruner's query" {
-				args = []any{cutoff}
-			}
-			if key := explainKey(t, db, q, args...); key != "idx_task_run_open_sched" {
-				t.Errorf("%s reads index %q, want idx_task_run_open_sched: %s", what, key, q)
+			if key := explainKey(t, db, c.q, c.args...); key != "idx_task_run_open_sched" {
+				t.Errorf("%s reads index %q, want idx_task_run_open_sched: %s", c.what, key, c.q)
 			}
 		}
 	})
