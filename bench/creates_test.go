@@ -362,6 +362,7 @@ type runCost struct {
 	axeCPU, dbCPU, selfCPU time.Duration
 	dbCommits, dbFsyncs    float64
 	writerCommits, wRows   float64
+	commitSec              float64 // seconds the writer spent inside commits
 	writerRowsPerCommitOK  bool
 }
 
@@ -407,6 +408,7 @@ func (c *costProbe) end() runCost {
 		if n > 0 {
 			r.wRows = (m1["axe_writer_batch_rows_sum"] - c.m0["axe_writer_batch_rows_sum"]) / n
 		}
+		r.commitSec = m1["axe_writer_commit_duration_seconds_sum"] - c.m0["axe_writer_commit_duration_seconds_sum"]
 	}
 	return r
 }
@@ -417,6 +419,9 @@ func (r runCost) cells(n int) []string {
 	w := ""
 	if r.writerRowsPerCommitOK {
 		w = fmt.Sprintf("%.0f (%.1f rows)", r.writerCommits, r.wRows)
+		if r.writerCommits > 0 {
+			w += fmt.Sprintf(", %.2f ms each", 1000*r.commitSec/r.writerCommits)
+		}
 	}
 	return []string{per(r.axeCPU), per(r.dbCPU), per(r.selfCPU), fmt.Sprintf("%.0f", r.dbCommits), fmt.Sprintf("%.0f", r.dbFsyncs), w}
 }
@@ -453,7 +458,8 @@ func scrapeMetrics(base string) map[string]float64 {
 			continue
 		}
 		switch f[0] {
-		case "axe_writer_commits_total", "axe_writer_batch_rows_sum", "axe_writer_batch_rows_count":
+		case "axe_writer_commits_total", "axe_writer_batch_rows_sum", "axe_writer_batch_rows_count",
+			"axe_writer_commit_duration_seconds_sum":
 			out[f[0]], _ = strconv.ParseFloat(f[1], 64)
 		}
 	}
