@@ -76,3 +76,55 @@ func TestLanesKeepEachTaskInOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestLanesCreatesAvoidACommittingLane holds one lane's commit before it reaches the
+// database: a create submitted meanwhile goes to a lane that is gathering and lands while the
+// held one waits, instead of queueing behind it. Then the held create lands too.
+func TestLanesCreatesAvoidACommittingLane(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		cs := &countingStore{Store: s, entered: make(chan struct{}), gate: make(chan struct{})}
+		var release sync.Once
+		open := func() { release.Do(func() { close(cs.gate) }) }
+		l, err := persist.NewLanes(cs, persist.WriterConfig{Logger: testLogger(t)}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			open()
+			stopCtx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			if err := l.Stop(stopCtx); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+		})
+		o := newOutcomes(2)
+		if err := l.Submit(ctx, createGroup("held", o, 0)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-cs.entered:
+		case <-ctx.Done():
+			t.Fatal("the first create's commit never started")
+		}
+		if err := l.Submit(ctx, createGroup("beside", o, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if r := o.wait(t, 1)[0]; r.seq != 1 || r.err != nil {
+			t.Fatalf("first outcome: group %d, %v; want the second create, landed beside the held commit", r.seq, r.err)
+		}
+		if _, err := s.GetTask(ctx, "beside"); err != nil {
+			t.Errorf("beside: %v", err)
+		}
+		open()
+		if r := o.wait(t, 1)[0]; r.seq != 0 || r.err != nil {
+			t.Errorf("second outcome: group %d, %v; want the held create, landed", r.seq, r.err)
+		}
+		if _, err := s.GetTask(ctx, "held"); err != nil {
+			t.Errorf("held: %v", err)
+		}
+	})
+}

@@ -26,6 +26,11 @@ const (
 	// WriterMaxDelayDefault is the longest a lone group waits for company when the writer is
 	// idle; it is the latency batching may add to a dispatch (R7.2).
 	WriterMaxDelayDefault = 2 * time.Millisecond
+	// WriterCreateMaxDelayDefault is the longest a batch holding a create waits for company.
+	// Each create has a client waiting on its commit, and the company a batch waits for is
+	// mostly those clients' next creates, which cannot come before this commit answers: at 64
+	// clients, waiting 2 ms held a commit back more than it grew it (BENCHMARKS.md, B6).
+	WriterCreateMaxDelayDefault = 500 * time.Microsecond
 	// WriterQueueSizeDefault is how many groups may be queued before Submit blocks.
 	WriterQueueSizeDefault = 16384
 	// WriterRetryMinDefault is the first backoff after a failed commit.
@@ -60,6 +65,9 @@ type WriterConfig struct {
 	// MaxDelay flushes a batch once its oldest group has waited this long since Submit.
 	// Defaults to WriterMaxDelayDefault (2ms).
 	MaxDelay time.Duration
+	// CreateMaxDelay flushes a batch once a group in it that creates tasks has waited this
+	// long, when that comes before MaxDelay. Defaults to WriterCreateMaxDelayDefault (500µs).
+	CreateMaxDelay time.Duration
 	// QueueSize is how many groups may wait before Submit blocks (backpressure).
 	// Defaults to WriterQueueSizeDefault (16384).
 	QueueSize int
@@ -87,6 +95,9 @@ func (c WriterConfig) WithDefaults() WriterConfig {
 	if c.MaxDelay == 0 {
 		c.MaxDelay = WriterMaxDelayDefault
 	}
+	if c.CreateMaxDelay == 0 {
+		c.CreateMaxDelay = WriterCreateMaxDelayDefault
+	}
 	if c.QueueSize == 0 {
 		c.QueueSize = WriterQueueSizeDefault
 	}
@@ -108,6 +119,8 @@ func (c WriterConfig) validate() error {
 		return fmt.Errorf("MaxBatchRows must be positive, got %d", c.MaxBatchRows)
 	case c.MaxDelay <= 0:
 		return fmt.Errorf("MaxDelay must be positive, got %s", c.MaxDelay)
+	case c.CreateMaxDelay <= 0:
+		return fmt.Errorf("CreateMaxDelay must be positive, got %s", c.CreateMaxDelay)
 	case c.QueueSize < 1:
 		return fmt.Errorf("QueueSize must be positive, got %d", c.QueueSize)
 	case c.RetryMin <= 0:
@@ -209,6 +222,9 @@ type Writer struct {
 	cancelRun context.CancelFunc
 
 	pending atomic.Int64
+	// committing is set while the writer goroutine applies a batch and calls its Dones, so
+	// Lanes can send creates to a lane that is gathering instead (Lanes.laneOf).
+	committing atomic.Bool
 
 	// Owned by the writer goroutine.
 	carry       *queuedGroup // a group that did not fit the previous batch
@@ -442,7 +458,9 @@ func (w *Writer) run() {
 	for {
 		items, more := w.collect()
 		if len(items) > 0 {
+			w.committing.Store(true)
 			w.commit(items)
+			w.committing.Store(false)
 		}
 		if !more {
 			return
@@ -469,7 +487,7 @@ func (w *Writer) collect() (items []queuedGroup, more bool) {
 	}
 	items = append(items, first)
 	rows := first.g.rows()
-	deadline := first.at.Add(w.cfg.MaxDelay)
+	deadline := first.at.Add(w.maxDelay(first.g))
 
 	for rows < w.cfg.MaxBatchRows {
 		var (
@@ -501,8 +519,20 @@ func (w *Writer) collect() (items []queuedGroup, more bool) {
 		}
 		rows += n
 		items = append(items, q)
+		if d := q.at.Add(w.maxDelay(q.g)); d.Before(deadline) {
+			deadline = d
+		}
 	}
 	return items, true
+}
+
+// maxDelay is how long g may wait in a batch for company: CreateMaxDelay for a group that
+// creates tasks, when that is shorter, else MaxDelay.
+func (w *Writer) maxDelay(g *Group) time.Duration {
+	if len(g.Creates) > 0 {
+		return min(w.cfg.CreateMaxDelay, w.cfg.MaxDelay)
+	}
+	return w.cfg.MaxDelay
 }
 
 // commit applies items as one batch (minus conflicting groups) and then calls every Done in

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -72,6 +73,40 @@ func TestWriterCreates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriterCreateMaxDelay: a batch holding a create waits for company CreateMaxDelay, also
+// when it began with a group that may wait MaxDelay. MaxDelay is an hour, so only the
+// create's bound can flush the batch before the test's deadline.
+func TestWriterCreateMaxDelay(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		const createDelay = 20 * time.Millisecond
+		k := newTask(t, s, "before-create")
+		cs := &countingStore{Store: s}
+		w := newWriter(t, cs, persist.WriterConfig{MaxDelay: time.Hour, CreateMaxDelay: createDelay}, true)
+		o := newOutcomes(2)
+		g := k.next()
+		g.Done = o.done(0)
+		submit(t, w, g)
+		start := time.Now()
+		submit(t, w, createGroup("joins", o, 1))
+		for _, r := range o.wait(t, 2) {
+			if r.err != nil {
+				t.Errorf("group %d: %v", r.seq, r.err)
+			}
+		}
+		// A lower bound only (timers never fire early): the create waited for company.
+		if took := time.Since(start); took < createDelay {
+			t.Errorf("batch durable %s after the create, want it held for CreateMaxDelay (%s)", took, createDelay)
+		}
+		if got := cs.calls.Load(); got != 1 {
+			t.Errorf("ApplyBatch called %d times, want 1 (both groups in one batch)", got)
+		}
+		k.checkLanded(t, s)
+		if _, err := s.GetTask(testCtx(t), "joins"); err != nil {
+			t.Errorf("joins: %v", err)
+		}
+	})
 }
 
 // TestWriterOffer: Offer takes groups while the queue is less than half full, then refuses

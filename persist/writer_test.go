@@ -843,12 +843,14 @@ func TestWriterConfig(t *testing.T) {
 	got := persist.WriterConfig{}.WithDefaults()
 	if got.MaxBatchRows != persist.WriterMaxBatchRowsDefault || got.MaxDelay != persist.WriterMaxDelayDefault ||
 		got.QueueSize != persist.WriterQueueSizeDefault || got.RetryMin != persist.WriterRetryMinDefault ||
-		got.RetryMax != persist.WriterRetryMaxDefault || got.Logger == nil {
+		got.RetryMax != persist.WriterRetryMaxDefault || got.CreateMaxDelay != persist.WriterCreateMaxDelayDefault ||
+		got.Logger == nil {
 		t.Errorf("WithDefaults() = %+v, want every default", got)
 	}
-	set := persist.WriterConfig{MaxBatchRows: 9, MaxDelay: time.Second, QueueSize: 3, RetryMin: time.Second, RetryMax: time.Minute}
+	set := persist.WriterConfig{MaxBatchRows: 9, MaxDelay: time.Second, CreateMaxDelay: time.Millisecond, QueueSize: 3,
+		RetryMin: time.Second, RetryMax: time.Minute}
 	if got := set.WithDefaults(); got.MaxBatchRows != 9 || got.MaxDelay != time.Second || got.QueueSize != 3 ||
-		got.RetryMin != time.Second || got.RetryMax != time.Minute {
+		got.CreateMaxDelay != time.Millisecond || got.RetryMin != time.Second || got.RetryMax != time.Minute {
 		t.Errorf("WithDefaults() changed set fields: %+v", got)
 	}
 
@@ -856,6 +858,7 @@ func TestWriterConfig(t *testing.T) {
 	for name, cfg := range map[string]persist.WriterConfig{
 		"negative MaxBatchRows":   {MaxBatchRows: -1},
 		"negative MaxDelay":       {MaxDelay: -time.Millisecond},
+		"negative CreateMaxDelay": {CreateMaxDelay: -time.Millisecond},
 		"negative QueueSize":      {QueueSize: -1},
 		"RetryMax below RetryMin": {RetryMin: time.Second, RetryMax: time.Millisecond},
 		"Epoch without LeaseName": {Epoch: func() int64 { return 1 }},
