@@ -178,8 +178,9 @@ func (g *Group) rows() int {
 //     may share a batch: the store applies a batch's transitions in order.
 //   - Atomicity. A group is never split across batches; it lands whole or fails whole.
 //   - Latency. A batch is flushed when it reaches MaxBatchRows, or when its first group has
-//     waited MaxDelay since Submit, whichever comes first. Under load batches fill up; an idle
-//     writer adds at most MaxDelay to a lone group; a batch that is full goes at once.
+//     waited MaxDelay since Submit, or a group of creates in it CreateMaxDelay, whichever
+//     comes first. Under load batches fill up; an idle writer adds at most MaxDelay to a lone
+//     group (CreateMaxDelay to a create); a batch that is full goes at once.
 //   - Conflicts. When ApplyBatch reports a *ConflictError, only the groups owning the failed
 //     transitions fail (Done gets a *ConflictError with indexes into the group); the rest of
 //     the batch is applied again without them, until it lands. A non-conflicting group is
