@@ -52,7 +52,8 @@ type DaemonConfig struct {
 	// Defaults to false: a single node.
 	HA bool
 	// Advertise is the URL other nodes and clients reach this node at, named in a backup's
-	// 503 and in /readyz. Defaults to http:// and the bound address.
+	// 503 and in /readyz. Defaults to http:// (https:// when the API is served over TLS) and
+	// the bound address.
 	Advertise string
 	// LeaseTTL is the HA lease's life past a renewal. Defaults to ha.LeaseTTLDefault (15s).
 	LeaseTTL time.Duration
@@ -70,6 +71,7 @@ type DaemonConfig struct {
 
 	tokens    *atomic.Pointer[Tokens] // built from Token and Security.TokenFile by applySecurity
 	tlsConfig *tls.Config             // built from Security.TLSCert and TLSKey by applySecurity
+	peerTLS   *tls.Config             // built from Security.PeerCA by applySecurity; nil: system roots
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -168,7 +170,7 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	if err := srv.Start(ctx); err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
-	log.Info("axe listening", "addr", "http://"+srv.Addr(), "console", "http://"+srv.Addr()+cfg.BasePath+"/",
+	log.Info("axe listening", "addr", cfg.scheme()+"://"+srv.Addr(), "console", cfg.scheme()+"://"+srv.Addr()+cfg.BasePath+"/",
 		"store", redactDSN(cfg.DB), "node", cfg.NodeID)
 	if cfg.OnListen != nil {
 		cfg.OnListen(srv.Addr())
@@ -209,4 +211,13 @@ func redactDSN(dsn string) string {
 		}
 	}
 	return dsn
+}
+
+// scheme is the URL scheme the API is served with: https once applySecurity loaded a
+// certificate, else http.
+func (c *DaemonConfig) scheme() string {
+	if c.tlsConfig != nil {
+		return "https"
+	}
+	return "http"
 }

@@ -122,7 +122,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
 	}
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
-	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{}), fwd: newForwardClient()}
+	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{}), fwd: newForwardClient(cfg.peerTLS)}
 	// The listener is bound first: the advertise URL defaults to it, and clients can read
 	// /readyz while the node claims its id.
 	reader, err := n.newTerm(nil, false, 0)
@@ -141,7 +141,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
 	}
 	if cfg.Advertise == "" {
-		cfg.Advertise = "http://" + front.Addr()
+		cfg.Advertise = cfg.scheme() + "://" + front.Addr()
 		n.cfg.Advertise = cfg.Advertise
 	}
 	// The lease loop has a pool of its own: a renewal must never wait for a connection that
@@ -165,7 +165,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	n.el = el
 	n.elp.Store(el)
 	go n.roles(ctx)
-	log.Info("axe listening as a backup until it holds the lease", "addr", "http://"+front.Addr(),
+	log.Info("axe listening as a backup until it holds the lease", "addr", cfg.scheme()+"://"+front.Addr(),
 		"advertise", cfg.Advertise, "store", redactDSN(cfg.DB), "node", cfg.NodeID,
 		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew)
 	if cfg.OnListen != nil {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -34,9 +35,11 @@ const forwardTimeout = bulkTimeout + 30*time.Second
 // errNoPrimary answers a forwarded write when no node holds the lease.
 var errNoPrimary = errors.New("this node is a backup and no primary holds the lease, so the write was not forwarded; retry once a node has taken over")
 
-// newForwardClient is the HTTP client a backup forwards with.
-func newForwardClient() *fasthttp.Client {
+// newForwardClient is the HTTP client a backup forwards with; peer, when not nil, holds the
+// CAs trusted for an https primary (SecurityConfig.PeerCA).
+func newForwardClient(peer *tls.Config) *fasthttp.Client {
 	return &fasthttp.Client{
+		TLSConfig:           peer,
 		Name:                "axe-backup",
 		ReadTimeout:         forwardTimeout,
 		WriteTimeout:        time.Minute,

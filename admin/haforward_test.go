@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"crypto/tls"
 	"database/sql"
 	"encoding/json"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/internal/testpki"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -213,5 +215,68 @@ func TestHABackupForwardWithoutPrimary(t *testing.T) {
 	}
 	if n := y.raw(t, http.MethodGet, api+"/tasks/fwd-none", nil, console[2:]...); n.code != http.StatusNotFound {
 		t.Fatalf("GET fwd-none = %d %s, want 404: nothing was written", n.code, n.body)
+	}
+}
+
+// httpsConsoleNode is haConsoleNode serving its API over HTTPS with a certificate of ca,
+// trusting ca for the other nodes when peerCA is set. Its test client trusts ca.
+func httpsConsoleNode(t *testing.T, dsn, id string, ca *testpki.CA, peerCA bool) *daemon {
+	t.Helper()
+	pair := ca.Server(t, "node-"+id)
+	d := haConsoleNode(t, dsn, id, func(c *admin.DaemonConfig) {
+		c.Security.TLSCert, c.Security.TLSKey = pair.CertFile, pair.KeyFile
+		if peerCA {
+			c.Security.PeerCA = ca.File
+		}
+	})
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
+	t.Cleanup(tr.CloseIdleConnections)
+	d.base = "https://" + d.addr
+	d.http = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	return d
+}
+
+// TestHABackupForwardsToAnHTTPSPrimary: nodes serving HTTPS with certificates of a private
+// CA advertise https:// URLs by default, and a backup given the CA (PeerCA) forwards the
+// console's writes to the primary over TLS. A backup without it answers 502 with the
+// certificate error and the write is not done.
+func TestHABackupForwardsToAnHTTPSPrimary(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	ca := testpki.NewCA(t, t.TempDir(), "private-ca")
+	a := httpsConsoleNode(t, dsn, "a", ca, true)
+	a.waitRole(t, "primary", waitTimeout)
+	b := httpsConsoleNode(t, dsn, "b", ca, true)
+	b.waitRole(t, "backup", waitTimeout)
+	if !strings.HasPrefix(a.base, "https://") {
+		t.Fatalf("a.base = %s", a.base)
+	}
+	testwait.For(t, waitTimeout, "the backup to name the primary's https URL", func() bool {
+		_, r := b.readyz(t, "")
+		return r.Primary == a.base
+	})
+	api := consoleBase + "/api/v1"
+	auth := []string{"Authorization", "Bearer " + fwdToken}
+	console := append([]string{admin.ForwardHeader, "primary"}, auth...)
+
+	ans := b.raw(t, http.MethodPost, api+"/tasks", spec("tls-fwd", "http://127.0.0.1:1/x", "trigger", "manual"), console...)
+	if ans.code != http.StatusCreated || ans.primary != a.base {
+		t.Fatalf("create through the backup = %d (%s: %q) %s, want 201 from %s", ans.code, admin.ForwardedHeader, ans.primary, ans.body, a.base)
+	}
+	if g := a.raw(t, http.MethodGet, api+"/tasks/tls-fwd", nil, auth...); g.code != http.StatusOK {
+		t.Fatalf("GET tls-fwd on the primary = %d %s", g.code, g.body)
+	}
+
+	c := httpsConsoleNode(t, dsn, "c", ca, false)
+	c.waitRole(t, "backup", waitTimeout)
+	testwait.For(t, waitTimeout, "the second backup to name the primary", func() bool {
+		_, r := c.readyz(t, "")
+		return r.Primary == a.base
+	})
+	ans = c.raw(t, http.MethodPost, api+"/tasks", spec("tls-unforwarded", "http://127.0.0.1:1/x", "trigger", "manual"), console...)
+	if msg, primary := errBody(t, ans); ans.code != http.StatusBadGateway || primary != a.base || !strings.Contains(msg, "certificate") {
+		t.Fatalf("a forward without the CA = %d %s, want 502 naming the certificate error", ans.code, ans.body)
+	}
+	if g := a.raw(t, http.MethodGet, api+"/tasks/tls-unforwarded", nil, auth...); g.code != http.StatusNotFound {
+		t.Fatalf("GET tls-unforwarded on the primary = %d %s, want 404", g.code, g.body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/axe-sched/axe/internal/tlsfiles"
 	"net"
 	"net/netip"
 	"os"
@@ -36,6 +37,10 @@ type SecurityConfig struct {
 	MetricsPublic bool
 	// TLSCert and TLSKey, both set, are the PEM files the API is served with over HTTPS.
 	TLSCert, TLSKey string
+	// PeerCA, when set, is a PEM bundle of the CAs trusted for the other nodes' https
+	// advertise URLs, which a backup forwards the console's writes to (haforward.go).
+	// Defaults to "": the system's trust store.
+	PeerCA string
 }
 
 // applySecurity refuses an unprotected non-loopback bind and installs the outbound guard on
@@ -56,6 +61,13 @@ func (c *DaemonConfig) applySecurity() error {
 			return fmt.Errorf("tls-cert: cannot load the key pair: %w", err)
 		}
 		c.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if c.Security.PeerCA != "" {
+		pool, err := tlsfiles.CAPool(c.Security.PeerCA)
+		if err != nil {
+			return fmt.Errorf("peer-ca: %w", err)
+		}
+		c.peerTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if c.Token == "" && c.Security.TokenFile == "" {
 		public, err := nonLoopback(c.Addr)

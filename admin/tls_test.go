@@ -110,4 +110,14 @@ func TestTLSConfigErrors(t *testing.T) {
 			t.Errorf("Serve with %+v = %v, want an error naming tls", sec, err)
 		}
 	}
+	notPEM := filepath.Join(t.TempDir(), "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, ca := range []string{"/nonexistent-ca.pem", notPEM} {
+		sec := admin.SecurityConfig{PeerCA: ca}
+		if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: sec}); err == nil || !strings.Contains(err.Error(), "peer-ca") {
+			t.Errorf("Serve with PeerCA %s = %v, want an error naming peer-ca", ca, err)
+		}
+	}
 }

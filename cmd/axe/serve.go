@@ -48,6 +48,7 @@ func serveCmd() *ffcli.Command {
 	fs.StringVar(&executorTLS.Key, "executor-key", "", "PEM private key of --executor-cert (AXE_EXECUTOR_KEY)")
 	fs.StringVar(&cfg.Security.TLSCert, "tls-cert", "", "PEM certificate (chain) to serve the API over HTTPS; with --tls-key (AXE_TLS_CERT)")
 	fs.StringVar(&cfg.Security.TLSKey, "tls-key", "", "PEM private key of --tls-cert (AXE_TLS_KEY)")
+	fs.StringVar(&cfg.Security.PeerCA, "peer-ca", "", "with --ha: PEM bundle of the CAs trusted for other nodes' https advertise URLs, which a backup forwards console writes to; default the system's trust store (AXE_PEER_CA)")
 	fs.BoolVar(&cfg.Security.MetricsPublic, "metrics-public", false, "serve /metrics without a token (AXE_METRICS_PUBLIC)")
 	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --token; logs a warning at every start (AXE_INSECURE_NO_AUTH)")
 	callbackAllow := fs.String("callback-allow", "", "comma-separated hosts and CIDR ranges HTTP callbacks and alert webhooks may reach; empty = all but link-local and metadata addresses (AXE_CALLBACK_ALLOW)")
