@@ -1130,8 +1130,10 @@ func TestResultsBatched(t *testing.T) {
 	hold := make(chan struct{})
 	peer := startPeer(t, schedpeer.Config{Hold: hold})
 	const senders = 2
+	// The held calls must stay in flight until the test releases them: with the default
+	// RequestTimeout (5s), a slow machine timed them out and re-sent the fillers' results.
 	exe := newExecutor(t, executor.Config{ResultSenders: senders, PoolSize: 32, QueueSize: 32,
-		ResendMin: 5 * time.Millisecond, ResendMax: 5 * time.Millisecond}, peer)
+		ResendMin: 5 * time.Millisecond, ResendMax: 5 * time.Millisecond, RequestTimeout: time.Minute}, peer)
 	finished := make(chan string, 32)
 	exe.Handle("h", func(_ context.Context, run executor.Run) (executor.Result, error) {
 		defer func() { finished <- run.Ticket }()
