@@ -518,7 +518,7 @@ func BenchmarkCreates(b *testing.B) {
 		_ = db.Close()
 	}
 	tab := benchkit.NewTable("round", "path", "tasks", "creates/s", "p50", "p99", "429s",
-		"axe CPU/create", "DB CPU/create", "client CPU/create", "DB commits", "data fsyncs", "writer commits (rows each)")
+		"axe CPU/create", "DB CPU/create", "client CPU/create", "DB commits", "data fsyncs", "writer commits (rows each, commit time)")
 	for b.Loop() {
 		for r := range rounds {
 			// Alternate the order so neither binary always runs on a warmer server.

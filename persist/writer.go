@@ -224,7 +224,7 @@ type Writer struct {
 
 	pending atomic.Int64
 	// committing is set while the writer goroutine applies a batch and calls its Dones, so
-	// Lanes can send creates to a lane that is gathering instead (Lanes.laneOf).
+	// Lanes can send creates to a lane that is gathering instead (Lanes.createLane).
 	committing atomic.Bool
 
 	// Owned by the writer goroutine.
