@@ -31,7 +31,7 @@ func NewLanes(s Store, cfg WriterConfig, n int) (*Lanes, error) {
 }
 
 // laneOf keys a group by the task it writes: its first transition, else its first run, else
-// its first action. Groups of no task (system actions) go to lane 0.
+// its fire record, else its first action. Groups of no task (system actions) go to lane 0.
 func (l *Lanes) laneOf(g *Group) *Writer {
 	var id int64
 	switch {
@@ -43,6 +43,8 @@ func (l *Lanes) laneOf(g *Group) *Writer {
 		id = g.Transitions[0].Runtime.TaskID
 	case len(g.Runs) > 0:
 		id = g.Runs[0].TaskID
+	case len(g.Fires) > 0:
+		id = g.Fires[0].TaskID
 	case len(g.Actions) > 0:
 		id = g.Actions[0].TaskID
 	}

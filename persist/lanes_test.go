@@ -128,3 +128,81 @@ func TestLanesCreatesAvoidACommittingLane(t *testing.T) {
 		}
 	})
 }
+
+// TestLanesKeyFireRecordsByTask: a fire record goes to its task's lane, as the task's other
+// writes do, so the fire records of a burst spread over every lane. One lane's commit is held
+// before it reaches the database; a fire record of a task of the other lane lands meanwhile,
+// and both are open fires once the held one lands.
+func TestLanesKeyFireRecordsByTask(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		const due = 1_000_000
+		byParity := map[int64]model.TaskDef{} // a task of each lane of two
+		for i := 0; len(byParity) < 2; i++ {
+			def := model.TaskDef{Name: fmt.Sprintf("fire-lane-%d", i), Group: "g", Trigger: model.TriggerDelay, DelayMS: 1,
+				Timezone: "UTC", TimeoutSec: 5, Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://127.0.0.1:1/"},
+				MisfirePolicy: model.MisfireFireOnce}
+			rt := model.Runtime{State: model.StateScheduled, NextTriggerTime: due, Version: 1}
+			if err := s.CreateTask(ctx, &def, &rt); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := byParity[def.ID%2]; !ok {
+				byParity[def.ID%2] = def
+			}
+		}
+		cs := &countingStore{Store: s, entered: make(chan struct{}), gate: make(chan struct{})}
+		var release sync.Once
+		open := func() { release.Do(func() { close(cs.gate) }) }
+		l, err := persist.NewLanes(cs, persist.WriterConfig{Logger: testLogger(t)}, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			open()
+			stopCtx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			if err := l.Stop(stopCtx); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+		})
+		o := newOutcomes(2)
+		fire := func(def model.TaskDef, seq int) *persist.Group {
+			return &persist.Group{Fires: []model.Run{{
+				Ticket: fmt.Sprintf("%d-%d-1", def.ID, due), TaskID: def.ID, TaskName: def.Name, Kind: model.RunScheduled,
+				Attempt: 1, ScheduledAt: due, DispatchedAt: due + 1, Result: model.ResultRunning,
+			}}, Done: o.done(seq)}
+		}
+		if err := l.Submit(ctx, fire(byParity[0], 0)); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-cs.entered:
+		case <-ctx.Done():
+			t.Fatal("the first fire record's commit never started")
+		}
+		if err := l.Submit(ctx, fire(byParity[1], 1)); err != nil {
+			t.Fatal(err)
+		}
+		if r := o.wait(t, 1)[0]; r.seq != 1 || r.err != nil {
+			t.Fatalf("first outcome: group %d, %v; want the other lane's fire record, landed beside the held commit", r.seq, r.err)
+		}
+		open()
+		if r := o.wait(t, 1)[0]; r.seq != 0 || r.err != nil {
+			t.Fatalf("second outcome: group %d, %v; want the held fire record, landed", r.seq, r.err)
+		}
+		fires, err := s.ListOpenFires(ctx, due+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]bool{}
+		for _, r := range fires {
+			got[r.TaskID] = true
+		}
+		if len(fires) != 2 || !got[byParity[0].ID] || !got[byParity[1].ID] {
+			t.Errorf("open fires %+v; want one of each task", fires)
+		}
+	})
+}
