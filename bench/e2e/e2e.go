@@ -104,6 +104,11 @@ type Config struct {
 	// it (fenced writes, the epoch on every dispatch, the gate before each send), to measure
 	// what high availability costs. Defaults to false.
 	HA bool
+	// Timeline, when positive, samples the writer every Timeline from each phase's first due
+	// time until it drains (Phase.Timeline): the rows and batches committed, the time the
+	// lanes spent committing and the groups queued, which show which writes set the pace
+	// of a drain and when. Defaults to 0 (no samples).
+	Timeline time.Duration
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -153,6 +158,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("raw concurrency must be at least 1, got %d", c.RawConcurrency)
 	case c.Timeout < 0:
 		return fmt.Errorf("timeout must not be negative, got %s", c.Timeout)
+	case c.Timeline < 0:
+		return fmt.Errorf("timeline interval must not be negative, got %s", c.Timeline)
 	}
 	return nil
 }
@@ -214,6 +221,20 @@ type Phase struct {
 	Failures string
 	// Background is what the background work did (Config.Background); nil for none.
 	Background *Background
+	// Timeline holds the writer's samples (Config.Timeline), oldest first; nil when not
+	// sampled.
+	Timeline []WriterSample
+}
+
+// WriterSample is the writer's progress at At after a phase's first due time. Rows,
+// Commits and Busy count from that time on (Busy summed over the lanes, and credited when a
+// commit ends, so a short interval can show the lanes more than fully busy); Queued is the
+// groups submitted and not yet committed at At.
+type WriterSample struct {
+	At            time.Duration
+	Rows, Commits int
+	Busy          time.Duration
+	Queued        int
 }
 
 // Report is the result of Run.
@@ -263,11 +284,37 @@ func (r Report) Table() string {
 			fmt.Fprintf(&b, "%s beside %s: %d rows in %s\n", p.Name, p.Background.Kind, p.Background.Rows, p.Background.Took.Round(time.Millisecond))
 		}
 	}
+	for _, p := range []*Phase{r.Steady, r.Burst} {
+		if p != nil && len(p.Timeline) > 0 {
+			b.WriteString(p.timelineTable())
+		}
+	}
 	if r.RawRate > 0 {
 		fmt.Fprintf(&b, "raw fasthttp POST /axe/run to the same executor process: %s req/s; burst recorded/s ÷ raw = %.2f\n",
 			benchkit.Num(r.RawRate), r.BurstVsRaw)
 	}
 	return b.String()
+}
+
+// timelineTable renders p.Timeline as the writer's rates between consecutive samples.
+func (p *Phase) timelineTable() string {
+	t := benchkit.NewTable("t s", "rows/s", "commits/s", "rows a commit", "lanes busy", "queued")
+	var prev WriterSample
+	for _, s := range p.Timeline {
+		d := (s.At - prev.At).Seconds()
+		rows, commits := s.Rows-prev.Rows, s.Commits-prev.Commits
+		perCommit := "-"
+		if commits > 0 {
+			perCommit = benchkit.Num(float64(rows) / float64(commits))
+		}
+		busy := "-"
+		if d > 0 {
+			busy = fmt.Sprintf("%.0f%%", 100*(s.Busy-prev.Busy).Seconds()/d/float64(max(p.WriterLanes, 1)))
+		}
+		t.Row(benchkit.Num(s.At.Seconds()), benchkit.Num(float64(rows)/d), benchkit.Num(float64(commits)/d), perCommit, busy, fmt.Sprint(s.Queued))
+		prev = s
+	}
+	return fmt.Sprintf("%s writer timeline (%d lanes):\n%s", p.Name, p.WriterLanes, t.String())
 }
 
 // Run runs the phases of cfg one after the other, each on a fresh database, engine, API

@@ -108,6 +108,7 @@ func TestRun(t *testing.T) {
 	if cfg.ProfileDir == "" {
 		cfg.ProfileDir = filepath.Join(t.TempDir(), "profiles")
 	}
+	cfg.Timeline = 100 * time.Millisecond
 	rep, err := Run(context.Background(), cfg)
 	t.Log("\n" + rep.Table())
 	if err != nil {
@@ -147,19 +148,44 @@ func TestRun(t *testing.T) {
 		if p.SchedulerCPU <= 0 || p.ExecutorCPU <= 0 || p.PeakRSS <= 0 {
 			t.Errorf("%s: CPU or RSS not measured: %+v", p.Name, *p)
 		}
+		checkTimeline(t, p)
 	}
 	if cfg.Burst > 0 && (rep.RawRate <= 0 || rep.BurstVsRaw <= 0) {
 		t.Errorf("raw rate %v, burst/raw %v: not measured", rep.RawRate, rep.BurstVsRaw)
 	}
 }
 
+// checkTimeline checks a phase's writer samples: taken in time order, never going back, and
+// ending with every row of the drain. A one-shot fire writes three rows (its fire record at
+// dispatch, its runtime and its run's result at the end), and the fixture was written before
+// the first due time, when the counts start.
+func checkTimeline(t *testing.T, p *Phase) {
+	t.Helper()
+	if len(p.Timeline) == 0 {
+		t.Errorf("%s: no writer samples", p.Name)
+		return
+	}
+	var prev WriterSample
+	for i, s := range p.Timeline {
+		if s.At <= prev.At && i > 0 || s.Rows < prev.Rows || s.Commits < prev.Commits || s.Busy < prev.Busy || s.Queued < 0 {
+			t.Errorf("%s: sample %d %+v after %+v: out of order", p.Name, i, s, prev)
+		}
+		prev = s
+	}
+	if last := p.Timeline[len(p.Timeline)-1]; last.Rows != 3*p.Tasks || last.Commits < 1 || last.Commits > p.WriterCommits || last.At < p.Finish {
+		t.Errorf("%s: last sample %+v: want %d rows, 1 to %d commits, at or after the drain (%s)",
+			p.Name, last, 3*p.Tasks, p.WriterCommits, p.Finish)
+	}
+}
+
 // TestConfigValidate checks that Run refuses configurations it cannot run.
 func TestConfigValidate(t *testing.T) {
 	for name, cfg := range map[string]Config{
-		"no DSN":        {},
-		"both skipped":  {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Tasks: -1, Burst: -1},
-		"negative lead": {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Lead: -time.Second},
-		"sqlite":        {DSN: "sqlite:axe.db", Tasks: 10, Burst: -1, ExecutorCommand: []string{"/bin/false"}},
+		"no DSN":            {},
+		"both skipped":      {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Tasks: -1, Burst: -1},
+		"negative lead":     {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Lead: -time.Second},
+		"negative timeline": {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Timeline: -time.Second},
+		"sqlite":            {DSN: "sqlite:axe.db", Tasks: 10, Burst: -1, ExecutorCommand: []string{"/bin/false"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Run(context.Background(), cfg)

@@ -180,7 +180,9 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	if background {
 		waitBackground = runBackground(ctx, cfg, "http://"+srv.Addr(), first, span)
 	}
+	stopTimeline := sampleWriter(first, cfg.Timeline)
 	done, err := waitDone(ctx, eng, n)
+	p.Timeline = stopTimeline()
 	stopProfile()
 	if err != nil {
 		rss.stop()
@@ -357,6 +359,56 @@ func promValue(name string) float64 {
 		}
 	}
 	return 0
+}
+
+// sampleWriter samples the writer's metrics every interval from first on, until the
+// function it returns is called, which returns the samples (none for interval 0).
+func sampleWriter(first time.Time, interval time.Duration) func() []WriterSample {
+	if interval <= 0 {
+		return func() []WriterSample { return nil }
+	}
+	read := func() WriterSample {
+		return WriterSample{
+			Rows:    int(promValue("axe_writer_batch_rows_sum")),
+			Commits: int(promValue("axe_writer_commits_total")),
+			Busy:    time.Duration(promValue("axe_writer_commit_duration_seconds_sum") * float64(time.Second)),
+			Queued:  int(promValue("axe_writer_queue_depth")),
+		}
+	}
+	stop, done := make(chan struct{}), make(chan []WriterSample)
+	go func() {
+		var out []WriterSample
+		var base WriterSample
+		sample := func() {
+			s := read()
+			s.At = time.Since(first)
+			s.Rows, s.Commits, s.Busy = s.Rows-base.Rows, s.Commits-base.Commits, s.Busy-base.Busy
+			out = append(out, s)
+		}
+		select {
+		case <-stop:
+			done <- nil
+			return
+		case <-time.After(time.Until(first)):
+		}
+		base = read()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				sample()
+				done <- out
+				return
+			case <-tick.C:
+				sample()
+			}
+		}
+	}()
+	return func() []WriterSample {
+		close(stop)
+		return <-done
+	}
 }
 
 func execCPU(procs []*executorProc) time.Duration {

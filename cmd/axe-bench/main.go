@@ -64,6 +64,7 @@ func runCmd() *ffcli.Command {
 	fs.BoolVar(&cfg.HA, "ha", false, "run the engine as the primary of a lease, as axe serve --ha does (AXE_HA)")
 	fs.StringVar(&cfg.Background, "background", e2e.BackgroundNone, "work beside the steady phase: bulk-pause (one bulk pause of --background-tasks other tasks) or prune (the pruner deleting --background-tasks old runs and twice as many actions)")
 	fs.IntVar(&cfg.BackgroundTasks, "background-tasks", e2e.BackgroundTasksDefault, "size of --background")
+	fs.DurationVar(&cfg.Timeline, "timeline", 0, "sample the writer this often while each phase drains and print its rows and commits per interval (0: no samples)")
 	small := fs.Bool("small", false, "a smoke run: 2,000 tasks over 5 s and a 2,000 burst")
 	return &ffcli.Command{
 		Name:       "run",
