@@ -77,30 +77,38 @@ func TestLanesKeepEachTaskInOrder(t *testing.T) {
 	})
 }
 
+// heldLanes starts two lanes on s whose first commit waits, once it has started (cs.entered),
+// until open is called; the test's cleanup opens it and stops the lanes.
+func heldLanes(t *testing.T, s persist.Store) (l *persist.Lanes, cs *countingStore, open func()) {
+	t.Helper()
+	cs = &countingStore{Store: s, entered: make(chan struct{}), gate: make(chan struct{})}
+	var release sync.Once
+	open = func() { release.Do(func() { close(cs.gate) }) }
+	l, err := persist.NewLanes(cs, persist.WriterConfig{Logger: testLogger(t)}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		open()
+		stopCtx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if err := l.Stop(stopCtx); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return l, cs, open
+}
+
 // TestLanesCreatesAvoidACommittingLane holds one lane's commit before it reaches the
 // database: a create submitted meanwhile goes to a lane that is gathering and lands while the
 // held one waits, instead of queueing behind it. Then the held create lands too.
 func TestLanesCreatesAvoidACommittingLane(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
-		cs := &countingStore{Store: s, entered: make(chan struct{}), gate: make(chan struct{})}
-		var release sync.Once
-		open := func() { release.Do(func() { close(cs.gate) }) }
-		l, err := persist.NewLanes(cs, persist.WriterConfig{Logger: testLogger(t)}, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			open()
-			stopCtx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			defer cancel()
-			if err := l.Stop(stopCtx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
+		l, cs, open := heldLanes(t, s)
 		o := newOutcomes(2)
 		if err := l.Submit(ctx, createGroup("held", o, 0)); err != nil {
 			t.Fatal(err)
@@ -150,24 +158,7 @@ func TestLanesKeyFireRecordsByTask(t *testing.T) {
 				byParity[def.ID%2] = def
 			}
 		}
-		cs := &countingStore{Store: s, entered: make(chan struct{}), gate: make(chan struct{})}
-		var release sync.Once
-		open := func() { release.Do(func() { close(cs.gate) }) }
-		l, err := persist.NewLanes(cs, persist.WriterConfig{Logger: testLogger(t)}, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			open()
-			stopCtx, cancel := context.WithTimeout(context.Background(), testTimeout)
-			defer cancel()
-			if err := l.Stop(stopCtx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-		})
+		l, cs, open := heldLanes(t, s)
 		o := newOutcomes(2)
 		fire := func(def model.TaskDef, seq int) *persist.Group {
 			return &persist.Group{Fires: []model.Run{{
