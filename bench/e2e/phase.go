@@ -349,16 +349,22 @@ func measureRaw(ctx context.Context, addr string, n, concurrency int) (float64, 
 
 // promValue reads one sample of the process-wide metrics (the writer's live there) by name,
 // or 0 when it is absent.
-func promValue(name string) float64 {
+func promValue(name string) float64 { return promValues(name)[0] }
+
+// promValues reads the samples names from one rendering of the process-wide metrics, each 0
+// when absent.
+func promValues(names ...string) []float64 {
 	var buf bytes.Buffer
 	metrics.WritePrometheus(&buf, false)
+	out := make([]float64, len(names))
 	for _, line := range strings.Split(buf.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f
+		for i, name := range names {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				out[i], _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+			}
 		}
 	}
-	return 0
+	return out
 }
 
 // sampleWriter samples the writer's metrics every interval from first on, until the
@@ -368,12 +374,9 @@ func sampleWriter(first time.Time, interval time.Duration) func() []WriterSample
 		return func() []WriterSample { return nil }
 	}
 	read := func() WriterSample {
-		return WriterSample{
-			Rows:    int(promValue("axe_writer_batch_rows_sum")),
-			Commits: int(promValue("axe_writer_commits_total")),
-			Busy:    time.Duration(promValue("axe_writer_commit_duration_seconds_sum") * float64(time.Second)),
-			Queued:  int(promValue("axe_writer_queue_depth")),
-		}
+		v := promValues("axe_writer_batch_rows_sum", "axe_writer_commits_total",
+			"axe_writer_commit_duration_seconds_sum", "axe_writer_queue_depth")
+		return WriterSample{Rows: int(v[0]), Commits: int(v[1]), Busy: time.Duration(v[2] * float64(time.Second)), Queued: int(v[3])}
 	}
 	stop, done := make(chan struct{}), make(chan []WriterSample)
 	go func() {
