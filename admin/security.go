@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/axe-sched/axe/internal/tlsfiles"
 	"net"
 	"net/netip"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/internal/tlsfiles"
 )
 
 // SecurityConfig is the daemon's bind protection and outbound guard.
