@@ -49,7 +49,7 @@ func (reg *ExecutorRegistration) validate() error {
 	if reg.App == "" {
 		return fieldErr("app", "is required")
 	}
-	if !namePattern.MatchString(reg.App) {
+	if !validName(reg.App) {
 		return fieldErr("app", "invalid app name %q", reg.App)
 	}
 	if reg.Address == "" {
@@ -68,7 +68,7 @@ func (reg *ExecutorRegistration) validate() error {
 		return fieldErr("handlers", "at least one handler is required")
 	}
 	for _, h := range reg.Handlers {
-		if !namePattern.MatchString(h) {
+		if !validName(h) {
 			return fieldErr("handlers", "invalid handler name %q", h)
 		}
 	}

@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -94,6 +96,22 @@ func FuzzExecutorRegistration(f *testing.F) {
 		}
 		if reg.App == "" || reg.Address == "" || len(reg.Handlers) == 0 || reg.Protocol != "http" {
 			t.Fatalf("accepted %+v", reg)
+		}
+	})
+}
+
+// namePattern is the rule validName implements, kept here as its reference.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+
+// FuzzValidName holds validName to namePattern on any string.
+func FuzzValidName(f *testing.F) {
+	for _, s := range []string{"", "a", "A.b_c:d-e", "-a", ".a", "a b", "é", "a\x00",
+		strings.Repeat("x", 128), strings.Repeat("x", 129), "0", "a/b", "a:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validName(s), namePattern.MatchString(s); got != want {
+			t.Fatalf("validName(%q) = %v, the pattern says %v", s, got, want)
 		}
 	})
 }
