@@ -261,8 +261,7 @@ func TestRunsAndActions(t *testing.T) {
 			actor    string
 			ticket   string
 		}{
-			{"create", "", model.StateWaiting, "api:alice", ""},
-			{"schedule", model.StateWaiting, model.StateScheduled, "api:alice", ""},
+			{"create", "", model.StateScheduled, "api:alice", ""},
 			{"dispatch", model.StateScheduled, model.StateRunning, "scheduler", call.Ticket},
 			{"result", model.StateRunning, model.StateSuccess, "scheduler", call.Ticket},
 		}

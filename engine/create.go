@@ -64,10 +64,11 @@ func (e *BatchError) Unwrap() error {
 }
 
 // newTaskCreate validates spec and builds what the store writes for it: the definition, the
-// runtime and the action records. With oneAction the creation is one record (its detail
-// names the first fire), as the bulk path writes; otherwise a create record and a schedule
-// or pause record follow each other, as a single create always wrote.
-func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneAction bool) (*task, *persist.TaskCreate, []model.Run, error) {
+// runtime and the action records. The creation is one record, from no state to the state the
+// task starts in (SCHEDULED, WAITING or PAUSED), whose detail names the trigger and the
+// first fire: the WAITING→SCHEDULED step of a new task is not a second record, so a one-shot
+// task's life costs one create action beside its run row (docs/retention.md).
+func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64) (*task, *persist.TaskCreate, []model.Run, error) {
 	def, runAt, err := e.normalizeCreate(spec)
 	if err != nil {
 		return nil, nil, nil, err
@@ -87,22 +88,7 @@ func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneActio
 	}
 	t.rt = rt
 	tc := &persist.TaskCreate{Def: t.def, Runtime: rt}
-	switch {
-	case oneAction:
-		if rt.State == model.StatePaused {
-			detail = joinNote(joinNote("created paused", spec.Note), detail)
-		}
-		tc.Actions = []model.Action{e.action(t, "", ActCreate, "", rt.State, actor, joinNote(def.Trigger, detail), now)}
-	default:
-		tc.Actions = []model.Action{e.action(t, "", ActCreate, "", model.StateWaiting, actor, def.Trigger, now)}
-		if rt.State != model.StateWaiting {
-			name := ActSchedule
-			if rt.State == model.StatePaused {
-				name, detail = ActPause, joinNote("created paused", spec.Note)
-			}
-			tc.Actions = append(tc.Actions, e.action(t, "", name, model.StateWaiting, rt.State, actor, detail, now))
-		}
-	}
+	tc.Actions = []model.Action{e.action(t, "", ActCreate, "", rt.State, actor, createDetail(def.Trigger, rt.State, spec.Note, detail), now)}
 	if len(runs) > 0 {
 		// A run_at already past under misfire policy skip: the skipped fire is on record
 		// as a run of its own, and the task never fires.
@@ -110,6 +96,19 @@ func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64, oneActio
 			ActorScheduler, runs[0].Detail, now))
 	}
 	return t, tc, runs, nil
+}
+
+// createDetail is the detail of a create record: the trigger, "created paused" with the
+// note of a task created paused, and what its runtime starts with (the first fire).
+func createDetail(trigger string, state model.State, note, first string) string {
+	parts := []string{trigger}
+	if state == model.StatePaused {
+		parts = append(parts, joinNote("created paused", note))
+	}
+	if first != "" {
+		parts = append(parts, first)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // createGrouped is CreateTask: the definition, runtime and action records go to the batched
@@ -120,7 +119,7 @@ func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string
 		return nil, err
 	}
 	now := e.nowMS()
-	t, tc, runs, err := e.newTaskCreate(spec, actor, now, false)
+	t, tc, runs, err := e.newTaskCreate(spec, actor, now)
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +226,7 @@ func (e *Engine) CreateTasks(ctx context.Context, specs []*TaskSpec, onConflict,
 			refused = true
 			continue
 		}
-		t, tc, skipped, err := e.newTaskCreate(spec, actor, now, true)
+		t, tc, skipped, err := e.newTaskCreate(spec, actor, now)
 		if err != nil {
 			bad = append(bad, ItemError{Index: i, Err: err})
 			continue

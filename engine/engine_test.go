@@ -268,7 +268,7 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 			t.Errorf("fired %d ms after its due time, want 0..100", late)
 		}
 		got := actionNames(t, e, "once")
-		want := []string{ActCreate, ActSchedule, ActDispatch, ActResult}
+		want := []string{ActCreate, ActDispatch, ActResult}
 		if !equalStrings(got, want) {
 			t.Errorf("actions = %v, want %v", got, want)
 		}
@@ -685,7 +685,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 			}
 		}
 		// The in-memory state leads the durable records by at most a writer flush.
-		want := []string{ActCreate, ActSchedule, ActDispatch, ActRetry, ActDispatch, ActRetry, ActDispatch, ActResult, AlertFinalFailure}
+		want := []string{ActCreate, ActDispatch, ActRetry, ActDispatch, ActRetry, ActDispatch, ActResult, AlertFinalFailure}
 		var got []string
 		waitFor(t, time.Second, "the action records", func() bool {
 			got = actionNames(t, e, "flaky")
