@@ -263,7 +263,9 @@ func (e *Executor) start(ctx context.Context) (err error) {
 		ReadTimeout:        serverReadTimeout,
 		WriteTimeout:       serverWriteTimeout,
 		IdleTimeout:        serverIdleTimeout,
-		MaxRequestBodySize: maxRequestBody,
+		MaxRequestBodySize: maxRunsBody, // the largest; each request gets its own (bodyLimit)
+		HeaderReceived:     e.requestConfig,
+		ErrorHandler:       e.requestError,
 		Logger:             printfLogger{e.log},
 	}
 	e.serveDone = make(chan struct{})

@@ -411,7 +411,7 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		{"kill trailing data", "/axe/kill", `{"ticket":"t"}]`, nil, 400, "trailing data"},
 		{"kill negative epoch", "/axe/kill", `{"ticket":"t","epoch":-1}`, nil, 400, "epoch"},
 		{"kill ticket too long", "/axe/kill", `{"ticket":"` + strings.Repeat("t", 300) + `"}`, nil, 400, "ticket"},
-		{"kill body too large", "/axe/kill", `{"ticket":"` + strings.Repeat("t", 5000) + `"}`, nil, 400, "limit"},
+		{"kill body too large", "/axe/kill", `{"ticket":"` + strings.Repeat("t", 5000) + `"}`, nil, 413, "limit of 4096 bytes"},
 		{"kill unknown", "/axe/kill", `{"ticket":"ghost"}`, nil, 404, "not running"},
 		{"beat by POST", "/axe/beat", ``, nil, 405, "use GET"},
 		{"unknown path", "/axe/nope", ``, nil, 404, "no endpoint"},

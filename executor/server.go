@@ -3,6 +3,7 @@ package executor
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -19,8 +20,70 @@ const (
 	serverReadTimeout  = 30 * time.Second
 	serverWriteTimeout = 30 * time.Second
 	serverIdleTimeout  = 2 * time.Minute
-	maxRequestBody     = 4 << 20
 )
+
+// Request body limits, one per endpoint (bodyLimit). fasthttp reads a whole body before the
+// handler runs, so each limit is set once the headers are read (Server.HeaderReceived) and a
+// body over it is refused with 413 before it is read, by its Content-Length (or after the
+// limit, for a chunked one).
+const (
+	// maxRunBody bounds POST /axe/run: one run, whose params are at most 64 KiB of JSON.
+	maxRunBody = 1 << 20
+	// maxRunsBody bounds POST /axe/runs: up to protocol.MaxRunsPerCall runs (the scheduler
+	// sends at most 512 KiB a call, or one run alone when it is larger).
+	maxRunsBody = 4 << 20
+	// maxSmallBody bounds every other request, and every request without the scheduler's
+	// token when one is set: a caller that may not run anything cannot make the executor read
+	// megabytes first.
+	maxSmallBody = 4 << 10
+)
+
+// bodyLimit is the body limit of a request with these headers, and the endpoint it names.
+func (e *Executor) bodyLimit(h *fasthttp.RequestHeader) (int, string) {
+	if e.cfg.SchedulerToken != "" && !e.authorized(h) {
+		return maxSmallBody, "a request without the scheduler token"
+	}
+	uri := fasthttp.AcquireURI()
+	defer fasthttp.ReleaseURI(uri)
+	if err := uri.Parse(nil, h.RequestURI()); err != nil {
+		return maxSmallBody, "this request"
+	}
+	switch path := string(uri.Path()); path {
+	case protocol.PathRun:
+		return maxRunBody, path
+	case protocol.PathRuns:
+		return maxRunsBody, path
+	case protocol.PathKill:
+		return protocol.MaxKillBodyBytes, path
+	default:
+		return maxSmallBody, path
+	}
+}
+
+// requestConfig is the server's HeaderReceived: the body limit of the request.
+func (e *Executor) requestConfig(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+	limit, _ := e.bodyLimit(h)
+	return fasthttp.RequestConfig{MaxRequestBodySize: limit}
+}
+
+// requestError answers a request fasthttp could not read, in the protocol's error shape: 401
+// for a body refused because the caller has no scheduler token (what it would have got had
+// the body been small), 413 naming the limit for any other body over its limit, 400
+// otherwise.
+func (e *Executor) requestError(rc *fasthttp.RequestCtx, err error) {
+	if !errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "malformed HTTP request"})
+		return
+	}
+	rc.SetConnectionClose()
+	if e.cfg.SchedulerToken != "" && !e.authorized(&rc.Request.Header) {
+		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
+		return
+	}
+	limit, what := e.bodyLimit(&rc.Request.Header)
+	writeJSON(rc, http.StatusRequestEntityTooLarge, protocol.Error{
+		Error: fmt.Sprintf("request body over the limit of %d bytes for %s", limit, what)})
+}
 
 func (e *Executor) serve(ln net.Listener) {
 	defer close(e.serveDone)
@@ -32,7 +95,7 @@ func (e *Executor) serve(ln net.Listener) {
 // serveHTTP routes the three executor endpoints. Authentication comes first so that an
 // unauthenticated caller learns nothing, not even which paths exist.
 func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
-	if e.cfg.SchedulerToken != "" && !e.authorized(rc) {
+	if e.cfg.SchedulerToken != "" && !e.authorized(&rc.Request.Header) {
 		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
 		return
 	}
@@ -66,9 +129,9 @@ func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
 	}
 }
 
-func (e *Executor) authorized(rc *fasthttp.RequestCtx) bool {
+func (e *Executor) authorized(h *fasthttp.RequestHeader) bool {
 	want := "Bearer " + e.cfg.SchedulerToken
-	got := rc.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	got := h.Peek(fasthttp.HeaderAuthorization)
 	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
 }
 
