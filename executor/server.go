@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -43,12 +44,7 @@ func (e *Executor) bodyLimit(h *fasthttp.RequestHeader) (int, string) {
 	if e.cfg.SchedulerToken != "" && !e.authorized(h) {
 		return maxSmallBody, "a request without the scheduler token"
 	}
-	uri := fasthttp.AcquireURI()
-	defer fasthttp.ReleaseURI(uri)
-	if err := uri.Parse(nil, h.RequestURI()); err != nil {
-		return maxSmallBody, "this request"
-	}
-	switch path := string(uri.Path()); path {
+	switch path := requestPath(h.RequestURI()); path {
 	case protocol.PathRun:
 		return maxRunBody, path
 	case protocol.PathRuns:
@@ -58,6 +54,49 @@ func (e *Executor) bodyLimit(h *fasthttp.RequestHeader) (int, string) {
 	default:
 		return maxSmallBody, path
 	}
+}
+
+// requestPath is the path of a request URI, as the router will see it: an origin-form URI of
+// plain characters ("/axe/run", "/axe/runs?x=1") directly, any other through fasthttp's parser
+// (FuzzRequestPath holds the two to each other).
+func requestPath(raw []byte) string {
+	if plainURI(raw) {
+		if i := bytes.IndexByte(raw, '?'); i >= 0 {
+			raw = raw[:i]
+		}
+		return string(raw)
+	}
+	uri := fasthttp.AcquireURI()
+	defer fasthttp.ReleaseURI(uri)
+	if err := uri.Parse(nil, raw); err != nil {
+		return ""
+	}
+	return string(uri.Path())
+}
+
+// plainURI reports whether raw is an origin-form URI the parser would not rewrite: letters,
+// digits, '/', '-', '_', '.', and after a '?' also '=' and '&', with no empty or dot segment.
+func plainURI(raw []byte) bool {
+	if len(raw) == 0 || raw[0] != '/' {
+		return false
+	}
+	query := false
+	for i, c := range raw {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
+		case c == '/' && !query:
+			if i+1 < len(raw) && (raw[i+1] == '/' || raw[i+1] == '.') {
+				return false
+			}
+		case c == '.' && !query:
+		case c == '?' && !query:
+			query = true
+		case (c == '=' || c == '&' || c == '.') && query:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // requestConfig is the server's HeaderReceived: the body limit of the request.
