@@ -76,6 +76,24 @@ func TestBodyLimits(t *testing.T) {
 		}
 	}
 
+	// Headers larger than the read buffer keep fasthttp's 431, in the protocol's JSON.
+	conn, err := net.DialTimeout("tcp", exe.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fmt.Fprintf(conn, "POST /axe/run HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\nContent-Length: 0\r\n\r\n", strings.Repeat("p", 16<<10))
+	if hr, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
+		t.Errorf("headers of 16 KiB: %v", err)
+	} else {
+		b, _ := io.ReadAll(hr.Body)
+		var e protocol.Error
+		if hr.StatusCode != http.StatusRequestHeaderFieldsTooLarge || json.Unmarshal(b, &e) != nil || e.Error == "" {
+			t.Errorf("headers of 16 KiB: %d %s, want 431 with a JSON error", hr.StatusCode, b)
+		}
+	}
+
 	// Under their limits the endpoints read their bodies: a 2 MiB batch is read and refused
 	// as malformed (400), not as too large; a run with 512 KiB of params is accepted.
 	resp, err := peer.Post(exe.Addr(), "/axe/runs", []byte("["+strings.Repeat(" ", 2<<20)+"{]"), "sched-token", nil)

@@ -107,10 +107,20 @@ func (e *Executor) requestConfig(h *fasthttp.RequestHeader) fasthttp.RequestConf
 
 // requestError answers a request fasthttp could not read, in the protocol's error shape: 401
 // for a body refused because the caller has no scheduler token (what it would have got had
-// the body been small), 413 naming the limit for any other body over its limit, 400
-// otherwise.
+// the body been small), 413 naming the limit for any other body over its limit; otherwise
+// fasthttp's own statuses (431 for headers over the read buffer, 408 for a read that timed
+// out, 400 for the rest).
 func (e *Executor) requestError(rc *fasthttp.RequestCtx, err error) {
-	if !errors.Is(err, fasthttp.ErrBodyTooLarge) {
+	var small *fasthttp.ErrSmallBuffer
+	var netErr *net.OpError
+	switch {
+	case errors.As(err, &small):
+		writeJSON(rc, http.StatusRequestHeaderFieldsTooLarge, protocol.Error{Error: "request headers too large"})
+		return
+	case errors.As(err, &netErr) && netErr.Timeout():
+		writeJSON(rc, http.StatusRequestTimeout, protocol.Error{Error: "request timed out"})
+		return
+	case !errors.Is(err, fasthttp.ErrBodyTooLarge):
 		writeJSON(rc, http.StatusBadRequest, protocol.Error{Error: "malformed HTTP request"})
 		return
 	}
