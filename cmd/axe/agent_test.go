@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,9 +72,11 @@ func TestAgentRunsShellCommands(t *testing.T) {
 		"callback": map[string]any{"type": "executor", "app": "ops", "handler": "slow"},
 	})
 	axeOK(t, env, "task", "create", "-f", slow)
-	testwait.For(t, waitTimeout, "the slow command running", func() bool {
+	// The run row says running from the dispatch on, before the agent has the run: wait until
+	// the agent has started the command, so that the kill below takes a run in flight on it.
+	testwait.For(t, waitTimeout, "the slow command running on the agent", func() bool {
 		rs := apiRuns(t, srv.url, "slow")
-		return len(rs) == 1 && rs[0].Result == "running"
+		return len(rs) == 1 && rs[0].Result == "running" && childRuns(agent.Process.Pid, "sleep 30")
 	})
 	// The agent dies without a word: no result, no more heartbeats.
 	if err := agent.Process.Signal(syscall.SIGKILL); err != nil {
@@ -84,6 +89,27 @@ func TestAgentRunsShellCommands(t *testing.T) {
 	if out := axeOK(t, env, "executors"); !strings.Contains(out, "lost") {
 		t.Errorf("executors after the agent died:\n%s", out)
 	}
+}
+
+// childRuns reports whether a child process of pid has a command line containing cmd.
+func childRuns(pid int, cmd string) bool {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, stat := range stats {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after its closing paren.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(pid) {
+			continue
+		}
+		line, err := os.ReadFile(filepath.Join(filepath.Dir(stat), "cmdline"))
+		if err == nil && strings.Contains(string(bytes.ReplaceAll(line, []byte{0}, []byte{' '})), cmd) {
+			return true
+		}
+	}
+	return false
 }
 
 // apiRuns reads a task's runs through the API, oldest first.
