@@ -1,17 +1,15 @@
 package admin_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/internal/rawhttp"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )
@@ -293,23 +291,14 @@ func clip(b []byte) string {
 // decoding) the rest.
 func oversized(t *testing.T, addr, method, path string, size int) (int, []byte) {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
 	if size == 0 {
 		size = admin.MaxRequestBodyDefault + 1
 	}
-	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
-		method, path, addr, size)
-	_, _ = conn.Write([]byte(`{"name":"` + strings.Repeat("x", 64<<10))[:min(size-1, 64<<10)])
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	code, body, err := rawhttp.Do(addr, rawhttp.Request{Method: method, Path: path,
+		Header: []string{"Content-Type: application/json"}, Announce: size,
+		Send: []byte(`{"name":"` + strings.Repeat("x", 64<<10))[:min(size-1, 64<<10)]}, 10*time.Second)
 	if err != nil {
 		t.Fatalf("no answer to an oversized body: %v", err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, b
+	return code, body
 }

@@ -1,11 +1,8 @@
 package executor_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
+	"github.com/axe-sched/axe/internal/rawhttp"
 	"github.com/axe-sched/axe/protocol"
 )
 
@@ -21,27 +19,15 @@ import (
 // Content-Length alone, before any of it is read.
 func announce(t *testing.T, addr, path, token string, size int) (int, string) {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	auth := ""
+	header := []string{"Content-Type: application/json"}
 	if token != "" {
-		auth = "Authorization: Bearer " + token + "\r\n"
+		header = append(header, "Authorization: Bearer "+token)
 	}
-	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n%sContent-Length: %d\r\n\r\n",
-		path, addr, auth, size); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	code, body, err := rawhttp.Do(addr, rawhttp.Request{Method: "POST", Path: path, Header: header, Announce: size}, 30*time.Second)
 	if err != nil {
 		t.Fatalf("POST %s announcing %d bytes: no answer before the body: %v", path, size, err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return code, string(body)
 }
 
 // TestBodyLimits holds each executor endpoint to its own body limit, and a caller without
@@ -77,21 +63,11 @@ func TestBodyLimits(t *testing.T) {
 	}
 
 	// Headers larger than the read buffer keep fasthttp's 431, in the protocol's JSON.
-	conn, err := net.DialTimeout("tcp", exe.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	fmt.Fprintf(conn, "POST /axe/run HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\nContent-Length: 0\r\n\r\n", strings.Repeat("p", 16<<10))
-	if hr, err := http.ReadResponse(bufio.NewReader(conn), nil); err != nil {
-		t.Errorf("headers of 16 KiB: %v", err)
-	} else {
-		b, _ := io.ReadAll(hr.Body)
-		var e protocol.Error
-		if hr.StatusCode != http.StatusRequestHeaderFieldsTooLarge || json.Unmarshal(b, &e) != nil || e.Error == "" {
-			t.Errorf("headers of 16 KiB: %d %s, want 431 with a JSON error", hr.StatusCode, b)
-		}
+	code, b, err := rawhttp.Do(exe.Addr(), rawhttp.Request{Method: "POST", Path: "/axe/run",
+		Header: []string{"X-Pad: " + strings.Repeat("p", 16<<10)}, Announce: 0}, 30*time.Second)
+	var e protocol.Error
+	if err != nil || code != http.StatusRequestHeaderFieldsTooLarge || json.Unmarshal(b, &e) != nil || e.Error == "" {
+		t.Errorf("headers of 16 KiB: %v %d %s, want 431 with a JSON error", err, code, b)
 	}
 
 	// Under their limits the endpoints read their bodies: a 2 MiB batch is read and refused
