@@ -33,6 +33,8 @@ type Executor struct {
 	tls   tlsConfigs
 	log   *slog.Logger
 	clock Clock
+	// schedAuth is the Authorization header a call must carry (nil: no SchedulerToken).
+	schedAuth []byte
 	// sched delivers results; ctl registers and beats. They keep separate connections so a
 	// backlog of results in a burst never delays the heartbeat that keeps this executor
 	// alive at the scheduler (a starved heartbeat gets every run in flight recorded lost).
@@ -127,17 +129,22 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the ticket cache: %w", err)
 	}
+	var schedAuth []byte
+	if cfg.SchedulerToken != "" {
+		schedAuth = []byte("Bearer " + cfg.SchedulerToken)
+	}
 	return &Executor{
-		cfg:      cfg,
-		tls:      tc,
-		log:      cfg.Logger.With("app", cfg.App),
-		clock:    cfg.Clock,
-		sched:    newSchedulerClient(cfg, tc.scheduler),
-		ctl:      newSchedulerClient(cfg, tc.scheduler),
-		handlers: make(map[string]HandlerFunc),
-		running:  make(map[string]*activeRun),
-		tasks:    make(map[string]string),
-		finished: finished,
+		cfg:       cfg,
+		schedAuth: schedAuth,
+		tls:       tc,
+		log:       cfg.Logger.With("app", cfg.App),
+		clock:     cfg.Clock,
+		sched:     newSchedulerClient(cfg, tc.scheduler),
+		ctl:       newSchedulerClient(cfg, tc.scheduler),
+		handlers:  make(map[string]HandlerFunc),
+		running:   make(map[string]*activeRun),
+		tasks:     make(map[string]string),
+		finished:  finished,
 	}, nil
 }
 

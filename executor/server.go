@@ -39,21 +39,22 @@ const (
 	maxSmallBody = 4 << 10
 )
 
-// bodyLimit is the body limit of a request with these headers, and the endpoint it names.
-func (e *Executor) bodyLimit(h *fasthttp.RequestHeader) (int, string) {
-	if e.cfg.SchedulerToken != "" && !e.authorized(h) {
-		return maxSmallBody, "a request without the scheduler token"
+// bodyLimit is the body limit of a request with these headers and the endpoint it names;
+// authorized is false for a request without the scheduler token, held to maxSmallBody.
+func (e *Executor) bodyLimit(h *fasthttp.RequestHeader) (limit int, endpoint string, authorized bool) {
+	if !e.authorized(h) {
+		return maxSmallBody, "", false
 	}
-	switch path := requestPath(h.RequestURI()); path {
+	limit, endpoint = maxSmallBody, requestPath(h.RequestURI())
+	switch endpoint {
 	case protocol.PathRun:
-		return maxRunBody, path
+		limit = maxRunBody
 	case protocol.PathRuns:
-		return maxRunsBody, path
+		limit = maxRunsBody
 	case protocol.PathKill:
-		return protocol.MaxKillBodyBytes, path
-	default:
-		return maxSmallBody, path
+		limit = protocol.MaxKillBodyBytes
 	}
+	return limit, endpoint, true
 }
 
 // requestPath is the path of a request URI, as the router will see it: an origin-form URI of
@@ -101,7 +102,7 @@ func plainURI(raw []byte) bool {
 
 // requestConfig is the server's HeaderReceived: the body limit of the request.
 func (e *Executor) requestConfig(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
-	limit, _ := e.bodyLimit(h)
+	limit, _, _ := e.bodyLimit(h)
 	return fasthttp.RequestConfig{MaxRequestBodySize: limit}
 }
 
@@ -125,13 +126,13 @@ func (e *Executor) requestError(rc *fasthttp.RequestCtx, err error) {
 		return
 	}
 	rc.SetConnectionClose()
-	if e.cfg.SchedulerToken != "" && !e.authorized(&rc.Request.Header) {
+	limit, endpoint, authorized := e.bodyLimit(&rc.Request.Header)
+	if !authorized {
 		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
 		return
 	}
-	limit, what := e.bodyLimit(&rc.Request.Header)
 	writeJSON(rc, http.StatusRequestEntityTooLarge, protocol.Error{
-		Error: fmt.Sprintf("request body over the limit of %d bytes for %s", limit, what)})
+		Error: fmt.Sprintf("request body over the limit of %d bytes for %s", limit, endpoint)})
 }
 
 func (e *Executor) serve(ln net.Listener) {
@@ -144,7 +145,7 @@ func (e *Executor) serve(ln net.Listener) {
 // serveHTTP routes the three executor endpoints. Authentication comes first so that an
 // unauthenticated caller learns nothing, not even which paths exist.
 func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
-	if e.cfg.SchedulerToken != "" && !e.authorized(&rc.Request.Header) {
+	if !e.authorized(&rc.Request.Header) {
 		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
 		return
 	}
@@ -178,10 +179,12 @@ func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
 	}
 }
 
+// authorized reports whether a request with these headers may call the executor: it
+// carries the scheduler token, or none is set. The header it must carry is built once, in
+// New (schedAuth): every request is checked twice, once for its body limit and once by its
+// handler.
 func (e *Executor) authorized(h *fasthttp.RequestHeader) bool {
-	want := "Bearer " + e.cfg.SchedulerToken
-	got := h.Peek(fasthttp.HeaderAuthorization)
-	return subtle.ConstantTimeCompare(got, []byte(want)) == 1
+	return e.schedAuth == nil || subtle.ConstantTimeCompare(h.Peek(fasthttp.HeaderAuthorization), e.schedAuth) == 1
 }
 
 // handleRun admits a run; the result travels later by callback.
