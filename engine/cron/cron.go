@@ -96,11 +96,10 @@ func ParseIn(expr string, d Dialect) (Schedule, error) {
 	default:
 		return nil, fmt.Errorf("%w %q: has %d fields, want 5 (min hour dom month dow), 6 (sec first) or 7 (sec first, year last)", ErrInvalidCron, expr, len(f))
 	}
-	specs := &fieldSpecs
 	if d == DialectQuartz {
-		specs = &quartzSpecs
+		return compile(expr, fields, &quartzSpecs, false)
 	}
-	return compile(expr, fields, specs)
+	return compile(expr, fields, &fieldSpecs, true)
 }
 
 // descriptors maps each @name to its seven-field form.
@@ -159,7 +158,7 @@ func parseDescriptor(expr, s string) (Schedule, error) {
 	if len(f) != 1 {
 		return nil, fmt.Errorf("%w %q: descriptor %s takes no arguments", ErrInvalidCron, expr, f[0])
 	}
-	return compile(expr, fields, &fieldSpecs)
+	return compile(expr, fields, &fieldSpecs, true)
 }
 
 // neverRef is where Parse starts its "can this ever fire" check: just before
@@ -189,8 +188,10 @@ const noDay = 31
 
 // compile validates seven lower-cased fields and builds the schedule.
 // specs are the dialect's fields; the fields they produce number days of the
-// week the Unix way whatever the dialect.
-func compile(expr string, raw [fieldCount]string, specs *[fieldCount]fieldSpec) (Schedule, error) {
+// week the Unix way whatever the dialect. cronDays applies cron's rule for
+// combining the two day fields (see dayRule); the quartz dialect needs none,
+// since one of its day fields is always ?.
+func compile(expr string, raw [fieldCount]string, specs *[fieldCount]fieldSpec, cronDays bool) (Schedule, error) {
 	var fs [fieldCount]field
 	for i, spec := range specs {
 		f, err := spec.parse(raw[i])
@@ -204,6 +205,10 @@ func compile(expr string, raw [fieldCount]string, specs *[fieldCount]fieldSpec) 
 	var base [fieldCount]string
 	for i, f := range fs {
 		base[i] = f.text()
+	}
+	var dowFilter *field
+	if cronDays {
+		dowFilter = dayRule(raw, fs, &base)
 	}
 	dom := fs[fieldDom]
 	if len(dom.lastMinus) == 0 {
@@ -239,7 +244,7 @@ func compile(expr string, raw [fieldCount]string, specs *[fieldCount]fieldSpec) 
 		}
 	}
 
-	s := &cronSchedule{expr: expr}
+	s := &cronSchedule{expr: expr, dow: dowFilter}
 	for _, t := range texts {
 		e, err := cronexpr.Parse(strings.Join(t[:], " "))
 		if err != nil {
@@ -255,6 +260,36 @@ func compile(expr string, raw [fieldCount]string, specs *[fieldCount]fieldSpec) 
 		return nil, fmt.Errorf("%w %q: never fires (no matching date between %d and %d)", ErrInvalidCron, expr, yearMin, yearMax)
 	}
 	return s, nil
+}
+
+// dayRule applies cron's rule for the two day fields to the cronexpr texts
+// in base, and returns the day-of-week field to filter matches with when both
+// must match, or nil. The rule is Vixie cron's and cronie's (entry.c marks a
+// day field "star" when its text starts with *, cron.c's find_jobs then
+// matches): when either day field starts with * (or ?, which axe reads as *),
+// a day must match both fields; otherwise it must match either. So
+// "0 12 */2 * MON" is the odd-numbered days that are Mondays, and
+// "0 12 1-31/2 * MON" the odd-numbered days and every Monday. cronexpr knows
+// only "either" (and a bare * as unrestricted), so "both" with two restricted
+// fields matches the day of month with cronexpr and the day of week here.
+func dayRule(raw [fieldCount]string, fs [fieldCount]field, base *[fieldCount]string) *field {
+	dom, dow := fs[fieldDom], fs[fieldDow]
+	starred := func(s string) bool { return s != "" && (s[0] == '*' || s[0] == '?') }
+	if starred(raw[fieldDom]) || starred(raw[fieldDow]) {
+		if dom.all || dow.all {
+			// One field covers every day; the other alone decides, which is
+			// what cronexpr does with an unrestricted field.
+			return nil
+		}
+		base[fieldDow] = "*"
+		return &dow
+	}
+	if dom.all || dow.all {
+		// A * later in a list ("5,*"): the field covers every day and neither
+		// starts with *, so either matching means every day matches.
+		base[fieldDom], base[fieldDow] = "*", "*"
+	}
+	return nil
 }
 
 func intersect(a, b []int) []int {
@@ -293,6 +328,10 @@ type cronSchedule struct {
 	// realTime is set when the hour field covers every hour; see the package
 	// documentation for why that changes the DST rule.
 	realTime bool
+	// dow, when set, is a day-of-week field a match must also satisfy: cron's
+	// "both day fields" case, which the parts (day of week left *) do not
+	// check (see dayRule).
+	dow *field
 }
 
 // String returns the expression as given to Parse.
@@ -306,18 +345,26 @@ func (s *cronSchedule) nextWall(w time.Time) time.Time {
 		// before yearMin anyway.
 		w = neverRef
 	}
-	var best time.Time
-	for _, p := range s.parts {
-		// cronexpr's Next writes scratch state into the Expression, so work
-		// on a copy: that keeps a Schedule safe for concurrent use without a
-		// lock on the hot path.
-		e := *p
-		c := e.Next(w)
-		if !c.IsZero() && (best.IsZero() || c.Before(best)) {
-			best = c
+	for {
+		var best time.Time
+		for _, p := range s.parts {
+			// cronexpr's Next writes scratch state into the Expression, so work
+			// on a copy: that keeps a Schedule safe for concurrent use without a
+			// lock on the hot path.
+			e := *p
+			c := e.Next(w)
+			if !c.IsZero() && (best.IsZero() || c.Before(best)) {
+				best = c
+			}
 		}
+		if best.IsZero() || s.dow == nil || s.dow.matchDay(best) {
+			return best
+		}
+		// The day of month matched but not the day of week: go on from the
+		// last second of that day. A day-of-month set meets every weekday
+		// within a few years, so this ends quickly.
+		w = time.Date(best.Year(), best.Month(), best.Day(), 23, 59, 59, 0, time.UTC)
 	}
-	return best
 }
 
 // earliestFire is an instant before which no expression can fire in any

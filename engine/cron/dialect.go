@@ -13,8 +13,9 @@ type Dialect string
 
 const (
 	// DialectUnix is Unix cron's reading: day of week 0 and 7 are Sunday, a
-	// reversed range is an error, and when both day fields are restricted a
-	// day matches if either matches. It is the default.
+	// reversed range is an error, and the day fields combine as cron
+	// combines them (both must match when either starts with *, else either;
+	// see the package documentation). It is the default.
 	DialectUnix Dialect = "unix"
 	// DialectQuartz is Quartz's (and XXL-JOB's) reading, as Quartz 2.3's
 	// CronExpression has it: day of week 1 is Sunday and 7 Saturday, L alone
@@ -50,6 +51,24 @@ func quartzShape(expr string, f []string) error {
 	for i, v := range f {
 		if i != 3 && i != 5 && hasItem(v, "?") {
 			return fmt.Errorf("%w %q: in the quartz dialect ? stands only in day-of-month or day-of-week, not in the %s field", ErrInvalidCron, expr, fieldSpecs[i].name)
+		}
+	}
+	// Quartz keeps one L, W and # flag per expression rather than per item, so
+	// it refuses most of them in a list, and reads the rest oddly (2#1,6 fires
+	// on the first Monday alone; 15W,20 on the weekday nearest the 15th
+	// alone): the dialect refuses each such list.
+	if items := strings.Split(f[3], ","); len(items) > 1 {
+		for _, it := range items {
+			if strings.HasPrefix(it, "l") || strings.HasSuffix(it, "w") {
+				return fmt.Errorf("%w %q: in the quartz dialect %s stands alone in day-of-month, as Quartz reads only one L or W there; write one expression per item", ErrInvalidCron, expr, strings.ToUpper(it))
+			}
+		}
+	}
+	if items := strings.Split(f[5], ","); len(items) > 1 {
+		for _, it := range items {
+			if strings.Contains(it, "#") || strings.HasSuffix(it, "l") {
+				return fmt.Errorf("%w %q: in the quartz dialect %s stands alone in day-of-week, as Quartz reads only one L or # there; write one expression per item", ErrInvalidCron, expr, strings.ToUpper(it))
+			}
 		}
 	}
 	domNone, dowNone := hasItem(f[3], "?"), hasItem(f[5], "?")

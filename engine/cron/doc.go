@@ -34,8 +34,13 @@
 // n from 1 to 30), LW (last weekday of the month) and 15W (the weekday nearest
 // the 15th, never crossing into another month). Day-of-week also takes 5L
 // (the last Friday of the month) and FRI#3 (the third Friday, 1 to 5).
-// When both day-of-month and day-of-week are restricted (neither is * or ?),
-// a day matches if either matches, as in Unix cron.
+// The two day fields combine as in Vixie cron and cronie (checked against
+// cronie's own code: testdata/cronie): when either field starts with * or ?,
+// a day must match both; otherwise it must match either. So "0 12 1,15 * MON"
+// fires on the 1st, the 15th and every Monday, "0 12 * * MON" on Mondays, and
+// "0 12 */2 * MON" only on odd-numbered days that are Mondays (write
+// "1-31/2" for odd days or Mondays). A * later in a list ("5,*") covers the
+// whole field without making it start with *.
 //
 // Descriptors, with the six-field expression each stands for:
 //
@@ -63,6 +68,14 @@
 //   - a reversed range wraps: 22-2 in hours is 22, 23, 0, 1, 2, FRI-MON is
 //     Friday to Monday, 28-3 in day-of-month runs over the month's end
 //     (years do not wrap);
+//   - a step after a day or month name is ignored, as Quartz ignores it:
+//     MON-FRI/2 is Monday to Friday, JAN/3 is January; a range of a name and
+//     a number (MON-5, 2-FRI) is refused, as Quartz refuses it, and so is
+//     anything else after a name (MONXYZ, MONDAY-FRIDAY), which Quartz
+//     silently drops;
+//   - L, LW, L-n and nW stand alone in day-of-month, and nL, L and n#k alone
+//     in day-of-week: Quartz keeps one such flag per expression, so it
+//     refuses or misreads them in a list;
 //   - exactly one of day-of-month and day-of-week must be ?, and ? is
 //     refused in other fields;
 //   - the seconds field is required: 6 or 7 fields.

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Field positions in the normalised seven-field form.
@@ -46,6 +47,9 @@ type fieldSpec struct {
 	// a up to the field's end and on from its start to b, as Quartz's
 	// CronExpression does. It is the number of values in the field.
 	wrapSpan int
+	// quartz marks the fields of the quartz dialect, which read names the
+	// way Quartz's CronExpression does (see quartzNames).
+	quartz bool
 }
 
 var (
@@ -83,9 +87,10 @@ var (
 		spans := [fieldCount]int{60, 60, 24, 31, 12, 7, 0}
 		for i := range q {
 			q[i].wrapSpan = spans[i]
+			q[i].quartz = true
 		}
 		q[fieldDow] = fieldSpec{name: "day-of-week", min: 1, max: 7, starMax: 7,
-			names: quartzDowNames, offset: 1, wrapSpan: 7}
+			names: quartzDowNames, offset: 1, wrapSpan: 7, quartz: true}
 		return q
 	}()
 )
@@ -186,6 +191,16 @@ func (spec fieldSpec) parse(s string) (field, error) {
 			}
 			continue
 		}
+		if spec.quartz && spec.names != nil && isLetter(item[0]) {
+			lo, hi, err := spec.quartzNames(item)
+			if err != nil {
+				return field{}, err
+			}
+			for v := lo; v <= hi; v++ {
+				seen[spec.unwrap(v)] = true
+			}
+			continue
+		}
 		lo, hi, step, err := spec.parseRange(item)
 		if err != nil {
 			return field{}, err
@@ -236,6 +251,10 @@ func (spec fieldSpec) parseRange(item string) (lo, hi, step int, err error) {
 	}
 	switch {
 	case isRange:
+		if spec.quartz && last != "" && isLetter(last[0]) {
+			// Quartz refuses a range from a number to a name (2-FRI).
+			return 0, 0, 0, fmt.Errorf("%s range %q mixes a number and a name, which Quartz refuses; write both ends as numbers or both as names", spec.name, base)
+		}
 		hi, err = spec.value(last)
 		if err != nil {
 			return 0, 0, 0, err
@@ -260,6 +279,48 @@ func (spec fieldSpec) parseRange(item string) (lo, hi, step int, err error) {
 	}
 	return lo, hi, step, nil
 }
+
+// quartzNames reads an item of the quartz dialect's month or day-of-week
+// field that starts with a name, as Quartz 2.3's CronExpression does: a name,
+// or a range of two names, and a step after either is ignored (MON-FRI/2 is
+// Monday to Friday, JAN/3 is January alone). Quartz also ignores anything
+// else after a name, and refuses a range of a name and a number; the quartz
+// dialect refuses both, naming the item. It returns the range, lo > hi never
+// (a reversed range wraps as elsewhere in the dialect).
+func (spec fieldSpec) quartzNames(item string) (lo, hi int, err error) {
+	base, step, hasStep := strings.Cut(item, "/")
+	if hasStep {
+		if _, ok := smallInt(step); !ok {
+			return 0, 0, fmt.Errorf("%s step %q must be a number", spec.name, step)
+		}
+	}
+	first, last, isRange := strings.Cut(base, "-")
+	lo, ok := spec.names[first]
+	if !ok {
+		return 0, 0, fmt.Errorf("%s value %q is not a number%s", spec.name, first, spec.nameHint())
+	}
+	if !isRange {
+		return lo, lo, nil
+	}
+	if len(first) > 3 {
+		// Quartz reads three letters and then looks for '-': MONDAY-FRIDAY is
+		// Monday alone there, surely not what was meant.
+		return 0, 0, fmt.Errorf("%s range %q: Quartz reads only the first three letters of %s before a range; write %s-%s", spec.name, base, first, strings.ToUpper(first[:3]), strings.ToUpper(last[:min(3, len(last))]))
+	}
+	hi, ok = spec.names[last]
+	if !ok {
+		if _, num := smallInt(last); num {
+			return 0, 0, fmt.Errorf("%s range %q mixes a name and a number, which Quartz refuses; write both ends as names or both as numbers", spec.name, base)
+		}
+		return 0, 0, fmt.Errorf("%s value %q is not a number%s", spec.name, last, spec.nameHint())
+	}
+	if lo > hi {
+		hi += spec.wrapSpan
+	}
+	return lo, hi, nil
+}
+
+func isLetter(c byte) bool { return c >= 'a' && c <= 'z' }
 
 // unwrap maps a value of a wrapped range back into the field: past the end
 // it continues from the start (hour 25 is 1, day-of-week 9 is 2 = MON).
@@ -379,4 +440,32 @@ func smallInt(s string) (int, bool) {
 		n = n*10 + int(c-'0')
 	}
 	return n, true
+}
+
+// matchDay reports whether the date of t (wall time encoded in UTC) matches
+// day-of-week field f: a plain weekday, or a special item (5l, 5#3).
+func (f *field) matchDay(t time.Time) bool {
+	wd := int(t.Weekday())
+	if slices.Contains(f.values, wd) {
+		return true
+	}
+	days := time.Date(t.Year(), t.Month()+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	for _, sp := range f.special {
+		day, nth, isNth := strings.Cut(sp, "#")
+		if !isNth {
+			day = strings.TrimSuffix(sp, "l")
+		}
+		d, _ := strconv.Atoi(day)
+		if d%7 != wd {
+			continue
+		}
+		if isNth {
+			if n, _ := strconv.Atoi(nth); (t.Day()-1)/7 == n-1 {
+				return true
+			}
+		} else if t.Day()+7 > days {
+			return true
+		}
+	}
+	return false
 }
