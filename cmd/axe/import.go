@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"time"
@@ -84,7 +85,7 @@ func importCrontabCmd() *ffcli.Command {
 	f.register(fs)
 	app := fs.String("app", "", "executor app of the tasks, and the app of the agent config (AXE_APP)")
 	group := fs.String("group", "", "group of the tasks (default: the app) (AXE_GROUP)")
-	format := fs.String("format", "auto", "user, system (a user column, as /etc/crontab and /etc/cron.d), or auto: system for those paths (AXE_FORMAT)")
+	format := fs.String("format", "auto", "user, system (a user column, as /etc/crontab and /etc/cron.d), or auto: system for those paths and for content in that format (AXE_FORMAT)")
 	zone := fs.String("timezone", "", "zone of lines without CRON_TZ/TZ (default: the machine's, from /etc/localtime) (AXE_TIMEZONE)")
 	agentConfig := fs.String("agent-config", "agent.json", "the agent config to write; an existing one keeps its settings and gains the handlers (AXE_AGENT_CONFIG)")
 	paused := fs.Bool("paused", false, "import every task paused (AXE_PAUSED)")
@@ -110,7 +111,11 @@ func importCrontabCmd() *ffcli.Command {
 			if *app == "" {
 				return fmt.Errorf("app: required (the executor app of the agent that will run the commands)")
 			}
-			system, err := crontabFormat(*format, pos[0])
+			content, err := os.ReadFile(pos[0])
+			if err != nil {
+				return fmt.Errorf("cannot read crontab: %w", err)
+			}
+			system, why, err := crontabFormat(*format, pos[0], content)
 			if err != nil {
 				return err
 			}
@@ -120,16 +125,14 @@ func importCrontabCmd() *ffcli.Command {
 					return err
 				}
 			}
-			file, err := os.Open(pos[0])
-			if err != nil {
-				return fmt.Errorf("cannot read crontab: %w", err)
-			}
-			defer file.Close()
-			plan, err := migrate.ReadCrontab(file, migrate.CrontabOptions{
+			plan, err := migrate.ReadCrontab(bytes.NewReader(content), migrate.CrontabOptions{
 				App: *app, Group: *group, System: system, Zone: z, Timeout: *timeout, Paused: *paused,
 			})
 			if err != nil {
 				return err
+			}
+			if why != "" {
+				plan.Notes = append([]string{"read as a system crontab (a user column; --format user to read it otherwise): " + why}, plan.Notes...)
 			}
 			if ok, err := f.checkPlan(&plan.Plan); !ok || err != nil {
 				return err
@@ -148,21 +151,33 @@ func importCrontabCmd() *ffcli.Command {
 	}
 }
 
-// crontabFormat says whether path is read in the system format.
-func crontabFormat(format, path string) (bool, error) {
+// crontabFormat says whether the crontab at path, holding content, is read in the system
+// format, and for a choice made from the content, why. auto picks it for /etc/crontab and
+// /etc/cron.d, and for content in that format anywhere else (a copy of a system crontab):
+// read the other way, every run would fail or lose its command's first word.
+func crontabFormat(format, path string, content []byte) (bool, string, error) {
 	switch format {
 	case "user":
-		return false, nil
+		return false, "", nil
 	case "system":
-		return true, nil
+		return true, "", nil
 	case "auto":
 		abs, err := filepath.Abs(path)
 		if err != nil {
-			return false, fmt.Errorf("cannot resolve %s: %w", path, err)
+			return false, "", fmt.Errorf("cannot resolve %s: %w", path, err)
 		}
-		return abs == "/etc/crontab" || filepath.Dir(abs) == "/etc/cron.d", nil
+		if abs == "/etc/crontab" || filepath.Dir(abs) == "/etc/cron.d" {
+			return true, "", nil
+		}
+		return migrate.DetectCrontabFormat(content, isLocalUser)
 	}
-	return false, fmt.Errorf("format: must be auto, user or system, got %q", format)
+	return false, "", fmt.Errorf("format: must be auto, user or system, got %q", format)
+}
+
+// isLocalUser reports whether name is a user of this machine.
+func isLocalUser(name string) bool {
+	_, err := user.Lookup(name)
+	return err == nil
 }
 
 // machineZone is the IANA name of this machine's zone: the target of the /etc/localtime

@@ -174,9 +174,11 @@ func TestImportXXLJob(t *testing.T) {
 			(2, 1, 'poll', '', '', 'FIX_RATE', '90', 'DO_NOTHING', 'FAILOVER', 'poll', '', 'SERIAL_EXECUTION', 0, 0,
 			 'BEAN', '', 1, `+fmt.Sprint(nextRate.UnixMilli())+`),
 			(3, 1, 'after the report', '', '', 'NONE', '', 'DO_NOTHING', 'ROUND', 'cleanup', '', 'SERIAL_EXECUTION',
-			 0, 0, 'BEAN', '', 1, 0),
+			 0, 0, 'BEAN', '', 0, 0),
 			(4, 1, 'a script', '', '', 'CRON', '0 * * * * ?', 'DO_NOTHING', 'ROUND', '', '', 'SERIAL_EXECUTION',
-			 0, 0, 'GLUE_GROOVY', '', 1, 0)`)
+			 0, 0, 'GLUE_GROOVY', '', 1, 0),
+			(5, 1, 'stopped long ago', '', '', 'CRON', '0 0 3 * * ?', 'DO_NOTHING', 'SHARDING_BROADCAST', 'old', '',
+			 'SERIAL_EXECUTION', 0, 0, 'BEAN', '', 0, 0)`)
 	dir := t.TempDir()
 	srv := startServe(t, dir, nil, "--addr", "127.0.0.1:0", "--db", "sqlite:"+filepath.Join(dir, "axe.db"), "--timezone", "Asia/Shanghai")
 	env := []string{"AXE_SERVER=" + srv.url, "AXE_DSN=" + dsn}
@@ -186,16 +188,17 @@ func TestImportXXLJob(t *testing.T) {
 		t.Fatalf("import with a GLUE job: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
 	}
 	dry := axeOK(t, env, "import", "xxl-job", "--skip-bad")
-	for _, want := range []string{"xxl-orders-1", "0 0 12 ? * 2 (quartz)", "Asia/Shanghai", "after xxl-orders-1", "dry run: 3 task(s)"} {
+	for _, want := range []string{"xxl-orders-1", "0 0 12 ? * 2 (quartz)", "Asia/Shanghai", "after xxl-orders-1", "dry run: 4 task(s)",
+		"RUNS DIFFERENTLY IN AXE", "job 5 (xxl-orders-5): SHARDING_BROADCAST", "stopped in XXL-JOB"} {
 		if !strings.Contains(dry, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, dry)
 		}
 	}
 	applied := axeOK(t, env, "import", "xxl-job", "--skip-bad", "--yes")
-	if !strings.Contains(applied, "3 created") || !strings.Contains(applied, "axe group resume") {
+	if !strings.Contains(applied, "4 created") || !strings.Contains(applied, "axe group resume") {
 		t.Fatalf("apply printed:\n%s", applied)
 	}
-	if again := axeOK(t, env, "import", "xxl-job", "--skip-bad", "--yes"); !strings.Contains(again, "0 created, 0 replaced, 3 skipped") {
+	if again := axeOK(t, env, "import", "xxl-job", "--skip-bad", "--yes"); !strings.Contains(again, "0 created, 0 replaced, 4 skipped") {
 		t.Fatalf("re-import printed:\n%s", again)
 	}
 	sh := mustLocT(t, "Asia/Shanghai")
@@ -211,14 +214,61 @@ func TestImportXXLJob(t *testing.T) {
 		t.Errorf("poll task = %+v; next %d, want XXL-JOB's %d", poll, poll.Runtime.NextTriggerTime, nextRate.UnixMilli())
 	}
 	child := getImported(t, env, "xxl-orders-3")
-	if child.Trigger != "dependency" || strings.Join(child.DependsOn, ",") != "xxl-orders-1" || child.DependsMode != "any" || !child.Paused {
+	if child.Trigger != "dependency" || strings.Join(child.DependsOn, ",") != "xxl-orders-1" || child.DependsMode != "any" ||
+		!child.Paused || child.Group != "orders" {
 		t.Errorf("child task = %+v", child)
 	}
-	// Cut-over: resume the group; the fixed rate keeps XXL-JOB's phase.
+	if old := getImported(t, env, "xxl-orders-5"); !old.Paused || old.Group != "orders.stopped" || !strings.Contains(old.Runtime.Note, "stopped in XXL-JOB") {
+		t.Errorf("stopped task = %+v", old)
+	}
+	// Cut-over as docs/migrating.md says: resume the group. The fixed rate keeps XXL-JOB's
+	// phase; the NONE child (trigger_status 0, as XXL-JOB keeps every NONE job) runs after
+	// its parent again; the job stopped in XXL-JOB stays stopped.
 	axeOK(t, env, "group", "resume", "orders")
 	poll = getImported(t, env, "xxl-orders-2")
 	if poll.Paused || poll.Runtime.State != "SCHEDULED" || poll.Runtime.NextTriggerTime != nextRate.UnixMilli() {
 		t.Errorf("poll after resume = %+v, want SCHEDULED at %d", poll, nextRate.UnixMilli())
+	}
+	if child := getImported(t, env, "xxl-orders-3"); child.Paused || child.Runtime.State != "WAITING" {
+		t.Errorf("child after resume = %+v, want WAITING for its parent", child)
+	}
+	if old := getImported(t, env, "xxl-orders-5"); !old.Paused || old.Runtime.State != "PAUSED" {
+		t.Errorf("stopped task after the group's resume = %+v, want still PAUSED", old)
+	}
+	// Starting it is a choice made by name.
+	axeOK(t, env, "task", "resume", "xxl-orders-5")
+	if old := getImported(t, env, "xxl-orders-5"); old.Paused || old.Runtime.State != "SCHEDULED" {
+		t.Errorf("stopped task resumed by name = %+v", old)
+	}
+}
+
+// TestImportCrontabSystemCopy: a copy of a system crontab under another path is read in the
+// system format from its content (the user column is not run as the command), and a file
+// that could be either is refused with a message asking for --format.
+func TestImportCrontabSystemCopy(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	srv := startServe(t, dir, nil, "--addr", "127.0.0.1:0", "--db", "sqlite:"+filepath.Join(dir, "axe.db"), "--timezone", "UTC")
+	env := []string{"AXE_SERVER=" + srv.url}
+	tab := filepath.Join(dir, "crontab.copy")
+	if err := os.WriteFile(tab, []byte("SHELL=/bin/sh\n# m h dom mon dow user\tcommand\n17 *\t* * *\troot\tcd / && run-parts --report /etc/cron.hourly\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dry := axeOK(t, env, "import", "crontab", tab, "--app", "sys", "--agent-config", filepath.Join(dir, "agent.json"))
+	if !strings.Contains(dry, "read as a system crontab") || !strings.Contains(dry, "cd / && run-parts") || strings.Contains(dry, "root cd /") ||
+		!strings.Contains(dry, "user root (line 3)") {
+		t.Errorf("dry run of a system crontab copy:\n%s", dry)
+	}
+	mixed := filepath.Join(dir, "mixed")
+	if err := os.WriteFile(mixed, []byte("0 * * * * root run\n0 1 * * * /bin/other\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := axe(t, env, "import", "crontab", mixed, "--app", "sys", "--agent-config", filepath.Join(dir, "agent.json"))
+	if r.code == 0 || !strings.Contains(r.stderr, "give --format system or --format user") {
+		t.Errorf("mixed crontab: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	if again := axeOK(t, env, "import", "crontab", mixed, "--app", "sys", "--format", "user", "--agent-config", filepath.Join(dir, "agent.json")); !strings.Contains(again, "dry run: 2 task(s)") {
+		t.Errorf("mixed crontab read as a user crontab:\n%s", again)
 	}
 }
 

@@ -2,13 +2,16 @@ package migrate
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +37,7 @@ type CrontabOptions struct {
 	// Group is the tasks' group. Defaults to App.
 	Group string
 	// System reads the system format (/etc/crontab, /etc/cron.d): a user column between
-	// the schedule and the command.
+	// the schedule and the command. DetectCrontabFormat tells it from the content.
 	System bool
 	// Zone is the tasks' zone where the crontab sets neither CRON_TZ nor TZ: the machine's.
 	// Required.
@@ -59,12 +62,14 @@ var (
 	cronNames = []string{"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
 )
 
-// ReadCrontab converts a crontab. Each job line becomes a cron task in the unix dialect
-// that runs, through the agent, exactly the line's command text with SHELL -c and the
-// environment set above the line; % in the command works as in cron (the first unescaped
-// % ends the command, the rest is its standard input with each % a newline; \% is a %).
-// Environment lines apply to the lines after them. Lines that cannot be converted are
-// listed in Plan.Bad, by line number; reading stops only on an I/O error.
+// ReadCrontab converts a crontab as cronie reads it. Each job line becomes a cron task in
+// the unix dialect that runs, through the agent, exactly the line's command text with
+// SHELL -c and the environment set above the line; % in the command works as in cron (the
+// first unescaped % ends the command, the rest is its standard input with each % a
+// newline; \% is a %). Environment lines apply to the lines after them; CRON_TZ sets the
+// zone of the lines below it, and TZ, as in cron, only the commands' environment. A line
+// cron would not load, or would load but not run as written, is listed in Plan.Bad with
+// its line number and the reason; reading stops only on an I/O error.
 func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 	if opt.App == "" {
 		return nil, fmt.Errorf("cannot read crontab: an app is required")
@@ -88,10 +93,14 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 	env := map[string]string{}
 	users := map[string][]int{}
 	mailto := []int{}
+	var delay string // RANDOM_DELAY above the current line
+	var unlogged, mailOnError []int
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Split(scanLinesKeepEOL)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimRight(sc.Text(), "\r")
+		raw := sc.Text()
+		line := strings.TrimRight(strings.TrimSuffix(raw, "\n"), "\r")
 		text := strings.TrimLeft(line, " \t")
 		if text == "" || text[0] == '#' {
 			continue
@@ -107,24 +116,46 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 				mailto = append(mailto, n)
 				continue
 			case strings.HasPrefix(strings.ToUpper(name), "AXE_"):
-				p.NotCarried = append(p.NotCarried, fmt.Sprintf("%s (line %d): names starting with AXE_ are the agent's own", name, n))
+				p.NotCarried = append(p.NotCarried, change("AXE_", "%s (line %d) is left out of the commands' environment: names starting with AXE_ are the agent's own", name, n))
 				continue
-			case name == "CRON_TZ" || name == "TZ":
+			case name == "CRON_TZ":
 				if _, err := cron.LoadLocation(value); err != nil {
 					bad("%s=%s: %v", name, value, err)
 					continue
 				}
 				zone, zoneFrom = value, fmt.Sprintf("%s on line %d", name, n)
+			case name == "RANDOM_DELAY":
+				// cronie delays every job below by up to this many minutes, a random
+				// fraction fixed when crond starts; axe fires on the minute.
+				delay = value
 			}
 			env[name] = value
 			continue
+		}
+		if !strings.HasSuffix(raw, "\n") {
+			bad("the file ends without a newline after this line, and cron ignores such a last line; add the newline if it should run")
+			continue
+		}
+		noLog := false
+		if strings.HasPrefix(text, "-") {
+			// cronie: a leading - only keeps crond from logging each run.
+			noLog, text = true, text[1:]
 		}
 		expr, user, command, err := splitCronLine(text, opt.System)
 		if err != nil {
 			bad("%v", err)
 			continue
 		}
+		if err := checkCronie(expr); err != nil {
+			bad("%v", err)
+			continue
+		}
 		if _, err := cron.ParseIn(expr, cron.DialectUnix); err != nil {
+			bad("%v", err)
+			continue
+		}
+		command, mailErr, err := cutOptions(command)
+		if err != nil {
 			bad("%v", err)
 			continue
 		}
@@ -165,6 +196,16 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 			Next:    next,
 			Command: command,
 		})
+		it := &p.Items[len(p.Items)-1]
+		if d := randomDelay(delay); d > 0 {
+			it.NotCarried = append(it.NotCarried, change("RANDOM_DELAY", "RANDOM_DELAY=%s: cronie starts it up to %d minutes late (a random part of that, fixed when crond starts); axe starts it on the minute", delay, d))
+		}
+		if noLog {
+			unlogged = append(unlogged, n)
+		}
+		if mailErr {
+			mailOnError = append(mailOnError, n)
+		}
 		if zoneFrom == machineZone {
 			machineLines = append(machineLines, n)
 		}
@@ -173,18 +214,60 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 		return nil, fmt.Errorf("cannot read crontab: %w", err)
 	}
 	if len(machineLines) > 0 {
-		p.Notes = append(p.Notes, fmt.Sprintf("zone %s, the machine's, for %s (no CRON_TZ or TZ above them)", opt.Zone, lineList(machineLines)))
-	}
-	if len(mailto) > 0 {
-		p.NotCarried = append(p.NotCarried, fmt.Sprintf("MAILTO (%s): axe mails nothing; a run keeps the tail of its output (axe task runs), and failures raise alerts", lineList(mailto)))
+		p.Notes = append(p.Notes, fmt.Sprintf("zone %s, the machine's, for %s (no CRON_TZ above them; TZ sets only the commands' environment, as in cron)", opt.Zone, lineList(machineLines)))
 	}
 	for _, u := range slices.Sorted(maps.Keys(users)) {
-		p.NotCarried = append(p.NotCarried, fmt.Sprintf("user %s (%s): the agent runs every command as its own user; run the agent as %s", u, lineList(users[u]), u))
+		p.NotCarried = append(p.NotCarried, change("user", "user %s (%s): the agent runs every command as its own user; run the agent as %s", u, lineList(users[u]), u))
 	}
 	if len(p.Items) > 0 {
-		p.NotCarried = append(p.NotCarried, "overlap: cron starts a job even while its previous run is still going; axe runs a task once at a time (the agent refuses re-entry), and fires during a run are skipped")
+		p.NotCarried = append(p.NotCarried, change("overlap", "overlap: cron starts a job even while its previous run is still going; axe runs a task once at a time (the agent refuses re-entry), and fires during a run are skipped"))
+	}
+	if len(mailto) > 0 {
+		p.NotCarried = append(p.NotCarried, routine("MAILTO", "MAILTO (%s): axe mails nothing; a run keeps the tail of its output (axe task runs), and failures raise alerts", lineList(mailto)))
+	}
+	if len(mailOnError) > 0 {
+		p.NotCarried = append(p.NotCarried, routine("-n", "-n before the command (%s): cronie mails only a failed run's output; axe mails nothing, and failures raise alerts", lineList(mailOnError)))
+	}
+	if len(unlogged) > 0 {
+		p.NotCarried = append(p.NotCarried, routine("-", "- before the schedule (%s): crond logs no line per run; axe records every run", lineList(unlogged)))
+	}
+	validateTasks(&p.Plan)
+	// A task the server's own rules refuse has no use for its handler.
+	for name := range p.Handlers {
+		if !slices.ContainsFunc(p.Items, func(it Item) bool { return it.Task.Name == name }) {
+			delete(p.Handlers, name)
+		}
 	}
 	return p, nil
+}
+
+// scanLinesKeepEOL is bufio.ScanLines keeping each line's "\n", so that a last line
+// without one can be told apart: cron ignores it.
+func scanLinesKeepEOL(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i+1], nil
+	}
+	if atEOF && len(data) > 0 {
+		return len(data), data, nil
+	}
+	return 0, nil, nil
+}
+
+// cutOptions removes cronie's options before a command: "-n " (mail the output only when
+// the job fails), each followed by blanks. cronie refuses a line whose command starts with
+// any other "-".
+func cutOptions(command string) (cmd string, mailOnError bool, err error) {
+	for strings.HasPrefix(command, "-") {
+		if len(command) < 3 || command[1] != 'n' || (command[2] != ' ' && command[2] != '\t') {
+			opt, _, _ := strings.Cut(command, " ")
+			return "", false, fmt.Errorf("the command starts with %q, which cronie reads as an option and refuses (it knows only -n)", opt)
+		}
+		if mailOnError {
+			return "", false, fmt.Errorf("-n is given twice, which cronie refuses")
+		}
+		mailOnError, command = true, strings.TrimLeft(command[2:], " \t")
+	}
+	return command, mailOnError, nil
 }
 
 // splitCronLine splits a job line into its expression, its user (system format) and the
@@ -213,7 +296,8 @@ func splitCronLine(text string, system bool) (expr, user, command string, err er
 		fields = fields[:nfields-1]
 	}
 	if nfields-btoi(system) == 1 {
-		d := strings.ToLower(fields[0])
+		// cronie compares descriptors case-sensitively: @Daily is refused.
+		d := fields[0]
 		if d == "@reboot" {
 			return "", "", "", fmt.Errorf("@reboot runs once when the machine boots; axe has no boot trigger (start it from the machine's init system)")
 		}
@@ -222,6 +306,110 @@ func splitCronLine(text string, system bool) (expr, user, command string, err er
 		}
 	}
 	return strings.Join(fields, " "), user, rest, nil
+}
+
+// randomDelay is the minutes of a RANDOM_DELAY value as cronie reads it (strtol: leading
+// digits; outside 0..1440 it is ignored with an error in cron's log), or 0.
+func randomDelay(v string) int {
+	end := 0
+	for end < len(v) && end < 5 && v[end] >= '0' && v[end] <= '9' {
+		end++
+	}
+	n, err := strconv.Atoi(v[:end])
+	if err != nil || n > 24*60 {
+		return 0
+	}
+	return n
+}
+
+// cronieFields are the five fields of a job line as cronie reads them: the range of each
+// and its names (cronie's MonthNames and DowNames: three letters, any case).
+var cronieFields = [5]struct {
+	name     string
+	min, max int
+	names    []string
+}{
+	{"minute", 0, 59, nil},
+	{"hour", 0, 23, nil},
+	{"day-of-month", 1, 31, nil},
+	{"month", 1, 12, []string{"jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"}},
+	{"day-of-week", 0, 7, []string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}},
+}
+
+// checkCronie refuses, naming the field, what cronie's load_entry (entry.c) refuses in
+// the five schedule fields, and what it loads but would not run as written, though axe's
+// unix dialect reads it: Quartz's ?, L, W and #, a start with a step and no range (5/15),
+// full names (MONDAY), ~ (a random value picked when the crontab loads), a reversed range
+// (5-1, SAT-SUN: cron matches nothing), and a step wider than the field (*/60: cron fires
+// at the field's start alone). Descriptors are checked by splitCronLine.
+func checkCronie(expr string) error {
+	if strings.HasPrefix(expr, "@") {
+		return nil
+	}
+	for i, field := range strings.Fields(expr) {
+		spec := cronieFields[i]
+		for _, item := range strings.Split(field, ",") {
+			if err := checkCronieItem(item, spec.min, spec.max, spec.names); err != nil {
+				return fmt.Errorf("%s field %q: %w", spec.name, field, err)
+			}
+		}
+	}
+	return nil
+}
+
+func checkCronieItem(item string, lo, hi int, names []string) error {
+	if strings.Contains(item, "~") {
+		return errors.New("~ picks a random value each time cron loads the crontab; axe has no random schedule, so pick the value and write it")
+	}
+	base, step, hasStep := strings.Cut(item, "/")
+	first, last, isRange := strings.Cut(base, "-")
+	value := func(s string) (int, error) {
+		if n, err := strconv.Atoi(s); err == nil && s != "" && s[0] != '+' && s[0] != '-' {
+			if n < lo || n > hi {
+				return 0, fmt.Errorf("%d is out of range %d-%d", n, lo, hi)
+			}
+			return n, nil
+		}
+		if i := slices.Index(names, strings.ToLower(s)); i >= 0 {
+			return i + lo, nil
+		}
+		switch {
+		case s == "?" || strings.ContainsAny(s, "LlWw#"):
+			return 0, fmt.Errorf("%q is Quartz syntax, which cron refuses", item)
+		case len(names) > 0:
+			return 0, fmt.Errorf("%q is neither a number nor a three-letter name, which cron refuses", s)
+		}
+		return 0, fmt.Errorf("%q is not a number, which cron refuses", s)
+	}
+	switch {
+	case base == "*":
+	case hasStep && !isRange:
+		return fmt.Errorf("%q has a step but no range, which cron refuses; write %s-%d/%s", item, first, hi, step)
+	default:
+		start, err := value(first)
+		if err != nil {
+			return err
+		}
+		if isRange {
+			end, err := value(last)
+			if err != nil {
+				return err
+			}
+			if start > end {
+				return fmt.Errorf("the range %s runs backwards; cron loads it but matches nothing, so the line never runs on it", base)
+			}
+		}
+	}
+	if hasStep {
+		n, err := strconv.Atoi(step)
+		if err != nil || n < 1 {
+			return fmt.Errorf("step %q is not a positive number, which cron refuses", step)
+		}
+		if base == "*" && n > hi-lo {
+			return fmt.Errorf("step %d is wider than the field; cron fires only at its start, so write %d", n, lo)
+		}
+	}
+	return nil
 }
 
 func btoi(b bool) int {
@@ -317,4 +505,60 @@ func lineList(lines []int) string {
 		return "line " + parts[0]
 	}
 	return "lines " + strings.Join(parts, ", ")
+}
+
+// systemHeader is the column header Debian's /etc/crontab and cron.d files carry.
+var systemHeader = regexp.MustCompile(`(?i)^#.*\bdow\s+user\s+command\b`)
+
+// DetectCrontabFormat tells from a crontab's content whether it is in the system format
+// (/etc/crontab, /etc/cron.d: a user column between the schedule and the command), for a
+// copy kept under another path. isUser says whether a word names a user of the machine
+// (nil: only root does). A line has a user column when the word after its schedule names
+// a user and a command follows. The content is the system format when every job line has
+// one and either some line runs as root or the file carries the system header comment
+// ("# m h dom mon dow user command"); the user format when no line has one. Anything
+// between is an error naming the lines, since a wrong guess makes every run fail (the
+// user becomes the command) or drops a command's first word. why says what decided.
+func DetectCrontabFormat(content []byte, isUser func(string) bool) (system bool, why string, err error) {
+	if isUser == nil {
+		isUser = func(string) bool { return false }
+	}
+	var with, without []int
+	header, root := false, false
+	for n, line := range strings.Split(string(content), "\n") {
+		text := strings.TrimLeft(strings.TrimRight(line, "\r"), " \t")
+		if systemHeader.MatchString(text) {
+			header = true
+		}
+		if text == "" || text[0] == '#' || envLine.MatchString(text) {
+			continue
+		}
+		text = strings.TrimPrefix(text, "-")
+		nf := 5
+		if strings.HasPrefix(text, "@") {
+			nf = 1
+		}
+		fields, rest := cutFields(text, nf+1)
+		if len(fields) == nf+1 && rest != "" && (fields[nf] == "root" || isUser(fields[nf])) {
+			with = append(with, n+1)
+			root = root || fields[nf] == "root"
+		} else {
+			without = append(without, n+1)
+		}
+	}
+	switch {
+	case len(with) == 0:
+		return false, "", nil
+	case len(without) == 0 && (root || header):
+		why := "every job line has a user after its schedule, and the file has the system header"
+		if root {
+			why = "every job line has a user (root on some) after its schedule"
+		}
+		return true, why, nil
+	}
+	which := fmt.Sprintf("a user name follows the schedule on %s but not on %s", lineList(with), lineList(without))
+	if len(without) == 0 {
+		which = fmt.Sprintf("a user name follows the schedule on %s, but none is root and there is no system header", lineList(with))
+	}
+	return false, "", fmt.Errorf("format: cannot tell whether this is a system crontab (with a user column, as /etc/crontab): %s; give --format system or --format user", which)
 }

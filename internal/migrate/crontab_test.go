@@ -2,10 +2,14 @@ package migrate
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/internal/oracle"
 )
 
 func TestReadCrontab(t *testing.T) {
@@ -98,9 +102,12 @@ func TestReadSystemCrontab(t *testing.T) {
 	if got := p.Handlers[p.Items[1].Task.Name].Command[2]; got != "/usr/bin/backup --all" {
 		t.Errorf("weekly: %q", got)
 	}
-	notes := strings.Join(p.NotCarried, "\n")
-	if !strings.Contains(notes, "user backup (line 3)") || !strings.Contains(notes, "user root (line 2)") {
-		t.Errorf("user notes: %s", notes)
+	var notes []string
+	for _, n := range p.NotCarried {
+		notes = append(notes, n.Text)
+	}
+	if all := strings.Join(notes, "\n"); !strings.Contains(all, "user backup (line 3)") || !strings.Contains(all, "user root (line 2)") {
+		t.Errorf("user notes: %s", all)
 	}
 }
 
@@ -126,4 +133,180 @@ func mustLoc(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// TestCrontabMatchesCronie imports every line of the cronie table (engine/cron/testdata/
+// cronie, computed by cronie 1.7.2's own crond code) under its environment lines, and holds
+// the import to it: a line cronie does not load is refused; a line cronie loads but never
+// runs as written (a reversed range, ~, a step wider than its field) is refused, naming
+// why; every other line becomes a task in the zone cronie reads it in (CRON_TZ, not TZ)
+// that fires at cronie's times.
+func TestCrontabMatchesCronie(t *testing.T) {
+	cases, err := oracle.LoadCronie("../../engine/cron/testdata/cronie/expected.tsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onPurpose := []string{"random value", "wider than the field", "runs backwards", "@reboot"}
+	var imported, refused, refusedOnPurpose int
+	for _, c := range cases {
+		tab := strings.Join(append(slices.Clone(c.Env), c.Schedule+" true"), "\n") + "\n"
+		p, err := ReadCrontab(strings.NewReader(tab), CrontabOptions{App: "a", Zone: c.DaemonZone, Now: c.Start})
+		if err != nil {
+			t.Fatal(err)
+		}
+		where := fmt.Sprintf("expected.tsv:%d: %q (env %q)", c.Line, c.Schedule, c.Env)
+		if len(p.Items) == 0 {
+			if len(p.Bad) != 1 {
+				t.Errorf("%s: no task and bad %+v", where, p.Bad)
+				continue
+			}
+			reason := p.Bad[0].Reason
+			switch {
+			case c.Refused:
+				refused++
+			case slices.ContainsFunc(onPurpose, func(s string) bool { return strings.Contains(reason, s) }):
+				refusedOnPurpose++
+			default:
+				t.Errorf("%s: refused (%s); cronie loads it and fires at %v", where, reason, c.Fires)
+			}
+			continue
+		}
+		if c.Refused || len(c.Fires) == 0 {
+			t.Errorf("%s: imported; cronie refuses it (%v) or never runs it", where, c.Refused)
+			continue
+		}
+		task := p.Items[0].Task
+		if task.Timezone != c.Zone() {
+			t.Errorf("%s: zone %s, cronie reads it in %s", where, task.Timezone, c.Zone())
+			continue
+		}
+		s, err := cron.ParseIn(task.Cron, cron.DialectUnix)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		loc := mustLoc(t, task.Timezone)
+		got, after := []time.Time{}, c.Start
+		for range c.Fires {
+			after = s.Next(after, loc)
+			got = append(got, after)
+		}
+		if !p.Items[0].Next.Equal(c.Fires[0]) || !slices.EqualFunc(got, c.Fires, time.Time.Equal) {
+			t.Errorf("%s: dry run next %s, fires %v; cronie fires %v", where, p.Items[0].Next, got, c.Fires)
+			continue
+		}
+		imported++
+	}
+	t.Logf("%d cronie cases: %d imported with cronie's fire times, %d refused as cronie refuses them, %d refused because cronie would not run them as written",
+		len(cases), imported, refused, refusedOnPurpose)
+	if imported < 150 || refused < 15 || refusedOnPurpose < 5 {
+		t.Errorf("the table covers too little")
+	}
+}
+
+// TestCrontabEnvironment: CRON_TZ sets the zone of the lines below it, TZ only goes into
+// the commands' environment (as cronie's find_jobs reads CRON_TZ alone), and RANDOM_DELAY
+// is named first in the dry run for every line it delays.
+func TestCrontabEnvironment(t *testing.T) {
+	const tab = "TZ=America/New_York\n0 12 * * * a\nCRON_TZ=Asia/Tokyo\nRANDOM_DELAY=30\n0 12 * * * b\nRANDOM_DELAY=0\n0 13 * * * c\n"
+	p, err := ReadCrontab(strings.NewReader(tab), CrontabOptions{App: "a", Zone: "Europe/Berlin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 3 {
+		t.Fatalf("items %+v bad %+v", p.Items, p.Bad)
+	}
+	a, b, c := p.Items[0], p.Items[1], p.Items[2]
+	if a.Task.Timezone != "Europe/Berlin" || p.Handlers[a.Task.Name].Env["TZ"] != "America/New_York" {
+		t.Errorf("after TZ: zone %s env %v; want the machine's zone, TZ in the environment", a.Task.Timezone, p.Handlers[a.Task.Name].Env)
+	}
+	if b.Task.Timezone != "Asia/Tokyo" || c.Task.Timezone != "Asia/Tokyo" {
+		t.Errorf("after CRON_TZ: %s, %s", b.Task.Timezone, c.Task.Timezone)
+	}
+	if !hasCrontabChange(b, "RANDOM_DELAY=30") || hasCrontabChange(c, "RANDOM_DELAY") || hasCrontabChange(a, "RANDOM_DELAY") {
+		t.Errorf("RANDOM_DELAY notes: a %+v b %+v c %+v", a.NotCarried, b.NotCarried, c.NotCarried)
+	}
+	var out strings.Builder
+	if err := p.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if dry := out.String(); !strings.Contains(dry, "RUNS DIFFERENTLY IN AXE") || strings.Index(dry, "RANDOM_DELAY=30") > strings.Index(dry, "routine") && strings.Contains(dry, "routine") {
+		t.Errorf("dry run:\n%s", dry)
+	}
+}
+
+func hasCrontabChange(it Item, s string) bool {
+	for _, n := range it.NotCarried {
+		if n.Changes && strings.Contains(n.Text, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCrontabLineForms: cronie's line options and the last line without a newline.
+func TestCrontabLineForms(t *testing.T) {
+	const tab = "-*/5 * * * * logless\n0 1 * * * -n  quiet unless failing\n0 2 * * * -x bad option\n0 3 * * * last"
+	p, err := ReadCrontab(strings.NewReader(tab), CrontabOptions{App: "a", Zone: "UTC"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 2 || len(p.Bad) != 2 {
+		t.Fatalf("items %+v bad %+v", p.Items, p.Bad)
+	}
+	if p.Items[0].Task.Cron != "*/5 * * * *" || p.Handlers[p.Items[0].Task.Name].Command[2] != "logless" ||
+		p.Handlers[p.Items[1].Task.Name].Command[2] != "quiet unless failing" {
+		t.Errorf("items %+v", p.Items)
+	}
+	if !strings.Contains(p.Bad[0].Reason, `"-x"`) || p.Bad[0].Source != "line 3" || !strings.Contains(p.Bad[1].Reason, "without a newline") {
+		t.Errorf("bad %+v", p.Bad)
+	}
+}
+
+// TestDetectCrontabFormat tells a system crontab (as Debian ships /etc/crontab, with its
+// header and root on every line) from a user crontab by content, and refuses to guess
+// between them.
+func TestDetectCrontabFormat(t *testing.T) {
+	const system = `# /etc/crontab: system-wide crontab
+SHELL=/bin/sh
+PATH=/usr/local/sbin:/usr/local/bin:/sbin:/bin:/usr/sbin:/usr/bin
+
+# Example of job definition:
+# .---------------- minute (0 - 59)
+# |  .------------- hour (0 - 23)
+# *  *  *  *  * user-name command to be executed
+# m h dom mon dow user	command
+17 *	* * *	root	cd / && run-parts --report /etc/cron.hourly
+25 6	* * *	root	test -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.daily; }
+47 6	* * 7	root	test -x /usr/sbin/anacron || { cd / && run-parts --report /etc/cron.weekly; }
+`
+	users := map[string]bool{"root": true, "www-data": true, "mail": true}
+	isUser := func(s string) bool { return users[s] }
+	for _, c := range []struct {
+		name, tab string
+		system    bool
+		err       string
+	}{
+		{"debian", system, true, ""},
+		{"cron.d", "SHELL=/bin/sh\n*/5 * * * * root [ -x /usr/lib/php/sessionclean ] && /usr/lib/php/sessionclean\n@reboot root start\n", true, ""},
+		{"user", "MAILTO=me\n*/15 * * * * /usr/bin/sync-mail\n@daily backup.sh\n", false, ""},
+		{"mixed", "0 * * * * root run\n0 1 * * * /bin/other\n", false, "on line 1 but not on line 2"},
+		{"no root", "0 * * * * mail -s hi boss\n", false, "none is root"},
+		{"header only user lines", "# m h dom mon dow user command\n0 * * * * www-data php cron.php\n", true, ""},
+	} {
+		got, why, err := DetectCrontabFormat([]byte(c.tab), isUser)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) || !strings.Contains(err.Error(), "--format") {
+				t.Errorf("%s: %v, %q, %v; want an error with %q", c.name, got, why, err, c.err)
+			}
+			continue
+		}
+		if err != nil || got != c.system || (got && why == "") {
+			t.Errorf("%s: %v, %q, %v; want system %v", c.name, got, why, err, c.system)
+		}
+	}
+	// And read as it was detected, the system crontab runs its commands, not its users.
+	p, err := ReadCrontab(strings.NewReader(system), CrontabOptions{App: "sys", System: true, Zone: "UTC"})
+	if err != nil || len(p.Items) != 3 || p.Handlers[p.Items[0].Task.Name].Command[2] != "cd / && run-parts --report /etc/cron.hourly" {
+		t.Fatalf("system read: %v %+v", err, p)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 )
 
@@ -62,8 +63,31 @@ type Item struct {
 	Next time.Time
 	// Command is what it runs, for the dry-run table.
 	Command string
-	// NotCarried lists what of this job axe does not carry over.
-	NotCarried []string
+	// NotCarried lists what of this job axe does not carry over as it was.
+	NotCarried []Note
+}
+
+// Note is something of a source job, or of the whole source, that axe does not carry over
+// as it was.
+type Note struct {
+	// Kind names what it is about ("alarm_email", "MAILTO", "sharding broadcast"). The dry
+	// run summarises routine notes of one kind in one line.
+	Kind string
+	// Text says what becomes of it.
+	Text string
+	// Changes is set when the job runs differently in axe because of it: where, when, how
+	// often, as whom or whether it runs. The dry run lists those first, each in full; the
+	// others are routine (mail, logging, addresses) and are summarised by kind.
+	Changes bool
+}
+
+// change and routine make the two sorts of Note.
+func change(kind, format string, args ...any) Note {
+	return Note{Kind: kind, Text: fmt.Sprintf(format, args...), Changes: true}
+}
+
+func routine(kind, format string, args ...any) Note {
+	return Note{Kind: kind, Text: fmt.Sprintf(format, args...)}
 }
 
 // Bad is one source job that could not be converted.
@@ -77,8 +101,8 @@ type Bad struct {
 type Plan struct {
 	Items []Item
 	Bad   []Bad
-	// NotCarried lists what of the whole source axe does not carry over.
-	NotCarried []string
+	// NotCarried lists what of the whole source axe does not carry over as it was.
+	NotCarried []Note
 	// Notes are choices the conversion made that the reader should see.
 	Notes []string
 }
@@ -96,7 +120,9 @@ func (p *Plan) Err() error {
 }
 
 // WriteTable writes the dry run: one row per task (source, name, expression, zone, next
-// fire, command), then what cannot be converted and what is not carried over.
+// fire, command); then, in full, everything that makes a job run differently in axe; then
+// what cannot be converted and the choices the conversion made; and last the routine
+// settings not carried over, one line per kind.
 func (p *Plan) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SOURCE\tTASK\tEXPRESSION\tZONE\tNEXT FIRE\tCOMMAND")
@@ -119,21 +145,76 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	for _, n := range p.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
+	type routineKind struct {
+		text    string
+		sources []string
+	}
+	var kinds []string
+	byKind := map[string]*routineKind{}
+	var changes []string
+	add := func(source, task string, n Note) {
+		if n.Changes {
+			if source != "" {
+				changes = append(changes, fmt.Sprintf("%s (%s): %s", source, task, n.Text))
+			} else {
+				changes = append(changes, n.Text)
+			}
+			return
+		}
+		k := byKind[n.Kind]
+		if k == nil {
+			k = &routineKind{text: n.Text}
+			byKind[n.Kind] = k
+			kinds = append(kinds, n.Kind)
+		}
+		if source != "" {
+			k.sources = append(k.sources, source)
+		}
+	}
+	for _, n := range p.NotCarried {
+		add("", "", n)
+	}
+	for _, it := range p.Items {
+		for _, n := range it.NotCarried {
+			add(it.Source, it.Task.Name, n)
+		}
+	}
+	if len(changes) > 0 {
+		fmt.Fprintf(w, "\nRUNS DIFFERENTLY IN AXE (%d):\n", len(changes))
+		for _, c := range changes {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
+	}
+	if len(p.Bad) > 0 || len(p.Notes) > 0 {
+		fmt.Fprintln(w)
 	}
 	for _, b := range p.Bad {
 		fmt.Fprintf(w, "cannot convert %s: %s\n", b.Source, b.Reason)
 	}
-	for _, n := range p.NotCarried {
-		fmt.Fprintf(w, "not carried over: %s\n", n)
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
 	}
-	for _, it := range p.Items {
-		for _, n := range it.NotCarried {
-			fmt.Fprintf(w, "not carried over (%s, %s): %s\n", it.Source, it.Task.Name, n)
+	if len(kinds) > 0 {
+		fmt.Fprintln(w, "\nroutine, not carried over:")
+		for _, kind := range kinds {
+			k := byKind[kind]
+			fmt.Fprintf(w, "  %s%s: %s\n", kind, sourceList(k.sources), k.text)
 		}
 	}
 	return nil
+}
+
+// sourceList names up to five sources, and how many more: " (jobs 1, 2, 3 and 9 more)".
+func sourceList(sources []string) string {
+	if len(sources) == 0 {
+		return ""
+	}
+	const shown = 5
+	list := strings.Join(sources[:min(shown, len(sources))], ", ")
+	if len(sources) > shown {
+		list += fmt.Sprintf(" and %d more", len(sources)-shown)
+	}
+	return " (" + list + ")"
 }
 
 func orDash(s string) string {
@@ -163,4 +244,26 @@ func nextFire(expr string, d cron.Dialect, zone string, ref time.Time) (time.Tim
 		return time.Time{}, err
 	}
 	return s.Next(ref, loc), nil
+}
+
+// validateTasks moves to Bad every item whose task the server would refuse, judged by the
+// server's own rules (engine.NormalizeIn) on the JSON the import sends, so that the dry run
+// says what --yes would meet. Items keep their order.
+func validateTasks(p *Plan) {
+	kept := p.Items[:0]
+	for _, it := range p.Items {
+		body, err := json.Marshal(it.Task)
+		if err == nil {
+			var spec *engine.TaskSpec
+			if spec, err = engine.DecodeTaskSpec(body); err == nil {
+				_, err = engine.NormalizeIn(spec, "UTC", "")
+			}
+		}
+		if err != nil {
+			p.Bad = append(p.Bad, Bad{Source: it.Source, Reason: "the server would refuse its task: " + err.Error()})
+			continue
+		}
+		kept = append(kept, it)
+	}
+	p.Items = kept
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/engine/cron"
 )
@@ -47,10 +48,16 @@ type xxlJob struct {
 type xxlGroup struct {
 	id          int64
 	appName     string
-	title       string
 	addressType int
 	addressList string
+	// hasToken is set when the group keeps an access token of its own (newer schemas).
+	hasToken bool
 }
+
+// StoppedGroupSuffix ends the group of a job stopped in XXL-JOB: job N of app A that was
+// stopped (trigger_status 0) becomes task xxl-A-N in group A.stopped, paused, so that
+// resuming group A for the cut-over never starts it; resuming the task by name does.
+const StoppedGroupSuffix = ".stopped"
 
 // XXL-JOB's values of the columns the importer maps.
 var (
@@ -76,9 +83,12 @@ var (
 	safeName = regexp.MustCompile(`[^A-Za-z0-9._:-]+`)
 )
 
-// ReadXXLJob reads an XXL-JOB admin database (xxl_job_group, xxl_job_info, of either
-// schema generation) and converts every job. The task of job N of executor app A is
-// named xxl-A-N, in group A, with an executor callback to app A and the job's handler.
+// ReadXXLJob reads an XXL-JOB admin database (xxl_job_group, xxl_job_info, of any schema
+// generation from 2.1 on; see readXXLSchema) and converts every job. The task of job N of
+// executor app A is named xxl-A-N, in group A, with an executor callback to app A and the
+// job's handler. A job stopped in XXL-JOB goes to group A.stopped instead (see
+// StoppedGroupSuffix), paused; a child job, which XXL-JOB runs after its parent whatever
+// its own trigger_status, stays in group A.
 func ReadXXLJob(ctx context.Context, db *sql.DB, opt XXLOptions) (*Plan, error) {
 	if opt.Timeout == 0 {
 		opt.Timeout = CrontabTimeoutDefault
@@ -89,18 +99,27 @@ func ReadXXLJob(ctx context.Context, db *sql.DB, opt XXLOptions) (*Plan, error) 
 	if _, err := cron.LoadLocation(opt.Zone); err != nil {
 		return nil, fmt.Errorf("cannot read XXL-JOB: timezone: %w", err)
 	}
-	groups, err := readXXLGroups(ctx, db)
+	schema, err := readXXLSchema(ctx, db)
 	if err != nil {
 		return nil, err
 	}
-	jobs, err := readXXLJobs(ctx, db)
+	groups, err := readXXLGroups(ctx, db, schema)
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{}
+	jobs, err := readXXLJobs(ctx, db, schema)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Notes: []string{"XXL-JOB schema: " + schema.generation}}
+	apps := map[string]bool{}
 	for _, g := range groups {
+		apps[safeName.ReplaceAllString(g.appName, "-")] = true
 		if g.addressType == 1 && strings.TrimSpace(g.addressList) != "" {
-			p.NotCarried = append(p.NotCarried, fmt.Sprintf("executor group %s: addresses entered by hand (%s): axe executors register themselves; start them with this app name and axe's address", g.appName, g.addressList))
+			p.NotCarried = append(p.NotCarried, routine("addresses", "executor group %s: addresses entered by hand (%s): axe executors register themselves; start them with this app name and axe's address", g.appName, g.addressList))
+		}
+		if g.hasToken {
+			p.NotCarried = append(p.NotCarried, routine("access_token", "executor group %s: its access token: axe executors authenticate with axe's token (--token)", g.appName))
 		}
 	}
 
@@ -122,7 +141,7 @@ func ReadXXLJob(ctx context.Context, db *sql.DB, opt XXLOptions) (*Plan, error) 
 			}
 			c, err := strconv.ParseInt(s, 10, 64)
 			if _, ok := byID[c]; err != nil || !ok {
-				p.NotCarried = append(p.NotCarried, fmt.Sprintf("job %d: child job %q does not exist", j.id, s))
+				p.NotCarried = append(p.NotCarried, change("child", "job %d: its child job %q does not exist, so nothing runs after it", j.id, s))
 				continue
 			}
 			parents[c] = append(parents[c], j.id)
@@ -130,14 +149,27 @@ func ReadXXLJob(ctx context.Context, db *sql.DB, opt XXLOptions) (*Plan, error) 
 	}
 
 	items := map[int64]Item{}
+	stopped := 0
 	for _, j := range jobs {
 		src := fmt.Sprintf("job %d", j.id)
 		it, reason := convertXXLJob(j, groups, names, parents[j.id], opt)
+		if reason == "" && strings.HasSuffix(it.Task.Group, StoppedGroupSuffix) && apps[it.Task.Group] {
+			reason = fmt.Sprintf("it is stopped in XXL-JOB and goes to group %s, but an executor app of that name exists; rename one of them", it.Task.Group)
+		}
 		if reason != "" {
 			p.Bad = append(p.Bad, Bad{Source: src, Reason: reason})
 			continue
 		}
 		it.Source = src
+		// The server's own rules, so that the dry run says what --yes would meet.
+		one := Plan{Items: []Item{it}}
+		if validateTasks(&one); len(one.Bad) > 0 {
+			p.Bad = append(p.Bad, one.Bad...)
+			continue
+		}
+		if strings.HasSuffix(it.Task.Group, StoppedGroupSuffix) {
+			stopped++
+		}
 		items[j.id] = it
 	}
 	// A child whose parent did not convert cannot depend on it.
@@ -161,6 +193,9 @@ func ReadXXLJob(ctx context.Context, db *sql.DB, opt XXLOptions) (*Plan, error) 
 	for _, id := range order {
 		p.Items = append(p.Items, items[id])
 	}
+	if stopped > 0 {
+		p.Notes = append(p.Notes, fmt.Sprintf("%d job(s) stopped in XXL-JOB (trigger_status 0) go to group APP%s, paused: resuming group APP leaves them stopped; axe task resume NAME starts one", stopped, StoppedGroupSuffix))
+	}
 	slices.SortFunc(p.Bad, func(a, b Bad) int { return strings.Compare(a.Source, b.Source) })
 	return p, nil
 }
@@ -178,14 +213,21 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 		return Item{}, "no executor_handler"
 	}
 	app := safeName.ReplaceAllString(g.appName, "-")
+	// XXL-JOB fires a child after its parent succeeds whatever the child's trigger_status
+	// (a NONE job's is always 0), and a NONE job never fires on its own: only a job with
+	// a schedule of its own and no parent is stopped in the sense that matters.
+	stopped := j.triggerStatus == 0 && len(parents) == 0 && j.scheduleType != "NONE"
 	t := Task{
 		Name:     names[j.id],
 		Group:    app,
 		Timezone: opt.Zone,
 		Callback: Callback{Type: "executor", App: app, Handler: j.handler},
-		Paused:   opt.Paused || j.triggerStatus == 0,
+		Paused:   opt.Paused || stopped,
 	}
-	var notes []string
+	if stopped {
+		t.Group = app + StoppedGroupSuffix
+	}
+	var notes []Note
 	if j.param != "" {
 		b, _ := json.Marshal(j.param) // a JSON string: the handler gets the text it had
 		t.Params = b
@@ -196,7 +238,7 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 	}
 	retries := min(max(j.retries, 0), 100)
 	if retries != j.retries {
-		notes = append(notes, fmt.Sprintf("retry count %d (axe allows 0 to 100; %d kept)", j.retries, retries))
+		notes = append(notes, change("retries", "retry count %d: axe allows 0 to 100, so it retries %d times", j.retries, retries))
 	}
 	t.RetryCount = &retries
 	switch j.misfire {
@@ -210,17 +252,17 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 	if r, ok := xxlRoutes[j.route]; ok {
 		t.Callback.Route = r
 	} else if j.route == "SHARDING_BROADCAST" {
-		notes = append(notes, "sharding broadcast: axe sends each run to one executor, with no shard index or total")
+		notes = append(notes, change("broadcast", "SHARDING_BROADCAST: XXL-JOB runs it on every executor of the group, each with its shard index and total; axe runs it on one executor, with neither"))
 	} else if d, ok := xxlRouteNames[j.route]; ok {
-		notes = append(notes, fmt.Sprintf("routing %s (%s): axe routes round robin instead", j.route, d))
+		notes = append(notes, change("routing", "routing %s (%s): axe routes round robin instead", j.route, d))
 	} else if j.route != "" {
-		notes = append(notes, fmt.Sprintf("routing %s: unknown; axe routes round robin", j.route))
+		notes = append(notes, change("routing", "routing %s: unknown; axe routes round robin", j.route))
 	}
 	if d, ok := xxlBlocks[j.block]; ok {
-		notes = append(notes, "block strategy "+d)
+		notes = append(notes, change("block strategy", "block strategy %s", d))
 	}
 	if j.alarmEmail != "" {
-		notes = append(notes, fmt.Sprintf("alarm_email %s: axe sends alerts to its webhooks, not by mail", j.alarmEmail))
+		notes = append(notes, routine("alarm_email", "axe sends alerts to its webhooks (--alert-webhook), not by mail"))
 	}
 
 	var next time.Time
@@ -232,8 +274,8 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 			t.DependsOn = append(t.DependsOn, names[par])
 		}
 		slices.Sort(t.DependsOn)
-		if j.scheduleType != "NONE" && j.scheduleConf != "" {
-			notes = append(notes, fmt.Sprintf("its own schedule %s %s: a child job runs after its parents in axe, on no schedule of its own", j.scheduleType, j.scheduleConf))
+		if j.scheduleType != "NONE" && j.scheduleConf != "" && j.triggerStatus == 1 {
+			notes = append(notes, change("child schedule", "its own schedule %s %s: XXL-JOB also fires it on that schedule; axe runs a child job only after its parents", j.scheduleType, j.scheduleConf))
 		}
 		t.MisfirePolicy = "" // a dependency task has no fires to miss
 	case j.scheduleType == "NONE":
@@ -265,7 +307,7 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 		if anchor > 0 {
 			t.Cron += " from " + time.UnixMilli(anchor).UTC().Truncate(time.Second).Format(time.RFC3339)
 		} else {
-			notes = append(notes, "FIX_RATE phase: the job never ran and has no next trigger time, so it fires on multiples of its period from 1970-01-01 UTC")
+			notes = append(notes, change("FIX_RATE phase", "FIX_RATE phase: the job never ran and has no next trigger time, so it fires on multiples of its period from 1970-01-01 UTC"))
 		}
 		t.CronDialect = string(cron.DialectUnix)
 		n, err := nextFire(t.Cron, cron.DialectUnix, opt.Zone, opt.Now)
@@ -277,6 +319,9 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 		return Item{}, fmt.Sprintf("schedule_type %s is not supported", j.scheduleType)
 	}
 	var note []string
+	if stopped {
+		note = append(note, "stopped in XXL-JOB")
+	}
 	if j.desc != "" {
 		note = append(note, j.desc)
 	}
@@ -284,14 +329,11 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 		note = append(note, "author "+j.author)
 	}
 	if len(note) > 0 {
-		text := fmt.Sprintf("XXL-JOB job %d: %s", j.id, strings.Join(note, "; "))
-		if len(text) > 1024 {
-			text = text[:1024]
-		}
+		text := truncateUTF8(strings.ToValidUTF8(fmt.Sprintf("XXL-JOB job %d: %s", j.id, strings.Join(note, "; ")), "\uFFFD"), maxNoteBytes)
 		if t.Paused {
 			t.Note = text
 		} else {
-			notes = append(notes, "description and author (the task is not paused, so there is no pause note to keep them): "+text)
+			notes = append(notes, routine("description", "a job's description and author: the task is not paused, so there is no pause note to keep them"))
 		}
 	}
 	cmd := j.handler
@@ -299,6 +341,22 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 		cmd += " " + j.param
 	}
 	return Item{Task: t, Next: next, Command: cmd, NotCarried: notes}, ""
+}
+
+// maxNoteBytes is the server's limit on a pause note (engine's maxNoteBytes).
+const maxNoteBytes = 1024
+
+// truncateUTF8 cuts s to at most n bytes on a character boundary: a cut inside a
+// character would leave invalid UTF-8, which JSON turns into replacement characters the
+// server then counts as longer than the limit.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // topoOrder returns the ids of items with every parent before its children, lowest id
@@ -340,8 +398,105 @@ func topoOrder(items map[int64]Item, parents map[int64][]int64) (order, cyclic [
 	return order, cyclic
 }
 
-func readXXLGroups(ctx context.Context, db *sql.DB) (map[int64]xxlGroup, error) {
-	rows, err := db.QueryContext(ctx, `SELECT id, app_name, title, address_type, COALESCE(address_list, '') FROM xxl_job_group`)
+// xxlSchema is what readXXLSchema found: the generation, and the columns of the two tables.
+type xxlSchema struct {
+	generation  string
+	group, info map[string]bool
+	// desc is the column holding a job's description.
+	desc string
+}
+
+// The columns the importer maps; every generation it reads has them.
+var (
+	xxlGroupColumns = []string{"id", "app_name", "address_type", "address_list"}
+	xxlInfoColumns  = []string{"id", "job_group", "executor_route_strategy", "executor_handler",
+		"executor_param", "executor_block_strategy", "executor_timeout", "executor_fail_retry_count",
+		"glue_type", "child_jobid", "trigger_status", "trigger_last_time", "trigger_next_time"}
+)
+
+// readXXLSchema tells the schema generation from the columns of the admin tables. XXL-JOB
+// 2.1 and 2.2 keep the schedule in job_cron (always a Quartz cron); 2.3 and later in
+// schedule_type and schedule_conf, with misfire_strategy. Later versions add columns (an
+// executor group's access_token, names), which the importer reads where it maps them and
+// otherwise ignores. 2.0 and older keep jobs in XXL_JOB_QRTZ_TRIGGER_INFO and whether a job
+// runs in Quartz's own tables: refused, naming the generation. A missing column the
+// importer maps is refused by name: guessing would import wrong.
+func readXXLSchema(ctx context.Context, db *sql.DB) (xxlSchema, error) {
+	rows, err := db.QueryContext(ctx, `SELECT LOWER(table_name), LOWER(column_name) FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND LOWER(table_name) IN
+		('xxl_job_group', 'xxl_job_info', 'xxl_job_qrtz_trigger_group', 'xxl_job_qrtz_trigger_info')`)
+	if err != nil {
+		return xxlSchema{}, fmt.Errorf("cannot read the tables of the XXL-JOB database: %w", err)
+	}
+	defer rows.Close()
+	cols := map[string]map[string]bool{}
+	for rows.Next() {
+		var table, col string
+		if err := rows.Scan(&table, &col); err != nil {
+			return xxlSchema{}, fmt.Errorf("cannot read the tables of the XXL-JOB database: %w", err)
+		}
+		if cols[table] == nil {
+			cols[table] = map[string]bool{}
+		}
+		cols[table][col] = true
+	}
+	if err := rows.Err(); err != nil {
+		return xxlSchema{}, fmt.Errorf("cannot read the tables of the XXL-JOB database: %w", err)
+	}
+	const supported = "axe reads XXL-JOB 2.1 to 2.2 (job_cron) and 2.3 and later (schedule_type)"
+	sc := xxlSchema{group: cols["xxl_job_group"], info: cols["xxl_job_info"]}
+	switch {
+	case sc.info == nil && cols["xxl_job_qrtz_trigger_info"] != nil:
+		return sc, fmt.Errorf("cannot read XXL-JOB: this database is of XXL-JOB 2.0 or older (XXL_JOB_QRTZ_TRIGGER_INFO, with whether each job runs kept in Quartz's tables); %s. Upgrade the XXL-JOB database to 2.1 or later with XXL-JOB's own upgrade script, then import", supported)
+	case sc.info == nil || sc.group == nil:
+		return sc, fmt.Errorf("cannot read XXL-JOB: the database has no xxl_job_info or xxl_job_group table; is --dsn the XXL-JOB admin database? (%s)", supported)
+	}
+	switch {
+	case sc.info["schedule_type"]:
+		sc.generation = "2.3 or later (schedule_type, schedule_conf, misfire_strategy)"
+	case sc.info["job_cron"]:
+		sc.generation = "2.1 to 2.2 (job_cron)"
+	default:
+		return sc, fmt.Errorf("cannot read XXL-JOB: xxl_job_info has neither job_cron nor schedule_type, so no generation axe knows (%s)", supported)
+	}
+	var missing []string
+	for _, c := range xxlGroupColumns {
+		if !sc.group[c] {
+			missing = append(missing, "xxl_job_group."+c)
+		}
+	}
+	need := xxlInfoColumns
+	if sc.info["schedule_type"] {
+		need = append(slices.Clone(need), "schedule_conf", "misfire_strategy")
+	}
+	for _, c := range need {
+		if !sc.info[c] {
+			missing = append(missing, "xxl_job_info."+c)
+		}
+	}
+	if len(missing) > 0 {
+		return sc, fmt.Errorf("cannot read XXL-JOB %s: no column %s, which the import maps; %s", sc.generation, strings.Join(missing, ", "), supported)
+	}
+	for _, c := range []string{"job_desc", "job_name", "name"} {
+		if sc.info[c] {
+			sc.desc = c
+			break
+		}
+	}
+	return sc, nil
+}
+
+// column selects a text column, or an empty text where the table lacks it.
+func column(cols map[string]bool, name string) string {
+	if cols[name] {
+		return "COALESCE(" + name + ", '')"
+	}
+	return "''"
+}
+
+func readXXLGroups(ctx context.Context, db *sql.DB, sc xxlSchema) (map[int64]xxlGroup, error) {
+	rows, err := db.QueryContext(ctx, `SELECT id, app_name, address_type, COALESCE(address_list, ''), `+
+		column(sc.group, "access_token")+` FROM xxl_job_group`)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read xxl_job_group: %w", err)
 	}
@@ -349,9 +504,11 @@ func readXXLGroups(ctx context.Context, db *sql.DB) (map[int64]xxlGroup, error) 
 	out := map[int64]xxlGroup{}
 	for rows.Next() {
 		var g xxlGroup
-		if err := rows.Scan(&g.id, &g.appName, &g.title, &g.addressType, &g.addressList); err != nil {
+		var tok string
+		if err := rows.Scan(&g.id, &g.appName, &g.addressType, &g.addressList, &tok); err != nil {
 			return nil, fmt.Errorf("cannot read xxl_job_group: %w", err)
 		}
+		g.hasToken = tok != ""
 		out[g.id] = g
 	}
 	if err := rows.Err(); err != nil {
@@ -360,19 +517,18 @@ func readXXLGroups(ctx context.Context, db *sql.DB) (map[int64]xxlGroup, error) 
 	return out, nil
 }
 
-// readXXLJobs reads xxl_job_info in the generation it finds: schedule_type exists from 2.3.
-func readXXLJobs(ctx context.Context, db *sql.DB) ([]xxlJob, error) {
-	var n int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.columns
-		WHERE table_schema = DATABASE() AND table_name = 'xxl_job_info' AND column_name = 'schedule_type'`).Scan(&n); err != nil {
-		return nil, fmt.Errorf("cannot read the columns of xxl_job_info: %w", err)
-	}
-	schedule := `'CRON', job_cron, ''` // up to 2.2: every job is a cron, misfires are not handled
-	if n > 0 {
+// readXXLJobs reads xxl_job_info in the generation sc found.
+func readXXLJobs(ctx context.Context, db *sql.DB, sc xxlSchema) ([]xxlJob, error) {
+	schedule := `'CRON', job_cron, ''` // 2.1 and 2.2: every job is a cron, misfires are not handled
+	if sc.info["schedule_type"] {
 		schedule = `schedule_type, COALESCE(schedule_conf, ''), COALESCE(misfire_strategy, '')`
 	}
-	rows, err := db.QueryContext(ctx, `SELECT id, job_group, COALESCE(job_desc, ''), COALESCE(author, ''),
-		COALESCE(alarm_email, ''), `+schedule+`, COALESCE(executor_route_strategy, ''),
+	desc := "''"
+	if sc.desc != "" {
+		desc = column(sc.info, sc.desc)
+	}
+	rows, err := db.QueryContext(ctx, `SELECT id, job_group, `+desc+`, `+column(sc.info, "author")+`,
+		`+column(sc.info, "alarm_email")+`, `+schedule+`, COALESCE(executor_route_strategy, ''),
 		COALESCE(executor_handler, ''), COALESCE(executor_param, ''), COALESCE(executor_block_strategy, ''),
 		executor_timeout, executor_fail_retry_count, COALESCE(glue_type, ''), COALESCE(child_jobid, ''),
 		trigger_status, trigger_last_time, trigger_next_time

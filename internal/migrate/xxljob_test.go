@@ -2,10 +2,12 @@ package migrate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/internal/migrate/xxltest"
 )
@@ -26,7 +28,7 @@ func TestReadXXLJob23(t *testing.T) {
 			(1, 1, 'daily report', 'alice', 'ops@example.com', 'CRON', '0 0 12 ? * 2', 'FIRE_ONCE_NOW', 'ROUND',
 			 'reportHandler', 'region=eu', 'SERIAL_EXECUTION', 60, 2, 'BEAN', '2', 1, 0, 0),
 			(2, 1, 'after the report', 'bob', '', 'NONE', '', 'DO_NOTHING', 'FAILOVER', 'cleanupHandler', '',
-			 'SERIAL_EXECUTION', 0, 0, 'BEAN', '', 1, 0, 0),
+			 'SERIAL_EXECUTION', 0, 0, 'BEAN', '', 0, 0, 0),
 			(3, 1, 'poll', '', '', 'FIX_RATE', '90', 'DO_NOTHING', 'SHARDING_BROADCAST', 'pollHandler', '',
 			 'DISCARD_LATER', 10, 0, 'BEAN', '', 0, 0, `+fmt.Sprint(nextRate)+`),
 			(4, 1, 'a script', '', '', 'CRON', '0 * * * * ?', 'DO_NOTHING', 'ROUND', '', '', 'SERIAL_EXECUTION',
@@ -63,28 +65,35 @@ func TestReadXXLJob23(t *testing.T) {
 	if want := time.Date(2026, 12, 7, 12, 0, 0, 0, sh); !j1.Next.Equal(want) { // Monday, as Quartz reads 2
 		t.Errorf("job 1 next %s, want %s", j1.Next, want)
 	}
-	if !hasNote(j1, "alarm_email ops@example.com") {
-		t.Errorf("job 1 notes %q", j1.NotCarried)
+	if !hasNote(j1, "not by mail", false) {
+		t.Errorf("job 1 notes %+v", j1.NotCarried)
 	}
+	// A child of schedule type NONE has trigger_status 0, as XXL-JOB always sets it, and
+	// XXL-JOB still runs it after its parent (its completer triggers children by id,
+	// whatever their status): it is a cut-over task of its app's group, not a stopped one.
 	j2 := byName["xxl-order-app-2"].Task
 	if j2.Trigger != "dependency" || strings.Join(j2.DependsOn, ",") != "xxl-order-app-1" || j2.DependsMode != "any" ||
-		j2.Callback.Route != "failover" || j2.TimeoutSec != 86400 {
+		j2.Callback.Route != "failover" || j2.TimeoutSec != 86400 || j2.Group != "order-app" || !j2.Paused ||
+		strings.Contains(j2.Note, "stopped") {
 		t.Errorf("job 2 = %+v", j2)
 	}
 	j3 := byName["xxl-order-app-3"]
+	// Stopped in XXL-JOB (a FIX_RATE job with trigger_status 0): its own group, so that
+	// resuming order-app for the cut-over leaves it stopped.
 	if j3.Task.Cron != "@every 90s from "+time.UnixMilli(nextRate).UTC().Format(time.RFC3339) || !j3.Next.Equal(time.UnixMilli(nextRate)) ||
-		j3.Task.MisfirePolicy != "skip" || !j3.Task.Paused || j3.Task.Callback.Route != "" {
+		j3.Task.MisfirePolicy != "skip" || !j3.Task.Paused || j3.Task.Callback.Route != "" || j3.Task.Group != "order-app.stopped" ||
+		j3.Task.Note != "XXL-JOB job 3: stopped in XXL-JOB; poll" {
 		t.Errorf("job 3 = %+v next %s, want next %s", j3.Task, j3.Next, time.UnixMilli(nextRate))
 	}
-	if !hasNote(j3, "sharding broadcast") || !hasNote(j3, "DISCARD_LATER") {
-		t.Errorf("job 3 notes %q", j3.NotCarried)
+	if !hasNote(j3, "SHARDING_BROADCAST", true) || !hasNote(j3, "DISCARD_LATER", true) {
+		t.Errorf("job 3 notes %+v", j3.NotCarried)
 	}
 	j5 := byName["xxl-billing-5"]
 	if want := time.Date(2026, 12, 25, 12, 0, 0, 0, sh); !j5.Next.Equal(want) || *j5.Task.RetryCount != 100 { // the last Friday
 		t.Errorf("job 5 = %+v next %s, want %s", j5.Task, j5.Next, want)
 	}
-	if !hasNote(j5, "routing FIRST") || !hasNote(j5, "COVER_EARLY") || !hasNote(j5, "retry count 150") {
-		t.Errorf("job 5 notes %q", j5.NotCarried)
+	if !hasNote(j5, "routing FIRST", true) || !hasNote(j5, "COVER_EARLY", true) || !hasNote(j5, "retry count 150", true) {
+		t.Errorf("job 5 notes %+v", j5.NotCarried)
 	}
 	var bad []string
 	for _, b := range p.Bad {
@@ -99,8 +108,20 @@ func TestReadXXLJob23(t *testing.T) {
 	if len(p.Bad) != 3 {
 		t.Errorf("%d bad jobs, want 3:\n%s", len(p.Bad), got)
 	}
-	if n := strings.Join(p.NotCarried, "\n"); !strings.Contains(n, "billing: addresses entered by hand (10.0.0.5:9999,10.0.0.6:9999)") {
-		t.Errorf("plan notes %q", p.NotCarried)
+	if len(p.NotCarried) != 1 || !strings.Contains(p.NotCarried[0].Text, "billing: addresses entered by hand (10.0.0.5:9999,10.0.0.6:9999)") || p.NotCarried[0].Changes {
+		t.Errorf("plan notes %+v", p.NotCarried)
+	}
+	// The dry run puts what changes behaviour first, in full, and the routine last.
+	var out strings.Builder
+	if err := p.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	dry := out.String()
+	changes, routines := strings.Index(dry, "RUNS DIFFERENTLY IN AXE"), strings.Index(dry, "routine, not carried over:")
+	broadcast := strings.Index(dry, "job 3 (xxl-order-app-3): SHARDING_BROADCAST")
+	if changes < 0 || routines < changes || broadcast < changes || broadcast > routines ||
+		!strings.Contains(dry, "  alarm_email (job 1): ") || !strings.Contains(dry, "note: 1 job(s) stopped in XXL-JOB") {
+		t.Errorf("dry run:\n%s", dry)
 	}
 }
 
@@ -127,21 +148,133 @@ func TestReadXXLJob22(t *testing.T) {
 		a.Task.Paused || a.Task.MisfirePolicy != "skip" || !a.Next.Equal(time.Date(2026, 12, 13, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("job 1 = %+v next %s", a.Task, a.Next)
 	}
-	if !hasNote(a, "description and author") {
-		t.Errorf("job 1 (not paused) notes %q", a.NotCarried)
+	if !hasNote(a, "description and author", false) {
+		t.Errorf("job 1 (not paused) notes %+v", a.NotCarried)
 	}
-	// Stopped in XXL-JOB: paused in axe even without --paused, its note kept.
-	if !b.Task.Paused || b.Task.Note != "XXL-JOB job 2: weekdays" || string(b.Task.Params) != `"{\"a\":1}"` ||
-		!b.Next.Equal(time.Date(2026, 12, 1, 10, 15, 0, 0, time.UTC)) {
+	// Stopped in XXL-JOB: paused in axe even without --paused, in its own group, its note kept.
+	if !b.Task.Paused || b.Task.Group != "legacy.stopped" || b.Task.Note != "XXL-JOB job 2: stopped in XXL-JOB; weekdays" ||
+		string(b.Task.Params) != `"{\"a\":1}"` || !b.Next.Equal(time.Date(2026, 12, 1, 10, 15, 0, 0, time.UTC)) {
 		t.Errorf("job 2 = %+v next %s", b.Task, b.Next)
 	}
 }
 
-func hasNote(it Item, s string) bool {
+func hasNote(it Item, s string, changes bool) bool {
 	for _, n := range it.NotCarried {
-		if strings.Contains(n, s) {
+		if strings.Contains(n.Text, s) && n.Changes == changes {
 			return true
 		}
 	}
 	return false
+}
+
+// TestReadXXLJobGenerations reads the same jobs from a database of every generation the
+// importer supports and checks each gives the same tasks; 2.0, whose job states live in
+// Quartz's tables, is refused with a message naming it and the generations supported.
+func TestReadXXLJobGenerations(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	groupCols := map[string]string{
+		xxltest.Gen21: "(id, app_name, title, `order`, address_type, address_list) VALUES (1, 'app', 'App', 1, 0, NULL)",
+		xxltest.Gen22: "(id, app_name, title, address_type, address_list) VALUES (1, 'app', 'App', 0, NULL)",
+		xxltest.Gen23: "(id, app_name, title, address_type, address_list) VALUES (1, 'app', 'App', 0, NULL)",
+		// The later schema names a group rather than titling it, and keeps a token.
+		xxltest.GenLater: "(id, app_name, name, access_token, address_type, address_list) VALUES (1, 'app', 'App', 's3cret', 0, NULL)",
+	}
+	var want []Item
+	for _, gen := range []string{xxltest.Gen21, xxltest.Gen22, xxltest.Gen23, xxltest.GenLater} {
+		t.Run(gen, func(t *testing.T) {
+			_, db := xxltest.Database(t, gen)
+			schedule, values := "job_cron", []string{"'0 0 12 ? * MON-FRI/2'", "'0 30 9 1 JAN-DEC/3 ?'"}
+			if gen == xxltest.Gen23 || gen == xxltest.GenLater {
+				schedule, values = "schedule_type, schedule_conf", []string{"'CRON', '0 0 12 ? * MON-FRI/2'", "'CRON', '0 30 9 1 JAN-DEC/3 ?'"}
+			}
+			xxltest.Exec(t, db, "INSERT INTO xxl_job_group "+groupCols[gen],
+				`INSERT INTO xxl_job_info (id, job_group, job_desc, author, `+schedule+`, executor_route_strategy,
+					executor_handler, executor_param, executor_block_strategy, executor_timeout,
+					executor_fail_retry_count, glue_type, child_jobid, trigger_status) VALUES
+					(1, 1, 'weekdays', 'ann', `+values[0]+`, 'ROUND', 'a', '', 'SERIAL_EXECUTION', 0, 0, 'BEAN', '2', 1),
+					(2, 1, 'quarterly', '', `+values[1]+`, 'ROUND', 'b', '', 'SERIAL_EXECUTION', 0, 0, 'BEAN', '', 0)`)
+			p, err := ReadXXLJob(context.Background(), db, XXLOptions{Zone: "UTC", Paused: true, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Items) != 2 || len(p.Bad) != 0 {
+				t.Fatalf("items %+v bad %+v", p.Items, p.Bad)
+			}
+			// Quartz ignores the step after a name: MON-FRI/2 is every weekday, and
+			// JAN-DEC/3 every month (checked against Quartz in engine/cron).
+			if got := p.Items[0].Next; !got.Equal(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)) {
+				t.Errorf("weekdays next %s, want Tuesday 2026-12-01 12:00, as Quartz reads MON-FRI/2", got)
+			}
+			// Job 2 is a child: XXL-JOB runs it after job 1 though it is stopped.
+			if c := p.Items[1].Task; c.Trigger != "dependency" || c.Group != "app" {
+				t.Errorf("child = %+v", c)
+			}
+			hasToken := false
+			for _, n := range p.NotCarried {
+				hasToken = hasToken || n.Kind == "access_token"
+			}
+			if hasToken != (gen == xxltest.GenLater) {
+				t.Errorf("access token note %v in %+v", hasToken, p.NotCarried)
+			}
+			if want == nil {
+				want = p.Items
+				return
+			}
+			for i := range want {
+				g, _ := json.Marshal(p.Items[i].Task)
+				w, _ := json.Marshal(want[i].Task)
+				if string(g) != string(w) {
+					t.Errorf("task %d differs from 2.1's:\n got %s\nwant %s", i, g, w)
+				}
+			}
+		})
+	}
+	t.Run("2.0", func(t *testing.T) {
+		_, db := xxltest.Database(t, xxltest.Gen20)
+		_, err := ReadXXLJob(context.Background(), db, XXLOptions{Zone: "UTC", Now: now})
+		if err == nil || !strings.Contains(err.Error(), "XXL-JOB 2.0 or older") || !strings.Contains(err.Error(), "2.1 to 2.2 (job_cron) and 2.3 and later") {
+			t.Errorf("2.0: %v", err)
+		}
+	})
+	t.Run("missing column", func(t *testing.T) {
+		_, db := xxltest.Database(t, xxltest.Gen23)
+		xxltest.Exec(t, db, "ALTER TABLE xxl_job_info DROP COLUMN trigger_status")
+		_, err := ReadXXLJob(context.Background(), db, XXLOptions{Zone: "UTC", Now: now})
+		if err == nil || !strings.Contains(err.Error(), "no column xxl_job_info.trigger_status") || !strings.Contains(err.Error(), "2.3 or later") {
+			t.Errorf("missing trigger_status: %v", err)
+		}
+	})
+}
+
+// TestXXLNoteOnCharacterBoundary: a description of 4-byte characters is cut to the
+// server's 1024 bytes on a character boundary, and the server's own rules accept the task
+// (the dry run checks with them, so it predicts the real run).
+func TestXXLNoteOnCharacterBoundary(t *testing.T) {
+	_, db := xxltest.Database(t, xxltest.Gen23)
+	desc := strings.Repeat("😀", 63) // 252 bytes in a VARCHAR(255) of utf8mb4 characters
+	xxltest.Exec(t, db,
+		`INSERT INTO xxl_job_group (id, app_name, title, address_type) VALUES (1, 'app', 'App', 0)`,
+		`ALTER TABLE xxl_job_info MODIFY job_desc VARCHAR(1000) CHARACTER SET utf8mb4 NOT NULL`,
+		`ALTER TABLE xxl_job_info MODIFY author VARCHAR(1000) CHARACTER SET utf8mb4 NULL`,
+		`INSERT INTO xxl_job_info (id, job_group, job_desc, author, schedule_type, schedule_conf, executor_route_strategy,
+			executor_handler, glue_type, trigger_status) VALUES
+			(1, 1, '`+desc+`', '`+strings.Repeat("😀", 300)+`', 'CRON', '0 0 12 * * ?', 'ROUND', 'h', 'BEAN', 1)`)
+	p, err := ReadXXLJob(context.Background(), db, XXLOptions{Zone: "UTC", Paused: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 1 || len(p.Bad) != 0 {
+		t.Fatalf("items %+v bad %+v", p.Items, p.Bad)
+	}
+	note := p.Items[0].Task.Note
+	if len(note) > 1024 || len(note) < 1020 || !utf8.ValidString(note) || !strings.HasPrefix(note, "XXL-JOB job 1: "+desc) {
+		t.Errorf("note of %d bytes, valid %v: %q", len(note), utf8.ValidString(note), note)
+	}
+	// Cut in the middle of a character, the note turns into more than 1024 bytes of JSON
+	// replacement characters, which the server refuses: the check the dry run makes.
+	bad := Plan{Items: []Item{p.Items[0]}}
+	bad.Items[0].Task.Note = note[:len(note)-1]
+	if validateTasks(&bad); len(bad.Bad) != 1 || !strings.Contains(bad.Bad[0].Reason, "note") {
+		t.Errorf("a note cut inside a character: %+v", bad)
+	}
 }

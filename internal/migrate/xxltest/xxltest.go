@@ -1,4 +1,4 @@
-// Package xxltest gives tests an XXL-JOB admin database of either schema generation on
+// Package xxltest gives tests an XXL-JOB admin database of any schema generation on
 // the MariaDB/MySQL server named by AXE_TEST_MYSQL_DSN, created fresh for each test and
 // dropped when it ends. The schemas are written by hand (see README.md).
 package xxltest
@@ -16,17 +16,28 @@ import (
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
-// The two schema generations.
+// The schema generations, each a hand-written file (see README.md).
 const (
-	Gen22 = "2.2" // job_cron
-	Gen23 = "2.3" // schedule_type, schedule_conf, misfire_strategy
+	Gen20    = "2.0"   // XXL_JOB_QRTZ_TRIGGER_INFO beside Quartz's tables; no trigger_status
+	Gen21    = "2.1"   // xxl_job_info with job_cron and trigger_status; a group's `order`
+	Gen22    = "2.2"   // job_cron
+	Gen23    = "2.3"   // schedule_type, schedule_conf, misfire_strategy
+	GenLater = "later" // 2.3 with a group's name and access_token
 )
 
 var (
+	//go:embed xxl_job_2.0.sql
+	schema20 string
+	//go:embed xxl_job_2.1.sql
+	schema21 string
 	//go:embed xxl_job_2.2.sql
 	schema22 string
 	//go:embed xxl_job_2.3.sql
 	schema23 string
+	//go:embed xxl_job_later.sql
+	schemaLater string
+
+	schemas = map[string]string{Gen20: schema20, Gen21: schema21, Gen22: schema22, Gen23: schema23, GenLater: schemaLater}
 )
 
 // Database creates a fresh database with the XXL-JOB tables of generation gen and returns
@@ -40,9 +51,9 @@ func Database(t testing.TB, gen string) (string, *sql.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	schema := schema23
-	if gen == Gen22 {
-		schema = schema22
+	schema, ok := schemas[gen]
+	if !ok {
+		t.Fatalf("no XXL-JOB schema generation %q", gen)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
