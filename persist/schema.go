@@ -17,6 +17,9 @@ type migration struct {
 	version int
 	name    string
 	stmts   []string
+	// fn, when set, runs after stmts: a data step that SQL alone cannot express. It must be
+	// re-runnable too, for the same reason.
+	fn func(ctx context.Context, q execQuerier) error
 }
 
 // Column sizes shared by both dialects. Identifiers are VARCHAR so they can be indexed;
@@ -222,7 +225,7 @@ var mysqlMigrations = []migration{{
 		`DROP INDEX idx_task_run_open_manual ON task_run`,
 		`DROP INDEX idx_task_run_sched ON task_run`,
 	},
-}}
+}, cronDaysStep}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
 // ids of deleted tasks and actions from ever being handed out again.
@@ -383,7 +386,7 @@ var sqliteMigrations = []migration{{
 	// the runs of every other fire never enter it, and the pruner keeps its index on
 	// scheduled_at. The step keeps the two stores at one version.
 	stmts: nil,
-}}
+}, cronDaysStep}
 
 // SchemaVersion is the newest schema version this code migrates to.
 func SchemaVersion() int { return mysqlMigrations[len(mysqlMigrations)-1].version }
@@ -450,6 +453,7 @@ func (s *sqlStore) Migrate(ctx context.Context) error {
 // execQuerier is what a migration step needs: a connection or a transaction on it.
 type execQuerier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
@@ -489,6 +493,11 @@ func runMigration(ctx context.Context, q execQuerier, m migration, alreadyApplie
 			return fmt.Errorf("cannot apply migration %d (%s): %w", m.version, m.name, err)
 		}
 		migratePause(m.version, i+1)
+	}
+	if m.fn != nil {
+		if err := m.fn(ctx, q); err != nil {
+			return fmt.Errorf("cannot apply migration %d (%s): %w", m.version, m.name, err)
+		}
 	}
 	if _, err := q.ExecContext(ctx, `INSERT INTO schema_migrations (version, name) VALUES (?, ?)`, m.version, m.name); err != nil {
 		return fmt.Errorf("cannot record migration %d: %w", m.version, err)

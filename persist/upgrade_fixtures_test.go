@@ -35,6 +35,7 @@ var upgradeFixtures = []struct {
 	{name: "v6-without-5"},
 	{name: "v6"},
 	{name: "v7"},
+	{name: "v8"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
