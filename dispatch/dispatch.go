@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/panjf2000/ants/v2"
@@ -39,7 +40,16 @@ var (
 	ErrTimeout = errors.New("timeout")
 	// ErrGated is the Outcome error of a request Config.Gate kept from being sent.
 	ErrGated = errors.New("not sent")
+	// ErrInDoubt marks (wrapped) a call whose connection failed after the request had been
+	// sent: the peer may have received it.
+	ErrInDoubt = errors.New("the connection failed after the request was sent, so it may have been delivered")
+	// errStaleConn is the error of a write refused because the peer had already closed the
+	// connection: nothing of the request was sent (conn.go).
+	errStaleConn = errors.New("the peer had closed the idle connection; nothing was sent on it")
 )
+
+// resendsInDoubt counts the calls sent once more after their connection failed in doubt.
+var resendsInDoubt = metrics.GetOrCreateCounter("axe_dispatch_resends_in_doubt_total")
 
 // EpochHeader carries the dispatching primary's lease epoch (Config.Epoch).
 const EpochHeader = "X-Axe-Epoch"
@@ -74,8 +84,10 @@ type Config struct {
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Guard, when set, judges every address an HTTP callback (Send) connects to. Executor
-	// offers and kills (Post) are not guarded: executors register their own addresses.
-	// Defaults to nil: no check.
+	// calls (offers, kills) are judged by Guard.DialExecutor: not held to its allowlist
+	// (executors register their own addresses), but never sent to a wildcard address or a
+	// range it refuses. Defaults to nil: no check of callbacks, and executors judged by the
+	// refused ranges.
 	Guard *Guard
 	// CallbackSecret, when set, signs every HTTP callback: the header X-Axe-Signature carries
 	// "sha256=" and the hex HMAC-SHA256 of the body under this key. Defaults to none.
@@ -134,6 +146,10 @@ type Request struct {
 	Deadline time.Time
 	// Token, when set, is sent as "Authorization: Bearer <token>".
 	Token string
+	// ResendInDoubt lets Send post the call once more when its connection failed after the
+	// request was sent (the task's on_lost: resend): the endpoint sees the same X-Axe-Ticket
+	// twice. Executor calls (Post) are always sent once more. Defaults to false.
+	ResendInDoubt bool
 }
 
 // Outcome is what came back.
@@ -182,23 +198,31 @@ func New(cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg:    cfg,
 		pool:   pool,
-		client: newClient(cfg),
+		client: newClient(cfg, cfg.Guard.DialExecutor),
 	}
 	if cfg.ExecutorTLS != nil {
 		d.client.TLSConfig = cfg.ExecutorTLS.Clone()
 	}
-	d.callbacks = newClient(cfg)
+	callbackDial := plainDial
 	if cfg.Guard != nil {
-		d.callbacks.DialTimeout = cfg.Guard.dialTimeout
+		callbackDial = cfg.Guard.dialTimeout
 	}
+	d.callbacks = newClient(cfg, callbackDial)
 	d.cond = sync.NewCond(&d.mu)
 	return d, nil
 }
 
-func newClient(cfg Config) *fasthttp.Client {
+func newClient(cfg Config, dial fasthttp.DialFuncWithTimeout) *fasthttp.Client {
 	return &fasthttp.Client{
-		Name:            "axe",
-		MaxConnsPerHost: cfg.MaxConnsPerHost,
+		Name:        "axe",
+		DialTimeout: watchedDial(dial),
+		// A request refused on an idle connection its peer had closed was never sent: it
+		// is tried again on the next idle connection, or a new one (conn.go). Every idle
+		// connection to a restarted peer is such a one, hence as many attempts as there
+		// can be connections. Nothing else is retried here (post decides).
+		RetryIfErr:                retryStale,
+		MaxIdemponentCallAttempts: cfg.MaxConnsPerHost + 1,
+		MaxConnsPerHost:           cfg.MaxConnsPerHost,
 		// With every connection to a host busy, wait for one instead of failing the run
 		// at once with ErrNoFreeConns: a burst is to be late, never lost. Each call's own
 		// deadline still bounds the wait.
@@ -241,15 +265,18 @@ func (d *Dispatcher) Go(fn func()) error {
 
 // Send posts an HTTP-callback run on the pool, through the Guard and signed when a secret is
 // configured, and calls done with the outcome from the worker. It never blocks. Redirects are
-// not followed: a 3xx is the call's answer, and not a 2xx.
+// not followed: a 3xx is the call's answer, and not a 2xx. A call whose connection failed
+// after the request was sent is sent once more only when req.ResendInDoubt says so.
 func (d *Dispatcher) Send(req *Request, done func(Outcome)) error {
-	return d.Go(func() { done(d.post(d.callbacks, req, d.cfg.CallbackSecret)) })
+	return d.Go(func() { done(d.post(d.callbacks, req, d.cfg.CallbackSecret, req.ResendInDoubt)) })
 }
 
-// Post performs req on the calling goroutine, unguarded and unsigned (executor calls).
-func (d *Dispatcher) Post(req *Request) Outcome { return d.post(d.client, req, nil) }
+// Post performs req on the calling goroutine, unguarded and unsigned (executor calls). A call
+// whose connection failed after the request was sent is sent once more: executors
+// de-duplicate by ticket.
+func (d *Dispatcher) Post(req *Request) Outcome { return d.post(d.client, req, nil, true) }
 
-func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte) Outcome {
+func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, resend bool) Outcome {
 	r := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(r)
@@ -269,13 +296,12 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte) 
 		r.Header.Set(SignatureHeader, Sign(secret, req.Body))
 	}
 	start := time.Now()
-	if err := d.gate(); err != nil {
-		return Outcome{Err: err, Started: start}
-	}
-	err := client.DoDeadline(r, resp, req.Deadline)
+	err := d.do(client, r, resp, req.Deadline, resend)
 	out := Outcome{Started: start, Duration: time.Since(start)}
 	if err != nil {
 		switch {
+		case errors.Is(err, ErrGated):
+			out.Err = err
 		case errors.Is(err, fasthttp.ErrTimeout):
 			out.Err = ErrTimeout
 		case client == d.client:
@@ -288,6 +314,36 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte) 
 	out.Status = resp.StatusCode()
 	out.Body = d.tail(resp.Body())
 	return out
+}
+
+// do asks the gate, then performs r until deadline. A request refused on a connection the
+// peer had closed is retried by the client itself (conn.go); one whose connection failed
+// after it was sent is sent once more, after asking the gate again, when resend is set, and
+// is otherwise an error wrapping ErrInDoubt.
+func (d *Dispatcher) do(client *fasthttp.Client, r *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, resend bool) error {
+	if err := d.gate(); err != nil {
+		return err
+	}
+	err := client.DoDeadline(r, resp, deadline)
+	if err == nil || !inDoubt(err) {
+		return err
+	}
+	if !resend || !time.Now().Before(deadline) {
+		return fmt.Errorf("%w: %w", ErrInDoubt, err)
+	}
+	resendsInDoubt.Inc()
+	d.cfg.Logger.Info("connection failed after the request was sent; sending it once more",
+		"url", string(r.URI().FullURI()), "error", err)
+	if gerr := d.gate(); gerr != nil {
+		return gerr
+	}
+	if err := client.DoDeadline(r, resp, deadline); err != nil {
+		if inDoubt(err) {
+			return fmt.Errorf("%w (sent twice): %w", ErrInDoubt, err)
+		}
+		return err
+	}
+	return nil
 }
 
 func (d *Dispatcher) pump() {

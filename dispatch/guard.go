@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -144,10 +145,78 @@ func (g *Guard) CheckURL(raw string) error {
 	return nil
 }
 
+// defaultGuard judges executors when no Guard is configured: the refused ranges only.
+var defaultGuard = &Guard{names: map[string]bool{}, lookup: defaultLookup}
+
+// orDefault is g, or defaultGuard when g is nil.
+func (g *Guard) orDefault() *Guard {
+	if g == nil {
+		return defaultGuard
+	}
+	return g
+}
+
+// checkExecutorAddr judges one address an executor's name stands for. Executors are not held
+// to --callback-allow (they register their own addresses, with an executor token), but no
+// executor may send the scheduler's calls to a wildcard, multicast or broadcast address, nor
+// to the ranges no callback may reach.
+func (g *Guard) checkExecutorAddr(host string, a netip.Addr, _ bool) error {
+	a = a.Unmap()
+	switch {
+	case a.IsUnspecified():
+		return fmt.Errorf("%w: %s is a wildcard address, which names no executor", ErrRefusedTarget, host)
+	case a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return fmt.Errorf("%w: %s is a multicast or broadcast address", ErrRefusedTarget, host)
+	}
+	open := *g
+	open.names, open.prefixes = nil, nil // the allowlist is for callbacks
+	return open.checkAddr(host, a, false)
+}
+
+// CheckExecutorAddress judges the address an executor registers, before any connection:
+// exactly host:port, with a port of 1 to 65535 and a host that is an address literal
+// (without a zone) or a host name, and not an address checkExecutorAddr refuses. So
+// "user@host", "host#f", "host?x=1", "0.0.0.0:0", "[::]:80" or "169.254.169.254:80" never
+// become a URL the scheduler posts runs to. A nil Guard judges with the refused ranges.
+// The dial judges the name's addresses again (DialExecutor).
+func (g *Guard) CheckExecutorAddress(addr string) error {
+	g = g.orDefault()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("must be host:port: %w", err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
+		return fmt.Errorf("port must be a number from 1 to 65535, got %q", port)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return fmt.Errorf("host %q: an address with a zone names no executor another host can reach", host)
+		}
+		return g.checkExecutorAddr(host, a, false)
+	}
+	if host == "" || !validHostName(host) {
+		return fmt.Errorf("host %q is neither an IP address nor a host name", host)
+	}
+	return nil
+}
+
+// DialExecutor is the dialer of the calls to executors: it refuses any address the name
+// resolves to that checkExecutorAddr refuses, at every connection.
+func (g *Guard) DialExecutor(addr string, timeout time.Duration) (net.Conn, error) {
+	g = g.orDefault()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return g.dialJudged(ctx, "tcp", addr, g.checkExecutorAddr)
+}
+
 // dial resolves addr ("host:port"), refuses it if any address it resolves to is refused, and
 // connects to the first that answers. Refusing on any, not only the one dialled, keeps a name
 // with one good and one metadata address from being usable by whoever controls its records.
 func (g *Guard) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return g.dialJudged(ctx, network, addr, g.checkAddr)
+}
+
+func (g *Guard) dialJudged(ctx context.Context, network, addr string, judge func(host string, a netip.Addr, nameAllowed bool) error) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot dial %s: %w", addr, err)
@@ -163,7 +232,7 @@ func (g *Guard) dial(ctx context.Context, network, addr string) (net.Conn, error
 	}
 	nameAllowed := g.names[strings.ToLower(strings.TrimSuffix(host, "."))]
 	for _, a := range addrs {
-		if err := g.checkAddr(host, a, nameAllowed); err != nil {
+		if err := judge(host, a, nameAllowed); err != nil {
 			return nil, err
 		}
 	}

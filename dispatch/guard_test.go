@@ -120,8 +120,8 @@ func TestGuardChecksResolvedAddressesAtDial(t *testing.T) {
 }
 
 // The allowlist's ranges are applied to the address dialled; executor calls (Post) are not
-// guarded at all.
-func TestGuardAllowlistAtDialAndExecutorsUnguarded(t *testing.T) {
+// held to the allowlist.
+func TestGuardAllowlistAtDialNotForExecutors(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
 	d := newDispatcher(t, Config{Guard: mustGuard(t, GuardConfig{Allow: []string{"10.0.0.0/8"}})})
@@ -131,7 +131,7 @@ func TestGuardAllowlistAtDialAndExecutorsUnguarded(t *testing.T) {
 		t.Errorf("callback to %s outside 10.0.0.0/8: %+v, want refused", srv.URL, o)
 	}
 	if o := d.Post(&Request{URL: srv.URL, Deadline: time.Now().Add(5 * time.Second)}); !o.OK() {
-		t.Errorf("executor call: %+v, want it unguarded", o)
+		t.Errorf("executor call: %+v, want it outside the allowlist's reach", o)
 	}
 	d2 := newDispatcher(t, Config{Guard: mustGuard(t, GuardConfig{Allow: []string{"127.0.0.0/8"}})})
 	_ = d2.Send(&Request{URL: srv.URL, Deadline: time.Now().Add(5 * time.Second)}, func(o Outcome) { ch <- o })
@@ -209,5 +209,105 @@ func TestCallbacksAreSigned(t *testing.T) {
 	_ = d.Post(&Request{URL: srv.URL, Body: []byte(`{}`), Deadline: time.Now().Add(5 * time.Second)})
 	if g := <-got; g[0] != "" {
 		t.Errorf("executor call carries a signature %q", g[0])
+	}
+}
+
+// CheckExecutorAddress takes exactly host:port with a usable host, refuses what no executor
+// can be (wildcards, port 0, URL parts) and the ranges no callback may reach, and ignores
+// --callback-allow, which is for callbacks.
+func TestGuardCheckExecutorAddress(t *testing.T) {
+	deflt := mustGuard(t, GuardConfig{})
+	allowList := mustGuard(t, GuardConfig{Allow: []string{"10.0.0.0/8"}})
+	linkLocal := mustGuard(t, GuardConfig{AllowLinkLocal: true})
+	var none *Guard
+	cases := []struct {
+		g      *Guard
+		addr   string
+		refuse bool
+	}{
+		{deflt, "127.0.0.1:9100", false},
+		{deflt, "[::1]:9100", false},
+		{deflt, "10.0.0.7:9100", false},
+		{deflt, "worker-1.internal:443", false},
+		{deflt, "localhost:1", false},
+		{deflt, "localhost:65535", false},
+		{allowList, "127.0.0.1:9100", false}, // executors are not held to --callback-allow
+		{none, "127.0.0.1:9100", false},
+		{deflt, "169.254.169.254:80", true},
+		{none, "169.254.169.254:80", true},
+		{deflt, "[::ffff:169.254.169.254]:80", true},
+		{deflt, "[fe80::1]:80", true},
+		{deflt, "[fe80::1%eth0]:80", true},
+		{deflt, "100.100.100.200:80", true},
+		{deflt, "0.0.0.0:0", true},
+		{deflt, "0.0.0.0:9100", true},
+		{deflt, "[::]:0", true},
+		{deflt, "[::]:9100", true},
+		{deflt, "224.0.0.1:9100", true},
+		{deflt, "255.255.255.255:9100", true},
+		{deflt, "127.0.0.1:0", true},
+		{deflt, "127.0.0.1:99999", true},
+		{deflt, "127.0.0.1:-1", true},
+		{deflt, "127.0.0.1:+80", true},
+		{deflt, "127.0.0.1:080", true},
+		{deflt, "127.0.0.1:http", true},
+		{deflt, "127.0.0.1:", true},
+		{deflt, ":9100", true},
+		{deflt, "user@host:9100", true},
+		{deflt, "host#f:9100", true},
+		{deflt, "host?x=1:9100", true},
+		{deflt, "host/x:9100", true},
+		{deflt, "host:9100/x", true},
+		{deflt, "host:9100#f", true},
+		{deflt, "ho st:9100", true},
+		{deflt, "host", true},
+		{deflt, "::1:9100", true},
+		{deflt, "http://host:9100", true},
+		{linkLocal, "169.254.169.254:80", false},
+	}
+	for _, c := range cases {
+		err := c.g.CheckExecutorAddress(c.addr)
+		if (err != nil) != c.refuse {
+			t.Errorf("CheckExecutorAddress(%q) = %v, want refused=%v", c.addr, err, c.refuse)
+		}
+	}
+}
+
+// Executor calls are judged at every dial as registration judges them: a name that resolves
+// to a metadata or wildcard address is refused before any connection opens; the allowlist
+// does not apply to them.
+func TestExecutorCallsAreGuardedAtDial(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	port := srv.URL[strings.LastIndex(srv.URL, ":")+1:]
+	g := mustGuard(t, GuardConfig{Allow: []string{"10.0.0.0/8"}})
+	answers := map[string][]netip.Addr{
+		"good.test":     {netip.MustParseAddr("127.0.0.1")},
+		"meta.test":     {netip.MustParseAddr("169.254.169.254")},
+		"wildcard.test": {netip.MustParseAddr("0.0.0.0")},
+		"mixed.test":    {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("fd00:ec2::254")},
+	}
+	g.lookup = func(_ context.Context, host string) ([]netip.Addr, error) { return answers[host], nil }
+	d := newDispatcher(t, Config{Guard: g})
+	for host, want := range map[string]bool{"good.test": true, "meta.test": false, "wildcard.test": false, "mixed.test": false} {
+		addr := host + ":" + port
+		if err := g.CheckExecutorAddress(addr); err != nil {
+			t.Fatalf("registration check of %s: %v", addr, err)
+		}
+		o := d.Offer(executorAt(addr, "http"), runOffer("t-"+host))
+		if want && !o.OK() {
+			t.Errorf("%s: %+v, want accepted", host, o)
+		}
+		if !want && (o.OK() || !errors.Is(o.Err, ErrRefusedTarget)) {
+			t.Errorf("%s: %+v, want ErrRefusedTarget", host, o)
+		}
+	}
+	// A registered address literal is judged at the dial too.
+	if o := d.Post(&Request{URL: "http://169.254.169.254:" + port + "/axe/run", Deadline: time.Now().Add(5 * time.Second)}); !errors.Is(o.Err, ErrRefusedTarget) {
+		t.Errorf("post to 169.254.169.254: %+v, want ErrRefusedTarget", o)
+	}
+	if n := hits.Load(); n != 1 {
+		t.Errorf("the server saw %d calls, want 1 (good.test)", n)
 	}
 }

@@ -166,15 +166,11 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	d.setEpoch(r)
 	r.SetBodyRaw(body.Bytes())
 	start := time.Now()
-	if err := d.gate(); err != nil {
-		for _, o := range live {
-			o.done <- Outcome{Err: err, Started: start}
-		}
-		return
-	}
-	err := d.client.DoDeadline(r, resp, deadline)
+	err := d.do(d.client, r, resp, deadline, true)
 	whole := Outcome{Started: start, Duration: time.Since(start)}
 	switch {
+	case errors.Is(err, ErrGated):
+		whole.Err = err
 	case errors.Is(err, fasthttp.ErrTimeout):
 		whole.Err = ErrTimeout
 	case err != nil:

@@ -45,7 +45,7 @@ type ExecutorRegistration struct {
 	Handlers []string `json:"handlers"`
 }
 
-func (reg *ExecutorRegistration) validate() error {
+func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
 	if reg.App == "" {
 		return fieldErr("app", "is required")
 	}
@@ -55,8 +55,13 @@ func (reg *ExecutorRegistration) validate() error {
 	if reg.Address == "" {
 		return fieldErr("address", "is required")
 	}
-	if strings.Contains(reg.Address, "/") || !strings.Contains(reg.Address, ":") || len(reg.Address) > 255 {
-		return fieldErr("address", "must be host:port, got %q", reg.Address)
+	if len(reg.Address) > 255 {
+		return fieldErr("address", "longer than 255 bytes")
+	}
+	// The address becomes the URL runs are posted to: judged as callbacks are, before the
+	// scheduler ever dials it (and again at every dial).
+	if err := guard.CheckExecutorAddress(reg.Address); err != nil {
+		return fieldErr("address", "%q: %v", reg.Address, err)
 	}
 	if reg.Protocol == "" {
 		reg.Protocol = protocol.ProtocolHTTP
@@ -77,7 +82,7 @@ func (reg *ExecutorRegistration) validate() error {
 
 // RegisterExecutor registers an executor, idempotent by (app, address) (docs/protocol.md).
 func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration) error {
-	if err := reg.validate(); err != nil {
+	if err := reg.validate(e.cfg.Dispatch.Guard); err != nil {
 		return err
 	}
 	now := e.nowMS()

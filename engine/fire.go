@@ -315,9 +315,11 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 	})
 	switch def.Callback.Type {
 	case model.CallbackHTTP:
+		// A call whose connection failed after it was sent is in doubt, as a run left by a
+		// failover is: the task's on_lost says whether it goes out once more.
 		req := &dispatch.Request{
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
-			Body: body, Deadline: deadline,
+			Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend,
 		}
 		err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) })
 		if err != nil {

@@ -3,7 +3,11 @@ package engine
 import (
 	"encoding/json"
 	"errors"
+	"net"
+	"net/netip"
+	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -81,12 +85,15 @@ func FuzzExecutorRegistration(f *testing.F) {
 	f.Add([]byte(`{"app":"billing","address":"127.0.0.1:9100","protocol":"http","handlers":["charge"]}`))
 	f.Add([]byte(`{"app":"","address":"x","handlers":[]}`))
 	f.Add([]byte(`{"app":"a","address":"h/p:1","handlers":["a b"]}`))
+	for _, addr := range []string{"169.254.169.254:80", "0.0.0.0:0", "[::]:0", "user@host:1", "host#f:1", "host?x=1:1", "h:99999", "[::1]:9100"} {
+		f.Add([]byte(`{"app":"a","address":"` + addr + `","handlers":["h"]}`))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var reg ExecutorRegistration
 		if json.Unmarshal(data, &reg) != nil {
 			return
 		}
-		err := reg.validate()
+		err := reg.validate(nil)
 		if err != nil {
 			var fe *FieldError
 			if !errors.As(err, &fe) {
@@ -96,6 +103,18 @@ func FuzzExecutorRegistration(f *testing.F) {
 		}
 		if reg.App == "" || reg.Address == "" || len(reg.Handlers) == 0 || reg.Protocol != "http" {
 			t.Fatalf("accepted %+v", reg)
+		}
+		// An accepted address is the host and port of the URL runs are posted to, and
+		// nothing more.
+		host, port, err := net.SplitHostPort(reg.Address)
+		n, perr := strconv.Atoi(port)
+		u, uerr := url.Parse("http://" + reg.Address + "/axe/run")
+		if err != nil || perr != nil || n < 1 || n > 65535 || uerr != nil || u.Hostname() != strings.Trim(host, "[]") ||
+			u.Port() != port || u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Path != "/axe/run" {
+			t.Fatalf("accepted address %q: not exactly host:port (%v, %v, %v)", reg.Address, err, perr, uerr)
+		}
+		if a, err := netip.ParseAddr(host); err == nil && (a.IsUnspecified() || a.IsLinkLocalUnicast()) {
+			t.Fatalf("accepted address %q", reg.Address)
 		}
 	})
 }

@@ -195,7 +195,7 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
 	body := e.runJSON(def, run, wireTicket, deadline)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
-		Body: body, Deadline: deadline}
+		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend}
 	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) }); err != nil {
 		e.notSent(t, run, "not sent: "+err.Error())
 	}
