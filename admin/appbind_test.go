@@ -92,7 +92,7 @@ func TestResultsAreBoundToTheRunsApp(t *testing.T) {
 			app, handler, tok string
 			x                 *holdingExecutor
 		}{{"billing", "charge", billTok, billX}, {"payroll", "pay", payTok, payX}} {
-			reg := map[string]any{"app": r.app, "address": r.x.addr(), "handlers": []string{r.handler}}
+			reg := map[string]any{"app": r.app, "address": r.x.addr(), "handlers": []string{r.handler}, "auth": "signed"}
 			d.mustJSON(t, 200, "POST", protocol.PathRegister, reg, nil, bearer(r.tok)...)
 			d.create(t, map[string]any{"name": r.handler, "trigger": "manual",
 				"callback": map[string]any{"type": "executor", "app": r.app, "handler": r.handler}})

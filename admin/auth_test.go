@@ -95,7 +95,7 @@ func TestScopedTokens(t *testing.T) {
 		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(execTok)...); code != http.StatusForbidden {
 			t.Errorf("executor token GET /tasks: %d, want 403", code)
 		}
-		reg := map[string]any{"app": "billing", "address": "127.0.0.1:1", "handlers": []string{"charge"}}
+		reg := map[string]any{"app": "billing", "address": "127.0.0.1:1", "handlers": []string{"charge"}, "auth": "signed"}
 		if code, b := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(execTok)...); code != 200 {
 			t.Errorf("executor token register: %d %s", code, b)
 		}
@@ -150,7 +150,7 @@ func TestSingleTokenKeepsWriteAndExecutor(t *testing.T) {
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
 	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "the-one-token" })
 	d.create(t, spec("x", h.url("/ok"), "trigger", "manual"))
-	reg := map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": []string{"h"}}
+	reg := map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": []string{"h"}, "auth": "signed"}
 	if code, b := d.call(t, "POST", "/api/v1/executors/register", reg); code != 200 {
 		t.Errorf("register with the single token: %d %s", code, b)
 	}

@@ -135,9 +135,6 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	ecfg.DefaultTimezone = cfg.Timezone
 	ecfg.NodeID = cfg.NodeID
 	ecfg.Logger = log
-	if ecfg.ExecutorToken == "" {
-		ecfg.ExecutorToken = cfg.Token
-	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		_ = store.Close()

@@ -215,9 +215,6 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	ecfg.DefaultTimezone = cfg.Timezone
 	ecfg.NodeID = cfg.NodeID
 	ecfg.Logger = cfg.Logger
-	if ecfg.ExecutorToken == "" {
-		ecfg.ExecutorToken = cfg.Token
-	}
 	if primary {
 		lease := ha.LeaseNameDefault
 		fenced, err := persist.Fenced(n.store, lease, epoch, func(err error) { el.Lost(epoch, err) })

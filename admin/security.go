@@ -83,6 +83,13 @@ func (c *DaemonConfig) applySecurity() error {
 			c.Logger.Warn("the API is served without authentication on a non-loopback address (--insecure-no-auth)", "addr", c.Addr)
 		}
 	}
+	if c.Engine.ExecutorToken != "" {
+		msg := "--executor-token is sent to every executor that registered without signed calls (they predate them): upgrade them, then drop it"
+		if c.Engine.ExecutorToken == c.Token {
+			msg += "; it is the API's --token, so those executors hold a write token"
+		}
+		c.Logger.Warn(msg)
+	}
 	g, err := dispatch.NewGuard(dispatch.GuardConfig{Allow: c.Security.CallbackAllow, AllowLinkLocal: c.Security.CallbackAllowLinkLocal})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -646,13 +647,24 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	reg := engine.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers}
+	reg := engine.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
+		Auth: msg.Auth, Token: presentedToken(c)}
 	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
 		s.fail(c, err)
 		return
 	}
 	hb, lost := s.cfg.Engine.ExecutorTimings()
 	writeJSON(c, 200, protocol.RegisterAnswer{HeartbeatIntervalMS: hb.Milliseconds(), LostAfterMS: lost.Milliseconds()})
+}
+
+// presentedToken is the bearer token of the request, "" for none: an executor's dispatch key
+// is derived from it (protocol.DispatchKey).
+func presentedToken(c *fasthttp.RequestCtx) string {
+	t, ok := bytes.CutPrefix(c.Request.Header.Peek(fasthttp.HeaderAuthorization), []byte("Bearer "))
+	if !ok {
+		return ""
+	}
+	return string(t)
 }
 
 func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
@@ -666,7 +678,7 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.ExecutorHeartbeat(ctx, hb.App, hb.Address); err != nil {
+	if err := s.cfg.Engine.ExecutorHeartbeat(ctx, hb.App, hb.Address, presentedToken(c)); err != nil {
 		s.fail(c, err)
 		return
 	}

@@ -72,6 +72,19 @@ func (d *Dispatcher) setEpoch(r *fasthttp.Request) {
 	}
 }
 
+// authorize sets the Authorization header of a call to an executor: its signature under
+// key when the executor has one, else the legacy bearer token when there is one. The path
+// and epoch it signs are the request's own, so the header is set after them.
+func (d *Dispatcher) authorize(r *fasthttp.Request, key []byte, address, token string, body []byte) {
+	switch {
+	case len(key) > 0:
+		r.Header.Set(fasthttp.HeaderAuthorization, protocol.SignCall(key, time.Now(), address,
+			string(r.URI().Path()), string(r.Header.Peek(EpochHeader)), body))
+	case token != "":
+		r.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+token)
+	}
+}
+
 // Config configures a Dispatcher.
 type Config struct {
 	// PoolSize is the number of concurrent sends. Defaults to PoolSizeDefault.
@@ -144,7 +157,11 @@ type Request struct {
 	Attempt  int
 	Body     []byte // the run JSON
 	Deadline time.Time
-	// Token, when set, is sent as "Authorization: Bearer <token>".
+	// Key, when set, signs the call (protocol.SignCall) for the executor registered at
+	// Address: the Authorization header carries the signature, and Token is not sent.
+	Key     []byte
+	Address string
+	// Token, when set and Key is not, is sent as "Authorization: Bearer <token>".
 	Token string
 	// ResendInDoubt lets Send post the call once more when its connection failed after the
 	// request was sent (the task's on_lost: resend): the endpoint sees the same X-Axe-Ticket
@@ -287,10 +304,8 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, 
 	r.Header.Set(protocol.HeaderTask, req.Task)
 	r.Header.Set(protocol.HeaderTicket, req.Ticket)
 	r.Header.Set(protocol.HeaderAttempt, strconv.Itoa(req.Attempt))
-	if req.Token != "" {
-		r.Header.Set("Authorization", "Bearer "+req.Token)
-	}
 	d.setEpoch(r)
+	d.authorize(r, req.Key, req.Address, req.Token, req.Body)
 	r.SetBodyRaw(req.Body)
 	if len(secret) > 0 {
 		r.Header.Set(SignatureHeader, Sign(secret, req.Body))

@@ -13,7 +13,8 @@ import (
 const KillTimeoutDefault = 5 * time.Second
 
 // Kill asks the SDK executor x to cancel the run with ticket, over x's scheme (HTTPS when it
-// registered so), sending token as the bearer token when it is set. It runs on the calling goroutine and returns
+// registered so), signed with x's dispatch key, or else carrying token as the legacy bearer
+// token when it is set. It runs on the calling goroutine and returns
 // once the executor answered: nil when it confirmed (2xx), an error naming the status
 // otherwise (404: the ticket is not running there). The run's result still arrives by
 // callback. The call ends at ctx's deadline, or after KillTimeoutDefault when it has none.
@@ -31,7 +32,7 @@ func (d *Dispatcher) Kill(ctx context.Context, x *Executor, ticket, token string
 		return fmt.Errorf("cannot kill %s on %s: %w", ticket, addr, err)
 	}
 	o := d.Post(&Request{URL: x.URL(protocol.PathKill), Ticket: ticket, Body: body,
-		Deadline: deadline, Token: token})
+		Deadline: deadline, Key: x.DispatchKey(), Address: x.Address, Token: token})
 	switch {
 	case o.Err != nil:
 		return fmt.Errorf("cannot kill %s on %s: %w", ticket, addr, o.Err)

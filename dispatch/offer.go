@@ -112,6 +112,7 @@ func (d *Dispatcher) sendOffers(x *Executor) {
 func (d *Dispatcher) offerOne(x *Executor, o *offer) {
 	req := *o.req
 	req.URL = x.URL(RunPath)
+	req.Key, req.Address = x.DispatchKey(), x.Address
 	o.done <- d.Post(&req)
 }
 
@@ -160,10 +161,8 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	r.SetRequestURI(x.URL(RunsPath))
 	r.Header.SetMethod(fasthttp.MethodPost)
 	r.Header.SetContentType("application/json")
-	if tok := live[0].req.Token; tok != "" {
-		r.Header.Set("Authorization", "Bearer "+tok)
-	}
 	d.setEpoch(r)
+	d.authorize(r, x.DispatchKey(), x.Address, live[0].req.Token, body.Bytes())
 	r.SetBodyRaw(body.Bytes())
 	start := time.Now()
 	err := d.do(d.client, r, resp, deadline, true)

@@ -42,11 +42,36 @@ type Executor struct {
 	// protocol "https"); a registration may change it, so it is read without the registry's
 	// lock by the calls that dial the executor.
 	tls atomic.Bool
+	// key is the dispatch key every call to the executor is signed with
+	// (protocol.DispatchKey of the token it registered with); nil for an executor that
+	// predates signed calls, which gets the legacy bearer token instead.
+	key atomic.Pointer[[]byte]
 	// inflight counts runs sent and not yet resolved, for least-busy routing.
 	inflight atomic.Int64
 	// offers holds the runs waiting to be offered to this executor (Dispatcher.Offer).
 	offers offerQueue
 }
+
+// SetDispatchKey sets the key calls to the executor are signed with; nil or empty: none.
+func (x *Executor) SetDispatchKey(key []byte) {
+	if len(key) == 0 {
+		x.key.Store(nil)
+		return
+	}
+	k := append([]byte(nil), key...)
+	x.key.Store(&k)
+}
+
+// DispatchKey is the key calls to the executor are signed with, nil when they are not.
+func (x *Executor) DispatchKey() []byte {
+	if k := x.key.Load(); k != nil {
+		return *k
+	}
+	return nil
+}
+
+// Signed reports whether calls to the executor are signed.
+func (x *Executor) Signed() bool { return x.key.Load() != nil }
 
 // Inflight returns the number of runs in flight on the executor.
 func (x *Executor) Inflight() int64 { return x.inflight.Load() }

@@ -126,7 +126,10 @@ type Config struct {
 	// HeartbeatInterval is what executors are told to heartbeat at. Defaults to
 	// HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
-	// ExecutorToken, when set, is sent to executors as a bearer token.
+	// ExecutorToken, when set, is sent as a bearer token to the executors that registered
+	// without signed calls (they predate them), and lets such executors register while they
+	// present a token. Executors that verify signatures never receive it. Defaults to empty:
+	// an executor that presents a token must ask for signed calls.
 	ExecutorToken string
 	// RateLimit sets the token buckets of the rate gate: a global one and one per downstream
 	// (executor app, or callback host:port). Defaults to no limit; changeable at runtime.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -43,6 +44,11 @@ type ExecutorRegistration struct {
 	Address  string   `json:"address"`
 	Protocol string   `json:"protocol"`
 	Handlers []string `json:"handlers"`
+	// Auth is protocol.AuthSigned for an executor that verifies signed calls.
+	Auth string `json:"auth"`
+	// Token is the bearer token the executor presented with the registration ("" for
+	// none); the dispatch key of a signed executor is derived from it. Never decoded.
+	Token string `json:"-"`
 }
 
 func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
@@ -69,6 +75,9 @@ func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
 	if reg.Protocol != protocol.ProtocolHTTP && reg.Protocol != protocol.ProtocolHTTPS {
 		return fieldErr("protocol", "must be http or https, got %q", reg.Protocol)
 	}
+	if reg.Auth != "" && reg.Auth != protocol.AuthSigned {
+		return fieldErr("auth", "must be %q or absent, got %q", protocol.AuthSigned, reg.Auth)
+	}
 	if len(reg.Handlers) == 0 {
 		return fieldErr("handlers", "at least one handler is required")
 	}
@@ -85,10 +94,15 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	if err := reg.validate(e.cfg.Dispatch.Guard); err != nil {
 		return err
 	}
+	key, err := e.dispatchKeyOf(reg)
+	if err != nil {
+		return err
+	}
 	now := e.nowMS()
 	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Protocol, reg.Handlers, now)
+	x.SetDispatchKey(key)
 	row := &model.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
-		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive}
+		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive, DispatchKey: hex.EncodeToString(key)}
 	if err := e.store.UpsertExecutor(ctx, row); err != nil {
 		return fmt.Errorf("cannot record executor: %w", err)
 	}
@@ -101,9 +115,37 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	return nil
 }
 
-// ExecutorHeartbeat records a heartbeat. An unknown executor gets ErrUnknownExecutor and
-// registers again.
-func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr string) error {
+// predatesSigning refuses the registration of an executor that expects the scheduler to
+// send it a token: axe sends executors no token unless the operator gives one for them.
+const predatesSigning = "this executor predates signed calls and expects axe to send it a token; " +
+	"upgrade it (the SDK and axe agent of this version verify axe's signature and send auth %q), " +
+	"or, while upgrading, start axe with --executor-token set to the executor's scheduler_token"
+
+// dispatchKeyOf is the key calls to the registering executor are signed with: derived from
+// the token it presented when it asks for signed calls (protocol.AuthSigned), none when it
+// does not. An executor that presented a token without asking expects the legacy bearer
+// token, and is refused unless Config.ExecutorToken is set.
+func (e *Engine) dispatchKeyOf(reg ExecutorRegistration) ([]byte, error) {
+	switch {
+	case reg.Auth == protocol.AuthSigned && reg.Token == "":
+		return nil, fieldErr("auth", "signed calls are keyed by the executor's token, and it presented none")
+	case reg.Auth == protocol.AuthSigned:
+		return protocol.DispatchKey(reg.Token), nil
+	case reg.Token != "" && e.cfg.ExecutorToken == "":
+		return nil, fieldErr("auth", predatesSigning, protocol.AuthSigned)
+	}
+	return nil, nil
+}
+
+// ExecutorHeartbeat records a heartbeat; token is the bearer token the executor presented
+// ("" for none). An unknown executor gets ErrUnknownExecutor and registers again, and so
+// does one registered without signed calls that presents a token while no
+// Config.ExecutorToken is set (as it was before the scheduler was upgraded): its
+// registration then tells it why it is refused.
+func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string) error {
+	if x := e.registry.Get(app, addr); x != nil && token != "" && !x.Signed() && e.cfg.ExecutorToken == "" {
+		return ErrUnknownExecutor
+	}
 	now := e.nowMS()
 	revived, err := e.registry.Heartbeat(app, addr, now)
 	if err != nil {
@@ -147,7 +189,12 @@ func (e *Engine) restoreExecutors(ctx context.Context) error {
 		return err
 	}
 	for _, x := range list {
+		key, err := hex.DecodeString(x.DispatchKey)
+		if err != nil {
+			return fmt.Errorf("cannot read the dispatch key of executor %s@%s: %w", x.App, x.Address, err)
+		}
 		e.registry.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
+		e.registry.Get(x.App, x.Address).SetDispatchKey(key)
 	}
 	return nil
 }
@@ -224,6 +271,9 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 			why = o.Err.Error()
 		} else if len(o.Body) > 0 {
 			why += " " + strings.TrimSpace(string(o.Body))
+		}
+		if o.Status == 401 && !x.Signed() {
+			why += "; it registered without signed calls: upgrade it, or give axe --executor-token set to its scheduler_token"
 		}
 		refusals = append(refusals, x.Address+": "+why)
 	}

@@ -79,12 +79,15 @@ type Config struct {
 	// from then on (R8.4: follow the primary). Required.
 	Schedulers []string
 	// Token is sent as "Authorization: Bearer <token>" on every call to the scheduler (an
-	// executor-scope token of the scheduler's --token-file, or its --token). Defaults to
-	// empty: no authentication.
+	// executor-scope token of the scheduler's --token-file, or its --token). With a token,
+	// every run, run batch and kill must carry the scheduler's signature under the key
+	// derived from it (protocol.DispatchKey), so nobody else can make the executor run
+	// anything, and the scheduler never hands the executor a credential. Defaults to empty:
+	// no authentication either way.
 	Token string
-	// SchedulerToken is required as "Authorization: Bearer <token>" on every call the
-	// scheduler makes to this executor (run, kill), so nobody else can make it run anything.
-	// Defaults to Token: one shared secret, as with the scheduler's single --token.
+	// SchedulerToken is no longer used: the scheduler signs its calls (see Token) instead of
+	// presenting a token of its own. Empty or equal to Token; anything else is refused by New,
+	// so a configuration written for the bearer token scheme is not silently read another way.
 	SchedulerToken string
 	// TLSCert and TLSKey, both set, are the PEM files (certificate chain, private key) the
 	// executor serves its endpoints with over HTTPS. It then registers with protocol
@@ -101,8 +104,7 @@ type Config struct {
 	// scheduler whose --tls-cert a private CA signed. Defaults to empty: the system's trust
 	// store.
 	SchedulerCA string
-	// InsecureNoAuth lets Addr listen on a non-loopback address with no SchedulerToken (or
-	// Token). Refused otherwise: anyone reaching the port could run the handlers. Defaults
+	// InsecureNoAuth lets Addr listen on a non-loopback address with no Token. Refused otherwise: anyone reaching the port could run the handlers. Defaults
 	// to false.
 	InsecureNoAuth bool
 	// HeartbeatInterval is the heartbeat period. If the scheduler advertises a shorter
@@ -147,9 +149,6 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = AddrDefault
-	}
-	if c.SchedulerToken == "" {
-		c.SchedulerToken = c.Token
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = HeartbeatIntervalDefault
@@ -233,9 +232,14 @@ func (c Config) validate() error {
 	if err != nil {
 		return bad("Addr", "%v", err)
 	}
-	if c.SchedulerToken == "" && !c.InsecureNoAuth && !loopbackHost(host) {
+	if c.SchedulerToken != "" && c.SchedulerToken != c.Token {
+		return bad("SchedulerToken", "is no longer used: the scheduler signs every call to the executor with a key "+
+			"derived from Token instead of sending a token; remove SchedulerToken (the scheduler's --executor-token "+
+			"is only for executors that predate signed calls)")
+	}
+	if c.Token == "" && !c.InsecureNoAuth && !loopbackHost(host) {
 		return bad("Addr", "%s listens beyond this machine without a token: anyone who can reach it could run "+
-			"the handlers; set SchedulerToken (or Token), listen on 127.0.0.1, or set InsecureNoAuth", c.Addr)
+			"the handlers; set Token, listen on 127.0.0.1, or set InsecureNoAuth", c.Addr)
 	}
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		return bad("TLSClientCA", "verifies client certificates of an HTTPS listener: set TLSCert and TLSKey too")

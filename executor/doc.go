@@ -17,10 +17,11 @@
 //		Addr:          "0.0.0.0:9100",
 //		AdvertiseAddr: "billing-1.internal:9100",
 //		Schedulers:    []string{"http://axe-a:7070", "http://axe-b:7070"},
-//		// Beyond loopback a token is required: the scheduler must present SchedulerToken
-//		// to make this executor run anything; Token is what it presents to the scheduler.
-//		Token:          os.Getenv("AXE_EXECUTOR_TOKEN"),
-//		SchedulerToken: os.Getenv("AXE_SCHEDULER_TOKEN"),
+//		// Beyond loopback a token is required. Token is what the executor presents to the
+//		// scheduler (an executor-scope token, best bound to this app); the scheduler signs
+//		// every run and kill with a key derived from it, and the executor runs nothing
+//		// else. The scheduler never sends the executor a token.
+//		Token: os.Getenv("AXE_EXECUTOR_TOKEN"),
 //		// Optional: serve HTTPS, and accept only callers with a client certificate of the
 //		// CA (the scheduler's --executor-cert). The scheduler then dials https://.
 //		TLSCert:     "/etc/axe/billing-1.pem",

@@ -33,8 +33,9 @@ type Executor struct {
 	tls   tlsConfigs
 	log   *slog.Logger
 	clock Clock
-	// schedAuth is the Authorization header a call must carry (nil: no SchedulerToken).
-	schedAuth []byte
+	// dispatchKey verifies the scheduler's signature on every call (nil: no Token, no
+	// check); ownAuth is "Bearer <Token>", which GET /axe/beat also takes, for probes.
+	dispatchKey, ownAuth []byte
 	// sched delivers results; ctl registers and beats. They keep separate connections so a
 	// backlog of results in a burst never delays the heartbeat that keeps this executor
 	// alive at the scheduler (a starved heartbeat gets every run in flight recorded lost).
@@ -129,22 +130,23 @@ func New(cfg Config) (*Executor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the ticket cache: %w", err)
 	}
-	var schedAuth []byte
-	if cfg.SchedulerToken != "" {
-		schedAuth = []byte("Bearer " + cfg.SchedulerToken)
+	var key, own []byte
+	if cfg.Token != "" {
+		key, own = protocol.DispatchKey(cfg.Token), []byte("Bearer "+cfg.Token)
 	}
 	return &Executor{
-		cfg:       cfg,
-		schedAuth: schedAuth,
-		tls:       tc,
-		log:       cfg.Logger.With("app", cfg.App),
-		clock:     cfg.Clock,
-		sched:     newSchedulerClient(cfg, tc.scheduler),
-		ctl:       newSchedulerClient(cfg, tc.scheduler),
-		handlers:  make(map[string]HandlerFunc),
-		running:   make(map[string]*activeRun),
-		tasks:     make(map[string]string),
-		finished:  finished,
+		cfg:         cfg,
+		dispatchKey: key,
+		ownAuth:     own,
+		tls:         tc,
+		log:         cfg.Logger.With("app", cfg.App),
+		clock:       cfg.Clock,
+		sched:       newSchedulerClient(cfg, tc.scheduler),
+		ctl:         newSchedulerClient(cfg, tc.scheduler),
+		handlers:    make(map[string]HandlerFunc),
+		running:     make(map[string]*activeRun),
+		tasks:       make(map[string]string),
+		finished:    finished,
 	}, nil
 }
 
@@ -623,6 +625,7 @@ func (e *Executor) endDelivery(o *outcome) bool {
 func (e *Executor) register() error {
 	body, err := json.Marshal(protocol.Register{
 		App: e.cfg.App, Address: e.advertise, Protocol: e.tls.scheme(), Handlers: e.handlerNames,
+		Auth: e.authScheme(),
 	})
 	if err != nil {
 		return fmt.Errorf("cannot encode the registration: %w", err)

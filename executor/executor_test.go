@@ -783,26 +783,49 @@ func TestTokenAuthentication(t *testing.T) {
 		}
 	})
 
-	t.Run("a separate scheduler token guards runs and kills", func(t *testing.T) {
+	t.Run("runs and kills must carry the scheduler's signature", func(t *testing.T) {
 		peer := startPeer(t, schedpeer.Config{Token: "exec-token"})
-		exe := newExecutor(t, executor.Config{Token: "exec-token", SchedulerToken: "sched-token"}, peer)
+		exe := newExecutor(t, executor.Config{Token: "exec-token"}, peer)
 		exe.Handle("h", okHandler(""))
 		start(t, exe)
-		// The executor's own token, good for calling the scheduler, does not make it run.
-		for _, token := range []string{"", "exec-token", "wrong"} {
+		if regs := waitCalls(t, peer, schedpeer.PathRegister, 1); !strings.Contains(string(regs[0].Body), `"auth":"signed"`) {
+			t.Errorf("registration %s does not ask for signed calls", regs[0].Body)
+		}
+		key := protocol.DispatchKey("exec-token")
+		body := []byte(`{"ticket":"t-9","task":"z","handler":"h"}`)
+		now := time.Now()
+		// The executor's own token does not make it run anything, and neither does a
+		// signature under another key, for another executor, path, epoch or body, or of a
+		// time too far from now.
+		for name, auth := range map[string]func(path string) string{
+			"no header":     func(string) string { return "" },
+			"its own token": func(string) string { return "Bearer exec-token" },
+			"another key": func(p string) string {
+				return protocol.SignCall(protocol.DispatchKey("other"), now, exe.Addr(), p, "", body)
+			},
+			"another executor":  func(p string) string { return protocol.SignCall(key, now, "127.0.0.1:1", p, "", body) },
+			"another path":      func(string) string { return protocol.SignCall(key, now, exe.Addr(), "/axe/beat", "", body) },
+			"another epoch":     func(p string) string { return protocol.SignCall(key, now, exe.Addr(), p, "7", body) },
+			"another body":      func(p string) string { return protocol.SignCall(key, now, exe.Addr(), p, "", []byte(`{}`)) },
+			"signed too early":  func(p string) string { return protocol.SignCall(key, now.Add(-6*time.Minute), exe.Addr(), p, "", body) },
+			"signed too late":   func(p string) string { return protocol.SignCall(key, now.Add(6*time.Minute), exe.Addr(), p, "", body) },
+			"a truncated sig":   func(p string) string { return protocol.SignCall(key, now, exe.Addr(), p, "", body)[:60] },
+			"the scheme alone":  func(string) string { return protocol.SignatureScheme },
+			"a bearer of a sig": func(p string) string { return "Bearer " + protocol.SignCall(key, now, exe.Addr(), p, "", body) },
+		} {
 			for _, path := range []string{"/axe/run", "/axe/kill"} {
-				resp, err := peer.Post(exe.Addr(), path, []byte(`{"ticket":"t-9","task":"z","handler":"h"}`), token, nil)
+				resp, err := peer.Post(exe.Addr(), path, body, "", map[string]string{"Authorization": auth(path)})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if resp.Status != http.StatusUnauthorized {
-					t.Errorf("%s with token %q: %d %s, want 401", path, token, resp.Status, resp.Body)
+				if resp.Status != http.StatusUnauthorized || !strings.Contains(string(resp.Body), "signature") {
+					t.Errorf("%s with %s: %d %s, want 401 naming the signature", path, name, resp.Status, resp.Body)
 				}
 			}
 		}
-		resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-3","task":"c","handler":"h"}`), "sched-token", nil)
+		resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-3","task":"c","handler":"h"}`), "exec-token", nil)
 		if err != nil || resp.Status != http.StatusAccepted {
-			t.Fatalf("run with the scheduler token: %v %d %s", err, resp.Status, resp.Body)
+			t.Fatalf("a signed run: %v %d %s", err, resp.Status, resp.Body)
 		}
 		waitCallbacks(t, peer, 1)
 		for _, c := range peer.Calls(schedpeer.PathCallback) {
@@ -810,6 +833,36 @@ func TestTokenAuthentication(t *testing.T) {
 				t.Errorf("result sent with %q, want the executor's own token", c.Auth)
 			}
 		}
+		// A probe of /axe/beat may use the executor's own token instead of a signature.
+		for auth, want := range map[string]int{"Bearer exec-token": http.StatusOK, "Bearer wrong": http.StatusUnauthorized, "": http.StatusUnauthorized} {
+			resp, err := peer.Do(exe.Addr(), http.MethodGet, protocol.PathBeat, map[string]string{"Authorization": auth})
+			if err != nil || resp.Status != want {
+				t.Errorf("GET /axe/beat with %q: %v %d %s, want %d", auth, err, resp.Status, resp.Body, want)
+			}
+		}
+	})
+
+	t.Run("a scheduler token of its own is refused", func(t *testing.T) {
+		cfg := executor.Config{App: "a", Schedulers: []string{"http://127.0.0.1:1"}, Token: "exec-token", SchedulerToken: "sched-token"}
+		if _, err := executor.New(cfg); !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "SchedulerToken") {
+			t.Errorf("New with a SchedulerToken other than Token = %v, want ErrInvalidConfig naming SchedulerToken", err)
+		}
+		cfg.SchedulerToken = cfg.Token
+		if _, err := executor.New(cfg); err != nil {
+			t.Errorf("New with SchedulerToken equal to Token = %v", err)
+		}
+	})
+
+	t.Run("without a token nothing is signed or asked for", func(t *testing.T) {
+		peer := startPeer(t, schedpeer.Config{})
+		exe := newExecutor(t, executor.Config{}, peer)
+		exe.Handle("h", okHandler(""))
+		start(t, exe)
+		if regs := waitCalls(t, peer, schedpeer.PathRegister, 1); strings.Contains(string(regs[0].Body), `"auth"`) {
+			t.Errorf("registration %s without a token asks for signed calls", regs[0].Body)
+		}
+		dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
+		waitCallbacks(t, peer, 1)
 	})
 
 	t.Run("a non-loopback listen needs a token", func(t *testing.T) {
@@ -820,11 +873,11 @@ func TestTokenAuthentication(t *testing.T) {
 			if _, err := executor.New(cfg); !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "Addr") {
 				t.Errorf("New on %s without a token = %v, want ErrInvalidConfig naming Addr", addr, err)
 			}
-			cfg.SchedulerToken = "t"
+			cfg.Token = "t"
 			if _, err := executor.New(cfg); err != nil {
-				t.Errorf("New on %s with a scheduler token = %v", addr, err)
+				t.Errorf("New on %s with a token = %v", addr, err)
 			}
-			cfg.SchedulerToken, cfg.InsecureNoAuth = "", true
+			cfg.Token, cfg.InsecureNoAuth = "", true
 			if _, err := executor.New(cfg); err != nil {
 				t.Errorf("New on %s with InsecureNoAuth = %v", addr, err)
 			}
@@ -982,14 +1035,14 @@ func TestLifecycleMisuse(t *testing.T) {
 func TestWildcardListenNeedsAnAdvertiseAddress(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
 	// A wildcard listen also needs a token (protected bind); that is tested on its own.
-	exe := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", SchedulerToken: "t"}, peer)
+	exe := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", Token: "t"}, peer)
 	exe.Handle("h", okHandler(""))
 	err := exe.Start(context.Background())
 	if !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "AdvertiseAddr") {
 		t.Fatalf("Start = %v, want an AdvertiseAddr config error", err)
 	}
 
-	adv := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", AdvertiseAddr: "executor-1.internal:9100", SchedulerToken: "t"}, peer)
+	adv := newExecutor(t, executor.Config{Addr: "0.0.0.0:0", AdvertiseAddr: "executor-1.internal:9100", Token: "t"}, peer)
 	adv.Handle("h", okHandler(""))
 	start(t, adv)
 	if adv.Addr() != "executor-1.internal:9100" {

@@ -56,7 +56,7 @@ func TestStartFailingAfterListenClosesTheListener(t *testing.T) {
 
 	// A wildcard listen without AdvertiseAddr fails after listening (the address to advertise
 	// is only known then).
-	exe := newExecutor(t, executor.Config{Addr: addr, SchedulerToken: "t"}, peer)
+	exe := newExecutor(t, executor.Config{Addr: addr, Token: "t"}, peer)
 	exe.Handle("h", okHandler(""))
 	if err := exe.Start(context.Background()); !errors.Is(err, executor.ErrInvalidConfig) || !strings.Contains(err.Error(), "AdvertiseAddr") {
 		t.Fatalf("Start = %v, want an AdvertiseAddr config error", err)

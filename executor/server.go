@@ -40,9 +40,10 @@ const (
 )
 
 // bodyLimit is the body limit of a request with these headers and the endpoint it names;
-// authorized is false for a request without the scheduler token, held to maxSmallBody.
+// authorized is false for a request without a plausible scheduler signature, held to
+// maxSmallBody.
 func (e *Executor) bodyLimit(h *fasthttp.RequestHeader) (limit int, endpoint string, authorized bool) {
-	if !e.authorized(h) {
+	if !e.plausible(h) {
 		return maxSmallBody, "", false
 	}
 	limit, endpoint = maxSmallBody, requestPath(h.RequestURI())
@@ -128,7 +129,7 @@ func (e *Executor) requestError(rc *fasthttp.RequestCtx, err error) {
 	rc.SetConnectionClose()
 	limit, endpoint, authorized := e.bodyLimit(&rc.Request.Header)
 	if !authorized {
-		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
+		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: protocol.ErrBadSignature.Error()})
 		return
 	}
 	writeJSON(rc, http.StatusRequestEntityTooLarge, protocol.Error{
@@ -145,8 +146,10 @@ func (e *Executor) serve(ln net.Listener) {
 // serveHTTP routes the three executor endpoints. Authentication comes first so that an
 // unauthenticated caller learns nothing, not even which paths exist.
 func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
-	if !e.authorized(&rc.Request.Header) {
-		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: "missing or invalid token"})
+	if err := e.authorized(rc); err != nil {
+		e.log.Warn("refused a call without a valid scheduler signature", "path", string(rc.Path()),
+			"remote", rc.RemoteAddr().String(), "error", err)
+		writeJSON(rc, http.StatusUnauthorized, protocol.Error{Error: err.Error()})
 		return
 	}
 	switch string(rc.Path()) {
@@ -179,12 +182,37 @@ func (e *Executor) serveHTTP(rc *fasthttp.RequestCtx) {
 	}
 }
 
-// authorized reports whether a request with these headers may call the executor: it
-// carries the scheduler token, or none is set. The header it must carry is built once, in
-// New (schedAuth): every request is checked twice, once for its body limit and once by its
-// handler.
-func (e *Executor) authorized(h *fasthttp.RequestHeader) bool {
-	return e.schedAuth == nil || subtle.ConstantTimeCompare(h.Peek(fasthttp.HeaderAuthorization), e.schedAuth) == 1
+// authScheme is the Register.Auth this executor sends: signed calls when it has a token.
+func (e *Executor) authScheme() string {
+	if e.dispatchKey == nil {
+		return ""
+	}
+	return protocol.AuthSigned
+}
+
+// plausible reports, from the headers alone, whether a request may be read up to its
+// endpoint's limit: no token is set, or it carries a well-formed signature of a time near
+// now. authorized judges the whole request once it is read. (A probe of GET /axe/beat with
+// the executor's own token needs no more than the small limit.)
+func (e *Executor) plausible(h *fasthttp.RequestHeader) bool {
+	return e.dispatchKey == nil || protocol.PlausibleCall(h.Peek(fasthttp.HeaderAuthorization), e.clock.Now())
+}
+
+// authorized checks that the scheduler signed the request: its path, X-Axe-Epoch header and
+// body, for this executor's advertised address, under the key derived from Token. GET
+// /axe/beat also takes this executor's own token as a bearer token, so an operator's probe
+// needs no signature. Without a token, every request is authorized.
+func (e *Executor) authorized(rc *fasthttp.RequestCtx) error {
+	if e.dispatchKey == nil {
+		return nil
+	}
+	h := &rc.Request.Header
+	auth := h.Peek(fasthttp.HeaderAuthorization)
+	if string(rc.Path()) == protocol.PathBeat && subtle.ConstantTimeCompare(auth, e.ownAuth) == 1 {
+		return nil
+	}
+	return protocol.VerifyCall(e.dispatchKey, auth, e.advertise, string(rc.Path()),
+		string(h.Peek(headerEpoch)), rc.PostBody(), e.clock.Now())
 }
 
 // handleRun admits a run; the result travels later by callback.

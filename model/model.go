@@ -197,6 +197,9 @@ type Executor struct {
 	RegisteredAt  int64    `json:"registered_at"`
 	LastHeartbeat int64    `json:"last_heartbeat"`
 	Status        string   `json:"status"` // "alive" or "lost"
+	// DispatchKey is the hex key the scheduler signs its calls to the executor with; "" for
+	// an executor that predates signed calls. Never shown: it is not part of any view.
+	DispatchKey string `json:"-"`
 }
 
 // Lease is the HA lease row (SPEC R8.1). ExpiresAt is the expiry by the database's clock

@@ -225,7 +225,17 @@ var mysqlMigrations = []migration{{
 		`DROP INDEX idx_task_run_open_manual ON task_run`,
 		`DROP INDEX idx_task_run_sched ON task_run`,
 	},
-}, cronDaysStep}
+}, cronDaysStep, {
+	version: 9,
+	name:    "executor dispatch keys",
+	// The key each executor's calls are signed with (hex of protocol.DispatchKey of the
+	// token it registered with), so a restarted or newly promoted scheduler signs at once.
+	// '' for the executors registered before, which predate signed calls. A re-run meets
+	// "duplicate column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE executor ADD COLUMN dispatch_key VARCHAR(128) NOT NULL DEFAULT ''`,
+	},
+}}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
 // ids of deleted tasks and actions from ever being handed out again.
@@ -386,7 +396,14 @@ var sqliteMigrations = []migration{{
 	// the runs of every other fire never enter it, and the pruner keeps its index on
 	// scheduled_at. The step keeps the two stores at one version.
 	stmts: nil,
-}, cronDaysStep}
+}, cronDaysStep, {
+	version: 9,
+	name:    "executor dispatch keys",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE executor ADD COLUMN dispatch_key TEXT NOT NULL DEFAULT ''`,
+	},
+}}
 
 // SchemaVersion is the newest schema version this code migrates to.
 func SchemaVersion() int { return mysqlMigrations[len(mysqlMigrations)-1].version }

@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7
 
 package persist_test
 
@@ -24,3 +24,14 @@ func fixtureExtras(d *model.TaskDef) {
 		d.CronDialect = "unix"
 	}
 }
+
+// fixtureExecutor sets, on the fixture's executors, the columns schema versions after 2
+// added: the dispatch key of step 8 on the one executor that registered with signed calls.
+func fixtureExecutor(e *model.Executor) {
+	if e.Address == "10.0.0.7:9100" {
+		e.DispatchKey = "5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a"
+	}
+}
+
+// executorKey is an executor's dispatch key as the snapshot records it.
+func executorKey(e model.Executor) string { return e.DispatchKey }

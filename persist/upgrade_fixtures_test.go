@@ -36,6 +36,7 @@ var upgradeFixtures = []struct {
 	{name: "v6"},
 	{name: "v7"},
 	{name: "v8"},
+	{name: "v9"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the

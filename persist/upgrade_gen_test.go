@@ -256,6 +256,7 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 		{App: "billing", Address: "10.0.0.9:9100", Protocol: "http", Handlers: []string{"invoice"},
 			RegisteredAt: fxT0 - 3_600_000, LastHeartbeat: fxT0 - 330_000, Status: "alive"},
 	} {
+		fixtureExecutor(&e)
 		if err := s.UpsertExecutor(ctx, &e); err != nil {
 			t.Fatalf("UpsertExecutor: %v", err)
 		}

@@ -49,17 +49,20 @@ func checkUpgrade(t *testing.T, dsn string, want *storeSnapshot) {
 
 // storeSnapshot is everything a fixture holds, as the store reads it.
 type storeSnapshot struct {
-	Tasks      []snapTask         `json:"tasks"`       // ListTasks, by id
-	Runs       []model.Run        `json:"runs"`        // GetRun of every ticket ListRuns gives, by task then newest first
-	Actions    []model.Action     `json:"actions"`     // ListActions of every task and of task 0 (alerts)
-	Executors  []model.Executor   `json:"executors"`   // ListExecutors
-	LeaseName  string             `json:"lease_name"`  // the lease row the fixture holds
-	Lease      model.Lease        `json:"lease"`       // ReadLease(LeaseName)
-	Upstreams  []string           `json:"upstreams"`   // UpstreamNames, sorted
-	Dependents map[string][]int64 `json:"dependents"`  // Dependents(upstream) ids, per upstream
-	OpenManual []string           `json:"open_manual"` // tickets of ListRunningManual
-	Due        []int64            `json:"due"`         // ids LoadDue gives over all time for SCHEDULED and RETRYING
-	DueRefs    []persist.DueRef   `json:"due_refs"`    // LoadDueRefs over the same, sorted by id
+	Tasks     []snapTask       `json:"tasks"`     // ListTasks, by id
+	Runs      []model.Run      `json:"runs"`      // GetRun of every ticket ListRuns gives, by task then newest first
+	Actions   []model.Action   `json:"actions"`   // ListActions of every task and of task 0 (alerts)
+	Executors []model.Executor `json:"executors"` // ListExecutors
+	// DispatchKeys holds the executors' dispatch keys (schema step 8; none before), by
+	// app@address: model.Executor never shows them.
+	DispatchKeys map[string]string  `json:"dispatch_keys,omitempty"`
+	LeaseName    string             `json:"lease_name"`  // the lease row the fixture holds
+	Lease        model.Lease        `json:"lease"`       // ReadLease(LeaseName)
+	Upstreams    []string           `json:"upstreams"`   // UpstreamNames, sorted
+	Dependents   map[string][]int64 `json:"dependents"`  // Dependents(upstream) ids, per upstream
+	OpenManual   []string           `json:"open_manual"` // tickets of ListRunningManual
+	Due          []int64            `json:"due"`         // ids LoadDue gives over all time for SCHEDULED and RETRYING
+	DueRefs      []persist.DueRef   `json:"due_refs"`    // LoadDueRefs over the same, sorted by id
 }
 
 // snapTask is a task with its runtime's TaskID, which Runtime's JSON leaves out.
@@ -114,6 +117,14 @@ func snapshot(ctx context.Context, s persist.Store) (*storeSnapshot, error) {
 	}
 	if out.Executors, err = s.ListExecutors(ctx); err != nil {
 		return nil, fmt.Errorf("ListExecutors: %w", err)
+	}
+	for _, e := range out.Executors {
+		if k := executorKey(e); k != "" {
+			if out.DispatchKeys == nil {
+				out.DispatchKeys = map[string]string{}
+			}
+			out.DispatchKeys[e.App+"@"+e.Address] = k
+		}
 	}
 	if out.Lease, err = s.ReadLease(ctx, fixtureLease); err != nil {
 		return nil, fmt.Errorf("ReadLease: %w", err)

@@ -127,6 +127,9 @@ func (r *Register) Check() error {
 	if err := checkAddress(r.Address); err != nil {
 		return err
 	}
+	if r.Auth != "" && r.Auth != AuthSigned {
+		return malformed("auth", "must be %q or absent, got %q", AuthSigned, r.Auth)
+	}
 	if len(r.Handlers) == 0 {
 		return malformed("handlers", "at least one handler is required")
 	}

@@ -162,6 +162,9 @@ type Register struct {
 	// empty, as executors that predate TLS send it) or ProtocolHTTPS.
 	Protocol string   `json:"protocol"`
 	Handlers []string `json:"handlers"`
+	// Auth is AuthSigned when the executor verifies the scheduler's signed calls; empty
+	// (executors that predate it) asks for the scheduler's legacy bearer token.
+	Auth string `json:"auth,omitempty"`
 }
 
 // Register.Protocol values: the scheme of the executor's endpoints.

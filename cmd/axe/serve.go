@@ -41,7 +41,7 @@ func serveCmd() *ffcli.Command {
 	registerRetention(fs, &cfg.Engine.Retention)
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
-	fs.StringVar(&cfg.Engine.ExecutorToken, "executor-token", "", "the token axe presents on run and kill calls to executors (their scheduler_token); defaults to --token (AXE_EXECUTOR_TOKEN)")
+	fs.StringVar(&cfg.Engine.ExecutorToken, "executor-token", "", "only for executors that predate signed calls: the bearer token sent on run and kill calls to them (their scheduler_token); axe signs every call to an up-to-date executor and sends it no token; default none (AXE_EXECUTOR_TOKEN)")
 	var executorTLS dispatch.ExecutorTLSFiles
 	fs.StringVar(&executorTLS.CA, "executor-ca", "", "PEM bundle of the CAs trusted for executors that serve HTTPS; default the system's trust store (AXE_EXECUTOR_CA)")
 	fs.StringVar(&executorTLS.Cert, "executor-cert", "", "PEM client certificate presented to executors that require one (mTLS); with --executor-key (AXE_EXECUTOR_CERT)")

@@ -49,11 +49,12 @@ type Config struct {
 	// Schedulers ("schedulers") are the scheduler base URLs, e.g. "http://axe-a:7070",
 	// followed in order on failure (R8.4). Required.
 	Schedulers []string `json:"schedulers"`
-	// Token ("token") is the bearer token shared with the scheduler. Defaults to empty: no
-	// authentication.
+	// Token ("token") is the agent's token for the scheduler (an executor-scope token).
+	// With it, the agent runs only what the scheduler signed with the key derived from it.
+	// Defaults to empty: no authentication either way.
 	Token string `json:"token"`
-	// SchedulerToken ("scheduler_token") is the token the scheduler must present on run and
-	// kill requests to this agent. Defaults to Token.
+	// SchedulerToken ("scheduler_token") is no longer used: the scheduler signs its calls
+	// instead. Empty or equal to Token; any other value is refused at start, naming it.
 	SchedulerToken string `json:"scheduler_token"`
 	// TLSCert ("tls_cert") and TLSKey ("tls_key"), both set, are the PEM certificate (chain)
 	// and private key the agent serves HTTPS with; it then registers with protocol "https".

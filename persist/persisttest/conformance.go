@@ -1292,14 +1292,23 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 		t.Fatalf("fresh store has executors")
 	}
 	e := model.Executor{App: "billing", Address: "10.0.0.2:9000", Protocol: "http",
-		Handlers: []string{"settle"}, RegisteredAt: 100, LastHeartbeat: 100, Status: "alive"}
+		Handlers: []string{"settle"}, RegisteredAt: 100, LastHeartbeat: 100, Status: "alive",
+		DispatchKey: strings.Repeat("ab", 32)}
 	upsert(e)
 	upsert(model.Executor{App: "billing", Address: "10.0.0.1:9000", Protocol: "http", RegisteredAt: 50, LastHeartbeat: 50, Status: "alive"})
 	upsert(model.Executor{App: "alpha", Address: "10.0.0.9:9000", Protocol: "http", Handlers: []string{}, RegisteredAt: 70, LastHeartbeat: 70, Status: "lost"})
 
-	// A restart re-registers: same row, new handlers and heartbeat, first registration kept.
+	// A restart re-registers: same row, new handlers, heartbeat and dispatch key (another
+	// token), first registration kept. A registration without a key clears it.
 	again := e
 	again.Protocol, again.Handlers, again.RegisteredAt, again.LastHeartbeat = "http2", []string{"settle", "refund"}, 900, 900
+	legacy := again
+	legacy.DispatchKey = ""
+	upsert(legacy)
+	if got := list(); len(got) != 3 || got[2].DispatchKey != "" {
+		t.Fatalf("after a registration without a key: %+v", got)
+	}
+	again.DispatchKey = strings.Repeat("cd", 32)
 	upsert(again)
 	upsert(again) // idempotent
 	want := again

@@ -387,7 +387,14 @@ func (p *Peer) Beat(address string) (Response, error) {
 	return p.do(address, fasthttp.MethodGet, protocol.PathBeat, nil, p.cfg.Token, nil)
 }
 
-// Post sends body to path on the executor at address with the given token ("" for none).
+// Do makes a call without a body to path on the executor at address with exactly the given
+// headers: no signature.
+func (p *Peer) Do(address, method, path string, headers map[string]string) (Response, error) {
+	return p.do(address, method, path, nil, "", headers)
+}
+
+// Post sends body to path on the executor at address, signed as the scheduler signs its
+// calls to an executor that registered with token ("" for no signature).
 func (p *Peer) Post(address, path string, body []byte, token string, headers map[string]string) (Response, error) {
 	return p.do(address, fasthttp.MethodPost, path, body, token, headers)
 }
@@ -404,11 +411,12 @@ func (p *Peer) do(address, method, path string, body []byte, token string, heade
 	req.SetRequestURI(scheme + address + path)
 	req.Header.SetMethod(method)
 	req.Header.SetContentType("application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
 	for k, v := range headers {
 		req.Header.Set(k, v)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", protocol.SignCall(protocol.DispatchKey(token), time.Now(), address, path,
+			string(req.Header.Peek("X-Axe-Epoch")), body))
 	}
 	req.SetBody(body)
 	if err := p.client.DoTimeout(req, resp, WaitTimeout); err != nil {

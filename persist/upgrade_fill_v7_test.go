@@ -1,0 +1,33 @@
+//go:build axe_fixture_v7
+
+package persist_test
+
+import "github.com/axe-sched/axe/model"
+
+// fixtureExtras sets, on the fixture's task definitions, the columns that schema versions
+// after 2 added, as far as the schema a fixture is written for has them: each such version
+// has its own file, chosen by build tag when its fixture is written
+// (testdata/upgrade/make-fixture.sh); this one (tag axe_fixture_v7) is that of v7 and v8.
+func fixtureExtras(d *model.TaskDef) {
+	switch d.Name {
+	case "nightly-report":
+		d.OnLost = "resend"
+		d.CronDialect = "unix"
+		d.SensitiveParams = []string{"format"}
+		d.RetainHistoryMS, d.RetainFinishedMS = 30*86_400_000, 7*86_400_000
+	case "welcome-mail":
+		d.OnLost = "fail"
+		d.RetainFinishedMS = 3_600_000
+	case "long-import":
+		d.Cron, d.CronDialect = "0 30 3 ? * MON", "quartz"
+	case "invoice-run":
+		d.CronDialect = "unix"
+	}
+}
+
+// fixtureExecutor sets, on the fixture's executors, the columns later schema versions added:
+// none at this one.
+func fixtureExecutor(*model.Executor) {}
+
+// executorKey is an executor's dispatch key as the snapshot records it: this schema has none.
+func executorKey(model.Executor) string { return "" }
