@@ -33,6 +33,9 @@ var axeBin string
 const binVersion = "v0.0.0-clitest"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envPeer) != "" {
+		os.Exit(peerMain())
+	}
 	dir, err := os.MkdirTemp("", "axe-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cannot make a build directory:", err)
