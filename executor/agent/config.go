@@ -161,6 +161,9 @@ func (c Config) validate() error {
 		return bad("kill_grace_ms", "must be between 1 and %d", maxKillGrace.Milliseconds())
 	case len(c.Handlers) == 0:
 		return bad("handlers", "at least one handler is required")
+	case c.SchedulerToken != "" && c.SchedulerToken != c.Token:
+		return bad("scheduler_token", "is no longer used: the scheduler signs every call to the agent with a key "+
+			"derived from \"token\" instead of sending a token; remove scheduler_token")
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return bad("listen", "%v", err)

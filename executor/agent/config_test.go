@@ -67,6 +67,7 @@ func TestLoadRejectsInvalidConfigNamingTheField(t *testing.T) {
 		{"negative tail", `{"app":"ops",` + scheds + `,"output_tail_bytes":-1,` + handlers + `}`, "output_tail_bytes:"},
 		{"huge tail", `{"app":"ops",` + scheds + `,"output_tail_bytes":999999999,` + handlers + `}`, "output_tail_bytes:"},
 		{"negative grace", `{"app":"ops",` + scheds + `,"kill_grace_ms":-5,` + handlers + `}`, "kill_grace_ms:"},
+		{"own scheduler token", `{"app":"ops","token":"t","scheduler_token":"s",` + scheds + `,` + handlers + `}`, "scheduler_token:"},
 		{"bad listen", `{"app":"ops","listen":"9100",` + scheds + `,` + handlers + `}`, "listen:"},
 		{"bad advertise", `{"app":"ops","advertise":"host",` + scheds + `,` + handlers + `}`, "advertise:"},
 		{"unknown field", `{"app":"ops","hanlders":{},` + scheds + `,` + handlers + `}`, `unknown field "hanlders"`},
