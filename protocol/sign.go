@@ -70,7 +70,9 @@ func parseSignature(h []byte) (at int64, sig []byte, ok bool) {
 		return 0, nil, false
 	}
 	at, err := strconv.ParseInt(string(ts), 10, 64)
-	if err != nil || at < 0 {
+	// Only the form SignCall writes: a canonical time and lower-case hex, so one call has
+	// exactly one valid header.
+	if err != nil || at < 0 || strconv.FormatInt(at, 10) != string(ts) || bytes.ContainsFunc(hexSig, isUpper) {
 		return 0, nil, false
 	}
 	sig = make([]byte, sha256.Size)
@@ -79,6 +81,8 @@ func parseSignature(h []byte) (at int64, sig []byte, ok bool) {
 	}
 	return at, sig, true
 }
+
+func isUpper(r rune) bool { return 'A' <= r && r <= 'Z' }
 
 // fresh reports whether a call signed at (Unix ms) is within SignatureSkew of now.
 func fresh(at int64, now time.Time) bool {
