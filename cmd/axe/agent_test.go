@@ -119,10 +119,15 @@ func apiRuns(t *testing.T, base, task string) []runJSON {
 	if err != nil {
 		return nil
 	}
+	return runsOldestFirst(resp)
+}
+
+// runsOldestFirst decodes a runs listing (newest first), oldest first; nil if it is none.
+func runsOldestFirst(listing []byte) []runJSON {
 	var body struct {
 		Runs []runJSON `json:"runs"`
 	}
-	if json.Unmarshal(resp, &body) != nil {
+	if json.Unmarshal(listing, &body) != nil {
 		return nil
 	}
 	out := body.Runs

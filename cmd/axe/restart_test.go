@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -241,15 +240,5 @@ func TestDispatchSurvivesRestartedPeers(t *testing.T) {
 func tokenRuns(t *testing.T, base, token, task string) []runJSON {
 	t.Helper()
 	_, b := apiCall(t, "GET", base+"/api/v1/tasks/"+task+"/runs?limit=100", token)
-	var body struct {
-		Runs []runJSON `json:"runs"`
-	}
-	if json.Unmarshal(b, &body) != nil {
-		return nil
-	}
-	out := body.Runs
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out
+	return runsOldestFirst(b)
 }
