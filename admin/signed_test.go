@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
 )
 
@@ -186,5 +188,61 @@ func TestExecutorThatPredatesSigningIsToldWhy(t *testing.T) {
 	}
 	if got := signed.runCalls()[0].auth; !strings.HasPrefix(got, protocol.SignatureScheme+" ") || strings.Contains(got, legacy) {
 		t.Errorf("the signing executor got %q, want a signature and no token", got)
+	}
+}
+
+// TestHASignsForExecutorsAfterHandover: after a handover the new primary signs its calls to
+// an executor that registered with the old one, from the key in the store, at once: its
+// first call to the executor, with no new registration, verifies with the key of the
+// executor's token and carries the new epoch.
+func TestHASignsForExecutorsAfterHandover(t *testing.T) {
+	const billingTok = "billing-exec-0123456789"
+	dsn := persisttest.MySQLDSN(t)
+	file := filepath.Join(t.TempDir(), "tokens.json")
+	writeTokenFile(t, file, []admin.TokenEntry{
+		{Name: "ops", Scope: "write", Token: writeTok},
+		{Name: "billing-exec", Scope: "executor", Token: billingTok, Apps: []string{"billing"}},
+	})
+	node := func(id string) *daemon {
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+			c.HA, c.NodeID, c.LeaseTTL, c.LeaseRenew = true, id, 60*time.Second, 500*time.Millisecond
+			c.Security.TokenFile = file
+		})
+		d.token = writeTok
+		return d
+	}
+	a := node("a")
+	ra := a.waitRole(t, "primary", waitTimeout)
+	b := node("b")
+	b.waitRole(t, "backup", waitTimeout)
+	x := newRecordingExecutor(t)
+	reg := map[string]any{"app": "billing", "address": x.addr(), "handlers": []string{"charge"}, "auth": "signed"}
+	a.mustJSON(t, 200, "POST", protocol.PathRegister, reg, nil, bearer(billingTok)...)
+	a.create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 1,
+		"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
+	if err := a.stop(); err != nil {
+		t.Fatalf("graceful stop of the primary: %v", err)
+	}
+	rb := b.waitRole(t, "primary", 15*time.Second)
+	if rb.Epoch <= ra.Epoch {
+		t.Fatalf("epoch after handover = %d, want above %d", rb.Epoch, ra.Epoch)
+	}
+	ticket := b.runNow(t, "charge", nil)
+	var got recordedCall
+	testwait.For(t, waitTimeout, "the new primary's run at the executor", func() bool {
+		for _, c := range x.runCalls() {
+			if strings.Contains(string(c.body), ticket) {
+				got = c
+				return true
+			}
+		}
+		return false
+	})
+	if err := protocol.VerifyCall(protocol.DispatchKey(billingTok), []byte(got.auth), x.addr(), protocol.PathRun,
+		got.epoch, got.body, time.Now()); err != nil {
+		t.Errorf("the new primary's call %q does not verify: %v", got.auth, err)
+	}
+	if got.epoch != strconv.FormatInt(rb.Epoch, 10) {
+		t.Errorf("the call carries epoch %q, want %d", got.epoch, rb.Epoch)
 	}
 }
