@@ -108,7 +108,7 @@ func (e *Executor) requestConfig(h *fasthttp.RequestHeader) fasthttp.RequestConf
 }
 
 // requestError answers a request fasthttp could not read, in the protocol's error shape: 401
-// for a body refused because the caller has no scheduler token (what it would have got had
+// for a body refused because the caller has no plausible scheduler signature (what it would have got had
 // the body been small), 413 naming the limit for any other body over its limit; otherwise
 // fasthttp's own statuses (431 for headers over the read buffer, 408 for a read that timed
 // out, 400 for the rest).
