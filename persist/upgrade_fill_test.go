@@ -26,7 +26,7 @@ func fixtureExtras(d *model.TaskDef) {
 }
 
 // fixtureExecutor sets, on the fixture's executors, the columns schema versions after 2
-// added: the dispatch key of step 8 on the one executor that registered with signed calls.
+// added: the dispatch key of step 9 on the one executor that registered with signed calls.
 func fixtureExecutor(e *model.Executor) {
 	if e.Address == "10.0.0.7:9100" {
 		e.DispatchKey = "5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a"

@@ -53,7 +53,7 @@ type storeSnapshot struct {
 	Runs      []model.Run      `json:"runs"`      // GetRun of every ticket ListRuns gives, by task then newest first
 	Actions   []model.Action   `json:"actions"`   // ListActions of every task and of task 0 (alerts)
 	Executors []model.Executor `json:"executors"` // ListExecutors
-	// DispatchKeys holds the executors' dispatch keys (schema step 8; none before), by
+	// DispatchKeys holds the executors' dispatch keys (schema step 9; none before), by
 	// app@address: model.Executor never shows them.
 	DispatchKeys map[string]string  `json:"dispatch_keys,omitempty"`
 	LeaseName    string             `json:"lease_name"`  // the lease row the fixture holds
