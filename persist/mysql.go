@@ -41,7 +41,13 @@ const (
 )
 
 func openMySQL(dsn string, opts OpenOptions) (*sqlStore, error) {
-	cfg, err := mysql.ParseDSN(dsn)
+	// Several addresses (a Galera cluster's nodes, mysqlhosts.go): the driver parses the
+	// DSN with the first, and each node gets a copy of that configuration.
+	prefix, addrs, suffix, err := splitHosts(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("cannot parse mysql DSN: %w", err)
+	}
+	cfg, err := mysql.ParseDSN(prefix + addrs[0] + suffix)
 	if err != nil {
 		return nil, fmt.Errorf("cannot parse mysql DSN: %w", err)
 	}
@@ -51,11 +57,11 @@ func openMySQL(dsn string, opts OpenOptions) (*sqlStore, error) {
 	if !strings.Contains(dsn, "interpolateParams=") {
 		cfg.InterpolateParams = true
 	}
-	connector, err := mysql.NewConnector(cfg)
+	hosts, err := newHostSet(cfg, addrs)
 	if err != nil {
-		return nil, fmt.Errorf("cannot open mysql store: %w", err)
+		return nil, err
 	}
-	bc := batchConnector{Connector: connector, waitTimeoutUsed: new(atomic.Bool)}
+	bc := batchConnector{hosts: hosts, waitTimeoutUsed: new(atomic.Bool)}
 	if opts.TxIdleTimeout > 0 {
 		bc.txIdleSec = int(max(1, (opts.TxIdleTimeout+time.Second-1)/time.Second))
 	}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"strconv"
 	"sync/atomic"
+	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -20,9 +22,10 @@ import (
 // connection reuses, and the multi-row statements are prepared once per connection and
 // closed with it.
 
-// batchConnector makes the pool's connections batchConns.
+// batchConnector makes the pool's connections batchConns, each to the node of hosts in use
+// (mysqlhosts.go).
 type batchConnector struct {
-	driver.Connector
+	hosts *hostSet
 	// txIdleSec, when > 0, bounds how long the server keeps a transaction that sits idle
 	// (OpenOptions.TxIdleTimeout): idle_transaction_timeout on MariaDB, wait_timeout where
 	// that variable is unknown (MySQL), which then also closes idle pooled connections, so
@@ -32,18 +35,24 @@ type batchConnector struct {
 }
 
 func (c batchConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	dc, err := c.Connector.Connect(ctx)
+	dc, host, err := c.hosts.connect(ctx, func(ctx context.Context, dc driver.Conn) error {
+		if c.txIdleSec > 0 {
+			return c.boundIdleTransactions(ctx, dc)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if c.txIdleSec > 0 {
-		if err := c.boundIdleTransactions(ctx, dc); err != nil {
-			_ = dc.Close()
-			return nil, err
-		}
+	bc, err := newBatchConn(dc)
+	if err != nil {
+		return nil, err
 	}
-	return newBatchConn(dc)
+	bc.hosts, bc.host = c.hosts, host
+	return bc, nil
 }
+
+func (c batchConnector) Driver() driver.Driver { return c.hosts.connectors[0].Driver() }
 
 // boundIdleTransactions sets the session's idle-transaction bound. A process stopped in the
 // middle of a transaction (SIGSTOP, a long GC pause, a frozen VM) keeps its row locks for as
@@ -90,6 +99,92 @@ type batchConn struct {
 	stmts map[batchStmtKey]driver.Stmt
 	// args is the argument buffer every batch statement reuses.
 	args []driver.NamedValue
+	// hosts and host are the store's nodes and the index of this connection's. lost is set
+	// when a statement found the node gone or refusing: the pool then discards the
+	// connection (IsValid).
+	hosts *hostSet
+	host  int
+	lost  atomic.Bool
+}
+
+// seen notes what err says of the connection's node. A node outside the primary component
+// refuses every statement (nothing ran): that error also wraps driver.ErrBadConn, so that
+// database/sql runs a statement outside a transaction again on another connection, which
+// the connector opens to a node that passes the check.
+func (bc *batchConn) seen(err error) error {
+	if err == nil || errors.Is(err, driver.ErrSkip) || !nodeLost(err) {
+		return err
+	}
+	bc.lost.Store(true)
+	bc.hosts.retire(bc.host)
+	if mysqlErrIs(err, mysqlErrWsrepNotReady) {
+		return errors.Join(err, driver.ErrBadConn)
+	}
+	return err
+}
+
+// ExecContext, QueryContext, PrepareContext and BeginTx are the driver's, noting what their
+// errors say of the node (seen).
+func (bc *batchConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	res, err := bc.mysqlDriverConn.ExecContext(ctx, query, args)
+	return res, bc.seen(err)
+}
+
+func (bc *batchConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	rows, err := bc.mysqlDriverConn.QueryContext(ctx, query, args)
+	return rows, bc.seen(err)
+}
+
+func (bc *batchConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	st, err := bc.mysqlDriverConn.PrepareContext(ctx, query)
+	return st, bc.seen(err)
+}
+
+func (bc *batchConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if _, err := bc.mysqlDriverConn.BeginTx(ctx, opts); err != nil {
+		return nil, bc.seen(err)
+	}
+	return &boundTx{bc: bc, ctx: ctx}, nil
+}
+
+// rollbackTimeout bounds a rollback: it must not hang on a frozen node, and it runs after its
+// transaction's context may have ended.
+const rollbackTimeout = 10 * time.Second
+
+// boundTx is a transaction on a batchConn whose commit is bounded by the context it began
+// with. The driver's own commit watches no context, so on a frozen node (its socket open,
+// nothing answering) it would wait for as long as the node is frozen, whatever the caller's
+// deadline; the driver's transaction is no more than its COMMIT and ROLLBACK statements,
+// which this sends itself.
+type boundTx struct {
+	bc  *batchConn
+	ctx context.Context
+}
+
+func (t *boundTx) Commit() error {
+	_, err := t.bc.ExecContext(t.ctx, "COMMIT", nil)
+	return err
+}
+
+func (t *boundTx) Rollback() error {
+	ctx, cancel := context.WithTimeout(context.Background(), rollbackTimeout)
+	defer cancel()
+	_, err := t.bc.ExecContext(ctx, "ROLLBACK", nil)
+	return err
+}
+
+// ResetSession refuses (driver.ErrBadConn: the pool takes another connection) a connection
+// whose node was found gone, or is no longer the one new connections go to.
+func (bc *batchConn) ResetSession(ctx context.Context) error {
+	if bc.lost.Load() || bc.hosts.retired(bc.host) {
+		return driver.ErrBadConn
+	}
+	return bc.mysqlDriverConn.ResetSession(ctx)
+}
+
+// IsValid makes the pool discard such a connection when it is given back.
+func (bc *batchConn) IsValid() bool {
+	return !bc.lost.Load() && !bc.hosts.retired(bc.host) && bc.mysqlDriverConn.IsValid()
 }
 
 func newBatchConn(dc driver.Conn) (*batchConn, error) {
@@ -111,6 +206,67 @@ func (bc *batchConn) Close() error {
 	return bc.mysqlDriverConn.Close()
 }
 
+// batchRetries bounds how often a batch runs again on another connection (onBatchConn).
+const batchRetries = 2
+
+var (
+	batchRetriesNodeLost = metrics.GetOrCreateCounter(`axe_store_batch_retries_total{reason="node_lost"}`)
+	batchRetriesConflict = metrics.GetOrCreateCounter(`axe_store_batch_retries_total{reason="conflict"}`)
+)
+
+// onBatchConn runs fn in a transaction on one of the pool's batch connections. The pool's
+// liveness check discards a connection the server dropped before handing it out
+// (TestMySQLBatchConn); a failed rollback (connTx.rollback) or a lost node (batchConn.seen)
+// makes the pool discard it after use.
+//
+// fn runs again, on another connection, when it failed before its commit was sent because
+// the connection's node was lost (the server rolls back a transaction whose connection
+// breaks, and a node outside the primary component commits nothing) or because a statement
+// was rolled back as a deadlock: its transaction applied nothing. So the loss of a database
+// node fails only the batches whose commit was in flight, whose outcome is unknown. An error
+// of the commit itself is never retried, a deadlock included (a Galera certification
+// conflict surfaces there): a node that leaves the primary component during a commit can
+// report a deadlock for a write set the others commit.
+func (s *sqlStore) onBatchConn(ctx context.Context, fn func(*connTx) error) error {
+	for attempt := 0; ; attempt++ {
+		var tx *connTx
+		err := s.withBatchConn(ctx, func(bc *batchConn) error {
+			var err error
+			if tx, err = bc.begin(ctx); err != nil {
+				return fmt.Errorf("cannot begin batch: %w", err)
+			}
+			return fn(tx)
+		})
+		if err == nil || attempt >= batchRetries || ctx.Err() != nil || (tx != nil && tx.commitSent) {
+			return err
+		}
+		switch {
+		case s.d.isRetryable(err):
+			batchRetriesConflict.Inc()
+		case nodeLost(err):
+			batchRetriesNodeLost.Inc()
+		default:
+			return err
+		}
+	}
+}
+
+// withBatchConn runs fn on one of the pool's batch connections.
+func (s *sqlStore) withBatchConn(ctx context.Context, fn func(*batchConn) error) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot begin batch: %w", err)
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		bc, ok := dc.(*batchConn)
+		if !ok {
+			return fmt.Errorf("cannot begin batch: %T is not a batch connection", dc)
+		}
+		return fn(bc)
+	})
+}
+
 // begin starts a batch transaction on the connection.
 func (bc *batchConn) begin(ctx context.Context) (*connTx, error) {
 	tx, err := bc.BeginTx(ctx, driver.TxOptions{})
@@ -124,6 +280,9 @@ func (bc *batchConn) begin(ctx context.Context) (*connTx, error) {
 type connTx struct {
 	bc *batchConn
 	tx driver.Tx
+	// commitSent is set once the commit is sent: from then on a lost node leaves the
+	// outcome unknown.
+	commitSent bool
 }
 
 // bind fills the connection's argument buffer with args, converted as database/sql would
@@ -176,7 +335,8 @@ func (t *connTx) execOnce(ctx context.Context, query string, nv []driver.NamedVa
 		return nil, err
 	}
 	defer st.Close()
-	return st.(driver.StmtExecContext).ExecContext(ctx, nv)
+	res, err := st.(driver.StmtExecContext).ExecContext(ctx, nv)
+	return res, t.bc.seen(err)
 }
 
 func (t *connTx) execPrepared(ctx context.Context, key batchStmtKey, ncols int, args []any) (int64, error) {
@@ -202,7 +362,8 @@ func (t *connTx) execPreparedResult(ctx context.Context, key batchStmtKey, ncols
 		return nil, err
 	}
 	defer t.unbind()
-	return st.(driver.StmtExecContext).ExecContext(ctx, nv)
+	res, err := st.(driver.StmtExecContext).ExecContext(ctx, nv)
+	return res, t.bc.seen(err)
 }
 
 // query runs a read on the driver connection with args bound in the connection's buffer,
@@ -218,6 +379,7 @@ func (t *connTx) query(ctx context.Context, query string, args []any) (rows driv
 	if errors.Is(err, driver.ErrSkip) {
 		if st, err = t.bc.PrepareContext(ctx, query); err == nil {
 			rows, err = st.(driver.StmtQueryContext).QueryContext(ctx, nv)
+			err = t.bc.seen(err)
 		}
 	}
 	done = func() {
@@ -291,7 +453,10 @@ func (t *connTx) queryIDNames(ctx context.Context, query string, args []any, row
 	}
 }
 
-func (t *connTx) commit() error { return t.tx.Commit() }
+func (t *connTx) commit() error {
+	t.commitSent = true
+	return t.tx.Commit()
+}
 
 // rollback rolls the transaction back. When that fails, the connection's state is unknown:
 // the error then also wraps driver.ErrBadConn, which makes the pool discard the connection

@@ -117,25 +117,7 @@ func (s *sqlStore) applyBatch(ctx context.Context, b *Batch, guarded map[int64]c
 		}
 		return s.runBatch(ctx, sqlTx{tx}, b, guarded)
 	}
-	// The pool's liveness check discards a connection the server dropped before handing it
-	// out (TestMySQLBatchConn); a failed rollback (connTx.rollback) makes the pool discard
-	// the connection after use.
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("cannot begin batch: %w", err)
-	}
-	defer conn.Close()
-	return conn.Raw(func(dc any) error {
-		bc, ok := dc.(*batchConn)
-		if !ok {
-			return fmt.Errorf("cannot begin batch: %T is not a batch connection", dc)
-		}
-		tx, err := bc.begin(ctx)
-		if err != nil {
-			return fmt.Errorf("cannot begin batch: %w", err)
-		}
-		return s.runBatch(ctx, tx, b, guarded)
-	})
+	return s.onBatchConn(ctx, func(tx *connTx) error { return s.runBatch(ctx, tx, b, guarded) })
 }
 
 // runBatch writes b in tx and commits it, or rolls it back on failure.
