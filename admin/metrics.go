@@ -70,6 +70,9 @@ var metricHelp = map[string]metricMeta{
 	"axe_writer_queue_depth":             {"gauge", "Transitions waiting for the batched writer."},
 	"axe_writer_fenced_groups_total":     {"counter", "Writes refused because this node's lease epoch was no longer current."},
 	"axe_store_batch_guard_misses_total": {"counter", "Batches run again the reading way after a guarded write missed a row."},
+	"axe_store_batch_retries_total":      {"counter", "Batches run again on another connection because they failed before their commit was sent, by reason (node_lost, conflict)."},
+	"axe_store_db_node_refusals_total":   {"counter", "Connection attempts to a database node that failed, or that failed the Galera node check."},
+	"axe_store_db_node_switches_total":   {"counter", "Connections made to another database node than the one before."},
 	"axe_writer_refused_groups_total":    {"counter", "Groups the batched writer refused to queue because it was busy (creates answered 429)."},
 	"axe_pruned_rows_total":              {"counter", "Rows deleted by retention, by table (task_run, task_action, task_def)."},
 	// HA and build.

@@ -17,6 +17,7 @@ const (
 //
 //	sqlite:PATH                         embedded SQLite file (created when missing)
 //	mysql:USER:PASS@tcp(HOST:PORT)/DB   MySQL or MariaDB, a go-sql-driver DSN
+//	mysql:USER:PASS@tcp(H1:P,H2:P,H3:P)/DB   the nodes of a MariaDB Galera cluster (mysqlhosts.go)
 //
 // SQLite runs in WAL mode with synchronous=NORMAL: a committed batch survives the axe process
 // being killed (not necessarily a power loss). MySQL gets interpolateParams=true unless the

@@ -51,11 +51,15 @@ else
 fi
 
 # The console's browser tests drive Debian's chromium; the metrics and alert-rule tests run
-# promtool from Debian's prometheus package. Install them when missing (as root), and then
-# require them, so the tests fail rather than skip.
+# promtool from Debian's prometheus package; the Galera tests (internal/galeratest, persist's
+# TestGalera) start a three-node cluster on loopback with mariadbd, galera-4 and rsync. Install
+# them when missing (as root), and then require them, so the tests fail rather than skip.
+galera_lib=/usr/lib/galera/libgalera_smm.so
 need_pkgs=()
 command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
 command -v promtool >/dev/null 2>&1 || need_pkgs+=(prometheus)
+[ -e "$galera_lib" ] || need_pkgs+=(galera-4)
+command -v rsync >/dev/null 2>&1 || need_pkgs+=(rsync)
 if [ ${#need_pkgs[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   say "installing ${need_pkgs[*]} from Debian's packages"
   export DEBIAN_FRONTEND=noninteractive
@@ -64,6 +68,9 @@ if [ ${#need_pkgs[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
 fi
 if command -v chromium >/dev/null 2>&1; then export AXE_REQUIRE_BROWSER=1; fi
 if command -v promtool >/dev/null 2>&1; then export AXE_REQUIRE_PROMTOOL=1; fi
+if [ -e "$galera_lib" ] && [ -x /usr/sbin/mariadbd ] && command -v rsync >/dev/null 2>&1; then
+  export AXE_REQUIRE_GALERA=1
+fi
 export AXE_ARTIFACTS="${AXE_ARTIFACTS:-$PWD/artifacts}"
 
 if [ $# -eq 0 ]; then

@@ -22,7 +22,7 @@ func serveCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("axe serve", flag.ContinueOnError)
 	var cfg admin.DaemonConfig
 	fs.StringVar(&cfg.Addr, "addr", admin.AddrDefault, "listen address (AXE_ADDR)")
-	fs.StringVar(&cfg.DB, "db", admin.DBDefault, "store: sqlite:PATH or mysql:USER:PASS@tcp(HOST:3306)/DB (AXE_DB)")
+	fs.StringVar(&cfg.DB, "db", admin.DBDefault, "store: sqlite:PATH or mysql:USER:PASS@tcp(HOST:3306)/DB; several HOST:PORT, comma-separated, for a Galera cluster (AXE_DB)")
 	fs.StringVar(&cfg.Token, "token", "", "require Authorization: Bearer TOKEN on the API (AXE_TOKEN)")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this scheduler's name in the lease, the nodes table and action records; default hostname:port (AXE_NODE_ID)")
 	fs.BoolVar(&cfg.HA, "ha", false, "run as the primary or a backup of a shared MySQL database, by a lease (AXE_HA)")
