@@ -688,22 +688,22 @@ func testGaleraSchemaLock(t *testing.T, ctx context.Context, c *galeratest.Clust
 
 // ---- the fence ----
 
-// fenceGate is a context whose Err blocks the first time a batch asks for it past its fence
-// check: in the driver's check before the batch's next statement, so the batch holds its
-// transaction open with the fence row read under a shared lock, as a batch of an old
-// primary still committing does. paused is closed then; the batch goes on once resume is
-// closed.
-type fenceGate struct {
+// batchGate is a context whose Err blocks the first time a batch asks for it past its fence
+// check (or, unfenced, at its first write): in the driver's check before the statement, so
+// the batch holds its transaction open, with a fence row read under a shared lock, as a
+// batch of an old primary still committing does. paused is closed then; the batch goes on
+// once resume is closed.
+type batchGate struct {
 	context.Context
 	paused, resume chan struct{}
 	once           sync.Once
 }
 
-func newFenceGate(ctx context.Context) *fenceGate {
-	return &fenceGate{Context: ctx, paused: make(chan struct{}), resume: make(chan struct{})}
+func newBatchGate(ctx context.Context) *batchGate {
+	return &batchGate{Context: ctx, paused: make(chan struct{}), resume: make(chan struct{})}
 }
 
-func (g *fenceGate) Err() error {
+func (g *batchGate) Err() error {
 	if pastFenceCheck() {
 		g.once.Do(func() {
 			close(g.paused)
@@ -737,7 +737,7 @@ type fenceSetup struct {
 	start     int64 // the task's version before the paused batch
 	lease     string
 	epoch     int64
-	gate      *fenceGate
+	gate      *batchGate
 	done      chan error // the paused batch's result
 }
 
@@ -753,7 +753,7 @@ func startFenced(t *testing.T, ctx context.Context, c *galeratest.Cluster, db st
 	f.epoch, f.start = l.Epoch, f.k.rt.Version
 	b := batchOf(f.k.next())
 	b.LeaseName, b.Epoch = lease, l.Epoch
-	f.gate = newFenceGate(ctx)
+	f.gate = newBatchGate(ctx)
 	go func() { f.done <- f.old.ApplyBatch(f.gate, b) }()
 	select {
 	case <-f.gate.paused:

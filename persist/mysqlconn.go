@@ -229,15 +229,21 @@ var (
 // report a deadlock for a write set the others commit.
 func (s *sqlStore) onBatchConn(ctx context.Context, fn func(*connTx) error) error {
 	for attempt := 0; ; attempt++ {
-		var tx *connTx
+		var (
+			tx       *connTx
+			acquired bool
+		)
 		err := s.withBatchConn(ctx, func(bc *batchConn) error {
+			acquired = true
 			var err error
 			if tx, err = bc.begin(ctx); err != nil {
 				return fmt.Errorf("cannot begin batch: %w", err)
 			}
 			return fn(tx)
 		})
-		if err == nil || attempt >= batchRetries || ctx.Err() != nil || (tx != nil && tx.commitSent) {
+		// No connection at all: database/sql and the connector have tried every node
+		// already.
+		if err == nil || !acquired || attempt >= batchRetries || ctx.Err() != nil || (tx != nil && tx.commitSent) {
 			return err
 		}
 		switch {
