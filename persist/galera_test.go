@@ -29,10 +29,12 @@ import (
 // galeraTimeout bounds each subtest, a node's rejoin included.
 const galeraTimeout = 4 * time.Minute
 
-// galeraOpTimeout bounds each store call of the failover writers: the bound an HA node's
-// lease calls have (ha.Elector), without which a call on a frozen node waits for as long as
-// the node is frozen.
-const galeraOpTimeout = 5 * time.Second
+// galeraOpTimeout bounds each store call of the failover writers, as an HA node's lease
+// calls are bounded (ha.Elector): without a bound a call on a frozen node waits for as long
+// as the node is frozen. It is longer than the time the cluster holds every commit and
+// causal read after losing a node, until it has evicted it (Galera's evs.suspect_timeout,
+// 5 s): a shorter bound also fails calls begun in that time, after the loss.
+const galeraOpTimeout = 15 * time.Second
 
 func TestGalera(t *testing.T) {
 	c := galeratest.Start(t)
@@ -412,13 +414,13 @@ func testGaleraFailover(t *testing.T, ctx context.Context, c *galeratest.Cluster
 		t.Fatalf("the store is on node %q (%v), want n1, the first listed", node, err)
 	}
 	switches := counterValue("axe_store_db_node_switches_total")
-	ws, _ := runWriters(t, ctx, s, 4, func() error { return fault(c.Node(0)) })
+	ws, at := runWriters(t, ctx, s, 4, func() error { return fault(c.Node(0)) })
 	for i, w := range ws {
 		if len(w.failed) > 1 {
 			t.Errorf("writer %d saw %d failed calls, want at most the one in flight: %v", i, len(w.failed), w.failed)
 		}
 		for _, f := range w.failed {
-			t.Logf("writer %d: the call in flight failed: %v", i, f.err)
+			t.Logf("writer %d: a call begun %s after the fault failed: %v", i, f.began.Sub(at).Round(time.Millisecond), f.err)
 		}
 	}
 	if node, err := storeNode(ctx, s); err != nil || node != "n2" {
