@@ -6,7 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"regexp"
 	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Sizes of message fields both sides enforce. The SDK clips what it sends to them, so a
@@ -59,38 +64,130 @@ func (e *FieldError) Error() string {
 // Is makes every FieldError an ErrMalformed.
 func (e *FieldError) Is(target error) bool { return target == ErrMalformed }
 
-// Decode decodes one protocol message strictly: body must be exactly one JSON object, every
-// field of it known to v, and nothing after it. The error names the offending field.
+// Decode decodes one JSON body strictly, the one decoder of every body axe reads (the API's
+// and both sides of the executor protocol): body must be exactly one JSON object (or what v
+// takes), every field of it known to v and matched exactly (no other case), no key twice
+// in any object, every string valid UTF-8 (a lone UTF-16 surrogate escape included), and
+// nothing after it. The error is a *FieldError naming the offending field ("callback.url",
+// "depends_on[2]"); it never quotes the body's bytes.
+//
+// It is github.com/go-json-experiment/json (the proposed encoding/json/v2), whose defaults
+// refuse repeated keys and invalid UTF-8 as they are read, in the same pass that decodes:
+// encoding/json merges repeats silently (the last wins) and passes invalid bytes of a raw
+// field through to the store, which refuses them.
 func Decode(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
+	if err := jsonv2.UnmarshalDecode(dec, v, strictOptions); err != nil {
 		return jsonError(err)
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return &FieldError{Msg: "invalid JSON: trailing data after the object"}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return &FieldError{Msg: "invalid JSON: trailing data after the value"}
 	}
 	return nil
 }
 
-// jsonError words an encoding/json error as a FieldError naming the field it is about.
+// strictOptions are Decode's options beyond the strict defaults of jsontext (no repeated
+// key, valid UTF-8 only).
+var strictOptions = jsonv2.RejectUnknownMembers(true)
+
+// jsonError words an error of Decode as a FieldError naming the field it is about.
 func jsonError(err error) error {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		if te.Field == "" {
-			return &FieldError{Msg: "invalid JSON: the body must be a JSON object, got " + te.Value}
-		}
-		return &FieldError{Field: te.Field, Msg: fmt.Sprintf("must be %s, got %s", te.Type.String(), te.Value)}
-	}
-	msg := strings.TrimPrefix(err.Error(), "json: ")
-	if name, ok := strings.CutPrefix(msg, "unknown field "); ok {
-		return &FieldError{Field: strings.Trim(name, `"`), Msg: "unknown field"}
-	}
-	if errors.Is(err, io.EOF) {
+	var (
+		se *jsonv2.SemanticError
+		sy *jsontext.SyntacticError
+	)
+	switch {
+	case errors.Is(err, io.EOF), errors.As(err, &sy) && sy.ByteOffset == 0 && errors.Is(sy.Err, io.ErrUnexpectedEOF):
 		return &FieldError{Msg: "invalid JSON: empty body"}
+	case errors.As(err, &sy):
+		field := FieldOf(string(sy.JSONPointer))
+		switch why := sy.Err.Error(); {
+		case errors.Is(sy.Err, jsontext.ErrDuplicateName):
+			return &FieldError{Field: field, Msg: "repeated key: each key may appear once in an object"}
+		case why == "invalid UTF-8":
+			return &FieldError{Field: field, Msg: "invalid UTF-8 in a string"}
+		case strings.HasPrefix(why, "invalid surrogate pair"):
+			return &FieldError{Field: field, Msg: "a lone UTF-16 surrogate (\\ud800-\\udfff) in a string is not a character"}
+		case errors.Is(sy.Err, io.ErrUnexpectedEOF):
+			return &FieldError{Msg: fmt.Sprintf("invalid JSON: the body ends at byte %d, inside a value", sy.ByteOffset)}
+		default:
+			return &FieldError{Field: field, Msg: fmt.Sprintf("invalid JSON at byte %d: %s", sy.ByteOffset, unquote(why))}
+		}
+	case errors.As(err, &se):
+		field := FieldOf(string(se.JSONPointer))
+		switch {
+		case errors.Is(se.Err, jsonv2.ErrUnknownName):
+			return &FieldError{Field: field, Msg: "unknown field"}
+		case field == "" && se.GoType != nil && kindOf(se.GoType) == "an object":
+			return &FieldError{Msg: "invalid JSON: the body must be a JSON object, got " + jsonKind(se.JSONKind)}
+		case field == "" && se.GoType != nil:
+			return &FieldError{Msg: "invalid JSON: the body must be a JSON " + kindOf(se.GoType) + ", got " + jsonKind(se.JSONKind)}
+		case se.GoType != nil:
+			return &FieldError{Field: field, Msg: "must be " + kindOf(se.GoType) + ", got " + jsonKind(se.JSONKind)}
+		}
+		return &FieldError{Field: field, Msg: "invalid value"}
 	}
-	return &FieldError{Msg: "invalid JSON: " + msg}
+	return &FieldError{Msg: "invalid JSON"}
 }
+
+// FieldOf turns a JSON Pointer (RFC 6901) into the field name errors use: "/callback/url"
+// is "callback.url", "/depends_on/2" is "depends_on[2]", "/0/name" is "[0].name".
+func FieldOf(pointer string) string {
+	if pointer == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, tok := range strings.Split(strings.TrimPrefix(pointer, "/"), "/") {
+		if tok != "" && strings.Trim(tok, "0123456789") == "" {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(strings.NewReplacer("~1", "/", "~0", "~").Replace(tok))
+	}
+	return b.String()
+}
+
+// kindOf says what JSON a Go type takes, in encoding/json's words (clients match them):
+// "string", "int64", "[]string"; "an object" for a struct or a map.
+func kindOf(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() == reflect.Struct || t.Kind() == reflect.Map {
+		return "an object"
+	}
+	return t.String()
+}
+
+// jsonKind names the kind of a JSON value as jsontext reports it, in encoding/json's words.
+func jsonKind(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 'f', 't':
+		return "bool"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "another value"
+}
+
+// unquote drops what a jsontext message quotes of the input (a character, a fragment), so
+// that no error repeats a body's bytes: a token file's error must never show a token.
+func unquote(msg string) string {
+	return quotedInput.ReplaceAllString(msg, "")
+}
+
+var quotedInput = regexp.MustCompile("\\s*(`[^`]*`|'(\\\\.|[^'])*')")
 
 func malformed(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
@@ -209,9 +306,9 @@ func (k *Kill) Check() error {
 // A batch is decoded in one pass, and each result then checked: a body every result of which
 // decodes (what an executor sends) costs one scan and one copy of it. Only when that pass
 // fails is the body decoded again, result by result (decodeResultBatchEach), to tell which
-// results are malformed; both ways judge every result alike (FuzzDecodeResultBatch). Where
-// the body repeats its "results" key, encoding/json merges the repeats into the results it
-// already decoded, so the two may differ there; the SDK never sends that.
+// results are malformed; both ways judge every result alike (FuzzDecodeResultBatch). A body
+// that is not strict JSON as a whole (a repeated key or invalid UTF-8 anywhere in it, a
+// syntax error) is refused whole: only a result of the wrong shape refuses itself alone.
 func DecodeResultBatch(body []byte) (results []Result, errs []error, err error) {
 	var whole struct {
 		Results []Result `json:"results"`
