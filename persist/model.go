@@ -37,6 +37,9 @@ var (
 	// ErrWriterBusy is returned by Writer.Offer when the writer's queue is too full to take
 	// more work that can wait (API creates); the caller should retry later.
 	ErrWriterBusy = errors.New("writer busy")
+	// ErrRejected is what a *RejectedError (a group the database refused for its values) and
+	// a *ColumnError (a definition CheckTaskDef finds it would refuse) are.
+	ErrRejected = errors.New("refused by the store")
 )
 
 // DueRef names a task due at NextTriggerTime; see Store.LoadDueRefs.

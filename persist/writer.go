@@ -53,6 +53,8 @@ var (
 	writerQueueDepth     = metrics.GetOrCreateGauge("axe_writer_queue_depth", nil)
 	writerFailedByFences = metrics.GetOrCreateCounter("axe_writer_fenced_groups_total")
 	writerRefused        = metrics.GetOrCreateCounter("axe_writer_refused_groups_total")
+	writerRefusals       = metrics.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="rejected"}`)
+	writerRejected       = metrics.GetOrCreateCounter("axe_writer_rejected_groups_total")
 )
 
 // WriterConfig configures a Writer. The zero value is usable: every zero field takes its
@@ -143,8 +145,9 @@ type Group struct {
 	// Done is called exactly once, from the writer goroutine, when the group is durable
 	// (nil; each of Transitions then has Runtime.Version = ExpectVersion+1) or definitively
 	// failed: a *ConflictError (indexes into this group's
-	// Transitions), a *FireRefusedError (indexes into this group's Fires), an error wrapping
-	// ErrLeaseLost, or the error of Stop's context. It must not block: it runs on the only
+	// Transitions), a *FireRefusedError (indexes into this group's Fires), a *RejectedError
+	// (the database refused its values), an error wrapping ErrLeaseLost, or the error of
+	// Stop's context. It must not block: it runs on the only
 	// goroutine that commits. May be nil.
 	Done func(err error)
 	// Fires are fire records (Batch.Fires): inserted, refused when the run exists.
@@ -194,10 +197,18 @@ func (g *Group) rows() int {
 //     The epoch is that of the batch, not of the decision: groups decided under an epoch
 //     must not still be queued when Epoch starts returning a newer one (a deposed primary
 //     stops its writer before it campaigns again).
-//   - Transient errors (database down, deadlock, reset connection) are logged and the same
-//     batch is retried with exponential backoff RetryMin..RetryMax, without end, until Stop's
-//     context ends. Nothing is dropped or reordered meanwhile; Submit blocks once the queue
-//     is full.
+//   - Refusals. When the database refuses a batch for the values it holds (invalid UTF-8, a
+//     string over its column, a number out of range: isRefusal, by the MySQL error number or
+//     the SQLite result code), retrying it cannot help. The writer commits ever smaller
+//     prefixes of the batch until the refused group is alone, fails that group with a
+//     *RejectedError (ErrRejected), and goes on with the rest; every group that can land
+//     lands, in submission order. A refusal is an answer, not a stall. The engine keeps what
+//     the store could refuse out of the writer in the first place (CheckTaskDef); this is
+//     what keeps one that slipped through from stalling every later write.
+//   - Transient errors (database down, deadlock, reset connection, anything not a refusal)
+//     are logged and the same batch is retried with exponential backoff RetryMin..RetryMax,
+//     without end, until Stop's context ends. Nothing is dropped or reordered meanwhile;
+//     Submit blocks once the queue is full.
 //
 // A commit whose outcome is unknown (the connection broke after COMMIT was sent) is retried
 // like any transient error; if it had in fact landed, the retry's transitions conflict and
@@ -570,12 +581,20 @@ func (w *Writer) commit(items []queuedGroup) {
 	clear(w.errs)
 }
 
-// apply commits the live groups, dropping conflicting ones and retrying transient failures,
-// until the batch lands or must be failed whole.
+// apply commits the live groups, dropping conflicting ones, isolating refused ones and
+// retrying transient failures, until every group landed or failed.
+//
+// It commits a prefix of the live groups at a time, w.live[:n]: all of them at first. When
+// the store refuses that prefix for the values it holds (isRefusal), the prefix is halved
+// until the group it refuses is alone; that group fails with a *RejectedError, and the rest
+// is tried whole again. Each commit lands a prefix of what is left, so the groups that land
+// still land in submission order, each whole, and only the refused ones fail. A batch with
+// one refused group of k costs about 2·log2(k) more commits.
 func (w *Writer) apply(items []queuedGroup, epoch int64) {
 	backoff := w.cfg.RetryMin
+	n := len(w.live)
 	for attempt := 1; len(w.live) > 0; attempt++ {
-		rows := w.build(items, epoch)
+		rows := w.build(items, n, epoch)
 		start := time.Now()
 		err := w.store.ApplyBatch(w.runCtx, &w.batch)
 		writerCommitDuration.UpdateDuration(start)
@@ -583,22 +602,28 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			w.stall.Store(nil)
 			writerCommits.Inc()
 			writerBatchRows.Update(float64(rows))
-			for _, i := range w.live {
+			for _, i := range w.live[:n] {
 				ts := items[i].g.Transitions
 				for j := range ts {
 					ts[j].Runtime.Version = ts[j].ExpectVersion + 1
 				}
 			}
-			return
+			w.live = w.live[n:]
+			n = len(w.live)
+			attempt, backoff = 0, w.cfg.RetryMin
+			continue
 		}
 
+		before := len(w.live)
 		var conflict *ConflictError
 		if errors.As(err, &conflict) && w.dropConflicts(conflict) {
+			n -= before - len(w.live)
 			attempt = 0 // a conflict is an answer, not a failure: no backoff
 			continue
 		}
 		var refused *FireRefusedError
 		if errors.As(err, &refused) && w.dropRefused(refused) {
+			n -= before - len(w.live)
 			attempt = 0 // an answer too, as a conflict is
 			continue
 		}
@@ -617,10 +642,27 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			w.failLive(w.abortError())
 			return
 		}
+		if isRefusal(err) {
+			writerRefusals.Inc()
+			attempt = 0 // an answer: retrying the same rows cannot help
+			if n > 1 {
+				w.cfg.Logger.Warn("the store refused a batch for its values; isolating the refused group",
+					"groups", n, "rows", rows, "error", err)
+				n = (n + 1) / 2
+				continue
+			}
+			w.stall.Store(nil)
+			writerRejected.Inc()
+			w.cfg.Logger.Error("the store refused a group for its values; failing it", "rows", rows, "error", err)
+			w.errs[w.live[0]] = &RejectedError{Err: err}
+			w.live = w.live[1:]
+			n = len(w.live)
+			continue
+		}
 		writerCommitErrors.Inc()
 		w.stalled(err)
 		w.cfg.Logger.Warn("cannot commit batch, retrying",
-			"attempt", attempt, "groups", len(w.live), "rows", rows, "backoff", backoff, "error", err)
+			"attempt", attempt, "groups", n, "rows", rows, "backoff", backoff, "error", err)
 		w.timer.Reset(backoff)
 		select {
 		case <-w.timer.C:
@@ -633,8 +675,8 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 	}
 }
 
-// build fills w.batch with the live groups and returns its row count.
-func (w *Writer) build(items []queuedGroup, epoch int64) int {
+// build fills w.batch with the first n live groups and returns its row count.
+func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 	b := &w.batch
 	b.Epoch, b.LeaseName = 0, ""
 	if epoch > 0 {
@@ -646,7 +688,7 @@ func (w *Writer) build(items []queuedGroup, epoch int64) int {
 	w.fireOffsets, w.fireOwner = w.fireOffsets[:0], w.fireOwner[:0]
 	w.cOffsets, w.cOwner = w.cOffsets[:0], w.cOwner[:0]
 	rows := 0
-	for li, i := range w.live {
+	for li, i := range w.live[:n] {
 		g := items[i].g
 		w.offsets = append(w.offsets, len(b.Transitions))
 		for range g.Transitions {
