@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -156,6 +157,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		def.DelayMS = old.DelayMS // unused with run_at; unchanged, it leaves the fire to run_at
 	}
 	e.upstreams.add(def.DependsOn...)
+	oldSched, oldLoc, oldRT := t.sched, t.loc, t.rt
 	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
 
 	nrt := t.rt
@@ -180,6 +182,13 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	}
 	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
 	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act}); err != nil {
+		// The edit failed whole (a refused one fails alone, persist.RejectedError) and the
+		// store kept the old row: memory goes back to it, unless something has changed the
+		// task since. A wait cut short by ctx proves nothing: the edit may still land.
+		if ctx.Err() == nil && t.def == &def && t.rt.Version == oldRT.Version+1 {
+			t.def, t.sched, t.loc, t.rt = old, oldSched, oldLoc, oldRT
+			e.settle(t)
+		}
 		return nil, err
 	}
 	if pauseChange {
@@ -545,8 +554,11 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
-	if len(params) > 0 && !json.Valid(params) {
-		return nil, fieldErr("params", "must be valid JSON")
+	if len(params) > maxParamsBytes {
+		return nil, fieldErr("params", "must be at most %d bytes of JSON, got %d", maxParamsBytes, len(params))
+	}
+	if len(params) > 0 && (!json.Valid(params) || !utf8.Valid(params)) {
+		return nil, fieldErr("params", "must be valid JSON in UTF-8")
 	}
 	t, err := e.acquireByName(ctx, name)
 	if err != nil {

@@ -36,6 +36,9 @@ var (
 	ErrUnknownExecutor = dispatch.ErrUnknownExecutor
 	// ErrForeignApp: a result naming an executor app that the run was not sent to.
 	ErrForeignApp = errors.New("run of another executor app")
+	// ErrForeignExecutor: a result naming an executor address that the run was not sent to,
+	// or that no executor of the run's app registered.
+	ErrForeignExecutor = errors.New("run of another executor")
 )
 
 // ExecutorRegistration is the body of POST /api/v1/executors/register.
@@ -81,13 +84,21 @@ func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
 	if len(reg.Handlers) == 0 {
 		return fieldErr("handlers", "at least one handler is required")
 	}
+	stored := 2 // the handlers are stored as one JSON array, in a TEXT column
 	for _, h := range reg.Handlers {
 		if !validName(h) {
-			return fieldErr("handlers", "invalid handler name %q", h)
+			return fieldErr("handlers", "invalid handler name %q", clipText(h, 64))
 		}
+		stored += len(h) + 3
+	}
+	if stored > maxHandlersBytes {
+		return fieldErr("handlers", "their names take %d bytes, over the %d the registry stores", stored, maxHandlersBytes)
 	}
 	return nil
 }
+
+// maxHandlersBytes is the size of the executor table's handlers column (TEXT).
+const maxHandlersBytes = 65535
 
 // RegisterExecutor registers an executor, idempotent by (app, address) (docs/protocol.md).
 func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration) error {
@@ -318,25 +329,33 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if rep.Status != model.ResultSuccess && rep.Status != model.ResultFailed {
 		return failedReport(fieldErr("status", "must be success or failed, got %q", rep.Status))
 	}
-	if err := e.checkReportApp(ctx, rep); err != nil {
+	if err := e.checkReport(ctx, rep); err != nil {
 		return failedReport(err)
 	}
 	recorded := make(chan error, 1)
+	var sentElsewhere *dispatch.Executor
 	// The result is noted as ending while the flight is taken, under the same lock, so a
-	// duplicate delivery that finds the flight gone finds the note.
+	// duplicate delivery that finds the flight gone finds the note. The executor is compared
+	// there too: the run may have moved to another executor since checkReport looked.
 	settled := e.runs.settle(rep.Ticket, func(f *flight) bool {
 		if !waitingReport(f) {
+			return false
+		}
+		if f.exec != nil && rep.Address != "" && rep.Address != f.exec.Address {
+			sentElsewhere = f.exec
 			return false
 		}
 		e.ending.add(rep.Ticket, rep.Status, e.now())
 		return true
 	}, func(r *flight) {
-		if r.exec != nil {
-			e.registry.Seen(r.exec, e.nowMS())
-		}
 		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
-		if rep.Address != "" {
-			oc.executor = rep.Address
+		switch {
+		case r.exec != nil:
+			// The executor the run was sent to, whatever the result says of itself.
+			e.registry.Seen(r.exec, e.nowMS())
+			oc.executor = r.exec.Address
+		case rep.Address != "":
+			oc.executor = rep.Address // a registered executor of the run's app (checkReport)
 		}
 		if rep.ExitCode != nil {
 			oc.errText = strings.TrimSpace(fmt.Sprintf("%s (exit code %d)", rep.Error, *rep.ExitCode))
@@ -363,28 +382,38 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			}
 		}
 	}
+	if sentElsewhere != nil {
+		return failedReport(fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor,
+			rep.Ticket, sentElsewhere.Address, clipText(rep.Address, protocol.MaxAddressBytes)))
+	}
 	dup, err := e.reportUnheld(ctx, rep)
 	return func(context.Context) (bool, error) { return dup, err }
 }
 
-// checkReportApp refuses a result that names an executor app (rep.App) other than the one
-// the run belongs to: the executor it was offered to, or the task's callback app for a run
-// adopted after a restart or no longer in flight. The API lets a token bound to apps report
-// only as one of them, so together no executor can settle another app's run. A result
-// naming no app is not checked here (only an unbound token may send one). A run whose task
-// is gone is refused as stale: nobody can tell whose it was.
-func (e *Engine) checkReportApp(ctx context.Context, rep Report) error {
-	if rep.App == "" {
+// checkReport refuses a result whose claims about its run are not the run's:
+//   - an executor app (rep.App) other than the one the run belongs to: the executor it was
+//     offered to, or the task's callback app for a run adopted after a restart or no longer
+//     in flight (ErrForeignApp). The API lets a token bound to apps report only as one of
+//     them, so together no executor can settle another app's run;
+//   - a task (rep.Task) other than the run's (a *FieldError on "task");
+//   - an executor address (rep.Address) other than the executor holding the run, or, for a
+//     run no executor of this process holds, one no executor of the run's app registered
+//     (ErrForeignExecutor): the address is what the run's record names as its executor.
+//
+// A field the result leaves empty is not checked (only an unbound token may leave the app
+// empty). A run whose task is gone is refused as stale: nobody can tell whose it was.
+func (e *Engine) checkReport(ctx context.Context, rep Report) error {
+	if rep.App == "" && rep.Task == "" && rep.Address == "" {
 		return nil
 	}
-	app, t, held := e.runs.appOf(rep.Ticket)
+	o := e.runs.ownerOf(rep.Ticket)
 	var cb model.Callback
 	switch {
-	case t != nil:
-		t.mu.Lock()
-		cb = t.def.Callback
-		t.mu.Unlock()
-	case !held:
+	case o.t != nil:
+		o.t.mu.Lock()
+		cb = o.t.def.Callback
+		o.t.mu.Unlock()
+	case !o.held:
 		run, err := e.store.GetRun(ctx, rep.Ticket)
 		if err != nil {
 			return nil // unknown ticket or store error: the report path answers it
@@ -397,15 +426,32 @@ func (e *Engine) checkReportApp(ctx context.Context, rep Report) error {
 			return fmt.Errorf("cannot read the task of run %s: %w", rep.Ticket, err)
 		}
 		cb = pt.Def.Callback
+		o.task = run.TaskName
+		if cb.Type == model.CallbackExecutor && run.Executor != "" && e.registry.Get(cb.App, run.Executor) != nil {
+			o.addr = run.Executor // the executor the run was sent to, lost ones included
+		}
 	}
-	if t != nil || !held {
+	app := o.app
+	if o.t != nil || !o.held {
 		app = ""
-		if cb.Type == "executor" {
+		if cb.Type == model.CallbackExecutor {
 			app = cb.App
 		}
 	}
-	if app != rep.App {
+	switch {
+	case rep.App != "" && app != rep.App:
 		return fmt.Errorf("%w: run %s is not a run of executor app %q", ErrForeignApp, rep.Ticket, rep.App)
+	case rep.Task != "" && rep.Task != o.task:
+		return fieldErr("task", "run %s is a run of task %q, not %q", rep.Ticket, o.task, clipText(rep.Task, protocol.MaxNameBytes))
+	case rep.Address == "":
+	case o.addr != "":
+		if rep.Address != o.addr {
+			return fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor, rep.Ticket, o.addr,
+				clipText(rep.Address, protocol.MaxAddressBytes))
+		}
+	case app == "" || e.registry.Get(app, rep.Address) == nil:
+		return fmt.Errorf("%w: no executor of app %q registered at %s", ErrForeignExecutor, app,
+			clipText(rep.Address, protocol.MaxAddressBytes))
 	}
 	return nil
 }

@@ -198,8 +198,13 @@ func TestLateResultForALostRun(t *testing.T) {
 		e := startEngine(t, s)
 		pt := mustCreate(t, e, &TaskSpec{Name: "late", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
+		// The executor the run was sent to: lost executors stay registered.
+		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
+			t.Fatal(err)
+		}
 		lost := model.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: model.RunScheduled, Attempt: 1,
-			ScheduledAt: 10, DispatchedAt: 10, EndedAt: 20, Result: model.ResultLost, Error: "executor 1.2.3.4:5 was lost"}
+			ScheduledAt: 10, DispatchedAt: 10, EndedAt: 20, Result: model.ResultLost, Error: "executor 1.2.3.4:5 was lost",
+			Executor: "1.2.3.4:5"}
 		if err := s.ApplyBatch(ctx, &persist.Batch{Runs: []model.Run{lost}}); err != nil {
 			t.Fatal(err)
 		}

@@ -163,20 +163,30 @@ func (r *runsInFlight) done() {
 // waitingReport accepts a flight an executor's report may settle.
 func waitingReport(f *flight) bool { return f.waiting }
 
-// appOf tells whose run ticket is while it is in flight here: the app of the executor
-// holding it, or else its task (to read the callback app from). held is false when the run
-// is not in flight.
-func (r *runsInFlight) appOf(ticket string) (app string, t *task, held bool) {
+// runOwner is whose a run in flight is: the executor holding it (app and address), else
+// its task (to read the callback app from), and the name of the run's task.
+type runOwner struct {
+	app, addr string
+	task      string
+	t         *task
+	held      bool // false: the run is not in flight here, and the other fields are empty
+}
+
+// ownerOf tells whose run ticket is while it is in flight here.
+func (r *runsInFlight) ownerOf(ticket string) runOwner {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := r.m[ticket]
 	if f == nil {
-		return "", nil, false
+		return runOwner{}
 	}
+	o := runOwner{task: f.run.TaskName, held: true}
 	if f.exec != nil {
-		return f.exec.App, nil, true
+		o.app, o.addr = f.exec.App, f.exec.Address
+		return o
 	}
-	return "", f.t, true
+	o.t = f.t
+	return o
 }
 
 // executorOf returns the executor holding ticket, or nil when none does.

@@ -5,9 +5,12 @@ import (
 	"context"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
@@ -229,6 +232,16 @@ func (e *Engine) RateLimits() RateLimits {
 // downstream's (an executor app name or a callback host:port). A zero Rate removes the
 // downstream's explicit limit (or lifts the global one).
 func (e *Engine) SetRateLimit(ctx context.Context, key string, l ratelimit.Limit, actor string) error {
+	if !validDownstream(key) {
+		return fieldErr("downstream", "must be \"\" (the global bucket), an executor app or a callback host[:port] of at most "+
+			"%d bytes of letters, digits, '.', '-', '_', ':', '[', ']' or '%%', got %q", maxDownstreamBytes, clipText(key, 64))
+	}
+	if l.Rate > MaxRateLimit {
+		return fieldErr("rate", "must be at most %g per second, got %g", float64(MaxRateLimit), l.Rate)
+	}
+	if l.Burst > MaxRateBurst {
+		return fieldErr("burst", "must be at most %d, got %d", MaxRateBurst, l.Burst)
+	}
 	if err := l.Validate(); err != nil {
 		return fieldErr("rate", "%v", err)
 	}
@@ -264,6 +277,33 @@ func (e *Engine) SetRateLimit(ctx context.Context, key string, l ratelimit.Limit
 	act := model.Action{Action: "rate_limit", Actor: actor, At: e.nowMS(),
 		Detail: "downstream " + orGlobal(key) + ": " + limitText(l)}
 	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})
+}
+
+// Bounds of a rate limit set through the API: no downstream of a scheduler takes more, and
+// the bucket's arithmetic stays exact well within them.
+const (
+	MaxRateLimit = 1_000_000 // tokens per second
+	MaxRateBurst = 1_000_000
+	// maxDownstreamBytes is the longest callback host (a URL's host is at most 253
+	// characters of name and a port).
+	maxDownstreamBytes = 255
+)
+
+// validDownstream reports whether key can name a downstream: "" (the global bucket), or what
+// downstreamOf makes of a task, an executor app or a callback URL's host[:port] (an IPv6
+// address in brackets, a zone escaped with '%', a name of any script).
+func validDownstream(key string) bool {
+	if len(key) > maxDownstreamBytes || !utf8.ValidString(key) {
+		return false
+	}
+	for _, r := range key {
+		switch {
+		case unicode.IsLetter(r), unicode.IsDigit(r), strings.ContainsRune(".-_:[]%", r):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func orGlobal(k string) string {

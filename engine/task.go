@@ -5,11 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
@@ -37,7 +36,12 @@ const (
 	maxCronLen          = 255 // the stored column's size
 	maxNoteBytes        = 1024
 	maxSensitiveParams  = 32
+	maxTimezoneLen      = 64 // the stored column's size
 )
+
+// MaxCallbackURLBytes bounds an HTTP callback's URL: the length HTTP asks every server to
+// take (RFC 9110, 4.1: at least 8,000 octets), well within the column that stores it.
+const MaxCallbackURLBytes = 8000
 
 // FieldError is a validation failure of one field of a task definition. It unwraps to
 // ErrInvalidTask, so the API maps it to 400 and names the field.
@@ -98,30 +102,19 @@ type TaskSpec struct {
 	RetainFinished string `json:"retain_finished,omitempty"`
 }
 
-// DecodeTaskSpec parses a task definition from JSON. Unknown fields are rejected so that a
-// typo ("retry_cnt") is an error rather than a silently ignored setting.
+// DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
+// fields are rejected so that a typo ("retry_cnt") is an error rather than a silently ignored
+// setting, and so are a repeated key and invalid UTF-8, which the store would refuse.
 func DecodeTaskSpec(data []byte) (*TaskSpec, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var s TaskSpec
-	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidTask, jsonErrText(err))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrInvalidTask)
+	if err := protocol.Decode(data, &s); err != nil {
+		var fe *protocol.FieldError
+		if errors.As(err, &fe) && fe.Field != "" {
+			return nil, fieldErr(fe.Field, "%s", fe.Msg)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
 	return &s, nil
-}
-
-// jsonErrText turns encoding/json errors into messages that name the field.
-func jsonErrText(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
-		return fmt.Sprintf("%s: must be %s, got %s", te.Field, te.Type.String(), te.Value)
-	}
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "json: ")
-	return "invalid JSON: " + msg
 }
 
 // validName reports whether s is a valid task, group, app or upstream name: 1 to 128
@@ -196,6 +189,10 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 	tz := s.Timezone
 	if tz == "" {
 		tz = defaultTZ
+	}
+	if len(tz) > maxTimezoneLen {
+		// The zone database also opens "Asia/./Shanghai": a name is held to the column.
+		return d, fieldErr("timezone", "must be at most %d bytes, got %d", maxTimezoneLen, len(tz))
 	}
 	if _, err := cron.LoadLocation(tz); err != nil {
 		return d, fieldErr("timezone", "unknown zone %q", tz)
@@ -335,6 +332,9 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		if cb.URL == "" {
 			return d, fieldErr("callback.url", "is required for callback type http")
 		}
+		if len(cb.URL) > MaxCallbackURLBytes {
+			return d, fieldErr("callback.url", "must be at most %d bytes, got %d", MaxCallbackURLBytes, len(cb.URL))
+		}
 		u, err := url.Parse(cb.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return d, fieldErr("callback.url", "must be an absolute http:// or https:// URL, got %q", cb.URL)
@@ -351,6 +351,10 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		}
 		if cb.Handler == "" {
 			return d, fieldErr("callback.handler", "is required for callback type executor")
+		}
+		if !validName(cb.Handler) {
+			// What an executor may register (ExecutorRegistration): any other name never runs.
+			return d, fieldErr("callback.handler", "invalid handler name %q", clipText(cb.Handler, 64))
 		}
 		if cb.URL != "" {
 			return d, fieldErr("callback.url", "is only valid with callback type http")
@@ -409,7 +413,27 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 			d.SensitiveParams = append(d.SensitiveParams, k)
 		}
 	}
+	// Last, what the store would refuse of the whole row, exactly as it is written: a value
+	// refused there would fail the create or edit after it was accepted.
+	if err := persist.CheckTaskDef(&d); err != nil {
+		var ce *persist.ColumnError
+		if errors.As(err, &ce) {
+			return d, fieldErr(ce.Field, "%s", ce.Msg)
+		}
+		return d, fmt.Errorf("%w: %v", ErrInvalidTask, err)
+	}
 	return d, nil
+}
+
+// clipText cuts s to at most n bytes at a character boundary, for an error message.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // validRoute reports whether r names a routing strategy of the dispatcher's registry.
