@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +29,10 @@ const (
 // DefaultTokenName names the token of --token: it holds the write and executor scopes, as the
 // single token always did.
 const DefaultTokenName = "default"
+
+// MinTokenLen is the shortest token taken, from --token or a token file: a shorter one can
+// be guessed by whoever can reach the port.
+const MinTokenLen = 16
 
 // maxTokenFileBytes bounds the token file: it is read whole at start and at every SIGHUP.
 const maxTokenFileBytes = 1 << 20
@@ -108,6 +111,9 @@ var tokenNamePattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 func NewTokens(single string, entries []TokenEntry) (*Tokens, error) {
 	ts := &Tokens{}
 	names := map[string]bool{}
+	if single != "" && len(single) < MinTokenLen {
+		return nil, fmt.Errorf("token: must be at least %d characters, as in a token file, got %d", MinTokenLen, len(single))
+	}
 	if single != "" {
 		ts.list = append(ts.list, principal{name: DefaultTokenName, scopes: []string{ScopeWrite, ScopeExecutor},
 			hash: sha256.Sum256([]byte(single))})
@@ -134,8 +140,8 @@ func NewTokens(single string, entries []TokenEntry) (*Tokens, error) {
 				return nil, fmt.Errorf("%s.token: a hashed token is \"sha256:\" and 64 hex digits", where)
 			}
 			copy(p.hash[:], raw)
-		case len(e.Token) < 16:
-			return nil, fmt.Errorf("%s.token: must be at least 16 characters (or \"sha256:<hex>\")", where)
+		case len(e.Token) < MinTokenLen:
+			return nil, fmt.Errorf("%s.token: must be at least %d characters (or \"sha256:<hex>\")", where, MinTokenLen)
 		default:
 			p.hash = sha256.Sum256([]byte(e.Token))
 		}
@@ -171,28 +177,21 @@ func LoadTokenFile(path string) ([]TokenEntry, error) {
 	return ParseTokenFile(raw)
 }
 
-// ParseTokenFile decodes a token file's contents.
+// ParseTokenFile decodes a token file's contents strictly (protocol.Decode: no unknown or
+// repeated key, nothing after the array). An error names the entry and the field, never a
+// token's value.
 func ParseTokenFile(raw []byte) ([]TokenEntry, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
 	var entries []TokenEntry
-	if err := dec.Decode(&entries); err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
+	if err := protocol.Decode(raw, &entries); err != nil {
+		var fe *protocol.FieldError
 		switch {
-		case errors.As(err, &se):
-			return nil, fmt.Errorf("token-file: invalid JSON at byte %d", se.Offset)
-		case errors.As(err, &te) && te.Field != "":
-			return nil, fmt.Errorf("token-file: %s must be a %s", te.Field, te.Type)
-		case strings.HasPrefix(err.Error(), "json: unknown field"):
-			// The field name is the file's own text, never a token value.
-			return nil, fmt.Errorf("token-file: %s", strings.TrimPrefix(err.Error(), "json: "))
-		default:
+		case errors.As(err, &fe) && strings.Contains(fe.Msg, "must be a JSON"):
 			return nil, errors.New("token-file: must be a JSON array of {\"name\", \"scope\", \"token\"}")
+		case errors.As(err, &fe) && fe.Field != "":
+			return nil, fmt.Errorf("token-file: tokens%s: %s", fe.Field, fe.Msg)
+		default:
+			return nil, fmt.Errorf("token-file: %w", err)
 		}
-	}
-	if dec.More() {
-		return nil, errors.New("token-file: trailing data after the JSON array")
 	}
 	if entries == nil {
 		return nil, errors.New("token-file: must be a JSON array of {\"name\", \"scope\", \"token\"}")

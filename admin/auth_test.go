@@ -148,7 +148,7 @@ func TestScopedTokens(t *testing.T) {
 func TestSingleTokenKeepsWriteAndExecutor(t *testing.T) {
 	h := newHook(t)
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "the-one-token" })
+	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "the-one-token-0123" })
 	d.create(t, spec("x", h.url("/ok"), "trigger", "manual"))
 	reg := map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": []string{"h"}, "auth": "signed"}
 	if code, b := d.call(t, "POST", "/api/v1/executors/register", reg); code != 200 {
@@ -175,7 +175,7 @@ func TestTokenFileErrors(t *testing.T) {
 		{`[{"name":"","scope":"read","token":"0123456789abcdefgh"}]`, "tokens[0].name"},
 		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh"},{"name":"x","scope":"read","token":"0123456789abcdefgi"}]`, "tokens[1] (x).name"},
 		{`[{"name":"x","scope":"write","token":"0123456789abcdefgh","apps":["a"]}]`, "tokens[0] (x).apps"},
-		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh","admin":true}]`, `unknown field "admin"`},
+		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh","admin":true}]`, "tokens[0].admin: unknown field"},
 		{`[{"name":"x","scope":"read","token":"0123456789abcdefgh"}] []`, "trailing"},
 		{`[`, "JSON"},
 	}

@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fasthttp/router"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
@@ -52,10 +52,8 @@ func (s *Server) prune(c *fasthttp.RequestCtx) {
 		Before string `json:"before"`
 		DryRun bool   `json:"dry_run"`
 	}
-	dec := json.NewDecoder(bytes.NewReader(c.PostBody()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&b); err != nil {
-		writeErr(c, fasthttp.StatusBadRequest, "invalid body: "+strings.TrimPrefix(err.Error(), "json: "))
+	if err := decodeStrict(c, &b); err != nil {
+		s.fail(c, err)
 		return
 	}
 	var before int64
@@ -77,25 +75,35 @@ func (s *Server) prune(c *fasthttp.RequestCtx) {
 	writeJSON(c, fasthttp.StatusOK, res)
 }
 
-// limitReader fails with errTooLarge once more than n bytes were read.
-type limitReader struct {
-	r io.Reader
-	n int64
+// batchReadChunk bounds one read of a batch body, so that the decoder holds at most this
+// much beyond the item it decodes when a limit stops it.
+const batchReadChunk = 32 << 10
+
+// batchReader is a batch body as decodeBatch reads it. It fails with errTooLarge once more
+// than BatchMaxBodyBytes were read, or once the item being decoded has taken more than
+// TaskMaxBodyBytes (the body limit of a single create: an item is one task definition), each
+// on the read after the one that crossed: a client streaming one endless item costs the
+// server about 256 KiB, not the 64 MiB of the whole body.
+type batchReader struct {
+	r     io.Reader
+	read  int64
+	start func() int64 // the input offset where the item being decoded starts
+	item  int          // its index
 }
 
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.n < 0 {
+func (b *batchReader) Read(p []byte) (int, error) {
+	if b.read > BatchMaxBodyBytes {
 		return 0, &errTooLarge{fmt.Sprintf("batch body is over the limit of %d bytes (64 MiB)", BatchMaxBodyBytes)}
 	}
-	if int64(len(p)) > l.n+1 {
-		p = p[:l.n+1]
+	if b.start != nil && b.read-b.start() > TaskMaxBodyBytes {
+		return 0, &errTooLarge{fmt.Sprintf("item %d is over the limit of %d bytes (256 KiB) of one task definition", b.item, TaskMaxBodyBytes)}
 	}
-	k, err := l.r.Read(p)
-	l.n -= int64(k)
-	if l.n < 0 {
-		return k, &errTooLarge{fmt.Sprintf("batch body is over the limit of %d bytes (64 MiB)", BatchMaxBodyBytes)}
+	if len(p) > batchReadChunk {
+		p = p[:batchReadChunk]
 	}
-	return k, err
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
 }
 
 // batchBody is the request body of a batch: the stream when the server streams it, else the
@@ -108,16 +116,22 @@ func batchBody(c *fasthttp.RequestCtx) io.Reader {
 }
 
 // decodeBatch reads the task specs of a batch as they arrive: a JSON array, or NDJSON (one
-// object a line) when ndjson. A spec that does not decode is an item error by its index; a
-// body that is not JSON at all, or over a limit, ends decoding with an error.
+// object a line) when ndjson. The body is only split into items here; each item is then
+// decoded strictly alone (engine.DecodeTaskSpec), so a spec that does not decode, a repeated
+// key or invalid UTF-8 in it included, is an item error by its index. A body that is not JSON
+// at all, or over a limit, ends decoding with an error.
 func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemError, error) {
-	dec := json.NewDecoder(&limitReader{r: r, n: BatchMaxBodyBytes})
+	br := &batchReader{r: r}
+	// Splitting tolerates what the strict decoding of each item refuses, so that the refusal
+	// names the item.
+	dec := jsontext.NewDecoder(br, jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	br.start = dec.InputOffset
 	if !ndjson {
-		tok, err := dec.Token()
+		tok, err := dec.ReadToken()
 		if err != nil {
 			return nil, nil, bodyErr(err, "the body must be a JSON array of task definitions")
 		}
-		if d, ok := tok.(json.Delim); !ok || d != '[' {
+		if tok.Kind() != '[' {
 			return nil, nil, fmt.Errorf("%w: the body must be a JSON array of task definitions (or NDJSON with Content-Type: %s)", ErrBadRequest, ndjsonType)
 		}
 	}
@@ -126,11 +140,11 @@ func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemErr
 		bad   []engine.ItemError
 	)
 	for i := 0; ; i++ {
-		if !ndjson && !dec.More() {
+		br.item = i
+		if !ndjson && dec.PeekKind() == ']' {
 			break
 		}
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
+		raw, err := dec.ReadValue()
 		if ndjson && errors.Is(err, io.EOF) {
 			break
 		}
@@ -148,15 +162,13 @@ func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemErr
 		}
 		specs = append(specs, spec)
 	}
+	br.start = nil
 	if !ndjson {
-		if _, err := dec.Token(); err != nil {
+		if _, err := dec.ReadToken(); err != nil {
 			return nil, nil, bodyErr(err, "the JSON array is not closed")
 		}
-		switch _, err := dec.Token(); {
-		case err == nil: // a value after the array ("[…] 0") is a token, not an error
+		if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 			return nil, nil, fmt.Errorf("%w: trailing data after the JSON array", ErrBadRequest)
-		case !errors.Is(err, io.EOF):
-			return nil, nil, bodyErr(err, "trailing data after the JSON array")
 		}
 	}
 	return specs, bad, nil
@@ -168,7 +180,7 @@ func bodyErr(err error, what string) error {
 	if errors.As(err, &tl) {
 		return tl
 	}
-	return fmt.Errorf("%w: %s: %v", ErrBadRequest, what, strings.TrimPrefix(err.Error(), "json: "))
+	return fmt.Errorf("%w: %s: %v", ErrBadRequest, what, strings.TrimPrefix(err.Error(), "jsontext: "))
 }
 
 // batchErrorJSON is the answer to a refused batch.
@@ -258,10 +270,8 @@ func (s *Server) createBatch(c *fasthttp.RequestCtx) {
 // bulkOp is POST /api/v1/tasks/bulk/{pause|resume|delete|run}[?dry_run=true].
 func (s *Server) bulkOp(c *fasthttp.RequestCtx) {
 	var sel engine.Selector
-	dec := json.NewDecoder(bytes.NewReader(c.PostBody()))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&sel); err != nil {
-		writeErr(c, fasthttp.StatusBadRequest, "invalid selector: "+strings.TrimPrefix(err.Error(), "json: "))
+	if err := decodeStrict(c, &sel); err != nil {
+		s.fail(c, err)
 		return
 	}
 	dry := false

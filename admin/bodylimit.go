@@ -76,7 +76,9 @@ func bodyLimit(method, path string) (limit int, what string) {
 // buffer.
 func (s *Server) limitBodies(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(c *fasthttp.RequestCtx) {
-		path := string(c.Path())
+		// The path as sent, which the router matches (routePath): the decoded one may name
+		// another endpoint, of a larger limit.
+		path := string(c.Request.URI().PathOriginal())
 		if s.cfg.BasePath != "" {
 			path = strings.TrimPrefix(path, s.cfg.BasePath)
 		}

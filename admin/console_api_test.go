@@ -107,7 +107,7 @@ func TestTaskListPages(t *testing.T) {
 // DST marks and from= of cron/next, and the base path.
 func TestConsoleAPI(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *admin.DaemonConfig) { c.BasePath = "/ops/axe"; c.Token = "tok" })
+	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *admin.DaemonConfig) { c.BasePath = "/ops/axe"; c.Token = "tok-0123456789abcdef" })
 	h := newHook(t)
 	api := "/ops/axe/api/v1"
 
@@ -119,7 +119,7 @@ func TestConsoleAPI(t *testing.T) {
 	d.token = ""
 	d.apiError(t, http.StatusUnauthorized, http.MethodGet, api+"/whoami", nil)
 	// The API is under the prefix only; health and metrics stay at the root.
-	if code, _ := d.call(t, http.MethodGet, "/api/v1/tasks", nil, "Authorization", "Bearer tok"); code != http.StatusNotFound {
+	if code, _ := d.call(t, http.MethodGet, "/api/v1/tasks", nil, "Authorization", "Bearer tok-0123456789abcdef"); code != http.StatusNotFound {
 		t.Errorf("/api/v1/tasks at the root under a base path: %d, want 404", code)
 	}
 	for _, p := range []string{"/healthz", "/readyz", "/ops/axe/", "/ops/axe/ui/app.js"} {
@@ -131,10 +131,10 @@ func TestConsoleAPI(t *testing.T) {
 	if code, _ := d.call(t, http.MethodGet, "/metrics", nil); code != http.StatusUnauthorized {
 		t.Errorf("/metrics without a token: %d, want 401", code)
 	}
-	if code, _ := d.call(t, http.MethodGet, "/metrics", nil, "Authorization", "Bearer tok"); code != http.StatusOK {
+	if code, _ := d.call(t, http.MethodGet, "/metrics", nil, "Authorization", "Bearer tok-0123456789abcdef"); code != http.StatusOK {
 		t.Errorf("/metrics with the token: %d, want 200", code)
 	}
-	d.token = "tok"
+	d.token = "tok-0123456789abcdef"
 
 	for i, g := range []string{"etl", "etl", "web"} {
 		d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
@@ -197,10 +197,10 @@ func TestConsoleAPI(t *testing.T) {
 // there is nothing at /debug/pprof.
 func TestPprof(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *admin.DaemonConfig) { c.Pprof = true; c.Token = "tok" })
+	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *admin.DaemonConfig) { c.Pprof = true; c.Token = "tok-0123456789abcdef" })
 	d.token = ""
 	d.apiError(t, http.StatusUnauthorized, http.MethodGet, "/debug/pprof/heap", nil)
-	d.token = "tok"
+	d.token = "tok-0123456789abcdef"
 	code, body := d.call(t, http.MethodGet, "/debug/pprof/goroutine?debug=1", nil)
 	if code != http.StatusOK || !strings.Contains(string(body), "goroutine profile") {
 		t.Errorf("/debug/pprof/goroutine: %d %.80s", code, body)

@@ -346,15 +346,15 @@ func (d *daemon) getAt(t *testing.T, api, name string) client.TaskView {
 // tab (sessionStorage), not in localStorage or a cookie.
 func TestConsoleBrowserLogin(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) { c.Token = "open-sesame" })
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) { c.Token = "open-sesame-0123456" })
 	run(t, ctx, "open the console", chromedp.Navigate(d.base+"/#/tasks"), chromedp.WaitVisible("#login-token", chromedp.ByQuery))
 	run(t, ctx, "a wrong token", chromedp.SendKeys("#login-token", "guess", chromedp.ByQuery), chromedp.Click("#login-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the refusal", `document.querySelector("#login-error").textContent.includes("refused")`)
-	run(t, ctx, "the right token", setField("#login-token", "open-sesame"), chromedp.Click("#login-ok", chromedp.ByQuery))
+	run(t, ctx, "the right token", setField("#login-token", "open-sesame-0123456"), chromedp.Click("#login-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the scope", `document.querySelector("#who").textContent === "default (write)" && !!document.querySelector("#task-table")`)
 	var stored string
 	run(t, ctx, "where the token is kept", chromedp.Evaluate(`[sessionStorage.getItem("axe.token"), localStorage.length, document.cookie].join("|")`, &stored))
-	if stored != "open-sesame|0|" {
+	if stored != "open-sesame-0123456|0|" {
 		t.Errorf("sessionStorage token | localStorage entries | cookies = %q", stored)
 	}
 }

@@ -23,7 +23,7 @@ import (
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "s3cret" })
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "s3cret-0123456789ab" })
 		h := newHook(t)
 		d.token = "" // headers are set by hand below
 
@@ -54,7 +54,7 @@ func TestAuth(t *testing.T) {
 			t.Errorf("/healthz without a token: %d %s", code, body)
 		}
 
-		d.token = "s3cret"
+		d.token = "s3cret-0123456789ab"
 		if got := d.list(t, ""); len(got) != 0 {
 			t.Errorf("unauthorized create left tasks behind: %v", names(got))
 		}
@@ -64,7 +64,7 @@ func TestAuth(t *testing.T) {
 		}
 
 		ctx := context.Background()
-		good, err := client.New(d.base, "s3cret", "tester")
+		good, err := client.New(d.base, "s3cret-0123456789ab", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}

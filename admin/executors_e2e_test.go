@@ -157,11 +157,19 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 				}
 			}
 			post := func(body string) (int, string) { return postTo(t, base+"/api/v1/callback", body) }
-			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"success","address":"x:1"}`); code != 200 || !strings.Contains(body, "duplicate") {
+			from := done.Executor // the executor that ran it
+			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"success","address":"` + from + `"}`); code != 200 || !strings.Contains(body, "duplicate") {
 				t.Errorf("repeated callback = %d %s, want 200 duplicate", code, body)
 			}
-			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"failed","address":"x:1"}`); code != 409 || !strings.Contains(body, "error") {
+			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"failed","address":"` + from + `"}`); code != 409 || !strings.Contains(body, "error") {
 				t.Errorf("contradicting callback = %d %s, want 409", code, body)
+			}
+			// Another address, registered or not, cannot speak for the run.
+			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"success","address":"x:1"}`); code != 403 || !strings.Contains(body, from) {
+				t.Errorf("callback from another address = %d %s, want 403 naming %s", code, body, from)
+			}
+			if code, body := post(`{"ticket":"` + done.Ticket + `","status":"success","task":"another","address":"` + from + `"}`); code != 400 || !strings.Contains(body, "task") {
+				t.Errorf("callback naming another task = %d %s, want 400 naming the task", code, body)
 			}
 			if code, body := post(`{"ticket":"no-such-ticket","status":"success","address":"x:1"}`); code != 404 || !strings.Contains(body, "error") {
 				t.Errorf("unknown ticket = %d %s, want 404", code, body)
@@ -171,10 +179,11 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 			}
 			// The batch endpoint answers each result as the single one would, in order.
 			code, body := postTo(t, base+"/api/v1/callback/batch", `{"results":[
-				{"ticket":"`+done.Ticket+`","status":"success","address":"x:1"},
-				{"ticket":"`+done.Ticket+`","status":"failed","address":"x:1"},
+				{"ticket":"`+done.Ticket+`","status":"success","address":"`+from+`"},
+				{"ticket":"`+done.Ticket+`","status":"failed","address":"`+from+`"},
 				{"ticket":"no-such-ticket","status":"success","address":"x:1"},
-				{"ticket":"t","status":"maybe"}]}`)
+				{"ticket":"t","status":"maybe"},
+				{"ticket":"`+done.Ticket+`","status":"success","address":"x:1"}]}`)
 			var batch struct {
 				Results []struct {
 					Status    int    `json:"status"`
@@ -183,10 +192,10 @@ func TestSDKExecutorsEndToEnd(t *testing.T) {
 					Error     string `json:"error"`
 				} `json:"results"`
 			}
-			if err := json.Unmarshal([]byte(body), &batch); code != 200 || err != nil || len(batch.Results) != 4 {
-				t.Fatalf("batch callback = %d %s (%v), want 200 with 4 answers", code, body, err)
+			if err := json.Unmarshal([]byte(body), &batch); code != 200 || err != nil || len(batch.Results) != 5 {
+				t.Fatalf("batch callback = %d %s (%v), want 200 with 5 answers", code, body, err)
 			}
-			for i, want := range []int{200, 409, 404, 400} {
+			for i, want := range []int{200, 409, 404, 400, 403} {
 				got := batch.Results[i]
 				if got.Status != want || (want == 200) != (got.OK && got.Duplicate && got.Error == "") || (want != 200 && got.Error == "") {
 					t.Errorf("batch answer %d = %+v, want status %d (200: ok duplicate; else an error)", i, got, want)

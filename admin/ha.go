@@ -136,7 +136,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	if err != nil {
 		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
 	}
-	front.srv.Handler = n.handle(front)
+	front.srv.Handler = front.guardRequests(n.handle(front))
 	if err := front.Start(ctx); err != nil {
 		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
 	}
@@ -320,7 +320,7 @@ func (n *haNode) handle(front *Server) fasthttp.RequestHandler {
 	// api is the path under /api/ with the base path taken off, or "" outside the API. The
 	// executor protocol is at the root whatever the base path.
 	api := func(c *fasthttp.RequestCtx) string {
-		p := string(c.Path())
+		p := string(c.Request.URI().PathOriginal()) // as the router matches it (routePath)
 		if base != "" && strings.HasPrefix(p, base+"/api/") {
 			return p[len(base):]
 		}
@@ -336,7 +336,7 @@ func (n *haNode) handle(front *Server) fasthttp.RequestHandler {
 			return
 		}
 		primary := n.elp.Load().Status().Leader
-		if wantsForward(c) && !isExecutorProtocol(string(c.Path())) {
+		if wantsForward(c) && !isExecutorProtocol(string(c.Request.URI().PathOriginal())) {
 			n.forward(c, primary)
 			return
 		}

@@ -20,7 +20,7 @@ import (
 // Tests of the backup forwarding the console's writes to the primary, with two real HA
 // nodes on one MariaDB database, a token and a base path, over loopback HTTP.
 
-const fwdToken = "fwd-s3cret"
+const fwdToken = "fwd-s3cret-0123456"
 
 // haConsoleNode is an HA node with the token and the console's base path.
 func haConsoleNode(t *testing.T, dsn, id string, mod func(*admin.DaemonConfig)) *daemon {

@@ -219,6 +219,9 @@ func (d *daemon) send(t *testing.T, method, path string, body any, withToken boo
 	if withToken && d.token != "" {
 		req.Header.Set("Authorization", "Bearer "+d.token)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json") // hdr may override it
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}

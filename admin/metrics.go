@@ -65,7 +65,7 @@ var metricHelp = map[string]metricMeta{
 	"axe_writer_batch_rows":              {"histogram", "Rows in one group commit of the batched writer."},
 	"axe_writer_commit_duration_seconds": {"histogram", "Seconds one group commit took."},
 	"axe_writer_commits_total":           {"counter", "Group commits of the batched writer."},
-	"axe_writer_commit_errors_total":     {"counter", "Group commits that failed, by reason (transient, lease_lost)."},
+	"axe_writer_commit_errors_total":     {"counter", "Group commits that failed, by reason (transient, lease_lost, rejected: the store refused the values)."},
 	"axe_writer_conflicts_total":         {"counter", "Transitions in group commits refused by the version check."},
 	"axe_writer_queue_depth":             {"gauge", "Transitions waiting for the batched writer."},
 	"axe_writer_fenced_groups_total":     {"counter", "Writes refused because this node's lease epoch was no longer current."},
@@ -74,6 +74,7 @@ var metricHelp = map[string]metricMeta{
 	"axe_store_db_node_refusals_total":   {"counter", "Connection attempts to a database node that failed, or that failed the Galera node check."},
 	"axe_store_db_node_switches_total":   {"counter", "Connections made to another database node than the one before."},
 	"axe_writer_refused_groups_total":    {"counter", "Groups the batched writer refused to queue because it was busy (creates answered 429)."},
+	"axe_writer_rejected_groups_total":   {"counter", "Groups failed because the store refused their values (an API write answered 400); the rest of their batch landed."},
 	"axe_pruned_rows_total":              {"counter", "Rows deleted by retention, by table (task_run, task_action, task_def)."},
 	// HA and build.
 	"axe_lease_epoch":                {"gauge", "Epoch of the HA lease this node last held; 0 on a single node."},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -41,6 +42,11 @@ type SecurityConfig struct {
 	// advertise URLs, which a backup forwards the console's writes to (haforward.go).
 	// Defaults to "": the system's trust store.
 	PeerCA string
+	// AllowHosts are the names a server without tokens answers to, besides IP addresses,
+	// localhost and the host names of Addr and Advertise (--allow-host): any other Host is
+	// refused, so that a page of another site cannot reach the API by rebinding its own name
+	// to this address. Defaults to none.
+	AllowHosts []string
 }
 
 // applySecurity refuses an unprotected non-loopback bind and installs the outbound guard on
@@ -142,6 +148,14 @@ func (c *DaemonConfig) apiServer(sc ServerConfig) ServerConfig {
 	sc.MetricsPublic = c.Security.MetricsPublic
 	sc.BasePath = c.BasePath
 	sc.Pprof = c.Pprof
+	sc.AllowHosts = append([]string(nil), c.Security.AllowHosts...)
+	// This node's own names: it is reached at them by clients and by the other nodes.
+	if h, _, err := net.SplitHostPort(c.Addr); err == nil && h != "" {
+		sc.AllowHosts = append(sc.AllowHosts, h)
+	}
+	if u, err := url.Parse(c.Advertise); err == nil && u.Hostname() != "" {
+		sc.AllowHosts = append(sc.AllowHosts, u.Hostname())
+	}
 	return sc
 }
 

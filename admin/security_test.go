@@ -57,7 +57,7 @@ func TestProtectedBind(t *testing.T) {
 	}
 	// Loopback without a token, and any address with one, serve.
 	for _, cfg := range []admin.DaemonConfig{
-		{Addr: "127.0.0.1:0"}, {Addr: "localhost:0"}, {Addr: "[::1]:0"}, {Addr: "0.0.0.0:0", Token: "t0ken"},
+		{Addr: "127.0.0.1:0"}, {Addr: "localhost:0"}, {Addr: "[::1]:0"}, {Addr: "0.0.0.0:0", Token: "t0ken-0123456789abcd"},
 	} {
 		if cfg.Addr == "[::1]:0" && !hasIPv6Loopback() {
 			continue

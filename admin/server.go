@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -78,6 +79,9 @@ type ServerConfig struct {
 	BasePath string
 	// Pprof serves /debug/pprof behind the token. Defaults to false.
 	Pprof bool
+	// AllowHosts are the names (Host header values, without the port) a server without
+	// tokens answers to besides IP addresses and localhost (guardRequests). Defaults to none.
+	AllowHosts []string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -119,6 +123,7 @@ type Server struct {
 	tokenSource func() *Tokens
 	minutes     *minuteSeries
 	router      *router.Router
+	allowHosts  []string // cfg.AllowHosts, lower case
 }
 
 // NewServer builds the server; Start listens.
@@ -128,6 +133,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1), minutes: newMinuteSeries(cfg.Engine)}
+	for _, h := range cfg.AllowHosts {
+		s.allowHosts = append(s.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
+	}
 	ts := cfg.Tokens
 	if ts == nil {
 		var err error
@@ -141,7 +149,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.tokenSource = s.tokens.Load
 	}
 	s.srv = &fasthttp.Server{
-		Handler: s.limitBodies(s.routes()),
+		Handler: s.guardRequests(s.limitBodies(s.routes())),
 		Name:    "axe",
 		// Bodies over the smallest endpoint limit are streamed, so that limitBodies sees the
 		// headers of every body it may refuse before any more of it is read; it reads the
@@ -229,6 +237,9 @@ func (s *Server) stop(ctx context.Context) error {
 func (s *Server) routes() fasthttp.RequestHandler {
 	r := router.New()
 	s.router = r
+	// authed reads the route the router matched, so that a request is authorised for the
+	// handler that serves it (routePath).
+	r.SaveMatchedRoutePath = true
 	r.RedirectTrailingSlash = false
 	r.HandleMethodNotAllowed = true
 	r.NotFound = func(c *fasthttp.RequestCtx) { writeErr(c, fasthttp.StatusNotFound, "no such endpoint") }
@@ -282,15 +293,28 @@ func (s *Server) routes() fasthttp.RequestHandler {
 // authed enforces the bearer token and its scope when tokens are configured (auth.go).
 func (s *Server) authed(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(c *fasthttp.RequestCtx) {
-		path := string(c.Path())
-		if i := strings.Index(path, "/api/v1/"); i > 0 {
-			path = path[i:] // behind a base path
-		}
-		if !s.authenticate(c, path) {
+		if !s.authenticate(c, s.routePath(c)) {
 			return
 		}
 		next(c)
 	}
+}
+
+// routePath is the path a request is authorised on: the pattern of the route the router
+// matched ("/api/v1/tasks/{name}"), which names the handler that serves it, or, for a
+// request no route serves here (a backup's writes, ha.go), the path as sent, not decoded,
+// as the router matches it. Either way without the base path. The decoded, cleaned path
+// (fasthttp's Path) is never it: "/api/v1/tasks/x%2F..%2F..%2Fcallback" is a task's path
+// to the router and the result endpoint's once decoded.
+func (s *Server) routePath(c *fasthttp.RequestCtx) string {
+	p, _ := c.UserValue(router.MatchedRoutePathParam).(string)
+	if p == "" {
+		p = string(c.Request.URI().PathOriginal())
+	}
+	if base := s.cfg.BasePath; base != "" && strings.HasPrefix(p, base+"/api/") {
+		p = p[len(base):]
+	}
+	return p
 }
 
 // maxActorLen bounds the caller-supplied part of an actor, in bytes.
@@ -464,17 +488,14 @@ type noteBody struct {
 	Note string `json:"note"`
 }
 
+// decodeOptional decodes an optional JSON body strictly (protocol.Decode); an empty body
+// leaves v as it is.
 func decodeOptional(c *fasthttp.RequestCtx, v any) error {
 	body := c.PostBody()
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
-	}
-	return nil
+	return protocol.Decode(body, v)
 }
 
 func (s *Server) pauseTask(c *fasthttp.RequestCtx)  { s.pauseResume(c, true) }
@@ -626,15 +647,8 @@ func decodeMessage(c *fasthttp.RequestCtx, v interface{ Check() error }) error {
 	return v.Check()
 }
 
-// decodeStrict decodes a required JSON body, rejecting unknown fields.
-func decodeStrict(c *fasthttp.RequestCtx, v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(c.PostBody())))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
-	}
-	return nil
-}
+// decodeStrict decodes a required JSON body strictly (protocol.Decode).
+func decodeStrict(c *fasthttp.RequestCtx, v any) error { return protocol.Decode(c.PostBody(), v) }
 
 func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	var msg protocol.Register
@@ -812,7 +826,7 @@ func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
 		return
 	}
 	if b.Rate > 0 && b.Burst == 0 {
-		b.Burst = max(1, int(b.Rate))
+		b.Burst = max(1, int(min(b.Rate, engine.MaxRateLimit))) // the engine refuses a rate over it
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
@@ -823,8 +837,17 @@ func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, s.cfg.Engine.RateLimits())
 }
 
+// param is the path parameter name, percent-decoded: the router matches the path as sent, so
+// a task named "ns:job" is reached at /tasks/ns:job and at /tasks/ns%3Ajob (as the console
+// sends it) alike. A parameter that does not decode is passed on as it is, and names no task.
 func param(c *fasthttp.RequestCtx, name string) string {
 	v, _ := c.UserValue(name).(string)
+	if strings.IndexByte(v, '%') < 0 {
+		return v
+	}
+	if d, err := url.PathUnescape(v); err == nil {
+		return d
+	}
 	return v
 }
 
@@ -846,7 +869,9 @@ func statusOf(err error) int {
 	case errors.Is(err, ErrBadRequest), errors.Is(err, engine.ErrInvalidTask), errors.Is(err, persist.ErrBadFilter),
 		errors.Is(err, protocol.ErrMalformed):
 		return fasthttp.StatusBadRequest
-	case errors.Is(err, engine.ErrForeignApp):
+	case errors.Is(err, persist.ErrRejected):
+		return fasthttp.StatusBadRequest
+	case errors.Is(err, engine.ErrForeignApp), errors.Is(err, engine.ErrForeignExecutor):
 		return fasthttp.StatusForbidden
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
@@ -887,6 +912,7 @@ func (s *Server) errorOf(c *fasthttp.RequestCtx, err error) (int, string) {
 	msg = strings.TrimPrefix(msg, ErrBadRequest.Error()+": ")
 	msg = strings.TrimPrefix(msg, persist.ErrBadFilter.Error()+": ")
 	msg = strings.TrimPrefix(msg, engine.ErrForeignApp.Error()+": ")
+	msg = strings.TrimPrefix(msg, engine.ErrForeignExecutor.Error()+": ")
 	return code, msg
 }
 

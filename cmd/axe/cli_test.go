@@ -504,7 +504,7 @@ func TestServeErrors(t *testing.T) {
 func TestCLIToken(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	srv := startServe(t, dir, []string{"AXE_TOKEN=t0ps3cret", "AXE_DB=sqlite:" + filepath.Join(dir, "tok.db")}, "--addr", "127.0.0.1:0")
+	srv := startServe(t, dir, []string{"AXE_TOKEN=t0ps3cret-0123456789", "AXE_DB=sqlite:" + filepath.Join(dir, "tok.db")}, "--addr", "127.0.0.1:0")
 	if !strings.Contains(srv.banner, "tok.db") {
 		t.Errorf("banner %q: AXE_DB was not read", srv.banner)
 	}
@@ -516,6 +516,6 @@ func TestCLIToken(t *testing.T) {
 	if r := axe(t, env, "task", "ls", "--token", "wrong"); r.code == 0 || !strings.Contains(r.stderr, "401") {
 		t.Errorf("ls with a wrong token: exit %d, stderr %q", r.code, r.stderr)
 	}
-	axeOK(t, env, "task", "ls", "--token", "t0ps3cret")
-	axeOK(t, append(env, "AXE_TOKEN=t0ps3cret"), "executors")
+	axeOK(t, env, "task", "ls", "--token", "t0ps3cret-0123456789")
+	axeOK(t, append(env, "AXE_TOKEN=t0ps3cret-0123456789"), "executors")
 }
