@@ -51,6 +51,7 @@ func serveCmd() *ffcli.Command {
 	fs.StringVar(&cfg.Security.PeerCA, "peer-ca", "", "with --ha: PEM bundle of the CAs trusted for other nodes' https advertise URLs, which a backup forwards console writes to; default the system's trust store (AXE_PEER_CA)")
 	fs.BoolVar(&cfg.Security.MetricsPublic, "metrics-public", false, "serve /metrics without a token (AXE_METRICS_PUBLIC)")
 	fs.BoolVar(&cfg.Security.InsecureNoAuth, "insecure-no-auth", false, "allow a non-loopback --addr without --token; logs a warning at every start (AXE_INSECURE_NO_AUTH)")
+	allowHost := fs.String("allow-host", "", "comma-separated host names a server without a token answers to, besides IP addresses, localhost and the names of --addr and --advertise (AXE_ALLOW_HOST)")
 	callbackAllow := fs.String("callback-allow", "", "comma-separated hosts and CIDR ranges HTTP callbacks and alert webhooks may reach; empty = all but link-local and metadata addresses (AXE_CALLBACK_ALLOW)")
 	fs.BoolVar(&cfg.Security.CallbackAllowLinkLocal, "callback-allow-link-local", false, "let callbacks reach link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, …) (AXE_CALLBACK_ALLOW_LINK_LOCAL)")
 	fs.StringVar(&cfg.Security.CallbackSecret, "callback-secret", "", "sign HTTP callbacks: X-Axe-Signature: sha256=HMAC(body) (AXE_CALLBACK_SECRET)")
@@ -87,6 +88,11 @@ func serveCmd() *ffcli.Command {
 					return fmt.Errorf("alert-webhook: %q is not an http(s) URL", u)
 				}
 				cfg.Engine.AlertWebhooks = append(cfg.Engine.AlertWebhooks, u)
+			}
+			for _, h := range strings.Split(*allowHost, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					cfg.Security.AllowHosts = append(cfg.Security.AllowHosts, h)
+				}
 			}
 			for _, a := range strings.Split(*callbackAllow, ",") {
 				if a = strings.TrimSpace(a); a != "" {
