@@ -52,6 +52,7 @@ var mysqlRefusals = map[uint16]bool{
 	1366: true, // ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: "Incorrect string value" (invalid UTF-8)
 	1367: true, // ER_ILLEGAL_VALUE_FOR_TYPE
 	1406: true, // ER_DATA_TOO_LONG
+	1644: true, // ER_SIGNAL_EXCEPTION: a trigger refusing the row
 	3140: true, // ER_INVALID_JSON_TEXT
 	4025: true, // ER_CONSTRAINT_FAILED (MariaDB CHECK)
 }
@@ -70,7 +71,8 @@ func isRefusal(err error) bool {
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
-		// The primary code is the low byte of an extended one (SQLITE_CONSTRAINT_UNIQUE…).
+		// The primary code is the low byte of an extended one (SQLITE_CONSTRAINT_UNIQUE…,
+		// SQLITE_CONSTRAINT_TRIGGER for a trigger refusing the row).
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_CONSTRAINT, sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
 			return true

@@ -646,7 +646,11 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			writerRefusals.Inc()
 			attempt = 0 // an answer: retrying the same rows cannot help
 			if n > 1 {
-				w.cfg.Logger.Warn("the store refused a batch for its values; isolating the refused group",
+				level := slog.LevelDebug // each halving of one isolation
+				if n == len(w.live) {
+					level = slog.LevelWarn
+				}
+				w.cfg.Logger.Log(w.runCtx, level, "the store refused a batch for its values; isolating the refused group",
 					"groups", n, "rows", rows, "error", err)
 				n = (n + 1) / 2
 				continue

@@ -117,3 +117,27 @@ func Each(t *testing.T, fn func(t *testing.T, s persist.Store)) {
 	t.Run(persist.SchemeSQLite, func(t *testing.T) { fn(t, SQLite(t)) })
 	t.Run(persist.SchemeMySQL, func(t *testing.T) { fn(t, MySQL(t)) })
 }
+
+// EachDSN is Each that also gives fn the store's DSN, for a test that reaches the database
+// beside the store (RefuseParams) or opens another store on it.
+func EachDSN(t *testing.T, fn func(t *testing.T, s persist.Store, dsn string)) {
+	t.Helper()
+	open := func(t *testing.T, dsn string) persist.Store {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		s, err := persist.Open(ctx, dsn)
+		if err != nil {
+			t.Fatalf("cannot open %s: %v", dsn, err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	t.Run(persist.SchemeSQLite, func(t *testing.T) {
+		dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
+		fn(t, open(t, dsn), dsn)
+	})
+	t.Run(persist.SchemeMySQL, func(t *testing.T) {
+		dsn := MySQLDSN(t)
+		fn(t, open(t, dsn), dsn)
+	})
+}
