@@ -161,3 +161,57 @@ func runOf(t *testing.T, d *daemon, task, ticket string) model.Run {
 	t.Fatalf("no run %s of %s", ticket, task)
 	return model.Run{}
 }
+
+// TestResultsAreBoundToTheRunsExecutor: a run in flight takes its result only from the
+// executor it was sent to, naming its own task: another executor of the same app, an
+// address no executor registered, or another task's name is refused, singly and in a batch,
+// and none of them changes the run or the executor it records. Without tokens, so the app
+// binding of tokens plays no part.
+func TestResultsAreBoundToTheRunsExecutor(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		d := startDaemon(t, dsn, nil)
+		xs := []*holdingExecutor{newHoldingExecutor(t), newHoldingExecutor(t)}
+		for _, x := range xs {
+			d.mustJSON(t, 200, "POST", protocol.PathRegister, map[string]any{"app": "billing", "address": x.addr(), "handlers": []string{"charge"}}, nil)
+		}
+		d.create(t, map[string]any{"name": "charge", "trigger": "manual",
+			"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
+		ticket := d.runNow(t, "charge", nil)
+		testwait.For(t, waitTimeout, "the run to reach an executor", func() bool { return xs[0].got(ticket) || xs[1].got(ticket) })
+		holder, other := xs[0], xs[1]
+		if other.got(ticket) {
+			holder, other = other, holder
+		}
+		result := func(task, addr string) map[string]any {
+			return map[string]any{"ticket": ticket, "task": task, "app": "billing", "address": addr, "status": "success", "output": "forged"}
+		}
+		for _, c := range []struct {
+			name string
+			body map[string]any
+			code int
+			says string
+		}{
+			{"another executor of the app", result("charge", other.addr()), 403, holder.addr()},
+			{"an unregistered address", result("charge", "127.0.0.1:1"), 403, holder.addr()},
+			{"another task's name", result("refund", holder.addr()), 400, "task"},
+		} {
+			if msg := d.apiError(t, c.code, "POST", protocol.PathCallback, c.body); !strings.Contains(msg, c.says) {
+				t.Errorf("%s: %q, want %d naming %s", c.name, msg, c.code, c.says)
+			}
+		}
+		var ans protocol.CallbackBatchAnswer
+		d.mustJSON(t, 200, "POST", protocol.PathCallbackBatch, map[string]any{"results": []any{
+			result("charge", other.addr()), result("refund", holder.addr())}}, &ans)
+		if len(ans.Results) != 2 || ans.Results[0].Status != 403 || ans.Results[1].Status != 400 {
+			t.Errorf("batch answer %+v, want 403 and 400", ans.Results)
+		}
+		if r := runOf(t, d, "charge", ticket); r.Result != model.ResultRunning || r.Output != "" {
+			t.Fatalf("the run after the forged results: %+v, want it still running", r)
+		}
+		d.mustJSON(t, 200, "POST", protocol.PathCallback, map[string]any{"ticket": ticket, "task": "charge", "app": "billing",
+			"address": holder.addr(), "status": "success", "output": "charged"}, nil)
+		if r := d.waitRun(t, "charge", ticket); r.Result != model.ResultSuccess || r.Output != "charged" || r.Executor != holder.addr() {
+			t.Errorf("the run after its executor's result: %+v, want success from %s", r, holder.addr())
+		}
+	})
+}

@@ -235,3 +235,44 @@ func TestTokenFileReloadOnSIGHUP(t *testing.T) {
 		t.Errorf("after a broken file the token in force answers %d", code)
 	}
 }
+
+// TestScopeFollowsTheRoute: a request is authorised for the handler the router gives it, so
+// percent-encoded dot-dots that a decoded path would read as the executor protocol, or as
+// whoami, still need the scope of the task endpoint they reach; and a task's name reaches
+// its endpoints percent-encoded or not.
+func TestScopeFollowsTheRoute(t *testing.T) {
+	eachStore(t, func(t *testing.T, dsn string) {
+		h := newHook(t)
+		file := filepath.Join(t.TempDir(), "tokens.json")
+		writeTokenFile(t, file, scopedEntries())
+		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+		d.create(t, spec("ns:job", h.url("/ok"), "trigger", "manual"), bearer(writeTok)...)
+		for _, c := range []struct{ method, path, scope string }{
+			{"PUT", "/api/v1/tasks/x%2F..%2F..%2Fcallback", "write"},
+			{"DELETE", "/api/v1/tasks/a%2F..%2F..%2Fexecutors%2Fregister", "write"},
+			{"POST", "/api/v1/tasks/ns:job%2F..%2F..%2F..%2Fapi%2Fv1%2Fcallback/kill", "write"},
+			{"GET", "/api/v1/tasks/..%2Fwhoami", "read"},
+			{"GET", "/api/v1/tasks/ns%3Ajob", "read"},
+		} {
+			var body any
+			if c.method == "PUT" {
+				body = spec("x/../../callback", h.url("/ok"), "trigger", "manual")
+			}
+			msg := d.apiError(t, http.StatusForbidden, c.method, c.path, body, bearer(execTok)...)
+			if !strings.Contains(msg, c.scope) {
+				t.Errorf("%s %s with an executor token: %q, want 403 naming the %s scope", c.method, c.path, msg, c.scope)
+			}
+		}
+		d.token = writeTok
+		for _, p := range []string{"/api/v1/tasks/ns%3Ajob", "/api/v1/tasks/ns:job", "/api/v1/tasks/ns%3ajob/runs", "/api/v1/tasks/ns%3Ajob/actions"} {
+			if code, body := d.call(t, "GET", p, nil); code != http.StatusOK {
+				t.Errorf("GET %s: %d %s, want 200", p, code, body)
+			}
+		}
+		d.mustJSON(t, http.StatusOK, "POST", "/api/v1/tasks/ns%3Ajob/pause", nil, nil)
+		d.mustJSON(t, http.StatusOK, "DELETE", "/api/v1/tasks/ns%3Ajob", nil, nil)
+		if code, _ := d.call(t, "GET", "/api/v1/tasks/ns:job", nil); code != http.StatusNotFound {
+			t.Errorf("ns:job after its delete by the encoded name: %d, want 404", code)
+		}
+	})
+}

@@ -223,6 +223,10 @@ func (d *daemon) send(t *testing.T, method, path string, body any, withToken boo
 		req.Header.Set("Content-Type", "application/json") // hdr may override it
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if strings.EqualFold(hdr[i], "Host") {
+			req.Host = hdr[i+1] // net/http sends req.Host, not a Host header of req.Header
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := d.http.Do(req)

@@ -195,11 +195,74 @@ func hostileCases(hookURL string) []hostileCase {
 		{"kill: body over its limit", post, "/api/v1/tasks/seed/kill", admin.NoBodyMaxBytes + 1, nil, 413, "no body"},
 		{"ratelimit: body over its limit", put, "/api/v1/ratelimits", admin.SmallBodyMaxBytes + 1, nil, 413, "4 KiB"},
 		{"bulk: body over its limit", post, "/api/v1/tasks/bulk/pause", admin.BulkMaxBodyBytes + 1, nil, 413, "16 MiB"},
+		// Strict JSON on every endpoint: no key twice, at any depth; UTF-8 only; keys as spelled.
+		{"create: repeated key", post, "/api/v1/tasks", `{"name":"evil","name":"seed","trigger":"manual","callback":{"url":"` + hookURL + `"}}`, nil, 400, "name: repeated key"},
+		{"create: repeated nested key", post, "/api/v1/tasks", `{"name":"evil","trigger":"manual","callback":{"url":"` + hookURL + `","url":"http://169.254.169.254/"}}`, nil, 400, "callback.url: repeated key"},
+		{"create: repeated key in params", post, "/api/v1/tasks", `{"name":"evil","trigger":"manual","callback":{"url":"` + hookURL + `"},"params":{"a":1,"a":2}}`, nil, 400, "params.a: repeated key"},
+		{"create: params not UTF-8", post, "/api/v1/tasks", `{"name":"evil","trigger":"manual","callback":{"url":"` + hookURL + `"},"params":{"a":"` + "\xff\xfe" + `"}}`, nil, 400, "params.a: invalid UTF-8"},
+		{"create: params with a surrogate's bytes", post, "/api/v1/tasks", `{"name":"evil","trigger":"manual","callback":{"url":"` + hookURL + `"},"params":["` + "\xed\xa0\x80" + `"]}`, nil, 400, "params[0]: invalid UTF-8"},
+		{"create: params with a lone surrogate escape", post, "/api/v1/tasks", `{"name":"evil","trigger":"manual","callback":{"url":"` + hookURL + `"},"params":{"a":"\udc00x"}}`, nil, 400, "params.a: a lone UTF-16 surrogate"},
+		{"create: name not UTF-8", post, "/api/v1/tasks", `{"name":"ev` + "\xc3" + `il","trigger":"manual","callback":{"url":"` + hookURL + `"}}`, nil, 400, "name: invalid UTF-8"},
+		{"create: a key of another case", post, "/api/v1/tasks", `{"Name":"evil","trigger":"manual","callback":{"url":"` + hookURL + `"}}`, nil, 400, "Name: unknown field"},
+		{"update: repeated key", put, "/api/v1/tasks/seed", `{"name":"seed","trigger":"manual","trigger":"cron","callback":{"url":"` + hookURL + `"}}`, nil, 400, "trigger: repeated key"},
+		{"batch: repeated key in an item", post, "/api/v1/tasks/batch", `[{"name":"evil","name":"evil2","trigger":"manual","callback":{"url":"` + hookURL + `"}}]`, nil, 400, "item 0"},
+		{"bulk: repeated key", post, "/api/v1/tasks/bulk/delete", `{"names":["ghost"],"names":["seed"]}`, nil, 400, "names: repeated key"},
+		{"run: repeated key", post, "/api/v1/tasks/seed/run", `{"params":{},"params":{"x":1}}`, nil, 400, "params: repeated key"},
+		{"pause: repeated key", post, "/api/v1/tasks/seed/pause", `{"note":"a","note":"b"}`, nil, 400, "note: repeated key"},
+		{"ratelimit: repeated key", put, "/api/v1/ratelimits", `{"downstream":"x","rate":1,"rate":1000000000}`, nil, 400, "rate: repeated key"},
+		{"prune: repeated key", post, "/api/v1/prune", `{"before":"3650d","before":"0s"}`, nil, 400, "before: repeated key"},
+		{"register: repeated key", post, "/api/v1/executors/register", `{"app":"a","address":"127.0.0.1:1","handlers":["h"],"app":"b"}`, nil, 400, "app: repeated key"},
+		{"heartbeat: repeated key", post, "/api/v1/executors/heartbeat", `{"app":"a","address":"127.0.0.1:9","address":"127.0.0.1:8"}`, nil, 400, "address: repeated key"},
+		{"result: repeated key", post, "/api/v1/callback", `{"ticket":"999-1-0","status":"success","status":"failed"}`, nil, 400, "status: repeated key"},
+		{"result batch: repeated key", post, "/api/v1/callback/batch", `{"results":[{"ticket":"999-1-0","status":"success","ticket":"1-1-0"}]}`, nil, 400, "results[0].ticket: repeated key"},
+		// What the store could refuse, refused by name before it reaches the writer.
+		{"create: callback url over 8000 bytes", post, "/api/v1/tasks", task("callback", cb("url", "http://h/"+strings.Repeat("u", 8000))), nil, 400, "callback.url"},
+		{"create: callback url over its column", post, "/api/v1/tasks", task("callback", cb("url", "http://h/"+strings.Repeat("u", 70_000))), nil, 400, "callback.url"},
+		{"create: sensitive params over their column", post, "/api/v1/tasks", task("sensitive_params", longKeys(32, 128)), nil, 400, "sensitive_params"},
+		{"create: zone over its column", post, "/api/v1/tasks", task("timezone", "Asia/"+strings.Repeat("./", 40)+"Shanghai"), nil, 400, "timezone"},
+		{"create: handler of markup", post, "/api/v1/tasks", task("callback", cb("type", "executor", "app", "a", "handler", "<script>")), nil, 400, "callback.handler"},
+		{"run: params over 64 KiB", post, "/api/v1/tasks/seed/run", map[string]any{"params": map[string]string{"x": strings.Repeat("p", 70<<10)}}, nil, 400, "params"},
+		{"register: handlers over their column", post, "/api/v1/executors/register", map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": longKeys(1000, 100)}, nil, 400, "handlers"},
+		{"ratelimit: downstream of 3,900 characters", put, "/api/v1/ratelimits", map[string]any{"downstream": strings.Repeat("d", 3900), "rate": 5}, nil, 400, "downstream"},
+		{"ratelimit: downstream of markup", put, "/api/v1/ratelimits", map[string]any{"downstream": "<script>alert(1)</script>", "rate": 5}, nil, 400, "downstream"},
+		{"ratelimit: rate 1e300", put, "/api/v1/ratelimits", `{"downstream":"x","rate":1e300}`, nil, 400, "rate"},
+		{"ratelimit: burst huge", put, "/api/v1/ratelimits", `{"downstream":"x","rate":10,"burst":1000000000}`, nil, 400, "burst"},
+		// Browsers: another site's page writing through the visitor's browser, a name of
+		// the attacker's rebound to this address.
+		{"create: text/plain", post, "/api/v1/tasks", task(), []string{"Content-Type", "text/plain"}, 415, "Content-Type"},
+		{"create: form", post, "/api/v1/tasks", task(), []string{"Content-Type", "application/x-www-form-urlencoded"}, 415, "Content-Type"},
+		{"create: ndjson outside the batch endpoint", post, "/api/v1/tasks", task(), []string{"Content-Type", "application/x-ndjson"}, 415, "Content-Type"},
+		{"create: text/plain from another origin", post, "/api/v1/tasks", task("trigger", "cron", "cron", "* * * * *"), []string{"Content-Type", "text/plain", "Origin", "http://evil.example"}, 403, "Origin"},
+		{"create: null origin", post, "/api/v1/tasks", task(), []string{"Origin", "null"}, 403, "Origin"},
+		{"create: cross-site fetch", post, "/api/v1/tasks", task(), []string{"Sec-Fetch-Site", "cross-site", "Origin", hookURL}, 403, "Sec-Fetch-Site"},
+		{"create: same-site fetch from another port", post, "/api/v1/tasks", task(), []string{"Sec-Fetch-Site", "same-site"}, 403, "Sec-Fetch-Site"},
+		{"run: cross-site, no body", post, "/api/v1/tasks/seed/run", nil, []string{"Sec-Fetch-Site", "cross-site"}, 403, "Sec-Fetch-Site"},
+		{"kill: another origin", post, "/api/v1/tasks/seed/kill", nil, []string{"Origin", "http://evil.example"}, 403, "Origin"},
+		{"delete: another origin", http.MethodDelete, "/api/v1/tasks/seed", nil, []string{"Origin", "https://evil.example"}, 403, "Origin"},
+		{"ratelimit: another origin", put, "/api/v1/ratelimits", `{"downstream":"x","rate":1}`, []string{"Origin", "http://127.0.0.1:1"}, 403, "Origin"},
+		{"list: rebound host", get, "/api/v1/tasks", nil, []string{"Host", "rebind.attacker.example"}, 403, "host"},
+		{"get: rebound host with a port", get, "/api/v1/tasks/seed", nil, []string{"Host", "rebind.attacker.example:7070"}, 403, "host"},
+		{"console: rebound host", get, "/", nil, []string{"Host", "localhost.attacker.example"}, 403, "host"},
+		{"create: rebound host", post, "/api/v1/tasks", task(), []string{"Host", "rebind.attacker.example"}, 403, "host"},
+		// Paths: parameters decoded once, the way the router reads them.
+		{"get: encoded slash", get, "/api/v1/tasks/seed%2F..%2Fghost", nil, nil, 404, "seed/../ghost"},
+		{"update: encoded dot-dots to the result endpoint", put, "/api/v1/tasks/x%2F..%2F..%2Fcallback", task("name", "x/../../callback"), nil, 400, "name"},
+		{"delete: encoded dot-dots", http.MethodDelete, "/api/v1/tasks/..%2Fseed", nil, nil, 404, "../seed"},
 		// Sizes and methods.
 		{"create: body over the limit", post, "/api/v1/tasks", nil, nil, 413, "limit"},
 		{"unknown endpoint", get, "/api/v1/nothing", nil, nil, 404, "endpoint"},
 		{"wrong method", http.MethodPatch, "/api/v1/tasks/seed", `{}`, nil, 405, "method"},
 	}
+}
+
+// longKeys returns n distinct names of size bytes each.
+func longKeys(n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		id := fmt.Sprintf("-%d", i)
+		out[i] = strings.Repeat("k", size-len(id)) + id
+	}
+	return out
 }
 
 // snapshot is everything a malformed request could have changed, read from the store.
