@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
+
+	"github.com/axe-sched/axe/internal/jsonkeys"
 )
 
 // FuzzDecodeTaskSpec feeds arbitrary bytes through the API's task decoding and validation:
@@ -25,6 +28,7 @@ func FuzzDecodeTaskSpec(f *testing.F) {
 		`{"name":"f","trigger":"delay","delay_ms":-1}`, `{"priority":7}`, `[]`, `{"name":"x","extra":1}`, ``,
 		`{"name":"g","cron":"0 0 12 ? * 2","cron_dialect":"quartz","callback":{"url":"http://h"}}`,
 		`{"name":"h","cron":"0 0 12 ? * 6L","callback":{"url":"http://h"},"paused":true,"note":"from XXL-JOB"}`,
+		`{"name":"i","name":"j","trigger":"manual","callback":{"url":"http://h"}}`, "{\"name\":\"k\",\"params\":\"\xff\"}",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -35,6 +39,11 @@ func FuzzDecodeTaskSpec(f *testing.F) {
 				t.Fatalf("decode error %v is not ErrInvalidTask", err)
 			}
 			return
+		}
+		// What the store could not hold, and what two parsers could read two ways, never
+		// gets past the decoder.
+		if !utf8.Valid(data) || jsonkeys.Repeated(data) {
+			t.Fatalf("decoded %q: not UTF-8, or a repeated key", data)
 		}
 		def, err := Normalize(spec, TimezoneDefault)
 		if err != nil {

@@ -187,7 +187,7 @@ func unquote(msg string) string {
 	return quotedInput.ReplaceAllString(msg, "")
 }
 
-var quotedInput = regexp.MustCompile("\\s*(`[^`]*`|'(\\\\.|[^'])*')")
+var quotedInput = regexp.MustCompile("\\s*(`[^`]*`|'(\\\\.|[^'])*'|\"(\\\\.|[^\"])*\")")
 
 func malformed(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}

@@ -19,3 +19,27 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+func TestRepeated(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want bool
+	}{
+		{`{"a":1,"b":2}`, false},
+		{`{"a":1,"a":2}`, true},
+		{`{"a":1,"\u0061":2}`, true},
+		{`{"a":1,"A":2}`, false}, // encoding/json would merge them; the keys differ
+		{`{"a":{"b":1},"c":{"b":2}}`, false},
+		{`{"a":{"b":1,"b":2}}`, true},
+		{`[{"a":1},{"a":1}]`, false},
+		{`[{"a":["a","a"],"b":{"a":"a"}}]`, false},
+		{`{"x":[{"y":1,"y":2}]}`, true},
+		{`{"a":"b","b":"a"}`, false},
+		{`{"a":1,"a"`, true},
+		{`nope`, false},
+	} {
+		if got := Repeated([]byte(c.body)); got != c.want {
+			t.Errorf("Repeated(%s) = %v, want %v", c.body, got, c.want)
+		}
+	}
+}
