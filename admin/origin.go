@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
 // A browser is a confused deputy: a page of any site can make it send requests to axe on
@@ -32,7 +34,7 @@ func (s *Server) guardRequests(next fasthttp.RequestHandler) fasthttp.RequestHan
 		if !s.tokenSource().Enabled() && !s.hostAllowed(string(c.Host())) {
 			c.SetConnectionClose()
 			writeErr(c, fasthttp.StatusForbidden, fmt.Sprintf("host: %q is not a name of this server; without a token axe answers "+
-				"only to IP addresses, localhost and the names of --allow-host", clipText(string(c.Host()), 255)))
+				"only to IP addresses, localhost and the names of --allow-host", protocol.ClipText(string(c.Host()), 255)))
 			return
 		}
 		if c.IsGet() || c.IsHead() || c.IsOptions() {
@@ -62,7 +64,7 @@ func crossSite(c *fasthttp.RequestCtx) string {
 		if site == "same-origin" || site == "none" {
 			return ""
 		}
-		return fmt.Sprintf("Sec-Fetch-Site: a %s request may not change anything here; use the console of this server or a client with a token", clipText(site, 32))
+		return fmt.Sprintf("Sec-Fetch-Site: a %s request may not change anything here; use the console of this server or a client with a token", protocol.ClipText(site, 32))
 	}
 	origin := string(c.Request.Header.Peek("Origin"))
 	if origin == "" {
@@ -72,7 +74,7 @@ func crossSite(c *fasthttp.RequestCtx) string {
 	if err == nil && u.Host != "" && (strings.EqualFold(u.Host, string(c.Host())) || strings.EqualFold(u.Host, forwardedHost(c))) {
 		return ""
 	}
-	return fmt.Sprintf("Origin: a write from %q may not change anything here; use the console of this server or a client with a token", clipText(origin, 255))
+	return fmt.Sprintf("Origin: a write from %q may not change anything here; use the console of this server or a client with a token", protocol.ClipText(origin, 255))
 }
 
 // forwardedHost is the first X-Forwarded-Host, which a reverse proxy that rewrites Host
@@ -97,7 +99,7 @@ func (s *Server) notJSON(c *fasthttp.RequestCtx) string {
 	if ct == "" {
 		ct = "none"
 	}
-	return fmt.Sprintf("Content-Type: a request body must be application/json, got %s (with curl: -H 'Content-Type: application/json')", clipText(ct, 128))
+	return fmt.Sprintf("Content-Type: a request body must be application/json, got %s (with curl: -H 'Content-Type: application/json')", protocol.ClipText(ct, 128))
 }
 
 // hostAllowed reports whether host (a Host header, with or without a port) names this server
@@ -116,12 +118,4 @@ func (s *Server) hostAllowed(host string) bool {
 		return true
 	}
 	return name == "localhost" || slices.Contains(s.allowHosts, name)
-}
-
-// clipText cuts s to at most n bytes for an error message.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -87,7 +87,7 @@ func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
 	stored := 2 // the handlers are stored as one JSON array, in a TEXT column
 	for _, h := range reg.Handlers {
 		if !validName(h) {
-			return fieldErr("handlers", "invalid handler name %q", clipText(h, 64))
+			return fieldErr("handlers", "invalid handler name %q", protocol.ClipText(h, 64))
 		}
 		stored += len(h) + 3
 	}
@@ -384,7 +384,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	}
 	if sentElsewhere != nil {
 		return failedReport(fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor,
-			rep.Ticket, sentElsewhere.Address, clipText(rep.Address, protocol.MaxAddressBytes)))
+			rep.Ticket, sentElsewhere.Address, protocol.ClipText(rep.Address, protocol.MaxAddressBytes)))
 	}
 	dup, err := e.reportUnheld(ctx, rep)
 	return func(context.Context) (bool, error) { return dup, err }
@@ -442,16 +442,16 @@ func (e *Engine) checkReport(ctx context.Context, rep Report) error {
 	case rep.App != "" && app != rep.App:
 		return fmt.Errorf("%w: run %s is not a run of executor app %q", ErrForeignApp, rep.Ticket, rep.App)
 	case rep.Task != "" && rep.Task != o.task:
-		return fieldErr("task", "run %s is a run of task %q, not %q", rep.Ticket, o.task, clipText(rep.Task, protocol.MaxNameBytes))
+		return fieldErr("task", "run %s is a run of task %q, not %q", rep.Ticket, o.task, protocol.ClipText(rep.Task, protocol.MaxNameBytes))
 	case rep.Address == "":
 	case o.addr != "":
 		if rep.Address != o.addr {
 			return fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor, rep.Ticket, o.addr,
-				clipText(rep.Address, protocol.MaxAddressBytes))
+				protocol.ClipText(rep.Address, protocol.MaxAddressBytes))
 		}
 	case app == "" || e.registry.Get(app, rep.Address) == nil:
 		return fmt.Errorf("%w: no executor of app %q registered at %s", ErrForeignExecutor, app,
-			clipText(rep.Address, protocol.MaxAddressBytes))
+			protocol.ClipText(rep.Address, protocol.MaxAddressBytes))
 	}
 	return nil
 }

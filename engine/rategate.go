@@ -15,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"
 )
@@ -234,7 +235,7 @@ func (e *Engine) RateLimits() RateLimits {
 func (e *Engine) SetRateLimit(ctx context.Context, key string, l ratelimit.Limit, actor string) error {
 	if !validDownstream(key) {
 		return fieldErr("downstream", "must be \"\" (the global bucket), an executor app or a callback host[:port] of at most "+
-			"%d bytes of letters, digits, '.', '-', '_', ':', '[', ']' or '%%', got %q", maxDownstreamBytes, clipText(key, 64))
+			"%d bytes of letters, digits, '.', '-', '_', ':', '[', ']' or '%%', got %q", maxDownstreamBytes, protocol.ClipText(key, 64))
 	}
 	if l.Rate > MaxRateLimit {
 		return fieldErr("rate", "must be at most %g per second, got %g", float64(MaxRateLimit), l.Rate)

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
@@ -354,7 +353,7 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		}
 		if !validName(cb.Handler) {
 			// What an executor may register (ExecutorRegistration): any other name never runs.
-			return d, fieldErr("callback.handler", "invalid handler name %q", clipText(cb.Handler, 64))
+			return d, fieldErr("callback.handler", "invalid handler name %q", protocol.ClipText(cb.Handler, 64))
 		}
 		if cb.URL != "" {
 			return d, fieldErr("callback.url", "is only valid with callback type http")
@@ -423,17 +422,6 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		return d, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
 	return d, nil
-}
-
-// clipText cuts s to at most n bytes at a character boundary, for an error message.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }
 
 // validRoute reports whether r names a routing strategy of the dispatcher's registry.

@@ -261,7 +261,7 @@ func (r *Result) Check() error {
 		return err
 	}
 	if r.Status != StatusSuccess && r.Status != StatusFailed {
-		return malformed("status", "must be success or failed, got %q", clipText(r.Status, 64))
+		return malformed("status", "must be success or failed, got %q", ClipText(r.Status, 64))
 	}
 	for _, f := range []struct {
 		name, v string
@@ -369,9 +369,11 @@ func checkResultCount(n int) error {
 }
 
 // ClipError returns s cut to MaxErrorBytes at a character boundary.
-func ClipError(s string) string { return clipText(s, MaxErrorBytes) }
+func ClipError(s string) string { return ClipText(s, MaxErrorBytes) }
 
-func clipText(s string, n int) string {
+// ClipText returns s cut to at most n bytes at a character boundary: what an error message
+// quotes of a value.
+func ClipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
