@@ -243,6 +243,7 @@ func hostileCases(hookURL string) []hostileCase {
 		{"list: rebound host", get, "/api/v1/tasks", nil, []string{"Host", "rebind.attacker.example"}, 403, "host"},
 		{"get: rebound host with a port", get, "/api/v1/tasks/seed", nil, []string{"Host", "rebind.attacker.example:7070"}, 403, "host"},
 		{"console: rebound host", get, "/", nil, []string{"Host", "localhost.attacker.example"}, 403, "host"},
+		{"metrics: rebound host", get, "/metrics", nil, []string{"Host", "rebind.attacker.example"}, 403, "host"},
 		{"create: rebound host", post, "/api/v1/tasks", task(), []string{"Host", "rebind.attacker.example"}, 403, "host"},
 		// Paths: parameters decoded once, the way the router reads them.
 		{"get: encoded slash", get, "/api/v1/tasks/seed%2F..%2Fghost", nil, nil, 404, "seed/../ghost"},

@@ -22,7 +22,8 @@ import (
 // guardRequests refuses what a browser sends on behalf of another site, before any body is
 // read:
 //   - without tokens, a request whose Host is not a name of this server (hostAllowed): a
-//     page that rebound its own name to this address reads nothing;
+//     page that rebound its own name to this address reads nothing (the health probes
+//     excepted);
 //   - a write (any method but GET, HEAD and OPTIONS) marked cross-site by the browser
 //     (Sec-Fetch-Site other than same-origin or none), or, from a browser that does not mark
 //     it, whose Origin is not this server's;
@@ -31,7 +32,7 @@ import (
 //     browser asking first (text/plain, forms) are never what the API reads.
 func (s *Server) guardRequests(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(c *fasthttp.RequestCtx) {
-		if !s.tokenSource().Enabled() && !s.hostAllowed(string(c.Host())) {
+		if !s.tokenSource().Enabled() && !isProbe(c) && !s.hostAllowed(string(c.Host())) {
 			c.SetConnectionClose()
 			writeErr(c, fasthttp.StatusForbidden, fmt.Sprintf("host: %q is not a name of this server; without a token axe answers "+
 				"only to IP addresses, localhost and the names of --allow-host", protocol.ClipText(string(c.Host()), 255)))
@@ -55,6 +56,13 @@ func (s *Server) guardRequests(next fasthttp.RequestHandler) fasthttp.RequestHan
 		}
 		next(c)
 	}
+}
+
+// isProbe reports the health probes, which answer nothing a page could use and which load
+// balancers and orchestrators call by names of their own.
+func isProbe(c *fasthttp.RequestCtx) bool {
+	p := string(c.Request.URI().PathOriginal())
+	return (p == "/healthz" || p == "/readyz") && (c.IsGet() || c.IsHead())
 }
 
 // crossSite says why a write is refused as sent on behalf of another site, or "".

@@ -144,3 +144,23 @@ func TestCallbackAllowlist(t *testing.T) {
 		t.Errorf("a metadata alert webhook: %v", err)
 	}
 }
+
+// TestProbesAnswerAnyHost: without a token the health probes answer whatever name they are
+// called by, while the API answers only this server's names.
+func TestProbesAnswerAnyHost(t *testing.T) {
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+		c.Security.AllowHosts = []string{"axe.internal"}
+	})
+	for _, c := range []struct {
+		path, host string
+		want       int
+	}{
+		{"/healthz", "lb.example", 200}, {"/readyz", "lb.example", 200},
+		{"/api/v1/tasks", "lb.example", 403}, {"/api/v1/tasks", "axe.internal", 200}, {"/api/v1/tasks", "AXE.internal.", 200},
+		{"/api/v1/tasks", "localhost:7070", 200}, {"/api/v1/tasks", "[::1]:7070", 200}, {"/api/v1/tasks", "10.1.2.3", 200},
+	} {
+		if code, body := d.call(t, "GET", c.path, nil, "Host", c.host); code != c.want {
+			t.Errorf("GET %s with Host %s: %d %s, want %d", c.path, c.host, code, body, c.want)
+		}
+	}
+}
