@@ -616,15 +616,14 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 
 		before := len(w.live)
 		var conflict *ConflictError
-		if errors.As(err, &conflict) && w.dropConflicts(conflict) {
-			n -= before - len(w.live)
-			attempt = 0 // a conflict is an answer, not a failure: no backoff
-			continue
-		}
 		var refused *FireRefusedError
-		if errors.As(err, &refused) && w.dropRefused(refused) {
-			n -= before - len(w.live)
-			attempt = 0 // an answer too, as a conflict is
+		if errors.As(err, &conflict) && w.dropConflicts(conflict) || errors.As(err, &refused) && w.dropRefused(refused) {
+			// A conflict or a refused fire is an answer, not a failure: no backoff. The
+			// failed groups were all of the prefix tried; an emptied prefix is the rest.
+			if n -= before - len(w.live); n == 0 {
+				n = len(w.live)
+			}
+			attempt = 0
 			continue
 		}
 		if errors.Is(err, model.ErrLeaseLost) {

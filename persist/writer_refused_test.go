@@ -165,8 +165,9 @@ func TestWriterFailsOnlyRefusedGroups(t *testing.T) {
 }
 
 // TestWriterIsolatesRefusalsProperty: whatever groups of a batch the store refuses, exactly
-// those fail, with a RejectedError, the others land, and Done comes in submission order.
-// SQLite, whose trigger refuses (persisttest.RefuseParams); a fresh writer per case.
+// those fail, with a RejectedError, groups of a stale version fail alone with a
+// ConflictError as ever, the others land, and Done comes in submission order. SQLite, whose
+// trigger refuses (persisttest.RefuseParams); a fresh writer per case.
 func TestWriterIsolatesRefusalsProperty(t *testing.T) {
 	dsn := persist.SchemeSQLite + ":" + t.TempDir() + "/axe.db"
 	s, err := persist.Open(testCtx(t), dsn)
@@ -179,26 +180,43 @@ func TestWriterIsolatesRefusalsProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		r := round.Add(1)
 		refused := rapid.SliceOfN(rapid.Bool(), 1, 24).Draw(rt, "refused")
+		stale := rapid.SliceOfN(rapid.Bool(), len(refused), len(refused)).Draw(rt, "stale")
 		ctx := testCtx(t)
 		k, err := createTask(ctx, s, fmt.Sprintf("chain-%d", r))
 		if err != nil {
 			rt.Fatal(err)
 		}
+		old, err := createTask(ctx, s, fmt.Sprintf("stale-%d", r))
+		if err != nil {
+			rt.Fatal(err)
+		}
+		old.rt.Version += 7 // every transition of it expects a version the store does not hold
 		w, err := persist.NewWriter(s, persist.WriterConfig{Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			rt.Fatal(err)
 		}
-		out := newOutcomes(2 * len(refused))
+		out := newOutcomes(3 * len(refused))
+		type want int
+		const (
+			lands want = iota
+			rejected
+			conflicts
+		)
+		var wants []want
 		for i, bad := range refused {
-			params := `{"i":1}`
+			params, w0 := `{"i":1}`, lands
 			if bad {
-				params = `{"i":"` + refusedMarker + `"}`
+				params, w0 = `{"i":"`+refusedMarker+`"}`, rejected
 			}
 			g := createWithParams(fmt.Sprintf("p%d-%d", r, i), params)
-			g.Done = out.done(2 * i)
-			chained := k.next() // a transition of one task after each create: each expects the last
-			chained.Done = out.done(2*i + 1)
-			for _, g := range []*persist.Group{g, chained} {
+			// A transition of one task after each create: each expects the last one's version.
+			groups, kinds := []*persist.Group{g, k.next()}, []want{w0, lands}
+			if stale[i] {
+				groups, kinds = append(groups, old.next()), append(kinds, conflicts)
+			}
+			for j, g := range groups {
+				g.Done = out.done(len(wants))
+				wants = append(wants, kinds[j])
 				if err := w.Submit(ctx, g); err != nil {
 					rt.Fatal(err)
 				}
@@ -207,7 +225,7 @@ func TestWriterIsolatesRefusalsProperty(t *testing.T) {
 		if err := w.Start(ctx); err != nil {
 			rt.Fatal(err)
 		}
-		got := out.wait(t, 2*len(refused))
+		got := out.wait(t, len(wants))
 		if err := w.Stop(ctx); err != nil {
 			rt.Fatal(err)
 		}
@@ -215,9 +233,20 @@ func TestWriterIsolatesRefusalsProperty(t *testing.T) {
 			if o.seq != i {
 				rt.Fatalf("Done %d was for group %d", i, o.seq)
 			}
-			wantBad := i%2 == 0 && refused[i/2]
-			if wantBad != errors.Is(o.err, persist.ErrRejected) || (!wantBad && o.err != nil) {
-				rt.Fatalf("group %d (refused: %v): %v", i, wantBad, o.err)
+			var ce *persist.ConflictError
+			switch wants[i] {
+			case lands:
+				if o.err != nil {
+					rt.Fatalf("group %d failed: %v", i, o.err)
+				}
+			case rejected:
+				if !errors.Is(o.err, persist.ErrRejected) {
+					rt.Fatalf("group %d: %v, want ErrRejected", i, o.err)
+				}
+			case conflicts:
+				if !errors.As(o.err, &ce) {
+					rt.Fatalf("group %d: %v, want a ConflictError", i, o.err)
+				}
 			}
 		}
 		for i, bad := range refused {
