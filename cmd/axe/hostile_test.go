@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +24,16 @@ import (
 // sent as it is (a Reader of unknown length goes chunked); hdr are header pairs, "Host"
 // included. A JSON Content-Type is set unless hdr gives one.
 func send(t *testing.T, method, url string, body any, hdr ...string) (int, string) {
+	t.Helper()
+	code, data, err := trySend(t, method, url, body, hdr...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, data
+}
+
+// trySend is send that returns a transport error instead of failing the test.
+func trySend(t *testing.T, method, url string, body any, hdr ...string) (int, string, error) {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -56,11 +68,11 @@ func send(t *testing.T, method, url string, body any, hdr ...string) (int, strin
 	}
 	resp, err := (&http.Client{Timeout: cmdTimeout}).Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		return 0, "", fmt.Errorf("%s %s: %w", method, url, err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(data)
+	return resp.StatusCode, string(data), nil
 }
 
 // want requires the status and that the body names what it must.
@@ -176,13 +188,22 @@ func TestHostileRequestsToTheDaemon(t *testing.T) {
 		{"a downstream of 3,900 characters", "PUT", "/ratelimits", `{"downstream":"` + strings.Repeat("d", 3900) + `","rate":5}`, nil, 400, "downstream"},
 		{"a downstream of markup", "PUT", "/ratelimits", `{"downstream":"<script>","rate":5}`, nil, 400, "downstream"},
 		{"a rate of 1e300", "PUT", "/ratelimits", `{"downstream":"billing","rate":1e300}`, nil, 400, "rate"},
-		{"a batch of one endless item", "POST", "/tasks/batch", io.MultiReader(strings.NewReader(`[{"name":"`), endless{}), nil, 413, "item 0"},
 		// Repeated keys (issue 31).
 		{"a create repeating its name", "POST", "/tasks", `{"name":"a","name":"b","trigger":"manual","callback":{"url":"` + hook + `"}}`, nil, 400, "name: repeated key"},
 		{"a rate limit repeating its rate", "PUT", "/ratelimits", `{"downstream":"x","rate":1,"rate":2}`, nil, 400, "rate: repeated key"},
 	} {
 		code, body := send(t, c.method, api+c.path, c.body, c.hdr...)
 		want(t, c.what, code, body, c.code, c.says)
+	}
+	// A batch of one endless item is cut off at the item limit. The daemon answers 413 and
+	// closes the connection with the rest of the body unread, so TCP resets it, and the
+	// client, still writing, may see the reset before the answer: either outcome is the
+	// body refused; what matters is that the daemon goes on serving (checked below).
+	endlessBatch := io.MultiReader(strings.NewReader(`[{"name":"`), endless{})
+	if code, body, err := trySend(t, "POST", api+"/tasks/batch", endlessBatch); err == nil {
+		want(t, "a batch of one endless item", code, body, 413, "item 0")
+	} else if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Errorf("a batch of one endless item: %v, want 413 or a reset connection", err)
 	}
 	code, body = send(t, "GET", api+"/tasks", nil)
 	if code != 200 || strings.Contains(body, "csrf") || !strings.Contains(body, `"count":1`) {
