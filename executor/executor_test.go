@@ -1182,6 +1182,11 @@ func TestResultBurstBeyondConnectionLimit(t *testing.T) {
 func TestResultsBatched(t *testing.T) {
 	hold := make(chan struct{})
 	peer := startPeer(t, schedpeer.Config{Hold: hold})
+	// Registered after the peer's own cleanup, so it runs first: a test that fails while
+	// calls are held must release them, or closing the peer waits on them for ever.
+	var release sync.Once
+	releaseHeld := func() { release.Do(func() { close(hold) }) }
+	t.Cleanup(releaseHeld)
 	const senders = 2
 	// The held calls must stay in flight until the test releases them: with the default
 	// RequestTimeout (5s), a slow machine timed them out and re-sent the fillers' results.
@@ -1194,15 +1199,16 @@ func TestResultsBatched(t *testing.T) {
 	})
 	start(t, exe)
 
-	// Two fillers occupy both senders; the scheduler holds their calls.
-	for _, tk := range []string{"fill-1", "fill-2"} {
+	// Two fillers occupy both senders; the scheduler holds their calls. Each is sent only
+	// once the one before has arrived: two results ready at once would travel in one batch
+	// call, leaving a sender free.
+	for i, tk := range []string{"fill-1", "fill-2"} {
 		dispatch(t, peer, exe, runFor(tk, tk, "h"), http.StatusAccepted)
+		if err := peer.WaitArrived(i + 1); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, finished, "filler")
 	}
-	if err := peer.WaitArrived(senders); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, finished, "filler")
-	recv(t, finished, "filler")
 
 	// Everything finishing now waits in the outbox.
 	oks := []string{"ok-1", "ok-2", "ok-3", "ok-4", "ok-5"}
@@ -1222,7 +1228,7 @@ func TestResultsBatched(t *testing.T) {
 		recv(t, finished, "a run to finish")
 	}
 	peer.FailNext(schedpeer.PathCallbackBatch, http.StatusInternalServerError)
-	close(hold)
+	releaseHeld()
 
 	// 2 fillers + 5 ok + stale + unknown + flaky twice (a transient failure, then acknowledged).
 	waitCallbacks(t, peer, 11)
