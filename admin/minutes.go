@@ -1,10 +1,13 @@
 package admin
 
 import (
+	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/persist"
 )
 
 // minuteSamplePeriod is how often the per-minute counters read the engine's totals; a
@@ -14,16 +17,27 @@ const minuteSamplePeriod = 5 * time.Second
 // minuteWindow is how many minutes the overview chart keeps.
 const minuteWindow = 60
 
+// minuteKeep is how long the store keeps the per-minute statistics.
+const minuteKeep = 24 * time.Hour
+
+// minuteUnsavedMax bounds the minutes kept for a store that cannot be written.
+const minuteUnsavedMax = 60
+
 // minuteSeries keeps fires and failures per minute for the last hour in memory: the
 // overview chart reads it instead of the runs table, which has no time index by design.
 // Each reading adds what the engine's totals grew by since the last one to the current
-// minute's slot.
+// minute's slot. It also records each finished minute in the store (minute_stats, one row
+// per node and minute in which anything fired, with the fires' lateness) for the day-long
+// chart, which survives a restart; the firing path is not touched, only its totals read.
 type minuteSeries struct {
 	eng *engine.Engine
+	log *slog.Logger
 
-	mu   sync.Mutex
-	last engine.Counts
-	ring [minuteWindow]minuteCount
+	mu      sync.Mutex
+	last    engine.MinuteTotals
+	ring    [minuteWindow]minuteCount
+	pend    persist.MinuteStat   // the current minute's counts for the store
+	unsaved []persist.MinuteStat // finished minutes not yet written
 
 	startOnce, stopOnce sync.Once
 	stopc, done         chan struct{}
@@ -42,10 +56,10 @@ type MinutePoint struct {
 	Failures uint64 `json:"failures"`
 }
 
-func newMinuteSeries(eng *engine.Engine) *minuteSeries {
-	m := &minuteSeries{eng: eng, stopc: make(chan struct{}), done: make(chan struct{})}
+func newMinuteSeries(eng *engine.Engine, log *slog.Logger) *minuteSeries {
+	m := &minuteSeries{eng: eng, log: log, stopc: make(chan struct{}), done: make(chan struct{})}
 	if eng != nil {
-		m.last = eng.Totals()
+		m.last = eng.MinuteTotals()
 	}
 	return m
 }
@@ -59,9 +73,13 @@ func (m *minuteSeries) start() {
 			for {
 				select {
 				case <-m.stopc:
+					m.sample(time.Now())
+					m.finish()
+					m.save()
 					return
 				case now := <-t.C:
 					m.sample(now)
+					m.save()
 				}
 			}
 		}()
@@ -79,7 +97,7 @@ func (m *minuteSeries) stop() {
 }
 
 func (m *minuteSeries) sample(now time.Time) {
-	cur := m.eng.Totals()
+	cur := m.eng.MinuteTotals()
 	minute := now.Unix() / 60
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -87,14 +105,64 @@ func (m *minuteSeries) sample(now time.Time) {
 	if slot.minute != minute {
 		*slot = minuteCount{minute: minute}
 	}
+	if m.pend.Minute != minute*60_000 {
+		m.finishLocked()
+		m.pend = persist.MinuteStat{Minute: minute * 60_000, Node: m.eng.NodeID()}
+	}
 	// Totals only grow; a guard keeps a reading that raced an older one from wrapping.
 	if cur.Fires >= m.last.Fires {
 		slot.fires += cur.Fires - m.last.Fires
+		m.pend.Fires += int64(cur.Fires - m.last.Fires)
 	}
 	if cur.Failures >= m.last.Failures {
 		slot.failures += cur.Failures - m.last.Failures
+		m.pend.Failures += int64(cur.Failures - m.last.Failures)
+	}
+	if cur.LateCount >= m.last.LateCount && cur.LateSumMS >= m.last.LateSumMS {
+		m.pend.LateCount += cur.LateCount - m.last.LateCount
+		m.pend.LateSumMS += cur.LateSumMS - m.last.LateSumMS
 	}
 	m.last = cur
+}
+
+// finish queues the current minute for the store, as it is.
+func (m *minuteSeries) finish() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.finishLocked()
+}
+
+func (m *minuteSeries) finishLocked() {
+	p := m.pend
+	m.pend = persist.MinuteStat{Minute: p.Minute, Node: p.Node}
+	if p.Minute == 0 || (p.Fires == 0 && p.Failures == 0 && p.LateCount == 0) {
+		return
+	}
+	m.unsaved = append(m.unsaved, p)
+	if n := len(m.unsaved); n > minuteUnsavedMax {
+		m.unsaved = append(m.unsaved[:0], m.unsaved[n-minuteUnsavedMax:]...)
+	}
+}
+
+// save writes the finished minutes to the store, keeping them for the next try when it
+// cannot, and drops the store's minutes older than minuteKeep.
+func (m *minuteSeries) save() {
+	m.mu.Lock()
+	rows := append([]persist.MinuteStat(nil), m.unsaved...)
+	m.mu.Unlock()
+	if len(rows) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	drop := time.Now().Add(-minuteKeep).UnixMilli()
+	if err := m.eng.SaveMinutes(ctx, rows, drop); err != nil {
+		m.log.Warn("cannot record the minute statistics; will retry", "minutes", len(rows), "error", err)
+		return
+	}
+	m.mu.Lock()
+	m.unsaved = m.unsaved[min(len(rows), len(m.unsaved)):]
+	m.mu.Unlock()
 }
 
 // points returns the last hour, oldest minute first, with the current minute last.

@@ -132,7 +132,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1), minutes: newMinuteSeries(cfg.Engine)}
+	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1), minutes: newMinuteSeries(cfg.Engine, cfg.Logger)}
 	for _, h := range cfg.AllowHosts {
 		s.allowHosts = append(s.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
 	}
@@ -269,10 +269,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.POST("/tasks/{name}/resume", h(s.resumeTask))
 	api.POST("/tasks/{name}/run", h(s.runTask))
 	api.POST("/tasks/{name}/kill", h(s.killTask))
-	api.GET("/tasks/{name}/runs", h(list(s, "runs", s.taskRuns)))
-	api.GET("/tasks/{name}/actions", h(list(s, "actions", s.taskActions)))
+	api.GET("/tasks/{name}/runs", h(s.taskRunsPage))       // api_console.go
+	api.GET("/tasks/{name}/actions", h(s.taskActionsPage)) // api_console.go
 	api.GET("/runs/{ticket}", h(s.getRun))
-	api.GET("/alerts", h(list(s, "actions", s.systemActions)))
+	api.GET("/alerts", h(s.alertsAnswer)) // api_console.go
 	api.POST("/groups/{group}/pause", h(s.pauseGroup))
 	api.POST("/groups/{group}/resume", h(s.resumeGroup))
 	api.GET("/executors", h(s.listExecutors))
@@ -287,6 +287,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	s.haRoutes(api) // ha.go
 	s.writeRoutes(api)
 	s.consoleRoutes(r, api)
+	s.consoleAPIRoutes(api)
 	return s.consoleHeaders(r.Handler)
 }
 
@@ -464,6 +465,10 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
+	if err := s.findArgs(c, &f); err != nil {
+		s.fail(c, err)
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	list, last, err := s.cfg.Engine.ListTasksPage(ctx, f)
@@ -480,7 +485,14 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	for i := range list {
 		out = append(out, taskView(&list[i]))
 	}
-	writeJSON(c, 200, s.taskPage(ctx, c, f, list, out, last))
+	page := s.taskPage(ctx, c, f, list, out, last)
+	if string(c.QueryArgs().Peek("total")) == "1" {
+		if err := s.taskTotal(ctx, f, page); err != nil {
+			s.fail(c, err)
+			return
+		}
+	}
+	writeJSON(c, 200, page)
 }
 
 // noteBody is the optional body of pause and resume.
@@ -606,20 +618,6 @@ func list[T any](s *Server, key string, fetch func(ctx context.Context, c *fasth
 		}
 		writeJSON(c, 200, map[string]any{key: items, "count": len(items)})
 	}
-}
-
-func (s *Server) taskRuns(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]model.Run, error) {
-	return s.cfg.Engine.Runs(ctx, param(c, "name"), limit)
-}
-
-func (s *Server) taskActions(ctx context.Context, c *fasthttp.RequestCtx, limit int) ([]model.Action, error) {
-	return s.cfg.Engine.Actions(ctx, param(c, "name"), limit)
-}
-
-// systemActions lists action records that belong to no task: alerts about executors and
-// rate-limit changes.
-func (s *Server) systemActions(ctx context.Context, _ *fasthttp.RequestCtx, limit int) ([]model.Action, error) {
-	return s.cfg.Engine.SystemActions(ctx, limit)
 }
 
 func (s *Server) getRun(c *fasthttp.RequestCtx) {

@@ -41,6 +41,8 @@ type Alert struct {
 	Group   string `json:"group,omitempty"`
 	Node    string `json:"node"`
 	At      int64  `json:"at"`
+
+	id uint64 // in the delivery log
 }
 
 // alerter posts alerts to the configured webhooks on its own goroutine. It never blocks the
@@ -57,6 +59,8 @@ type alerter struct {
 	clk    clock.Clock // paces retries
 	drops  func()
 	fails  func()
+
+	deliveries alertLog // the recent alerts' delivery state (api_alerts.go)
 }
 
 // newAlerter makes the webhook sender. Webhooks pass the same outbound guard as HTTP
@@ -93,11 +97,14 @@ func (a *alerter) stop(ctx context.Context) {
 
 func (a *alerter) send(al Alert) {
 	if len(a.urls) == 0 {
+		a.deliveries.add(al, DeliveryNone)
 		return
 	}
+	al.id = a.deliveries.add(al, DeliveryQueued)
 	select {
 	case a.ch <- al:
 	default:
+		a.deliveries.settle(al.id, DeliveryDropped, 0, nil)
 		a.drops()
 		a.log.Error("alert queue full; webhook delivery dropped", "kind", al.Kind, "message", al.Message)
 	}
@@ -129,9 +136,11 @@ func (a *alerter) deliver(al Alert) {
 		for attempt := 1; ; attempt++ {
 			err := a.post(url, body)
 			if err == nil {
+				a.deliveries.settle(al.id, DeliveryDelivered, attempt, nil)
 				break
 			}
 			if attempt == alertAttempts {
+				a.deliveries.settle(al.id, DeliveryFailed, attempt, err)
 				a.fails()
 				a.log.Error("alert webhook failed; giving up", "url", url, "kind", al.Kind, "attempts", attempt, "error", err)
 				break
@@ -140,8 +149,11 @@ func (a *alerter) deliver(al Alert) {
 			case <-a.clk.After(backoff):
 			case <-a.quit:
 				// Stopping: one last try without waiting.
-				if a.post(url, body) != nil {
+				if err := a.post(url, body); err != nil {
+					a.deliveries.settle(al.id, DeliveryFailed, attempt+1, err)
 					a.fails()
+				} else {
+					a.deliveries.settle(al.id, DeliveryDelivered, attempt+1, nil)
 				}
 				attempt = alertAttempts
 			}

@@ -120,6 +120,11 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	nrt.LastExecutor = run.Executor
 	nrt.CurrentTicket = ""
 	nrt.NextTriggerTime = 0 // the due of the run that ended (fire); the next cycle sets its own
+	// In the row written anyway: the console's "last result" and "failed within" filters.
+	nrt.LastResult = oc.result
+	if isFailure(oc.result) {
+		nrt.LastFailureAt = now
+	}
 	var acts []model.Action
 	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
 	// The next cycle follows the cron fire this run belongs to: a retry's own scheduled time

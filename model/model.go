@@ -147,7 +147,12 @@ type Runtime struct {
 	SuccessCount    int64  `json:"success_count"`
 	FailureCount    int64  `json:"failure_count"`
 	Note            string `json:"note,omitempty"` // operator note (pause reason)
-	Version         int64  `json:"version"`
+	// LastResult is the result of the task's newest scheduled run that ended ("" before
+	// its first, or since an upgrade from a schema without it), LastFailureAt when the
+	// newest of them that failed, timed out or was lost ended (0: none).
+	LastResult    string `json:"last_result,omitempty"`
+	LastFailureAt int64  `json:"last_failure_at,omitempty"`
+	Version       int64  `json:"version"`
 }
 
 // Task is a definition joined with its runtime.

@@ -118,6 +118,17 @@ type TaskFilter struct {
 	// Order is the sort, each served by an index: OrderID (the default, ""), OrderName,
 	// OrderGroup (group, then id) or OrderNext (next fire, then id).
 	Order string
+	// Search keeps the tasks whose name, group or callback (its URL, app, handler) holds
+	// it; no index serves it.
+	Search string
+	// LastResult keeps the tasks whose newest ended scheduled run had this result
+	// (model.Runtime.LastResult); FailedSince those whose newest failure ended at or after
+	// it (Unix ms). The runtime row holds both; no index does.
+	LastResult  string
+	FailedSince int64
+	// IDs, when not nil, keeps only these task ids (the open breakers, which only the
+	// engine knows); an empty IDs matches nothing.
+	IDs []int64
 	// After is the sort key of the previous page's last row for OrderName (a name),
 	// OrderGroup (a group) and OrderNext (Unix ms, decimal); AfterID breaks its ties.
 	// Empty starts at the first page.

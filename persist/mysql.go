@@ -145,6 +145,10 @@ func mysqlDialect() *dialect {
 		// The runs the pruner may delete are in the NULL part of the same index, in
 		// scheduled_at order.
 		prunableRuns: `open_manual IS NULL AND `,
+		runsByTime:   "FORCE INDEX (idx_task_run_open_sched)",
+		runsByTask:   "FORCE INDEX (idx_task_run_task)",
+		runsAllCond:  "open_manual IS NULL",
+		runsOpenCond: "open_manual IS NOT NULL",
 		lockSchema:   mysqlLockSchema,
 	}
 }

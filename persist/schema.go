@@ -235,6 +235,30 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE executor ADD COLUMN dispatch_key VARCHAR(128) NOT NULL DEFAULT ''`,
 	},
+}, {
+	version: 10,
+	name:    "last result per task, minute statistics",
+	// The end of a run writes its result, and a failure's time, into the runtime row it
+	// writes anyway (the same upsert: no statement more per fire), so that the console can
+	// find a periodic task whose runs fail while it stays SCHEDULED. Rows written before say
+	// '' and 0 until their next end. minute_stats holds each node's fires, failures and
+	// fire lateness per minute (admin's recorder writes one row per node per minute in which
+	// anything fired; the pruner drops rows older than a day). ADD COLUMN with a default is
+	// instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate column", which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_runtime ADD COLUMN last_result VARCHAR(32) NOT NULL DEFAULT ''`,
+		`ALTER TABLE task_runtime ADD COLUMN last_failure_at BIGINT NOT NULL DEFAULT 0`,
+		`CREATE TABLE IF NOT EXISTS minute_stats (
+			minute BIGINT NOT NULL,
+			node VARCHAR(255) NOT NULL,
+			fires BIGINT NOT NULL,
+			failures BIGINT NOT NULL,
+			late_sum_ms BIGINT NOT NULL,
+			late_count BIGINT NOT NULL,
+			PRIMARY KEY (minute, node)
+		)` + mysqlTableOpts,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -402,6 +426,23 @@ var sqliteMigrations = []migration{{
 	// As on MySQL.
 	stmts: []string{
 		`ALTER TABLE executor ADD COLUMN dispatch_key TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 10,
+	name:    "last result per task, minute statistics",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_runtime ADD COLUMN last_result TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE task_runtime ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0`,
+		`CREATE TABLE IF NOT EXISTS minute_stats (
+			minute INTEGER NOT NULL,
+			node TEXT NOT NULL,
+			fires INTEGER NOT NULL,
+			failures INTEGER NOT NULL,
+			late_sum_ms INTEGER NOT NULL,
+			late_count INTEGER NOT NULL,
+			PRIMARY KEY (minute, node)
+		)`,
 	},
 }}
 

@@ -59,6 +59,11 @@ type dialect struct {
 	// isAlreadyApplied reports a migration statement's error that means its change is
 	// already there (a column, an index), as a step interrupted half way leaves it.
 	isAlreadyApplied func(error) bool
+	// runsByTime and runsByTask name the index a run listing walks (browse.go): of every
+	// run by time, of one task's by time. runsAllCond, when set, is the condition that
+	// selects the part of runsByTime holding every run but the open run-now instances, and
+	// runsOpenCond the one selecting those.
+	runsByTime, runsByTask, runsAllCond, runsOpenCond string
 	// openManualRuns is ListRunningManual's query; each store has its own index for it.
 	openManualRuns string
 	// prunableRuns opens the pruner's condition on old runs ("" or a condition and " AND ")
@@ -96,7 +101,9 @@ var (
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
-		"note", "version"}
+		"note",
+		"last_result", "last_failure_at", // schema step 10
+		"version"} // last: the guarded upsert assigns it after the columns it guards
 	runCols = []string{"ticket", "task_id", "task_name", "kind", "attempt", "scheduled_at",
 		"dispatched_at", "executor", "ended_at", "result", "error", "duration_ms", "output", "detail"}
 	actionCols = []string{"task_id", "task_name", "ticket", "action", "from_state", "to_state",
@@ -111,7 +118,8 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	d.callback, d.params, d.misfire_policy, d.paused, d.created_at, d.updated_at,
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
-	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params`
+	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params,
+	r.last_result, r.last_failure_at`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -361,37 +369,14 @@ const openFireOfRuntime = "(r.state IN ('" + string(model.StateScheduled) + "', 
 
 // ListTasks returns tasks in f's order (by id unless f.Order says otherwise).
 func (s *sqlStore) ListTasks(ctx context.Context, f TaskFilter) ([]model.Task, error) {
-	var (
-		where []string
-		args  []any
-	)
-	if f.Group != "" {
-		where = append(where, "d.grp = ?")
-		args = append(args, f.Group)
-	}
-	switch f.State {
-	case "":
-	case model.StateRunning:
-		// A fire in flight whose end is not written yet: its runtime keeps the state it fired
-		// from, and its fire record is the RUNNING marker (ListOpenFires). Callers show it
-		// RUNNING ...
-		where = append(where, "(r.state = ? OR "+openFireOfRuntime+")")
-		args = append(args, string(f.State))
-	case model.StateScheduled, model.StateRetrying:
-		// ... and these pages leave them out.
-		where = append(where, "r.state = ? AND NOT "+openFireOfRuntime)
-		args = append(args, string(f.State))
-	default:
-		where = append(where, "r.state = ?")
-		args = append(args, string(f.State))
-	}
+	where, args := s.taskTerms(f)
 	where, args, order, err := f.keyset(where, args)
 	if err != nil {
 		return nil, err
 	}
 	if f.NamePrefix != "" {
 		// '!' escapes LIKE's wildcards; task names cannot contain it.
-		esc := strings.NewReplacer("!", "!!", "%", "!%", "_", "!_").Replace(f.NamePrefix)
+		esc := likeEscaper.Replace(f.NamePrefix)
 		where = append(where, "d.name LIKE ? ESCAPE '!'")
 		args = append(args, esc+"%")
 	}
@@ -591,7 +576,8 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
 		&callback, &params, &d.MisfirePolicy, &d.Paused, &d.CreatedAt, &d.UpdatedAt,
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
-		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive)
+		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive,
+		&r.LastResult, &r.LastFailureAt)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}

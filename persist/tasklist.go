@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/axe-sched/axe/model"
 )
@@ -122,17 +123,37 @@ const (
 // few milliseconds) and reads from the runtime side when at most a tenth of them match.
 // The sample only picks the plan: both plans return the same rows.
 func (s *sqlStore) listFrom(ctx context.Context, f TaskFilter) (string, error) {
-	if f.State == "" || f.Limit <= 0 {
+	if !f.runtimeOnly() || f.Limit <= 0 {
 		return taskJoin, nil
 	}
+	// The same shape for every runtime filter: the state, the last result, the newest
+	// failure. Only the plain state is sampled for the state (a fire in flight counts the
+	// same either way for the choice of plan).
+	var (
+		pred []string
+		args []any
+	)
+	if f.State != "" {
+		pred = append(pred, "state = ?")
+		args = append(args, string(f.State))
+	}
+	if f.LastResult != "" {
+		pred = append(pred, "last_result = ?")
+		args = append(args, f.LastResult)
+	}
+	if f.FailedSince > 0 {
+		pred = append(pred, "last_failure_at >= ?")
+		args = append(args, f.FailedSince)
+	}
+	const cols = "state, last_result, last_failure_at"
 	var total, match int64
-	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN state = ? THEN 1 ELSE 0 END), 0) FROM (
-		SELECT state FROM (SELECT state FROM task_runtime ORDER BY task_id LIMIT `+strconv.Itoa(stateSample)+`) oldest
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN `+strings.Join(pred, " AND ")+` THEN 1 ELSE 0 END), 0) FROM (
+		SELECT `+cols+` FROM (SELECT `+cols+` FROM task_runtime ORDER BY task_id LIMIT `+strconv.Itoa(stateSample)+`) oldest
 		UNION ALL
-		SELECT state FROM (SELECT state FROM task_runtime ORDER BY task_id DESC LIMIT `+strconv.Itoa(stateSample)+`) newest) sample`,
-		string(f.State)).Scan(&total, &match)
+		SELECT `+cols+` FROM (SELECT `+cols+` FROM task_runtime ORDER BY task_id DESC LIMIT `+strconv.Itoa(stateSample)+`) newest) sample`,
+		args...).Scan(&total, &match)
 	if err != nil {
-		return "", fmt.Errorf("cannot sample the tasks in state %s: %w", f.State, err)
+		return "", fmt.Errorf("cannot sample the tasks' runtime: %w", err)
 	}
 	if match*stateDriveShare <= total {
 		return " FROM " + s.d.stateFrom, nil

@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9
 
 package persist_test
 
@@ -35,3 +35,23 @@ func fixtureExecutor(e *model.Executor) {
 
 // executorKey is an executor's dispatch key as the snapshot records it.
 func executorKey(e model.Executor) string { return e.DispatchKey }
+
+// fixtureRuntime sets, on the fixture's runtime rows, the columns schema versions after 2
+// added: the last result and newest failure of step 10.
+func fixtureRuntime(name string, rt *model.Runtime) {
+	switch name {
+	case "nightly-report":
+		rt.LastResult = model.ResultSuccess
+		rt.LastFailureAt = fxT0 - 30*86_400_000 // two failures, a month ago
+	case "welcome-mail":
+		rt.LastResult = model.ResultSuccess
+	case "retry-export":
+		rt.LastResult = model.ResultTimeout
+		rt.LastFailureAt = fxT0 + 15_000
+	case "notify-finance":
+		rt.LastResult = model.ResultFailed
+		rt.LastFailureAt = fxT0 - 299_000
+	case "long-import":
+		rt.LastResult = model.ResultKilled
+	}
+}

@@ -25,3 +25,6 @@ func fixtureExecutor(*model.Executor) {}
 
 // executorKey is an executor's dispatch key as the snapshot records it: this schema has none.
 func executorKey(model.Executor) string { return "" }
+
+// fixtureRuntime sets the runtime columns of later schema versions: none before step 10.
+func fixtureRuntime(string, *model.Runtime) {}

@@ -37,6 +37,7 @@ var upgradeFixtures = []struct {
 	{name: "v7"},
 	{name: "v8"},
 	{name: "v9"},
+	{name: "v10"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the

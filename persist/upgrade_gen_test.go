@@ -173,6 +173,7 @@ func fillFixture(t *testing.T, ctx context.Context, s persist.Store) {
 		}
 		byName[d.def.Name] = &model.Task{Def: d.def, Runtime: d.rt}
 		byName[d.def.Name].Runtime.TaskID = d.def.ID
+		fixtureRuntime(d.def.Name, &byName[d.def.Name].Runtime) // upgrade_fill_test.go
 		if d.rt.State == model.StateWaiting {
 			continue
 		}

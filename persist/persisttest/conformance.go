@@ -68,6 +68,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"ApplyBatch/FireRecord", testFireRecord},
 	}
 	tests = append(tests, taskBatchTests...)
+	tests = append(tests, browseTests...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// Each test has its own store, so they can overlap their waits on the database.

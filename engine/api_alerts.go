@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"sync"
+)
+
+// The delivery state of this node's recent alerts, for the console's alerts page. The
+// action records keep every alert durably; this keeps what only the sender knows: whether
+// each webhook took it.
+
+// Delivery states of an alert.
+const (
+	DeliveryNone      = "no webhook" // no --alert-webhook is configured
+	DeliveryQueued    = "queued"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed"
+	DeliveryDropped   = "dropped" // the queue was full
+)
+
+// alertLogSize is how many recent alerts the delivery log keeps.
+const alertLogSize = 200
+
+// AlertDelivery is one recent alert and what became of it.
+type AlertDelivery struct {
+	Alert
+	State    string `json:"delivery"`
+	Attempts int    `json:"attempts,omitempty"`
+	Error    string `json:"error,omitempty"` // the last failure's, for DeliveryFailed
+}
+
+// alertLog is a ring of the newest alertLogSize alerts.
+type alertLog struct {
+	mu   sync.Mutex
+	next uint64
+	ring [alertLogSize]AlertDelivery
+	ids  [alertLogSize]uint64
+}
+
+// add records al in state and returns its id.
+func (l *alertLog) add(al Alert, state string) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.next++
+	i := l.next % alertLogSize
+	l.ring[i] = AlertDelivery{Alert: al, State: state}
+	l.ids[i] = l.next
+	return l.next
+}
+
+// settle records the outcome of alert id, unless newer alerts pushed it out.
+func (l *alertLog) settle(id uint64, state string, attempts int, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i := id % alertLogSize
+	if l.ids[i] != id {
+		return
+	}
+	d := &l.ring[i]
+	d.Attempts += attempts
+	// With several webhooks the worst outcome stands.
+	if d.State != DeliveryFailed {
+		d.State = state
+	}
+	if err != nil {
+		d.Error = err.Error()
+	}
+}
+
+// recent returns the alerts newest first.
+func (l *alertLog) recent() []AlertDelivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]AlertDelivery, 0, min(l.next, alertLogSize))
+	for id := l.next; id > 0 && l.next-id < alertLogSize; id-- {
+		out = append(out, l.ring[id%alertLogSize])
+	}
+	return out
+}
+
+// RecentAlerts returns this node's newest alerts (at most 200, since it started) with their
+// webhook delivery state, newest first.
+func (e *Engine) RecentAlerts() []AlertDelivery { return e.alerts.deliveries.recent() }
