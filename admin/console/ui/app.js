@@ -8,6 +8,12 @@ import * as task from './task.js';
 import * as form from './form.js';
 import * as executors from './executors.js';
 import * as groups from './groups.js';
+import * as runs from './runs.js';
+import * as run from './run.js';
+import * as alerts from './alerts.js';
+import * as ratelimits from './ratelimits.js';
+import * as nodes from './nodes.js';
+import {ZONE_MODES, zoneMode, setZoneMode} from './time.js';
 
 const routes = [
   [/^#\/overview$/, overview, 'overview'],
@@ -17,10 +23,25 @@ const routes = [
   [/^#\/tasks\/([^/?]+)$/, task, 'tasks'],
   [/^#\/executors$/, executors, 'executors'],
   [/^#\/groups$/, groups, 'groups'],
+  [/^#\/runs(?:\?(.*))?$/, runs, 'runs'],
+  [/^#\/run\/([^/?]+)$/, run, 'runs'],
+  [/^#\/alerts$/, alerts, 'alerts'],
+  [/^#\/ratelimits$/, ratelimits, 'ratelimits'],
+  [/^#\/nodes$/, nodes, 'nodes'],
 ];
 
-// POLL_MS is how often a page reloads its data.
-const POLL_MS = 2000;
+// How often a page reloads its data: chosen in the header and kept in localStorage, with a
+// pause that stops the reloads until resumed.
+const REFRESH_CHOICES = [[2000, '2 s'], [5000, '5 s'], [10000, '10 s'], [30000, '30 s'], [60000, '1 min']];
+const REFRESH_KEY = 'axe.refreshMS';
+const PAUSED_KEY = 'axe.refreshPaused';
+
+function pollMS() {
+  const v = Number(localStorage.getItem(REFRESH_KEY));
+  return REFRESH_CHOICES.some(([ms]) => ms === v) ? v : 2000;
+}
+
+function refreshPaused() { return localStorage.getItem(PAUSED_KEY) === '1'; }
 
 export const session = {scope: 'write', name: '', canWrite: true};
 
@@ -79,13 +100,60 @@ async function route() {
 
 function schedulePoll(page) {
   if (!page.view || !page.view.refresh) return;
+  clearTimeout(pollTimer);
   pollTimer = setTimeout(async () => {
     if (page.stopped || current !== page) return;
-    if (!document.hidden) {
-      try { await page.view.refresh(); } catch (e) { if (e.status !== 401) showStale(e); }
+    if (!document.hidden && !refreshPaused()) {
+      try { await keepFocus(() => page.view.refresh()); } catch (e) { if (e.status !== 401) showStale(e); }
     }
     schedulePoll(page);
-  }, POLL_MS);
+  }, pollMS());
+}
+
+// keepFocus runs a refresh and, should it have replaced the element that had the focus,
+// gives the focus (and the caret) back to its replacement, found by id or data-key. Pages
+// update their inputs in place; this is the net under them.
+async function keepFocus(fn) {
+  const el = document.activeElement;
+  const id = el && el !== document.body ? el.id : '';
+  const key = el && el.dataset ? el.dataset.key : '';
+  let sel = null;
+  try { sel = el && typeof el.selectionStart === 'number' ? [el.selectionStart, el.selectionEnd] : null; } catch { sel = null; }
+  await fn();
+  if (!el || el.isConnected || (!id && !key)) return;
+  const again = id ? document.getElementById(id) : document.querySelector(`[data-key="${CSS.escape(key)}"]`);
+  if (!again) return;
+  again.focus();
+  if (sel) { try { again.setSelectionRange(sel[0], sel[1]); } catch { /* not a text field */ } }
+}
+
+// prefs wires the header's time zone, refresh interval and pause controls.
+function prefs() {
+  const zone = document.getElementById('zone');
+  replace(zone, ZONE_MODES.map(([v, label]) => h('option', {value: v}, label)));
+  zone.value = zoneMode();
+  zone.addEventListener('change', () => { setZoneMode(zone.value); route(); });
+  const every = document.getElementById('refresh-every');
+  replace(every, REFRESH_CHOICES.map(([ms, label]) => h('option', {value: String(ms)}, label)));
+  every.value = String(pollMS());
+  every.addEventListener('change', () => {
+    localStorage.setItem(REFRESH_KEY, every.value);
+    if (current) schedulePoll(current);
+  });
+  const toggle = document.getElementById('refresh-toggle');
+  const show = () => {
+    const p = refreshPaused();
+    toggle.textContent = p ? 'Resume' : 'Pause';
+    toggle.setAttribute('aria-pressed', p ? 'true' : 'false');
+    toggle.title = p ? 'Automatic refresh is paused' : 'Pause automatic refresh';
+    document.body.classList.toggle('refresh-paused', p);
+  };
+  toggle.addEventListener('click', () => {
+    localStorage.setItem(PAUSED_KEY, refreshPaused() ? '0' : '1');
+    show();
+    if (!refreshPaused() && current) reload().catch(e => showStale(e));
+  });
+  show();
 }
 
 function showStale(e) {
@@ -136,6 +204,7 @@ function backupBanner(primary) {
 }
 
 function start() {
+  prefs();
   api.on('unauthorized', () => askToken(api.token() ? 'The token was refused.' : ''));
   api.on('backup', data => backupBanner(data.primary || ''));
   document.getElementById('login-form').addEventListener('submit', async ev => {

@@ -30,8 +30,24 @@ export async function render(main, args) {
   const cbType = h('select', {id: 'cb-type'}, h('option', {value: 'http'}, 'http'), h('option', {value: 'executor'}, 'executor'));
   cbType.value = (t.callback || {}).type || 'http';
   const cbURL = inp('cb-url', (t.callback || {}).url, {type: 'url', placeholder: 'http://host/path'});
-  const cbApp = inp('cb-app', (t.callback || {}).app);
-  const cbHandler = inp('cb-handler', (t.callback || {}).handler);
+  // The apps and handlers the registered executors offer, to pick from.
+  const appList = h('datalist', {id: 'cb-apps'});
+  const handlerList = h('datalist', {id: 'cb-handlers'});
+  const cbApp = inp('cb-app', (t.callback || {}).app, {list: 'cb-apps', autocomplete: 'off'});
+  const cbHandler = inp('cb-handler', (t.callback || {}).handler, {list: 'cb-handlers', autocomplete: 'off'});
+  let offered = [];
+  const fillHandlers = () => {
+    const app = cbApp.value.trim();
+    const hs = new Set();
+    for (const x of offered) if (!app || x.app === app) for (const hd of x.handlers || []) hs.add(hd);
+    replace(handlerList, [...hs].sort().map(v => h('option', {value: v})));
+  };
+  api.get('executors').then(r => {
+    offered = r.executors;
+    replace(appList, [...new Set(offered.map(x => x.app))].sort().map(v => h('option', {value: v})));
+    fillHandlers();
+  }, () => {});
+  cbApp.addEventListener('input', fillHandlers);
   const params = h('textarea', {id: 'params', rows: 4, class: 'mono', spellcheck: 'false'});
   params.value = t.params !== undefined ? JSON.stringify(t.params, null, 2) : '';
   const sensitive = inp('sensitive_params', (t.sensitive_params || []).join(', '), {autocomplete: 'off'});
@@ -48,8 +64,10 @@ export async function render(main, args) {
   const delayField = field('delay_ms', 'Delay (ms)', delay);
   const depsField = field('depends_on', 'Depends on (comma-separated task names)', deps);
   const urlField = field('cb-url', 'Callback URL', cbURL);
-  const appField = field('cb-app', 'Executor app', cbApp);
-  const handlerField = field('cb-handler', 'Handler', cbHandler);
+  const appField = field('cb-app', 'Executor app', cbApp, 'the apps of registered executors are offered');
+  appField.append(appList);
+  const handlerField = field('cb-handler', 'Handler', cbHandler, 'the handlers the app\'s executors registered are offered');
+  handlerField.append(handlerList);
 
   const form = h('form', {id: 'task-form', class: 'form', novalidate: true, onsubmit: submit},
     h('div', {class: 'cols'},

@@ -1,30 +1,47 @@
-// Overview: this node's role, executors, open breakers, and fires and failures per minute
-// over the last hour, from counters the server keeps in memory.
+// Overview: this node's role, executors, open breakers, the tasks failing now (a link to
+// them), fires and failures per minute over the last hour (counters in memory), and the
+// day-long chart of fires, failures and lateness per minute kept in the store.
 import * as api from './api.js';
 import {h, svg, replace} from './dom.js';
-import {fmtZoned} from './time.js';
+import {show} from './time.js';
 
 export async function render(main) {
   const cards = h('div', {class: 'cards', id: 'overview-cards'});
   const chart = h('figure', {class: 'chart', id: 'overview-chart'});
+  const day = h('figure', {class: 'chart', id: 'overview-day'});
   main.append(h('h1', {}, 'Overview'), cards,
-    h('section', {'aria-labelledby': 'chart-h'}, h('h2', {id: 'chart-h'}, 'Fires and failures per minute, last hour'), chart));
-  const card = (label, value, id, bad) => h('div', {class: 'card' + (bad ? ' bad' : ''), id}, h('div', {class: 'label'}, label), h('div', {class: 'value'}, value));
+    h('section', {'aria-labelledby': 'chart-h'}, h('h2', {id: 'chart-h'}, 'Fires and failures per minute, last hour'), chart),
+    h('section', {'aria-labelledby': 'day-h'}, h('h2', {id: 'day-h'}, 'Fires, failures and lateness per minute, last 24 hours (every node, kept in the store)'), day));
+  const card = (label, value, id, bad, href) => {
+    const body = [h('div', {class: 'label'}, label), h('div', {class: 'value'}, value)];
+    return href ? h('a', {class: 'card link-card' + (bad ? ' bad' : ''), id, href}, body) : h('div', {class: 'card' + (bad ? ' bad' : ''), id}, body);
+  };
+  const countOf = q => api.get('tasks', {...q, limit: 1, total: 1}).then(r => (r.total_more ? r.total.toLocaleString('en') + '+' : String(r.total)), () => '?');
 
+  let dayAt = 0;
   async function load() {
-    const [o, r] = await Promise.all([api.get('overview'), api.readyz()]);
+    const [o, r, failing, lastFailed] = await Promise.all([api.get('overview'), api.readyz(),
+      countOf({failed_within: '1h'}), countOf({last_result: 'failed'})]);
     const role = api.roleText(r);
     const others = Array.isArray(r.nodes) ? r.nodes.filter(n => n.node !== o.node) : null;
     replace(cards,
-      card('Role', role, 'ov-role', !r.ok),
+      card('Tasks failing in the last hour', failing, 'ov-failing', failing !== '0', '#/tasks?failed_within=1h'),
+      card('Tasks whose last run failed', lastFailed, 'ov-last-failed', lastFailed !== '0', '#/tasks?last_result=failed'),
+      card('Breakers open', o.breakers_open, 'ov-breakers', o.breakers_open > 0, '#/tasks?breaker=open'),
+      card('Executors alive', o.executors_alive, 'ov-alive', false, '#/executors'),
+      card('Executors lost', o.executors_lost, 'ov-lost', o.executors_lost > 0, '#/executors'),
+      card('Role', role, 'ov-role', !r.ok, '#/nodes'),
       card('Node', o.node || '—', 'ov-node'),
       card('Other nodes', others ? (others.map(n => `${n.node} (${n.role || '?'})`).join(', ') || 'none') : (r.role ? 'not listed by /readyz' : 'none (single node)'), 'ov-nodes'),
-      card('Executors alive', o.executors_alive, 'ov-alive'),
-      card('Executors lost', o.executors_lost, 'ov-lost', o.executors_lost > 0),
-      card('Breakers open', o.breakers_open, 'ov-breakers', o.breakers_open > 0),
       card('Tasks in memory', o.tasks_in_memory, 'ov-mem'),
       card('Version', o.version, 'ov-version'));
     drawChart(o.minutes);
+    // The day chart changes once a minute.
+    const minute = Math.floor(Date.now() / 60000);
+    if (minute !== dayAt) {
+      dayAt = minute;
+      drawDay((await api.get('stats/minutes', {hours: 24})).minutes);
+    }
   }
 
   function drawChart(pts) {
@@ -33,7 +50,7 @@ export async function render(main) {
     const bw = (W - pad) / pts.length;
     const y = v => H - pad - (v / max) * (H - 2 * pad);
     const bars = pts.map((p, i) => svg('rect', {x: pad + i * bw, y: y(p.fires), width: Math.max(1, bw - 1), height: H - pad - y(p.fires), class: 'bar'},
-      svg('title', {}, `${fmtZoned(p.at, 'UTC')}: ${p.fires} fires, ${p.failures} failures`)));
+      svg('title', {}, `${show(p.at)}: ${p.fires} fires, ${p.failures} failures`)));
     const line = pts.map((p, i) => `${i ? 'L' : 'M'}${pad + i * bw + bw / 2},${y(p.failures)}`).join(' ');
     const total = pts.reduce((a, p) => a + p.fires, 0), fails = pts.reduce((a, p) => a + p.failures, 0);
     replace(chart,
@@ -41,7 +58,34 @@ export async function render(main) {
         svg('line', {x1: pad, y1: H - pad, x2: W, y2: H - pad, class: 'axis'}),
         svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),
         ...bars, svg('path', {d: line, class: 'fail'})),
-      h('figcaption', {id: 'chart-caption'}, `Bars: fires (${total}); line: failures (${fails}). One bar per minute, ending ${fmtZoned(pts[pts.length - 1].at, 'UTC')}.`));
+      h('figcaption', {id: 'chart-caption'}, `Bars: fires (${total}); line: failures (${fails}). One bar per minute, ending ${show(pts[pts.length - 1].at)}.`));
+  }
+
+  function drawDay(pts) {
+    const W = 900, H = 180, pad = 30, right = 40;
+    const max = Math.max(1, ...pts.map(p => p.fires));
+    const lateMax = Math.max(1, ...pts.map(p => p.late_avg_ms));
+    const x = i => pad + (i / Math.max(1, pts.length - 1)) * (W - pad - right);
+    const y = v => H - pad - (v / max) * (H - 2 * pad);
+    const yl = v => H - pad - (v / lateMax) * (H - 2 * pad);
+    const area = `M${x(0)},${H - pad} ` + pts.map((p, i) => `L${x(i)},${y(p.fires)}`).join(' ') + ` L${x(pts.length - 1)},${H - pad} Z`;
+    const fail = pts.map((p, i) => `${i ? 'L' : 'M'}${x(i)},${y(p.failures)}`).join(' ');
+    const late = pts.map((p, i) => `${i ? 'L' : 'M'}${x(i)},${yl(p.late_avg_ms)}`).join(' ');
+    const total = pts.reduce((a, p) => a + p.fires, 0), fails = pts.reduce((a, p) => a + p.failures, 0);
+    const ticks = [];
+    for (let i = 0; i < pts.length; i += 360) {
+      ticks.push(svg('text', {x: x(i), y: H - 8, class: 'tick'}, show(pts[i].at).slice(11, 16)));
+    }
+    replace(day,
+      svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${total} fires and ${fails} failures in the last 24 hours`, class: 'spark'},
+        svg('line', {x1: pad, y1: H - pad, x2: W - right, y2: H - pad, class: 'axis'}),
+        svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),
+        svg('text', {x: W - right + 4, y: pad, class: 'tick late-tick'}, Math.round(lateMax) + ' ms'),
+        ...ticks,
+        svg('path', {d: area, class: 'area'}), svg('path', {d: fail, class: 'fail'}), svg('path', {d: late, class: 'late'})),
+      h('figcaption', {id: 'day-caption'}, `Area: fires (${total.toLocaleString('en')}); red: failures (${fails.toLocaleString('en')}); dashed: mean lateness of the minute's fires (right scale). ` +
+        `${pts.length} minutes, ${show(pts[0].at)} to ${show(pts[pts.length - 1].at)}.`));
+    day.dataset.fires = String(total);
   }
 
   await load();

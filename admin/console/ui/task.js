@@ -1,28 +1,38 @@
-// Task detail: the definition, the actions, recent runs, the action-record timeline and
-// the next 10 fire times in the task's zone with DST gaps and repeats marked.
+// Task detail: the definition, the actions, its runs and its timeline through all retained
+// history (page by page), and a preview of its next fires with DST gaps and repeats marked.
+// The action bar is built once: a refresh changes only what the task's state decides (which
+// buttons are enabled, pause or resume), never an input being typed in.
 import * as api from './api.js';
 import {h, replace, table, toast, confirmAction} from './dom.js';
-import {fmtTime, fmtZoned, fmtDuration} from './time.js';
+import {show, fmtDuration, zoneFor, parseLocal} from './time.js';
 import {stateBadge} from './tasks.js';
+import {runsTable, RESULT_CHOICES} from './runs.js';
+
+const RUNS_PAGE = 20;
+const ACTS_PAGE = 50;
+const PREVIEW_NS = [10, 25, 50, 100];
+
+// TIMELINE_KINDS groups the timeline's action kinds for its filter.
+const TIMELINE_KINDS = [
+  ['', 'every event'],
+  ['dispatch,result,retry,timeout,lost,misfire,resend,kill', 'runs (dispatch, result, retry, timeout, lost, kill)'],
+  ['create,update,delete,pause,resume,run_now,kill', 'operator actions'],
+  ['pause,resume', 'pause and resume'],
+  ['breaker_open,breaker_close,final_failure', 'alerts'],
+];
 
 export async function render(main, args) {
   const name = args[0];
   const path = 'tasks/' + api.enc(name);
   const head = h('div', {class: 'title'});
-  const actions = h('div', {class: 'actions needs-write', id: 'task-actions'});
   const def = h('div', {id: 'task-def'});
   const fires = h('div', {id: 'task-fires'});
-  const runs = h('div', {id: 'task-runs', class: 'scroll'});
+  const runsBox = h('div', {id: 'task-runs', class: 'scroll'});
+  const runsPager = h('div', {class: 'row pager'});
   const timeline = h('ol', {id: 'task-timeline', class: 'timeline'});
-  main.append(head, actions,
-    h('div', {class: 'cols'},
-      h('section', {'aria-labelledby': 'def-h'}, h('h2', {id: 'def-h'}, 'Definition'), def),
-      h('section', {'aria-labelledby': 'fires-h'}, h('h2', {id: 'fires-h'}, 'Next 10 fires'), fires)),
-    h('section', {'aria-labelledby': 'runs-h'}, h('h2', {id: 'runs-h'}, 'Recent runs'), runs),
-    h('section', {'aria-labelledby': 'tl-h'}, h('h2', {id: 'tl-h'}, 'Timeline (action records, newest first)'), timeline));
+  const tlPager = h('div', {class: 'row pager'});
 
   let t = null;
-  let firesKey = '';
 
   async function act(label, fn) {
     try {
@@ -30,40 +40,84 @@ export async function render(main, args) {
       toast(label + ': done');
     } catch (e) {
       toast(label + ': ' + e.message, 'error');
+      return false;
     }
     await load();
+    return true;
   }
 
-  function renderActions() {
-    const note = h('input', {id: 'pause-note', type: 'text', placeholder: 'note (why)', 'aria-label': 'Pause note', maxlength: 1024});
-    const params = h('textarea', {id: 'run-params', rows: 2, placeholder: 'params JSON (optional)', 'aria-label': 'Run-now params'});
-    const paramsErr = h('span', {class: 'error', id: 'run-params-error', role: 'alert'});
+  // The action bar, built once.
+  const note = h('input', {id: 'pause-note', type: 'text', placeholder: 'note (why)', 'aria-label': 'Pause note', maxlength: 1024});
+  const resumeNote = h('input', {id: 'resume-note', type: 'text', placeholder: 'note', 'aria-label': 'Resume note', maxlength: 1024});
+  const params = h('textarea', {id: 'run-params', rows: 2, placeholder: 'params JSON (optional)', 'aria-label': 'Run-now params'});
+  const paramsErr = h('span', {class: 'error', id: 'run-params-error', role: 'alert'});
+  const pauseBtn = h('button', {type: 'button', id: 'act-pause', onclick: async () => {
+    if (await act('Pause', () => api.post(path + '/pause', {note: note.value}))) note.value = '';
+  }}, 'Pause');
+  const resumeBtn = h('button', {type: 'button', id: 'act-resume', onclick: async () => {
+    if (await act('Resume', () => api.post(path + '/resume', {note: resumeNote.value}))) resumeNote.value = '';
+  }}, 'Resume');
+  const pauseGroup = h('span', {class: 'group'}, note, pauseBtn);
+  const resumeGroup = h('span', {class: 'group'}, resumeNote, resumeBtn);
+  const killBtn = h('button', {type: 'button', id: 'act-kill', class: 'danger',
+    onclick: async () => { if (await confirmAction(`Kill the run of ${name} in flight?`, 'Kill')) act('Kill', () => api.post(path + '/kill')); }}, 'Kill');
+  const actions = h('div', {class: 'actions needs-write', id: 'task-actions'},
+    pauseGroup, resumeGroup,
+    h('span', {class: 'group'}, params, h('button', {type: 'button', id: 'act-run', onclick: async () => {
+      let body = {};
+      const raw = params.value.trim();
+      if (raw) {
+        try { body = {params: JSON.parse(raw)}; } catch (e) { paramsErr.textContent = 'params: ' + e.message; return; }
+      }
+      paramsErr.textContent = '';
+      if (await act('Run now', () => api.post(path + '/run', body))) params.value = '';
+    }}, 'Run now'), paramsErr),
+    h('span', {class: 'group'}, killBtn,
+      h('a', {href: '#/tasks/' + encodeURIComponent(name) + '/edit', class: 'button', id: 'act-edit'}, 'Edit'),
+      h('button', {type: 'button', id: 'act-delete', class: 'danger', onclick: async () => {
+        if (!await confirmAction(`Delete ${name}? Its runs and action records are removed.`, 'Delete')) return;
+        try { await api.call('DELETE', path); toast('Deleted ' + name); location.hash = '#/tasks'; } catch (e) { toast('Delete: ' + e.message, 'error'); }
+      }}, 'Delete')));
+
+  function updateActions() {
     const paused = t.runtime.state === 'PAUSED' || t.paused;
-    replace(actions,
-      paused
-        ? h('span', {class: 'group'}, h('input', {id: 'resume-note', type: 'text', placeholder: 'note', 'aria-label': 'Resume note'}),
-          h('button', {type: 'button', id: 'act-resume', onclick: () => act('Resume', () =>
-            api.post(path + '/resume', {note: document.getElementById('resume-note').value}))}, 'Resume'))
-        : h('span', {class: 'group'}, note, h('button', {type: 'button', id: 'act-pause', onclick: () => act('Pause', () =>
-          api.post(path + '/pause', {note: note.value}))}, 'Pause')),
-      h('span', {class: 'group'}, params, h('button', {type: 'button', id: 'act-run', onclick: () => {
-        let body = {};
-        const raw = params.value.trim();
-        if (raw) {
-          try { body = {params: JSON.parse(raw)}; } catch (e) { paramsErr.textContent = 'params: ' + e.message; return; }
-        }
-        paramsErr.textContent = '';
-        act('Run now', () => api.post(path + '/run', body));
-      }}, 'Run now'), paramsErr),
-      h('span', {class: 'group'},
-        h('button', {type: 'button', id: 'act-kill', class: 'danger', disabled: t.runtime.state !== 'RUNNING' && t.runtime.state !== 'RETRYING',
-          onclick: async () => { if (await confirmAction(`Kill the run of ${name} in flight?`, 'Kill')) act('Kill', () => api.post(path + '/kill')); }}, 'Kill'),
-        h('a', {href: '#/tasks/' + encodeURIComponent(name) + '/edit', class: 'button', id: 'act-edit'}, 'Edit'),
-        h('button', {type: 'button', id: 'act-delete', class: 'danger', onclick: async () => {
-          if (!await confirmAction(`Delete ${name}? Its runs and action records are removed.`, 'Delete')) return;
-          try { await api.call('DELETE', path); toast('Deleted ' + name); location.hash = '#/tasks'; } catch (e) { toast('Delete: ' + e.message, 'error'); }
-        }}, 'Delete')));
+    pauseGroup.hidden = paused;
+    resumeGroup.hidden = !paused;
+    killBtn.disabled = t.runtime.state !== 'RUNNING' && t.runtime.state !== 'RETRYING';
   }
+
+  // Runs: a page at a time, newest first, with a result filter.
+  const runResult = h('select', {id: 'runs-result', 'aria-label': 'Runs with result'}, RESULT_CHOICES.map(([v, l]) => h('option', {value: v}, l)));
+  runResult.addEventListener('change', () => { runCursors = ['']; runPage = 0; loadRuns(); });
+  const runsTotal = h('span', {class: 'muted', id: 'runs-total'});
+  let runCursors = [''];
+  let runPage = 0;
+
+  // Timeline: a page at a time before a time, with a kind filter.
+  const tlKind = h('select', {id: 'timeline-kind', 'aria-label': 'Timeline events'}, TIMELINE_KINDS.map(([v, l]) => h('option', {value: v}, l)));
+  tlKind.addEventListener('change', () => { tlBefore = [0]; tlPage = 0; loadTimeline(); });
+  let tlBefore = [0];
+  let tlPage = 0;
+
+  // Preview: N fires from a time (default now), in the task's zone.
+  const previewN = h('select', {id: 'preview-n', 'aria-label': 'How many fires'}, PREVIEW_NS.map(n => h('option', {value: String(n)}, String(n))));
+  const previewFrom = h('input', {id: 'preview-from', type: 'datetime-local', step: 1, 'aria-label': 'Preview from'});
+  const previewNow = h('button', {type: 'button', class: 'link', id: 'preview-now', onclick: () => { previewFrom.value = ''; firesKey = ''; renderFires(); }}, 'from now');
+  previewN.addEventListener('change', () => { firesKey = ''; renderFires(); });
+  previewFrom.addEventListener('change', () => { firesKey = ''; renderFires(); });
+  const firesHead = h('h2', {id: 'fires-h'}, 'Next fires');
+
+  main.append(head, actions,
+    h('div', {class: 'cols'},
+      h('section', {'aria-labelledby': 'def-h'}, h('h2', {id: 'def-h'}, 'Definition'), def),
+      h('section', {'aria-labelledby': 'fires-h'}, firesHead,
+        h('div', {class: 'row'}, h('label', {}, 'Show ', previewN), h('label', {}, 'from ', previewFrom), previewNow), fires)),
+    h('section', {'aria-labelledby': 'runs-h'}, h('h2', {id: 'runs-h'}, 'Runs'),
+      h('div', {class: 'row'}, h('label', {}, 'Result ', runResult), runsTotal,
+        h('a', {href: '#/runs?task=' + encodeURIComponent(name), id: 'runs-all'}, 'in the runs list')),
+      runsBox, runsPager),
+    h('section', {'aria-labelledby': 'tl-h'}, h('h2', {id: 'tl-h'}, 'Timeline (newest first)'),
+      h('div', {class: 'row'}, h('label', {}, 'Show ', tlKind)), timeline, tlPager));
 
   function kv(rows) {
     return h('dl', {class: 'kv'}, rows.filter(r => r[1] !== undefined && r[1] !== '' && r[1] !== null)
@@ -74,6 +128,7 @@ export async function render(main, args) {
     const cb = t.callback || {};
     const zone = t.timezone;
     replace(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '');
+    const rt = t.runtime;
     replace(def, kv([
       ['Group', t.group], ['Trigger', t.trigger], ['Cron', t.cron], ['Delay', t.delay_ms ? fmtDuration(t.delay_ms) : ''],
       ['Depends on', (t.depends_on || []).join(', ')], ['Time zone', zone],
@@ -81,67 +136,90 @@ export async function render(main, args) {
       ['Timeout', t.timeout_sec + ' s'], ['Retries', `${t.retry_count} every ${t.retry_interval_sec} s`],
       ['Priority', t.priority], ['Misfire', t.misfire_policy],
       ['Params', t.params !== undefined ? h('pre', {id: 'task-params'}, JSON.stringify(t.params, null, 2)) : ''],
-      ['Next fire', t.runtime.state === 'PAUSED' ? 'none while paused' : t.runtime.next_trigger_time ? fmtZoned(t.runtime.next_trigger_time, zone) : '—'],
-      ['Last fire', fmtZoned(t.runtime.last_trigger_time, zone)], ['Last end', fmtZoned(t.runtime.last_end_time, zone)],
-      ['Successes / failures', `${t.runtime.success_count} / ${t.runtime.failure_count}`],
+      ['Next fire', rt.state === 'PAUSED' ? 'none while paused' : rt.next_trigger_time ? show(rt.next_trigger_time, zone) : '—'],
+      ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
+      ['Last result', rt.last_result ? h('span', {class: 'result result-' + rt.last_result, id: 'task-last-result'}, rt.last_result) : '—'],
+      ['Last failure', rt.last_failure_at ? show(rt.last_failure_at, zone) : 'none recorded'],
+      ['Successes / failures', `${rt.success_count} / ${rt.failure_count}`],
       ['Breaker', t.breaker_open ? 'open' : 'closed'],
     ]));
   }
 
+  let firesKey = '';
   async function renderFires() {
     if (t.trigger !== 'cron') { replace(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
-    const key = t.cron + '|' + t.timezone + '|' + t.runtime.state;
+    const n = Number(previewN.value);
+    const from = previewFrom.value ? parseLocal(previewFrom.value, t.timezone) : 0;
+    const key = [t.cron, t.timezone, t.runtime.state, n, from].join('|');
     if (key === firesKey) return;
     firesKey = key;
+    replace(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
     try {
-      const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n: 10});
+      const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n, from: from || undefined, dialect: t.cron_dialect});
       replace(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
     } catch (e) {
       replace(fires, h('p', {class: 'error'}, e.message));
     }
   }
 
+  async function loadRuns() {
+    const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1});
+    replace(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table'}));
+    replace(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
+      rs.scanned >= 20000 && !rs.runs.length ? ' · none among the newest examined; look further with Older' : '');
+    replace(runsPager,
+      h('button', {type: 'button', id: 'runs-newer', disabled: runPage === 0, onclick: () => { runPage--; loadRuns(); }}, '← Newer'),
+      h('span', {}, `Page ${runPage + 1}`),
+      h('button', {type: 'button', id: 'runs-older', disabled: !rs.next_cursor, onclick: () => { runCursors[runPage + 1] = rs.next_cursor; runPage++; loadRuns(); }}, 'Older →'));
+  }
+
+  async function loadTimeline() {
+    const acts = await api.get(path + '/actions', {limit: ACTS_PAGE, before: tlBefore[tlPage] || undefined, action: tlKind.value});
+    const zone = t.timezone;
+    replace(timeline, acts.actions.map(a => h('li', {dataset: {action: a.action}},
+      h('span', {class: 'time'}, show(a.at, zone)), ' ',
+      h('strong', {class: 'kind'}, a.action), ' ',
+      a.from || a.to ? h('span', {class: 'trans'}, `${a.from || '·'} → ${a.to || '·'}`) : '', ' ',
+      h('span', {class: 'actor'}, 'by ' + a.actor), a.ticket ? [' ', h('a', {class: 'mono', href: '#/run/' + encodeURIComponent(a.ticket)}, a.ticket)] : '',
+      a.detail ? h('div', {class: 'detail'}, a.detail) : '')));
+    if (!acts.actions.length) replace(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
+    replace(tlPager,
+      h('button', {type: 'button', id: 'timeline-newer', disabled: tlPage === 0, onclick: () => { tlPage--; loadTimeline(); }}, '← Newer'),
+      h('span', {}, `Page ${tlPage + 1}`),
+      h('button', {type: 'button', id: 'timeline-older', disabled: !acts.next_before,
+        onclick: () => { tlBefore[tlPage + 1] = acts.next_before; tlPage++; loadTimeline(); }}, 'Older →'));
+  }
+
   async function load() {
-    const [task, list, rs, acts] = await Promise.all([
+    const [task, list] = await Promise.all([
       api.get(path),
       api.get('tasks', {name_prefix: name, limit: 1, sort: 'name'}).catch(() => ({tasks: []})),
-      api.get(path + '/runs', {limit: 20}),
-      api.get(path + '/actions', {limit: 50}),
     ]);
     t = task;
     const row = (list.tasks || []).find(x => x.name === name);
     t.breaker_open = row ? row.breaker_open : false;
     renderDef();
-    renderActions();
+    updateActions();
     renderFires();
-    const zone = t.timezone;
-    replace(runs, table(['Ticket', 'Kind', 'Attempt', 'Scheduled', 'Executor', 'Duration', 'Result', 'Error / output'],
-      rs.runs.map(r => h('tr', {dataset: {ticket: r.ticket}},
-        h('td', {class: 'mono'}, r.ticket), h('td', {}, r.kind), h('td', {class: 'num'}, r.attempt),
-        h('td', {class: 'time'}, fmtTime(r.scheduled_at, zone)), h('td', {}, r.executor || '—'),
-        h('td', {class: 'num'}, r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)),
-        h('td', {}, h('span', {class: 'result result-' + r.result}, r.result)),
-        h('td', {class: 'pre'}, [r.error, r.output].filter(Boolean).join('\n')))), {id: 'runs-table'}));
-    replace(timeline, acts.actions.map(a => h('li', {dataset: {action: a.action}},
-      h('span', {class: 'time'}, fmtTime(a.at, zone)), ' ',
-      h('strong', {class: 'kind'}, a.action), ' ',
-      a.from || a.to ? h('span', {class: 'trans'}, `${a.from || '·'} → ${a.to || '·'}`) : '', ' ',
-      h('span', {class: 'actor'}, 'by ' + a.actor), a.ticket ? h('span', {class: 'mono'}, ' ' + a.ticket) : '',
-      a.detail ? h('div', {class: 'detail'}, a.detail) : '')));
-    if (!acts.actions.length) replace(timeline, h('li', {class: 'muted'}, 'No action records yet.'));
+    // Pages past the first stay as they are until paged: a refresh must not move them.
+    await Promise.all([runPage === 0 ? loadRuns() : null, tlPage === 0 ? loadTimeline() : null]);
   }
 
   await load();
   return {refresh: load};
 }
 
-// firesTable shows a cron/next answer: each fire in the zone with its offset and DST mark.
+// firesTable shows a cron/next answer: each fire in the zone with its offset and DST mark,
+// and, when the console shows times in another zone, the same instant there.
 export function firesTable(r) {
+  const other = zoneFor(r.timezone);
+  const also = other !== r.timezone;
   const rows = (r.fires || []).map((f, i) => h('tr', {class: f.dst ? 'dst dst-' + f.dst : ''},
     h('td', {class: 'num'}, i + 1),
     h('td', {class: 'time'}, f.at.replace('T', ' ').replace(/([+-]\d\d:\d\d|Z)$/, '')),
     h('td', {class: 'mono'}, f.offset),
+    also ? h('td', {class: 'time'}, show(Date.parse(f.at), r.timezone)) : null,
     h('td', {}, f.dst === 'gap' ? 'DST gap: moved to the end of the skipped hour' : f.dst === 'repeat' ? 'DST repeat: this wall time occurs twice' : '')));
   return h('div', {}, h('p', {class: 'muted'}, 'Zone ' + r.timezone),
-    table(['#', 'Fire time (' + r.timezone + ')', 'Offset', 'DST'], rows, {class: 'fires', id: 'fires-table'}));
+    table(['#', 'Fire time (' + r.timezone + ')', 'Offset', also ? 'In ' + other : null, 'DST'].filter(Boolean), rows, {class: 'fires', id: 'fires-table'}));
 }

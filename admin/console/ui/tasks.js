@@ -1,8 +1,10 @@
-// Tasks: the list, filtered by group, state and name prefix, one page at a time by cursor,
-// sorted by a column the store serves from an index (name, group, next fire).
+// Tasks: the list, filtered by group, state, name prefix, a search over name, group and
+// callback, the last result, a recent failure and an open breaker, one page at a time by
+// cursor, sorted by a column the store serves from an index (name, group, next fire), with
+// the total that matches.
 import * as api from './api.js';
 import {h, replace, table, toast, confirmAction} from './dom.js';
-import {fmtTime, fmtDuration} from './time.js';
+import {show, fmtDuration} from './time.js';
 
 export const STATES = ['WAITING', 'SCHEDULED', 'RUNNING', 'SUCCESS', 'FAILED', 'RETRYING', 'PAUSED', 'KILLED'];
 const SORTS = [['id', 'created'], ['name', 'name'], ['group', 'group'], ['next', 'next fire']];
@@ -15,7 +17,8 @@ export function stateBadge(state) {
 export async function render(main, args, session) {
   const q = new URLSearchParams(args[0] || '');
   const f = {group: q.get('group') || '', state: q.get('state') || '', name_prefix: q.get('name_prefix') || '',
-    sort: q.get('sort') || 'name'};
+    q: q.get('q') || '', last_result: q.get('last_result') || '', failed_within: q.get('failed_within') || '',
+    breaker: q.get('breaker') || '', sort: q.get('sort') || 'name'};
   let cursors = [''];          // cursor of each page visited, for Previous
   let page = 0;
   let next = null;
@@ -26,10 +29,20 @@ export async function render(main, args, session) {
   const state = h('select', {id: 'f-state', 'aria-label': 'State'}, h('option', {value: ''}, 'any state'),
     STATES.map(s => h('option', {value: s}, s)));
   state.value = f.state;
+  const search = h('input', {id: 'f-q', type: 'search', value: f.q, placeholder: 'name, group or callback holds…', 'aria-label': 'Search'});
+  const lastResult = h('select', {id: 'f-last', 'aria-label': 'Last result'}, h('option', {value: ''}, 'any'),
+    ['success', 'failed', 'timeout', 'lost', 'killed', 'skipped'].map(r => h('option', {value: r}, r)));
+  lastResult.value = f.last_result;
+  const failedWithin = h('select', {id: 'f-failed', 'aria-label': 'Failed within'}, h('option', {value: ''}, 'any time or never'),
+    [['15m', 'the last 15 min'], ['1h', 'the last hour'], ['24h', 'the last 24 h'], ['168h', 'the last 7 days']].map(([v, l]) => h('option', {value: v}, l)));
+  failedWithin.value = f.failed_within;
+  const breaker = h('select', {id: 'f-breaker', 'aria-label': 'Breaker'}, h('option', {value: ''}, 'any'), h('option', {value: 'open'}, 'open'));
+  breaker.value = f.breaker;
   const filters = h('form', {class: 'filters', id: 'task-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); apply(); }},
-    h('label', {}, 'Group ', group), h('label', {}, 'State ', state), h('label', {}, 'Name ', prefix),
+    h('label', {}, 'Search ', search), h('label', {}, 'Group ', group), h('label', {}, 'State ', state), h('label', {}, 'Name ', prefix),
+    h('label', {}, 'Last result ', lastResult), h('label', {}, 'Failed within ', failedWithin), h('label', {}, 'Breaker ', breaker),
     h('button', {type: 'submit', id: 'f-apply'}, 'Filter'),
-    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix.'));
+    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix; search by substring (case-sensitive). A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
   const bulkBar = h('div', {class: 'bulk needs-write', id: 'bulk'});
   const status = h('p', {class: 'muted', id: 'list-status', 'aria-live': 'polite'});
   const tableBox = h('div', {class: 'scroll'});
@@ -40,6 +53,10 @@ export async function render(main, args, session) {
     f.group = group.value.trim();
     f.state = state.value;
     f.name_prefix = prefix.value.trim();
+    f.q = search.value.trim();
+    f.last_result = lastResult.value;
+    f.failed_within = failedWithin.value;
+    f.breaker = breaker.value;
     const p = new URLSearchParams();
     for (const [k, v] of Object.entries(f)) if (v) p.set(k, v);
     history.replaceState(null, '', '#/tasks?' + p.toString());
@@ -70,22 +87,33 @@ export async function render(main, args, session) {
     return Object.entries(sel).map(([k, v]) => `${k.replace('_', ' ')} ${k === 'name_prefix' ? 'starts with ' : '= '}${v}`).join(', ');
   }
 
+  // The bulk endpoint selects by group, name prefix and state; the other filters it cannot
+  // repeat, so with them only the ticked rows can be acted on.
+  const bulkable = () => !f.q && !f.last_result && !f.failed_within && !f.breaker;
+
+  // The bulk bar is built once and updated in place, so a refresh keeps the focus on its
+  // buttons.
+  const bulkWhat = h('span', {id: 'bulk-what'});
+  const bulkBtns = {};
+  for (const a of ['pause', 'resume', 'run', 'delete']) {
+    bulkBtns[a] = h('button', {type: 'button', id: 'bulk-' + a, class: a === 'delete' ? 'danger' : null, onclick: () => doBulk(a)},
+      a === 'run' ? 'Run now' : a[0].toUpperCase() + a.slice(1));
+  }
+  const bulkAll = h('button', {type: 'button', id: 'bulk-all', class: 'link', onclick: () => { allMatching = !allMatching; renderBulk(); }});
+  bulkBar.append(bulkWhat, bulkBtns.pause, bulkBtns.resume, bulkBtns.run, bulkBtns.delete, bulkAll);
+
   function renderBulk() {
     const names = [...selected];
-    const hasFilter = Object.keys(filterSelector()).length > 0;
+    const hasFilter = Object.keys(filterSelector()).length > 0 && bulkable();
     if (!hasFilter) allMatching = false;
     const any = allMatching || names.length > 0;
     const label = allMatching ? `All tasks matching ${describe(filterSelector())}` : `${names.length} selected`;
-    replace(bulkBar, h('span', {id: 'bulk-what'}, label),
-      ['pause', 'resume', 'run'].map(a => h('button', {type: 'button', id: 'bulk-' + a, disabled: !any,
-        onclick: () => doBulk(a)}, a === 'run' ? 'Run now' : a[0].toUpperCase() + a.slice(1))),
-      h('button', {type: 'button', id: 'bulk-delete', class: 'danger', disabled: !any,
-        onclick: () => doBulk('delete')}, 'Delete'),
-      allMatching
-        ? h('button', {type: 'button', id: 'bulk-all', class: 'link', onclick: () => { allMatching = false; renderBulk(); }}, 'Back to the ticked rows')
-        : h('button', {type: 'button', id: 'bulk-all', class: 'link', disabled: !hasFilter,
-          title: hasFilter ? 'Act on every task the filter matches, on every page' : 'Apply a filter first',
-          onclick: () => { allMatching = true; renderBulk(); }}, 'Select all matching the filter'));
+    replace(bulkWhat, label);
+    for (const b of Object.values(bulkBtns)) b.disabled = !any;
+    replace(bulkAll, allMatching ? 'Back to the ticked rows' : 'Select all matching the filter');
+    bulkAll.disabled = !allMatching && !hasFilter;
+    bulkAll.title = allMatching || hasFilter ? 'Act on every task the filter matches, on every page'
+      : bulkable() ? 'Apply a filter first' : 'Bulk actions select by group, name and state only: tick the rows';
   }
 
   const verbs = {pause: 'Pause', resume: 'Resume', run: 'Run now', delete: 'Delete'};
@@ -118,32 +146,38 @@ export async function render(main, args, session) {
 
   async function load() {
     const t0 = performance.now();
-    const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1});
+    const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1, total: 1});
     next = data.next_cursor || null;
     const rows = data.tasks.map(t => {
       const rt = t.runtime;
       const lr = t.last_run;
       const box = h('input', {type: 'checkbox', class: 'needs-write', 'aria-label': 'Select ' + t.name, checked: selected.has(t.name),
+        dataset: {key: 'sel:' + t.name},
         onchange: ev => { if (ev.target.checked) selected.add(t.name); else selected.delete(t.name); renderBulk(); }});
       return h('tr', {dataset: {task: t.name}},
         h('td', {}, box),
         h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(t.name)}, t.name)),
         h('td', {}, t.group),
         h('td', {}, stateBadge(rt.state)),
-        h('td', {class: 'time'}, rt.state === 'PAUSED' ? 'paused' : rt.next_trigger_time ? fmtTime(rt.next_trigger_time, t.timezone) + ' ' + t.timezone : '—'),
-        h('td', {}, lr ? h('span', {class: 'result result-' + lr.result}, lr.result) : '—', lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : ''),
+        h('td', {class: 'time'}, rt.state === 'PAUSED' ? 'paused' : rt.next_trigger_time ? show(rt.next_trigger_time, t.timezone) : '—'),
+        h('td', {}, lr ? h('a', {href: '#/run/' + encodeURIComponent(lr.ticket), class: 'result result-' + lr.result}, lr.result) : '—',
+          lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : '',
+          rt.last_failure_at ? h('div', {class: 'muted small'}, 'failed ' + show(rt.last_failure_at, t.timezone)) : ''),
         h('td', {class: 'num'}, t.priority),
         h('td', {}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
         h('td', {class: 'note'}, rt.note || ''));
     });
     replace(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
       sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table'}));
+    if (!data.tasks.length) replace(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
     replace(pager,
       h('button', {type: 'button', id: 'page-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Previous'),
       h('span', {}, `Page ${page + 1}`),
       h('button', {type: 'button', id: 'page-next', disabled: !next, onclick: () => { cursors[page + 1] = next; page++; load(); }}, 'Next →'));
     const ms = Math.round(performance.now() - t0);
-    replace(status, `${data.count} task(s) on this page, loaded in ${ms} ms.`);
+    const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
+    replace(status, h('strong', {id: 'list-total'}, `${total} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
+    status.dataset.total = String(data.total);
     status.dataset.ms = String(ms);
     status.dataset.count = String(data.count);
     status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);

@@ -62,3 +62,56 @@ export function zones() {
   try { z = Intl.supportedValuesOf('timeZone'); } catch { z = []; }
   return ['UTC', ...z.filter(x => x !== 'UTC')];
 }
+
+// The zone every time of the console is shown in: "utc", "browser" or "task" (each task's
+// own zone; pages about no task then show UTC). Chosen in the header, kept in localStorage.
+const ZONE_KEY = 'axe.zone';
+export const ZONE_MODES = [['utc', 'UTC'], ['browser', 'Browser'], ['task', 'Task zone']];
+
+export function zoneMode() {
+  const m = localStorage.getItem(ZONE_KEY);
+  return ZONE_MODES.some(([k]) => k === m) ? m : 'utc';
+}
+
+export function setZoneMode(m) { localStorage.setItem(ZONE_KEY, m); }
+
+export function browserZone() {
+  try { return Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC'; } catch { return 'UTC'; }
+}
+
+// zoneFor is the zone a time about a task in taskZone is shown in ('' or undefined: a time
+// about no task).
+export function zoneFor(taskZone) {
+  const m = zoneMode();
+  if (m === 'browser') return browserZone();
+  if (m === 'task' && taskZone) return taskZone;
+  return 'UTC';
+}
+
+// show formats ms in the chosen zone, with the zone's name: one call for every time shown.
+export function show(ms, taskZone) { return fmtZoned(ms, zoneFor(taskZone)); }
+
+// parseLocal reads a datetime-local value ("2026-03-08T02:30") as a time in zone, to Unix ms.
+export function parseLocal(value, zone) {
+  const m = /^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d)(?::(\d\d))?$/.exec(value || '');
+  if (!m) return 0;
+  const wall = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +(m[6] || 0));
+  // The zone's offset at that wall time, found from the offset at a first guess.
+  let t = wall;
+  for (let i = 0; i < 2; i++) t = wall - offsetMS(t, zone);
+  return t;
+}
+
+function offsetMS(ms, zone) {
+  const o = offsetOf(ms, zone);
+  const m = /^([+-−])(\d\d):(\d\d)/.exec(o);
+  if (!m) return 0;
+  const v = (+m[2] * 60 + +m[3]) * 60000;
+  return m[1] === '+' ? v : -v;
+}
+
+// toLocal is the datetime-local value of ms in zone.
+export function toLocal(ms, zone) {
+  const s = fmtTime(ms, zone);
+  return s === '—' ? '' : s.slice(0, 16).replace(' ', 'T');
+}

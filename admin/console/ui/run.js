@@ -1,0 +1,33 @@
+// One run: every stored field, with the whole output and error.
+import * as api from './api.js';
+import {h, replace} from './dom.js';
+import {show, fmtDuration} from './time.js';
+
+export async function render(main, args) {
+  const ticket = args[0];
+  const box = h('div', {id: 'run-detail'});
+  main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), box);
+  let zone = '';
+  async function load() {
+    const r = await api.get('runs/' + api.enc(ticket));
+    if (!zone) {
+      // The task's zone, for "task zone" times; a deleted task's runs stay, in UTC.
+      zone = await api.get('tasks/' + api.enc(r.task)).then(t => t.timezone, () => 'UTC');
+    }
+    const kv = rows => h('dl', {class: 'kv'}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+    replace(box,
+      kv([
+        ['Task', h('a', {href: '#/tasks/' + encodeURIComponent(r.task), id: 'run-task'}, r.task)],
+        ['Result', h('span', {class: 'result result-' + r.result, id: 'run-result'}, r.result)],
+        ['Kind', r.kind], ['Attempt', r.attempt],
+        ['Scheduled', show(r.scheduled_at, zone)], ['Dispatched', show(r.dispatched_at, zone)],
+        ['Ended', show(r.ended_at, zone)],
+        ['Duration', r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)],
+        ['Executor', r.executor || '—'], ['Detail', r.detail || '—'],
+      ]),
+      h('h2', {}, 'Error'), h('pre', {id: 'run-error', class: 'block'}, r.error || '(none)'),
+      h('h2', {}, 'Output'), h('pre', {id: 'run-output', class: 'block'}, r.output || '(none)'));
+  }
+  await load();
+  return {refresh: load};
+}

@@ -1,0 +1,91 @@
+// Runs: every task's runs, newest first, filtered by result, group, task and time, one page
+// at a time by cursor, with a bounded total. A filtered page examines at most 20,000 runs;
+// when it found none there it says so, and Older goes on from where it stopped.
+import * as api from './api.js';
+import {h, replace, table} from './dom.js';
+import {show, fmtDuration, zoneFor, parseLocal, toLocal} from './time.js';
+
+export const RESULT_CHOICES = [['', 'any result'], ['failure', 'failures (failed, timeout, lost)'], ['success', 'success'],
+  ['failed', 'failed'], ['timeout', 'timeout'], ['lost', 'lost'], ['killed', 'killed'], ['skipped', 'skipped'], ['running', 'running']];
+const PAGE = 50;
+// SCAN_MAX is the server's bound on the runs one filtered page examines (persist.RunScanMax).
+const SCAN_MAX = 20000;
+
+// clip shortens text for a table cell; the run page shows all of it.
+function clip(s, n) { return s && s.length > n ? s.slice(0, n) + '…' : s || ''; }
+
+// runsTable lists runs; opts.zone is the task's zone (or none for a list across tasks, where
+// each run's task zone is unknown), opts.showTask adds the task column.
+export function runsTable(runs, opts) {
+  const rows = runs.map(r => h('tr', {dataset: {ticket: r.ticket, result: r.result}},
+    h('td', {class: 'mono'}, h('a', {href: '#/run/' + encodeURIComponent(r.ticket)}, r.ticket)),
+    opts.showTask ? h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(r.task)}, r.task)) : null,
+    h('td', {}, r.kind), h('td', {class: 'num'}, r.attempt),
+    h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {}, r.executor || '—'),
+    h('td', {class: 'num'}, r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)),
+    h('td', {}, h('span', {class: 'result result-' + r.result}, r.result)),
+    h('td', {class: 'pre'}, clip([r.error, r.output].filter(Boolean).join('\n'), 160))));
+  if (!runs.length) return h('p', {class: 'muted', id: opts.id}, 'No runs.');
+  return table(['Ticket', opts.showTask ? 'Task' : null, 'Kind', 'Attempt', 'Scheduled', 'Executor', 'Duration', 'Result', 'Error / output']
+    .filter(Boolean), rows, {id: opts.id});
+}
+
+export async function render(main, args) {
+  const q = new URLSearchParams(args[0] || '');
+  const zone = zoneFor('');
+  const f = {result: q.get('result') || '', group: q.get('group') || '', task: q.get('task') || '',
+    from: Number(q.get('from')) || 0, to: Number(q.get('to')) || 0};
+  const result = h('select', {id: 'r-result', 'aria-label': 'Result'}, RESULT_CHOICES.map(([v, l]) => h('option', {value: v}, l)));
+  result.value = f.result;
+  const group = h('input', {id: 'r-group', type: 'search', value: f.group, placeholder: 'any group', 'aria-label': 'Group'});
+  const task = h('input', {id: 'r-task', type: 'search', value: f.task, placeholder: 'any task (exact name)', 'aria-label': 'Task'});
+  const from = h('input', {id: 'r-from', type: 'datetime-local', step: 1, value: f.from ? toLocal(f.from, zone) : '', 'aria-label': 'From'});
+  const to = h('input', {id: 'r-to', type: 'datetime-local', step: 1, value: f.to ? toLocal(f.to, zone) : '', 'aria-label': 'To'});
+  const form = h('form', {class: 'filters', id: 'run-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); apply(); }},
+    h('label', {}, 'Result ', result), h('label', {}, 'Group ', group), h('label', {}, 'Task ', task),
+    h('label', {}, 'From ', from), h('label', {}, 'To ', to),
+    h('button', {type: 'submit', id: 'r-apply'}, 'Filter'),
+    h('span', {class: 'hint'}, `Times are read and shown in ${zone}. Newest first; a filtered page examines at most ${SCAN_MAX.toLocaleString('en')} runs.`));
+  const status = h('p', {class: 'muted', id: 'runs-status', 'aria-live': 'polite'});
+  const box = h('div', {class: 'scroll'});
+  const pager = h('div', {class: 'row pager'});
+  main.append(h('h1', {}, 'Runs'), form, status, box, pager);
+  let cursors = [''];
+  let page = 0;
+
+  function apply() {
+    f.result = result.value;
+    f.group = group.value.trim();
+    f.task = task.value.trim();
+    f.from = from.value ? parseLocal(from.value, zone) : 0;
+    f.to = to.value ? parseLocal(to.value, zone) : 0;
+    const p = new URLSearchParams();
+    for (const [k, v] of Object.entries(f)) if (v) p.set(k, String(v));
+    history.replaceState(null, '', '#/runs' + (p.toString() ? '?' + p.toString() : ''));
+    cursors = [''];
+    page = 0;
+    load();
+  }
+
+  async function load() {
+    const t0 = performance.now();
+    const data = await api.get('runs', {result: f.result, group: f.group, task: f.task, from: f.from || undefined,
+      to: f.to || undefined, limit: PAGE, cursor: cursors[page], total: 1});
+    replace(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table'}));
+    const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
+    const ms = Math.round(performance.now() - t0);
+    replace(status, `${total} run(s) match${data.total_more ? '' : ''}; ${data.count} on this page`,
+      data.scanned >= SCAN_MAX && data.count < PAGE ? `, ${data.scanned.toLocaleString('en')} examined: Older goes on` : '',
+      `. Loaded in ${ms} ms.`);
+    status.dataset.ms = String(ms);
+    status.dataset.total = String(data.total);
+    status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
+    replace(pager,
+      h('button', {type: 'button', id: 'runs-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Newer'),
+      h('span', {}, `Page ${page + 1}`),
+      h('button', {type: 'button', id: 'runs-next', disabled: !data.next_cursor, onclick: () => { cursors[page + 1] = data.next_cursor; page++; load(); }}, 'Older →'));
+  }
+
+  await load();
+  return {refresh: () => (page === 0 ? load() : null)};
+}
