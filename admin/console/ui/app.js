@@ -104,7 +104,11 @@ function schedulePoll(page) {
   pollTimer = setTimeout(async () => {
     if (page.stopped || current !== page) return;
     if (!document.hidden && !refreshPaused()) {
-      try { await keepFocus(() => page.view.refresh()); } catch (e) { if (e.status !== 401) showStale(e); }
+      try {
+        await keepFocus(() => page.view.refresh());
+        // How many automatic refreshes this tab has done: tests and the curious read it.
+        document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes || 0) + 1);
+      } catch (e) { if (e.status !== 401) showStale(e); }
     }
     schedulePoll(page);
   }, pollMS());

@@ -1,0 +1,140 @@
+package admin_test
+
+import (
+	"bytes"
+	"fmt"
+	"image"
+	"image/color"
+	"image/draw"
+	"image/png"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
+)
+
+// TestConsoleScreenshots writes a screenshot of every page of the console at desktop
+// (1280×800) and phone (390×844) width: into $AXE_DOCS_IMG when set (the README's set is
+// written with AXE_DOCS_IMG=../docs/img), else under the artifacts folder. The data is a
+// small live scheduler: tasks in six groups, one cron task failing, an executor, a rate
+// limit, an alert delivered to a webhook. Each page is checked to have rendered its
+// content before its picture is taken.
+func TestConsoleScreenshots(t *testing.T) {
+	dir := os.Getenv("AXE_DOCS_IMG")
+	if dir == "" {
+		dir = filepath.Join(artifacts(t), "pages")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx := browser(t)
+	h := newHook(t)
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+		c.Engine = engine.Config{AlertWebhooks: []string{h.url("/ok/alert")}, HeartbeatInterval: 300 * time.Millisecond}
+	})
+	url := d.base + "/"
+	for i := range 18 {
+		zone := []string{"UTC", "Europe/Paris", "America/New_York"}[i%3]
+		d.create(t, spec(fmt.Sprintf("report-%02d", i), h.url("/ok/r"), "cron", "0 */15 * * * *", "group", fmt.Sprintf("team-%d", i%6), "timezone", zone))
+	}
+	d.create(t, spec("flaky-sync", h.url("/fail/sync"), "cron", "*/2 * * * * *", "group", "team-3", "timezone", "Asia/Tokyo"))
+	d.create(t, spec("nightly-dst", h.url("/ok/n"), "cron", "30 2 * * *", "group", "team-1", "timezone", "Europe/Berlin"))
+	startSDK(t, d.base, "127.0.0.1:0")
+	d.create(t, map[string]any{"name": "charge-cards", "trigger": "manual", "group": "billing",
+		"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
+	d.waitRun(t, "charge-cards", d.runNow(t, "charge-cards", nil))
+	d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/ratelimits", map[string]any{"downstream": "billing", "rate": 20, "burst": 5}, nil)
+	h.waitCalls(t, "flaky-sync", 3, waitTimeout)
+	var runs struct{ Runs []model.Run }
+	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/flaky-sync/runs?limit=1", nil, &runs)
+
+	pages := []struct{ name, hash, ready string }{
+		{"overview", "#/overview", `document.querySelector("#ov-failing .value").textContent !== ""`},
+		{"tasks", "#/tasks", `document.querySelectorAll("#task-table tbody tr").length > 10`},
+		{"tasks-failing", "#/tasks?failed_within=1h", `document.querySelectorAll("#task-table tbody tr").length === 1`},
+		{"task", "#/tasks/nightly-dst", `document.querySelectorAll("#fires-table tbody tr").length === 10`},
+		{"task-failing", "#/tasks/flaky-sync", `document.querySelectorAll("#runs-table tbody tr").length > 1`},
+		{"form", "#/new", `!!document.querySelector("#cron-preview #fires-table")`},
+		{"runs", "#/runs?result=failure", `document.querySelectorAll("#all-runs-table tbody tr").length > 1`},
+		{"run", "#/run/" + runs.Runs[0].Ticket, `document.querySelector("#run-error").textContent.length > 5`},
+		{"executors", "#/executors", `!!document.querySelector('#executors-table tr[data-status="alive"]')`},
+		{"groups", "#/groups", `document.querySelectorAll("#groups-table tbody tr").length >= 7`},
+		{"alerts", "#/alerts", `!!document.querySelector('#deliveries-table tr[data-delivery="delivered"]')`},
+		{"ratelimits", "#/ratelimits", `!!document.querySelector('#ratelimits-table tr[data-downstream="billing"]')`},
+		{"nodes", "#/nodes", `!!document.querySelector("#nodes-table")`},
+	}
+	for _, size := range []struct {
+		name string
+		w, h int64
+		opts []chromedp.EmulateViewportOption
+	}{{"desktop", 1280, 800, nil}, {"phone", 390, 844, []chromedp.EmulateViewportOption{chromedp.EmulateMobile}}} {
+		run(t, ctx, "viewport "+size.name, chromedp.EmulateViewport(size.w, size.h, size.opts...))
+		for _, p := range pages {
+			run(t, ctx, "open "+p.name, chromedp.Navigate(url+"?shot="+p.name+"#"+p.hash[1:]))
+			waitJS(t, ctx, p.name+" rendered", "(() => { try { return "+p.ready+"; } catch { return false; } })()")
+			// The refresh is stopped so that nothing changes under the picture.
+			run(t, ctx, "settle", chromedp.Evaluate(`localStorage.setItem("axe.refreshPaused", "1")`, nil), chromedp.Sleep(300*time.Millisecond))
+			var raw []byte
+			run(t, ctx, "screenshot "+p.name, chromedp.CaptureScreenshot(&raw))
+			name := filepath.Join(dir, "console-"+p.name+"-"+size.name+".png")
+			small, err := shrinkPNG(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(name, small, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: %d bytes (%d before the palette)", name, len(small), len(raw))
+			run(t, ctx, "resume", chromedp.Evaluate(`localStorage.removeItem("axe.refreshPaused")`, nil))
+		}
+	}
+}
+
+// shrinkPNG re-encodes a screenshot with a palette of its 256 most frequent colours (a
+// console page has few: flat panels and text; the anti-aliased rest maps to the nearest),
+// which keeps the committed pictures small.
+func shrinkPNG(raw []byte) ([]byte, error) {
+	src, err := png.Decode(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("cannot decode the screenshot: %w", err)
+	}
+	freq := map[color.RGBA]int{}
+	b := src.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := src.At(x, y).RGBA()
+			freq[color.RGBA{uint8(r >> 8), uint8(g >> 8), uint8(bl >> 8), 255}]++
+		}
+	}
+	cols := make([]color.RGBA, 0, len(freq))
+	for c := range freq {
+		cols = append(cols, c)
+	}
+	sort.Slice(cols, func(i, j int) bool {
+		if freq[cols[i]] != freq[cols[j]] {
+			return freq[cols[i]] > freq[cols[j]]
+		}
+		a, c := cols[i], cols[j]
+		return uint32(a.R)<<16|uint32(a.G)<<8|uint32(a.B) < uint32(c.R)<<16|uint32(c.G)<<8|uint32(c.B)
+	})
+	pal := make(color.Palette, 0, 256)
+	for _, c := range cols[:min(256, len(cols))] {
+		pal = append(pal, c)
+	}
+	dst := image.NewPaletted(b, pal)
+	draw.Draw(dst, b, src, b.Min, draw.Src)
+	var out bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestCompression}
+	if err := enc.Encode(&out, dst); err != nil {
+		return nil, fmt.Errorf("cannot encode the screenshot: %w", err)
+	}
+	return out.Bytes(), nil
+}
