@@ -185,7 +185,7 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 	}
 
 	// The runs list across tasks, failures only: every row is the failing task's.
-	d.mustJSON(t, http.StatusOK, http.MethodPost, api+"/tasks/healthy-04/run", nil, nil)
+	d.mustJSON(t, http.StatusAccepted, http.MethodPost, api+"/tasks/healthy-04/run", nil, nil)
 	run(t, ctx, "open the runs list", chromedp.Navigate(url+"#/runs"), chromedp.WaitVisible("#all-runs-table", chromedp.ByQuery))
 	waitJS(t, ctx, "healthy-04's run-now listed", `[...document.querySelectorAll("#all-runs-table tbody tr td:nth-child(2)")].some(c => c.textContent === "healthy-04")`)
 	run(t, ctx, "failures only", setField("#r-result", "failure"), chromedp.Click("#r-apply", chromedp.ByQuery))

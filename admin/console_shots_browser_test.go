@@ -80,6 +80,12 @@ func TestConsoleScreenshots(t *testing.T) {
 		for _, p := range pages {
 			run(t, ctx, "open "+p.name, chromedp.Navigate(url+"?shot="+p.name+"#"+p.hash[1:]))
 			waitJS(t, ctx, p.name+" rendered", "(() => { try { return "+p.ready+"; } catch { return false; } })()")
+			if p.name == "task" {
+				// The preview from a day before the spring change in Berlin: 02:30 does not
+				// exist on 2027-03-28, and the row says so.
+				run(t, ctx, "preview from March 2027", setField("#preview-from", "2027-03-26T00:00:00"))
+				waitJS(t, ctx, "the DST gap marked", `!!document.querySelector("#fires-table tr.dst-gap")`)
+			}
 			// The refresh is stopped so that nothing changes under the picture.
 			run(t, ctx, "settle", chromedp.Evaluate(`localStorage.setItem("axe.refreshPaused", "1")`, nil), chromedp.Sleep(300*time.Millisecond))
 			var raw []byte

@@ -32,6 +32,12 @@ var flagRowsSize = flag.String("rows.size", "", "row costs: rows per measured sh
 
 const envRowsSize = "AXE_BENCH_ROWS_SIZE"
 
+// flagRowsEnd makes the one-shot ends write a last result into the runtime row, as the
+// engine does since schema step 10: "" none (the rows before it), "success" (a steady value:
+// the same each pass) or "failed" (a failure time that changes each pass, which moves the
+// task's entry in idx_task_runtime_failed).
+var flagRowsEnd = flag.String("rows.end", "", "row costs: the last result the one-shot ends write: '', success or failed")
+
 // rowsPerCommit is the writer's default batch bound.
 const rowsPerCommit = 2048
 
@@ -179,6 +185,12 @@ func (f *rowCostFixture) dispatches(ctx context.Context, end bool, version int64
 				From: model.StateScheduled, To: model.StateRunning, Actor: "scheduler", At: now}
 			if end {
 				rt.State, rt.NextTriggerTime, rt.LastEndTime, rt.SuccessCount = model.StateSuccess, 0, now+3, 1
+				switch *flagRowsEnd {
+				case model.ResultSuccess:
+					rt.LastResult = model.ResultSuccess
+				case model.ResultFailed:
+					rt.LastResult, rt.LastFailureAt = model.ResultFailed, now+3
+				}
 				run.EndedAt, run.DurationMS, run.Result = now+3, 3, model.ResultSuccess
 				act.Action, act.From, act.To, act.At = "success", model.StateRunning, model.StateSuccess, now+3
 			}

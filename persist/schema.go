@@ -241,7 +241,10 @@ var mysqlMigrations = []migration{{
 	// The end of a run writes its result, and a failure's time, into the runtime row it
 	// writes anyway (the same upsert: no statement more per fire), so that the console can
 	// find a periodic task whose runs fail while it stays SCHEDULED. Rows written before say
-	// '' and 0 until their next end. minute_stats holds each node's fires, failures and
+	// '' and 0 until their next end. idx_task_runtime_failed serves "failed within": the
+	// stores rewrite a secondary index entry only when its column changes, and
+	// last_failure_at changes only with a failure, so a successful end costs it nothing (a
+	// create adds one entry). minute_stats holds each node's fires, failures and
 	// fire lateness per minute (admin's recorder writes one row per node per minute in which
 	// anything fired; the pruner drops rows older than a day). ADD COLUMN with a default is
 	// instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate column", which
@@ -249,6 +252,7 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN last_result VARCHAR(32) NOT NULL DEFAULT ''`,
 		`ALTER TABLE task_runtime ADD COLUMN last_failure_at BIGINT NOT NULL DEFAULT 0`,
+		`CREATE INDEX idx_task_runtime_failed ON task_runtime (last_failure_at)`,
 		`CREATE TABLE IF NOT EXISTS minute_stats (
 			minute BIGINT NOT NULL,
 			node VARCHAR(255) NOT NULL,
@@ -434,6 +438,7 @@ var sqliteMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN last_result TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE task_runtime ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0`,
+		`CREATE INDEX IF NOT EXISTS idx_task_runtime_failed ON task_runtime (last_failure_at)`,
 		`CREATE TABLE IF NOT EXISTS minute_stats (
 			minute INTEGER NOT NULL,
 			node TEXT NOT NULL,

@@ -64,6 +64,7 @@ export async function render(main, args, session) {
     page = 0;
     selected.clear();
     allMatching = false;
+    totalAge = 0;
     load();
   }
 
@@ -144,9 +145,20 @@ export async function render(main, args, session) {
     await load();
   }
 
+  let totalAge = 0;
+  let lastTotal = null;
+
   async function load() {
     const t0 = performance.now();
-    const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1, total: 1});
+    // The total is counted when the filter or page changes and every tenth refresh after: a
+    // filter no index serves (a search, a last result) counts by reading every row.
+    const withTotal = totalAge++ % 10 === 0;
+    const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1, total: withTotal ? 1 : undefined});
+    if (withTotal) lastTotal = data;
+    else {
+      data.total = lastTotal.total;
+      data.total_more = lastTotal.total_more;
+    }
     next = data.next_cursor || null;
     const rows = data.tasks.map(t => {
       const rt = t.runtime;

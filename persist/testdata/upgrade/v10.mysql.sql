@@ -136,13 +136,14 @@ CREATE TABLE `task_runtime` (
   `last_result` varchar(32) NOT NULL DEFAULT '',
   `last_failure_at` bigint(20) NOT NULL DEFAULT 0,
   PRIMARY KEY (`task_id`),
-  KEY `idx_task_runtime_next` (`next_trigger_time`)
+  KEY `idx_task_runtime_next` (`next_trigger_time`),
+  KEY `idx_task_runtime_failed` (`last_failure_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`) VALUES ('billing', '10.0.0.7:9100', 'http', '["invoice","refund"]', 1767513600000, 1767599999000, 'alive', '5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a');
 INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`) VALUES ('billing', '10.0.0.9:9100', 'http', '["invoice"]', 1767596400000, 1767599670000, 'lost', '');
 
-INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-02 15:41:10.562862');
+INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-02 15:58:20.234615');
 INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary#fence', '', 2, '1970-01-01 00:00:00.000000');
 
 
