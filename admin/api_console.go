@@ -116,18 +116,14 @@ func (s *Server) runsAnswer(ctx context.Context, c *fasthttp.RequestCtx, name st
 
 // listRuns is GET /api/v1/runs: the runs of every task, or of ?task=NAME, newest first.
 func (s *Server) listRuns(c *fasthttp.RequestCtx) {
-	f, err := runFilterArgs(c)
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	ctx, cancel := reqCtx(c)
-	defer cancel()
-	s.runsAnswer(ctx, c, string(c.QueryArgs().Peek("task")), f)
+	s.runsOf(c, string(c.QueryArgs().Peek("task")))
 }
 
 // taskRunsPage is GET /api/v1/tasks/{name}/runs with the filters and cursor of listRuns.
-func (s *Server) taskRunsPage(c *fasthttp.RequestCtx) {
+func (s *Server) taskRunsPage(c *fasthttp.RequestCtx) { s.runsOf(c, param(c, "name")) }
+
+// runsOf answers a run listing of the task named name ("": every task's).
+func (s *Server) runsOf(c *fasthttp.RequestCtx, name string) {
 	f, err := runFilterArgs(c)
 	if err != nil {
 		s.fail(c, err)
@@ -135,7 +131,7 @@ func (s *Server) taskRunsPage(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	s.runsAnswer(ctx, c, param(c, "name"), f)
+	s.runsAnswer(ctx, c, name, f)
 }
 
 // taskActionsPage is GET /api/v1/tasks/{name}/actions: a page of the timeline, newest

@@ -179,21 +179,12 @@ func (s *sqlStore) CountMatching(ctx context.Context, f TaskFilter, bound int) (
 	return n, nil
 }
 
-// runWindow returns the inner walk of a run listing: up to scan rows of f's task or of all
-// runs in f's time range and before its cursor, newest first, read in index order.
-func (s *sqlStore) runWindow(f RunFilter, cols string, scan int, cursor bool) (string, []any) {
+// runRange returns the WHERE terms of f's time range and, with cursor, of its page cursor.
+func runRange(f RunFilter, cursor bool) ([]string, []any) {
 	var (
 		where []string
 		args  []any
 	)
-	idx := s.d.runsByTime
-	if f.TaskID > 0 {
-		where = append(where, "task_id = ?")
-		args = append(args, f.TaskID)
-		idx = s.d.runsByTask
-	} else if s.d.runsAllCond != "" {
-		where = append(where, s.d.runsAllCond)
-	}
 	if f.From > 0 {
 		where = append(where, "scheduled_at >= ?")
 		args = append(args, f.From)
@@ -205,6 +196,21 @@ func (s *sqlStore) runWindow(f RunFilter, cols string, scan int, cursor bool) (s
 	if cursor && f.BeforeAt > 0 {
 		where = append(where, "(scheduled_at < ? OR (scheduled_at = ? AND ticket < ?))")
 		args = append(args, f.BeforeAt, f.BeforeAt, f.BeforeTicket)
+	}
+	return where, args
+}
+
+// runWindow returns the inner walk of a run listing: up to scan rows of f's task or of all
+// runs in f's time range and before its cursor, newest first, read in index order.
+func (s *sqlStore) runWindow(f RunFilter, cols string, scan int, cursor bool) (string, []any) {
+	where, args := runRange(f, cursor)
+	idx := s.d.runsByTime
+	if f.TaskID > 0 {
+		where = append([]string{"task_id = ?"}, where...)
+		args = append([]any{f.TaskID}, args...)
+		idx = s.d.runsByTask
+	} else if s.d.runsAllCond != "" {
+		where = append([]string{s.d.runsAllCond}, where...)
 	}
 	q := "SELECT " + cols + " FROM task_run " + idx
 	if len(where) > 0 {
@@ -306,22 +312,8 @@ func (s *sqlStore) ListRunsPage(ctx context.Context, f RunFilter) (RunPage, erro
 // openRunsPage reads the open run-now instances f matches from the index part that holds
 // them (MySQL), up to a page and a row.
 func (s *sqlStore) openRunsPage(ctx context.Context, f RunFilter, cols string) ([]model.Run, error) {
-	var (
-		where = []string{s.d.runsOpenCond}
-		args  []any
-	)
-	if f.From > 0 {
-		where = append(where, "scheduled_at >= ?")
-		args = append(args, f.From)
-	}
-	if f.To > 0 {
-		where = append(where, "scheduled_at < ?")
-		args = append(args, f.To)
-	}
-	if f.BeforeAt > 0 {
-		where = append(where, "(scheduled_at < ? OR (scheduled_at = ? AND ticket < ?))")
-		args = append(args, f.BeforeAt, f.BeforeAt, f.BeforeTicket)
-	}
+	where, args := runRange(f, true)
+	where = append([]string{s.d.runsOpenCond}, where...)
 	inner := "SELECT " + cols + " FROM task_run WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY scheduled_at DESC, ticket DESC LIMIT " + strconv.Itoa(f.Limit+1)
 	outer, oargs := runOuter(f)
@@ -371,17 +363,9 @@ func (s *sqlStore) CountRuns(ctx context.Context, f RunFilter, bound int) (int64
 	}
 	if f.TaskID == 0 && s.d.runsOpenCond != "" {
 		var k int64
-		oq := "SELECT COUNT(*) FROM (SELECT task_id, result FROM task_run WHERE " + s.d.runsOpenCond
-		var oa []any
-		if f.From > 0 {
-			oq += " AND scheduled_at >= ?"
-			oa = append(oa, f.From)
-		}
-		if f.To > 0 {
-			oq += " AND scheduled_at < ?"
-			oa = append(oa, f.To)
-		}
-		oq += ") w" + outer
+		where, oa := runRange(f, false)
+		oq := "SELECT COUNT(*) FROM (SELECT task_id, result FROM task_run WHERE " +
+			strings.Join(append([]string{s.d.runsOpenCond}, where...), " AND ") + ") w" + outer
 		if err := s.db.QueryRowContext(ctx, oq, append(oa, oargs...)...).Scan(&k); err != nil {
 			return 0, fmt.Errorf("cannot count runs: %w", err)
 		}
@@ -410,26 +394,8 @@ func (s *sqlStore) ListActionsPage(ctx context.Context, f ActionFilter) ([]model
 			args = append(args, a)
 		}
 	}
-	q := "SELECT id, " + strings.Join(actionCols, ", ") + " FROM task_action WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY id DESC" + limitClause(f.Limit)
-	rows, err := s.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("cannot query actions: %w", err)
-	}
-	defer rows.Close()
-	var out []model.Action
-	for rows.Next() {
-		var a model.Action
-		if err := rows.Scan(&a.ID, &a.TaskID, &a.TaskName, &a.Ticket, &a.Action, &a.From, &a.To,
-			&a.Actor, &a.At, &a.Detail); err != nil {
-			return nil, fmt.Errorf("cannot scan action: %w", err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("cannot read actions: %w", err)
-	}
-	return out, nil
+	return s.queryActions(ctx, "SELECT id, "+strings.Join(actionCols, ", ")+" FROM task_action WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY id DESC"+limitClause(f.Limit), args...)
 }
 
 // AddMinuteStats adds rows to minute_stats and drops the minutes before dropBefore, in one

@@ -719,8 +719,12 @@ func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]mode
 
 // ListActions returns the task's action records, newest first; limit <= 0 means all.
 func (s *sqlStore) ListActions(ctx context.Context, taskID int64, limit int) ([]model.Action, error) {
-	q := "SELECT id, " + strings.Join(actionCols, ", ") + " FROM task_action WHERE task_id = ? ORDER BY id DESC" + limitClause(limit)
-	rows, err := s.db.QueryContext(ctx, q, taskID)
+	return s.queryActions(ctx, "SELECT id, "+strings.Join(actionCols, ", ")+" FROM task_action WHERE task_id = ? ORDER BY id DESC"+limitClause(limit), taskID)
+}
+
+// queryActions runs q, which selects id and then actionCols, and scans its rows.
+func (s *sqlStore) queryActions(ctx context.Context, q string, args ...any) ([]model.Action, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot query actions: %w", err)
 	}
