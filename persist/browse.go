@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,8 @@ type RunFilter struct {
 	BeforeAt     int64
 	BeforeTicket string
 	Limit        int // rows per page; 0 means 100
+	// ScanMax bounds the runs a filtered page examines; 0 means RunScanMax.
+	ScanMax int
 }
 
 // RunPage is one page of ListRunsPage.
@@ -246,6 +249,13 @@ func runOuter(f RunFilter) (string, []any) {
 
 func (f RunFilter) filtered() bool { return f.Group != "" || len(f.Results) > 0 }
 
+func (f RunFilter) scanMax() int {
+	if f.ScanMax > 0 {
+		return f.ScanMax
+	}
+	return RunScanMax
+}
+
 // ListRunsPage returns one page of the runs f matches, newest first. Unfiltered (or by
 // task alone) it reads the page's rows off the index; with a result or group filter it
 // examines at most RunScanMax runs. On MySQL the open run-now instances are outside the
@@ -256,7 +266,7 @@ func (s *sqlStore) ListRunsPage(ctx context.Context, f RunFilter) (RunPage, erro
 	}
 	scan := f.Limit + 1
 	if f.filtered() {
-		scan = RunScanMax
+		scan = f.scanMax()
 	}
 	cols := strings.Join(runCols, ", ")
 	inner, args := s.runWindow(f, cols, scan, true)
@@ -267,45 +277,45 @@ func (s *sqlStore) ListRunsPage(ctx context.Context, f RunFilter) (RunPage, erro
 	if err != nil {
 		return RunPage{}, err
 	}
+	var page RunPage
+	page.Scanned = len(runs)
+	// A filtered walk may end at the window's bound before the page is full: where it
+	// ended (the smallest key of its oldest time) is where the next page starts.
+	var end *model.Run
+	if f.filtered() {
+		kq, kargs := s.runWindow(f, "scheduled_at, ticket", scan, true)
+		var at int64
+		if err := s.db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MIN(scheduled_at), 0) FROM ("+kq+") k", kargs...).Scan(&page.Scanned, &at); err != nil {
+			return RunPage{}, fmt.Errorf("cannot read where the run window ended: %w", err)
+		}
+		if page.Scanned >= scan {
+			end = &model.Run{ScheduledAt: at}
+			if err := s.db.QueryRowContext(ctx, "SELECT ticket FROM ("+kq+") k WHERE scheduled_at = ? ORDER BY ticket LIMIT 1",
+				append(kargs, at)...).Scan(&end.Ticket); err != nil {
+				return RunPage{}, fmt.Errorf("cannot read where the run window ended: %w", err)
+			}
+		}
+	}
 	if f.TaskID == 0 && s.d.runsOpenCond != "" {
 		open, err := s.openRunsPage(ctx, f, cols)
 		if err != nil {
 			return RunPage{}, err
 		}
+		if end != nil {
+			// Those older than the window's end belong to the pages after it.
+			open = slices.DeleteFunc(open, func(r model.Run) bool { return newerRun(end, &r) })
+		}
 		runs = mergeRuns(runs, open)
 	}
-	var page RunPage
-	if len(runs) > f.Limit {
+	switch {
+	case len(runs) > f.Limit:
 		runs = runs[:f.Limit]
-		page.More = true
 		last := runs[len(runs)-1]
-		page.NextAt, page.NextTicket = last.ScheduledAt, last.Ticket
+		page.More, page.NextAt, page.NextTicket = true, last.ScheduledAt, last.Ticket
+	case end != nil:
+		page.More, page.NextAt, page.NextTicket = true, end.ScheduledAt, end.Ticket
 	}
 	page.Runs = runs
-	page.Scanned = len(runs)
-	if f.filtered() && !page.More {
-		// The page is short: the window ended it, or the history did. Where the window
-		// ended is where the next page starts.
-		kq, kargs := s.runWindow(f, "scheduled_at, ticket", scan, true)
-		var n int
-		var at int64
-		var ticket string
-		err := s.db.QueryRowContext(ctx, "SELECT COUNT(*), COALESCE(MIN(scheduled_at), 0) FROM ("+kq+") k", kargs...).Scan(&n, &at)
-		if err != nil {
-			return RunPage{}, fmt.Errorf("cannot read where the run window ended: %w", err)
-		}
-		page.Scanned = n
-		if n >= scan {
-			// The oldest key of the window: the smallest ticket of its oldest time.
-			tq, targs := s.runWindow(f, "scheduled_at, ticket", scan, true)
-			err := s.db.QueryRowContext(ctx, "SELECT ticket FROM ("+tq+") k WHERE scheduled_at = ? ORDER BY ticket LIMIT 1",
-				append(targs, at)...).Scan(&ticket)
-			if err != nil {
-				return RunPage{}, fmt.Errorf("cannot read where the run window ended: %w", err)
-			}
-			page.More, page.NextAt, page.NextTicket = true, at, ticket
-		}
-	}
 	return page, nil
 }
 
@@ -352,7 +362,7 @@ func newerRun(x, y *model.Run) bool {
 func (s *sqlStore) CountRuns(ctx context.Context, f RunFilter, bound int) (int64, error) {
 	scan := bound + 1
 	if f.filtered() {
-		scan = RunScanMax
+		scan = f.scanMax()
 	}
 	inner, args := s.runWindow(f, "task_id, result", scan, false)
 	outer, oargs := runOuter(f)

@@ -178,23 +178,9 @@ func testBrowseRuns(t *testing.T, ctx context.Context, s persist.Store) {
 				want = append(want, r.Ticket)
 			}
 		}
-		var got []string
-		pf := f
-		pf.Limit = 9
-		for range 100 {
-			page, err := b.ListRunsPage(ctx, pf)
-			if err != nil {
-				t.Fatalf("ListRunsPage(%+v): %v", pf, err)
-			}
-			for _, r := range page.Runs {
-				got = append(got, r.Ticket)
-			}
-			if !page.More {
-				break
-			}
-			pf.BeforeAt, pf.BeforeTicket = page.NextAt, page.NextTicket
+		for _, scanMax := range []int{0, 7} {
+			checkRunPages(t, ctx, b, f, scanMax, want)
 		}
-		equal(t, fmt.Sprintf("pages of %+v", f), got, want)
 		n, err := b.CountRuns(ctx, f, 1000)
 		if err != nil || n != int64(len(want)) {
 			t.Fatalf("CountRuns(%+v) = %d, %v; want %d", f, n, err, len(want))
@@ -204,6 +190,36 @@ func testBrowseRuns(t *testing.T, ctx context.Context, s persist.Store) {
 				t.Fatalf("CountRuns(%+v, bound 5) = %d, %v; want 6", f, n, err)
 			}
 		}
+	}
+}
+
+// checkRunPages pages through f, 9 runs a page, a filtered page examining at most scanMax
+// runs (0: the default), and checks that the pages list want, each once, in order, and that
+// a page that stopped short says it examined scanMax.
+func checkRunPages(t *testing.T, ctx context.Context, b persist.Browser, f persist.RunFilter, scanMax int, want []string) {
+	t.Helper()
+	{
+		var got []string
+		pf := f
+		pf.Limit = 9
+		pf.ScanMax = scanMax
+		for range 200 {
+			page, err := b.ListRunsPage(ctx, pf)
+			if err != nil {
+				t.Fatalf("ListRunsPage(%+v): %v", pf, err)
+			}
+			for _, r := range page.Runs {
+				got = append(got, r.Ticket)
+			}
+			if scanMax > 0 && len(page.Runs) < pf.Limit && page.More && page.Scanned != scanMax {
+				t.Fatalf("%+v: a short page with more to come examined %d runs, want the bound %d", pf, page.Scanned, scanMax)
+			}
+			if !page.More {
+				break
+			}
+			pf.BeforeAt, pf.BeforeTicket = page.NextAt, page.NextTicket
+		}
+		equal(t, fmt.Sprintf("pages of %+v (scan %d)", f, scanMax), got, want)
 	}
 }
 
