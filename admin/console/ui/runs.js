@@ -74,7 +74,8 @@ export async function render(main, args) {
     replace(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table'}));
     const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
     const ms = Math.round(performance.now() - t0);
-    replace(status, `${total} run(s) match${data.total_more ? '' : ''}; ${data.count} on this page`,
+    const windowed = f.result || f.group ? ` among the newest ${SCAN_MAX.toLocaleString('en')}` : '';
+    replace(status, h('strong', {id: 'all-runs-total'}, `${total} run(s) match${windowed}`), `; ${data.count} on this page`,
       data.scanned >= SCAN_MAX && data.count < PAGE ? `, ${data.scanned.toLocaleString('en')} examined: Older goes on` : '',
       `. Loaded in ${ms} ms.`);
     status.dataset.ms = String(ms);
