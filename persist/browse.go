@@ -14,7 +14,7 @@ import (
 // Browser is implemented by the SQL stores: the console's listings beyond a task's own
 // history, each a keyset walk of an index with a bounded count beside it.
 type Browser interface {
-	// CountTasks counts the tasks f matches (its cursor and limit ignored), stopping at
+	// CountMatching counts the tasks f matches (its cursor and limit ignored), stopping at
 	// bound: the answer is min(matches, bound+1), so bound+1 means "more than bound".
 	CountMatching(ctx context.Context, f TaskFilter, bound int) (int64, error)
 	// ListRunsPage returns one page of the runs f matches, newest first (by scheduled_at,
@@ -145,8 +145,8 @@ func (s *sqlStore) taskTerms(f TaskFilter) ([]string, []any) {
 // likeEscaper escapes LIKE's wildcards with '!'.
 var likeEscaper = strings.NewReplacer("!", "!!", "%", "!%", "_", "!_")
 
-// runtimeOnly reports whether f filters on runtime columns that no index holds (see
-// listFrom).
+// runtimeOnly reports whether f filters on runtime columns, which the runtime table is
+// best read first for when few rows match (see listFrom).
 func (f TaskFilter) runtimeOnly() bool {
 	return f.State != "" || f.LastResult != "" || f.FailedSince > 0
 }

@@ -123,7 +123,7 @@ type TaskFilter struct {
 	Search string
 	// LastResult keeps the tasks whose newest ended scheduled run had this result
 	// (model.Runtime.LastResult); FailedSince those whose newest failure ended at or after
-	// it (Unix ms). The runtime row holds both; no index does.
+	// it (Unix ms). The runtime row holds both; idx_task_runtime_failed serves FailedSince.
 	LastResult  string
 	FailedSince int64
 	// IDs, when not nil, keeps only these task ids (the open breakers, which only the
