@@ -1,13 +1,13 @@
 // Executors: every registered instance, alive or lost, with its runs in flight.
 import * as api from './api.js';
 import {h, replace, table} from './dom.js';
-import {fmtZoned, ago} from './time.js';
+import {show, ago} from './time.js';
 
 export async function render(main) {
   const box = h('div', {class: 'scroll', id: 'executors'});
   const sum = h('p', {class: 'muted', id: 'executors-summary'});
   main.append(h('h1', {}, 'Executors'), sum, box,
-    h('p', {class: 'muted'}, 'Times are in UTC. An executor is lost when it has not sent a heartbeat for the lost-after period; it gets no new runs until it is heard from again.'));
+    h('p', {class: 'muted'}, 'An executor is lost when it has not sent a heartbeat for the lost-after period; it gets no new runs until it is heard from again.'));
   async function load() {
     const r = await api.get('executors');
     const now = Date.now();
@@ -16,7 +16,7 @@ export async function render(main) {
     replace(box, table(['App', 'Address', 'Handlers', 'Last heartbeat', 'Status', 'Runs in flight'],
       r.executors.map(x => h('tr', {dataset: {app: x.app, address: x.address, status: x.status}},
         h('td', {}, x.app), h('td', {class: 'mono'}, x.address), h('td', {}, (x.handlers || []).join(', ')),
-        h('td', {class: 'time'}, fmtZoned(x.last_heartbeat, 'UTC'), h('small', {class: 'muted'}, ' (' + ago(x.last_heartbeat, now) + ')')),
+        h('td', {class: 'time'}, show(x.last_heartbeat), h('small', {class: 'muted'}, ' (' + ago(x.last_heartbeat, now) + ')')),
         h('td', {}, h('span', {class: 'state ' + (x.status === 'lost' ? 'state-failed' : 'state-success')}, x.status)),
         h('td', {class: 'num'}, x.inflight ?? 0))), {id: 'executors-table'}));
     if (!r.count) replace(box, h('p', {class: 'muted'}, 'No executor has registered.'));

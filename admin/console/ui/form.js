@@ -58,6 +58,9 @@ export async function render(main, args) {
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
   const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
+  const previewN = h('select', {id: 'form-preview-n', 'aria-label': 'How many fires to preview'},
+    [10, 25, 50, 100].map(n => h('option', {value: String(n)}, String(n))));
+  const previewLegend = h('legend', {}, 'Next 10 fires');
   const formErr = h('p', {class: 'error', id: 'form-error', role: 'alert'});
 
   const cronField = field('cron', 'Cron expression', cron, 'sec min hour dom month dow, 5–7 fields, or @every 1m, @daily…');
@@ -74,7 +77,7 @@ export async function render(main, args) {
       h('fieldset', {}, h('legend', {}, 'Task'),
         field('name', 'Name', name), field('group', 'Group', group), field('trigger', 'Trigger', trigger),
         cronField, delayField, depsField, field('timezone', 'Time zone', tz, 'IANA name; fire times are shown in it'), zoneList),
-      h('fieldset', {}, h('legend', {}, 'Next 10 fires'), preview)),
+      h('fieldset', {}, previewLegend, h('label', {}, 'Show ', previewN), preview)),
     h('fieldset', {}, h('legend', {}, 'Callback'), field('cb-type', 'Type', cbType), urlField, appField, handlerField,
       field('params', 'Params (JSON)', params),
       field('sensitive_params', 'Sensitive params keys (comma-separated)', sensitive,
@@ -111,7 +114,9 @@ export async function render(main, args) {
     if (!expr) { setErr('cron', 'cron: is required'); replace(preview); return; }
     try {
       // dialect: the task's cron dialect when the server has them (ignored otherwise).
-      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n: 10, dialect: t.cron_dialect});
+      const n = Number(previewN.value);
+      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n, dialect: t.cron_dialect});
+      replace(previewLegend, `Next ${n} fires`);
       if (my !== seq) return;
       setErr('cron', '');
       setErr('timezone', '');
@@ -182,6 +187,7 @@ export async function render(main, args) {
   cron.addEventListener('input', updatePreview);
   tz.addEventListener('input', updatePreview);
   tz.addEventListener('change', updatePreview);
+  previewN.addEventListener('change', updatePreview);
   trigger.addEventListener('change', showFields);
   cbType.addEventListener('change', showFields);
   params.addEventListener('input', checkParams);
