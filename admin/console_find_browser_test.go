@@ -141,7 +141,7 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 		return r.length === 1 && r[0] === "flaky-sync"; })()`)
 	run(t, ctx, "back to the task", chromedp.Navigate(url+"#/tasks/flaky-sync"), chromedp.WaitVisible("#act-pause", chromedp.ByQuery))
 	run(t, ctx, "pause the task", chromedp.Click("#act-pause", chromedp.ByQuery))
-	waitJS(t, ctx, "paused", `document.querySelector(".title .state").textContent === "PAUSED"`)
+	waitJS(t, ctx, "paused", `(document.querySelector(".title .state") || {}).textContent === "PAUSED"`)
 	time.Sleep(1500 * time.Millisecond) // a run in flight at the pause ends
 	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1000&total=1", nil, &stored)
 	run(t, ctx, "first page", chromedp.Reload())
