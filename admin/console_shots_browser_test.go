@@ -2,11 +2,13 @@ package admin_test
 
 import (
 	"bytes"
+	"database/sql"
 	"fmt"
 	"image"
 	"image/color"
 	"image/draw"
 	"image/png"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -37,9 +39,34 @@ func TestConsoleScreenshots(t *testing.T) {
 	}
 	ctx := browser(t)
 	h := newHook(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+	file := filepath.Join(t.TempDir(), "axe.db")
+	mod := func(c *admin.DaemonConfig) {
 		c.Engine = engine.Config{AlertWebhooks: []string{h.url("/ok/alert")}, HeartbeatInterval: 300 * time.Millisecond}
-	})
+	}
+	// A day of another node's minutes, as the day chart reads them after a restart: a
+	// daily curve of fires with a burst of failures and late fires in the afternoon.
+	if err := startDaemon(t, "sqlite:"+file, mod).stop(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixMilli() / 60000 * 60000
+	for m := now - 24*3600_000; m < now; m += 60000 {
+		x := float64(m%86_400_000) / 86_400_000 * 2 * math.Pi
+		fires := int64(300 + 200*math.Sin(x))
+		failures, late := fires/100, int64(4)
+		if h := (now - m) / 3600_000; h >= 5 && h < 7 {
+			failures, late = fires/4, 180
+		}
+		if _, err := db.Exec(`INSERT INTO minute_stats (minute, node, fires, failures, late_sum_ms, late_count) VALUES (?, 'node-b', ?, ?, ?, ?)`,
+			m, fires, failures, late*fires, fires); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = db.Close()
+	d := startDaemon(t, "sqlite:"+file, mod)
 	url := d.base + "/"
 	for i := range 18 {
 		zone := []string{"UTC", "Europe/Paris", "America/New_York"}[i%3]
@@ -57,7 +84,7 @@ func TestConsoleScreenshots(t *testing.T) {
 	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/flaky-sync/runs?limit=1", nil, &runs)
 
 	pages := []struct{ name, hash, ready string }{
-		{"overview", "#/overview", `document.querySelector("#ov-failing .value").textContent !== ""`},
+		{"overview", "#/overview", `document.querySelector("#ov-failing .value").textContent !== "" && Number(document.querySelector("#overview-day").dataset.fires) > 0`},
 		{"tasks", "#/tasks", `document.querySelectorAll("#task-table tbody tr").length > 10`},
 		{"tasks-failing", "#/tasks?failed_within=1h", `document.querySelectorAll("#task-table tbody tr").length === 1`},
 		{"task", "#/tasks/nightly-dst", `document.querySelectorAll("#fires-table tbody tr").length === 10`},
