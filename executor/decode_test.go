@@ -22,13 +22,13 @@ func TestDecodeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := r.run()
+	run := handlerRun(r)
 	if run.Ticket != "t-1" || run.Task != "nightly" || run.Handler != "backup" || run.Attempt != 2 ||
 		!run.ScheduledAt.Equal(time.UnixMilli(1700000000000)) || !run.Deadline.Equal(time.UnixMilli(1700000300000)) ||
 		string(run.Params) != `{"dir":"/etc"}` {
 		t.Errorf("run = %+v", run)
 	}
-	if ttl := r.dedupTTL(time.Minute); ttl != 15*time.Minute {
+	if ttl := dedupTTL(r, time.Minute); ttl != 15*time.Minute {
 		t.Errorf("dedup TTL = %v", ttl)
 	}
 
@@ -36,9 +36,9 @@ func TestDecodeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run = r.run()
-	if run.Params != nil || !run.Deadline.IsZero() || !run.ScheduledAt.IsZero() || r.dedupTTL(time.Minute) != time.Minute {
-		t.Errorf("minimal run = %+v, ttl %v", run, r.dedupTTL(time.Minute))
+	run = handlerRun(r)
+	if run.Params != nil || !run.Deadline.IsZero() || !run.ScheduledAt.IsZero() || dedupTTL(r, time.Minute) != time.Minute {
+		t.Errorf("minimal run = %+v, ttl %v", run, dedupTTL(r, time.Minute))
 	}
 
 	for body, field := range map[string]string{
@@ -93,13 +93,13 @@ func FuzzDecodeRun(f *testing.F) {
 		if r.Attempt < 0 || r.ScheduledAt < 0 || r.Deadline < 0 || r.DedupTTLMS < 0 {
 			t.Fatalf("accepted negative numbers: %+v", r)
 		}
-		if ttl := r.dedupTTL(DedupTTLDefault); ttl <= 0 || ttl > maxDedupTTL {
+		if ttl := dedupTTL(r, DedupTTLDefault); ttl <= 0 || ttl > maxDedupTTL {
 			t.Fatalf("dedup TTL %v out of range", ttl)
 		}
 		if r.Params != nil && !json.Valid(r.Params) {
 			t.Fatalf("accepted invalid params %q", r.Params)
 		}
-		run := r.run()
+		run := handlerRun(r)
 		if run.Deadline.IsZero() != (r.Deadline == 0) || (r.Deadline > 0 && run.Deadline.UnixMilli() != r.Deadline) {
 			t.Fatalf("deadline %d became %v", r.Deadline, run.Deadline)
 		}

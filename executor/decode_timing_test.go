@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/axe-sched/axe/protocol"
 )
 
-var sinkRun runRequest
+var sinkRun protocol.Run
 
 // BenchmarkDecodeRun measures the /axe/run body decoder, which every dispatch goes through,
 // for growing params.

@@ -430,7 +430,7 @@ func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 
 // admit decides what /axe/run answers, and queues the run when it is accepted. The returned
 // func, if any, must be called after the response is decided (it starts a result re-send).
-func (e *Executor) admit(req runRequest) (int, any, func()) {
+func (e *Executor) admit(req protocol.Run) (int, any, func()) {
 	now := e.clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -468,14 +468,14 @@ func (e *Executor) admit(req runRequest) (int, any, func()) {
 		return http.StatusTooManyRequests, protocol.Error{Error: "busy"}, nil
 	}
 
-	run := req.run()
+	run := handlerRun(req)
 	ctx, kill := context.WithCancelCause(e.runCtx)
 	release := context.CancelFunc(func() {})
 	if !run.Deadline.IsZero() {
 		ctx, release = context.WithDeadline(ctx, run.Deadline)
 	}
 	ar := &activeRun{
-		run: run, handler: h, ttl: req.dedupTTL(e.cfg.DedupTTL),
+		run: run, handler: h, ttl: dedupTTL(req, e.cfg.DedupTTL),
 		ctx: ctx, kill: kill, release: release,
 	}
 	e.running[req.Ticket] = ar

@@ -50,39 +50,20 @@ type Result struct {
 	ExitCode *int
 }
 
-// runRequest is protocol.Run (the body of POST /axe/run) as the executor reads it: every
-// field, since a field the executor does not know is refused; TestRunRequestIsProtocolRun
-// keeps the two named and typed alike.
-type runRequest struct {
-	Task        string          `json:"task"`
-	Handler     string          `json:"handler"`
-	Group       string          `json:"group"`
-	Ticket      string          `json:"ticket"`
-	Attempt     int             `json:"attempt"`
-	Kind        string          `json:"kind"`
-	ScheduledAt int64           `json:"scheduled_at"`
-	Deadline    int64           `json:"deadline"`
-	Params      json.RawMessage `json:"params,omitempty"`
-	DedupTTLMS  int64           `json:"dedup_ttl_ms"`
-	// Epoch is the lease epoch of the scheduler that sent the run (R8.3); 0 from a scheduler
-	// that runs without --ha.
-	Epoch int64 `json:"epoch,omitempty"`
-}
-
 // decodeRun parses and checks a POST /axe/run body strictly (protocol.Decode): one object,
 // no field protocol.Run lacks, nothing after it. The error names the field.
-func decodeRun(body []byte) (runRequest, error) {
-	var r runRequest
+func decodeRun(body []byte) (protocol.Run, error) {
+	var r protocol.Run
 	if err := protocol.Decode(body, &r); err != nil {
-		return runRequest{}, fmt.Errorf("%w: %w", ErrInvalidRun, err)
+		return protocol.Run{}, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
 	return checkRun(r)
 }
 
 // checkRun checks a decoded run as decodeRun does.
-func checkRun(r runRequest) (runRequest, error) {
-	bad := func(field, problem string) (runRequest, error) {
-		return runRequest{}, fmt.Errorf("%w: %s: %s", ErrInvalidRun, field, problem)
+func checkRun(r protocol.Run) (protocol.Run, error) {
+	bad := func(field, problem string) (protocol.Run, error) {
+		return protocol.Run{}, fmt.Errorf("%w: %s: %s", ErrInvalidRun, field, problem)
 	}
 	for _, f := range []struct{ name, value string }{
 		{"ticket", r.Ticket}, {"task", r.Task}, {"handler", r.Handler},
@@ -116,8 +97,8 @@ func checkRun(r runRequest) (runRequest, error) {
 	return r, nil
 }
 
-// run converts the wire form into the handler's view.
-func (r runRequest) run() Run {
+// handlerRun converts the wire form into the handler's view.
+func handlerRun(r protocol.Run) Run {
 	run := Run{
 		Ticket:  r.Ticket,
 		Task:    r.Task,
@@ -135,8 +116,8 @@ func (r runRequest) run() Run {
 	return run
 }
 
-// dedupTTL is how long this run's ticket is remembered after it finishes.
-func (r runRequest) dedupTTL(fallback time.Duration) time.Duration {
+// dedupTTL is how long run r's ticket is remembered after it finishes.
+func dedupTTL(r protocol.Run, fallback time.Duration) time.Duration {
 	if r.DedupTTLMS > 0 {
 		return time.Duration(r.DedupTTLMS) * time.Millisecond
 	}

@@ -285,7 +285,7 @@ func (e *Executor) handleRuns(rc *fasthttp.RequestCtx) {
 
 // decodedRun is one run of POST /axe/runs as decodeRun would judge it alone.
 type decodedRun struct {
-	req runRequest
+	req protocol.Run
 	err error
 }
 
@@ -296,7 +296,7 @@ type decodedRun struct {
 // for it (FuzzDecodeRuns checks both ways agree).
 func decodeRuns(body []byte) ([]decodedRun, error) {
 	var whole struct {
-		Runs []runRequest `json:"runs"`
+		Runs []protocol.Run `json:"runs"`
 	}
 	if err := protocol.Decode(body, &whole); err != nil {
 		return decodeRunsEach(body)
@@ -339,7 +339,7 @@ func checkRunCount(n int) error {
 
 // checkRunHeaders rejects X-Axe-* headers that contradict the body. The body is authoritative;
 // the headers exist for proxies and access logs, and a mismatch means a broken intermediary.
-func checkRunHeaders(h *fasthttp.RequestHeader, req runRequest) error {
+func checkRunHeaders(h *fasthttp.RequestHeader, req protocol.Run) error {
 	for _, c := range []struct{ name, want string }{
 		{protocol.HeaderTicket, req.Ticket},
 		{protocol.HeaderTask, req.Task},
