@@ -783,11 +783,15 @@ func (f *fenceSetup) finish(ctx context.Context) error {
 	}
 }
 
-// lockWaits counts the transactions of conn's node waiting for a row lock.
-func lockWaits(t *testing.T, ctx context.Context, conn *sql.Conn) int {
+// fenceWaiters counts the other sessions of conn's node running a statement on lease's
+// fence row. MariaDB's INNODB_TRX reports a transaction waiting for that row as RUNNING,
+// not LOCK WAIT, and INNODB_LOCK_WAITS stays empty, so the wait is seen in PROCESSLIST.
+func fenceWaiters(t *testing.T, ctx context.Context, conn *sql.Conn, lease string) int {
 	t.Helper()
 	var n int
-	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'").Scan(&n); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+		WHERE ID <> CONNECTION_ID() AND COMMAND = 'Query' AND INFO LIKE ?`,
+		"%"+lease+"#fence%").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -811,19 +815,30 @@ func testGaleraFenceOneNode(t *testing.T, ctx context.Context, c *galeratest.Clu
 		took <- err
 	}()
 	watch := nodeConn(t, ctx, c.Node(0), 0)
-	for lockWaits(t, ctx, watch) == 0 {
+	// The takeover waits when its statement on the fence row is seen running in two polls
+	// 200 ms apart and it has not returned; it must be seen within 10 s, far inside the
+	// server's 50 s lock wait limit.
+	deadline := time.After(10 * time.Second)
+	for seen := 0; seen < 2; {
+		if fenceWaiters(t, ctx, watch, f.lease) > 0 {
+			seen++
+		} else {
+			seen = 0
+		}
 		select {
 		case err := <-took:
 			t.Fatalf("the takeover on the old primary's node did not wait for its open batch: %v", err)
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the takeover's statement on the fence row was not seen running within 10 s")
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 	if err := f.finish(ctx); err != nil {
 		t.Fatalf("the old primary's batch, begun before the takeover: %v", err)
 	}
-	t.Logf("the takeover waited in a row-lock wait until the batch committed")
+	t.Logf("the takeover waited on the fence row until the batch committed")
 	if err := <-took; err != nil || l.Epoch != f.epoch+1 {
 		t.Fatalf("the takeover after the batch: %+v, %v; want epoch %d", l, err, f.epoch+1)
 	}
