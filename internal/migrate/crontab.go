@@ -346,7 +346,13 @@ func checkCronie(expr string) error {
 	if strings.HasPrefix(expr, "@") {
 		return nil
 	}
-	for i, field := range strings.Fields(expr) {
+	// splitCronLine joined the fields with one space; strings.Fields would also split on
+	// \v, \f or U+0085, which cron keeps inside a field, and find more than five.
+	fields := strings.Split(expr, " ")
+	if len(fields) != len(cronieFields) {
+		return fmt.Errorf("want %d schedule fields, found %d", len(cronieFields), len(fields))
+	}
+	for i, field := range fields {
 		spec := cronieFields[i]
 		for _, item := range strings.Split(field, ",") {
 			if err := checkCronieItem(item, spec.min, spec.max, spec.names); err != nil {

@@ -17,6 +17,7 @@ func FuzzReadCrontab(f *testing.F) {
 		"* * * * * echo hi\n", "@daily cat%a%b\n", "CRON_TZ=Asia/Tokyo\n0 9 * * 1-5 x\n",
 		"MAILTO=a\n@reboot x\n", "0 0 * * * root run\n", "61 * * * * x\n", "TZ=Nowhere/Land\n",
 		"*/5 1-3 1,15 jan-mar mon-fri echo \\% %\n", "\t# c\n  \n@hourly\n",
+		"*\v* * * * * x\n", "0\u0085 0 * * * x\n", // whitespace cron keeps inside a field
 	} {
 		f.Add(s, false)
 		f.Add(s, true)
