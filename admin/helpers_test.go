@@ -114,7 +114,9 @@ func startDaemon(t *testing.T, dsn string, mod func(*admin.DaemonConfig)) *daemo
 	cfg.OnListen = func(addr string) { listening <- addr }
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &daemon{dsn: dsn, token: cfg.Token, cancel: cancel, done: make(chan error, 1),
-		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
+		// A bound for a hung daemon, not a speed check: a 10,000-task batch on SQLite under
+		// -race took over 30 s on two cores shared with other packages' tests.
+		http: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}}
 	go func() { d.done <- admin.Serve(ctx, cfg) }()
 	select {
 	case addr := <-listening:
