@@ -72,8 +72,9 @@ func ObservePromotion(d time.Duration) { promotionTiming.Update(d.Seconds()) }
 
 // Config configures an Elector.
 type Config struct {
-	// Store holds the lease and the nodes table. Required; MySQL in production.
-	Store persist.Store
+	// Store holds the lease and the nodes table. Required; MySQL in production. The
+	// elector reads and writes nothing else.
+	Store persist.LeaseStore
 	// NodeID names this node in the lease and the nodes table. Required.
 	NodeID string
 	// Advertise is the URL other nodes and clients reach this node's API at. Required.

@@ -152,8 +152,6 @@ type Store interface {
 	Ping(ctx context.Context) error
 	// Close releases the connection pool.
 	Close() error
-	// Kind is "mysql" or "sqlite".
-	Kind() string
 
 	// CreateTask inserts def, its runtime row and its dependency edges (def.DependsOn, by name)
 	// atomically. It sets def.ID and rt.TaskID. A taken name gives ErrTaskExists.
@@ -226,8 +224,18 @@ type Store interface {
 	// ReadLease returns the lease row, or a zero Lease when none exists.
 	ReadLease(ctx context.Context, name string) (model.Lease, error)
 
-	// The lease and the nodes of high availability (R8.1, ha.go). Every time below is the
-	// database's clock: no node passes its own.
+	// The lease and the nodes of high availability (R8.1, ha.go), and Kind.
+	LeaseStore
+}
+
+// LeaseStore is what high availability needs of a store (ha.Elector): the lease, the nodes
+// table and the database's own judgement of time and writability. Store has it all; the
+// elector is given no more than this.
+type LeaseStore interface {
+	// Kind is "mysql" or "sqlite".
+	Kind() string
+
+	// Every time below is the database's clock: no node passes its own.
 
 	// TakeLease takes the lease named name for holder, with epoch+1 and an expiry ttl from
 	// the database's now, when it is expired, released, or named for holder already (a
