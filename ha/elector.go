@@ -20,6 +20,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -88,6 +90,10 @@ type Config struct {
 	Renew time.Duration
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Clock is the node's own time: the local deadline, the watchdog, the loop's pauses.
+	// The lease's expiry is judged by the database's clock, never this one. Defaults to
+	// clock.Real; tests pass a clock.Fake.
+	Clock clock.Clock
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -103,6 +109,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real
 	}
 	return c
 }
@@ -137,6 +146,7 @@ type Change struct {
 // Elector runs the lease loop of one node. Create with New, then Start; Stop ends it.
 type Elector struct {
 	cfg      Config
+	clk      clock.Clock
 	log      *slog.Logger
 	instance string
 	changes  chan Change
@@ -145,13 +155,12 @@ type Elector struct {
 	primary  bool
 	epoch    int64     // the epoch held while primary; the last seen otherwise
 	deadline time.Time // primary: the gate closes at this monotonic time
-	watchdog *time.Timer
+	watchdog clock.Timer
 	leader   string // advertise URL of the primary as last seen; "" when none
 	holder   string // node id of the primary as last seen
 
-	lifeMu sync.Mutex
-	state  int // 0 new, 1 running, 2 stopped
-	cancel context.CancelFunc
+	life   startstop.Lifecycle
+	cancel context.CancelFunc // set by Start
 	done   chan struct{}
 }
 
@@ -165,6 +174,7 @@ func New(cfg Config) (*Elector, error) {
 	_, _ = rand.Read(b[:])
 	return &Elector{
 		cfg:      cfg,
+		clk:      cfg.Clock,
 		log:      cfg.Logger.With("node", cfg.NodeID),
 		instance: hex.EncodeToString(b[:]),
 		changes:  make(chan Change, 16),
@@ -178,29 +188,29 @@ func (e *Elector) Changes() <-chan Change { return e.changes }
 // Start checks that the database takes writes, claims the node id, and starts the loop as
 // a backup. It waits up to 1.5 renew intervals for a previous instance of this id (a
 // process that crashed) to fall silent; an id that stays live is refused with
-// ErrNodeIDTaken.
+// ErrNodeIDTaken. A refused start leaves the elector as new; its life is a
+// startstop.Lifecycle, so a second Start gives startstop.ErrStarted and one after Stop
+// startstop.ErrStopped.
 func (e *Elector) Start(ctx context.Context) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state != 0 {
+	return e.life.StartOnce(func() error {
+		// Nothing runs until the checks pass: a refused start leaves the elector new, so
+		// that Start may be called again (say, once the other instance of the id is gone).
+		ro, err := e.cfg.Store.ReadOnly(ctx)
+		if err != nil {
+			return startstop.NothingStarted(fmt.Errorf("cannot start HA: %w", err))
+		}
+		if ro {
+			return startstop.NothingStarted(fmt.Errorf("cannot start HA: the %s server is read-only (@@read_only = 1; a replica?): point --db at the writable primary: %w",
+				e.cfg.Store.Kind(), ErrReadOnly))
+		}
+		if err := e.claim(ctx); err != nil {
+			return startstop.NothingStarted(err)
+		}
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		e.cancel = cancel
+		go e.run(runCtx)
 		return nil
-	}
-	ro, err := e.cfg.Store.ReadOnly(ctx)
-	if err != nil {
-		return fmt.Errorf("cannot start HA: %w", err)
-	}
-	if ro {
-		return fmt.Errorf("cannot start HA: the %s server is read-only (@@read_only = 1; a replica?): point --db at the writable primary: %w",
-			e.cfg.Store.Kind(), ErrReadOnly)
-	}
-	if err := e.claim(ctx); err != nil {
-		return err
-	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel = cancel
-	e.state = 1
-	go e.run(runCtx)
-	return nil
+	})
 }
 
 // liveWithin is how recently a node must have been seen to count as live: a live node
@@ -209,7 +219,7 @@ func (e *Elector) liveWithin() time.Duration { return e.cfg.Renew + e.cfg.Renew/
 
 func (e *Elector) claim(ctx context.Context) error {
 	me := persist.Node{ID: e.cfg.NodeID, Advertise: e.cfg.Advertise, Role: persist.RoleBackup, Instance: e.instance}
-	giveUp := time.Now().Add(e.liveWithin() + time.Second)
+	giveUp := e.clk.Now().Add(e.liveWithin() + time.Second)
 	waited := false
 	for {
 		other, err := e.cfg.Store.ClaimNode(ctx, me, e.liveWithin())
@@ -222,19 +232,19 @@ func (e *Elector) claim(ctx context.Context) error {
 		if !errors.Is(err, persist.ErrNodeIDTaken) {
 			return fmt.Errorf("cannot start HA: %w", err)
 		}
-		if time.Now().After(giveUp) {
+		if e.clk.Now().After(giveUp) {
 			return fmt.Errorf("cannot start HA: another live node uses node id %q (advertise %s, seen %s ago); give this node its own --node-id: %w",
 				e.cfg.NodeID, other.Advertise, other.Age.Round(time.Millisecond), ErrNodeIDTaken)
 		}
 		if !waited {
 			e.log.Warn("node id in use by another instance; waiting to see whether it is live",
-				"other_advertise", other.Advertise, "seen_ago", other.Age.Round(time.Millisecond), "wait_up_to", time.Until(giveUp).Round(time.Millisecond))
+				"other_advertise", other.Advertise, "seen_ago", other.Age.Round(time.Millisecond), "wait_up_to", giveUp.Sub(e.clk.Now()).Round(time.Millisecond))
 			waited = true
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cannot start HA: %w", ctx.Err())
-		case <-time.After(e.cfg.Renew / 10):
+		case <-e.clk.After(e.cfg.Renew / 10):
 		}
 	}
 }
@@ -243,29 +253,27 @@ func (e *Elector) claim(ctx context.Context) error {
 // drained: a graceful stop), so a backup takes over at its next attempt, about one renew
 // interval later; the node's row is marked stopped. Idempotent; safe without Start.
 func (e *Elector) Stop(ctx context.Context, release bool) error {
-	e.lifeMu.Lock()
-	defer e.lifeMu.Unlock()
-	if e.state != 1 {
-		e.state = 2
-		return nil
-	}
-	e.state = 2
-	e.cancel()
-	<-e.done
-	e.mu.Lock()
-	wasPrimary, epoch := e.primary, e.epoch
-	e.mu.Unlock()
-	e.demote("stopping")
-	var errs []error
-	if wasPrimary && release {
-		t := time.Now()
-		err := e.cfg.Store.ReleaseLease(ctx, e.cfg.LeaseName, e.cfg.NodeID, epoch)
-		e.log.Info("lease released", "epoch", epoch, "took", time.Since(t), "error", err)
-		errs = append(errs, err)
-	}
-	errs = append(errs, e.cfg.Store.TouchNode(ctx, e.cfg.NodeID, e.instance, persist.RoleStopped))
-	close(e.changes)
-	return errors.Join(errs...)
+	return e.life.StopOnce(ctx, func(started bool) error {
+		if !started {
+			return nil
+		}
+		e.cancel()
+		<-e.done
+		e.mu.Lock()
+		wasPrimary, epoch := e.primary, e.epoch
+		e.mu.Unlock()
+		e.demote("stopping")
+		var errs []error
+		if wasPrimary && release {
+			t := e.clk.Now()
+			err := e.cfg.Store.ReleaseLease(ctx, e.cfg.LeaseName, e.cfg.NodeID, epoch)
+			e.log.Info("lease released", "epoch", epoch, "took", e.clk.Now().Sub(t), "error", err)
+			errs = append(errs, err)
+		}
+		errs = append(errs, e.cfg.Store.TouchNode(ctx, e.cfg.NodeID, e.instance, persist.RoleStopped))
+		close(e.changes)
+		return errors.Join(errs...)
+	})
 }
 
 // Gate is nil while this node is the primary at epoch and its last successful renewal was
@@ -276,7 +284,7 @@ func (e *Elector) Gate(epoch int64) error {
 	if !e.primary || e.epoch != epoch {
 		return fmt.Errorf("epoch %d: %w", epoch, ErrNotPrimary)
 	}
-	if !time.Now().Before(e.deadline) {
+	if !e.clk.Now().Before(e.deadline) {
 		return fmt.Errorf("epoch %d: %w", epoch, ErrLeaseDeadline)
 	}
 	return nil
@@ -323,7 +331,7 @@ func (e *Elector) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(next):
+		case <-e.clk.After(next):
 		}
 		e.mu.Lock()
 		primary := e.primary
@@ -341,7 +349,7 @@ func (e *Elector) campaign(ctx context.Context) time.Duration {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.Renew)
 	defer cancel()
 	e.touch(cctx, persist.RoleBackup)
-	sent := time.Now()
+	sent := e.clk.Now()
 	l, ok, err := e.cfg.Store.TakeLease(cctx, e.cfg.LeaseName, e.cfg.NodeID, e.cfg.TTL)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -374,7 +382,7 @@ func (e *Elector) campaign(ctx context.Context) time.Duration {
 // renew renews the lease once and returns when to renew next.
 func (e *Elector) renew(ctx context.Context) time.Duration {
 	e.mu.Lock()
-	epoch, left := e.epoch, time.Until(e.deadline)
+	epoch, left := e.epoch, e.deadline.Sub(e.clk.Now())
 	e.mu.Unlock()
 	if left <= 0 {
 		e.demote("no successful renewal within lease-ttl − lease-renew")
@@ -382,7 +390,7 @@ func (e *Elector) renew(ctx context.Context) time.Duration {
 	}
 	cctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
-	sent := time.Now()
+	sent := e.clk.Now()
 	err := e.cfg.Store.RenewLease(cctx, e.cfg.LeaseName, e.cfg.NodeID, epoch, e.cfg.TTL)
 	switch {
 	case err == nil:
@@ -405,7 +413,7 @@ func (e *Elector) renew(ctx context.Context) time.Duration {
 		}
 		renewError.Inc()
 		e.log.Warn("cannot renew the lease; retrying until the local deadline", "epoch", epoch,
-			"left", time.Until(e.deadlineOf()).Round(time.Millisecond), "error", err)
+			"left", e.deadlineOf().Sub(e.clk.Now()).Round(time.Millisecond), "error", err)
 		return min(e.cfg.Renew/5, time.Second)
 	}
 }
@@ -426,9 +434,9 @@ func (e *Elector) armLocked(sent time.Time) {
 		e.watchdog.Stop()
 	}
 	// The watchdog demotes on time even when the loop is stuck in a database call.
-	e.watchdog = time.AfterFunc(time.Until(e.deadline), func() {
+	e.watchdog = e.clk.AfterFunc(e.deadline.Sub(e.clk.Now()), func() {
 		e.mu.Lock()
-		due := e.primary && e.epoch == epoch && !time.Now().Before(e.deadline)
+		due := e.primary && e.epoch == epoch && !e.clk.Now().Before(e.deadline)
 		e.mu.Unlock()
 		if due {
 			e.log.Error("no successful lease renewal within lease-ttl − lease-renew; stopping as primary", "epoch", epoch)
@@ -455,7 +463,7 @@ func (e *Elector) demote(reason string) {
 	e.mu.Unlock()
 	primaryGauge.Set(0)
 	e.log.Warn("lost the lease: this node is a backup now", "epoch", epoch, "reason", reason)
-	e.changes <- Change{Primary: false, Epoch: epoch, Reason: reason, At: time.Now()}
+	e.changes <- Change{Primary: false, Epoch: epoch, Reason: reason, At: e.clk.Now()}
 }
 
 // learnLeader records who holds the lease l, and its advertise URL.

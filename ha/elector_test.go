@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -173,3 +176,52 @@ func TestRefusals(t *testing.T) {
 type readOnlyStore struct{ persist.Store }
 
 func (readOnlyStore) ReadOnly(context.Context) (bool, error) { return true, nil }
+
+// TestWatchdogRunsOnTheElectorsClock drives the elector on a fake clock: with its renewals
+// hanging, the primary's gate stays open until exactly TTL − renew after the last renewal
+// that succeeded was sent, by the elector's own clock, and closes then, though no database
+// call returned.
+func TestWatchdogRunsOnTheElectorsClock(t *testing.T) {
+	s := &hangingStore{Store: persisttest.MySQL(t)}
+	clk := clock.NewFake(time.Now())
+	const ttl, renew = 4 * time.Second, time.Second
+	e, err := New(Config{Store: s, NodeID: "a", Advertise: "http://a", TTL: ttl, Renew: renew,
+		Logger: slog.New(slog.DiscardHandler), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Stop(context.Background(), false) })
+	if err := e.Start(t.Context()); !errors.Is(err, startstop.ErrStarted) {
+		t.Fatalf("a second Start = %v, want ErrStarted", err)
+	}
+	up := nextChange(t, e, 5*time.Second)
+	if !up.Primary || !up.At.Equal(clk.Now()) {
+		t.Fatalf("first change %+v, want primary at the fake clock's %s", up, clk.Now())
+	}
+	// Armed now: the watchdog, and the loop's pause before the next renewal.
+	if err := clk.WaitForWaiters(2, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.hang.Store(true)
+	clk.Advance(renew) // the renewal is sent, and hangs
+	clk.Advance(ttl - 2*renew - time.Millisecond)
+	if err := e.Gate(up.Epoch); err != nil {
+		t.Fatalf("gate closed 1 ms before TTL − renew on the elector's clock: %v", err)
+	}
+	select {
+	case ch := <-e.Changes():
+		t.Fatalf("role changed before the local deadline: %+v", ch)
+	default:
+	}
+	clk.Advance(time.Millisecond)
+	down := nextChange(t, e, 5*time.Second)
+	if down.Primary || down.Epoch != up.Epoch || !strings.Contains(down.Reason, "no successful renewal") {
+		t.Fatalf("change at the deadline = %+v, want a demotion for the missed renewals", down)
+	}
+	if err := e.Gate(up.Epoch); !errors.Is(err, ErrNotPrimary) {
+		t.Fatalf("gate after the deadline = %v, want ErrNotPrimary", err)
+	}
+}
