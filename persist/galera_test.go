@@ -58,7 +58,7 @@ func TestGalera(t *testing.T) {
 		{"SchemaLockIsPerNode", testGaleraSchemaLock},
 		{"FenceWaitsOnOneNode", testGaleraFenceOneNode},
 		{"FenceTakeoverDoesNotWaitAcrossNodes", testGaleraFenceAcrossNodes},
-		{"FenceStaleBatchCommitsAfterTakeover", testGaleraFenceStaleCommit},
+		{"FenceRefusesStaleBatchAfterTakeover", testGaleraFenceStaleCommit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), galeraTimeout)
@@ -692,8 +692,8 @@ func testGaleraSchemaLock(t *testing.T, ctx context.Context, c *galeratest.Clust
 
 // batchGate is a context whose Err blocks the first time a batch asks for it past its fence
 // check (or, unfenced, at its first write): in the driver's check before the statement, so
-// the batch holds its transaction open, with a fence row read under a shared lock, as a
-// batch of an old primary still committing does. paused is closed then; the batch goes on
+// the batch holds its transaction open, with the fence row locked (on Galera, written), as
+// a batch of an old primary still committing does. paused is closed then; the batch goes on
 // once resume is closed.
 type batchGate struct {
 	context.Context
@@ -845,8 +845,8 @@ func testGaleraFenceOneNode(t *testing.T, ctx context.Context, c *galeratest.Clu
 }
 
 // testGaleraFenceAcrossNodes: with the old primary on node 1 and the new one on node 2, the
-// takeover does not wait for the old primary's open batch: the shared lock on the fence row
-// is node 1's own. The fence still holds here, by another way: when node 1 applies the
+// takeover does not wait for the old primary's open batch: the batch's lock on the fence row
+// is node 1's own. The fence holds by certification instead: when node 1 applies the
 // takeover's write set, its applier aborts the local transaction that holds the lock
 // (a brute-force abort), and the batch, run again, meets the new epoch.
 func testGaleraFenceAcrossNodes(t *testing.T, ctx context.Context, c *galeratest.Cluster) {
@@ -875,24 +875,29 @@ func testGaleraFenceAcrossNodes(t *testing.T, ctx context.Context, c *galeratest
 	}
 }
 
-// testGaleraFenceStaleCommit shows where the fence breaks on Galera. The old primary's batch
-// on node 1 has read the fence (epoch e) under a shared lock; the takeover commits through
-// node 2 (epoch e+1) while node 1 is still applying an earlier large write set; the batch
-// then commits. Its write set touches no row the takeover wrote (the fence row was only
-// read), so certification passes it, ordered after the takeover, and node 1 commits it
-// (replaying it if the takeover's apply aborts it). A write of epoch e lands after epoch
-// e+1 was taken. The test passes while that is so; once the fence makes every batch write a
-// row the takeover writes, certification refuses such a batch and this test must then
-// expect ErrLeaseLost.
+// testGaleraFenceStaleCommit: the old primary's batch on node 1 has passed its fence (epoch
+// e: on Galera an update of the fence row); the takeover commits through node 2 (epoch e+1)
+// while node 1 is still applying an earlier large write set, so node 1 has not yet applied
+// the takeover when the batch commits. The batch's write set and the takeover's share the
+// fence row's key and the batch did not see the takeover: certification refuses the batch
+// at its commit (wsrep_local_cert_failures on node 1), the store reads the fence again and
+// reports ErrLeaseLost, and the task is unchanged. With the fence of one server (a shared
+// lock, node 1's own) this batch committed after the takeover. A round in which node 1
+// applied the takeover before the batch went on (its applier then aborts the batch, which
+// meets the new epoch when run again) must refuse the batch too, and the next round writes
+// a larger set.
 func testGaleraFenceStaleCommit(t *testing.T, ctx context.Context, c *galeratest.Cluster) {
 	db := galeraDatabase(t, c)
 	galeraExec(t, c, "CREATE TABLE "+db+".lag_pad (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, pad VARCHAR(200)) ENGINE=InnoDB")
 	writer := nodeConn(t, ctx, c.Node(1), 0)
 	stale := nodeConn(t, ctx, c.Node(0), 0)
 	rows := 200_000
-	for round := range 3 {
+	for round := range 4 {
 		lease := fmt.Sprintf("stale-%d", round)
 		f := startFenced(t, ctx, c, db, 0, 1, lease)
+		if !persist.Galera(f.old) {
+			t.Fatal("the store on node 1 did not find its server to be a Galera node")
+		}
 		// A large write set through node 2: node 1 takes a while to apply it, and applies
 		// the takeover only after it.
 		if _, err := writer.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s.lag_pad (pad) SELECT REPEAT('x', 200) FROM %s.seq_1_to_%d", db, db, rows)); err != nil {
@@ -906,31 +911,31 @@ func testGaleraFenceStaleCommit(t *testing.T, ctx context.Context, c *galeratest
 		if err := stale.QueryRowContext(ctx, "SELECT epoch FROM "+db+".lease WHERE name = ?", lease+"#fence").Scan(&seen); err != nil {
 			t.Fatal(err)
 		}
-		if seen != f.epoch {
-			// Node 1 had caught up already: nothing to show this round. Try a larger one.
-			t.Logf("round %d: node 1 applied the takeover within %d rows' time; again with more", round, rows)
-			if err := f.finish(ctx); !errors.Is(err, model.ErrLeaseLost) {
-				t.Fatalf("round %d: the old primary's batch after node 1 applied the takeover = %v, want ErrLeaseLost", round, err)
-			}
-			rows *= 2
-			continue
-		}
-		replays := nodeStatus(t, ctx, c.Node(0), "wsrep_local_replays")
+		certFailures := nodeStatus(t, ctx, c.Node(0), "wsrep_local_cert_failures")
 		err = f.finish(ctx)
-		if err != nil {
-			t.Fatalf("round %d: the old primary's batch while node 1 lags = %v; the fence held (then this test must expect ErrLeaseLost)", round, err)
+		if !errors.Is(err, model.ErrLeaseLost) {
+			t.Fatalf("round %d: the old primary's batch of epoch %d after epoch %d was taken through node 2 = %v, want ErrLeaseLost",
+				round, f.epoch, l.Epoch, err)
 		}
-		got, err := f.next.GetTask(ctx, f.k.name)
-		if err != nil || got.Runtime.Version != f.start+1 {
-			t.Fatalf("task after the stale batch: %+v, %v; want version %d", got.Runtime, err, f.start+1)
+		got, gerr := f.next.GetTask(ctx, f.k.name)
+		if gerr != nil || got.Runtime.Version != f.start {
+			t.Fatalf("round %d: task after the refused batch: %+v, %v; want it unchanged at version %d", round, got.Runtime, gerr, f.start)
 		}
-		now, err := f.next.LeaseState(ctx, lease)
-		if err != nil || now.Epoch != f.epoch+1 || now.Holder != "next" {
-			t.Fatalf("lease after the stale batch: %+v, %v", now, err)
+		now, lerr := f.next.LeaseState(ctx, lease)
+		if lerr != nil || now.Epoch != f.epoch+1 || now.Holder != "next" {
+			t.Fatalf("round %d: lease after the refused batch: %+v, %v", round, now, lerr)
 		}
-		t.Logf("round %d: a batch of epoch %d committed through node 1 after epoch %d was taken through node 2 (wsrep_local_replays %s -> %s)",
-			round, f.epoch, now.Epoch, replays, nodeStatus(t, ctx, c.Node(0), "wsrep_local_replays"))
-		return
+		after := nodeStatus(t, ctx, c.Node(0), "wsrep_local_cert_failures")
+		if seen == f.epoch && after != certFailures {
+			t.Logf("round %d: node 1 had not applied the takeover (fence at epoch %d); certification refused the batch (wsrep_local_cert_failures %s -> %s): %v",
+				round, seen, certFailures, after, err)
+			return
+		}
+		// Node 1 applied the takeover before the batch's commit: its applier aborted the
+		// batch, which met the new epoch when run again. Nothing to show; more rows.
+		t.Logf("round %d: node 1 applied the takeover within %d rows' time (fence seen at %d, cert failures %s -> %s); again with more",
+			round, rows, seen, certFailures, after)
+		rows *= 2
 	}
-	t.Fatal("node 1 never lagged behind the takeover: the stale commit was not shown")
+	t.Fatal("node 1 never lagged behind the takeover: certification refusing the stale batch was not shown")
 }

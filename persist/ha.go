@@ -148,9 +148,9 @@ func (s *sqlStore) TakeLease(ctx context.Context, name, holder string, ttl time.
 }
 
 // fenceRow names the lease table's row that fences the batches of lease name: it holds the
-// current epoch and nothing else, written only by a takeover (TakeLease). Batches check and
-// share-lock it, never the lease row, which renewals write every few seconds: a renewal so
-// never waits behind a node's own batches.
+// current epoch, written by a takeover (TakeLease). Batches check and share-lock it (on
+// Galera, write it: galeraFence), never the lease row, which renewals write every few
+// seconds: a renewal so never waits behind a node's own batches.
 func fenceRow(name string) string { return name + "#fence" }
 
 // errNoLeaseRow tells TakeLease to create the lease row and try again.
@@ -182,8 +182,10 @@ func (s *sqlStore) takeLease(ctx context.Context, name, holder string, ttl time.
 	}
 	if n == 1 {
 		// The fence row takes the new epoch in the same transaction. Its update waits for the
-		// batches of the previous holder that are still committing (they share-lock it), and
-		// every batch of that holder after this commit fails its epoch check.
+		// batches of the previous holder that are still committing on the same database node
+		// (they lock it), and every batch of that holder after this commit fails its epoch
+		// check. On Galera a batch through another node is not waited for: certification
+		// orders it before this takeover or refuses one of the two (galera.go).
 		if _, err := tx.ExecContext(ctx, s.d.ensureLease, fenceRow(name)); err != nil {
 			return LeaseState{}, false, fmt.Errorf("cannot create the fence of lease %q: %w", name, err)
 		}
@@ -364,7 +366,14 @@ type fencedStore struct {
 	onLost func(error)
 }
 
-func (f *fencedStore) check(err error) error {
+// check is lost for a write outside a batch, whose commit certification may have refused for
+// a takeover (refusedAtCommit).
+func (f *fencedStore) check(ctx context.Context, err error) error {
+	return f.lost(f.refusedAtCommit(ctx, f.fence.lease, f.fence.epoch, err))
+}
+
+// lost calls onLost for a write the fence refused.
+func (f *fencedStore) lost(err error) error {
 	if err != nil && errors.Is(err, model.ErrLeaseLost) && f.onLost != nil {
 		f.onLost(err)
 	}
@@ -372,41 +381,42 @@ func (f *fencedStore) check(err error) error {
 }
 
 func (f *fencedStore) CreateTask(ctx context.Context, def *model.TaskDef, rt *model.Runtime) error {
-	return f.check(f.sqlStore.CreateTask(ctx, def, rt))
+	return f.check(ctx, f.sqlStore.CreateTask(ctx, def, rt))
 }
 
 func (f *fencedStore) UpdateTaskDef(ctx context.Context, def *model.TaskDef) error {
-	return f.check(f.sqlStore.UpdateTaskDef(ctx, def))
+	return f.check(ctx, f.sqlStore.UpdateTaskDef(ctx, def))
 }
 
 func (f *fencedStore) DeleteTask(ctx context.Context, id int64) error {
-	return f.check(f.sqlStore.DeleteTask(ctx, id))
+	return f.check(ctx, f.sqlStore.DeleteTask(ctx, id))
 }
 
 func (f *fencedStore) UpsertExecutor(ctx context.Context, e *model.Executor) error {
-	return f.check(f.sqlStore.UpsertExecutor(ctx, e))
+	return f.check(ctx, f.sqlStore.UpsertExecutor(ctx, e))
 }
 
 func (f *fencedStore) Heartbeat(ctx context.Context, app, address string, at int64) error {
-	return f.check(f.sqlStore.Heartbeat(ctx, app, address, at))
+	return f.check(ctx, f.sqlStore.Heartbeat(ctx, app, address, at))
 }
 
 func (f *fencedStore) SetExecutorStatus(ctx context.Context, app, address, status string) error {
-	return f.check(f.sqlStore.SetExecutorStatus(ctx, app, address, status))
+	return f.check(ctx, f.sqlStore.SetExecutorStatus(ctx, app, address, status))
 }
 
 func (f *fencedStore) ApplyBatch(ctx context.Context, b *Batch) error {
 	if b.Epoch == 0 {
 		fb := *b
 		fb.Epoch, fb.LeaseName = f.fence.epoch, f.fence.lease
-		err := f.sqlStore.ApplyBatch(ctx, &fb)
-		return f.check(err)
+		// ApplyBatch itself tells a batch refused at commit (refusedAtCommit).
+		return f.lost(f.sqlStore.ApplyBatch(ctx, &fb))
 	}
-	return f.check(f.sqlStore.ApplyBatch(ctx, b))
+	return f.lost(f.sqlStore.ApplyBatch(ctx, b))
 }
 
 // begin starts a write transaction; on a fenced store it first checks the epoch, holding
-// the lease row shared until commit so a takeover waits for this write.
+// the fence row shared until commit so a takeover waits for this write (on Galera, writing
+// it: checkEpoch).
 func (s *sqlStore) begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil || s.fence == nil {

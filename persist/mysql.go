@@ -75,6 +75,7 @@ func openMySQL(dsn string, opts OpenOptions) (*sqlStore, error) {
 			db.SetConnMaxIdleTime(time.Duration(bc.txIdleSec) * time.Second / 2)
 		}
 		s.consecutiveIDs = mysqlConsecutiveIDs(db)
+		s.galera = mysqlWsrepOn(db)
 	}
 	return s, nil
 }

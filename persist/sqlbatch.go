@@ -64,6 +64,9 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 		b.checkNames = true
 		err = s.applyBatch(ctx, b, nil)
 	}
+	if err != nil && b.Epoch > 0 {
+		err = s.refusedAtCommit(ctx, b.LeaseName, b.Epoch, err)
+	}
 	if err != nil {
 		return s.refusedFires(ctx, b, err)
 	}
@@ -243,23 +246,13 @@ func (t sqlTx) rollback() error { return t.tx.Rollback() }
 // checkEpoch fails with ErrLeaseLost unless the lease's fence row carries epoch. On MySQL the
 // row is share-locked until commit, so a takeover (which writes the fence row in its own
 // transaction) cannot slip in between this check and the writes. The fence row is not the
-// lease row itself: renewals write only that one, so they never wait behind a batch.
+// lease row itself: renewals write only that one, so they never wait behind a batch. On
+// Galera, where that lock would be one node's own, the check writes the row (galeraFence).
 func (s *sqlStore) checkEpoch(ctx context.Context, tx batchTx, lease string, epoch int64) error {
-	found := false
-	var current int64
-	err := tx.queryInts(ctx, `SELECT epoch FROM lease WHERE name = ?`+s.d.forShare, []any{fenceRow(lease)}, func(row []int64) {
-		found, current = true, row[0]
-	})
-	if err != nil {
-		return fmt.Errorf("cannot read lease %q: %w", lease, err)
+	if s.galera {
+		return s.galeraFence(ctx, tx, lease, epoch)
 	}
-	if !found {
-		return fmt.Errorf("cannot apply batch of epoch %d: lease %q does not exist: %w", epoch, lease, model.ErrLeaseLost)
-	}
-	if current != epoch {
-		return fmt.Errorf("cannot apply batch of epoch %d: lease %q is at epoch %d: %w", epoch, lease, current, model.ErrLeaseLost)
-	}
-	return nil
+	return s.readEpoch(ctx, tx, lease, epoch)
 }
 
 // casTransitions locks the runtime rows of ts, simulates the transitions in order and

@@ -135,6 +135,10 @@ type sqlStore struct {
 	// auto_increment_increment 1), so a batch of creates need not read them back
 	// (taskbatch.go). Set by afterPing.
 	consecutiveIDs bool
+	// galera: the server is a Galera node (wsrep_on), where row and named locks are one
+	// node's own. Fencing and Migrate's lock then work by writes that certification orders
+	// across the cluster (galera.go). Set by afterPing.
+	galera bool
 
 	insertDef     string
 	insertDefHead string // head of a multi-row insert of definitions (taskbatch.go)
