@@ -2,7 +2,9 @@ package persist
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -14,8 +16,8 @@ import (
 // own: a transaction on node B does not wait for one on node A. What orders writes across
 // the cluster is certification: every write set is certified in one total order, and one
 // that modifies a row another committed after it began (it did not see that write) fails,
-// on its commit, as a deadlock (1213). So on Galera what relies on a lock on one server
-// relies on a write instead:
+// on its commit, as a deadlock (1213). So on Galera the store makes the two things that rely
+// on locks on one server rely on writes instead:
 //
 //   - The fence (R8.3). On one server a fenced write reads the fence row LOCK IN SHARE MODE
 //     and a takeover, which updates that row, waits for it. On Galera the fenced write
@@ -25,6 +27,9 @@ import (
 //     matched no row (its UPDATE asks for epoch e). Either way no write of epoch e is ordered
 //     after the takeover: each is in the cluster's order before it, where the new primary's
 //     causal reads see it, or it applied nothing.
+//   - Migrate's lock. GET_LOCK is one node's; on Galera Migrate takes a row of schema_lock by
+//     a committed conditional UPDATE, which certification lets only one node win
+//     (galeraLockSchema).
 
 // mysqlWsrepOn reports whether the server is a Galera node with replication on. MySQL
 // without wsrep has no such variable: false, as when it cannot be read.
@@ -95,4 +100,109 @@ func (s *sqlStore) refusedAtCommit(ctx context.Context, lease string, epoch int6
 		return err
 	}
 	return fmt.Errorf("write of epoch %d refused at commit: lease %q is at epoch %d: %w (%w)", epoch, lease, current, model.ErrLeaseLost, err)
+}
+
+// The schema lock on Galera.
+const (
+	// galeraSchemaLockTTL is how long a taken schema lock lasts by the database's clock
+	// unless renewed: how long a Migrate that died holding it keeps the others waiting.
+	galeraSchemaLockTTL = 60 * time.Second
+	// galeraSchemaLockRenew is how often a Migrate renews the lock it holds.
+	galeraSchemaLockRenew = 5 * time.Second
+	// galeraSchemaLockPoll is how often a waiting Migrate tries the lock again.
+	galeraSchemaLockPoll = 250 * time.Millisecond
+)
+
+// galeraSchemaLockTable holds Migrate's lock on Galera: one row, free when holder is empty
+// or expiry (the database's clock, UTC) is past. Created before the lock is taken, as
+// schema_migrations is, so it is no migration step.
+const galeraSchemaLockTable = `CREATE TABLE IF NOT EXISTS schema_lock (
+	name VARCHAR(64) NOT NULL,
+	holder VARCHAR(64) NOT NULL,
+	expiry DATETIME(6) NOT NULL,
+	PRIMARY KEY (name)
+)` + mysqlTableOpts
+
+// errSchemaLockLost ends a Migrate whose schema lock another took after it expired.
+var errSchemaLockLost = errors.New("the schema lock expired and another node took it")
+
+// galeraLockSchema takes Migrate's lock on a Galera cluster: a committed UPDATE that names
+// this Migrate holder of the schema_lock row while the row is free. Two nodes taking it
+// through different database nodes both update the row; certification refuses the later
+// commit (a deadlock, after which the node reads the row taken), so one holds it. It waits
+// up to mysqlSchemaLockTimeoutSec as GET_LOCK does on one server. While held, the lock is
+// renewed every galeraSchemaLockRenew; should a renewal find it taken (it expired while a
+// long DDL held the cluster's commits), the returned context is cancelled, so that this
+// Migrate stops at its next statement. unlock frees the row.
+func (s *sqlStore) galeraLockSchema(ctx context.Context, conn *sql.Conn) (context.Context, func(), error) {
+	if _, err := conn.ExecContext(ctx, galeraSchemaLockTable); err != nil {
+		return nil, nil, fmt.Errorf("cannot create schema_lock: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, `INSERT INTO schema_lock (name, holder, expiry) VALUES ('migrate', '', '1970-01-01 00:00:00')
+		ON DUPLICATE KEY UPDATE name = name`); err != nil && !s.d.isRetryable(err) {
+		return nil, nil, fmt.Errorf("cannot create the schema lock: %w", err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	holder := hex.EncodeToString(b[:])
+	h := mysqlHA
+	take := `UPDATE schema_lock SET holder = ?, expiry = ` + h.shift + ` WHERE name = 'migrate' AND (holder = '' OR holder = ? OR expiry <= ` + h.now + `)`
+	deadline := time.Now().Add(mysqlSchemaLockTimeoutSec * time.Second)
+	for {
+		res, err := conn.ExecContext(ctx, take, holder, h.shiftArg(galeraSchemaLockTTL), holder)
+		if err == nil {
+			if n, err := res.RowsAffected(); err == nil && n == 1 {
+				break
+			}
+		} else if !s.d.isRetryable(err) {
+			return nil, nil, fmt.Errorf("cannot take the schema lock: %w", err)
+		}
+		if time.Now().After(deadline) {
+			return nil, nil, fmt.Errorf("cannot take the schema lock: another node held it for %d s", mysqlSchemaLockTimeoutSec)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("cannot take the schema lock: %w", ctx.Err())
+		case <-time.After(galeraSchemaLockPoll):
+		}
+	}
+	mctx, cancel := context.WithCancelCause(ctx)
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(galeraSchemaLockRenew)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-mctx.Done():
+				return
+			case <-t.C:
+			}
+			res, err := s.db.ExecContext(mctx, `UPDATE schema_lock SET expiry = `+h.shift+` WHERE name = 'migrate' AND holder = ?`,
+				h.shiftArg(galeraSchemaLockTTL), holder)
+			if err != nil {
+				continue // the next renewal tries again; the lock lasts galeraSchemaLockTTL
+			}
+			if n, err := res.RowsAffected(); err == nil && n == 0 {
+				cancel(errSchemaLockLost)
+				return
+			}
+		}
+	}()
+	return mctx, func() {
+		close(stop)
+		<-stopped
+		lost := context.Cause(mctx)
+		cancel(nil)
+		if errors.Is(lost, errSchemaLockLost) {
+			return
+		}
+		// Background: the lock must be freed even when ctx was cancelled. Should this fail,
+		// the lock expires after galeraSchemaLockTTL.
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer rcancel()
+		_, _ = conn.ExecContext(rctx, `UPDATE schema_lock SET holder = '', expiry = `+h.now+` WHERE name = 'migrate' AND holder = ?`, holder)
+	}, nil
 }

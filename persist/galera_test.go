@@ -55,7 +55,8 @@ func TestGalera(t *testing.T) {
 		{"FireRecordAcrossNodes", testGaleraFireRecordAcrossNodes},
 		{"LeaseTakeAcrossNodes", testGaleraLeaseTakeAcrossNodes},
 		{"AutoIncrementAcrossNodes", testGaleraAutoIncrement},
-		{"SchemaLockIsPerNode", testGaleraSchemaLock},
+		{"SchemaLockAcrossNodes", testGaleraSchemaLock},
+		{"MigrateAcrossNodes", testGaleraMigrateAcrossNodes},
 		{"FenceWaitsOnOneNode", testGaleraFenceOneNode},
 		{"FenceTakeoverDoesNotWaitAcrossNodes", testGaleraFenceAcrossNodes},
 		{"FenceRefusesStaleBatchAfterTakeover", testGaleraFenceStaleCommit},
@@ -659,33 +660,104 @@ func testGaleraAutoIncrement(t *testing.T, ctx context.Context, c *galeratest.Cl
 	}
 }
 
-// testGaleraSchemaLock: Migrate serialises callers with a named lock (GET_LOCK), and a
-// Galera node's named locks are its own: a Migrate through another node does not wait for
-// it. Here a session holds the schema lock on node 1, as a Migrate in progress would, and a
-// store opened through node 2 migrates at once instead of waiting.
+// testGaleraSchemaLock: on Galera, Migrate's lock is a row of schema_lock that a committed
+// UPDATE takes, so it holds across the cluster (GET_LOCK, one node's own, did not). Here the
+// lock is held through node 1, as a Migrate in progress holds it; a store opened through
+// node 2 on the same new database waits and creates no table until it is freed, then opens.
 func testGaleraSchemaLock(t *testing.T, ctx context.Context, c *galeratest.Cluster) {
 	db := galeraDatabase(t, c)
-	holder := nodeConn(t, ctx, c.Node(0), 0)
-	var got int
-	lock := "SELECT GET_LOCK(CONCAT('axe_migrate:', MD5('" + db + "')), 0)"
-	if err := holder.QueryRowContext(ctx, lock).Scan(&got); err != nil || got != 1 {
-		t.Fatalf("GET_LOCK on node 1 = %d, %v", got, err)
-	}
-	other := nodeConn(t, ctx, c.Node(1), 0)
-	if err := other.QueryRowContext(ctx, lock).Scan(&got); err != nil || got != 1 {
-		t.Fatalf("the same GET_LOCK on node 2 while node 1 holds it = %d, %v; Galera's named locks were node-local", got, err)
-	}
-	if _, err := other.ExecContext(ctx, "DO RELEASE_LOCK(CONCAT('axe_migrate:', MD5('"+db+"')))"); err != nil {
-		t.Fatal(err)
-	}
-	// On one server this Open would wait up to 60 s for the lock node 1's session holds.
-	octx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	s, err := persist.Open(octx, persist.SchemeMySQL+":"+c.ServerDSN(1)+db)
+	release, err := persist.HoldSchemaLock(ctx, persist.SchemeMySQL+":"+c.ServerDSN(0)+db)
 	if err != nil {
-		t.Fatalf("Open through node 2 while node 1's session holds the schema lock: %v", err)
+		t.Fatalf("cannot hold the schema lock through node 1: %v", err)
 	}
-	_ = s.Close()
+	released := false
+	defer func() {
+		if !released {
+			release()
+		}
+	}()
+	opened := make(chan error, 1)
+	go func() {
+		s, err := persist.Open(ctx, persist.SchemeMySQL+":"+c.ServerDSN(1)+db)
+		if err == nil {
+			_ = s.Close()
+		}
+		opened <- err
+	}()
+	watch := nodeConn(t, ctx, c.Node(2), 1)
+	tables := func() int {
+		var n int
+		if err := watch.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME <> 'schema_lock'", db).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Three seconds of the store's Open, polling the lock every 250 ms: it must neither
+	// return nor create a table while node 1's session holds the lock.
+	for range 12 {
+		select {
+		case err := <-opened:
+			t.Fatalf("Open through node 2 returned while node 1 held the schema lock: %v", err)
+		case <-time.After(250 * time.Millisecond):
+		}
+		if n := tables(); n != 0 {
+			t.Fatalf("Open through node 2 created %d tables while node 1 held the schema lock", n)
+		}
+	}
+	release()
+	released = true
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatalf("Open through node 2 after the schema lock was freed: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if tables() == 0 {
+		t.Fatal("Open through node 2 created no table")
+	}
+}
+
+// testGaleraMigrateAcrossNodes: two axe processes starting on a new database through two
+// nodes at once both open it; each migration step is applied once, and the lock is free
+// after. Ten rounds, each on a new database.
+func testGaleraMigrateAcrossNodes(t *testing.T, ctx context.Context, c *galeratest.Cluster) {
+	for round := range 10 {
+		db := galeraDatabase(t, c)
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				<-start
+				s, err := persist.Open(ctx, persist.SchemeMySQL+":"+c.ServerDSN(i)+db)
+				if err == nil {
+					err = s.Close()
+				}
+				errs[i] = err
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: Open through node %d while node %d opened too: %v", round, i+1, 2-i, err)
+			}
+		}
+		conn := nodeConn(t, ctx, c.Node(2), 1)
+		var steps, newest int
+		if err := conn.QueryRowContext(ctx, "SELECT COUNT(*), MAX(version) FROM "+db+".schema_migrations").Scan(&steps, &newest); err != nil {
+			t.Fatal(err)
+		}
+		if newest != persist.SchemaVersion() || steps != persist.SchemaVersion() {
+			t.Fatalf("round %d: schema_migrations has %d steps up to %d, want %d", round, steps, newest, persist.SchemaVersion())
+		}
+		var holder string
+		if err := conn.QueryRowContext(ctx, "SELECT holder FROM "+db+".schema_lock WHERE name = 'migrate'").Scan(&holder); err != nil || holder != "" {
+			t.Fatalf("round %d: the schema lock after both opened is held by %q (%v)", round, holder, err)
+		}
+	}
 }
 
 // ---- the fence ----

@@ -3,6 +3,7 @@ package persist
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -480,7 +481,8 @@ func migratePause(v, k int) {
 }
 
 // Migrate creates or upgrades the schema. It is idempotent and safe to call from several
-// processes at once: MySQL serialises callers with a named lock, SQLite with its write lock.
+// processes at once: MySQL serialises callers with a named lock, a Galera cluster with a row
+// of schema_lock (galeraLockSchema), SQLite with its write lock.
 func (s *sqlStore) Migrate(ctx context.Context) error {
 	// One connection for the whole run: the MySQL named lock belongs to a session.
 	conn, err := s.db.Conn(ctx)
@@ -488,11 +490,27 @@ func (s *sqlStore) Migrate(ctx context.Context) error {
 		return fmt.Errorf("cannot migrate: %w", err)
 	}
 	defer conn.Close()
-	unlock, err := s.d.lockSchema(ctx, conn)
+	var unlock func()
+	if s.galera {
+		ctx, unlock, err = s.galeraLockSchema(ctx, conn)
+	} else {
+		unlock, err = s.d.lockSchema(ctx, conn)
+	}
 	if err != nil {
 		return fmt.Errorf("cannot migrate: %w", err)
 	}
 	defer unlock()
+	if err := s.migrateLocked(ctx, conn); err != nil {
+		if cause := context.Cause(ctx); errors.Is(cause, errSchemaLockLost) {
+			return fmt.Errorf("%w (%w)", err, cause)
+		}
+		return err
+	}
+	return nil
+}
+
+// migrateLocked is Migrate under the schema lock.
+func (s *sqlStore) migrateLocked(ctx context.Context, conn *sql.Conn) error {
 
 	if _, err := conn.ExecContext(ctx, s.d.migrationsTable); err != nil {
 		return fmt.Errorf("cannot create schema_migrations: %w", err)
