@@ -177,7 +177,8 @@ func mysqlCASUpsert(update []string, steps int64) string {
 }
 
 // mysqlLockSchema takes a server-wide named lock for this database, so two axe nodes
-// starting together do not run the same DDL at once. The name hashes the database name to
+// starting together do not run the same DDL at once. A Galera node's named locks are its own:
+// there Migrate takes galeraLockSchema's row instead. The name hashes the database name to
 // stay under the 64-character limit on lock names.
 func mysqlLockSchema(ctx context.Context, conn *sql.Conn) (func(), error) {
 	const name = `CONCAT('axe_migrate:', MD5(DATABASE()))`

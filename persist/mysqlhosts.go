@@ -21,8 +21,8 @@ import (
 // (docs/galera.md).
 //
 // One node at a time, and the same order on every axe node, because a Galera node's locks
-// are its own: the fence's shared lock (checkEpoch) makes a takeover wait for a batch only
-// when both run on the same database node (docs/galera-notes.md).
+// are its own: a takeover waits for the old primary's writes in flight only on its own node,
+// and refuses the others by certification instead (the fence on Galera, galera.go).
 
 // hostConnectTimeout bounds connecting to one of several nodes, the node check included,
 // when the DSN sets no timeout: a frozen node (its kernel still accepts connections) must
