@@ -85,9 +85,10 @@ func (s *sqlStore) readEpoch(ctx context.Context, tx batchTx, lease string, epoc
 }
 
 // refusedAtCommit tells a fenced write that certification refused for a takeover from any
-// other failed commit. On Galera a fenced write whose commit failed as a deadlock rereads
-// the fence (a causal read: the node first applies what the cluster committed): when it
-// has moved past epoch, the error wraps ErrLeaseLost as well as err. The write did not
+// other failed commit. On Galera a fenced write that failed as a deadlock (at its commit, or
+// a statement's after the store's retries) rereads the fence (a causal read: the node first
+// applies what the cluster committed): when it has moved past epoch, the error wraps
+// ErrLeaseLost as well as err. The write did not
 // commit after the takeover (galeraFence), so nothing is lost by reporting it refused; it
 // is not run again, as no commit error is. Otherwise, and always off Galera, err is
 // returned as it is: the outcome of a failed commit stays unknown.
@@ -99,7 +100,8 @@ func (s *sqlStore) refusedAtCommit(ctx context.Context, lease string, epoch int6
 	if rerr := s.db.QueryRowContext(ctx, `SELECT epoch FROM lease WHERE name = ?`, fenceRow(lease)).Scan(&current); rerr != nil || current == epoch {
 		return err
 	}
-	return fmt.Errorf("write of epoch %d refused at commit: lease %q is at epoch %d: %w (%w)", epoch, lease, current, model.ErrLeaseLost, err)
+	return fmt.Errorf("write of epoch %d refused as conflicting with a takeover: lease %q is at epoch %d: %w (%w)",
+		epoch, lease, current, model.ErrLeaseLost, err)
 }
 
 // The schema lock on Galera.
@@ -180,8 +182,11 @@ func (s *sqlStore) galeraLockSchema(ctx context.Context, conn *sql.Conn) (contex
 				return
 			case <-t.C:
 			}
-			res, err := s.db.ExecContext(mctx, `UPDATE schema_lock SET expiry = `+h.shift+` WHERE name = 'migrate' AND holder = ?`,
+			// Bounded, so that unlock does not wait on a renewal stuck on a frozen node.
+			rctx, rcancel := context.WithTimeout(mctx, galeraSchemaLockRenew)
+			res, err := s.db.ExecContext(rctx, `UPDATE schema_lock SET expiry = `+h.shift+` WHERE name = 'migrate' AND holder = ?`,
 				h.shiftArg(galeraSchemaLockTTL), holder)
+			rcancel()
 			if err != nil {
 				continue // the next renewal tries again; the lock lasts galeraSchemaLockTTL
 			}
