@@ -366,8 +366,8 @@ type fencedStore struct {
 	onLost func(error)
 }
 
-// check is lost for a write outside a batch, whose commit certification may have refused for
-// a takeover (refusedAtCommit).
+// check is lost for a write outside a batch, once a failed commit is told apart from one that
+// certification refused for a takeover (refusedAtCommit).
 func (f *fencedStore) check(ctx context.Context, err error) error {
 	return f.lost(f.refusedAtCommit(ctx, f.fence.lease, f.fence.epoch, err))
 }

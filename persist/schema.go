@@ -511,7 +511,6 @@ func (s *sqlStore) Migrate(ctx context.Context) error {
 
 // migrateLocked is Migrate under the schema lock.
 func (s *sqlStore) migrateLocked(ctx context.Context, conn *sql.Conn) error {
-
 	if _, err := conn.ExecContext(ctx, s.d.migrationsTable); err != nil {
 		return fmt.Errorf("cannot create schema_migrations: %w", err)
 	}
