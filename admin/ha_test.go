@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 
 	"github.com/axe-sched/axe/internal/testwait"
@@ -455,8 +456,15 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 	if v.Runtime.FailureCount != 1 {
 		t.Fatalf("doubt-fail = %+v", v.Runtime)
 	}
-	if runs := b.runs(t, "doubt-fail"); len(runs) != 1 || runs[0].Result != "lost" {
-		t.Fatalf("runs of doubt-fail = %+v, want one lost", runs)
+	// The task's state is read from the engine, the runs from the store: the run row's end
+	// commits with the verdict's group, which may land just after the state is visible.
+	var failRuns []model.Run
+	testwait.For(t, waitTimeout, "the run of doubt-fail ended", func() bool {
+		failRuns = b.runs(t, "doubt-fail")
+		return len(failRuns) == 1 && failRuns[0].Result != "running"
+	})
+	if len(failRuns) != 1 || failRuns[0].Result != "lost" {
+		t.Fatalf("runs of doubt-fail = %+v, want one lost", failRuns)
 	}
 	if n := len(callsOf("doubt-fail")); n != 1 {
 		t.Fatalf("doubt-fail sent %d times, want once (on_lost: fail)", n)
