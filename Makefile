@@ -17,6 +17,9 @@ test: ## the whole suite with -race, against SQLite and MySQL (starts MariaDB if
 
 test-race: test ## same as test: the suite always runs with -race
 
+test-long: ## the long form: failover suite at full size, a 10-minute soak, six release builds, a minute per fuzz target
+	./scripts/test.sh --long
+
 bench: ## the benchmark suites (BENCHTIME=1x for a smoke run)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 0 ./wheel/ ./ratelimit/ ./persist/ ./bench/...
 
@@ -25,8 +28,8 @@ failover: ## the HA failover suite at full size (≥ 5 kills) on MariaDB; prints
 	status=$$?; grep -E '^(--- |PASS|FAIL|ok )|^ +[a-z_]+_test.go:[0-9]+: |^ +(duplicate|gap|unrecorded|phantom|unresolved):' $$log; \
 	echo "full log: $$log; the nodes' logs of failed tests: $$logs"; exit $$status
 
-soak: ## the soak on two --ha nodes on MariaDB (DURATION=30m, default 2m); prints each node's RSS/goroutine/open-file trend and the audit
-	@log=$$(mktemp); AXE_SOAK_DURATION=$(or $(DURATION),2m) ./scripts/test.sh -v -timeout 0 -run '^TestSoak$$' ./internal/failover/ >$$log 2>&1; \
+soak: ## the soak on two --ha nodes on MariaDB (DURATION=30m, default 90s); prints each node's RSS/goroutine/open-file trend and the audit
+	@log=$$(mktemp); AXE_SOAK_DURATION=$(or $(DURATION),90s) ./scripts/test.sh -v -timeout 0 -run '^TestSoak$$' ./internal/failover/ >$$log 2>&1; \
 	status=$$?; grep -E '^(--- |PASS|FAIL|ok )|soak_test.go:[0-9]+: ' $$log; \
 	echo "full log: $$log"; exit $$status
 
@@ -34,4 +37,4 @@ lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 
-.PHONY: help run build test test-race bench lint failover soak
+.PHONY: help run build test test-race test-long bench lint failover soak

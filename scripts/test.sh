@@ -6,9 +6,20 @@
 # MariaDB is installed from Debian's packages (if missing) and started. Each test creates its
 # own database (axe_t_<random>) and drops it, so parallel packages and reruns never collide.
 #
+# With no arguments it runs everything in two lanes: the process-level suites (failover and
+# Galera: real daemons, mostly waiting on timeouts) beside the rest, then the benchmarks'
+# smoke run and every fuzz target. `--long` runs the long forms: the failover suite at full
+# size, a 10-minute soak, every release platform's build and a minute of each fuzz target.
 # Extra arguments go to `go test` (e.g. ./scripts/test.sh -run TestDaemon ./admin/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+long=0
+if [ "${1:-}" = --long ]; then
+  long=1
+  shift
+  export AXE_FAILOVER_SIZE="${AXE_FAILOVER_SIZE:-large}" AXE_SOAK_DURATION="${AXE_SOAK_DURATION:-10m}"
+fi
 
 export AXE_TEST_MYSQL_DSN="${AXE_TEST_MYSQL_DSN:-root:@tcp(127.0.0.1:3306)/}"
 export AXE_REQUIRE_MYSQL=1
@@ -73,30 +84,65 @@ if [ -e "$galera_lib" ] && [ -x /usr/sbin/mariadbd ] && command -v rsync >/dev/n
 fi
 export AXE_ARTIFACTS="${AXE_ARTIFACTS:-$PWD/artifacts}"
 
-if [ $# -eq 0 ]; then
-  set -- ./...
-fi
+started=$SECONDS
+phase() { say "$1 took $((SECONDS - ${2:-$started}))s"; }
+
 say "go vet"
 go vet ./...
+
+if [ $# -gt 0 ]; then
+  say "go test -race $*"
+  go test -race -count=1 -timeout 30m "$@"
+  exit 0
+fi
+
 # The scheduler binary builds for every platform it is released on (the benchmark harness,
-# which is Linux-only, lives in cmd/axe-bench). Compiling, not linking, is what can break.
-for target in linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64; do
+# which is Linux-only, lives in cmd/axe-bench). Compiling, not linking, is what can break:
+# one foreign build per operating system and per architecture catches that; --long builds
+# all six.
+targets="linux/arm64 darwin/arm64 windows/amd64"
+[ "$long" = 1 ] && targets="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64"
+t0=$SECONDS
+for target in $targets; do
   say "go build ./cmd/axe for $target"
   GOOS="${target%/*}" GOARCH="${target#*/}" go build -o /dev/null ./cmd/axe
 done
-say "go test -race $*"
-go test -race -count=1 -timeout 30m "$@"
+phase "cross builds" "$t0"
+
+# Lane 1: the suites that run real daemons against MariaDB and spend most of their time
+# waiting on leases, timeouts and outages. They run one package at a time, beside lane 2.
+slow_pkgs="./internal/failover/ ./internal/galeratest/"
+lane1_log=$(mktemp)
+t0=$SECONDS
+say "lane 1: go test -race $slow_pkgs (log: $lane1_log)"
+( go test -race -count=1 -timeout 30m -p 1 $slow_pkgs >"$lane1_log" 2>&1; echo $? >"$lane1_log.rc" ) &
+lane1=$!
+trap 'kill $lane1 2>/dev/null || true' EXIT
+
+# Lane 2: every other package, the longest first so the two cores stay busy to the end.
+first="./admin/ ./persist/ ./engine/ ./cmd/axe/ ./executor/ ./dispatch/"
+rest=$(go list ./... | sed 's|^github.com/axe-sched/axe|.|; s|$|/|; s|^\./$|./|' |
+  grep -vxF -e ./internal/failover/ -e ./internal/galeratest/ -e ./admin/ -e ./persist/ \
+    -e ./engine/ -e ./cmd/axe/ -e ./executor/ -e ./dispatch/)
+lane2_rc=0
+say "lane 2: go test -race (every other package)"
+go test -race -count=1 -timeout 30m $first $rest || lane2_rc=$?
+phase "lane 2 tests" "$t0"
+
 # The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,
 # so they keep compiling and running (the other suites' smoke tests are in ./bench/...).
-if [ "$*" = "./..." ]; then
+fuzz_rc=0
+if [ "$lane2_rc" = 0 ]; then
+  t1=$SECONDS
   say "B1 wheel benchmarks, smoke size"
   AXE_BENCH_WHEEL_SIZES=1e3 AXE_BENCH_WHEEL_LATE_SIZES=1e3 \
-    go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null
+    go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null || lane2_rc=$?
   # Every fuzz target runs a few seconds beyond its seed corpus (which go test ran above), so
   # the parsers meet inputs nobody wrote down. AXE_FUZZTIME=0 skips this.
   fuzztime="${AXE_FUZZTIME:-5s}"
-  if [ "$fuzztime" != 0 ]; then
-    grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
+  [ "$long" = 1 ] && fuzztime="${AXE_FUZZTIME:-60s}"
+  if [ "$fuzztime" != 0 ] && [ "$lane2_rc" = 0 ]; then
+    while read -r file; do
       dir="./$(dirname "${file#./}")"
       for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
         say "fuzz $dir $target for $fuzztime"
@@ -110,13 +156,29 @@ if [ "$*" = "./..." ]; then
           fi
           tail -n 30 "$log" >&2
           if [ "$try" = 2 ] || [ -n "$(git status --porcelain -- "$dir/testdata/fuzz/$target" 2>/dev/null)" ]; then
-            rm -f "$log"
-            exit 1
+            fuzz_rc=1
+            break
           fi
           say "fuzz $dir $target failed without a failing input; once more"
         done
         rm -f "$log"
+        [ "$fuzz_rc" = 0 ] || break 2
       done
-    done
+    done < <(grep -rl --include='*_test.go' '^func Fuzz' . | sort)
   fi
+  phase "benchmark smoke and fuzzing" "$t1"
 fi
+
+say "waiting for lane 1"
+wait $lane1 || true
+trap - EXIT
+lane1_rc=$(cat "$lane1_log.rc" 2>/dev/null || echo 1)
+cat "$lane1_log"
+rm -f "$lane1_log" "$lane1_log.rc"
+phase "lane 1 tests" "$t0"
+phase "the whole suite"
+if [ "$lane1_rc" != 0 ] || [ "$lane2_rc" != 0 ] || [ "$fuzz_rc" != 0 ]; then
+  say "FAILED: lane 1 exit $lane1_rc, lane 2 exit $lane2_rc, fuzzing exit $fuzz_rc"
+  exit 1
+fi
+say "all passed"

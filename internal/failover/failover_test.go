@@ -68,6 +68,7 @@ func (c *cluster) keepsFiring(epoch int64, since time.Time) {
 // TestSingleNodeRestart is the audit's baseline on today's single node without --ha: a kill -9
 // mid-run and a restart on the same database. Its runs in doubt are the restart's.
 func TestSingleNodeRestart(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	sz := suiteSize()
 	c := newCluster(t, false)
 	n := c.addNode("solo", false)
@@ -94,6 +95,7 @@ func TestSingleNodeRestart(t *testing.T) {
 // primary. It prints the takeover times, and their median and range (`make failover` runs
 // at least five kills).
 func TestFailoverKill(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	sz := suiteSize()
 	c := newCluster(t, true)
 	a, b := c.bootHA(false)
@@ -201,6 +203,7 @@ func (c *cluster) backupRefusesWrites(backup, primary *node) {
 // over, and the frozen node, woken, must not dispatch anything and must log that it lost the
 // lease, then serve as a backup.
 func TestFailoverSIGSTOP(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	sz := suiteSize()
 	c := newCluster(t, true)
 	a, b := c.bootHA(false)
@@ -245,6 +248,7 @@ func TestFailoverSIGSTOP(t *testing.T) {
 // swapped, by a blackhole (packets dropped, queries hang). Each time the cut node must stop
 // dispatching by itself before the other takes over.
 func TestFailoverPartition(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	sz := suiteSize()
 	c := newCluster(t, true)
 	a, b := c.bootHA(true)

@@ -47,6 +47,7 @@ func fillDisk(t *testing.T, path string) int64 {
 // (PRAGMA integrity_check), with the audit's 0 lost and 0 duplicates. It needs root for the
 // mount and says so when it skips.
 func TestFaultDiskFull(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	if os.Geteuid() != 0 {
 		t.Skip("the disk-full scenario mounts a 4 MiB tmpfs, which needs root (CI runs as root)")
 	}

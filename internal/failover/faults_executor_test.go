@@ -23,6 +23,7 @@ import (
 // held must resolve (timed out: no result can come), nothing may run twice, and firing to the
 // app must resume on the new process.
 func TestFaultExecutorKilled(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	c := newCluster(t, false)
 	n := c.addNode("solo", false)
 	c.start(n)
@@ -55,7 +56,14 @@ func TestFaultExecutorKilled(t *testing.T) {
 	<-first.exited
 	second := startExecutor(t, c.urls())
 	t.Logf("executor killed; a new one serves at %s (the old one was at %s)", second.addr, first.addr)
-	time.Sleep(8 * time.Second)
+	// The new process serves once the scheduler has sent it a run (its registration and the
+	// routing's refresh came first); then two more seconds of load go through it.
+	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); time.Sleep(pollEvery) {
+		if got, _ := sentBy(second.all(), 0, time.Time{}); got > 0 {
+			break
+		}
+	}
+	time.Sleep(2 * time.Second)
 
 	receipts := func() []Receipt {
 		all := append(c.target.all(), first.all()...)
@@ -64,7 +72,7 @@ func TestFaultExecutorKilled(t *testing.T) {
 		return all
 	}
 	if got, _ := sentBy(second.all(), 0, time.Time{}); got == 0 {
-		t.Errorf("the new executor process received no run in 8 s")
+		t.Errorf("the new executor process received no run in 10 s")
 	}
 	a := c.auditReceipts("executor killed", l, Span{From: from, To: spanTo()}, []Fault{Fault(fault.UnixMilli())}, receipts)
 	// The killed process's runs could not report: each must have ended, not as a success.
@@ -334,6 +342,7 @@ func (c *cluster) resultActions() map[string]int {
 // attempt must time out at its deadline, be retried once, and end timed out; a result sent
 // after the timeout must be refused 409 and change nothing.
 func TestFaultExecutorSilent(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	c := newCluster(t, false)
 	n := c.addNode("solo", false)
 	c.start(n)
@@ -410,6 +419,7 @@ func TestFaultExecutorSilent(t *testing.T) {
 // recorded once as a success (its run row, no result action), the first delivery acknowledged and every
 // other one answered as a duplicate, and nothing dispatched twice.
 func TestFaultDuplicateResults(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	c := newCluster(t, false)
 	n := c.addNode("solo", false)
 	c.start(n)

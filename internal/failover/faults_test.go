@@ -161,6 +161,7 @@ var retryLine = regexp.MustCompile(`"msg":"cannot commit batch, retrying"`)
 // a restart, firing must resume, and the audit must find no lost fire, no duplicate and no
 // dispatch without its fire record.
 func TestFaultDatabaseOutage(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	c := newCluster(t, false)
 	n := c.addNode("solo", true)
 	c.start(n)
@@ -234,6 +235,7 @@ func TestFaultDatabaseOutage(t *testing.T) {
 // database twice over, and audits: no fire ran twice, and every run left RUNNING is resolved
 // (lost, or re-sent as a new attempt for on_lost: resend).
 func TestFaultKillDuringCommit(t *testing.T) {
+	t.Parallel() // each scenario has its own database, ports and processes
 	c := newCluster(t, false)
 	n := c.addNode("solo", false)
 	c.start(n)
