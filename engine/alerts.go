@@ -185,7 +185,7 @@ func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, 
 	e.m.alerts(kind).Inc()
 	now := e.nowMS()
 	act := model.Action{TaskID: taskID, TaskName: task, Action: kind, Actor: ActorScheduler, At: now, Detail: msg}
-	if err := e.writer.Submit(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
+	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
 		e.log.Error("cannot record alert", "error", err)
 	}
 	e.alerts.send(Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})

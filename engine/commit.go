@@ -10,16 +10,28 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// write submits a group and waits until it is durable.
+// write submits a group and waits until it is durable. The caller holds no engine lock.
 func (e *Engine) write(ctx context.Context, g *persist.Group) error {
-	if err := e.writer.Write(ctx, g); err != nil {
+	done := make(chan error, 1)
+	g.Done = func(err error) { done <- err }
+	if err := e.submit(ctx, g, submitWait); err != nil {
 		return fmt.Errorf("cannot write: %w", err)
 	}
-	return nil
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("cannot write: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		// The group may still land: the caller must not act as if it had not.
+		return fmt.Errorf("cannot wait for write to be durable: %w", ctx.Err())
+	}
 }
 
-// commitLocked makes nrt the task's runtime and submits it with runs and actions to the
-// writer without waiting. Caller holds t.mu.
+// commitLocked makes nrt the task's runtime and puts it with runs and actions in the task's
+// outbox, to be submitted without waiting once the caller unlocks (e.unlock). Caller holds
+// t.mu.
 func (e *Engine) commitLocked(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) {
 	e.commitLockedThen(t, nrt, runs, acts, nil)
 }
@@ -30,8 +42,9 @@ func (e *Engine) commitLockedThen(t *task, nrt model.Runtime, runs []model.Run, 
 	e.commitLockedNotify(t, nrt, runs, acts, then, nil)
 }
 
-// commitLockedNotify is commitLockedThen that also tells notify, on the writer goroutine, how
-// the write went (nil: durable). notify must not block.
+// commitLockedNotify is commitLockedThen that also tells notify, on a completion goroutine,
+// how the write went (nil: durable). notify must not block: it delays the completions of
+// the tasks sharing its shard.
 func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
@@ -57,26 +70,26 @@ func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run
 			}
 		},
 	}
-	// Submit may block on a full writer queue: that is the writer's backpressure. It never
-	// waits on this task's lock, so holding it here cannot deadlock.
-	if err := e.writer.Submit(context.Background(), g); err != nil {
+	e.commitGroupLocked(t, g, func(err error) {
 		t.pending--
-		e.log.Warn("write dropped: writer closed", "task", t.def.Name, "error", err)
 		if notify != nil {
 			notify(err)
 		}
-	}
+	})
 }
 
 // commitWait is commitLocked for API calls: it makes nrt the runtime and waits for it to be
-// durable. Caller holds t.mu; the wait happens without it so the writer's callbacks for
-// this task can run.
+// durable. Caller holds t.mu; the submit and the wait happen without it (submit.go).
 func (e *Engine) commitWait(ctx context.Context, t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) error {
 	return e.commitWaitDef(ctx, t, nrt, nil, runs, acts)
 }
 
 // commitWaitDef is commitWait that also replaces the task's definition with def (when not
 // nil) in the same group, so the definition and the runtime change together or not at all.
+//
+// The group is decided in memory before it is submitted: should ctx end while the call
+// waits for room in the writer's queue or for the commit, the group is still written, and
+// the error says only that the call stopped waiting.
 func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, def *model.TaskDef, runs []model.Run, acts []model.Action) error {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
@@ -95,23 +108,25 @@ func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, 
 	if def != nil {
 		g.DefUpdates = []model.TaskDef{*def}
 	}
-	sink := bulkSinkOf(ctx)
-	if sink != nil {
-		// A bulk operation (bulkops.go): submit without waiting; the sink hears the outcome.
+	if sink := bulkSinkOf(ctx); sink != nil {
+		// A bulk operation (bulkops.go): queued without waiting, submitted when the caller
+		// releases the task; the sink hears the outcome.
 		g.Done = func(err error) {
 			e.writeDone(t, err)
 			sink.done(err)
 		}
-	}
-	if err := e.writer.Submit(ctx, g); err != nil {
-		t.pending--
-		return fmt.Errorf("cannot write: %w", err)
-	}
-	if sink != nil {
+		e.commitGroupLocked(t, g, func(err error) {
+			t.pending--
+			sink.done(err)
+		})
 		sink.submitted = true
 		return nil
 	}
-	t.mu.Unlock()
+	e.commitGroupLocked(t, g, func(err error) {
+		t.pending--
+		done <- err
+	})
+	e.unlock(t)
 	var err error
 	select {
 	case err = <-done:
@@ -125,7 +140,7 @@ func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, 
 	return nil
 }
 
-// writeDone runs on the writer goroutine when a write of t completed.
+// writeDone runs on a completion goroutine when a write of t completed.
 func (e *Engine) writeDone(t *task, err error) {
 	t.mu.Lock()
 	t.pending--

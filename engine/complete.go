@@ -22,7 +22,8 @@ type outcome struct {
 	// durable, when set, is told once whether the run's end was recorded (nil) or not: an
 	// executor's result is acknowledged only then, so a primary that cannot write (cut off
 	// from the database, deposed) never acknowledges a result it will lose, and the executor
-	// re-sends it to the next primary. Called on the writer goroutine: it must not block.
+	// re-sends it to the next primary. Called on a completion goroutine (submit.go): it must
+	// not block, or it delays the completions of the tasks sharing its shard.
 	durable func(error)
 }
 
@@ -186,7 +187,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 		then = func() { e.upstreamDone(name) }
 	}
 	e.commitLockedNotify(t, nrt, []model.Run{run}, acts, then, oc.durable)
-	t.mu.Unlock()
+	e.unlock(t)
 	e.recordHealth(id, name, group, oc.result)
 	if finalFailure {
 		e.alertFor(context.Background(), AlertFinalFailure, id, name, group,
@@ -227,7 +228,7 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 		}
 		oc.notify(err)
 	}}
-	if err := e.writer.Submit(context.Background(), g); err != nil {
+	if err := e.submit(context.Background(), g, submitWait); err != nil {
 		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
 		oc.notify(err)
 	}

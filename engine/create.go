@@ -131,7 +131,7 @@ func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string
 	}
 	done := make(chan error, 1)
 	g := &persist.Group{Creates: []*persist.TaskCreate{tc}, Done: func(err error) { done <- err }}
-	if err := e.writer.Offer(g); err != nil {
+	if err := e.submit(context.Background(), g, submitOffer); err != nil {
 		return nil, fmt.Errorf("cannot create task %q: %w", t.def.Name, err)
 	}
 	// Wait for the commit, but not through a store outage: the writer retries without end,
@@ -175,7 +175,7 @@ func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []model.Run, now 
 			runs[i].TaskID = t.id
 			runs[i].Ticket = skipTicket(t.id, runs[i].ScheduledAt)
 		}
-		if err := e.writer.Submit(context.Background(), &persist.Group{Runs: runs}); err != nil {
+		if err := e.submit(context.Background(), &persist.Group{Runs: runs}, submitWait); err != nil {
 			e.log.Warn("skipped run_at fire not recorded: writer closed", "task", t.def.Name, "error", err)
 		}
 	}

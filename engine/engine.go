@@ -247,10 +247,12 @@ type Engine struct {
 	cfg    Config
 	store  persist.Store
 	writer *persist.Lanes
-	wheel  *wheel.Sharded[*task]
-	disp   *dispatch.Dispatcher
-	log    *slog.Logger
-	m      *engineMetrics
+	// completions runs the writer's Done callbacks off the writer goroutines (submit.go).
+	completions completions
+	wheel       *wheel.Sharded[*task]
+	disp        *dispatch.Dispatcher
+	log         *slog.Logger
+	m           *engineMetrics
 
 	tasks     taskMap
 	registry  *dispatch.Registry
@@ -304,6 +306,7 @@ func New(cfg Config) (*Engine, error) {
 	e.startWheel = wh.Start
 	e.tasks.init()
 	e.runs.init(cfg.Clock)
+	e.completions.init(cfg.WriterLanes)
 	e.promo.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
@@ -352,6 +355,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 			e.log.Error("cannot undo a failed engine start", "error", uerr)
 		}
 	}()
+	e.completions.start()
+	undo.Push("deliver write completions", e.completions.stop)
 	if err := e.writer.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start writer: %w", err)
 	}
@@ -401,7 +406,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 //  2. drain dispatch: runs already sent are waited for until ctx expires — their results are
 //     recorded; a run still in flight when ctx expires stays RUNNING in the store and is
 //     resolved as "lost" by the next Start (never re-sent, so never run twice);
-//  3. flush the batched writer.
+//  3. flush the batched writer;
+//  4. run the completions of the writes it flushed (submit.go): the last Done callbacks.
 //
 // The store is the caller's to close afterwards. Stop is idempotent and safe without Start;
 // a second Stop waits for the first.
@@ -427,6 +433,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 		steps = append(steps,
 			startstop.Step{Name: "stop dispatcher", Run: e.disp.Stop},
 			startstop.Step{Name: "flush writer", Run: e.writer.Stop},
+			startstop.Step{Name: "deliver write completions", Run: e.completions.stop},
 			startstop.Step{Name: "deliver alerts", Run: func(ctx context.Context) error { e.alerts.stop(ctx); return nil }})
 		return startstop.Steps(ctx, e.log, e.cfg.Clock, "engine stop: ", steps...)
 	})
@@ -536,7 +543,7 @@ func (e *Engine) adopt(t *task, now int64) {
 		return
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	defer e.unlock(t) // a misfire's write
 	if now > 0 && t.rt.State == model.StateScheduled && t.rt.NextTriggerTime < now-e.cfg.MisfireThreshold.Milliseconds() {
 		e.misfire(t, now)
 	}
@@ -629,7 +636,7 @@ func live(t *task, err error) (*task, error) {
 // release settles and unlocks a task obtained from acquire.
 func (e *Engine) release(t *task) {
 	e.settle(t)
-	t.mu.Unlock()
+	e.unlock(t)
 }
 
 // InMemory reports how many tasks are held in memory in full and how many entries are armed

@@ -497,7 +497,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 func (e *Engine) recordRefusedResult(ctx context.Context, run model.Run, rep Report, why string) {
 	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
 		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
-	if err := e.writer.Submit(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
+	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
 		e.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
 	}
 }

@@ -9,28 +9,34 @@ package engine
 //	wheel driver moves due entries          wheel driver (wheel/)   no: it is the clock tick
 //	  to a shard's ready queue
 //	consume → admit → fire                  one consumer per shard  on the writer's backpressure
-//	  (the rate gate may buffer the entry;  or gateLoop             (Submit), which is fine:
-//	  gateLoop fires it when a token comes)                         it slows firing, not writing
-//	fire: RUNNING in memory, run added to   consumer                holds t.mu, never waits on it
-//	  e.runs, group submitted
-//	Group.Done → dispatchDurable → send     writer lane (persist/)  never: it is the goroutine
-//	  (Send and Go only enqueue; a refused                          that makes every write durable;
-//	  send is settled on its own goroutine,                         a Submit from it can wait on
-//	  notSent)                                                      itself
+//	  (the rate gate may buffer the entry;  or gateLoop             (Submit, in flush), which is
+//	  gateLoop fires it when a token comes)                         fine: it slows firing, and
+//	                                                                it holds no lock meanwhile
+//	fire: RUNNING in memory, run added to   consumer                holds t.mu only to decide;
+//	  e.runs, group put in t's outbox and                           submits after unlocking
+//	  submitted after unlock (submit.go)
+//	writer commits, calls Group.Done        writer lane (persist/)  never: Done only appends to
+//	                                                                a completion queue
+//	dispatchDurable → send (Send and Go     completion goroutine    briefly on t.mu; never on
+//	  only enqueue; a refused send is       (submit.go)             the writer (a send the
+//	  settled on its own goroutine)                                 dispatcher refuses goes to
+//	                                                                its own goroutine, notSent)
 //	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
-//	  the outcome → settleRun → complete                            the run's deadline
-//	  → commitLockedThen (Submit)
-//	executor report, kill, run-now          API handler             on the writer (commitWait)
+//	  the outcome → settleRun → complete                            the run's deadline; on
+//	  → commitLockedNotify → flush                                  Submit, without t.mu
+//	executor report, kill, run-now          API handler             on the writer (commitWait),
+//	                                                                without t.mu
 //	executor timeout                        clock timer (AfterFunc) on Submit only
 //	lost executor                           reapLoop                on Submit only
 //	then (upstream released), reload        their own goroutines    on store reads
 //	  after a conflict
 //
 // Why: the writer must stay free to complete groups, since every other step waits on it
-// sooner or later, so nothing that runs on it submits synchronously. Settling a run goes
-// through e.runs (inflight.go) on whichever goroutine ends it, which makes the end happen
-// once whatever the goroutine. The steps after send are in complete.go, the writer
-// plumbing in commit.go.
+// sooner or later, so it runs no engine code and no engine lock is held across a submit: a
+// full queue then waits for nothing but the database (design.md, "Write path", Goroutines
+// and locks). Settling a run goes through e.runs (inflight.go) on whichever goroutine ends
+// it, which makes the end happen once whatever the goroutine. The steps after send are in
+// complete.go, the writer plumbing in commit.go and submit.go.
 
 import (
 	"context"
@@ -150,7 +156,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 		}
 		if !ok {
 			e.skipByBreaker(t, ent.When, now)
-			t.mu.Unlock()
+			e.unlock(t)
 			return
 		}
 	}
@@ -198,19 +204,18 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	t.flying++
 	e.runs.add(t, run)
 	def := t.def
-	t.mu.Unlock()
-
-	e.m.triggers.Inc()
 	g := &persist.Group{
 		Fires: []model.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
 		Done:  func(err error) { e.dispatchDurable(t, def, run, err) },
 	}
-	if err := e.writer.Submit(context.Background(), g); err != nil {
+	// Submitted by e.unlock, after the task's earlier groups (the end of its last run).
+	e.commitGroupLocked(t, g, func(error) {
 		// Only when the writer has stopped: the fire record never reached the store, so the
 		// store still says SCHEDULED and the fire happens after a restart.
-		e.log.Warn("fire dropped: writer closed", "task", def.Name, "ticket", ticket, "error", err)
 		e.runs.settle(ticket, nil, nil)
-	}
+	})
+	e.m.triggers.Inc()
+	e.unlock(t)
 }
 
 // skipByBreaker consumes a fire without dispatching it while the task's breaker is open,
@@ -237,8 +242,8 @@ func downstreamOf(def *model.TaskDef) string {
 	return ""
 }
 
-// dispatchDurable runs on the writer goroutine when the fire record is durable (or failed).
-// It must not block.
+// dispatchDurable runs on a completion goroutine (submit.go) when the fire record is durable
+// (or failed). It must not block: it delays the completions of the tasks sharing its shard.
 func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
 	if err != nil {
 		duplicate := errors.Is(err, persist.ErrDuplicateFire)
@@ -336,9 +341,9 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 }
 
 // notSent records a run the dispatcher refused as failed. It does so on its own goroutine:
-// send runs on the writer goroutine that reported the run durable (dispatchDurable), and the
-// failure's own write goes to the same writer lane, whose full queue would then wait for the
-// goroutine submitting to it. The run stays in e.runs until then, so Stop drains it.
+// send runs on the completion goroutine that reported the run durable (dispatchDurable), and
+// the failure's own write may wait for room in the writer's queue, which would hold up the
+// other completions of that shard. The run stays in e.runs until then, so Stop drains it.
 func (e *Engine) notSent(t *task, run model.Run, why string) {
 	go e.settleRun(t, run, outcome{result: model.ResultFailed, errText: why})
 }

@@ -109,7 +109,7 @@ func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
 // systemAction records a task-less action without waiting.
 func (e *Engine) systemAction(name, detail string) {
 	act := model.Action{Action: name, Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(), Detail: detail}
-	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []model.Action{act}}); err != nil {
+	if err := e.submit(context.Background(), &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
 		e.log.Warn("cannot record action", "action", name, "error", err)
 	}
 }
@@ -123,7 +123,7 @@ func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 		Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(),
 		Detail: "fire of " + time.UnixMilli(run.ScheduledAt).UTC().Format(time.RFC3339Nano) + " attempt " +
 			strconv.Itoa(run.Attempt) + " not dispatched: its run record already exists"}
-	if err := e.writer.Submit(context.Background(), &persist.Group{Actions: []model.Action{act}}); err != nil {
+	if err := e.submit(context.Background(), &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
 		e.log.Warn("cannot record suppressed fire", "ticket", run.Ticket, "error", err)
 	}
 }
@@ -166,8 +166,6 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 		e.action(t, lost.Ticket, ActLost, model.StateRunning, model.StateRunning, ActorScheduler, lost.Error, now),
 		e.action(t, re.Ticket, ActResend, model.StateRunning, model.StateRunning, ActorScheduler, re.Detail, now),
 	}
-	t.mu.Unlock()
-	e.m.triggers.Inc()
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
 		Runs:        []model.Run{lost},
@@ -184,10 +182,9 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 			e.sendAs(t, def, re, lost.Ticket)
 		},
 	}
-	if err := e.writer.Submit(context.Background(), g); err != nil {
-		e.log.Warn("re-send dropped: writer closed", "task", def.Name, "ticket", re.Ticket, "error", err)
-		e.runs.settle(re.Ticket, nil, nil)
-	}
+	e.commitGroupLocked(t, g, func(error) { e.runs.settle(re.Ticket, nil, nil) })
+	e.m.triggers.Inc()
+	e.unlock(t)
 }
 
 // sendAs posts the HTTP run as send does, but under the wire ticket of an earlier attempt.

@@ -27,7 +27,11 @@ type task struct {
 	rt model.Runtime
 
 	ent     *wheel.Entry[*task] // armed entry, or nil
-	pending int                 // writes submitted and not yet done
+	pending int                 // writes decided (in the outbox or the writer) and not yet done
+	// outbox holds the groups decided under mu and not yet submitted, in decision order;
+	// flushing is set while one caller submits them (submit.go, flush).
+	outbox   []outgoing
+	flushing bool
 	// periodic is the ticket of the periodic run in flight (e.runs), or "".
 	periodic string
 	// flying counts this task's runs in e.runs, periodic and run-now: the task stays in

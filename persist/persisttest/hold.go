@@ -74,4 +74,3 @@ func HoldWrites(t testing.TB, dsn string) (release func()) {
 	t.Cleanup(release)
 	return release
 }
-

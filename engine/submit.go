@@ -1,0 +1,257 @@
+package engine
+
+// The engine's side of the batched writer: the one way a group goes in (submit), the
+// per-task order groups go in by (the outbox), and the goroutines that hear how each group
+// went (completions).
+//
+// Invariants (design.md, "Write path"):
+//
+//  1. The writer goroutine runs no engine code. A group's Done, as the writer calls it, only
+//     appends the callback to a completion shard's queue, which takes that shard's own lock
+//     and never blocks; an engine-side completion goroutine runs it. So the writer never
+//     waits on a task's lock, on the dispatcher or on its own queue, and drains whatever the
+//     engine is doing.
+//  2. No engine lock is held across Writer.Submit. A decision made under t.mu puts its group
+//     in t's outbox; the caller hands it to the writer after unlocking (flush). A submitter
+//     blocked on a full queue (backpressure) therefore holds nothing the writer's
+//     completions need.
+//  3. A task's groups reach the writer in the order they were decided: the outbox is a FIFO
+//     and one flusher at a time empties it. The writer reports them in that order, and the
+//     completion shard (chosen by task id) runs the callbacks in that order.
+//  4. submit is the only call of the writer's Submit and Offer in the engine.
+
+import (
+	"context"
+	"sync"
+
+	"github.com/axe-sched/axe/persist"
+)
+
+// submitMode is how submit hands a group to the writer.
+type submitMode uint8
+
+const (
+	// submitWait waits while the writer's queue is full: the writer's backpressure.
+	submitWait submitMode = iota
+	// submitOffer never waits: a full (half-full) queue refuses the group with
+	// persist.ErrWriterBusy (API creates, persist.Writer.Offer).
+	submitOffer
+)
+
+// submit is the engine's one entry point into the writer. It routes g's Done to an
+// engine-side completion goroutine (invariant 1) and submits g. As with Writer.Submit, Done
+// is called exactly once on a nil return and never on an error. The caller must not hold an
+// engine lock (invariant 2); groups of a task decided under its lock go through the outbox
+// (commitGroupLocked) instead.
+func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) error {
+	if done := g.Done; done != nil {
+		sh := e.completions.shard(groupTask(g))
+		g.Done = func(err error) { sh.push(done, err) }
+	}
+	if mode == submitOffer {
+		return e.writer.Offer(g)
+	}
+	return e.writer.Submit(ctx, g)
+}
+
+// groupTask is the id of the task g writes, 0 for none: the key its completions are ordered
+// by.
+func groupTask(g *persist.Group) int64 {
+	switch {
+	case len(g.Deletes) > 0:
+		return g.Deletes[0]
+	case len(g.Transitions) > 0:
+		return g.Transitions[0].Runtime.TaskID
+	case len(g.Runs) > 0:
+		return g.Runs[0].TaskID
+	case len(g.Fires) > 0:
+		return g.Fires[0].TaskID
+	case len(g.Actions) > 0:
+		return g.Actions[0].TaskID
+	}
+	return 0
+}
+
+// outgoing is a group decided under a task's lock and not yet submitted.
+type outgoing struct {
+	g *persist.Group
+	// dropped, when set, is called under t.mu if the writer refuses g (it has stopped):
+	// Done will not be called, so it undoes what the decision counted on (t.pending).
+	dropped func(err error)
+}
+
+// commitGroupLocked puts g in t's outbox, after every group decided for t before it. The
+// caller holds t.mu and must call e.flush(t) once it has released it (e.unlock and e.release
+// do); until then g is not submitted.
+func (e *Engine) commitGroupLocked(t *task, g *persist.Group, dropped func(error)) {
+	t.outbox = append(t.outbox, outgoing{g: g, dropped: dropped})
+}
+
+// unlock releases t.mu and submits what its holder decided (flush).
+func (e *Engine) unlock(t *task) {
+	more := len(t.outbox) > 0 && !t.flushing
+	t.mu.Unlock()
+	if more {
+		e.flush(t)
+	}
+}
+
+// flush submits t's outbox in order, without holding t.mu across a submit (invariant 2). One
+// caller at a time flushes a task; a caller that finds another flushing leaves its groups to
+// it, which takes every group queued before it stops. The flusher is whoever decided: the
+// consumer that fired, the dispatch worker that completed, the API handler. It is the one
+// that waits on a full writer queue, as it was before it took the lock off.
+func (e *Engine) flush(t *task) {
+	t.mu.Lock()
+	if t.flushing {
+		t.mu.Unlock()
+		return
+	}
+	t.flushing = true
+	for len(t.outbox) > 0 {
+		o := t.outbox[0]
+		t.outbox[0] = outgoing{}
+		t.outbox = t.outbox[1:]
+		t.mu.Unlock()
+		// Not the caller's context: a decision already made in memory is written whatever
+		// became of the call that made it, or memory and store part ways.
+		err := e.submit(context.Background(), o.g, submitWait)
+		t.mu.Lock()
+		if err != nil {
+			e.log.Warn("write dropped: writer closed", "task", t.def.Name, "error", err)
+			if o.dropped != nil {
+				o.dropped(err)
+			}
+		}
+	}
+	t.outbox = nil
+	t.flushing = false
+	t.mu.Unlock()
+}
+
+// completions runs the writer's Done callbacks on engine-side goroutines (invariant 1), one
+// per shard. Shards are as many as writer lanes: the callbacks ran on the lanes' goroutines
+// before, so as many goroutines keep their throughput, and a task's callbacks stay in one
+// shard, in order.
+type completions struct {
+	shards []*completionShard
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+// completionShard is a FIFO of callbacks with one goroutine running them. push never blocks:
+// the queue grows instead. It is bounded by the groups in the writer, since each callback
+// comes from one.
+type completionShard struct {
+	mu      sync.Mutex
+	q       []completion
+	closed  bool
+	running bool          // a goroutine drains it (start); else stop drains it inline
+	wake    chan struct{} // capacity 1: a push while the goroutine sleeps wakes it
+}
+
+type completion struct {
+	fn  func(error)
+	err error
+}
+
+func (c *completions) init(n int) {
+	c.shards = make([]*completionShard, max(1, n))
+	for i := range c.shards {
+		c.shards[i] = &completionShard{wake: make(chan struct{}, 1)}
+	}
+}
+
+func (c *completions) shard(task int64) *completionShard {
+	if task < 0 {
+		task = -task
+	}
+	return c.shards[task%int64(len(c.shards))]
+}
+
+// start launches one goroutine per shard.
+func (c *completions) start() {
+	for _, s := range c.shards {
+		s.mu.Lock()
+		s.running = true
+		s.mu.Unlock()
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); s.run() }()
+	}
+}
+
+// stop runs every callback pushed so far and returns once the goroutines have exited. The
+// writer must have stopped first: its last callbacks are pushed by then. Stopping twice, or
+// without start, is harmless.
+func (c *completions) stop(context.Context) error {
+	c.once.Do(func() {
+		for _, s := range c.shards {
+			s.mu.Lock()
+			s.closed = true
+			s.mu.Unlock()
+			select {
+			case s.wake <- struct{}{}:
+			default:
+			}
+		}
+		c.wg.Wait()
+		for _, s := range c.shards {
+			s.drain() // a shard never started (Stop without Start)
+		}
+	})
+	return nil
+}
+
+func (s *completionShard) push(fn func(error), err error) {
+	s.mu.Lock()
+	s.q = append(s.q, completion{fn: fn, err: err})
+	inline := s.closed && !s.running
+	s.mu.Unlock()
+	if inline {
+		// After stop: nothing drains the queue any more; run it here, in order.
+		s.drain()
+		return
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *completionShard) run() {
+	var batch []completion
+	for {
+		s.mu.Lock()
+		batch, s.q = s.q, batch[:0]
+		closed := s.closed
+		if len(batch) == 0 && closed {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+		for i := range batch {
+			batch[i].fn(batch[i].err)
+			batch[i] = completion{}
+		}
+		if len(batch) == 0 {
+			<-s.wake
+		}
+	}
+}
+
+// drain runs what is queued on the calling goroutine, when no goroutine runs the shard.
+func (s *completionShard) drain() {
+	for {
+		s.mu.Lock()
+		if s.running || len(s.q) == 0 {
+			s.mu.Unlock()
+			return
+		}
+		c := s.q[0]
+		s.q[0] = completion{}
+		s.q = s.q[1:]
+		s.mu.Unlock()
+		c.fn(c.err)
+	}
+}
