@@ -89,11 +89,12 @@ func (e *Engine) commitGroupLocked(t *task, g *persist.Group, dropped func(error
 
 // unlock releases t.mu and submits what its holder decided (flush).
 func (e *Engine) unlock(t *task) {
-	more := len(t.outbox) > 0 && !t.flushing
-	t.mu.Unlock()
-	if more {
-		e.flush(t)
+	if len(t.outbox) == 0 || t.flushing {
+		t.mu.Unlock()
+		return
 	}
+	t.flushing = true
+	e.flushLocked(t)
 }
 
 // flush submits t's outbox in order, without holding t.mu across a submit (invariant 2). One
@@ -103,15 +104,20 @@ func (e *Engine) unlock(t *task) {
 // that waits on a full writer queue, as it was before it took the lock off.
 func (e *Engine) flush(t *task) {
 	t.mu.Lock()
-	if t.flushing {
+	if len(t.outbox) == 0 || t.flushing {
 		t.mu.Unlock()
 		return
 	}
 	t.flushing = true
-	for len(t.outbox) > 0 {
-		o := t.outbox[0]
-		t.outbox[0] = outgoing{}
-		t.outbox = t.outbox[1:]
+	e.flushLocked(t)
+}
+
+// flushLocked is flush once the caller, holding t.mu, has set t.flushing. It returns with
+// t.mu released.
+func (e *Engine) flushLocked(t *task) {
+	for i := 0; i < len(t.outbox); i++ {
+		o := t.outbox[i]
+		t.outbox[i] = outgoing{}
 		t.mu.Unlock()
 		// Not the caller's context: a decision already made in memory is written whatever
 		// became of the call that made it, or memory and store part ways.
@@ -124,7 +130,8 @@ func (e *Engine) flush(t *task) {
 			}
 		}
 	}
-	t.outbox = nil
+	// Kept for the task's next decision: most tasks decide one group at a time.
+	t.outbox = t.outbox[:0]
 	t.flushing = false
 	t.mu.Unlock()
 }
