@@ -89,6 +89,7 @@ type node struct {
 	addr  string // host:port it listens on
 	url   string // http://addr, also its --advertise
 	proxy *testproxy.Proxy
+	dsn   string // the DSN it opens when not the scenario's (a Galera scenario's node order)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -177,8 +178,12 @@ func (c *cluster) addNode(id string, viaProxy bool) *node {
 	return n
 }
 
-// nodeDSN is the DSN node n opens: the scenario's database, through n's proxy if it has one.
+// nodeDSN is the DSN node n opens: its own if it has one, else the scenario's database,
+// through n's proxy if it has one.
 func (c *cluster) nodeDSN(n *node) string {
+	if n.dsn != "" {
+		return n.dsn
+	}
 	if n.proxy == nil {
 		return c.dsn
 	}

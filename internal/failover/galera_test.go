@@ -1,0 +1,371 @@
+package failover
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/axe-sched/axe/internal/galeratest"
+)
+
+// The failover suite on a three-node MariaDB Galera cluster (internal/galeratest): two real
+// `axe serve --ha` processes whose DSN lists all three database nodes, each its own node
+// first (the primary n1, the backup n2), so that they write through different database nodes
+// and the HA fence is the Galera one (persist/galera.go: certification of the fence row).
+// The cluster is started once for TestGaleraFailover; each scenario has its own database,
+// ports and processes, and ends with the suite's audit. docs/galera.md says what they show.
+
+// galeraHealTimeout bounds bringing the shared cluster back whole before a scenario (a killed
+// node rejoins by IST or SST).
+const galeraHealTimeout = 3 * time.Minute
+
+// galeraAuditNode is the database node the scenarios never break: the audit reads through it.
+const galeraAuditNode = 2
+
+// galeraSize is the load of a Galera scenario: the suite's, less of it, since three mariadbd
+// processes share the two cores with the daemons.
+func galeraSize() size {
+	sz := suiteSize()
+	if os.Getenv(envSize) != "large" {
+		sz.every1, sz.every3, sz.delayed = 20, 15, 30
+	}
+	return sz
+}
+
+// TestGaleraFailover runs the Galera scenarios on one cluster: first those that keep the
+// cluster whole (a killed and a frozen primary axe process), side by side, then the one that
+// kills a database node.
+func TestGaleraFailover(t *testing.T) {
+	t.Parallel() // the scenarios have their own databases, ports and processes
+	gc := galeratest.Start(t)
+	t.Run("Whole", func(t *testing.T) {
+		t.Run("KillPrimary", func(t *testing.T) { testGaleraKillPrimary(t, gc) })
+		t.Run("StopPrimary", func(t *testing.T) { testGaleraStopPrimary(t, gc) })
+	})
+	t.Run("KillDatabaseNode", func(t *testing.T) { testGaleraKillDatabaseNode(t, gc) })
+}
+
+// newGaleraCluster heals gc, creates the scenario's database on it and returns the suite's
+// world for it: the audit reads through galeraAuditNode, with causal reads.
+func newGaleraCluster(t *testing.T, gc *galeratest.Cluster) *cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), galeraHealTimeout)
+	defer cancel()
+	if err := gc.Heal(ctx); err != nil {
+		t.Fatalf("cannot heal the Galera cluster: %v", err)
+	}
+	name := fmt.Sprintf("axe_t_%016x", rand.Uint64())
+	galeraExec(t, gc, "CREATE DATABASE "+name+" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+	t.Cleanup(func() { galeraExec(t, gc, "DROP DATABASE IF EXISTS "+name) })
+
+	an := gc.Node(galeraAuditNode)
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", an.Addr(), name
+	cfg.Params = map[string]string{"wsrep_sync_wait": "1"}
+	connector, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(connector)
+	t.Cleanup(func() { _ = db.Close() })
+	// The CREATE DATABASE is applied on the other nodes in the cluster's order: wait until
+	// the audit's node has it, so the daemons' first connections anywhere find it.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := db.PingContext(ctx); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("database %s not on %s: %v", name, an.Name, err)
+		}
+		time.Sleep(pollEvery)
+	}
+	c := &cluster{
+		t: t, dsn: "mysql:" + gc.ServerDSN() + name, dbAddr: an.Addr(), db: db, ha: true,
+		ttl: 3 * time.Second, renew: time.Second,
+		target: newTarget(t),
+		http:   &http.Client{Timeout: 5 * time.Second},
+	}
+	t.Cleanup(c.http.CloseIdleConnections)
+	c.nodeLogsOnFailure()
+	return c
+}
+
+// galeraExec runs q through the first node of gc that takes it.
+func galeraExec(t *testing.T, gc *galeratest.Cluster, q string) {
+	t.Helper()
+	var errs []error
+	for _, n := range gc.Nodes() {
+		if !n.Running() || n.Paused() {
+			continue
+		}
+		err := func() error {
+			db, err := n.DB()
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = db.ExecContext(ctx, q)
+			return err
+		}()
+		if err == nil {
+			return
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+	}
+	t.Fatalf("no Galera node ran %q: %v", q, errs)
+}
+
+// bootGalera starts node a (the primary), whose DSN lists database node n1 first, and node b
+// (the backup), whose DSN lists n2 first, and the executor process.
+func (c *cluster) bootGalera(gc *galeratest.Cluster) (a, b *node) {
+	c.t.Helper()
+	name := c.galeraDB()
+	a, b = c.addNode("a", false), c.addNode("b", false)
+	a.dsn = "mysql:" + gc.ServerDSN(0, 1, 2) + name
+	b.dsn = "mysql:" + gc.ServerDSN(1, 2, 0) + name
+	c.start(a)
+	c.waitRole(a, "primary", roleTimeout)
+	c.start(b)
+	c.waitRole(b, "backup", roleTimeout)
+	c.exe = startExecutor(c.t, c.urls())
+	return a, b
+}
+
+// galeraDB is the name of the scenario's database.
+func (c *cluster) galeraDB() string {
+	cfg, err := mysql.ParseDSN(c.dsn[len("mysql:"):])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cfg.DBName
+}
+
+// dbConns counts the connections database node gn holds to the scenario's database: the
+// processes that write through it. ok is false when gn does not answer.
+func (c *cluster) dbConns(gn *galeratest.Node) (n int, ok bool) {
+	db, err := gn.DB()
+	if err != nil {
+		return 0, false
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = ?",
+		c.galeraDB()).Scan(&n); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+// connsOf describes the connections each database node holds to the scenario's database.
+func (c *cluster) connsOf(gc *galeratest.Cluster) string {
+	s := ""
+	for _, gn := range gc.Nodes() {
+		n, ok := c.dbConns(gn)
+		v := strconv.Itoa(n)
+		if !ok {
+			v = "-"
+		}
+		s += fmt.Sprintf(" %s=%s", gn.Name, v)
+	}
+	return s[1:]
+}
+
+// waitConns waits until database node gn holds a connection to the scenario's database.
+func (c *cluster) waitConns(gc *galeratest.Cluster, gn *galeratest.Node, why string) {
+	c.t.Helper()
+	deadline := time.Now().Add(roleTimeout)
+	for {
+		if n, _ := c.dbConns(gn); n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: database node %s holds no connection to the scenario's database (connections: %s)", why, gn.Name, c.connsOf(gc))
+		}
+		time.Sleep(pollEvery)
+	}
+}
+
+// demotion matches the log line of a node giving up leadership, and its reason.
+var demotion = regexp.MustCompile(`"msg":"lost the lease: this node is a backup now"[^\n]*"reason":"([^"]*)"`)
+
+// certFailures is database node gn's wsrep_local_cert_failures: its transactions that
+// certification refused.
+func certFailures(gn *galeratest.Node) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := gn.Status(ctx, "wsrep_local_cert_failures")
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(st["wsrep_local_cert_failures"])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// testGaleraKillPrimary kills the primary axe process (SIGKILL) while the database cluster is
+// whole: the backup, writing through another database node, takes over within TTL + 5 s and
+// keeps firing; the audit is clean.
+func testGaleraKillPrimary(t *testing.T, gc *galeratest.Cluster) {
+	t.Parallel() // beside the other scenario of a whole cluster
+	began := time.Now()
+	sz := galeraSize()
+	c := newGaleraCluster(t, gc)
+	a, b := c.bootGalera(gc)
+	c.waitConns(gc, gc.Node(0), "the primary")
+	c.waitConns(gc, gc.Node(1), "the backup")
+	l := c.createLoad(sz, sz.warm+c.ttl+2*sz.after)
+	from := spanFrom(l)
+	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
+
+	r, _, _ := c.readyz(a)
+	fault := time.Now()
+	a.kill(t)
+	took, nr := c.takeover(b, fault, r.Epoch)
+	t.Logf("galera kill -9 of the primary: node b took over through %s in %s (epoch %d → %d)",
+		gc.Node(1).Name, took.Round(time.Millisecond), r.Epoch, nr.Epoch)
+	time.Sleep(2 * sz.after)
+	t.Logf("connections to the scenario's database after the takeover: %s", c.connsOf(gc))
+	c.keepsFiring(nr.Epoch, fault.Add(took))
+	c.audit("galera kill -9 of the primary", l, Span{From: from, To: spanTo()}, []Fault{Fault(fault.UnixMilli())})
+	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// testGaleraStopPrimary freezes the primary axe process (SIGSTOP) past its lease while it
+// writes through database node n1 and the backup through n2: the backup takes over, and the
+// woken node, whose writes at its old epoch the fence row's certification refuses, must
+// dispatch nothing at that epoch, log that it lost the lease and serve as a backup.
+func testGaleraStopPrimary(t *testing.T, gc *galeratest.Cluster) {
+	t.Parallel() // beside the other scenario of a whole cluster
+	began := time.Now()
+	sz := galeraSize()
+	c := newGaleraCluster(t, gc)
+	a, b := c.bootGalera(gc)
+	c.waitConns(gc, gc.Node(0), "the primary")
+	c.waitConns(gc, gc.Node(1), "the backup")
+	l := c.createLoad(sz, sz.warm+2*c.ttl+sz.after)
+	from := spanFrom(l)
+	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
+
+	r, _, _ := c.readyz(a)
+	oldEpoch := r.Epoch
+	cert0 := certFailures(gc.Node(0))
+	fault := time.Now()
+	a.signal(t, syscall.SIGSTOP)
+	took, nr := c.takeover(b, fault, oldEpoch)
+	t.Logf("galera SIGSTOP of the primary: node b took over through %s in %s (epoch %d → %d)",
+		gc.Node(1).Name, took.Round(time.Millisecond), oldEpoch, nr.Epoch)
+	time.Sleep(time.Until(fault.Add(2 * c.ttl)))
+	woke := time.Now()
+	a.signal(t, syscall.SIGCONT)
+	c.waitRole(a, "backup", roleTimeout)
+	time.Sleep(sz.after)
+
+	if n, last := sentBy(c.receipts(), oldEpoch, woke); n > 0 {
+		t.Errorf("the woken node dispatched %d runs at its old epoch %d after SIGCONT (last at +%s)", n, oldEpoch, last.Sub(woke))
+	}
+	refused := 0
+	for _, at := range c.exe.staleRefusals() {
+		if !at.Before(woke) {
+			refused++
+		}
+	}
+	if refused > 0 {
+		t.Errorf("the woken node sent the executor %d calls at a stale epoch after SIGCONT (the executor refused them)", refused)
+	}
+	if !lostLease.MatchString(a.currentLog()) {
+		t.Errorf("the woken node did not log that it lost the lease; its log tail:\n%s", tail(a.currentLog(), 3000))
+	}
+	// How the woken node stopped: by its own clock (no renewal within TTL − renew, before
+	// it sends anything), or by the fence refusing a write at the old epoch (ErrLeaseLost
+	// after a certification failure on its database node).
+	how := "no demotion logged"
+	if m := demotion.FindStringSubmatch(a.currentLog()); m != nil {
+		how = m[1]
+	}
+	t.Logf("woken node: demoted (%s); %s's certification failures %d → %d (the other scenario of a whole cluster shares the node)",
+		how, gc.Node(0).Name, cert0, certFailures(gc.Node(0)))
+	c.keepsFiring(nr.Epoch, fault.Add(took))
+	c.audit("galera SIGSTOP of the primary", l, Span{From: from, To: spanTo()}, []Fault{Fault(fault.UnixMilli())})
+	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// testGaleraKillDatabaseNode kills (SIGKILL) the database node the primary writes through,
+// found as the node of its DSN listed first and checked in the nodes' process lists. The
+// primary must move to another database node and keep scheduling, or the backup take over;
+// either way firing resumes and the audit is clean. The lease TTL outlasts the cluster's
+// pause until it has evicted the dead node (evs.suspect_timeout, about 6 s here) plus a
+// renewal, as docs/galera.md asks.
+func testGaleraKillDatabaseNode(t *testing.T, gc *galeratest.Cluster) {
+	began := time.Now()
+	sz := galeraSize()
+	c := newGaleraCluster(t, gc)
+	c.ttl = 10 * time.Second
+	a, b := c.bootGalera(gc)
+	dead := gc.Node(0)
+	c.waitConns(gc, dead, "the primary")
+	c.waitConns(gc, gc.Node(1), "the backup")
+	l := c.createLoad(sz, sz.warm+c.ttl+2*sz.after)
+	from := spanFrom(l)
+	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
+
+	r, _, _ := c.readyz(a)
+	switches0, _ := c.metric(a, "axe_store_db_node_switches_total")
+	t.Logf("before the kill, connections to the scenario's database: %s", c.connsOf(gc))
+	fault := time.Now()
+	dead.Kill()
+	faultMS := fault.UnixMilli()
+
+	// Firing resumes: a fire due after the kill reaches a receiver.
+	var resumed time.Duration
+	deadline := fault.Add(c.ttl + takeoverSlack + 20*time.Second)
+	for resumed == 0 {
+		for _, rc := range c.receipts() {
+			if rc.ScheduledAt >= faultMS {
+				resumed = rc.At.Sub(fault)
+				break
+			}
+		}
+		if resumed == 0 && time.Now().After(deadline) {
+			t.Fatalf("no fire due after the kill of %s reached a receiver within %s", dead.Name, deadline.Sub(fault))
+		}
+		time.Sleep(pollEvery)
+	}
+	time.Sleep(2 * sz.after)
+
+	ra, _, _ := c.readyz(a)
+	rb, _, _ := c.readyz(b)
+	switch {
+	case ra.Role == "primary" && ra.Epoch == r.Epoch:
+		switches, _ := c.metric(a, "axe_store_db_node_switches_total")
+		t.Logf("galera kill -9 of %s: node a stayed primary at epoch %d and moved to another database node (node switches %v → %v); first fire due after the kill received %s after it",
+			dead.Name, r.Epoch, switches0, switches, resumed.Round(time.Millisecond))
+		if switches <= switches0 {
+			t.Errorf("node a stayed primary but axe_store_db_node_switches_total did not grow (%v → %v)", switches0, switches)
+		}
+		c.keepsFiring(r.Epoch, fault.Add(resumed))
+	case rb.Role == "primary" && rb.Epoch > r.Epoch:
+		t.Logf("galera kill -9 of %s: node b took over at epoch %d (from %d); first fire due after the kill received %s after it",
+			dead.Name, rb.Epoch, r.Epoch, resumed.Round(time.Millisecond))
+		c.keepsFiring(rb.Epoch, fault.Add(resumed))
+	default:
+		t.Errorf("after the kill of %s nobody is primary: a %+v, b %+v (was a at epoch %d)", dead.Name, ra, rb, r.Epoch)
+	}
+	t.Logf("after the kill, connections to the scenario's database: %s", c.connsOf(gc))
+	c.audit("galera kill -9 of the primary's database node", l, Span{From: from, To: spanTo()}, []Fault{Fault(faultMS)})
+	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
+}
