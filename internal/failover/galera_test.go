@@ -201,20 +201,25 @@ func (c *cluster) waitConns(gc *galeratest.Cluster, gn *galeratest.Node, why str
 // demotion matches the log line of a node giving up leadership, and its reason.
 var demotion = regexp.MustCompile(`"msg":"lost the lease: this node is a backup now"[^\n]*"reason":"([^"]*)"`)
 
-// certFailures is database node gn's wsrep_local_cert_failures: its transactions that
-// certification refused.
-func certFailures(gn *galeratest.Node) int {
+// conflicts is database node gn's count of local transactions that a conflict on Galera
+// refused: at their commit by certification (wsrep_local_cert_failures) and, still open, by a
+// write set applied from another node (wsrep_local_bf_aborts). -1 when gn does not answer.
+func conflicts(gn *galeratest.Node) (cert, bf int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := gn.Status(ctx, "wsrep_local_cert_failures")
+	st, err := gn.Status(ctx, "wsrep_local_cert_failures", "wsrep_local_bf_aborts")
 	if err != nil {
-		return -1
+		return -1, -1
 	}
-	n, err := strconv.Atoi(st["wsrep_local_cert_failures"])
+	cert, err = strconv.Atoi(st["wsrep_local_cert_failures"])
 	if err != nil {
-		return -1
+		cert = -1
 	}
-	return n
+	bf, err = strconv.Atoi(st["wsrep_local_bf_aborts"])
+	if err != nil {
+		bf = -1
+	}
+	return cert, bf
 }
 
 // testGaleraKillPrimary kills the primary axe process (SIGKILL) while the database cluster is
@@ -263,7 +268,7 @@ func testGaleraStopPrimary(t *testing.T, gc *galeratest.Cluster) {
 
 	r, _, _ := c.readyz(a)
 	oldEpoch := r.Epoch
-	cert0 := certFailures(gc.Node(0))
+	cert0, bf0 := conflicts(gc.Node(0))
 	fault := time.Now()
 	a.signal(t, syscall.SIGSTOP)
 	took, nr := c.takeover(b, fault, oldEpoch)
@@ -297,8 +302,9 @@ func testGaleraStopPrimary(t *testing.T, gc *galeratest.Cluster) {
 	if m := demotion.FindStringSubmatch(a.currentLog()); m != nil {
 		how = m[1]
 	}
-	t.Logf("woken node: demoted (%s); %s's certification failures %d → %d (the other scenario of a whole cluster shares the node)",
-		how, gc.Node(0).Name, cert0, certFailures(gc.Node(0)))
+	cert, bf := conflicts(gc.Node(0))
+	t.Logf("woken node: demoted (%s); on %s, certification failures %d → %d, transactions aborted by another node's write set %d → %d (the other scenario of a whole cluster shares the node)",
+		how, gc.Node(0).Name, cert0, cert, bf0, bf)
 	c.keepsFiring(nr.Epoch, fault.Add(took))
 	c.audit("galera SIGSTOP of the primary", l, Span{From: from, To: spanTo()}, []Fault{Fault(fault.UnixMilli())})
 	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
