@@ -109,14 +109,53 @@ for target in $targets; do
 done
 phase "cross builds" "$t0"
 
+# Every fuzz target runs a few seconds beyond its seed corpus (which go test runs), so the
+# parsers meet inputs nobody wrote down. AXE_FUZZTIME=0 skips this. One fuzzing worker: the
+# fuzzing shares the cores with lane 2's tests.
+fuzztime="${AXE_FUZZTIME:-5s}"
+[ "$long" = 1 ] && fuzztime="${AXE_FUZZTIME:-60s}"
+fuzz_all() {
+  [ "$fuzztime" != 0 ] || return 0
+  local file dir target log try
+  while read -r file; do
+    dir="./$(dirname "${file#./}")"
+    for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
+      say "fuzz $dir $target for $fuzztime"
+      # A failure prints the fuzzer's output. One that recorded no failing input under
+      # testdata/fuzz (the fuzzing engine itself gave up, e.g. a worker it judged hung) is
+      # tried once more; a recorded failing input always fails the run.
+      log=$(mktemp)
+      for try in 1 2; do
+        if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -parallel 1 "$dir" >"$log" 2>&1; then
+          break
+        fi
+        tail -n 30 "$log" >&2
+        if [ "$try" = 2 ] || [ -n "$(git status --porcelain -- "$dir/testdata/fuzz/$target" 2>/dev/null)" ]; then
+          rm -f "$log"
+          return 1
+        fi
+        say "fuzz $dir $target failed without a failing input; once more"
+      done
+      rm -f "$log"
+    done
+  done < <(grep -rl --include='*_test.go' '^func Fuzz' . | sort)
+}
+
 # Lane 1: the suites that run real daemons against MariaDB and spend most of their time
-# waiting on leases, timeouts and outages. They run one package at a time, beside lane 2.
+# waiting on leases, timeouts and outages, one package at a time, then the fuzz targets;
+# all beside lane 2.
 slow_pkgs="./internal/failover/ ./internal/galeratest/"
 lane1_log=$(mktemp)
 t0=$SECONDS
-say "lane 1: go test -race $slow_pkgs (log: $lane1_log)"
-( go test -race -count=1 -timeout 30m -p 1 $slow_pkgs >"$lane1_log" 2>&1; echo $? >"$lane1_log.rc"
-  echo $((SECONDS - t0)) >"$lane1_log.took" ) &
+say "lane 1: go test -race $slow_pkgs, then fuzzing (log: $lane1_log)"
+# (set -e holds in the subshell too: each exit status is caught, not fatal.)
+( rc=0; go test -race -count=1 -timeout 30m -p 1 $slow_pkgs >"$lane1_log" 2>&1 || rc=$?
+  echo "$rc" >"$lane1_log.rc"
+  echo $((SECONDS - t0)) >"$lane1_log.took"
+  t1=$SECONDS rc=0
+  fuzz_all >"$lane1_log.fuzz" 2>&1 || rc=$?
+  echo "$rc" >"$lane1_log.fuzzrc"
+  echo $((SECONDS - t1)) >"$lane1_log.fuzztook" ) &
 lane1=$!
 trap 'kill $lane1 2>/dev/null || true' EXIT
 
@@ -132,51 +171,22 @@ phase "lane 2 tests" "$t0"
 
 # The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,
 # so they keep compiling and running (the other suites' smoke tests are in ./bench/...).
-fuzz_rc=0
 if [ "$lane2_rc" = 0 ]; then
   t1=$SECONDS
   say "B1 wheel benchmarks, smoke size"
   AXE_BENCH_WHEEL_SIZES=1e3 AXE_BENCH_WHEEL_LATE_SIZES=1e3 \
     go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null || lane2_rc=$?
-  # Every fuzz target runs a few seconds beyond its seed corpus (which go test ran above), so
-  # the parsers meet inputs nobody wrote down. AXE_FUZZTIME=0 skips this.
-  fuzztime="${AXE_FUZZTIME:-5s}"
-  [ "$long" = 1 ] && fuzztime="${AXE_FUZZTIME:-60s}"
-  if [ "$fuzztime" != 0 ] && [ "$lane2_rc" = 0 ]; then
-    while read -r file; do
-      dir="./$(dirname "${file#./}")"
-      for target in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$file"); do
-        say "fuzz $dir $target for $fuzztime"
-        # A failure prints the fuzzer's output. One that recorded no failing input under
-        # testdata/fuzz (the fuzzing engine itself gave up, e.g. a worker it judged hung)
-        # is tried once more; a recorded failing input always fails the run.
-        log=$(mktemp)
-        for try in 1 2; do
-          if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$dir" >"$log" 2>&1; then
-            break
-          fi
-          tail -n 30 "$log" >&2
-          if [ "$try" = 2 ] || [ -n "$(git status --porcelain -- "$dir/testdata/fuzz/$target" 2>/dev/null)" ]; then
-            fuzz_rc=1
-            break
-          fi
-          say "fuzz $dir $target failed without a failing input; once more"
-        done
-        rm -f "$log"
-        [ "$fuzz_rc" = 0 ] || break 2
-      done
-    done < <(grep -rl --include='*_test.go' '^func Fuzz' . | sort)
-  fi
-  phase "benchmark smoke and fuzzing" "$t1"
+  phase "benchmark smoke" "$t1"
 fi
 
 say "waiting for lane 1"
 wait $lane1 || true
 trap - EXIT
 lane1_rc=$(cat "$lane1_log.rc" 2>/dev/null || echo 1)
-cat "$lane1_log"
-say "lane 1 tests took $(cat "$lane1_log.took" 2>/dev/null || echo ?)s"
-rm -f "$lane1_log" "$lane1_log.rc" "$lane1_log.took"
+fuzz_rc=$(cat "$lane1_log.fuzzrc" 2>/dev/null || echo 1)
+cat "$lane1_log" "$lane1_log.fuzz"
+say "lane 1 tests took $(cat "$lane1_log.took" 2>/dev/null || echo ?)s, fuzzing $(cat "$lane1_log.fuzztook" 2>/dev/null || echo ?)s"
+rm -f "$lane1_log"*
 phase "the whole suite"
 if [ "$lane1_rc" != 0 ] || [ "$lane2_rc" != 0 ] || [ "$fuzz_rc" != 0 ]; then
   say "FAILED: lane 1 exit $lane1_rc, lane 2 exit $lane2_rc, fuzzing exit $fuzz_rc"
