@@ -129,6 +129,9 @@ type TaskDef struct {
 	// server's setting (docs/retention.md).
 	RetainHistoryMS  int64 `json:"retain_history_ms,omitempty"`
 	RetainFinishedMS int64 `json:"retain_finished_ms,omitempty"`
+	// PauseAfterFailures pauses the task after this many consecutive failed runs (0: never;
+	// docs/operations.md, Pause on failure).
+	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
@@ -152,7 +155,11 @@ type Runtime struct {
 	// newest of them that failed, timed out or was lost ended (0: none).
 	LastResult    string `json:"last_result,omitempty"`
 	LastFailureAt int64  `json:"last_failure_at,omitempty"`
-	Version       int64  `json:"version"`
+	// ConsecutiveFailures counts the task's scheduled runs that failed or timed out in a row,
+	// each after its last retry; a success sets it to 0, and so does a resume
+	// (TaskDef.PauseAfterFailures).
+	ConsecutiveFailures int   `json:"consecutive_failures,omitempty"`
+	Version             int64 `json:"version"`
 }
 
 // Task is a definition joined with its runtime.

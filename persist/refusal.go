@@ -93,23 +93,24 @@ type column struct {
 
 // defColumns are the limits of task_def's columns (schema.go), by name.
 var defColumns = map[string]column{
-	"name":               {field: "name", chars: nameLen},
-	"grp":                {field: "group", chars: nameLen},
-	"trigger_type":       {field: "trigger", chars: shortLen},
-	"cron":               {field: "cron", chars: 255},
-	"depends_on":         {field: "depends_on", bytes: textLen},
-	"depends_mode":       {field: "depends_mode", chars: shortLen},
-	"timezone":           {field: "timezone", chars: 64},
-	"timeout_sec":        {field: "timeout_sec", int32: true},
-	"retry_count":        {field: "retry_count", int32: true},
-	"retry_interval_sec": {field: "retry_interval_sec", int32: true},
-	"priority":           {field: "priority", int32: true},
-	"callback":           {field: "callback", bytes: textLen},
-	"params":             {field: "params", bytes: 1<<24 - 1}, // MEDIUMTEXT
-	"misfire_policy":     {field: "misfire_policy", chars: shortLen},
-	"on_lost":            {field: "on_lost", chars: shortLen},
-	"cron_dialect":       {field: "cron_dialect", chars: shortLen},
-	"sensitive_params":   {field: "sensitive_params", chars: 4096},
+	"name":                 {field: "name", chars: nameLen},
+	"grp":                  {field: "group", chars: nameLen},
+	"trigger_type":         {field: "trigger", chars: shortLen},
+	"cron":                 {field: "cron", chars: 255},
+	"depends_on":           {field: "depends_on", bytes: textLen},
+	"depends_mode":         {field: "depends_mode", chars: shortLen},
+	"timezone":             {field: "timezone", chars: 64},
+	"timeout_sec":          {field: "timeout_sec", int32: true},
+	"retry_count":          {field: "retry_count", int32: true},
+	"retry_interval_sec":   {field: "retry_interval_sec", int32: true},
+	"priority":             {field: "priority", int32: true},
+	"callback":             {field: "callback", bytes: textLen},
+	"params":               {field: "params", bytes: 1<<24 - 1}, // MEDIUMTEXT
+	"misfire_policy":       {field: "misfire_policy", chars: shortLen},
+	"on_lost":              {field: "on_lost", chars: shortLen},
+	"cron_dialect":         {field: "cron_dialect", chars: shortLen},
+	"sensitive_params":     {field: "sensitive_params", chars: 4096},
+	"pause_after_failures": {field: "pause_after_failures", int32: true},
 }
 
 // CheckTaskDef reports what of def the store would refuse, before it is written: every

@@ -264,6 +264,20 @@ var mysqlMigrations = []migration{{
 			PRIMARY KEY (minute, node)
 		)` + mysqlTableOpts,
 	},
+}, {
+	version: 11,
+	name:    "pause on failure",
+	// A task's bound on consecutive failed runs (0: never pause; the existing rows' default,
+	// so none of them changes behaviour) and its runtime's count of them. The count is written
+	// by the end of each run, in the runtime upsert that end writes anyway, so it moves with
+	// the run's result in one transaction: a restart or a failover reads it back, neither
+	// forgetting a failure nor counting one twice. Existing rows start at 0. ADD COLUMN with a
+	// default is instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate column",
+	// which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN pause_after_failures INT NOT NULL DEFAULT 0`,
+		`ALTER TABLE task_runtime ADD COLUMN consecutive_failures INT NOT NULL DEFAULT 0`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -449,6 +463,14 @@ var sqliteMigrations = []migration{{
 			late_count INTEGER NOT NULL,
 			PRIMARY KEY (minute, node)
 		)`,
+	},
+}, {
+	version: 11,
+	name:    "pause on failure",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN pause_after_failures INTEGER NOT NULL DEFAULT 0`,
+		`ALTER TABLE task_runtime ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0`,
 	},
 }}
 

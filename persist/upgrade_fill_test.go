@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10
 
 package persist_test
 
@@ -15,6 +15,7 @@ func fixtureExtras(d *model.TaskDef) {
 		d.CronDialect = "unix"
 		d.SensitiveParams = []string{"format"}
 		d.RetainHistoryMS, d.RetainFinishedMS = 30*86_400_000, 7*86_400_000
+		d.PauseAfterFailures = 5
 	case "welcome-mail":
 		d.OnLost = "fail"
 		d.RetainFinishedMS = 3_600_000
@@ -22,6 +23,7 @@ func fixtureExtras(d *model.TaskDef) {
 		d.Cron, d.CronDialect = "0 30 3 ? * MON", "quartz"
 	case "invoice-run":
 		d.CronDialect = "unix"
+		d.PauseAfterFailures = 3
 	}
 }
 
@@ -37,7 +39,8 @@ func fixtureExecutor(e *model.Executor) {
 func executorKey(e model.Executor) string { return e.DispatchKey }
 
 // fixtureRuntime sets, on the fixture's runtime rows, the columns schema versions after 2
-// added: the last result and newest failure of step 10.
+// added: the last result and newest failure of step 10, the count of consecutive failures of
+// step 11.
 func fixtureRuntime(name string, rt *model.Runtime) {
 	switch name {
 	case "nightly-report":
@@ -48,9 +51,11 @@ func fixtureRuntime(name string, rt *model.Runtime) {
 	case "retry-export":
 		rt.LastResult = model.ResultTimeout
 		rt.LastFailureAt = fxT0 + 15_000
+		rt.ConsecutiveFailures = 1
 	case "notify-finance":
 		rt.LastResult = model.ResultFailed
 		rt.LastFailureAt = fxT0 - 299_000
+		rt.ConsecutiveFailures = 2
 	case "long-import":
 		rt.LastResult = model.ResultKilled
 	}

@@ -38,6 +38,7 @@ var upgradeFixtures = []struct {
 	{name: "v8"},
 	{name: "v9"},
 	{name: "v10"},
+	{name: "v11"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
