@@ -443,6 +443,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 	now := e.nowMS()
 	nrt := t.rt
 	nrt.Note = ""
+	nrt.ConsecutiveFailures = 0 // a resumed task gets pause_after_failures failures again
 	from := t.rt.State
 	detail := ""
 	if from == model.StatePaused {

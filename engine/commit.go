@@ -46,6 +46,13 @@ func (e *Engine) commitLockedThen(t *task, nrt model.Runtime, runs []model.Run, 
 // how the write went (nil: durable). notify must not block: it delays the completions of
 // the tasks sharing its shard.
 func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
+	e.commitLockedDef(t, nrt, nil, runs, acts, then, notify)
+}
+
+// commitLockedDef is commitLockedNotify that also replaces the task's definition with def
+// (when not nil) in the same group, as commitWaitDef does: a pause on failure (pausefail.go)
+// sets the definition's paused flag with the run's end.
+func (e *Engine) commitLockedDef(t *task, nrt model.Runtime, def *model.TaskDef, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
@@ -69,6 +76,9 @@ func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run
 				notify(err)
 			}
 		},
+	}
+	if def != nil {
+		g.DefUpdates = []model.TaskDef{*def}
 	}
 	e.commitGroupLocked(t, g, func(err error) {
 		t.pending--

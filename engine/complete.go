@@ -126,6 +126,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	if isFailure(oc.result) {
 		nrt.LastFailureAt = now
 	}
+	var pausedDef *model.TaskDef // set when this end pauses the task (pausefail.go)
 	var acts []model.Action
 	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
 	// The next cycle follows the cron fire this run belongs to: a retry's own scheduled time
@@ -144,6 +145,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 		nrt.State = model.StateSuccess
 		nrt.SuccessCount++
 		nrt.Attempt = 0
+		nrt.ConsecutiveFailures = 0
 		// No `result` action record: the run row carries the end (ended_at, result), and
 		// the timeline derives the RUNNING→SUCCESS event from it (persist.Timeline). Every
 		// other end keeps its action record, whose target state the run row cannot tell.
@@ -179,14 +181,23 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 			finalFailure = true
 		}
 		acts = append(acts, e.action(t, ticket, name, model.StateRunning, model.StateFailed, ActorScheduler, detail, now))
-		e.nextCycle(t, &nrt, lastSched, now, &acts)
+		if finalFailure {
+			nrt.ConsecutiveFailures++
+			pausedDef = e.pauseOnFailure(t, &nrt, now, &acts)
+		}
+		if pausedDef == nil {
+			e.nextCycle(t, &nrt, lastSched, now, &acts)
+		}
 	}
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()
 	if oc.result == model.ResultSuccess && e.upstreams.has(name) {
 		then = func() { e.upstreamDone(name) }
 	}
-	e.commitLockedNotify(t, nrt, []model.Run{run}, acts, then, oc.durable)
+	if pausedDef != nil {
+		then = e.pausedOnFailureAlert(id, name, group, nrt.ConsecutiveFailures)
+	}
+	e.commitLockedDef(t, nrt, pausedDef, []model.Run{run}, acts, then, oc.durable)
 	e.unlock(t)
 	e.recordHealth(id, name, group, oc.result)
 	if finalFailure {

@@ -38,6 +38,10 @@ const (
 	maxTimezoneLen      = 64 // the stored column's size
 )
 
+// MaxPauseAfterFailures bounds pause_after_failures: a task that fails a thousand times in a
+// row is failing, and a bound this high is a way of saying "never" the field already has (0).
+const MaxPauseAfterFailures = 1000
+
 // MaxCallbackURLBytes bounds an HTTP callback's URL: the length HTTP asks every server to
 // take (RFC 9110, 4.1: at least 8,000 octets), well within the column that stores it.
 const MaxCallbackURLBytes = 8000
@@ -99,6 +103,9 @@ type TaskSpec struct {
 	// ("7d", "36h"); see docs/retention.md.
 	RetainHistory  string `json:"retain_history,omitempty"`
 	RetainFinished string `json:"retain_finished,omitempty"`
+	// PauseAfterFailures pauses the task after this many consecutive failed runs, 1 to
+	// MaxPauseAfterFailures; 0 or absent never does (docs/operations.md, Pause on failure).
+	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
@@ -390,6 +397,10 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		return d, fieldErr("misfire_policy", "must be fire_once or skip, got %q", s.MisfirePolicy)
 	}
 	d.Paused = s.Paused != nil && *s.Paused
+	if s.PauseAfterFailures < 0 || s.PauseAfterFailures > MaxPauseAfterFailures {
+		return d, fieldErr("pause_after_failures", "must be 0..%d (0: never pause), got %d", MaxPauseAfterFailures, s.PauseAfterFailures)
+	}
+	d.PauseAfterFailures = s.PauseAfterFailures
 	switch s.OnLost {
 	case "", persist.OnLostFail:
 		d.OnLost = s.OnLost
