@@ -55,6 +55,30 @@ func waitPaused(t *testing.T, e *Engine, clk *clock.Fake, name string) *model.Ta
 	return pt
 }
 
+// wantPauseRecords waits for the task's n-th paused_on_failure alert (raised once its pause
+// is durable, on a goroutine of its own) and then requires exactly n pauses by the scheduler
+// and n alerts, recorded and sent.
+func wantPauseRecords(t *testing.T, e *Engine, name string, n int) {
+	t.Helper()
+	sent := func() int {
+		k := 0
+		for _, d := range e.RecentAlerts() {
+			if d.Kind == AlertPausedOnFailure && d.Task == name {
+				k++
+			}
+		}
+		return k
+	}
+	waitFor(t, 10*time.Second, "the pause's alert", func() bool {
+		_, a := pauseRecords(t, e, name)
+		return a >= n && sent() >= n
+	})
+	waitSettled(t, e)
+	if p, a := pauseRecords(t, e, name); p != n || a != n || sent() != n {
+		t.Fatalf("%d pause records, %d alert records, %d alerts sent; want %d of each", p, a, sent(), n)
+	}
+}
+
 // pauseRecords counts the task's pause actions by the scheduler and its paused_on_failure
 // alert records, from the store.
 func pauseRecords(t *testing.T, e *Engine, name string) (pauses, alerts int) {
@@ -103,18 +127,7 @@ func TestPauseAfterConsecutiveFailures(t *testing.T) {
 		if !st.Def.Paused || st.Runtime.State != model.StatePaused || st.Runtime.ConsecutiveFailures != 3 {
 			t.Fatalf("stored task: paused %v, runtime %+v", st.Def.Paused, st.Runtime)
 		}
-		if p, a := pauseRecords(t, e, "pf"); p != 1 || a != 1 {
-			t.Fatalf("%d pause records and %d alerts, want 1 and 1", p, a)
-		}
-		n := 0
-		for _, d := range e.RecentAlerts() {
-			if d.Kind == AlertPausedOnFailure && d.Task == "pf" {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Fatalf("%d paused_on_failure alerts sent, want 1", n)
-		}
+		wantPauseRecords(t, e, "pf", 1)
 
 		// Paused: nothing fires, and nothing is counted.
 		runFor(clk, 5*time.Second, 100*time.Millisecond)
@@ -135,9 +148,7 @@ func TestPauseAfterConsecutiveFailures(t *testing.T) {
 		if n := len(cs.got("pf")); n != 6 {
 			t.Fatalf("called %d times at the second pause, want 6", n)
 		}
-		if p, a := pauseRecords(t, e, "pf"); p != 2 || a != 2 {
-			t.Fatalf("%d pause records and %d alerts, want 2 and 2", p, a)
-		}
+		wantPauseRecords(t, e, "pf", 2)
 	})
 }
 
@@ -247,9 +258,7 @@ func TestPauseOnFailureCountSurvivesRestart(t *testing.T) {
 		if n := len(cs.got("pf-restart")); n != 3 || pt.Runtime.ConsecutiveFailures != 3 {
 			t.Fatalf("paused after %d calls with count %d, want 3 and 3", n, pt.Runtime.ConsecutiveFailures)
 		}
-		if p, al := pauseRecords(t, b, "pf-restart"); p != 1 || al != 1 {
-			t.Fatalf("%d pause records and %d alerts, want 1 and 1", p, al)
-		}
+		wantPauseRecords(t, b, "pf-restart", 1)
 	})
 }
 
