@@ -55,6 +55,7 @@ export async function render(main, args) {
   const retries = inp('retry_count', t.retry_count, {type: 'number', min: 0});
   const retryEvery = inp('retry_interval_sec', t.retry_interval_sec, {type: 'number', min: 0});
   const prio = inp('priority', t.priority, {type: 'number', min: 0, max: 9});
+  const pauseAfter = inp('pause_after_failures', t.pause_after_failures || 0, {type: 'number', min: 0, max: 1000});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
   const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
@@ -84,7 +85,8 @@ export async function render(main, args) {
         'their values are shown as *** in the console and the API; saving *** keeps the stored value')),
     h('fieldset', {}, h('legend', {}, 'Behaviour'), field('timeout_sec', 'Timeout (s)', timeout), field('retry_count', 'Retries', retries),
       field('retry_interval_sec', 'Retry interval (s)', retryEvery), field('priority', 'Priority (0 first)', prio),
-      field('misfire_policy', 'Misfire', misfire)),
+      field('misfire_policy', 'Misfire', misfire),
+      field('pause_after_failures', 'Pause after failures', pauseAfter, 'pause the task after this many failed runs in a row; 0: never')),
     formErr,
     h('div', {class: 'row'}, h('button', {type: 'submit', id: 'save'}, editing ? 'Save' : 'Create'),
       h('a', {href: editing ? '#/tasks/' + encodeURIComponent(editing) : '#/tasks', class: 'button'}, 'Cancel')));
@@ -160,7 +162,7 @@ export async function render(main, args) {
     }
     const spec = {...keep, name: name.value.trim(), group: group.value.trim(), trigger: trigger.value, timezone: tz.value.trim(),
       timeout_sec: num(timeout), retry_count: num(retries), retry_interval_sec: num(retryEvery), priority: num(prio),
-      misfire_policy: misfire.value};
+      misfire_policy: misfire.value, pause_after_failures: num(pauseAfter)};
     if (spec.trigger === 'cron') spec.cron = cron.value.trim();
     if (spec.trigger === 'delay') spec.delay_ms = num(delay);
     if (spec.trigger === 'dependency') spec.depends_on = deps.value.split(',').map(s => s.trim()).filter(Boolean);

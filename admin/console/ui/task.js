@@ -18,7 +18,7 @@ const TIMELINE_KINDS = [
   ['dispatch,result,retry,timeout,lost,misfire,resend,kill', 'runs (dispatch, result, retry, timeout, lost, kill)'],
   ['create,update,delete,pause,resume,run_now,kill', 'operator actions'],
   ['pause,resume', 'pause and resume'],
-  ['breaker_open,breaker_close,final_failure', 'alerts'],
+  ['breaker_open,breaker_close,final_failure,paused_on_failure', 'alerts'],
 ];
 
 export async function render(main, args) {
@@ -135,6 +135,9 @@ export async function render(main, args) {
       ['Callback', cb.type === 'http' ? 'http ' + cb.url : `executor ${cb.app}/${cb.handler}${cb.route ? ' (' + cb.route + ')' : ''}`],
       ['Timeout', t.timeout_sec + ' s'], ['Retries', `${t.retry_count} every ${t.retry_interval_sec} s`],
       ['Priority', t.priority], ['Misfire', t.misfire_policy],
+      ['Pause on failure', t.pause_after_failures
+        ? h('span', {id: 'task-pause-after'}, `after ${t.pause_after_failures} consecutive failed runs (${rt.consecutive_failures || 0} now)`)
+        : 'off'],
       ['Params', t.params !== undefined ? h('pre', {id: 'task-params'}, JSON.stringify(t.params, null, 2)) : ''],
       ['Next fire', rt.state === 'PAUSED' ? 'none while paused' : rt.next_trigger_time ? show(rt.next_trigger_time, zone) : '—'],
       ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
