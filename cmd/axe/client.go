@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -112,8 +113,58 @@ func fmtMS(ms int64) string {
 	return time.UnixMilli(ms).Format("2006-01-02 15:04:05.000")
 }
 
+// optInt is an int flag that knows whether it was given.
+type optInt struct {
+	n   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.n)
+}
+
+func (o *optInt) Set(v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return fmt.Errorf("not a whole number: %q", v)
+	}
+	o.n, o.set = n, true
+	return nil
+}
+
+// specFlags are the flags of task create and update: the file, and fields set over it.
+type specFlags struct {
+	file       string
+	pauseAfter optInt
+}
+
+func (f *specFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.file, "f", "", "task JSON file, - for stdin")
+	fs.Var(&f.pauseAfter, "pause-after-failures",
+		"pause the task after this many consecutive failed runs, 0: never; set over the file's pause_after_failures (AXE_PAUSE_AFTER_FAILURES)")
+}
+
+// read returns the task JSON of the file with the flags' fields set over it. The server
+// validates the result (a bound out of range is its 400 naming the field).
+func (f *specFlags) read() ([]byte, error) {
+	spec, err := readSpec(f.file)
+	if err != nil || !f.pauseAfter.set {
+		return spec, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(spec, &m); err != nil || m == nil {
+		return nil, fmt.Errorf("-f: a task definition is a JSON object (%v)", err)
+	}
+	m["pause_after_failures"] = json.RawMessage(strconv.Itoa(f.pauseAfter.n))
+	return json.Marshal(m)
+}
+
 func taskCmd() *ffcli.Command {
-	var file, group, state, note, params string
+	var group, state, note, params string
+	var createFlags, updateFlags specFlags
 	// One limit per command: flag.IntVar writes its default into the variable at
 	// registration, so a shared variable would give every command the last default.
 	var lsLimit, runsLimit, actionsLimit int
@@ -123,10 +174,10 @@ func taskCmd() *ffcli.Command {
 		ShortHelp:  "manage tasks",
 		Exec:       parentExec,
 		Subcommands: append(writeCmds(),
-			clientCmd("create", "axe task create -f task.json", "create a task from a JSON definition", 0,
-				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
+			clientCmd("create", "axe task create -f task.json [--pause-after-failures N]", "create a task from a JSON definition", 0,
+				createFlags.register,
 				func(ctx context.Context, c *client.Client, _ []string) error {
-					spec, err := readSpec(file)
+					spec, err := createFlags.read()
 					if err != nil {
 						return err
 					}
@@ -137,10 +188,10 @@ func taskCmd() *ffcli.Command {
 					fmt.Printf("created %s (%s, next fire %s)\n", t.Name, t.Runtime.State, orDash(t.Runtime.NextFireAt))
 					return nil
 				}),
-			clientCmd("update", "axe task update NAME -f task.json", "replace a task's definition", 1,
-				func(fs *flag.FlagSet) { fs.StringVar(&file, "f", "", "task JSON file, - for stdin") },
+			clientCmd("update", "axe task update NAME -f task.json [--pause-after-failures N]", "replace a task's definition", 1,
+				updateFlags.register,
 				func(ctx context.Context, c *client.Client, args []string) error {
-					spec, err := readSpec(file)
+					spec, err := updateFlags.read()
 					if err != nil {
 						return err
 					}

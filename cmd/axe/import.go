@@ -21,6 +21,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/executor/agent"
 	"github.com/axe-sched/axe/internal/migrate"
@@ -48,12 +49,14 @@ type importFlags struct {
 	yes        bool
 	skipBad    bool
 	onConflict string
+	pauseAfter int
 }
 
 func (f *importFlags) register(fs *flag.FlagSet) {
 	f.clientFlags.register(fs)
 	fs.BoolVar(&f.yes, "yes", false, "apply: create the tasks (without it, only the dry run is shown) (AXE_YES)")
 	fs.BoolVar(&f.skipBad, "skip-bad", false, "import what converts and skip the rest; without it nothing is created unless every job converts (AXE_SKIP_BAD)")
+	fs.IntVar(&f.pauseAfter, "pause-after-failures", 0, "pause each task after this many consecutive failed runs; 0: never (AXE_PAUSE_AFTER_FAILURES)")
 	fs.StringVar(&f.onConflict, "on-conflict", onConflictSkip, "a task that exists: skip it, or replace its definition (its paused state is kept) (AXE_ON_CONFLICT)")
 }
 
@@ -61,11 +64,17 @@ func (f *importFlags) validate() error {
 	if f.onConflict != onConflictSkip && f.onConflict != onConflictReplace {
 		return fmt.Errorf("on-conflict: must be skip or replace, got %q", f.onConflict)
 	}
+	if f.pauseAfter < 0 || f.pauseAfter > engine.MaxPauseAfterFailures {
+		return fmt.Errorf("pause-after-failures: must be 0..%d (0: never pause), got %d", engine.MaxPauseAfterFailures, f.pauseAfter)
+	}
 	return nil
 }
 
 // checkPlan prints the dry run and says whether to go on.
 func (f *importFlags) checkPlan(p *migrate.Plan) (bool, error) {
+	for i := range p.Items {
+		p.Items[i].Task.PauseAfterFailures = f.pauseAfter
+	}
 	if err := p.WriteTable(os.Stdout); err != nil {
 		return false, err
 	}

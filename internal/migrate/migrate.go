@@ -51,6 +51,9 @@ type Task struct {
 	Paused           bool            `json:"paused"`
 	Note             string          `json:"note,omitempty"`
 	RetryIntervalSec int             `json:"retry_interval_sec,omitempty"`
+	// PauseAfterFailures is the importer's --pause-after-failures, the same for every task
+	// (0: never pause).
+	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
 }
 
 // Item is one converted source job.
