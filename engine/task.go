@@ -38,8 +38,8 @@ const (
 	maxTimezoneLen      = 64 // the stored column's size
 )
 
-// MaxPauseAfterFailures bounds pause_after_failures: a task that fails a thousand times in a
-// row is failing, and a bound this high is a way of saying "never" the field already has (0).
+// MaxPauseAfterFailures bounds pause_after_failures: a task that failed a thousand runs in a
+// row is broken, and a higher bound would only mean "never", which 0 already says.
 const MaxPauseAfterFailures = 1000
 
 // MaxCallbackURLBytes bounds an HTTP callback's URL: the length HTTP asks every server to
