@@ -85,7 +85,8 @@ func (e *Engine) ranDown(t *task, ticket string) {
 }
 
 // complete records how the periodic run ended and moves the task on: to the next cycle, to a
-// retry, or to its resting state. The caller has taken the run from e.runs.
+// retry, or to its resting state, as decideEnd (transition.go) decides. The caller has taken
+// the run from e.runs.
 func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	ticket := run.Ticket
 	t.mu.Lock()
@@ -101,108 +102,59 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 		oc.notify(fmt.Errorf("%w: run %s is no longer the task's run in flight", ErrStaleTicket, ticket))
 		return
 	}
-	now := e.nowMS()
-	run.EndedAt = now
-	run.Result = oc.result
-	run.Error = oc.errText
-	run.Output = oc.output
-	if oc.executor != "" {
-		run.Executor = oc.executor
-	}
-	run.DurationMS = oc.duration.Milliseconds()
-	if oc.duration == 0 {
-		run.DurationMS = now - run.DispatchedAt
-	}
+	d := decideEnd(e.endInput(t, run, oc, e.nowMS()))
 	e.ranDown(t, ticket)
-	e.m.results.result(oc.result).Inc()
-
-	nrt := t.rt
-	nrt.LastEndTime = now
-	nrt.LastExecutor = run.Executor
-	nrt.CurrentTicket = ""
-	nrt.NextTriggerTime = 0 // the due of the run that ended (fire); the next cycle sets its own
-	// In the row written anyway: the console's "last result" and "failed within" filters.
-	nrt.LastResult = oc.result
-	if isFailure(oc.result) {
-		nrt.LastFailureAt = now
-	}
-	var pausedDef *model.TaskDef // set when this end pauses the task (pausefail.go)
-	var acts []model.Action
-	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
-	// The next cycle follows the cron fire this run belongs to: a retry's own scheduled time
-	// is later, and fires between the two must be counted as missed, not dropped unrecorded.
-	lastSched := run.ScheduledAt
-	if run.Attempt > 1 && t.retryOf > 0 && t.retryOf < lastSched {
-		lastSched = t.retryOf
-	}
-	t.retryOf = 0
-	detail := oc.result
-	if oc.errText != "" {
-		detail += ": " + oc.errText
-	}
-	switch {
-	case oc.result == model.ResultSuccess:
-		nrt.State = model.StateSuccess
-		nrt.SuccessCount++
-		nrt.Attempt = 0
-		nrt.ConsecutiveFailures = 0
-		// No `result` action record: the run row carries the end (ended_at, result), and
-		// the timeline derives the RUNNING→SUCCESS event from it (persist.Timeline). Every
-		// other end keeps its action record, whose target state the run row cannot tell.
-		e.nextCycle(t, &nrt, lastSched, now, &acts)
-	case oc.result != model.ResultLost && run.Attempt <= t.def.RetryCount && !t.def.Paused:
-		// (A pause stops retries too: they are future triggers.)
-		if oc.result == model.ResultTimeout {
-			e.m.timeouts.Inc()
-		}
-		delay := retryDelay(time.Duration(t.def.RetryIntervalSec)*time.Second, run.Attempt, e.cfg.RetryBackoffCap)
-		nrt.State = model.StateRetrying
-		nrt.Attempt = run.Attempt + 1
-		t.retryOf = lastSched
-		nrt.NextTriggerTime = now + delay.Milliseconds()
-		acts = append(acts, e.action(t, ticket, ActRetry, model.StateRunning, model.StateRetrying, ActorScheduler,
-			fmt.Sprintf("%s; attempt %d in %s", detail, nrt.Attempt, delay), now))
-		e.m.retries.Inc()
-	default:
-		if oc.result == model.ResultTimeout {
-			e.m.timeouts.Inc()
-		}
-		nrt.State = model.StateFailed
-		nrt.FailureCount++
-		nrt.Attempt = 0
-		name := ActResult
-		switch oc.result {
-		case model.ResultLost:
-			name = ActLost
-		case model.ResultTimeout:
-			name = ActTimeout // a timeout is an action of its own in the audit log
-			finalFailure = true
-		default:
-			finalFailure = true
-		}
-		acts = append(acts, e.action(t, ticket, name, model.StateRunning, model.StateFailed, ActorScheduler, detail, now))
-		if finalFailure {
-			nrt.ConsecutiveFailures++
-			pausedDef = e.pauseOnFailure(t, &nrt, now, &acts)
-		}
-		if pausedDef == nil {
-			e.nextCycle(t, &nrt, lastSched, now, &acts)
-		}
-	}
+	e.applyEnd(t, d)
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()
-	if oc.result == model.ResultSuccess && e.upstreams.has(name) {
+	if d.ReleaseDownstream {
 		then = func() { e.upstreamDone(name) }
 	}
-	if pausedDef != nil {
-		then = e.pausedOnFailureAlert(id, name, group, nrt.ConsecutiveFailures)
+	if d.PausedOnFailure {
+		then = e.pausedOnFailureAlert(id, name, group, d.RT.ConsecutiveFailures)
 	}
-	e.commitLockedDef(t, nrt, pausedDef, []model.Run{run}, acts, then, oc.durable)
+	e.commitLockedDef(t, d.RT, d.PausedDef, []model.Run{d.Run}, d.Acts, then, oc.durable)
 	e.unlock(t)
-	e.recordHealth(id, name, group, oc.result)
-	if finalFailure {
-		e.alertFor(context.Background(), AlertFinalFailure, id, name, group,
-			fmt.Sprintf("%s failed after %d attempt(s): %s", name, run.Attempt, detail))
+	e.recordHealth(id, name, group, d.Breaker)
+	if d.FinalFailure != "" {
+		e.alertFor(context.Background(), AlertFinalFailure, id, name, group, d.FinalFailure)
+	}
+}
+
+// endInput copies what decideEnd reads out of t. Caller holds t.mu.
+func (e *Engine) endInput(t *task, run model.Run, oc outcome, now int64) endInput {
+	return endInput{
+		ID: t.id, Def: t.def, Sched: t.sched, Loc: t.loc, RT: t.rt, RetryOf: t.retryOf, Deleted: t.deleted,
+		// Looked up for a success only, the one end that releases downstream tasks.
+		Upstream: oc.result == model.ResultSuccess && e.upstreams.has(t.def.Name),
+		Run:      run, Outcome: oc, Now: now,
+		RetryBackoffCap: e.cfg.RetryBackoffCap, MisfireThreshold: e.cfg.MisfireThreshold,
+	}
+}
+
+// applyEnd applies the parts of d that stay in memory: the counters, the task's retryOf and
+// paused definition, and the log of refused moves. The caller commits d.RT with d's runs and
+// actions. Caller holds t.mu.
+func (e *Engine) applyEnd(t *task, d endDecision) {
+	e.m.results.result(d.Run.Result).Inc()
+	if d.Killed {
+		e.m.kills.Inc()
+	}
+	if d.Timeout {
+		e.m.timeouts.Inc()
+	}
+	if d.Retried {
+		e.m.retries.Inc()
+	}
+	if d.Misfire {
+		e.m.misfires.Inc()
+	}
+	for _, err := range d.Refused {
+		e.log.Error("state machine refused a move at a run's end", "task", t.def.Name, "error", err)
+	}
+	t.retryOf = d.RetryOf
+	if d.PausedDef != nil {
+		t.def = d.PausedDef
 	}
 }
 
@@ -243,7 +195,7 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
 		oc.notify(err)
 	}
-	e.recordHealth(t.id, name, group, oc.result)
+	e.recordHealth(t.id, name, group, breakerFeedOf(oc.result))
 }
 
 // Kill ends the task's periodic run in flight: the run is recorded KILLED and the task goes
@@ -278,117 +230,27 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, err
 	return &model.Task{Def: *t.def, Runtime: rt}, nil
 }
 
-// killLocked records the periodic run as killed and moves t on to its next cycle, and
-// returns the runtime it committed. The caller holds t.mu and has taken the run from e.runs.
+// killLocked records the periodic run as killed and moves t on to its next cycle, as
+// decideEnd decides, and returns the runtime it committed. The caller holds t.mu and has
+// taken the run from e.runs.
 func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor string) (model.Runtime, error) {
-	now := e.nowMS()
-	run.EndedAt = now
-	run.Result = model.ResultKilled
-	run.Error = "killed by " + actor
-	run.DurationMS = now - run.DispatchedAt
+	in := e.endInput(t, run, outcome{}, e.nowMS())
+	in.Kill, in.KilledBy = true, actor
+	d := decideEnd(in)
 	e.ranDown(t, run.Ticket)
-	e.m.results.result(model.ResultKilled).Inc()
-	e.m.kills.Inc()
-	nrt := t.rt
-	nrt.LastEndTime = now
-	nrt.CurrentTicket = ""
-	nrt.NextTriggerTime = 0 // the due of the killed run (see fire)
-	nrt.Attempt = 0
-	nrt.State = model.StateWaiting
-	acts := []model.Action{
-		e.action(t, run.Ticket, ActKill, model.StateRunning, model.StateKilled, actor, "", now),
-		e.action(t, run.Ticket, ActSchedule, model.StateKilled, model.StateWaiting, ActorScheduler, "", now),
-	}
-	switch {
-	case t.def.Paused:
-		nrt.State = model.StatePaused
-		acts[1].To = model.StatePaused
-		acts[1].Action = ActPause
-		acts[1].Detail = "pause requested during the run takes effect"
-	case t.def.Trigger == model.TriggerCron:
-		if next, d := e.nextFire(t, run.ScheduledAt, now); next != 0 {
-			nrt.State = model.StateScheduled
-			nrt.NextTriggerTime = next
-			acts = append(acts, e.action(t, "", ActSchedule, model.StateWaiting, model.StateScheduled, ActorScheduler,
-				"next fire "+time.UnixMilli(next).In(t.loc).Format(time.RFC3339)+d, now))
-		}
-	}
+	e.applyEnd(t, d)
+	nrt := d.RT
 	nrt.Version = t.rt.Version + 1 // as commitWait sets it
-	return nrt, e.commitWait(ctx, t, nrt, []model.Run{run}, acts)
+	return nrt, e.commitWait(ctx, t, nrt, []model.Run{d.Run}, d.Acts)
 }
 
-// nextCycle moves a task that just finished a run (SUCCESS or FAILED in nrt) to where it
-// waits next: SCHEDULED with the next cron fire, PAUSED when a pause was requested during the
-// run, WAITING for dependency tasks; one-shot tasks rest where they are. Caller holds t.mu.
-func (e *Engine) nextCycle(t *task, nrt *model.Runtime, lastSched, now int64, acts *[]model.Action) {
-	from := nrt.State
-	to := from
-	detail := ""
-	switch {
-	case t.def.Paused:
-		to = model.StatePaused
-		nrt.NextTriggerTime = t.nextCron(now)
-		detail = "pause requested during the run takes effect"
-	case t.def.Trigger == model.TriggerCron:
-		next, d := e.nextFire(t, lastSched, now)
-		if next == 0 {
-			detail = "the cron expression fires no more"
-			break
-		}
-		to = model.StateScheduled
-		nrt.NextTriggerTime = next
-		detail = "next fire " + time.UnixMilli(next).In(t.loc).Format(time.RFC3339) + d
-	case t.def.Trigger == model.TriggerDependency:
-		to = model.StateWaiting
-		detail = "waiting for upstreams"
-	default:
-		return
-	}
-	if to == from {
-		return
-	}
-	if err := checkTransition(from, to); err != nil {
-		e.log.Error("state machine refused next cycle", "task", t.def.Name, "error", err)
-		return
-	}
-	nrt.State = to
-	name := ActSchedule
-	if to == model.StatePaused {
-		name = ActPause
-	}
-	*acts = append(*acts, e.action(t, "", name, from, to, ActorScheduler, detail, now))
-}
-
-// nextFire returns the cron fire that follows lastSched given the time now, and a note for
-// the action record. Fires missed while the run overran (or while no scheduler ran) are
-// coalesced: at most one of them fires. A fire later than MisfireThreshold follows the
-// task's misfire policy (design.md, "Window and cold entries"): fire_once fires the latest missed one now, skip goes on to
-// the first fire after now.
+// nextFire is fireAfter for t, counting a misfire. Caller holds t.mu.
 func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
-	n := t.nextCron(lastSched)
-	if n == 0 || n > now {
-		return n, ""
+	n, note, misfired := fireAfter(t.sched, t.loc, t.def.MisfirePolicy, e.cfg.MisfireThreshold, lastSched, now)
+	if misfired {
+		e.m.misfires.Inc()
 	}
-	missed := 0
-	for i := 0; i < 100000; i++ {
-		m := t.nextCron(n)
-		if m == 0 || m > now {
-			break
-		}
-		n = m
-		missed++
-	}
-	if now-n <= e.cfg.MisfireThreshold.Milliseconds() {
-		if missed == 0 {
-			return n, ""
-		}
-		return n, fmt.Sprintf(" (%d earlier fire(s) missed while running, coalesced)", missed)
-	}
-	e.m.misfires.Inc()
-	if t.def.MisfirePolicy == model.MisfireSkip {
-		return t.nextCron(now), fmt.Sprintf(" (misfire: %d fire(s) skipped)", missed+1)
-	}
-	return n, fmt.Sprintf(" (misfire: fire_once, %d fire(s) coalesced into one)", missed+1)
+	return n, note
 }
 
 // misfire applies the misfire policy to a SCHEDULED task loaded with a fire time more than
@@ -424,40 +286,13 @@ func (e *Engine) misfire(t *task, now int64) {
 	e.commitLocked(t, nrt, runs, []model.Action{act})
 }
 
-// retryDelay is the retry backoff: the interval for retries 1 and 2, then doubling from the
-// third, capped at max(capD, interval).
-func retryDelay(interval time.Duration, retry int, capD time.Duration) time.Duration {
-	if retry <= 2 {
-		return interval
-	}
-	if capD < interval {
-		capD = interval
-	}
-	d := interval
-	for i := 2; i < retry; i++ {
-		d *= 2
-		if d >= capD || d <= 0 {
-			return capD
-		}
-	}
-	return d
-}
-
-// recordHealth feeds a result to the task's breaker and raises its alerts. Caller must not
+// recordHealth feeds a run's end to the task's breaker and raises its alerts. Caller must not
 // hold t.mu.
-func (e *Engine) recordHealth(id int64, name, group, result string) {
-	if e.cfg.Breaker.Disabled {
-		return
-	}
-	var ok bool
-	switch result {
-	case model.ResultSuccess:
-		ok = true
-	case model.ResultFailed, model.ResultTimeout:
-	default:
+func (e *Engine) recordHealth(id int64, name, group string, feed breakerFeed) {
+	if e.cfg.Breaker.Disabled || feed == feedNone {
 		return // killed and lost say nothing about the task's health
 	}
-	changed, open := e.brk.record(e.cfg.Breaker, id, e.nowMS(), ok)
+	changed, open := e.brk.record(e.cfg.Breaker, id, e.nowMS(), feed == feedOK)
 	if !changed {
 		return
 	}

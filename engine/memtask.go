@@ -113,14 +113,7 @@ func parseCached(expr, dialect string) (cron.Schedule, error) {
 
 // nextCron returns the first cron fire strictly after `after` (ms), or 0 when none.
 func (t *task) nextCron(after int64) int64 {
-	if t.sched == nil {
-		return 0
-	}
-	n := t.sched.Next(time.UnixMilli(after), t.loc)
-	if n.IsZero() {
-		return 0
-	}
-	return n.UnixMilli()
+	return cronAfter(t.sched, t.loc, after)
 }
 
 // interned holds one copy of strings many tasks repeat (groups, zones, cron expressions,
