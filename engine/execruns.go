@@ -1,0 +1,297 @@
+package engine
+
+// Runs on executors: the offer of a durable run to an executor of its app, its timeout, the
+// executor's reports of its end, and kills. The registry they rely on (registration,
+// heartbeats, lost executors) is in executors.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/protocol"
+)
+
+// sendToExecutor offers a durable run to the executors of its app, in the order its route
+// prefers, until one accepts. It runs on a dispatch worker.
+func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time) {
+	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
+	if len(cands) == 0 {
+		e.settleRun(t, run, outcome{result: model.ResultFailed,
+			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
+		return
+	}
+	var refusals []string
+	for _, x := range cands {
+		offerBy := e.now().Add(offerTimeout)
+		if deadline.Before(offerBy) {
+			offerBy = deadline
+		}
+		// Assign the run before offering it: the executor may call back before Post returns.
+		if !e.runs.assign(run.Ticket, x) {
+			return // killed meanwhile
+		}
+		o := e.disp.Offer(x, &dispatch.Request{
+			Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
+			Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
+		})
+		if o.Err == nil && (o.Status == 202 || o.Status == 200) {
+			e.armExecTimeout(run.Ticket, deadline, x.Address)
+			return
+		}
+		if !e.runs.unassign(run.Ticket, x) {
+			// Resolved meanwhile (a result raced the refusal): nothing more to do.
+			return
+		}
+		why := strconv.Itoa(o.Status)
+		if o.Err != nil {
+			why = o.Err.Error()
+		} else if len(o.Body) > 0 {
+			why += " " + strings.TrimSpace(string(o.Body))
+		}
+		if o.Status == 401 && !x.Signed() {
+			why += "; it registered without signed calls: upgrade it, or give axe --executor-token set to its scheduler_token"
+		}
+		refusals = append(refusals, x.Address+": "+why)
+	}
+	e.settleRun(t, run, outcome{result: model.ResultFailed,
+		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
+}
+
+// armExecTimeout sets the scheduler's timeout of a run an executor holds (at addr): the
+// run's deadline plus timeoutGrace, so the executor's own deadline result (the second
+// timeout layer) arrives first when the executor is alive.
+func (e *Engine) armExecTimeout(ticket string, deadline time.Time, addr string) {
+	e.runs.arm(ticket, deadline.Add(timeoutGrace), func(f *flight) {
+		e.resolve(f.t, f.run, outcome{result: model.ResultTimeout, executor: addr,
+			errText: "no result within timeout_sec"})
+	})
+}
+
+// Report is the body of POST /api/v1/callback: an executor's result for a ticket.
+type Report = protocol.Result
+
+// maxOutput bounds the output tail kept in a run record.
+const maxOutput = 8 << 10
+
+// ReportResult records an executor's result (docs/protocol.md). It is idempotent by ticket: a repeated
+// report of the recorded result returns duplicate=true and changes nothing; a report for a
+// run that ended another way returns ErrStaleTicket; an unknown ticket ErrRunNotFound.
+func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, err error) {
+	return e.BeginReport(ctx, rep)(ctx)
+}
+
+// ReportWait waits for a result that BeginReport accepted to be recorded.
+type ReportWait func(ctx context.Context) (duplicate bool, err error)
+
+// BeginReport starts settling an executor's result and returns how to wait for it: a result
+// for a run in flight here is acknowledged only once its end is durable, so many results of
+// one batch call are begun together and share group commits. The wait returns an error when
+// the end could not be recorded (the executor then re-sends it) or ctx ends first.
+func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
+	if rep.Ticket == "" {
+		return failedReport(fieldErr("ticket", "is required"))
+	}
+	if rep.Status != model.ResultSuccess && rep.Status != model.ResultFailed {
+		return failedReport(fieldErr("status", "must be success or failed, got %q", rep.Status))
+	}
+	if err := e.checkReport(ctx, rep); err != nil {
+		return failedReport(err)
+	}
+	recorded := make(chan error, 1)
+	var sentElsewhere *dispatch.Executor
+	// The result is noted as ending while the flight is taken, under the same lock, so a
+	// duplicate delivery that finds the flight gone finds the note. The executor is compared
+	// there too: the run may have moved to another executor since checkReport looked.
+	settled := e.runs.settle(rep.Ticket, func(f *flight) bool {
+		if !waitingReport(f) {
+			return false
+		}
+		if f.exec != nil && rep.Address != "" && rep.Address != f.exec.Address {
+			sentElsewhere = f.exec
+			return false
+		}
+		e.ending.add(rep.Ticket, rep.Status, e.now())
+		return true
+	}, func(r *flight) {
+		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
+		switch {
+		case r.exec != nil:
+			// The executor the run was sent to, whatever the result says of itself.
+			e.registry.Seen(r.exec, e.nowMS())
+			oc.executor = r.exec.Address
+		case rep.Address != "":
+			oc.executor = rep.Address // a registered executor of the run's app (checkReport)
+		}
+		if rep.ExitCode != nil {
+			oc.errText = strings.TrimSpace(fmt.Sprintf("%s (exit code %d)", rep.Error, *rep.ExitCode))
+			if rep.Status == model.ResultSuccess {
+				oc.errText = ""
+			}
+		}
+		if rep.DurationMS > 0 {
+			oc.duration = time.Duration(rep.DurationMS) * time.Millisecond
+		}
+		oc.durable = func(err error) { recorded <- err }
+		e.resolve(r.t, r.run, oc)
+	})
+	if settled {
+		return func(ctx context.Context) (bool, error) {
+			select {
+			case err := <-recorded:
+				if err != nil {
+					return false, fmt.Errorf("cannot record the result of %s: %w", rep.Ticket, err)
+				}
+				return false, nil
+			case <-ctx.Done():
+				return false, fmt.Errorf("cannot record the result of %s: %w", rep.Ticket, ctx.Err())
+			}
+		}
+	}
+	if sentElsewhere != nil {
+		return failedReport(fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor,
+			rep.Ticket, sentElsewhere.Address, protocol.ClipText(rep.Address, protocol.MaxAddressBytes)))
+	}
+	dup, err := e.reportUnheld(ctx, rep)
+	return func(context.Context) (bool, error) { return dup, err }
+}
+
+// checkReport refuses a result whose claims about its run are not the run's:
+//   - an executor app (rep.App) other than the one the run belongs to: the executor it was
+//     offered to, or the task's callback app for a run adopted after a restart or no longer
+//     in flight (ErrForeignApp). The API lets a token bound to apps report only as one of
+//     them, so together no executor can settle another app's run;
+//   - a task (rep.Task) other than the run's (a *FieldError on "task");
+//   - an executor address (rep.Address) other than the executor holding the run, or, for a
+//     run no executor of this process holds, one no executor of the run's app registered
+//     (ErrForeignExecutor): the address is what the run's record names as its executor.
+//
+// A field the result leaves empty is not checked (only an unbound token may leave the app
+// empty). A run whose task is gone is refused as stale: nobody can tell whose it was.
+func (e *Engine) checkReport(ctx context.Context, rep Report) error {
+	if rep.App == "" && rep.Task == "" && rep.Address == "" {
+		return nil
+	}
+	o := e.runs.ownerOf(rep.Ticket)
+	var cb model.Callback
+	switch {
+	case o.t != nil:
+		o.t.mu.Lock()
+		cb = o.t.def.Callback
+		o.t.mu.Unlock()
+	case !o.held:
+		run, err := e.store.GetRun(ctx, rep.Ticket)
+		if err != nil {
+			return nil // unknown ticket or store error: the report path answers it
+		}
+		pt, err := e.store.GetTaskByID(ctx, run.TaskID)
+		if errors.Is(err, model.ErrTaskNotFound) {
+			return fmt.Errorf("%w: run %s belongs to a deleted task", ErrStaleTicket, rep.Ticket)
+		}
+		if err != nil {
+			return fmt.Errorf("cannot read the task of run %s: %w", rep.Ticket, err)
+		}
+		cb = pt.Def.Callback
+		o.task = run.TaskName
+		if cb.Type == model.CallbackExecutor && run.Executor != "" && e.registry.Get(cb.App, run.Executor) != nil {
+			o.addr = run.Executor // the executor the run was sent to, lost ones included
+		}
+	}
+	app := o.app
+	if o.t != nil || !o.held {
+		app = ""
+		if cb.Type == model.CallbackExecutor {
+			app = cb.App
+		}
+	}
+	switch {
+	case rep.App != "" && app != rep.App:
+		return fmt.Errorf("%w: run %s is not a run of executor app %q", ErrForeignApp, rep.Ticket, rep.App)
+	case rep.Task != "" && rep.Task != o.task:
+		return fieldErr("task", "run %s is a run of task %q, not %q", rep.Ticket, o.task, protocol.ClipText(rep.Task, protocol.MaxNameBytes))
+	case rep.Address == "":
+	case o.addr != "":
+		if rep.Address != o.addr {
+			return fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor, rep.Ticket, o.addr,
+				protocol.ClipText(rep.Address, protocol.MaxAddressBytes))
+		}
+	case app == "" || e.registry.Get(app, rep.Address) == nil:
+		return fmt.Errorf("%w: no executor of app %q registered at %s", ErrForeignExecutor, app,
+			protocol.ClipText(rep.Address, protocol.MaxAddressBytes))
+	}
+	return nil
+}
+
+func failedReport(err error) ReportWait {
+	return func(context.Context) (bool, error) { return false, err }
+}
+
+// reportUnheld answers a result for a run not in flight here: a duplicate of a recorded
+// one, a late one for a run recorded lost, or one refused.
+func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, err error) {
+	if e.ending.has(rep.Ticket, rep.Status) {
+		// The same result, delivered again before its record is durable (an executor that
+		// reports twice, a network that duplicates a request): the store still says running.
+		return true, nil
+	}
+	run, err := e.store.GetRun(ctx, rep.Ticket)
+	if errors.Is(err, model.ErrRunNotFound) {
+		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")
+		return false, fmt.Errorf("%w: %s", err, rep.Ticket)
+	}
+	if err != nil {
+		return false, err
+	}
+	if run.Result == rep.Status {
+		return true, nil
+	}
+	if run.Result == model.ResultLost {
+		return false, e.recordLateResult(ctx, *run, rep) // ha.go
+	}
+	if run.Result == model.ResultRunning {
+		// Sent by a previous scheduler process and still unresolved here: the run was
+		// recovered as lost at start, or is being resolved right now.
+		e.recordRefusedResult(ctx, *run, rep, "the run is not waiting for a result here")
+		return false, fmt.Errorf("%w: run %s is not waiting for a result here", ErrStaleTicket, rep.Ticket)
+	}
+	e.recordRefusedResult(ctx, *run, rep, "the run already ended as "+run.Result)
+	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)
+}
+
+// recordRefusedResult leaves an action record for a result that was not accepted, on the
+// run's task when it is known: an executor reporting into the void is worth seeing.
+func (e *Engine) recordRefusedResult(ctx context.Context, run model.Run, rep Report, why string) {
+	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
+		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
+	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
+		e.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// killOnExecutor asks the executor running ticket to cancel it; best effort.
+func (e *Engine) killOnExecutor(ticket string) {
+	x := e.runs.executorOf(ticket)
+	if x == nil {
+		return
+	}
+	_ = e.disp.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
+		defer cancel()
+		if err := e.disp.Kill(ctx, x, ticket, e.cfg.ExecutorToken); err != nil {
+			e.log.Warn("executor did not confirm kill", "address", x.Address, "ticket", ticket, "error", err)
+		}
+	})
+}
