@@ -174,6 +174,20 @@ var endRows = []endRow{
 		result: model.ResultTimeout, runError: "no response within timeout_sec", durationMS: 30000, executor: "host:80",
 		consecutive: 2, successes: 5, failures: 3, failureAt: true, breaker: feedFail, retried: true, timeout: true,
 	}},
+	{name: "the last retry is still sent (attempt 2 of 1+2)", oc: ocFailed,
+		in: allOf(atAttempt(2, e0+10*eSec), func(in *endInput) { in.RetryOf = e0 }), want: endWant{
+			state: model.StateRetrying, attempt: 3, next: e0 + 40*eSec, arm: e0 + 40*eSec, retryDelay: 10 * time.Second,
+			retryOf: e0, acts: []string{"retry RUNNING>RETRYING"}, detail: "attempt 3 in 10s", result: model.ResultFailed,
+			runError: "HTTP 500", durationMS: 20000, executor: "host:80", consecutive: 2, successes: 5, failures: 3,
+			failureAt: true, breaker: feedFail, retried: true,
+		}},
+	{name: "no retries: the first failure is the last", oc: ocFailed, def: func(d *model.TaskDef) { d.RetryCount = 0 },
+		want: endWant{
+			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr,
+			acts: []string{"result RUNNING>FAILED", "schedule FAILED>SCHEDULED"}, result: model.ResultFailed,
+			runError: "HTTP 500", durationMS: 30000, executor: "host:80", consecutive: 3, successes: 5, failures: 4,
+			failureAt: true, finalFailure: "nightly failed after 1 attempt(s)", breaker: feedFail,
+		}},
 	{name: "the third retry waits twice the interval", oc: ocFailed, def: func(d *model.TaskDef) { d.RetryCount = 5 },
 		in: atAttempt(3, e0+20*eSec), want: endWant{
 			state: model.StateRetrying, attempt: 4, next: e0 + 50*eSec, arm: e0 + 50*eSec, retryDelay: 20 * time.Second,
