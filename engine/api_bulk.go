@@ -242,7 +242,7 @@ func (e *Engine) bulkPage(ctx context.Context, page []model.Task, do func(contex
 
 // bulkSink is how a page of a bulk operation is written at once: commitWaitDef, given a
 // context carrying a sink, submits its group without waiting for it and reports the outcome
-// to done (on a completion goroutine, submit.go; done must not block).
+// to done (on a completion goroutine, core_submit.go; done must not block).
 type bulkSink struct {
 	submitted bool // a group was submitted; done will be called exactly once
 	done      func(err error)

@@ -1,7 +1,7 @@
 package engine
 
 // The rate limits as the API shows and changes them. The gate that holds fires back to them
-// is in rategate.go.
+// is in core_rategate.go.
 
 import (
 	"context"

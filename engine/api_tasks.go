@@ -254,11 +254,11 @@ func (e *Engine) overlay(pt *model.Task) {
 
 // overlayOpenFire shows a task read from the store by an engine that is not running (a
 // backup's reader) as RUNNING when its fire record is
-// open: the runtime row says RUNNING only once the run's end is written (fire.go).
+// open: the runtime row says RUNNING only once the run's end is written (core_fire.go).
 func (e *Engine) overlayOpenFire(pt *model.Task) {
 	rt := &pt.Runtime
 	if e.running.Load() {
-		return // a running engine holds every run in flight in memory (recover.go)
+		return // a running engine holds every run in flight in memory (core_recover.go)
 	}
 	if !armable(rt.State) || rt.NextTriggerTime <= 0 || rt.NextTriggerTime > e.nowMS()+openFireMargin.Milliseconds() {
 		return

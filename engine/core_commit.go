@@ -50,7 +50,7 @@ func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run
 }
 
 // commitLockedDef is commitLockedNotify that also replaces the task's definition with def
-// (when not nil) in the same group, as commitWaitDef does: a pause on failure (pausefail.go)
+// (when not nil) in the same group, as commitWaitDef does: a pause on failure (core_pausefail.go)
 // sets the definition's paused flag with the run's end.
 func (e *Engine) commitLockedDef(t *task, nrt model.Runtime, def *model.TaskDef, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
 	expect := t.rt.Version
@@ -89,7 +89,7 @@ func (e *Engine) commitLockedDef(t *task, nrt model.Runtime, def *model.TaskDef,
 }
 
 // commitWait is commitLocked for API calls: it makes nrt the runtime and waits for it to be
-// durable. Caller holds t.mu; the submit and the wait happen without it (submit.go).
+// durable. Caller holds t.mu; the submit and the wait happen without it (core_submit.go).
 func (e *Engine) commitWait(ctx context.Context, t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) error {
 	return e.commitWaitDef(ctx, t, nrt, nil, runs, acts)
 }
@@ -119,7 +119,7 @@ func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, 
 		g.DefUpdates = []model.TaskDef{*def}
 	}
 	if sink := bulkSinkOf(ctx); sink != nil {
-		// A bulk operation (bulkops.go): queued without waiting, submitted when the caller
+		// A bulk operation (api_bulk.go): queued without waiting, submitted when the caller
 		// releases the task; the sink hears the outcome.
 		g.Done = func(err error) {
 			e.writeDone(t, err)

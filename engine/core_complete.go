@@ -22,7 +22,7 @@ type outcome struct {
 	// durable, when set, is told once whether the run's end was recorded (nil) or not: an
 	// executor's result is acknowledged only then, so a primary that cannot write (cut off
 	// from the database, deposed) never acknowledges a result it will lose, and the executor
-	// re-sends it to the next primary. Called on a completion goroutine (submit.go): it must
+	// re-sends it to the next primary. Called on a completion goroutine (core_submit.go): it must
 	// not block, or it delays the completions of the tasks sharing its shard.
 	durable func(error)
 }
@@ -85,7 +85,7 @@ func (e *Engine) ranDown(t *task, ticket string) {
 }
 
 // complete records how the periodic run ended and moves the task on: to the next cycle, to a
-// retry, or to its resting state, as decideEnd (transition.go) decides. The caller has taken
+// retry, or to its resting state, as decideEnd (core_transition.go) decides. The caller has taken
 // the run from e.runs.
 func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	ticket := run.Ticket

@@ -14,11 +14,12 @@ package engine
 //	                                                                it holds no lock meanwhile
 //	fire: RUNNING in memory, run added to   consumer                holds t.mu only to decide;
 //	  e.runs, group put in t's outbox and                           submits after unlocking
-//	  submitted after unlock (submit.go)
+//	  submitted after unlock
+//	  (core_submit.go)
 //	writer commits, calls Group.Done        writer lane (persist/)  never: Done only appends to
 //	                                                                a completion queue
 //	dispatchDurable → send (Send and Go     completion goroutine    briefly on t.mu; never on
-//	  only enqueue; a refused send is       (submit.go)             the writer (a send the
+//	  only enqueue; a refused send is       (core_submit.go)        the writer (a send the
 //	  settled on its own goroutine)                                 dispatcher refuses goes to
 //	                                                                its own goroutine, notSent)
 //	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
@@ -34,9 +35,9 @@ package engine
 // Why: the writer must stay free to complete groups, since every other step waits on it
 // sooner or later, so it runs no engine code and no engine lock is held across a submit: a
 // full queue then waits for nothing but the database (design.md, "Write path", Goroutines
-// and locks). Settling a run goes through e.runs (inflight.go) on whichever goroutine ends
+// and locks). Settling a run goes through e.runs (core_inflight.go) on whichever goroutine ends
 // it, which makes the end happen once whatever the goroutine. The steps after send are in
-// complete.go, the writer plumbing in commit.go and submit.go.
+// core_complete.go, the writer plumbing in core_commit.go and core_submit.go.
 
 import (
 	"context"
@@ -179,7 +180,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	// written, which moves it on with one compare-and-swap from that version; the run row
 	// carries the dispatch (dispatched_at, attempt) that a `dispatch` action record used to
 	// repeat, and the timeline derives that event from it (persist.Timeline). Recovery finds
-	// such a run through ListOpenFires (recover.go). In memory the task is RUNNING at once,
+	// such a run through ListOpenFires (core_recover.go). In memory the task is RUNNING at once,
 	// at the same version: nothing was written to the runtime. See design.md, "Write path"
 	// and "Crash recovery". NextTriggerTime keeps the due time of the fire in flight, which
 	// is also how the open run is found; only SCHEDULED and RETRYING tasks are armed or
@@ -242,7 +243,7 @@ func downstreamOf(def *model.TaskDef) string {
 	return ""
 }
 
-// dispatchDurable runs on a completion goroutine (submit.go) when the fire record is durable
+// dispatchDurable runs on a completion goroutine (core_submit.go) when the fire record is durable
 // (or failed). It must not block: it delays the completions of the tasks sharing its shard.
 func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
 	if err != nil {

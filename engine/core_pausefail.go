@@ -9,7 +9,7 @@ import (
 //
 // A task's pause_after_failures (TaskDef.PauseAfterFailures, 0: off) is a bound on its
 // consecutive failed runs. What counts is a scheduled run that ends failed or timed out
-// after its last retry: the end (decideEnd, transition.go) adds one to
+// after its last retry: the end (decideEnd, core_transition.go) adds one to
 // Runtime.ConsecutiveFailures, once per run whatever its attempts, and a success sets it
 // back to 0. A kill (an operator's act), a lost
 // run (the scheduler's fault, not the task's), a skipped misfire and every run-now instance

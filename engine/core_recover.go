@@ -149,7 +149,7 @@ func (e *Engine) openFire(ctx context.Context, t *task) (model.Run, bool, error)
 }
 
 // adoptOpenFire makes t, read from the store in the state its open fire run was made from,
-// RUNNING with that run in memory, as the fire made it (fire.go): same version, the due time
+// RUNNING with that run in memory, as the fire made it (core_fire.go): same version, the due time
 // kept. It reports false when the stored runtime is not that state any more. t is not shared
 // yet.
 func (t *task) adoptOpenFire(run model.Run) bool {

@@ -29,7 +29,7 @@ type task struct {
 	ent     *wheel.Entry[*task] // armed entry, or nil
 	pending int                 // writes decided (in the outbox or the writer) and not yet done
 	// outbox holds the groups decided under mu and not yet submitted, in decision order;
-	// flushing is set while one caller submits them (submit.go, flush).
+	// flushing is set while one caller submits them (core_submit.go, flush).
 	outbox   []outgoing
 	flushing bool
 	// periodic is the ticket of the periodic run in flight (e.runs), or "".

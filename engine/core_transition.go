@@ -13,8 +13,8 @@ import (
 // returns what the end changes: the run row, the task's next runtime and action records,
 // whether a retry or a next fire is armed and when, a pause on failure, the alerts and the
 // counters. It reads no lock, no store and no clock and calls nothing with effects, so
-// every rule is tested by a table of named cases (transition_test.go). The engine's side
-// (complete, killLocked in complete.go) copies the input out of the task under t.mu, applies
+// every rule is tested by a table of named cases (core_transition_test.go). The engine's side
+// (complete, killLocked in core_complete.go) copies the input out of the task under t.mu, applies
 // the decision to the task and commits it; nothing else about a run's end is decided there.
 
 // endInput is everything the end of a periodic run is decided from. It is copied out of the
@@ -282,7 +282,7 @@ func (d *endDecision) nextCycle(in endInput, nrt *model.Runtime, lastSched int64
 }
 
 // pauseOnFailure pauses the task when the failure that ended its run (already counted in
-// nrt) reaches its pause_after_failures (pausefail.go): nrt goes from FAILED to PAUSED with a
+// nrt) reaches its pause_after_failures (core_pausefail.go): nrt goes from FAILED to PAUSED with a
 // note, a pause action is added and d.PausedDef is the paused definition. It changes nothing
 // when the task has no bound, is below it, is paused already (a pause asked for during the
 // run takes effect through nextCycle), or was deleted during the run (only its run and

@@ -10,7 +10,7 @@ import (
 )
 
 // The end of a periodic run, rule by rule: every row is one named case of decideEnd
-// (transition.go), the table the engine's complete and Kill apply.
+// (core_transition.go), the table the engine's complete and Kill apply.
 
 var (
 	e0   = time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC).UnixMilli() // a fire of the hourly base task

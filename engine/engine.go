@@ -1,4 +1,4 @@
-// Package engine decides when every task runs. It owns the state machine (states.go), the
+// Package engine decides when every task runs. It owns the state machine (core_states.go), the
 // in-memory window of armed tasks, the window loader, misfire handling, retries and the
 // reaction to results. It drives the wheel (timing), the dispatcher (sending) and the batched
 // writer (durability), and is the only writer of task_runtime rows once a task exists.
@@ -100,7 +100,7 @@ type Config struct {
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
 	// PromoteLead: tasks due later than this when the window is loaded are held as cold
-	// references (48 B each) and read in full this long before they fire (cold.go).
+	// references (48 B each) and read in full this long before they fire (core_cold.go).
 	// Defaults to PromoteLeadDefault (10s), or half the window if that is shorter; it must be
 	// shorter than Window.
 	PromoteLead time.Duration
@@ -152,7 +152,7 @@ type Config struct {
 	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
 	// unix cron and Quartz read differently must name its dialect (see NormalizeIn).
 	CronDialect string
-	// Retention bounds what the store keeps (prune.go, docs/retention.md).
+	// Retention bounds what the store keeps (api_retention.go, docs/retention.md).
 	Retention RetentionConfig
 }
 
@@ -247,7 +247,7 @@ type Engine struct {
 	cfg    Config
 	store  persist.Store
 	writer *persist.Lanes
-	// completions runs the writer's Done callbacks off the writer goroutines (submit.go).
+	// completions runs the writer's Done callbacks off the writer goroutines (core_submit.go).
 	completions completions
 	wheel       *wheel.Sharded[*task]
 	disp        *dispatch.Dispatcher
@@ -272,7 +272,7 @@ type Engine struct {
 	startWheel func(ctx context.Context) error
 	loopsWG    sync.WaitGroup
 	running    atomic.Bool
-	// ending remembers executor results settled in memory and not yet durable (ending.go).
+	// ending remembers executor results settled in memory and not yet durable (core_ending.go).
 	ending endingResults
 }
 
@@ -407,7 +407,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 //     recorded; a run still in flight when ctx expires stays RUNNING in the store and is
 //     resolved as "lost" by the next Start (never re-sent, so never run twice);
 //  3. flush the batched writer;
-//  4. run the completions of the writes it flushed (submit.go): the last Done callbacks.
+//  4. run the completions of the writes it flushed (core_submit.go): the last Done callbacks.
 //
 // The store is the caller's to close afterwards. Stop is idempotent and safe without Start;
 // a second Stop waits for the first.
