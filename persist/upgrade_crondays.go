@@ -13,9 +13,10 @@ import (
 // matched whenever both were restricted. A stored task must fire on the same days after an
 // upgrade as before it, so this step rewrites each stored unix expression that the two
 // rules read differently to a spelling both read alike ("*/2" in the day of month becomes
-// "1-31/2"; cron.KeepDays), and records an update action on the task that says so. Only
-// expressions holding "*/" can read differently (a bare * covers the whole field under both
-// rules). It changes no table, and a re-run after a crash finds the rewritten expressions
+// "1-31/2", "5,*" becomes "*"; cron.KeepDays), and records an update action on the task
+// that says so. Only a day field holding a * or a ? beside other text can read differently
+// (a bare * or ? covers the whole field under both rules): the query takes every expression
+// with either, and KeepDays skips the rest without comparing fire days. It changes no table, and a re-run after a crash finds the rewritten expressions
 // unchanged by KeepDays, so it is re-runnable. An expression that no spelling keeps fails
 // the step, naming the task: axe then refuses to start rather than move its fires.
 //
@@ -30,7 +31,7 @@ var cronDaysStep = migration{
 func keepCronDays(ctx context.Context, q execQuerier) error {
 	rows, err := q.QueryContext(ctx, `SELECT d.id, d.name, d.cron, COALESCE(r.state, '')
 		FROM task_def d LEFT JOIN task_runtime r ON r.task_id = d.id
-		WHERE d.trigger_type = 'cron' AND d.cron_dialect = 'unix' AND d.cron LIKE '%*/%'`)
+		WHERE d.trigger_type = 'cron' AND d.cron_dialect = 'unix' AND (d.cron LIKE '%*%' OR d.cron LIKE '%?%')`)
 	if err != nil {
 		return fmt.Errorf("cannot read cron tasks: %w", err)
 	}

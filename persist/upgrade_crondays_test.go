@@ -16,33 +16,39 @@ import (
 
 // TestUpgradeKeepsCronDays upgrades a v7 database holding a unix expression whose days the
 // new day rule reads differently ("*/2" in the day of month next to a day of week: odd days or
-// Mondays before, odd days that are Mondays now). The upgrade must keep its days: the stored
-// expression becomes "1-31/2", which both rules read as odd days or Mondays, and the task's
-// timeline says why. A second Migrate changes nothing more.
+// Mondays before, odd days that are Mondays now; "5,*" or "10,?", which the old rule read as
+// unrestricted). The upgrade must keep its days: the stored expression becomes one both rules
+// read alike ("1-31/2", "*"), and the task's timeline says why. A second Migrate changes
+// nothing more.
 func TestUpgradeKeepsCronDays(t *testing.T) {
-	const before, after = "0 2 */2 * MON", "0 2 1-31/2 * MON"
-	t.Run(persist.SchemeSQLite, func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "axe.db")
-		copyFile(t, fixturePath("v7", "sqlite"), path)
-		db, err := sql.Open("sqlite", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		setCron(t, db, "nightly-report", before)
-		db.Close()
-		checkCronDays(t, "sqlite:"+path, before, after)
-	})
-	t.Run(persist.SchemeMySQL, func(t *testing.T) {
-		dsn := persisttest.MySQLDSN(t)
-		loadMySQLDump(t, dsn, fixturePath("v7", "mysql.sql"))
-		db, err := sql.Open("mysql", strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		setCron(t, db, "nightly-report", before)
-		db.Close()
-		checkCronDays(t, dsn, before, after)
-	})
+	for _, tc := range []struct{ before, after string }{
+		{"0 2 */2 * MON", "0 2 1-31/2 * MON"},
+		{"0 2 5,* * MON", "0 2 * * MON"},
+		{"0 2 10,? 1-12 MON,FRI", "0 2 * 1-12 MON,FRI"},
+	} {
+		t.Run(persist.SchemeSQLite+"/"+tc.before, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "axe.db")
+			copyFile(t, fixturePath("v7", "sqlite"), path)
+			db, err := sql.Open("sqlite", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			setCron(t, db, "nightly-report", tc.before)
+			db.Close()
+			checkCronDays(t, "sqlite:"+path, tc.before, tc.after)
+		})
+		t.Run(persist.SchemeMySQL+"/"+tc.before, func(t *testing.T) {
+			dsn := persisttest.MySQLDSN(t)
+			loadMySQLDump(t, dsn, fixturePath("v7", "mysql.sql"))
+			db, err := sql.Open("mysql", strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			setCron(t, db, "nightly-report", tc.before)
+			db.Close()
+			checkCronDays(t, dsn, tc.before, tc.after)
+		})
+	}
 }
 
 // setCron writes a cron expression into a task's row as the build of the fixture stored it.

@@ -24,8 +24,7 @@ func KeepDays(expr string) (out string, changed bool, err error) {
 	if err != nil {
 		return "", false, err
 	}
-	if !strings.Contains(expr, "*") {
-		// Only a * in a day field makes the two rules differ.
+	if !starInDayField(expr) {
 		return expr, false, nil
 	}
 	before, err := parseOldDays(expr)
@@ -55,6 +54,29 @@ func KeepDays(expr string) (out string, changed bool, err error) {
 	return out, true, nil
 }
 
+// starInDayField reports whether a day field of expr holds a * or a ? (which the unix
+// dialect reads as *) and is not that alone ("*/2", "5,*", "10,?"): the only fields the two
+// day rules read differently. It is cheap, so an upgrade over many tasks compares fire days
+// only where they can differ.
+func starInDayField(expr string) bool {
+	f := strings.Fields(expr)
+	var days []string
+	switch len(f) {
+	case 5:
+		days = []string{f[2], f[4]}
+	case 6, 7:
+		days = []string{f[3], f[5]}
+	default:
+		return false
+	}
+	for _, d := range days {
+		if d != "*" && d != "?" && strings.ContainsAny(d, "*?") {
+			return true
+		}
+	}
+	return false
+}
+
 // parseOldDays parses expr as the unix dialect did before it applied cron's day rule, or
 // returns nil for a descriptor (whose day fields never combine).
 func parseOldDays(expr string) (Schedule, error) {
@@ -79,12 +101,13 @@ func parseOldDays(expr string) (Schedule, error) {
 
 // spellOut replaces a leading * of each element of a day field's list with the field's
 // range: "*/2" becomes "1-31/2", "*/3,15" becomes "1-31/3,15". A field with a bare * among
-// its elements ("5,*") becomes a plain *: the old rule read such a field as unrestricted,
-// leaving the other field to decide, which is what a plain * means under both rules.
+// its elements ("5,*", or "5,?": the unix dialect reads ? as *) becomes a plain *: the old
+// rule read such a field as unrestricted, leaving the other field to decide, which is what a
+// plain * means under both rules.
 func spellOut(field, whole string) string {
 	parts := strings.Split(field, ",")
 	for i, p := range parts {
-		if p == "*" {
+		if p == "*" || p == "?" {
 			return "*"
 		}
 		if strings.HasPrefix(p, "*/") {

@@ -19,6 +19,8 @@ func TestKeepDays(t *testing.T) {
 		// A * among a list's elements made the old rule read the field as unrestricted:
 		// January 2027's Mondays, and the 5th of each month, as before.
 		{"0 12 5,* * MON", "0 12 * * MON"},
+		{"5 10 10,? * MON,FRI", "5 10 * * MON,FRI"},       // found by FuzzParse
+		{"5 10 10,? 1-12 MON,FRI", "5 10 * 1-12 MON,FRI"}, // a ? with no * anywhere
 		{"0 12 5 * 1,*", "0 12 5 * *"},
 		// The two rules read these alike.
 		{"0 12 * * MON", ""},
