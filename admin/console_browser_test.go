@@ -135,6 +135,29 @@ func waitJS(t *testing.T, ctx context.Context, what, expr string) {
 	run(t, ctx, "wait for "+what, chromedp.Poll(expr, &ok, chromedp.WithPollingInterval(50*time.Millisecond)))
 }
 
+// clickUntil clicks sel until the JavaScript expression is true, up to five times, three
+// seconds apart. A click lands where the element was when chromedp measured it; on a loaded
+// machine the page may still be laying out the sections that load after it (a run list, a
+// timeline), and the click then meets another element. What it waits for (a dialog open)
+// says whether the click reached its button.
+func clickUntil(t *testing.T, ctx context.Context, what, sel, expr string) {
+	t.Helper()
+	for try := 1; ; try++ {
+		run(t, ctx, what+": click", chromedp.Click(sel, chromedp.ByQuery))
+		c, cancel := context.WithTimeout(ctx, 3*time.Second)
+		var ok bool
+		err := chromedp.Run(c, chromedp.Poll(expr, &ok, chromedp.WithPollingInterval(50*time.Millisecond)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 5 {
+			t.Fatalf("%s: %s still false after %d clicks on %s: %v", what, expr, try, sel, err)
+		}
+		t.Logf("%s: click %d on %s changed nothing in 3 s; again", what, try, sel)
+	}
+}
+
 // shot saves a PNG of the viewport under the artifacts folder.
 func shot(t *testing.T, ctx context.Context, dir, name string) {
 	t.Helper()
@@ -245,8 +268,8 @@ func TestConsoleBrowser(t *testing.T) {
 	h.waitCalls(t, "stuck-export", 1, waitTimeout)
 	run(t, ctx, "open the hung task", chromedp.Navigate(url+"#/tasks/stuck-export"))
 	waitJS(t, ctx, "kill enabled", `!!document.querySelector("#act-kill") && !document.querySelector("#act-kill").disabled`)
-	run(t, ctx, "kill, then confirm",
-		chromedp.Click("#act-kill", chromedp.ByQuery),
+	clickUntil(t, ctx, "kill", "#act-kill", `document.getElementById("confirm").open`)
+	run(t, ctx, "confirm the kill",
 		chromedp.WaitVisible("#confirm-ok", chromedp.ByQuery),
 		chromedp.Click("#confirm-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the killed run", `[...document.querySelectorAll("#runs-table tbody tr")].some(r => r.textContent.includes("killed"))`)
