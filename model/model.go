@@ -132,6 +132,10 @@ type TaskDef struct {
 	// PauseAfterFailures pauses the task after this many consecutive failed runs (0: never;
 	// docs/operations.md, Pause on failure).
 	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
+	// JitterSec delays each cron fire by a deterministic offset of 0 to JitterSec seconds,
+	// derived from the task's name and the fire's nominal time (0: none; docs/design.md,
+	// Jitter).
+	JitterSec int `json:"jitter_sec,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

@@ -278,6 +278,18 @@ var mysqlMigrations = []migration{{
 		`ALTER TABLE task_def ADD COLUMN pause_after_failures INT NOT NULL DEFAULT 0`,
 		`ALTER TABLE task_runtime ADD COLUMN consecutive_failures INT NOT NULL DEFAULT 0`,
 	},
+}, {
+	version: 12,
+	name:    "jitter",
+	// A cron task's bound on the deterministic delay of each fire, in seconds (0: none; the
+	// existing rows' default, so none of them changes behaviour). The offset itself is not
+	// stored: it is a function of the task's name and the fire's nominal time, which every
+	// node computes alike (engine.JitterOffset). ADD COLUMN with a default is instant on
+	// MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate column", which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN jitter_sec INT NOT NULL DEFAULT 0`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -471,6 +483,13 @@ var sqliteMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN pause_after_failures INTEGER NOT NULL DEFAULT 0`,
 		`ALTER TABLE task_runtime ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0`,
+	},
+}, {
+	version: 12,
+	name:    "jitter",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN jitter_sec INTEGER NOT NULL DEFAULT 0`,
 	},
 }}
 

@@ -99,6 +99,7 @@ var (
 		"retain_history_ms", "retain_finished_ms", // schema step 5
 		"sensitive_params",     // schema step 6
 		"pause_after_failures", // schema step 11
+		"jitter_sec",           // schema step 12
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
@@ -121,7 +122,8 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	r.state, r.current_ticket, r.attempt, r.next_trigger_time, r.last_trigger_time,
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
 	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params,
-	r.last_result, r.last_failure_at, d.pause_after_failures, r.consecutive_failures`
+	r.last_result, r.last_failure_at, d.pause_after_failures, r.consecutive_failures,
+	d.jitter_sec`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -583,7 +585,8 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
 		&r.State, &r.CurrentTicket, &r.Attempt, &r.NextTriggerTime, &r.LastTriggerTime,
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
 		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive,
-		&r.LastResult, &r.LastFailureAt, &d.PauseAfterFailures, &r.ConsecutiveFailures)
+		&r.LastResult, &r.LastFailureAt, &d.PauseAfterFailures, &r.ConsecutiveFailures,
+		&d.JitterSec)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -641,7 +644,7 @@ func encodeDef(def *model.TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as
