@@ -106,6 +106,10 @@ type TaskSpec struct {
 	// PauseAfterFailures pauses the task after this many consecutive failed runs, 1 to
 	// MaxPauseAfterFailures; 0 or absent never does (docs/operations.md, Pause on failure).
 	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
+	// JitterSec delays each fire of a cron task by a deterministic offset of 0 to JitterSec
+	// seconds (at most MaxJitterSec, and below the schedule's smallest gap between fires);
+	// 0 or absent: none (docs/design.md, Jitter).
+	JitterSec int `json:"jitter_sec,omitempty"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
@@ -401,6 +405,11 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		return d, fieldErr("pause_after_failures", "must be 0..%d (0: never pause), got %d", MaxPauseAfterFailures, s.PauseAfterFailures)
 	}
 	d.PauseAfterFailures = s.PauseAfterFailures
+	d.JitterSec = s.JitterSec
+	// The gap is that of the year from now; the zone's rules, not the clock, decide it.
+	if err := checkJitter(&d, time.Now()); err != nil {
+		return d, err
+	}
 	switch s.OnLost {
 	case "", persist.OnLostFail:
 		d.OnLost = s.OnLost

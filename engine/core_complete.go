@@ -246,7 +246,7 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor s
 
 // nextFire is fireAfter for t, counting a misfire. Caller holds t.mu.
 func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
-	n, note, misfired := fireAfter(t.sched, t.loc, t.def.MisfirePolicy, e.cfg.MisfireThreshold, lastSched, now)
+	n, note, misfired := fireAfter(t.sched, t.loc, t.def.MisfirePolicy, e.cfg.MisfireThreshold, t.def.Name, t.def.JitterSec, lastSched, now)
 	if misfired {
 		e.m.misfires.Inc()
 	}
@@ -271,7 +271,7 @@ func (e *Engine) misfire(t *task, now int64) {
 		}
 		nrt.NextTriggerTime = next
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + d
-		if next > now {
+		if t.fireAt(next) > now {
 			// The skip policy: the missed fire is not run, and its run history says so.
 			runs = append(runs, model.Run{
 				Ticket: scheduledTicket(t.id, due, 1), TaskID: t.id, TaskName: t.def.Name, Kind: model.RunScheduled,

@@ -147,6 +147,9 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 		return
 	}
 	t.ent = nil
+	// sched is the fire's nominal time, which its ticket, run row and next cycle name;
+	// ent.When is when it was meant to leave, later by its jitter (jitter.go).
+	sched, jitter := t.entDue, ent.When-t.entDue
 	now := e.nowMS()
 	if t.rt.State == model.StateScheduled && t.def.Trigger == model.TriggerCron && !e.cfg.Breaker.Disabled {
 		ok, closed := e.brk.allow(e.cfg.Breaker, t.id, now)
@@ -156,7 +159,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 				"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
 		}
 		if !ok {
-			e.skipByBreaker(t, ent.When, now)
+			e.skipByBreaker(t, sched, now)
 			e.unlock(t)
 			return
 		}
@@ -173,7 +176,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	if from == model.StateRetrying {
 		attempt = t.rt.Attempt
 	}
-	ticket := scheduledTicket(t.id, ent.When, attempt)
+	ticket := scheduledTicket(t.id, sched, attempt)
 	// The fire writes one row: its run, with result `running`, inserted as the fire record
 	// (R8.5). That row is the durable RUNNING marker. The runtime row keeps the state, the
 	// due time, the attempt and the version the fire was made from until the run's end is
@@ -193,11 +196,14 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	nrt.LastTriggerTime = now
 	run := model.Run{
 		Ticket: ticket, TaskID: t.id, TaskName: t.def.Name, Kind: kind, Attempt: attempt,
-		ScheduledAt: ent.When, DispatchedAt: now, Result: model.ResultRunning,
+		ScheduledAt: sched, DispatchedAt: now, Result: model.ResultRunning,
 		Executor: downstreamOf(t.def),
 	}
 	if t.releasedBy != "" {
 		run.Detail, t.releasedBy = t.releasedBy, ""
+	}
+	if jitter > 0 {
+		run.Detail = jitterDetail(jitter)
 	}
 	t.rt = nrt
 	t.pending++
@@ -312,7 +318,8 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()
 	if run.ScheduledAt > 0 {
-		e.m.dispatchLag.Update(max(0, float64(sentAt.UnixMilli()-run.ScheduledAt)/1000))
+		// Late against when the fire was meant to leave: its nominal time plus its jitter.
+		e.m.dispatchLag.Update(max(0, float64(sentAt.UnixMilli()-run.ScheduledAt-runJitter(def, run))/1000))
 	}
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,

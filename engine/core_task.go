@@ -26,8 +26,11 @@ type task struct {
 	// write submitted to the writer, which may not be durable yet (pending > 0).
 	rt model.Runtime
 
-	ent     *wheel.Entry[*task] // armed entry, or nil
-	pending int                 // writes decided (in the outbox or the writer) and not yet done
+	ent *wheel.Entry[*task] // armed entry, or nil
+	// entDue is the nominal due time ent fires for: ent.When less the fire's jitter
+	// (jitter.go). The fire's ticket and run carry entDue, never ent.When.
+	entDue  int64
+	pending int // writes decided (in the outbox or the writer) and not yet done
 	// outbox holds the groups decided under mu and not yet submitted, in decision order;
 	// flushing is set while one caller submits them (core_submit.go, flush).
 	outbox   []outgoing

@@ -225,7 +225,7 @@ func decideKill(in endInput) endDecision {
 		d.Acts[1].Action = ActPause
 		d.Acts[1].Detail = "pause requested during the run takes effect"
 	case in.Def.Trigger == model.TriggerCron:
-		next, note, misfired := fireAfter(in.Sched, in.Loc, in.Def.MisfirePolicy, in.MisfireThreshold, run.ScheduledAt, now)
+		next, note, misfired := fireAfter(in.Sched, in.Loc, in.Def.MisfirePolicy, in.MisfireThreshold, in.Def.Name, in.Def.JitterSec, run.ScheduledAt, now)
 		d.Misfire = misfired
 		if next != 0 {
 			nrt.State = model.StateScheduled
@@ -251,7 +251,7 @@ func (d *endDecision) nextCycle(in endInput, nrt *model.Runtime, lastSched int64
 		nrt.NextTriggerTime = cronAfter(in.Sched, in.Loc, in.Now)
 		detail = "pause requested during the run takes effect"
 	case in.Def.Trigger == model.TriggerCron:
-		next, note, misfired := fireAfter(in.Sched, in.Loc, in.Def.MisfirePolicy, in.MisfireThreshold, lastSched, in.Now)
+		next, note, misfired := fireAfter(in.Sched, in.Loc, in.Def.MisfirePolicy, in.MisfireThreshold, in.Def.Name, in.Def.JitterSec, lastSched, in.Now)
 		d.Misfire = misfired
 		if next == 0 {
 			detail = "the cron expression fires no more"
@@ -334,28 +334,39 @@ func cronAfter(sched cron.Schedule, loc *time.Location, after int64) int64 {
 // no scheduler ran) are coalesced: at most one of them fires. A fire later than threshold
 // follows the task's misfire policy (design.md, "Window and cold entries"): fire_once fires
 // the latest missed one now, skip goes on to the first fire after now.
-func fireAfter(sched cron.Schedule, loc *time.Location, policy string, threshold time.Duration, lastSched, now int64) (int64, string, bool) {
+//
+// The times returned are nominal. A fire is missed, and late, by the time it was meant to
+// leave: its nominal time plus the jitter of the task named name with bound jitterSec
+// (design.md, Jitter). Jitter is below the schedule's smallest gap, so those times are in
+// the order of the nominal ones.
+func fireAfter(sched cron.Schedule, loc *time.Location, policy string, threshold time.Duration, name string, jitterSec int, lastSched, now int64) (int64, string, bool) {
+	at := func(n int64) int64 { return n + JitterOffset(name, n, jitterSec) }
 	n := cronAfter(sched, loc, lastSched)
-	if n == 0 || n > now {
+	if n == 0 || at(n) > now {
 		return n, "", false
 	}
 	missed := 0
+	after := int64(-1) // the first fire after the missed ones, when the loop found it
 	for i := 0; i < 100000; i++ {
 		m := cronAfter(sched, loc, n)
-		if m == 0 || m > now {
+		if m == 0 || at(m) > now {
+			after = m
 			break
 		}
 		n = m
 		missed++
 	}
-	if now-n <= threshold.Milliseconds() {
+	if now-at(n) <= threshold.Milliseconds() {
 		if missed == 0 {
 			return n, "", false
 		}
 		return n, fmt.Sprintf(" (%d earlier fire(s) missed while running, coalesced)", missed), false
 	}
 	if policy == model.MisfireSkip {
-		return cronAfter(sched, loc, now), fmt.Sprintf(" (misfire: %d fire(s) skipped)", missed+1), true
+		if after < 0 {
+			after = cronAfter(sched, loc, now)
+		}
+		return after, fmt.Sprintf(" (misfire: %d fire(s) skipped)", missed+1), true
 	}
 	return n, fmt.Sprintf(" (misfire: fire_once, %d fire(s) coalesced into one)", missed+1), true
 }

@@ -544,7 +544,10 @@ func (e *Engine) adopt(t *task, now int64) {
 	}
 	t.mu.Lock()
 	defer e.unlock(t) // a misfire's write
-	if now > 0 && t.rt.State == model.StateScheduled && t.rt.NextTriggerTime < now-e.cfg.MisfireThreshold.Milliseconds() {
+	// A fire is late by the time it was meant to leave, its nominal time plus its jitter: a
+	// restart within a jittered fire's delay arms it at the same instant as before.
+	if now > 0 && t.rt.State == model.StateScheduled &&
+		t.rt.NextTriggerTime+t.jitterOf(t.rt.State, t.rt.NextTriggerTime) < now-e.cfg.MisfireThreshold.Milliseconds() {
 		e.misfire(t, now)
 	}
 	e.settle(t)
@@ -563,9 +566,14 @@ func (e *Engine) settle(t *task) {
 		e.horizonMu.RUnlock()
 	}
 	if want {
-		if t.ent == nil || t.ent.When != t.rt.NextTriggerTime {
+		// The window is one of nominal times; the entry fires at the nominal time plus the
+		// fire's jitter (jitter.go), which may lie beyond the horizon.
+		due := t.rt.NextTriggerTime
+		at := due + t.jitterOf(t.rt.State, due)
+		if t.ent == nil || t.ent.When != at || t.entDue != due {
 			e.disarm(t)
-			t.ent = &wheel.Entry[*task]{When: t.rt.NextTriggerTime, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
+			t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
+			t.entDue = due
 			e.wheel.Add(t.ent)
 		}
 		return
