@@ -39,6 +39,7 @@ var upgradeFixtures = []struct {
 	{name: "v9"},
 	{name: "v10"},
 	{name: "v11"},
+	{name: "v12"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
