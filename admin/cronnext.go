@@ -15,10 +15,16 @@ type fireJSON struct {
 	At     string  `json:"at"`
 	Offset string  `json:"offset"`
 	DST    *string `json:"dst"`
+	// FireAt and JitterMS are set when the preview asked for jitter_sec: the instant the
+	// fire leaves (at plus its jitter) and the jitter (docs/design.md, Jitter).
+	FireAt   string `json:"fire_at,omitempty"`
+	JitterMS *int64 `json:"jitter_ms,omitempty"`
 }
 
 // cronNextView keeps the original "next" list (RFC 3339 strings) and adds "fires".
-func cronNextView(expr string, loc *time.Location, fires []engine.Fire) map[string]any {
+// With jitter (jitterSec > 0), each fire also carries fire_at and jitter_ms; "next" stays the
+// nominal times.
+func cronNextView(expr string, loc *time.Location, fires []engine.Fire, jitterSec int) map[string]any {
 	next := make([]string, len(fires))
 	out := make([]fireJSON, len(fires))
 	for i, f := range fires {
@@ -28,6 +34,11 @@ func cronNextView(expr string, loc *time.Location, fires []engine.Fire) map[stri
 		if f.DST != "" {
 			d := f.DST
 			out[i].DST = &d
+		}
+		if jitterSec > 0 {
+			ms := f.Jitter.Milliseconds()
+			out[i].JitterMS = &ms
+			out[i].FireAt = t.Add(f.Jitter).Format(time.RFC3339Nano)
 		}
 	}
 	return map[string]any{"expr": expr, "timezone": loc.String(), "next": next, "fires": out}

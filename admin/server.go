@@ -786,14 +786,27 @@ func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
+	jitter, err := intArg(c, "jitter_sec", 0, 0, engine.MaxJitterSec)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	task := string(args.Peek("task"))
 	fires, loc, err := s.cfg.Engine.PreviewFires(expr, string(args.Peek("tz")), dialect, from, n)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	body := cronNextView(expr, loc, fires)
+	if err := s.cfg.Engine.ApplyJitter(task, jitter, expr, loc.String(), dialect, fires); err != nil {
+		s.fail(c, err)
+		return
+	}
+	body := cronNextView(expr, loc, fires, jitter)
 	if dialect != "" {
 		body["dialect"] = dialect
+	}
+	if jitter > 0 {
+		body["task"], body["jitter_sec"] = task, jitter
 	}
 	writeJSON(c, 200, body)
 }
@@ -938,6 +951,9 @@ type taskJSON struct {
 type runtimeJSON struct {
 	model.Runtime
 	NextFireAt string `json:"next_fire_at,omitempty"`
+	// NextJitterMS is the next fire's jitter, for a jittered cron task that waits for it: the
+	// fire leaves at next_trigger_time plus it (docs/design.md, Jitter).
+	NextJitterMS *int64 `json:"next_jitter_ms,omitempty"`
 }
 
 func taskView(t *model.Task) taskJSON {
@@ -957,6 +973,10 @@ func taskView(t *model.Task) taskJSON {
 			loc = time.UTC
 		}
 		v.Runtime.NextFireAt = time.UnixMilli(n).In(loc).Format(time.RFC3339Nano)
+		if t.Def.JitterSec > 0 && t.Def.Trigger == model.TriggerCron && v.Runtime.State == model.StateScheduled {
+			j := engine.JitterOffset(t.Def.Name, n, t.Def.JitterSec)
+			v.Runtime.NextJitterMS = &j
+		}
 	}
 	return v
 }

@@ -166,7 +166,8 @@ type TaskView struct {
 	model.TaskDef
 	Runtime struct {
 		model.Runtime
-		NextFireAt string `json:"next_fire_at"`
+		NextFireAt   string `json:"next_fire_at"`
+		NextJitterMS *int64 `json:"next_jitter_ms,omitempty"`
 	} `json:"runtime"`
 }
 
@@ -303,4 +304,33 @@ func (c *Client) CronNextIn(ctx context.Context, expr, tz, dialect string, n int
 	}
 	err := c.Do(ctx, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
 	return v.Next, v.Timezone, err
+}
+
+// JitteredFire is one fire of a jittered preview: its nominal time, when it leaves (that
+// plus its jitter) and the jitter, as GET /api/v1/cron/next answers with jitter_sec.
+type JitteredFire struct {
+	At       string `json:"at"`
+	FireAt   string `json:"fire_at"`
+	JitterMS int64  `json:"jitter_ms"`
+}
+
+// CronNextJitter is CronNextIn for the task named task with a jitter_sec of jitterSec: each
+// fire's nominal time with the instant it leaves.
+func (c *Client) CronNextJitter(ctx context.Context, expr, tz, dialect string, n int, task string, jitterSec int) ([]JitteredFire, string, error) {
+	q := url.Values{"expr": {expr}, "task": {task}, "jitter_sec": {strconv.Itoa(jitterSec)}}
+	if tz != "" {
+		q.Set("tz", tz)
+	}
+	if dialect != "" {
+		q.Set("dialect", dialect)
+	}
+	if n > 0 {
+		q.Set("n", strconv.Itoa(n))
+	}
+	var v struct {
+		Timezone string         `json:"timezone"`
+		Fires    []JitteredFire `json:"fires"`
+	}
+	err := c.Do(ctx, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
+	return v.Fires, v.Timezone, err
 }

@@ -22,6 +22,40 @@ var ErrNoGroupCounts = errors.New("the store cannot count tasks by group")
 type Fire struct {
 	At  time.Time
 	DST string
+	// Jitter is the fire's delay past At for a jittered task (ApplyJitter): it leaves at
+	// At plus Jitter.
+	Jitter time.Duration
+}
+
+// ApplyJitter sets each fire's Jitter as the task named task with a jitter_sec of jitterSec
+// would be delayed (JitterOffset), after checking jitterSec as a create would against expr in
+// zone tz (the default zone when empty): 0..MaxJitterSec and below the smallest gap between
+// fires. The offsets derive from the name, so task is required with a bound.
+func (e *Engine) ApplyJitter(task string, jitterSec int, expr, tz, dialect string, fires []Fire) error {
+	if jitterSec == 0 {
+		return nil
+	}
+	if task == "" {
+		return fieldErr("task", "is required with jitter_sec: the offsets derive from the task's name")
+	}
+	if !validName(task) {
+		return fieldErr("task", "invalid task name %q", task)
+	}
+	if tz == "" {
+		tz = e.cfg.DefaultTimezone
+	}
+	d, err := resolveDialect(dialect, e.cfg.CronDialect)
+	if err != nil {
+		return fieldErr("dialect", "must be unix or quartz, got %q", dialect)
+	}
+	def := model.TaskDef{Name: task, Trigger: model.TriggerCron, Cron: expr, CronDialect: string(d), Timezone: tz, JitterSec: jitterSec}
+	if err := checkJitter(&def, e.now()); err != nil {
+		return err
+	}
+	for i := range fires {
+		fires[i].Jitter = time.Duration(JitterOffset(task, fires[i].At.UnixMilli(), jitterSec)) * time.Millisecond
+	}
+	return nil
 }
 
 // PreviewFires is NextFireTimes from any instant, with each fire's DST mark: the next n

@@ -202,8 +202,8 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	if t.releasedBy != "" {
 		run.Detail, t.releasedBy = t.releasedBy, ""
 	}
-	if jitter > 0 {
-		run.Detail = jitterDetail(jitter)
+	if jitter > 0 || (from == model.StateScheduled && t.def.JitterSec > 0 && t.def.Trigger == model.TriggerCron) {
+		run.Detail = jitterDetail(jitter) // "jitter 0 ms" too: the task is jittered
 	}
 	t.rt = nrt
 	t.pending++
