@@ -365,21 +365,39 @@ func executorsCmd() *ffcli.Command {
 }
 
 func cronCmd() *ffcli.Command {
-	var tz, dialect string
-	var n int
+	var tz, dialect, task string
+	var n, jitter int
+	const usage = "axe cron next 'EXPR' [--tz ZONE] [--dialect unix|quartz] [-n 10] [--jitter SEC --task NAME]"
 	return &ffcli.Command{
 		Name:       "cron",
-		ShortUsage: "axe cron next 'EXPR' [--tz ZONE] [--dialect unix|quartz] [-n 10]",
+		ShortUsage: usage,
 		ShortHelp:  "preview cron expressions",
 		Exec:       parentExec,
 		Subcommands: []*ffcli.Command{
-			clientCmd("next", "axe cron next 'EXPR' [--tz ZONE] [--dialect unix|quartz] [-n 10]", "the next fire times of an expression", 1,
+			clientCmd("next", usage, "the next fire times of an expression", 1,
 				func(fs *flag.FlagSet) {
 					fs.StringVar(&tz, "tz", "", "IANA zone (default: the server's)")
 					fs.StringVar(&dialect, "dialect", "", "cron dialect: unix (0/7 = SUN) or quartz (1 = SUN); default: the server's (AXE_DIALECT)")
 					fs.IntVar(&n, "n", 10, "how many")
+					fs.IntVar(&jitter, "jitter", 0, "a jitter_sec bound: also print when each fire leaves, delayed as the task --task would be")
+					fs.StringVar(&task, "task", "", "the task name the jitter derives from (with --jitter)")
 				},
 				func(ctx context.Context, c *client.Client, args []string) error {
+					if jitter != 0 {
+						fires, zone, err := c.CronNextJitter(ctx, args[0], tz, dialect, n, task, jitter)
+						if err != nil {
+							return err
+						}
+						fmt.Printf("# %s in %s, jitter_sec %d for task %s: nominal time, jitter, leaves at\n", args[0], zone, jitter, task)
+						w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
+						for _, f := range fires {
+							fmt.Fprintf(w, "%s\t+%d ms\t%s\n", f.At, f.JitterMS, f.FireAt)
+						}
+						return w.Flush()
+					}
+					if task != "" {
+						return fmt.Errorf("--task: only with --jitter")
+					}
 					times, zone, err := c.CronNextIn(ctx, args[0], tz, dialect, n)
 					if err != nil {
 						return err
