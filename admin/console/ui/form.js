@@ -56,6 +56,7 @@ export async function render(main, args) {
   const retryEvery = inp('retry_interval_sec', t.retry_interval_sec, {type: 'number', min: 0});
   const prio = inp('priority', t.priority, {type: 'number', min: 0, max: 9});
   const pauseAfter = inp('pause_after_failures', t.pause_after_failures || 0, {type: 'number', min: 0, max: 1000});
+  const jitter = inp('jitter_sec', t.jitter_sec || 0, {type: 'number', min: 0, max: 3600});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
   const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
@@ -66,6 +67,8 @@ export async function render(main, args) {
 
   const cronField = field('cron', 'Cron expression', cron, 'sec min hour dom month dow, 5–7 fields, or @every 1m, @daily…');
   const delayField = field('delay_ms', 'Delay (ms)', delay);
+  const jitterField = field('jitter_sec', 'Jitter (s)', jitter,
+    'cron only: each fire leaves up to this many seconds after its time, by an offset fixed per task and fire; below the gap between fires; 0: none');
   const depsField = field('depends_on', 'Depends on (comma-separated task names)', deps);
   const urlField = field('cb-url', 'Callback URL', cbURL);
   const appField = field('cb-app', 'Executor app', cbApp, 'the apps of registered executors are offered');
@@ -86,7 +89,8 @@ export async function render(main, args) {
     h('fieldset', {}, h('legend', {}, 'Behaviour'), field('timeout_sec', 'Timeout (s)', timeout), field('retry_count', 'Retries', retries),
       field('retry_interval_sec', 'Retry interval (s)', retryEvery), field('priority', 'Priority (0 first)', prio),
       field('misfire_policy', 'Misfire', misfire),
-      field('pause_after_failures', 'Pause after failures', pauseAfter, 'pause the task after this many failed runs in a row; 0: never')),
+      field('pause_after_failures', 'Pause after failures', pauseAfter, 'pause the task after this many failed runs in a row; 0: never'),
+      jitterField),
     formErr,
     h('div', {class: 'row'}, h('button', {type: 'submit', id: 'save'}, editing ? 'Save' : 'Create'),
       h('a', {href: editing ? '#/tasks/' + encodeURIComponent(editing) : '#/tasks', class: 'button'}, 'Cancel')));
@@ -103,6 +107,7 @@ export async function render(main, args) {
     const tr = trigger.value;
     cronField.hidden = tr !== 'cron';
     delayField.hidden = tr !== 'delay';
+    jitterField.hidden = tr !== 'cron';
     depsField.hidden = tr !== 'dependency';
     urlField.hidden = cbType.value !== 'http';
     appField.hidden = handlerField.hidden = cbType.value !== 'executor';
@@ -117,16 +122,22 @@ export async function render(main, args) {
     try {
       // dialect: the task's cron dialect when the server has them (ignored otherwise).
       const n = Number(previewN.value);
-      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n, dialect: t.cron_dialect});
+      // With a jitter and a name, the preview also shows when each fire leaves.
+      const j = Number(jitter.value) || 0, who = name.value.trim();
+      const r = await api.get('cron/next', {expr, tz: tz.value.trim(), n, dialect: t.cron_dialect,
+        task: j && who ? who : undefined, jitter_sec: j && who ? j : undefined});
       replace(previewLegend, `Next ${n} fires`);
       if (my !== seq) return;
       setErr('cron', '');
       setErr('timezone', '');
+      setErr('jitter_sec', '');
       replace(preview, firesTable(r));
     } catch (e) {
       if (my !== seq) return;
       replace(preview, h('p', {class: 'muted'}, 'No preview.'));
-      if (/^tz:/.test(e.message)) setErr('timezone', e.message); else setErr('cron', e.message);
+      if (/^tz:/.test(e.message)) setErr('timezone', e.message);
+      else if (/^jitter_sec:/.test(e.message)) setErr('jitter_sec', e.message);
+      else setErr('cron', e.message);
     }
   }, 200);
 
@@ -163,6 +174,7 @@ export async function render(main, args) {
     const spec = {...keep, name: name.value.trim(), group: group.value.trim(), trigger: trigger.value, timezone: tz.value.trim(),
       timeout_sec: num(timeout), retry_count: num(retries), retry_interval_sec: num(retryEvery), priority: num(prio),
       misfire_policy: misfire.value, pause_after_failures: num(pauseAfter)};
+    spec.jitter_sec = spec.trigger === 'cron' ? num(jitter) : undefined;
     if (spec.trigger === 'cron') spec.cron = cron.value.trim();
     if (spec.trigger === 'delay') spec.delay_ms = num(delay);
     if (spec.trigger === 'dependency') spec.depends_on = deps.value.split(',').map(s => s.trim()).filter(Boolean);
@@ -190,6 +202,8 @@ export async function render(main, args) {
   tz.addEventListener('input', updatePreview);
   tz.addEventListener('change', updatePreview);
   previewN.addEventListener('change', updatePreview);
+  jitter.addEventListener('input', updatePreview);
+  name.addEventListener('input', updatePreview);
   trigger.addEventListener('change', showFields);
   cbType.addEventListener('change', showFields);
   params.addEventListener('input', checkParams);

@@ -138,6 +138,10 @@ export async function render(main, args) {
       ['Pause on failure', t.pause_after_failures
         ? h('span', {id: 'task-pause-after'}, `after ${t.pause_after_failures} consecutive failed runs (${rt.consecutive_failures || 0} now)`)
         : 'off'],
+      ['Jitter', t.jitter_sec
+        ? h('span', {id: 'task-jitter'}, `each fire leaves up to ${t.jitter_sec} s after its time` +
+          (rt.next_jitter_ms != null ? `; the next one ${fmtDuration(rt.next_jitter_ms)} after, at ${show(rt.next_trigger_time + rt.next_jitter_ms, zone)}` : ''))
+        : 'off'],
       ['Params', t.params !== undefined ? h('pre', {id: 'task-params'}, JSON.stringify(t.params, null, 2)) : ''],
       ['Next fire', rt.state === 'PAUSED' ? 'none while paused' : rt.next_trigger_time ? show(rt.next_trigger_time, zone) : '—'],
       ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
@@ -153,12 +157,13 @@ export async function render(main, args) {
     if (t.trigger !== 'cron') { replace(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
     const n = Number(previewN.value);
     const from = previewFrom.value ? parseLocal(previewFrom.value, t.timezone) : 0;
-    const key = [t.cron, t.timezone, t.runtime.state, n, from].join('|');
+    const key = [t.cron, t.timezone, t.runtime.state, n, from, t.jitter_sec || 0].join('|');
     if (key === firesKey) return;
     firesKey = key;
     replace(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
     try {
-      const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n, from: from || undefined, dialect: t.cron_dialect});
+      const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n, from: from || undefined, dialect: t.cron_dialect,
+        task: t.jitter_sec ? t.name : undefined, jitter_sec: t.jitter_sec || undefined});
       replace(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
     } catch (e) {
       replace(fires, h('p', {class: 'error'}, e.message));
@@ -214,15 +219,20 @@ export async function render(main, args) {
 
 // firesTable shows a cron/next answer: each fire in the zone with its offset and DST mark,
 // and, when the console shows times in another zone, the same instant there.
+// A jittered preview (jitter_sec) adds each fire's jitter and the instant it leaves.
 export function firesTable(r) {
   const other = zoneFor(r.timezone);
   const also = other !== r.timezone;
+  const jit = !!r.jitter_sec;
   const rows = (r.fires || []).map((f, i) => h('tr', {class: f.dst ? 'dst dst-' + f.dst : ''},
     h('td', {class: 'num'}, i + 1),
     h('td', {class: 'time'}, f.at.replace('T', ' ').replace(/([+-]\d\d:\d\d|Z)$/, '')),
     h('td', {class: 'mono'}, f.offset),
     also ? h('td', {class: 'time'}, show(Date.parse(f.at), r.timezone)) : null,
+    jit ? h('td', {class: 'num jitter'}, fmtDuration(f.jitter_ms)) : null,
+    jit ? h('td', {class: 'time leaves'}, show(Date.parse(f.fire_at), r.timezone)) : null,
     h('td', {}, f.dst === 'gap' ? 'DST gap: moved to the end of the skipped hour' : f.dst === 'repeat' ? 'DST repeat: this wall time occurs twice' : '')));
   return h('div', {}, h('p', {class: 'muted'}, 'Zone ' + r.timezone),
-    table(['#', 'Fire time (' + r.timezone + ')', 'Offset', also ? 'In ' + other : null, 'DST'].filter(Boolean), rows, {class: 'fires', id: 'fires-table'}));
+    table(['#', 'Fire time (' + r.timezone + ')', 'Offset', also ? 'In ' + other : null,
+      jit ? 'Jitter' : null, jit ? 'Leaves at' : null, 'DST'].filter(Boolean), rows, {class: 'fires', id: 'fires-table'}));
 }
