@@ -148,7 +148,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	}
 	t.ent = nil
 	// sched is the fire's nominal time, which its ticket, run row and next cycle name;
-	// ent.When is when it was meant to leave, later by its jitter (jitter.go).
+	// ent.When is when it was meant to leave, later by its jitter (core_jitter.go).
 	sched, jitter := t.entDue, ent.When-t.entDue
 	now := e.nowMS()
 	if t.rt.State == model.StateScheduled && t.def.Trigger == model.TriggerCron && !e.cfg.Breaker.Disabled {

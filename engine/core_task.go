@@ -28,7 +28,7 @@ type task struct {
 
 	ent *wheel.Entry[*task] // armed entry, or nil
 	// entDue is the nominal due time ent fires for: ent.When less the fire's jitter
-	// (jitter.go). The fire's ticket and run carry entDue, never ent.When.
+	// (core_jitter.go). The fire's ticket and run carry entDue, never ent.When.
 	entDue  int64
 	pending int // writes decided (in the outbox or the writer) and not yet done
 	// outbox holds the groups decided under mu and not yet submitted, in decision order;

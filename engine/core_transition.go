@@ -92,7 +92,8 @@ type endDecision struct {
 }
 
 // armAt is the due time the decision arms in the wheel (a retry or the next cron fire), or
-// 0 when the task rests.
+// 0 when the task rests. For a jittered cron fire it is the nominal time; settle arms the
+// entry later by the fire's jitter (core_jitter.go).
 func (d endDecision) armAt() int64 {
 	if armable(d.RT.State) {
 		return d.RT.NextTriggerTime

@@ -332,6 +332,20 @@ var endRows = []endRow{
 			detail: "(misfire: 2 fire(s) skipped)", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
 			successes: 6, failures: 3, breaker: feedOK, misfire: true,
 		}},
+	// Jitter (design.md, Jitter): a fire is missed and late by nominal + offset. The offset of
+	// nightly's fire at e0+1h for a bound of 3000 s is 259,842 ms (JitterOffset).
+	{name: "jitter: a fire whose nominal time passed during the run but not its offset is not missed", oc: ocOK,
+		def: func(d *model.TaskDef) { d.JitterSec = 3000 }, in: endingAt(e0 + eHr + 120*eSec), want: endWant{
+			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
+			detail: "next fire 2026-01-01T11:00:00Z", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
+			successes: 6, failures: 3, breaker: feedOK,
+		}},
+	{name: "jitter: a fire later than the threshold past nominal + offset misfires", oc: ocOK,
+		def: func(d *model.TaskDef) { d.JitterSec = 3000 }, in: endingAt(e0 + eHr + 259_842 + 120*eSec), want: endWant{
+			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
+			detail: "(misfire: fire_once, 1 fire(s) coalesced into one)", result: model.ResultSuccess, durationMS: 2000,
+			executor: "exec-a", successes: 6, failures: 3, breaker: feedOK, misfire: true,
+		}},
 	{name: "a retry's end counts from the original fire, so the fire its retries overran still fires", oc: ocFailed,
 		in: allOf(atAttempt(3, e0+eHr+10*eSec), endingAt(e0+eHr+20*eSec), func(in *endInput) { in.RetryOf = e0 }), want: endWant{
 			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr,

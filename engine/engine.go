@@ -567,7 +567,7 @@ func (e *Engine) settle(t *task) {
 	}
 	if want {
 		// The window is one of nominal times; the entry fires at the nominal time plus the
-		// fire's jitter (jitter.go), which may lie beyond the horizon.
+		// fire's jitter (core_jitter.go), which may lie beyond the horizon.
 		due := t.rt.NextTriggerTime
 		at := due + t.jitterOf(t.rt.State, due)
 		if t.ent == nil || t.ent.When != at || t.entDue != due {
