@@ -135,31 +135,12 @@ func galeraDatabase(t *testing.T, c *galeratest.Cluster) string {
 	return name
 }
 
-// galeraExec runs q through the first node that takes it.
+// galeraExec runs q through the first node of the cluster that takes it.
 func galeraExec(t *testing.T, c *galeratest.Cluster, q string) {
 	t.Helper()
-	var errs []error
-	for _, n := range c.Nodes() {
-		if !n.Running() || n.Paused() {
-			continue
-		}
-		err := func() error {
-			db, err := n.DB()
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, err = db.ExecContext(ctx, q)
-			return err
-		}()
-		if err == nil {
-			return
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+	if err := c.Exec(q); err != nil {
+		t.Error(err)
 	}
-	t.Errorf("cannot run %q on the cluster: %v", q, errors.Join(errs...))
 }
 
 // galeraStore opens a store on database db through the given nodes, in that order.

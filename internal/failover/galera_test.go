@@ -100,31 +100,12 @@ func newGaleraCluster(t *testing.T, gc *galeratest.Cluster) *cluster {
 	return c
 }
 
-// galeraExec runs q through the first node of gc that takes it.
-func galeraExec(t *testing.T, gc *galeratest.Cluster, q string) {
+// galeraExec runs q through the first node of the cluster that takes it.
+func galeraExec(t *testing.T, c *galeratest.Cluster, q string) {
 	t.Helper()
-	var errs []error
-	for _, n := range gc.Nodes() {
-		if !n.Running() || n.Paused() {
-			continue
-		}
-		err := func() error {
-			db, err := n.DB()
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, err = db.ExecContext(ctx, q)
-			return err
-		}()
-		if err == nil {
-			return
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+	if err := c.Exec(q); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no Galera node ran %q: %v", q, errs)
 }
 
 // bootGalera starts node a (the primary), whose DSN lists database node n1 first, and node b

@@ -348,6 +348,34 @@ func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
 // Nodes returns the nodes in order.
 func (c *Cluster) Nodes() []*Node { return append([]*Node(nil), c.nodes...) }
 
+// Exec runs q through the first running, unpaused node that takes it, each try bounded to
+// 30 s; it returns every node's error when none did. Statements replicate, so one node is
+// enough (a CREATE DATABASE, a shared table).
+func (c *Cluster) Exec(q string) error {
+	var errs []error
+	for _, n := range c.Nodes() {
+		if !n.Running() || n.Paused() {
+			continue
+		}
+		err := func() error {
+			db, err := n.DB()
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err = db.ExecContext(ctx, q)
+			return err
+		}()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.Name, err))
+	}
+	return fmt.Errorf("no Galera node ran %q: %w", q, errors.Join(errs...))
+}
+
 // ServerDSN is a go-sql-driver DSN without a database of the given nodes, every node when
 // none is given, their addresses in the order given: root:@tcp(127.0.0.1:P1,127.0.0.1:P2)/.
 // With one node it is a plain DSN any MySQL client accepts.
