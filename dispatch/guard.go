@@ -188,7 +188,13 @@ func (g *Guard) CheckExecutorAddress(addr string) error {
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
 		return fmt.Errorf("port must be a number from 1 to 65535, got %q", port)
 	}
-	if a, err := netip.ParseAddr(host); err == nil {
+	a, perr := netip.ParseAddr(host)
+	if strings.HasPrefix(addr, "[") && (perr != nil || !a.Is6()) {
+		// A URL brackets an IPv6 address and nothing else: "[0]:1" or "[1.2.3.4]:80" would
+		// become a URL no request can be posted to.
+		return fmt.Errorf("host %q: brackets hold an IPv6 address only", host)
+	}
+	if perr == nil {
 		if a.Zone() != "" {
 			return fmt.Errorf("host %q: an address with a zone names no executor another host can reach", host)
 		}

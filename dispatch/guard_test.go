@@ -255,6 +255,9 @@ func TestGuardCheckExecutorAddress(t *testing.T) {
 		{deflt, ":9100", true},
 		{deflt, "user@host:9100", true},
 		{deflt, "host#f:9100", true},
+		{deflt, "[0]:9100", true}, // brackets hold an IPv6 address only (found by fuzzing)
+		{deflt, "[10.0.0.8]:9100", true},
+		{deflt, "[::ffff:10.0.0.8]:9100", false},
 		{deflt, "host?x=1:9100", true},
 		{deflt, "host/x:9100", true},
 		{deflt, "host:9100/x", true},

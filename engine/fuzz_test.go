@@ -94,7 +94,7 @@ func FuzzExecutorRegistration(f *testing.F) {
 	f.Add([]byte(`{"app":"billing","address":"127.0.0.1:9100","protocol":"http","handlers":["charge"]}`))
 	f.Add([]byte(`{"app":"","address":"x","handlers":[]}`))
 	f.Add([]byte(`{"app":"a","address":"h/p:1","handlers":["a b"]}`))
-	for _, addr := range []string{"169.254.169.254:80", "0.0.0.0:0", "[::]:0", "user@host:1", "host#f:1", "host?x=1:1", "h:99999", "[::1]:9100"} {
+	for _, addr := range []string{"169.254.169.254:80", "0.0.0.0:0", "[::]:0", "user@host:1", "host#f:1", "host?x=1:1", "h:99999", "[::1]:9100", "[0]:1", "[1.2.3.4]:80", "[::ffff:1.2.3.4]:80"} {
 		f.Add([]byte(`{"app":"a","address":"` + addr + `","handlers":["h"]}`))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
