@@ -44,8 +44,11 @@ func TestNewUserAcceptance(t *testing.T) {
 			due := time.UnixMilli(once.CreatedAt + 1000)
 			late := calls[0].At.Sub(due)
 			t.Logf("delay task arrived %s after its due time", late)
-			if late < 0 || late > 100*time.Millisecond {
-				t.Errorf("delay task arrived %s after its due time %s, want 0..100ms", late, due.Format(time.RFC3339Nano))
+			// Never early. The upper bound catches a fire armed in the wrong place (a later
+			// window, a lost entry), not speed, which the benchmarks measure: with -race on two
+			// cores shared with other packages' tests the HTTP call alone took over 100 ms.
+			if late < 0 || late > time.Second {
+				t.Errorf("delay task arrived %s after its due time %s, want 0..1s", late, due.Format(time.RFC3339Nano))
 			}
 		})
 
