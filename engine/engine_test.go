@@ -264,8 +264,10 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 		// The scheduler's own record of when it fired: the wheel's lateness, which the
 		// machine's load during a -race run does not inflate the way it does an HTTP round
 		// trip to a test server (that end-to-end bound is checked in admin's acceptance test).
-		if late := runs[0].DispatchedAt - runs[0].ScheduledAt; late < 0 || late > 100 {
-			t.Errorf("fired %d ms after its due time, want 0..100", late)
+		// Never early; the upper bound catches an entry armed in the wrong place, not speed
+		// (the fire record commits before the send, and the commit shares loaded cores).
+		if late := runs[0].DispatchedAt - runs[0].ScheduledAt; late < 0 || late > 1000 {
+			t.Errorf("fired %d ms after its due time, want 0..1000", late)
 		}
 		got := actionNames(t, e, "once")
 		want := []string{ActCreate, ActDispatch, ActResult}
