@@ -9,7 +9,7 @@ package engine
 //	wheel driver moves due entries          wheel driver (wheel/)   no: it is the clock tick
 //	  to a shard's ready queue
 //	consume → admit → fire                  one consumer per shard  on the writer's backpressure
-//	  (the rate gate may buffer the entry;  or gateLoop             (Submit, in flush), which is
+//	  (the rate gate may buffer the entry;  or gateLoop             (Submit, in unlock), which is
 //	  gateLoop fires it when a token comes)                         fine: it slows firing, and
 //	                                                                it holds no lock meanwhile
 //	fire: RUNNING in memory, run added to   consumer                holds t.mu only to decide;
@@ -24,7 +24,7 @@ package engine
 //	                                                                its own goroutine, notSent)
 //	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
 //	  the outcome → settleRun → complete                            the run's deadline; on
-//	  → commitLockedNotify → flush                                  Submit, without t.mu
+//	  → commitLockedNotify → unlock                                 Submit, without t.mu
 //	executor report, kill, run-now          API handler             on the writer (commitWait),
 //	                                                                without t.mu
 //	executor timeout                        clock timer (AfterFunc) on Submit only

@@ -11,9 +11,8 @@ import (
 // consecutive failed runs. What counts is a scheduled run that ends failed or timed out
 // after its last retry: the end (decideEnd, core_transition.go) adds one to
 // Runtime.ConsecutiveFailures, once per run whatever its attempts, and a success sets it
-// back to 0. A kill (an operator's act), a lost
-// run (the scheduler's fault, not the task's), a skipped misfire and every run-now instance
-// neither count nor reset it. The count lives in the runtime row and is written by the end's
+// back to 0. A kill (an operator's act), a lost run (the scheduler's fault, not the task's),
+// a skipped misfire and every run-now instance neither count nor reset it. The count lives in the runtime row and is written by the end's
 // own compare-and-swap, in the group that records the run's result, so it is durable exactly
 // when the end is: a restart or a failover reads it back with the runtime, and the open fire
 // recovery resolves is counted once, by the end recovery writes.

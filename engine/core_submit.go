@@ -12,7 +12,7 @@ package engine
 //     waits on a task's lock, on the dispatcher or on its own queue, and drains whatever the
 //     engine is doing.
 //  2. No engine lock is held across Writer.Submit. A decision made under t.mu puts its group
-//     in t's outbox; the caller hands it to the writer after unlocking (flush). A submitter
+//     in t's outbox; the caller hands it to the writer as it unlocks (unlock). A submitter
 //     blocked on a full queue (backpressure) therefore holds nothing the writer's
 //     completions need.
 //  3. A task's groups reach the writer in the order they were decided: the outbox is a FIFO
@@ -81,13 +81,18 @@ type outgoing struct {
 }
 
 // commitGroupLocked puts g in t's outbox, after every group decided for t before it. The
-// caller holds t.mu and must call e.flush(t) once it has released it (e.unlock and e.release
-// do); until then g is not submitted.
+// caller holds t.mu and must let go of it with e.unlock (or e.release, which settles first);
+// until then g is not submitted.
 func (e *Engine) commitGroupLocked(t *task, g *persist.Group, dropped func(error)) {
 	t.outbox = append(t.outbox, outgoing{g: g, dropped: dropped})
 }
 
-// unlock releases t.mu and submits what its holder decided (flush).
+// unlock releases t.mu and submits t's outbox in order, without holding t.mu across a
+// submit (invariant 2). One caller at a time flushes a task; a caller that finds another
+// flushing leaves its groups to it, which takes every group queued before it stops. The
+// flusher is whoever decided: the consumer that fired, the dispatch worker that completed,
+// the API handler. It is the one that waits on a full writer queue, as it was before it took
+// the lock off.
 func (e *Engine) unlock(t *task) {
 	if len(t.outbox) == 0 || t.flushing {
 		t.mu.Unlock()
@@ -97,23 +102,8 @@ func (e *Engine) unlock(t *task) {
 	e.flushLocked(t)
 }
 
-// flush submits t's outbox in order, without holding t.mu across a submit (invariant 2). One
-// caller at a time flushes a task; a caller that finds another flushing leaves its groups to
-// it, which takes every group queued before it stops. The flusher is whoever decided: the
-// consumer that fired, the dispatch worker that completed, the API handler. It is the one
-// that waits on a full writer queue, as it was before it took the lock off.
-func (e *Engine) flush(t *task) {
-	t.mu.Lock()
-	if len(t.outbox) == 0 || t.flushing {
-		t.mu.Unlock()
-		return
-	}
-	t.flushing = true
-	e.flushLocked(t)
-}
-
-// flushLocked is flush once the caller, holding t.mu, has set t.flushing. It returns with
-// t.mu released.
+// flushLocked submits the outbox for unlock, once the caller, holding t.mu, has set
+// t.flushing. It returns with t.mu released.
 func (e *Engine) flushLocked(t *task) {
 	for i := 0; i < len(t.outbox); i++ {
 		o := t.outbox[i]
