@@ -288,7 +288,21 @@ func (c *Client) CronNext(ctx context.Context, expr, tz string, n int) ([]string
 // CronNextIn is CronNext for an expression in a cron dialect ("unix" or "quartz"; "" is the
 // server's).
 func (c *Client) CronNextIn(ctx context.Context, expr, tz, dialect string, n int) ([]string, string, error) {
+	var v struct {
+		Timezone string   `json:"timezone"`
+		Next     []string `json:"next"`
+	}
+	err := c.Do(ctx, http.MethodGet, cronNextPath(expr, tz, dialect, n, nil), nil, &v)
+	return v.Next, v.Timezone, err
+}
+
+// cronNextPath is the path and query of GET /api/v1/cron/next: expr, and tz, dialect and n
+// when set, and any further parameters.
+func cronNextPath(expr, tz, dialect string, n int, more url.Values) string {
 	q := url.Values{"expr": {expr}}
+	for k, v := range more {
+		q[k] = v
+	}
 	if tz != "" {
 		q.Set("tz", tz)
 	}
@@ -298,12 +312,7 @@ func (c *Client) CronNextIn(ctx context.Context, expr, tz, dialect string, n int
 	if n > 0 {
 		q.Set("n", strconv.Itoa(n))
 	}
-	var v struct {
-		Timezone string   `json:"timezone"`
-		Next     []string `json:"next"`
-	}
-	err := c.Do(ctx, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
-	return v.Next, v.Timezone, err
+	return "/api/v1/cron/next?" + q.Encode()
 }
 
 // JitteredFire is one fire of a jittered preview: its nominal time, when it leaves (that
@@ -317,20 +326,11 @@ type JitteredFire struct {
 // CronNextJitter is CronNextIn for the task named task with a jitter_sec of jitterSec: each
 // fire's nominal time with the instant it leaves.
 func (c *Client) CronNextJitter(ctx context.Context, expr, tz, dialect string, n int, task string, jitterSec int) ([]JitteredFire, string, error) {
-	q := url.Values{"expr": {expr}, "task": {task}, "jitter_sec": {strconv.Itoa(jitterSec)}}
-	if tz != "" {
-		q.Set("tz", tz)
-	}
-	if dialect != "" {
-		q.Set("dialect", dialect)
-	}
-	if n > 0 {
-		q.Set("n", strconv.Itoa(n))
-	}
 	var v struct {
 		Timezone string         `json:"timezone"`
 		Fires    []JitteredFire `json:"fires"`
 	}
-	err := c.Do(ctx, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
+	more := url.Values{"task": {task}, "jitter_sec": {strconv.Itoa(jitterSec)}}
+	err := c.Do(ctx, http.MethodGet, cronNextPath(expr, tz, dialect, n, more), nil, &v)
 	return v.Fires, v.Timezone, err
 }
