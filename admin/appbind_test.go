@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"
@@ -85,7 +86,7 @@ func TestResultsAreBoundToTheRunsApp(t *testing.T) {
 			{Name: "billing-exec", Scope: "executor", Token: billTok, Apps: []string{"billing"}},
 			{Name: "payroll-exec", Scope: "executor", Token: payTok, Apps: []string{"payroll"}},
 		})
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
 		d.token = writeTok
 		billX, payX := newHoldingExecutor(t), newHoldingExecutor(t)
 		for _, r := range []struct {

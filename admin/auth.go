@@ -91,6 +91,14 @@ type Tokens struct {
 // Enabled reports whether any token is configured.
 func (ts *Tokens) Enabled() bool { return ts != nil && len(ts.list) > 0 }
 
+// Len is the number of accepted tokens.
+func (ts *Tokens) Len() int {
+	if ts == nil {
+		return 0
+	}
+	return len(ts.list)
+}
+
 // lookup finds the principal of a presented secret. Every entry is compared, in constant time
 // on fixed-size hashes, so neither the answer's timing nor a secret's length tells a caller
 // how close a guess came or which entry matched.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/persist"
 
 	"github.com/axe-sched/axe/internal/testwait"
@@ -59,7 +60,7 @@ func TestScopedTokens(t *testing.T) {
 		h := newHook(t)
 		file := filepath.Join(t.TempDir(), "tokens.json")
 		writeTokenFile(t, file, scopedEntries())
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
 
 		// No token: 401 everywhere under /api and on /metrics; probes stay open.
 		for _, p := range []string{"/api/v1/tasks", "/api/v1/executors", "/api/v1/whoami", "/metrics"} {
@@ -148,7 +149,7 @@ func TestScopedTokens(t *testing.T) {
 func TestSingleTokenKeepsWriteAndExecutor(t *testing.T) {
 	h := newHook(t)
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "the-one-token-0123" })
+	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = "the-one-token-0123" })
 	d.create(t, spec("x", h.url("/ok"), "trigger", "manual"))
 	reg := map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": []string{"h"}, "auth": "signed"}
 	if code, b := d.call(t, "POST", "/api/v1/executors/register", reg); code != 200 {
@@ -194,14 +195,14 @@ func TestTokenFileErrors(t *testing.T) {
 	// A daemon refuses to start on a bad file, before it opens anything.
 	bad := filepath.Join(t.TempDir(), "tokens.json")
 	_ = os.WriteFile(bad, []byte(`[{"name":"x","scope":"root","token":"0123456789abcdefgh"}]`), 0o600)
-	if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: admin.SecurityConfig{TokenFile: bad}}); err == nil ||
+	if err := serveOnce(t, axedaemon.Config{Addr: "127.0.0.1:0", Security: axedaemon.SecurityConfig{TokenFile: bad}}); err == nil ||
 		!strings.Contains(err.Error(), "scope") {
 		t.Errorf("Serve with a bad token file: %v", err)
 	}
 	// A token file protects a public bind.
 	good := filepath.Join(t.TempDir(), "good.json")
 	writeTokenFile(t, good, scopedEntries())
-	if err := serveOnce(t, admin.DaemonConfig{Addr: "0.0.0.0:0", Security: admin.SecurityConfig{TokenFile: good}}); err != nil {
+	if err := serveOnce(t, axedaemon.Config{Addr: "0.0.0.0:0", Security: axedaemon.SecurityConfig{TokenFile: good}}); err != nil {
 		t.Errorf("public bind with a token file: %v", err)
 	}
 }
@@ -212,7 +213,7 @@ func TestTokenFileReloadOnSIGHUP(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens.json")
 	writeTokenFile(t, file, scopedEntries())
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
 	const newTok = "brand-new-token-0123456789"
 	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 401 {
 		t.Fatalf("new token before reload: %d", code)
@@ -245,7 +246,7 @@ func TestScopeFollowsTheRoute(t *testing.T) {
 		h := newHook(t)
 		file := filepath.Join(t.TempDir(), "tokens.json")
 		writeTokenFile(t, file, scopedEntries())
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.TokenFile = file })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
 		d.create(t, spec("ns:job", h.url("/ok"), "trigger", "manual"), bearer(writeTok)...)
 		for _, c := range []struct{ method, path, scope string }{
 			{"PUT", "/api/v1/tasks/x%2F..%2F..%2Fcallback", "write"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 )
 
@@ -107,7 +108,7 @@ func TestTaskListPages(t *testing.T) {
 // DST marks and from= of cron/next, and the base path.
 func TestConsoleAPI(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *admin.DaemonConfig) { c.BasePath = "/ops/axe"; c.Token = "tok-0123456789abcdef" })
+	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *axedaemon.Config) { c.BasePath = "/ops/axe"; c.Token = "tok-0123456789abcdef" })
 	h := newHook(t)
 	api := "/ops/axe/api/v1"
 
@@ -197,7 +198,7 @@ func TestConsoleAPI(t *testing.T) {
 // there is nothing at /debug/pprof.
 func TestPprof(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *admin.DaemonConfig) { c.Pprof = true; c.Token = "tok-0123456789abcdef" })
+	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", func(c *axedaemon.Config) { c.Pprof = true; c.Token = "tok-0123456789abcdef" })
 	d.token = ""
 	d.apiError(t, http.StatusUnauthorized, http.MethodGet, "/debug/pprof/heap", nil)
 	d.token = "tok-0123456789abcdef"

@@ -18,9 +18,9 @@ import (
 	"github.com/chromedp/chromedp"
 	_ "modernc.org/sqlite"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -187,7 +187,7 @@ func rowsText(sel string) string {
 func TestConsoleBrowser(t *testing.T) {
 	ctx := browser(t)
 	dir := artifacts(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.BasePath = consoleBase
 		c.Engine = engine.Config{HeartbeatInterval: 300 * time.Millisecond, LostAfter: 1500 * time.Millisecond}
 	})
@@ -369,7 +369,7 @@ func (d *daemon) getAt(t *testing.T, api, name string) client.TaskView {
 // tab (sessionStorage), not in localStorage or a cookie.
 func TestConsoleBrowserLogin(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) { c.Token = "open-sesame-0123456" })
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.Token = "open-sesame-0123456" })
 	run(t, ctx, "open the console", chromedp.Navigate(d.base+"/#/tasks"), chromedp.WaitVisible("#login-token", chromedp.ByQuery))
 	run(t, ctx, "a wrong token", chromedp.SendKeys("#login-token", "guess", chromedp.ByQuery), chromedp.Click("#login-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the refusal", `document.querySelector("#login-error").textContent.includes("refused")`)

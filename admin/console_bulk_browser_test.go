@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -59,7 +59,7 @@ func recordRequests(t *testing.T, ctx context.Context) func() []apiRequest {
 func TestConsoleBrowserBulk(t *testing.T) {
 	ctx := browser(t)
 	dir := artifacts(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) { c.BasePath = consoleBase })
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.BasePath = consoleBase })
 	api := consoleBase + "/api/v1"
 	url := d.base + consoleBase + "/"
 	for i := range 8 {
@@ -177,7 +177,7 @@ func TestConsoleBrowserBackup(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	ctx := browser(t)
 	dir := artifacts(t)
-	mod := func(c *admin.DaemonConfig) { c.BasePath = consoleBase }
+	mod := func(c *axedaemon.Config) { c.BasePath = consoleBase }
 	a := haConsoleNodeNoToken(t, dsn, "a", mod)
 	a.waitRole(t, "primary", waitTimeout)
 	b := haConsoleNodeNoToken(t, dsn, "b", mod)
@@ -228,9 +228,9 @@ func TestConsoleBrowserBackup(t *testing.T) {
 }
 
 // haConsoleNodeNoToken is an HA node without a token.
-func haConsoleNodeNoToken(t *testing.T, dsn, id string, mod func(*admin.DaemonConfig)) *daemon {
+func haConsoleNodeNoToken(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *daemon {
 	t.Helper()
-	return haConsoleNode(t, dsn, id, func(c *admin.DaemonConfig) {
+	return haConsoleNode(t, dsn, id, func(c *axedaemon.Config) {
 		c.Token = ""
 		mod(c)
 	})

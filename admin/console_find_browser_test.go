@@ -12,8 +12,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 )
@@ -96,7 +96,7 @@ func TestConsoleBrowserTypingSurvivesRefresh(t *testing.T) {
 // switch.
 func TestConsoleBrowserFindFailing(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.BasePath = consoleBase
 		// The breaker opens after 45 results, so that the task has runs for three pages
 		// first (after it, a probe runs one fire in ten).
@@ -244,7 +244,7 @@ func mustEval(t *testing.T, ctx context.Context, expr string) string {
 func TestConsoleBrowserOps(t *testing.T) {
 	ctx := browser(t)
 	h := newHook(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.Engine = engine.Config{AlertWebhooks: []string{h.url("/ok/alert")}}
 	})
 	url := d.base + "/"

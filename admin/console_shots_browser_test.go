@@ -18,8 +18,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -40,7 +40,7 @@ func TestConsoleScreenshots(t *testing.T) {
 	ctx := browser(t)
 	h := newHook(t)
 	file := filepath.Join(t.TempDir(), "axe.db")
-	mod := func(c *admin.DaemonConfig) {
+	mod := func(c *axedaemon.Config) {
 		c.Engine = engine.Config{AlertWebhooks: []string{h.url("/ok/alert")}, HeartbeatInterval: 300 * time.Millisecond}
 	}
 	// A day of another node's minutes, as the day chart reads them after a restart: a

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testproxy"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -32,7 +33,7 @@ func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
 	if viaProxy == dsn {
 		t.Fatalf("DSN %q does not name 127.0.0.1:3306", dsn)
 	}
-	d := startDaemon(t, viaProxy, func(c *admin.DaemonConfig) {
+	d := startDaemon(t, viaProxy, func(c *axedaemon.Config) {
 		c.Engine.WriterLanes = 1
 		c.Engine.Writer.QueueSize = 2 // Offer refuses once one group is pending
 	})

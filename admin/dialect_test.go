@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 )
 
 // TestCronDialect is the acceptance as a new user meets it: a Quartz expression
@@ -94,7 +94,7 @@ func TestCronDialect(t *testing.T) {
 func TestCronDialectServerDefault(t *testing.T) {
 	h := newHook(t)
 	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Engine.CronDialect = "quartz" })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Engine.CronDialect = "quartz" })
 		v := d.create(t, spec("q", h.url("/q"), "cron", "0 0 12 ? * 2"))
 		if next := time.UnixMilli(v.Runtime.NextTriggerTime).UTC(); v.CronDialect != "quartz" || next.Weekday() != time.Monday {
 			t.Fatalf("dialect %q, next %s (%s); want quartz, Monday", v.CronDialect, next, next.Weekday())

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -31,7 +31,7 @@ func e2eDaemon(t *testing.T, db string) (string, *client.Client) {
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- admin.Serve(ctx, admin.DaemonConfig{
+		done <- axedaemon.Serve(ctx, axedaemon.Config{
 			Addr: "127.0.0.1:0", DB: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			OnListen: func(a string) { addrCh <- a },
 			Engine:   engine.Config{HeartbeatInterval: 300 * time.Millisecond, LostAfter: 1500 * time.Millisecond},
@@ -295,7 +295,7 @@ func TestExecutorResultSurvivesSchedulerRestart(t *testing.T) {
 		up := make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
-			done <- admin.Serve(ctx, admin.DaemonConfig{
+			done <- axedaemon.Serve(ctx, axedaemon.Config{
 				Addr: addr, DB: db, ShutdownTimeout: 500 * time.Millisecond,
 				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 				OnListen: func(string) { close(up) },

@@ -61,7 +61,7 @@ func wantsForward(c *fasthttp.RequestCtx) bool {
 // and copies its answer back. A request is forwarded once: the header that asks for it is
 // not passed on, so a node that is no longer the primary answers 503 instead of sending it
 // further.
-func (n *haNode) forward(c *fasthttp.RequestCtx, primary string) {
+func (f *haFront) forward(c *fasthttp.RequestCtx, primary string) {
 	if primary == "" {
 		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": errNoPrimary.Error(), "primary": ""})
 		return
@@ -95,8 +95,8 @@ func (n *haNode) forward(c *fasthttp.RequestCtx, primary string) {
 	} else {
 		req.SetBody(c.Request.Body())
 	}
-	if err := n.fwd.DoTimeout(req, resp, forwardTimeout); err != nil {
-		n.cfg.Logger.Warn("cannot forward a write to the primary", "primary", primary, "path", string(c.Path()), "error", err)
+	if err := f.fwd.DoTimeout(req, resp, forwardTimeout); err != nil {
+		f.s.log.Warn("cannot forward a write to the primary", "primary", primary, "path", string(c.Path()), "error", err)
 		writeJSON(c, fasthttp.StatusBadGateway, map[string]string{
 			"error": fmt.Sprintf("this node is a backup and cannot reach the primary at %s: %v", primary, err), "primary": primary})
 		return

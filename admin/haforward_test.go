@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testpki"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
@@ -23,9 +24,9 @@ import (
 const fwdToken = "fwd-s3cret-0123456"
 
 // haConsoleNode is an HA node with the token and the console's base path.
-func haConsoleNode(t *testing.T, dsn, id string, mod func(*admin.DaemonConfig)) *daemon {
+func haConsoleNode(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *daemon {
 	t.Helper()
-	return startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+	return startDaemon(t, dsn, func(c *axedaemon.Config) {
 		c.HA = true
 		c.NodeID = id
 		c.LeaseTTL = 3 * time.Second
@@ -223,7 +224,7 @@ func TestHABackupForwardWithoutPrimary(t *testing.T) {
 func httpsConsoleNode(t *testing.T, dsn, id string, ca *testpki.CA, peerCA bool) *daemon {
 	t.Helper()
 	pair := ca.Server(t, "node-"+id)
-	d := haConsoleNode(t, dsn, id, func(c *admin.DaemonConfig) {
+	d := haConsoleNode(t, dsn, id, func(c *axedaemon.Config) {
 		c.Security.TLSCert, c.Security.TLSKey = pair.CertFile, pair.KeyFile
 		if peerCA {
 			c.Security.PeerCA = ca.File

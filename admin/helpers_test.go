@@ -19,8 +19,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -81,7 +81,7 @@ func eachStore(t *testing.T, fn func(t *testing.T, dsn string)) {
 	}
 }
 
-// daemon is one admin.Serve running in-process for a test.
+// daemon is one daemon.Serve running in-process for a test.
 type daemon struct {
 	dsn    string
 	addr   string
@@ -95,11 +95,11 @@ type daemon struct {
 	stopErr  error
 }
 
-// startDaemon runs admin.Serve on a free loopback port and stops it when the test ends.
+// startDaemon runs daemon.Serve on a free loopback port and stops it when the test ends.
 // mod, when non-nil, adjusts the config before the start.
-func startDaemon(t *testing.T, dsn string, mod func(*admin.DaemonConfig)) *daemon {
+func startDaemon(t *testing.T, dsn string, mod func(*axedaemon.Config)) *daemon {
 	t.Helper()
-	cfg := admin.DaemonConfig{
+	cfg := axedaemon.Config{
 		Addr:            "127.0.0.1:0",
 		DB:              dsn,
 		NodeID:          "test-node",
@@ -117,7 +117,7 @@ func startDaemon(t *testing.T, dsn string, mod func(*admin.DaemonConfig)) *daemo
 		// A bound for a hung daemon, not a speed check: a 10,000-task batch on SQLite under
 		// -race took over 30 s on two cores shared with other packages' tests.
 		http: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}}
-	go func() { d.done <- admin.Serve(ctx, cfg) }()
+	go func() { d.done <- axedaemon.Serve(ctx, cfg) }()
 	select {
 	case addr := <-listening:
 		d.addr = addr
@@ -509,4 +509,60 @@ func findAction(acts []model.Action, name string) (model.Action, bool) {
 		}
 	}
 	return model.Action{}, false
+}
+
+// haNode starts an HA daemon named id on dsn with a short lease.
+func haNode(t *testing.T, dsn, id string, ttl, renew time.Duration) *daemon {
+	t.Helper()
+	return startDaemon(t, dsn, func(c *axedaemon.Config) {
+		c.HA = true
+		c.NodeID = id
+		c.LeaseTTL = ttl
+		c.LeaseRenew = renew
+	})
+}
+
+// readyz is the JSON of /readyz on an HA node.
+type readyz struct {
+	Status  string `json:"status"`
+	Role    string `json:"role"`
+	Epoch   int64  `json:"epoch"`
+	Node    string `json:"node"`
+	Primary string `json:"primary"`
+}
+
+func (d *daemon) readyz(t *testing.T, query string) (int, readyz) {
+	t.Helper()
+	code, body := d.call(t, http.MethodGet, "/readyz"+query, nil)
+	var r readyz
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatalf("/readyz%s answered %d %s: %v", query, code, body, err)
+	}
+	return code, r
+}
+
+// waitRole waits until d serves in role and returns its /readyz.
+func (d *daemon) waitRole(t *testing.T, role string, timeout time.Duration) readyz {
+	t.Helper()
+	var r readyz
+	testwait.For(t, timeout, d.base+" to be "+role, func() bool {
+		_, r = d.readyz(t, "")
+		return r.Role == role && r.Status == "ready"
+	})
+	return r
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return b.String()
 }

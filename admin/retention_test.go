@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 )
 
@@ -46,7 +46,7 @@ func rowCounts(t *testing.T, db *sql.DB) (runs, acts, defs int) {
 func TestRetentionLevelsOff(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) {
 			c.Engine.Retention.History = 1500 * time.Millisecond
 			c.Engine.Retention.Finished = 500 * time.Millisecond
 			c.Engine.Retention.Interval = 200 * time.Millisecond

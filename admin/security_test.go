@@ -12,14 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/dispatch"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/persist"
 )
 
 // serveOnce runs Serve with cfg and returns its error if it ends within a few seconds, or
 // stops it and returns nil if it started listening.
-func serveOnce(t *testing.T, cfg admin.DaemonConfig) error {
+func serveOnce(t *testing.T, cfg axedaemon.Config) error {
 	t.Helper()
 	if cfg.DB == "" {
 		cfg.DB = persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
@@ -32,7 +32,7 @@ func serveOnce(t *testing.T, cfg admin.DaemonConfig) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- admin.Serve(ctx, cfg) }()
+	go func() { done <- axedaemon.Serve(ctx, cfg) }()
 	select {
 	case err := <-done:
 		return err
@@ -50,13 +50,13 @@ func serveOnce(t *testing.T, cfg admin.DaemonConfig) error {
 
 func TestProtectedBind(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
-		err := serveOnce(t, admin.DaemonConfig{Addr: addr})
+		err := serveOnce(t, axedaemon.Config{Addr: addr})
 		if err == nil || !strings.Contains(err.Error(), "without a token") || !strings.Contains(err.Error(), "--token") {
 			t.Errorf("Serve on %s without a token = %v, want a refusal saying how to fix it", addr, err)
 		}
 	}
 	// Loopback without a token, and any address with one, serve.
-	for _, cfg := range []admin.DaemonConfig{
+	for _, cfg := range []axedaemon.Config{
 		{Addr: "127.0.0.1:0"}, {Addr: "localhost:0"}, {Addr: "[::1]:0"}, {Addr: "0.0.0.0:0", Token: "t0ken-0123456789abcd"},
 	} {
 		if cfg.Addr == "[::1]:0" && !hasIPv6Loopback() {
@@ -68,7 +68,7 @@ func TestProtectedBind(t *testing.T) {
 	}
 	// --insecure-no-auth is the way around, and says so at every start.
 	var logs bytes.Buffer
-	cfg := admin.DaemonConfig{Addr: "0.0.0.0:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	cfg := axedaemon.Config{Addr: "0.0.0.0:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	cfg.Security.InsecureNoAuth = true
 	if err := serveOnce(t, cfg); err != nil {
 		t.Fatalf("Serve with --insecure-no-auth = %v", err)
@@ -90,7 +90,7 @@ func hasIPv6Loopback() bool {
 func TestCallbackGuard(t *testing.T) {
 	eachStore(t, func(t *testing.T, dsn string) {
 		h := newHook(t)
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.CallbackSecret = "hmac-key" })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.CallbackSecret = "hmac-key" })
 		for _, u := range []string{
 			"http://169.254.169.254/latest/meta-data/",
 			"http://[::ffff:169.254.169.254]/",
@@ -127,18 +127,18 @@ func TestCallbackGuard(t *testing.T) {
 func TestCallbackAllowlist(t *testing.T) {
 	h := newHook(t)
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Security.CallbackAllow = []string{"10.0.0.0/8", "hooks.internal"} })
+	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.CallbackAllow = []string{"10.0.0.0/8", "hooks.internal"} })
 	msg := d.apiError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", spec("lo", h.url("/ok"), "trigger", "manual"))
 	if !strings.Contains(msg, "callback-allow") {
 		t.Errorf("error %q does not name the allowlist", msg)
 	}
 	d.create(t, spec("named", "http://hooks.internal:9/x", "trigger", "manual"))
 
-	if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: admin.SecurityConfig{CallbackAllow: []string{"not a host"}}}); err == nil ||
+	if err := serveOnce(t, axedaemon.Config{Addr: "127.0.0.1:0", Security: axedaemon.SecurityConfig{CallbackAllow: []string{"not a host"}}}); err == nil ||
 		!strings.Contains(err.Error(), "callback-allow") {
 		t.Errorf("a bad --callback-allow entry: %v", err)
 	}
-	cfg := admin.DaemonConfig{Addr: "127.0.0.1:0"}
+	cfg := axedaemon.Config{Addr: "127.0.0.1:0"}
 	cfg.Engine.AlertWebhooks = []string{"http://169.254.169.254/hook"}
 	if err := serveOnce(t, cfg); err == nil || !strings.Contains(err.Error(), "alert-webhook") {
 		t.Errorf("a metadata alert webhook: %v", err)
@@ -148,7 +148,7 @@ func TestCallbackAllowlist(t *testing.T) {
 // TestProbesAnswerAnyHost: without a token the health probes answer whatever name they are
 // called by, while the API answers only this server's names.
 func TestProbesAnswerAnyHost(t *testing.T) {
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *admin.DaemonConfig) {
+	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.Security.AllowHosts = []string{"axe.internal"}
 	})
 	for _, c := range []struct {

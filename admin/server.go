@@ -1,8 +1,10 @@
-// Package admin is axe's face to people and programs: the REST API of SPEC section 10, the
-// health and metrics endpoints, the Go client the CLI uses, and the daemon wiring that starts
-// and stops everything in order. It translates HTTP to engine calls and engine errors to HTTP
-// codes (in one place: statusOf); it holds no scheduling state of its own and never touches
-// the store except to report readiness.
+// Package admin is axe's HTTP layer: the REST API of SPEC section 10, the web console, the
+// health and metrics endpoints, and the front of an HA node (hafront.go). It translates HTTP
+// to engine calls and engine errors to HTTP codes (in one place: statusOf); it holds no
+// scheduling state of its own and never touches the store except to report readiness and
+// list what a backup reads from the database. It builds nothing it serves: the daemon
+// (internal/daemon) opens the store, builds the engine and the HA elector, and hands them in;
+// admin never imports it.
 package admin
 
 import (
@@ -284,7 +286,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/whoami", h(s.whoami))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
-	s.haRoutes(api) // ha.go
+	s.haRoutes(api) // hafront.go
 	s.writeRoutes(api)
 	s.consoleRoutes(r, api)
 	s.consoleAPIRoutes(api)
@@ -303,7 +305,7 @@ func (s *Server) authed(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 
 // routePath is the path a request is authorised on: the pattern of the route the router
 // matched ("/api/v1/tasks/{name}"), which names the handler that serves it, or, for a
-// request no route serves here (a backup's writes, ha.go), the path as sent, not decoded,
+// request no route serves here (a backup's writes, hafront.go), the path as sent, not decoded,
 // as the router matches it. Either way without the base path. The decoded, cleaned path
 // (fasthttp's Path) is never it: "/api/v1/tasks/x%2F..%2F..%2Fcallback" is a task's path
 // to the router and the result endpoint's once decoded.

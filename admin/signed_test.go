@@ -15,6 +15,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/executor"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -77,7 +78,7 @@ func TestExecutorsReceiveNoCredential(t *testing.T) {
 			{Name: "ops", Scope: "write", Token: writeTok},
 			{Name: "billing-exec", Scope: "executor", Token: billingTok, Apps: []string{"billing"}},
 		})
-		mod := func(c *admin.DaemonConfig) { c.Security.TokenFile = file }
+		mod := func(c *axedaemon.Config) { c.Security.TokenFile = file }
 		d := startDaemon(t, dsn, mod)
 		d.token = writeTok
 		x := newRecordingExecutor(t)
@@ -160,7 +161,7 @@ func TestExecutorsReceiveNoCredential(t *testing.T) {
 // unless --executor-token is given, and then sends that token to it (and to it alone).
 func TestExecutorThatPredatesSigningIsToldWhy(t *testing.T) {
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = writeTok })
+	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = writeTok })
 	x := newRecordingExecutor(t)
 	reg := map[string]any{"app": "old", "address": x.addr(), "handlers": []string{"h"}}
 	msg := d.apiError(t, http.StatusBadRequest, "POST", protocol.PathRegister, reg)
@@ -172,7 +173,7 @@ func TestExecutorThatPredatesSigningIsToldWhy(t *testing.T) {
 	}
 
 	const legacy = "legacy-executor-token-0123"
-	d = startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = writeTok; c.Engine.ExecutorToken = legacy })
+	d = startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = writeTok; c.Engine.ExecutorToken = legacy })
 	d.mustJSON(t, 200, "POST", protocol.PathRegister, reg, nil)
 	signed := newRecordingExecutor(t)
 	d.mustJSON(t, 200, "POST", protocol.PathRegister, map[string]any{"app": "new", "address": signed.addr(), "handlers": []string{"h"}, "auth": "signed"}, nil)
@@ -204,7 +205,7 @@ func TestHASignsForExecutorsAfterHandover(t *testing.T) {
 		{Name: "billing-exec", Scope: "executor", Token: billingTok, Apps: []string{"billing"}},
 	})
 	node := func(id string) *daemon {
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) {
 			c.HA, c.NodeID, c.LeaseTTL, c.LeaseRenew = true, id, 60*time.Second, 500*time.Millisecond
 			c.Security.TokenFile = file
 		})

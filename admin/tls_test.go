@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -57,13 +57,13 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 
 func TestServeTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
-	cfg := admin.DaemonConfig{Addr: "127.0.0.1:0", DB: persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db"),
-		Logger: testLogger(), Security: admin.SecurityConfig{TLSCert: certFile, TLSKey: keyFile}}
+	cfg := axedaemon.Config{Addr: "127.0.0.1:0", DB: persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db"),
+		Logger: testLogger(), Security: axedaemon.SecurityConfig{TLSCert: certFile, TLSKey: keyFile}}
 	addr := make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- admin.Serve(ctx, cfg) }()
+	go func() { done <- axedaemon.Serve(ctx, cfg) }()
 	var a string
 	select {
 	case a = <-addr:
@@ -101,12 +101,12 @@ func TestServeTLS(t *testing.T) {
 
 func TestTLSConfigErrors(t *testing.T) {
 	certFile, _, _ := selfSigned(t)
-	for _, sec := range []admin.SecurityConfig{
+	for _, sec := range []axedaemon.SecurityConfig{
 		{TLSCert: certFile},
 		{TLSCert: certFile, TLSKey: certFile},
 		{TLSCert: "/nonexistent.pem", TLSKey: "/nonexistent.key"},
 	} {
-		if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: sec}); err == nil || !strings.Contains(err.Error(), "tls") {
+		if err := serveOnce(t, axedaemon.Config{Addr: "127.0.0.1:0", Security: sec}); err == nil || !strings.Contains(err.Error(), "tls") {
 			t.Errorf("Serve with %+v = %v, want an error naming tls", sec, err)
 		}
 	}
@@ -115,8 +115,8 @@ func TestTLSConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ca := range []string{"/nonexistent-ca.pem", notPEM} {
-		sec := admin.SecurityConfig{PeerCA: ca}
-		if err := serveOnce(t, admin.DaemonConfig{Addr: "127.0.0.1:0", Security: sec}); err == nil || !strings.Contains(err.Error(), "peer-ca") {
+		sec := axedaemon.SecurityConfig{PeerCA: ca}
+		if err := serveOnce(t, axedaemon.Config{Addr: "127.0.0.1:0", Security: sec}); err == nil || !strings.Contains(err.Error(), "peer-ca") {
 			t.Errorf("Serve with PeerCA %s = %v, want an error naming peer-ca", ca, err)
 		}
 	}

@@ -15,14 +15,15 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/ha"
+	"github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/ratelimit"
 )
 
 func serveCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("axe serve", flag.ContinueOnError)
-	var cfg admin.DaemonConfig
+	var cfg daemon.Config
 	fs.StringVar(&cfg.Addr, "addr", admin.AddrDefault, "listen address (AXE_ADDR)")
-	fs.StringVar(&cfg.DB, "db", admin.DBDefault, "store: sqlite:PATH or mysql:USER:PASS@tcp(HOST:3306)/DB; several HOST:PORT, comma-separated, for a Galera cluster (AXE_DB)")
+	fs.StringVar(&cfg.DB, "db", daemon.DBDefault, "store: sqlite:PATH or mysql:USER:PASS@tcp(HOST:3306)/DB; several HOST:PORT, comma-separated, for a Galera cluster (AXE_DB)")
 	fs.StringVar(&cfg.Token, "token", "", "require Authorization: Bearer TOKEN on the API (AXE_TOKEN)")
 	fs.StringVar(&cfg.NodeID, "node-id", "", "this scheduler's name in the lease, the nodes table and action records; default hostname:port (AXE_NODE_ID)")
 	fs.BoolVar(&cfg.HA, "ha", false, "run as the primary or a backup of a shared MySQL database, by a lease (AXE_HA)")
@@ -31,7 +32,7 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.LeaseRenew, "lease-renew", ha.LeaseRenewDefault, "with --ha: how often the primary renews the lease and a backup tries to take it (AXE_LEASE_RENEW)")
 	fs.DurationVar(&cfg.Tick, "tick", engine.TickDefault, "timing wheel resolution (AXE_TICK)")
 	fs.StringVar(&cfg.Timezone, "timezone", engine.TimezoneDefault, "default IANA zone of tasks (AXE_TIMEZONE)")
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", admin.ShutdownTimeoutDefault, "graceful stop bound (AXE_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", daemon.ShutdownTimeoutDefault, "graceful stop bound (AXE_SHUTDOWN_TIMEOUT)")
 	rateGlobal := fs.String("rate-global", "", "global dispatch rate, RATE[:BURST] per second; empty = unlimited (AXE_RATE_GLOBAL)")
 	rateDefault := fs.String("rate-default", "", "per-downstream dispatch rate, RATE[:BURST] per second (AXE_RATE_DEFAULT)")
 	fs.DurationVar(&cfg.Engine.LostAfter, "executor-lost-after", engine.LostAfterDefault, "an executor silent this long gets no new dispatch (AXE_EXECUTOR_LOST_AFTER)")
@@ -118,7 +119,7 @@ func serveCmd() *ffcli.Command {
 				}
 				fmt.Printf("axe %s listening on %s://%s (store %s)\n", version, scheme, addr, displayDB(cfg.DB))
 			}
-			return admin.Serve(ctx, cfg)
+			return daemon.Serve(ctx, cfg)
 		},
 	}
 }

@@ -1,4 +1,4 @@
-package admin_test
+package daemon_test
 
 import (
 	"encoding/json"
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 
@@ -27,7 +27,7 @@ import (
 // haNode starts an HA daemon named id on dsn with a short lease.
 func haNode(t *testing.T, dsn, id string, ttl, renew time.Duration) *daemon {
 	t.Helper()
-	return startDaemon(t, dsn, func(c *admin.DaemonConfig) {
+	return startDaemon(t, dsn, func(c *axedaemon.Config) {
 		c.HA = true
 		c.NodeID = id
 		c.LeaseTTL = ttl
@@ -304,14 +304,14 @@ func TestHAGracefulHandover(t *testing.T) {
 // TestHARefusals checks what --ha refuses to start on.
 func TestHARefusals(t *testing.T) {
 	// The embedded store cannot be shared.
-	err := admin.Serve(t.Context(), admin.DaemonConfig{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: testLogger()})
-	if !errors.Is(err, admin.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
+	err := axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: testLogger()})
+	if !errors.Is(err, axedaemon.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
 		t.Fatalf("--ha on SQLite = %v, want ErrHANeedsMySQL naming what to use", err)
 	}
 	// A second live node with the same id.
 	dsn := persisttest.MySQLDSN(t)
 	haNode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).waitRole(t, "primary", waitTimeout)
-	err = admin.Serve(t.Context(), admin.DaemonConfig{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
+	err = axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
 		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: testLogger()})
 	if err == nil || !strings.Contains(err.Error(), `node id "same"`) {
 		t.Fatalf("a second node with a live id = %v, want a refusal naming the id", err)

@@ -1,4 +1,9 @@
-package admin
+// Package daemon wires `axe serve` together: it opens the store, builds the engine (one per
+// term as primary under --ha), runs the HA elector, starts the HTTP server of package admin
+// and stops them all in order. It owns the daemon's configuration and lifecycle and holds
+// no scheduling state and no HTTP handlers of its own: scheduling is the engine's, the API
+// and the console are admin's. Nothing but cmd/axe imports it.
+package daemon
 
 import (
 	"context"
@@ -11,6 +16,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/internal/startstop"
@@ -23,9 +29,9 @@ const (
 	ShutdownTimeoutDefault = 30 * time.Second
 )
 
-// DaemonConfig is what `axe serve` is configured with (SPEC section 12).
-type DaemonConfig struct {
-	// Addr to listen on. Defaults to AddrDefault.
+// Config is what `axe serve` is configured with (SPEC section 12).
+type Config struct {
+	// Addr to listen on. Defaults to admin.AddrDefault.
 	Addr string
 	// DB is "sqlite:PATH" or "mysql:DSN". Defaults to DBDefault.
 	DB string
@@ -61,7 +67,7 @@ type DaemonConfig struct {
 	// ha.LeaseRenewDefault (5s).
 	LeaseRenew time.Duration
 
-	// BasePath prefixes the console and the API (ServerConfig.BasePath). Defaults to "".
+	// BasePath prefixes the console and the API (admin.ServerConfig.BasePath). Defaults to "".
 	BasePath string
 	// Pprof serves /debug/pprof behind the token. Defaults to false.
 	Pprof bool
@@ -69,15 +75,15 @@ type DaemonConfig struct {
 	// Outbound and bind safety, token file; see security.go.
 	Security SecurityConfig
 
-	tokens    *atomic.Pointer[Tokens] // built from Token and Security.TokenFile by applySecurity
-	tlsConfig *tls.Config             // built from Security.TLSCert and TLSKey by applySecurity
-	peerTLS   *tls.Config             // built from Security.PeerCA by applySecurity; nil: system roots
+	tokens    *atomic.Pointer[admin.Tokens] // built from Token and Security.TokenFile by applySecurity
+	tlsConfig *tls.Config                   // built from Security.TLSCert and TLSKey by applySecurity
+	peerTLS   *tls.Config                   // built from Security.PeerCA by applySecurity; nil: system roots
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
-func (c DaemonConfig) WithDefaults() DaemonConfig {
+func (c Config) WithDefaults() Config {
 	if c.Addr == "" {
-		c.Addr = AddrDefault
+		c.Addr = admin.AddrDefault
 	}
 	if c.DB == "" {
 		c.DB = DBDefault
@@ -112,7 +118,7 @@ func (c DaemonConfig) WithDefaults() DaemonConfig {
 //  4. close the store.
 //
 // Nothing is left half-written: every transition either committed or was never decided.
-func Serve(ctx context.Context, cfg DaemonConfig) error {
+func Serve(ctx context.Context, cfg Config) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.applySecurity(); err != nil {
 		return err
@@ -150,7 +156,7 @@ func Serve(ctx context.Context, cfg DaemonConfig) error {
 	defer metrics.UnregisterSet(set, true)
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
 
-	srv, err := NewServer(cfg.apiServer(ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log}))
+	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log}))
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
@@ -212,7 +218,7 @@ func redactDSN(dsn string) string {
 
 // scheme is the URL scheme the API is served with: https once applySecurity loaded a
 // certificate, else http.
-func (c *DaemonConfig) scheme() string {
+func (c *Config) scheme() string {
 	if c.tlsConfig != nil {
 		return "https"
 	}

@@ -1,4 +1,4 @@
-package admin
+package daemon
 
 import (
 	"context"
@@ -12,14 +12,11 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/fasthttp/router"
-	"github.com/valyala/fasthttp"
 
+	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
-	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
-	"github.com/axe-sched/axe/protocol"
 )
 
 // This file runs `axe serve --ha` (R8): a node that is the primary or a backup of one
@@ -35,29 +32,25 @@ import (
 // Nothing of a term survives it, so a later term starts from what the database holds.
 //
 // Between terms a backup serves the read API from the database through an engine that is
-// never started, and answers writes and the executor protocol with 503 naming the primary.
+// never started; the front server (admin.Server.ServeHA) asks the node for its term on every
+// request and answers a backup's writes and the executor protocol with 503 naming the primary.
 
 // Errors of the HA daemon.
 var (
 	// ErrHANeedsMySQL: --ha with the embedded store.
 	ErrHANeedsMySQL = errors.New("--ha needs MySQL")
-	// ErrBackup is the error of a write or executor-protocol call on a backup.
-	ErrBackup = errors.New("this node is a backup")
 )
 
 // haTerm is what serves the API for one role: the primary's engine of one epoch, or the
 // backup's reader.
 type haTerm struct {
-	primary bool
-	epoch   int64
-	eng     *engine.Engine
-	handler fasthttp.RequestHandler
-	set     *metrics.Set // the engine's metrics, registered while the term serves
+	admin.HATerm
+	set *metrics.Set // the engine's metrics, registered while the term serves
 }
 
 // haNode is the daemon state of one HA node.
 type haNode struct {
-	cfg    DaemonConfig
+	cfg    Config
 	store  persist.Store
 	el     *ha.Elector // set before the role loop starts; handlers read elp
 	elp    atomic.Pointer[ha.Elector]
@@ -66,8 +59,6 @@ type haNode struct {
 	term      atomic.Pointer[haTerm]
 	promoting atomic.Bool
 	stopping  atomic.Bool
-
-	fwd *fasthttp.Client // forwards the console's writes to the primary (haforward.go)
 
 	roleMu sync.Mutex // serialises promotions, demotions and shutdown
 	ended  bool       // under roleMu: shutdown began, no more promotions
@@ -104,7 +95,7 @@ func checkHA(db string) error {
 //     at its next attempt (about one renew interval); a backup just stops campaigning;
 //  3. stop the HTTP server;
 //  4. close the store.
-func serveHA(ctx context.Context, cfg DaemonConfig) error {
+func serveHA(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	if err := checkHA(cfg.DB); err != nil {
 		return err
@@ -122,7 +113,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
 	}
 	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
-	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{}), fwd: newForwardClient(cfg.peerTLS)}
+	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{})}
 	// The listener is bound first: the advertise URL defaults to it, and clients can read
 	// /readyz while the node claims its id.
 	reader, err := n.newTerm(nil, false, 0)
@@ -132,13 +123,13 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	}
 	n.reader = reader
 	n.term.Store(reader)
-	front, err := NewServer(cfg.apiServer(ServerConfig{Addr: cfg.Addr, Engine: reader.eng, Store: store, Version: cfg.Version, Logger: log}))
+	front, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: reader.Engine, Store: store, Version: cfg.Version, Logger: log}))
 	if err != nil {
-		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
+		return errors.Join(err, reader.Engine.Stop(context.Background()), store.Close())
 	}
-	front.srv.Handler = front.guardRequests(n.handle(front))
+	front.ServeHA(admin.HAFrontConfig{Node: n, NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS})
 	if err := front.Start(ctx); err != nil {
-		return errors.Join(err, reader.eng.Stop(context.Background()), store.Close())
+		return errors.Join(err, reader.Engine.Stop(context.Background()), store.Close())
 	}
 	if cfg.Advertise == "" {
 		cfg.Advertise = cfg.scheme() + "://" + front.Addr()
@@ -151,7 +142,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	cancel()
 	if err != nil {
 		return errors.Join(fmt.Errorf("cannot open the lease store %s: %w", redactDSN(cfg.DB), err),
-			front.Stop(context.Background()), reader.eng.Stop(context.Background()), store.Close())
+			front.Stop(context.Background()), reader.Engine.Stop(context.Background()), store.Close())
 	}
 	defer leaseStore.Close()
 	el, err := ha.New(ha.Config{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
@@ -160,7 +151,7 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 		err = el.Start(ctx)
 	}
 	if err != nil {
-		return errors.Join(err, front.Stop(context.Background()), reader.eng.Stop(context.Background()), store.Close())
+		return errors.Join(err, front.Stop(context.Background()), reader.Engine.Stop(context.Background()), store.Close())
 	}
 	n.el = el
 	n.elp.Store(el)
@@ -189,18 +180,18 @@ func serveHA(ctx context.Context, cfg DaemonConfig) error {
 	n.roleMu.Lock()
 	n.ended = true
 	t := n.term.Load()
-	if t.primary {
-		step("stop engine (triggering, dispatch, writer)", func() error { return t.eng.Stop(sctx) })
+	if t.Primary {
+		step("stop engine (triggering, dispatch, writer)", func() error { return t.Engine.Stop(sctx) })
 	}
 	n.term.Store(n.reader)
 	n.roleMu.Unlock()
-	step("stop lease loop (releasing the lease if held)", func() error { return el.Stop(sctx, t.primary) })
+	step("stop lease loop (releasing the lease if held)", func() error { return el.Stop(sctx, t.Primary) })
 	<-n.loop
-	if t.primary {
+	if t.Primary {
 		metrics.UnregisterSet(t.set, true)
 	}
 	step("stop HTTP server", func() error { return front.Stop(sctx) })
-	step("stop reader", func() error { return n.reader.eng.Stop(sctx) })
+	step("stop reader", func() error { return n.reader.Engine.Stop(sctx) })
 	step("close store", store.Close)
 	return errors.Join(errs...)
 }
@@ -232,11 +223,11 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	if err != nil {
 		return nil, err
 	}
-	srv, err := NewServer(cfg.apiServer(ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger}))
+	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, errors.Join(err, eng.Stop(context.Background()))
 	}
-	return &haTerm{primary: primary, epoch: epoch, eng: eng, handler: srv.srv.Handler, set: eng.Metrics()}, nil
+	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.Metrics()}, nil
 }
 
 // roles follows the elector's role changes until it stops.
@@ -265,9 +256,9 @@ func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 	log.Info("promotion: starting the engine of this term")
 	t, err := n.newTerm(n.el, true, ch.Epoch)
 	if err == nil {
-		err = t.eng.Start(ctx)
+		err = t.Engine.Start(ctx)
 		if err != nil {
-			_ = t.eng.Stop(expiredContext())
+			_ = t.Engine.Stop(expiredContext())
 		}
 	}
 	if err != nil {
@@ -277,7 +268,7 @@ func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 	}
 	if err := n.el.Gate(ch.Epoch); err != nil {
 		log.Warn("the lease went during the promotion; stopping its engine", "error", err)
-		_ = t.eng.Stop(expiredContext())
+		_ = t.Engine.Stop(expiredContext())
 		return
 	}
 	metrics.RegisterSet(t.set)
@@ -293,12 +284,12 @@ func (n *haNode) demote(ch ha.Change) {
 	n.roleMu.Lock()
 	defer n.roleMu.Unlock()
 	t := n.term.Load()
-	if !t.primary || t.epoch != ch.Epoch || n.ended {
+	if !t.Primary || t.Epoch != ch.Epoch || n.ended {
 		return
 	}
 	n.term.Store(n.reader)
 	start := time.Now()
-	err := t.eng.Stop(expiredContext())
+	err := t.Engine.Stop(expiredContext())
 	metrics.UnregisterSet(t.set, true)
 	n.cfg.Logger.Warn("demoted: the engine of this term is stopped and its wheel dropped",
 		"epoch", ch.Epoch, "reason", ch.Reason, "took", time.Since(start), "stop_error", err)
@@ -311,153 +302,22 @@ func expiredContext() context.Context {
 	return ctx
 }
 
-// handle is the HA node's root handler: /readyz, and on a backup the executor registry
-// from the database, the console's writes forwarded to the primary (haforward.go) and the
-// 503 naming the primary for every other write and the executor protocol; then the current
-// term's API.
-func (n *haNode) handle(front *Server) fasthttp.RequestHandler {
-	base := front.cfg.BasePath
-	// api is the path under /api/ with the base path taken off, or "" outside the API. The
-	// executor protocol is at the root whatever the base path.
-	api := func(c *fasthttp.RequestCtx) string {
-		p := string(c.Request.URI().PathOriginal()) // as the router matches it (routePath)
-		if base != "" && strings.HasPrefix(p, base+"/api/") {
-			return p[len(base):]
-		}
-		if strings.HasPrefix(p, "/api/") {
-			return p
-		}
-		return ""
-	}
-	backupOnly := front.authed(func(c *fasthttp.RequestCtx) {
-		p := api(c)
-		if c.IsGet() && p == "/api/v1/executors" {
-			n.backupExecutors(c)
-			return
-		}
-		primary := n.elp.Load().Status().Leader
-		if wantsForward(c) && !isExecutorProtocol(string(c.Request.URI().PathOriginal())) {
-			n.forward(c, primary)
-			return
-		}
-		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": primary})
-	})
-	return func(c *fasthttp.RequestCtx) {
-		if string(c.Path()) == "/readyz" {
-			n.readyz(c)
-			return
-		}
-		t := n.term.Load()
-		el := n.elp.Load()
-		p := api(c)
-		if !t.primary && el != nil && p != "" && (!c.IsGet() && !c.IsHead() || p == "/api/v1/executors") {
-			backupOnly(c)
-			return
-		}
-		if !t.primary && el == nil && p != "" && !c.IsGet() {
-			// Still claiming the node id: not a backup of anything yet.
-			writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": ""})
-			return
-		}
-		t.handler(c)
-	}
-}
+// The front server's questions (admin.HANode).
 
-// isExecutorProtocol reports the executor protocol's paths (at the root, never under the
-// base path): executors talk to the primary themselves and are never forwarded.
-func isExecutorProtocol(path string) bool {
-	return strings.HasPrefix(path, "/api/v1/executors/") || path == protocol.PathCallback || path == protocol.PathCallbackBatch
-}
+// Term is the term serving now.
+func (n *haNode) Term() *admin.HATerm { return &n.term.Load().HATerm }
 
-// backupExecutors lists the executor registry from the database: a backup has none in
-// memory.
-func (n *haNode) backupExecutors(c *fasthttp.RequestCtx) {
-	ctx, cancel := reqCtx(c)
-	defer cancel()
-	list, err := n.store.ListExecutors(ctx)
-	if err != nil {
-		writeErr(c, fasthttp.StatusInternalServerError, err.Error())
-		return
-	}
-	if list == nil {
-		list = []model.Executor{}
-	}
-	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
-}
-
-// readyzJSON is /readyz's answer on an HA node (R8.6).
-type readyzJSON struct {
-	Status  string `json:"status"` // "ready" or "not_ready"
-	Role    string `json:"role"`   // "primary" or "backup"
-	Epoch   int64  `json:"epoch"`
-	Node    string `json:"node"`
-	Primary string `json:"primary"` // the primary's advertise URL; "" when none is known
-	Error   string `json:"error,omitempty"`
-}
-
-// readyz answers 200 when the node is ready in its role; with ?role=primary only when it is
-// also the primary that dispatches (for a load balancer or a keepalived check).
-func (n *haNode) readyz(c *fasthttp.RequestCtx) {
-	t := n.term.Load()
-	ans := readyzJSON{Status: "ready", Role: persist.RoleBackup, Node: n.cfg.NodeID}
-	if t.primary {
-		ans.Role = persist.RolePrimary
-	}
+// Lease is the elector's view; not ok until the elector runs (the node id is claimed).
+func (n *haNode) Lease() (ha.Status, bool) {
 	el := n.elp.Load()
-	if el != nil {
-		st := el.Status()
-		ans.Epoch, ans.Primary = st.Epoch, st.Leader
+	if el == nil {
+		return ha.Status{}, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	switch err := n.store.Ping(ctx); {
-	case err != nil:
-		ans.Status, ans.Error = "not_ready", "store unreachable: "+err.Error()
-	case n.stopping.Load():
-		ans.Status, ans.Error = "not_ready", "shutting down"
-	case el == nil:
-		ans.Status, ans.Error = "not_ready", "claiming the node id"
-	case n.promoting.Load():
-		ans.Status, ans.Error = "not_ready", "promotion in progress"
-	case t.primary && !t.eng.Running():
-		ans.Status, ans.Error = "not_ready", "engine stopping"
-	case t.primary:
-		if err := t.eng.WriteStalled(); err != nil {
-			ans.Status, ans.Error = "not_ready", err.Error()
-		}
-	}
-	code := fasthttp.StatusOK
-	if ans.Status != "ready" || (string(c.QueryArgs().Peek("role")) == persist.RolePrimary && ans.Role != persist.RolePrimary) {
-		code = fasthttp.StatusServiceUnavailable
-	}
-	writeJSON(c, code, ans)
+	return el.Status(), true
 }
 
-// nodeJSON is one row of GET /api/v1/nodes.
-type nodeJSON struct {
-	ID        string `json:"id"`
-	Advertise string `json:"advertise"`
-	Role      string `json:"role"`
-	LastSeen  int64  `json:"last_seen"` // Unix ms, by the database's clock
-	AgeMS     int64  `json:"age_ms"`    // how long ago, by the database's clock
-}
+// Promoting reports a promotion under way.
+func (n *haNode) Promoting() bool { return n.promoting.Load() }
 
-// haRoutes registers the HA read endpoints: GET /api/v1/nodes lists the nodes table (every
-// node of an --ha database, its role and when it was last seen), for the console and
-// operators. Without --ha the list is empty.
-func (s *Server) haRoutes(api *router.Group) {
-	api.GET("/nodes", s.authed(func(c *fasthttp.RequestCtx) {
-		ctx, cancel := reqCtx(c)
-		defer cancel()
-		nodes, err := s.cfg.Store.ListNodes(ctx)
-		if err != nil {
-			s.fail(c, err)
-			return
-		}
-		out := make([]nodeJSON, 0, len(nodes))
-		for _, n := range nodes {
-			out = append(out, nodeJSON{ID: n.ID, Advertise: n.Advertise, Role: n.Role, LastSeen: n.LastSeen, AgeMS: n.Age.Milliseconds()})
-		}
-		writeJSON(c, 200, map[string]any{"nodes": out, "count": len(out)})
-	}))
-}
+// Stopping reports that shutdown began.
+func (n *haNode) Stopping() bool { return n.stopping.Load() }

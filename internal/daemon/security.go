@@ -1,4 +1,4 @@
-package admin
+package daemon
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/tlsfiles"
 )
@@ -31,7 +32,7 @@ type SecurityConfig struct {
 	CallbackAllowLinkLocal bool
 	// CallbackSecret, when set, signs every HTTP callback (X-Axe-Signature).
 	CallbackSecret string
-	// TokenFile, when set, holds the accepted tokens with their scopes (auth.go); it is read
+	// TokenFile, when set, holds the accepted tokens with their scopes (admin/auth.go); it is read
 	// again on SIGHUP. Used together with Token, which becomes the token named "default".
 	TokenFile string
 	// MetricsPublic serves /metrics without a token.
@@ -39,7 +40,7 @@ type SecurityConfig struct {
 	// TLSCert and TLSKey, both set, are the PEM files the API is served with over HTTPS.
 	TLSCert, TLSKey string
 	// PeerCA, when set, is a PEM bundle of the CAs trusted for the other nodes' https
-	// advertise URLs, which a backup forwards the console's writes to (haforward.go).
+	// advertise URLs, which a backup forwards the console's writes to (admin/haforward.go).
 	// Defaults to "": the system's trust store.
 	PeerCA string
 	// AllowHosts are the names a server without tokens answers to, besides IP addresses,
@@ -51,12 +52,12 @@ type SecurityConfig struct {
 
 // applySecurity refuses an unprotected non-loopback bind and installs the outbound guard on
 // the engine's dispatcher. It runs before anything is opened, so a refusal changes nothing.
-func (c *DaemonConfig) applySecurity() error {
+func (c *Config) applySecurity() error {
 	ts, err := c.loadTokens()
 	if err != nil {
 		return err
 	}
-	c.tokens = new(atomic.Pointer[Tokens])
+	c.tokens = new(atomic.Pointer[admin.Tokens])
 	c.tokens.Store(ts)
 	if (c.Security.TLSCert == "") != (c.Security.TLSKey == "") {
 		return fmt.Errorf("tls-cert and tls-key: give both or neither")
@@ -142,7 +143,7 @@ func nonLoopback(addr string) (bool, error) {
 // apiServer completes the configuration of one of the daemon's API servers: its tokens (shared,
 // so a SIGHUP reaches every server, a primary's term included), TLS, /metrics access, the
 // base path and pprof.
-func (c *DaemonConfig) apiServer(sc ServerConfig) ServerConfig {
+func (c *Config) apiServer(sc admin.ServerConfig) admin.ServerConfig {
 	sc.TokenSource = c.tokens.Load
 	sc.TLS = c.tlsConfig
 	sc.MetricsPublic = c.Security.MetricsPublic
@@ -160,23 +161,23 @@ func (c *DaemonConfig) apiServer(sc ServerConfig) ServerConfig {
 }
 
 // loadTokens builds the accepted token set from --token and --token-file.
-func (c *DaemonConfig) loadTokens() (*Tokens, error) {
-	var entries []TokenEntry
+func (c *Config) loadTokens() (*admin.Tokens, error) {
+	var entries []admin.TokenEntry
 	if c.Security.TokenFile != "" {
 		var err error
-		if entries, err = LoadTokenFile(c.Security.TokenFile); err != nil {
+		if entries, err = admin.LoadTokenFile(c.Security.TokenFile); err != nil {
 			return nil, err
 		}
 		if len(entries) == 0 && c.Token == "" {
 			return nil, fmt.Errorf("token-file: %s holds no token", c.Security.TokenFile)
 		}
 	}
-	return NewTokens(c.Token, entries)
+	return admin.NewTokens(c.Token, entries)
 }
 
 // reloadTokensOnHUP rereads the token file on every SIGHUP until stop is called. A file that
 // no longer parses is logged and the tokens in force stay.
-func (c *DaemonConfig) reloadTokensOnHUP() (stop func()) {
+func (c *Config) reloadTokensOnHUP() (stop func()) {
 	if c.Security.TokenFile == "" {
 		return func() {}
 	}
@@ -198,7 +199,7 @@ func (c *DaemonConfig) reloadTokensOnHUP() (stop func()) {
 					continue
 				}
 				c.tokens.Store(ts)
-				c.Logger.Info("token file reloaded", "file", c.Security.TokenFile, "tokens", len(ts.list))
+				c.Logger.Info("token file reloaded", "file", c.Security.TokenFile, "tokens", ts.Len())
 			}
 		}
 	}()

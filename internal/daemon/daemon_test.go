@@ -1,4 +1,4 @@
-package admin_test
+package daemon_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -23,7 +23,7 @@ import (
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Token = "s3cret-0123456789ab" })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = "s3cret-0123456789ab" })
 		h := newHook(t)
 		d.token = "" // headers are set by hand below
 
@@ -86,7 +86,7 @@ func TestAuth(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *admin.DaemonConfig) { c.Version = "v9.8.7-test" })
+		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Version = "v9.8.7-test" })
 		h := newHook(t)
 		d.create(t, spec("measured", h.url("/ok/m"), "delay_ms", 0))
 		d.waitRun(t, "measured", h.waitCalls(t, "measured", 1, waitTimeout)[0].Ticket)
@@ -301,14 +301,14 @@ func TestServeConfigErrors(t *testing.T) {
 		{"bad zone", "127.0.0.1:0", "sqlite:" + t.TempDir() + "/axe.db", "timezone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := admin.DaemonConfig{Addr: c.addr, DB: c.db, Logger: testLogger(),
+			cfg := axedaemon.Config{Addr: c.addr, DB: c.db, Logger: testLogger(),
 				OnListen: func(string) { t.Error("Serve listened despite a bad config") }}
 			if c.name == "bad zone" {
 				cfg.Timezone = "Nowhere/Land"
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			err := admin.Serve(ctx, cfg)
+			err := axedaemon.Serve(ctx, cfg)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("Serve = %v, want an error mentioning %q", err, c.want)
 			}
