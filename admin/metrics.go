@@ -174,12 +174,17 @@ func metricFamily(line string) string {
 	return name
 }
 
-// writeMetrics writes every registered metric in the Prometheus text format, each family
-// preceded by its "# HELP" and "# TYPE" lines from metricHelp. A family missing from the
-// table gets an "untyped" type and a help line saying so, rather than none.
-func writeMetrics(w io.Writer) {
+// writeMetrics writes the series of sets, then the Go runtime's and the process's, in the
+// Prometheus text format, each family preceded by its "# HELP" and "# TYPE" lines from
+// metricHelp. A family missing from the table gets an "untyped" type and a help line saying
+// so, rather than none. Nothing is read from the library's default set: every series of axe
+// lives in a set its owner was given (ServerConfig.Metrics).
+func writeMetrics(w io.Writer, sets []*metrics.Set) {
 	var buf bytes.Buffer
-	metrics.WritePrometheus(&buf, true)
+	for _, s := range sets {
+		s.WritePrometheus(&buf)
+	}
+	metrics.WriteProcessMetrics(&buf)
 	out := bufio.NewWriter(w)
 	defer out.Flush()
 	seen := map[string]bool{}

@@ -23,6 +23,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
@@ -84,6 +85,9 @@ type ServerConfig struct {
 	// AllowHosts are the names (Host header values, without the port) a server without
 	// tokens answers to besides IP addresses and localhost (guardRequests). Defaults to none.
 	AllowHosts []string
+	// Metrics returns the sets /metrics writes, asked on every scrape (the daemon's own and
+	// the serving engine's). Defaults to the engine's set alone.
+	Metrics func() []*metrics.Set
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -97,6 +101,10 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil && c.Engine != nil {
+		eng := c.Engine
+		c.Metrics = func() []*metrics.Set { return []*metrics.Set{eng.Metrics()} }
 	}
 	return c
 }
@@ -257,7 +265,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	r.GET("/readyz", s.readyz)
 	r.GET("/metrics", s.metricsAuth(func(c *fasthttp.RequestCtx) {
 		c.SetContentType("text/plain; version=0.0.4")
-		writeMetrics(c)
+		writeMetrics(c, s.cfg.Metrics())
 	}))
 
 	api := r.Group(s.cfg.BasePath + "/api/v1")

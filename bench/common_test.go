@@ -197,15 +197,15 @@ func successes(eng *engine.Engine) int {
 	return int(eng.Metrics().GetOrCreateCounter(`axe_results_total{result="success"}`).Get())
 }
 
-// writerQueued is how many groups the batched writers of this process still hold (the
-// process-wide axe_writer_queue_depth gauge of package persist).
-func writerQueued() int {
-	return int(metrics.GetOrCreateGauge("axe_writer_queue_depth", nil).Get())
+// writerQueued is how many groups the batched writers of eng still hold (the
+// axe_writer_queue_depth gauge in its metric set).
+func writerQueued(eng *engine.Engine) int {
+	return int(eng.Metrics().GetOrCreateGauge("axe_writer_queue_depth", nil).Get())
 }
 
-// writerCommits is the process-wide count of batches the writers have committed.
-func writerCommits() int {
-	return int(metrics.GetOrCreateCounter("axe_writer_commits_total").Get())
+// writerCommits is the count of batches the writers registered in s have committed.
+func writerCommits(s *metrics.Set) int {
+	return int(s.GetOrCreateCounter("axe_writer_commits_total").Get())
 }
 
 // waitRecorded waits until n runs of eng have succeeded and every write they caused is
@@ -218,7 +218,7 @@ func waitRecorded(tb testing.TB, eng *engine.Engine, n int, timeout time.Duratio
 	var first time.Time
 	for {
 		now := time.Now()
-		if successes(eng) >= n && writerQueued() == 0 {
+		if successes(eng) >= n && writerQueued(eng) == 0 {
 			if !first.IsZero() {
 				return first
 			}
@@ -227,7 +227,7 @@ func waitRecorded(tb testing.TB, eng *engine.Engine, n int, timeout time.Duratio
 			first = time.Time{}
 		}
 		if now.After(deadline) {
-			tb.Fatalf("after %s: %d of %d runs succeeded, %d writes still queued", timeout, successes(eng), n, writerQueued())
+			tb.Fatalf("after %s: %d of %d runs succeeded, %d writes still queued", timeout, successes(eng), n, writerQueued(eng))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

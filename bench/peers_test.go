@@ -130,7 +130,7 @@ func runAxe(tb testing.TB, dsn string, n int, ep *benchkit.NoopEndpoint, first t
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmds0, commits0, cpu0 := proxy.Commands(), writerCommits(), benchkit.CPUTime()
+	cmds0, commits0, cpu0 := proxy.Commands(), writerCommits(eng.Metrics()), benchkit.CPUTime()
 	if err := eng.Start(ctx); err != nil {
 		tb.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func runAxe(tb testing.TB, dsn string, n int, ep *benchkit.NoopEndpoint, first t
 		tb.Fatalf("axe: %d of %d runs reached the endpoint", ep.Count(), n)
 	}
 	r.recorded = waitRecorded(tb, eng, n, peersTimeout(expect))
-	r.commands, r.commits, r.cpu = proxy.Commands()-cmds0, writerCommits()-commits0, benchkit.CPUTime()-cpu0
+	r.commands, r.commits, r.cpu = proxy.Commands()-cmds0, writerCommits(eng.Metrics())-commits0, benchkit.CPUTime()-cpu0
 	if err := eng.Stop(ctx); err != nil {
 		tb.Fatal(err)
 	}

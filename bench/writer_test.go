@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
@@ -177,7 +179,7 @@ type groupWriter interface {
 // persist.Writer), and returns once every group is durable, with how many groups each
 // commit carried.
 func (f *writerFixture) batched(ctx context.Context, lanes, n int) (time.Duration, float64, error) {
-	cfg := persist.WriterConfig{MaxBatchRows: f.batchRows, Logger: discardLogger()}
+	cfg := persist.WriterConfig{MaxBatchRows: f.batchRows, Logger: discardLogger(), Metrics: metrics.NewSet()}
 	var (
 		w   groupWriter
 		err error
@@ -207,7 +209,7 @@ func (f *writerFixture) batched(ctx context.Context, lanes, n int) (time.Duratio
 			close(allDone)
 		}
 	}
-	commits := writerCommits()
+	commits := writerCommits(cfg.Metrics)
 	start := time.Now()
 	err = f.share(n, func(p *writerProducer) error {
 		g := p.next(time.Now().UnixMilli())
@@ -218,7 +220,7 @@ func (f *writerFixture) batched(ctx context.Context, lanes, n int) (time.Duratio
 		<-allDone
 	}
 	took := time.Since(start)
-	perCommit := float64(n) / float64(max(writerCommits()-commits, 1))
+	perCommit := float64(n) / float64(max(writerCommits(cfg.Metrics)-commits, 1))
 	if stopErr := w.Stop(ctx); err == nil {
 		err = stopErr
 	}

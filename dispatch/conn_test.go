@@ -94,7 +94,7 @@ func TestRestartedPeerGetsTheNextCallOnANewConnection(t *testing.T) {
 			t.Fatalf("%s: first call: %+v", via, o)
 		}
 		srv.restart()
-		before := resendsInDoubt.Get()
+		before := d.m.resendsInDoubt.Get()
 		for i, ticket := range []string{"t-2", "t-3"} {
 			if o := call(ticket); !o.OK() {
 				t.Errorf("%s: call %d after the restart: %+v, want it delivered on a new connection", via, i+1, o)
@@ -103,7 +103,7 @@ func TestRestartedPeerGetsTheNextCallOnANewConnection(t *testing.T) {
 		if n := srv.hits.Load(); n != 3 {
 			t.Errorf("%s: the server saw %d calls, want 3", via, n)
 		}
-		if n := resendsInDoubt.Get() - before; n != 0 {
+		if n := d.m.resendsInDoubt.Get() - before; n != 0 {
 			t.Errorf("%s: %d re-sends in doubt, want 0: the stale connection was never written to", via, n)
 		}
 	}

@@ -48,8 +48,23 @@ var (
 	errStaleConn = errors.New("the peer had closed the idle connection; nothing was sent on it")
 )
 
-// resendsInDoubt counts the calls sent once more after their connection failed in doubt.
-var resendsInDoubt = metrics.GetOrCreateCounter("axe_dispatch_resends_in_doubt_total")
+// dispatchMetrics are the dispatcher's series, in Config.Metrics. Got or created, so that the
+// dispatchers of one set (one per engine) count together.
+type dispatchMetrics struct {
+	// resendsInDoubt counts the calls sent once more after their connection failed in doubt.
+	resendsInDoubt *metrics.Counter
+	// offerBatches and offerBatchedRuns count the batched run offers and the runs in them.
+	offerBatches     *metrics.Counter
+	offerBatchedRuns *metrics.Counter
+}
+
+func newDispatchMetrics(s *metrics.Set) *dispatchMetrics {
+	return &dispatchMetrics{
+		resendsInDoubt:   s.GetOrCreateCounter("axe_dispatch_resends_in_doubt_total"),
+		offerBatches:     s.GetOrCreateCounter("axe_dispatch_run_batches_total"),
+		offerBatchedRuns: s.GetOrCreateCounter("axe_dispatch_batched_runs_total"),
+	}
+}
 
 // EpochHeader carries the dispatching primary's lease epoch (Config.Epoch).
 const EpochHeader = "X-Axe-Epoch"
@@ -120,6 +135,11 @@ type Config struct {
 	// it is no longer sure of its lease, so a worker that was paused between the commit and
 	// the send does not dispatch late. Defaults to nil (always open).
 	Gate func() error
+	// Metrics is the set the dispatcher's series are registered in
+	// (axe_dispatch_resends_in_doubt_total, axe_dispatch_run_batches_total,
+	// axe_dispatch_batched_runs_total); the engine passes its own. Defaults to a new set of
+	// this dispatcher's own, which nothing exposes.
+	Metrics *metrics.Set
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -135,6 +155,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
 	}
 	return c
 }
@@ -186,6 +209,7 @@ func (o Outcome) OK() bool { return o.Err == nil && o.Status >= 200 && o.Status 
 // callback can hand work over without stalling.
 type Dispatcher struct {
 	cfg    Config
+	m      *dispatchMetrics
 	pool   *ants.Pool
 	client *fasthttp.Client
 	// callbacks carries HTTP-callback runs: the same settings as client, dialling through
@@ -214,6 +238,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d := &Dispatcher{
 		cfg:    cfg,
+		m:      newDispatchMetrics(cfg.Metrics),
 		pool:   pool,
 		client: newClient(cfg, cfg.Guard.DialExecutor),
 	}
@@ -346,7 +371,7 @@ func (d *Dispatcher) do(client *fasthttp.Client, r *fasthttp.Request, resp *fast
 	if !resend || !time.Now().Before(deadline) {
 		return fmt.Errorf("%w: %w", ErrInDoubt, err)
 	}
-	resendsInDoubt.Inc()
+	d.m.resendsInDoubt.Inc()
 	d.cfg.Logger.Info("connection failed after the request was sent; sending it once more",
 		"url", string(r.URI().FullURI()), "error", err)
 	if gerr := d.gate(); gerr != nil {

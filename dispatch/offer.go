@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
 )
@@ -30,11 +29,6 @@ const (
 	offerSenders    = 8
 	offerBatchMax   = 256
 	offerBatchBytes = 512 << 10
-)
-
-var (
-	offerBatches    = metrics.GetOrCreateCounter("axe_dispatch_run_batches_total")
-	offerBatchedRun = metrics.GetOrCreateCounter("axe_dispatch_batched_runs_total")
 )
 
 // offerQueue is an executor's runs waiting for a sender.
@@ -197,8 +191,8 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 				whole.Err = fmt.Errorf("unreadable answer to %d runs (%d items): %v", len(live), len(ans.Results), jerr)
 				break
 			}
-			offerBatches.Inc()
-			offerBatchedRun.Add(len(live))
+			d.m.offerBatches.Inc()
+			d.m.offerBatchedRuns.Add(len(live))
 			for i, o := range live {
 				out := whole
 				out.Status = ans.Results[i].Code

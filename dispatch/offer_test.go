@@ -197,7 +197,7 @@ func TestOfferBatchesWhileSendersAreBusy(t *testing.T) {
 	f := startFakeExecutor(t, hold, 0)
 	d := newDispatcher(t, Config{})
 	x := &Executor{App: "a", Address: f.addr()}
-	batches0, batched0 := offerBatches.Get(), offerBatchedRun.Get()
+	batches0, batched0 := d.m.offerBatches.Get(), d.m.offerBatchedRuns.Get()
 
 	first := holdSenders(t, d, x, f)
 	const n = 300 // more than one batch holds
@@ -221,7 +221,7 @@ func TestOfferBatchesWhileSendersAreBusy(t *testing.T) {
 	if slices.Sort(f.batches); !slices.Equal(f.batches, []int{n - offerBatchMax, offerBatchMax}) {
 		t.Errorf("batches %v: want the queue taken %d runs at a time", f.batches, offerBatchMax)
 	}
-	if b, r := offerBatches.Get()-batches0, offerBatchedRun.Get()-batched0; b != 2 || r != n {
+	if b, r := d.m.offerBatches.Get()-batches0, d.m.offerBatchedRuns.Get()-batched0; b != 2 || r != n {
 		t.Errorf("metrics counted %d batches of %d runs, want 2 of %d", b, r, n)
 	}
 	if f.singles > offerSenders+1 {

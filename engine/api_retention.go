@@ -72,12 +72,6 @@ func (c RetentionConfig) validate() error {
 	return nil
 }
 
-var (
-	prunedRuns     = metrics.GetOrCreateCounter(`axe_pruned_rows_total{table="task_run"}`)
-	prunedActions  = metrics.GetOrCreateCounter(`axe_pruned_rows_total{table="task_action"}`)
-	prunedFinished = metrics.GetOrCreateCounter(`axe_pruned_rows_total{table="task_def"}`)
-)
-
 // PruneResult counts what a prune deleted (or would, on a dry run), by table.
 type PruneResult struct {
 	Runs     int64 `json:"task_run"`
@@ -163,7 +157,7 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 					e.forgetReplaced(id)
 				}
 				res.Finished += n
-				prunedFinished.Add(int(n))
+				e.m.prunedFinished.Add(int(n))
 				if int(n) < batch || !e.prunePause(ctx, paced) {
 					break
 				}
@@ -177,7 +171,7 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 		fn  func(context.Context, int64, int64, int, bool) (int64, error)
 		sum *int64
 		m   *metrics.Counter
-	}{{p.PruneRuns, &res.Runs, prunedRuns}, {p.PruneActions, &res.Actions, prunedActions}} {
+	}{{p.PruneRuns, &res.Runs, e.m.prunedRuns}, {p.PruneActions, &res.Actions, e.m.prunedActions}} {
 		for {
 			n, err := kind.fn(ctx, hist, now, batch, dryRun)
 			if err != nil {

@@ -30,6 +30,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/clock"
@@ -154,6 +156,12 @@ type Config struct {
 	CronDialect string
 	// Retention bounds what the store keeps (api_retention.go, docs/retention.md).
 	Retention RetentionConfig
+	// Metrics is the set the engine's series are registered in (metrics.go), and its
+	// writer's and dispatcher's unless Writer.Metrics or Dispatch.Metrics name another; the
+	// daemon writes it on /metrics while the engine serves. One set per engine: the engine's
+	// gauges read the engine itself, so a second engine cannot register in the same set.
+	// Defaults to a new set.
+	Metrics *metrics.Set
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -204,6 +212,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Dispatch.Logger == nil {
 		c.Dispatch.Logger = c.Logger
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
+	}
+	if c.Writer.Metrics == nil {
+		c.Writer.Metrics = c.Metrics
+	}
+	if c.Dispatch.Metrics == nil {
+		c.Dispatch.Metrics = c.Metrics
 	}
 	return c
 }

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -31,10 +29,6 @@ const (
 	// ActLateResult records a result that arrived for a run already marked lost.
 	ActLateResult = "late_result"
 )
-
-// duplicateFires counts fires refused by the fire record (process-wide, so it survives the
-// engine of one term).
-var duplicateFires = metrics.GetOrCreateCounter("axe_duplicate_fires_suppressed_total")
 
 // recoverAtStart runs the recovery of Start in order, logging each step with how long it
 // took and, under HA (Config.Epoch > 0), recording it as an action:
@@ -116,7 +110,7 @@ func (e *Engine) systemAction(name, detail string) {
 
 // fireRefused records a fire the database refused: it is not dispatched (R8.5).
 func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
-	duplicateFires.Inc()
+	e.m.fireRefusals.Inc()
 	e.log.Warn("duplicate fire suppressed: this (task, fire time, attempt) was dispatched already",
 		"task", def.Name, "ticket", run.Ticket, "scheduled_at", run.ScheduledAt, "attempt", run.Attempt)
 	act := model.Action{TaskID: t.id, TaskName: def.Name, Ticket: run.Ticket, Action: ActDuplicateFire,

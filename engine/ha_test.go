@@ -60,8 +60,7 @@ func TestFireRecordStopsWhatTheCASLetThrough(t *testing.T) {
 		spec := httpSpec("contended", cs.URL)
 		spec.Cron = "* * * * * *"
 		mustCreate(t, a, spec)
-		suppressed := duplicateFires.Get()
-		startEngine(t, casBypass{s}, func(c *Config) {
+		b := startEngine(t, casBypass{s}, func(c *Config) {
 			c.NodeID = "b"
 			c.Clock = lagClock{clock.Real, 1500 * time.Millisecond}
 		})
@@ -77,7 +76,7 @@ func TestFireRecordStopsWhatTheCASLetThrough(t *testing.T) {
 		// the fire record has refused at least one of its tries (if it never does, the second
 		// engine did not contend and the test would prove nothing).
 		waitFor(t, 15*time.Second, "the fire record to refuse a second try", func() bool {
-			return duplicateFires.Get()-suppressed >= 1
+			return b.m.fireRefusals.Get() >= 1
 		})
 		calls := cs.got("contended")
 		id := contendedID(t, a)
@@ -94,7 +93,7 @@ func TestFireRecordStopsWhatTheCASLetThrough(t *testing.T) {
 		}
 		// After a refusal the second engine reloads the task, which may be RUNNING then and
 		// is armed again only by a later load: it contends for some fires, not all.
-		n := duplicateFires.Get() - suppressed
+		n := b.m.fireRefusals.Get()
 		t.Logf("%d distinct fires dispatched, %d second tries suppressed by the fire record", len(seen), n)
 		var acts []string
 		waitFor(t, 5*time.Second, "the refusal recorded as a "+ActDuplicateFire+" action", func() bool {

@@ -33,6 +33,9 @@ type engineMetrics struct {
 	dispatchLag  *metrics.PrometheusHistogram
 	kills        *metrics.Counter
 	dupFires     *metrics.Counter
+	fireRefusals *metrics.Counter
+
+	prunedRuns, prunedActions, prunedFinished *metrics.Counter
 }
 
 // labelled is a counter family with one bounded label.
@@ -51,7 +54,7 @@ func (l labelled) result(v string) *metrics.Counter {
 var latenessBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
 func newEngineMetrics(e *Engine) *engineMetrics {
-	s := metrics.NewSet()
+	s := e.cfg.Metrics
 	m := &engineMetrics{
 		set:          s,
 		triggers:     s.NewCounter("axe_triggers_total"),
@@ -76,6 +79,12 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		// Not axe_duplicate_fires_suppressed_total: that counts fires the database's fire
 		// record refused (ha.go); these are wheel entries the engine itself dropped.
 		dupFires: s.NewCounter("axe_wheel_stale_entries_total"),
+		// Fires the database's fire record refused (ha.go).
+		fireRefusals: s.NewCounter("axe_duplicate_fires_suppressed_total"),
+		// Rows retention deleted, by table (api_retention.go).
+		prunedRuns:     s.NewCounter(`axe_pruned_rows_total{table="task_run"}`),
+		prunedActions:  s.NewCounter(`axe_pruned_rows_total{table="task_action"}`),
+		prunedFinished: s.NewCounter(`axe_pruned_rows_total{table="task_def"}`),
 	}
 	for p := 0; p <= wheel.MaxPriority; p++ {
 		s.NewGauge(fmt.Sprintf(`axe_ready_queue_depth_by_priority{priority="%d"}`, p), func() float64 {
@@ -125,5 +134,5 @@ func (m *engineMetrics) alerts(kind string) *metrics.Counter {
 	return m.set.GetOrCreateCounter(`axe_alerts_total{kind="` + kind + `"}`)
 }
 
-// Metrics returns the engine's metric set, for the daemon to register.
+// Metrics returns the engine's metric set (Config.Metrics), for the daemon to write.
 func (e *Engine) Metrics() *metrics.Set { return e.m.set }

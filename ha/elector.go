@@ -52,25 +52,39 @@ var (
 	ErrNodeIDTaken = persist.ErrNodeIDTaken
 )
 
-// Metrics of R8 (process-wide).
-var (
-	primaryGauge    = metrics.NewGauge("axe_ha_primary", nil)
-	epochGauge      = metrics.NewGauge("axe_lease_epoch", nil)
-	renewOK         = metrics.NewCounter(`axe_lease_renewals_total{result="ok"}`)
-	renewLost       = metrics.NewCounter(`axe_lease_renewals_total{result="lost"}`)
-	renewError      = metrics.NewCounter(`axe_lease_renewals_total{result="error"}`)
-	failovers       = metrics.NewCounter("axe_failovers_total")
-	promotionTiming = metrics.NewPrometheusHistogramExt("axe_promotion_duration_seconds",
-		metrics.ExponentialBuckets(0.01, 2, 14)) // 10ms .. ~80s
-)
+// haMetrics are the series of R8, in the set the daemon passes down (Config.Metrics). They
+// are got or created, so that a single node's MarkSingleNode and the set's writer agree on
+// one series per name.
+type haMetrics struct {
+	primary    *metrics.Gauge
+	epoch      *metrics.Gauge
+	renewOK    *metrics.Counter
+	renewLost  *metrics.Counter
+	renewError *metrics.Counter
+	failovers  *metrics.Counter
+	promotion  *metrics.PrometheusHistogram
+}
 
-// MarkSingleNode sets axe_ha_primary for a node that runs without --ha: it is its own
-// primary.
-func MarkSingleNode() { primaryGauge.Set(1) }
+func newHAMetrics(s *metrics.Set) *haMetrics {
+	return &haMetrics{
+		primary:    s.GetOrCreateGauge("axe_ha_primary", nil),
+		epoch:      s.GetOrCreateGauge("axe_lease_epoch", nil),
+		renewOK:    s.GetOrCreateCounter(`axe_lease_renewals_total{result="ok"}`),
+		renewLost:  s.GetOrCreateCounter(`axe_lease_renewals_total{result="lost"}`),
+		renewError: s.GetOrCreateCounter(`axe_lease_renewals_total{result="error"}`),
+		failovers:  s.GetOrCreateCounter("axe_failovers_total"),
+		promotion: s.GetOrCreatePrometheusHistogramExt("axe_promotion_duration_seconds",
+			metrics.ExponentialBuckets(0.01, 2, 14)), // 10ms .. ~80s
+	}
+}
+
+// MarkSingleNode registers R8's series in s for a node that runs without --ha, with
+// axe_ha_primary at 1: it is its own primary.
+func MarkSingleNode(s *metrics.Set) { newHAMetrics(s).primary.Set(1) }
 
 // ObservePromotion records how long a promotion took, from taking the lease to the first
 // dispatch allowed (axe_promotion_duration_seconds).
-func ObservePromotion(d time.Duration) { promotionTiming.Update(d.Seconds()) }
+func (e *Elector) ObservePromotion(d time.Duration) { e.m.promotion.Update(d.Seconds()) }
 
 // Config configures an Elector.
 type Config struct {
@@ -94,6 +108,11 @@ type Config struct {
 	// The lease's expiry is judged by the database's clock, never this one. Defaults to
 	// clock.Real; tests pass a clock.Fake.
 	Clock clock.Clock
+	// Metrics is the set R8's series are registered in (axe_ha_primary, axe_lease_epoch,
+	// axe_lease_renewals_total, axe_failovers_total, axe_promotion_duration_seconds); the
+	// daemon writes it on /metrics. Defaults to a new set of this elector's own, which
+	// nothing exposes.
+	Metrics *metrics.Set
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -112,6 +131,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = clock.Real
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
 	}
 	return c
 }
@@ -150,6 +172,7 @@ type Elector struct {
 	log      *slog.Logger
 	instance string
 	changes  chan Change
+	m        *haMetrics
 
 	mu       sync.Mutex
 	primary  bool
@@ -178,6 +201,7 @@ func New(cfg Config) (*Elector, error) {
 		log:      cfg.Logger.With("node", cfg.NodeID),
 		instance: hex.EncodeToString(b[:]),
 		changes:  make(chan Change, 16),
+		m:        newHAMetrics(cfg.Metrics),
 		done:     make(chan struct{}),
 	}, nil
 }
@@ -366,10 +390,10 @@ func (e *Elector) campaign(ctx context.Context) time.Duration {
 	e.holder, e.leader = e.cfg.NodeID, e.cfg.Advertise
 	e.armLocked(sent)
 	e.mu.Unlock()
-	primaryGauge.Set(1)
-	epochGauge.Set(float64(l.Epoch))
+	e.m.primary.Set(1)
+	e.m.epoch.Set(float64(l.Epoch))
 	if l.Epoch > 1 {
-		failovers.Inc()
+		e.m.failovers.Inc()
 	}
 	e.log.Info("lease taken: this node is the primary", "epoch", l.Epoch, "ttl_left", l.Remaining.Round(time.Millisecond))
 	// The change goes out before the touch: a touch that finds the id taken demotes, and
@@ -394,7 +418,7 @@ func (e *Elector) renew(ctx context.Context) time.Duration {
 	err := e.cfg.Store.RenewLease(cctx, e.cfg.LeaseName, e.cfg.NodeID, epoch, e.cfg.TTL)
 	switch {
 	case err == nil:
-		renewOK.Inc()
+		e.m.renewOK.Inc()
 		e.mu.Lock()
 		if e.primary && e.epoch == epoch {
 			e.armLocked(sent)
@@ -403,7 +427,7 @@ func (e *Elector) renew(ctx context.Context) time.Duration {
 		e.touch(cctx, persist.RolePrimary)
 		return e.cfg.Renew
 	case errors.Is(err, model.ErrLeaseLost):
-		renewLost.Inc()
+		e.m.renewLost.Inc()
 		e.log.Error("lease lost: the renewal changed no row; stopping as primary at once", "epoch", epoch)
 		e.demote("the lease renewal found another holder or epoch")
 		return 0
@@ -411,7 +435,7 @@ func (e *Elector) renew(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			return 0
 		}
-		renewError.Inc()
+		e.m.renewError.Inc()
 		e.log.Warn("cannot renew the lease; retrying until the local deadline", "epoch", epoch,
 			"left", e.deadlineOf().Sub(e.clk.Now()).Round(time.Millisecond), "error", err)
 		return min(e.cfg.Renew/5, time.Second)
@@ -461,7 +485,7 @@ func (e *Elector) demote(reason string) {
 	e.leader, e.holder = "", ""
 	epoch := e.epoch
 	e.mu.Unlock()
-	primaryGauge.Set(0)
+	e.m.primary.Set(0)
 	e.log.Warn("lost the lease: this node is a backup now", "epoch", epoch, "reason", reason)
 	e.changes <- Change{Primary: false, Epoch: epoch, Reason: reason, At: e.clk.Now()}
 }
@@ -495,7 +519,7 @@ func (e *Elector) learnLeader(ctx context.Context, l persist.LeaseState) {
 		}
 	}
 	e.mu.Unlock()
-	epochGauge.Set(float64(l.Epoch))
+	e.m.epoch.Set(float64(l.Epoch))
 }
 
 func (e *Elector) touch(ctx context.Context, role string) {

@@ -148,7 +148,7 @@ func galeraStore(t *testing.T, c *galeratest.Cluster, db string, nodes ...int) p
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := persist.Open(ctx, persist.SchemeMySQL+":"+c.ServerDSN(nodes...)+db)
+	s, err := persist.OpenWith(ctx, persist.SchemeMySQL+":"+c.ServerDSN(nodes...)+db, persist.OpenOptions{Metrics: testMetrics})
 	if err != nil {
 		t.Fatalf("cannot open a store through nodes %v: %v", nodes, err)
 	}

@@ -20,6 +20,7 @@ func NewLanes(s Store, cfg WriterConfig, n int) (*Lanes, error) {
 		n = 1
 	}
 	l := &Lanes{}
+	cfg = cfg.WithDefaults() // one metric set for every lane, even when cfg names none
 	for i := 0; i < n; i++ {
 		w, err := NewWriter(s, cfg)
 		if err != nil {

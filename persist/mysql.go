@@ -61,6 +61,9 @@ func openMySQL(dsn string, opts OpenOptions) (*sqlStore, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Metrics != nil {
+		hosts.m = newStoreMetrics(opts.Metrics)
+	}
 	bc := batchConnector{hosts: hosts, waitTimeoutUsed: new(atomic.Bool)}
 	if opts.TxIdleTimeout > 0 {
 		bc.txIdleSec = int(max(1, (opts.TxIdleTimeout+time.Second-1)/time.Second))

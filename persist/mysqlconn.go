@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -209,11 +208,6 @@ func (bc *batchConn) Close() error {
 // batchRetries bounds how often a batch runs again on another connection (onBatchConn).
 const batchRetries = 2
 
-var (
-	batchRetriesNodeLost = metrics.GetOrCreateCounter(`axe_store_batch_retries_total{reason="node_lost"}`)
-	batchRetriesConflict = metrics.GetOrCreateCounter(`axe_store_batch_retries_total{reason="conflict"}`)
-)
-
 // onBatchConn runs fn in a transaction on one of the pool's batch connections. The pool's
 // liveness check discards a connection the server dropped before handing it out
 // (TestMySQLBatchConn); a failed rollback (connTx.rollback) or a lost node (batchConn.seen)
@@ -248,9 +242,9 @@ func (s *sqlStore) onBatchConn(ctx context.Context, fn func(*connTx) error) erro
 		}
 		switch {
 		case s.d.isRetryable(err):
-			batchRetriesConflict.Inc()
+			s.m.batchRetriesConflict.Inc()
 		case nodeLost(err):
-			batchRetriesNodeLost.Inc()
+			s.m.batchRetriesNodeLost.Inc()
 		default:
 			return err
 		}

@@ -51,14 +51,6 @@ const (
 	mysqlErrWsrepNotReady = 1047
 )
 
-var (
-	// storeNodeSwitches counts connections made to another node than the previous one.
-	storeNodeSwitches = metrics.GetOrCreateCounter("axe_store_db_node_switches_total")
-	// storeNodeRefused counts connection attempts to a node that failed or failed the
-	// node check.
-	storeNodeRefused = metrics.GetOrCreateCounter("axe_store_db_node_refusals_total")
-)
-
 // splitHosts finds the address of a go-sql-driver DSN as the driver does (between the first
 // '(' after the last '@' before the last '/', and the ')' before that '/') and splits it at
 // commas: dsn == prefix + strings.Join(addrs, ",") + suffix. A DSN without a parenthesised
@@ -119,11 +111,13 @@ type hostSet struct {
 	downUntil []atomic.Int64
 	// timeout bounds each connection attempt when there are several nodes.
 	timeout time.Duration
+	// m counts node switches and refusals: the store's series (storeMetrics).
+	m *storeMetrics
 }
 
 // newHostSet builds one connector per address of cfg's DSN (addrs as splitHosts returned).
 func newHostSet(cfg *mysql.Config, addrs []string) (*hostSet, error) {
-	hs := &hostSet{timeout: hostConnectTimeout}
+	hs := &hostSet{timeout: hostConnectTimeout, m: newStoreMetrics(metrics.NewSet())}
 	if cfg.Timeout > 0 {
 		hs.timeout = cfg.Timeout
 	}
@@ -180,14 +174,14 @@ func (hs *hostSet) connect(ctx context.Context, prepare func(context.Context, dr
 		if err == nil {
 			hs.cur.Store(int32(i))
 			if prev := hs.last.Swap(int32(i)); prev != int32(i) && prev >= 0 {
-				storeNodeSwitches.Inc()
+				hs.m.nodeSwitches.Inc()
 			}
 			return dc, i, nil
 		}
 		if errors.Is(err, errNotGalera) {
 			return nil, 0, err
 		}
-		storeNodeRefused.Inc()
+		hs.m.nodeRefused.Inc()
 		hs.downUntil[i].Store(time.Now().Add(hostRetryAfter).UnixNano())
 		errs = append(errs, fmt.Errorf("%s: %w", hs.addrs[i], err))
 		if ctx.Err() != nil {

@@ -18,7 +18,7 @@ import (
 func TestMySQLBatchRunsAgainWhenItsConnectionDiesBeforeCommit(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := persisttest.MySQLDSN(t)
-	s, err := persist.Open(ctx, dsn)
+	s, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: testMetrics})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
 )
 
 // DSN schemes accepted by Open.
@@ -38,6 +40,10 @@ type OpenOptions struct {
 	// lease row's lock past its lease. Defaults to 0: the server's own setting. Ignored by
 	// SQLite.
 	TxIdleTimeout time.Duration
+	// Metrics is the set the store's series are registered in (axe_store_*); the daemon
+	// writes it on /metrics. Stores opened with one set count together. Defaults to a new
+	// set of this store's own, which nothing exposes.
+	Metrics *metrics.Set
 }
 
 // OpenWith is Open with options.
@@ -46,6 +52,9 @@ func OpenWith(ctx context.Context, dsn string, opts OpenOptions) (Store, error) 
 	if !ok || rest == "" {
 		// The DSN may hold a password: never echo it.
 		return nil, fmt.Errorf("cannot open store: the DSN must look like sqlite:PATH or mysql:DSN")
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewSet()
 	}
 	var (
 		s   *sqlStore
@@ -62,6 +71,7 @@ func OpenWith(ctx context.Context, dsn string, opts OpenOptions) (Store, error) 
 	if err != nil {
 		return nil, err
 	}
+	s.m = newStoreMetrics(opts.Metrics) // for MySQL, the counters its host set has already
 	if err := s.Ping(ctx); err != nil {
 		_ = s.Close()
 		return nil, err

@@ -8,8 +8,6 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/axe-sched/axe/model"
 )
 
@@ -54,7 +52,7 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 	b.checkNames = lookUpNames(b.Creates)
 	err := s.applyBatch(ctx, b, guarded)
 	if guarded != nil && errors.Is(err, errGuardMissed) {
-		batchGuardMisses.Inc()
+		s.m.batchGuardMisses.Inc()
 		err = s.applyBatch(ctx, b, nil)
 	}
 	// A taken name is a unique violation rather than a conflict when the names were not
@@ -75,10 +73,6 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 	}
 	return nil
 }
-
-// batchGuardMisses counts batches run again the reading way after a guarded write missed: a
-// stale copy or a deleted task in the batch (R9.1). Each such batch costs two transactions.
-var batchGuardMisses = metrics.GetOrCreateCounter("axe_store_batch_guard_misses_total")
 
 // errGuardMissed reports that a guarded runtime upsert did not apply every row.
 var errGuardMissed = errors.New("a guarded runtime write did not apply every row")

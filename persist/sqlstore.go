@@ -12,6 +12,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/axe-sched/axe/model"
 )
 
@@ -132,6 +134,7 @@ const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
 type sqlStore struct {
 	db *sql.DB
 	d  *dialect
+	m  *storeMetrics // shared by the copies Fenced makes
 	// afterPing, when set, finishes the pool's set-up once a first connection is made.
 	afterPing func()
 	// consecutiveIDs: a multi-row INSERT of definitions gets consecutive ids from the one
@@ -170,6 +173,7 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 		setList = append(setList, c+" = ?")
 	}
 	return &sqlStore{
+		m:             newStoreMetrics(metrics.NewSet()), // OpenWith's set replaces it
 		db:            db,
 		d:             d,
 		insertDef:     "INSERT INTO task_def (" + strings.Join(defCols, ", ") + ") VALUES " + valuesList(len(defCols), 1),

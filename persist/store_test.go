@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/VictoriaMetrics/metrics"
-
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -273,8 +271,10 @@ func TestBatchGuardMisses(t *testing.T) {
 		open     func(t *testing.T) persist.Store
 		onStaleN uint64
 	}{
-		{persist.SchemeSQLite, func(t *testing.T) persist.Store { return persisttest.SQLite(t) }, 0},
-		{persist.SchemeMySQL, func(t *testing.T) persist.Store { return persisttest.MySQL(t) }, 1},
+		{persist.SchemeSQLite, func(t *testing.T) persist.Store {
+			return openCounted(t, persist.SchemeSQLite+":"+filepath.Join(t.TempDir(), "axe.db"))
+		}, 0},
+		{persist.SchemeMySQL, func(t *testing.T) persist.Store { return openCounted(t, persisttest.MySQLDSN(t)) }, 1},
 	} {
 		t.Run(tc.scheme, func(t *testing.T) {
 			s := tc.open(t)
@@ -295,7 +295,7 @@ func TestBatchGuardMisses(t *testing.T) {
 				}
 				return b
 			}
-			misses := func() uint64 { return metrics.GetOrCreateCounter("axe_store_batch_guard_misses_total").Get() }
+			misses := func() uint64 { return counterValue("axe_store_batch_guard_misses_total") }
 
 			before := misses()
 			if err := s.ApplyBatch(ctx, batch(1, 1, 1)); err != nil {
@@ -321,4 +321,17 @@ func TestBatchGuardMisses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openCounted opens a store whose series are in testMetrics, closed when the test ends.
+func openCounted(t *testing.T, dsn string) persist.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: testMetrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }

@@ -39,23 +39,39 @@ const (
 	WriterRetryMaxDefault = 2 * time.Second
 )
 
-// The writer's metrics (R9.1). They are process-wide: several writers in one process (tests)
-// add to the same series.
-var (
-	writerBatchRows = metrics.GetOrCreatePrometheusHistogramExt("axe_writer_batch_rows",
-		metrics.ExponentialBuckets(1, 2, 13)) // 1 .. 4096 rows
-	writerCommitDuration = metrics.GetOrCreatePrometheusHistogramExt("axe_writer_commit_duration_seconds",
-		metrics.ExponentialBuckets(0.0005, 2, 14)) // 0.5ms .. ~4s
-	writerCommits        = metrics.GetOrCreateCounter("axe_writer_commits_total")
-	writerCommitErrors   = metrics.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="transient"}`)
-	writerLeaseLost      = metrics.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="lease_lost"}`)
-	writerConflicts      = metrics.GetOrCreateCounter("axe_writer_conflicts_total")
-	writerQueueDepth     = metrics.GetOrCreateGauge("axe_writer_queue_depth", nil)
-	writerFailedByFences = metrics.GetOrCreateCounter("axe_writer_fenced_groups_total")
-	writerRefused        = metrics.GetOrCreateCounter("axe_writer_refused_groups_total")
-	writerRefusals       = metrics.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="rejected"}`)
-	writerRejected       = metrics.GetOrCreateCounter("axe_writer_rejected_groups_total")
-)
+// writerMetrics are the writer's series (R9.1), in WriterConfig.Metrics. They are got or
+// created, so the writers of one set (an engine's lanes) add to the same series.
+type writerMetrics struct {
+	batchRows      *metrics.PrometheusHistogram
+	commitDuration *metrics.PrometheusHistogram
+	commits        *metrics.Counter
+	commitErrors   *metrics.Counter
+	leaseLost      *metrics.Counter
+	conflicts      *metrics.Counter
+	queueDepth     *metrics.Gauge
+	failedByFences *metrics.Counter
+	refused        *metrics.Counter
+	refusals       *metrics.Counter
+	rejected       *metrics.Counter
+}
+
+func newWriterMetrics(s *metrics.Set) *writerMetrics {
+	return &writerMetrics{
+		batchRows: s.GetOrCreatePrometheusHistogramExt("axe_writer_batch_rows",
+			metrics.ExponentialBuckets(1, 2, 13)), // 1 .. 4096 rows
+		commitDuration: s.GetOrCreatePrometheusHistogramExt("axe_writer_commit_duration_seconds",
+			metrics.ExponentialBuckets(0.0005, 2, 14)), // 0.5ms .. ~4s
+		commits:        s.GetOrCreateCounter("axe_writer_commits_total"),
+		commitErrors:   s.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="transient"}`),
+		leaseLost:      s.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="lease_lost"}`),
+		conflicts:      s.GetOrCreateCounter("axe_writer_conflicts_total"),
+		queueDepth:     s.GetOrCreateGauge("axe_writer_queue_depth", nil),
+		failedByFences: s.GetOrCreateCounter("axe_writer_fenced_groups_total"),
+		refused:        s.GetOrCreateCounter("axe_writer_refused_groups_total"),
+		refusals:       s.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="rejected"}`),
+		rejected:       s.GetOrCreateCounter("axe_writer_rejected_groups_total"),
+	}
+}
 
 // WriterConfig configures a Writer. The zero value is usable: every zero field takes its
 // default.
@@ -87,6 +103,10 @@ type WriterConfig struct {
 	Epoch func() int64
 	// Logger receives commit failures and the shutdown summary. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics is the set the writer's series are registered in (axe_writer_*); the engine
+	// passes its own, which its lanes share. Defaults to a new set of this writer's own,
+	// which nothing exposes.
+	Metrics *metrics.Set
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -111,6 +131,9 @@ func (c WriterConfig) WithDefaults() WriterConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewSet()
 	}
 	return c
 }
@@ -217,6 +240,7 @@ func (g *Group) rows() int {
 type Writer struct {
 	store Store
 	cfg   WriterConfig
+	m     *writerMetrics
 
 	queue    chan queuedGroup
 	stopping chan struct{} // closed when Stop begins: blocked Submits give up
@@ -275,6 +299,7 @@ func NewWriter(s Store, cfg WriterConfig) (*Writer, error) {
 	return &Writer{
 		store:    s,
 		cfg:      cfg,
+		m:        newWriterMetrics(cfg.Metrics),
 		queue:    make(chan queuedGroup, cfg.QueueSize),
 		stopping: make(chan struct{}),
 		abort:    make(chan struct{}),
@@ -373,7 +398,7 @@ func (w *Writer) Submit(ctx context.Context, g *Group) error {
 	// Count before sending so Pending never dips below zero when the writer finishes the
 	// group before this goroutine runs again.
 	w.pending.Add(1)
-	writerQueueDepth.Inc()
+	w.m.queueDepth.Inc()
 	q := queuedGroup{g: g, at: time.Now()}
 	select {
 	case w.queue <- q:
@@ -402,7 +427,7 @@ func (w *Writer) Offer(g *Group) error {
 		return errors.New("cannot offer a nil group")
 	}
 	if w.Pending() >= max(1, w.cfg.QueueSize/2) { // half the queue stays free for firing
-		writerRefused.Inc()
+		w.m.refused.Inc()
 		return ErrWriterBusy
 	}
 	w.sendMu.RLock()
@@ -411,13 +436,13 @@ func (w *Writer) Offer(g *Group) error {
 		return ErrWriterClosed
 	}
 	w.pending.Add(1)
-	writerQueueDepth.Inc()
+	w.m.queueDepth.Inc()
 	select {
 	case w.queue <- queuedGroup{g: g, at: time.Now()}:
 		return nil
 	default:
 		w.unpend(1)
-		writerRefused.Inc()
+		w.m.refused.Inc()
 		return ErrWriterBusy
 	}
 }
@@ -460,7 +485,7 @@ func (w *Writer) Pending() int { return int(w.pending.Load()) }
 
 func (w *Writer) unpend(n int) {
 	w.pending.Add(-int64(n))
-	writerQueueDepth.Add(-float64(n))
+	w.m.queueDepth.Add(-float64(n))
 }
 
 // run is the writer goroutine: gather a batch, commit it, until the queue is closed and
@@ -565,7 +590,7 @@ func (w *Writer) commit(items []queuedGroup) {
 	case w.aborted():
 		w.failLive(w.abortError())
 	case epoch > 0 && epoch == w.fencedEpoch:
-		writerFailedByFences.Add(len(w.live))
+		w.m.failedByFences.Add(len(w.live))
 		w.failLive(fmt.Errorf("cannot commit batch at lease epoch %d: %w", epoch, model.ErrLeaseLost))
 	default:
 		w.apply(items, epoch)
@@ -597,11 +622,11 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 		rows := w.build(items, n, epoch)
 		start := time.Now()
 		err := w.store.ApplyBatch(w.runCtx, &w.batch)
-		writerCommitDuration.UpdateDuration(start)
+		w.m.commitDuration.UpdateDuration(start)
 		if err == nil {
 			w.stall.Store(nil)
-			writerCommits.Inc()
-			writerBatchRows.Update(float64(rows))
+			w.m.commits.Inc()
+			w.m.batchRows.Update(float64(rows))
 			for _, i := range w.live[:n] {
 				ts := items[i].g.Transitions
 				for j := range ts {
@@ -627,8 +652,8 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			continue
 		}
 		if errors.Is(err, model.ErrLeaseLost) {
-			writerLeaseLost.Inc()
-			writerFailedByFences.Add(len(w.live))
+			w.m.leaseLost.Inc()
+			w.m.failedByFences.Add(len(w.live))
 			if epoch > 0 {
 				w.fencedEpoch = epoch
 			}
@@ -642,7 +667,7 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			return
 		}
 		if isRefusal(err) {
-			writerRefusals.Inc()
+			w.m.refusals.Inc()
 			attempt = 0 // an answer: retrying the same rows cannot help
 			if n > 1 {
 				level := slog.LevelDebug // each halving of one isolation
@@ -655,14 +680,14 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 				continue
 			}
 			w.stall.Store(nil)
-			writerRejected.Inc()
+			w.m.rejected.Inc()
 			w.cfg.Logger.Error("the store refused a group for its values; failing it", "rows", rows, "error", err)
 			w.errs[w.live[0]] = &RejectedError{Err: err}
 			w.live = w.live[1:]
 			n = len(w.live)
 			continue
 		}
-		writerCommitErrors.Inc()
+		w.m.commitErrors.Inc()
 		w.stalled(err)
 		w.cfg.Logger.Warn("cannot commit batch, retrying",
 			"attempt", attempt, "groups", n, "rows", rows, "backoff", backoff, "error", err)
@@ -765,7 +790,7 @@ func (w *Writer) dropConflicts(c *ConflictError) bool {
 			return false
 		}
 	}
-	writerConflicts.Add(len(c.Indexes) + len(c.Creates))
+	w.m.conflicts.Add(len(c.Indexes) + len(c.Creates))
 	// blame gives each batch-wide index in idxs to the group that owns it, as that group's
 	// own index, in the ConflictError field that pick names.
 	blame := func(idxs, owner, offsets []int, pick func(*ConflictError) *[]int) {

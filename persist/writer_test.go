@@ -124,6 +124,9 @@ func newWriter(t *testing.T, s persist.Store, cfg persist.WriterConfig, start bo
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = testMetrics
+	}
 	w, err := persist.NewWriter(s, cfg)
 	if err != nil {
 		t.Fatalf("NewWriter: %v", err)
@@ -251,7 +254,11 @@ func submit(t *testing.T, w *persist.Writer, g *persist.Group) {
 	}
 }
 
-func counterValue(name string) uint64 { return metrics.GetOrCreateCounter(name).Get() }
+// testMetrics is the set of the writers and stores whose series the tests read: newWriter's,
+// and the stores the tests open with it.
+var testMetrics = metrics.NewSet()
+
+func counterValue(name string) uint64 { return testMetrics.GetOrCreateCounter(name).Get() }
 
 func TestWriterDurable(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {

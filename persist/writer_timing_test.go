@@ -79,7 +79,7 @@ func BenchmarkWriter(b *testing.B) {
 
 func benchmarkWriter(b *testing.B, s persist.Store) {
 	ps := benchProducersOn(b, s)
-	w, err := persist.NewWriter(s, persist.WriterConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w, err := persist.NewWriter(s, persist.WriterConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: testMetrics})
 	if err != nil {
 		b.Fatalf("NewWriter: %v", err)
 	}

@@ -22,7 +22,8 @@ const haWaitDefault = 30 * time.Second
 // leaves. The returned func stops the elector, releasing the lease; call it after the engine
 // stopped.
 func asPrimary(ctx context.Context, store persist.Store, ecfg *engine.Config, log *slog.Logger) (func(), error) {
-	el, err := ha.New(ha.Config{Store: store, NodeID: "bench", Advertise: "http://127.0.0.1:0", Logger: log})
+	el, err := ha.New(ha.Config{Store: store, NodeID: "bench", Advertise: "http://127.0.0.1:0", Logger: log,
+		Metrics: processMetrics})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the lease elector: %w", err)
 	}

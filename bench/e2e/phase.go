@@ -50,7 +50,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 			log.Warn("cannot drop the benchmark database", "err", err)
 		}
 	}()
-	store, err := persist.Open(ctx, dsn)
+	store, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: processMetrics})
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +110,8 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		}
 		defer stopHA() // after the engine's stop, deferred below
 	}
+	ecfg.Metrics = metrics.NewSet()
+	phaseMetrics.Store(ecfg.Metrics)
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		return nil, err
@@ -263,8 +265,8 @@ var results = []string{model.ResultSuccess, model.ResultFailed, model.ResultTime
 // results are counted and the writer queue is empty on two polls in a row (a result is
 // counted just before its write is queued). It returns when that was first seen.
 func waitDone(ctx context.Context, eng *engine.Engine, n int) (time.Time, error) {
-	queued := metrics.GetOrCreateGauge("axe_writer_queue_depth", nil)
 	set := eng.Metrics()
+	queued := set.GetOrCreateGauge("axe_writer_queue_depth", nil)
 	ended := func() int {
 		sum := 0
 		for _, r := range results {
@@ -347,15 +349,26 @@ func measureRaw(ctx context.Context, addr string, n, concurrency int) (float64, 
 	return float64(n) / took.Seconds(), nil
 }
 
-// promValue reads one sample of the process-wide metrics (the writer's live there) by name,
-// or 0 when it is absent.
+// processMetrics holds the series that outlive a phase's engine: the store's and the HA
+// elector's (axe_lease_epoch).
+var processMetrics = metrics.NewSet()
+
+// phaseMetrics is the metric set of the engine of the phase running now, its writer's and
+// dispatcher's series included; nil before the first phase.
+var phaseMetrics atomic.Pointer[metrics.Set]
+
+// promValue reads one sample of the bench's metrics (processMetrics and the current
+// phase's) by name, or 0 when it is absent.
 func promValue(name string) float64 { return promValues(name)[0] }
 
-// promValues reads the samples names from one rendering of the process-wide metrics, each 0
+// promValues reads the samples names from one rendering of the bench's metrics, each 0
 // when absent.
 func promValues(names ...string) []float64 {
 	var buf bytes.Buffer
-	metrics.WritePrometheus(&buf, false)
+	processMetrics.WritePrometheus(&buf)
+	if s := phaseMetrics.Load(); s != nil {
+		s.WritePrometheus(&buf)
+	}
 	out := make([]float64, len(names))
 	for _, line := range strings.Split(buf.String(), "\n") {
 		for i, name := range names {

@@ -52,7 +52,8 @@ type Config struct {
 	// OnListen, when set, is called with the bound address once the API serves.
 	OnListen func(addr string)
 	// Engine lets tests and benchmarks tune the engine (window, load interval, clock); its
-	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above.
+	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above, and its
+	// Metrics is a new set for each engine (metrics.go).
 	Engine engine.Config
 	// HA runs the node as the primary or a backup of a shared MySQL database (R8, ha.go).
 	// Defaults to false: a single node.
@@ -78,6 +79,9 @@ type Config struct {
 	tokens    *atomic.Pointer[admin.Tokens] // built from Token and Security.TokenFile by applySecurity
 	tlsConfig *tls.Config                   // built from Security.TLSCert and TLSKey by applySecurity
 	peerTLS   *tls.Config                   // built from Security.PeerCA by applySecurity; nil: system roots
+	// metricSets are what /metrics writes (metrics.go), set by Serve before any server is
+	// built.
+	metricSets func() []*metrics.Set
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -127,10 +131,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	if cfg.HA {
 		return serveHA(ctx, cfg)
 	}
-	ha.MarkSingleNode()
+	own := newOwnMetrics(cfg.Version)
+	ha.MarkSingleNode(own)
 	log := cfg.Logger
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	store, err := persist.Open(openCtx, cfg.DB)
+	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{Metrics: own})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
@@ -141,6 +146,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	ecfg.DefaultTimezone = cfg.Timezone
 	ecfg.NodeID = cfg.NodeID
 	ecfg.Logger = log
+	ecfg.Metrics = metrics.NewSet()
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		_ = store.Close()
@@ -151,10 +157,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return err
 	}
-	set := eng.Metrics()
-	metrics.RegisterSet(set)
-	defer metrics.UnregisterSet(set, true)
-	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
+	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
 
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log}))
 	if err != nil {

@@ -45,7 +45,7 @@ var (
 // backup's reader.
 type haTerm struct {
 	admin.HATerm
-	set *metrics.Set // the engine's metrics, registered while the term serves
+	set *metrics.Set // the engine's metrics, written on /metrics while the term serves
 }
 
 // haNode is the daemon state of one HA node.
@@ -107,13 +107,20 @@ func serveHA(ctx context.Context, cfg Config) error {
 	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	// A primary frozen mid-transaction must not hold the lease row's shared lock past its
 	// lease: the server ends its idle transactions after one renew interval (docs/ha.md).
-	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew})
+	own := newOwnMetrics(cfg.Version)
+	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
 	}
-	metrics.GetOrCreateGauge(fmt.Sprintf(`axe_build_info{version=%q}`, cfg.Version), func() float64 { return 1 })
-	n := &haNode{cfg: cfg, store: store, loop: make(chan struct{})}
+	n := &haNode{store: store, loop: make(chan struct{})}
+	cfg.metricSets = func() []*metrics.Set {
+		if t := n.term.Load(); t != nil && t.Primary {
+			return []*metrics.Set{own, t.set}
+		}
+		return []*metrics.Set{own}
+	}
+	n.cfg = cfg
 	// The listener is bound first: the advertise URL defaults to it, and clients can read
 	// /readyz while the node claims its id.
 	reader, err := n.newTerm(nil, false, 0)
@@ -138,7 +145,7 @@ func serveHA(ctx context.Context, cfg Config) error {
 	// The lease loop has a pool of its own: a renewal must never wait for a connection that
 	// the engine's batches and loads hold.
 	openCtx, cancel = context.WithTimeout(ctx, time.Minute)
-	leaseStore, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew})
+	leaseStore, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
 	cancel()
 	if err != nil {
 		return errors.Join(fmt.Errorf("cannot open the lease store %s: %w", redactDSN(cfg.DB), err),
@@ -146,7 +153,7 @@ func serveHA(ctx context.Context, cfg Config) error {
 	}
 	defer leaseStore.Close()
 	el, err := ha.New(ha.Config{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
-		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log})
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own})
 	if err == nil {
 		err = el.Start(ctx)
 	}
@@ -187,9 +194,6 @@ func serveHA(ctx context.Context, cfg Config) error {
 	n.roleMu.Unlock()
 	step("stop lease loop (releasing the lease if held)", func() error { return el.Stop(sctx, t.Primary) })
 	<-n.loop
-	if t.Primary {
-		metrics.UnregisterSet(t.set, true)
-	}
 	step("stop HTTP server", func() error { return front.Stop(sctx) })
 	step("stop reader", func() error { return n.reader.Engine.Stop(sctx) })
 	step("close store", store.Close)
@@ -206,6 +210,7 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	ecfg.DefaultTimezone = cfg.Timezone
 	ecfg.NodeID = cfg.NodeID
 	ecfg.Logger = cfg.Logger
+	ecfg.Metrics = metrics.NewSet()
 	if primary {
 		lease := ha.LeaseNameDefault
 		fenced, err := persist.Fenced(n.store, lease, epoch, func(err error) { el.Lost(epoch, err) })
@@ -271,10 +276,9 @@ func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 		_ = t.Engine.Stop(expiredContext())
 		return
 	}
-	metrics.RegisterSet(t.set)
 	n.term.Store(t)
 	took := time.Since(ch.At)
-	ha.ObservePromotion(took)
+	n.el.ObservePromotion(took)
 	log.Info("promotion complete: this node is the primary and dispatches", "took", took)
 }
 
@@ -290,7 +294,6 @@ func (n *haNode) demote(ch ha.Change) {
 	n.term.Store(n.reader)
 	start := time.Now()
 	err := t.Engine.Stop(expiredContext())
-	metrics.UnregisterSet(t.set, true)
 	n.cfg.Logger.Warn("demoted: the engine of this term is stopped and its wheel dropped",
 		"epoch", ch.Epoch, "reason", ch.Reason, "took", time.Since(start), "stop_error", err)
 }

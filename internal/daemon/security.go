@@ -142,13 +142,14 @@ func nonLoopback(addr string) (bool, error) {
 
 // apiServer completes the configuration of one of the daemon's API servers: its tokens (shared,
 // so a SIGHUP reaches every server, a primary's term included), TLS, /metrics access, the
-// base path and pprof.
+// base path, pprof and the metric sets of /metrics.
 func (c *Config) apiServer(sc admin.ServerConfig) admin.ServerConfig {
 	sc.TokenSource = c.tokens.Load
 	sc.TLS = c.tlsConfig
 	sc.MetricsPublic = c.Security.MetricsPublic
 	sc.BasePath = c.BasePath
 	sc.Pprof = c.Pprof
+	sc.Metrics = c.metricSets
 	sc.AllowHosts = append([]string(nil), c.Security.AllowHosts...)
 	// This node's own names: it is reached at them by clients and by the other nodes.
 	if h, _, err := net.SplitHostPort(c.Addr); err == nil && h != "" {
