@@ -142,11 +142,29 @@ type overviewJSON struct {
 	Minutes       []MinutePoint `json:"minutes"`
 }
 
+// MinutePoint is one minute of the overview chart.
+type MinutePoint struct {
+	At       int64  `json:"at"` // the minute's start, Unix ms
+	Fires    uint64 `json:"fires"`
+	Failures uint64 `json:"failures"`
+}
+
+// noMinutes is the overview chart of a server given no recorder: the last hour, empty.
+func noMinutes(now time.Time) []MinutePoint {
+	const window = 60
+	cur := now.Unix() / 60
+	out := make([]MinutePoint, 0, window)
+	for mn := cur - window + 1; mn <= cur; mn++ {
+		out = append(out, MinutePoint{At: mn * 60_000})
+	}
+	return out
+}
+
 func (s *Server) overview(c *fasthttp.RequestCtx) {
 	e := s.cfg.Engine
 	now := time.Now()
 	v := overviewJSON{Node: e.NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(),
-		BreakersOpen: e.BreakersOpen(), Minutes: s.minutes.points(now)}
+		BreakersOpen: e.BreakersOpen(), Minutes: s.cfg.Minutes(now)}
 	v.TasksInMemory, v.Armed = e.InMemory()
 	for _, x := range e.ExecutorViews() {
 		if x.Status == "lost" {

@@ -88,6 +88,10 @@ type ServerConfig struct {
 	// Metrics returns the sets /metrics writes, asked on every scrape (the daemon's own and
 	// the serving engine's). Defaults to the engine's set alone.
 	Metrics func() []*metrics.Set
+	// Minutes returns the last hour's fires and failures per minute, oldest first, for the
+	// console's overview chart: the daemon's recorder of the engine. Defaults to an empty
+	// hour.
+	Minutes func(now time.Time) []MinutePoint
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -101,6 +105,9 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Minutes == nil {
+		c.Minutes = noMinutes
 	}
 	if c.Metrics == nil && c.Engine != nil {
 		eng := c.Engine
@@ -131,7 +138,6 @@ type Server struct {
 	ready       func() error
 	tokens      atomic.Pointer[Tokens]
 	tokenSource func() *Tokens
-	minutes     *minuteSeries
 	router      *router.Router
 	allowHosts  []string // cfg.AllowHosts, lower case
 }
@@ -142,7 +148,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1), minutes: newMinuteSeries(cfg.Engine, cfg.Logger)}
+	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
 	for _, h := range cfg.AllowHosts {
 		s.allowHosts = append(s.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
 	}
@@ -199,7 +205,6 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		s.ln = ln
 		go func() { s.serveErr <- s.srv.Serve(ln) }()
-		s.minutes.start()
 		return nil
 	})
 	if errors.Is(err, startstop.ErrStarted) || errors.Is(err, startstop.ErrStopped) {
@@ -232,7 +237,6 @@ func (s *Server) Stop(ctx context.Context) error {
 }
 
 func (s *Server) stop(ctx context.Context) error {
-	s.minutes.stop()
 	err := s.srv.ShutdownWithContext(ctx)
 	// Shutdown closes only the listeners Serve has registered; a Stop right after Start can
 	// come first, and Serve would then accept forever. Closing it here ends Serve either way.

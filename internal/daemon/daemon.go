@@ -118,8 +118,9 @@ func (c Config) WithDefaults() Config {
 //
 //  1. not ready: /readyz answers 503 so a load balancer stops sending;
 //  2. stop triggering, drain in-flight runs and flush the batched writer (engine.Stop);
-//  3. stop the HTTP server (it stayed up so results could still arrive while draining);
-//  4. close the store.
+//  3. stop the minute recorder, which writes the last minute's statistics (minutes.go);
+//  4. stop the HTTP server (it stayed up so results could still arrive while draining);
+//  5. close the store.
 //
 // Nothing is left half-written: every transition either committed or was never decided.
 func Serve(ctx context.Context, cfg Config) error {
@@ -159,7 +160,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
 
-	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log}))
+	rec := newMinuteSeries(eng, log)
+	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log,
+		Minutes: rec.points}))
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
@@ -176,6 +179,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := srv.Start(ctx); err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
+	rec.start()
 	log.Info("axe listening", "addr", cfg.scheme()+"://"+srv.Addr(), "console", cfg.scheme()+"://"+srv.Addr()+cfg.BasePath+"/",
 		"store", redactDSN(cfg.DB), "node", cfg.NodeID)
 	if cfg.OnListen != nil {
@@ -189,6 +193,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	return startstop.Steps(sctx, log, nil, "shutdown: ",
 		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
 		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
+		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
 		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
 		startstop.Step{Name: "close store", Run: func(context.Context) error { return store.Close() }})
 }

@@ -45,7 +45,8 @@ var (
 // backup's reader.
 type haTerm struct {
 	admin.HATerm
-	set *metrics.Set // the engine's metrics, written on /metrics while the term serves
+	set *metrics.Set  // the engine's metrics, written on /metrics while the term serves
+	rec *minuteSeries // a primary's minute recorder, started with the term; nil for the reader
 }
 
 // haNode is the daemon state of one HA node.
@@ -90,9 +91,10 @@ func checkHA(db string) error {
 // serveHA is Serve for --ha. Shutdown order, each step logged with how long it took:
 //
 //  1. not ready: /readyz answers 503;
-//  2. a primary stops its engine (triggering, drain in-flight runs, flush the writer) while
-//     the elector keeps renewing the lease, then releases the lease, so a backup takes over
-//     at its next attempt (about one renew interval); a backup just stops campaigning;
+//  2. a primary stops its engine (triggering, drain in-flight runs, flush the writer) and its
+//     minute recorder (the last minute's statistics) while the elector keeps renewing the
+//     lease, then releases the lease, so a backup takes over at its next attempt (about one
+//     renew interval); a backup just stops campaigning;
 //  3. stop the HTTP server;
 //  4. close the store.
 func serveHA(ctx context.Context, cfg Config) error {
@@ -189,6 +191,7 @@ func serveHA(ctx context.Context, cfg Config) error {
 	t := n.term.Load()
 	if t.Primary {
 		step("stop engine (triggering, dispatch, writer)", func() error { return t.Engine.Stop(sctx) })
+		step("stop minute recorder (records the last minute)", func() error { t.rec.stop(); return nil })
 	}
 	n.term.Store(n.reader)
 	n.roleMu.Unlock()
@@ -228,11 +231,17 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	if err != nil {
 		return nil, err
 	}
-	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger}))
+	sc := admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger}
+	var rec *minuteSeries
+	if primary {
+		rec = newMinuteSeries(eng, cfg.Logger)
+		sc.Minutes = rec.points
+	}
+	srv, err := admin.NewServer(cfg.apiServer(sc))
 	if err != nil {
 		return nil, errors.Join(err, eng.Stop(context.Background()))
 	}
-	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.Metrics()}, nil
+	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.Metrics(), rec: rec}, nil
 }
 
 // roles follows the elector's role changes until it stops.
@@ -276,6 +285,7 @@ func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 		_ = t.Engine.Stop(expiredContext())
 		return
 	}
+	t.rec.start()
 	n.term.Store(t)
 	took := time.Since(ch.At)
 	n.el.ObservePromotion(took)
@@ -294,6 +304,7 @@ func (n *haNode) demote(ch ha.Change) {
 	n.term.Store(n.reader)
 	start := time.Now()
 	err := t.Engine.Stop(expiredContext())
+	t.rec.abandon()
 	n.cfg.Logger.Warn("demoted: the engine of this term is stopped and its wheel dropped",
 		"epoch", ch.Epoch, "reason", ch.Reason, "took", time.Since(start), "stop_error", err)
 }

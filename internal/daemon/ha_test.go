@@ -495,3 +495,33 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 	}
 	proxy.heal()
 }
+
+// TestHAPrimaryRecordsMinuteStats: a primary's recorder writes its term's fires to the
+// store's minute statistics, which the day chart of the next primary shows.
+func TestHAPrimaryRecordsMinuteStats(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	const ttl, renew = 60 * time.Second, 500 * time.Millisecond
+	a := haNode(t, dsn, "a", ttl, renew)
+	ra := a.waitRole(t, "primary", waitTimeout)
+	hook := newEpochHook(t)
+	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
+	testwait.For(t, waitTimeout, "three fires", func() bool { return hook.countEpoch(ra.Epoch) >= 3 })
+	if err := a.stop(); err != nil {
+		t.Fatalf("graceful stop of the primary: %v", err)
+	}
+	b := haNode(t, dsn, "b", ttl, renew)
+	b.waitRole(t, "primary", waitTimeout)
+	var got struct {
+		Minutes []struct {
+			Fires int64 `json:"fires"`
+		} `json:"minutes"`
+	}
+	b.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/stats/minutes", nil, &got)
+	var fires int64
+	for _, m := range got.Minutes {
+		fires += m.Fires
+	}
+	if fires < 3 {
+		t.Errorf("the day chart counts %d fires, want the first primary's >= 3", fires)
+	}
+}

@@ -1,11 +1,13 @@
-package admin
+package daemon
 
 import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/persist"
 )
@@ -23,8 +25,9 @@ const minuteKeep = 24 * time.Hour
 // minuteUnsavedMax bounds the minutes kept for a store that cannot be written.
 const minuteUnsavedMax = 60
 
-// minuteSeries keeps fires and failures per minute for the last hour in memory: the
-// overview chart reads it instead of the runs table, which has no time index by design.
+// minuteSeries is the recorder of one engine: it keeps fires and failures per minute for the
+// last hour in memory, which the console's overview chart reads (admin.ServerConfig.Minutes)
+// instead of the runs table, which has no time index by design.
 // Each reading adds what the engine's totals grew by since the last one to the current
 // minute's slot. It also records each finished minute in the store (minute_stats, one row
 // per node and minute in which anything fired, with the fires' lateness) for the day-long
@@ -41,19 +44,13 @@ type minuteSeries struct {
 
 	startOnce, stopOnce sync.Once
 	stopc, done         chan struct{}
+	discard             atomic.Bool // set by abandon: stop without writing
 }
 
 type minuteCount struct {
 	minute   int64 // Unix minutes
 	fires    uint64
 	failures uint64
-}
-
-// MinutePoint is one minute of the overview chart.
-type MinutePoint struct {
-	At       int64  `json:"at"` // the minute's start, Unix ms
-	Fires    uint64 `json:"fires"`
-	Failures uint64 `json:"failures"`
 }
 
 func newMinuteSeries(eng *engine.Engine, log *slog.Logger) *minuteSeries {
@@ -73,6 +70,9 @@ func (m *minuteSeries) start() {
 			for {
 				select {
 				case <-m.stopc:
+					if m.discard.Load() {
+						return
+					}
 					m.sample(time.Now())
 					m.finish()
 					m.save()
@@ -86,7 +86,14 @@ func (m *minuteSeries) start() {
 	})
 }
 
-// stop ends the sampler; harmless twice or without start.
+// abandon ends the sampler without writing what it holds: a demoted primary's writes are
+// fenced, and a demotion must not wait for the store.
+func (m *minuteSeries) abandon() {
+	m.discard.Store(true)
+	m.stop()
+}
+
+// stop ends the sampler, writing the current minute first; harmless twice or without start.
 func (m *minuteSeries) stop() {
 	m.stopOnce.Do(func() { close(m.stopc) })
 	started := true
@@ -166,14 +173,14 @@ func (m *minuteSeries) save() {
 }
 
 // points returns the last hour, oldest minute first, with the current minute last.
-func (m *minuteSeries) points(now time.Time) []MinutePoint {
+func (m *minuteSeries) points(now time.Time) []admin.MinutePoint {
 	m.sample(now)
 	cur := now.Unix() / 60
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]MinutePoint, 0, minuteWindow)
+	out := make([]admin.MinutePoint, 0, minuteWindow)
 	for mn := cur - minuteWindow + 1; mn <= cur; mn++ {
-		p := MinutePoint{At: mn * 60_000}
+		p := admin.MinutePoint{At: mn * 60_000}
 		if s := m.ring[mn%minuteWindow]; s.minute == mn {
 			p.Fires, p.Failures = s.fires, s.failures
 		}
