@@ -329,6 +329,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
 	if e.gate, err = newRateGate(cfg.RateLimit, cfg.Clock); err != nil {
+		_ = d.Stop(context.Background()) // releases the worker pool dispatch.New started
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
@@ -372,16 +373,22 @@ func (e *Engine) start(ctx context.Context) (err error) {
 			e.log.Error("cannot undo a failed engine start", "error", uerr)
 		}
 	}()
+	// The writer and the dispatcher are stopped by the undo even when their own Start fails
+	// or is never reached: some lanes may have started before one failed, and a dispatcher
+	// that never started still holds the worker pool dispatch.New made; Stop on one never
+	// started closes it. This first push runs last, and finds the dispatcher stopped already
+	// when "stop dispatcher" below was pushed.
+	undo.Push("release dispatch pool", e.disp.Stop)
 	e.completions.start()
 	undo.Push("deliver write completions", e.completions.stop)
+	undo.Push("flush writer", e.writer.Stop)
 	if err := e.writer.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start writer: %w", err)
 	}
-	undo.Push("flush writer", e.writer.Stop)
+	undo.Push("stop dispatcher", e.disp.Stop)
 	if err := e.disp.Start(ctx); err != nil {
 		return fmt.Errorf("cannot start dispatcher: %w", err)
 	}
-	undo.Push("stop dispatcher", e.disp.Stop)
 	e.running.Store(true)
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel

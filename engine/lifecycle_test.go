@@ -74,3 +74,18 @@ func TestStopWithoutStartAndTwice(t *testing.T) {
 		t.Errorf("start after stop = %v, want ErrNotRunning", err)
 	}
 }
+
+// A Start whose writer cannot start (its context is already done) never started the
+// dispatcher, whose worker pool dispatch.New had made: the failed Start releases it too.
+func TestFailedWriterStartReleasesDispatcher(t *testing.T) {
+	e, err := New(Config{Store: persisttest.SQLite(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := e.Start(ctx); err == nil {
+		t.Fatal("start with a done context succeeded")
+	}
+	failedStartLeavesNothingRunning(t, e)
+}
