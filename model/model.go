@@ -136,6 +136,9 @@ type TaskDef struct {
 	// derived from the task's name and the fire's nominal time (0: none; docs/design.md,
 	// Jitter).
 	JitterSec int `json:"jitter_sec,omitempty"`
+	// ConcurrencyKey names the concurrency limit of kind "key" this task's runs count in,
+	// beside its group's ("": none; docs/design.md, Concurrency limits).
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
@@ -225,4 +228,19 @@ type Lease struct {
 	Holder    string `json:"holder"`
 	Epoch     int64  `json:"epoch"`
 	ExpiresAt int64  `json:"expires_at"`
+}
+
+// The kinds of ConcurrencyLimit.
+const (
+	LimitGroup = "group" // the runs of the tasks of one group
+	LimitKey   = "key"   // the runs of the tasks whose concurrency_key is the name
+)
+
+// ConcurrencyLimit bounds how many runs of a group, or of a concurrency key, are in flight at
+// once (docs/design.md, Concurrency limits).
+type ConcurrencyLimit struct {
+	Kind      string `json:"kind"` // LimitGroup or LimitKey
+	Name      string `json:"name"`
+	Max       int    `json:"max"`
+	UpdatedAt int64  `json:"updated_at,omitempty"`
 }

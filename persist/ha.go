@@ -344,7 +344,7 @@ type fence struct {
 
 // Fenced returns a view of s whose every write checks, inside its own transaction, that the
 // lease named lease still has epoch (R8.3): task creates, edits and deletes, executor
-// writes and batches (a batch without an epoch gets this one). A write that finds another
+// writes, concurrency limits and batches (a batch without an epoch gets this one). A write that finds another
 // epoch applies nothing, returns an error wrapping ErrLeaseLost, and calls onLost (when set)
 // before returning, so the caller can stop dispatching at once. Reads are s's own.
 func Fenced(s Store, lease string, epoch int64, onLost func(error)) (Store, error) {
@@ -402,6 +402,15 @@ func (f *fencedStore) Heartbeat(ctx context.Context, app, address string, at int
 
 func (f *fencedStore) SetExecutorStatus(ctx context.Context, app, address, status string) error {
 	return f.check(ctx, f.sqlStore.SetExecutorStatus(ctx, app, address, status))
+}
+
+func (f *fencedStore) PutConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error {
+	return f.check(ctx, f.sqlStore.PutConcurrencyLimit(ctx, l))
+}
+
+func (f *fencedStore) DeleteConcurrencyLimit(ctx context.Context, kind, name string) (bool, error) {
+	ok, err := f.sqlStore.DeleteConcurrencyLimit(ctx, kind, name)
+	return ok, f.check(ctx, err)
 }
 
 func (f *fencedStore) ApplyBatch(ctx context.Context, b *Batch) error {

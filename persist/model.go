@@ -221,6 +221,15 @@ type Store interface {
 	// ListExecutors returns every executor ordered by (app, address).
 	ListExecutors(ctx context.Context) ([]model.Executor, error)
 
+	// ListConcurrencyLimits returns every concurrency limit, ordered by (kind, name).
+	ListConcurrencyLimits(ctx context.Context) ([]model.ConcurrencyLimit, error)
+	// PutConcurrencyLimit creates the limit of (l.Kind, l.Name), or replaces its Max and
+	// UpdatedAt.
+	PutConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error
+	// DeleteConcurrencyLimit removes the limit of (kind, name) and reports whether there was
+	// one.
+	DeleteConcurrencyLimit(ctx context.Context, kind, name string) (bool, error)
+
 	// ReadLease returns the lease row, or a zero Lease when none exists.
 	ReadLease(ctx context.Context, name string) (model.Lease, error)
 

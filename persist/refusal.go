@@ -112,6 +112,7 @@ var defColumns = map[string]column{
 	"sensitive_params":     {field: "sensitive_params", chars: 4096},
 	"pause_after_failures": {field: "pause_after_failures", int32: true},
 	"jitter_sec":           {field: "jitter_sec", int32: true},
+	"concurrency_key":      {field: "concurrency_key", chars: nameLen},
 }
 
 // CheckTaskDef reports what of def the store would refuse, before it is written: every

@@ -290,6 +290,23 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN jitter_sec INT NOT NULL DEFAULT 0`,
 	},
+}, {
+	version: 13,
+	name:    "concurrency limits",
+	// The limits of runs in flight per group and per concurrency key, and the key a task's
+	// runs count in ('': none, the existing rows' default, so none of them changes
+	// behaviour). The counts themselves are not stored: the engine rebuilds them at start
+	// from the runs in flight it recovers (docs/design.md, Concurrency limits).
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS concurrency_limit (
+			kind VARCHAR(32) NOT NULL,
+			name VARCHAR(255) NOT NULL,
+			max_runs INT NOT NULL,
+			updated_at BIGINT NOT NULL,
+			PRIMARY KEY (kind, name)
+		)` + mysqlTableOpts,
+		`ALTER TABLE task_def ADD COLUMN concurrency_key VARCHAR(255) NOT NULL DEFAULT ''`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -490,6 +507,20 @@ var sqliteMigrations = []migration{{
 	// As on MySQL.
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN jitter_sec INTEGER NOT NULL DEFAULT 0`,
+	},
+}, {
+	version: 13,
+	name:    "concurrency limits",
+	// As on MySQL.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS concurrency_limit (
+			kind TEXT NOT NULL,
+			name TEXT NOT NULL,
+			max_runs INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL,
+			PRIMARY KEY (kind, name)
+		)`,
+		`ALTER TABLE task_def ADD COLUMN concurrency_key TEXT NOT NULL DEFAULT ''`,
 	},
 }}
 

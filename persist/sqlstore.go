@@ -102,6 +102,7 @@ var (
 		"sensitive_params",     // schema step 6
 		"pause_after_failures", // schema step 11
 		"jitter_sec",           // schema step 12
+		"concurrency_key",      // schema step 13
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
@@ -125,7 +126,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
 	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params,
 	r.last_result, r.last_failure_at, d.pause_after_failures, r.consecutive_failures,
-	d.jitter_sec`
+	d.jitter_sec, d.concurrency_key`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -590,7 +591,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
 		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive,
 		&r.LastResult, &r.LastFailureAt, &d.PauseAfterFailures, &r.ConsecutiveFailures,
-		&d.JitterSec)
+		&d.JitterSec, &d.ConcurrencyKey)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -648,7 +649,7 @@ func encodeDef(def *model.TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.ConcurrencyKey, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as
@@ -834,6 +835,63 @@ func (s *sqlStore) ListExecutors(ctx context.Context) ([]model.Executor, error) 
 		return nil, fmt.Errorf("cannot read executors: %w", err)
 	}
 	return out, nil
+}
+
+// ---- concurrency limits ----
+
+// ListConcurrencyLimits returns every limit ordered by (kind, name).
+func (s *sqlStore) ListConcurrencyLimits(ctx context.Context) ([]model.ConcurrencyLimit, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT kind, name, max_runs, updated_at FROM concurrency_limit ORDER BY kind, name`)
+	if err != nil {
+		return nil, fmt.Errorf("cannot query concurrency limits: %w", err)
+	}
+	defer rows.Close()
+	var out []model.ConcurrencyLimit
+	for rows.Next() {
+		var l model.ConcurrencyLimit
+		if err := rows.Scan(&l.Kind, &l.Name, &l.Max, &l.UpdatedAt); err != nil {
+			return nil, fmt.Errorf("cannot scan concurrency limit: %w", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read concurrency limits: %w", err)
+	}
+	return out, nil
+}
+
+// PutConcurrencyLimit replaces the limit of (kind, name) in one transaction: a delete and an
+// insert, which both dialects read alike.
+func (s *sqlStore) PutConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
+	}
+	defer rollback(tx)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM concurrency_limit WHERE kind = ? AND name = ?`, l.Kind, l.Name); err != nil {
+		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO concurrency_limit (kind, name, max_runs, updated_at) VALUES (?, ?, ?, ?)`,
+		l.Kind, l.Name, l.Max, l.UpdatedAt); err != nil {
+		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
+	}
+	return nil
+}
+
+// DeleteConcurrencyLimit removes the limit of (kind, name).
+func (s *sqlStore) DeleteConcurrencyLimit(ctx context.Context, kind, name string) (bool, error) {
+	res, err := s.exec(ctx, `DELETE FROM concurrency_limit WHERE kind = ? AND name = ?`, kind, name)
+	if err != nil {
+		return false, fmt.Errorf("cannot delete concurrency limit %s %s: %w", kind, name, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("cannot delete concurrency limit %s %s: %w", kind, name, err)
+	}
+	return n > 0, nil
 }
 
 // ---- lease and nodes: ha.go ----

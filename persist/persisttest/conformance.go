@@ -66,6 +66,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"Lease/Concurrent", testLeaseConcurrent},
 		{"Nodes", testNodes},
 		{"ApplyBatch/FireRecord", testFireRecord},
+		{"ConcurrencyLimits", testConcurrencyLimits},
 	}
 	tests = append(tests, taskBatchTests...)
 	tests = append(tests, browseTests...)
@@ -99,10 +100,11 @@ func newDef(name string, deps ...string) *model.TaskDef {
 		Priority:         2,
 		Callback: model.Callback{Type: model.CallbackExecutor, URL: "http://x/run",
 			App: "billing", Handler: "settle", Route: "hash"},
-		Params:        json.RawMessage(`{"region":"eu","ids":[1,2,3]}`),
-		MisfirePolicy: model.MisfireFireOnce,
-		CreatedAt:     1_700_000_000_000,
-		UpdatedAt:     1_700_000_000_001,
+		Params:         json.RawMessage(`{"region":"eu","ids":[1,2,3]}`),
+		MisfirePolicy:  model.MisfireFireOnce,
+		ConcurrencyKey: "warehouse-db",
+		CreatedAt:      1_700_000_000_000,
+		UpdatedAt:      1_700_000_000_001,
 	}
 }
 
@@ -1595,5 +1597,42 @@ func testLeaseConcurrent(t *testing.T, ctx context.Context, s persist.Store) {
 		if r.l.Holder != winner || r.l.Epoch != 1 {
 			t.Fatalf("result %d reports %+v, want holder %s at epoch 1", i, r.l, winner)
 		}
+	}
+}
+
+// testConcurrencyLimits: limits are kept by (kind, name), replaced by a second put, listed in
+// (kind, name) order and deleted once.
+func testConcurrencyLimits(t *testing.T, ctx context.Context, s persist.Store) {
+	if got, err := s.ListConcurrencyLimits(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("ListConcurrencyLimits on an empty store = %v, %v; want none", got, err)
+	}
+	put := []model.ConcurrencyLimit{
+		{Kind: model.LimitKey, Name: "warehouse-db", Max: 2, UpdatedAt: 10},
+		{Kind: model.LimitGroup, Name: "etl", Max: 3, UpdatedAt: 11},
+		{Kind: model.LimitGroup, Name: "Etl", Max: 9, UpdatedAt: 12}, // names are byte-compared
+		{Kind: model.LimitGroup, Name: "etl", Max: 5, UpdatedAt: 13}, // replaces the first etl
+	}
+	for _, l := range put {
+		if err := s.PutConcurrencyLimit(ctx, l); err != nil {
+			t.Fatalf("PutConcurrencyLimit(%+v): %v", l, err)
+		}
+	}
+	want := []model.ConcurrencyLimit{put[2], put[3], put[0]}
+	got, err := s.ListConcurrencyLimits(ctx)
+	if err != nil {
+		t.Fatalf("ListConcurrencyLimits: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ListConcurrencyLimits = %+v, want %+v", got, want)
+	}
+	if ok, err := s.DeleteConcurrencyLimit(ctx, model.LimitGroup, "etl"); err != nil || !ok {
+		t.Fatalf("DeleteConcurrencyLimit(group etl) = %v, %v; want true", ok, err)
+	}
+	if ok, err := s.DeleteConcurrencyLimit(ctx, model.LimitGroup, "etl"); err != nil || ok {
+		t.Fatalf("second DeleteConcurrencyLimit(group etl) = %v, %v; want false", ok, err)
+	}
+	got, err = s.ListConcurrencyLimits(ctx)
+	if err != nil || !reflect.DeepEqual(got, []model.ConcurrencyLimit{put[2], put[0]}) {
+		t.Fatalf("ListConcurrencyLimits after delete = %+v, %v", got, err)
 	}
 }
