@@ -575,16 +575,26 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: model.ResultRunning,
 		Executor: downstreamOf(def),
 	}
+	// A run-now counts in its group's and key's limits as any run does, and does not wait:
+	// it is an operator's "now", answered at once, and a waiting one would have to survive a
+	// restart (docs/design.md, Concurrency limits).
+	slot, full, used, max, ok := e.conc.tryAcquire(def.Group, def.ConcurrencyKey)
+	if !ok {
+		e.release(t)
+		return nil, fmt.Errorf("%w: concurrency limit %s is full (%d of %d runs in flight); a run-now does not wait, try again when one ends",
+			ErrConcurrencyLimit, full, used, max)
+	}
 	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote("independent instance", note), now)
 	t.flying++ // keeps t in memory while the row is written
 	t.mu.Unlock()
 	if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {
+		e.conc.release(slot)
 		t.mu.Lock()
 		t.flying--
 		e.release(t)
 		return nil, err
 	}
-	e.runs.add(t, run)
+	e.runs.add(t, run, slot)
 	e.m.triggers.Inc()
 	e.send(t, def, run, params)
 	return &run, nil

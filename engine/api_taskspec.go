@@ -110,6 +110,10 @@ type TaskSpec struct {
 	// seconds (at most MaxJitterSec, and below the schedule's smallest gap between fires);
 	// 0 or absent: none (docs/design.md, Jitter).
 	JitterSec int `json:"jitter_sec,omitempty"`
+	// ConcurrencyKey names the concurrency limit of kind "key" the task's runs count in,
+	// beside its group's; a name as a group's, or absent: none (docs/design.md, Concurrency
+	// limits).
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
@@ -181,6 +185,10 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 	if !validName(d.Group) {
 		return d, fieldErr("group", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
 	}
+	if s.ConcurrencyKey != "" && !validName(s.ConcurrencyKey) {
+		return d, fieldErr("concurrency_key", "must be empty or 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	}
+	d.ConcurrencyKey = s.ConcurrencyKey
 
 	d.Trigger = s.Trigger
 	if d.Trigger == "" {

@@ -131,7 +131,11 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 
 // fire handles an entry popped from a ready queue: it moves the task to RUNNING in memory and
 // submits the transition; the run is sent only when that write is durable (invariant 1).
-func (e *Engine) fire(ent *wheel.Entry[*task]) {
+// adm is what the gates gave the entry: on its first pass no concurrency slot, which fire
+// asks the concurrency gate for (core_concgate.go); a fire without room waits there, and
+// concLoop brings it back with its slot. A slot fire does not hand on to a run goes back.
+func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
+	defer func() { e.conc.release(adm.slot) }() // the run took it, if it left (adm.slot emptied)
 	t := ent.Value
 	t.mu.Lock()
 	if t.ent != ent && t.ent != nil {
@@ -151,7 +155,8 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	// ent.When is when it was meant to leave, later by its jitter (core_jitter.go).
 	sched, jitter := t.entDue, ent.When-t.entDue
 	now := e.nowMS()
-	if t.rt.State == model.StateScheduled && t.def.Trigger == model.TriggerCron && !e.cfg.Breaker.Disabled {
+	// A fire that waited for a slot was let through by the breaker on its first pass.
+	if !adm.slot.held && t.rt.State == model.StateScheduled && t.def.Trigger == model.TriggerCron && !e.cfg.Breaker.Disabled {
 		ok, closed := e.brk.allow(e.cfg.Breaker, t.id, now)
 		if closed {
 			name, group := t.def.Name, t.def.Group
@@ -163,6 +168,18 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 			e.unlock(t)
 			return
 		}
+	}
+	if !adm.slot.held {
+		sl, ok := e.conc.offer(t.id, ent, t.def.Group, t.def.ConcurrencyKey)
+		if !ok {
+			// Its group or key is at its limit: the entry waits in the gate, still the task's
+			// armed entry (t.ent), and fires when a run of it ends.
+			t.ent = ent
+			t.mu.Unlock()
+			e.m.concWaits.Inc()
+			return
+		}
+		adm.slot = sl
 	}
 	e.m.lateness.Update(float64(now-ent.When) / 1000)
 	from := t.rt.State
@@ -205,11 +222,18 @@ func (e *Engine) fire(ent *wheel.Entry[*task]) {
 	if jitter > 0 || (from == model.StateScheduled && t.def.JitterSec > 0 && t.def.Trigger == model.TriggerCron) {
 		run.Detail = jitterDetail(jitter) // "jitter 0 ms" too: the task is jittered
 	}
+	if adm.waited != "" {
+		if run.Detail != "" {
+			run.Detail += "; "
+		}
+		run.Detail += adm.waited
+	}
 	t.rt = nrt
 	t.pending++
 	t.periodic = ticket
 	t.flying++
-	e.runs.add(t, run)
+	e.runs.add(t, run, adm.slot)
+	adm.slot = concSlot{} // the run holds it now; runsInFlight.settle releases it
 	def := t.def
 	g := &persist.Group{
 		Fires: []model.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)

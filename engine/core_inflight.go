@@ -13,8 +13,9 @@ import (
 // flight is one run that has left the engine's hands: decided (its RUNNING transition or its
 // run-now row submitted), sent or being sent, and not yet settled.
 type flight struct {
-	t   *task
-	run model.Run // the run record; Executor names the executor holding it once offered
+	t    *task
+	run  model.Run // the run record; Executor names the executor holding it once offered
+	slot concSlot  // its slot of the concurrency gate, given back when it settles
 
 	// The fields below are guarded by runsInFlight.mu.
 	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
@@ -38,11 +39,15 @@ type flight struct {
 //     for, not a later flight of the same ticket.
 //  4. A flight on an executor adds one to that executor's in-flight count for as long as it is
 //     assigned to it.
+//  5. A flight holds its concurrency slot (core_concgate.go) until it is taken: the slot is
+//     given back once, by the settle that removed it, before its settle action runs, so a
+//     waiter may start while the end is being recorded, never while the run is in flight.
 //
 // Lock order: a task's mu may be held when calling any method; runsInFlight.mu is never held
 // while calling out (settle actions, timers' callbacks).
 type runsInFlight struct {
-	clk clock.Clock
+	clk  clock.Clock
+	conc *concGate
 
 	mu   sync.Mutex
 	m    map[string]*flight
@@ -50,21 +55,24 @@ type runsInFlight struct {
 	zero chan struct{} // closed when n drops to 0 while someone waits
 }
 
-func (r *runsInFlight) init(clk clock.Clock) {
-	r.clk = clk
+func (r *runsInFlight) init(clk clock.Clock, conc *concGate) {
+	r.clk, r.conc = clk, conc
 	r.m = make(map[string]*flight)
 }
 
-// add registers a run that has left. A ticket already in flight is refused (false): tickets
-// are unique per fire and attempt, so that is a second dispatch of one run.
-func (r *runsInFlight) add(t *task, run model.Run) bool {
+// add registers a run that has left, holding slot. A ticket already in flight is refused
+// (false, and slot given back): tickets are unique per fire and attempt, so that is a second
+// dispatch of one run.
+func (r *runsInFlight) add(t *task, run model.Run, slot concSlot) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if _, ok := r.m[run.Ticket]; ok {
+		r.mu.Unlock()
+		r.conc.release(slot)
 		return false
 	}
-	r.m[run.Ticket] = &flight{t: t, run: run}
+	r.m[run.Ticket] = &flight{t: t, run: run, slot: slot}
 	r.n++
+	r.mu.Unlock()
 	return true
 }
 
@@ -143,6 +151,7 @@ func (r *runsInFlight) settle(ticket string, when func(f *flight) bool, fn func(
 	}
 	r.unassignLocked(f)
 	r.mu.Unlock()
+	r.conc.release(f.slot)
 	defer r.done()
 	if fn != nil {
 		fn(f)

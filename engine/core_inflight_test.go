@@ -18,15 +18,15 @@ import (
 func TestRunsInFlightSettleOnce(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	var r runsInFlight
-	r.init(clk)
+	r.init(clk, newConcGate(clk))
 	const n = 200
 	var timeouts, results atomic.Int32
 	for i := range n {
 		ticket := "t-" + strconv.Itoa(i)
-		if !r.add(nil, model.Run{Ticket: ticket}) {
+		if !r.add(nil, model.Run{Ticket: ticket}, concSlot{}) {
 			t.Fatalf("add %s refused", ticket)
 		}
-		if r.add(nil, model.Run{Ticket: ticket}) {
+		if r.add(nil, model.Run{Ticket: ticket}, concSlot{}) {
 			t.Fatalf("a second add of %s accepted", ticket)
 		}
 		if !r.arm(ticket, clk.Now().Add(time.Second), func(*flight) { timeouts.Add(1) }) {
@@ -64,9 +64,9 @@ func TestRunsInFlightSettleOnce(t *testing.T) {
 func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	var r runsInFlight
-	r.init(clk)
+	r.init(clk, newConcGate(clk))
 	x := &dispatch.Executor{App: "a", Address: "127.0.0.1:1"}
-	r.add(nil, model.Run{Ticket: "k", Executor: "a"})
+	r.add(nil, model.Run{Ticket: "k", Executor: "a"}, concSlot{})
 	if !r.assign("k", x) || x.Inflight() != 1 || r.executorOf("k") != x {
 		t.Fatalf("assign: inflight %d, executor %v", x.Inflight(), r.executorOf("k"))
 	}

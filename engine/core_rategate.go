@@ -36,6 +36,7 @@ type rateGate struct {
 
 type gated struct {
 	ent *wheel.Entry[*task]
+	adm admission // the concurrency slot it holds, if any
 	at  time.Time // when it entered the buffer
 	seq uint64
 }
@@ -80,7 +81,7 @@ func (g *rateGate) refresh() {
 }
 
 // offer reports whether ent may fire now; otherwise it is buffered.
-func (g *rateGate) offer(key string, ent *wheel.Entry[*task]) bool {
+func (g *rateGate) offer(key string, ent *wheel.Entry[*task], adm admission) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	q := g.queues[key]
@@ -95,7 +96,7 @@ func (g *rateGate) offer(key string, ent *wheel.Entry[*task]) bool {
 		g.queues[key] = q
 	}
 	g.seq++
-	heap.Push(q, gated{ent: ent, at: g.clk.Now(), seq: g.seq})
+	heap.Push(q, gated{ent: ent, adm: adm, at: g.clk.Now(), seq: g.seq})
 	g.buffered.Add(1)
 	select {
 	case g.wake <- struct{}{}:
@@ -106,8 +107,8 @@ func (g *rateGate) offer(key string, ent *wheel.Entry[*task]) bool {
 
 // drain fires every buffered entry whose downstream has a token, best priority first across
 // downstreams, and returns how long until the next one could go (or -1 when none waits).
-func (g *rateGate) drain(fire func(*wheel.Entry[*task]), waited func(time.Duration)) time.Duration {
-	var ready []*wheel.Entry[*task]
+func (g *rateGate) drain(fire func(*wheel.Entry[*task], admission), waited func(time.Duration)) time.Duration {
+	var ready []gated
 	next := time.Duration(-1)
 	g.mu.Lock()
 	for {
@@ -139,7 +140,7 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task]), waited func(time.Durati
 			x := heap.Pop(q).(gated)
 			g.buffered.Add(-1)
 			waited(clock.Since(g.clk, x.at))
-			ready = append(ready, x.ent)
+			ready = append(ready, x)
 			progressed = true
 			break // re-rank: the next head may outrank this downstream's
 		}
@@ -152,8 +153,8 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task]), waited func(time.Durati
 		}
 	}
 	g.mu.Unlock()
-	for _, ent := range ready {
-		fire(ent)
+	for _, x := range ready {
+		fire(x.ent, x.adm)
 	}
 	return next
 }
@@ -185,18 +186,22 @@ func (e *Engine) gateLoop(ctx context.Context) {
 	}
 }
 
-// admit passes a popped entry through the rate gate.
-func (e *Engine) admit(ent *wheel.Entry[*task]) {
+// admit passes an entry popped from a ready queue through the rate gate to fire, which asks
+// the concurrency gate (core_concgate.go).
+func (e *Engine) admit(ent *wheel.Entry[*task]) { e.admitRate(ent, admission{}) }
+
+// admitRate passes an entry, with what the concurrency gate gave it, through the rate gate.
+func (e *Engine) admitRate(ent *wheel.Entry[*task], adm admission) {
 	if !e.gate.limited.Load() {
-		e.fire(ent)
+		e.fire(ent, adm)
 		return
 	}
 	t := ent.Value
 	t.mu.Lock()
 	key := downstreamOf(t.def)
 	t.mu.Unlock()
-	if e.gate.offer(key, ent) {
-		e.fire(ent)
+	if e.gate.offer(key, ent, adm) {
+		e.fire(ent, adm)
 		return
 	}
 	e.m.rateWaits.Inc()

@@ -109,8 +109,10 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 	t.mu.Lock()
 	t.periodic = run.Ticket
 	t.flying++
+	// It counts in its group and key before anything fires (design.md, Concurrency limits).
+	slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey)
 	t.mu.Unlock()
-	e.runs.add(t, run)
+	e.runs.add(t, run, slot)
 	if t.def.Callback.Type == model.CallbackExecutor {
 		// An SDK executor re-sends its result until acknowledged: wait for it, under the
 		// run's own deadline, as if this process had sent the run.
@@ -121,8 +123,19 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 		e.resendLost(t, run) // ha.go
 		return true
 	}
+	e.holdLost(t, run)
 	e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return true
+}
+
+// holdLost keeps a slot of t's group and key for an HTTP run recorded lost at start until
+// the run's deadline: its end is recorded, but the endpoint may still be running it, and a
+// new run must not start beside it over the limit.
+func (e *Engine) holdLost(t *task, run model.Run) {
+	t.mu.Lock()
+	group, key, timeout := t.def.Group, t.def.ConcurrencyKey, time.Duration(t.def.TimeoutSec)*time.Second
+	t.mu.Unlock()
+	e.conc.releaseAt(e.conc.force(group, key), time.UnixMilli(run.DispatchedAt).Add(timeout))
 }
 
 // openFire returns the open fire of t as read from the store, if there is one: its run row
@@ -190,12 +203,14 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 		t.flying++
 		x := e.registry.Get(t.def.Callback.App, run.Executor)
 		isExec := t.def.Callback.Type == model.CallbackExecutor
+		slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey) // a run-now counts too
 		t.mu.Unlock()
-		e.runs.add(t, run)
+		e.runs.add(t, run, slot)
 		if isExec {
 			e.adoptExecRun(t, run, x)
 			continue
 		}
+		e.holdLost(t, run)
 		e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	}
 	return nil

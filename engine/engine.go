@@ -79,6 +79,11 @@ var (
 	ErrStoreStalled = errors.New("the store refuses writes")
 	// ErrRunNotFound: no run has that ticket.
 	ErrRunNotFound = model.ErrRunNotFound
+	// ErrConcurrencyLimit: a run-now of a task whose group or concurrency key is at its limit
+	// (a run-now does not wait for a slot).
+	ErrConcurrencyLimit = errors.New("concurrency limit reached")
+	// ErrLimitNotFound: no concurrency limit has that kind and name.
+	ErrLimitNotFound = errors.New("concurrency limit not found")
 )
 
 // Clock tells the time and arms timers: every time the engine reads and every timer it arms
@@ -275,6 +280,8 @@ type Engine struct {
 	registry  *dispatch.Registry
 	runs      runsInFlight // every run sent and not yet settled
 	gate      *rateGate
+	conc      *concGate  // concurrency limits (core_concgate.go)
+	limitsMu  sync.Mutex // orders the limits' changes: the store's order is the gate's
 	brk       breakers
 	upstreams upstreamSet
 	promo     promoter
@@ -322,7 +329,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.startWheel = wh.Start
 	e.tasks.init()
-	e.runs.init(cfg.Clock)
+	e.conc = newConcGate(cfg.Clock)
+	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
 	e.promo.init()
 	if cfg.RateLimit.Clock == nil {
@@ -399,8 +407,11 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	e.horizon = now + e.cfg.Window.Milliseconds()
 	h := e.horizon
 	e.horizonMu.Unlock()
-	// Recovery, before the wheel starts and so before any dispatch (ha.go; R8.2 on a
-	// promotion).
+	// The limits, then recovery, which counts the runs it finds in flight in them, before the
+	// wheel starts and so before any dispatch (ha.go; R8.2 on a promotion).
+	if err := e.loadLimits(ctx); err != nil {
+		return err
+	}
 	if err := e.recoverAtStart(ctx, now, h); err != nil {
 		return err
 	}
@@ -414,7 +425,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
 	e.alerts.start()
-	e.loopsWG.Add(5)
+	e.loopsWG.Add(6)
+	go e.concLoop(runCtx)
 	go e.pruneLoop(runCtx)
 	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
@@ -613,6 +625,7 @@ func (e *Engine) settle(t *task) {
 // cancelled; fire recognises it as stale because t.ent no longer points at it.
 func (e *Engine) disarm(t *task) {
 	if t.ent != nil {
+		e.conc.forget(t.id, t.ent) // an entry waiting for a concurrency slot waits no more
 		e.wheel.Cancel(t.ent)
 		t.ent = nil
 	}

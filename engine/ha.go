@@ -155,7 +155,7 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 	t.pending++
 	t.periodic = re.Ticket
 	t.flying++
-	e.runs.add(t, re)
+	e.runs.add(t, re, e.conc.force(def.Group, def.ConcurrencyKey)) // in the lost run's place
 	acts := []model.Action{
 		e.action(t, lost.Ticket, ActLost, model.StateRunning, model.StateRunning, ActorScheduler, lost.Error, now),
 		e.action(t, re.Ticket, ActResend, model.StateRunning, model.StateRunning, ActorScheduler, re.Detail, now),

@@ -36,6 +36,8 @@ type engineMetrics struct {
 	fireRefusals *metrics.Counter
 
 	prunedRuns, prunedActions, prunedFinished *metrics.Counter
+	concWaits                                 *metrics.Counter
+	concWait                                  *metrics.PrometheusHistogram
 }
 
 // labelled is a counter family with one bounded label.
@@ -85,7 +87,11 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		prunedRuns:     s.NewCounter(`axe_pruned_rows_total{table="task_run"}`),
 		prunedActions:  s.NewCounter(`axe_pruned_rows_total{table="task_action"}`),
 		prunedFinished: s.NewCounter(`axe_pruned_rows_total{table="task_def"}`),
+		concWaits:      s.NewCounter("axe_concurrency_waits_total"),
+		concWait:       s.NewPrometheusHistogram("axe_concurrency_wait_seconds"),
 	}
+	s.NewGauge("axe_concurrency_waiting", func() float64 { return float64(e.conc.nwait.Load()) })
+	s.NewGauge("axe_concurrency_slots_in_use", func() float64 { return float64(e.conc.nused.Load()) })
 	for p := 0; p <= wheel.MaxPriority; p++ {
 		s.NewGauge(fmt.Sprintf(`axe_ready_queue_depth_by_priority{priority="%d"}`, p), func() float64 {
 			n := 0

@@ -1,0 +1,158 @@
+package engine
+
+// The concurrency limits as the API shows and changes them. The gate that holds fires back to
+// them is in core_concgate.go.
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+)
+
+// MaxConcurrencyLimit bounds a limit's max: far more runs than one scheduler keeps in flight.
+const MaxConcurrencyLimit = 1_000_000
+
+// ActConcurrencyLimit records a limit set or removed (task 0, as a rate limit's record).
+const ActConcurrencyLimit = "concurrency_limit"
+
+// ConcurrencyLimitView is one concurrency limit as the API shows it: the stored limit, and how
+// many runs count in it and how many fires wait for it on this node (0 on a backup, which
+// runs nothing).
+type ConcurrencyLimitView struct {
+	model.ConcurrencyLimit
+	InUse   int `json:"in_use"`
+	Waiting int `json:"waiting"`
+}
+
+// checkLimitRef validates a limit's kind and name.
+func checkLimitRef(kind, name string) error {
+	if kind != model.LimitGroup && kind != model.LimitKey {
+		return fieldErr("kind", "must be group or key, got %q", kind)
+	}
+	if !validName(name) {
+		return fieldErr("name", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+func (e *Engine) limitView(l model.ConcurrencyLimit) ConcurrencyLimitView {
+	v := e.conc.view(limitRef{l.Kind, l.Name})
+	return ConcurrencyLimitView{ConcurrencyLimit: l, InUse: v.used, Waiting: v.waiting}
+}
+
+// ConcurrencyLimits lists the stored limits with their counts, ordered by kind and name. It
+// reads the store, so a backup answers it too.
+func (e *Engine) ConcurrencyLimits(ctx context.Context) ([]ConcurrencyLimitView, error) {
+	ls, err := e.store.ListConcurrencyLimits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ConcurrencyLimitView, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, e.limitView(l))
+	}
+	return out, nil
+}
+
+// ConcurrencyLimit returns one limit, or ErrLimitNotFound.
+func (e *Engine) ConcurrencyLimit(ctx context.Context, kind, name string) (ConcurrencyLimitView, error) {
+	if err := checkLimitRef(kind, name); err != nil {
+		return ConcurrencyLimitView{}, err
+	}
+	ls, err := e.store.ListConcurrencyLimits(ctx)
+	if err != nil {
+		return ConcurrencyLimitView{}, err
+	}
+	for _, l := range ls {
+		if l.Kind == kind && l.Name == name {
+			return e.limitView(l), nil
+		}
+	}
+	return ConcurrencyLimitView{}, fmt.Errorf("%w: %s %s", ErrLimitNotFound, kind, name)
+}
+
+// SetConcurrencyLimit sets the limit of a group or a concurrency key to max runs in flight at
+// once, 1..MaxConcurrencyLimit. It is stored before it takes effect, and takes effect at once:
+// a higher limit lets waiting fires start now, a lower one lets no new run start until the
+// count falls under it (the runs in flight finish).
+func (e *Engine) SetConcurrencyLimit(ctx context.Context, kind, name string, max int, actor string) (ConcurrencyLimitView, error) {
+	if err := checkLimitRef(kind, name); err != nil {
+		return ConcurrencyLimitView{}, err
+	}
+	if max < 1 || max > MaxConcurrencyLimit {
+		return ConcurrencyLimitView{}, fieldErr("max", "must be 1..%d runs in flight (DELETE removes a limit), got %d", MaxConcurrencyLimit, max)
+	}
+	if err := e.checkRunning(); err != nil {
+		return ConcurrencyLimitView{}, err
+	}
+	l := model.ConcurrencyLimit{Kind: kind, Name: name, Max: max, UpdatedAt: e.nowMS()}
+	e.limitsMu.Lock()
+	defer e.limitsMu.Unlock()
+	if err := e.store.PutConcurrencyLimit(ctx, l); err != nil {
+		return ConcurrencyLimitView{}, err
+	}
+	e.conc.setMax(limitRef{kind, name}, max)
+	e.limitGauges(limitRef{kind, name}, true)
+	act := model.Action{Action: ActConcurrencyLimit, Actor: actor, At: l.UpdatedAt,
+		Detail: "concurrency limit " + kind + " " + name + ": " + strconv.Itoa(max) + " run(s) in flight at once"}
+	if err := e.write(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
+		return ConcurrencyLimitView{}, err
+	}
+	return e.limitView(l), nil
+}
+
+// DeleteConcurrencyLimit removes a limit: every fire waiting for it alone starts at once.
+func (e *Engine) DeleteConcurrencyLimit(ctx context.Context, kind, name, actor string) error {
+	if err := checkLimitRef(kind, name); err != nil {
+		return err
+	}
+	if err := e.checkRunning(); err != nil {
+		return err
+	}
+	e.limitsMu.Lock()
+	defer e.limitsMu.Unlock()
+	ok, err := e.store.DeleteConcurrencyLimit(ctx, kind, name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: %s %s", ErrLimitNotFound, kind, name)
+	}
+	e.conc.setMax(limitRef{kind, name}, 0)
+	e.limitGauges(limitRef{kind, name}, false)
+	act := model.Action{Action: ActConcurrencyLimit, Actor: actor, At: e.nowMS(),
+		Detail: "concurrency limit " + kind + " " + name + " removed"}
+	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})
+}
+
+// loadLimits reads the stored limits into the gate, at start before anything fires.
+func (e *Engine) loadLimits(ctx context.Context) error {
+	ls, err := e.store.ListConcurrencyLimits(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot load concurrency limits: %w", err)
+	}
+	e.conc.setAll(ls)
+	for _, l := range ls {
+		e.limitGauges(limitRef{l.Kind, l.Name}, true)
+	}
+	return nil
+}
+
+// limitGauges registers (or drops) the gauges of one limit. Their labels are bounded by the
+// limits an operator set, not by tasks.
+func (e *Engine) limitGauges(r limitRef, on bool) {
+	labels := fmt.Sprintf(`{kind=%q,name=%q}`, r.kind, r.name)
+	names := []string{"axe_concurrency_limit_in_use" + labels, "axe_concurrency_limit_waiting" + labels, "axe_concurrency_limit_max" + labels}
+	if !on {
+		for _, n := range names {
+			e.m.set.UnregisterMetric(n)
+		}
+		return
+	}
+	e.m.set.GetOrCreateGauge(names[0], func() float64 { return float64(e.conc.view(r).used) })
+	e.m.set.GetOrCreateGauge(names[1], func() float64 { return float64(e.conc.view(r).waiting) })
+	e.m.set.GetOrCreateGauge(names[2], func() float64 { return float64(e.conc.maxOf(r)) })
+}
