@@ -40,8 +40,9 @@ type flight struct {
 //  4. A flight on an executor adds one to that executor's in-flight count for as long as it is
 //     assigned to it.
 //  5. A flight holds its concurrency slot (core_concgate.go) until it is taken: the slot is
-//     given back once, by the settle that removed it, before its settle action runs, so a
-//     waiter may start while the end is being recorded, never while the run is in flight.
+//     given back once, by the settle that removed it, after its settle action has returned,
+//     so a fire waiting for the slot starts after the run's end was decided (its ended_at
+//     stamped), never while the run is in flight.
 //
 // Lock order: a task's mu may be held when calling any method; runsInFlight.mu is never held
 // while calling out (settle actions, timers' callbacks).
@@ -151,11 +152,11 @@ func (r *runsInFlight) settle(ticket string, when func(f *flight) bool, fn func(
 	}
 	r.unassignLocked(f)
 	r.mu.Unlock()
-	r.conc.release(f.slot)
 	defer r.done()
 	if fn != nil {
 		fn(f)
 	}
+	r.conc.release(f.slot) // after fn: the end it records is stamped before a waiter starts
 	return true
 }
 
