@@ -63,7 +63,7 @@ func bodyLimit(method, path string) (limit int, what string) {
 		return RunNowMaxBodyBytes, "128 KiB"
 	case len(parts) == 3 && parts[0] == "tasks" && parts[2] == "kill":
 		return NoBodyMaxBytes, "4 KiB: this endpoint takes no body"
-	case rest == "ratelimits" || rest == "prune":
+	case rest == "ratelimits" || rest == "prune" || (len(parts) == 3 && parts[0] == "concurrency-limits"):
 		return SmallBodyMaxBytes, "4 KiB"
 	}
 	return MaxRequestBodyDefault, "1 MiB"

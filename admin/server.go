@@ -298,6 +298,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/whoami", h(s.whoami))
 	api.GET("/ratelimits", h(s.getRateLimits))
 	api.PUT("/ratelimits", h(s.setRateLimit))
+	api.GET("/concurrency-limits", h(s.listConcurrencyLimits))
+	api.GET("/concurrency-limits/{kind}/{name}", h(s.getConcurrencyLimit))
+	api.PUT("/concurrency-limits/{kind}/{name}", h(s.putConcurrencyLimit))
+	api.DELETE("/concurrency-limits/{kind}/{name}", h(s.deleteConcurrencyLimit))
 	s.haRoutes(api) // hafront.go
 	s.writeRoutes(api)
 	s.consoleRoutes(r, api)
@@ -862,6 +866,64 @@ func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, s.cfg.Engine.RateLimits())
 }
 
+// listConcurrencyLimits is GET /api/v1/concurrency-limits: every limit with its runs in
+// flight and the fires waiting for it.
+func (s *Server) listConcurrencyLimits(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	ls, err := s.cfg.Engine.ConcurrencyLimits(ctx)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, map[string]any{"limits": ls})
+}
+
+func (s *Server) getConcurrencyLimit(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	v, err := s.cfg.Engine.ConcurrencyLimit(ctx, param(c, "kind"), param(c, "name"))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, v)
+}
+
+// putConcurrencyLimit is PUT /api/v1/concurrency-limits/{group|key}/{name} {"max": N}.
+func (s *Server) putConcurrencyLimit(c *fasthttp.RequestCtx) {
+	var b struct {
+		Max *int `json:"max"`
+	}
+	if err := decodeStrict(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	if b.Max == nil {
+		writeErr(c, fasthttp.StatusBadRequest, "max: is required: the runs in flight at once, 1.."+strconv.Itoa(engine.MaxConcurrencyLimit))
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	v, err := s.cfg.Engine.SetConcurrencyLimit(ctx, param(c, "kind"), param(c, "name"), *b.Max, actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, v)
+}
+
+func (s *Server) deleteConcurrencyLimit(c *fasthttp.RequestCtx) {
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	kind, name := param(c, "kind"), param(c, "name")
+	if err := s.cfg.Engine.DeleteConcurrencyLimit(ctx, kind, name, actor(c)); err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, map[string]string{"deleted": kind + " " + name})
+}
+
 // param is the path parameter name, percent-decoded: the router matches the path as sent, so
 // a task named "ns:job" is reached at /tasks/ns:job and at /tasks/ns%3Ajob (as the console
 // sends it) alike. A parameter that does not decode is passed on as it is, and names no task.
@@ -901,13 +963,14 @@ func statusOf(err error) int {
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
 	case errors.Is(err, engine.ErrTaskNotFound), errors.Is(err, engine.ErrRunNotFound),
-		errors.Is(err, model.ErrExecutorNotFound), errors.Is(err, engine.ErrUnknownExecutor):
+		errors.Is(err, model.ErrExecutorNotFound), errors.Is(err, engine.ErrUnknownExecutor),
+		errors.Is(err, engine.ErrLimitNotFound):
 		return fasthttp.StatusNotFound
 	case errors.Is(err, engine.ErrTaskExists), errors.Is(err, engine.ErrConflict),
 		errors.Is(err, engine.ErrInvalidTransition), errors.Is(err, model.ErrVersionConflict),
 		errors.Is(err, engine.ErrStaleTicket):
 		return fasthttp.StatusConflict
-	case errors.Is(err, persist.ErrWriterBusy):
+	case errors.Is(err, persist.ErrWriterBusy), errors.Is(err, engine.ErrConcurrencyLimit):
 		return fasthttp.StatusTooManyRequests
 	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, model.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
 		errors.Is(err, context.DeadlineExceeded):

@@ -272,6 +272,43 @@ func (c *Client) Alerts(ctx context.Context, limit int) ([]model.Action, error) 
 	return v.Actions, c.Do(ctx, http.MethodGet, "/api/v1/alerts?limit="+strconv.Itoa(limit), nil, &v)
 }
 
+// ConcurrencyLimit is a concurrency limit as the API shows it: the stored limit, the runs
+// counted in it and the fires waiting for it.
+type ConcurrencyLimit struct {
+	model.ConcurrencyLimit
+	InUse   int `json:"in_use"`
+	Waiting int `json:"waiting"`
+}
+
+func limitPath(kind, name string) string {
+	return "/api/v1/concurrency-limits/" + url.PathEscape(kind) + "/" + url.PathEscape(name)
+}
+
+// ConcurrencyLimits lists every concurrency limit.
+func (c *Client) ConcurrencyLimits(ctx context.Context) ([]ConcurrencyLimit, error) {
+	var v struct {
+		Limits []ConcurrencyLimit `json:"limits"`
+	}
+	return v.Limits, c.Do(ctx, http.MethodGet, "/api/v1/concurrency-limits", nil, &v)
+}
+
+// GetConcurrencyLimit returns the limit of kind ("group" or "key") and name.
+func (c *Client) GetConcurrencyLimit(ctx context.Context, kind, name string) (*ConcurrencyLimit, error) {
+	var v ConcurrencyLimit
+	return &v, c.Do(ctx, http.MethodGet, limitPath(kind, name), nil, &v)
+}
+
+// SetConcurrencyLimit sets the limit of kind and name to max runs in flight at once.
+func (c *Client) SetConcurrencyLimit(ctx context.Context, kind, name string, max int) (*ConcurrencyLimit, error) {
+	var v ConcurrencyLimit
+	return &v, c.Do(ctx, http.MethodPut, limitPath(kind, name), map[string]int{"max": max}, &v)
+}
+
+// DeleteConcurrencyLimit removes the limit of kind and name.
+func (c *Client) DeleteConcurrencyLimit(ctx context.Context, kind, name string) error {
+	return c.Do(ctx, http.MethodDelete, limitPath(kind, name), nil, nil)
+}
+
 // Executors returns the executor registry.
 func (c *Client) Executors(ctx context.Context) ([]model.Executor, error) {
 	var v struct {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/model"
 )
 
 // clientFlags are the flags every client command takes (SPEC section 12).
@@ -345,6 +346,77 @@ func groupCmd() *ffcli.Command {
 		ShortHelp:   "pause or resume a whole group",
 		Exec:        parentExec,
 		Subcommands: []*ffcli.Command{op("pause"), op("resume")},
+	}
+}
+
+// limitCmd is `axe limit`: the concurrency limits per group and per concurrency key.
+func limitCmd() *ffcli.Command {
+	printLimits := func(ls ...client.ConcurrencyLimit) error {
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "KIND\tNAME\tMAX\tIN USE\tWAITING")
+		for _, l := range ls {
+			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\n", l.Kind, l.Name, l.Max, l.InUse, l.Waiting)
+		}
+		return w.Flush()
+	}
+	kindOf := func(args []string) error {
+		if args[0] != model.LimitGroup && args[0] != model.LimitKey {
+			return fmt.Errorf("kind: must be group or key, got %q", args[0])
+		}
+		return nil
+	}
+	return &ffcli.Command{
+		Name:       "limit",
+		ShortUsage: "axe limit ls | get group|key NAME | set group|key NAME MAX | rm group|key NAME",
+		ShortHelp:  "concurrency limits: runs in flight at once per group or per concurrency_key",
+		Exec:       parentExec,
+		Subcommands: []*ffcli.Command{
+			clientCmd("ls", "axe limit ls", "list the limits with their runs in flight and waiting fires", 0, nil,
+				func(ctx context.Context, c *client.Client, _ []string) error {
+					ls, err := c.ConcurrencyLimits(ctx)
+					if err != nil {
+						return err
+					}
+					return printLimits(ls...)
+				}),
+			clientCmd("get", "axe limit get group|key NAME", "show one limit", 2, nil,
+				func(ctx context.Context, c *client.Client, args []string) error {
+					if err := kindOf(args); err != nil {
+						return err
+					}
+					l, err := c.GetConcurrencyLimit(ctx, args[0], args[1])
+					if err != nil {
+						return err
+					}
+					return printLimits(*l)
+				}),
+			clientCmd("set", "axe limit set group|key NAME MAX", "set a limit; it takes effect at once", 3, nil,
+				func(ctx context.Context, c *client.Client, args []string) error {
+					if err := kindOf(args); err != nil {
+						return err
+					}
+					max, err := strconv.Atoi(args[2])
+					if err != nil {
+						return fmt.Errorf("max: must be an integer, got %q", args[2])
+					}
+					l, err := c.SetConcurrencyLimit(ctx, args[0], args[1], max)
+					if err != nil {
+						return err
+					}
+					return printLimits(*l)
+				}),
+			clientCmd("rm", "axe limit rm group|key NAME", "remove a limit: its waiting fires start", 2, nil,
+				func(ctx context.Context, c *client.Client, args []string) error {
+					if err := kindOf(args); err != nil {
+						return err
+					}
+					if err := c.DeleteConcurrencyLimit(ctx, args[0], args[1]); err != nil {
+						return err
+					}
+					fmt.Printf("limit %s %s removed\n", args[0], args[1])
+					return nil
+				}),
+		},
 	}
 }
 

@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string) error {
 			taskCmd(),
 			groupCmd(),
 			executorsCmd(),
+			limitCmd(),
 			cronCmd(),
 			importCmd(),
 			versionCmd(),
