@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12
 
 package persist_test
 
@@ -17,6 +17,7 @@ func fixtureExtras(d *model.TaskDef) {
 		d.RetainHistoryMS, d.RetainFinishedMS = 30*86_400_000, 7*86_400_000
 		d.PauseAfterFailures = 5
 		d.JitterSec = 120
+		d.ConcurrencyKey = "report-db"
 	case "welcome-mail":
 		d.OnLost = "fail"
 		d.RetainFinishedMS = 3_600_000
@@ -26,6 +27,7 @@ func fixtureExtras(d *model.TaskDef) {
 		d.CronDialect = "unix"
 		d.PauseAfterFailures = 3
 		d.JitterSec = 30
+		d.ConcurrencyKey = "ledger"
 	}
 }
 

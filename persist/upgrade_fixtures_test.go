@@ -40,6 +40,7 @@ var upgradeFixtures = []struct {
 	{name: "v10"},
 	{name: "v11"},
 	{name: "v12"},
+	{name: "v13"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
