@@ -8,10 +8,13 @@ package engine
 //	step                                   goroutine               may block?
 //	wheel driver moves due entries          wheel driver (wheel/)   no: it is the clock tick
 //	  to a shard's ready queue
-//	consume → admit → fire                  one consumer per shard  on the writer's backpressure
-//	  (the rate gate may buffer the entry;  or gateLoop             (Submit, in unlock), which is
-//	  gateLoop fires it when a token comes)                         fine: it slows firing, and
-//	                                                                it holds no lock meanwhile
+//	consume → admit → fire                  one consumer per shard, on the writer's backpressure
+//	  (the rate gate may buffer the entry;  gateLoop or concLoop    (Submit, in unlock), which is
+//	  gateLoop fires it when a token comes;                         fine: it slows firing, and
+//	  fire asks the concurrency gate, where                         it holds no lock meanwhile
+//	  a fire without a slot waits; concLoop
+//	  brings it back when a run of its
+//	  limit ends, core_concgate.go)
 //	fire: RUNNING in memory, run added to   consumer                holds t.mu only to decide;
 //	  e.runs, group put in t's outbox and                           submits after unlocking
 //	  submitted after unlock

@@ -12,6 +12,7 @@ import * as runs from './runs.js';
 import * as run from './run.js';
 import * as alerts from './alerts.js';
 import * as ratelimits from './ratelimits.js';
+import * as limits from './limits.js';
 import * as nodes from './nodes.js';
 import {ZONE_MODES, zoneMode, setZoneMode} from './time.js';
 
@@ -27,6 +28,7 @@ const routes = [
   [/^#\/run\/([^/?]+)$/, run, 'runs'],
   [/^#\/alerts$/, alerts, 'alerts'],
   [/^#\/ratelimits$/, ratelimits, 'ratelimits'],
+  [/^#\/limits$/, limits, 'limits'],
   [/^#\/nodes$/, nodes, 'nodes'],
 ];
 

@@ -57,6 +57,7 @@ export async function render(main, args) {
   const prio = inp('priority', t.priority, {type: 'number', min: 0, max: 9});
   const pauseAfter = inp('pause_after_failures', t.pause_after_failures || 0, {type: 'number', min: 0, max: 1000});
   const jitter = inp('jitter_sec', t.jitter_sec || 0, {type: 'number', min: 0, max: 3600});
+  const concKey = inp('concurrency_key', t.concurrency_key || '', {autocomplete: 'off'});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
   const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
@@ -90,7 +91,8 @@ export async function render(main, args) {
       field('retry_interval_sec', 'Retry interval (s)', retryEvery), field('priority', 'Priority (0 first)', prio),
       field('misfire_policy', 'Misfire', misfire),
       field('pause_after_failures', 'Pause after failures', pauseAfter, 'pause the task after this many failed runs in a row; 0: never'),
-      jitterField),
+      jitterField,
+      field('concurrency_key', 'Concurrency key', concKey, 'the runs of every task with this key count in the key\'s limit (Concurrency page), beside the group\'s; empty: none')),
     formErr,
     h('div', {class: 'row'}, h('button', {type: 'submit', id: 'save'}, editing ? 'Save' : 'Create'),
       h('a', {href: editing ? '#/tasks/' + encodeURIComponent(editing) : '#/tasks', class: 'button'}, 'Cancel')));
@@ -175,6 +177,7 @@ export async function render(main, args) {
       timeout_sec: num(timeout), retry_count: num(retries), retry_interval_sec: num(retryEvery), priority: num(prio),
       misfire_policy: misfire.value, pause_after_failures: num(pauseAfter)};
     spec.jitter_sec = spec.trigger === 'cron' ? num(jitter) : undefined;
+    spec.concurrency_key = concKey.value.trim() || undefined;
     if (spec.trigger === 'cron') spec.cron = cron.value.trim();
     if (spec.trigger === 'delay') spec.delay_ms = num(delay);
     if (spec.trigger === 'dependency') spec.depends_on = deps.value.split(',').map(s => s.trim()).filter(Boolean);

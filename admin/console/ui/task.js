@@ -142,6 +142,7 @@ export async function render(main, args) {
         ? h('span', {id: 'task-jitter'}, `each fire leaves up to ${t.jitter_sec} s after its time` +
           (rt.next_jitter_ms != null ? `; the next one ${fmtDuration(rt.next_jitter_ms)} after, at ${show(rt.next_trigger_time + rt.next_jitter_ms, zone)}` : ''))
         : 'off'],
+      ['Concurrency', h('span', {id: 'task-concurrency'}, h('a', {href: '#/limits'}, `group ${t.group}` + (t.concurrency_key ? `, key ${t.concurrency_key}` : '')))],
       ['Params', t.params !== undefined ? h('pre', {id: 'task-params'}, JSON.stringify(t.params, null, 2)) : ''],
       ['Next fire', rt.state === 'PAUSED' ? 'none while paused' : rt.next_trigger_time ? show(rt.next_trigger_time, zone) : '—'],
       ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
