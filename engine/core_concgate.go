@@ -197,8 +197,7 @@ func (g *concGate) offer(id int64, ent *wheel.Entry[*task], group, key string) (
 	if old := g.byTask[id]; old != nil {
 		g.removeLocked(old)
 	}
-	w := &concWaiter{id: id, ent: ent, group: group, key: key}
-	on := limitRef{}
+	var on limitRef
 	switch {
 	case g.blockedLocked(gr, nil):
 		on = gr
@@ -208,7 +207,7 @@ func (g *concGate) offer(id int64, ent *wheel.Entry[*task], group, key string) (
 		return g.takeLocked(group, key), true
 	}
 	g.seq++
-	w.seq, w.first = g.seq, g.clk.Now()
+	w := &concWaiter{id: id, ent: ent, group: group, key: key, seq: g.seq, first: g.clk.Now()}
 	g.queueLocked(w, on)
 	return concSlot{}, false
 }
