@@ -136,7 +136,8 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 // submits the transition; the run is sent only when that write is durable (invariant 1).
 // adm is what the gates gave the entry: on its first pass no concurrency slot, which fire
 // asks the concurrency gate for (core_concgate.go); a fire without room waits there, and
-// concLoop brings it back with its slot. A slot fire does not hand on to a run goes back.
+// concLoop brings it back with its slot. A slot that fire does not hand on to a run is given
+// back.
 func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	defer func() { e.conc.release(adm.slot) }() // the run took it, if it left (adm.slot emptied)
 	t := ent.Value
