@@ -36,8 +36,9 @@ type engineMetrics struct {
 	fireRefusals *metrics.Counter
 
 	prunedRuns, prunedActions, prunedFinished *metrics.Counter
-	concWaits                                 *metrics.Counter
-	concWait                                  *metrics.PrometheusHistogram
+
+	concWaits *metrics.Counter             // fires held back by a concurrency limit
+	concWait  *metrics.PrometheusHistogram // how long they waited
 }
 
 // labelled is a counter family with one bounded label.
