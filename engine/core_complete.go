@@ -69,8 +69,12 @@ func (e *Engine) lateResult(task, ticket string, oc outcome) {
 // resolve routes an outcome to the periodic state machine or to a run-now instance. The
 // caller has taken the run from e.runs (runsInFlight.settle).
 func (e *Engine) resolve(t *task, run model.Run, oc outcome) {
-	if run.Kind == model.RunManual {
+	switch run.Kind {
+	case model.RunManual:
 		e.completeManual(t, run, oc)
+		return
+	case model.RunBackfill:
+		e.completeBackfill(t, run, oc) // core_backfill.go
 		return
 	}
 	e.complete(t, run, oc)

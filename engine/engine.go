@@ -285,6 +285,7 @@ type Engine struct {
 	brk       breakers
 	upstreams upstreamSet
 	promo     promoter
+	backfills backfillSet // core_backfill.go
 	alerts    *alerter
 
 	horizonMu sync.RWMutex
@@ -333,6 +334,7 @@ func New(cfg Config) (*Engine, error) {
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
 	e.promo.init()
+	e.backfills.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
@@ -415,6 +417,9 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if err := e.recoverAtStart(ctx, now, h); err != nil {
 		return err
 	}
+	if err := e.recoverBackfills(ctx); err != nil {
+		return err
+	}
 	if err := e.startWheel(runCtx); err != nil {
 		return fmt.Errorf("cannot start wheel: %w", err)
 	}
@@ -432,6 +437,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
+	e.loopsWG.Add(1)
+	go e.backfillLoop(runCtx)
 	return nil
 }
 

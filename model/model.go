@@ -62,6 +62,9 @@ const (
 const (
 	RunScheduled = "scheduled" // a periodic/delay/dependency fire, or a retry of one
 	RunManual    = "manual"    // run-now (R6.2): outside the periodic state machine
+	// RunBackfill is one fire time of a backfill: outside the periodic state machine like
+	// run-now, but with the deterministic ticket of its fire time (its fire record).
+	RunBackfill = "backfill"
 )
 
 // Sentinel errors of the domain. The stores and the engine wrap them with %w; callers test
@@ -79,6 +82,8 @@ var (
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrRunNotFound is returned by GetRun for an unknown ticket.
 	ErrRunNotFound = errors.New("run not found")
+	// ErrBackfillNotFound is returned by GetBackfill for an unknown id.
+	ErrBackfillNotFound = errors.New("backfill not found")
 	// ErrExecutorNotFound is returned by Heartbeat and SetExecutorStatus for an unknown
 	// executor.
 	ErrExecutorNotFound = errors.New("executor not found")

@@ -235,6 +235,8 @@ type Store interface {
 
 	// The lease and the nodes of high availability (R8.1, ha.go), and Kind.
 	LeaseStore
+	// Backfill rows and the run queries of their recovery (backfill.go).
+	BackfillStore
 }
 
 // LeaseStore is what high availability needs of a store (ha.Elector): the lease, the nodes

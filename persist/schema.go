@@ -307,6 +307,42 @@ var mysqlMigrations = []migration{{
 		)` + mysqlTableOpts,
 		`ALTER TABLE task_def ADD COLUMN concurrency_key VARCHAR(255) NOT NULL DEFAULT ''`,
 	},
+}, {
+	version: 14,
+	name:    "backfills",
+	// One row per backfill: its range, parallelism, total, cursor (next_fire: the next fire
+	// time not yet started) and counters (persist/backfill.go). Its runs are ordinary run
+	// rows, found by the (task_id, scheduled_at) index, so task_run is not touched. low_fire
+	// bounds where recovery looks for the backfill's runs still in flight. A new table: a
+	// re-run meets IF NOT EXISTS.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS backfill (
+			id BIGINT NOT NULL AUTO_INCREMENT,
+			task_id BIGINT NOT NULL,
+			task_name VARCHAR(255) NOT NULL,
+			from_ms BIGINT NOT NULL,
+			to_ms BIGINT NOT NULL,
+			parallel INT NOT NULL,
+			cron VARCHAR(255) NOT NULL,
+			cron_dialect VARCHAR(32) NOT NULL,
+			timezone VARCHAR(64) NOT NULL,
+			total BIGINT NOT NULL,
+			next_fire BIGINT NOT NULL,
+			low_fire BIGINT NOT NULL,
+			started BIGINT NOT NULL,
+			skipped BIGINT NOT NULL,
+			succeeded BIGINT NOT NULL,
+			failed BIGINT NOT NULL,
+			status VARCHAR(32) NOT NULL,
+			actor VARCHAR(255) NOT NULL,
+			created_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL,
+			ended_at BIGINT NOT NULL,
+			note TEXT NOT NULL,
+			PRIMARY KEY (id),
+			KEY idx_backfill_task (task_id, id)
+		)` + mysqlTableOpts,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -521,6 +557,37 @@ var sqliteMigrations = []migration{{
 			PRIMARY KEY (kind, name)
 		)`,
 		`ALTER TABLE task_def ADD COLUMN concurrency_key TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 14,
+	name:    "backfills",
+	// As on MySQL.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS backfill (
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
+			task_id INTEGER NOT NULL,
+			task_name TEXT NOT NULL,
+			from_ms INTEGER NOT NULL,
+			to_ms INTEGER NOT NULL,
+			parallel INTEGER NOT NULL,
+			cron TEXT NOT NULL,
+			cron_dialect TEXT NOT NULL,
+			timezone TEXT NOT NULL,
+			total INTEGER NOT NULL,
+			next_fire INTEGER NOT NULL,
+			low_fire INTEGER NOT NULL,
+			started INTEGER NOT NULL,
+			skipped INTEGER NOT NULL,
+			succeeded INTEGER NOT NULL,
+			failed INTEGER NOT NULL,
+			status TEXT NOT NULL,
+			actor TEXT NOT NULL,
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL,
+			ended_at INTEGER NOT NULL,
+			note TEXT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_backfill_task ON backfill (task_id, id)`,
 	},
 }}
 

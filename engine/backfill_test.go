@@ -1,0 +1,423 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// slowServer is a loopback endpoint that holds each call for delay (or until release is
+// closed, when set) and records the most calls it held at once.
+type slowServer struct {
+	*httptest.Server
+	mu      sync.Mutex
+	tickets map[string]int
+	now     int
+	most    int
+	delay   time.Duration
+	hold    chan struct{}
+}
+
+func newSlowServer(t *testing.T, delay time.Duration, hold bool) *slowServer {
+	s := &slowServer{tickets: map[string]int{}, delay: delay}
+	if hold {
+		s.hold = make(chan struct{})
+	}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.tickets[r.Header.Get("X-Axe-Ticket")]++
+		s.now++
+		s.most = max(s.most, s.now)
+		hold := s.hold
+		s.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-r.Context().Done():
+			}
+		}
+		time.Sleep(s.delay)
+		s.mu.Lock()
+		s.now--
+		s.mu.Unlock()
+		w.WriteHeader(200)
+	}))
+	t.Cleanup(func() {
+		s.unhold()
+		s.Close()
+	})
+	return s
+}
+
+func (s *slowServer) unhold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hold != nil {
+		close(s.hold)
+		s.hold = nil
+	}
+}
+
+func (s *slowServer) calls() (total, most int, twice []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, n := range s.tickets {
+		total += n
+		if n > 1 {
+			twice = append(twice, k)
+		}
+	}
+	return total, s.most, twice
+}
+
+// cronTask creates a cron task calling url; its own schedule is far from the test's ranges.
+func cronTask(t *testing.T, e *Engine, name, expr, tz, url string) {
+	t.Helper()
+	spec := httpSpec(name, url)
+	spec.Cron = expr
+	spec.Timezone = tz
+	mustCreate(t, e, spec)
+}
+
+func mustTime(t *testing.T, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// backfillRuns returns the task's backfill runs from the store.
+func backfillRuns(t *testing.T, s persist.Store, e *Engine, name string) []model.Run {
+	t.Helper()
+	pt, err := s.GetTask(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := s.ListRuns(context.Background(), pt.Def.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []model.Run
+	for _, r := range runs {
+		if r.Kind == model.RunBackfill {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ScheduledAt < out[j].ScheduledAt })
+	return out
+}
+
+func waitBackfill(t *testing.T, e *Engine, name string, id int64, status string) *BackfillView {
+	t.Helper()
+	var v *BackfillView
+	waitFor(t, 60*time.Second, "backfill "+status, func() bool {
+		var err error
+		v, err = e.GetBackfill(context.Background(), name, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.Status == status && v.Running == 0
+	})
+	return v
+}
+
+func TestBackfillRunsTheScheduleFireTimesOnceAcrossDST(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 0, false)
+		e := startEngine(t, s)
+		ctx := context.Background()
+		berlin, _ := time.LoadLocation("Europe/Berlin")
+		cases := []struct {
+			name, expr, from, to string
+			want                 []time.Time
+		}{{
+			// Every hour: a pattern over real time; the spring-forward day has 23 hours.
+			name: "hourly", expr: "30 * * * *", from: "2026-03-29T00:00:00+01:00", to: "2026-03-29T23:59:00+02:00",
+			want: func() []time.Time {
+				var w []time.Time
+				for x := mustTime(t, "2026-03-28T23:00:00Z"); x.Before(mustTime(t, "2026-03-29T22:00:00Z")); x = x.Add(time.Minute) {
+					if x.In(berlin).Minute() == 30 {
+						w = append(w, x)
+					}
+				}
+				return w
+			}(),
+		}, {
+			// Fall back: the repeated hour fires twice, 25 fires in the day.
+			name: "autumn", expr: "30 * * * *", from: "2026-10-25T00:00:00+02:00", to: "2026-10-25T23:59:00+01:00",
+			want: func() []time.Time {
+				var w []time.Time
+				for x := mustTime(t, "2026-10-24T22:00:00Z"); x.Before(mustTime(t, "2026-10-25T23:00:00Z")); x = x.Add(time.Minute) {
+					if x.In(berlin).Minute() == 30 {
+						w = append(w, x)
+					}
+				}
+				return w
+			}(),
+		}, {
+			// A fixed wall time inside the spring-forward gap fires at the gap's end.
+			name: "nightly", expr: "30 2 * * *", from: "2026-03-28T00:00:00+01:00", to: "2026-03-30T23:00:00+02:00",
+			want: []time.Time{mustTime(t, "2026-03-28T02:30:00+01:00"), mustTime(t, "2026-03-29T03:00:00+02:00"),
+				mustTime(t, "2026-03-30T02:30:00+02:00")},
+		}}
+		for _, c := range cases {
+			cronTask(t, e, c.name, c.expr, "Europe/Berlin", srv.URL)
+			v, err := e.CreateBackfill(ctx, c.name, BackfillRequest{From: mustTime(t, c.from), To: mustTime(t, c.to), Parallel: 4}, "test")
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			if v.Total != int64(len(c.want)) {
+				t.Errorf("%s: total = %d, want %d", c.name, v.Total, len(c.want))
+			}
+			done := waitBackfill(t, e, c.name, v.ID, model.BackfillDone)
+			if done.Succeeded != int64(len(c.want)) || done.Failed != 0 || done.Skipped != 0 || done.Done != done.Total {
+				t.Errorf("%s: progress = %+v", c.name, done)
+			}
+			runs := backfillRuns(t, s, e, c.name)
+			var got []time.Time
+			for _, r := range runs {
+				got = append(got, time.UnixMilli(r.ScheduledAt).UTC())
+				if r.Result != model.ResultSuccess || r.Ticket != scheduledTicket(r.TaskID, r.ScheduledAt, 1) {
+					t.Errorf("%s: run %+v", c.name, r)
+				}
+			}
+			if !slices.EqualFunc(got, c.want, func(a, b time.Time) bool { return a.Equal(b) }) {
+				t.Errorf("%s: scheduled_at = %v\nwant %v", c.name, got, c.want)
+			}
+		}
+		_, _, twice := srv.calls()
+		if len(twice) > 0 {
+			t.Errorf("tickets called twice: %v", twice)
+		}
+		names := actionNames(t, e, "hourly")
+		if !slices.Contains(names, ActBackfillStart) || !slices.Contains(names, ActBackfillEnd) {
+			t.Errorf("actions = %v, want a backfill start and end", names)
+		}
+	})
+}
+
+func TestBackfillParallelismIsNeverExceeded(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 30*time.Millisecond, false)
+		e := startEngine(t, s)
+		cronTask(t, e, "minutely", "* * * * *", "UTC", srv.URL)
+		from := mustTime(t, "2026-01-01T00:00:00Z")
+		v, err := e.CreateBackfill(context.Background(), "minutely", BackfillRequest{From: from, To: from.Add(59 * time.Minute), Parallel: 3}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitBackfill(t, e, "minutely", v.ID, model.BackfillDone)
+		if done.Total != 60 || done.Succeeded != 60 {
+			t.Errorf("progress = %+v", done)
+		}
+		runs := backfillRuns(t, s, e, "minutely")
+		if len(runs) != 60 {
+			t.Fatalf("%d runs, want 60", len(runs))
+		}
+		// Half-open [dispatched_at, ended_at): an end and a start in the same millisecond
+		// are a slot handed over.
+		type ev struct {
+			at    int64
+			delta int
+		}
+		var evs []ev
+		for _, r := range runs {
+			evs = append(evs, ev{r.DispatchedAt, 1}, ev{r.EndedAt, -1})
+		}
+		sort.Slice(evs, func(i, j int) bool {
+			if evs[i].at != evs[j].at {
+				return evs[i].at < evs[j].at
+			}
+			return evs[i].delta < evs[j].delta
+		})
+		cur, most := 0, 0
+		for _, x := range evs {
+			cur += x.delta
+			most = max(most, cur)
+		}
+		if most > 3 {
+			t.Errorf("%d runs in flight at once by the run rows, parallel 3", most)
+		}
+		total, held, twice := srv.calls()
+		if total != 60 || held > 3 || len(twice) > 0 {
+			t.Errorf("endpoint: %d calls, %d at once, twice %v", total, held, twice)
+		}
+	})
+}
+
+func TestBackfillIsIdempotent(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 0, false)
+		e := startEngine(t, s)
+		ctx := context.Background()
+		cronTask(t, e, "q", "*/5 * * * *", "UTC", srv.URL)
+		from := mustTime(t, "2026-02-01T00:00:00Z")
+		req := BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 2} // 13 fire times
+		a, err := e.CreateBackfill(ctx, "q", req, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitBackfill(t, e, "q", a.ID, model.BackfillDone)
+		b, err := e.CreateBackfill(ctx, "q", req, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bv := waitBackfill(t, e, "q", b.ID, model.BackfillDone)
+		if bv.Total != 13 || bv.Skipped != 13 || bv.Succeeded != 0 {
+			t.Errorf("the same range again: %+v, want all 13 skipped", bv)
+		}
+		// Overlapping: 00:30..02:00 has 19 fire times, 7 of them run already.
+		c, err := e.CreateBackfill(ctx, "q", BackfillRequest{From: from.Add(30 * time.Minute), To: from.Add(2 * time.Hour), Parallel: 5}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cv := waitBackfill(t, e, "q", c.ID, model.BackfillDone)
+		if cv.Total != 19 || cv.Skipped != 7 || cv.Succeeded != 12 {
+			t.Errorf("overlapping range: %+v, want 7 skipped and 12 run", cv)
+		}
+		total, _, twice := srv.calls()
+		if total != 25 || len(twice) > 0 {
+			t.Errorf("%d calls (want 25), twice %v", total, twice)
+		}
+		if runs := backfillRuns(t, s, e, "q"); len(runs) != 25 {
+			t.Errorf("%d backfill runs, want 25", len(runs))
+		}
+		list, err := e.ListBackfills(ctx, "q", 0)
+		if err != nil || len(list) != 3 || list[0].ID != c.ID {
+			t.Errorf("list = %+v, %v", list, err)
+		}
+	})
+}
+
+func TestBackfillCancelStartsNothingMore(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 0, true)
+		e := startEngine(t, s)
+		ctx := context.Background()
+		cronTask(t, e, "c", "* * * * *", "UTC", srv.URL)
+		from := mustTime(t, "2026-01-01T00:00:00Z")
+		v, err := e.CreateBackfill(ctx, "c", BackfillRequest{From: from, To: from.Add(19 * time.Minute), Parallel: 2}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, "two runs in flight", func() bool {
+			n, _, _ := srv.calls()
+			return n == 2
+		})
+		cv, err := e.CancelBackfill(ctx, "c", v.ID, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cv.Status != model.BackfillCanceled || cv.Running != 2 {
+			t.Errorf("after cancel: %+v", cv)
+		}
+		srv.unhold()
+		done := waitBackfill(t, e, "c", v.ID, model.BackfillCanceled)
+		waitSettled(t, e)
+		if n, _, _ := srv.calls(); n != 2 || done.Succeeded != 2 || done.Started != 2 {
+			t.Errorf("%d calls after cancel, progress %+v; want the 2 in flight finished and no more", n, done)
+		}
+		if names := actionNames(t, e, "c"); !slices.Contains(names, ActBackfillCancel) {
+			t.Errorf("actions = %v", names)
+		}
+		stored, err := s.GetBackfill(ctx, v.ID)
+		if err != nil || stored.Status != model.BackfillCanceled || stored.Low <= stored.To {
+			t.Errorf("stored = %+v, %v", stored, err)
+		}
+	})
+}
+
+func TestBackfillRefusesBadInput(t *testing.T) {
+	s := persisttest.SQLite(t)
+	e := startEngine(t, s)
+	ctx := context.Background()
+	cronTask(t, e, "ok", "0 * * * *", "UTC", "http://127.0.0.1:1/")
+	spec := httpSpec("manual", "http://127.0.0.1:1/")
+	spec.Trigger = model.TriggerManual
+	mustCreate(t, e, spec)
+	from := mustTime(t, "2026-01-01T00:00:00Z")
+	cases := []struct {
+		task  string
+		req   BackfillRequest
+		field string
+	}{
+		{"ok", BackfillRequest{From: from, To: from.Add(-time.Hour), Parallel: 1}, "to"},
+		{"ok", BackfillRequest{From: from, To: time.Now().Add(time.Hour), Parallel: 1}, "to"},
+		{"ok", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 0}, "parallel"},
+		{"ok", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: BackfillParallelMax + 1}, "parallel"},
+		{"ok", BackfillRequest{From: from.Add(time.Minute), To: from.Add(30 * time.Minute), Parallel: 1}, "from"},
+		{"ok", BackfillRequest{To: from, Parallel: 1}, "from"},
+		{"manual", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 1}, "name"},
+	}
+	for _, c := range cases {
+		_, err := e.CreateBackfill(ctx, c.task, c.req, "test")
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != c.field {
+			t.Errorf("%+v: err = %v, want a field error on %s", c.req, err, c.field)
+		}
+	}
+	if _, err := e.CreateBackfill(ctx, "nope", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 1}, "test"); !errors.Is(err, ErrTaskNotFound) {
+		t.Errorf("unknown task: %v", err)
+	}
+	if list, _ := e.ListBackfills(ctx, "ok", 0); len(list) != 0 {
+		t.Errorf("refused requests left %d backfills", len(list))
+	}
+}
+
+func TestBackfillResumesAfterRestart(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 20*time.Millisecond, false)
+		ctx := context.Background()
+		e1, err := New(Config{Store: s, Window: 10 * time.Second, LoadInterval: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cronTask(t, e1, "r", "* * * * *", "UTC", srv.URL)
+		from := mustTime(t, "2026-01-01T00:00:00Z")
+		v, err := e1.CreateBackfill(ctx, "r", BackfillRequest{From: from, To: from.Add(119 * time.Minute), Parallel: 4}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "a part of the backfill", func() bool {
+			n, _, _ := srv.calls()
+			return n >= 30
+		})
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := e1.Stop(sctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		stopped, _, _ := srv.calls()
+		if stopped >= 120 {
+			t.Skip("the backfill finished before the stop")
+		}
+		e2 := startEngine(t, s)
+		done := waitBackfill(t, e2, "r", v.ID, model.BackfillDone)
+		total, _, twice := srv.calls()
+		if total != 120 || len(twice) > 0 {
+			t.Errorf("%d calls (want 120), twice: %v", total, twice)
+		}
+		if done.Succeeded != 120 || done.Skipped != 0 || done.Started != 120 {
+			t.Errorf("progress after the restart = %+v", done)
+		}
+		if runs := backfillRuns(t, s, e2, "r"); len(runs) != 120 {
+			t.Errorf("%d runs, want 120", len(runs))
+		}
+	})
+}
+
