@@ -420,4 +420,3 @@ func TestBackfillResumesAfterRestart(t *testing.T) {
 		}
 	})
 }
-

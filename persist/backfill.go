@@ -172,4 +172,3 @@ func (s *sqlStore) queryBackfills(ctx context.Context, q string, args ...any) ([
 	}
 	return out, nil
 }
-
