@@ -304,6 +304,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.DELETE("/concurrency-limits/{kind}/{name}", h(s.deleteConcurrencyLimit))
 	s.haRoutes(api) // hafront.go
 	s.writeRoutes(api)
+	s.backfillRoutes(api) // backfill.go
 	s.consoleRoutes(r, api)
 	s.consoleAPIRoutes(api)
 	return s.consoleHeaders(r.Handler)
@@ -962,7 +963,7 @@ func statusOf(err error) int {
 		return fasthttp.StatusForbidden
 	case errors.Is(err, ErrUnauthorized):
 		return fasthttp.StatusUnauthorized
-	case errors.Is(err, engine.ErrTaskNotFound), errors.Is(err, engine.ErrRunNotFound),
+	case errors.Is(err, engine.ErrTaskNotFound), errors.Is(err, engine.ErrRunNotFound), errors.Is(err, engine.ErrBackfillNotFound),
 		errors.Is(err, model.ErrExecutorNotFound), errors.Is(err, engine.ErrUnknownExecutor),
 		errors.Is(err, engine.ErrLimitNotFound):
 		return fasthttp.StatusNotFound

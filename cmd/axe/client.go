@@ -171,10 +171,10 @@ func taskCmd() *ffcli.Command {
 	var lsLimit, runsLimit, actionsLimit int
 	return &ffcli.Command{
 		Name:       "task",
-		ShortUsage: "axe task <create|update|ls|get|rm|pause|resume|run|kill|runs|actions|import|bulk> ...",
+		ShortUsage: "axe task <create|update|ls|get|rm|pause|resume|run|kill|runs|actions|import|bulk|backfill|backfills|backfill-cancel> ...",
 		ShortHelp:  "manage tasks",
 		Exec:       parentExec,
-		Subcommands: append(writeCmds(),
+		Subcommands: append(append(writeCmds(),
 			clientCmd("create", "axe task create -f task.json [--pause-after-failures N]", "create a task from a JSON definition", 0,
 				createFlags.register,
 				func(ctx context.Context, c *client.Client, _ []string) error {
@@ -301,7 +301,7 @@ func taskCmd() *ffcli.Command {
 					}
 					return nil
 				}),
-		),
+		), backfillCmds()...), // backfill.go
 	}
 }
 

@@ -1,0 +1,130 @@
+package admin
+
+// Backfills: POST /api/v1/tasks/{name}/backfill starts one (engine/api_backfill.go), and
+// /api/v1/tasks/{name}/backfills lists them, reads one and cancels one.
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fasthttp/router"
+	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/engine"
+)
+
+func (s *Server) backfillRoutes(api *router.Group) {
+	h := s.authed
+	api.POST("/tasks/{name}/backfill", h(s.createBackfill))
+	api.GET("/tasks/{name}/backfills", h(s.listBackfills))
+	api.GET("/tasks/{name}/backfills/{id}", h(s.getBackfill))
+	api.DELETE("/tasks/{name}/backfills/{id}", h(s.cancelBackfill))
+	api.POST("/tasks/{name}/backfills/{id}/cancel", h(s.cancelBackfill))
+}
+
+// backfillBody is the body of POST /api/v1/tasks/{name}/backfill.
+type backfillBody struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Parallel *int   `json:"parallel"`
+}
+
+// parseBackfillTime reads an RFC 3339 time of the body's field; "" is left zero for the
+// engine to refuse.
+func parseBackfillTime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: %s: must be an RFC 3339 time with a zone, got %q", ErrBadRequest, field, v)
+	}
+	return t, nil
+}
+
+func (s *Server) createBackfill(c *fasthttp.RequestCtx) {
+	var b backfillBody
+	if err := decodeStrict(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
+	from, err := parseBackfillTime("from", b.From)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	to, err := parseBackfillTime("to", b.To)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	parallel := 1
+	if b.Parallel != nil {
+		parallel = *b.Parallel
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	v, err := s.cfg.Engine.CreateBackfill(ctx, param(c, "name"), engine.BackfillRequest{From: from, To: to, Parallel: parallel}, actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, fasthttp.StatusCreated, v)
+}
+
+func backfillID(c *fasthttp.RequestCtx) (int64, error) {
+	id, err := strconv.ParseInt(param(c, "id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("%w: id: must be a backfill id (a positive integer), got %q", ErrBadRequest, param(c, "id"))
+	}
+	return id, nil
+}
+
+func (s *Server) getBackfill(c *fasthttp.RequestCtx) {
+	id, err := backfillID(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	v, err := s.cfg.Engine.GetBackfill(ctx, param(c, "name"), id)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, v)
+}
+
+func (s *Server) cancelBackfill(c *fasthttp.RequestCtx) {
+	id, err := backfillID(c)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	v, err := s.cfg.Engine.CancelBackfill(ctx, param(c, "name"), id, actor(c))
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, v)
+}
+
+func (s *Server) listBackfills(c *fasthttp.RequestCtx) {
+	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	out, err := s.cfg.Engine.ListBackfills(ctx, param(c, "name"), limit)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	writeJSON(c, 200, map[string]any{"backfills": out, "count": len(out)})
+}
