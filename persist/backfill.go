@@ -53,7 +53,7 @@ const backfillSelect = `SELECT id, task_id, task_name, from_ms, to_ms, parallel,
 	note FROM backfill`
 
 func (s *sqlStore) CreateBackfill(ctx context.Context, b *model.Backfill) error {
-	res, err := s.db.ExecContext(ctx, "INSERT INTO backfill ("+strings.Join(backfillCols, ", ")+") VALUES "+
+	res, err := s.exec(ctx, "INSERT INTO backfill ("+strings.Join(backfillCols, ", ")+") VALUES "+
 		valuesList(len(backfillCols), 1),
 		b.TaskID, clip(b.TaskName, nameLen), b.From, b.To, b.Parallel, b.Cron, b.CronDialect, b.Timezone, b.Total, b.Next, b.Low, b.Started,
 		b.Skipped, b.Succeeded, b.Failed, clip(b.Status, shortLen), clip(b.Actor, nameLen), b.CreatedAt,
@@ -92,7 +92,7 @@ func (s *sqlStore) ListOpenBackfills(ctx context.Context) ([]model.Backfill, err
 }
 
 func (s *sqlStore) SaveBackfill(ctx context.Context, b *model.Backfill) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE backfill SET next_fire = ?, low_fire = ?, started = ?, skipped = ?,
+	_, err := s.exec(ctx, `UPDATE backfill SET next_fire = ?, low_fire = ?, started = ?, skipped = ?,
 		succeeded = ?, failed = ?, status = ?, updated_at = ?, ended_at = ?, note = ? WHERE id = ?`,
 		b.Next, b.Low, b.Started, b.Skipped, b.Succeeded, b.Failed, clip(b.Status, shortLen), b.UpdatedAt,
 		b.EndedAt, clip(b.Note, textLen), b.ID)
