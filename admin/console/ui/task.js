@@ -1,5 +1,6 @@
 // Task detail: the definition, the actions, its runs and its timeline through all retained
-// history (page by page), and a preview of its next fires with DST gaps and repeats marked.
+// history (page by page), a preview of its next fires with DST gaps and repeats marked, and a
+// cron task's backfills with their progress (start one, cancel a running one).
 // The action bar is built once: a refresh changes only what the task's state decides (which
 // buttons are enabled, pause or resume), never an input being typed in.
 import * as api from './api.js';
@@ -107,11 +108,32 @@ export async function render(main, args) {
   previewFrom.addEventListener('change', () => { firesKey = ''; renderFires(); });
   const firesHead = h('h2', {id: 'fires-h'}, 'Next fires');
 
+  // Backfills (a cron task's): the newest, with their progress; a form starts one.
+  const backfills = h('div', {id: 'task-backfills', class: 'scroll'});
+  const bfFrom = h('input', {id: 'backfill-from', type: 'text', placeholder: 'from, RFC 3339 (2025-01-01T00:00:00Z)', 'aria-label': 'Backfill from'});
+  const bfTo = h('input', {id: 'backfill-to', type: 'text', placeholder: 'to, RFC 3339', 'aria-label': 'Backfill to'});
+  const bfParallel = h('input', {id: 'backfill-parallel', type: 'number', min: 1, max: 256, value: 4, 'aria-label': 'Backfill parallelism'});
+  const bfErr = h('span', {class: 'error', id: 'backfill-error', role: 'alert'});
+  const bfStart = h('button', {type: 'button', id: 'backfill-start', onclick: async () => {
+    try {
+      await api.post(path + '/backfill', {from: bfFrom.value.trim(), to: bfTo.value.trim(), parallel: Number(bfParallel.value)});
+      bfErr.textContent = '';
+      toast('Backfill: started');
+    } catch (e) {
+      bfErr.textContent = e.message;
+      return;
+    }
+    await loadBackfills();
+  }}, 'Start backfill');
+  const bfSection = h('section', {'aria-labelledby': 'bf-h', id: 'backfills-section'}, h('h2', {id: 'bf-h'}, 'Backfills'),
+    h('div', {class: 'row needs-write'}, bfFrom, bfTo, h('label', {}, 'parallel ', bfParallel), bfStart, bfErr), backfills);
+
   main.append(head, actions,
     h('div', {class: 'cols'},
       h('section', {'aria-labelledby': 'def-h'}, h('h2', {id: 'def-h'}, 'Definition'), def),
       h('section', {'aria-labelledby': 'fires-h'}, firesHead,
         h('div', {class: 'row'}, h('label', {}, 'Show ', previewN), h('label', {}, 'from ', previewFrom), previewNow), fires)),
+    bfSection,
     h('section', {'aria-labelledby': 'runs-h'}, h('h2', {id: 'runs-h'}, 'Runs'),
       h('div', {class: 'row'}, h('label', {}, 'Result ', runResult), runsTotal,
         h('a', {href: '#/runs?task=' + encodeURIComponent(name), id: 'runs-all'}, 'in the runs list')),
@@ -199,6 +221,30 @@ export async function render(main, args) {
         onclick: () => { tlBefore[tlPage + 1] = acts.next_before; tlPage++; loadTimeline(); }}, 'Older →'));
   }
 
+  async function loadBackfills() {
+    bfSection.hidden = t.trigger !== 'cron';
+    if (bfSection.hidden) return;
+    const r = await api.get(path + '/backfills', {limit: 10});
+    const zone = t.timezone;
+    const rows = (r.backfills || []).map(b => h('tr', {dataset: {backfill: String(b.id), status: b.status}},
+      h('td', {class: 'num'}, b.id),
+      h('td', {}, h('span', {class: 'status status-' + b.status}, b.status)),
+      h('td', {class: 'time'}, show(Date.parse(b.from), zone) + ' – ' + show(Date.parse(b.to), zone)),
+      h('td', {class: 'num progress'}, `${b.done.toLocaleString('en')} / ${b.total.toLocaleString('en')}`),
+      h('td', {class: 'num'}, b.failed), h('td', {class: 'num'}, b.skipped),
+      h('td', {class: 'num running'}, `${b.running} of ${b.parallel}`),
+      h('td', {class: 'time'}, b.next_fire_time ? show(Date.parse(b.next_fire_time), zone) : '—'),
+      h('td', {}, b.status === 'running'
+        ? h('button', {type: 'button', class: 'danger needs-write', id: 'backfill-cancel-' + b.id, onclick: async () => {
+          if (!await confirmAction(`Cancel backfill ${b.id} of ${name}? Its runs in flight finish; no new one starts.`, 'Cancel backfill')) return;
+          try { await api.post(path + '/backfills/' + b.id + '/cancel'); toast('Backfill ' + b.id + ': canceled'); } catch (e) { toast('Cancel: ' + e.message, 'error'); }
+          await loadBackfills();
+        }}, 'Cancel') : '')));
+    replace(backfills, rows.length
+      ? table(['#', 'Status', 'Range', 'Done / total', 'Failed', 'Skipped', 'Running', 'Next fire', ''], rows, {id: 'backfills-table'})
+      : h('p', {class: 'muted'}, 'No backfills.'));
+  }
+
   async function load() {
     const [task, list] = await Promise.all([
       api.get(path),
@@ -211,7 +257,7 @@ export async function render(main, args) {
     updateActions();
     renderFires();
     // Pages past the first stay as they are until paged: a refresh must not move them.
-    await Promise.all([runPage === 0 ? loadRuns() : null, tlPage === 0 ? loadTimeline() : null]);
+    await Promise.all([runPage === 0 ? loadRuns() : null, tlPage === 0 ? loadTimeline() : null, loadBackfills()]);
   }
 
   await load();
