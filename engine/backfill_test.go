@@ -420,3 +420,52 @@ func TestBackfillResumesAfterRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestBackfillLeavesThePendingFireToTheSchedule: a backfill never takes a fire time the
+// task's own cycle may still fire (here the fire whose retry is pending, and every later
+// one): those are counted skipped, the schedule keeps them, and no fire record of either
+// side is refused.
+func TestBackfillLeavesThePendingFireToTheSchedule(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		cs := newCallbackServer(t)
+		cs.status = func(call) int { return 500 }
+		e := startEngine(t, s)
+		ctx := context.Background()
+		spec := httpSpec("every2", cs.URL)
+		spec.Cron = "*/2 * * * * *"
+		spec.Timezone = "UTC"
+		spec.RetryCount = ptr(1)
+		spec.RetryIntervalSec = ptr(3600)
+		mustCreate(t, e, spec)
+		var pt *model.Task
+		waitFor(t, 10*time.Second, "the first fire to fail into RETRYING", func() bool {
+			var err error
+			pt, err = e.GetTask(ctx, "every2")
+			return err == nil && pt.Runtime.State == model.StateRetrying
+		})
+		calls := cs.got("every2")
+		first := calls[0].body.ScheduledAt // the fire in retry
+		now := time.Now()
+		from := time.UnixMilli(first).Add(-10 * time.Second)
+		v, err := e.CreateBackfill(ctx, "every2", BackfillRequest{From: from, To: now, Parallel: 8}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitBackfill(t, e, "every2", v.ID, model.BackfillDone)
+		runs := backfillRuns(t, s, e, "every2")
+		if len(runs) != 5 {
+			t.Errorf("%d backfill runs, want the 5 fire times before the pending one", len(runs))
+		}
+		for _, r := range runs {
+			if r.ScheduledAt >= first {
+				t.Errorf("backfill ran %d, at or after the pending fire %d", r.ScheduledAt, first)
+			}
+		}
+		if done.Skipped != done.Total-5 || done.Failed != 5 {
+			t.Errorf("progress = %+v; want %d skipped and the 5 run failed (the endpoint answers 500)", done, done.Total-5)
+		}
+		if slices.Contains(actionNames(t, e, "every2"), ActDuplicateFire) {
+			t.Errorf("a fire record was refused: %v", actionNames(t, e, "every2"))
+		}
+	})
+}
