@@ -345,8 +345,9 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 	sentAt := e.now()
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()
-	if run.ScheduledAt > 0 {
+	if run.ScheduledAt > 0 && run.Kind != model.RunBackfill {
 		// Late against when the fire was meant to leave: its nominal time plus its jitter.
+		// A backfill's runs are of past fire times by design: their lag says nothing.
 		e.m.dispatchLag.Update(max(0, float64(sentAt.UnixMilli()-run.ScheduledAt-runJitter(def, run))/1000))
 	}
 	body, _ := json.Marshal(runBody{
