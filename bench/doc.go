@@ -7,6 +7,8 @@
 //     persist.Writer, beside one autocommit UPDATE … WHERE version=? per transition.
 //   - B5 peers (peers_test.go): the naive poll-every-second scheduler, hibiken/asynq on
 //     Redis and time.AfterFunc per task, each on the same workload as axe.
+//   - B7 backfill (backfill_test.go): a year of a once-a-minute backfill, its acceptance,
+//     rate and memory, beside every-second cron fires measured alone in the same run.
 //
 // B1 (the timing wheel) lives beside the wheel in wheel/wheel_timing_test.go and B4 (end to
 // end, with executors in a separate process) in bench/e2e. BENCHMARKS.md at the module root
