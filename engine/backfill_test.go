@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // slowServer is a loopback endpoint that holds each call for delay (or until release is
@@ -466,6 +468,91 @@ func TestBackfillLeavesThePendingFireToTheSchedule(t *testing.T) {
 		}
 		if slices.Contains(actionNames(t, e, "every2"), ActDuplicateFire) {
 			t.Errorf("a fire record was refused: %v", actionNames(t, e, "every2"))
+		}
+	})
+}
+
+// TestBackfillOnAnExecutor: backfill runs of an executor task are offered to the executor of
+// its app like any run, and settle on the executor's reports; at most parallel are held at
+// once, and each fire time is offered once.
+func TestBackfillOnAnExecutor(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		var e *Engine
+		var mu sync.Mutex
+		offered := map[string]int{}
+		held, most := 0, 0
+		// accept takes one run and reports its success a little later.
+		accept := func(ticket, task, host string) {
+			mu.Lock()
+			offered[ticket]++
+			held++
+			most = max(most, held)
+			mu.Unlock()
+			go func() {
+				time.Sleep(20 * time.Millisecond)
+				mu.Lock()
+				held--
+				mu.Unlock()
+				if _, err := e.ReportResult(ctx, Report{Ticket: ticket, Task: task, App: "bfapp",
+					Address: host, Status: model.ResultSuccess}); err != nil {
+					t.Errorf("report %s: %v", ticket, err)
+				}
+			}()
+		}
+		exec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case protocol.PathRun:
+				var run protocol.Run
+				_ = json.NewDecoder(r.Body).Decode(&run)
+				accept(run.Ticket, run.Task, r.Host)
+				w.WriteHeader(http.StatusAccepted)
+				_, _ = w.Write([]byte(`{"accepted":true}`))
+			case protocol.PathRuns: // several offers at once, answered one by one
+				var batch protocol.RunBatch
+				_ = json.NewDecoder(r.Body).Decode(&batch)
+				var ans protocol.RunBatchAnswer
+				for _, raw := range batch.Runs {
+					var run protocol.Run
+					_ = json.Unmarshal(raw, &run)
+					accept(run.Ticket, run.Task, r.Host)
+					ans.Results = append(ans.Results, protocol.RunAnswer{Code: http.StatusAccepted, Body: json.RawMessage(`{"accepted":true}`)})
+				}
+				_ = json.NewEncoder(w).Encode(ans)
+			default:
+				w.WriteHeader(http.StatusOK)
+			}
+		}))
+		defer exec.Close()
+		e = startEngine(t, s)
+		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+			t.Fatal(err)
+		}
+		mustCreate(t, e, &TaskSpec{Name: "onexec", Cron: "*/10 * * * *", Timezone: "UTC",
+			Callback: &model.Callback{Type: model.CallbackExecutor, App: "bfapp", Handler: "job"}})
+		from := mustTime(t, "2026-05-01T00:00:00Z")
+		v, err := e.CreateBackfill(ctx, "onexec", BackfillRequest{From: from, To: from.Add(5 * time.Hour), Parallel: 3}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitBackfill(t, e, "onexec", v.ID, model.BackfillDone)
+		if done.Total != 31 || done.Succeeded != 31 {
+			t.Errorf("progress = %+v", done)
+			for _, r := range backfillRuns(t, s, e, "onexec") {
+				if r.Result != model.ResultSuccess {
+					t.Logf("run %s %s: %s", r.Ticket, r.Result, r.Error)
+				}
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(offered) != 31 || most > 3 {
+			t.Errorf("%d tickets offered, %d held at once (parallel 3)", len(offered), most)
+		}
+		for k, n := range offered {
+			if n != 1 {
+				t.Errorf("ticket %s offered %d times", k, n)
+			}
 		}
 	})
 }
