@@ -27,7 +27,9 @@ package engine
 //
 // A backfill run is outside the periodic state machine, as run-now is: it goes through
 // the same send path (executor routing, the task's timeout_sec, the executor protocol),
-// but not through the rate gate (its parallelism paces it), it is not retried (its one
+// but not through the rate gate (its parallelism paces it); it counts in its group's and
+// key's concurrency limits as run-now does, taking a free slot or waiting for the next pass
+// (it never queues as a waiter), it is not retried (its one
 // attempt is recorded with its result: retry_count does not apply), it does not feed the
 // circuit breaker or pause-on-failure, and it does not release dependent tasks.
 
@@ -378,6 +380,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	floor := periodicFloor(t)
 	now := e.nowMS()
 	var runs []model.Run
+	var concSlots []concSlot
 	runAt := make(map[int]int) // index in times → index in runs
 	passed, owned := len(times), false
 	for i, x := range times {
@@ -392,6 +395,14 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 			passed = i
 			break
 		}
+		// A backfill run counts in its group's and key's concurrency limits as a run-now
+		// does; over a limit, the cursor stops here until a later pass finds room.
+		slot, _, _, _, ok := e.conc.tryAcquire(def.Group, def.ConcurrencyKey)
+		if !ok {
+			passed = i
+			break
+		}
+		concSlots = append(concSlots, slot)
 		runAt[i] = len(runs)
 		runs = append(runs, model.Run{
 			Ticket: tickets[i], TaskID: t.id, TaskName: def.Name, Kind: model.RunBackfill,
@@ -408,16 +419,17 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	}
 	results := make(chan written, len(runs))
 	for i := range runs {
-		run := runs[i]
+		run, slot := runs[i], concSlots[i]
 		g := &persist.Group{Fires: []model.Run{run}, Done: func(err error) {
 			if err == nil {
 				b.mu.Lock()
 				e.backfills.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: true})
 				b.mu.Unlock()
-				e.runs.add(t, run)
+				e.runs.add(t, run, slot)
 				e.m.triggers.Inc()
 				e.send(t, def, run, def.Params)
 			} else {
+				e.conc.release(slot)
 				t.mu.Lock()
 				t.flying--
 				e.settle(t)
@@ -426,6 +438,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 			results <- written{i, err}
 		}}
 		if err := e.submit(ctx, g, submitWait); err != nil {
+			e.conc.release(slot)
 			t.mu.Lock()
 			t.flying--
 			e.settle(t)
@@ -640,11 +653,12 @@ func (e *Engine) recoverBackfills(ctx context.Context) error {
 			t.flying++
 			x := e.registry.Get(t.def.Callback.App, run.Executor)
 			isExec := t.def.Callback.Type == model.CallbackExecutor
+			slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey) // it counts, as run-now's do
 			t.mu.Unlock()
 			b.mu.Lock()
 			e.backfills.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: row.Next == 0 || run.ScheduledAt < row.Next})
 			b.mu.Unlock()
-			e.runs.add(t, run)
+			e.runs.add(t, run, slot)
 			if isExec {
 				e.adoptExecRun(t, run, x)
 				continue

@@ -9,7 +9,7 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// Backfills (schema step 13). A backfill is one row with a cursor; its runs are ordinary run
+// Backfills (schema step 14). A backfill is one row with a cursor; its runs are ordinary run
 // rows of kind backfill whose tickets are their fire records (fire.go), so this file only
 // stores the row and answers the two questions recovery asks about its runs. The engine is
 // the row's only writer while it holds the lease; every write replaces the row's progress
