@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13
 
 package persist_test
 

@@ -41,6 +41,7 @@ var upgradeFixtures = []struct {
 	{name: "v11"},
 	{name: "v12"},
 	{name: "v13"},
+	{name: "v14"},
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
