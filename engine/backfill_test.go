@@ -556,3 +556,29 @@ func TestBackfillOnAnExecutor(t *testing.T) {
 		}
 	})
 }
+
+// TestBackfillCountsInConcurrencyLimits: a backfill's runs count in its task's group limit:
+// with the group limited to 2, a backfill of parallelism 5 never has more than 2 in flight.
+func TestBackfillCountsInConcurrencyLimits(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 30*time.Millisecond, false)
+		e := startEngine(t, s)
+		ctx := context.Background()
+		if _, err := e.SetConcurrencyLimit(ctx, model.LimitGroup, "narrow", 2, "test"); err != nil {
+			t.Fatal(err)
+		}
+		spec := httpSpec("limited", srv.URL)
+		spec.Cron, spec.Timezone, spec.Group = "* * * * *", "UTC", "narrow"
+		mustCreate(t, e, spec)
+		from := mustTime(t, "2026-03-01T00:00:00Z")
+		v, err := e.CreateBackfill(ctx, "limited", BackfillRequest{From: from, To: from.Add(29 * time.Minute), Parallel: 5}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitBackfill(t, e, "limited", v.ID, model.BackfillDone)
+		total, most, twice := srv.calls()
+		if done.Succeeded != 30 || total != 30 || most > 2 || len(twice) > 0 {
+			t.Errorf("progress %+v; %d calls, %d at once (group limit 2), twice %v", done, total, most, twice)
+		}
+	})
+}
