@@ -142,7 +142,11 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 	run(t, ctx, "back to the task", chromedp.Navigate(url+"#/tasks/flaky-sync"), chromedp.WaitVisible("#act-pause", chromedp.ByQuery))
 	run(t, ctx, "pause the task", chromedp.Click("#act-pause", chromedp.ByQuery))
 	waitJS(t, ctx, "paused", `(document.querySelector(".title .state") || {}).textContent === "PAUSED"`)
-	time.Sleep(1500 * time.Millisecond) // a run in flight at the pause ends
+	// A run in flight at the pause ends before the runs are counted.
+	testwait.For(t, 30*time.Second, "the run in flight at the pause ended", func() bool {
+		d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1", nil, &stored)
+		return len(stored.Runs) == 0 || stored.Runs[0].Result != model.ResultRunning
+	})
 	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1000&total=1", nil, &stored)
 	run(t, ctx, "first page", chromedp.Reload())
 	waitJS(t, ctx, "the total", fmt.Sprintf(`(document.querySelector("#runs-total") || {}).textContent === "%d run(s)"`, stored.Total))
