@@ -41,6 +41,16 @@ const (
 	MisfireSkip     = "skip"
 )
 
+// Overlap policies: what becomes of a cron fire due while the task's previous run is in
+// flight (docs/design.md, "Overlap and catch-up").
+const (
+	OverlapSkip        = "skip"
+	OverlapBufferOne   = "buffer_one" // the default: the latest such fire runs after the run
+	OverlapBufferAll   = "buffer_all"
+	OverlapCancelOther = "cancel_other"
+	OverlapAllowAll    = "allow_all" // refused: one run of a task is in flight at a time
+)
+
 // Callback types (SPEC R5.1).
 const (
 	CallbackHTTP     = "http"
@@ -144,6 +154,14 @@ type TaskDef struct {
 	// ConcurrencyKey names the concurrency limit of kind "key" this task's runs count in,
 	// beside its group's ("": none; docs/design.md, Concurrency limits).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// OverlapPolicy decides the cron fires due while the task's run is in flight (one of
+	// the Overlap* constants; "" reads as buffer_one, the stored default).
+	OverlapPolicy string `json:"overlap_policy,omitempty"`
+	// CatchupWindowSec: after downtime or a pause, the cron fires missed within this many
+	// seconds before the task was taken up again run one after another, each with its own
+	// time; older ones are skipped. 0: none, misfire_policy decides (docs/design.md,
+	// "Overlap and catch-up").
+	CatchupWindowSec int `json:"catchup_window_sec,omitempty"`
 }
 
 // Runtime is a task's runtime row (SPEC R1.2), separate from its definition.

@@ -343,6 +343,21 @@ var mysqlMigrations = []migration{{
 			KEY idx_backfill_task (task_id, id)
 		)` + mysqlTableOpts,
 	},
+}, {
+	version: 15,
+	name:    "overlap and catch-up",
+	// A cron task's overlap policy (what becomes of fires due while its run is in flight)
+	// and catch-up window (seconds of fires missed in downtime or a pause that run one by
+	// one). The defaults are what every existing row did before: buffer_one runs the latest
+	// fire due during a run right after it, as the coalescing did, and a window of 0 leaves
+	// missed fires to misfire_policy. The catch-up's progress needs no column: it is the
+	// runtime's next_trigger_time, the oldest missed fire not yet run. ADD COLUMN with a
+	// default is instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate column",
+	// which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN overlap_policy VARCHAR(32) NOT NULL DEFAULT 'buffer_one'`,
+		`ALTER TABLE task_def ADD COLUMN catchup_window_sec INT NOT NULL DEFAULT 0`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -588,6 +603,14 @@ var sqliteMigrations = []migration{{
 			note TEXT NOT NULL
 		)`,
 		`CREATE INDEX IF NOT EXISTS idx_backfill_task ON backfill (task_id, id)`,
+	},
+}, {
+	version: 15,
+	name:    "overlap and catch-up",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN overlap_policy TEXT NOT NULL DEFAULT 'buffer_one'`,
+		`ALTER TABLE task_def ADD COLUMN catchup_window_sec INTEGER NOT NULL DEFAULT 0`,
 	},
 }}
 

@@ -99,10 +99,11 @@ var (
 		"priority", "callback", "params", "misfire_policy", "paused", "on_lost",
 		"cron_dialect",                            // schema step 4
 		"retain_history_ms", "retain_finished_ms", // schema step 5
-		"sensitive_params",     // schema step 6
-		"pause_after_failures", // schema step 11
-		"jitter_sec",           // schema step 12
-		"concurrency_key",      // schema step 13
+		"sensitive_params",                     // schema step 6
+		"pause_after_failures",                 // schema step 11
+		"jitter_sec",                           // schema step 12
+		"concurrency_key",                      // schema step 13
+		"overlap_policy", "catchup_window_sec", // schema step 15
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
@@ -126,7 +127,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
 	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params,
 	r.last_result, r.last_failure_at, d.pause_after_failures, r.consecutive_failures,
-	d.jitter_sec, d.concurrency_key`
+	d.jitter_sec, d.concurrency_key, d.overlap_policy, d.catchup_window_sec`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -591,7 +592,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
 		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive,
 		&r.LastResult, &r.LastFailureAt, &d.PauseAfterFailures, &r.ConsecutiveFailures,
-		&d.JitterSec, &d.ConcurrencyKey)
+		&d.JitterSec, &d.ConcurrencyKey, &d.OverlapPolicy, &d.CatchupWindowSec)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -649,7 +650,7 @@ func encodeDef(def *model.TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.ConcurrencyKey, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.ConcurrencyKey, def.OverlapPolicy, def.CatchupWindowSec, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as

@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13 && !axe_fixture_v14
 
 package persist_test
 
@@ -18,16 +18,20 @@ func fixtureExtras(d *model.TaskDef) {
 		d.PauseAfterFailures = 5
 		d.JitterSec = 120
 		d.ConcurrencyKey = "report-db"
+		d.OverlapPolicy = "buffer_all"
+		d.CatchupWindowSec = 3600
 	case "welcome-mail":
 		d.OnLost = "fail"
 		d.RetainFinishedMS = 3_600_000
 	case "long-import":
 		d.Cron, d.CronDialect = "0 30 3 ? * MON", "quartz"
+		d.OverlapPolicy = "cancel_other"
 	case "invoice-run":
 		d.CronDialect = "unix"
 		d.PauseAfterFailures = 3
 		d.JitterSec = 30
 		d.ConcurrencyKey = "ledger"
+		d.OverlapPolicy = "skip"
 	}
 }
 

@@ -27,21 +27,31 @@ var upgradeFixtures = []struct {
 		// lease. Holder and epoch carry over, so epochs never go back.
 		s.Lease.ExpiresAt = 0
 		unixDialect(s)
+		bufferOne(s)
 	}},
-	{name: "v3", adjust: unixDialect},
-	{name: "v4"},
+	{name: "v3", adjust: func(s *storeSnapshot) { unixDialect(s); bufferOne(s) }},
+	{name: "v4", adjust: bufferOne},
 	// Schema versions 1-4 and 6: "retention" was merged as step 5 after step 6 had shipped,
 	// so a database of that build lacks a step below its newest.
-	{name: "v6-without-5"},
-	{name: "v6"},
-	{name: "v7"},
-	{name: "v8"},
-	{name: "v9"},
-	{name: "v10"},
-	{name: "v11"},
-	{name: "v12"},
-	{name: "v13"},
-	{name: "v14"},
+	{name: "v6-without-5", adjust: bufferOne},
+	{name: "v6", adjust: bufferOne},
+	{name: "v7", adjust: bufferOne},
+	{name: "v8", adjust: bufferOne},
+	{name: "v9", adjust: bufferOne},
+	{name: "v10", adjust: bufferOne},
+	{name: "v11", adjust: bufferOne},
+	{name: "v12", adjust: bufferOne},
+	{name: "v13", adjust: bufferOne},
+	{name: "v14", adjust: bufferOne},
+	{name: "v15"},
+}
+
+// bufferOne is what migration 15 does to a task written before overlap policies: it stores
+// buffer_one, which runs the latest fire due during a run right after it, as every task did.
+func bufferOne(s *storeSnapshot) {
+	for i := range s.Tasks {
+		s.Tasks[i].Def.OverlapPolicy = "buffer_one"
+	}
 }
 
 // unixDialect is what migration 4 does to a task written before dialects: it stores the
