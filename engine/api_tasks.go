@@ -427,7 +427,9 @@ func joinNote(a, note string) string {
 }
 
 // Resume re-enables a paused task. Its next fire is computed from now; fires missed while it
-// was paused follow its misfire policy (fire_once: one fire now; skip: the next one after now).
+// was paused follow its catch-up window when it has one (each missed fire within the window
+// runs once, oldest first, with its own time; older ones are skipped), else its misfire
+// policy (fire_once: one fire now; skip: the next one after now).
 func (e *Engine) Resume(ctx context.Context, name, note, actor string) (*model.Task, error) {
 	return e.withTask(ctx, name, func(t *task) error { return e.resumeLocked(ctx, t, note, actor) })
 }
@@ -453,7 +455,16 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 			if due == 0 {
 				due = t.nextCron(now)
 			}
-			if due != 0 && due <= now {
+			if w := t.catchupWindow(); w > 0 && due != 0 && t.fireAt(due) <= now {
+				// Fires missed while paused run one by one within the window
+				// (core_overlap.go); the decision is the resume's detail.
+				p := decideCatchup(catchupInput{Span: t.span(), WindowSec: w, Due: due, Now: now})
+				if p.Next != due {
+					e.m.misfires.Inc()
+				}
+				t.catchupFrom, t.catchupUntil = p.CatchupFrom, p.CatchupUntil
+				due, detail = p.Next, " ("+p.Detail+")"
+			} else if due != 0 && due <= now {
 				next, d := e.nextFire(t, due-1, now)
 				// A missed fire is always late by more than a tick; resume treats any
 				// missed fire as a misfire so the policy decides, not the threshold.

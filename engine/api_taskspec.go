@@ -114,6 +114,14 @@ type TaskSpec struct {
 	// beside its group's; a name as a group's, or absent: none (docs/design.md, Concurrency
 	// limits).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// OverlapPolicy decides a cron task's fires due while its run is in flight: skip,
+	// buffer_one (absent: the default), buffer_all or cancel_other; allow_all is refused
+	// (docs/design.md, Overlap and catch-up).
+	OverlapPolicy string `json:"overlap_policy,omitempty"`
+	// CatchupWindowSec: a cron task's fires missed in downtime or a pause within this many
+	// seconds run each once, oldest first; 0 or absent: misfire_policy decides. At most
+	// MaxCatchupWindowSec; refused with misfire_policy skip, which it would override.
+	CatchupWindowSec int `json:"catchup_window_sec,omitempty"`
 }
 
 // DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
@@ -418,6 +426,9 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 	if err := checkJitter(&d, time.Now()); err != nil {
 		return d, err
 	}
+	if err := checkOverlap(s, &d); err != nil {
+		return d, err
+	}
 	switch s.OnLost {
 	case "", persist.OnLostFail:
 		d.OnLost = s.OnLost
@@ -475,4 +486,36 @@ func resolveDialect(own, server string) (cron.Dialect, error) {
 		return "", fmt.Errorf("server cron dialect: %w", err)
 	}
 	return d, nil
+}
+
+// checkOverlap resolves and validates the overlap policy and catch-up window of s into d,
+// whose trigger and misfire policy are resolved.
+func checkOverlap(s *TaskSpec, d *model.TaskDef) error {
+	switch s.OverlapPolicy {
+	case "", model.OverlapBufferOne:
+		d.OverlapPolicy = model.OverlapBufferOne
+	case model.OverlapSkip, model.OverlapBufferAll, model.OverlapCancelOther:
+		if d.Trigger != model.TriggerCron {
+			return fieldErr("overlap_policy", "is only valid with trigger cron: it decides cron fires due while a run is in flight")
+		}
+		d.OverlapPolicy = s.OverlapPolicy
+	case model.OverlapAllowAll:
+		return fieldErr("overlap_policy", "allow_all is not supported: axe keeps one run of a task in flight at a time "+
+			"(one runtime row, one open fire per task for recovery, kill and retries); use buffer_all or cancel_other")
+	default:
+		return fieldErr("overlap_policy", "must be skip, buffer_one, buffer_all or cancel_other, got %q", s.OverlapPolicy)
+	}
+	w := s.CatchupWindowSec
+	if w < 0 || w > MaxCatchupWindowSec {
+		return fieldErr("catchup_window_sec", "must be 0..%d seconds (0: none, misfire_policy decides), got %d", MaxCatchupWindowSec, w)
+	}
+	if w > 0 && d.Trigger != model.TriggerCron {
+		return fieldErr("catchup_window_sec", "is only valid with trigger cron")
+	}
+	if w > 0 && s.MisfirePolicy == model.MisfireSkip {
+		return fieldErr("misfire_policy", "skip contradicts catchup_window_sec %d, which decides missed fires instead: "+
+			"leave misfire_policy out (or fire_once), or set catchup_window_sec 0", w)
+	}
+	d.CatchupWindowSec = w
+	return nil
 }

@@ -133,6 +133,7 @@ func (e *Engine) endInput(t *task, run model.Run, oc outcome, now int64) endInpu
 		Upstream: oc.result == model.ResultSuccess && e.upstreams.has(t.def.Name),
 		Run:      run, Outcome: oc, Now: now,
 		RetryBackoffCap: e.cfg.RetryBackoffCap, MisfireThreshold: e.cfg.MisfireThreshold,
+		CatchupFrom: t.catchupFrom, CatchupUntil: t.catchupUntil,
 	}
 }
 
@@ -157,6 +158,9 @@ func (e *Engine) applyEnd(t *task, d endDecision) {
 		e.log.Error("state machine refused a move at a run's end", "task", t.def.Name, "error", err)
 	}
 	t.retryOf = d.RetryOf
+	if d.CatchupDone {
+		t.catchupFrom, t.catchupUntil = 0, 0
+	}
 	if d.PausedDef != nil {
 		t.def = d.PausedDef
 	}
@@ -234,6 +238,38 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, err
 	return &model.Task{Def: *t.def, Runtime: rt}, nil
 }
 
+// cancelOther kills the periodic run ticket of task id because the fire due came due while
+// it was in flight (overlap policy cancel_other), as an operator's kill would, with actor
+// ActorOverlap: a kill is sent to the executor, the run ends KILLED, and the end's decision
+// (decideKill, decideNext) starts the latest fire due at once. It does nothing when the run
+// has ended meanwhile.
+func (e *Engine) cancelOther(id int64, ticket string, due int64) {
+	if e.checkRunning() != nil {
+		return // the run is recovered by the next scheduler, and its entry armed again
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t, err := e.acquire(ctx, id)
+	if err != nil {
+		return
+	}
+	defer e.release(t)
+	if t.periodic != ticket || t.rt.State != model.StateRunning {
+		return
+	}
+	e.killOnExecutor(ticket)
+	settled := e.runs.settle(ticket, nil, func(f *flight) {
+		_, err = e.killLocked(ctx, t, f.run, ActorOverlap)
+	})
+	if settled && err != nil {
+		e.log.Warn("overlap kill not recorded", "task", t.def.Name, "ticket", ticket, "error", err)
+	}
+	if settled {
+		e.log.Info("run killed by overlap policy cancel_other", "task", t.def.Name, "ticket", ticket,
+			"fire", time.UnixMilli(due).UTC().Format(time.RFC3339))
+	}
+}
+
 // killLocked records the periodic run as killed and moves t on to its next cycle, as
 // decideEnd decides, and returns the runtime it committed. The caller holds t.mu and has
 // taken the run from e.runs.
@@ -261,6 +297,10 @@ func (e *Engine) nextFire(t *task, lastSched, now int64) (int64, string) {
 // MisfireThreshold in the past (design.md, "Window and cold entries"). One-shot (delay) tasks always fire once: skipping their
 // only fire would lose the task. Caller holds t.mu.
 func (e *Engine) misfire(t *task, now int64) {
+	if t.catchupWindow() > 0 {
+		e.catchup(t, t.rt.NextTriggerTime, now, t.rt)
+		return
+	}
 	due := t.rt.NextTriggerTime
 	nrt := t.rt
 	var detail string
@@ -288,6 +328,26 @@ func (e *Engine) misfire(t *task, now int64) {
 	}
 	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
 	e.commitLocked(t, nrt, runs, []model.Action{act})
+}
+
+// catchup starts the catch-up of t's fires missed since due (decideCatchup): nrt, the
+// runtime to write, goes on to the first missed fire within the window, or the first fire
+// after now when none is, and the decision is recorded. Caller holds t.mu; t is a cron task
+// with a catch-up window.
+func (e *Engine) catchup(t *task, due, now int64, nrt model.Runtime) {
+	p := decideCatchup(catchupInput{Span: t.span(), WindowSec: t.catchupWindow(), Due: due, Now: now})
+	if p.Next == 0 {
+		return // the schedule fires no more: its last due fire fires, as misfire leaves it
+	}
+	t.catchupFrom, t.catchupUntil = p.CatchupFrom, p.CatchupUntil
+	from := nrt.State
+	nrt.State = model.StateScheduled
+	nrt.NextTriggerTime = p.Next
+	if p.Next != due {
+		e.m.misfires.Inc() // fires passed over, as a skip misfire counts them
+	}
+	act := e.action(t, "", ActCatchup, from, nrt.State, ActorScheduler, p.Detail, now)
+	e.commitLocked(t, nrt, nil, []model.Action{act})
 }
 
 // recordHealth feeds a run's end to the task's breaker and raises its alerts. Caller must not

@@ -147,6 +147,17 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		// task twice.
 		e.m.dupFires.Inc()
 	}
+	if t.ent == ent && t.rt.State == model.StateRunning && !t.evicted && !t.deleted && !t.stale && e.running.Load() {
+		// cancel_other: the next fire came due while the run is in flight (settle armed it).
+		t.ent = nil
+		ticket, due := t.periodic, t.entDue
+		t.mu.Unlock()
+		if ticket != "" {
+			// Not on the consumer: the kill waits for its write to be durable.
+			go e.cancelOther(t.id, ticket, due)
+		}
+		return
+	}
 	if t.ent != ent || t.evicted || t.deleted || t.stale || !armable(t.rt.State) || !e.running.Load() {
 		// A stale entry: the task was re-armed, disarmed, deleted or is being reloaded after
 		// the entry reached the ready queue. When stopping, the fire stays durable in the
@@ -250,6 +261,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		e.runs.settle(ticket, nil, nil)
 	})
 	e.m.triggers.Inc()
+	e.settle(t) // cancel_other arms the next fire while this run is in flight
 	e.unlock(t)
 }
 

@@ -111,8 +111,17 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 	t.flying++
 	// It counts in its group and key before anything fires (design.md, Concurrency limits).
 	slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey)
+	if w := t.catchupWindow(); w > 0 {
+		// Taken up after downtime: the fires missed up to now are the catch-up's, decided at
+		// the end of this run (decideNext), as adopt decides those of a task not in flight.
+		now := e.nowMS()
+		t.catchupFrom, t.catchupUntil = now-int64(w)*1000, now
+	}
 	t.mu.Unlock()
 	e.runs.add(t, run, slot)
+	t.mu.Lock()
+	e.settle(t) // cancel_other arms the next fire while the run is in flight
+	t.mu.Unlock()
 	if t.def.Callback.Type == model.CallbackExecutor {
 		// An SDK executor re-sends its result until acknowledged: wait for it, under the
 		// run's own deadline, as if this process had sent the run.

@@ -51,6 +51,13 @@ type task struct {
 	// missed since the original one (complete). Not persisted: after a restart mid-retry the
 	// next cycle counts from the retry's time.
 	retryOf int64
+	// catchupFrom and catchupUntil bound the catch-up under way (core_overlap.go), or are 0:
+	// the fires meant to leave by catchupUntil (when the task was taken up after downtime or
+	// resumed) are missed ones and run one by one; those of nominal time before catchupFrom
+	// are older than the window. Not persisted, and need not be: the catch-up's progress is
+	// the runtime's due time, and a scheduler that takes the task up again starts the
+	// catch-up again from it (adopt, takeOverRun).
+	catchupFrom, catchupUntil int64
 }
 
 func newTask(pt *model.Task) (*task, error) {
@@ -114,6 +121,20 @@ func parseCached(expr, dialect string) (cron.Schedule, error) {
 	return s, nil
 }
 
+// span is the fires of t's schedule (core_overlap.go).
+func (t *task) span() fireSpan {
+	return fireSpan{sched: t.sched, loc: t.loc, name: t.def.Name, jitterSec: t.def.JitterSec}
+}
+
+// catchupWindow is t's catch-up window in seconds, 0 when it has none: only cron tasks
+// catch up.
+func (t *task) catchupWindow() int {
+	if t.def.Trigger != model.TriggerCron || t.sched == nil {
+		return 0
+	}
+	return t.def.CatchupWindowSec
+}
+
 // nextCron returns the first cron fire strictly after `after` (ms), or 0 when none.
 func (t *task) nextCron(after int64) int64 {
 	return cronAfter(t.sched, t.loc, after)
@@ -148,7 +169,7 @@ func intern(s string) string {
 func internDef(d *model.TaskDef) {
 	d.Group, d.Trigger, d.Cron, d.Timezone = intern(d.Group), intern(d.Trigger), intern(d.Cron), intern(d.Timezone)
 	d.MisfirePolicy, d.DependsMode = intern(d.MisfirePolicy), intern(d.DependsMode)
-	d.CronDialect = intern(d.CronDialect)
+	d.CronDialect, d.OverlapPolicy = intern(d.CronDialect), intern(d.OverlapPolicy)
 	cb := &d.Callback
 	cb.Type, cb.URL, cb.App, cb.Handler, cb.Route = intern(cb.Type), intern(cb.URL), intern(cb.App), intern(cb.Handler), intern(cb.Route)
 }

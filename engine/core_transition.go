@@ -42,6 +42,9 @@ type endInput struct {
 
 	RetryBackoffCap  time.Duration // Config.RetryBackoffCap
 	MisfireThreshold time.Duration // Config.MisfireThreshold
+	// CatchupFrom and CatchupUntil are the bounds of the catch-up under way (task.catchupFrom,
+	// task.catchupUntil), or 0 (core_overlap.go).
+	CatchupFrom, CatchupUntil int64
 }
 
 // breakerFeed is what a run's end tells the task's circuit breaker.
@@ -89,6 +92,8 @@ type endDecision struct {
 	// Refused lists the moves the state machine refused (checkTransition); the engine logs
 	// them. The end's other changes stand.
 	Refused []error
+	// CatchupDone: the catch-up under way, if any, is over; the task's bounds clear.
+	CatchupDone bool
 }
 
 // armAt is the due time the decision arms in the wheel (a retry or the next cron fire), or
@@ -134,10 +139,7 @@ func decideEnd(in endInput) endDecision {
 	finalFailure := false // the last attempt failed: alert (a lost run is not the task's fault)
 	// The next cycle follows the cron fire this run belongs to: a retry's own scheduled time
 	// is later, and fires between the two must be counted as missed, not dropped unrecorded.
-	lastSched := run.ScheduledAt
-	if run.Attempt > 1 && in.RetryOf > 0 && in.RetryOf < lastSched {
-		lastSched = in.RetryOf
-	}
+	lastSched := lastSchedOf(in)
 	detail := oc.result
 	if oc.errText != "" {
 		detail += ": " + oc.errText
@@ -226,13 +228,12 @@ func decideKill(in endInput) endDecision {
 		d.Acts[1].Action = ActPause
 		d.Acts[1].Detail = "pause requested during the run takes effect"
 	case in.Def.Trigger == model.TriggerCron:
-		next, note, misfired := fireAfter(in.Sched, in.Loc, in.Def.MisfirePolicy, in.MisfireThreshold, in.Def.Name, in.Def.JitterSec, run.ScheduledAt, now)
-		d.Misfire = misfired
-		if next != 0 {
+		p := d.plan(in, run.ScheduledAt, model.StateWaiting)
+		if p.Next != 0 {
 			nrt.State = model.StateScheduled
-			nrt.NextTriggerTime = next
+			nrt.NextTriggerTime = p.Next
 			d.Acts = append(d.Acts, in.action("", ActSchedule, model.StateWaiting, model.StateScheduled, ActorScheduler,
-				"next fire "+time.UnixMilli(next).In(in.Loc).Format(time.RFC3339)+note))
+				"next fire "+time.UnixMilli(p.Next).In(in.Loc).Format(time.RFC3339)+p.Note))
 		}
 	}
 	d.Run, d.RT = run, nrt
@@ -249,18 +250,17 @@ func (d *endDecision) nextCycle(in endInput, nrt *model.Runtime, lastSched int64
 	switch {
 	case in.Def.Paused:
 		to = model.StatePaused
-		nrt.NextTriggerTime = cronAfter(in.Sched, in.Loc, in.Now)
+		nrt.NextTriggerTime = in.pausedNext(lastSched)
 		detail = "pause requested during the run takes effect"
 	case in.Def.Trigger == model.TriggerCron:
-		next, note, misfired := fireAfter(in.Sched, in.Loc, in.Def.MisfirePolicy, in.MisfireThreshold, in.Def.Name, in.Def.JitterSec, lastSched, in.Now)
-		d.Misfire = misfired
-		if next == 0 {
+		p := d.plan(in, lastSched, from)
+		if p.Next == 0 {
 			detail = "the cron expression fires no more"
 			break
 		}
 		to = model.StateScheduled
-		nrt.NextTriggerTime = next
-		detail = "next fire " + time.UnixMilli(next).In(in.Loc).Format(time.RFC3339) + note
+		nrt.NextTriggerTime = p.Next
+		detail = "next fire " + time.UnixMilli(p.Next).In(in.Loc).Format(time.RFC3339) + p.Note
 	case in.Def.Trigger == model.TriggerDependency:
 		to = model.StateWaiting
 		detail = "waiting for upstreams"
@@ -304,9 +304,46 @@ func (d *endDecision) pauseOnFailure(in endInput, nrt *model.Runtime) {
 	from := nrt.State
 	nrt.State = model.StatePaused
 	nrt.Note = note
-	nrt.NextTriggerTime = cronAfter(in.Sched, in.Loc, in.Now) // as a pause during the run leaves it (nextCycle)
+	nrt.NextTriggerTime = in.pausedNext(lastSchedOf(in)) // as a pause during the run leaves it (nextCycle)
 	d.Acts = append(d.Acts, in.action("", ActPause, from, model.StatePaused, ActorScheduler, note))
 	d.PausedDef = &def
+}
+
+// plan decides the cron fire after last (decideNext) and adds its overlap and catch-up
+// records, made in state st, to d.
+func (d *endDecision) plan(in endInput, last int64, st model.State) nextPlan {
+	p := decideNext(nextInput{
+		Span:    fireSpan{sched: in.Sched, loc: in.Loc, name: in.Def.Name, jitterSec: in.Def.JitterSec},
+		Overlap: in.Def.OverlapPolicy, Misfire: in.Def.MisfirePolicy, Threshold: in.MisfireThreshold,
+		CatchupFrom: in.CatchupFrom, CatchupUntil: in.CatchupUntil, Last: last, Now: in.Now,
+	})
+	d.Misfire = d.Misfire || p.Misfire
+	d.CatchupDone = p.CatchupDone
+	for _, r := range p.Records {
+		d.Acts = append(d.Acts, in.action(in.Run.Ticket, r.action, st, st, ActorScheduler, r.detail))
+	}
+	return p
+}
+
+// pausedNext is the due time a cron task paused at the end of a run keeps for its resume:
+// the first fire after the end, or during a catch-up the next missed fire, so that resume's
+// catch-up (or misfire policy) decides the fires the catch-up had not run yet.
+func (in *endInput) pausedNext(lastSched int64) int64 {
+	if in.CatchupUntil > 0 && in.Sched != nil {
+		if n := cronAfter(in.Sched, in.Loc, lastSched); n != 0 && n+JitterOffset(in.Def.Name, n, in.Def.JitterSec) <= in.CatchupUntil {
+			return n
+		}
+	}
+	return cronAfter(in.Sched, in.Loc, in.Now)
+}
+
+// lastSchedOf is the cron fire the run that ended belongs to: a retry's own scheduled time is
+// later than the fire whose retries it is.
+func lastSchedOf(in endInput) int64 {
+	if in.Run.Attempt > 1 && in.RetryOf > 0 && in.RetryOf < in.Run.ScheduledAt {
+		return in.RetryOf
+	}
+	return in.Run.ScheduledAt
 }
 
 // action is an action record of the task at in.Now.

@@ -37,7 +37,9 @@ type endWant struct {
 	retryOf    int64
 	acts       []string // "action FROM>TO", in order
 	detail     string   // a substring of the last action's detail, when set
-	actor      string   // the first action's actor, when set
+	// overlap is a substring of the overlap or catch-up action's detail, when set.
+	overlap string
+	actor   string // the first action's actor, when set
 
 	result      string // Run.Result
 	runError    string
@@ -315,21 +317,21 @@ var endRows = []endRow{
 	// Overruns and misfires: the next cycle counts from the fire the run belongs to.
 	{name: "fires missed while the run overran are coalesced into one", oc: ocOK, in: endingAt(e0 + 2*eHr + 30*eSec),
 		want: endWant{
-			state: model.StateScheduled, next: e0 + 2*eHr, arm: e0 + 2*eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
-			detail: "(1 earlier fire(s) missed while running, coalesced)", result: model.ResultSuccess,
+			state: model.StateScheduled, next: e0 + 2*eHr, arm: e0 + 2*eHr, acts: []string{"overlap SUCCESS>SUCCESS", "schedule SUCCESS>SCHEDULED"},
+			detail: "(overlap: buffer_one)", overlap: "buffer_one: the latest fire due while the run was in flight, 2026-01-01T12:00:00Z, runs now; 1 fire(s) (2026-01-01T11:00:00Z) before it skipped", result: model.ResultSuccess,
 			durationMS: 2000, executor: "exec-a", successes: 6, failures: 3, breaker: feedOK,
 		}},
 	{name: "an overrun past the misfire threshold under fire_once fires the latest missed fire", oc: ocOK,
 		in: endingAt(e0 + 2*eHr + 5*60*eSec), want: endWant{
-			state: model.StateScheduled, next: e0 + 2*eHr, arm: e0 + 2*eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
-			detail: "(misfire: fire_once, 2 fire(s) coalesced into one)", result: model.ResultSuccess,
+			state: model.StateScheduled, next: e0 + 2*eHr, arm: e0 + 2*eHr, acts: []string{"overlap SUCCESS>SUCCESS", "schedule SUCCESS>SCHEDULED"},
+			detail: "(overlap: buffer_one)", overlap: "2026-01-01T12:00:00Z, runs now; 1 fire(s) (2026-01-01T11:00:00Z) before it skipped", result: model.ResultSuccess,
 			durationMS: 2000, executor: "exec-a", successes: 6, failures: 3, breaker: feedOK, misfire: true,
 		}},
 	{name: "an overrun past the misfire threshold under skip goes on to the first fire after now", oc: ocOK,
 		def: func(d *model.TaskDef) { d.MisfirePolicy = model.MisfireSkip }, in: endingAt(e0 + 2*eHr + 5*60*eSec),
 		want: endWant{
-			state: model.StateScheduled, next: e0 + 3*eHr, arm: e0 + 3*eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
-			detail: "(misfire: 2 fire(s) skipped)", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
+			state: model.StateScheduled, next: e0 + 3*eHr, arm: e0 + 3*eHr, acts: []string{"overlap SUCCESS>SUCCESS", "schedule SUCCESS>SCHEDULED"},
+			detail: "(misfire: 2 fire(s) skipped)", overlap: "buffer_one: 2 fire(s) (2026-01-01T11:00:00Z to 2026-01-01T12:00:00Z) due while the run was in flight skipped", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
 			successes: 6, failures: 3, breaker: feedOK, misfire: true,
 		}},
 	// Jitter (design.md, Jitter): a fire is missed and late by nominal + offset. The offset of
@@ -342,14 +344,14 @@ var endRows = []endRow{
 		}},
 	{name: "jitter: a fire later than the threshold past nominal + offset misfires", oc: ocOK,
 		def: func(d *model.TaskDef) { d.JitterSec = 3000 }, in: endingAt(e0 + eHr + 259_842 + 120*eSec), want: endWant{
-			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
-			detail: "(misfire: fire_once, 1 fire(s) coalesced into one)", result: model.ResultSuccess, durationMS: 2000,
+			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr, acts: []string{"overlap SUCCESS>SUCCESS", "schedule SUCCESS>SCHEDULED"},
+			detail: "(overlap: buffer_one)", overlap: "the latest fire due while the run was in flight, 2026-01-01T11:00:00Z, runs now", result: model.ResultSuccess, durationMS: 2000,
 			executor: "exec-a", successes: 6, failures: 3, breaker: feedOK, misfire: true,
 		}},
 	{name: "a retry's end counts from the original fire, so the fire its retries overran still fires", oc: ocFailed,
 		in: allOf(atAttempt(3, e0+eHr+10*eSec), endingAt(e0+eHr+20*eSec), func(in *endInput) { in.RetryOf = e0 }), want: endWant{
 			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr,
-			acts: []string{"result RUNNING>FAILED", "schedule FAILED>SCHEDULED"}, detail: "next fire 2026-01-01T11:00:00Z",
+			acts: []string{"result RUNNING>FAILED", "overlap FAILED>FAILED", "schedule FAILED>SCHEDULED"}, detail: "next fire 2026-01-01T11:00:00Z",
 			result: model.ResultFailed, runError: "HTTP 500", durationMS: 10000, executor: "host:80", consecutive: 3,
 			successes: 5, failures: 4, failureAt: true, finalFailure: "after 3 attempt(s)", breaker: feedFail,
 		}},
@@ -396,10 +398,43 @@ var endRows = []endRow{
 	{name: "kill of an overrun past the threshold under skip misfires", def: func(d *model.TaskDef) { d.MisfirePolicy = model.MisfireSkip },
 		in: allOf(killBy("alice"), endingAt(e0+eHr+5*60*eSec)), want: endWant{
 			state: model.StateScheduled, next: e0 + 2*eHr, arm: e0 + 2*eHr,
-			acts:   []string{"kill RUNNING>KILLED", "schedule KILLED>WAITING", "schedule WAITING>SCHEDULED"},
+			acts:   []string{"kill RUNNING>KILLED", "schedule KILLED>WAITING", "overlap WAITING>WAITING", "schedule WAITING>SCHEDULED"},
 			detail: "(misfire: 1 fire(s) skipped)", result: model.ResultKilled, runError: "killed by alice",
 			durationMS: 65 * 60 * eSec, executor: "host:80", consecutive: 2, successes: 5, failures: 3, killed: true,
 			misfire: true,
+		}},
+	// Overlap and catch-up (core_overlap.go, core_overlap_test.go for the whole table).
+	{name: "cancel_other: the kill made when the next fire came due starts that fire",
+		def: func(d *model.TaskDef) { d.OverlapPolicy = model.OverlapCancelOther },
+		in:  allOf(killBy(ActorOverlap), endingAt(e0+eHr+eSec)), want: endWant{
+			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr,
+			acts:  []string{"kill RUNNING>KILLED", "schedule KILLED>WAITING", "overlap WAITING>WAITING", "schedule WAITING>SCHEDULED"},
+			actor: ActorOverlap, overlap: "cancel_other: the latest fire due while the run was in flight, 2026-01-01T11:00:00Z, runs now",
+			result: model.ResultKilled, runError: "killed by overlap", durationMS: 60*60*eSec + eSec, executor: "host:80",
+			consecutive: 2, successes: 5, failures: 3, killed: true,
+		}},
+	{name: "skip: the end of an overrun goes on to the first fire not due, recorded", oc: ocOK,
+		def: func(d *model.TaskDef) { d.OverlapPolicy = model.OverlapSkip }, in: endingAt(e0 + 2*eHr + 30*eSec),
+		want: endWant{
+			state: model.StateScheduled, next: e0 + 3*eHr, arm: e0 + 3*eHr, acts: []string{"overlap SUCCESS>SUCCESS", "schedule SUCCESS>SCHEDULED"},
+			detail: "(overlap: skip)", overlap: "skip: 2 fire(s) (2026-01-01T11:00:00Z to 2026-01-01T12:00:00Z)",
+			result: model.ResultSuccess, durationMS: 2000, executor: "exec-a", successes: 6, failures: 3, breaker: feedOK,
+		}},
+	{name: "catch-up: a run's end runs the next missed fire", oc: ocOK,
+		def: func(d *model.TaskDef) { d.OverlapPolicy = model.OverlapSkip; d.CatchupWindowSec = 86400 },
+		in:  allOf(endingAt(e0+3*eHr+30*eSec), func(in *endInput) { in.CatchupFrom, in.CatchupUntil = e0-eHr, e0+3*eHr }),
+		want: endWant{
+			state: model.StateScheduled, next: e0 + eHr, arm: e0 + eHr, acts: []string{"schedule SUCCESS>SCHEDULED"},
+			detail: "(catch-up: a missed fire, run now)", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
+			successes: 6, failures: 3, breaker: feedOK,
+		}},
+	{name: "catch-up: a pause during it keeps the next missed fire for the resume", oc: ocOK,
+		def: func(d *model.TaskDef) { d.CatchupWindowSec = 86400; d.Paused = true },
+		in:  allOf(endingAt(e0+3*eHr+30*eSec), func(in *endInput) { in.CatchupFrom, in.CatchupUntil = e0-eHr, e0+3*eHr }),
+		want: endWant{
+			state: model.StatePaused, next: e0 + eHr, acts: []string{"pause SUCCESS>PAUSED"},
+			detail: "pause requested during the run takes effect", result: model.ResultSuccess, durationMS: 2000,
+			executor: "exec-a", successes: 6, failures: 3, breaker: feedOK,
 		}},
 	{name: "kill of a cron that fires no more rests WAITING", def: func(d *model.TaskDef) { d.Cron = "0 0 10 1 1 ? 2026" },
 		in: killBy("alice"), want: endWant{
@@ -460,6 +495,17 @@ func checkEnd(t *testing.T, in endInput, d endDecision, w endWant) {
 		}
 	}
 	ne("actions", acts, w.acts)
+	if w.overlap != "" {
+		found := false
+		for _, a := range d.Acts {
+			if (a.Action == ActOverlap || a.Action == ActCatchup) && strings.Contains(a.Detail, w.overlap) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no overlap or catch-up action's detail contains %q: %+v", w.overlap, d.Acts)
+		}
+	}
 	if len(d.Acts) > 0 {
 		if w.detail != "" && !strings.Contains(d.Acts[len(d.Acts)-1].Detail, w.detail) {
 			t.Errorf("last action's detail = %q, want it to contain %q", d.Acts[len(d.Acts)-1].Detail, w.detail)

@@ -589,8 +589,14 @@ func (e *Engine) adopt(t *task, now int64) {
 	defer e.unlock(t) // a misfire's write
 	// A fire is late by the time it was meant to leave, its nominal time plus its jitter: a
 	// restart within a jittered fire's delay arms it at the same instant as before.
+	// A task with a catch-up window catches up on every fire missed, however little late:
+	// each runs once with its own time (core_overlap.go).
+	late := now - e.cfg.MisfireThreshold.Milliseconds()
+	if t.catchupWindow() > 0 {
+		late = now
+	}
 	if now > 0 && t.rt.State == model.StateScheduled &&
-		t.rt.NextTriggerTime+t.jitterOf(t.rt.State, t.rt.NextTriggerTime) < now-e.cfg.MisfireThreshold.Milliseconds() {
+		t.rt.NextTriggerTime+t.jitterOf(t.rt.State, t.rt.NextTriggerTime) < late {
 		e.misfire(t, now)
 	}
 	e.settle(t)
@@ -621,11 +627,44 @@ func (e *Engine) settle(t *task) {
 		}
 		return
 	}
+	if due, ok := t.cancelDue(); ok {
+		// cancel_other: the task's next fire is armed while its run is in flight, to kill
+		// that run when the fire comes due (fire, cancelOther). The task is in memory while
+		// the run is (flying), so the horizon does not bound this entry.
+		at := t.fireAt(due)
+		if t.ent == nil || t.ent.When != at || t.entDue != due {
+			e.disarm(t)
+			t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
+			t.entDue = due
+			e.wheel.Add(t.ent)
+		}
+		return
+	}
 	e.disarm(t)
 	if t.pending == 0 && t.flying == 0 {
 		t.evicted = true
 		e.tasks.remove(t)
 	}
+}
+
+// cancelDue is the fire whose coming due kills t's periodic run in flight under cancel_other,
+// and whether there is one: the first cron fire after the fire the run belongs to. A run of a
+// fire a catch-up runs is never cancelled: the catch-up runs each missed fire once, and the
+// fires due meanwhile are decided when it is over (decideNext). Caller holds t.mu.
+func (t *task) cancelDue() (int64, bool) {
+	if t.deleted || t.rt.State != model.StateRunning || t.periodic == "" || t.sched == nil ||
+		t.def.Trigger != model.TriggerCron || t.def.OverlapPolicy != model.OverlapCancelOther || t.def.Paused {
+		return 0, false
+	}
+	base := t.rt.NextTriggerTime // the due of the fire in flight
+	if t.retryOf > 0 && t.retryOf < base {
+		base = t.retryOf
+	}
+	if t.catchupUntil > 0 && t.fireAt(base) <= t.catchupUntil {
+		return 0, false
+	}
+	due := t.nextCron(base)
+	return due, due != 0
 }
 
 // disarm takes t's entry out of the wheel. An entry already moved to a ready queue cannot be
