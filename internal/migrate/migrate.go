@@ -54,6 +54,9 @@ type Task struct {
 	// PauseAfterFailures is the importer's --pause-after-failures, the same for every task
 	// (0: never pause).
 	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
+	// OverlapPolicy is what becomes of a cron fire due while the task's run is in flight
+	// (the source's block strategy; "" keeps axe's default, buffer_one).
+	OverlapPolicy string `json:"overlap_policy,omitempty"`
 }
 
 // Item is one converted source job.

@@ -76,9 +76,26 @@ var (
 		"LEAST_RECENTLY_USED":   "the least recently used executor",
 		"BUSYOVER":              "the first idle executor",
 	}
+	// xxlBlocks maps executor_block_strategy, what XXL-JOB's executor does with a trigger
+	// that reaches it while the job runs there, to the overlap policy that does the same
+	// for a fire due while the task's run is in flight.
+	//   - SERIAL_EXECUTION (the default): the trigger joins the job's FIFO queue and runs
+	//     after the ones before it: buffer_all, each fire after the run before it.
+	//   - DISCARD_LATER: the trigger is dropped (and its trigger log marked failed): skip.
+	//   - COVER_EARLY: the running one is killed, the queue cleared, and the trigger runs:
+	//     cancel_other.
 	xxlBlocks = map[string]string{
-		"DISCARD_LATER": "DISCARD_LATER (drop a trigger while a run is going) is not an option: axe's agent and SDK refuse re-entry of a running task, which comes close",
-		"COVER_EARLY":   "COVER_EARLY (kill the running run for the new one) has no equal: axe refuses re-entry of a running task instead",
+		"":                 "buffer_all", // columns of jobs saved before the strategy existed read ""
+		"SERIAL_EXECUTION": "buffer_all",
+		"DISCARD_LATER":    "skip",
+		"COVER_EARLY":      "cancel_other",
+	}
+	// xxlBlockNotes says how a mapped block strategy differs from its overlap policy.
+	xxlBlockNotes = map[string]string{
+		"SERIAL_EXECUTION": "block strategy SERIAL_EXECUTION: overlap_policy buffer_all runs the fires due during a run one after another, oldest first, as XXL-JOB's queue does; " +
+			"XXL-JOB's queue has no bound and is the executor's, so one queue per executor; axe keeps the newest 100 fires of the task (older ones are skipped and recorded) whichever executor runs them",
+		"DISCARD_LATER": "block strategy DISCARD_LATER: overlap_policy skip drops the fires due during a run as XXL-JOB drops those triggers; " +
+			"XXL-JOB logs each as a failed trigger (alarm and fail-retry included), axe records them as skipped in the task's timeline",
 	}
 	safeName = regexp.MustCompile(`[^A-Za-z0-9._:-]+`)
 )
@@ -258,9 +275,12 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 	} else if j.route != "" {
 		notes = append(notes, change("routing", "routing %s: unknown; axe routes round robin", j.route))
 	}
-	if d, ok := xxlBlocks[j.block]; ok {
-		notes = append(notes, change("block strategy", "block strategy %s", d))
+	overlap, ok := xxlBlocks[j.block]
+	if !ok {
+		return Item{}, fmt.Sprintf("executor_block_strategy %q: axe knows SERIAL_EXECUTION, DISCARD_LATER and COVER_EARLY; "+
+			"it runs one run of a task at a time, so a parallel strategy has no equal", j.block)
 	}
+
 	if j.alarmEmail != "" {
 		notes = append(notes, routine("alarm_email", "axe sends alerts to its webhooks (--alert-webhook), not by mail"))
 	}
@@ -317,6 +337,17 @@ func convertXXLJob(j xxlJob, groups map[int64]xxlGroup, names map[int64]string, 
 		next = n
 	default:
 		return Item{}, fmt.Sprintf("schedule_type %s is not supported", j.scheduleType)
+	}
+	if t.Trigger == "cron" {
+		t.OverlapPolicy = overlap
+		if n, ok := xxlBlockNotes[j.block]; ok {
+			notes = append(notes, change("block strategy", "%s", n))
+		}
+	} else if overlap != "buffer_all" {
+		// Overlap policies decide cron fires; a child or a manual job is released by its
+		// parents or by hand, one run of it at a time.
+		notes = append(notes, change("block strategy", "block strategy %s: axe's overlap policies decide cron fires only; "+
+			"this %s task runs when released, one run at a time", j.block, t.Trigger))
 	}
 	var note []string
 	if stopped {

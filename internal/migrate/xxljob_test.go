@@ -92,8 +92,15 @@ func TestReadXXLJob23(t *testing.T) {
 	if want := time.Date(2026, 12, 25, 12, 0, 0, 0, sh); !j5.Next.Equal(want) || *j5.Task.RetryCount != 100 { // the last Friday
 		t.Errorf("job 5 = %+v next %s, want %s", j5.Task, j5.Next, want)
 	}
-	if !hasNote(j5, "routing FIRST", true) || !hasNote(j5, "COVER_EARLY", true) || !hasNote(j5, "retry count 150", true) {
+	if !hasNote(j5, "routing FIRST", true) || hasNote(j5, "COVER_EARLY", true) || !hasNote(j5, "retry count 150", true) {
 		t.Errorf("job 5 notes %+v", j5.NotCarried)
+	}
+	// Block strategies are overlap policies (COVER_EARLY is cancel_other exactly: no note).
+	if j1.Task.OverlapPolicy != "buffer_all" || !hasNote(j1, "XXL-JOB's queue has no bound", true) ||
+		j3.Task.OverlapPolicy != "skip" || !hasNote(j3, "DISCARD_LATER: overlap_policy skip", true) ||
+		j5.Task.OverlapPolicy != "cancel_other" || j2.OverlapPolicy != "" {
+		t.Errorf("overlap policies: job 1 %q, job 3 %q, job 5 %q, job 2 %q", j1.Task.OverlapPolicy, j3.Task.OverlapPolicy,
+			j5.Task.OverlapPolicy, j2.OverlapPolicy)
 	}
 	var bad []string
 	for _, b := range p.Bad {
@@ -276,5 +283,22 @@ func TestXXLNoteOnCharacterBoundary(t *testing.T) {
 	bad.Items[0].Task.Note = note[:len(note)-1]
 	if validateTasks(&bad); len(bad.Bad) != 1 || !strings.Contains(bad.Bad[0].Reason, "note") {
 		t.Errorf("a note cut inside a character: %+v", bad)
+	}
+}
+
+// TestXXLBlockStrategyUnknownIsRefused: a block strategy axe has no overlap policy for (a
+// fork's parallel one) refuses the job, naming the column.
+func TestXXLBlockStrategyUnknownIsRefused(t *testing.T) {
+	j := xxlJob{id: 9, group: 1, handler: "h", block: "CONCURRENT_EXECUTION", scheduleType: "CRON", scheduleConf: "0 0 12 * * ?",
+		glueType: "BEAN", triggerStatus: 1}
+	groups := map[int64]xxlGroup{1: {appName: "app"}}
+	_, why := convertXXLJob(j, groups, map[int64]string{9: "xxl-app-9"}, nil, XXLOptions{Zone: "UTC", Now: time.Now()})
+	if !strings.Contains(why, `executor_block_strategy "CONCURRENT_EXECUTION"`) {
+		t.Errorf("refusal %q, want it to name executor_block_strategy", why)
+	}
+	j.block = "COVER_EARLY"
+	it, why := convertXXLJob(j, groups, map[int64]string{9: "xxl-app-9"}, nil, XXLOptions{Zone: "UTC", Now: time.Now()})
+	if why != "" || it.Task.OverlapPolicy != "cancel_other" {
+		t.Errorf("COVER_EARLY: %q, %+v", why, it.Task)
 	}
 }
