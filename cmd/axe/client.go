@@ -136,30 +136,63 @@ func (o *optInt) Set(v string) error {
 	return nil
 }
 
+// optString is a string flag that knows whether it was given.
+type optString struct {
+	s   string
+	set bool
+}
+
+func (o *optString) String() string {
+	if o == nil {
+		return ""
+	}
+	return o.s
+}
+
+func (o *optString) Set(v string) error {
+	o.s, o.set = v, true
+	return nil
+}
+
 // specFlags are the flags of task create and update: the file, and fields set over it.
 type specFlags struct {
 	file       string
 	pauseAfter optInt
+	overlap    optString
+	catchup    optInt
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.file, "f", "", "task JSON file, - for stdin")
 	fs.Var(&f.pauseAfter, "pause-after-failures",
 		"pause the task after this many consecutive failed runs, 0: never; set over the file's pause_after_failures (AXE_PAUSE_AFTER_FAILURES)")
+	fs.Var(&f.overlap, "overlap-policy",
+		"cron fires due while the task's run is in flight: skip, buffer_one (default), buffer_all or cancel_other; set over the file's overlap_policy (AXE_OVERLAP_POLICY)")
+	fs.Var(&f.catchup, "catchup-window-sec",
+		"after downtime or a pause, run each cron fire missed within this many seconds, oldest first; 0: none (misfire_policy decides); set over the file's catchup_window_sec (AXE_CATCHUP_WINDOW_SEC)")
 }
 
 // read returns the task JSON of the file with the flags' fields set over it. The server
 // validates the result (a bound out of range is its 400 naming the field).
 func (f *specFlags) read() ([]byte, error) {
 	spec, err := readSpec(f.file)
-	if err != nil || !f.pauseAfter.set {
+	if err != nil || (!f.pauseAfter.set && !f.overlap.set && !f.catchup.set) {
 		return spec, err
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(spec, &m); err != nil || m == nil {
 		return nil, fmt.Errorf("-f: a task definition is a JSON object (%v)", err)
 	}
-	m["pause_after_failures"] = json.RawMessage(strconv.Itoa(f.pauseAfter.n))
+	if f.pauseAfter.set {
+		m["pause_after_failures"] = json.RawMessage(strconv.Itoa(f.pauseAfter.n))
+	}
+	if f.overlap.set {
+		b, _ := json.Marshal(f.overlap.s)
+		m["overlap_policy"] = b
+	}
+	if f.catchup.set {
+		m["catchup_window_sec"] = json.RawMessage(strconv.Itoa(f.catchup.n))
+	}
 	return json.Marshal(m)
 }
 
@@ -175,7 +208,7 @@ func taskCmd() *ffcli.Command {
 		ShortHelp:  "manage tasks",
 		Exec:       parentExec,
 		Subcommands: append(append(writeCmds(),
-			clientCmd("create", "axe task create -f task.json [--pause-after-failures N]", "create a task from a JSON definition", 0,
+			clientCmd("create", "axe task create -f task.json [--pause-after-failures N] [--overlap-policy P] [--catchup-window-sec N]", "create a task from a JSON definition", 0,
 				createFlags.register,
 				func(ctx context.Context, c *client.Client, _ []string) error {
 					spec, err := createFlags.read()
@@ -189,7 +222,7 @@ func taskCmd() *ffcli.Command {
 					fmt.Printf("created %s (%s, next fire %s)\n", t.Name, t.Runtime.State, orDash(t.Runtime.NextFireAt))
 					return nil
 				}),
-			clientCmd("update", "axe task update NAME -f task.json [--pause-after-failures N]", "replace a task's definition", 1,
+			clientCmd("update", "axe task update NAME -f task.json [--pause-after-failures N] [--overlap-policy P] [--catchup-window-sec N]", "replace a task's definition", 1,
 				updateFlags.register,
 				func(ctx context.Context, c *client.Client, args []string) error {
 					spec, err := updateFlags.read()
