@@ -58,6 +58,9 @@ export async function render(main, args) {
   const pauseAfter = inp('pause_after_failures', t.pause_after_failures || 0, {type: 'number', min: 0, max: 1000});
   const jitter = inp('jitter_sec', t.jitter_sec || 0, {type: 'number', min: 0, max: 3600});
   const concKey = inp('concurrency_key', t.concurrency_key || '', {autocomplete: 'off'});
+  const overlap = h('select', {id: 'overlap_policy'}, ['buffer_one', 'buffer_all', 'skip', 'cancel_other'].map(v => h('option', {value: v}, v)));
+  overlap.value = t.overlap_policy || 'buffer_one';
+  const catchup = inp('catchup_window_sec', t.catchup_window_sec || 0, {type: 'number', min: 0, max: 31622400});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
   const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
@@ -70,6 +73,10 @@ export async function render(main, args) {
   const delayField = field('delay_ms', 'Delay (ms)', delay);
   const jitterField = field('jitter_sec', 'Jitter (s)', jitter,
     'cron only: each fire leaves up to this many seconds after its time, by an offset fixed per task and fire; below the gap between fires; 0: none');
+  const overlapField = field('overlap_policy', 'Overlap', overlap,
+    'cron only: fires due while a run is in flight. buffer_one: the latest runs after it; buffer_all: each runs, oldest first (100 held); skip: none; cancel_other: the next fire kills the run and starts');
+  const catchupField = field('catchup_window_sec', 'Catch-up window (s)', catchup,
+    'cron only: after downtime or a pause, each fire missed within this many seconds runs, oldest first; 0: none, the misfire policy decides');
   const depsField = field('depends_on', 'Depends on (comma-separated task names)', deps);
   const urlField = field('cb-url', 'Callback URL', cbURL);
   const appField = field('cb-app', 'Executor app', cbApp, 'the apps of registered executors are offered');
@@ -91,7 +98,7 @@ export async function render(main, args) {
       field('retry_interval_sec', 'Retry interval (s)', retryEvery), field('priority', 'Priority (0 first)', prio),
       field('misfire_policy', 'Misfire', misfire),
       field('pause_after_failures', 'Pause after failures', pauseAfter, 'pause the task after this many failed runs in a row; 0: never'),
-      jitterField,
+      jitterField, overlapField, catchupField,
       field('concurrency_key', 'Concurrency key', concKey, 'the runs of every task with this key count in the key\'s limit (Concurrency page), beside the group\'s; empty: none')),
     formErr,
     h('div', {class: 'row'}, h('button', {type: 'submit', id: 'save'}, editing ? 'Save' : 'Create'),
@@ -109,7 +116,7 @@ export async function render(main, args) {
     const tr = trigger.value;
     cronField.hidden = tr !== 'cron';
     delayField.hidden = tr !== 'delay';
-    jitterField.hidden = tr !== 'cron';
+    jitterField.hidden = overlapField.hidden = catchupField.hidden = tr !== 'cron';
     depsField.hidden = tr !== 'dependency';
     urlField.hidden = cbType.value !== 'http';
     appField.hidden = handlerField.hidden = cbType.value !== 'executor';
@@ -178,6 +185,8 @@ export async function render(main, args) {
       misfire_policy: misfire.value, pause_after_failures: num(pauseAfter)};
     spec.jitter_sec = spec.trigger === 'cron' ? num(jitter) : undefined;
     spec.concurrency_key = concKey.value.trim() || undefined;
+    spec.overlap_policy = spec.trigger === 'cron' ? overlap.value : undefined;
+    spec.catchup_window_sec = spec.trigger === 'cron' ? num(catchup) : undefined;
     if (spec.trigger === 'cron') spec.cron = cron.value.trim();
     if (spec.trigger === 'delay') spec.delay_ms = num(delay);
     if (spec.trigger === 'dependency') spec.depends_on = deps.value.split(',').map(s => s.trim()).filter(Boolean);

@@ -165,6 +165,14 @@ export async function render(main, args) {
           (rt.next_jitter_ms != null ? `; the next one ${fmtDuration(rt.next_jitter_ms)} after, at ${show(rt.next_trigger_time + rt.next_jitter_ms, zone)}` : ''))
         : 'off'],
       ['Concurrency', h('span', {id: 'task-concurrency'}, h('a', {href: '#/limits'}, `group ${t.group}` + (t.concurrency_key ? `, key ${t.concurrency_key}` : '')))],
+      ['Overlap', t.trigger === 'cron' ? h('span', {id: 'task-overlap'}, {
+        buffer_one: 'buffer_one: the latest fire due during a run runs after it',
+        buffer_all: 'buffer_all: each fire due during a run runs after it, oldest first (100 held)',
+        skip: 'skip: fires due during a run are skipped',
+        cancel_other: 'cancel_other: the next fire kills the run in flight and starts',
+      }[t.overlap_policy || 'buffer_one'] || t.overlap_policy) : ''],
+      ['Catch-up window', t.trigger === 'cron' ? h('span', {id: 'task-catchup'}, t.catchup_window_sec
+        ? `fires missed within ${fmtDuration(t.catchup_window_sec * 1000)} run one by one, oldest first` : 'off (misfire policy)') : ''],
       ['Params', t.params !== undefined ? h('pre', {id: 'task-params'}, JSON.stringify(t.params, null, 2)) : ''],
       ['Next fire', rt.state === 'PAUSED' ? 'none while paused' : rt.next_trigger_time ? show(rt.next_trigger_time, zone) : '—'],
       ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
