@@ -14,7 +14,9 @@
 //  2. Every task whose next_trigger_time is below the horizon, in an armable state, is in
 //     memory and armed; tasks at or beyond the horizon are not in memory unless a run or a
 //     write is in flight for them. The loader moves the horizon forward every LoadInterval
-//     and loads exactly the slice it uncovered.
+//     and loads exactly the slice it uncovered. The one entry of a task not in an armable
+//     state is that of a RUNNING cron task under overlap policy cancel_other: its next fire,
+//     armed to kill the run in flight when it comes due (settle, cancelOther).
 //  3. A task leaves memory (evict) only when no write for it is pending, so a task read back
 //     from the store is never older than what the engine last decided.
 //  4. Lock order: task.mu, then the task map's shard lock, then horizonMu. The loader takes
