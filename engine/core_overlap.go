@@ -234,7 +234,7 @@ func decideNext(in nextInput) nextPlan {
 			}
 			p.Records = append(p.Records, planRecord{ActOverlap, "buffer_one: " + all.describe(f.loc) +
 				" due while the run was in flight skipped: the latest left more than the misfire threshold ago and misfire_policy is skip"})
-			p.Note = fmt.Sprintf(" (misfire: %s fire(s) skipped)", all.countText())
+			p.Note = " (overlap: buffer_one, a misfire under misfire_policy skip)" // the count is the overlap record's
 			break
 		}
 		p.Next = latest

@@ -331,7 +331,7 @@ var endRows = []endRow{
 		def: func(d *model.TaskDef) { d.MisfirePolicy = model.MisfireSkip }, in: endingAt(e0 + 2*eHr + 5*60*eSec),
 		want: endWant{
 			state: model.StateScheduled, next: e0 + 3*eHr, arm: e0 + 3*eHr, acts: []string{"overlap SUCCESS>SUCCESS", "schedule SUCCESS>SCHEDULED"},
-			detail: "(misfire: 2 fire(s) skipped)", overlap: "buffer_one: 2 fire(s) (2026-01-01T11:00:00Z to 2026-01-01T12:00:00Z) due while the run was in flight skipped", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
+			detail: "(overlap: buffer_one, a misfire under misfire_policy skip)", overlap: "buffer_one: 2 fire(s) (2026-01-01T11:00:00Z to 2026-01-01T12:00:00Z) due while the run was in flight skipped", result: model.ResultSuccess, durationMS: 2000, executor: "exec-a",
 			successes: 6, failures: 3, breaker: feedOK, misfire: true,
 		}},
 	// Jitter (design.md, Jitter): a fire is missed and late by nominal + offset. The offset of
@@ -399,7 +399,8 @@ var endRows = []endRow{
 		in: allOf(killBy("alice"), endingAt(e0+eHr+5*60*eSec)), want: endWant{
 			state: model.StateScheduled, next: e0 + 2*eHr, arm: e0 + 2*eHr,
 			acts:   []string{"kill RUNNING>KILLED", "schedule KILLED>WAITING", "overlap WAITING>WAITING", "schedule WAITING>SCHEDULED"},
-			detail: "(misfire: 1 fire(s) skipped)", result: model.ResultKilled, runError: "killed by alice",
+			detail: "(overlap: buffer_one, a misfire under misfire_policy skip)", overlap: "buffer_one: 1 fire(s) (2026-01-01T11:00:00Z) due while",
+			result: model.ResultKilled, runError: "killed by alice",
 			durationMS: 65 * 60 * eSec, executor: "host:80", consecutive: 2, successes: 5, failures: 3, killed: true,
 			misfire: true,
 		}},

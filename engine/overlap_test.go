@@ -380,3 +380,51 @@ func TestRestartDuringCatchupRunsNothingTwice(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelOtherArmedForARunRecoveredInFlight: a run left in flight by a scheduler that
+// died (its fire record open in the store, as a crash or a failover leaves it) is recovered
+// by the next one, which arms the task's next fire again: when it comes due the recovered
+// run is killed by "overlap" and the new fire starts.
+func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		x := newKillingExecutor(t)
+		clk := clock.NewFake(time.Now())
+		now := clk.Now().UnixMilli()
+		due := now - now%5000 - 5000 // a fire of the schedule below, in flight since
+		def := model.TaskDef{
+			Name: "cover", Group: "default", Trigger: model.TriggerCron, Cron: "*/5 * * * * *", Timezone: "UTC",
+			TimeoutSec: 600, Priority: 2, MisfirePolicy: model.MisfireFireOnce, OverlapPolicy: model.OverlapCancelOther,
+			Callback: model.Callback{Type: model.CallbackExecutor, App: "busy", Handler: "job"},
+		}
+		rt := model.Runtime{State: model.StateScheduled, NextTriggerTime: due, Version: 3}
+		if err := s.CreateTask(ctx, &def, &rt); err != nil {
+			t.Fatal(err)
+		}
+		ticket := scheduledTicket(def.ID, due, 1)
+		if err := s.ApplyBatch(ctx, &persist.Batch{Fires: []model.Run{{Ticket: ticket, TaskID: def.ID, TaskName: def.Name,
+			Kind: model.RunScheduled, Attempt: 1, ScheduledAt: due, DispatchedAt: due + 5, Result: model.ResultRunning,
+			Executor: "busy"}}}); err != nil {
+			t.Fatal(err)
+		}
+		e := startEngine(t, s, withFakeClock(clk))
+		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+			t.Fatal(err)
+		}
+		if runs := e.RunsInFlight(); len(runs) != 1 || runs[0].Ticket != ticket {
+			t.Fatalf("in flight after the start: %+v, want the recovered run %s", runs, ticket)
+		}
+		next := scheduledTicket(def.ID, due+5000, 1)
+		waitAdvancing(t, clk, 50*time.Millisecond, 20*time.Second, "the next fire to replace the recovered run", func() bool {
+			runs, _ := x.seen()
+			return slices.Contains(runs, next)
+		})
+		r, err := s.GetRun(ctx, ticket)
+		if err != nil || r.Result != model.ResultKilled || r.Error != "killed by overlap" {
+			t.Errorf("the recovered run = %+v, %v; want KILLED by overlap", r, err)
+		}
+		if _, err := e.Kill(ctx, "cover", "test"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -161,6 +161,9 @@ var (
 	misfireSkipped     = regexp.MustCompile(`misfire: (\d+) fire\(s\) skipped`)
 	misfireCoalesced   = regexp.MustCompile(`misfire: fire_once, (\d+) fire\(s\) coalesced into one`)
 	breakerSkipped     = regexp.MustCompile(`skipped: circuit breaker open`)
+	// The overlap and catch-up records (engine/core_overlap.go): "N fire(s) (A to B) ..."
+	// followed by why they were skipped.
+	overlapSkipped = regexp.MustCompile(`(\d+) fire\(s\)(?: \([^)]*\))? (?:due while the run was in flight skipped|before it skipped|beyond the bound skipped|older than the window skipped)`)
 )
 
 // consumed returns how many fires an action's detail says a rule consumed without running.
@@ -181,6 +184,10 @@ func consumed(detail string) int {
 	}
 	if breakerSkipped.MatchString(detail) {
 		n++
+	}
+	for _, m := range overlapSkipped.FindAllStringSubmatch(detail, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
 	}
 	return n
 }

@@ -86,6 +86,10 @@ func TestAuditAcceptsRecordedMisfires(t *testing.T) {
 		"due 00:00:04Z (misfire: 3 fire(s) skipped)",
 		"next fire 00:00:07Z (3 earlier fire(s) missed while running, coalesced)",
 		"due 00:00:04Z (misfire: fire_once, 4 fire(s) coalesced into one)",
+		// The overlap and catch-up records (engine/core_overlap.go).
+		"skip: 3 fire(s) (2026-01-01T00:00:04Z to 2026-01-01T00:00:06Z) due while the run was in flight skipped",
+		"buffer_one: the latest fire due while the run was in flight, 2026-01-01T00:00:07Z, runs now; 3 fire(s) (2026-01-01T00:00:04Z to 2026-01-01T00:00:06Z) before it skipped",
+		"catch-up window 60 s: 3 fire(s) (2026-01-01T00:00:04Z to 2026-01-01T00:00:06Z) older than the window skipped; 1 fire(s) (2026-01-01T00:00:07Z) missed within it run one after another, oldest first, each with its own time",
 	} {
 		acts := []ActionRow{{Task: "every", Action: "misfire", At: base + 6*sec, Detail: detail}}
 		a := check(t, runs, acts, recs)
