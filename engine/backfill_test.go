@@ -18,6 +18,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/ratelimit"
 )
 
 // slowServer is a loopback endpoint that holds each call for delay (or until release is
@@ -598,6 +599,48 @@ func TestBackfillCountsInConcurrencyLimits(t *testing.T) {
 		total, most, twice := srv.calls()
 		if done.Succeeded != 30 || total != 30 || most > 2 || len(twice) > 0 {
 			t.Errorf("progress %+v; %d calls, %d at once (group limit 2), twice %v", done, total, most, twice)
+		}
+	})
+}
+
+// TestBackfillKeepsToTheRateLimit: a backfill run takes its downstream's rate token as a fire
+// does. 20 fire times at parallel 20 on a downstream limited to 10/s (burst 1) would all start
+// within one pass without it; with it, no second of their dispatch times holds more than the
+// bucket allows (burst + rate, and one more for a pass's dispatch time being read before its
+// token is taken).
+func TestBackfillKeepsToTheRateLimit(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		srv := newSlowServer(t, 0, false)
+		host := strings.TrimPrefix(srv.URL, "http://")
+		e := startEngine(t, s, func(c *Config) {
+			c.RateLimit.PerKey = map[string]ratelimit.Limit{host: {Rate: 10, Burst: 1}}
+		})
+		ctx := context.Background()
+		cronTask(t, e, "paced", "* * * * *", "UTC", srv.URL)
+		from := mustTime(t, "2026-03-01T00:00:00Z")
+		v, err := e.CreateBackfill(ctx, "paced", BackfillRequest{From: from, To: from.Add(19 * time.Minute), Parallel: 20}, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := waitBackfill(t, e, "paced", v.ID, model.BackfillDone)
+		runs := backfillRuns(t, s, e, "paced")
+		if done.Succeeded != 20 || len(runs) != 20 {
+			t.Fatalf("progress %+v, %d backfill runs; want 20 succeeded", done, len(runs))
+		}
+		at := make([]int64, len(runs))
+		for i, r := range runs {
+			at[i] = r.DispatchedAt
+		}
+		slices.Sort(at)
+		const most = 1 + 10 + 1
+		for i := range at {
+			n := 0
+			for j := i; j < len(at) && at[j] < at[i]+1000; j++ {
+				n++
+			}
+			if n > most {
+				t.Fatalf("%d backfill runs dispatched within a second from %d, the rate allows %d: %v", n, at[i], most, at)
+			}
 		}
 	})
 }

@@ -27,9 +27,9 @@ package engine
 //
 // A backfill run is outside the periodic state machine, as run-now is: it goes through
 // the same send path (executor routing, the task's timeout_sec, the executor protocol),
-// but not through the rate gate (its parallelism paces it); it counts in its group's and
-// key's concurrency limits as run-now does, taking a free slot or waiting for the next pass
-// (it never queues as a waiter), it is not retried (its one
+// but not through the rate gate's buffer: it takes its downstream's rate token itself, and
+// counts in its group's and key's concurrency limits as run-now does, taking a free slot
+// and a token or waiting for the next pass (it never queues as a waiter), it is not retried (its one
 // attempt is recorded with its result: retry_count does not apply), it does not feed the
 // circuit breaker or pause-on-failure, and it does not release dependent tasks.
 
@@ -401,6 +401,20 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		if !ok {
 			passed = i
 			break
+		}
+		// And it takes a token of its downstream's rate limit (and the global one), as every
+		// fire does: without a token the cursor stops here too, and a later pass (each run's
+		// end or the poll) asks again. The rate is never exceeded; a backfill run may take a
+		// token ahead of a fire the rate gate holds, which then waits for the next one.
+		if e.gate.limited.Load() {
+			if ok, wait := e.gate.lim.Take(downstreamOf(def)); !ok {
+				e.conc.release(slot)
+				passed = i
+				if wait < backfillPoll { // the next pass when the token is due, not at the poll
+					e.cfg.Clock.AfterFunc(wait, e.backfills.poke)
+				}
+				break
+			}
 		}
 		concSlots = append(concSlots, slot)
 		runAt[i] = len(runs)
