@@ -620,26 +620,14 @@ func (e *Engine) settle(t *task) {
 		// The window is one of nominal times; the entry fires at the nominal time plus the
 		// fire's jitter (core_jitter.go), which may lie beyond the horizon.
 		due := t.rt.NextTriggerTime
-		at := due + t.jitterOf(t.rt.State, due)
-		if t.ent == nil || t.ent.When != at || t.entDue != due {
-			e.disarm(t)
-			t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
-			t.entDue = due
-			e.wheel.Add(t.ent)
-		}
+		e.armAt(t, due, due+t.jitterOf(t.rt.State, due))
 		return
 	}
 	if due, ok := t.cancelDue(); ok {
 		// cancel_other: the task's next fire is armed while its run is in flight, to kill
 		// that run when the fire comes due (fire, cancelOther). The task is in memory while
 		// the run is (flying), so the horizon does not bound this entry.
-		at := t.fireAt(due)
-		if t.ent == nil || t.ent.When != at || t.entDue != due {
-			e.disarm(t)
-			t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
-			t.entDue = due
-			e.wheel.Add(t.ent)
-		}
+		e.armAt(t, due, t.fireAt(due))
 		return
 	}
 	e.disarm(t)
@@ -667,6 +655,18 @@ func (t *task) cancelDue() (int64, bool) {
 	}
 	due := t.nextCron(base)
 	return due, due != 0
+}
+
+// armAt arms t's entry for the fire of nominal time due, leaving at at; an entry armed for
+// exactly that already stays. Caller holds t.mu.
+func (e *Engine) armAt(t *task, due, at int64) {
+	if t.ent != nil && t.ent.When == at && t.entDue == due {
+		return
+	}
+	e.disarm(t)
+	t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
+	t.entDue = due
+	e.wheel.Add(t.ent)
 }
 
 // disarm takes t's entry out of the wheel. An entry already moved to a ready queue cannot be
