@@ -652,32 +652,16 @@ func (e *Engine) recoverBackfills(ctx context.Context) error {
 			if run.Detail != b.detail {
 				continue // another backfill's, which recovers it
 			}
-			t, err := e.acquire(ctx, run.TaskID)
-			if err != nil {
-				if !errors.Is(err, model.ErrTaskNotFound) {
-					return err
-				}
-				run.Result, run.EndedAt = model.ResultLost, e.nowMS()
-				run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
-				if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}}); err != nil {
-					return err
-				}
-				continue
+			track := func() {
+				b.mu.Lock()
+				e.backfills.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: row.Next == 0 || run.ScheduledAt < row.Next})
+				b.mu.Unlock()
 			}
-			t.flying++
-			x := e.registry.Get(t.def.Callback.App, run.Executor)
-			isExec := t.def.Callback.Type == model.CallbackExecutor
-			slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey) // it counts, as run-now's do
-			t.mu.Unlock()
-			b.mu.Lock()
-			e.backfills.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: row.Next == 0 || run.ScheduledAt < row.Next})
-			b.mu.Unlock()
-			e.runs.add(t, run, slot)
-			if isExec {
-				e.adoptExecRun(t, run, x)
-				continue
+			// As a run-now's (adoptInstance): an HTTP run lost in the restart holds its
+			// concurrency slot until its deadline, since its endpoint may still be running it.
+			if err := e.adoptInstance(ctx, run, track); err != nil {
+				return err
 			}
-			e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 		}
 		if len(runs) > 0 || row.Status == model.BackfillRunning {
 			e.log.Info("resuming backfill", "backfill", row.ID, "task", row.TaskName, "next", row.Next, "status", row.Status)

@@ -196,32 +196,44 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 		return err
 	}
 	for _, run := range runs {
-		t, err := e.acquire(ctx, run.TaskID)
-		if err != nil {
-			if !errors.Is(err, model.ErrTaskNotFound) {
-				return err
-			}
-			// The task is gone; close the record so it does not stay "running" forever.
-			run.Result, run.EndedAt = model.ResultLost, e.nowMS()
-			run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
-			if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}}); err != nil {
-				return err
-			}
-			continue
+		if err := e.adoptInstance(ctx, run, nil); err != nil {
+			return err
 		}
-		t.flying++
-		x := e.registry.Get(t.def.Callback.App, run.Executor)
-		isExec := t.def.Callback.Type == model.CallbackExecutor
-		slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey) // a run-now counts too
-		t.mu.Unlock()
-		e.runs.add(t, run, slot)
-		if isExec {
-			e.adoptExecRun(t, run, x)
-			continue
-		}
-		e.holdLost(t, run)
-		e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	}
+	return nil
+}
+
+// adoptInstance takes over an independent instance (a run-now or a backfill run) that a
+// previous process left running: with its task deleted meanwhile the run is closed lost;
+// otherwise it takes its concurrency slot (it counts, over the limit if need be), then a
+// run on an executor is awaited and an HTTP run is recorded lost, its slot held until its
+// deadline (holdLost). track, when set, runs before the run enters e.runs.
+func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func()) error {
+	t, err := e.acquire(ctx, run.TaskID)
+	if err != nil {
+		if !errors.Is(err, model.ErrTaskNotFound) {
+			return err
+		}
+		// The task is gone; close the record so it does not stay "running" forever.
+		run.Result, run.EndedAt = model.ResultLost, e.nowMS()
+		run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
+		return e.write(ctx, &persist.Group{Runs: []model.Run{run}})
+	}
+	t.flying++
+	x := e.registry.Get(t.def.Callback.App, run.Executor)
+	isExec := t.def.Callback.Type == model.CallbackExecutor
+	slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey)
+	t.mu.Unlock()
+	if track != nil {
+		track()
+	}
+	e.runs.add(t, run, slot)
+	if isExec {
+		e.adoptExecRun(t, run, x)
+		return nil
+	}
+	e.holdLost(t, run)
+	e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return nil
 }
 
