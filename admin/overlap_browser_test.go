@@ -43,4 +43,13 @@ func TestConsoleBrowserOverlap(t *testing.T) {
 	if !strings.HasPrefix(ov, "cancel_other: the next fire kills the run in flight") || !strings.HasPrefix(cu, "off") {
 		t.Errorf("overlap row %q, catch-up row %q", ov, cu)
 	}
+	// allow_all: its runs are in flight while the task rests, so Kill stays offered.
+	run(t, ctx, "open the edit form again", chromedp.Navigate(d.base+"/#/tasks/nightly/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	run(t, ctx, "allow_all", chromedp.SetValue("#overlap_policy", "allow_all", chromedp.ByQuery), chromedp.Click("#save", chromedp.ByQuery))
+	waitJS(t, ctx, "the task page under allow_all", `location.hash === "#/tasks/nightly" && !!document.querySelector("#task-overlap") &&
+		document.querySelector("#task-overlap").textContent.startsWith("allow_all: every fire runs at its time")`)
+	if v := d.get(t, "nightly"); v.OverlapPolicy != "allow_all" {
+		t.Errorf("after the edit: overlap %q, want allow_all", v.OverlapPolicy)
+	}
+	waitJS(t, ctx, "Kill offered for an allow_all task at rest", `!document.querySelector("#act-kill").disabled`)
 }

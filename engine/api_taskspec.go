@@ -494,16 +494,25 @@ func checkOverlap(s *TaskSpec, d *model.TaskDef) error {
 	switch s.OverlapPolicy {
 	case "", model.OverlapBufferOne:
 		d.OverlapPolicy = model.OverlapBufferOne
-	case model.OverlapSkip, model.OverlapBufferAll, model.OverlapCancelOther:
+	case model.OverlapSkip, model.OverlapBufferAll, model.OverlapCancelOther, model.OverlapAllowAll:
 		if d.Trigger != model.TriggerCron {
 			return fieldErr("overlap_policy", "is only valid with trigger cron: it decides cron fires due while a run is in flight")
 		}
 		d.OverlapPolicy = s.OverlapPolicy
-	case model.OverlapAllowAll:
-		return fieldErr("overlap_policy", "allow_all is not supported: axe keeps one run of a task in flight at a time "+
-			"(one runtime row, one open fire per task for recovery, kill and retries); use buffer_all or cancel_other")
 	default:
-		return fieldErr("overlap_policy", "must be skip, buffer_one, buffer_all or cancel_other, got %q", s.OverlapPolicy)
+		return fieldErr("overlap_policy", "must be skip, buffer_one, buffer_all, cancel_other or allow_all, got %q", s.OverlapPolicy)
+	}
+	if d.OverlapPolicy == model.OverlapAllowAll {
+		// Several runs of the task are in flight at once, each outside the periodic state
+		// machine (core_parallel.go), and none has a durable place to wait for a retry or a
+		// re-send.
+		if d.RetryCount > 0 {
+			return fieldErr("retry_count", "must be 0 with overlap_policy allow_all: its runs are not retried "+
+				"(each fire runs once, beside the others), got %d", d.RetryCount)
+		}
+		if s.OnLost == persist.OnLostResend {
+			return fieldErr("on_lost", "resend is not supported with overlap_policy allow_all: a run in doubt is recorded lost")
+		}
 	}
 	w := s.CatchupWindowSec
 	if w < 0 || w > MaxCatchupWindowSec {

@@ -187,7 +187,7 @@ func (e *Engine) writeFailed(t *task, err error) {
 // settleStale evicts a stale task once nothing is pending for it; it reports whether the
 // caller should reload it. Caller holds t.mu.
 func (e *Engine) settleStale(t *task) bool {
-	if !t.stale || t.pending > 0 || t.periodic != "" || t.evicted {
+	if !t.stale || t.pending > 0 || t.periodic != "" || len(t.parallel) > 0 || t.evicted {
 		return false
 	}
 	e.disarm(t)

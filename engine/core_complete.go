@@ -86,6 +86,7 @@ func (e *Engine) ranDown(t *task, ticket string) {
 	if t.periodic == ticket {
 		t.periodic = ""
 	}
+	delete(t.parallel, ticket)
 }
 
 // complete records how the periodic run ended and moves the task on: to the next cycle, to a
@@ -94,6 +95,10 @@ func (e *Engine) ranDown(t *task, ticket string) {
 func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	ticket := run.Ticket
 	t.mu.Lock()
+	if _, ok := t.parallel[ticket]; ok {
+		e.completeParallel(t, run, oc) // core_parallel.go
+		return
+	}
 	if t.periodic != ticket || t.rt.State != model.StateRunning {
 		// Cannot happen while runsInFlight settles each ticket once; kept as a guard so a
 		// stray outcome never moves the state machine.
@@ -216,6 +221,9 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, err
 	t, err := e.acquireByName(ctx, name)
 	if err != nil {
 		return nil, err
+	}
+	if len(t.parallel) > 0 && t.periodic == "" {
+		return e.killParallel(ctx, t, actor) // allow_all: every run in flight
 	}
 	defer e.release(t)
 	if t.periodic == "" || t.rt.State != model.StateRunning {

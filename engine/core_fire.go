@@ -198,6 +198,13 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	}
 	e.m.lateness.Update(float64(now-ent.When) / 1000)
 	from := t.rt.State
+	if t.allowsAll() {
+		// allow_all: the fire runs beside the task's runs in flight (core_parallel.go).
+		slot := adm.slot
+		adm.slot = concSlot{} // the run holds it now
+		e.fireParallel(t, sched, now, slot, t.fireDetail(from, jitter, adm.waited))
+		return
+	}
 	if err := checkTransition(from, model.StateRunning); err != nil {
 		t.mu.Unlock()
 		e.log.Error("refusing fire", "task", t.def.Name, "error", err)
@@ -231,18 +238,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		ScheduledAt: sched, DispatchedAt: now, Result: model.ResultRunning,
 		Executor: downstreamOf(t.def),
 	}
-	if t.releasedBy != "" {
-		run.Detail, t.releasedBy = t.releasedBy, ""
-	}
-	if jitter > 0 || (from == model.StateScheduled && t.def.JitterSec > 0 && t.def.Trigger == model.TriggerCron) {
-		run.Detail = jitterDetail(jitter) // "jitter 0 ms" too: the task is jittered
-	}
-	if adm.waited != "" {
-		if run.Detail != "" {
-			run.Detail += "; "
-		}
-		run.Detail += adm.waited
-	}
+	run.Detail = t.fireDetail(from, jitter, adm.waited)
 	t.rt = nrt
 	t.pending++
 	t.periodic = ticket
@@ -263,6 +259,26 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	e.m.triggers.Inc()
 	e.settle(t) // cancel_other arms the next fire while this run is in flight
 	e.unlock(t)
+}
+
+// fireDetail is the run row's detail of a fire made from state from: the upstream runs that
+// released a dependency fire (taken), the fire's jitter, and its wait for a concurrency
+// slot. Caller holds t.mu.
+func (t *task) fireDetail(from model.State, jitter int64, waited string) string {
+	detail := ""
+	if t.releasedBy != "" {
+		detail, t.releasedBy = t.releasedBy, ""
+	}
+	if jitter > 0 || (from == model.StateScheduled && t.def.JitterSec > 0 && t.def.Trigger == model.TriggerCron) {
+		detail = jitterDetail(jitter) // "jitter 0 ms" too: the task is jittered
+	}
+	if waited != "" {
+		if detail != "" {
+			detail += "; "
+		}
+		detail += waited
+	}
+	return detail
 }
 
 // skipByBreaker consumes a fire without dispatching it while the task's breaker is open,

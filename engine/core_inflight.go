@@ -77,6 +77,14 @@ func (r *runsInFlight) add(t *task, run model.Run, slot concSlot) bool {
 	return true
 }
 
+// has reports whether ticket is in flight.
+func (r *runsInFlight) has(ticket string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.m[ticket]
+	return ok
+}
+
 // arm sets the run's timeout: at deadline, onTimeout settles it unless something else did
 // first. It reports false when the run is no longer in flight.
 func (r *runsInFlight) arm(ticket string, deadline time.Time, onTimeout func(f *flight)) bool {

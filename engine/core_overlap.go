@@ -163,30 +163,10 @@ type planRecord struct{ action, detail string }
 //     Threshold ago and misfire_policy is skip, it is skipped too (a misfire).
 func decideNext(in nextInput) nextPlan {
 	f := in.Span
-	var p nextPlan
-	last := in.Last
-	if in.CatchupUntil > 0 {
-		n := f.next(last)
-		if n != 0 && n < in.CatchupFrom {
-			w, rest := f.walk(last, func(n int64) bool { return n < in.CatchupFrom })
-			if w.capped {
-				rest = f.next(in.CatchupFrom - 1)
-			}
-			p.Records = append(p.Records, planRecord{ActCatchup, "catch-up: " + w.describe(f.loc) + " older than the window skipped"})
-			n = rest
-		}
-		if n != 0 && f.at(n) <= in.CatchupUntil {
-			p.Next = n
-			p.Note = " (catch-up: a missed fire, run now)"
-			return p
-		}
-		p.CatchupDone = true
-		if n == 0 {
-			return p
-		}
-		last = n - 1 // every fire before n was run or skipped by the catch-up
+	p, last, more := catchupNext(in)
+	if !more {
+		return p
 	}
-	p.CatchupDone = true
 	first := f.next(last)
 	if first == 0 || f.at(first) > in.Now {
 		p.Next = first
@@ -245,6 +225,56 @@ func decideNext(in nextInput) nextPlan {
 		}
 		p.Records = append(p.Records, planRecord{ActOverlap, detail})
 		p.Note = " (overlap: " + policy + ")"
+	}
+	return p
+}
+
+// catchupNext is the part of decideNext and decideParallel that a catch-up under way
+// decides: the next missed fire after in.Last meant to leave by CatchupUntil, skipping (and
+// recording) those older than the window. When it has decided the next fire it reports
+// more false; otherwise the catch-up is over (or was none), p.CatchupDone is set and the
+// caller decides the fire after last.
+func catchupNext(in nextInput) (p nextPlan, last int64, more bool) {
+	f := in.Span
+	last = in.Last
+	if in.CatchupUntil > 0 {
+		n := f.next(last)
+		if n != 0 && n < in.CatchupFrom {
+			w, rest := f.walk(last, func(n int64) bool { return n < in.CatchupFrom })
+			if w.capped {
+				rest = f.next(in.CatchupFrom - 1)
+			}
+			p.Records = append(p.Records, planRecord{ActCatchup, "catch-up: " + w.describe(f.loc) + " older than the window skipped"})
+			n = rest
+		}
+		if n != 0 && f.at(n) <= in.CatchupUntil {
+			p.Next = n
+			p.Note = " (catch-up: a missed fire, run now)"
+			return p, last, false
+		}
+		p.CatchupDone = true
+		if n == 0 {
+			return p, last, false
+		}
+		last = n - 1 // every fire before n was run or skipped by the catch-up
+	}
+	p.CatchupDone = true
+	return p, last, true
+}
+
+// decideParallel decides the cron fire that follows fire in.Last of an allow_all task, made
+// at in.Now: under allow_all a fire does not wait for the runs in flight, so the next fire
+// is decided when this one leaves, not when its run ends. During a catch-up it is the next
+// missed fire, as decideNext decides it (each missed fire in the window then leaves at once,
+// oldest first, and runs beside the others). Otherwise it is simply the schedule's next
+// fire, even one already due: a fire the scheduler itself was late for (a busy process,
+// seconds) still runs, with its own time, because under allow_all no run ever makes a
+// fire wait. Fires missed while no scheduler held the task are decided when it is taken up
+// again (decideCatchup, misfire), never here.
+func decideParallel(in nextInput) nextPlan {
+	p, last, more := catchupNext(in)
+	if more {
+		p.Next = in.Span.next(last)
 	}
 	return p
 }

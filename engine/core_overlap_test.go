@@ -121,6 +121,12 @@ func TestDecideNext(t *testing.T) {
 			wantNext: utc("2026-03-31T00:30:00Z"), wantEnd: true,
 			wantRecords: []string{"skip: 3 fire(s) (2026-03-28T02:30:00+01:00 to 2026-03-30T02:30:00+02:00)"}},
 	}
+	checkNextRows(t, rows, decideNext)
+}
+
+// checkNextRows runs each row through decide, decideNext or decideParallel.
+func checkNextRows(t *testing.T, rows []nextRow, decide func(nextInput) nextPlan) {
+	t.Helper()
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
 			zone := row.zone
@@ -133,7 +139,7 @@ func TestDecideNext(t *testing.T) {
 			}
 			in := nextInput{Span: testSpan(t, row.expr, zone, 0), Overlap: row.overlap, Misfire: misfire,
 				Threshold: 5 * time.Second, CatchupFrom: row.from, CatchupUntil: row.until, Last: row.last, Now: row.now}
-			p := decideNext(in)
+			p := decide(in)
 			if p.Next != row.wantNext {
 				t.Errorf("next = %s, want %s", time.UnixMilli(p.Next).UTC(), time.UnixMilli(row.wantNext).UTC())
 			}
@@ -150,6 +156,31 @@ func TestDecideNext(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDecideParallel: under allow_all the next fire is decided when a fire leaves, and no run
+// in flight ever holds one back.
+func TestDecideParallel(t *testing.T) {
+	hourly := "0 * * * *"
+	checkNextRows(t, []nextRow{
+		{name: "the schedule's next fire, whatever is in flight", expr: hourly, overlap: model.OverlapAllowAll,
+			last: e0, now: e0 + eSec, wantNext: e0 + eHr, wantEnd: true},
+		{name: "a fire the scheduler was late for still runs, with its own time, and records nothing", expr: hourly,
+			overlap: model.OverlapAllowAll, last: e0, now: e0 + 2*eHr + 30*60*eSec, wantNext: e0 + eHr, wantEnd: true},
+		{name: "misfire_policy skip does not drop a fire due while runs are in flight", expr: hourly,
+			overlap: model.OverlapAllowAll, misfire: model.MisfireSkip, last: e0, now: e0 + 3*eHr, wantNext: e0 + eHr, wantEnd: true},
+		{name: "catch-up: the next missed fire leaves at once", expr: hourly, overlap: model.OverlapAllowAll,
+			from: e0 - 3*eHr, until: e0 + 2*eHr + 60*eSec, last: e0, now: e0 + 2*eHr + 61*eSec, wantNext: e0 + eHr,
+			wantEnd: false},
+		{name: "catch-up: fires older than the window are skipped and recorded", expr: hourly, overlap: model.OverlapAllowAll,
+			from: e0 - 2*eHr, until: e0 + 60*eSec, last: e0 - 5*eHr, now: e0 + 61*eSec, wantNext: e0 - 2*eHr,
+			wantRecords: []string{"catch-up: 2 fire(s) (2026-01-01T06:00:00Z to 2026-01-01T07:00:00Z) older than the window skipped"}},
+		{name: "catch-up over: the schedule's next fire", expr: hourly, overlap: model.OverlapAllowAll,
+			from: e0 - 3*eHr, until: e0 + 60*eSec, last: e0, now: e0 + 61*eSec, wantNext: e0 + eHr, wantEnd: true},
+		{name: "DST fall-back in Berlin: both 02:00 fires of the repeated hour run", expr: hourly, zone: "Europe/Berlin",
+			overlap: model.OverlapAllowAll, last: utc("2026-10-25T00:00:00Z"), now: utc("2026-10-25T00:00:01Z"),
+			wantNext: utc("2026-10-25T01:00:00Z"), wantEnd: true},
+	}, decideParallel)
 }
 
 func TestDecideCatchup(t *testing.T) {

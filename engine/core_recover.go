@@ -200,10 +200,11 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	return e.recoverParallelRuns(ctx) // core_parallel.go
 }
 
-// adoptInstance takes over an independent instance (a run-now or a backfill run) that a
+// adoptInstance takes over an independent instance (a run-now, a backfill run or a run of an
+// allow_all task) that a
 // previous process left running: with its task deleted meanwhile the run is closed lost;
 // otherwise it takes its concurrency slot (it counts, over the limit if need be), then a
 // run on an executor is awaited and an HTTP run is recorded lost, its slot held until its
@@ -220,6 +221,13 @@ func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func())
 		return e.write(ctx, &persist.Group{Runs: []model.Run{run}})
 	}
 	t.flying++
+	if run.Kind == model.RunScheduled {
+		// A run of an allow_all task (recoverParallelRuns): it ends through completeParallel.
+		if t.parallel == nil {
+			t.parallel = make(map[string]struct{})
+		}
+		t.parallel[run.Ticket] = struct{}{}
+	}
 	x := e.registry.Get(t.def.Callback.App, run.Executor)
 	isExec := t.def.Callback.Type == model.CallbackExecutor
 	slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey)

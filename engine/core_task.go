@@ -37,7 +37,10 @@ type task struct {
 	flushing bool
 	// periodic is the ticket of the periodic run in flight (e.runs), or "".
 	periodic string
-	// flying counts this task's runs in e.runs, periodic and run-now: the task stays in
+	// parallel holds the tickets of the allow_all runs in flight (core_parallel.go), which
+	// run beside one another outside the periodic state machine; nil until the first.
+	parallel map[string]struct{}
+	// flying counts this task's runs in e.runs, periodic, allow_all, run-now and backfill: the task stays in
 	// memory while any is in flight.
 	flying  int
 	evicted bool // removed from the task map; a holder must look the task up again

@@ -48,7 +48,7 @@ const (
 	OverlapBufferOne   = "buffer_one" // the default: the latest such fire runs after the run
 	OverlapBufferAll   = "buffer_all"
 	OverlapCancelOther = "cancel_other"
-	OverlapAllowAll    = "allow_all" // refused: one run of a task is in flight at a time
+	OverlapAllowAll    = "allow_all" // every fire runs, beside the runs still in flight
 )
 
 // Callback types (SPEC R5.1).

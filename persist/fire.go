@@ -154,3 +154,18 @@ func (s *sqlStore) ListOpenFires(ctx context.Context, upTo int64) ([]model.Run, 
 		" ORDER BY x.scheduled_at, x.ticket"
 	return s.queryRuns(ctx, q, upTo)
 }
+
+// ListOpenParallelRuns returns the runs in flight of allow_all tasks (Store). The tasks are
+// found by a scan of task_def, as LoadByState scans task_runtime at start; each one's runs
+// through idx_task_run_task.
+func (s *sqlStore) ListOpenParallelRuns(ctx context.Context) ([]model.Run, error) {
+	cols := make([]string, len(runCols))
+	for i, c := range runCols {
+		cols[i] = "x." + c
+	}
+	q := "SELECT " + strings.Join(cols, ", ") + " FROM task_def d JOIN task_run x ON x.task_id = d.id" +
+		" WHERE d.overlap_policy = '" + model.OverlapAllowAll + "'" +
+		" AND x.kind = '" + model.RunScheduled + "' AND x.result = '" + model.ResultRunning + "'" +
+		" ORDER BY x.scheduled_at, x.ticket"
+	return s.queryRuns(ctx, q)
+}

@@ -207,6 +207,14 @@ type Store interface {
 	// durable RUNNING marker; the runtime follows with the run's end), for tasks due before
 	// upTo, oldest first: the recovery of periodic runs in flight at start.
 	ListOpenFires(ctx context.Context, upTo int64) ([]model.Run, error)
+	// ListOpenParallelRuns returns the scheduled (RunScheduled) runs still running of tasks
+	// whose overlap policy is allow_all, oldest first (by scheduled_at, then ticket): the
+	// recovery of their runs in flight at start. Such a run's fire moved the runtime on to
+	// the next fire in the same write (engine, core_parallel.go), so neither the runtime nor
+	// ListOpenFires names it. A periodic run of the same task that ListOpenFires does name
+	// (one fired before the policy became allow_all) is returned too; the caller skips what
+	// it recovered already.
+	ListOpenParallelRuns(ctx context.Context) ([]model.Run, error)
 	// ListActions returns the task's action records, newest first (by id).
 	ListActions(ctx context.Context, taskID int64, limit int) ([]model.Action, error)
 

@@ -167,7 +167,7 @@ func (f *specFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.pauseAfter, "pause-after-failures",
 		"pause the task after this many consecutive failed runs, 0: never; set over the file's pause_after_failures (AXE_PAUSE_AFTER_FAILURES)")
 	fs.Var(&f.overlap, "overlap-policy",
-		"cron fires due while the task's run is in flight: skip, buffer_one (default), buffer_all or cancel_other; set over the file's overlap_policy (AXE_OVERLAP_POLICY)")
+		"cron fires due while the task's run is in flight: skip, buffer_one (default), buffer_all, cancel_other or allow_all; set over the file's overlap_policy (AXE_OVERLAP_POLICY)")
 	fs.Var(&f.catchup, "catchup-window-sec",
 		"after downtime or a pause, run each cron fire missed within this many seconds, oldest first; 0: none (misfire_policy decides); set over the file's catchup_window_sec (AXE_CATCHUP_WINDOW_SEC)")
 }

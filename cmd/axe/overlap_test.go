@@ -13,8 +13,8 @@ import (
 )
 
 // TestCLIOverlapFlags: --overlap-policy and --catchup-window-sec of task create and update
-// set the fields over the file's; allow_all and a window with misfire_policy skip are the
-// server's 400 naming the field; a word for the window names the flag.
+// set the fields over the file's; allow_all with retries and a window with misfire_policy
+// skip are the server's 400 naming the field; a word for the window names the flag.
 func TestCLIOverlapFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -44,10 +44,18 @@ func TestCLIOverlapFlags(t *testing.T) {
 	if p, w := get("ov"); p != "skip" || w != 0 {
 		t.Errorf("updated from the file alone: %q %d, want its skip and no window", p, w)
 	}
-	r := axe(t, env, "task", "update", "ov", "-f", file, "--overlap-policy", "allow_all")
-	if r.code == 0 || !strings.Contains(r.stderr, "overlap_policy") || !strings.Contains(r.stderr, "400") {
-		t.Errorf("update with allow_all: exit %d, stderr %q; want the 400 naming overlap_policy", r.code, r.stderr)
+	axeOK(t, env, "task", "update", "ov", "-f", file, "--overlap-policy", "allow_all")
+	if p, _ := get("ov"); p != "allow_all" {
+		t.Errorf("updated with --overlap-policy allow_all: %q", p)
 	}
+	retryFile := writeJSON(t, dir, "ov-retry.json", map[string]any{
+		"name": "ov", "cron": "0 3 * * *", "retry_count": 2, "callback": map[string]string{"url": h.srv.URL + "/ov"},
+	})
+	r := axe(t, env, "task", "update", "ov", "-f", retryFile, "--overlap-policy", "allow_all")
+	if r.code == 0 || !strings.Contains(r.stderr, "retry_count") || !strings.Contains(r.stderr, "400") {
+		t.Errorf("allow_all with retries: exit %d, stderr %q; want the 400 naming retry_count", r.code, r.stderr)
+	}
+	axeOK(t, env, "task", "update", "ov", "-f", file)
 	skipFile := writeJSON(t, dir, "ov-skip.json", map[string]any{
 		"name": "ov", "cron": "0 3 * * *", "misfire_policy": "skip", "callback": map[string]string{"url": h.srv.URL + "/ov"},
 	})

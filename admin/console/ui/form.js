@@ -58,7 +58,7 @@ export async function render(main, args) {
   const pauseAfter = inp('pause_after_failures', t.pause_after_failures || 0, {type: 'number', min: 0, max: 1000});
   const jitter = inp('jitter_sec', t.jitter_sec || 0, {type: 'number', min: 0, max: 3600});
   const concKey = inp('concurrency_key', t.concurrency_key || '', {autocomplete: 'off'});
-  const overlap = h('select', {id: 'overlap_policy'}, ['buffer_one', 'buffer_all', 'skip', 'cancel_other'].map(v => h('option', {value: v}, v)));
+  const overlap = h('select', {id: 'overlap_policy'}, ['buffer_one', 'buffer_all', 'skip', 'cancel_other', 'allow_all'].map(v => h('option', {value: v}, v)));
   overlap.value = t.overlap_policy || 'buffer_one';
   const catchup = inp('catchup_window_sec', t.catchup_window_sec || 0, {type: 'number', min: 0, max: 31622400});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
@@ -74,7 +74,7 @@ export async function render(main, args) {
   const jitterField = field('jitter_sec', 'Jitter (s)', jitter,
     'cron only: each fire leaves up to this many seconds after its time, by an offset fixed per task and fire; below the gap between fires; 0: none');
   const overlapField = field('overlap_policy', 'Overlap', overlap,
-    'cron only: fires due while a run is in flight. buffer_one: the latest runs after it; buffer_all: each runs, oldest first (100 held); skip: none; cancel_other: the next fire kills the run and starts');
+    'cron only: fires due while a run is in flight. buffer_one: the latest runs after it; buffer_all: each runs, oldest first (100 held); skip: none; cancel_other: the next fire kills the run and starts; allow_all: each runs at its time beside the others (no retries)');
   const catchupField = field('catchup_window_sec', 'Catch-up window (s)', catchup,
     'cron only: after downtime or a pause, each fire missed within this many seconds runs, oldest first; 0: none, the misfire policy decides');
   const depsField = field('depends_on', 'Depends on (comma-separated task names)', deps);

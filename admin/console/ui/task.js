@@ -84,7 +84,8 @@ export async function render(main, args) {
     const paused = t.runtime.state === 'PAUSED' || t.paused;
     pauseGroup.hidden = paused;
     resumeGroup.hidden = !paused;
-    killBtn.disabled = t.runtime.state !== 'RUNNING' && t.runtime.state !== 'RETRYING';
+    // allow_all runs are in flight while the task rests SCHEDULED; a kill with none answers 409.
+    killBtn.disabled = t.runtime.state !== 'RUNNING' && t.runtime.state !== 'RETRYING' && t.overlap_policy !== 'allow_all';
   }
 
   // Runs: a page at a time, newest first, with a result filter.
@@ -170,6 +171,7 @@ export async function render(main, args) {
         buffer_all: 'buffer_all: each fire due during a run runs after it, oldest first (100 held)',
         skip: 'skip: fires due during a run are skipped',
         cancel_other: 'cancel_other: the next fire kills the run in flight and starts',
+        allow_all: 'allow_all: every fire runs at its time, beside the runs in flight',
       }[t.overlap_policy || 'buffer_one'] || t.overlap_policy) : ''],
       ['Catch-up window', t.trigger === 'cron' ? h('span', {id: 'task-catchup'}, t.catchup_window_sec
         ? `fires missed within ${fmtDuration(t.catchup_window_sec * 1000)} run one by one, oldest first` : 'off (misfire policy)') : ''],
