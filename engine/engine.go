@@ -550,6 +550,8 @@ func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error
 			m++
 			if e.tasks.get(r.TaskID) == nil {
 				e.armCold(r.TaskID, r.NextTriggerTime)
+			} else {
+				e.resettle(r.TaskID)
 			}
 			return nil
 		})
@@ -585,6 +587,7 @@ func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error)
 // applying the misfire policy to a fire already too late at now (now 0: no policy).
 func (e *Engine) adopt(t *task, now int64) {
 	if !e.tasks.insertIfAbsent(t) {
+		e.resettle(t.id)
 		return
 	}
 	t.mu.Lock()
@@ -602,6 +605,20 @@ func (e *Engine) adopt(t *task, now int64) {
 		e.misfire(t, now)
 	}
 	e.settle(t)
+}
+
+// resettle settles the copy of task id in memory, if there is one, when the window reaches
+// the task: that copy is the newest, and one kept in memory unarmed, because its next fire
+// lay beyond the horizon while a run kept it there (run-now, backfill, allow_all), is armed
+// now rather than at that run's end.
+func (e *Engine) resettle(id int64) {
+	t := e.tasks.get(id)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	e.settle(t) // does nothing to an evicted copy
+	e.unlock(t)
 }
 
 // settle arms or disarms t according to its state and the horizon, and evicts it from memory

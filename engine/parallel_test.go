@@ -345,6 +345,62 @@ func TestAllowAllRefusals(t *testing.T) {
 	})
 }
 
+// TestFireBeyondTheWindowWhileARunKeepsTheTask: a task whose next fire lies beyond the
+// window when a run of it starts stays in memory, unarmed, while that run is in flight (an
+// allow_all run, or a run-now). When the window reaches the fire it is armed and fires on
+// time, beside the run still hanging, not when that run ends.
+func TestFireBeyondTheWindowWhileARunKeepsTheTask(t *testing.T) {
+	for _, runNow := range []bool{false, true} {
+		name := "allow_all"
+		if runNow {
+			name = "run-now"
+		}
+		t.Run(name, func(t *testing.T) {
+			persisttest.Each(t, func(t *testing.T, s persist.Store) {
+				ctx := context.Background()
+				// Just past a fire: the next is 29 s away, beyond the window of 10 s.
+				clk := clock.NewFake(time.Now().Truncate(30 * time.Second).Add(time.Second))
+				h := newHangingServer(t, clk)
+				e := startEngine(t, s, withFakeClock(clk))
+				spec := httpSpec("sparse", h.URL)
+				spec.Cron = "*/30 * * * * *"
+				spec.TimeoutSec = ptr(600)
+				if !runNow {
+					spec.OverlapPolicy = model.OverlapAllowAll
+				}
+				pt := mustCreate(t, e, spec)
+				due := pt.Runtime.NextTriggerTime
+				if runNow {
+					if _, err := e.RunNow(ctx, "sparse", nil, "test"); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					waitAdvancing(t, clk, 50*time.Millisecond, 40*time.Second, "the first fire", func() bool { return len(h.got("sparse")) == 1 })
+					due += 30_000
+				}
+				// The next fire, 30 s on, is beyond the 10 s window now; the run hangs past it.
+				waitAdvancing(t, clk, 50*time.Millisecond, 60*time.Second, "the fire beyond the window", func() bool {
+					for _, c := range h.got("sparse") {
+						if c.body.ScheduledAt == due && c.body.Kind == model.RunScheduled {
+							return true
+						}
+					}
+					return false
+				})
+				calls := h.got("sparse")
+				last := calls[len(calls)-1]
+				if late := last.at.UnixMilli() - due; late > 2000 {
+					t.Errorf("the fire of %d left %d ms late, want on time", due, late)
+				}
+				if in, _ := h.inside(); in != 2 {
+					t.Errorf("%d calls in the endpoint, want 2: the fire beside the hanging run", in)
+				}
+				h.release()
+			})
+		})
+	}
+}
+
 // TestAllowAllKeepsToItsConcurrencyLimit: allow_all runs count in their group's limit like
 // every run; a fire over it waits (nothing is dropped) and starts when a run ends, so the
 // endpoint never holds more than the limit.
