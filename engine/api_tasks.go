@@ -237,6 +237,12 @@ func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error
 // overlay replaces the stored runtime with the in-memory one, which may be a few
 // milliseconds ahead of what is durable.
 func (e *Engine) overlay(pt *model.Task) {
+	e.overlayHeld(pt)
+}
+
+// overlayHeld is overlay; it reports whether the task is held in memory (pt is then that
+// copy).
+func (e *Engine) overlayHeld(pt *model.Task) bool {
 	if t := e.tasks.get(pt.Def.ID); t != nil {
 		t.mu.Lock()
 		held := !t.evicted && !t.deleted
@@ -246,10 +252,11 @@ func (e *Engine) overlay(pt *model.Task) {
 		}
 		t.mu.Unlock()
 		if held {
-			return
+			return true
 		}
 	}
 	e.overlayOpenFire(pt)
+	return false
 }
 
 // overlayOpenFire shows a task read from the store by an engine that is not running (a
@@ -281,12 +288,18 @@ func (e *Engine) overlayOpenFire(pt *model.Task) {
 
 // GetTask returns a task's definition and runtime.
 func (e *Engine) GetTask(ctx context.Context, name string) (*model.Task, error) {
-	pt, err := e.store.GetTask(ctx, name)
-	if err != nil {
-		return nil, err
+	for try := 0; ; try++ {
+		gen := e.evictions.Load()
+		pt, err := e.store.GetTask(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		// A copy evicted while the row was read (once its last write was durable, maybe
+		// after the read) leaves an older row than memory showed a moment ago: read again.
+		if e.overlayHeld(pt) || e.evictions.Load() == gen || try == 2 {
+			return pt, nil
+		}
 	}
-	e.overlay(pt)
-	return pt, nil
 }
 
 // ListTasks lists tasks, filtered by group and state.

@@ -192,6 +192,7 @@ func (e *Engine) settleStale(t *task) bool {
 	}
 	e.disarm(t)
 	t.evicted = true
+	e.evictions.Add(1)
 	e.tasks.remove(t)
 	return !t.deleted
 }

@@ -299,6 +299,9 @@ type Engine struct {
 	startWheel func(ctx context.Context) error
 	loopsWG    sync.WaitGroup
 	running    atomic.Bool
+	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
+	// evicted while it read).
+	evictions atomic.Int64
 	// ending remembers executor results settled in memory and not yet durable (core_ending.go).
 	ending endingResults
 }
@@ -650,6 +653,7 @@ func (e *Engine) settle(t *task) {
 	e.disarm(t)
 	if t.pending == 0 && t.flying == 0 {
 		t.evicted = true
+		e.evictions.Add(1)
 		e.tasks.remove(t)
 	}
 }
