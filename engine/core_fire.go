@@ -382,6 +382,7 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,
 		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
+		Parallel: def.OverlapPolicy == model.OverlapAllowAll,
 	})
 	switch def.Callback.Type {
 	case model.CallbackHTTP:

@@ -461,7 +461,7 @@ func (e *Executor) admit(req protocol.Run) (int, any, func()) {
 	if !ok {
 		return http.StatusNotFound, protocol.Error{Error: fmt.Sprintf("unknown handler %q", req.Handler)}, nil
 	}
-	if other, busy := e.tasks[req.Task]; busy {
+	if other, busy := e.tasks[req.Task]; busy && !req.Parallel {
 		return http.StatusConflict, protocol.Error{Error: fmt.Sprintf("task %q is already running here with ticket %q", req.Task, other)}, nil
 	}
 	if e.inflight >= e.cfg.PoolSize+e.cfg.QueueSize {
@@ -479,7 +479,10 @@ func (e *Executor) admit(req protocol.Run) (int, any, func()) {
 		ctx: ctx, kill: kill, release: release,
 	}
 	e.running[req.Ticket] = ar
-	e.tasks[req.Task] = req.Ticket
+	if !req.Parallel {
+		// A parallel run (allow_all) is no run another must wait for.
+		e.tasks[req.Task] = req.Ticket
+	}
 	e.inflight++
 	e.runWG.Add(1)
 	e.queue <- ar

@@ -236,6 +236,37 @@ func TestReentryOfARunningTaskIsRefused(t *testing.T) {
 	waitCallbacks(t, peer, 3)
 }
 
+// TestParallelRunsOfATaskRunTogether: runs marked parallel (overlap_policy allow_all) run
+// beside one another and beside a run of the same task; a run not so marked is still
+// refused while the task's unmarked run is here.
+func TestParallelRunsOfATaskRunTogether(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 4)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+
+	par := func(ticket string) protocol.Run {
+		r := runFor(ticket, "every-minute", "h")
+		r.Parallel = true
+		return r
+	}
+	dispatch(t, peer, exe, par("p-1"), http.StatusAccepted)
+	recv(t, started, "first parallel run")
+	dispatch(t, peer, exe, par("p-2"), http.StatusAccepted)
+	recv(t, started, "second parallel run beside the first")
+	dispatch(t, peer, exe, runFor("p-3", "every-minute", "h"), http.StatusAccepted) // nothing unmarked is here
+	recv(t, started, "an unmarked run beside the parallel ones")
+	resp := dispatch(t, peer, exe, runFor("p-4", "every-minute", "h"), http.StatusConflict)
+	if !strings.Contains(string(resp.Body), `already running here with ticket \"p-3\"`) {
+		t.Errorf("409 body = %s", resp.Body)
+	}
+	dispatch(t, peer, exe, par("p-1"), http.StatusAccepted) // a parallel ticket is still de-duplicated
+	close(release)
+	waitCallbacks(t, peer, 3)
+}
+
 func TestFullPoolAndQueueAnswerBusy(t *testing.T) {
 	peer := startPeer(t, schedpeer.Config{})
 	exe := newExecutor(t, executor.Config{PoolSize: 1, QueueSize: 1}, peer)

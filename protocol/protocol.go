@@ -101,6 +101,9 @@ type Run struct {
 	// Epoch is the lease epoch of the primary that sent the run: an executor refuses one
 	// below the highest it has seen. 0 without HA.
 	Epoch int64 `json:"epoch,omitempty"`
+	// Parallel says the task's runs may overlap (overlap_policy allow_all): an executor runs
+	// it beside the task's other runs instead of refusing re-entry (R5.4).
+	Parallel bool `json:"parallel,omitempty"`
 }
 
 // RunBatch is the body of PathRuns. Each element is a Run; the executor decodes them one by

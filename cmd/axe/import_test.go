@@ -85,7 +85,7 @@ CRON_TZ=Asia/Tokyo
 	}
 	// The dry run: a table, and nothing changed.
 	dry := axeOK(t, env, "import", "crontab", tab, "--app", "ops", "--agent-config", agentPath, "--skip-bad")
-	for _, want := range []string{"SOURCE", "line 7", "30 9 * * 1-5", "Asia/Tokyo", "line 8", "@hourly", "MAILTO (line 2)", "overlap", "dry run: 2 task(s)"} {
+	for _, want := range []string{"SOURCE", "line 7", "30 9 * * 1-5", "Asia/Tokyo", "line 8", "@hourly", "MAILTO (line 2)", "dry run: 2 task(s)"} {
 		if !strings.Contains(dry, want) {
 			t.Errorf("dry run lacks %q:\n%s", want, dry)
 		}

@@ -191,6 +191,9 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 				Callback:   Callback{Type: "executor", App: opt.App, Handler: name},
 				// Cron does not catch up on fires it missed while down.
 				MisfirePolicy: "skip",
+				// Cron starts a job at its time even while its previous run goes on: the
+				// agent runs such runs beside one another (protocol.Run.Parallel).
+				OverlapPolicy: "allow_all",
 				Paused:        opt.Paused,
 			},
 			Next:    next,
@@ -218,9 +221,6 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 	}
 	for _, u := range slices.Sorted(maps.Keys(users)) {
 		p.NotCarried = append(p.NotCarried, change("user", "user %s (%s): the agent runs every command as its own user; run the agent as %s", u, lineList(users[u]), u))
-	}
-	if len(p.Items) > 0 {
-		p.NotCarried = append(p.NotCarried, change("overlap", "overlap: cron starts a job even while its previous run is still going; axe runs a task once at a time (the agent refuses re-entry), and fires during a run are skipped"))
 	}
 	if len(mailto) > 0 {
 		p.NotCarried = append(p.NotCarried, routine("MAILTO", "MAILTO (%s): axe mails nothing; a run keeps the tail of its output (axe task runs), and failures raise alerts", lineList(mailto)))
