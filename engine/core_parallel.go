@@ -147,17 +147,7 @@ func (e *Engine) parallelDurable(t *task, def *model.TaskDef, run model.Run, err
 // alert. The caller holds t.mu and has taken the run from e.runs.
 func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy string) (after func()) {
 	now := e.nowMS()
-	run.EndedAt = now
-	run.Result = oc.result
-	run.Error = oc.errText
-	run.Output = oc.output
-	if oc.executor != "" {
-		run.Executor = oc.executor
-	}
-	run.DurationMS = oc.duration.Milliseconds()
-	if oc.duration == 0 {
-		run.DurationMS = now - run.DispatchedAt
-	}
+	run = endedRun(run, oc, now)
 	if killedBy != "" {
 		run.Result, run.Error = model.ResultKilled, "killed by "+killedBy
 	}

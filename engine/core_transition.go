@@ -112,18 +112,7 @@ func decideEnd(in endInput) endDecision {
 		return decideKill(in)
 	}
 	now, oc, def := in.Now, in.Outcome, in.Def
-	run := in.Run
-	run.EndedAt = now
-	run.Result = oc.result
-	run.Error = oc.errText
-	run.Output = oc.output
-	if oc.executor != "" {
-		run.Executor = oc.executor
-	}
-	run.DurationMS = oc.duration.Milliseconds()
-	if oc.duration == 0 {
-		run.DurationMS = now - run.DispatchedAt
-	}
+	run := endedRun(in.Run, oc, now)
 	d := endDecision{Breaker: breakerFeedOf(oc.result)}
 
 	nrt := in.RT
@@ -197,6 +186,23 @@ func decideEnd(in endInput) endDecision {
 	d.PausedOnFailure = d.PausedDef != nil
 	d.Run, d.RT = run, nrt
 	return d
+}
+
+// endedRun is run ended at now as oc says: its end, result, error, output, executor and
+// duration (oc's, else from its dispatch to now).
+func endedRun(run model.Run, oc outcome, now int64) model.Run {
+	run.EndedAt = now
+	run.Result = oc.result
+	run.Error = oc.errText
+	run.Output = oc.output
+	if oc.executor != "" {
+		run.Executor = oc.executor
+	}
+	run.DurationMS = oc.duration.Milliseconds()
+	if oc.duration == 0 {
+		run.DurationMS = now - run.DispatchedAt
+	}
+	return run
 }
 
 // decideKill decides the end of a run killed by in.KilledBy: the run is KILLED and the task
