@@ -88,8 +88,10 @@ var sqliteHA = haSQL{
 	now:      `strftime(` + sqliteTime + `, 'now')`,
 	shift:    `strftime(` + sqliteTime + `, 'now', ?)`,
 	shiftArg: func(d time.Duration) any { return fmt.Sprintf("%+.3f seconds", d.Seconds()) },
+	// Both times hold whole milliseconds, but a julianday double near 2.46e6 days carries
+	// about 40µs of rounding: the difference is rounded to the millisecond it really is.
 	leftUS: func(col string) string {
-		return `CAST(ROUND((julianday(` + col + `) - julianday('now')) * 86400000000) AS INTEGER)`
+		return `(CAST(ROUND((julianday(` + col + `) - julianday('now')) * 86400000) AS INTEGER) * 1000)`
 	},
 	epochMS: func(col string) string {
 		return `CAST(ROUND((julianday(` + col + `) - 2440587.5) * 86400000) AS INTEGER)`
