@@ -104,7 +104,7 @@ func (a *alerter) send(al Alert) {
 	select {
 	case a.ch <- al:
 	default:
-		a.deliveries.settle(al.id, DeliveryDropped, 0, nil)
+		a.deliveries.finish(al.id, DeliveryDropped, 0, nil)
 		a.drops()
 		a.log.Error("alert queue full; webhook delivery dropped", "kind", al.Kind, "message", al.Message)
 	}
@@ -136,11 +136,11 @@ func (a *alerter) deliver(al Alert) {
 		for attempt := 1; ; attempt++ {
 			err := a.post(url, body)
 			if err == nil {
-				a.deliveries.settle(al.id, DeliveryDelivered, attempt, nil)
+				a.deliveries.finish(al.id, DeliveryDelivered, attempt, nil)
 				break
 			}
 			if attempt == alertAttempts {
-				a.deliveries.settle(al.id, DeliveryFailed, attempt, err)
+				a.deliveries.finish(al.id, DeliveryFailed, attempt, err)
 				a.fails()
 				a.log.Error("alert webhook failed; giving up", "url", url, "kind", al.Kind, "attempts", attempt, "error", err)
 				break
@@ -150,10 +150,10 @@ func (a *alerter) deliver(al Alert) {
 			case <-a.quit:
 				// Stopping: one last try without waiting.
 				if err := a.post(url, body); err != nil {
-					a.deliveries.settle(al.id, DeliveryFailed, attempt+1, err)
+					a.deliveries.finish(al.id, DeliveryFailed, attempt+1, err)
 					a.fails()
 				} else {
-					a.deliveries.settle(al.id, DeliveryDelivered, attempt+1, nil)
+					a.deliveries.finish(al.id, DeliveryDelivered, attempt+1, nil)
 				}
 				attempt = alertAttempts
 			}

@@ -47,8 +47,8 @@ func (l *alertLog) add(al Alert, state string) uint64 {
 	return l.next
 }
 
-// settle records the outcome of alert id, unless newer alerts pushed it out.
-func (l *alertLog) settle(id uint64, state string, attempts int, err error) {
+// finish records the outcome of alert id, unless newer alerts pushed it out.
+func (l *alertLog) finish(id uint64, state string, attempts int, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := id % alertLogSize

@@ -18,10 +18,10 @@ func TestAlertLogKeepsTheNewest(t *testing.T) {
 	for i := range 300 {
 		ids = append(ids, l.add(Alert{Kind: "k", Message: fmt.Sprint(i)}, DeliveryQueued))
 	}
-	l.settle(ids[50], DeliveryDelivered, 1, nil) // pushed out: ignored
-	l.settle(ids[299], DeliveryFailed, 6, errors.New("HTTP 500"))
-	l.settle(ids[299], DeliveryDelivered, 1, nil) // a second webhook took it: the failure stands
-	l.settle(ids[298], DeliveryDelivered, 2, nil)
+	l.finish(ids[50], DeliveryDelivered, 1, nil) // pushed out: ignored
+	l.finish(ids[299], DeliveryFailed, 6, errors.New("HTTP 500"))
+	l.finish(ids[299], DeliveryDelivered, 1, nil) // a second webhook took it: the failure stands
+	l.finish(ids[298], DeliveryDelivered, 2, nil)
 	got := l.recent()
 	if len(got) != alertLogSize {
 		t.Fatalf("%d alerts listed, want %d", len(got), alertLogSize)

@@ -287,7 +287,7 @@ func (e *Engine) forgetReplaced(id int64) {
 	t.deleted = true
 	e.disarm(t)
 	e.brk.forget(id)
-	e.settle(t)
+	e.place(t)
 	t.mu.Unlock()
 }
 

@@ -235,7 +235,7 @@ func (e *Engine) reap(ctx context.Context) {
 			e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 		}
 		for _, ticket := range e.runs.on(x) {
-			e.runs.settle(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
+			e.runs.take(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
 				e.resolve(f.t, f.run, outcome{result: model.ResultLost, executor: x.Address,
 					errText: "executor " + x.Address + " was lost with the run in flight"})
 			})

@@ -178,7 +178,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		detail += "; next fire " + time.UnixMilli(nrt.NextTriggerTime).In(t.loc).Format(time.RFC3339Nano)
 	}
 	if old.Priority != def.Priority && t.ent != nil {
-		e.disarm(t) // settle re-arms it with the new priority
+		e.disarm(t) // place re-arms it with the new priority
 	}
 	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
 	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act}); err != nil {
@@ -187,7 +187,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 		// task since. A wait cut short by ctx proves nothing: the edit may still land.
 		if ctx.Err() == nil && t.def == &def && t.rt.Version == oldRT.Version+1 {
 			t.def, t.sched, t.loc, t.rt = old, oldSched, oldLoc, oldRT
-			e.settle(t)
+			e.place(t)
 		}
 		return nil, err
 	}

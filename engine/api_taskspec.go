@@ -434,7 +434,7 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		d.OnLost = s.OnLost
 	case persist.OnLostResend:
 		if d.Callback.Type != model.CallbackHTTP {
-			return d, fieldErr("on_lost", "resend applies to HTTP callbacks only; an executor's runs are settled by the results it re-sends")
+			return d, fieldErr("on_lost", "resend applies to HTTP callbacks only; an executor's runs are ended by the results it re-sends")
 		}
 		d.OnLost = s.OnLost
 	default:

@@ -493,7 +493,7 @@ func TestBackfillLeavesThePendingFireToTheSchedule(t *testing.T) {
 }
 
 // TestBackfillOnAnExecutor: backfill runs of an executor task are offered to the executor of
-// its app like any run, and settle on the executor's reports; at most parallel are held at
+// its app like any run, and end on the executor's reports; at most parallel are held at
 // once, and each fire time is offered once.
 func TestBackfillOnAnExecutor(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {

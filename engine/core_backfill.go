@@ -446,7 +446,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 				e.conc.release(slot)
 				t.mu.Lock()
 				t.flying--
-				e.settle(t)
+				e.place(t)
 				t.mu.Unlock()
 			}
 			results <- written{i, err}
@@ -455,7 +455,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 			e.conc.release(slot)
 			t.mu.Lock()
 			t.flying--
-			e.settle(t)
+			e.place(t)
 			t.mu.Unlock()
 			results <- written{i, err}
 		}
@@ -590,8 +590,8 @@ func (e *Engine) completeBackfill(t *task, run model.Run, oc outcome) {
 	}
 	e.m.results.result(oc.result).Inc()
 	t.mu.Lock()
-	e.ranDown(t, run.Ticket)
-	e.settle(t)
+	t.runLeft(run.Ticket)
+	e.place(t)
 	t.mu.Unlock()
 	g := &persist.Group{Runs: []model.Run{run}, Done: func(err error) {
 		oc.notify(err)

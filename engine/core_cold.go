@@ -26,7 +26,7 @@ import (
 // its first write. A cold entry is therefore never cancelled: an edit, pause or delete of
 // the task in the meantime is what the promoter reads. A task touched before its
 // promotion (an API call, a run-now) becomes a full in-memory task through acquire and
-// settle as usual, and its cold entry then finds it in memory and is dropped.
+// are placed as usual, and its cold entry then finds it in memory and is dropped.
 
 // PromoteLeadDefault is how long before its fire a cold task is read in full.
 const PromoteLeadDefault = 10 * time.Second

@@ -57,7 +57,7 @@ func (e *Engine) commitLockedDef(t *task, nrt model.Runtime, def *model.TaskDef,
 	nrt.Version = expect + 1
 	t.rt = nrt
 	t.pending++
-	e.settle(t)
+	e.place(t)
 	var trans []persist.Transition
 	if !t.deleted {
 		// A deleted task has no runtime row: its run and action records still land.
@@ -157,12 +157,8 @@ func (e *Engine) writeDone(t *task, err error) {
 	if err != nil {
 		e.writeFailed(t, err)
 	}
-	reload := e.settleStale(t)
-	e.settle(t)
+	e.place(t)
 	t.mu.Unlock()
-	if reload {
-		go e.reload(t.id)
-	}
 }
 
 // writeFailed reacts to a write that did not apply. Caller holds t.mu.
@@ -182,19 +178,6 @@ func (e *Engine) writeFailed(t *task, err error) {
 		e.log.Error("write failed", "task", t.def.Name, "error", err)
 		t.stale = true
 	}
-}
-
-// settleStale evicts a stale task once nothing is pending for it; it reports whether the
-// caller should reload it. Caller holds t.mu.
-func (e *Engine) settleStale(t *task) bool {
-	if !t.stale || t.pending > 0 || t.periodic != "" || len(t.parallel) > 0 || t.evicted {
-		return false
-	}
-	e.disarm(t)
-	t.evicted = true
-	e.evictions.Add(1)
-	e.tasks.remove(t)
-	return !t.deleted
 }
 
 // reload reads a task back from the store after a conflict and arms it from there.

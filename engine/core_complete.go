@@ -52,11 +52,11 @@ func httpOutcome(o dispatch.Outcome, host string) outcome {
 	return oc
 }
 
-// settleRun ends the run as oc says, unless something else (a kill, a timeout, a lost
+// endRun ends the run as oc says, unless something else (a kill, a timeout, a lost
 // executor) already took it from e.runs: then the late outcome changes nothing and is only
 // logged for the operator.
-func (e *Engine) settleRun(t *task, run model.Run, oc outcome) {
-	if !e.runs.settle(run.Ticket, nil, func(*flight) { e.resolve(t, run, oc) }) {
+func (e *Engine) endRun(t *task, run model.Run, oc outcome) {
+	if !e.runs.take(run.Ticket, nil, func(*flight) { e.resolve(t, run, oc) }) {
 		e.lateResult(run.TaskName, run.Ticket, oc)
 	}
 }
@@ -67,7 +67,7 @@ func (e *Engine) lateResult(task, ticket string, oc outcome) {
 }
 
 // resolve routes an outcome to the periodic state machine or to a run-now instance. The
-// caller has taken the run from e.runs (runsInFlight.settle).
+// caller has taken the run from e.runs (runsInFlight.take).
 func (e *Engine) resolve(t *task, run model.Run, oc outcome) {
 	switch run.Kind {
 	case model.RunManual:
@@ -78,15 +78,6 @@ func (e *Engine) resolve(t *task, run model.Run, oc outcome) {
 		return
 	}
 	e.complete(t, run, oc)
-}
-
-// ranDown notes that one of t's runs left e.runs. Caller holds t.mu.
-func (e *Engine) ranDown(t *task, ticket string) {
-	t.flying--
-	if t.periodic == ticket {
-		t.periodic = ""
-	}
-	delete(t.parallel, ticket)
 }
 
 // complete records how the periodic run ended and moves the task on: to the next cycle, to a
@@ -100,19 +91,19 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 		return
 	}
 	if t.periodic != ticket || t.rt.State != model.StateRunning {
-		// Cannot happen while runsInFlight settles each ticket once; kept as a guard so a
+		// Cannot happen while runsInFlight gives each ticket out once; kept as a guard so a
 		// stray outcome never moves the state machine.
 		if t.periodic == ticket {
-			e.ranDown(t, ticket)
+			t.runLeft(ticket)
 		}
-		e.settle(t)
+		e.place(t)
 		t.mu.Unlock()
 		e.lateResult(run.TaskName, ticket, oc)
 		oc.notify(fmt.Errorf("%w: run %s is no longer the task's run in flight", ErrStaleTicket, ticket))
 		return
 	}
 	d := decideEnd(e.endInput(t, run, oc, e.nowMS()))
-	e.ranDown(t, ticket)
+	t.runLeft(ticket)
 	e.applyEnd(t, d)
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()
@@ -184,7 +175,7 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 	}
 	e.m.results.result(oc.result).Inc()
 	t.mu.Lock()
-	e.ranDown(t, run.Ticket)
+	t.runLeft(run.Ticket)
 	name, group := t.def.Name, t.def.Group
 	detail := "run-now " + oc.result
 	if oc.errText != "" {
@@ -195,7 +186,7 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 		actName = ActTimeout
 	}
 	act := e.action(t, run.Ticket, actName, "", "", ActorScheduler, detail, now)
-	e.settle(t)
+	e.place(t)
 	t.mu.Unlock()
 	release := oc.result == model.ResultSuccess && e.upstreams.has(name)
 	g := &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}, Done: func(err error) {
@@ -233,8 +224,8 @@ func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, err
 	e.killOnExecutor(ticket) // best effort, while the run still names its executor
 	var rt model.Runtime
 	err = ErrConflict
-	settled := e.runs.settle(ticket, nil, func(f *flight) { rt, err = e.killLocked(ctx, t, f.run, actor) })
-	if !settled {
+	taken := e.runs.take(ticket, nil, func(f *flight) { rt, err = e.killLocked(ctx, t, f.run, actor) })
+	if !taken {
 		// Its result, timeout or loss took the run first and is recording that end.
 		return nil, fmt.Errorf("%w: the run of task %q is ending already", ErrConflict, name)
 	}
@@ -266,13 +257,13 @@ func (e *Engine) cancelOther(id int64, ticket string, due int64) {
 		return
 	}
 	e.killOnExecutor(ticket)
-	settled := e.runs.settle(ticket, nil, func(f *flight) {
+	taken := e.runs.take(ticket, nil, func(f *flight) {
 		_, err = e.killLocked(ctx, t, f.run, ActorOverlap)
 	})
-	if settled && err != nil {
+	if taken && err != nil {
 		e.log.Warn("overlap kill not recorded", "task", t.def.Name, "ticket", ticket, "error", err)
 	}
-	if settled {
+	if taken {
 		e.log.Info("run killed by overlap policy cancel_other", "task", t.def.Name, "ticket", ticket,
 			"fire", time.UnixMilli(due).UTC().Format(time.RFC3339))
 	}
@@ -285,7 +276,7 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor s
 	in := e.endInput(t, run, outcome{}, e.nowMS())
 	in.Kill, in.KilledBy = true, actor
 	d := decideEnd(in)
-	e.ranDown(t, run.Ticket)
+	t.runLeft(run.Ticket)
 	e.applyEnd(t, d)
 	nrt := d.RT
 	nrt.Version = t.rt.Version + 1 // as commitWait sets it

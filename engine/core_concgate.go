@@ -101,7 +101,7 @@ func before(a, b *concWaiter) bool {
 // back a fire whose group or key is at its limit until a run of it ends. Nothing is dropped:
 // a waiting fire is only late. Every run counts, whatever started it (a fire, a retry, a
 // run-now, recovery at start), from the moment it takes its slot until it leaves e.runs
-// (runsInFlight.settle releases it).
+// (runsInFlight.take releases it).
 //
 // Waiters are kept by task: a task has one armed entry at a time, so it has at most one
 // waiter, and a newer entry of it replaces the older one (which fire would drop as stale).

@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// endingKeep is how long an executor's result is remembered after it settled its run. Its
+// endingKeep is how long an executor's result is remembered after it ended its run. Its
 // record is durable within a writer batch (milliseconds) unless the store is down; past this,
 // a duplicate delivery is judged against the store alone, as before.
 const endingKeep = time.Minute
 
-// endingResults remembers the executor results that settled their run in memory, by ticket,
+// endingResults remembers the executor results that ended their run in memory, by ticket,
 // for endingKeep. Between that moment and the run record's commit the store still says
 // running; without it a second delivery of the same result (an executor that reports twice,
 // a network that duplicates a request) was refused 409 as a stale ticket and left a
@@ -27,7 +27,7 @@ type endingEntry struct {
 	at     time.Time
 }
 
-// add notes that ticket's run settled with status at now, and forgets the notes older than
+// add notes that ticket's run ended with status at now, and forgets the notes older than
 // endingKeep (amortised O(1): the oldest are at the front).
 func (r *endingResults) add(ticket, status string, now time.Time) {
 	r.mu.Lock()
@@ -50,7 +50,7 @@ func (r *endingResults) add(ticket, status string, now time.Time) {
 	r.order = append(r.order, e)
 }
 
-// has reports whether ticket's run settled with status within the last endingKeep.
+// has reports whether ticket's run ended with status within the last endingKeep.
 func (r *endingResults) has(ticket, status string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -23,7 +23,7 @@ import (
 func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
-		e.settleRun(t, run, outcome{result: model.ResultFailed,
+		e.endRun(t, run, outcome{result: model.ResultFailed,
 			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
 		return
 	}
@@ -60,7 +60,7 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 		}
 		refusals = append(refusals, x.Address+": "+why)
 	}
-	e.settleRun(t, run, outcome{result: model.ResultFailed,
+	e.endRun(t, run, outcome{result: model.ResultFailed,
 		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
 }
 
@@ -109,7 +109,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	// The result is noted as ending while the flight is taken, under the same lock, so a
 	// duplicate delivery that finds the flight gone finds the note. The executor is compared
 	// there too: the run may have moved to another executor since checkReport looked.
-	settled := e.runs.settle(rep.Ticket, func(f *flight) bool {
+	taken := e.runs.take(rep.Ticket, func(f *flight) bool {
 		if !waitingReport(f) {
 			return false
 		}
@@ -141,7 +141,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		oc.durable = func(err error) { recorded <- err }
 		e.resolve(r.t, r.run, oc)
 	})
-	if settled {
+	if taken {
 		return func(ctx context.Context) (bool, error) {
 			select {
 			case err := <-recorded:
@@ -166,7 +166,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 //   - an executor app (rep.App) other than the one the run belongs to: the executor it was
 //     offered to, or the task's callback app for a run adopted after a restart or no longer
 //     in flight (ErrForeignApp). The API lets a token bound to apps report only as one of
-//     them, so together no executor can settle another app's run;
+//     them, so together no executor can end another app's run;
 //   - a task (rep.Task) other than the run's (a *FieldError on "task");
 //   - an executor address (rep.Address) other than the executor holding the run, or, for a
 //     run no executor of this process holds, one no executor of the run's app registered

@@ -23,10 +23,10 @@ package engine
 //	                                                                a completion queue
 //	dispatchDurable → send (Send and Go     completion goroutine    briefly on t.mu; never on
 //	  only enqueue; a refused send is       (core_submit.go)        the writer (a send the
-//	  settled on its own goroutine)                                 dispatcher refuses goes to
+//	  ended on its own goroutine)                                   dispatcher refuses goes to
 //	                                                                its own goroutine, notSent)
 //	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
-//	  the outcome → settleRun → complete                            the run's deadline; on
+//	  the outcome → endRun → complete                               the run's deadline; on
 //	  → commitLockedNotify → unlock                                 Submit, without t.mu
 //	executor report, kill, run-now          API handler             on the writer (commitWait),
 //	                                                                without t.mu
@@ -148,7 +148,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		e.m.dupFires.Inc()
 	}
 	if t.ent == ent && t.rt.State == model.StateRunning && !t.evicted && !t.deleted && !t.stale && e.running.Load() {
-		// cancel_other: the next fire came due while the run is in flight (settle armed it).
+		// cancel_other: the next fire came due while the run is in flight (place armed it).
 		t.ent = nil
 		ticket, due := t.periodic, t.entDue
 		t.mu.Unlock()
@@ -205,46 +205,20 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		e.fireParallel(t, sched, now, slot, t.fireDetail(from, jitter, adm.waited))
 		return
 	}
-	if err := checkTransition(from, model.StateRunning); err != nil {
+	d := decideFire(fireInput{ID: t.id, Def: t.def, RT: t.rt, Sched: sched, Now: now,
+		Detail: t.fireDetail(from, jitter, adm.waited)})
+	if d.Refused != nil {
 		t.mu.Unlock()
-		e.log.Error("refusing fire", "task", t.def.Name, "error", err)
+		e.log.Error("refusing fire", "task", t.def.Name, "error", d.Refused)
 		return
 	}
-	attempt := 1
-	kind := model.RunScheduled
-	if from == model.StateRetrying {
-		attempt = t.rt.Attempt
-	}
-	ticket := scheduledTicket(t.id, sched, attempt)
-	// The fire writes one row: its run, with result `running`, inserted as the fire record
-	// (R8.5). That row is the durable RUNNING marker. The runtime row keeps the state, the
-	// due time, the attempt and the version the fire was made from until the run's end is
-	// written, which moves it on with one compare-and-swap from that version; the run row
-	// carries the dispatch (dispatched_at, attempt) that a `dispatch` action record used to
-	// repeat, and the timeline derives that event from it (persist.Timeline). Recovery finds
-	// such a run through ListOpenFires (core_recover.go). In memory the task is RUNNING at once,
-	// at the same version: nothing was written to the runtime. See design.md, "Write path"
-	// and "Crash recovery". NextTriggerTime keeps the due time of the fire in flight, which
-	// is also how the open run is found; only SCHEDULED and RETRYING tasks are armed or
-	// loaded, so the due in memory is never fired again, and the run's end sets the field
-	// (complete, Kill).
-	nrt := t.rt
-	nrt.State = model.StateRunning
-	nrt.CurrentTicket = ticket
-	nrt.Attempt = attempt
-	nrt.LastTriggerTime = now
-	run := model.Run{
-		Ticket: ticket, TaskID: t.id, TaskName: t.def.Name, Kind: kind, Attempt: attempt,
-		ScheduledAt: sched, DispatchedAt: now, Result: model.ResultRunning,
-		Executor: downstreamOf(t.def),
-	}
-	run.Detail = t.fireDetail(from, jitter, adm.waited)
+	nrt, run, ticket := d.RT, d.Run, d.Run.Ticket
 	t.rt = nrt
 	t.pending++
 	t.periodic = ticket
 	t.flying++
 	e.runs.add(t, run, adm.slot)
-	adm.slot = concSlot{} // the run holds it now; runsInFlight.settle releases it
+	adm.slot = concSlot{} // the run holds it now; runsInFlight.take releases it
 	def := t.def
 	g := &persist.Group{
 		Fires: []model.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
@@ -254,10 +228,10 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	e.commitGroupLocked(t, g, func(error) {
 		// Only when the writer has stopped: the fire record never reached the store, so the
 		// store still says SCHEDULED and the fire happens after a restart.
-		e.runs.settle(ticket, nil, nil)
+		e.runs.take(ticket, nil, nil)
 	})
 	e.m.triggers.Inc()
-	e.settle(t) // cancel_other arms the next fire while this run is in flight
+	e.place(t) // cancel_other arms the next fire while this run is in flight
 	e.unlock(t)
 }
 
@@ -310,24 +284,22 @@ func downstreamOf(def *model.TaskDef) string {
 func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
 	if err != nil {
 		duplicate := errors.Is(err, persist.ErrDuplicateFire)
-		reload := false
 		failed := func() { // caller holds t.mu
 			if duplicate {
 				t.stale = true // another node dispatched this fire: its runtime is newer
-				reload = e.settleStale(t)
 			} else {
 				e.writeFailed(t, err)
 			}
-			e.settle(t)
+			e.place(t)
 		}
-		settled := e.runs.settle(run.Ticket, nil, func(*flight) {
+		taken := e.runs.take(run.Ticket, nil, func(*flight) {
 			t.mu.Lock()
 			t.pending--
-			e.ranDown(t, run.Ticket)
+			t.runLeft(run.Ticket)
 			failed()
 			t.mu.Unlock()
 		})
-		if !settled { // killed while its transition was in flight: Kill recorded the end
+		if !taken { // killed while its transition was in flight: Kill recorded the end
 			t.mu.Lock()
 			t.pending--
 			failed()
@@ -337,9 +309,6 @@ func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err
 			e.fireRefused(t, def, run)
 		} else {
 			e.m.dispatches.result("conflict").Inc()
-		}
-		if reload {
-			go e.reload(t.id)
 		}
 		return
 	}
@@ -392,7 +361,7 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend,
 		}
-		err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) })
+		err := e.disp.Send(req, func(o dispatch.Outcome) { e.endRun(t, run, httpOutcome(o, run.Executor)) })
 		if err != nil {
 			e.notSent(t, run, "not sent: "+err.Error())
 		}
@@ -411,5 +380,5 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 // the failure's own write may wait for room in the writer's queue, which would hold up the
 // other completions of that shard. The run stays in e.runs until then, so Stop drains it.
 func (e *Engine) notSent(t *task, run model.Run, why string) {
-	go e.settleRun(t, run, outcome{result: model.ResultFailed, errText: why})
+	go e.endRun(t, run, outcome{result: model.ResultFailed, errText: why})
 }

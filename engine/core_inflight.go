@@ -11,48 +11,48 @@ import (
 )
 
 // flight is one run that has left the engine's hands: decided (its RUNNING transition or its
-// run-now row submitted), sent or being sent, and not yet settled.
+// run-now row submitted), sent or being sent, and not yet ended.
 type flight struct {
 	t    *task
 	run  model.Run // the run record; Executor names the executor holding it once offered
-	slot concSlot  // its slot of the concurrency gate, given back when it settles
+	slot concSlot  // its slot of the concurrency gate, given back when it is taken
 
 	// The fields below are guarded by runsInFlight.mu.
 	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
-	waiting bool               // an executor's report may settle it (offered, accepted or adopted)
+	waiting bool               // an executor's report may end it (offered, accepted or adopted)
 	timer   clock.Timer        // the timeout, once armed
 }
 
 // runsInFlight owns every run in flight, periodic, run-now and executor runs alike, by ticket.
 // A run is added when it leaves (fire, RunNow, start-up recovery) and leaves again only
-// through settle, which whoever ends it calls: the HTTP outcome, an executor's report, the
+// through take, which whoever ends it calls: the HTTP outcome, an executor's report, the
 // timeout, a kill, a lost executor, a failed write.
 //
 // Invariants:
 //
-//  1. A ticket is taken once. settle removes the flight under the lock and only the caller
-//     that removed it runs the settle action; every other settle of that ticket returns false.
-//     So a timeout and a result (or a kill and a result) cannot both settle a run.
-//  2. The count Stop drains falls only after the settle action returned, so a run's final
+//  1. A ticket is taken once. take removes the flight under the lock and only the caller
+//     that removed it runs the end action; every other take of that ticket returns false.
+//     So a timeout and a result (or a kill and a result) cannot both end a run.
+//  2. The count Stop drains falls only after the end action returned, so a run's final
 //     write is submitted to the writer before Stop goes on to flush it.
-//  3. The timeout timer comes from the engine's clock, and it settles the flight it was armed
+//  3. The timeout timer comes from the engine's clock, and it takes the flight it was armed
 //     for, not a later flight of the same ticket.
 //  4. A flight on an executor adds one to that executor's in-flight count for as long as it is
 //     assigned to it.
 //  5. A flight holds its concurrency slot (core_concgate.go) until it is taken: the slot is
-//     given back once, by the settle that removed it, after its settle action has returned,
+//     given back once, by the take that removed it, after its end action has returned,
 //     so a fire waiting for the slot starts after the run's end was decided (its ended_at
 //     stamped), never while the run is in flight.
 //
 // Lock order: a task's mu may be held when calling any method; runsInFlight.mu is never held
-// while calling out (settle actions, timers' callbacks).
+// while calling out (end actions, timers' callbacks).
 type runsInFlight struct {
 	clk  clock.Clock
 	conc *concGate
 
 	mu   sync.Mutex
 	m    map[string]*flight
-	n    int           // flights added and not yet settled (settle actions still running count)
+	n    int           // flights added and not yet taken (end actions still running count)
 	zero chan struct{} // closed when n drops to 0 while someone waits
 }
 
@@ -85,7 +85,7 @@ func (r *runsInFlight) has(ticket string) bool {
 	return ok
 }
 
-// arm sets the run's timeout: at deadline, onTimeout settles it unless something else did
+// arm sets the run's timeout: at deadline, onTimeout ends it unless something else did
 // first. It reports false when the run is no longer in flight.
 func (r *runsInFlight) arm(ticket string, deadline time.Time, onTimeout func(f *flight)) bool {
 	r.mu.Lock()
@@ -98,13 +98,13 @@ func (r *runsInFlight) arm(ticket string, deadline time.Time, onTimeout func(f *
 		f.timer.Stop()
 	}
 	f.timer = r.clk.AfterFunc(clock.Until(r.clk, deadline), func() {
-		r.settle(ticket, func(g *flight) bool { return g == f }, onTimeout)
+		r.take(ticket, func(g *flight) bool { return g == f }, onTimeout)
 	})
 	return true
 }
 
 // assign records that the run is offered to executor x (nil: an executor not in the
-// registry, for a run adopted after a restart) and may be settled by an executor's report.
+// registry, for a run adopted after a restart) and may be ended by an executor's report.
 // It reports false when the run is no longer in flight.
 func (r *runsInFlight) assign(ticket string, x *dispatch.Executor) bool {
 	r.mu.Lock()
@@ -144,10 +144,10 @@ func (r *runsInFlight) unassignLocked(f *flight) {
 	f.exec, f.waiting = nil, false
 }
 
-// settle takes the run with ticket, when it is in flight and when (nil: always) accepts it,
+// take takes the run with ticket, when it is in flight and when (nil: always) accepts it,
 // stops its timeout and runs fn with it: this caller alone ends the run (invariant 1). It
 // reports whether it did.
-func (r *runsInFlight) settle(ticket string, when func(f *flight) bool, fn func(f *flight)) bool {
+func (r *runsInFlight) take(ticket string, when func(f *flight) bool, fn func(f *flight)) bool {
 	r.mu.Lock()
 	f := r.m[ticket]
 	if f == nil || (when != nil && !when(f)) {
@@ -178,7 +178,7 @@ func (r *runsInFlight) done() {
 	r.mu.Unlock()
 }
 
-// waitingReport accepts a flight an executor's report may settle.
+// waitingReport accepts a flight an executor's report may end.
 func waitingReport(f *flight) bool { return f.waiting }
 
 // runOwner is whose a run in flight is: the executor holding it (app and address), else
@@ -268,6 +268,6 @@ func (r *runsInFlight) wait(ctx context.Context) error {
 	}
 }
 
-// RunsInFlight lists the runs this engine has sent and not yet settled: periodic, run-now and
+// RunsInFlight lists the runs this engine has sent and not yet ended: periodic, run-now and
 // executor runs, including those adopted from the store at start.
 func (e *Engine) RunsInFlight() []model.Run { return e.runs.list() }

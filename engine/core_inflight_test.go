@@ -14,7 +14,7 @@ import (
 )
 
 // TestRunsInFlightSettleOnce races a result against the timeout for many runs: exactly one
-// of them settles each run, and the drain count reaches zero only after both returned.
+// of them ends each run, and the drain count reaches zero only after both returned.
 func TestRunsInFlightSettleOnce(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	var r runsInFlight
@@ -41,7 +41,7 @@ func TestRunsInFlightSettleOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.settle(run.Ticket, nil, func(*flight) { results.Add(1) })
+			r.take(run.Ticket, nil, func(*flight) { results.Add(1) })
 		}()
 	}
 	clk.Advance(time.Second)
@@ -52,15 +52,15 @@ func TestRunsInFlightSettleOnce(t *testing.T) {
 		t.Fatalf("drain: %v (%d left)", err, r.count())
 	}
 	if got := timeouts.Load() + results.Load(); got != n {
-		t.Fatalf("%d timeouts + %d results = %d settles for %d runs, want exactly one each", timeouts.Load(), results.Load(), got, n)
+		t.Fatalf("%d timeouts + %d results = %d ends for %d runs, want exactly one each", timeouts.Load(), results.Load(), got, n)
 	}
-	if r.settle("t-0", nil, func(*flight) { t.Error("a settled ticket settled again") }) {
-		t.Error("settle of a settled ticket reported true")
+	if r.take("t-0", nil, func(*flight) { t.Error("a taken ticket taken again") }) {
+		t.Error("take of a taken ticket reported true")
 	}
 }
 
 // TestRunsInFlightTimeoutFromTheClock: the timeout fires when the engine's clock reaches the
-// deadline, not before, and a refused executor's report can no longer settle the run.
+// deadline, not before, and a refused executor's report can no longer end the run.
 func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	var r runsInFlight
@@ -73,8 +73,8 @@ func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 	if !r.unassign("k", x) || x.Inflight() != 0 {
 		t.Fatalf("unassign: inflight %d", x.Inflight())
 	}
-	if r.settle("k", waitingReport, nil) {
-		t.Fatal("a report settled a run no executor holds")
+	if r.take("k", waitingReport, nil) {
+		t.Fatal("a report ended a run no executor holds")
 	}
 	r.assign("k", x)
 	fired := make(chan model.Run, 1)

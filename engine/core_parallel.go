@@ -95,10 +95,10 @@ func (e *Engine) fireParallel(t *task, sched, now int64, slot concSlot, detail s
 		// Only when the writer has stopped: neither row reached the store, and the fire
 		// happens after a restart.
 		t.pending--
-		e.runs.settle(ticket, nil, nil)
+		e.runs.take(ticket, nil, nil)
 	})
 	e.m.triggers.Inc()
-	e.settle(t) // arms the next fire now: it does not wait for this run
+	e.place(t) // arms the next fire now: it does not wait for this run
 	e.unlock(t)
 }
 
@@ -116,9 +116,9 @@ func (e *Engine) parallelDurable(t *task, def *model.TaskDef, run model.Run, err
 	// this fire; a conflict, that another moved the runtime on. Either way this copy of the
 	// task is behind the store: it is read back once nothing is pending.
 	duplicate := errors.Is(err, persist.ErrDuplicateFire)
-	e.runs.settle(run.Ticket, nil, func(*flight) {
+	e.runs.take(run.Ticket, nil, func(*flight) {
 		t.mu.Lock()
-		e.ranDown(t, run.Ticket)
+		t.runLeft(run.Ticket)
 		t.mu.Unlock()
 	})
 	t.mu.Lock()
@@ -128,16 +128,12 @@ func (e *Engine) parallelDurable(t *task, def *model.TaskDef, run model.Run, err
 	} else {
 		e.writeFailed(t, err)
 	}
-	reload := e.settleStale(t)
-	e.settle(t)
+	e.place(t)
 	t.mu.Unlock()
 	if duplicate {
 		e.fireRefused(t, def, run)
 	} else {
 		e.m.dispatches.result("conflict").Inc()
-	}
-	if reload {
-		go e.reload(t.id)
 	}
 }
 
@@ -151,7 +147,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 	if killedBy != "" {
 		run.Result, run.Error = model.ResultKilled, "killed by "+killedBy
 	}
-	e.ranDown(t, run.Ticket)
+	t.runLeft(run.Ticket)
 	e.m.results.result(run.Result).Inc()
 	st := t.rt.State
 	nrt := t.rt
@@ -252,7 +248,7 @@ func (e *Engine) killParallel(ctx context.Context, t *task, actor string) (*mode
 	var afters []func()
 	for _, ticket := range tickets {
 		e.killOnExecutor(ticket) // best effort, while the run still names its executor
-		e.runs.settle(ticket, nil, func(f *flight) {
+		e.runs.take(ticket, nil, func(f *flight) {
 			afters = append(afters, e.endParallelLocked(t, f.run, outcome{durable: func(err error) { done <- err }}, actor))
 		})
 	}

@@ -120,7 +120,7 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 	t.mu.Unlock()
 	e.runs.add(t, run, slot)
 	t.mu.Lock()
-	e.settle(t) // cancel_other arms the next fire while the run is in flight
+	e.place(t) // cancel_other arms the next fire while the run is in flight
 	t.mu.Unlock()
 	if t.def.Callback.Type == model.CallbackExecutor {
 		// An SDK executor re-sends its result until acknowledged: wait for it, under the
@@ -133,7 +133,7 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 		return true
 	}
 	e.holdLost(t, run)
-	e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
+	e.endRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return true
 }
 
@@ -241,7 +241,7 @@ func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func())
 		return nil
 	}
 	e.holdLost(t, run)
-	e.settleRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
+	e.endRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return nil
 }
 

@@ -81,7 +81,7 @@ type outgoing struct {
 }
 
 // commitGroupLocked puts g in t's outbox, after every group decided for t before it. The
-// caller holds t.mu and must let go of it with e.unlock (or e.release, which settles first);
+// caller holds t.mu and must let go of it with e.unlock (or e.release, which places it first);
 // until then g is not submitted.
 func (e *Engine) commitGroupLocked(t *task, g *persist.Group, dropped func(error)) {
 	t.outbox = append(t.outbox, outgoing{g: g, dropped: dropped})

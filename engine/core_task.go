@@ -9,7 +9,6 @@ import (
 
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
-	"github.com/axe-sched/axe/wheel"
 )
 
 // task is a task held in memory: armed in the wheel, running, or being operated on.
@@ -26,26 +25,12 @@ type task struct {
 	// write submitted to the writer, which may not be durable yet (pending > 0).
 	rt model.Runtime
 
-	ent *wheel.Entry[*task] // armed entry, or nil
-	// entDue is the nominal due time ent fires for: ent.When less the fire's jitter
-	// (core_jitter.go). The fire's ticket and run carry entDue, never ent.When.
-	entDue  int64
-	pending int // writes decided (in the outbox or the writer) and not yet done
+	residency // in memory: armed, held, stale, evicted (core_residency.go)
+
 	// outbox holds the groups decided under mu and not yet submitted, in decision order;
 	// flushing is set while one caller submits them (core_submit.go, flush).
 	outbox   []outgoing
 	flushing bool
-	// periodic is the ticket of the periodic run in flight (e.runs), or "".
-	periodic string
-	// parallel holds the tickets of the allow_all runs in flight (core_parallel.go), which
-	// run beside one another outside the periodic state machine; nil until the first.
-	parallel map[string]struct{}
-	// flying counts this task's runs in e.runs, periodic, allow_all, run-now and backfill: the task stays in
-	// memory while any is in flight.
-	flying  int
-	evicted bool // removed from the task map; a holder must look the task up again
-	deleted bool
-	stale   bool // a write conflicted: reload from the store once nothing is pending
 
 	// releasedBy names the upstream runs that released a dependency fire, for its run row.
 	releasedBy string

@@ -97,7 +97,7 @@ type endDecision struct {
 }
 
 // armAt is the due time the decision arms in the wheel (a retry or the next cron fire), or
-// 0 when the task rests. For a jittered cron fire it is the nominal time; settle arms the
+// 0 when the task rests. For a jittered cron fire it is the nominal time; place arms the
 // entry later by the fire's jitter (core_jitter.go).
 func (d endDecision) armAt() int64 {
 	if armable(d.RT.State) {
@@ -186,6 +186,59 @@ func decideEnd(in endInput) endDecision {
 	d.PausedOnFailure = d.PausedDef != nil
 	d.Run, d.RT = run, nrt
 	return d
+}
+
+// fireInput is everything a periodic fire is decided from once the gates (breaker,
+// concurrency slot) let it through, copied out of the task under t.mu.
+type fireInput struct {
+	ID     int64
+	Def    *model.TaskDef
+	RT     model.Runtime // SCHEDULED or RETRYING: the state the fire is made from
+	Sched  int64         // the fire's nominal time (ms), which its ticket and run row name
+	Now    int64         // ms
+	Detail string        // the run row's detail (task.fireDetail)
+}
+
+// fireDecision is what a periodic fire changes: the fire record and the task's runtime in
+// memory. Refused: the state machine refuses the move, and nothing fires.
+type fireDecision struct {
+	Run     model.Run
+	RT      model.Runtime
+	Refused error
+}
+
+// decideFire decides a periodic fire. The fire writes one row: its run, with result
+// `running`, inserted as the fire record (R8.5). That row is the durable RUNNING marker.
+// The runtime row keeps the state, the due time, the attempt and the version the fire was
+// made from until the run's end is written, which moves it on with one compare-and-swap from
+// that version; the run row carries the dispatch (dispatched_at, attempt) that a `dispatch`
+// action record used to repeat, and the timeline derives that event from it
+// (persist.Timeline). Recovery finds such a run through ListOpenFires (core_recover.go). In
+// memory the task is RUNNING at once, at the same version: nothing was written to the
+// runtime. See design.md, "Write path" and "Crash recovery". NextTriggerTime keeps the due
+// time of the fire in flight, which is also how the open run is found; only SCHEDULED and
+// RETRYING tasks are armed or loaded, so the due in memory is never fired again, and the
+// run's end sets the field (decideEnd).
+func decideFire(in fireInput) fireDecision {
+	if err := checkTransition(in.RT.State, model.StateRunning); err != nil {
+		return fireDecision{Refused: err}
+	}
+	attempt := 1
+	if in.RT.State == model.StateRetrying {
+		attempt = in.RT.Attempt
+	}
+	ticket := scheduledTicket(in.ID, in.Sched, attempt)
+	nrt := in.RT
+	nrt.State = model.StateRunning
+	nrt.CurrentTicket = ticket
+	nrt.Attempt = attempt
+	nrt.LastTriggerTime = in.Now
+	run := model.Run{
+		Ticket: ticket, TaskID: in.ID, TaskName: in.Def.Name, Kind: model.RunScheduled, Attempt: attempt,
+		ScheduledAt: in.Sched, DispatchedAt: in.Now, Result: model.ResultRunning,
+		Executor: downstreamOf(in.Def), Detail: in.Detail,
+	}
+	return fireDecision{Run: run, RT: nrt}
 }
 
 // endedRun is run ended at now as oc says: its end, result, error, output, executor and

@@ -586,3 +586,65 @@ func TestBreakerFeedOf(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideFire: a periodic fire, case by case: the fire record it writes and the runtime it
+// leaves in memory, or the state machine's refusal.
+func TestDecideFire(t *testing.T) {
+	def := &model.TaskDef{ID: 7, Name: "nightly", Trigger: model.TriggerCron, Cron: "0 * * * *",
+		Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://hooks.example:8080/run"}}
+	exec := &model.TaskDef{ID: 7, Name: "nightly", Trigger: model.TriggerCron, Cron: "0 * * * *",
+		Callback: model.Callback{Type: model.CallbackExecutor, App: "billing"}}
+	base := model.Runtime{TaskID: 7, State: model.StateScheduled, NextTriggerTime: e0, Version: 12,
+		LastTriggerTime: e0 - eHr, SuccessCount: 5, CurrentTicket: "7-old-1", Attempt: 1}
+	for _, c := range []struct {
+		name    string
+		def     *model.TaskDef
+		rt      func(*model.Runtime)
+		detail  string
+		refused bool
+		ticket  string
+		attempt int
+		exec    string
+	}{
+		{name: "scheduled fire is attempt 1", def: def, ticket: scheduledTicket(7, e0, 1), attempt: 1, exec: "hooks.example:8080"},
+		{name: "a retry keeps its attempt", def: def, rt: func(r *model.Runtime) { r.State, r.Attempt = model.StateRetrying, 3 },
+			ticket: scheduledTicket(7, e0, 3), attempt: 3, exec: "hooks.example:8080"},
+		{name: "an executor task names its app", def: exec, detail: "jitter 12 ms", ticket: scheduledTicket(7, e0, 1), attempt: 1, exec: "billing"},
+		{name: "running cannot fire", def: def, rt: func(r *model.Runtime) { r.State = model.StateRunning }, refused: true},
+		{name: "waiting cannot fire", def: def, rt: func(r *model.Runtime) { r.State = model.StateWaiting }, refused: true},
+		{name: "killed cannot fire", def: def, rt: func(r *model.Runtime) { r.State = model.StateKilled }, refused: true},
+		{name: "success cannot fire", def: def, rt: func(r *model.Runtime) { r.State = model.StateSuccess }, refused: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rt := base
+			if c.rt != nil {
+				c.rt(&rt)
+			}
+			now := e0 + 40
+			d := decideFire(fireInput{ID: 7, Def: c.def, RT: rt, Sched: e0, Now: now, Detail: c.detail})
+			if c.refused {
+				if d.Refused == nil || d.Run != (model.Run{}) || d.RT != (model.Runtime{}) {
+					t.Fatalf("from %s: decision %+v, want a refusal and nothing else", rt.State, d)
+				}
+				return
+			}
+			if d.Refused != nil {
+				t.Fatalf("refused: %v", d.Refused)
+			}
+			wantRun := model.Run{Ticket: c.ticket, TaskID: 7, TaskName: "nightly", Kind: model.RunScheduled,
+				Attempt: c.attempt, ScheduledAt: e0, DispatchedAt: now, Result: model.ResultRunning,
+				Executor: c.exec, Detail: c.detail}
+			if d.Run != wantRun {
+				t.Errorf("run\n got %+v\nwant %+v", d.Run, wantRun)
+			}
+			wantRT := rt
+			wantRT.State, wantRT.CurrentTicket, wantRT.Attempt, wantRT.LastTriggerTime = model.StateRunning, c.ticket, c.attempt, now
+			if d.RT != wantRT {
+				t.Errorf("runtime\n got %+v\nwant %+v", d.RT, wantRT)
+			}
+			if d.RT.Version != 12 || d.RT.NextTriggerTime != e0 {
+				t.Errorf("a fire writes no runtime: version %d, due %d, want 12 and %d unchanged", d.RT.Version, d.RT.NextTriggerTime, e0)
+			}
+		})
+	}
+}

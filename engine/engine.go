@@ -16,7 +16,7 @@
 //     write is in flight for them. The loader moves the horizon forward every LoadInterval
 //     and loads exactly the slice it uncovered. The one entry of a task not in an armable
 //     state is that of a RUNNING cron task under overlap policy cancel_other: its next fire,
-//     armed to kill the run in flight when it comes due (settle, cancelOther).
+//     armed to kill the run in flight when it comes due (place, cancelOther).
 //  3. A task leaves memory (evict) only when no write for it is pending, so a task read back
 //     from the store is never older than what the engine last decided.
 //  4. Lock order: task.mu, then the task map's shard lock, then horizonMu. The loader takes
@@ -280,7 +280,7 @@ type Engine struct {
 
 	tasks     taskMap
 	registry  *dispatch.Registry
-	runs      runsInFlight // every run sent and not yet settled
+	runs      runsInFlight // every run sent and not yet ended
 	gate      *rateGate
 	conc      *concGate  // concurrency limits (core_concgate.go)
 	limitsMu  sync.Mutex // orders the limits' changes: the store's order is the gate's
@@ -302,7 +302,7 @@ type Engine struct {
 	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
 	// evicted while it read).
 	evictions atomic.Int64
-	// ending remembers executor results settled in memory and not yet durable (core_ending.go).
+	// ending remembers executor results that ended runs in memory and not yet durable (core_ending.go).
 	ending endingResults
 }
 
@@ -554,7 +554,7 @@ func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error
 			if e.tasks.get(r.TaskID) == nil {
 				e.armCold(r.TaskID, r.NextTriggerTime)
 			} else {
-				e.resettle(r.TaskID)
+				e.placeHeld(r.TaskID)
 			}
 			return nil
 		})
@@ -590,7 +590,7 @@ func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error)
 // applying the misfire policy to a fire already too late at now (now 0: no policy).
 func (e *Engine) adopt(t *task, now int64) {
 	if !e.tasks.insertIfAbsent(t) {
-		e.resettle(t.id)
+		e.placeHeld(t.id)
 		return
 	}
 	t.mu.Lock()
@@ -607,97 +607,7 @@ func (e *Engine) adopt(t *task, now int64) {
 		t.rt.NextTriggerTime+t.jitterOf(t.rt.State, t.rt.NextTriggerTime) < late {
 		e.misfire(t, now)
 	}
-	e.settle(t)
-}
-
-// resettle settles the copy of task id in memory, if there is one, when the window reaches
-// the task: that copy is the newest, and one kept in memory unarmed, because its next fire
-// lay beyond the horizon while a run kept it there (run-now, backfill, allow_all), is armed
-// now rather than at that run's end.
-func (e *Engine) resettle(id int64) {
-	t := e.tasks.get(id)
-	if t == nil {
-		return
-	}
-	t.mu.Lock()
-	e.settle(t) // does nothing to an evicted copy
-	e.unlock(t)
-}
-
-// settle arms or disarms t according to its state and the horizon, and evicts it from memory
-// when nothing needs it there (invariants 2 and 3). Caller holds t.mu.
-func (e *Engine) settle(t *task) {
-	if t.evicted {
-		return
-	}
-	want := !t.deleted && armable(t.rt.State) && t.rt.NextTriggerTime > 0
-	if want {
-		e.horizonMu.RLock()
-		want = t.rt.NextTriggerTime < e.horizon
-		e.horizonMu.RUnlock()
-	}
-	if want {
-		// The window is one of nominal times; the entry fires at the nominal time plus the
-		// fire's jitter (core_jitter.go), which may lie beyond the horizon.
-		due := t.rt.NextTriggerTime
-		e.armAt(t, due, due+t.jitterOf(t.rt.State, due))
-		return
-	}
-	if due, ok := t.cancelDue(); ok {
-		// cancel_other: the task's next fire is armed while its run is in flight, to kill
-		// that run when the fire comes due (fire, cancelOther). The task is in memory while
-		// the run is (flying), so the horizon does not bound this entry.
-		e.armAt(t, due, t.fireAt(due))
-		return
-	}
-	e.disarm(t)
-	if t.pending == 0 && t.flying == 0 {
-		t.evicted = true
-		e.evictions.Add(1)
-		e.tasks.remove(t)
-	}
-}
-
-// cancelDue is the fire whose coming due kills t's periodic run in flight under cancel_other,
-// and whether there is one: the first cron fire after the fire the run belongs to. A run of a
-// fire a catch-up runs is never cancelled: the catch-up runs each missed fire once, and the
-// fires due meanwhile are decided when it is over (decideNext). Caller holds t.mu.
-func (t *task) cancelDue() (int64, bool) {
-	if t.deleted || t.rt.State != model.StateRunning || t.periodic == "" || t.sched == nil ||
-		t.def.Trigger != model.TriggerCron || t.def.OverlapPolicy != model.OverlapCancelOther || t.def.Paused {
-		return 0, false
-	}
-	base := t.rt.NextTriggerTime // the due of the fire in flight
-	if t.retryOf > 0 && t.retryOf < base {
-		base = t.retryOf
-	}
-	if t.catchupUntil > 0 && t.fireAt(base) <= t.catchupUntil {
-		return 0, false
-	}
-	due := t.nextCron(base)
-	return due, due != 0
-}
-
-// armAt arms t's entry for the fire of nominal time due, leaving at at; an entry armed for
-// exactly that already stays. Caller holds t.mu.
-func (e *Engine) armAt(t *task, due, at int64) {
-	if t.ent != nil && t.ent.When == at && t.entDue == due {
-		return
-	}
-	e.disarm(t)
-	t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
-	t.entDue = due
-	e.wheel.Add(t.ent)
-}
-
-// disarm takes t's entry out of the wheel. An entry already moved to a ready queue cannot be
-// cancelled; fire recognises it as stale because t.ent no longer points at it.
-func (e *Engine) disarm(t *task) {
-	if t.ent != nil {
-		e.conc.forget(t.id, t.ent) // an entry waiting for a concurrency slot waits no more
-		e.wheel.Cancel(t.ent)
-		t.ent = nil
-	}
+	e.place(t)
 }
 
 // acquire returns the task with id locked, loading it from the store when it is not in
@@ -747,9 +657,9 @@ func live(t *task, err error) (*task, error) {
 	return t, nil
 }
 
-// release settles and unlocks a task obtained from acquire.
+// release places and unlocks a task obtained from acquire.
 func (e *Engine) release(t *task) {
-	e.settle(t)
+	e.place(t)
 	e.unlock(t)
 }
 

@@ -130,9 +130,9 @@ func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 func (e *Engine) resendLost(t *task, lost model.Run) {
 	now := e.nowMS()
 	// The lost run leaves e.runs (recoverInFlight added it); its re-send takes its place.
-	e.runs.settle(lost.Ticket, nil, func(*flight) {
+	e.runs.take(lost.Ticket, nil, func(*flight) {
 		t.mu.Lock()
-		e.ranDown(t, lost.Ticket)
+		t.runLeft(lost.Ticket)
 		t.mu.Unlock()
 	})
 	t.mu.Lock()
@@ -176,7 +176,7 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 			e.sendAs(t, def, re, lost.Ticket)
 		},
 	}
-	e.commitGroupLocked(t, g, func(error) { e.runs.settle(re.Ticket, nil, nil) })
+	e.commitGroupLocked(t, g, func(error) { e.runs.take(re.Ticket, nil, nil) })
 	e.m.triggers.Inc()
 	e.unlock(t)
 }
@@ -187,7 +187,7 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 	body := e.runJSON(def, run, wireTicket, deadline)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
 		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend}
-	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.settleRun(t, run, httpOutcome(o, run.Executor)) }); err != nil {
+	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.endRun(t, run, httpOutcome(o, run.Executor)) }); err != nil {
 		e.notSent(t, run, "not sent: "+err.Error())
 	}
 }
