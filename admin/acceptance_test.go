@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/axe-sched/axe/internal/daemontest"
 )
 
 // TestNewUserAcceptance walks through what a new user tries first (the acceptance issue):
@@ -16,31 +18,31 @@ import (
 // and the cron preview.
 func TestNewUserAcceptance(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 
 		var health map[string]string
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/healthz", nil, &health)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/healthz", nil, &health)
 		if health["status"] != "ok" {
 			t.Fatalf("/healthz = %v, want status ok", health)
 		}
 
-		once := d.create(t, spec("once", h.url("/ok/once"), "trigger", "delay", "delay_ms", 1000))
+		once := d.Create(t, daemontest.Spec("once", h.URL("/ok/once"), "trigger", "delay", "delay_ms", 1000))
 		if once.Runtime.State != "SCHEDULED" || once.CreatedAt == 0 {
 			t.Fatalf("delay task created as %+v, want SCHEDULED with created_at", once.Runtime)
 		}
 		if due := once.CreatedAt + 1000; once.Runtime.NextTriggerTime != due {
 			t.Fatalf("next_trigger_time = %d, want created_at+1000 = %d", once.Runtime.NextTriggerTime, due)
 		}
-		every := d.create(t, spec("every-second", h.url("/ok/every"), "cron", "*/1 * * * * *",
+		every := d.Create(t, daemontest.Spec("every-second", h.URL("/ok/every"), "cron", "*/1 * * * * *",
 			"params", map[string]any{"k": "v", "n": 1}))
 		if every.Trigger != "cron" || every.Runtime.State != "SCHEDULED" {
 			t.Fatalf("cron task created as trigger %q state %q", every.Trigger, every.Runtime.State)
 		}
 
 		t.Run("delay fires once on time", func(t *testing.T) {
-			calls := h.waitCalls(t, "once", 1, waitTimeout)
+			calls := h.WaitCalls(t, "once", 1, daemontest.WaitTimeout)
 			due := time.UnixMilli(once.CreatedAt + 1000)
 			late := calls[0].At.Sub(due)
 			t.Logf("delay task arrived %s after its due time", late)
@@ -53,7 +55,7 @@ func TestNewUserAcceptance(t *testing.T) {
 		})
 
 		t.Run("cron fires every second", func(t *testing.T) {
-			calls := h.waitCalls(t, "every-second", 4, waitTimeout)
+			calls := h.WaitCalls(t, "every-second", 4, daemontest.WaitTimeout)
 			seen := map[string]bool{}
 			for i, c := range calls {
 				if c.Ticket == "" || c.Task != "every-second" || c.Attempt != "1" {
@@ -88,53 +90,53 @@ func TestNewUserAcceptance(t *testing.T) {
 				}
 			}
 			// By now the delay task's one fire is seconds in the past: it must not repeat.
-			if n := len(h.callsOf("once")); n != 1 {
+			if n := len(h.CallsOf("once")); n != 1 {
 				t.Errorf("delay task called %d times, want exactly 1", n)
 			}
 		})
 
 		t.Run("invalid definitions are rejected", func(t *testing.T) {
-			before := names(d.list(t, ""))
-			cb := map[string]any{"type": "http", "url": h.url("/ok/x")}
+			before := daemontest.Names(d.List(t, ""))
+			cb := map[string]any{"type": "http", "url": h.URL("/ok/x")}
 			cases := []struct {
 				name  string
 				body  any
 				field string
 			}{
-				{"invalid cron", spec("bad-cron", h.url("/ok/x"), "cron", "* * *"), "cron"},
-				{"unknown zone", spec("bad-zone", h.url("/ok/x"), "cron", "0 * * * *", "timezone", "Mars/Olympus_Mons"), "timezone"},
-				{"priority 7", spec("bad-prio-hi", h.url("/ok/x"), "trigger", "manual", "priority", 7), "priority"},
-				{"priority -1", spec("bad-prio-lo", h.url("/ok/x"), "trigger", "manual", "priority", -1), "priority"},
-				{"negative delay", spec("bad-delay", h.url("/ok/x"), "delay_ms", -5), "delay_ms"},
+				{"invalid cron", daemontest.Spec("bad-cron", h.URL("/ok/x"), "cron", "* * *"), "cron"},
+				{"unknown zone", daemontest.Spec("bad-zone", h.URL("/ok/x"), "cron", "0 * * * *", "timezone", "Mars/Olympus_Mons"), "timezone"},
+				{"priority 7", daemontest.Spec("bad-prio-hi", h.URL("/ok/x"), "trigger", "manual", "priority", 7), "priority"},
+				{"priority -1", daemontest.Spec("bad-prio-lo", h.URL("/ok/x"), "trigger", "manual", "priority", -1), "priority"},
+				{"negative delay", daemontest.Spec("bad-delay", h.URL("/ok/x"), "delay_ms", -5), "delay_ms"},
 				{"missing callback", map[string]any{"name": "bad-cb", "trigger": "manual"}, "callback"},
 				{"unknown field", map[string]any{"name": "bad-field", "trigger": "manual", "callback": cb, "retry_cnt": 3}, "retry_cnt"},
 				{"malformed JSON", `{"name": "bad-json", "trigger": "manual",`, "JSON"},
 				{"wrong type", `{"name": "bad-type", "trigger": "manual", "priority": "high", "callback": {"url": "http://x/"}}`, "priority"},
 			}
 			for _, tc := range cases {
-				msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks", tc.body)
+				msg := d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks", tc.body)
 				if !strings.Contains(msg, tc.field) {
 					t.Errorf("%s: error %q does not name %q", tc.name, msg, tc.field)
 				}
 			}
-			if after := names(d.list(t, "")); !slices.Equal(before, after) {
+			if after := daemontest.Names(d.List(t, "")); !slices.Equal(before, after) {
 				t.Errorf("task list changed by rejected creates: before %v, after %v", before, after)
 			}
 		})
 
 		t.Run("duplicate name", func(t *testing.T) {
-			msg := d.apiError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks",
-				spec("once", h.url("/ok/again"), "trigger", "manual"))
+			msg := d.APIError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks",
+				daemontest.Spec("once", h.URL("/ok/again"), "trigger", "manual"))
 			if !strings.Contains(msg, "exists") {
 				t.Errorf("duplicate error %q does not say the task exists", msg)
 			}
-			if got := d.get(t, "once"); got.Trigger != "delay" || got.Callback.URL != h.url("/ok/once") {
+			if got := d.Get(t, "once"); got.Trigger != "delay" || got.Callback.URL != h.URL("/ok/once") {
 				t.Errorf("duplicate create changed the task: %+v", got.TaskDef)
 			}
 		})
 
 		t.Run("unknown task", func(t *testing.T) {
-			body := spec("ghost", h.url("/ok/x"), "trigger", "manual")
+			body := daemontest.Spec("ghost", h.URL("/ok/x"), "trigger", "manual")
 			for _, c := range []struct {
 				method, path string
 				body         any
@@ -149,11 +151,11 @@ func TestNewUserAcceptance(t *testing.T) {
 				{http.MethodGet, "/api/v1/tasks/ghost/runs", nil},
 				{http.MethodGet, "/api/v1/tasks/ghost/actions", nil},
 			} {
-				if msg := d.apiError(t, http.StatusNotFound, c.method, c.path, c.body); !strings.Contains(msg, "not found") {
+				if msg := d.APIError(t, http.StatusNotFound, c.method, c.path, c.body); !strings.Contains(msg, "not found") {
 					t.Errorf("%s %s: error %q, want it to say not found", c.method, c.path, msg)
 				}
 			}
-			if slices.Contains(names(d.list(t, "")), "ghost") {
+			if slices.Contains(daemontest.Names(d.List(t, "")), "ghost") {
 				t.Error("PUT of an unknown task created it")
 			}
 		})
@@ -166,7 +168,7 @@ func TestNewUserAcceptance(t *testing.T) {
 			}
 			q := url.Values{"expr": {"0 9 * * *"}, "tz": {"America/New_York"}}
 			var p preview
-			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &p)
+			d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &p)
 			if p.Timezone != "America/New_York" || len(p.Next) != 10 {
 				t.Fatalf("preview = %+v, want 10 times in America/New_York", p)
 			}
@@ -193,21 +195,21 @@ func TestNewUserAcceptance(t *testing.T) {
 			}
 
 			q.Set("n", "3")
-			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &p)
+			d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &p)
 			if len(p.Next) != 3 {
 				t.Errorf("n=3 gave %d times", len(p.Next))
 			}
 			bad := url.Values{"expr": {"61 * * * *"}, "tz": {"America/New_York"}}
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "expr") {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "expr") {
 				t.Errorf("bad expr error %q does not name expr", msg)
 			}
 			bad = url.Values{"expr": {"0 9 * * *"}, "tz": {"Not/AZone"}}
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "tz") {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "tz") {
 				t.Errorf("bad tz error %q does not name tz", msg)
 			}
 			for _, n := range []string{"0", "-1", "x", "1001"} {
 				bad = url.Values{"expr": {"0 9 * * *"}, "n": {n}}
-				if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "n:") {
+				if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad.Encode(), nil); !strings.Contains(msg, "n:") {
 					t.Errorf("n=%s error %q does not name n", n, msg)
 				}
 			}

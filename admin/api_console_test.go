@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 )
@@ -33,35 +34,35 @@ type runListAnswer struct {
 // finds what holds it.
 func TestFindFailingTasks(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
 	for i := range 5 {
-		d.create(t, spec(fmt.Sprintf("ok-%d", i), h.url("/ok/fine"), "cron", "* * * * * *", "group", "healthy"))
+		d.Create(t, daemontest.Spec(fmt.Sprintf("ok-%d", i), h.URL("/ok/fine"), "cron", "* * * * * *", "group", "healthy"))
 	}
-	d.create(t, spec("sad", h.url("/fail/sad-endpoint"), "cron", "* * * * * *", "group", "sorry"))
-	h.waitCalls(t, "sad", 2, waitTimeout)
-	h.waitCalls(t, "ok-4", 2, waitTimeout)
+	d.Create(t, daemontest.Spec("sad", h.URL("/fail/sad-endpoint"), "cron", "* * * * * *", "group", "sorry"))
+	h.WaitCalls(t, "sad", 2, daemontest.WaitTimeout)
+	h.WaitCalls(t, "ok-4", 2, daemontest.WaitTimeout)
 	for _, q := range []string{"last_result=failed", "failed_within=10m", "failed_within=10m&group=sorry", "q=sad-end"} {
 		var got taskListAnswer
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?total=1&"+q, nil, &got)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?total=1&"+q, nil, &got)
 		if len(got.Tasks) != 1 || got.Tasks[0].Name != "sad" || got.Total != 1 || got.TotalMore {
-			t.Errorf("%s: %d tasks %v, total %d more %v; want sad alone", q, len(got.Tasks), names(got.Tasks), got.Total, got.TotalMore)
+			t.Errorf("%s: %d tasks %v, total %d more %v; want sad alone", q, len(got.Tasks), daemontest.Names(got.Tasks), got.Total, got.TotalMore)
 		}
 	}
 	var ok taskListAnswer
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?total=1&last_result=success&sort=name", nil, &ok)
-	if ok.Total != 5 || strings.Join(names(ok.Tasks), ",") != "ok-0,ok-1,ok-2,ok-3,ok-4" {
-		t.Errorf("last_result=success: %v total %d", names(ok.Tasks), ok.Total)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?total=1&last_result=success&sort=name", nil, &ok)
+	if ok.Total != 5 || strings.Join(daemontest.Names(ok.Tasks), ",") != "ok-0,ok-1,ok-2,ok-3,ok-4" {
+		t.Errorf("last_result=success: %v total %d", daemontest.Names(ok.Tasks), ok.Total)
 	}
-	sad := d.get(t, "sad")
+	sad := d.Get(t, "sad")
 	if sad.Runtime.LastResult != model.ResultFailed || sad.Runtime.LastFailureAt == 0 || sad.Runtime.State == model.StateFailed {
 		t.Errorf("sad's runtime: %+v", sad.Runtime)
 	}
 	// The state filter and the failure filter together: sad is SCHEDULED between its fires
 	// (RUNNING for a moment in each), while failed_within finds it all along.
-	testwait.For(t, waitTimeout, "sad SCHEDULED and failed within 10m", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "sad SCHEDULED and failed within 10m", func() bool {
 		var got taskListAnswer
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?total=1&failed_within=10m&state=SCHEDULED", nil, &got)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?total=1&failed_within=10m&state=SCHEDULED", nil, &got)
 		return len(got.Tasks) == 1 && got.Tasks[0].Name == "sad" && got.Total == 1
 	})
 	// A bad filter is refused, naming it.
@@ -69,7 +70,7 @@ func TestFindFailingTasks(t *testing.T) {
 		"last_result=maybe": "last_result", "failed_within=soon": "failed_within", "failed_within=-1h": "failed_within",
 		"breaker=closed": "breaker", "q=" + strings.Repeat("x", 300): "q",
 	} {
-		if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks?"+q, nil); !strings.HasPrefix(msg, field+":") {
+		if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks?"+q, nil); !strings.HasPrefix(msg, field+":") {
 			t.Errorf("%s: error %q does not name %s", q, msg, field)
 		}
 	}
@@ -79,30 +80,30 @@ func TestFindFailingTasks(t *testing.T) {
 // newest first, filters by result, group, task and time, and refuses bad filters.
 func TestRunsAcrossTasks(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("a", h.url("/ok/a"), "trigger", "manual", "group", "ga"))
-	d.create(t, spec("b", h.url("/fail/b"), "trigger", "manual", "group", "gb"))
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("a", h.URL("/ok/a"), "trigger", "manual", "group", "ga"))
+	d.Create(t, daemontest.Spec("b", h.URL("/fail/b"), "trigger", "manual", "group", "gb"))
 	var tickets []string
 	for i := range 12 {
 		name := "a"
 		if i%3 == 0 {
 			name = "b"
 		}
-		tickets = append(tickets, d.runNow(t, name, nil))
+		tickets = append(tickets, d.RunNow(t, name, nil))
 	}
 	for i, tk := range tickets {
 		name := "a"
 		if i%3 == 0 {
 			name = "b"
 		}
-		d.waitRun(t, name, tk)
+		d.WaitRun(t, name, tk)
 	}
 	var all []model.Run
 	cursor := ""
 	for range 10 {
 		var page runListAnswer
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs?limit=5&total=1&cursor="+cursor, nil, &page)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs?limit=5&total=1&cursor="+cursor, nil, &page)
 		all = append(all, page.Runs...)
 		if page.Total != 12 {
 			t.Errorf("total %d, want 12", page.Total)
@@ -136,7 +137,7 @@ func TestRunsAcrossTasks(t *testing.T) {
 		fmt.Sprintf("from=%d&group=ga", mid): func(r model.Run) bool { return r.ScheduledAt >= mid && r.TaskName == "a" },
 	} {
 		var page runListAnswer
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs?limit=100&total=1&"+q, nil, &page)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs?limit=100&total=1&"+q, nil, &page)
 		var wantN int
 		for _, r := range all {
 			if want(r) {
@@ -155,11 +156,11 @@ func TestRunsAcrossTasks(t *testing.T) {
 	for q, field := range map[string]string{
 		"result=meh": "result", "cursor=!!": "cursor", "from=yesterday": "from", "limit=5000": "limit",
 	} {
-		if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/runs?"+q, nil); !strings.HasPrefix(msg, field+":") {
+		if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/runs?"+q, nil); !strings.HasPrefix(msg, field+":") {
 			t.Errorf("%s: error %q does not name %s", q, msg, field)
 		}
 	}
-	if code, _ := d.call(t, http.MethodGet, "/api/v1/runs?task=nobody", nil); code != http.StatusNotFound {
+	if code, _ := d.Call(t, http.MethodGet, "/api/v1/runs?task=nobody", nil); code != http.StatusNotFound {
 		t.Errorf("runs of a task that does not exist: HTTP %d, want 404", code)
 	}
 }
@@ -168,16 +169,16 @@ func TestRunsAcrossTasks(t *testing.T) {
 // and the action filter keeps the kinds asked for.
 func TestTimelinePages(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("tl", h.url("/ok/tl"), "trigger", "manual"))
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("tl", h.URL("/ok/tl"), "trigger", "manual"))
 	for i := range 6 {
-		d.waitRun(t, "tl", d.runNow(t, "tl", nil))
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/tl/pause", map[string]string{"note": fmt.Sprint("p", i)}, nil)
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/tl/resume", nil, nil)
+		d.WaitRun(t, "tl", d.RunNow(t, "tl", nil))
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/tl/pause", map[string]string{"note": fmt.Sprint("p", i)}, nil)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/tl/resume", nil, nil)
 	}
 	var whole struct{ Actions []model.Action }
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/tl/actions?limit=1000", nil, &whole)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/tl/actions?limit=1000", nil, &whole)
 	var paged []model.Action
 	before := int64(0)
 	for range 100 {
@@ -185,7 +186,7 @@ func TestTimelinePages(t *testing.T) {
 			Actions    []model.Action `json:"actions"`
 			NextBefore int64          `json:"next_before"`
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodGet, fmt.Sprintf("/api/v1/tasks/tl/actions?limit=4&before=%d", before), nil, &page)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, fmt.Sprintf("/api/v1/tasks/tl/actions?limit=4&before=%d", before), nil, &page)
 		paged = append(paged, page.Actions...)
 		if page.NextBefore == 0 {
 			break
@@ -203,11 +204,11 @@ func TestTimelinePages(t *testing.T) {
 		t.Errorf("pages of 4 (%d events) differ from the whole timeline (%d events):\n%s\n%s", len(paged), len(whole.Actions), key(paged), key(whole.Actions))
 	}
 	var pauses struct{ Actions []model.Action }
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/tl/actions?action=pause", nil, &pauses)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/tl/actions?action=pause", nil, &pauses)
 	if len(pauses.Actions) != 6 || pauses.Actions[0].Detail != "p5" {
 		t.Errorf("action=pause: %+v", pauses.Actions)
 	}
-	if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks/tl/actions?action=DROP%20TABLE", nil); !strings.HasPrefix(msg, "action:") {
+	if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks/tl/actions?action=DROP%20TABLE", nil); !strings.HasPrefix(msg, "action:") {
 		t.Errorf("a bad action filter: %q", msg)
 	}
 }
@@ -217,17 +218,17 @@ func TestTimelinePages(t *testing.T) {
 func TestMinuteStatsSurviveRestart(t *testing.T) {
 	t.Parallel()
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, nil)
-	h := newHook(t)
-	d.create(t, spec("tick", h.url("/ok/t"), "cron", "* * * * * *"))
-	d.create(t, spec("bad", h.url("/fail/t"), "cron", "* * * * * *"))
-	h.waitCalls(t, "tick", 3, waitTimeout)
-	h.waitCalls(t, "bad", 3, waitTimeout)
-	if err := d.stop(); err != nil {
+	d := daemontest.Start(t, dsn, nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("tick", h.URL("/ok/t"), "cron", "* * * * * *"))
+	d.Create(t, daemontest.Spec("bad", h.URL("/fail/t"), "cron", "* * * * * *"))
+	h.WaitCalls(t, "tick", 3, daemontest.WaitTimeout)
+	h.WaitCalls(t, "bad", 3, daemontest.WaitTimeout)
+	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	fired := len(h.callsOf("tick")) + len(h.callsOf("bad"))
-	d2 := startDaemon(t, dsn, nil)
+	fired := len(h.CallsOf("tick")) + len(h.CallsOf("bad"))
+	d2 := daemontest.Start(t, dsn, nil)
 	var got struct {
 		Minutes []struct {
 			At        int64   `json:"at"`
@@ -236,7 +237,7 @@ func TestMinuteStatsSurviveRestart(t *testing.T) {
 			LateAvgMS float64 `json:"late_avg_ms"`
 		} `json:"minutes"`
 	}
-	d2.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/stats/minutes", nil, &got)
+	d2.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/stats/minutes", nil, &got)
 	if len(got.Minutes) != 24*60 {
 		t.Fatalf("%d minutes, want a day of them", len(got.Minutes))
 	}
@@ -246,14 +247,14 @@ func TestMinuteStatsSurviveRestart(t *testing.T) {
 		failures += m.Failures
 	}
 	// The first daemon's fires, all of them: the callbacks seen are at most the fires.
-	if fires < int64(fired) || failures < int64(len(h.callsOf("bad"))) || failures > fires {
+	if fires < int64(fired) || failures < int64(len(h.CallsOf("bad"))) || failures > fires {
 		t.Errorf("after the restart the store holds %d fires and %d failures; the callbacks saw %d fires, %d failing",
-			fires, failures, fired, len(h.callsOf("bad")))
+			fires, failures, fired, len(h.CallsOf("bad")))
 	}
 	if last := got.Minutes[len(got.Minutes)-1].At; time.Since(time.UnixMilli(last)) > 2*time.Minute {
 		t.Errorf("the newest minute is %s", time.UnixMilli(last))
 	}
-	if msg := d2.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/stats/minutes?hours=48", nil); !strings.HasPrefix(msg, "hours:") {
+	if msg := d2.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/stats/minutes?hours=48", nil); !strings.HasPrefix(msg, "hours:") {
 		t.Errorf("hours=48: %q", msg)
 	}
 }
@@ -261,16 +262,16 @@ func TestMinuteStatsSurviveRestart(t *testing.T) {
 // TestAlertDeliveries: without a webhook, an alert is listed as "no webhook".
 func TestAlertDeliveries(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("once", h.url("/fail/once"), "trigger", "delay", "delay_ms", 10))
-	testwait.For(t, waitTimeout, "the final failure alert", func() bool {
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("once", h.URL("/fail/once"), "trigger", "delay", "delay_ms", 10))
+	testwait.For(t, daemontest.WaitTimeout, "the final failure alert", func() bool {
 		var got struct {
 			Deliveries []struct {
 				Kind, Task, Delivery string
 			} `json:"deliveries"`
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/alerts", nil, &got)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/alerts", nil, &got)
 		return len(got.Deliveries) == 1 && got.Deliveries[0].Kind == "final_failure" && got.Deliveries[0].Task == "once" &&
 			got.Deliveries[0].Delivery == "no webhook"
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/persist"
 
 	"github.com/axe-sched/axe/internal/testwait"
@@ -56,89 +57,89 @@ func scopedEntries() []admin.TokenEntry {
 func bearer(tok string) []string { return []string{"Authorization", "Bearer " + tok} }
 
 func TestScopedTokens(t *testing.T) {
-	eachStore(t, func(t *testing.T, dsn string) {
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		h := daemontest.NewHook(t)
 		file := filepath.Join(t.TempDir(), "tokens.json")
 		writeTokenFile(t, file, scopedEntries())
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
 
 		// No token: 401 everywhere under /api and on /metrics; probes stay open.
 		for _, p := range []string{"/api/v1/tasks", "/api/v1/executors", "/api/v1/whoami", "/metrics"} {
-			if code, _ := d.call(t, "GET", p, nil); code != http.StatusUnauthorized {
+			if code, _ := d.Call(t, "GET", p, nil); code != http.StatusUnauthorized {
 				t.Errorf("GET %s without a token: %d, want 401", p, code)
 			}
 		}
-		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer("not-a-token-at-all")...); code != http.StatusUnauthorized {
+		if code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer("not-a-token-at-all")...); code != http.StatusUnauthorized {
 			t.Errorf("unknown token: %d, want 401", code)
 		}
 		for _, p := range []string{"/healthz", "/readyz"} {
-			if code, _ := d.call(t, "GET", p, nil); code != http.StatusOK {
+			if code, _ := d.Call(t, "GET", p, nil); code != http.StatusOK {
 				t.Errorf("GET %s without a token: %d, want 200", p, code)
 			}
 		}
 
 		// read: every GET, no change.
-		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(readTok)...); code != 200 {
+		if code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer(readTok)...); code != 200 {
 			t.Errorf("read token GET: %d", code)
 		}
-		if code, _ := d.call(t, "GET", "/metrics", nil, bearer(readTok)...); code != 200 {
+		if code, _ := d.Call(t, "GET", "/metrics", nil, bearer(readTok)...); code != 200 {
 			t.Errorf("read token /metrics: %d", code)
 		}
-		msg := d.apiError(t, http.StatusForbidden, "POST", "/api/v1/tasks", spec("r", h.url("/ok"), "trigger", "manual"), bearer(readTok)...)
+		msg := d.APIError(t, http.StatusForbidden, "POST", "/api/v1/tasks", daemontest.Spec("r", h.URL("/ok"), "trigger", "manual"), bearer(readTok)...)
 		if !strings.Contains(msg, "write") {
 			t.Errorf("403 %q does not name the write scope", msg)
 		}
 		// executor: only the protocol.
-		msg = d.apiError(t, http.StatusForbidden, "POST", "/api/v1/tasks", spec("e", h.url("/ok"), "trigger", "manual"), bearer(execTok)...)
+		msg = d.APIError(t, http.StatusForbidden, "POST", "/api/v1/tasks", daemontest.Spec("e", h.URL("/ok"), "trigger", "manual"), bearer(execTok)...)
 		if !strings.Contains(msg, "write") {
 			t.Errorf("403 %q does not name the write scope", msg)
 		}
-		if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(execTok)...); code != http.StatusForbidden {
+		if code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer(execTok)...); code != http.StatusForbidden {
 			t.Errorf("executor token GET /tasks: %d, want 403", code)
 		}
 		reg := map[string]any{"app": "billing", "address": "127.0.0.1:1", "handlers": []string{"charge"}, "auth": "signed"}
-		if code, b := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(execTok)...); code != 200 {
+		if code, b := d.Call(t, "POST", "/api/v1/executors/register", reg, bearer(execTok)...); code != 200 {
 			t.Errorf("executor token register: %d %s", code, b)
 		}
-		if code, _ := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(writeTok)...); code != http.StatusForbidden {
+		if code, _ := d.Call(t, "POST", "/api/v1/executors/register", reg, bearer(writeTok)...); code != http.StatusForbidden {
 			t.Errorf("write token register: %d, want 403 (executor scope needed)", code)
 		}
 		// An app-bound executor token registers only as its apps.
-		if code, b := d.call(t, "POST", "/api/v1/executors/register", reg, bearer(billTok)...); code != 200 {
+		if code, b := d.Call(t, "POST", "/api/v1/executors/register", reg, bearer(billTok)...); code != 200 {
 			t.Errorf("billing token as billing: %d %s", code, b)
 		}
 		other := map[string]any{"app": "payroll", "address": "127.0.0.1:2", "handlers": []string{"pay"}}
-		msg = d.apiError(t, http.StatusForbidden, "POST", "/api/v1/executors/register", other, bearer(billTok)...)
+		msg = d.APIError(t, http.StatusForbidden, "POST", "/api/v1/executors/register", other, bearer(billTok)...)
 		if !strings.Contains(msg, "payroll") {
 			t.Errorf("403 %q does not name the app", msg)
 		}
 		hb := map[string]any{"app": "payroll", "address": "127.0.0.1:2"}
-		d.apiError(t, http.StatusForbidden, "POST", "/api/v1/executors/heartbeat", hb, bearer(billTok)...)
+		d.APIError(t, http.StatusForbidden, "POST", "/api/v1/executors/heartbeat", hb, bearer(billTok)...)
 		res := map[string]any{"ticket": "1-1-0", "app": "payroll", "status": "success"}
-		d.apiError(t, http.StatusForbidden, "POST", "/api/v1/callback", res, bearer(billTok)...)
+		d.APIError(t, http.StatusForbidden, "POST", "/api/v1/callback", res, bearer(billTok)...)
 
 		// write, by plain and by hashed token; actions name the token.
-		d.create(t, spec("w", h.url("/ok"), "trigger", "manual"), append(bearer(writeTok), "X-Axe-Actor", "alice")...)
-		d.create(t, spec("hw", h.url("/ok"), "trigger", "manual"), bearer(hashTok)...)
-		d.token = writeTok
-		if a, ok := findAction(d.actions(t, "w"), "create"); !ok || a.Actor != "api:ops/alice" {
+		d.Create(t, daemontest.Spec("w", h.URL("/ok"), "trigger", "manual"), append(bearer(writeTok), "X-Axe-Actor", "alice")...)
+		d.Create(t, daemontest.Spec("hw", h.URL("/ok"), "trigger", "manual"), bearer(hashTok)...)
+		d.Token = writeTok
+		if a, ok := daemontest.FindAction(d.Actions(t, "w"), "create"); !ok || a.Actor != "api:ops/alice" {
 			t.Errorf("create of w by %q, want api:ops/alice", a.Actor)
 		}
-		if a, ok := findAction(d.actions(t, "hw"), "create"); !ok || a.Actor != "api:hashed" {
+		if a, ok := daemontest.FindAction(d.Actions(t, "hw"), "create"); !ok || a.Actor != "api:hashed" {
 			t.Errorf("create of hw by %q, want api:hashed", a.Actor)
 		}
 
 		// whoami reports the real scope for every kind of token.
 		for tok, want := range map[string][2]string{readTok: {"viewer", "read"}, writeTok: {"ops", "write"}, execTok: {"exec", "executor"}} {
 			var who map[string]string
-			d.mustJSON(t, 200, "GET", "/api/v1/whoami", nil, &who, bearer(tok)...)
+			d.MustJSON(t, 200, "GET", "/api/v1/whoami", nil, &who, bearer(tok)...)
 			if who["name"] != want[0] || who["scope"] != want[1] {
 				t.Errorf("whoami = %v, want %v", who, want)
 			}
 		}
 		// No response or stored record carries a token.
 		for _, tok := range []string{readTok, writeTok, execTok, billTok, hashTok} {
-			_, body := d.call(t, "GET", "/api/v1/tasks/w/actions", nil, bearer(writeTok)...)
+			_, body := d.Call(t, "GET", "/api/v1/tasks/w/actions", nil, bearer(writeTok)...)
 			if strings.Contains(string(body), tok) {
 				t.Errorf("a token appears in the actions")
 			}
@@ -147,20 +148,20 @@ func TestScopedTokens(t *testing.T) {
 }
 
 func TestSingleTokenKeepsWriteAndExecutor(t *testing.T) {
-	h := newHook(t)
+	h := daemontest.NewHook(t)
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = "the-one-token-0123" })
-	d.create(t, spec("x", h.url("/ok"), "trigger", "manual"))
+	d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Token = "the-one-token-0123" })
+	d.Create(t, daemontest.Spec("x", h.URL("/ok"), "trigger", "manual"))
 	reg := map[string]any{"app": "a", "address": "127.0.0.1:1", "handlers": []string{"h"}, "auth": "signed"}
-	if code, b := d.call(t, "POST", "/api/v1/executors/register", reg); code != 200 {
+	if code, b := d.Call(t, "POST", "/api/v1/executors/register", reg); code != 200 {
 		t.Errorf("register with the single token: %d %s", code, b)
 	}
 	var who map[string]string
-	d.mustJSON(t, 200, "GET", "/api/v1/whoami", nil, &who)
+	d.MustJSON(t, 200, "GET", "/api/v1/whoami", nil, &who)
 	if who["name"] != "default" || who["scope"] != "write" {
 		t.Errorf("whoami = %v", who)
 	}
-	if a, ok := findAction(d.actions(t, "x"), "create"); !ok || a.Actor != "api:default" {
+	if a, ok := daemontest.FindAction(d.Actions(t, "x"), "create"); !ok || a.Actor != "api:default" {
 		t.Errorf("actor %q, want api:default", a.Actor)
 	}
 }
@@ -213,26 +214,26 @@ func TestTokenFileReloadOnSIGHUP(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens.json")
 	writeTokenFile(t, file, scopedEntries())
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
+	d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
 	const newTok = "brand-new-token-0123456789"
-	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 401 {
+	if code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 401 {
 		t.Fatalf("new token before reload: %d", code)
 	}
 	writeTokenFile(t, file, []admin.TokenEntry{{Name: "fresh", Scope: "read", Token: newTok}})
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, waitTimeout, "the new token to work", func() bool {
-		code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...)
+	testwait.For(t, daemontest.WaitTimeout, "the new token to work", func() bool {
+		code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...)
 		return code == 200
 	})
-	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(readTok)...); code != 401 {
+	if code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer(readTok)...); code != 401 {
 		t.Errorf("removed token after reload: %d, want 401", code)
 	}
 	_ = os.WriteFile(file, []byte(`not json`), 0o600)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	time.Sleep(200 * time.Millisecond) // nothing to wait for: the reload must change nothing
-	if code, _ := d.call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 200 {
+	if code, _ := d.Call(t, "GET", "/api/v1/tasks", nil, bearer(newTok)...); code != 200 {
 		t.Errorf("after a broken file the token in force answers %d", code)
 	}
 }
@@ -242,12 +243,12 @@ func TestTokenFileReloadOnSIGHUP(t *testing.T) {
 // whoami, still need the scope of the task endpoint they reach; and a task's name reaches
 // its endpoints percent-encoded or not.
 func TestScopeFollowsTheRoute(t *testing.T) {
-	eachStore(t, func(t *testing.T, dsn string) {
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		h := daemontest.NewHook(t)
 		file := filepath.Join(t.TempDir(), "tokens.json")
 		writeTokenFile(t, file, scopedEntries())
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
-		d.create(t, spec("ns:job", h.url("/ok"), "trigger", "manual"), bearer(writeTok)...)
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
+		d.Create(t, daemontest.Spec("ns:job", h.URL("/ok"), "trigger", "manual"), bearer(writeTok)...)
 		for _, c := range []struct{ method, path, scope string }{
 			{"PUT", "/api/v1/tasks/x%2F..%2F..%2Fcallback", "write"},
 			{"DELETE", "/api/v1/tasks/a%2F..%2F..%2Fexecutors%2Fregister", "write"},
@@ -257,22 +258,22 @@ func TestScopeFollowsTheRoute(t *testing.T) {
 		} {
 			var body any
 			if c.method == "PUT" {
-				body = spec("x/../../callback", h.url("/ok"), "trigger", "manual")
+				body = daemontest.Spec("x/../../callback", h.URL("/ok"), "trigger", "manual")
 			}
-			msg := d.apiError(t, http.StatusForbidden, c.method, c.path, body, bearer(execTok)...)
+			msg := d.APIError(t, http.StatusForbidden, c.method, c.path, body, bearer(execTok)...)
 			if !strings.Contains(msg, c.scope) {
 				t.Errorf("%s %s with an executor token: %q, want 403 naming the %s scope", c.method, c.path, msg, c.scope)
 			}
 		}
-		d.token = writeTok
+		d.Token = writeTok
 		for _, p := range []string{"/api/v1/tasks/ns%3Ajob", "/api/v1/tasks/ns:job", "/api/v1/tasks/ns%3ajob/runs", "/api/v1/tasks/ns%3Ajob/actions"} {
-			if code, body := d.call(t, "GET", p, nil); code != http.StatusOK {
+			if code, body := d.Call(t, "GET", p, nil); code != http.StatusOK {
 				t.Errorf("GET %s: %d %s, want 200", p, code, body)
 			}
 		}
-		d.mustJSON(t, http.StatusOK, "POST", "/api/v1/tasks/ns%3Ajob/pause", nil, nil)
-		d.mustJSON(t, http.StatusOK, "DELETE", "/api/v1/tasks/ns%3Ajob", nil, nil)
-		if code, _ := d.call(t, "GET", "/api/v1/tasks/ns:job", nil); code != http.StatusNotFound {
+		d.MustJSON(t, http.StatusOK, "POST", "/api/v1/tasks/ns%3Ajob/pause", nil, nil)
+		d.MustJSON(t, http.StatusOK, "DELETE", "/api/v1/tasks/ns%3Ajob", nil, nil)
+		if code, _ := d.Call(t, "GET", "/api/v1/tasks/ns:job", nil); code != http.StatusNotFound {
 			t.Errorf("ns:job after its delete by the encoded name: %d, want 404", code)
 		}
 	})

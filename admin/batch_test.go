@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/daemontest"
 
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
@@ -47,9 +48,9 @@ type batchAnswer struct {
 	} `json:"errors"`
 }
 
-func (d *daemon) batch(t *testing.T, want int, query string, body string, hdr ...string) batchAnswer {
+func postBatch(t *testing.T, d *daemontest.Daemon, want int, query string, body string, hdr ...string) batchAnswer {
 	t.Helper()
-	code, data := d.call(t, http.MethodPost, "/api/v1/tasks/batch"+query, body, hdr...)
+	code, data := d.Call(t, http.MethodPost, "/api/v1/tasks/batch"+query, body, hdr...)
 	if code != want {
 		t.Fatalf("POST batch%s: status %d, want %d; body %.2000s", query, code, want, data)
 	}
@@ -60,12 +61,12 @@ func (d *daemon) batch(t *testing.T, want int, query string, body string, hdr ..
 	return a
 }
 
-func (d *daemon) count(t *testing.T, query string) int {
+func countTasks(t *testing.T, d *daemontest.Daemon, query string) int {
 	t.Helper()
 	var out struct {
 		Count int `json:"count"`
 	}
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?limit=10000&"+query, nil, &out)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?limit=10000&"+query, nil, &out)
 	return out.Count
 }
 
@@ -74,27 +75,27 @@ func (d *daemon) count(t *testing.T, query string) int {
 // cycles and duplicate names refused, and on_conflict.
 func TestBatchCreate(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 
 		t.Run("json array with dependencies in any order", func(t *testing.T) {
 			body, _ := json.Marshal([]map[string]any{
-				spec("down", h.url("/ok/down"), "depends_on", []string{"up1", "up2"}),
-				spec("up1", h.url("/ok/up1"), "trigger", "manual"),
-				spec("up2", h.url("/ok/up2"), "cron", "0 0 1 1 *", "timezone", "UTC"),
+				daemontest.Spec("down", h.URL("/ok/down"), "depends_on", []string{"up1", "up2"}),
+				daemontest.Spec("up1", h.URL("/ok/up1"), "trigger", "manual"),
+				daemontest.Spec("up2", h.URL("/ok/up2"), "cron", "0 0 1 1 *", "timezone", "UTC"),
 			})
-			a := d.batch(t, http.StatusOK, "", string(body))
+			a := postBatch(t, d, http.StatusOK, "", string(body))
 			if a.Created != 3 || a.Skipped != 0 || a.Replaced != 0 {
 				t.Fatalf("answer %+v, want 3 created", a)
 			}
-			if g := d.get(t, "up2"); g.Runtime.State != model.StateScheduled || g.Runtime.NextTriggerTime != nextNewYearUTC(time.Now()) {
+			if g := d.Get(t, "up2"); g.Runtime.State != model.StateScheduled || g.Runtime.NextTriggerTime != nextNewYearUTC(time.Now()) {
 				t.Errorf("up2 = %+v, want SCHEDULED for New Year", g.Runtime)
 			}
-			if acts := d.actions(t, "up2"); len(acts) != 1 || acts[0].Action != "create" || acts[0].To != model.StateScheduled {
+			if acts := d.Actions(t, "up2"); len(acts) != 1 || acts[0].Action != "create" || acts[0].To != model.StateScheduled {
 				t.Errorf("actions of up2 = %+v, want one create record", acts)
 			}
-			if g := d.get(t, "down"); len(g.DependsOn) != 2 {
+			if g := d.Get(t, "down"); len(g.DependsOn) != 2 {
 				t.Errorf("down depends on %v", g.DependsOn)
 			}
 		})
@@ -102,37 +103,37 @@ func TestBatchCreate(t *testing.T) {
 		t.Run("one bad item among 10000 is named and nothing is created", func(t *testing.T) {
 			specs := make([]map[string]any, 10000)
 			for i := range specs {
-				specs[i] = spec(fmt.Sprintf("bulk-%05d", i), h.url("/ok/bulk"), "delay_ms", 3_600_000)
+				specs[i] = daemontest.Spec(fmt.Sprintf("bulk-%05d", i), h.URL("/ok/bulk"), "delay_ms", 3_600_000)
 			}
 			specs[7345]["priority"] = 9
-			a := d.batch(t, http.StatusBadRequest, "", ndjson(t, specs), ndjsonHdr...)
+			a := postBatch(t, d, http.StatusBadRequest, "", ndjson(t, specs), ndjsonHdr...)
 			if len(a.Errors) != 1 || a.Errors[0].Index != 7345 || !strings.Contains(a.Errors[0].Error, "priority") {
 				t.Fatalf("answer %+v, want item 7345 named for priority", a)
 			}
-			if n := d.count(t, "group=default"); n != 3 {
+			if n := countTasks(t, d, "group=default"); n != 3 {
 				t.Fatalf("%d tasks after a refused batch, want the 3 of before", n)
 			}
 			delete(specs[7345], "priority")
-			a = d.batch(t, http.StatusOK, "", ndjson(t, specs), ndjsonHdr...)
+			a = postBatch(t, d, http.StatusOK, "", ndjson(t, specs), ndjsonHdr...)
 			if a.Created != 10000 {
 				t.Fatalf("answer %+v, want 10000 created", a)
 			}
-			if g := d.get(t, "bulk-09999"); g.Runtime.State != model.StateScheduled || g.Runtime.NextTriggerTime == 0 {
+			if g := d.Get(t, "bulk-09999"); g.Runtime.State != model.StateScheduled || g.Runtime.NextTriggerTime == 0 {
 				t.Errorf("bulk-09999 = %+v, want SCHEDULED with a next fire", g.Runtime)
 			}
 		})
 
 		t.Run("every bad item is named", func(t *testing.T) {
 			specs := []map[string]any{
-				spec("ok-1", h.url("/ok"), "trigger", "manual"),
+				daemontest.Spec("ok-1", h.URL("/ok"), "trigger", "manual"),
 				{"name": "no-callback", "trigger": "manual"},
-				spec("ok-1", h.url("/ok"), "trigger", "manual"),
-				spec("cyc-a", h.url("/ok"), "depends_on", []string{"cyc-b"}),
-				spec("cyc-b", h.url("/ok"), "depends_on", []string{"cyc-a"}),
-				spec("orphan", h.url("/ok"), "depends_on", []string{"nowhere"}),
-				spec("typo", h.url("/ok"), "trigger", "manual", "retry_cnt", 2),
+				daemontest.Spec("ok-1", h.URL("/ok"), "trigger", "manual"),
+				daemontest.Spec("cyc-a", h.URL("/ok"), "depends_on", []string{"cyc-b"}),
+				daemontest.Spec("cyc-b", h.URL("/ok"), "depends_on", []string{"cyc-a"}),
+				daemontest.Spec("orphan", h.URL("/ok"), "depends_on", []string{"nowhere"}),
+				daemontest.Spec("typo", h.URL("/ok"), "trigger", "manual", "retry_cnt", 2),
 			}
-			a := d.batch(t, http.StatusBadRequest, "", ndjson(t, specs), ndjsonHdr...)
+			a := postBatch(t, d, http.StatusBadRequest, "", ndjson(t, specs), ndjsonHdr...)
 			got := map[int]string{}
 			for _, e := range a.Errors {
 				got[e.Index] = e.Error
@@ -145,42 +146,42 @@ func TestBatchCreate(t *testing.T) {
 			if _, ok := got[0]; ok {
 				t.Errorf("the good item 0 is named: %+v", a.Errors)
 			}
-			if code, _ := d.call(t, http.MethodGet, "/api/v1/tasks/ok-1", nil); code != http.StatusNotFound {
+			if code, _ := d.Call(t, http.MethodGet, "/api/v1/tasks/ok-1", nil); code != http.StatusNotFound {
 				t.Errorf("ok-1 exists after a refused batch (status %d)", code)
 			}
 		})
 
 		t.Run("on_conflict", func(t *testing.T) {
 			specs := []map[string]any{
-				spec("up1", h.url("/ok/again"), "trigger", "manual", "group", "changed"),
-				spec("new-1", h.url("/ok"), "trigger", "manual"),
+				daemontest.Spec("up1", h.URL("/ok/again"), "trigger", "manual", "group", "changed"),
+				daemontest.Spec("new-1", h.URL("/ok"), "trigger", "manual"),
 			}
-			a := d.batch(t, http.StatusConflict, "", ndjson(t, specs), ndjsonHdr...)
+			a := postBatch(t, d, http.StatusConflict, "", ndjson(t, specs), ndjsonHdr...)
 			if len(a.Errors) != 1 || a.Errors[0].Index != 0 {
 				t.Fatalf("answer %+v, want item 0 refused for its taken name", a)
 			}
-			a = d.batch(t, http.StatusOK, "?on_conflict=skip", ndjson(t, specs), ndjsonHdr...)
+			a = postBatch(t, d, http.StatusOK, "?on_conflict=skip", ndjson(t, specs), ndjsonHdr...)
 			if a.Created != 1 || a.Skipped != 1 {
 				t.Fatalf("skip: %+v", a)
 			}
-			if g := d.get(t, "up1"); g.Group != "default" {
+			if g := d.Get(t, "up1"); g.Group != "default" {
 				t.Errorf("skipped task changed: group %q", g.Group)
 			}
-			old := d.get(t, "up1")
-			a = d.batch(t, http.StatusOK, "?on_conflict=replace", ndjson(t, specs), ndjsonHdr...)
+			old := d.Get(t, "up1")
+			a = postBatch(t, d, http.StatusOK, "?on_conflict=replace", ndjson(t, specs), ndjsonHdr...)
 			if a.Replaced != 2 {
 				t.Fatalf("replace: %+v", a)
 			}
-			if g := d.get(t, "up1"); g.Group != "changed" || g.ID == old.ID {
+			if g := d.Get(t, "up1"); g.Group != "changed" || g.ID == old.ID {
 				t.Errorf("replaced task: group %q id %d (old id %d)", g.Group, g.ID, old.ID)
 			}
-			d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch?on_conflict=merge", "[]")
+			d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch?on_conflict=merge", "[]")
 		})
 
 		t.Run("malformed bodies", func(t *testing.T) {
-			d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch", `{"name":"x"}`)
-			d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch", `[{"name":"x"},`)
-			d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch", "{\"name\":\n", ndjsonHdr...)
+			d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch", `{"name":"x"}`)
+			d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch", `[{"name":"x"},`)
+			d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/batch", "{\"name\":\n", ndjsonHdr...)
 		})
 	})
 }
@@ -189,14 +190,14 @@ func TestBatchCreate(t *testing.T) {
 // limit, before it is read whole; other endpoints keep the 1 MiB limit.
 func TestBatchLimits(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
 
 	// 10,001 items: refused once the 10,001st arrives.
 	var b strings.Builder
 	for i := range 10001 {
 		fmt.Fprintf(&b, `{"name":"n%d","trigger":"manual","callback":{"url":"http://127.0.0.1:1/"}}`+"\n", i)
 	}
-	msg := d.apiError(t, http.StatusRequestEntityTooLarge, http.MethodPost, "/api/v1/tasks/batch", b.String(), ndjsonHdr...)
+	msg := d.APIError(t, http.StatusRequestEntityTooLarge, http.MethodPost, "/api/v1/tasks/batch", b.String(), ndjsonHdr...)
 	if !strings.Contains(msg, "10000 tasks") {
 		t.Errorf("message %q does not name the 10000-task limit", msg)
 	}
@@ -206,14 +207,14 @@ func TestBatchLimits(t *testing.T) {
 	// has 63 MiB to send.
 	pr, pw := io.Pipe()
 	defer pw.Close()
-	req, err := http.NewRequest(http.MethodPost, d.base+"/api/v1/tasks/batch", pr)
+	req, err := http.NewRequest(http.MethodPost, d.Base+"/api/v1/tasks/batch", pr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.ContentLength = admin.BatchMaxBodyBytes + 1
 	req.Header.Set("Content-Type", "application/x-ndjson")
 	go func() { _, _ = pw.Write(bytes.Repeat([]byte(" "), 2<<20)) }()
-	resp, err := d.http.Do(req)
+	resp, err := d.HTTP.Do(req)
 	switch {
 	case err != nil && strings.Contains(err.Error(), "connection reset"):
 		// The server answered and closed while the client was still sending: the client
@@ -244,12 +245,12 @@ func TestBatchLimits(t *testing.T) {
 		sent <- n
 		pw2.Close()
 	}()
-	req2, err := http.NewRequest(http.MethodPost, d.base+"/api/v1/tasks/batch", pr2)
+	req2, err := http.NewRequest(http.MethodPost, d.Base+"/api/v1/tasks/batch", pr2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req2.Header.Set("Content-Type", "application/x-ndjson")
-	resp2, err := d.http.Do(req2)
+	resp2, err := d.HTTP.Do(req2)
 	if err == nil {
 		data, _ := io.ReadAll(resp2.Body)
 		resp2.Body.Close()
@@ -267,7 +268,7 @@ func TestBatchLimits(t *testing.T) {
 	// Other endpoints have their own limits: a single create takes 256 KiB.
 	// The client announces the size and sends only the start (oversized, hostile_test.go):
 	// one still writing the whole body could see the early 413 as a connection reset.
-	code, body := oversized(t, d.addr, http.MethodPost, "/api/v1/tasks", admin.TaskMaxBodyBytes+1)
+	code, body := oversized(t, d.Addr, http.MethodPost, "/api/v1/tasks", admin.TaskMaxBodyBytes+1)
 	var e struct {
 		Error string `json:"error"`
 	}
@@ -279,50 +280,50 @@ func TestBatchLimits(t *testing.T) {
 	if !strings.Contains(msg, "256 KiB") {
 		t.Errorf("message %q does not name the 256 KiB limit", msg)
 	}
-	d.create(t, spec("small", "http://127.0.0.1:1/", "trigger", "manual"))
+	d.Create(t, daemontest.Spec("small", "http://127.0.0.1:1/", "trigger", "manual"))
 }
 
 // TestRunAt: run_at fires at that instant; in the past it fires at once under fire_once and
 // is recorded as skipped under skip.
 func TestRunAt(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		at := time.Now().Add(1500 * time.Millisecond).Truncate(time.Millisecond)
-		v := d.create(t, spec("at", h.url("/ok/at"), "run_at", at.In(time.FixedZone("x", 8*3600)).Format(time.RFC3339Nano)))
+		v := d.Create(t, daemontest.Spec("at", h.URL("/ok/at"), "run_at", at.In(time.FixedZone("x", 8*3600)).Format(time.RFC3339Nano)))
 		if v.Trigger != model.TriggerDelay || v.Runtime.NextTriggerTime != at.UnixMilli() {
 			t.Fatalf("created %+v / %+v, want a delay task due at %d", v.TaskDef, v.Runtime, at.UnixMilli())
 		}
-		calls := h.waitCalls(t, "at", 1, 10*time.Second)
+		calls := h.WaitCalls(t, "at", 1, 10*time.Second)
 		if late := calls[0].At.Sub(at); late < 0 || late > time.Second {
 			t.Errorf("fired %s after run_at, want within a second and not before", late)
 		}
 
 		past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
-		d.create(t, spec("past-once", h.url("/ok/past-once"), "run_at", past))
-		h.waitCalls(t, "past-once", 1, 10*time.Second)
+		d.Create(t, daemontest.Spec("past-once", h.URL("/ok/past-once"), "run_at", past))
+		h.WaitCalls(t, "past-once", 1, 10*time.Second)
 
-		s := d.create(t, spec("past-skip", h.url("/ok/past-skip"), "run_at", past, "misfire_policy", "skip"))
+		s := d.Create(t, daemontest.Spec("past-skip", h.URL("/ok/past-skip"), "run_at", past, "misfire_policy", "skip"))
 		if s.Runtime.State != model.StateWaiting || s.Runtime.NextTriggerTime != 0 {
 			t.Errorf("past-skip = %+v, want WAITING with no fire", s.Runtime)
 		}
 		testwait.For(t, 5*time.Second, "a skipped run of past-skip", func() bool {
-			runs := d.runs(t, "past-skip")
+			runs := d.Runs(t, "past-skip")
 			return len(runs) == 1 && runs[0].Result == model.ResultSkipped
 		})
 		time.Sleep(300 * time.Millisecond)
-		if n := len(h.callsOf("past-skip")); n != 0 {
+		if n := len(h.CallsOf("past-skip")); n != 0 {
 			t.Errorf("past-skip fired %d times", n)
 		}
 
 		for _, bad := range []map[string]any{
-			spec("bad1", h.url("/x"), "run_at", "2026-01-02 15:04:05"),
-			spec("bad2", h.url("/x"), "run_at", "2026-01-02T15:04:05"),
-			spec("bad3", h.url("/x"), "run_at", past, "delay_ms", 5),
-			spec("bad4", h.url("/x"), "run_at", past, "trigger", "cron", "cron", "* * * * *"),
+			daemontest.Spec("bad1", h.URL("/x"), "run_at", "2026-01-02 15:04:05"),
+			daemontest.Spec("bad2", h.URL("/x"), "run_at", "2026-01-02T15:04:05"),
+			daemontest.Spec("bad3", h.URL("/x"), "run_at", past, "delay_ms", 5),
+			daemontest.Spec("bad4", h.URL("/x"), "run_at", past, "trigger", "cron", "cron", "* * * * *"),
 		} {
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks", bad); !strings.Contains(msg, "run_at") {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks", bad); !strings.Contains(msg, "run_at") {
 				t.Errorf("%s: message %q does not name run_at", bad["name"], msg)
 			}
 		}
@@ -333,52 +334,52 @@ func TestRunAt(t *testing.T) {
 // action record per task with the note, and an empty selector refused.
 func TestBulkOps(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		var specs []map[string]any
 		for i := range 30 {
 			grp := "ga"
 			if i%3 == 0 {
 				grp = "gb"
 			}
-			specs = append(specs, spec(fmt.Sprintf("job_%02d", i), h.url("/ok"), "group", grp, "cron", "0 0 1 1 *"))
+			specs = append(specs, daemontest.Spec(fmt.Sprintf("job_%02d", i), h.URL("/ok"), "group", grp, "cron", "0 0 1 1 *"))
 		}
-		specs = append(specs, spec("jobX", h.url("/ok"), "group", "ga", "cron", "0 0 1 1 *"))
-		d.batch(t, http.StatusOK, "", ndjson(t, specs), ndjsonHdr...)
+		specs = append(specs, daemontest.Spec("jobX", h.URL("/ok"), "group", "ga", "cron", "0 0 1 1 *"))
+		postBatch(t, d, http.StatusOK, "", ndjson(t, specs), ndjsonHdr...)
 
 		var out struct {
 			Affected int `json:"affected"`
 		}
 		// '_' in a prefix is no wildcard: jobX does not match "job_".
 		sel := map[string]any{"group": "ga", "name_prefix": "job_", "note": "maintenance 42"}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/pause?dry_run=true", sel, &out)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/pause?dry_run=true", sel, &out)
 		if out.Affected != 20 {
 			t.Fatalf("dry run affected %d, want 20", out.Affected)
 		}
-		if n := d.count(t, "state=PAUSED"); n != 0 {
+		if n := countTasks(t, d, "state=PAUSED"); n != 0 {
 			t.Fatalf("dry run paused %d tasks", n)
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/pause", sel, &out)
-		if out.Affected != 20 || d.count(t, "state=PAUSED") != 20 {
-			t.Fatalf("pause affected %d, %d paused; want 20", out.Affected, d.count(t, "state=PAUSED"))
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/pause", sel, &out)
+		if out.Affected != 20 || countTasks(t, d, "state=PAUSED") != 20 {
+			t.Fatalf("pause affected %d, %d paused; want 20", out.Affected, countTasks(t, d, "state=PAUSED"))
 		}
-		if a, ok := findAction(d.actions(t, "job_01"), "pause"); !ok || !strings.Contains(a.Detail, "maintenance 42") {
+		if a, ok := daemontest.FindAction(d.Actions(t, "job_01"), "pause"); !ok || !strings.Contains(a.Detail, "maintenance 42") {
 			t.Errorf("job_01 pause record %+v, want the note", a)
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/delete", map[string]any{"state": "paused", "names": []string{"job_01", "job_02", "job_03", "nope"}}, &out)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/delete", map[string]any{"state": "paused", "names": []string{"job_01", "job_02", "job_03", "nope"}}, &out)
 		if out.Affected != 2 {
 			t.Fatalf("delete affected %d, want 2 (job_03 is in gb, not paused)", out.Affected)
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/resume", map[string]any{"state": "PAUSED"}, &out)
-		if out.Affected != 18 || d.count(t, "state=PAUSED") != 0 {
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/resume", map[string]any{"state": "PAUSED"}, &out)
+		if out.Affected != 18 || countTasks(t, d, "state=PAUSED") != 0 {
 			t.Fatalf("resume affected %d, want 18", out.Affected)
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/run", map[string]any{"names": []string{"jobX"}}, &out)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/bulk/run", map[string]any{"names": []string{"jobX"}}, &out)
 		if out.Affected != 1 {
 			t.Fatalf("run affected %d", out.Affected)
 		}
-		h.waitCalls(t, "jobX", 1, 10*time.Second)
+		h.WaitCalls(t, "jobX", 1, 10*time.Second)
 
 		for _, bad := range []struct {
 			path string
@@ -391,7 +392,7 @@ func TestBulkOps(t *testing.T) {
 			{"/api/v1/tasks/bulk/explode", map[string]any{"group": "ga"}, "op"},
 			{"/api/v1/tasks/bulk/pause", map[string]any{"grop": "ga"}, "grop"},
 		} {
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, bad.path, bad.body); !strings.Contains(msg, bad.want) {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodPost, bad.path, bad.body); !strings.Contains(msg, bad.want) {
 				t.Errorf("%s %v: %q does not name %q", bad.path, bad.body, msg, bad.want)
 			}
 		}
@@ -401,8 +402,8 @@ func TestBulkOps(t *testing.T) {
 // TestClientCreateTasks: the Go client's CreateTasks and its per-item errors.
 func TestClientCreateTasks(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
-	c, err := client.New(d.base, "", "tester")
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	c, err := client.New(d.Base, "", "tester")
 	if err != nil {
 		t.Fatal(err)
 	}

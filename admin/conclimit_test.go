@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 )
@@ -17,11 +18,11 @@ import (
 // records no run; the waiting fire shows in the limit's view and starts when the limit goes;
 // its run's detail says it waited; every change is an action record.
 func TestConcurrencyLimitsAPI(t *testing.T) {
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		var v client.ConcurrencyLimit
-		d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/concurrency-limits/key/db", map[string]any{"max": 1}, &v)
+		d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/concurrency-limits/key/db", map[string]any{"max": 1}, &v)
 		if v.Kind != model.LimitKey || v.Name != "db" || v.Max != 1 || v.InUse != 0 || v.UpdatedAt == 0 {
 			t.Fatalf("PUT answered %+v", v)
 		}
@@ -37,48 +38,48 @@ func TestConcurrencyLimitsAPI(t *testing.T) {
 			{"/api/v1/concurrency-limits/key/db", map[string]any{}, "max"},
 			{"/api/v1/concurrency-limits/key/db", map[string]any{"max": 2, "burst": 1}, "burst"},
 		} {
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodPut, bad.path, bad.body); !strings.Contains(msg, bad.field) {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodPut, bad.path, bad.body); !strings.Contains(msg, bad.field) {
 				t.Errorf("PUT %s %v: %q does not name %s", bad.path, bad.body, msg, bad.field)
 			}
 		}
 		var list struct {
 			Limits []client.ConcurrencyLimit `json:"limits"`
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/concurrency-limits", nil, &list)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/concurrency-limits", nil, &list)
 		if len(list.Limits) != 1 || list.Limits[0].Max != 1 {
 			t.Fatalf("after the bad PUTs the limits are %+v, want key db at 1", list.Limits)
 		}
-		d.apiError(t, http.StatusNotFound, http.MethodGet, "/api/v1/concurrency-limits/group/none", nil)
-		if msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks",
-			spec("badkey", h.url("/ok"), "trigger", "manual", "concurrency_key", "a b")); !strings.Contains(msg, "concurrency_key") {
+		d.APIError(t, http.StatusNotFound, http.MethodGet, "/api/v1/concurrency-limits/group/none", nil)
+		if msg := d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks",
+			daemontest.Spec("badkey", h.URL("/ok"), "trigger", "manual", "concurrency_key", "a b")); !strings.Contains(msg, "concurrency_key") {
 			t.Errorf("create with a bad key: %q", msg)
 		}
 
 		// One run of key db in flight (it hangs), a second task of the key waits for it.
-		hung := d.create(t, spec("db-hung", h.url("/hang"), "trigger", "delay", "delay_ms", 0, "concurrency_key", "db"))
+		hung := d.Create(t, daemontest.Spec("db-hung", h.URL("/hang"), "trigger", "delay", "delay_ms", 0, "concurrency_key", "db"))
 		if hung.ConcurrencyKey != "db" {
 			t.Fatalf("created task has concurrency_key %q", hung.ConcurrencyKey)
 		}
-		h.waitCalls(t, "db-hung", 1, waitTimeout)
-		d.create(t, spec("db-next", h.url("/ok"), "trigger", "delay", "delay_ms", 0, "concurrency_key", "db", "group", "other"))
-		d.create(t, spec("db-manual", h.url("/ok"), "trigger", "manual", "concurrency_key", "db"))
-		testwait.For(t, waitTimeout, "db-next waiting for key db", func() bool {
-			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/concurrency-limits/key/db", nil, &v)
+		h.WaitCalls(t, "db-hung", 1, daemontest.WaitTimeout)
+		d.Create(t, daemontest.Spec("db-next", h.URL("/ok"), "trigger", "delay", "delay_ms", 0, "concurrency_key", "db", "group", "other"))
+		d.Create(t, daemontest.Spec("db-manual", h.URL("/ok"), "trigger", "manual", "concurrency_key", "db"))
+		testwait.For(t, daemontest.WaitTimeout, "db-next waiting for key db", func() bool {
+			d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/concurrency-limits/key/db", nil, &v)
 			return v.InUse == 1 && v.Waiting == 1
 		})
-		code, hdr, body := d.send(t, http.MethodPost, "/api/v1/tasks/db-manual/run", nil, true)
+		code, hdr, body := d.Send(t, http.MethodPost, "/api/v1/tasks/db-manual/run", nil, true)
 		if code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" || !strings.Contains(string(body), "key db is full (1 of 1") {
 			t.Fatalf("run-now over the limit: %d %v %s, want 429 naming key db with Retry-After", code, hdr, body)
 		}
-		if runs := d.runs(t, "db-manual"); len(runs) != 0 {
+		if runs := d.Runs(t, "db-manual"); len(runs) != 0 {
 			t.Fatalf("the refused run-now left runs %+v", runs)
 		}
 		time.Sleep(1100 * time.Millisecond) // the wait the run records is at least a second
-		d.mustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/concurrency-limits/key/db", nil, nil)
-		h.waitCalls(t, "db-next", 1, waitTimeout)
+		d.MustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/concurrency-limits/key/db", nil, nil)
+		h.WaitCalls(t, "db-next", 1, daemontest.WaitTimeout)
 		var waited model.Run
-		testwait.For(t, waitTimeout, "db-next's run recorded", func() bool {
-			rs := d.runs(t, "db-next")
+		testwait.For(t, daemontest.WaitTimeout, "db-next's run recorded", func() bool {
+			rs := d.Runs(t, "db-next")
 			if len(rs) == 1 {
 				waited = rs[0]
 			}
@@ -87,9 +88,9 @@ func TestConcurrencyLimitsAPI(t *testing.T) {
 		if !strings.Contains(waited.Detail, "for concurrency limit key db (1)") || !strings.HasPrefix(waited.Detail, "waited 1") {
 			t.Errorf("the run that waited has detail %q", waited.Detail)
 		}
-		d.apiError(t, http.StatusNotFound, http.MethodDelete, "/api/v1/concurrency-limits/key/db", nil)
-		h.releaseHung()
-		alerts := d.alertActions(t)
+		d.APIError(t, http.StatusNotFound, http.MethodDelete, "/api/v1/concurrency-limits/key/db", nil)
+		h.ReleaseHung()
+		alerts := alertActions(t, d)
 		n := 0
 		for _, a := range alerts {
 			if a.Action == "concurrency_limit" {
@@ -103,11 +104,11 @@ func TestConcurrencyLimitsAPI(t *testing.T) {
 }
 
 // alertActions returns the newest records that belong to no task.
-func (d *daemon) alertActions(t *testing.T) []model.Action {
+func alertActions(t *testing.T, d *daemontest.Daemon) []model.Action {
 	t.Helper()
 	var v struct {
 		Actions []model.Action `json:"actions"`
 	}
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/alerts?limit=100", nil, &v)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/alerts?limit=100", nil, &v)
 	return v.Actions
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -187,16 +188,16 @@ func rowsText(sel string) string {
 func TestConsoleBrowser(t *testing.T) {
 	ctx := browser(t)
 	dir := artifacts(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.BasePath = consoleBase
 		c.Engine = engine.Config{HeartbeatInterval: 300 * time.Millisecond, LostAfter: 1500 * time.Millisecond}
 	})
-	h := newHook(t)
+	h := daemontest.NewHook(t)
 	api := consoleBase + "/api/v1"
-	url := d.base + consoleBase + "/"
+	url := d.Base + consoleBase + "/"
 
 	// The console answers with its CSP, and the API answers under the base path only.
-	resp, err := d.http.Get(url)
+	resp, err := d.HTTP.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestConsoleBrowser(t *testing.T) {
 	run(t, ctx, "fill the name", chromedp.SetValue("#name", "nightly-report", chromedp.ByQuery))
 	run(t, ctx, "type the cron", chromedp.SetValue("#cron", "*/2 * * * * *", chromedp.ByQuery))
 	run(t, ctx, "type the zone", chromedp.SetValue("#timezone", "Europe/Paris", chromedp.ByQuery))
-	run(t, ctx, "fill the URL", chromedp.SetValue("#cb-url", h.url("/ok/report"), chromedp.ByQuery))
+	run(t, ctx, "fill the URL", chromedp.SetValue("#cb-url", h.URL("/ok/report"), chromedp.ByQuery))
 	run(t, ctx, "fill the params", chromedp.SetValue("#params", `{"report": "daily"}`, chromedp.ByQuery))
 	waitJS(t, ctx, "ten previewed fires in Paris",
 		`document.querySelectorAll("#cron-preview #fires-table tbody tr").length === 10 &&
@@ -226,7 +227,7 @@ func TestConsoleBrowser(t *testing.T) {
 	waitJS(t, ctx, "the task page", `location.hash === "#/tasks/nightly-report" && !!document.querySelector("#task-def")`)
 
 	// 2. See it fire: a successful run appears in the runs table without a reload.
-	h.waitCalls(t, "nightly-report", 1, waitTimeout)
+	h.WaitCalls(t, "nightly-report", 1, daemontest.WaitTimeout)
 	waitJS(t, ctx, "a successful run", `[...document.querySelectorAll("#runs-table tbody tr")].some(r => r.textContent.includes("success"))`)
 	shot(t, ctx, dir, "task-fired.png")
 
@@ -235,17 +236,17 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.SetValue("#pause-note", "maintenance window", chromedp.ByQuery),
 		chromedp.Click("#act-pause", chromedp.ByQuery))
 	waitJS(t, ctx, "the note on the page", `(document.querySelector("#task-note") || {}).textContent === "Note: maintenance window"`)
-	if v := d.getAt(t, api, "nightly-report"); v.Runtime.State != "PAUSED" || v.Runtime.Note != "maintenance window" {
+	if v := getAt(t, d, api, "nightly-report"); v.Runtime.State != "PAUSED" || v.Runtime.Note != "maintenance window" {
 		t.Errorf("after pause: state %s note %q", v.Runtime.State, v.Runtime.Note)
 	}
 
 	// 4. Run it now with params.
-	before := len(h.callsOf("nightly-report"))
+	before := len(h.CallsOf("nightly-report"))
 	run(t, ctx, "run now with params",
 		chromedp.WaitVisible("#run-params", chromedp.ByQuery),
 		chromedp.SetValue("#run-params", `{"rerun": true, "day": "2026-12-01"}`, chromedp.ByQuery),
 		chromedp.Click("#act-run", chromedp.ByQuery))
-	calls := h.waitCalls(t, "nightly-report", before+1, waitTimeout)
+	calls := h.WaitCalls(t, "nightly-report", before+1, daemontest.WaitTimeout)
 	var got map[string]any
 	if err := json.Unmarshal(calls[len(calls)-1].Body.Params, &got); err != nil || got["day"] != "2026-12-01" || got["rerun"] != true {
 		t.Errorf("run-now params = %s (%v)", calls[len(calls)-1].Body.Params, err)
@@ -263,9 +264,9 @@ func TestConsoleBrowser(t *testing.T) {
 	shot(t, ctx, dir, "task-timeline.png")
 
 	// 6. Kill a hung run.
-	d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
-		spec("stuck-export", h.url("/hang/export"), "trigger", "delay", "delay_ms", 50, "timeout_sec", 300), nil)
-	h.waitCalls(t, "stuck-export", 1, waitTimeout)
+	d.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
+		daemontest.Spec("stuck-export", h.URL("/hang/export"), "trigger", "delay", "delay_ms", 50, "timeout_sec", 300), nil)
+	h.WaitCalls(t, "stuck-export", 1, daemontest.WaitTimeout)
 	run(t, ctx, "open the hung task", chromedp.Navigate(url+"#/tasks/stuck-export"))
 	waitJS(t, ctx, "kill enabled", `!!document.querySelector("#act-kill") && !document.querySelector("#act-kill").disabled`)
 	clickUntil(t, ctx, "kill", "#act-kill", `document.getElementById("confirm").open`)
@@ -274,7 +275,7 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Click("#confirm-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the killed run", `[...document.querySelectorAll("#runs-table tbody tr")].some(r => r.textContent.includes("killed"))`)
 	var killed struct{ Runs []struct{ Result string } }
-	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/stuck-export/runs", nil, &killed)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/stuck-export/runs", nil, &killed)
 	if len(killed.Runs) != 1 || killed.Runs[0].Result != "killed" {
 		t.Errorf("after kill: runs %+v, want one killed", killed.Runs)
 	}
@@ -282,7 +283,7 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// 7. A stopped executor turns lost.
 	// Executors talk to the scheduler directly, at the root, whatever the console's prefix.
-	exe := startSDK(t, d.base, "127.0.0.1:0")
+	exe := startSDK(t, d.Base, "127.0.0.1:0")
 	run(t, ctx, "open executors", chromedp.Navigate(url+"#/executors"))
 	waitJS(t, ctx, "the executor alive", `!!document.querySelector('#executors-table tr[data-status="alive"]')`)
 	if err := exe.exe.Stop(context.Background()); err != nil {
@@ -297,8 +298,8 @@ func TestConsoleBrowser(t *testing.T) {
 		if i%2 == 1 {
 			grp = "web"
 		}
-		d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
-			spec(fmt.Sprintf("%s-job-%02d", grp, i), h.url("/ok/x"), "trigger", "manual", "group", grp), nil)
+		d.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
+			daemontest.Spec(fmt.Sprintf("%s-job-%02d", grp, i), h.URL("/ok/x"), "trigger", "manual", "group", grp), nil)
 	}
 	run(t, ctx, "filter by name prefix",
 		chromedp.Navigate(url+"#/tasks"),
@@ -317,11 +318,11 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.Click("#confirm-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "two rows paused", `[...document.querySelectorAll("#task-table tbody tr")].filter(r => r.textContent.includes("PAUSED")).length === 2`)
 	for _, n := range []string{"etl-job-00", "etl-job-02"} {
-		if v := d.getAt(t, api, n); v.Runtime.State != "PAUSED" {
+		if v := getAt(t, d, api, n); v.Runtime.State != "PAUSED" {
 			t.Errorf("after bulk pause: %s is %s", n, v.Runtime.State)
 		}
 	}
-	if v := d.getAt(t, api, "etl-job-04"); v.Runtime.State == "PAUSED" {
+	if v := getAt(t, d, api, "etl-job-04"); v.Runtime.State == "PAUSED" {
 		t.Error("bulk pause paused an unselected task")
 	}
 	run(t, ctx, "filter by group and state",
@@ -357,10 +358,10 @@ func TestConsoleBrowser(t *testing.T) {
 }
 
 // getAt reads a task under an API prefix.
-func (d *daemon) getAt(t *testing.T, api, name string) client.TaskView {
+func getAt(t *testing.T, d *daemontest.Daemon, api, name string) client.TaskView {
 	t.Helper()
 	var v client.TaskView
-	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/"+name, nil, &v)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/"+name, nil, &v)
 	return v
 }
 
@@ -369,8 +370,8 @@ func (d *daemon) getAt(t *testing.T, api, name string) client.TaskView {
 // tab (sessionStorage), not in localStorage or a cookie.
 func TestConsoleBrowserLogin(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.Token = "open-sesame-0123456" })
-	run(t, ctx, "open the console", chromedp.Navigate(d.base+"/#/tasks"), chromedp.WaitVisible("#login-token", chromedp.ByQuery))
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.Token = "open-sesame-0123456" })
+	run(t, ctx, "open the console", chromedp.Navigate(d.Base+"/#/tasks"), chromedp.WaitVisible("#login-token", chromedp.ByQuery))
 	run(t, ctx, "a wrong token", chromedp.SendKeys("#login-token", "guess", chromedp.ByQuery), chromedp.Click("#login-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "the refusal", `document.querySelector("#login-error").textContent.includes("refused")`)
 	run(t, ctx, "the right token", setField("#login-token", "open-sesame-0123456"), chromedp.Click("#login-ok", chromedp.ByQuery))
@@ -386,10 +387,10 @@ func TestConsoleBrowserLogin(t *testing.T) {
 // group look like markup shows the characters, and no element is created from them.
 func TestConsoleBrowserText(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	d.create(t, spec("markup", "http://127.0.0.1:1/x", "trigger", "manual",
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	d.Create(t, daemontest.Spec("markup", "http://127.0.0.1:1/x", "trigger", "manual",
 		"params", map[string]any{"html": `<img src=x onerror="document.title='pwned'">`}))
-	run(t, ctx, "open the task", chromedp.Navigate(d.base+"/#/tasks/markup"), chromedp.WaitVisible("#task-params", chromedp.ByQuery))
+	run(t, ctx, "open the task", chromedp.Navigate(d.Base+"/#/tasks/markup"), chromedp.WaitVisible("#task-params", chromedp.ByQuery))
 	var title, text string
 	var imgs int
 	run(t, ctx, "read it",
@@ -426,9 +427,9 @@ func list100K(t *testing.T, kind string) {
 	ctx := browser(t)
 	// A template task made through the API, then copied n times in one SQL statement: the
 	// rows are exactly what the store writes, without n API calls.
-	d := startDaemon(t, dsn, nil)
-	d.create(t, spec("template", "http://127.0.0.1:1/x", "trigger", "manual"))
-	if err := d.stop(); err != nil {
+	d := daemontest.Start(t, dsn, nil)
+	d.Create(t, daemontest.Spec("template", "http://127.0.0.1:1/x", "trigger", "manual"))
+	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open(driver, raw)
@@ -464,13 +465,13 @@ func list100K(t *testing.T, kind string) {
 	_ = db.Close()
 	t.Logf("%s: loaded %d tasks in %s", kind, n, time.Since(t0).Round(time.Millisecond))
 
-	d = startDaemon(t, dsn, nil)
-	url := d.base + "/"
+	d = daemontest.Start(t, dsn, nil)
+	url := d.Base + "/"
 	run(t, ctx, "warm the browser", chromedp.Navigate(url+"#/executors"), chromedp.WaitVisible("#executors", chromedp.ByQuery))
 
 	// A full page load (a new document: the console's modules, whoami, then the list).
 	start := time.Now()
-	run(t, ctx, "first page", chromedp.Navigate(d.base+"/?fresh=1#/tasks"),
+	run(t, ctx, "first page", chromedp.Navigate(d.Base+"/?fresh=1#/tasks"),
 		chromedp.WaitVisible(`#task-table tbody tr[data-task="job-000001"]`, chromedp.ByQuery))
 	first := time.Since(start)
 	var firstAPI string
@@ -513,12 +514,12 @@ func list100K(t *testing.T, kind string) {
 // sensitive param keeps its real value, and fields the form does not show are kept.
 func TestConsoleBrowserEdit(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("upstream", h.url("/ok/up"), "trigger", "manual"))
-	d.create(t, spec("sync", h.url("/ok/sync"), "trigger", "dependency", "depends_on", []string{"upstream"}, "depends_mode", "any", "timeout_sec", 30,
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("upstream", h.URL("/ok/up"), "trigger", "manual"))
+	d.Create(t, daemontest.Spec("sync", h.URL("/ok/sync"), "trigger", "dependency", "depends_on", []string{"upstream"}, "depends_mode", "any", "timeout_sec", 30,
 		"params", map[string]any{"token": "real-secret", "batch": 10}, "sensitive_params", []string{"token"}))
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.base+"/#/tasks/sync/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/sync/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
 	var shown string
 	run(t, ctx, "read the params", chromedp.Value("#params", &shown, chromedp.ByQuery))
 	if strings.Contains(shown, "real-secret") || !strings.Contains(shown, `"***"`) {
@@ -530,12 +531,12 @@ func TestConsoleBrowserEdit(t *testing.T) {
 		TimeoutSec  int    `json:"timeout_sec"`
 		DependsMode string `json:"depends_mode"`
 	}
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/sync", nil, &v)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/sync", nil, &v)
 	if v.TimeoutSec != 77 || v.DependsMode != "any" {
 		t.Errorf("after the edit: timeout %d depends_mode %q, want 77 and any", v.TimeoutSec, v.DependsMode)
 	}
-	d.waitRun(t, "sync", d.runNow(t, "sync", nil))
-	calls := h.callsOf("sync")
+	d.WaitRun(t, "sync", d.RunNow(t, "sync", nil))
+	calls := h.CallsOf("sync")
 	if len(calls) != 1 || !strings.Contains(string(calls[0].Body.Params), `"token":"real-secret"`) {
 		t.Errorf("the callback received %s, want the real token", calls[len(calls)-1].Body.Params)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -59,14 +60,14 @@ func recordRequests(t *testing.T, ctx context.Context) func() []apiRequest {
 func TestConsoleBrowserBulk(t *testing.T) {
 	ctx := browser(t)
 	dir := artifacts(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.BasePath = consoleBase })
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.BasePath = consoleBase })
 	api := consoleBase + "/api/v1"
-	url := d.base + consoleBase + "/"
+	url := d.Base + consoleBase + "/"
 	for i := range 8 {
-		d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks", spec(fmt.Sprintf("etl-%02d", i), "http://127.0.0.1:1/x", "trigger", "manual", "group", "etl"), nil)
+		d.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks", daemontest.Spec(fmt.Sprintf("etl-%02d", i), "http://127.0.0.1:1/x", "trigger", "manual", "group", "etl"), nil)
 	}
 	for i := range 4 {
-		d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks", spec(fmt.Sprintf("web-%02d", i), "http://127.0.0.1:1/x", "trigger", "manual", "group", "web"), nil)
+		d.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks", daemontest.Spec(fmt.Sprintf("web-%02d", i), "http://127.0.0.1:1/x", "trigger", "manual", "group", "web"), nil)
 	}
 	requests := recordRequests(t, ctx)
 	rows := func(n int, prefix string) string {
@@ -80,10 +81,10 @@ func TestConsoleBrowserBulk(t *testing.T) {
 	}
 	count := func() int {
 		var page struct{ Count int }
-		d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks?limit=100", nil, &page)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks?limit=100", nil, &page)
 		return page.Count
 	}
-	state := func(name string) string { return string(d.getAt(t, api, name).Runtime.State) }
+	state := func(name string) string { return string(getAt(t, d, api, name).Runtime.State) }
 
 	// A ticked selection: {"names": [...]}.
 	run(t, ctx, "open the etl group", chromedp.Navigate(url+"#/tasks?group=etl"))
@@ -133,7 +134,7 @@ func TestConsoleBrowserBulk(t *testing.T) {
 	confirmText()
 	run(t, ctx, "confirm", chromedp.Click("#confirm-ok", chromedp.ByQuery))
 	waitJS(t, ctx, "no web row left", `document.querySelectorAll("#task-table tbody tr").length === 0`)
-	testwait.For(t, waitTimeout, "the web tasks to be gone", func() bool { return count() == 8 })
+	testwait.For(t, daemontest.WaitTimeout, "the web tasks to be gone", func() bool { return count() == 8 })
 
 	// Every write went through the bulk API; none task by task.
 	var got []string
@@ -179,40 +180,40 @@ func TestConsoleBrowserBackup(t *testing.T) {
 	dir := artifacts(t)
 	mod := func(c *axedaemon.Config) { c.BasePath = consoleBase }
 	a := haConsoleNodeNoToken(t, dsn, "a", mod)
-	a.waitRole(t, "primary", waitTimeout)
+	a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	b := haConsoleNodeNoToken(t, dsn, "b", mod)
-	b.waitRole(t, "backup", waitTimeout)
-	testwait.For(t, waitTimeout, "the backup to name the primary", func() bool {
-		_, r := b.readyz(t, "")
-		return r.Primary == a.base
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
+	testwait.For(t, daemontest.WaitTimeout, "the backup to name the primary", func() bool {
+		_, r := b.Readyz(t, "")
+		return r.Primary == a.Base
 	})
 	api := consoleBase + "/api/v1"
 	for _, n := range []string{"report-a", "report-b", "report-c"} {
-		a.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks", spec(n, "http://127.0.0.1:1/x", "trigger", "manual", "group", "reports"), nil)
+		a.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks", daemontest.Spec(n, "http://127.0.0.1:1/x", "trigger", "manual", "group", "reports"), nil)
 	}
 
-	run(t, ctx, "open the backup's console", chromedp.Navigate(b.base+consoleBase+"/#/tasks/report-a"))
+	run(t, ctx, "open the backup's console", chromedp.Navigate(b.Base+consoleBase+"/#/tasks/report-a"))
 	waitJS(t, ctx, "the backup banner", fmt.Sprintf(`(document.querySelector("#banner-primary") || {}).textContent === %q &&
-		!document.querySelector("#banner").hidden`, a.base))
+		!document.querySelector("#banner").hidden`, a.Base))
 	run(t, ctx, "pause with a note on the backup",
 		chromedp.WaitVisible("#pause-note", chromedp.ByQuery),
 		chromedp.SetValue("#pause-note", "paused on the backup", chromedp.ByQuery),
 		chromedp.Click("#act-pause", chromedp.ByQuery))
 	waitJS(t, ctx, "the note on the page", `(document.querySelector("#task-note") || {}).textContent === "Note: paused on the backup"`)
 	shot(t, ctx, dir, "backup-console.png")
-	if v := a.getAt(t, api, "report-a"); v.Runtime.State != "PAUSED" || v.Runtime.Note != "paused on the backup" {
+	if v := getAt(t, a, api, "report-a"); v.Runtime.State != "PAUSED" || v.Runtime.Note != "paused on the backup" {
 		t.Errorf("the primary holds report-a as %s %q, want paused with the note", v.Runtime.State, v.Runtime.Note)
 	}
 	var acts struct {
 		Actions []struct{ Action, Actor string }
 	}
-	a.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/report-a/actions", nil, &acts)
+	a.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/report-a/actions", nil, &acts)
 	if i := slices.IndexFunc(acts.Actions, func(x struct{ Action, Actor string }) bool { return x.Action == "pause" }); i < 0 || acts.Actions[i].Actor != "api:console" {
 		t.Errorf("report-a's actions %+v, want a pause by api:console", acts.Actions)
 	}
 
 	run(t, ctx, "bulk pause the group on the backup",
-		chromedp.Navigate(b.base+consoleBase+"/#/tasks?group=reports"),
+		chromedp.Navigate(b.Base+consoleBase+"/#/tasks?group=reports"),
 		chromedp.WaitVisible(`#task-table tr[data-task="report-c"]`, chromedp.ByQuery),
 		chromedp.Click("#bulk-all", chromedp.ByQuery), chromedp.Click("#bulk-pause", chromedp.ByQuery),
 		chromedp.WaitVisible("#confirm-ok", chromedp.ByQuery))
@@ -221,14 +222,14 @@ func TestConsoleBrowserBackup(t *testing.T) {
 	if s != "Pause all 3 task(s) matching group = reports?" {
 		t.Errorf("confirmation %q", s)
 	}
-	testwait.For(t, waitTimeout, "the primary to hold the group paused", func() bool {
-		return a.getAt(t, api, "report-b").Runtime.State == "PAUSED" && a.getAt(t, api, "report-c").Runtime.State == "PAUSED"
+	testwait.For(t, daemontest.WaitTimeout, "the primary to hold the group paused", func() bool {
+		return getAt(t, a, api, "report-b").Runtime.State == "PAUSED" && getAt(t, a, api, "report-c").Runtime.State == "PAUSED"
 	})
 	waitJS(t, ctx, "three paused rows", `[...document.querySelectorAll("#task-table tbody tr")].filter(r => r.textContent.includes("PAUSED")).length === 3`)
 }
 
 // haConsoleNodeNoToken is an HA node without a token.
-func haConsoleNodeNoToken(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *daemon {
+func haConsoleNodeNoToken(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *daemontest.Daemon {
 	t.Helper()
 	return haConsoleNode(t, dsn, id, func(c *axedaemon.Config) {
 		c.Token = ""

@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 )
@@ -27,10 +28,10 @@ const refreshes = `Number(document.body.dataset.refreshes || 0)`
 // refresh can be paused, and its interval is kept in localStorage.
 func TestConsoleBrowserTypingSurvivesRefresh(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("busy", h.url("/ok/busy"), "cron", "* * * * * *", "timezone", "Europe/Paris"))
-	url := d.base + "/"
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("busy", h.URL("/ok/busy"), "cron", "* * * * * *", "timezone", "Europe/Paris"))
+	url := d.Base + "/"
 	run(t, ctx, "open the task", chromedp.Navigate(url+"#/tasks/busy"), chromedp.WaitVisible("#pause-note", chromedp.ByQuery))
 
 	var n0 int
@@ -57,7 +58,7 @@ func TestConsoleBrowserTypingSurvivesRefresh(t *testing.T) {
 	// The note typed across refreshes is the one the pause sends.
 	run(t, ctx, "pause with it", setField("#pause-note", "typed across refreshes"), chromedp.Click("#act-pause", chromedp.ByQuery))
 	waitJS(t, ctx, "paused with the note", `(document.querySelector("#task-note") || {}).textContent === "Note: typed across refreshes"`)
-	if v := d.get(t, "busy"); v.Runtime.Note != "typed across refreshes" {
+	if v := d.Get(t, "busy"); v.Runtime.Note != "typed across refreshes" {
 		t.Errorf("the stored note is %q", v.Runtime.Note)
 	}
 
@@ -96,23 +97,23 @@ func TestConsoleBrowserTypingSurvivesRefresh(t *testing.T) {
 // switch.
 func TestConsoleBrowserFindFailing(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.BasePath = consoleBase
 		// The breaker opens after 45 results, so that the task has runs for three pages
 		// first (after it, a probe runs one fire in ten).
 		c.Engine = engine.Config{Breaker: engine.BreakerConfig{MinSamples: 45}}
 	})
-	h := newHook(t)
+	h := daemontest.NewHook(t)
 	api := consoleBase + "/api/v1"
-	url := d.base + consoleBase + "/"
+	url := d.Base + consoleBase + "/"
 	for i := range 30 {
-		d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
-			spec(fmt.Sprintf("healthy-%02d", i), h.url("/ok/h"), "cron", "0 0 * * * *", "group", fmt.Sprintf("team-%d", i%6)), nil)
+		d.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
+			daemontest.Spec(fmt.Sprintf("healthy-%02d", i), h.URL("/ok/h"), "cron", "0 0 * * * *", "group", fmt.Sprintf("team-%d", i%6)), nil)
 	}
-	d.mustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
-		spec("flaky-sync", h.url("/fail/sync"), "cron", "* * * * * *", "group", "team-3", "timezone", "Asia/Tokyo"), nil)
-	h.waitCalls(t, "flaky-sync", 3, waitTimeout)
-	if v := d.getAt(t, api, "flaky-sync"); v.Runtime.State != model.StateScheduled {
+	d.MustJSON(t, http.StatusCreated, http.MethodPost, api+"/tasks",
+		daemontest.Spec("flaky-sync", h.URL("/fail/sync"), "cron", "* * * * * *", "group", "team-3", "timezone", "Asia/Tokyo"), nil)
+	h.WaitCalls(t, "flaky-sync", 3, daemontest.WaitTimeout)
+	if v := getAt(t, d, api, "flaky-sync"); v.Runtime.State != model.StateScheduled {
 		t.Fatalf("the failing cron task is %s, want SCHEDULED (the reason it was hard to find)", v.Runtime.State)
 	}
 
@@ -132,7 +133,7 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 		Total int         `json:"total"`
 	}
 	testwait.For(t, 90*time.Second, "more than two pages of runs", func() bool {
-		d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1&total=1", nil, &stored)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1&total=1", nil, &stored)
 		return stored.Total > 45
 	})
 	// Its breaker opened after 45 failures: the breaker filter finds it too.
@@ -144,10 +145,10 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 	waitJS(t, ctx, "paused", `(document.querySelector(".title .state") || {}).textContent === "PAUSED"`)
 	// A run in flight at the pause ends before the runs are counted.
 	testwait.For(t, 30*time.Second, "the run in flight at the pause ended", func() bool {
-		d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1", nil, &stored)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1", nil, &stored)
 		return len(stored.Runs) == 0 || stored.Runs[0].Result != model.ResultRunning
 	})
-	d.mustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1000&total=1", nil, &stored)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1000&total=1", nil, &stored)
 	run(t, ctx, "first page", chromedp.Reload())
 	waitJS(t, ctx, "the total", fmt.Sprintf(`(document.querySelector("#runs-total") || {}).textContent === "%d run(s)"`, stored.Total))
 	var seen []string
@@ -189,7 +190,7 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 	}
 
 	// The runs list across tasks, failures only: every row is the failing task's.
-	d.mustJSON(t, http.StatusAccepted, http.MethodPost, api+"/tasks/healthy-04/run", nil, nil)
+	d.MustJSON(t, http.StatusAccepted, http.MethodPost, api+"/tasks/healthy-04/run", nil, nil)
 	run(t, ctx, "open the runs list", chromedp.Navigate(url+"#/runs"), chromedp.WaitVisible("#all-runs-table", chromedp.ByQuery))
 	waitJS(t, ctx, "healthy-04's run-now listed", `[...document.querySelectorAll("#all-runs-table tbody tr td:nth-child(2)")].some(c => c.textContent === "healthy-04")`)
 	run(t, ctx, "failures only", setField("#r-result", "failure"), chromedp.Click("#r-apply", chromedp.ByQuery))
@@ -247,13 +248,13 @@ func mustEval(t *testing.T, ctx context.Context, expr string) string {
 // form, and the bulk bar on a phone.
 func TestConsoleBrowserOps(t *testing.T) {
 	ctx := browser(t)
-	h := newHook(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
-		c.Engine = engine.Config{AlertWebhooks: []string{h.url("/ok/alert")}}
+	h := daemontest.NewHook(t)
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
+		c.Engine = engine.Config{AlertWebhooks: []string{h.URL("/ok/alert")}}
 	})
-	url := d.base + "/"
-	d.create(t, spec("doomed", h.url("/fail/doomed"), "trigger", "delay", "delay_ms", 50))
-	h.waitCalls(t, "", 1, waitTimeout) // the webhook's call carries no task header
+	url := d.Base + "/"
+	d.Create(t, daemontest.Spec("doomed", h.URL("/fail/doomed"), "trigger", "delay", "delay_ms", 50))
+	h.WaitCalls(t, "", 1, daemontest.WaitTimeout) // the webhook's call carries no task header
 
 	run(t, ctx, "open alerts", chromedp.Navigate(url+"#/alerts"))
 	waitJS(t, ctx, "the final failure, delivered", `[...document.querySelectorAll("#deliveries-table tbody tr")].some(r =>
@@ -266,7 +267,7 @@ func TestConsoleBrowserOps(t *testing.T) {
 	var limits struct {
 		Downstreams map[string]struct{ Rate float64 } `json:"downstreams"`
 	}
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/ratelimits", nil, &limits)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/ratelimits", nil, &limits)
 	if limits.Downstreams["billing"].Rate != 5 {
 		t.Errorf("rate limits after the edit: %+v", limits)
 	}
@@ -279,7 +280,7 @@ func TestConsoleBrowserOps(t *testing.T) {
 	run(t, ctx, "open nodes", chromedp.Navigate(url+"#/nodes"), chromedp.WaitVisible("#nodes-table", chromedp.ByQuery))
 	waitJS(t, ctx, "a single node says so", `document.querySelector("#nodes-table").textContent.includes("single node")`)
 
-	startSDK(t, d.base, "127.0.0.1:0")
+	startSDK(t, d.Base, "127.0.0.1:0")
 	run(t, ctx, "open the form", chromedp.Navigate(url+"#/new"), chromedp.WaitVisible("#task-form", chromedp.ByQuery),
 		setField("#cb-type", "executor"))
 	waitJS(t, ctx, "the executor's app and handler offered", `[...document.querySelectorAll("#cb-apps option")].map(o => o.value).join() === "billing" &&
@@ -287,7 +288,7 @@ func TestConsoleBrowserOps(t *testing.T) {
 
 	// A phone: the bulk bar's buttons stay on the screen.
 	for i := range 6 {
-		d.create(t, spec(fmt.Sprintf("phone-%d", i), "http://127.0.0.1:1/x", "trigger", "manual", "group", "mobile"))
+		d.Create(t, daemontest.Spec(fmt.Sprintf("phone-%d", i), "http://127.0.0.1:1/x", "trigger", "manual", "group", "mobile"))
 	}
 	run(t, ctx, "phone width", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile),
 		chromedp.Navigate(url+"#/tasks?group=mobile"), chromedp.WaitVisible(`#task-table tr[data-task="phone-1"]`, chromedp.ByQuery),

@@ -20,6 +20,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -38,14 +39,14 @@ func TestConsoleScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := browser(t)
-	h := newHook(t)
+	h := daemontest.NewHook(t)
 	file := filepath.Join(t.TempDir(), "axe.db")
 	mod := func(c *axedaemon.Config) {
-		c.Engine = engine.Config{AlertWebhooks: []string{h.url("/ok/alert")}, HeartbeatInterval: 300 * time.Millisecond}
+		c.Engine = engine.Config{AlertWebhooks: []string{h.URL("/ok/alert")}, HeartbeatInterval: 300 * time.Millisecond}
 	}
 	// A day of another node's minutes, as the day chart reads them after a restart: a
 	// daily curve of fires with a burst of failures and late fires in the afternoon.
-	if err := startDaemon(t, "sqlite:"+file, mod).stop(); err != nil {
+	if err := daemontest.Start(t, "sqlite:"+file, mod).Stop(); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("sqlite", file)
@@ -66,22 +67,22 @@ func TestConsoleScreenshots(t *testing.T) {
 		}
 	}
 	_ = db.Close()
-	d := startDaemon(t, "sqlite:"+file, mod)
-	url := d.base + "/"
+	d := daemontest.Start(t, "sqlite:"+file, mod)
+	url := d.Base + "/"
 	for i := range 18 {
 		zone := []string{"UTC", "Europe/Paris", "America/New_York"}[i%3]
-		d.create(t, spec(fmt.Sprintf("report-%02d", i), h.url("/ok/r"), "cron", "0 */15 * * * *", "group", fmt.Sprintf("team-%d", i%6), "timezone", zone))
+		d.Create(t, daemontest.Spec(fmt.Sprintf("report-%02d", i), h.URL("/ok/r"), "cron", "0 */15 * * * *", "group", fmt.Sprintf("team-%d", i%6), "timezone", zone))
 	}
-	d.create(t, spec("flaky-sync", h.url("/fail/sync"), "cron", "*/2 * * * * *", "group", "team-3", "timezone", "Asia/Tokyo"))
-	d.create(t, spec("nightly-dst", h.url("/ok/n"), "cron", "30 2 * * *", "group", "team-1", "timezone", "Europe/Berlin"))
-	startSDK(t, d.base, "127.0.0.1:0")
-	d.create(t, map[string]any{"name": "charge-cards", "trigger": "manual", "group": "billing",
+	d.Create(t, daemontest.Spec("flaky-sync", h.URL("/fail/sync"), "cron", "*/2 * * * * *", "group", "team-3", "timezone", "Asia/Tokyo"))
+	d.Create(t, daemontest.Spec("nightly-dst", h.URL("/ok/n"), "cron", "30 2 * * *", "group", "team-1", "timezone", "Europe/Berlin"))
+	startSDK(t, d.Base, "127.0.0.1:0")
+	d.Create(t, map[string]any{"name": "charge-cards", "trigger": "manual", "group": "billing",
 		"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
-	d.waitRun(t, "charge-cards", d.runNow(t, "charge-cards", nil))
-	d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/ratelimits", map[string]any{"downstream": "billing", "rate": 20, "burst": 5}, nil)
-	h.waitCalls(t, "flaky-sync", 3, waitTimeout)
+	d.WaitRun(t, "charge-cards", d.RunNow(t, "charge-cards", nil))
+	d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/ratelimits", map[string]any{"downstream": "billing", "rate": 20, "burst": 5}, nil)
+	h.WaitCalls(t, "flaky-sync", 3, daemontest.WaitTimeout)
 	var runs struct{ Runs []model.Run }
-	d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/flaky-sync/runs?limit=1", nil, &runs)
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/flaky-sync/runs?limit=1", nil, &runs)
 
 	pages := []struct{ name, hash, ready string }{
 		{"overview", "#/overview", `document.querySelector("#ov-failing .value").textContent !== "" && Number(document.querySelector("#overview-day").dataset.fires) > 0`},

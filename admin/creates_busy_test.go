@@ -11,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testproxy"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -33,7 +34,7 @@ func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
 	if viaProxy == dsn {
 		t.Fatalf("DSN %q does not name 127.0.0.1:3306", dsn)
 	}
-	d := startDaemon(t, viaProxy, func(c *axedaemon.Config) {
+	d := daemontest.Start(t, viaProxy, func(c *axedaemon.Config) {
 		c.Engine.WriterLanes = 1
 		c.Engine.Writer.QueueSize = 2 // Offer refuses once one group is pending
 	})
@@ -41,7 +42,7 @@ func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
 		return map[string]any{"name": name, "trigger": "delay", "delay_ms": 3600000,
 			"callback": map[string]any{"type": "http", "url": "http://127.0.0.1:9/hook"}}
 	}
-	d.create(t, spec("before"))
+	d.Create(t, spec("before"))
 
 	if err := proxy.Blackhole(); err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
 	queued := make(chan int, 1)
 	go func() {
 		raw, _ := json.Marshal(spec("queued"))
-		resp, err := http.Post(d.base+"/api/v1/tasks", "application/json", bytes.NewReader(raw))
+		resp, err := http.Post(d.Base+"/api/v1/tasks", "application/json", bytes.NewReader(raw))
 		if err != nil {
 			queued <- 0
 			return
@@ -58,12 +59,12 @@ func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
 		resp.Body.Close()
 		queued <- resp.StatusCode
 	}()
-	testwait.For(t, waitTimeout, "the queued create to be pending in the writer", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "the queued create to be pending in the writer", func() bool {
 		return metricValue(t, d, "axe_writer_queue_depth") >= 1
 	})
 
 	raw, _ := json.Marshal(spec("refused"))
-	resp, err := http.Post(d.base+"/api/v1/tasks", "application/json", bytes.NewReader(raw))
+	resp, err := http.Post(d.Base+"/api/v1/tasks", "application/json", bytes.NewReader(raw))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,20 +88,20 @@ func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
 		// 503: the create was told of the stall before it landed; it stays queued.
 		t.Fatalf("queued create: status %d, want 201 (or 503 while the store was away)", code)
 	}
-	testwait.For(t, waitTimeout, "the queued create to land", func() bool {
-		code, _ := d.call(t, http.MethodGet, "/api/v1/tasks/queued", nil)
+	testwait.For(t, daemontest.WaitTimeout, "the queued create to land", func() bool {
+		code, _ := d.Call(t, http.MethodGet, "/api/v1/tasks/queued", nil)
 		return code == http.StatusOK
 	})
-	if code, data := d.call(t, http.MethodGet, "/api/v1/tasks/refused", nil); code != http.StatusNotFound {
+	if code, data := d.Call(t, http.MethodGet, "/api/v1/tasks/refused", nil); code != http.StatusNotFound {
 		t.Fatalf("refused create: GET status %d, want 404 (nothing stored); body %s", code, data)
 	}
-	d.create(t, spec("refused"))
+	d.Create(t, spec("refused"))
 }
 
 // metricValue reads one unlabelled series from the daemon's /metrics; -1 when absent.
-func metricValue(t *testing.T, d *daemon, name string) float64 {
+func metricValue(t *testing.T, d *daemontest.Daemon, name string) float64 {
 	t.Helper()
-	code, data := d.call(t, http.MethodGet, "/metrics", nil)
+	code, data := d.Call(t, http.MethodGet, "/metrics", nil)
 	if code != http.StatusOK {
 		t.Fatalf("GET /metrics: status %d", code)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testpki"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
@@ -24,9 +25,9 @@ import (
 const fwdToken = "fwd-s3cret-0123456"
 
 // haConsoleNode is an HA node with the token and the console's base path.
-func haConsoleNode(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *daemon {
+func haConsoleNode(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *daemontest.Daemon {
 	t.Helper()
-	return startDaemon(t, dsn, func(c *axedaemon.Config) {
+	return daemontest.Start(t, dsn, func(c *axedaemon.Config) {
 		c.HA = true
 		c.NodeID = id
 		c.LeaseTTL = 3 * time.Second
@@ -46,11 +47,11 @@ type fwdAnswer struct {
 	body    []byte
 }
 
-// raw sends one request to d at path (base path included) with the headers given, and no
+// fwdCall sends one request to d at path (base path included) with the headers given, and no
 // token but what they hold.
-func (d *daemon) raw(t *testing.T, method, path string, body any, hdr ...string) fwdAnswer {
+func fwdCall(t *testing.T, d *daemontest.Daemon, method, path string, body any, hdr ...string) fwdAnswer {
 	t.Helper()
-	code, h, data := d.send(t, method, path, body, false, hdr...)
+	code, h, data := d.Send(t, method, path, body, false, hdr...)
 	return fwdAnswer{code, h.Get(admin.ForwardedHeader), data}
 }
 
@@ -73,25 +74,25 @@ func errBody(t *testing.T, a fwdAnswer) (msg, primary string) {
 func TestHABackupForwardsConsoleWrites(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	a := haConsoleNode(t, dsn, "a", nil)
-	a.waitRole(t, "primary", waitTimeout)
+	a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	b := haConsoleNode(t, dsn, "b", nil)
-	b.waitRole(t, "backup", waitTimeout)
-	testwait.For(t, waitTimeout, "the backup to name the primary", func() bool {
-		_, r := b.readyz(t, "")
-		return r.Primary == a.base
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
+	testwait.For(t, daemontest.WaitTimeout, "the backup to name the primary", func() bool {
+		_, r := b.Readyz(t, "")
+		return r.Primary == a.Base
 	})
 	api := consoleBase + "/api/v1"
 	auth := []string{"Authorization", "Bearer " + fwdToken}
 	console := append([]string{admin.ForwardHeader, "primary", "X-Axe-Actor", "alice"}, auth...)
-	task := spec("fwd-task", "http://127.0.0.1:1/x", "trigger", "delay", "delay_ms", 3_600_000)
+	task := daemontest.Spec("fwd-task", "http://127.0.0.1:1/x", "trigger", "delay", "delay_ms", 3_600_000)
 
 	// Create and pause through the backup.
-	ans := b.raw(t, http.MethodPost, api+"/tasks", task, console...)
-	if ans.code != http.StatusCreated || ans.primary != a.base {
-		t.Fatalf("create through the backup = %d (%s: %q) %s, want 201 from %s", ans.code, admin.ForwardedHeader, ans.primary, ans.body, a.base)
+	ans := fwdCall(t, b, http.MethodPost, api+"/tasks", task, console...)
+	if ans.code != http.StatusCreated || ans.primary != a.Base {
+		t.Fatalf("create through the backup = %d (%s: %q) %s, want 201 from %s", ans.code, admin.ForwardedHeader, ans.primary, ans.body, a.Base)
 	}
-	ans = b.raw(t, http.MethodPost, api+"/tasks/fwd-task/pause", map[string]string{"note": "paused from the backup"}, console...)
-	if ans.code != http.StatusOK || ans.primary != a.base {
+	ans = fwdCall(t, b, http.MethodPost, api+"/tasks/fwd-task/pause", map[string]string{"note": "paused from the backup"}, console...)
+	if ans.code != http.StatusOK || ans.primary != a.Base {
 		t.Fatalf("pause through the backup = %d %s", ans.code, ans.body)
 	}
 	var v struct {
@@ -101,11 +102,11 @@ func TestHABackupForwardsConsoleWrites(t *testing.T) {
 			Version int64  `json:"version"`
 		} `json:"runtime"`
 	}
-	getTask := func(d *daemon) {
+	getTask := func(d *daemontest.Daemon) {
 		t.Helper()
-		g := d.raw(t, http.MethodGet, api+"/tasks/fwd-task", nil, auth...)
+		g := fwdCall(t, d, http.MethodGet, api+"/tasks/fwd-task", nil, auth...)
 		if g.code != http.StatusOK || json.Unmarshal(g.body, &v) != nil {
-			t.Fatalf("GET fwd-task on %s = %d %s", d.base, g.code, g.body)
+			t.Fatalf("GET fwd-task on %s = %d %s", d.Base, g.code, g.body)
 		}
 	}
 	getTask(a)
@@ -115,28 +116,28 @@ func TestHABackupForwardsConsoleWrites(t *testing.T) {
 	version := v.Runtime.Version
 
 	// A bad body is the primary's 400, passed on as it is.
-	bad := spec("fwd-bad", "http://127.0.0.1:1/x", "trigger", "cron", "cron", "not a cron")
-	ans = b.raw(t, http.MethodPost, api+"/tasks", bad, console...)
+	bad := daemontest.Spec("fwd-bad", "http://127.0.0.1:1/x", "trigger", "cron", "cron", "not a cron")
+	ans = fwdCall(t, b, http.MethodPost, api+"/tasks", bad, console...)
 	var e400 struct {
 		Error string `json:"error"`
 	}
-	if json.Unmarshal(ans.body, &e400) != nil || ans.code != http.StatusBadRequest || !strings.Contains(e400.Error, "cron") || ans.primary != a.base {
+	if json.Unmarshal(ans.body, &e400) != nil || ans.code != http.StatusBadRequest || !strings.Contains(e400.Error, "cron") || ans.primary != a.Base {
 		t.Fatalf("a bad create through the backup = %d %s, want the primary's 400 naming cron", ans.code, ans.body)
 	}
 
 	// Without the header: R8.6's 503 naming the primary, and nothing done.
-	ans = b.raw(t, http.MethodPost, api+"/tasks/fwd-task/resume", nil, auth...)
-	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || msg != admin.ErrBackup.Error() || primary != a.base {
-		t.Fatalf("an unmarked write on the backup = %d %s, want 503 naming %s", ans.code, ans.body, a.base)
+	ans = fwdCall(t, b, http.MethodPost, api+"/tasks/fwd-task/resume", nil, auth...)
+	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || msg != admin.ErrBackup.Error() || primary != a.Base {
+		t.Fatalf("an unmarked write on the backup = %d %s, want 503 naming %s", ans.code, ans.body, a.Base)
 	}
 	// A wrong token: the backup's own 401, and nothing forwarded.
-	ans = b.raw(t, http.MethodPost, api+"/tasks/fwd-task/resume", nil, admin.ForwardHeader, "primary", "Authorization", "Bearer wrong")
+	ans = fwdCall(t, b, http.MethodPost, api+"/tasks/fwd-task/resume", nil, admin.ForwardHeader, "primary", "Authorization", "Bearer wrong")
 	if ans.code != http.StatusUnauthorized || ans.primary != "" {
 		t.Fatalf("a write with a wrong token on the backup = %d (%q) %s, want the backup's 401", ans.code, ans.primary, ans.body)
 	}
 	// The executor protocol is never forwarded.
-	ans = b.raw(t, http.MethodPost, "/api/v1/executors/heartbeat", map[string]any{"app": "x", "address": "127.0.0.1:1"}, console...)
-	if _, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || primary != a.base || ans.primary != "" {
+	ans = fwdCall(t, b, http.MethodPost, "/api/v1/executors/heartbeat", map[string]any{"app": "x", "address": "127.0.0.1:1"}, console...)
+	if _, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || primary != a.Base || ans.primary != "" {
 		t.Fatalf("a heartbeat on the backup = %d %s, want 503", ans.code, ans.body)
 	}
 	getTask(a)
@@ -145,11 +146,11 @@ func TestHABackupForwardsConsoleWrites(t *testing.T) {
 	}
 
 	// The same actor as a call made on the primary itself.
-	ans = a.raw(t, http.MethodPost, api+"/tasks/fwd-task/resume", nil, "X-Axe-Actor", "alice", auth[0], auth[1])
+	ans = fwdCall(t, a, http.MethodPost, api+"/tasks/fwd-task/resume", nil, "X-Axe-Actor", "alice", auth[0], auth[1])
 	if ans.code != http.StatusOK || ans.primary != "" {
 		t.Fatalf("resume on the primary = %d %s", ans.code, ans.body)
 	}
-	acts := b.raw(t, http.MethodGet, api+"/tasks/fwd-task/actions", nil, auth...)
+	acts := fwdCall(t, b, http.MethodGet, api+"/tasks/fwd-task/actions", nil, auth...)
 	var list struct {
 		Actions []model.Action `json:"actions"`
 	}
@@ -173,8 +174,8 @@ func TestHABackupForwardWithoutPrimary(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	// A first start creates the schema and the lease row; the graceful stop releases it.
 	x := haConsoleNode(t, dsn, "x", nil)
-	x.waitRole(t, "primary", waitTimeout)
-	if err := x.stop(); err != nil {
+	x.WaitRole(t, "primary", daemontest.WaitTimeout)
+	if err := x.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("mysql", strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
@@ -186,12 +187,12 @@ func TestHABackupForwardWithoutPrimary(t *testing.T) {
 		t.Fatal(err)
 	}
 	y := haConsoleNode(t, dsn, "y", nil)
-	y.waitRole(t, "backup", waitTimeout)
+	y.WaitRole(t, "backup", daemontest.WaitTimeout)
 	api := consoleBase + "/api/v1"
 	console := []string{admin.ForwardHeader, "primary", "Authorization", "Bearer " + fwdToken}
-	task := spec("fwd-none", "http://127.0.0.1:1/x", "trigger", "manual")
+	task := daemontest.Spec("fwd-none", "http://127.0.0.1:1/x", "trigger", "manual")
 
-	ans := y.raw(t, http.MethodPost, api+"/tasks", task, console...)
+	ans := fwdCall(t, y, http.MethodPost, api+"/tasks", task, console...)
 	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || primary != "" || !strings.Contains(msg, "no primary") {
 		t.Fatalf("a forwarded write with no primary = %d %s, want 503 saying no primary is known", ans.code, ans.body)
 	}
@@ -206,22 +207,22 @@ func TestHABackupForwardWithoutPrimary(t *testing.T) {
 	if _, err := db.Exec(`UPDATE lease SET holder = 'ghost2', epoch = epoch + 1, expiry = NOW(6) + INTERVAL 1 HOUR`); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, waitTimeout, "the backup to name the ghost primary", func() bool {
-		_, r := y.readyz(t, "")
+	testwait.For(t, daemontest.WaitTimeout, "the backup to name the ghost primary", func() bool {
+		_, r := y.Readyz(t, "")
 		return r.Primary == dead
 	})
-	ans = y.raw(t, http.MethodPost, api+"/tasks", task, console...)
+	ans = fwdCall(t, y, http.MethodPost, api+"/tasks", task, console...)
 	if msg, primary := errBody(t, ans); ans.code != http.StatusBadGateway || primary != dead || !strings.Contains(msg, "cannot reach the primary at "+dead) {
 		t.Fatalf("a forwarded write to a dead primary = %d %s, want 502 naming %s", ans.code, ans.body, dead)
 	}
-	if n := y.raw(t, http.MethodGet, api+"/tasks/fwd-none", nil, console[2:]...); n.code != http.StatusNotFound {
+	if n := fwdCall(t, y, http.MethodGet, api+"/tasks/fwd-none", nil, console[2:]...); n.code != http.StatusNotFound {
 		t.Fatalf("GET fwd-none = %d %s, want 404: nothing was written", n.code, n.body)
 	}
 }
 
 // httpsConsoleNode is haConsoleNode serving its API over HTTPS with a certificate of ca,
 // trusting ca for the other nodes when peerCA is set. Its test client trusts ca.
-func httpsConsoleNode(t *testing.T, dsn, id string, ca *testpki.CA, peerCA bool) *daemon {
+func httpsConsoleNode(t *testing.T, dsn, id string, ca *testpki.CA, peerCA bool) *daemontest.Daemon {
 	t.Helper()
 	pair := ca.Server(t, "node-"+id)
 	d := haConsoleNode(t, dsn, id, func(c *axedaemon.Config) {
@@ -232,8 +233,8 @@ func httpsConsoleNode(t *testing.T, dsn, id string, ca *testpki.CA, peerCA bool)
 	})
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}
 	t.Cleanup(tr.CloseIdleConnections)
-	d.base = "https://" + d.addr
-	d.http = &http.Client{Timeout: 30 * time.Second, Transport: tr}
+	d.Base = "https://" + d.Addr
+	d.HTTP = &http.Client{Timeout: 30 * time.Second, Transport: tr}
 	return d
 }
 
@@ -245,39 +246,39 @@ func TestHABackupForwardsToAnHTTPSPrimary(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	ca := testpki.NewCA(t, t.TempDir(), "private-ca")
 	a := httpsConsoleNode(t, dsn, "a", ca, true)
-	a.waitRole(t, "primary", waitTimeout)
+	a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	b := httpsConsoleNode(t, dsn, "b", ca, true)
-	b.waitRole(t, "backup", waitTimeout)
-	if !strings.HasPrefix(a.base, "https://") {
-		t.Fatalf("a.base = %s", a.base)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
+	if !strings.HasPrefix(a.Base, "https://") {
+		t.Fatalf("a.Base = %s", a.Base)
 	}
-	testwait.For(t, waitTimeout, "the backup to name the primary's https URL", func() bool {
-		_, r := b.readyz(t, "")
-		return r.Primary == a.base
+	testwait.For(t, daemontest.WaitTimeout, "the backup to name the primary's https URL", func() bool {
+		_, r := b.Readyz(t, "")
+		return r.Primary == a.Base
 	})
 	api := consoleBase + "/api/v1"
 	auth := []string{"Authorization", "Bearer " + fwdToken}
 	console := append([]string{admin.ForwardHeader, "primary"}, auth...)
 
-	ans := b.raw(t, http.MethodPost, api+"/tasks", spec("tls-fwd", "http://127.0.0.1:1/x", "trigger", "manual"), console...)
-	if ans.code != http.StatusCreated || ans.primary != a.base {
-		t.Fatalf("create through the backup = %d (%s: %q) %s, want 201 from %s", ans.code, admin.ForwardedHeader, ans.primary, ans.body, a.base)
+	ans := fwdCall(t, b, http.MethodPost, api+"/tasks", daemontest.Spec("tls-fwd", "http://127.0.0.1:1/x", "trigger", "manual"), console...)
+	if ans.code != http.StatusCreated || ans.primary != a.Base {
+		t.Fatalf("create through the backup = %d (%s: %q) %s, want 201 from %s", ans.code, admin.ForwardedHeader, ans.primary, ans.body, a.Base)
 	}
-	if g := a.raw(t, http.MethodGet, api+"/tasks/tls-fwd", nil, auth...); g.code != http.StatusOK {
+	if g := fwdCall(t, a, http.MethodGet, api+"/tasks/tls-fwd", nil, auth...); g.code != http.StatusOK {
 		t.Fatalf("GET tls-fwd on the primary = %d %s", g.code, g.body)
 	}
 
 	c := httpsConsoleNode(t, dsn, "c", ca, false)
-	c.waitRole(t, "backup", waitTimeout)
-	testwait.For(t, waitTimeout, "the second backup to name the primary", func() bool {
-		_, r := c.readyz(t, "")
-		return r.Primary == a.base
+	c.WaitRole(t, "backup", daemontest.WaitTimeout)
+	testwait.For(t, daemontest.WaitTimeout, "the second backup to name the primary", func() bool {
+		_, r := c.Readyz(t, "")
+		return r.Primary == a.Base
 	})
-	ans = c.raw(t, http.MethodPost, api+"/tasks", spec("tls-unforwarded", "http://127.0.0.1:1/x", "trigger", "manual"), console...)
-	if msg, primary := errBody(t, ans); ans.code != http.StatusBadGateway || primary != a.base || !strings.Contains(msg, "certificate") {
+	ans = fwdCall(t, c, http.MethodPost, api+"/tasks", daemontest.Spec("tls-unforwarded", "http://127.0.0.1:1/x", "trigger", "manual"), console...)
+	if msg, primary := errBody(t, ans); ans.code != http.StatusBadGateway || primary != a.Base || !strings.Contains(msg, "certificate") {
 		t.Fatalf("a forward without the CA = %d %s, want 502 naming the certificate error", ans.code, ans.body)
 	}
-	if g := a.raw(t, http.MethodGet, api+"/tasks/tls-unforwarded", nil, auth...); g.code != http.StatusNotFound {
+	if g := fwdCall(t, a, http.MethodGet, api+"/tasks/tls-unforwarded", nil, auth...); g.code != http.StatusNotFound {
 		t.Fatalf("GET tls-unforwarded on the primary = %d %s, want 404", g.code, g.body)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/rawhttp"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
@@ -309,17 +310,17 @@ func storeSnapshot(t *testing.T, store persist.Store) string {
 // TestHostileRequests sends malformed requests to every endpoint and checks, for each, the
 // status, that the error names what is wrong, and that the store did not change.
 func TestHostileRequests(t *testing.T) {
-	eachStore(t, func(t *testing.T, dsn string) {
-		h := newHook(t)
-		d := startDaemon(t, dsn, nil)
-		d.create(t, spec("seed", h.url("/ok"), "trigger", "manual"))
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		h := daemontest.NewHook(t)
+		d := daemontest.Start(t, dsn, nil)
+		d.Create(t, daemontest.Spec("seed", h.URL("/ok"), "trigger", "manual"))
 		store, err := persist.Open(t.Context(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer store.Close()
 		before := storeSnapshot(t, store)
-		cases := hostileCases(h.url("/ok"))
+		cases := hostileCases(h.URL("/ok"))
 		if len(cases) < 60 {
 			t.Fatalf("only %d cases", len(cases))
 		}
@@ -328,9 +329,9 @@ func TestHostileRequests(t *testing.T) {
 			var body []byte
 			if c.status == http.StatusRequestEntityTooLarge {
 				size, _ := c.body.(int)
-				code, body = oversized(t, d.addr, c.method, c.path, size)
+				code, body = oversized(t, d.Addr, c.method, c.path, size)
 			} else {
-				code, body = d.call(t, c.method, c.path, c.body, c.hdr...)
+				code, body = d.Call(t, c.method, c.path, c.body, c.hdr...)
 			}
 			if code != c.status {
 				t.Errorf("%s: %s %s answered %d %s, want %d", c.name, c.method, c.path, code, clip(body), c.status)

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/internal/daemontest"
 )
 
 // TestConsoleBrowserJitter: the task form reads and writes jitter_sec, previews when each fire
@@ -18,11 +19,11 @@ import (
 // and leave time, as the engine computes them.
 func TestConsoleBrowserJitter(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("spread", h.url("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "paused", true, "jitter_sec", 600))
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("spread", h.URL("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "paused", true, "jitter_sec", 600))
 
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.base+"/#/tasks/spread/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/spread/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
 	var shown string
 	run(t, ctx, "read the bound", chromedp.Value("#jitter_sec", &shown, chromedp.ByQuery))
 	if shown != "600" {
@@ -33,16 +34,16 @@ func TestConsoleBrowserJitter(t *testing.T) {
 	waitJS(t, ctx, "the preview's error on the field", `document.querySelector("#jitter_sec-error").textContent.startsWith("jitter_sec:")`)
 	run(t, ctx, "save it", chromedp.Click("#save", chromedp.ByQuery))
 	waitJS(t, ctx, "the save's error", `document.querySelector("#form-error").textContent.startsWith("jitter_sec:")`)
-	if v := d.get(t, "spread"); v.JitterSec != 600 || v.Cron != "0 3 * * *" {
+	if v := d.Get(t, "spread"); v.JitterSec != 600 || v.Cron != "0 3 * * *" {
 		t.Errorf("after the refused edit: jitter %d, cron %q; want 600 and the old cron", v.JitterSec, v.Cron)
 	}
 	run(t, ctx, "save 45", setField("#jitter_sec", "45"), chromedp.Click("#save", chromedp.ByQuery))
 	waitJS(t, ctx, "the task page", `location.hash === "#/tasks/spread" && !!document.querySelector("#task-jitter")`)
-	v := d.get(t, "spread")
+	v := d.Get(t, "spread")
 	if v.JitterSec != 45 || v.Cron != "*/1 * * * *" {
 		t.Fatalf("after the edit: jitter %d, cron %q; want 45 and */1", v.JitterSec, v.Cron)
 	}
-	run(t, ctx, "resume", chromedp.Navigate(d.base+"/#/tasks"), chromedp.Navigate(d.base+"/#/tasks/spread"))
+	run(t, ctx, "resume", chromedp.Navigate(d.Base+"/#/tasks"), chromedp.Navigate(d.Base+"/#/tasks/spread"))
 	waitJS(t, ctx, "the preview's jitter column", `document.querySelectorAll("#fires-table td.jitter").length === 10`)
 	var text string
 	run(t, ctx, "read the jitter row", chromedp.Text("#task-jitter", &text, chromedp.ByQuery))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 )
@@ -33,9 +34,9 @@ type cronNextJSON struct {
 // jitter in their detail.
 func TestJitterAPI(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 
 		t.Run("validation", func(t *testing.T) {
 			cases := []struct {
@@ -52,24 +53,24 @@ func TestJitterAPI(t *testing.T) {
 				{"over the gap of */5", []any{"cron", "*/5 * * * *", "jitter_sec", 301}},
 			}
 			for _, c := range cases {
-				msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks",
-					spec("bad", h.url("/ok"), append([]any{"timezone", "UTC"}, c.kv...)...))
+				msg := d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks",
+					daemontest.Spec("bad", h.URL("/ok"), append([]any{"timezone", "UTC"}, c.kv...)...))
 				if !strings.Contains(msg, "jitter_sec") {
 					t.Errorf("create, %s: error %q does not name jitter_sec", c.what, msg)
 				}
 			}
-			d.create(t, spec("edit-me", h.url("/ok"), "cron", "*/1 * * * *", "timezone", "UTC", "jitter_sec", 59))
-			msg := d.apiError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/edit-me",
-				spec("edit-me", h.url("/ok"), "cron", "*/1 * * * *", "timezone", "UTC", "jitter_sec", 60))
+			d.Create(t, daemontest.Spec("edit-me", h.URL("/ok"), "cron", "*/1 * * * *", "timezone", "UTC", "jitter_sec", 59))
+			msg := d.APIError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/edit-me",
+				daemontest.Spec("edit-me", h.URL("/ok"), "cron", "*/1 * * * *", "timezone", "UTC", "jitter_sec", 60))
 			if !strings.Contains(msg, "jitter_sec") {
 				t.Errorf("update: error %q does not name jitter_sec", msg)
 			}
-			if v := d.get(t, "edit-me"); v.JitterSec != 59 {
+			if v := d.Get(t, "edit-me"); v.JitterSec != 59 {
 				t.Errorf("after the refused update: jitter_sec %d, want 59", v.JitterSec)
 			}
-			a := d.batch(t, http.StatusBadRequest, "", ndjson(t, []map[string]any{
-				spec("b-ok", h.url("/ok"), "trigger", "manual"),
-				spec("b-bad", h.url("/ok"), "cron", "*/1 * * * *", "timezone", "UTC", "jitter_sec", 120),
+			a := postBatch(t, d, http.StatusBadRequest, "", ndjson(t, []map[string]any{
+				daemontest.Spec("b-ok", h.URL("/ok"), "trigger", "manual"),
+				daemontest.Spec("b-bad", h.URL("/ok"), "cron", "*/1 * * * *", "timezone", "UTC", "jitter_sec", 120),
 			}), ndjsonHdr...)
 			if len(a.Errors) != 1 || a.Errors[0].Index != 1 || !strings.Contains(a.Errors[0].Error, "jitter_sec") {
 				t.Errorf("batch answer %+v, want item 1 refused naming jitter_sec", a)
@@ -77,32 +78,32 @@ func TestJitterAPI(t *testing.T) {
 		})
 
 		t.Run("round trip", func(t *testing.T) {
-			v := d.create(t, spec("rt", h.url("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "jitter_sec", 3600))
+			v := d.Create(t, daemontest.Spec("rt", h.URL("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "jitter_sec", 3600))
 			if v.JitterSec != 3600 {
 				t.Errorf("create answered jitter_sec %d, want 3600", v.JitterSec)
 			}
-			g := d.get(t, "rt")
+			g := d.Get(t, "rt")
 			want := engine.JitterOffset("rt", g.Runtime.NextTriggerTime, 3600)
 			if g.JitterSec != 3600 || g.Runtime.NextJitterMS == nil || *g.Runtime.NextJitterMS != want {
 				t.Errorf("get: jitter_sec %d, next_jitter_ms %v; want 3600 and %d", g.JitterSec, g.Runtime.NextJitterMS, want)
 			}
-			d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/rt",
-				spec("rt", h.url("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "jitter_sec", 7), nil)
-			if v := d.get(t, "rt"); v.JitterSec != 7 {
+			d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/rt",
+				daemontest.Spec("rt", h.URL("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "jitter_sec", 7), nil)
+			if v := d.Get(t, "rt"); v.JitterSec != 7 {
 				t.Errorf("get after update: %d, want 7", v.JitterSec)
 			}
 			// An update that leaves it out turns it off, as a PUT replaces the definition.
-			d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/rt", spec("rt", h.url("/ok"), "cron", "0 3 * * *", "timezone", "UTC"), nil)
-			if v := d.get(t, "rt"); v.JitterSec != 0 || v.Runtime.NextJitterMS != nil {
+			d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/rt", daemontest.Spec("rt", h.URL("/ok"), "cron", "0 3 * * *", "timezone", "UTC"), nil)
+			if v := d.Get(t, "rt"); v.JitterSec != 0 || v.Runtime.NextJitterMS != nil {
 				t.Errorf("get after an update without it: %d, next_jitter_ms %v; want 0 and none", v.JitterSec, v.Runtime.NextJitterMS)
 			}
-			a := d.batch(t, http.StatusOK, "", ndjson(t, []map[string]any{
-				spec("rt-b", h.url("/ok"), "cron", "*/5 * * * *", "timezone", "UTC", "jitter_sec", 299),
+			a := postBatch(t, d, http.StatusOK, "", ndjson(t, []map[string]any{
+				daemontest.Spec("rt-b", h.URL("/ok"), "cron", "*/5 * * * *", "timezone", "UTC", "jitter_sec", 299),
 			}), ndjsonHdr...)
 			if a.Created != 1 {
 				t.Fatalf("batch answer %+v", a)
 			}
-			if v := d.get(t, "rt-b"); v.JitterSec != 299 {
+			if v := d.Get(t, "rt-b"); v.JitterSec != 299 {
 				t.Errorf("batch-created task: %d, want 299", v.JitterSec)
 			}
 		})
@@ -112,7 +113,7 @@ func TestJitterAPI(t *testing.T) {
 			q := url.Values{"expr": {"30 1,2 * * *"}, "tz": {"America/New_York"}, "n": {"4"},
 				"from": {from.Format(time.RFC3339)}, "task": {"nightly"}, "jitter_sec": {"1700"}}
 			var v cronNextJSON
-			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
+			d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
 			if v.Task != "nightly" || v.JitterSec != 1700 || len(v.Fires) != 4 {
 				t.Fatalf("preview %+v", v)
 			}
@@ -131,7 +132,7 @@ func TestJitterAPI(t *testing.T) {
 			}
 			// Without jitter, no fire_at: the answer is what it was.
 			var plain cronNextJSON
-			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?expr=0+3+*+*+*&tz=UTC&n=2", nil, &plain)
+			d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?expr=0+3+*+*+*&tz=UTC&n=2", nil, &plain)
 			if len(plain.Fires) != 2 || plain.Fires[0].JitterMS != nil || plain.Fires[0].FireAt != "" {
 				t.Errorf("preview without jitter: %+v", plain)
 			}
@@ -142,22 +143,22 @@ func TestJitterAPI(t *testing.T) {
 				"expr=0+3+*+*+*&tz=UTC&task=x&jitter_sec=3601",
 				"expr=0+3+*+*+*&tz=UTC&task=x&jitter_sec=-1",
 			} {
-				if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad, nil); !strings.Contains(msg, "jitter_sec") {
+				if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?"+bad, nil); !strings.Contains(msg, "jitter_sec") {
 					t.Errorf("preview %s: error %q does not name jitter_sec", bad, msg)
 				}
 			}
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?expr=0+3+*+*+*&tz=UTC&jitter_sec=5", nil); !strings.Contains(msg, "task") {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/cron/next?expr=0+3+*+*+*&tz=UTC&jitter_sec=5", nil); !strings.Contains(msg, "task") {
 				t.Errorf("preview without a task: error %q does not name task", msg)
 			}
 		})
 
 		t.Run("fires", func(t *testing.T) {
 			// Every two seconds with up to a second of jitter.
-			d.create(t, spec("jit", h.url("/ok"), "cron", "*/2 * * * * *", "timezone", "UTC", "jitter_sec", 1))
+			d.Create(t, daemontest.Spec("jit", h.URL("/ok"), "cron", "*/2 * * * * *", "timezone", "UTC", "jitter_sec", 1))
 			var runs []model.Run
-			testwait.For(t, waitTimeout, "three jittered runs", func() bool {
+			testwait.For(t, daemontest.WaitTimeout, "three jittered runs", func() bool {
 				runs = nil
-				for _, r := range d.runs(t, "jit") {
+				for _, r := range d.Runs(t, "jit") {
 					if r.Result == model.ResultSuccess {
 						runs = append(runs, r)
 					}
@@ -168,7 +169,7 @@ func TestJitterAPI(t *testing.T) {
 				q := url.Values{"expr": {"*/2 * * * * *"}, "tz": {"UTC"}, "n": {"1"}, "task": {"jit"}, "jitter_sec": {"1"},
 					"from": {fmt.Sprint(r.ScheduledAt - 1)}}
 				var v cronNextJSON
-				d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
+				d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/cron/next?"+q.Encode(), nil, &v)
 				at, _ := time.Parse(time.RFC3339, v.Fires[0].At)
 				j := *v.Fires[0].JitterMS
 				if at.UnixMilli() != r.ScheduledAt || r.ScheduledAt%2000 != 0 {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 )
 
@@ -24,9 +25,9 @@ type scrapeResult struct {
 	typ     map[string]string
 }
 
-func (d *daemon) scrape(t *testing.T) scrapeResult {
+func scrape(t *testing.T, d *daemontest.Daemon) scrapeResult {
 	t.Helper()
-	code, body := d.call(t, http.MethodGet, "/metrics", nil)
+	code, body := d.Call(t, http.MethodGet, "/metrics", nil)
 	if code != http.StatusOK {
 		t.Fatalf("/metrics: %d", code)
 	}
@@ -58,19 +59,19 @@ func (d *daemon) scrape(t *testing.T) scrapeResult {
 // type, promtool finds nothing, no label holds a task name, and the counters move as tasks
 // fire, fail and are killed.
 func TestMetricsExposition(t *testing.T) {
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	before := d.scrape(t)
-	d.create(t, spec("metrics-tick", h.url("/ok/x"), "cron", "* * * * * *"))
-	d.create(t, spec("metrics-fail", h.url("/fail/x"), "trigger", "manual"))
-	d.create(t, spec("metrics-hang", h.url("/hang/x"), "trigger", "delay", "delay_ms", 10, "timeout_sec", 300))
-	h.waitCalls(t, "metrics-tick", 3, waitTimeout)
-	d.waitRun(t, "metrics-fail", d.runNow(t, "metrics-fail", nil))
-	h.waitCalls(t, "metrics-hang", 1, waitTimeout)
-	d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/metrics-hang/kill", nil, nil)
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	before := scrape(t, d)
+	d.Create(t, daemontest.Spec("metrics-tick", h.URL("/ok/x"), "cron", "* * * * * *"))
+	d.Create(t, daemontest.Spec("metrics-fail", h.URL("/fail/x"), "trigger", "manual"))
+	d.Create(t, daemontest.Spec("metrics-hang", h.URL("/hang/x"), "trigger", "delay", "delay_ms", 10, "timeout_sec", 300))
+	h.WaitCalls(t, "metrics-tick", 3, daemontest.WaitTimeout)
+	d.WaitRun(t, "metrics-fail", d.RunNow(t, "metrics-fail", nil))
+	h.WaitCalls(t, "metrics-hang", 1, daemontest.WaitTimeout)
+	d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/metrics-hang/kill", nil, nil)
 	var after scrapeResult
-	testwait.For(t, waitTimeout, "the success counter to move", func() bool {
-		after = d.scrape(t)
+	testwait.For(t, daemontest.WaitTimeout, "the success counter to move", func() bool {
+		after = scrape(t, d)
 		return after.samples[`axe_results_total{result="success"}`] >= 3
 	})
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -58,7 +59,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	eng, err := engine.New(engine.Config{Store: store, Logger: testLogger()})
+	eng, err := engine.New(engine.Config{Store: store, Logger: daemontest.TestLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

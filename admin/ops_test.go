@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 )
@@ -21,11 +22,11 @@ const quietFires = 2
 // waitQuietFires waits until each of running has been called for quietFires fire times after
 // ms: the positive event a paused task is watched over, instead of a fixed sleep that a slow
 // machine can outrun.
-func waitQuietFires(t *testing.T, h *hook, ms int64, running ...string) {
+func waitQuietFires(t *testing.T, h *daemontest.Hook, ms int64, running ...string) {
 	t.Helper()
 	for _, n := range running {
-		testwait.For(t, waitTimeout, fmt.Sprintf("%s to fire %d times after the pause", n, quietFires), func() bool {
-			return len(h.callsAfter(n, ms)) >= quietFires
+		testwait.For(t, daemontest.WaitTimeout, fmt.Sprintf("%s to fire %d times after the pause", n, quietFires), func() bool {
+			return len(h.CallsAfter(n, ms)) >= quietFires
 		})
 	}
 }
@@ -34,33 +35,33 @@ func waitQuietFires(t *testing.T, h *hook, ms int64, running ...string) {
 // checks at each step exactly which tasks keep firing.
 func TestPauseResume(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		for _, n := range []struct{ name, group string }{{"a1", "alpha"}, {"a2", "alpha"}, {"b1", "beta"}} {
-			d.create(t, spec(n.name, h.url("/ok/"+n.name), "group", n.group, "cron", "*/1 * * * * *"))
+			d.Create(t, daemontest.Spec(n.name, h.URL("/ok/"+n.name), "group", n.group, "cron", "*/1 * * * * *"))
 		}
 		for _, n := range []string{"a1", "a2", "b1"} {
-			h.waitCalls(t, n, 1, waitTimeout)
+			h.WaitCalls(t, n, 1, daemontest.WaitTimeout)
 		}
 
 		// Pause one task: its group-mate and the other group keep firing.
 		var pv client.TaskView
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/a1/pause", map[string]string{"note": "disk full"}, &pv,
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/a1/pause", map[string]string{"note": "disk full"}, &pv,
 			"X-Axe-Actor", "ops")
 		if !pv.Paused || (pv.Runtime.State != model.StatePaused && pv.Runtime.State != model.StateRunning) {
 			t.Fatalf("pause answered paused=%v state %s", pv.Paused, pv.Runtime.State)
 		}
 		t0 := time.Now().UnixMilli()
 		waitQuietFires(t, h, t0, "a2", "b1") // they keep firing
-		if got := h.callsAfter("a1", t0); len(got) != 0 {
+		if got := h.CallsAfter("a1", t0); len(got) != 0 {
 			t.Errorf("paused a1 fired %d time(s) for fire times after the pause", len(got))
 		}
-		a1 := d.waitState(t, "a1", model.StatePaused)
+		a1 := d.WaitState(t, "a1", model.StatePaused)
 		if a1.Runtime.Note != "disk full" {
 			t.Errorf("paused a1 note = %q", a1.Runtime.Note)
 		}
-		if a, ok := findAction(d.actions(t, "a1"), "pause"); !ok || a.Actor != "api:ops" || !strings.Contains(a.Detail, "disk full") {
+		if a, ok := daemontest.FindAction(d.Actions(t, "a1"), "pause"); !ok || a.Actor != "api:ops" || !strings.Contains(a.Detail, "disk full") {
 			t.Errorf("pause action = %+v (found %v)", a, ok)
 		}
 
@@ -69,46 +70,46 @@ func TestPauseResume(t *testing.T) {
 			Group string `json:"group"`
 			Tasks int    `json:"tasks"`
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/pause", nil, &g)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/pause", nil, &g)
 		if g.Group != "alpha" || g.Tasks != 2 {
 			t.Errorf("group pause answered %+v, want alpha with 2 tasks", g)
 		}
 		t1 := time.Now().UnixMilli()
 		waitQuietFires(t, h, t1, "b1") // another group's task keeps firing
 		for _, n := range []string{"a1", "a2"} {
-			if got := h.callsAfter(n, t1); len(got) != 0 {
+			if got := h.CallsAfter(n, t1); len(got) != 0 {
 				t.Errorf("%s fired %d time(s) after its group was paused", n, len(got))
 			}
 		}
-		d.waitState(t, "a2", model.StatePaused)
-		paused := names(d.list(t, "?state=PAUSED"))
+		d.WaitState(t, "a2", model.StatePaused)
+		paused := daemontest.Names(d.List(t, "?state=PAUSED"))
 		slices.Sort(paused)
 		if !slices.Equal(paused, []string{"a1", "a2"}) {
 			t.Errorf("paused tasks = %v, want [a1 a2]", paused)
 		}
-		if b1 := d.get(t, "b1"); b1.Paused {
+		if b1 := d.Get(t, "b1"); b1.Paused {
 			t.Errorf("b1 is paused after pausing group alpha")
 		}
 
 		// Resume the group: both fire again.
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/resume", nil, &g)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/resume", nil, &g)
 		if g.Tasks != 2 {
 			t.Errorf("group resume answered %+v, want 2 tasks", g)
 		}
 		t2 := time.Now().UnixMilli()
 		for _, n := range []string{"a1", "a2", "b1"} {
-			testwait.For(t, waitTimeout, n+" to fire after the resume", func() bool { return len(h.callsAfter(n, t2)) >= 2 })
+			testwait.For(t, daemontest.WaitTimeout, n+" to fire after the resume", func() bool { return len(h.CallsAfter(n, t2)) >= 2 })
 		}
-		if got := names(d.list(t, "?state=PAUSED")); len(got) != 0 {
+		if got := daemontest.Names(d.List(t, "?state=PAUSED")); len(got) != 0 {
 			t.Errorf("paused tasks after resume = %v", got)
 		}
-		if a, ok := findAction(d.actions(t, "a2"), "resume"); !ok || a.From != model.StatePaused {
+		if a, ok := daemontest.FindAction(d.Actions(t, "a2"), "resume"); !ok || a.From != model.StatePaused {
 			t.Errorf("resume action = %+v (found %v)", a, ok)
 		}
 
-		d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/a1/pause", `{"note": 1}`)
-		d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/a1/pause", `{"reason": "x"}`)
-		if d.get(t, "a1").Paused {
+		d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/a1/pause", `{"note": 1}`)
+		d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/a1/pause", `{"reason": "x"}`)
+		if d.Get(t, "a1").Paused {
 			t.Error("a rejected pause paused the task")
 		}
 	})
@@ -118,18 +119,18 @@ func TestPauseResume(t *testing.T) {
 // and without a params override.
 func TestRunNow(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
-		d.create(t, spec("by-hand", h.url("/ok/by-hand"), "trigger", "manual", "params", map[string]int{"p": 1}))
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
+		d.Create(t, daemontest.Spec("by-hand", h.URL("/ok/by-hand"), "trigger", "manual", "params", map[string]int{"p": 1}))
 		time.Sleep(200 * time.Millisecond)
-		if n := len(h.callsOf("by-hand")); n != 0 {
+		if n := len(h.CallsOf("by-hand")); n != 0 {
 			t.Fatalf("manual task fired %d time(s) on its own", n)
 		}
 
 		started := time.Now()
-		first := d.runNow(t, "by-hand", nil)
-		calls := h.waitCalls(t, "by-hand", 1, waitTimeout)
+		first := d.RunNow(t, "by-hand", nil)
+		calls := h.WaitCalls(t, "by-hand", 1, daemontest.WaitTimeout)
 		if c := calls[0]; c.Ticket != first || c.Body.Kind != model.RunManual || c.Attempt != "1" || !jsonEqual(c.Body.Params, []byte(`{"p":1}`)) {
 			t.Errorf("run-now call: ticket %s (want %s), body %s", c.Ticket, first, c.Raw)
 		}
@@ -137,30 +138,30 @@ func TestRunNow(t *testing.T) {
 			t.Errorf("run-now arrived %s after the request", late)
 		}
 
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/by-hand/pause", nil, nil)
-		second := d.runNow(t, "by-hand", map[string]any{"params": map[string]int{"p": 2}})
-		calls = h.waitCalls(t, "by-hand", 2, waitTimeout)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/by-hand/pause", nil, nil)
+		second := d.RunNow(t, "by-hand", map[string]any{"params": map[string]int{"p": 2}})
+		calls = h.WaitCalls(t, "by-hand", 2, daemontest.WaitTimeout)
 		if c := calls[1]; c.Ticket != second || second == first || !jsonEqual(c.Body.Params, []byte(`{"p":2}`)) {
 			t.Errorf("run-now while paused: ticket %s (want %s, distinct from %s), body %s", c.Ticket, second, first, c.Raw)
 		}
 		for _, tk := range []string{first, second} {
-			if r := d.waitRun(t, "by-hand", tk); r.Result != model.ResultSuccess || r.Kind != model.RunManual {
+			if r := d.WaitRun(t, "by-hand", tk); r.Result != model.ResultSuccess || r.Kind != model.RunManual {
 				t.Errorf("run %s = %+v", tk, r)
 			}
 		}
-		if g := d.get(t, "by-hand"); g.Runtime.State != model.StatePaused || g.Runtime.SuccessCount != 0 {
+		if g := d.Get(t, "by-hand"); g.Runtime.State != model.StatePaused || g.Runtime.SuccessCount != 0 {
 			t.Errorf("run-now touched the periodic state: %+v", g.Runtime)
 		}
 		// The task's own params are unchanged by the override.
-		if g := d.get(t, "by-hand"); !jsonEqual(g.Params, []byte(`{"p":1}`)) {
+		if g := d.Get(t, "by-hand"); !jsonEqual(g.Params, []byte(`{"p":1}`)) {
 			t.Errorf("task params after an override = %s", g.Params)
 		}
 
 		for _, body := range []string{`{"params":`, `{"parameters": {}}`} {
-			d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/by-hand/run", body)
+			d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks/by-hand/run", body)
 		}
 		time.Sleep(200 * time.Millisecond)
-		if n := len(h.callsOf("by-hand")); n != 2 {
+		if n := len(h.CallsOf("by-hand")); n != 2 {
 			t.Errorf("callback called %d times, want 2 (rejected run-nows must not run)", n)
 		}
 	})
@@ -169,48 +170,48 @@ func TestRunNow(t *testing.T) {
 // TestKill kills a run hanging on a slow endpoint.
 func TestKill(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
-		defer h.releaseHung() // before the daemon stops: its dispatcher waits for the call
-		d.create(t, spec("stuck", h.url("/hang/stuck"), "delay_ms", 0, "timeout_sec", 120))
-		call := h.waitCalls(t, "stuck", 1, waitTimeout)[0]
-		d.waitState(t, "stuck", model.StateRunning)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
+		defer h.ReleaseHung() // before the daemon stops: its dispatcher waits for the call
+		d.Create(t, daemontest.Spec("stuck", h.URL("/hang/stuck"), "delay_ms", 0, "timeout_sec", 120))
+		call := h.WaitCalls(t, "stuck", 1, daemontest.WaitTimeout)[0]
+		d.WaitState(t, "stuck", model.StateRunning)
 
 		// Run-now works while the periodic run is RUNNING, as an independent instance that
 		// kill does not touch (R6.2).
-		manual := d.runNow(t, "stuck", nil)
-		if mc := h.waitCalls(t, "stuck", 2, waitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != model.RunManual || manual == call.Ticket {
+		manual := d.RunNow(t, "stuck", nil)
+		if mc := h.WaitCalls(t, "stuck", 2, daemontest.WaitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != model.RunManual || manual == call.Ticket {
 			t.Errorf("run-now during a run: call %s kind %s, want ticket %s", mc.Ticket, mc.Body.Kind, manual)
 		}
 
 		var v client.TaskView
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/stuck/kill", nil, &v, "X-Axe-Actor", "dave")
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/stuck/kill", nil, &v, "X-Axe-Actor", "dave")
 		if v.Runtime.State == model.StateRunning || v.Runtime.CurrentTicket != "" {
 			t.Errorf("after kill the task is %s with ticket %q", v.Runtime.State, v.Runtime.CurrentTicket)
 		}
-		r := d.waitRun(t, "stuck", call.Ticket)
+		r := d.WaitRun(t, "stuck", call.Ticket)
 		if r.Result != model.ResultKilled || !strings.Contains(r.Error, "api:dave") || r.EndedAt == 0 {
 			t.Errorf("killed run = %+v", r)
 		}
-		if a, ok := findAction(d.actions(t, "stuck"), "kill"); !ok || a.Actor != "api:dave" || a.Ticket != call.Ticket ||
+		if a, ok := daemontest.FindAction(d.Actions(t, "stuck"), "kill"); !ok || a.Actor != "api:dave" || a.Ticket != call.Ticket ||
 			a.From != model.StateRunning || a.To != model.StateKilled {
 			t.Errorf("kill action = %+v (found %v)", a, ok)
 		}
-		if msg := d.apiError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks/stuck/kill", nil); !strings.Contains(msg, "RUNNING") {
+		if msg := d.APIError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks/stuck/kill", nil); !strings.Contains(msg, "RUNNING") {
 			t.Errorf("kill with nothing running: %q", msg)
 		}
 
 		// The downstream answering late changes nothing.
-		h.releaseHung()
+		h.ReleaseHung()
 		time.Sleep(300 * time.Millisecond)
-		if g := d.get(t, "stuck"); g.Runtime.State == model.StateRunning || g.Runtime.SuccessCount != 0 {
+		if g := d.Get(t, "stuck"); g.Runtime.State == model.StateRunning || g.Runtime.SuccessCount != 0 {
 			t.Errorf("late answer after kill changed the task: %+v", g.Runtime)
 		}
-		if r := d.waitRun(t, "stuck", manual); r.Result != model.ResultSuccess {
+		if r := d.WaitRun(t, "stuck", manual); r.Result != model.ResultSuccess {
 			t.Errorf("run-now instance ended %q, want success: kill must not touch it", r.Result)
 		}
-		if r := d.waitRun(t, "stuck", call.Ticket); r.Result != model.ResultKilled {
+		if r := d.WaitRun(t, "stuck", call.Ticket); r.Result != model.ResultKilled {
 			t.Errorf("killed run after the late answer = %+v", r)
 		}
 	})
@@ -220,15 +221,15 @@ func TestKill(t *testing.T) {
 // timeout_sec on a hanging one.
 func TestRetriesAndTimeout(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
-		defer h.releaseHung()
-		d.create(t, spec("flaky", h.url("/fail/flaky"), "delay_ms", 0, "retry_count", 2, "retry_interval_sec", 1))
-		d.create(t, spec("slowpoke", h.url("/hang/slowpoke"), "delay_ms", 0, "timeout_sec", 1))
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
+		defer h.ReleaseHung()
+		d.Create(t, daemontest.Spec("flaky", h.URL("/fail/flaky"), "delay_ms", 0, "retry_count", 2, "retry_interval_sec", 1))
+		d.Create(t, daemontest.Spec("slowpoke", h.URL("/hang/slowpoke"), "delay_ms", 0, "timeout_sec", 1))
 
 		t.Run("retries", func(t *testing.T) {
-			calls := h.waitCalls(t, "flaky", 3, waitTimeout)
+			calls := h.WaitCalls(t, "flaky", 3, daemontest.WaitTimeout)
 			tickets := map[string]bool{}
 			for i, c := range calls {
 				if want := []string{"1", "2", "3"}[i]; c.Attempt != want || c.Body.Attempt != i+1 {
@@ -244,12 +245,12 @@ func TestRetriesAndTimeout(t *testing.T) {
 			if len(tickets) != 3 {
 				t.Errorf("3 attempts used %d distinct tickets", len(tickets))
 			}
-			v := d.waitState(t, "flaky", model.StateFailed)
+			v := d.WaitState(t, "flaky", model.StateFailed)
 			if v.Runtime.FailureCount != 1 || v.Runtime.SuccessCount != 0 {
 				t.Errorf("after the last attempt: %+v", v.Runtime)
 			}
-			testwait.For(t, waitTimeout, "three failed runs", func() bool {
-				runs := d.runs(t, "flaky")
+			testwait.For(t, daemontest.WaitTimeout, "three failed runs", func() bool {
+				runs := d.Runs(t, "flaky")
 				if len(runs) != 3 {
 					return false
 				}
@@ -261,10 +262,10 @@ func TestRetriesAndTimeout(t *testing.T) {
 				return true
 			})
 			time.Sleep(1500 * time.Millisecond)
-			if n := len(h.callsOf("flaky")); n != 3 {
+			if n := len(h.CallsOf("flaky")); n != 3 {
 				t.Errorf("flaky called %d times, want 3 (1 + retry_count 2)", n)
 			}
-			acts := d.actions(t, "flaky")
+			acts := d.Actions(t, "flaky")
 			retries := 0
 			for _, a := range acts {
 				if a.Action == "retry" {
@@ -280,8 +281,8 @@ func TestRetriesAndTimeout(t *testing.T) {
 			// Wait on the run record, not on the call: the deadline counts from the dispatch
 			// decision, so on a badly overloaded machine the call may never get out.
 			var r model.Run
-			testwait.For(t, waitTimeout, "the hanging run to end", func() bool {
-				runs := d.runs(t, "slowpoke")
+			testwait.For(t, daemontest.WaitTimeout, "the hanging run to end", func() bool {
+				runs := d.Runs(t, "slowpoke")
 				if len(runs) == 0 || runs[0].Result == model.ResultRunning {
 					return false
 				}
@@ -294,7 +295,7 @@ func TestRetriesAndTimeout(t *testing.T) {
 			if took := r.EndedAt - r.DispatchedAt; took < 900 || took > 2000 {
 				t.Errorf("timeout after %d ms, want about timeout_sec (1 s) and within 2 s", took)
 			}
-			if v := d.waitState(t, "slowpoke", model.StateFailed); v.Runtime.FailureCount != 1 {
+			if v := d.WaitState(t, "slowpoke", model.StateFailed); v.Runtime.FailureCount != 1 {
 				t.Errorf("after the timeout: %+v", v.Runtime)
 			}
 		})

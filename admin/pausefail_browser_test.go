@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -16,12 +17,12 @@ import (
 // and the note of a pause on failure; the timeline's alerts filter finds its alert.
 func TestConsoleBrowserPauseAfterFailures(t *testing.T) {
 	ctx := browser(t)
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
-	h := newHook(t)
-	d.create(t, spec("flaky", h.url("/fail/flaky"), "cron", "* * * * * *", "timezone", "UTC", "paused", true,
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	h := daemontest.NewHook(t)
+	d.Create(t, daemontest.Spec("flaky", h.URL("/fail/flaky"), "cron", "* * * * * *", "timezone", "UTC", "paused", true,
 		"pause_after_failures", 5))
 
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.base+"/#/tasks/flaky/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/flaky/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
 	var shown string
 	run(t, ctx, "read the bound", chromedp.Value("#pause_after_failures", &shown, chromedp.ByQuery))
 	if shown != "5" {
@@ -29,17 +30,17 @@ func TestConsoleBrowserPauseAfterFailures(t *testing.T) {
 	}
 	run(t, ctx, "save a bound out of range", setField("#pause_after_failures", "5000"), chromedp.Click("#save", chromedp.ByQuery))
 	waitJS(t, ctx, "the field's error", `document.querySelector("#pause_after_failures-error").textContent.startsWith("pause_after_failures:")`)
-	if v := d.get(t, "flaky"); v.PauseAfterFailures != 5 {
+	if v := d.Get(t, "flaky"); v.PauseAfterFailures != 5 {
 		t.Errorf("after the refused edit: %d, want 5", v.PauseAfterFailures)
 	}
 	run(t, ctx, "save 2", setField("#pause_after_failures", "2"), chromedp.Click("#save", chromedp.ByQuery))
 	waitJS(t, ctx, "the task page", `location.hash === "#/tasks/flaky" && !!document.querySelector("#task-pause-after")`)
-	if v := d.get(t, "flaky"); v.PauseAfterFailures != 2 || !v.Paused {
+	if v := d.Get(t, "flaky"); v.PauseAfterFailures != 2 || !v.Paused {
 		t.Errorf("after the edit: pause_after_failures %d, paused %v; want 2, still paused", v.PauseAfterFailures, v.Paused)
 	}
 
-	d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/flaky/resume", nil, nil)
-	v := d.waitState(t, "flaky", model.StatePaused)
+	d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/flaky/resume", nil, nil)
+	v := d.WaitState(t, "flaky", model.StatePaused)
 	if v.Runtime.ConsecutiveFailures != 2 {
 		t.Fatalf("paused with count %d, want 2", v.Runtime.ConsecutiveFailures)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/daemontest"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/testwait"
@@ -45,13 +46,13 @@ func rowCounts(t *testing.T, db *sql.DB) (runs, acts, defs int) {
 // deletes; a pruned one-shot created again under its name is a new task.
 func TestRetentionLevelsOff(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) {
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) {
 			c.Engine.Retention.History = 1500 * time.Millisecond
 			c.Engine.Retention.Finished = 500 * time.Millisecond
 			c.Engine.Retention.Interval = 200 * time.Millisecond
 		})
-		h := newHook(t)
+		h := daemontest.NewHook(t)
 		db := openRaw(t, dsn)
 		var created atomic.Int64
 		stop := make(chan struct{})
@@ -66,7 +67,7 @@ func TestRetentionLevelsOff(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				code, _ := d.call(t, http.MethodPost, "/api/v1/tasks", spec(fmt.Sprintf("once-%d", i), h.url("/ok/once"), "delay_ms", 0))
+				code, _ := d.Call(t, http.MethodPost, "/api/v1/tasks", daemontest.Spec(fmt.Sprintf("once-%d", i), h.URL("/ok/once"), "delay_ms", 0))
 				if code == http.StatusCreated {
 					created.Add(1)
 				}
@@ -99,20 +100,20 @@ func TestRetentionLevelsOff(t *testing.T) {
 
 		// axe prune through the API: a dry run counts, a real run deletes.
 		var res client.PruneResult
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/prune", map[string]any{"before": time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "dry_run": true}, &res)
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/prune", map[string]any{"before": time.Now().Add(time.Hour).UTC().Format(time.RFC3339), "dry_run": true}, &res)
 		// The pruner goes on meanwhile and runs in flight are still being recorded, so the
 		// table moves both ways; the dry run must see the finished runs and delete none.
 		runs, _, _ := rowCounts(t, db)
 		if res.Runs == 0 || runs == 0 {
 			t.Errorf("dry run counts %d runs, the table then has %d", res.Runs, runs)
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/prune", map[string]any{"before": "1ms"}, nil)
-		d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/prune", map[string]any{"before": "yesterday"})
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/prune", map[string]any{"before": "1ms"}, nil)
+		d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/prune", map[string]any{"before": "yesterday"})
 		testwait.For(t, 5*time.Second, "every run pruned", func() bool { r, _, _ := rowCounts(t, db); return r == 0 })
 
 		// once-0 was pruned long ago: the name is free, and a new task gets it.
-		v := d.create(t, spec("once-0", h.url("/ok/again"), "delay_ms", 3_600_000))
-		if acts := d.actions(t, "once-0"); len(acts) != 1 || acts[0].TaskID != v.ID || acts[0].Action != "create" {
+		v := d.Create(t, daemontest.Spec("once-0", h.URL("/ok/again"), "delay_ms", 3_600_000))
+		if acts := d.Actions(t, "once-0"); len(acts) != 1 || acts[0].TaskID != v.ID || acts[0].Action != "create" {
 			t.Errorf("re-created once-0 (id %d) has action records %+v, want only its own create", v.ID, acts)
 		}
 	})

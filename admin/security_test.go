@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -25,7 +26,7 @@ func serveOnce(t *testing.T, cfg axedaemon.Config) error {
 		cfg.DB = persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger()
+		cfg.Logger = daemontest.TestLogger()
 	}
 	listening := make(chan struct{}, 1)
 	cfg.OnListen = func(string) { listening <- struct{}{} }
@@ -42,7 +43,7 @@ func serveOnce(t *testing.T, cfg axedaemon.Config) error {
 			t.Errorf("shutdown: %v", err)
 		}
 		return nil
-	case <-time.After(startTimeout):
+	case <-time.After(daemontest.StartTimeout):
 		t.Fatal("Serve neither failed nor listened")
 		return nil
 	}
@@ -88,33 +89,33 @@ func hasIPv6Loopback() bool {
 }
 
 func TestCallbackGuard(t *testing.T) {
-	eachStore(t, func(t *testing.T, dsn string) {
-		h := newHook(t)
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.CallbackSecret = "hmac-key" })
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		h := daemontest.NewHook(t)
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Security.CallbackSecret = "hmac-key" })
 		for _, u := range []string{
 			"http://169.254.169.254/latest/meta-data/",
 			"http://[::ffff:169.254.169.254]/",
 			"http://100.100.100.200/latest/",
 			"http://[fe80::1%25eth0]/",
 		} {
-			msg := d.apiError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", spec("meta", u, "trigger", "manual"))
+			msg := d.APIError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", daemontest.Spec("meta", u, "trigger", "manual"))
 			if !strings.Contains(msg, "callback.url") {
 				t.Errorf("create with %s: error %q does not name callback.url", u, msg)
 			}
 		}
-		if got := d.list(t, ""); len(got) != 0 {
-			t.Fatalf("refused creates left tasks: %v", names(got))
+		if got := d.List(t, ""); len(got) != 0 {
+			t.Fatalf("refused creates left tasks: %v", daemontest.Names(got))
 		}
 		// An update to a refused URL is refused too and changes nothing.
-		d.create(t, spec("ok", h.url("/ok"), "trigger", "manual"))
-		d.apiError(t, http.StatusBadRequest, "PUT", "/api/v1/tasks/ok", spec("ok", "http://169.254.169.254/", "trigger", "manual"))
-		if got := d.get(t, "ok"); got.Callback.URL != h.url("/ok") {
+		d.Create(t, daemontest.Spec("ok", h.URL("/ok"), "trigger", "manual"))
+		d.APIError(t, http.StatusBadRequest, "PUT", "/api/v1/tasks/ok", daemontest.Spec("ok", "http://169.254.169.254/", "trigger", "manual"))
+		if got := d.Get(t, "ok"); got.Callback.URL != h.URL("/ok") {
 			t.Errorf("after a refused update the URL is %q", got.Callback.URL)
 		}
 		// A loopback target is allowed and its calls are signed.
-		ticket := d.runNow(t, "ok", nil)
-		d.waitRun(t, "ok", ticket)
-		calls := h.callsOf("ok")
+		ticket := d.RunNow(t, "ok", nil)
+		d.WaitRun(t, "ok", ticket)
+		calls := h.CallsOf("ok")
 		if len(calls) != 1 {
 			t.Fatalf("calls = %d", len(calls))
 		}
@@ -125,14 +126,14 @@ func TestCallbackGuard(t *testing.T) {
 }
 
 func TestCallbackAllowlist(t *testing.T) {
-	h := newHook(t)
+	h := daemontest.NewHook(t)
 	dsn := persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Security.CallbackAllow = []string{"10.0.0.0/8", "hooks.internal"} })
-	msg := d.apiError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", spec("lo", h.url("/ok"), "trigger", "manual"))
+	d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Security.CallbackAllow = []string{"10.0.0.0/8", "hooks.internal"} })
+	msg := d.APIError(t, http.StatusBadRequest, "POST", "/api/v1/tasks", daemontest.Spec("lo", h.URL("/ok"), "trigger", "manual"))
 	if !strings.Contains(msg, "callback-allow") {
 		t.Errorf("error %q does not name the allowlist", msg)
 	}
-	d.create(t, spec("named", "http://hooks.internal:9/x", "trigger", "manual"))
+	d.Create(t, daemontest.Spec("named", "http://hooks.internal:9/x", "trigger", "manual"))
 
 	if err := serveOnce(t, axedaemon.Config{Addr: "127.0.0.1:0", Security: axedaemon.SecurityConfig{CallbackAllow: []string{"not a host"}}}); err == nil ||
 		!strings.Contains(err.Error(), "callback-allow") {
@@ -148,7 +149,7 @@ func TestCallbackAllowlist(t *testing.T) {
 // TestProbesAnswerAnyHost: without a token the health probes answer whatever name they are
 // called by, while the API answers only this server's names.
 func TestProbesAnswerAnyHost(t *testing.T) {
-	d := startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.Security.AllowHosts = []string{"axe.internal"}
 	})
 	for _, c := range []struct {
@@ -159,7 +160,7 @@ func TestProbesAnswerAnyHost(t *testing.T) {
 		{"/api/v1/tasks", "lb.example", 403}, {"/api/v1/tasks", "axe.internal", 200}, {"/api/v1/tasks", "AXE.internal.", 200},
 		{"/api/v1/tasks", "localhost:7070", 200}, {"/api/v1/tasks", "[::1]:7070", 200}, {"/api/v1/tasks", "10.1.2.3", 200},
 	} {
-		if code, body := d.call(t, "GET", c.path, nil, "Host", c.host); code != c.want {
+		if code, body := d.Call(t, "GET", c.path, nil, "Host", c.host); code != c.want {
 			t.Errorf("GET %s with Host %s: %d %s, want %d", c.path, c.host, code, body, c.want)
 		}
 	}

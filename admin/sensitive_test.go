@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/axe-sched/axe/internal/daemontest"
 )
 
 // TestSensitiveParams checks that the keys a task names in sensitive_params are masked in
@@ -11,10 +13,10 @@ import (
 // callback still receives them.
 func TestSensitiveParams(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
-		d.create(t, spec("payroll", h.url("/ok/p"), "trigger", "manual",
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
+		d.Create(t, daemontest.Spec("payroll", h.URL("/ok/p"), "trigger", "manual",
 			"params", map[string]any{"api_key": "s3cret-k3y", "region": "eu"}, "sensitive_params", []string{"api_key"}))
 
 		read := func(where string, raw json.RawMessage) map[string]any {
@@ -32,7 +34,7 @@ func TestSensitiveParams(t *testing.T) {
 			Params          json.RawMessage `json:"params"`
 			SensitiveParams []string        `json:"sensitive_params"`
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/payroll", nil, &one)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/payroll", nil, &one)
 		read("GET task", one.Params)
 		if len(one.SensitiveParams) != 1 || one.SensitiveParams[0] != "api_key" {
 			t.Errorf("sensitive_params = %v", one.SensitiveParams)
@@ -42,25 +44,25 @@ func TestSensitiveParams(t *testing.T) {
 				Params json.RawMessage `json:"params"`
 			} `json:"tasks"`
 		}
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?name_prefix=pay", nil, &list)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?name_prefix=pay", nil, &list)
 		if len(list.Tasks) != 1 {
 			t.Fatalf("list: %d tasks", len(list.Tasks))
 		}
 		read("list", list.Tasks[0].Params)
 
 		// Saving what was read keeps the secret, and changes the rest.
-		d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/payroll", spec("payroll", h.url("/ok/p"), "trigger", "manual",
+		d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/payroll", daemontest.Spec("payroll", h.URL("/ok/p"), "trigger", "manual",
 			"params", map[string]any{"api_key": "***", "region": "us"}, "sensitive_params", []string{"api_key"}), nil)
-		ticket := d.runNow(t, "payroll", nil)
-		d.waitRun(t, "payroll", ticket)
-		calls := h.callsOf("payroll")
+		ticket := d.RunNow(t, "payroll", nil)
+		d.WaitRun(t, "payroll", ticket)
+		calls := h.CallsOf("payroll")
 		var sent map[string]any
 		if err := json.Unmarshal(calls[len(calls)-1].Body.Params, &sent); err != nil || sent["api_key"] != "s3cret-k3y" || sent["region"] != "us" {
 			t.Errorf("the callback received %s, want the real key and the new region", calls[len(calls)-1].Body.Params)
 		}
 
-		if msg := d.apiError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks",
-			spec("bad", h.url("/ok/p"), "trigger", "manual", "sensitive_params", []string{""})); msg == "" || msg[:16] != "sensitive_params" {
+		if msg := d.APIError(t, http.StatusBadRequest, http.MethodPost, "/api/v1/tasks",
+			daemontest.Spec("bad", h.URL("/ok/p"), "trigger", "manual", "sensitive_params", []string{""})); msg == "" || msg[:16] != "sensitive_params" {
 			t.Errorf("empty key: error %q does not name sensitive_params", msg)
 		}
 	})

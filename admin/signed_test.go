@@ -16,6 +16,7 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/executor"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -72,26 +73,26 @@ func (x *recordingExecutor) runCalls() []recordedCall {
 // nothing but its app token runs what axe sends it.
 func TestExecutorsReceiveNoCredential(t *testing.T) {
 	const billingTok = "billing-exec-0123456789"
-	eachStore(t, func(t *testing.T, dsn string) {
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
 		file := filepath.Join(t.TempDir(), "tokens.json")
 		writeTokenFile(t, file, []admin.TokenEntry{
 			{Name: "ops", Scope: "write", Token: writeTok},
 			{Name: "billing-exec", Scope: "executor", Token: billingTok, Apps: []string{"billing"}},
 		})
 		mod := func(c *axedaemon.Config) { c.Security.TokenFile = file }
-		d := startDaemon(t, dsn, mod)
-		d.token = writeTok
+		d := daemontest.Start(t, dsn, mod)
+		d.Token = writeTok
 		x := newRecordingExecutor(t)
 		reg := map[string]any{"app": "billing", "address": x.addr(), "handlers": []string{"charge"}, "auth": "signed"}
-		d.mustJSON(t, 200, "POST", protocol.PathRegister, reg, nil, bearer(billingTok)...)
+		d.MustJSON(t, 200, "POST", protocol.PathRegister, reg, nil, bearer(billingTok)...)
 		// The recording executor never reports: the run times out soon, so the scheduler
 		// stops without waiting for it.
-		d.create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 1,
+		d.Create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 1,
 			"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
 
 		check := func(when string) {
 			t.Helper()
-			ticket := d.runNow(t, "charge", nil)
+			ticket := d.RunNow(t, "charge", nil)
 			var got recordedCall
 			testwait.For(t, 20*time.Second, "the run at the executor "+when, func() bool {
 				for _, c := range x.runCalls() {
@@ -116,24 +117,24 @@ func TestExecutorsReceiveNoCredential(t *testing.T) {
 					method, path string
 					body         any
 				}{{"GET", "/api/v1/tasks", nil}, {"POST", "/api/v1/tasks/charge/run", nil}, {"POST", protocol.PathHeartbeat, map[string]any{"app": "billing", "address": x.addr()}}} {
-					if code, _, b := d.send(t, call.method, call.path, call.body, false, hdr...); code != http.StatusUnauthorized {
+					if code, _, b := d.Send(t, call.method, call.path, call.body, false, hdr...); code != http.StatusUnauthorized {
 						t.Errorf("%s: %s %s with %v: %d %s, want 401", when, call.method, call.path, hdr, code, b)
 					}
 				}
 			}
 		}
 		check("after registration")
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		// The same store: the registry, and the executor's key, come back without a new
 		// registration.
-		d = startDaemon(t, dsn, mod)
-		d.token = writeTok
+		d = daemontest.Start(t, dsn, mod)
+		d.Token = writeTok
 		check("after a restart of the scheduler")
 
 		// The SDK holds its app token only, and runs what axe signed.
-		exe, err := executor.New(executor.Config{App: "billing", Schedulers: []string{d.base}, Token: billingTok,
+		exe, err := executor.New(executor.Config{App: "billing", Schedulers: []string{d.Base}, Token: billingTok,
 			HeartbeatInterval: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
@@ -147,10 +148,10 @@ func TestExecutorsReceiveNoCredential(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = exe.Stop(context.Background()) })
-		d.create(t, map[string]any{"name": "settle", "trigger": "manual",
+		d.Create(t, map[string]any{"name": "settle", "trigger": "manual",
 			"callback": map[string]any{"type": "executor", "app": "billing", "handler": "settle"}})
-		ticket := d.runNow(t, "settle", nil)
-		if r := d.waitRun(t, "settle", ticket); r.Result != model.ResultSuccess {
+		ticket := d.RunNow(t, "settle", nil)
+		if r := d.WaitRun(t, "settle", ticket); r.Result != model.ResultSuccess {
 			t.Errorf("a run on the SDK executor: %+v, want success", r)
 		}
 	})
@@ -161,25 +162,25 @@ func TestExecutorsReceiveNoCredential(t *testing.T) {
 // unless --executor-token is given, and then sends that token to it (and to it alone).
 func TestExecutorThatPredatesSigningIsToldWhy(t *testing.T) {
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "axe.db")
-	d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = writeTok })
+	d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Token = writeTok })
 	x := newRecordingExecutor(t)
 	reg := map[string]any{"app": "old", "address": x.addr(), "handlers": []string{"h"}}
-	msg := d.apiError(t, http.StatusBadRequest, "POST", protocol.PathRegister, reg)
+	msg := d.APIError(t, http.StatusBadRequest, "POST", protocol.PathRegister, reg)
 	if !strings.Contains(msg, "auth") || !strings.Contains(msg, "upgrade") || !strings.Contains(msg, "--executor-token") {
 		t.Errorf("refusal %q does not name auth, the upgrade and --executor-token", msg)
 	}
-	if err := d.stop(); err != nil {
+	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
 	const legacy = "legacy-executor-token-0123"
-	d = startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = writeTok; c.Engine.ExecutorToken = legacy })
-	d.mustJSON(t, 200, "POST", protocol.PathRegister, reg, nil)
+	d = daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Token = writeTok; c.Engine.ExecutorToken = legacy })
+	d.MustJSON(t, 200, "POST", protocol.PathRegister, reg, nil)
 	signed := newRecordingExecutor(t)
-	d.mustJSON(t, 200, "POST", protocol.PathRegister, map[string]any{"app": "new", "address": signed.addr(), "handlers": []string{"h"}, "auth": "signed"}, nil)
+	d.MustJSON(t, 200, "POST", protocol.PathRegister, map[string]any{"app": "new", "address": signed.addr(), "handlers": []string{"h"}, "auth": "signed"}, nil)
 	for _, app := range []string{"old", "new"} {
-		d.create(t, map[string]any{"name": app, "trigger": "manual", "timeout_sec": 1, "callback": map[string]any{"type": "executor", "app": app, "handler": "h"}})
-		d.runNow(t, app, nil)
+		d.Create(t, map[string]any{"name": app, "trigger": "manual", "timeout_sec": 1, "callback": map[string]any{"type": "executor", "app": app, "handler": "h"}})
+		d.RunNow(t, app, nil)
 	}
 	testwait.For(t, 20*time.Second, "a run at each executor", func() bool {
 		return len(x.runCalls()) == 1 && len(signed.runCalls()) == 1
@@ -204,33 +205,33 @@ func TestHASignsForExecutorsAfterHandover(t *testing.T) {
 		{Name: "ops", Scope: "write", Token: writeTok},
 		{Name: "billing-exec", Scope: "executor", Token: billingTok, Apps: []string{"billing"}},
 	})
-	node := func(id string) *daemon {
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) {
+	node := func(id string) *daemontest.Daemon {
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) {
 			c.HA, c.NodeID, c.LeaseTTL, c.LeaseRenew = true, id, 60*time.Second, 500*time.Millisecond
 			c.Security.TokenFile = file
 		})
-		d.token = writeTok
+		d.Token = writeTok
 		return d
 	}
 	a := node("a")
-	ra := a.waitRole(t, "primary", waitTimeout)
+	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	b := node("b")
-	b.waitRole(t, "backup", waitTimeout)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
 	x := newRecordingExecutor(t)
 	reg := map[string]any{"app": "billing", "address": x.addr(), "handlers": []string{"charge"}, "auth": "signed"}
-	a.mustJSON(t, 200, "POST", protocol.PathRegister, reg, nil, bearer(billingTok)...)
-	a.create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 1,
+	a.MustJSON(t, 200, "POST", protocol.PathRegister, reg, nil, bearer(billingTok)...)
+	a.Create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 1,
 		"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
-	if err := a.stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatalf("graceful stop of the primary: %v", err)
 	}
-	rb := b.waitRole(t, "primary", 15*time.Second)
+	rb := b.WaitRole(t, "primary", 15*time.Second)
 	if rb.Epoch <= ra.Epoch {
 		t.Fatalf("epoch after handover = %d, want above %d", rb.Epoch, ra.Epoch)
 	}
-	ticket := b.runNow(t, "charge", nil)
+	ticket := b.RunNow(t, "charge", nil)
 	var got recordedCall
-	testwait.For(t, waitTimeout, "the new primary's run at the executor", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "the new primary's run at the executor", func() bool {
 		for _, c := range x.runCalls() {
 			if strings.Contains(string(c.body), ticket) {
 				got = c

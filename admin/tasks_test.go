@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -27,36 +28,36 @@ func nextNewYearUTC(now time.Time) int64 {
 // of a deleted task stays in the store.
 func TestTaskCRUD(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		actor := []string{"X-Axe-Actor", "carol"}
 
-		yearly := d.create(t, spec("yearly", h.url("/ok/yearly"), "group", "ga", "cron", "0 0 1 1 *", "timezone", "UTC"), actor...)
+		yearly := d.Create(t, daemontest.Spec("yearly", h.URL("/ok/yearly"), "group", "ga", "cron", "0 0 1 1 *", "timezone", "UTC"), actor...)
 		if yearly.ID == 0 || yearly.Runtime.State != model.StateScheduled {
 			t.Fatalf("created %+v / %+v, want an id and SCHEDULED", yearly.TaskDef, yearly.Runtime)
 		}
 		if want := nextNewYearUTC(time.Now()); yearly.Runtime.NextTriggerTime != want {
 			t.Errorf("next_trigger_time = %d, want next New Year %d", yearly.Runtime.NextTriggerTime, want)
 		}
-		d.create(t, spec("manual-b", h.url("/ok/manual"), "group", "gb", "trigger", "manual"))
-		d.create(t, spec("manual-c", h.url("/ok/manual"), "group", "gb", "trigger", "manual"))
-		paused := d.create(t, spec("paused-a", h.url("/ok/paused"), "group", "ga", "cron", "0 * * * *", "paused", true))
+		d.Create(t, daemontest.Spec("manual-b", h.URL("/ok/manual"), "group", "gb", "trigger", "manual"))
+		d.Create(t, daemontest.Spec("manual-c", h.URL("/ok/manual"), "group", "gb", "trigger", "manual"))
+		paused := d.Create(t, daemontest.Spec("paused-a", h.URL("/ok/paused"), "group", "ga", "cron", "0 * * * *", "paused", true))
 		if paused.Runtime.State != model.StatePaused || !paused.Paused {
 			t.Errorf("task created paused is %s (paused=%v)", paused.Runtime.State, paused.Paused)
 		}
 
 		t.Run("names with punctuation", func(t *testing.T) {
-			d.create(t, spec("etl.daily:v2_x-1", h.url("/ok/p"), "group", "gp", "trigger", "manual"))
-			if g := d.get(t, "etl.daily:v2_x-1"); g.Name != "etl.daily:v2_x-1" {
+			d.Create(t, daemontest.Spec("etl.daily:v2_x-1", h.URL("/ok/p"), "group", "gp", "trigger", "manual"))
+			if g := d.Get(t, "etl.daily:v2_x-1"); g.Name != "etl.daily:v2_x-1" {
 				t.Errorf("get = %+v", g.TaskDef)
 			}
-			d.mustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/etl.daily:v2_x-1/pause", nil, nil)
-			d.mustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/tasks/etl.daily:v2_x-1", nil, nil)
+			d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/etl.daily:v2_x-1/pause", nil, nil)
+			d.MustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/tasks/etl.daily:v2_x-1", nil, nil)
 		})
 
 		t.Run("get", func(t *testing.T) {
-			g := d.get(t, "yearly")
+			g := d.Get(t, "yearly")
 			if g.ID != yearly.ID || g.Group != "ga" || g.Trigger != "cron" || g.Cron != "0 0 1 1 *" || g.Timezone != "UTC" {
 				t.Errorf("get = %+v", g.TaskDef)
 			}
@@ -86,7 +87,7 @@ func TestTaskCRUD(t *testing.T) {
 				{"?limit=2", []string{"yearly", "manual-b"}},
 				{"?state=WAITING&limit=1", []string{"manual-b"}},
 			} {
-				got := names(d.list(t, c.query))
+				got := daemontest.Names(d.List(t, c.query))
 				slices.Sort(got)
 				want := slices.Clone(c.want)
 				slices.Sort(want)
@@ -94,10 +95,10 @@ func TestTaskCRUD(t *testing.T) {
 					t.Errorf("list%s = %v, want %v", c.query, got, want)
 				}
 			}
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks?state=BOGUS", nil); !strings.Contains(msg, "state") {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks?state=BOGUS", nil); !strings.Contains(msg, "state") {
 				t.Errorf("bad state filter error %q does not name state", msg)
 			}
-			if msg := d.apiError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks?limit=0", nil); !strings.Contains(msg, "limit") {
+			if msg := d.APIError(t, http.StatusBadRequest, http.MethodGet, "/api/v1/tasks?limit=0", nil); !strings.Contains(msg, "limit") {
 				t.Errorf("bad limit error %q does not name limit", msg)
 			}
 		})
@@ -107,8 +108,8 @@ func TestTaskCRUD(t *testing.T) {
 				model.TaskDef
 				Runtime model.Runtime `json:"runtime"`
 			}
-			d.mustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/yearly",
-				spec("yearly", h.url("/ok/yearly"), "group", "ga", "cron", "0 0 * * *", "timezone", "UTC", "priority", 0), &u, actor...)
+			d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/tasks/yearly",
+				daemontest.Spec("yearly", h.URL("/ok/yearly"), "group", "ga", "cron", "0 0 * * *", "timezone", "UTC", "priority", 0), &u, actor...)
 			if u.Cron != "0 0 * * *" || u.Priority != 0 || u.ID != yearly.ID {
 				t.Errorf("update answered %+v", u.TaskDef)
 			}
@@ -116,67 +117,67 @@ func TestTaskCRUD(t *testing.T) {
 			if u.Runtime.NextTriggerTime != want || u.Runtime.NextTriggerTime == yearly.Runtime.NextTriggerTime {
 				t.Errorf("next_trigger_time after update = %d, want the next midnight %d", u.Runtime.NextTriggerTime, want)
 			}
-			if g := d.get(t, "yearly"); g.Cron != "0 0 * * *" || g.Runtime.NextTriggerTime != want {
+			if g := d.Get(t, "yearly"); g.Cron != "0 0 * * *" || g.Runtime.NextTriggerTime != want {
 				t.Errorf("get after update: cron %q next %d", g.Cron, g.Runtime.NextTriggerTime)
 			}
 
-			msg := d.apiError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/yearly",
-				spec("yearly", h.url("/ok/yearly"), "trigger", "delay", "delay_ms", 1000))
+			msg := d.APIError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/yearly",
+				daemontest.Spec("yearly", h.URL("/ok/yearly"), "trigger", "delay", "delay_ms", 1000))
 			if !strings.Contains(msg, "trigger") {
 				t.Errorf("trigger change error %q does not name trigger", msg)
 			}
-			msg = d.apiError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/yearly",
-				spec("renamed", h.url("/ok/yearly"), "cron", "0 0 * * *"))
+			msg = d.APIError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/yearly",
+				daemontest.Spec("renamed", h.URL("/ok/yearly"), "cron", "0 0 * * *"))
 			if !strings.Contains(msg, "name") {
 				t.Errorf("rename error %q does not name name", msg)
 			}
-			msg = d.apiError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/yearly",
-				spec("yearly", h.url("/ok/yearly"), "cron", "0 0 * * *", "priority", 5))
+			msg = d.APIError(t, http.StatusBadRequest, http.MethodPut, "/api/v1/tasks/yearly",
+				daemontest.Spec("yearly", h.URL("/ok/yearly"), "cron", "0 0 * * *", "priority", 5))
 			if !strings.Contains(msg, "priority") {
 				t.Errorf("bad update error %q does not name priority", msg)
 			}
-			if g := d.get(t, "yearly"); g.Trigger != "cron" || g.Cron != "0 0 * * *" || g.Priority != 0 || g.Runtime.NextTriggerTime != want {
+			if g := d.Get(t, "yearly"); g.Trigger != "cron" || g.Cron != "0 0 * * *" || g.Priority != 0 || g.Runtime.NextTriggerTime != want {
 				t.Errorf("rejected updates changed the task: %+v next %d", g.TaskDef, g.Runtime.NextTriggerTime)
 			}
 		})
 
 		var ticket string
 		t.Run("delete keeps history", func(t *testing.T) {
-			ticket = d.runNow(t, "yearly", nil, actor...)
-			if r := d.waitRun(t, "yearly", ticket); r.Result != model.ResultSuccess {
+			ticket = d.RunNow(t, "yearly", nil, actor...)
+			if r := d.WaitRun(t, "yearly", ticket); r.Result != model.ResultSuccess {
 				t.Fatalf("run-now ended %s (%s)", r.Result, r.Error)
 			}
-			acts := d.actions(t, "yearly")
+			acts := d.Actions(t, "yearly")
 			for _, name := range []string{"create", "update", "run_now", "result"} {
-				if _, ok := findAction(acts, name); !ok {
+				if _, ok := daemontest.FindAction(acts, name); !ok {
 					t.Errorf("no %q action before delete: %+v", name, acts)
 				}
 			}
 
 			var del map[string]string
-			d.mustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/tasks/yearly", nil, &del, actor...)
+			d.MustJSON(t, http.StatusOK, http.MethodDelete, "/api/v1/tasks/yearly", nil, &del, actor...)
 			if del["deleted"] != "yearly" {
 				t.Errorf("delete answered %v", del)
 			}
-			d.apiError(t, http.StatusNotFound, http.MethodGet, "/api/v1/tasks/yearly", nil)
-			d.apiError(t, http.StatusNotFound, http.MethodDelete, "/api/v1/tasks/yearly", nil)
-			if got := names(d.list(t, "?group=ga")); !slices.Equal(got, []string{"paused-a"}) {
+			d.APIError(t, http.StatusNotFound, http.MethodGet, "/api/v1/tasks/yearly", nil)
+			d.APIError(t, http.StatusNotFound, http.MethodDelete, "/api/v1/tasks/yearly", nil)
+			if got := daemontest.Names(d.List(t, "?group=ga")); !slices.Equal(got, []string{"paused-a"}) {
 				t.Errorf("group ga after delete = %v", got)
 			}
 			var run model.Run
-			d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs/"+ticket, nil, &run)
+			d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs/"+ticket, nil, &run)
 			if run.Ticket != ticket || run.TaskName != "yearly" || run.Result != model.ResultSuccess {
 				t.Errorf("run of the deleted task = %+v", run)
 			}
 			// The name is free again.
-			again := d.create(t, spec("yearly", h.url("/ok/yearly"), "trigger", "manual"))
+			again := d.Create(t, daemontest.Spec("yearly", h.URL("/ok/yearly"), "trigger", "manual"))
 			if again.ID == yearly.ID {
 				t.Errorf("re-created task reused id %d", again.ID)
 			}
 		})
 
 		// The delete itself is in the audit log: read it from the store after shutdown.
-		if err := d.stop(); err != nil {
+		if err := d.Stop(); err != nil {
 			t.Fatalf("stop: %v", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -190,7 +191,7 @@ func TestTaskCRUD(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		del, ok := findAction(acts, "delete")
+		del, ok := daemontest.FindAction(acts, "delete")
 		if !ok || del.Actor != "api:carol" || del.TaskName != "yearly" || del.At == 0 {
 			t.Errorf("delete action = %+v (found %v), want actor api:carol", del, ok)
 		}
@@ -204,21 +205,21 @@ func TestTaskCRUD(t *testing.T) {
 // action records, with actor and time.
 func TestRunsAndActions(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		start := time.Now().UnixMilli()
-		v := d.create(t, spec("fired", h.url("/ok/fired"), "delay_ms", 300, "group", "audit"), "X-Axe-Actor", "alice")
-		call := h.waitCalls(t, "fired", 1, waitTimeout)[0]
+		v := d.Create(t, daemontest.Spec("fired", h.URL("/ok/fired"), "delay_ms", 300, "group", "audit"), "X-Axe-Actor", "alice")
+		call := h.WaitCalls(t, "fired", 1, daemontest.WaitTimeout)[0]
 		// The task's runtime is shown from memory and may be a write ahead of the run
 		// history, so wait on the run record itself.
-		d.waitRun(t, "fired", call.Ticket)
-		if g := d.get(t, "fired"); g.Runtime.State != model.StateSuccess || g.Runtime.SuccessCount != 1 {
+		d.WaitRun(t, "fired", call.Ticket)
+		if g := d.Get(t, "fired"); g.Runtime.State != model.StateSuccess || g.Runtime.SuccessCount != 1 {
 			t.Errorf("task after its run: %+v, want SUCCESS with success_count 1", g.Runtime)
 		}
 		end := time.Now().UnixMilli()
 
-		runs := d.runs(t, "fired")
+		runs := d.Runs(t, "fired")
 		if len(runs) != 1 {
 			t.Fatalf("runs = %+v, want one", runs)
 		}
@@ -233,17 +234,17 @@ func TestRunsAndActions(t *testing.T) {
 			t.Errorf("run times scheduled %d dispatched %d ended %d (created %d, now %d)",
 				r.ScheduledAt, r.DispatchedAt, r.EndedAt, v.CreatedAt, end)
 		}
-		if r.Executor != strings.TrimPrefix(h.srv.URL, "http://") {
-			t.Errorf("run executor %q, want the callback host %s", r.Executor, h.srv.URL)
+		if r.Executor != strings.TrimPrefix(h.URL(""), "http://") {
+			t.Errorf("run executor %q, want the callback host %s", r.Executor, h.URL(""))
 		}
 		var byTicket model.Run
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs/"+r.Ticket, nil, &byTicket)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/runs/"+r.Ticket, nil, &byTicket)
 		if byTicket != r {
 			t.Errorf("GET /runs/%s = %+v, want %+v", r.Ticket, byTicket, r)
 		}
-		d.apiError(t, http.StatusNotFound, http.MethodGet, "/api/v1/runs/no-such-ticket", nil)
+		d.APIError(t, http.StatusNotFound, http.MethodGet, "/api/v1/runs/no-such-ticket", nil)
 
-		acts := d.actions(t, "fired")
+		acts := d.Actions(t, "fired")
 		for i := 1; i < len(acts); i++ {
 			if acts[i].At > acts[i-1].At {
 				t.Errorf("actions are not newest first: %+v", acts)
@@ -266,7 +267,7 @@ func TestRunsAndActions(t *testing.T) {
 			{"result", model.StateRunning, model.StateSuccess, "scheduler", call.Ticket},
 		}
 		for _, w := range want {
-			a, ok := findAction(acts, w.action)
+			a, ok := daemontest.FindAction(acts, w.action)
 			if !ok {
 				t.Errorf("no %q action in %+v", w.action, acts)
 				continue
@@ -275,7 +276,7 @@ func TestRunsAndActions(t *testing.T) {
 				t.Errorf("%s action = %+v, want %s→%s by %s ticket %q", w.action, a, w.from, w.to, w.actor, w.ticket)
 			}
 		}
-		if a, _ := findAction(acts, "dispatch"); a.At < r.ScheduledAt {
+		if a, _ := daemontest.FindAction(acts, "dispatch"); a.At < r.ScheduledAt {
 			t.Errorf("dispatch recorded at %d, before the fire time %d", a.At, r.ScheduledAt)
 		}
 	})
@@ -284,9 +285,9 @@ func TestRunsAndActions(t *testing.T) {
 // TestActor checks who the audit log names for API calls.
 func TestActor(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		long := "a" + strings.Repeat("é", 40) // 81 bytes: the 64-byte cut falls inside a rune
 		for _, c := range []struct {
 			name, header, want string
@@ -299,8 +300,8 @@ func TestActor(t *testing.T) {
 			if c.header != "" {
 				hdr = []string{"X-Axe-Actor", c.header}
 			}
-			d.create(t, spec("actor-"+c.name, h.url("/ok/x"), "trigger", "manual"), hdr...)
-			a, ok := findAction(d.actions(t, "actor-"+c.name), "create")
+			d.Create(t, daemontest.Spec("actor-"+c.name, h.URL("/ok/x"), "trigger", "manual"), hdr...)
+			a, ok := daemontest.FindAction(d.Actions(t, "actor-"+c.name), "create")
 			if !ok || a.Actor != c.want {
 				t.Errorf("%s: create actor %q, want %q", c.name, a.Actor, c.want)
 			}

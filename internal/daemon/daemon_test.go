@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/client"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -22,10 +23,10 @@ import (
 // TestAuth checks the bearer token on /api/ and that /healthz stays open.
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Token = "s3cret-0123456789ab" })
-		h := newHook(t)
-		d.token = "" // headers are set by hand below
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Token = "s3cret-0123456789ab" })
+		h := daemontest.NewHook(t)
+		d.Token = "" // headers are set by hand below
 
 		for _, hdr := range [][]string{
 			nil,
@@ -40,38 +41,38 @@ func TestAuth(t *testing.T) {
 				body         any
 			}{
 				{http.MethodGet, "/api/v1/tasks", nil},
-				{http.MethodPost, "/api/v1/tasks", spec("sneaky", h.url("/ok/x"), "trigger", "manual")},
+				{http.MethodPost, "/api/v1/tasks", daemontest.Spec("sneaky", h.URL("/ok/x"), "trigger", "manual")},
 				{http.MethodGet, "/api/v1/cron/next?expr=@hourly", nil},
 				{http.MethodGet, "/api/v1/executors", nil},
 				{http.MethodPost, "/api/v1/groups/default/pause", nil},
 			} {
-				if msg := d.apiError(t, http.StatusUnauthorized, c.method, c.path, c.body, hdr...); !strings.Contains(msg, "token") {
+				if msg := d.APIError(t, http.StatusUnauthorized, c.method, c.path, c.body, hdr...); !strings.Contains(msg, "token") {
 					t.Errorf("%s %s with %v: error %q does not mention the token", c.method, c.path, hdr, msg)
 				}
 			}
 		}
-		if code, body := d.call(t, http.MethodGet, "/healthz", nil); code != http.StatusOK {
+		if code, body := d.Call(t, http.MethodGet, "/healthz", nil); code != http.StatusOK {
 			t.Errorf("/healthz without a token: %d %s", code, body)
 		}
 
-		d.token = "s3cret-0123456789ab"
-		if got := d.list(t, ""); len(got) != 0 {
-			t.Errorf("unauthorized create left tasks behind: %v", names(got))
+		d.Token = "s3cret-0123456789ab"
+		if got := d.List(t, ""); len(got) != 0 {
+			t.Errorf("unauthorized create left tasks behind: %v", daemontest.Names(got))
 		}
-		d.create(t, spec("allowed", h.url("/ok/x"), "trigger", "manual"))
-		if got := names(d.list(t, "")); !slices.Equal(got, []string{"allowed"}) {
+		d.Create(t, daemontest.Spec("allowed", h.URL("/ok/x"), "trigger", "manual"))
+		if got := daemontest.Names(d.List(t, "")); !slices.Equal(got, []string{"allowed"}) {
 			t.Errorf("tasks = %v, want [allowed]", got)
 		}
 
 		ctx := context.Background()
-		good, err := client.New(d.base, "s3cret-0123456789ab", "tester")
+		good, err := client.New(d.Base, "s3cret-0123456789ab", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if _, err := good.GetTask(ctx, "allowed"); err != nil {
 			t.Errorf("client with the token: %v", err)
 		}
-		bad, err := client.New(d.base, "", "tester")
+		bad, err := client.New(d.Base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,17 +86,17 @@ func TestAuth(t *testing.T) {
 // TestMetrics checks /metrics for the engine, writer and build series.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, func(c *axedaemon.Config) { c.Version = "v9.8.7-test" })
-		h := newHook(t)
-		d.create(t, spec("measured", h.url("/ok/m"), "delay_ms", 0))
-		d.waitRun(t, "measured", h.waitCalls(t, "measured", 1, waitTimeout)[0].Ticket)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Version = "v9.8.7-test" })
+		h := daemontest.NewHook(t)
+		d.Create(t, daemontest.Spec("measured", h.URL("/ok/m"), "delay_ms", 0))
+		d.WaitRun(t, "measured", h.WaitCalls(t, "measured", 1, daemontest.WaitTimeout)[0].Ticket)
 
-		resp, err := d.http.Get(d.base + "/metrics")
+		resp, err := d.HTTP.Get(d.Base + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		body := readAll(t, resp)
+		body := daemontest.ReadAll(t, resp)
 		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 			t.Fatalf("/metrics: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 		}
@@ -142,15 +143,15 @@ func TestMetrics(t *testing.T) {
 // TestClientFailover points the client at a dead address first.
 func TestClientFailover(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
 		ctx := context.Background()
-		c, err := client.New("http://127.0.0.1:1, "+d.base, "", "tester")
+		c, err := client.New("http://127.0.0.1:1, "+d.Base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
-		v, err := c.CreateTask(ctx, []byte(`{"name":"via-failover","trigger":"manual","callback":{"url":"`+h.url("/ok/f")+`"}}`))
+		v, err := c.CreateTask(ctx, []byte(`{"name":"via-failover","trigger":"manual","callback":{"url":"`+h.URL("/ok/f")+`"}}`))
 		if err != nil || v.Name != "via-failover" || v.Runtime.State != model.StateWaiting {
 			t.Fatalf("create through the second address: %+v, %v", v, err)
 		}
@@ -162,7 +163,7 @@ func TestClientFailover(t *testing.T) {
 		if err != nil || ticket == "" {
 			t.Fatalf("run-now through the client: %q, %v", ticket, err)
 		}
-		if got := h.waitCalls(t, "via-failover", 1, waitTimeout)[0].Ticket; got != ticket {
+		if got := h.WaitCalls(t, "via-failover", 1, daemontest.WaitTimeout)[0].Ticket; got != ticket {
 			t.Errorf("callback got ticket %s, want %s", got, ticket)
 		}
 		// API errors are answers, not reasons to fail over.
@@ -178,7 +179,7 @@ func TestClientFailover(t *testing.T) {
 			_, _ = w.Write([]byte(`{"error":"not ready: shutting down"}`))
 		}))
 		defer unavailable.Close()
-		c503, err := client.New(unavailable.URL+","+d.base, "", "tester")
+		c503, err := client.New(unavailable.URL+","+d.Base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +189,7 @@ func TestClientFailover(t *testing.T) {
 
 		// One client is shared by goroutines, as a program would share it, while it
 		// fails over.
-		shared, err := client.New("http://127.0.0.1:1,"+d.base, "", "tester")
+		shared, err := client.New("http://127.0.0.1:1,"+d.Base, "", "tester")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,33 +229,33 @@ func TestClientFailover(t *testing.T) {
 // recorded, then Serve returns nil and the listener is gone.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel()
-	eachStore(t, func(t *testing.T, dsn string) {
-		d := startDaemon(t, dsn, nil)
-		h := newHook(t)
-		v := d.create(t, spec("slow", h.url("/slow/s?ms=1500"), "delay_ms", 0, "timeout_sec", 30))
-		call := h.waitCalls(t, "slow", 1, waitTimeout)[0]
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		d := daemontest.Start(t, dsn, nil)
+		h := daemontest.NewHook(t)
+		v := d.Create(t, daemontest.Spec("slow", h.URL("/slow/s?ms=1500"), "delay_ms", 0, "timeout_sec", 30))
+		call := h.WaitCalls(t, "slow", 1, daemontest.WaitTimeout)[0]
 		var ready map[string]string
-		d.mustJSON(t, http.StatusOK, http.MethodGet, "/readyz", nil, &ready)
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/readyz", nil, &ready)
 		if ready["status"] != "ready" {
 			t.Errorf("/readyz = %v while serving", ready)
 		}
 
-		d.cancel()
+		d.Cancel()
 		// While draining, the daemon reports not ready but still serves.
 		testwait.For(t, time.Second, "/readyz to answer 503 while draining", func() bool {
-			code, _ := d.call(t, http.MethodGet, "/readyz", nil)
+			code, _ := d.Call(t, http.MethodGet, "/readyz", nil)
 			return code == http.StatusServiceUnavailable
 		})
-		err := d.stop()
+		err := d.Stop()
 		returned := time.Now()
 		if err != nil {
 			t.Fatalf("Serve returned %v, want nil", err)
 		}
-		done := h.callsOf("slow")[0].Done
+		done := h.CallsOf("slow")[0].Done
 		if done.IsZero() || returned.Before(done) {
 			t.Errorf("Serve returned at %s, before the in-flight run answered at %s", returned, done)
 		}
-		if _, err := d.http.Get(d.base + "/healthz"); err == nil {
+		if _, err := d.HTTP.Get(d.Base + "/healthz"); err == nil {
 			t.Error("/healthz still answers after Serve returned")
 		}
 
@@ -285,7 +286,7 @@ func TestGracefulShutdown(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The success is carried by the run row; the timeline shows it as the result event.
-		if a, ok := findAction(persist.Timeline(acts, runs, 0), "result"); !ok || a.To != model.StateSuccess {
+		if a, ok := daemontest.FindAction(persist.Timeline(acts, runs, 0), "result"); !ok || a.To != model.StateSuccess {
 			t.Errorf("no result action recorded before shutdown: %+v", acts)
 		}
 	})
@@ -301,7 +302,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"bad zone", "127.0.0.1:0", "sqlite:" + t.TempDir() + "/axe.db", "timezone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := axedaemon.Config{Addr: c.addr, DB: c.db, Logger: testLogger(),
+			cfg := axedaemon.Config{Addr: c.addr, DB: c.db, Logger: daemontest.TestLogger(),
 				OnListen: func(string) { t.Error("Serve listened despite a bad config") }}
 			if c.name == "bad zone" {
 				cfg.Timezone = "Nowhere/Land"
@@ -314,19 +315,4 @@ func TestServeConfigErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-func readAll(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	defer resp.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := resp.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
-	}
-	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 
@@ -23,47 +24,6 @@ import (
 // Tests of `axe serve --ha` with two in-process nodes on one MariaDB database. Real time,
 // real loopback HTTP, real lease; the kill -9, SIGSTOP and partition suite with separate
 // processes lives elsewhere.
-
-// haNode starts an HA daemon named id on dsn with a short lease.
-func haNode(t *testing.T, dsn, id string, ttl, renew time.Duration) *daemon {
-	t.Helper()
-	return startDaemon(t, dsn, func(c *axedaemon.Config) {
-		c.HA = true
-		c.NodeID = id
-		c.LeaseTTL = ttl
-		c.LeaseRenew = renew
-	})
-}
-
-// readyz is the JSON of /readyz on an HA node.
-type readyz struct {
-	Status  string `json:"status"`
-	Role    string `json:"role"`
-	Epoch   int64  `json:"epoch"`
-	Node    string `json:"node"`
-	Primary string `json:"primary"`
-}
-
-func (d *daemon) readyz(t *testing.T, query string) (int, readyz) {
-	t.Helper()
-	code, body := d.call(t, http.MethodGet, "/readyz"+query, nil)
-	var r readyz
-	if err := json.Unmarshal(body, &r); err != nil {
-		t.Fatalf("/readyz%s answered %d %s: %v", query, code, body, err)
-	}
-	return code, r
-}
-
-// waitRole waits until d serves in role and returns its /readyz.
-func (d *daemon) waitRole(t *testing.T, role string, timeout time.Duration) readyz {
-	t.Helper()
-	var r readyz
-	testwait.For(t, timeout, d.base+" to be "+role, func() bool {
-		_, r = d.readyz(t, "")
-		return r.Role == role && r.Status == "ready"
-	})
-	return r
-}
 
 // epochHook records the callbacks it receives with their X-Axe-Epoch and X-Axe-Ticket.
 type epochHook struct {
@@ -140,42 +100,42 @@ func (h *epochHook) checkCalls(t *testing.T) {
 // naming the primary for writes and the executor protocol, and /readyz's role answers.
 func TestHABackupAnswers503(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
-	a := haNode(t, dsn, "a", 3*time.Second, time.Second)
-	ra := a.waitRole(t, "primary", waitTimeout)
-	b := haNode(t, dsn, "b", 3*time.Second, time.Second)
-	rb := b.waitRole(t, "backup", waitTimeout)
-	testwait.For(t, waitTimeout, "the backup to name the primary", func() bool {
-		_, rb = b.readyz(t, "")
-		return rb.Primary == a.base
+	a := daemontest.HANode(t, dsn, "a", 3*time.Second, time.Second)
+	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
+	b := daemontest.HANode(t, dsn, "b", 3*time.Second, time.Second)
+	rb := b.WaitRole(t, "backup", daemontest.WaitTimeout)
+	testwait.For(t, daemontest.WaitTimeout, "the backup to name the primary", func() bool {
+		_, rb = b.Readyz(t, "")
+		return rb.Primary == a.Base
 	})
-	if ra.Node != "a" || ra.Epoch < 1 || ra.Primary != a.base || rb.Node != "b" || rb.Epoch != ra.Epoch {
+	if ra.Node != "a" || ra.Epoch < 1 || ra.Primary != a.Base || rb.Node != "b" || rb.Epoch != ra.Epoch {
 		t.Fatalf("readyz a = %+v, b = %+v", ra, rb)
 	}
-	if code, r := a.readyz(t, "?role=primary"); code != 200 || r.Role != "primary" {
+	if code, r := a.Readyz(t, "?role=primary"); code != 200 || r.Role != "primary" {
 		t.Fatalf("primary's /readyz?role=primary = %d %+v, want 200", code, r)
 	}
-	if code, r := b.readyz(t, "?role=primary"); code != 503 || r.Role != "backup" || r.Status != "ready" {
+	if code, r := b.Readyz(t, "?role=primary"); code != 503 || r.Role != "backup" || r.Status != "ready" {
 		t.Fatalf("backup's /readyz?role=primary = %d %+v, want 503", code, r)
 	}
-	if code, _ := b.readyz(t, ""); code != 200 {
+	if code, _ := b.Readyz(t, ""); code != 200 {
 		t.Fatalf("backup's /readyz = %d, want 200: a healthy backup is ready", code)
 	}
 
 	hook := newEpochHook(t)
-	a.create(t, spec("on-primary", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 3_600_000))
+	a.Create(t, daemontest.Spec("on-primary", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 3_600_000))
 	backup503 := func(method, path string, body any) {
 		t.Helper()
-		code, raw := b.call(t, method, path, body)
+		code, raw := b.Call(t, method, path, body)
 		var e struct {
 			Error   string `json:"error"`
 			Primary string `json:"primary"`
 		}
-		if err := json.Unmarshal(raw, &e); err != nil || code != 503 || e.Error != "this node is a backup" || e.Primary != a.base {
-			t.Errorf("%s %s on the backup = %d %s, want 503 naming %s", method, path, code, raw, a.base)
+		if err := json.Unmarshal(raw, &e); err != nil || code != 503 || e.Error != "this node is a backup" || e.Primary != a.Base {
+			t.Errorf("%s %s on the backup = %d %s, want 503 naming %s", method, path, code, raw, a.Base)
 		}
 	}
-	backup503(http.MethodPost, "/api/v1/tasks", spec("on-backup", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 1000))
-	backup503(http.MethodPut, "/api/v1/tasks/on-primary", spec("on-primary", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 5))
+	backup503(http.MethodPost, "/api/v1/tasks", daemontest.Spec("on-backup", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 1000))
+	backup503(http.MethodPut, "/api/v1/tasks/on-primary", daemontest.Spec("on-primary", hook.srv.URL+"/ok", "trigger", "delay", "delay_ms", 5))
 	backup503(http.MethodDelete, "/api/v1/tasks/on-primary", nil)
 	backup503(http.MethodPost, "/api/v1/tasks/on-primary/run", nil)
 	backup503(http.MethodPost, "/api/v1/executors/register", map[string]any{"app": "x", "address": "127.0.0.1:1", "handlers": []string{"h"}})
@@ -184,22 +144,22 @@ func TestHABackupAnswers503(t *testing.T) {
 	backup503(http.MethodPost, "/api/v1/callback/batch", map[string]any{"results": []any{}})
 
 	// Reads come from the database: the task the primary created, no task the backup refused.
-	if v := b.get(t, "on-primary"); v.Runtime.State != "SCHEDULED" {
+	if v := b.Get(t, "on-primary"); v.Runtime.State != "SCHEDULED" {
 		t.Fatalf("the backup reads on-primary as %+v", v.Runtime)
 	}
-	if got := names(b.list(t, "")); len(got) != 1 || got[0] != "on-primary" {
+	if got := daemontest.Names(b.List(t, "")); len(got) != 1 || got[0] != "on-primary" {
 		t.Fatalf("the backup lists %v, want [on-primary]", got)
 	}
-	if acts := b.actions(t, "on-primary"); len(acts) == 0 {
+	if acts := b.Actions(t, "on-primary"); len(acts) == 0 {
 		t.Fatalf("the backup shows no actions of on-primary")
 	}
-	if code, body := b.call(t, http.MethodGet, "/api/v1/cron/next?expr=@hourly&n=2", nil); code != 200 {
+	if code, body := b.Call(t, http.MethodGet, "/api/v1/cron/next?expr=@hourly&n=2", nil); code != 200 {
 		t.Fatalf("cron preview on the backup = %d %s", code, body)
 	}
 	var ex struct {
 		Count int `json:"count"`
 	}
-	b.mustJSON(t, 200, http.MethodGet, "/api/v1/executors", nil, &ex)
+	b.MustJSON(t, 200, http.MethodGet, "/api/v1/executors", nil, &ex)
 	var nodes struct {
 		Nodes []struct {
 			ID        string `json:"id"`
@@ -208,12 +168,12 @@ func TestHABackupAnswers503(t *testing.T) {
 			AgeMS     int64  `json:"age_ms"`
 		} `json:"nodes"`
 	}
-	b.mustJSON(t, 200, http.MethodGet, "/api/v1/nodes", nil, &nodes)
-	if len(nodes.Nodes) != 2 || nodes.Nodes[0].ID != "a" || nodes.Nodes[0].Role != "primary" || nodes.Nodes[0].Advertise != a.base ||
+	b.MustJSON(t, 200, http.MethodGet, "/api/v1/nodes", nil, &nodes)
+	if len(nodes.Nodes) != 2 || nodes.Nodes[0].ID != "a" || nodes.Nodes[0].Role != "primary" || nodes.Nodes[0].Advertise != a.Base ||
 		nodes.Nodes[1].ID != "b" || nodes.Nodes[1].Role != "backup" || nodes.Nodes[1].AgeMS > 10_000 {
 		t.Fatalf("GET /api/v1/nodes on the backup = %+v", nodes)
 	}
-	if code, body := b.call(t, http.MethodGet, "/api/v1/alerts", nil); code != 200 || !strings.Contains(string(body), ActPromotionName) {
+	if code, body := b.Call(t, http.MethodGet, "/api/v1/alerts", nil); code != 200 || !strings.Contains(string(body), ActPromotionName) {
 		t.Fatalf("the backup's /api/v1/alerts = %d %s, want the primary's promotion steps", code, body)
 	}
 }
@@ -234,23 +194,23 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 		t.Skip("the test server is not at 127.0.0.1:3306; no proxy to cut")
 	}
 	const ttl, renew = 3 * time.Second, 500 * time.Millisecond
-	a := haNode(t, viaProxy, "a", ttl, renew)
-	ra := a.waitRole(t, "primary", waitTimeout)
-	b := haNode(t, dsn, "b", ttl, renew)
-	b.waitRole(t, "backup", waitTimeout)
+	a := daemontest.HANode(t, viaProxy, "a", ttl, renew)
+	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
+	b := daemontest.HANode(t, dsn, "b", ttl, renew)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
 
 	hook := newEpochHook(t)
-	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
-	testwait.For(t, waitTimeout, "fires under epoch "+strconv.FormatInt(ra.Epoch, 10), func() bool { return hook.countEpoch(ra.Epoch) >= 2 })
+	a.Create(t, daemontest.Spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
+	testwait.For(t, daemontest.WaitTimeout, "fires under epoch "+strconv.FormatInt(ra.Epoch, 10), func() bool { return hook.countEpoch(ra.Epoch) >= 2 })
 
 	cut := time.Now()
 	proxy.cut()
-	rb := b.waitRole(t, "primary", ttl+renew+10*time.Second)
+	rb := b.WaitRole(t, "primary", ttl+renew+10*time.Second)
 	if rb.Epoch != ra.Epoch+1 {
 		t.Fatalf("the new primary's epoch = %d, want %d", rb.Epoch, ra.Epoch+1)
 	}
 	t.Logf("takeover %s after the cut (ttl %s, renew %s)", time.Since(cut).Round(time.Millisecond), ttl, renew)
-	testwait.For(t, waitTimeout, "fires under epoch "+strconv.FormatInt(rb.Epoch, 10), func() bool { return hook.countEpoch(rb.Epoch) >= 2 })
+	testwait.For(t, daemontest.WaitTimeout, "fires under epoch "+strconv.FormatInt(rb.Epoch, 10), func() bool { return hook.countEpoch(rb.Epoch) >= 2 })
 	// A's last call came before its gate closed, TTL − renew after its last renewal,
 	// which itself was before the cut.
 	for _, c := range hook.snapshot() {
@@ -260,9 +220,9 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 	}
 	proxy.heal()
 	// The old primary stays a backup of the new one.
-	testwait.For(t, waitTimeout, "the old primary to follow the new one", func() bool {
-		code, r := a.readyz(t, "")
-		return code == 200 && r.Role == "backup" && r.Primary == b.base
+	testwait.For(t, daemontest.WaitTimeout, "the old primary to follow the new one", func() bool {
+		code, r := a.Readyz(t, "")
+		return code == 200 && r.Role == "backup" && r.Primary == b.Base
 	})
 	hook.checkCalls(t)
 }
@@ -272,26 +232,26 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 func TestHAGracefulHandover(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	const ttl, renew = 60 * time.Second, 500 * time.Millisecond
-	a := haNode(t, dsn, "a", ttl, renew)
-	ra := a.waitRole(t, "primary", waitTimeout)
-	b := haNode(t, dsn, "b", ttl, renew)
-	b.waitRole(t, "backup", waitTimeout)
+	a := daemontest.HANode(t, dsn, "a", ttl, renew)
+	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
+	b := daemontest.HANode(t, dsn, "b", ttl, renew)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
 	hook := newEpochHook(t)
-	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
-	testwait.For(t, waitTimeout, "a fire", func() bool { return hook.countEpoch(ra.Epoch) >= 1 })
+	a.Create(t, daemontest.Spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
+	testwait.For(t, daemontest.WaitTimeout, "a fire", func() bool { return hook.countEpoch(ra.Epoch) >= 1 })
 
 	stopped := time.Now()
-	if err := a.stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatalf("graceful stop of the primary: %v", err)
 	}
 	stoppedDone := time.Now()
 	// With a 60 s TTL only the release can make this quick.
-	rb := b.waitRole(t, "primary", ttl/4)
+	rb := b.WaitRole(t, "primary", ttl/4)
 	t.Logf("handover %s after the stop began (renew %s, ttl %s)", time.Since(stopped).Round(time.Millisecond), renew, ttl)
 	if rb.Epoch != ra.Epoch+1 {
 		t.Fatalf("epoch after handover = %d, want %d", rb.Epoch, ra.Epoch+1)
 	}
-	testwait.For(t, waitTimeout, "fires under the new epoch", func() bool { return hook.countEpoch(rb.Epoch) >= 1 })
+	testwait.For(t, daemontest.WaitTimeout, "fires under the new epoch", func() bool { return hook.countEpoch(rb.Epoch) >= 1 })
 	// The stopped primary drained its runs; none of its calls came after its stop returned.
 	for _, c := range hook.snapshot() {
 		if c.epoch == ra.Epoch && c.at.After(stoppedDone) {
@@ -304,15 +264,15 @@ func TestHAGracefulHandover(t *testing.T) {
 // TestHARefusals checks what --ha refuses to start on.
 func TestHARefusals(t *testing.T) {
 	// The embedded store cannot be shared.
-	err := axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: testLogger()})
+	err := axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: daemontest.TestLogger()})
 	if !errors.Is(err, axedaemon.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
 		t.Fatalf("--ha on SQLite = %v, want ErrHANeedsMySQL naming what to use", err)
 	}
 	// A second live node with the same id.
 	dsn := persisttest.MySQLDSN(t)
-	haNode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).waitRole(t, "primary", waitTimeout)
+	daemontest.HANode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).WaitRole(t, "primary", daemontest.WaitTimeout)
 	err = axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
-		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: testLogger()})
+		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: daemontest.TestLogger()})
 	if err == nil || !strings.Contains(err.Error(), `node id "same"`) {
 		t.Fatalf("a second node with a live id = %v, want a refusal naming the id", err)
 	}
@@ -438,29 +398,29 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 	}
 
 	const ttl, renew = 3 * time.Second, 500 * time.Millisecond
-	a := haNode(t, viaProxy, "a", ttl, renew)
-	a.waitRole(t, "primary", waitTimeout)
-	b := haNode(t, dsn, "b", ttl, renew)
-	b.waitRole(t, "backup", waitTimeout)
+	a := daemontest.HANode(t, viaProxy, "a", ttl, renew)
+	a.WaitRole(t, "primary", daemontest.WaitTimeout)
+	b := daemontest.HANode(t, dsn, "b", ttl, renew)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
 	for _, name := range []string{"doubt-fail", "doubt-resend"} {
 		onLost := strings.TrimPrefix(name, "doubt-")
-		a.create(t, spec(name, hook.URL+"/run", "trigger", "delay", "delay_ms", 200, "timeout_sec", 60, "on_lost", onLost))
+		a.Create(t, daemontest.Spec(name, hook.URL+"/run", "trigger", "delay", "delay_ms", 200, "timeout_sec", 60, "on_lost", onLost))
 	}
-	testwait.For(t, waitTimeout, "both runs dispatched", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "both runs dispatched", func() bool {
 		return len(callsOf("doubt-fail")) == 1 && len(callsOf("doubt-resend")) == 1
 	})
 	proxy.cut()
-	b.waitRole(t, "primary", ttl+renew+10*time.Second)
+	b.WaitRole(t, "primary", ttl+renew+10*time.Second)
 
-	v := b.waitState(t, "doubt-fail", "FAILED")
+	v := b.WaitState(t, "doubt-fail", "FAILED")
 	if v.Runtime.FailureCount != 1 {
 		t.Fatalf("doubt-fail = %+v", v.Runtime)
 	}
 	// The task's state is read from the engine, the runs from the store: the run row's end
 	// commits with the verdict's group, which may land just after the state is visible.
 	var failRuns []model.Run
-	testwait.For(t, waitTimeout, "the run of doubt-fail ended", func() bool {
-		failRuns = b.runs(t, "doubt-fail")
+	testwait.For(t, daemontest.WaitTimeout, "the run of doubt-fail ended", func() bool {
+		failRuns = b.Runs(t, "doubt-fail")
 		return len(failRuns) == 1 && failRuns[0].Result != "running"
 	})
 	if len(failRuns) != 1 || failRuns[0].Result != "lost" {
@@ -470,17 +430,17 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 		t.Fatalf("doubt-fail sent %d times, want once (on_lost: fail)", n)
 	}
 
-	b.waitState(t, "doubt-resend", "SUCCESS")
+	b.WaitState(t, "doubt-resend", "SUCCESS")
 	sent := callsOf("doubt-resend")
 	if len(sent) != 2 || sent[0].ticket != sent[1].ticket || sent[0].attempt != "1" || sent[1].attempt != "2" || sent[0].epoch == sent[1].epoch {
 		t.Fatalf("doubt-resend calls = %+v, want the same ticket as attempts 1 and 2 under two epochs", sent)
 	}
 	// The task's state is read from the engine, the runs from the store: the run row's end
 	// commits with the result's group, which may land just after the state is visible.
-	runs := b.runs(t, "doubt-resend")
+	runs := b.Runs(t, "doubt-resend")
 	results := map[int]string{}
-	testwait.For(t, waitTimeout, "attempt 2 of doubt-resend ended", func() bool {
-		runs = b.runs(t, "doubt-resend")
+	testwait.For(t, daemontest.WaitTimeout, "attempt 2 of doubt-resend ended", func() bool {
+		runs = b.Runs(t, "doubt-resend")
 		clear(results)
 		for _, r := range runs {
 			results[r.Attempt] = r.Result
@@ -490,7 +450,7 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 	if len(runs) != 2 || results[1] != "lost" || results[2] != "success" {
 		t.Fatalf("runs of doubt-resend = %+v, want attempt 1 lost and attempt 2 success", runs)
 	}
-	if _, ok := findAction(b.actions(t, "doubt-resend"), "resend"); !ok {
+	if _, ok := daemontest.FindAction(b.Actions(t, "doubt-resend"), "resend"); !ok {
 		t.Fatalf("no resend action on doubt-resend")
 	}
 	proxy.heal()
@@ -501,22 +461,22 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 func TestHAPrimaryRecordsMinuteStats(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	const ttl, renew = 60 * time.Second, 500 * time.Millisecond
-	a := haNode(t, dsn, "a", ttl, renew)
-	ra := a.waitRole(t, "primary", waitTimeout)
+	a := daemontest.HANode(t, dsn, "a", ttl, renew)
+	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	hook := newEpochHook(t)
-	a.create(t, spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
-	testwait.For(t, waitTimeout, "three fires", func() bool { return hook.countEpoch(ra.Epoch) >= 3 })
-	if err := a.stop(); err != nil {
+	a.Create(t, daemontest.Spec("tick", hook.srv.URL+"/ok", "trigger", "cron", "cron", "* * * * * *"))
+	testwait.For(t, daemontest.WaitTimeout, "three fires", func() bool { return hook.countEpoch(ra.Epoch) >= 3 })
+	if err := a.Stop(); err != nil {
 		t.Fatalf("graceful stop of the primary: %v", err)
 	}
-	b := haNode(t, dsn, "b", ttl, renew)
-	b.waitRole(t, "primary", waitTimeout)
+	b := daemontest.HANode(t, dsn, "b", ttl, renew)
+	b.WaitRole(t, "primary", daemontest.WaitTimeout)
 	var got struct {
 		Minutes []struct {
 			Fires int64 `json:"fires"`
 		} `json:"minutes"`
 	}
-	b.mustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/stats/minutes", nil, &got)
+	b.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/stats/minutes", nil, &got)
 	var fires int64
 	for _, m := range got.Minutes {
 		fires += m.Fires

@@ -11,16 +11,17 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
 )
 
 // scrape reads d's /metrics into its samples, keyed by series (name and labels).
-func scrape(t *testing.T, d *daemon) map[string]float64 {
+func scrape(t *testing.T, d *daemontest.Daemon) map[string]float64 {
 	t.Helper()
-	resp, err := d.http.Get(d.base + "/metrics")
+	resp, err := d.HTTP.Get(d.Base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := readAll(t, resp)
+	body := daemontest.ReadAll(t, resp)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/metrics: %d %s", resp.StatusCode, body)
 	}
@@ -47,13 +48,13 @@ func scrape(t *testing.T, d *daemon) map[string]float64 {
 // lands in the metrics library's default set.
 func TestMetricsOfTwoDaemonsApart(t *testing.T) {
 	t.Parallel()
-	open := func(version string) *daemon {
-		return startDaemon(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.Version = version })
+	open := func(version string) *daemontest.Daemon {
+		return daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.Version = version })
 	}
 	a, b := open("v-a"), open("v-b")
-	h := newHook(t)
-	a.create(t, spec("only-on-a", h.url("/ok/a"), "delay_ms", 0))
-	a.waitRun(t, "only-on-a", h.waitCalls(t, "only-on-a", 1, waitTimeout)[0].Ticket)
+	h := daemontest.NewHook(t)
+	a.Create(t, daemontest.Spec("only-on-a", h.URL("/ok/a"), "delay_ms", 0))
+	a.WaitRun(t, "only-on-a", h.WaitCalls(t, "only-on-a", 1, daemontest.WaitTimeout)[0].Ticket)
 
 	ma, mb := scrape(t, a), scrape(t, b)
 	if ma["axe_triggers_total"] < 1 {
