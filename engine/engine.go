@@ -293,12 +293,10 @@ type Engine struct {
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
 
-	life   startstop.Lifecycle
-	cancel context.CancelFunc
-	// startWheel starts the wheel's driver; a test replaces it to make Start fail there.
-	startWheel func(ctx context.Context) error
-	loopsWG    sync.WaitGroup
-	running    atomic.Bool
+	life    startstop.Lifecycle
+	cancel  context.CancelFunc
+	loopsWG sync.WaitGroup
+	running atomic.Bool
 	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
 	// evicted while it read).
 	evictions atomic.Int64
@@ -333,7 +331,6 @@ func New(cfg Config) (*Engine, error) {
 		log:      cfg.Logger,
 		registry: dispatch.NewRegistry(),
 	}
-	e.startWheel = wh.Start
 	e.tasks.init()
 	e.conc = newConcGate(cfg.Clock)
 	e.runs.init(cfg.Clock, e.conc)
@@ -415,7 +412,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	h := e.horizon
 	e.horizonMu.Unlock()
 	// The limits, then recovery, which counts the runs it finds in flight in them, before the
-	// wheel starts and so before any dispatch (ha.go; R8.2 on a promotion).
+	// wheel starts and so before any dispatch (core_recover.go; R8.2 on a promotion).
 	if err := e.loadLimits(ctx); err != nil {
 		return err
 	}
@@ -425,11 +422,10 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if err := e.recoverBackfills(ctx); err != nil {
 		return err
 	}
-	if err := e.startWheel(runCtx); err != nil {
-		return fmt.Errorf("cannot start wheel: %w", err)
-	}
-	undo.Push("stop wheel", e.wheel.Stop)
-
+	// The wheel's driver is one of the engine's loops: it has no lifecycle of its own, and
+	// runCtx ends it with the others.
+	e.loopsWG.Add(1)
+	go func() { defer e.loopsWG.Done(); e.wheel.Drive(runCtx) }()
 	for i := 0; i < e.wheel.Shards(); i++ {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
@@ -467,9 +463,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 			steps = append(steps,
 				startstop.Step{Name: "stop triggering", Run: func(ctx context.Context) error {
 					e.cancel()
-					err := e.wheel.Stop(ctx)
 					e.loopsWG.Wait()
-					return err
+					return nil
 				}},
 				startstop.Step{Name: "drain in-flight runs", Run: func(ctx context.Context) error {
 					if err := e.runs.wait(ctx); err != nil {

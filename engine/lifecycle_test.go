@@ -32,19 +32,6 @@ func failedStartLeavesNothingRunning(t *testing.T, e *Engine) {
 	}
 }
 
-func TestFailedWheelStartStopsWhatStarted(t *testing.T) {
-	e, err := New(Config{Store: persisttest.SQLite(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("boom")
-	e.startWheel = func(context.Context) error { return boom }
-	if err := e.Start(context.Background()); !errors.Is(err, boom) {
-		t.Fatalf("start = %v, want the wheel's error", err)
-	}
-	failedStartLeavesNothingRunning(t, e)
-}
-
 func TestFailedRecoveryStopsWhatStarted(t *testing.T) {
 	s := persisttest.SQLite(t)
 	e, err := New(Config{Store: s})

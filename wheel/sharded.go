@@ -90,10 +90,6 @@ func (c Config[V]) validate() error {
 type Sharded[V any] struct {
 	cfg    Config[V]
 	shards []*shard[V]
-
-	runMu sync.Mutex // guards stop and done
-	stop  chan struct{}
-	done  chan struct{}
 }
 
 type shard[V any] struct {
@@ -124,55 +120,21 @@ func New[V any](cfg Config[V]) (*Sharded[V], error) {
 	return s, nil
 }
 
-// Start starts the tick driver, which calls AdvanceTo(Clock.Now()) every Tick until
-// Stop is called or ctx is cancelled. Starting a running Sharded does nothing.
-func (s *Sharded[V]) Start(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("cannot start wheel driver: %w", err)
-	}
-	s.runMu.Lock()
-	defer s.runMu.Unlock()
-	if s.stop != nil {
-		return nil
-	}
-	s.stop, s.done = make(chan struct{}), make(chan struct{})
-	go s.drive(ctx, s.stop, s.done)
-	return nil
-}
-
-func (s *Sharded[V]) drive(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
-	defer close(done)
+// Drive advances every shard to Clock.Now() each Tick until ctx ends, then returns.
+// Pending entries stay in the wheels and queued ones in the ready queues; nothing fires
+// until the next Drive or AdvanceTo. The wheel has no lifecycle of its own: its owner runs
+// Drive on a goroutine of its own lifecycle and ends it with ctx (the engine runs it as one
+// of its loops, so its Start and Stop are the wheel's too).
+func (s *Sharded[V]) Drive(ctx context.Context) {
 	ticker := time.NewTicker(s.cfg.Tick)
 	defer ticker.Stop()
 	for {
 		select {
-		case <-stop:
-			return
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
 			s.AdvanceTo(s.cfg.Clock.Now())
 		}
-	}
-}
-
-// Stop stops the tick driver and waits for it to exit, or for ctx to end. Pending
-// entries stay in the wheels and queued ones in the ready queues; nothing fires until
-// the next Start or AdvanceTo. Stopping twice, or without Start, returns nil.
-func (s *Sharded[V]) Stop(ctx context.Context) error {
-	s.runMu.Lock()
-	stop, done := s.stop, s.done
-	s.stop, s.done = nil, nil
-	s.runMu.Unlock()
-	if stop == nil {
-		return nil
-	}
-	close(stop)
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("cannot stop wheel driver: %w", ctx.Err())
 	}
 }
 

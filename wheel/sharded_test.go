@@ -121,24 +121,18 @@ func TestShardedUsesConfiguredWheel(t *testing.T) {
 	}
 }
 
-func TestShardedLifecycle(t *testing.T) {
-	ctx := context.Background()
+// Drive ticks until its context ends and returns; a second Drive picks up where the first
+// stopped.
+func TestShardedDrive(t *testing.T) {
 	clock := newFakeClock(10_000)
 	s, err := New(Config[any]{Shards: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Stop(ctx); err != nil {
-		t.Fatalf("Stop without Start: %v", err)
-	}
-
 	for round := range 2 {
-		if err := s.Start(ctx); err != nil {
-			t.Fatalf("round %d: Start: %v", round, err)
-		}
-		if err := s.Start(ctx); err != nil {
-			t.Fatalf("round %d: second Start: %v", round, err)
-		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); s.Drive(ctx) }()
 		// The fake clock already reads past the deadline, so the driver's next tick
 		// must move the entry into the ready queue and signal.
 		e := &Entry[any]{When: clock.Now().UnixMilli() - 1}
@@ -151,36 +145,37 @@ func TestShardedLifecycle(t *testing.T) {
 		if got := s.Ready(0).Pop(); got != e {
 			t.Fatalf("round %d: Pop = %v, want the entry", round, got)
 		}
-		if err := s.Stop(ctx); err != nil {
-			t.Fatalf("round %d: Stop: %v", round, err)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: Drive did not return after its context ended", round)
 		}
-		if err := s.Stop(ctx); err != nil {
-			t.Fatalf("round %d: second Stop: %v", round, err)
+		// Stopped: an entry already due stays pending until something advances the wheel.
+		late := &Entry[any]{When: clock.Now().UnixMilli() - 1}
+		s.Add(late)
+		time.Sleep(3 * s.cfg.Tick)
+		if got := s.Ready(0).Pop(); got != nil {
+			t.Fatalf("round %d: a stopped wheel fired %v", round, got)
+		}
+		if !s.Cancel(late) {
+			t.Fatalf("round %d: the entry added after Drive returned is not pending", round)
 		}
 	}
-
 }
 
-func TestShardedStartContext(t *testing.T) {
+func TestShardedDriveCancelled(t *testing.T) {
 	s, err := New(Config[any]{Shards: 1, Clock: newFakeClock(0)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cancelled, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.Start(cancelled); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Start with a cancelled context = %v, want context.Canceled", err)
-	}
-
-	// Cancelling Start's context ends the driver; Stop then returns at once.
-	runCtx, stopRun := context.WithCancel(context.Background())
-	if err := s.Start(runCtx); err != nil {
-		t.Fatal(err)
-	}
-	stopRun()
-	stopCtx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancelStop()
-	if err := s.Stop(stopCtx); err != nil {
-		t.Fatalf("Stop after the run context ended: %v", err)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Drive(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Drive with a cancelled context did not return")
 	}
 }

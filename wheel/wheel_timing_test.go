@@ -1,6 +1,7 @@
 package wheel
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -337,10 +338,9 @@ func runLateness(b *testing.B, impl string, pending int) []int64 {
 		entries[i].Key = uint64(i) // names the entry in late; shards take keys round-robin
 		s.Add(&entries[i])
 	}
-	ctx := b.Context()
-	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
+	ctx, stopDrive := context.WithCancel(b.Context())
+	driven := make(chan struct{})
+	go func() { defer close(driven); s.Drive(ctx) }()
 	// Consumers read the clock once per 64 entries: calling time.Now per entry
 	// would be most of their work and is not what the engine's dispatcher does.
 	var popped atomic.Int64
@@ -374,8 +374,7 @@ func runLateness(b *testing.B, impl string, pending int) []int64 {
 		}()
 	}
 	wg.Wait()
-	if err := s.Stop(ctx); err != nil {
-		b.Fatal(err)
-	}
+	stopDrive()
+	<-driven
 	return late
 }
