@@ -252,7 +252,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		return true, nil
 	}
 	if run.Result == model.ResultLost {
-		return false, e.recordLateResult(ctx, *run, rep) // ha.go
+		return false, e.recordLateResult(ctx, *run, rep) // core_recover.go
 	}
 	if run.Result == model.ResultRunning {
 		// Sent by a previous scheduler process and still unresolved here: the run was

@@ -80,9 +80,9 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		dispatchLag:  s.NewPrometheusHistogramExt("axe_dispatch_latency_seconds", latenessBuckets),
 		kills:        s.NewCounter("axe_kills_total"),
 		// Not axe_duplicate_fires_suppressed_total: that counts fires the database's fire
-		// record refused (ha.go); these are wheel entries the engine itself dropped.
+		// record refused (core_recover.go); these are wheel entries the engine itself dropped.
 		dupFires: s.NewCounter("axe_wheel_stale_entries_total"),
-		// Fires the database's fire record refused (ha.go).
+		// Fires the database's fire record refused (core_recover.go).
 		fireRefusals: s.NewCounter("axe_duplicate_fires_suppressed_total"),
 		// Rows retention deleted, by table (api_retention.go).
 		prunedRuns:     s.NewCounter(`axe_pruned_rows_total{table="task_run"}`),
