@@ -132,7 +132,7 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 		return true
 	}
 	if t.def.OnLost == persist.OnLostResend { // an HTTP run: executor runs were adopted above
-		e.resendLost(t, run) // core_recover.go
+		e.resendLost(t, run)
 		return true
 	}
 	e.holdLost(t, run)
