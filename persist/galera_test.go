@@ -54,6 +54,7 @@ func TestGalera(t *testing.T) {
 		{"CASAcrossNodes", testGaleraCASAcrossNodes},
 		{"FireRecordAcrossNodes", testGaleraFireRecordAcrossNodes},
 		{"LeaseTakeAcrossNodes", testGaleraLeaseTakeAcrossNodes},
+		{"ShardTakeAcrossNodes", testGaleraShardTakeAcrossNodes},
 		{"AutoIncrementAcrossNodes", testGaleraAutoIncrement},
 		{"SchemaLockAcrossNodes", testGaleraSchemaLock},
 		{"MigrateAcrossNodes", testGaleraMigrateAcrossNodes},
@@ -591,6 +592,66 @@ func testGaleraLeaseTakeAcrossNodes(t *testing.T, ctx context.Context, c *galera
 			t.Fatal(err)
 		}
 	}
+}
+
+// testGaleraShardTakeAcrossNodes races three stores on three nodes to take every shard,
+// round after round: certification lets each shard go to exactly one of them, at the next
+// epoch, and a batch fenced by a shard's previous epoch is refused through any node while
+// one fenced by its new epoch lands.
+func testGaleraShardTakeAcrossNodes(t *testing.T, ctx context.Context, c *galeratest.Cluster) {
+	db := galeraDatabase(t, c)
+	stores := []persist.Store{galeraStore(t, c, db, 0), galeraStore(t, c, db, 1), galeraStore(t, c, db, 2)}
+	k := newTask(t, stores[0], "sharded")
+	for round := range 8 {
+		taken := make([][]persist.ShardLease, len(stores))
+		errs := raceStores(stores, func(i int, s persist.Store) error {
+			var err error
+			taken[i], err = s.TakeShards(ctx, fmt.Sprintf("node-%d", i), allShards(), time.Minute)
+			return err
+		})
+		owner := map[int]int{}
+		counts := make([]int, len(stores))
+		for i := range stores {
+			if errs[i] != nil {
+				t.Fatalf("round %d: TakeShards through node %d: %v", round, i+1, errs[i])
+			}
+			for _, l := range taken[i] {
+				if o, dup := owner[l.Shard]; dup {
+					t.Fatalf("round %d: shard %d taken through nodes %d and %d", round, l.Shard, o+1, i+1)
+				}
+				if l.Epoch != int64(round+1) {
+					t.Fatalf("round %d: shard %d taken at epoch %d, want %d", round, l.Shard, l.Epoch, round+1)
+				}
+				owner[l.Shard] = i
+			}
+			counts[i] = len(taken[i])
+		}
+		if len(owner) != model.ShardCount {
+			t.Fatalf("round %d: %d shards taken, want all %d (%v)", round, len(owner), model.ShardCount, counts)
+		}
+		t.Logf("round %d: shards taken through each node: %v", round, counts)
+		// The fence of the shard holding "sharded", through a node other than its taker's.
+		shard := model.ShardOf("sharded")
+		other := stores[(owner[shard]+1)%3]
+		g := k.next()
+		b := &persist.Batch{Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions}
+		if round > 0 {
+			b.Shards = []persist.ShardFence{{Shard: shard, Epoch: int64(round)}}
+			if err := other.ApplyBatch(ctx, b); !errors.Is(err, model.ErrLeaseLost) {
+				t.Fatalf("round %d: a batch of shard %d's previous epoch through another node = %v, want ErrLeaseLost", round, shard, err)
+			}
+		}
+		b.Shards = []persist.ShardFence{{Shard: shard, Epoch: int64(round + 1)}}
+		if err := other.ApplyBatch(ctx, b); err != nil {
+			t.Fatalf("round %d: a batch of shard %d's new epoch through another node: %v", round, shard, err)
+		}
+		for i, s := range stores {
+			if err := s.ReleaseShards(ctx, fmt.Sprintf("node-%d", i), fencesOf(taken[i])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	k.checkLanded(t, stores[1])
 }
 
 // testGaleraAutoIncrement: Galera gives each node its own auto-increment offset and an

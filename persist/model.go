@@ -61,6 +61,10 @@ type Batch struct {
 	// named LeaseName has this epoch, and fails with ErrLeaseLost otherwise.
 	Epoch     int64
 	LeaseName string
+	// Shards fences the batch per shard (scale-out, shards.go): the store applies it only if
+	// each listed shard's lease has the epoch given, checked inside the same transaction,
+	// and fails with ErrLeaseLost otherwise. It may be given with or without Epoch.
+	Shards []ShardFence
 
 	Transitions []Transition
 	Runs        []model.Run    // upserted by ticket: a later row for the same ticket replaces columns
@@ -241,8 +245,9 @@ type Store interface {
 	// ReadLease returns the lease row, or a zero Lease when none exists.
 	ReadLease(ctx context.Context, name string) (model.Lease, error)
 
-	// The lease and the nodes of high availability (R8.1, ha.go), and Kind.
-	LeaseStore
+	// The lease and the nodes of high availability (R8.1, ha.go), the shard leases of
+	// scale-out (shards.go), and Kind.
+	ShardStore
 	// Backfill rows and the run queries of their recovery (backfill.go).
 	BackfillStore
 }

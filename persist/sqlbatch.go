@@ -45,6 +45,13 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 	if b.Epoch > 0 && b.LeaseName == "" {
 		return fmt.Errorf("cannot apply batch: epoch %d names no lease", b.Epoch)
 	}
+	if len(b.Shards) > 0 {
+		fences, err := checkFences(b.Shards)
+		if err != nil {
+			return fmt.Errorf("cannot apply batch: %w", err)
+		}
+		b.Shards = fences
+	}
 	if idx := repeatedFires(b.Fires); len(idx) > 0 {
 		return &FireRefusedError{Indexes: idx}
 	}
@@ -64,6 +71,9 @@ func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
 	}
 	if err != nil && b.Epoch > 0 {
 		err = s.refusedAtCommit(ctx, b.LeaseName, b.Epoch, err)
+	}
+	if err != nil && len(b.Shards) > 0 && !errors.Is(err, model.ErrLeaseLost) {
+		err = s.shardsRefusedAtCommit(ctx, b.Shards, err)
 	}
 	if err != nil {
 		return s.refusedFires(ctx, b, err)
@@ -137,6 +147,9 @@ func (s *sqlStore) writeBatch(ctx context.Context, tx batchTx, b *Batch, guarded
 		if err := s.checkEpoch(ctx, tx, b.LeaseName, b.Epoch); err != nil {
 			return err
 		}
+	}
+	if err := s.checkShardFences(ctx, tx, b.Shards); err != nil {
+		return err
 	}
 	if b.hasTaskWrites() {
 		if err := s.writeTaskChanges(ctx, tx, b); err != nil {

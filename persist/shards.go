@@ -1,0 +1,351 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+)
+
+// This file holds the shard leases of scale-out (docs/scale-out.md): one lease row per
+// shard, named model.ShardLeaseName(n), in the lease table beside the primary's, with its
+// own fence row (fenceRow) that a takeover moves to the new epoch in the same transaction.
+// A node renews all the shards it holds in one statement, so the cost of holding shards
+// does not grow with their number. As for the primary's lease, every expiry is the
+// database's clock.
+
+// ShardLease is one shard's lease as the database judged it when it was read.
+type ShardLease struct {
+	Shard int
+	LeaseState
+}
+
+// ShardFence is the epoch of one shard that a write is fenced by.
+type ShardFence struct {
+	Shard int
+	Epoch int64
+}
+
+// ShardStore is what the shard leases of scale-out need of a store (ha.Shards).
+type ShardStore interface {
+	LeaseStore
+	// TakeShards takes, for holder, each of shards whose lease is unheld, expired or named
+	// for holder already, with its epoch+1 and an expiry ttl from the database's now, and
+	// moves each taken shard's fence to the new epoch in the same transaction. It returns
+	// the shards taken with their new epochs, ascending. A shard holder holds already is
+	// taken again at a new epoch, fencing off what was written under the old one: a caller
+	// passes only shards it does not hold (a restarted node retakes its previous instance's).
+	TakeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]ShardLease, error)
+	// RenewShards moves the expiry of every shard of held to ttl from the database's now, in
+	// one statement, as a compare-and-swap on holder and each shard's epoch. It returns the
+	// shards it could not renew (another holder, another epoch, released): the caller must
+	// stop acting for them at once.
+	RenewShards(ctx context.Context, holder string, held []ShardFence, ttl time.Duration) (lost []int, err error)
+	// ReleaseShards ends holder's leases of held now, keeping their epochs, so that another
+	// node takes them at its next attempt. A shard no longer held is left as it is.
+	ReleaseShards(ctx context.Context, holder string, held []ShardFence) error
+	// ShardLeases returns every shard lease row, ascending by shard, as the database judges
+	// it now. A shard never taken may have no row.
+	ShardLeases(ctx context.Context) ([]ShardLease, error)
+}
+
+var _ ShardStore = (*sqlStore)(nil)
+
+// checkShards validates and sorts a list of shard numbers, refusing repeats.
+func checkShards(shards []int) ([]int, error) {
+	out := slices.Clone(shards)
+	slices.Sort(out)
+	for i, n := range out {
+		if n < 0 || n >= model.ShardCount {
+			return nil, fmt.Errorf("%d is not a shard (0-%d)", n, model.ShardCount-1)
+		}
+		if i > 0 && out[i-1] == n {
+			return nil, fmt.Errorf("shard %d is named twice", n)
+		}
+	}
+	return out, nil
+}
+
+// checkFences validates held and returns it sorted by shard.
+func checkFences(held []ShardFence) ([]ShardFence, error) {
+	out := slices.Clone(held)
+	slices.SortFunc(out, func(a, b ShardFence) int { return a.Shard - b.Shard })
+	for i, f := range out {
+		if f.Shard < 0 || f.Shard >= model.ShardCount {
+			return nil, fmt.Errorf("%d is not a shard (0-%d)", f.Shard, model.ShardCount-1)
+		}
+		if f.Epoch <= 0 {
+			return nil, fmt.Errorf("shard %d: epoch %d is not one a take gives", f.Shard, f.Epoch)
+		}
+		if i > 0 && out[i-1].Shard == f.Shard {
+			return nil, fmt.Errorf("shard %d is named twice", f.Shard)
+		}
+	}
+	return out, nil
+}
+
+// shardNames returns the lease row names of shards, and their fence rows when fences.
+func shardNames(shards []int, fences bool) []any {
+	out := make([]any, 0, 2*len(shards))
+	for _, n := range shards {
+		out = append(out, model.ShardLeaseName(n))
+		if fences {
+			out = append(out, fenceRow(model.ShardLeaseName(n)))
+		}
+	}
+	return out
+}
+
+// fencePairs is the condition "(name = ? AND epoch = ?) OR …" over held, and its arguments.
+func fencePairs(held []ShardFence) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 2*len(held))
+	for i, f := range held {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(name = ? AND epoch = ?)")
+		args = append(args, model.ShardLeaseName(f.Shard), f.Epoch)
+	}
+	return b.String(), args
+}
+
+// ensureShardRows creates the lease and fence rows of shards that have none, in one
+// statement. A shard's rows are never deleted, so this finds nothing to do after the first
+// take of each shard.
+func (s *sqlStore) ensureShardRows(ctx context.Context, shards []int) error {
+	names := shardNames(shards, true)
+	var have int
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM lease WHERE name IN (`+placeholders(len(names))+`)`,
+		names...).Scan(&have); err != nil {
+		return fmt.Errorf("cannot read the shard leases: %w", err)
+	}
+	if have == len(names) {
+		return nil
+	}
+	const row = `(?, '', 0)`
+	head, tail, ok := strings.Cut(s.d.ensureLease, row)
+	if !ok {
+		return fmt.Errorf("cannot create shard leases: the dialect's lease insert has no %s", row)
+	}
+	q := head + row + strings.Repeat(", "+row, len(names)-1) + tail
+	if _, err := s.db.ExecContext(ctx, q, names...); err != nil {
+		return fmt.Errorf("cannot create the shard leases: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) TakeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]ShardLease, error) {
+	if holder == "" {
+		return nil, errors.New("cannot take shards for an empty holder")
+	}
+	shards, err := checkShards(shards)
+	if err != nil {
+		return nil, fmt.Errorf("cannot take shards: %w", err)
+	}
+	if len(shards) == 0 {
+		return nil, nil
+	}
+	if err := s.ensureShardRows(ctx, shards); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		taken, err := s.takeShards(ctx, holder, shards, ttl)
+		// Two nodes taking the same shards through two Galera nodes: certification lets one
+		// commit and refuses the other as a deadlock; the loser's retry finds them held.
+		if err == nil || attempt >= leaseRetries || !s.d.isRetryable(err) {
+			return taken, err
+		}
+	}
+}
+
+func (s *sqlStore) takeShards(ctx context.Context, holder string, shards []int, ttl time.Duration) ([]ShardLease, error) {
+	h := s.ha()
+	names := shardNames(shards, false)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("cannot begin taking shards: %w", err)
+	}
+	defer rollback(tx)
+	args := append([]any{holder, h.shiftArg(ttl)}, names...)
+	args = append(args, holder)
+	res, err := tx.ExecContext(ctx, `UPDATE lease SET holder = ?, epoch = epoch + 1, expiry = `+h.shift+
+		` WHERE name IN (`+placeholders(len(names))+`) AND (holder = '' OR holder = ? OR expiry <= `+h.now+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot take shards: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("cannot take shards: %w", err)
+	} else if n == 0 {
+		return nil, nil
+	}
+	// Every row named for holder now was written by the update above (it matches holder's
+	// own rows too), so each carries the epoch this transaction gave it.
+	rows, err := tx.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease WHERE name IN (`+
+		placeholders(len(names))+`) AND holder = ?`, append(names, holder)...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the shards taken: %w", err)
+	}
+	taken, err := scanShardLeases(rows)
+	if err != nil {
+		return nil, err
+	}
+	// The fence rows take the new epochs in the same transaction: as for the primary's
+	// lease (takeLease), the update waits for the batches of the previous holder still
+	// committing on this database node, and every later batch of that holder fails its
+	// check.
+	var set strings.Builder
+	fargs := make([]any, 0, 3*len(taken))
+	set.WriteString(`UPDATE lease SET epoch = CASE name`)
+	for _, l := range taken {
+		set.WriteString(` WHEN ? THEN ?`)
+		fargs = append(fargs, fenceRow(model.ShardLeaseName(l.Shard)), l.Epoch)
+	}
+	set.WriteString(` END WHERE name IN (` + placeholders(len(taken)) + `)`)
+	for _, l := range taken {
+		fargs = append(fargs, fenceRow(model.ShardLeaseName(l.Shard)))
+	}
+	if _, err := tx.ExecContext(ctx, set.String(), fargs...); err != nil {
+		return nil, fmt.Errorf("cannot fence the shards taken: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("cannot commit the shards taken: %w", err)
+	}
+	return taken, nil
+}
+
+// scanShardLeases reads rows of (name, leaseCols) and closes them.
+func scanShardLeases(rows interface {
+	Next() bool
+	Scan(...any) error
+	Err() error
+	Close() error
+}) ([]ShardLease, error) {
+	defer rows.Close()
+	var out []ShardLease
+	for rows.Next() {
+		var name string
+		var l ShardLease
+		var leftUS int64
+		if err := rows.Scan(&name, &l.Holder, &l.Epoch, &l.ExpiresAt, &leftUS); err != nil {
+			return nil, fmt.Errorf("cannot scan a shard lease: %w", err)
+		}
+		n, ok := model.ParseShardLeaseName(name)
+		if !ok {
+			continue
+		}
+		l.Shard, l.Name = n, name
+		l.Remaining = time.Duration(leftUS) * time.Microsecond
+		l.Held = l.Holder != "" && l.Remaining > 0
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read the shard leases: %w", err)
+	}
+	slices.SortFunc(out, func(a, b ShardLease) int { return a.Shard - b.Shard })
+	return out, nil
+}
+
+func (s *sqlStore) RenewShards(ctx context.Context, holder string, held []ShardFence, ttl time.Duration) ([]int, error) {
+	held, err := checkFences(held)
+	if err != nil {
+		return nil, fmt.Errorf("cannot renew shards: %w", err)
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	h := s.ha()
+	cond, pairs := fencePairs(held)
+	res, err := s.db.ExecContext(ctx, `UPDATE lease SET expiry = `+h.shift+` WHERE holder = ? AND (`+cond+`)`,
+		append([]any{h.shiftArg(ttl), holder}, pairs...)...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot renew shards: %w", err)
+	}
+	// As for RenewLease, a matched row is a changed one: the expiry moves on with the clock.
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, fmt.Errorf("cannot renew shards: %w", err)
+	}
+	if n == int64(len(held)) {
+		return nil, nil
+	}
+	// Some were not renewed: read which. A shard that reads as still holder's at its epoch
+	// was renewed; any other is lost, even one whose renewal the read raced with.
+	shards := make([]int, len(held))
+	for i, f := range held {
+		shards[i] = f.Shard
+	}
+	names := shardNames(shards, false)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease WHERE name IN (`+placeholders(len(names))+`)`, names...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the shards not renewed: %w", err)
+	}
+	now, err := scanShardLeases(rows)
+	if err != nil {
+		return nil, err
+	}
+	mine := make(map[int]int64, len(now))
+	for _, l := range now {
+		if l.Holder == holder && l.Held {
+			mine[l.Shard] = l.Epoch
+		}
+	}
+	var lost []int
+	for _, f := range held {
+		if e, ok := mine[f.Shard]; !ok || e != f.Epoch {
+			lost = append(lost, f.Shard)
+		}
+	}
+	return lost, nil
+}
+
+func (s *sqlStore) ReleaseShards(ctx context.Context, holder string, held []ShardFence) error {
+	held, err := checkFences(held)
+	if err != nil {
+		return fmt.Errorf("cannot release shards: %w", err)
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	h := s.ha()
+	cond, pairs := fencePairs(held)
+	if _, err := s.db.ExecContext(ctx, `UPDATE lease SET holder = '', expiry = `+h.now+` WHERE holder = ? AND (`+cond+`)`,
+		append([]any{holder}, pairs...)...); err != nil {
+		return fmt.Errorf("cannot release shards: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) ShardLeases(ctx context.Context) ([]ShardLease, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease WHERE name LIKE 'shard/%'`)
+	if err != nil {
+		return nil, fmt.Errorf("cannot query the shard leases: %w", err)
+	}
+	return scanShardLeases(rows)
+}
+
+// checkShardFences is checkEpoch for each shard a batch is fenced by, in ascending shard
+// order, so that two batches lock fence rows in one order.
+func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []ShardFence) error {
+	for _, f := range fences {
+		if err := s.checkEpoch(ctx, tx, model.ShardLeaseName(f.Shard), f.Epoch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// shardsRefusedAtCommit is refusedAtCommit for a batch fenced by shards: the first shard
+// whose fence moved past its epoch names the refusal.
+func (s *sqlStore) shardsRefusedAtCommit(ctx context.Context, fences []ShardFence, err error) error {
+	for _, f := range fences {
+		if e := s.refusedAtCommit(ctx, model.ShardLeaseName(f.Shard), f.Epoch, err); errors.Is(e, model.ErrLeaseLost) {
+			return e
+		}
+	}
+	return err
+}

@@ -1,0 +1,181 @@
+package persist_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// allShards is every shard number.
+func allShards() []int {
+	out := make([]int, model.ShardCount)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func fencesOf(ls []persist.ShardLease) []persist.ShardFence {
+	out := make([]persist.ShardFence, len(ls))
+	for i, l := range ls {
+		out[i] = persist.ShardFence{Shard: l.Shard, Epoch: l.Epoch}
+	}
+	return out
+}
+
+// holders reads who holds each shard, by the database's judgement ("" for none).
+func holders(t *testing.T, s persist.Store) map[int]string {
+	t.Helper()
+	ls, err := s.ShardLeases(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for _, l := range ls {
+		if l.Held {
+			out[l.Shard] = l.Holder
+		}
+	}
+	return out
+}
+
+// TestShardLeases walks the shard leases through a take, a refused take, renewals, a
+// release and a takeover, and checks the database's view after each.
+func TestShardLeases(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		a, err := s.TakeShards(ctx, "a", allShards(), time.Minute)
+		if err != nil || len(a) != model.ShardCount {
+			t.Fatalf("TakeShards(a, all) = %d shards, %v", len(a), err)
+		}
+		for i, l := range a {
+			if l.Shard != i || l.Epoch != 1 || l.Holder != "a" || !l.Held || l.Remaining <= 50*time.Second {
+				t.Fatalf("shard %d taken as %+v", i, l)
+			}
+		}
+		if b, err := s.TakeShards(ctx, "b", allShards(), time.Minute); err != nil || len(b) != 0 {
+			t.Fatalf("TakeShards(b) of shards a holds = %+v, %v; want none", b, err)
+		}
+		if lost, err := s.RenewShards(ctx, "a", fencesOf(a), time.Minute); err != nil || len(lost) != 0 {
+			t.Fatalf("RenewShards(a) = lost %v, %v", lost, err)
+		}
+		// a gives back shards 10-19; b takes them at epoch 2 and a's next renewal loses them.
+		if err := s.ReleaseShards(ctx, "a", fencesOf(a[10:20])); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.TakeShards(ctx, "b", allShards(), time.Minute)
+		if err != nil || len(b) != 10 || b[0].Shard != 10 || b[9].Shard != 19 || b[0].Epoch != 2 {
+			t.Fatalf("TakeShards(b) after the release = %+v, %v; want 10-19 at epoch 2", b, err)
+		}
+		lost, err := s.RenewShards(ctx, "a", fencesOf(a), time.Minute)
+		if want := []int{10, 11, 12, 13, 14, 15, 16, 17, 18, 19}; err != nil || !slices.Equal(lost, want) {
+			t.Fatalf("RenewShards(a) after b took 10-19 = lost %v, %v; want %v", lost, err, want)
+		}
+		h := holders(t, s)
+		for n := range model.ShardCount {
+			want := "a"
+			if n >= 10 && n < 20 {
+				want = "b"
+			}
+			if h[n] != want {
+				t.Fatalf("shard %d is held by %q, want %q", n, h[n], want)
+			}
+		}
+		// A renewal at a stale epoch renews nothing of that shard.
+		stale := []persist.ShardFence{{Shard: 15, Epoch: 1}}
+		if lost, err := s.RenewShards(ctx, "b", stale, time.Minute); err != nil || !slices.Equal(lost, []int{15}) {
+			t.Fatalf("RenewShards(b, 15@1) = lost %v, %v; want [15]", lost, err)
+		}
+		// Leases that run out are taken by the next node; those still live are not.
+		short, err := s.TakeShards(ctx, "b", []int{10}, 0)
+		if err != nil || len(short) != 1 || short[0].Epoch != 3 {
+			t.Fatalf("b retaking shard 10 = %+v, %v; want epoch 3", short, err)
+		}
+		c, err := s.TakeShards(ctx, "c", []int{10, 11}, time.Minute)
+		if err != nil || len(c) != 1 || c[0].Shard != 10 || c[0].Epoch != 4 {
+			t.Fatalf("TakeShards(c, 10 expired, 11 held) = %+v, %v; want 10 at epoch 4", c, err)
+		}
+	})
+}
+
+// TestShardLeasesRefuseBadInput: a shard out of range, a repeat or an epoch no take gives is
+// refused before anything is written.
+func TestShardLeasesRefuseBadInput(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		for name, call := range map[string]func() error{
+			"take 256":     func() error { _, err := s.TakeShards(ctx, "a", []int{1, 256}, time.Minute); return err },
+			"take -1":      func() error { _, err := s.TakeShards(ctx, "a", []int{-1}, time.Minute); return err },
+			"take twice":   func() error { _, err := s.TakeShards(ctx, "a", []int{3, 3}, time.Minute); return err },
+			"take for nil": func() error { _, err := s.TakeShards(ctx, "", []int{3}, time.Minute); return err },
+			"renew 0":      func() error { _, err := s.RenewShards(ctx, "a", []persist.ShardFence{{Shard: 1}}, time.Minute); return err },
+			"release 999":  func() error { return s.ReleaseShards(ctx, "a", []persist.ShardFence{{Shard: 999, Epoch: 1}}) },
+			"batch twice": func() error {
+				return s.ApplyBatch(ctx, &persist.Batch{Shards: []persist.ShardFence{{Shard: 1, Epoch: 1}, {Shard: 1, Epoch: 2}},
+					Actions: []model.Action{{TaskName: "x", Action: "note", At: 1}}})
+			},
+		} {
+			if err := call(); err == nil {
+				t.Errorf("%s: no error", name)
+			}
+		}
+		if h := holders(t, s); len(h) != 0 {
+			t.Errorf("refused calls left shards held: %v", h)
+		}
+	})
+}
+
+// TestShardFencedBatch: a batch fenced by shards applies only while every shard it names is
+// at the epoch given; one stale shard refuses all of it with ErrLeaseLost (R8.3 per shard).
+func TestShardFencedBatch(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		k := newTask(t, s, "sharded")
+		a, err := s.TakeShards(ctx, "a", []int{4, 9}, time.Minute)
+		if err != nil || len(a) != 2 {
+			t.Fatalf("TakeShards = %+v, %v", a, err)
+		}
+		first := batchOf(k.next())
+		first.Shards = fencesOf(a)
+		if err := s.ApplyBatch(ctx, first); err != nil {
+			t.Fatalf("a batch fenced by the current epochs: %v", err)
+		}
+		k.checkLanded(t, s)
+		// b takes shard 9 over; a's batch naming 4 and 9 at their old epochs is refused whole.
+		if err := s.ReleaseShards(ctx, "a", fencesOf(a[1:])); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.TakeShards(ctx, "b", []int{9}, time.Minute)
+		if err != nil || len(b) != 1 || b[0].Epoch != 2 {
+			t.Fatalf("takeover of shard 9 = %+v, %v", b, err)
+		}
+		before := reload(t, s, "sharded")
+		g := k.next()
+		err = s.ApplyBatch(ctx, &persist.Batch{Shards: fencesOf(a), Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions})
+		if !errors.Is(err, model.ErrLeaseLost) {
+			t.Fatalf("a batch with shard 9 at a stale epoch = %v, want ErrLeaseLost", err)
+		}
+		if after := reload(t, s, "sharded"); after.Version != before.Version {
+			t.Fatalf("the refused batch moved the runtime from v%d to v%d", before.Version, after.Version)
+		}
+		checkRun(t, s, g.Runs[0].Ticket, false)
+		// The same writes fenced by the new owner's epoch land.
+		fences := []persist.ShardFence{{Shard: 9, Epoch: b[0].Epoch}}
+		if err := s.ApplyBatch(ctx, &persist.Batch{Shards: fences, Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions}); err != nil {
+			t.Fatalf("the batch fenced by shard 9's new epoch: %v", err)
+		}
+		k.checkLanded(t, s)
+		// A shard never taken has no fence row: a batch fenced by it is refused.
+		never := batchOf(k.next())
+		never.Shards = []persist.ShardFence{{Shard: 200, Epoch: 1}}
+		err = s.ApplyBatch(ctx, never)
+		if !errors.Is(err, model.ErrLeaseLost) {
+			t.Fatalf("a batch fenced by a shard never taken = %v, want ErrLeaseLost", err)
+		}
+	})
+}
