@@ -113,8 +113,11 @@ func TestShardLeasesRefuseBadInput(t *testing.T) {
 			"take -1":      func() error { _, err := s.TakeShards(ctx, "a", []int{-1}, time.Minute); return err },
 			"take twice":   func() error { _, err := s.TakeShards(ctx, "a", []int{3, 3}, time.Minute); return err },
 			"take for nil": func() error { _, err := s.TakeShards(ctx, "", []int{3}, time.Minute); return err },
-			"renew 0":      func() error { _, err := s.RenewShards(ctx, "a", []persist.ShardFence{{Shard: 1}}, time.Minute); return err },
-			"release 999":  func() error { return s.ReleaseShards(ctx, "a", []persist.ShardFence{{Shard: 999, Epoch: 1}}) },
+			"renew 0": func() error {
+				_, err := s.RenewShards(ctx, "a", []persist.ShardFence{{Shard: 1}}, time.Minute)
+				return err
+			},
+			"release 999": func() error { return s.ReleaseShards(ctx, "a", []persist.ShardFence{{Shard: 999, Epoch: 1}}) },
 			"batch twice": func() error {
 				return s.ApplyBatch(ctx, &persist.Batch{Shards: []persist.ShardFence{{Shard: 1, Epoch: 1}, {Shard: 1, Epoch: 2}},
 					Actions: []model.Action{{TaskName: "x", Action: "note", At: 1}}})
