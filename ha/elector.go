@@ -242,33 +242,40 @@ func (e *Elector) Start(ctx context.Context) error {
 func (e *Elector) liveWithin() time.Duration { return e.cfg.Renew + e.cfg.Renew/2 }
 
 func (e *Elector) claim(ctx context.Context) error {
-	me := persist.Node{ID: e.cfg.NodeID, Advertise: e.cfg.Advertise, Role: persist.RoleBackup, Instance: e.instance}
-	giveUp := e.clk.Now().Add(e.liveWithin() + time.Second)
+	return claimNode(ctx, e.cfg.Store, persist.Node{ID: e.cfg.NodeID, Advertise: e.cfg.Advertise, Role: persist.RoleBackup, Instance: e.instance},
+		e.liveWithin(), e.cfg.Renew, e.clk, e.log)
+}
+
+// claimNode records me in the nodes table. It waits up to liveWithin and a second for a
+// previous instance of the id (a process that crashed) to fall silent, checking every
+// renew/10; an id that stays live is refused with ErrNodeIDTaken.
+func claimNode(ctx context.Context, store persist.LeaseStore, me persist.Node, liveWithin, renew time.Duration, clk clock.Clock, log *slog.Logger) error {
+	giveUp := clk.Now().Add(liveWithin + time.Second)
 	waited := false
 	for {
-		other, err := e.cfg.Store.ClaimNode(ctx, me, e.liveWithin())
+		other, err := store.ClaimNode(ctx, me, liveWithin)
 		if err == nil {
 			if waited {
-				e.log.Info("node id free again: its previous instance fell silent")
+				log.Info("node id free again: its previous instance fell silent")
 			}
 			return nil
 		}
 		if !errors.Is(err, persist.ErrNodeIDTaken) {
 			return fmt.Errorf("cannot start HA: %w", err)
 		}
-		if e.clk.Now().After(giveUp) {
+		if clk.Now().After(giveUp) {
 			return fmt.Errorf("cannot start HA: another live node uses node id %q (advertise %s, seen %s ago); give this node its own --node-id: %w",
-				e.cfg.NodeID, other.Advertise, other.Age.Round(time.Millisecond), ErrNodeIDTaken)
+				me.ID, other.Advertise, other.Age.Round(time.Millisecond), ErrNodeIDTaken)
 		}
 		if !waited {
-			e.log.Warn("node id in use by another instance; waiting to see whether it is live",
-				"other_advertise", other.Advertise, "seen_ago", other.Age.Round(time.Millisecond), "wait_up_to", giveUp.Sub(e.clk.Now()).Round(time.Millisecond))
+			log.Warn("node id in use by another instance; waiting to see whether it is live",
+				"other_advertise", other.Advertise, "seen_ago", other.Age.Round(time.Millisecond), "wait_up_to", giveUp.Sub(clk.Now()).Round(time.Millisecond))
 			waited = true
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("cannot start HA: %w", ctx.Err())
-		case <-e.clk.After(e.cfg.Renew / 10):
+		case <-clk.After(renew / 10):
 		}
 	}
 }

@@ -62,7 +62,7 @@ func AllShards() ShardSet {
 }
 
 // Has reports whether n is in s; false for a number that is no shard.
-func (s *ShardSet) Has(n int) bool {
+func (s ShardSet) Has(n int) bool {
 	return n >= 0 && n < ShardCount && s[n/64]&(1<<(n%64)) != 0
 }
 
@@ -77,7 +77,7 @@ func (s *ShardSet) Remove(n int) {
 }
 
 // Len is the number of shards in s.
-func (s *ShardSet) Len() int {
+func (s ShardSet) Len() int {
 	n := 0
 	for _, w := range s {
 		n += bits.OnesCount64(w)
@@ -86,7 +86,7 @@ func (s *ShardSet) Len() int {
 }
 
 // List returns the shards of s in ascending order.
-func (s *ShardSet) List() []int {
+func (s ShardSet) List() []int {
 	out := make([]int, 0, s.Len())
 	for i, w := range s {
 		for w != 0 {

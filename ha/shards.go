@@ -1,0 +1,553 @@
+package ha
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+)
+
+// RoleOwner is the role a node of the shard loop writes in the nodes table while it holds
+// shards; it writes RoleBackup while it holds none.
+const RoleOwner = "owner"
+
+// ErrShardNotHeld is the shard gate's answer for a shard this node does not hold at the
+// epoch asked about, or is handing over.
+var ErrShardNotHeld = errors.New("this node does not hold the shard")
+
+// ShardsConfig configures a Shards loop. Store, NodeID, Advertise, TTL, Renew, Logger, Clock
+// and Metrics mean what they mean in Config.
+type ShardsConfig struct {
+	Store     persist.ShardStore
+	NodeID    string
+	Advertise string
+	TTL       time.Duration
+	Renew     time.Duration
+	Logger    *slog.Logger
+	Clock     clock.Clock
+	Metrics   *metrics.Set
+	// InFlight reports which of the given shards, being handed over, still have runs in
+	// flight on this node. A shard is released once it has none, or DrainTimeout after its
+	// hand-over began; until then its lease is renewed, so that the runs' results land
+	// under its epoch, but the gate refuses it, so nothing new is dispatched for it. Nil
+	// releases at once.
+	InFlight func(model.ShardSet) model.ShardSet
+	// DrainTimeout bounds a hand-over. Defaults to TTL.
+	DrainTimeout time.Duration
+}
+
+func (c ShardsConfig) withDefaults() ShardsConfig {
+	base := Config{Store: c.Store, NodeID: c.NodeID, Advertise: c.Advertise, TTL: c.TTL, Renew: c.Renew,
+		Logger: c.Logger, Clock: c.Clock, Metrics: c.Metrics}.WithDefaults()
+	c.TTL, c.Renew, c.Logger, c.Clock, c.Metrics = base.TTL, base.Renew, base.Logger, base.Clock, base.Metrics
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = c.TTL
+	}
+	return c
+}
+
+func (c ShardsConfig) validate() error {
+	if c.Store == nil {
+		return errors.New("store is required")
+	}
+	return Config{Store: c.Store, NodeID: c.NodeID, Advertise: c.Advertise, TTL: c.TTL, Renew: c.Renew}.validate()
+}
+
+// ShardChange is a change of the shards this node holds.
+type ShardChange struct {
+	// Gained are the shards taken, at their new epochs; the node may schedule them now.
+	Gained []persist.ShardFence
+	// Draining are shards the node begins to hand over: it must stop dispatching their
+	// fires and let the runs in flight finish.
+	Draining model.ShardSet
+	// Lost are shards the node no longer holds: released after a hand-over, lost to a
+	// renewal that found another holder, or dropped when no renewal succeeded in time.
+	Lost   model.ShardSet
+	Reason string
+	At     time.Time
+}
+
+// shardMetrics are the series of the shard loop.
+type shardMetrics struct {
+	held       *metrics.Gauge
+	takes      *metrics.Counter
+	handovers  *metrics.Counter
+	renewOK    *metrics.Counter
+	renewLost  *metrics.Counter
+	renewError *metrics.Counter
+}
+
+func newShardMetrics(s *metrics.Set) *shardMetrics {
+	return &shardMetrics{
+		held:       s.GetOrCreateGauge("axe_shards_held", nil),
+		takes:      s.GetOrCreateCounter("axe_shard_takes_total"),
+		handovers:  s.GetOrCreateCounter("axe_shard_handovers_total"),
+		renewOK:    s.GetOrCreateCounter(`axe_shard_renewals_total{result="ok"}`),
+		renewLost:  s.GetOrCreateCounter(`axe_shard_renewals_total{result="lost"}`),
+		renewError: s.GetOrCreateCounter(`axe_shard_renewals_total{result="error"}`),
+	}
+}
+
+// Shards is the shard loop of one node (docs/scale-out.md): every renew interval it renews
+// the shards it holds in one statement, reads the live nodes and the shard leases, and takes
+// unheld shards up to its fair share or hands over those another live node needs. Create with
+// NewShards, then Start; Stop ends it.
+//
+// As with Elector, the leases are judged by the database's clock and this node's own clock
+// only makes it give up earlier: all the shards it holds share one local deadline, TTL −
+// renew after the last renewal (or take) that succeeded was sent.
+type Shards struct {
+	cfg      ShardsConfig
+	clk      clock.Clock
+	log      *slog.Logger
+	instance string
+	changes  chan ShardChange
+	m        *shardMetrics
+
+	mu       sync.Mutex
+	held     map[int]int64     // shard → epoch
+	draining map[int]time.Time // shards being handed over → when it began
+	deadline time.Time
+	watchdog clock.Timer
+
+	life   startstop.Lifecycle
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewShards builds a shard loop; nothing runs until Start.
+func NewShards(cfg ShardsConfig) (*Shards, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("cannot create the shard loop: %w", err)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Shards{
+		cfg:      cfg,
+		clk:      cfg.Clock,
+		log:      cfg.Logger.With("node", cfg.NodeID),
+		instance: hex.EncodeToString(b[:]),
+		changes:  make(chan ShardChange, 64),
+		m:        newShardMetrics(cfg.Metrics),
+		held:     map[int]int64{},
+		draining: map[int]time.Time{},
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Changes delivers every change of the shards held, in order. The daemon must keep reading
+// it; it is closed by Stop.
+func (s *Shards) Changes() <-chan ShardChange { return s.changes }
+
+// liveWithin is how recently a node must have been seen to count as live.
+func (s *Shards) liveWithin() time.Duration { return s.cfg.Renew + s.cfg.Renew/2 }
+
+// Start checks that the database takes writes, claims the node id as Elector.Start does,
+// and starts the loop holding no shard.
+func (s *Shards) Start(ctx context.Context) error {
+	return s.life.StartOnce(func() error {
+		ro, err := s.cfg.Store.ReadOnly(ctx)
+		if err != nil {
+			return startstop.NothingStarted(fmt.Errorf("cannot start the shard loop: %w", err))
+		}
+		if ro {
+			return startstop.NothingStarted(fmt.Errorf("cannot start the shard loop: the %s server is read-only: %w", s.cfg.Store.Kind(), ErrReadOnly))
+		}
+		me := persist.Node{ID: s.cfg.NodeID, Advertise: s.cfg.Advertise, Role: persist.RoleBackup, Instance: s.instance}
+		if err := claimNode(ctx, s.cfg.Store, me, s.liveWithin(), s.cfg.Renew, s.clk, s.log); err != nil {
+			return startstop.NothingStarted(err)
+		}
+		runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.cancel = cancel
+		go s.run(runCtx)
+		return nil
+	})
+}
+
+// Stop ends the loop. With release set (a graceful stop, after the engine drained) the node
+// releases every shard it holds, so that the others take them at their next step; otherwise
+// they are taken once their leases run out. The node's row is marked stopped. Idempotent;
+// safe without Start.
+func (s *Shards) Stop(ctx context.Context, release bool) error {
+	return s.life.StopOnce(ctx, func(started bool) error {
+		if !started {
+			return nil
+		}
+		s.cancel()
+		<-s.done
+		held := s.Held()
+		s.drop(heldSet(held), "stopping")
+		var errs []error
+		if release && len(held) > 0 {
+			t := s.clk.Now()
+			err := s.cfg.Store.ReleaseShards(ctx, s.cfg.NodeID, held)
+			s.log.Info("shards released", "shards", heldSet(held).String(), "took", s.clk.Now().Sub(t), "error", err)
+			errs = append(errs, err)
+		}
+		errs = append(errs, s.cfg.Store.TouchNode(ctx, s.cfg.NodeID, s.instance, persist.RoleStopped))
+		close(s.changes)
+		return errors.Join(errs...)
+	})
+}
+
+// Gate is nil while this node holds shard at epoch, is not handing it over, and its last
+// successful renewal was sent less than TTL − renew ago. Every dispatch for the shard asks
+// it just before it leaves.
+func (s *Shards) Gate(shard int, epoch int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.held[shard]
+	if _, handing := s.draining[shard]; !ok || e != epoch || handing {
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrShardNotHeld)
+	}
+	if !s.clk.Now().Before(s.deadline) {
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrLeaseDeadline)
+	}
+	return nil
+}
+
+// Held returns the shards this node holds (those being handed over too), with their epochs,
+// ascending.
+func (s *Shards) Held() []persist.ShardFence {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldLocked()
+}
+
+func (s *Shards) heldLocked() []persist.ShardFence {
+	out := make([]persist.ShardFence, 0, len(s.held))
+	for n, e := range s.held {
+		out = append(out, persist.ShardFence{Shard: n, Epoch: e})
+	}
+	slices.SortFunc(out, func(a, b persist.ShardFence) int { return a.Shard - b.Shard })
+	return out
+}
+
+func heldSet(fs []persist.ShardFence) model.ShardSet {
+	var out model.ShardSet
+	for _, f := range fs {
+		out.Add(f.Shard)
+	}
+	return out
+}
+
+// Lost tells the loop that a write fenced by shard at epoch failed on the fence: another node
+// holds it now. The node drops the shard at once.
+func (s *Shards) Lost(shard int, epoch int64, err error) {
+	s.mu.Lock()
+	current := s.held[shard] == epoch && epoch > 0
+	s.mu.Unlock()
+	if current {
+		s.log.Error("a write failed on a shard's fence: another node holds it; dropping it", "shard", shard, "epoch", epoch, "error", err)
+		var set model.ShardSet
+		set.Add(shard)
+		s.drop(set, "a write failed on the shard's fence")
+	}
+}
+
+// drop forgets shards (closing their gate first) and reports them lost.
+func (s *Shards) drop(shards model.ShardSet, reason string) {
+	s.mu.Lock()
+	var gone model.ShardSet
+	for _, n := range shards.List() {
+		if _, ok := s.held[n]; ok {
+			delete(s.held, n)
+			delete(s.draining, n)
+			gone.Add(n)
+		}
+	}
+	if len(s.held) == 0 && s.watchdog != nil {
+		s.watchdog.Stop()
+		s.watchdog = nil
+		s.deadline = time.Time{}
+	}
+	left := len(s.held)
+	s.mu.Unlock()
+	if gone.Len() == 0 {
+		return
+	}
+	s.m.held.Set(float64(left))
+	s.log.Warn("shards no longer held", "shards", gone.String(), "reason", reason, "still_held", left)
+	s.changes <- ShardChange{Lost: gone, Reason: reason, At: s.clk.Now()}
+}
+
+// armLocked moves the local deadline to TTL − renew after sent, the moment a renewal (or a
+// take) of every shard held left. Caller holds s.mu.
+func (s *Shards) armLocked(sent time.Time) {
+	s.deadline = sent.Add(s.cfg.TTL - s.cfg.Renew)
+	if s.watchdog != nil {
+		s.watchdog.Stop()
+	}
+	deadline := s.deadline
+	// The watchdog drops every shard on time even when the loop is stuck in a database call.
+	s.watchdog = s.clk.AfterFunc(deadline.Sub(s.clk.Now()), func() {
+		s.mu.Lock()
+		due := s.deadline.Equal(deadline) && len(s.held) > 0
+		all := heldSet(s.heldLocked())
+		s.mu.Unlock()
+		if due {
+			s.log.Error("no successful shard renewal within lease-ttl − lease-renew; dropping every shard")
+			s.drop(all, "no successful renewal within lease-ttl − lease-renew")
+		}
+	})
+}
+
+// run is the shard loop.
+func (s *Shards) run(ctx context.Context) {
+	defer close(s.done)
+	next := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.clk.After(next):
+		}
+		next = s.step(ctx)
+	}
+}
+
+// step is one turn of the loop; it returns when to run the next.
+func (s *Shards) step(ctx context.Context) time.Duration {
+	if !s.renew(ctx) {
+		if ctx.Err() != nil {
+			return 0
+		}
+		return min(s.cfg.Renew/5, time.Second)
+	}
+	s.mu.Lock()
+	role := persist.RoleBackup
+	if len(s.held) > 0 {
+		role = RoleOwner
+	}
+	s.mu.Unlock()
+	// Each call has a renew interval of its own: one slow answer must not starve the
+	// calls after it (a release, above all, which would otherwise wait out the TTL).
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.Renew)
+	defer cancel()
+	if err := s.cfg.Store.TouchNode(cctx, s.cfg.NodeID, s.instance, role); err != nil {
+		if errors.Is(err, persist.ErrNodeIDTaken) {
+			s.log.Error("another instance claimed this node id; dropping every shard", "error", err)
+			s.drop(heldSet(s.Held()), "another instance claimed this node id")
+			return s.cfg.Renew
+		}
+		if ctx.Err() == nil {
+			s.log.Warn("cannot touch this node's row", "error", err)
+		}
+	}
+	cancel()
+	cctx, cancel = context.WithTimeout(ctx, s.cfg.Renew)
+	defer cancel()
+	nodes, err := s.cfg.Store.ListNodes(cctx)
+	if err != nil {
+		s.log.Warn("cannot read the nodes", "error", err)
+		return s.cfg.Renew
+	}
+	leases, err := s.cfg.Store.ShardLeases(cctx)
+	if err != nil {
+		s.log.Warn("cannot read the shard leases", "error", err)
+		return s.cfg.Renew
+	}
+	v := shardView{me: s.cfg.NodeID}
+	for _, n := range nodes {
+		if n.ID == s.cfg.NodeID || (n.Role != persist.RoleStopped && n.Age < s.liveWithin()) {
+			v.live = append(v.live, n.ID)
+		}
+	}
+	// The earliest moment a lease of another node runs out: the next step is then, so that a
+	// dead node's shards are taken about when its leases expire rather than up to a renew
+	// interval later.
+	soonest := s.cfg.Renew
+	for _, l := range leases {
+		if !l.Held {
+			continue
+		}
+		v.owner[l.Shard] = l.Holder
+		if l.Holder != s.cfg.NodeID && !slices.Contains(v.live, l.Holder) {
+			soonest = min(soonest, l.Remaining+10*time.Millisecond)
+		}
+	}
+	s.mu.Lock()
+	// This node's own view of what it holds wins over the read, which may predate its take.
+	for n, o := range v.owner {
+		if _, mine := s.held[n]; o == s.cfg.NodeID && !mine {
+			v.owner[n] = "" // held under this id by a previous instance: retaken at a new epoch
+		}
+	}
+	for n := range s.held {
+		v.owner[n] = s.cfg.NodeID
+	}
+	for n := range s.draining {
+		v.draining.Add(n)
+	}
+	s.mu.Unlock()
+	p := planShards(v)
+	if got := s.take(ctx, p.take); got < len(p.take) {
+		// Another node took some of them first: others may be free still.
+		soonest = min(soonest, s.cfg.Renew/10)
+	}
+	s.handOver(ctx, p.release)
+	return max(soonest, 10*time.Millisecond)
+}
+
+// renew renews every shard held, drops those another node took, and releases those handed
+// over whose runs have finished. It reports false when the database did not answer.
+func (s *Shards) renew(ctx context.Context) bool {
+	held := s.Held()
+	if len(held) == 0 {
+		return true
+	}
+	s.mu.Lock()
+	left := s.deadline.Sub(s.clk.Now())
+	s.mu.Unlock()
+	// A renewal is worth waiting for until the local deadline, no longer: by then the
+	// watchdog has dropped every shard.
+	cctx, cancel := context.WithTimeout(ctx, max(left, time.Millisecond))
+	defer cancel()
+	sent := s.clk.Now()
+	lost, err := s.cfg.Store.RenewShards(cctx, s.cfg.NodeID, held, s.cfg.TTL)
+	if err != nil {
+		s.m.renewError.Inc()
+		if ctx.Err() == nil {
+			s.log.Warn("cannot renew the shards; retrying until the local deadline", "error", err)
+		}
+		return false
+	}
+	s.m.renewOK.Inc()
+	var gone model.ShardSet
+	for _, n := range lost {
+		gone.Add(n)
+	}
+	s.mu.Lock()
+	s.armLocked(sent)
+	s.mu.Unlock()
+	if gone.Len() > 0 {
+		s.m.renewLost.Inc()
+		s.log.Error("shards lost: their renewal found another holder or epoch", "shards", gone.String())
+		s.drop(gone, "the renewal found another holder or epoch")
+	}
+	s.releaseDrained(ctx)
+	return true
+}
+
+// call bounds one store call of the loop by a renew interval.
+func (s *Shards) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.Renew)
+}
+
+// take tries to take shards, reports those it got, and returns how many.
+func (s *Shards) take(ctx context.Context, shards []int) int {
+	if len(shards) == 0 {
+		return 0
+	}
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	sent := s.clk.Now()
+	taken, err := s.cfg.Store.TakeShards(ctx, s.cfg.NodeID, shards, s.cfg.TTL)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("cannot take shards", "error", err)
+		}
+		return 0
+	}
+	if len(taken) == 0 {
+		return 0
+	}
+	gained := make([]persist.ShardFence, len(taken))
+	s.mu.Lock()
+	if len(s.held) == 0 {
+		s.armLocked(sent) // else the older renewal's deadline holds for all
+	}
+	for i, l := range taken {
+		s.held[l.Shard] = l.Epoch
+		gained[i] = persist.ShardFence{Shard: l.Shard, Epoch: l.Epoch}
+	}
+	left := len(s.held)
+	s.mu.Unlock()
+	s.m.takes.Add(len(taken))
+	s.m.held.Set(float64(left))
+	s.log.Info("shards taken", "shards", heldSet(gained).String(), "held", left)
+	s.changes <- ShardChange{Gained: gained, Reason: "shards taken", At: sent}
+	return len(taken)
+}
+
+// handOver begins handing shards over: their gate closes now, and releaseDrained releases
+// them once their runs have finished.
+func (s *Shards) handOver(ctx context.Context, shards []int) {
+	if len(shards) == 0 {
+		return
+	}
+	var set model.ShardSet
+	now := s.clk.Now()
+	s.mu.Lock()
+	for _, n := range shards {
+		if _, ok := s.held[n]; ok {
+			s.draining[n] = now
+			set.Add(n)
+		}
+	}
+	s.mu.Unlock()
+	if set.Len() == 0 {
+		return
+	}
+	s.log.Info("handing shards over to a node below its share", "shards", set.String())
+	s.changes <- ShardChange{Draining: set, Reason: "handing over to a node below its share", At: now}
+	s.releaseDrained(ctx)
+}
+
+// releaseDrained releases the shards being handed over that have no run in flight left, or
+// whose hand-over began DrainTimeout ago.
+func (s *Shards) releaseDrained(ctx context.Context) {
+	s.mu.Lock()
+	var handing model.ShardSet
+	for n := range s.draining {
+		handing.Add(n)
+	}
+	s.mu.Unlock()
+	if handing.Len() == 0 {
+		return
+	}
+	var busy model.ShardSet
+	if s.cfg.InFlight != nil {
+		busy = s.cfg.InFlight(handing)
+	}
+	now := s.clk.Now()
+	var out []persist.ShardFence
+	var set model.ShardSet
+	s.mu.Lock()
+	for _, n := range handing.List() {
+		began, ok := s.draining[n]
+		if !ok || (busy.Has(n) && now.Sub(began) < s.cfg.DrainTimeout) {
+			continue
+		}
+		out = append(out, persist.ShardFence{Shard: n, Epoch: s.held[n]})
+		set.Add(n)
+	}
+	s.mu.Unlock()
+	if len(out) == 0 {
+		return
+	}
+	// Forget first, then release: once released another node may take them, and this one
+	// must be done with them by then.
+	s.drop(set, "handed over")
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	if err := s.cfg.Store.ReleaseShards(ctx, s.cfg.NodeID, out); err != nil {
+		// Not released: the leases run out after the TTL and are taken then.
+		s.log.Warn("cannot release the shards handed over; they are taken once their leases run out", "shards", set.String(), "error", err)
+		return
+	}
+	s.m.handovers.Add(len(out))
+}

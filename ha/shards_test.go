@@ -1,0 +1,335 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// Short leases keep these tests quick: a node is live for 1.5 renew intervals after its last
+// touch, a lease runs out TTL after its last renewal.
+const shardTTL, shardRenew = 1500 * time.Millisecond, 300 * time.Millisecond
+
+// shardNode is one node's shard loop under test, with the changes it reported.
+type shardNode struct {
+	*Shards
+	id       string
+	mu       sync.Mutex
+	changes  []ShardChange
+	inFlight atomic.Pointer[model.ShardSet]
+	drained  chan struct{}
+}
+
+func startShardNode(t *testing.T, s persist.Store, id string) *shardNode {
+	return startShardNodeDraining(t, s, id, 0)
+}
+
+// startShardNodeDraining is startShardNode with a hand-over bound (0: the default).
+func startShardNodeDraining(t *testing.T, s persist.Store, id string, drain time.Duration) *shardNode {
+	t.Helper()
+	n := &shardNode{id: id, drained: make(chan struct{})}
+	sh, err := NewShards(ShardsConfig{Store: s, NodeID: id, Advertise: "http://" + id, TTL: shardTTL, Renew: shardRenew,
+		DrainTimeout: drain,
+		Logger:       testShardLogger(),
+		InFlight: func(set model.ShardSet) model.ShardSet {
+			busy := n.inFlight.Load()
+			if busy == nil {
+				return model.ShardSet{}
+			}
+			var out model.ShardSet
+			for _, s := range set.List() {
+				if busy.Has(s) {
+					out.Add(s)
+				}
+			}
+			return out
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Shards = sh
+	if err := sh.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(n.drained)
+		for ch := range sh.Changes() {
+			n.mu.Lock()
+			n.changes = append(n.changes, ch)
+			n.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { n.stop(false) })
+	return n
+}
+
+// stop stops the loop (releasing its shards when release is set) and waits for its last
+// change.
+func (n *shardNode) stop(release bool) {
+	_ = n.Stop(context.Background(), release)
+	<-n.drained
+}
+
+// crash ends the loop as kill -9 would: nothing is released, the node's row is left live
+// until it ages. Its watchdog still closes the gates at the local deadline, as it does in a
+// process that stops getting answers from the database.
+func (n *shardNode) crash() {
+	n.cancel()
+	<-n.done
+}
+
+// open reports which shards' gates are open on n now.
+func (n *shardNode) open() model.ShardSet {
+	var out model.ShardSet
+	for _, f := range n.Held() {
+		if n.Gate(f.Shard, f.Epoch) == nil {
+			out.Add(f.Shard)
+		}
+	}
+	return out
+}
+
+// watchGates checks, every few milliseconds until the test ends, that no shard's gate is
+// open on two nodes at once: the safety property of the shard loop.
+func watchGates(t *testing.T, nodes func() []*shardNode) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var samples atomic.Int64
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			var seen [model.ShardCount]string
+			for _, n := range nodes() {
+				for _, s := range n.open().List() {
+					if seen[s] != "" {
+						t.Errorf("shard %d is open on %s and %s at once", s, seen[s], n.id)
+					}
+					seen[s] = n.id
+				}
+			}
+			samples.Add(1)
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		if samples.Load() < 10 {
+			t.Errorf("the gate watcher sampled only %d times", samples.Load())
+		}
+	})
+}
+
+// waitShares waits until the database shows every shard held by one of the nodes, at each
+// node's quota, and each node's own view agrees; it returns how long that took.
+func waitShares(t *testing.T, s persist.Store, nodes []*shardNode, within time.Duration) time.Duration {
+	t.Helper()
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.id
+	}
+	q := quotas(sortedCopy(ids))
+	start := time.Now()
+	var last string
+	for time.Since(start) < within {
+		ls, err := s.ShardLeases(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts := map[string]int{}
+		for _, l := range ls {
+			if l.Held {
+				counts[l.Holder]++
+			}
+		}
+		ok := true
+		for _, n := range nodes {
+			if counts[n.id] != q[n.id] || len(n.Held()) != q[n.id] {
+				ok = false
+			}
+		}
+		if ok {
+			return time.Since(start)
+		}
+		last = fmt.Sprint(counts)
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("shares %v not reached within %s: last seen %s", q, within, last)
+	return 0
+}
+
+func testShardLogger() *slog.Logger {
+	if os.Getenv("AXE_TEST_SHARD_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func sortedCopy(ids []string) []string {
+	out := append([]string(nil), ids...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// TestShardsShareJoinLeave runs three shard loops on one store: they share the shards fairly;
+// a fourth joining is handed its share; a node stopping gracefully releases its shards at
+// once; a node crashing loses its shards to the others once its leases run out. No shard's
+// gate is ever open on two nodes at once.
+func TestShardsShareJoinLeave(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		var mu sync.Mutex
+		var nodes []*shardNode
+		watchGates(t, func() []*shardNode { mu.Lock(); defer mu.Unlock(); return append([]*shardNode(nil), nodes...) })
+		add := func(id string) *shardNode {
+			n := startShardNode(t, s, id)
+			mu.Lock()
+			nodes = append(nodes, n)
+			mu.Unlock()
+			return n
+		}
+		remove := func(n *shardNode) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i, o := range nodes {
+				if o == n {
+					nodes = append(nodes[:i], nodes[i+1:]...)
+					return
+				}
+			}
+		}
+		current := func() []*shardNode { mu.Lock(); defer mu.Unlock(); return append([]*shardNode(nil), nodes...) }
+
+		a, b, c := add("a"), add("b"), add("c")
+		t.Logf("three nodes settled in %s", waitShares(t, s, current(), 20*time.Second))
+		for _, n := range []*shardNode{a, b, c} {
+			// A start together settles on contiguous ranges.
+			if got := heldSet(n.Held()).String(); len(n.Held()) > 0 && !isOneRange(got) {
+				t.Logf("%s holds %s (not one range: the nodes did not start together)", n.id, got)
+			}
+		}
+
+		d := add("d")
+		t.Logf("a fourth node was handed its share in %s", waitShares(t, s, current(), 20*time.Second))
+		if len(d.Held()) != 64 {
+			t.Fatalf("d holds %d shards, want 64", len(d.Held()))
+		}
+
+		// A graceful stop releases at once: the others take the shards within a few steps.
+		remove(b)
+		b.stop(true)
+		took := waitShares(t, s, current(), 20*time.Second)
+		t.Logf("b's shards were taken %s after its graceful stop", took)
+		if took > 4*shardRenew+time.Second {
+			t.Errorf("b's released shards took %s to be taken", took)
+		}
+
+		// A crash: the shards are taken once their leases run out.
+		remove(c)
+		c.crash()
+		took = waitShares(t, s, current(), 20*time.Second)
+		t.Logf("c's shards were taken %s after its crash (lease TTL %s)", took, shardTTL)
+		// Its last renewal went out at most a renew interval (and a slow call) before the
+		// crash; the bounds are loose for a loaded machine, the figure is logged above.
+		if took < shardTTL/2 {
+			t.Errorf("c's shards were taken %s after its crash, before its leases could have run out", took)
+		}
+		if took > shardTTL+2*time.Second {
+			t.Errorf("c's shards were taken %s after its crash, more than TTL + 2s", took)
+		}
+		// Every epoch only grows: each takeover fenced the shard's previous holder.
+		ls, err := s.ShardLeases(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range ls {
+			if l.Held && l.Epoch < 1 {
+				t.Errorf("shard %d held at epoch %d", l.Shard, l.Epoch)
+			}
+		}
+	})
+}
+
+func isOneRange(s string) bool {
+	for _, r := range s {
+		if r == ',' {
+			return false
+		}
+	}
+	return true
+}
+
+// TestShardsDrainBeforeRelease: a node handing a shard over keeps renewing it, with its gate
+// closed, while runs of it are in flight, and releases it once they finish.
+func TestShardsDrainBeforeRelease(t *testing.T) {
+	s := persisttest.SQLite(t)
+	a := startShardNodeDraining(t, s, "a", time.Minute)
+	waitShares(t, s, []*shardNode{a}, 10*time.Second)
+	busy := model.AllShards()
+	a.inFlight.Store(&busy)
+	b := startShardNode(t, s, "b")
+	// a begins handing over b's share but releases nothing while every shard is busy.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		draining := 0
+		for _, ch := range a.changes {
+			draining += ch.Draining.Len()
+		}
+		a.mu.Unlock()
+		if draining == model.ShardCount/2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a reported %d shards draining, want %d", draining, model.ShardCount/2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(2 * shardTTL) // longer than a lease: a keeps renewing the shards it drains
+	if got := len(a.Held()); got != model.ShardCount {
+		t.Fatalf("a holds %d shards while all are busy, want all %d", got, model.ShardCount)
+	}
+	if got := len(b.Held()); got != 0 {
+		t.Fatalf("b took %d shards a is still draining", got)
+	}
+	if open := a.open(); open.Len() != model.ShardCount/2 {
+		t.Fatalf("a's open gates while draining half: %d shards (%s)", open.Len(), open.String())
+	}
+	// The runs finish: a releases, b takes its share.
+	var none model.ShardSet
+	a.inFlight.Store(&none)
+	waitShares(t, s, []*shardNode{a, b}, 10*time.Second)
+}
+
+// TestShardsDrainTimeout: a hand-over whose runs do not finish ends after DrainTimeout: the
+// shards are released and taken by the node that needs them.
+func TestShardsDrainTimeout(t *testing.T) {
+	s := persisttest.SQLite(t)
+	a := startShardNodeDraining(t, s, "a", 2*shardRenew)
+	waitShares(t, s, []*shardNode{a}, 10*time.Second)
+	busy := model.AllShards()
+	a.inFlight.Store(&busy)
+	b := startShardNode(t, s, "b")
+	took := waitShares(t, s, []*shardNode{a, b}, 10*time.Second)
+	if took < 2*shardRenew {
+		t.Errorf("b got its share %s after joining, before a's hand-over bound of %s", took, 2*shardRenew)
+	}
+}
