@@ -234,4 +234,120 @@ func (s *Server) haRoutes(api *router.Group) {
 		}
 		writeJSON(c, 200, map[string]any{"nodes": out, "count": len(out)})
 	}))
+	api.GET("/cluster", s.authed(func(c *fasthttp.RequestCtx) {
+		ctx, cancel := reqCtx(c)
+		defer cancel()
+		view, err := clusterOf(ctx, s.cfg.Store)
+		if err != nil {
+			s.fail(c, err)
+			return
+		}
+		writeJSON(c, 200, view)
+	}))
+}
+
+// Modes of GET /api/v1/cluster.
+const (
+	// ClusterSingle: no node holds a lease; one process schedules every task (no --ha).
+	ClusterSingle = "single"
+	// ClusterPrimaryBackup: the primary's lease is held; its holder schedules every shard
+	// under the lease's epoch.
+	ClusterPrimaryBackup = "primary-backup"
+	// ClusterSharded: nodes hold shard leases; each schedules the shards it holds.
+	ClusterSharded = "sharded"
+)
+
+// clusterJSON is GET /api/v1/cluster: who schedules which shards, as the database judges
+// it now (docs/scale-out.md).
+type clusterJSON struct {
+	Mode       string `json:"mode"`
+	ShardCount int    `json:"shard_count"`
+	// Unowned are the shards no live lease covers, as ranges ("" when none): their tasks
+	// fire once a node takes them.
+	Unowned string             `json:"unowned"`
+	Nodes   []clusterNodeJSON  `json:"nodes"`
+	Shards  []clusterShardJSON `json:"shards"`
+}
+
+type clusterNodeJSON struct {
+	nodeJSON
+	// Shards are the shards this node holds, as ranges; ShardsHeld their number.
+	Shards     string `json:"shards"`
+	ShardsHeld int    `json:"shards_held"`
+	// Epochs are the lowest and highest epoch of those shards (one epoch on a primary).
+	EpochMin int64 `json:"epoch_min,omitempty"`
+	EpochMax int64 `json:"epoch_max,omitempty"`
+}
+
+type clusterShardJSON struct {
+	Shard       int    `json:"shard"`
+	Holder      string `json:"holder"`
+	Epoch       int64  `json:"epoch"`
+	Held        bool   `json:"held"`
+	RemainingMS int64  `json:"remaining_ms"`
+}
+
+// clusterOf reads the nodes, the primary's lease and the shard leases.
+func clusterOf(ctx context.Context, st persist.Store) (clusterJSON, error) {
+	nodes, err := st.ListNodes(ctx)
+	if err != nil {
+		return clusterJSON{}, err
+	}
+	primary, err := st.LeaseState(ctx, ha.LeaseNameDefault)
+	if err != nil {
+		return clusterJSON{}, err
+	}
+	leases, err := st.ShardLeases(ctx)
+	if err != nil {
+		return clusterJSON{}, err
+	}
+	out := clusterJSON{Mode: ClusterSingle, ShardCount: model.ShardCount, Nodes: []clusterNodeJSON{}, Shards: []clusterShardJSON{}}
+	type holding struct {
+		set      model.ShardSet
+		min, max int64
+	}
+	held := map[string]*holding{}
+	add := func(holder string, shard int, epoch int64) {
+		h := held[holder]
+		if h == nil {
+			h = &holding{min: epoch, max: epoch}
+			held[holder] = h
+		}
+		h.set.Add(shard)
+		h.min, h.max = min(h.min, epoch), max(h.max, epoch)
+	}
+	var owned model.ShardSet
+	for _, l := range leases {
+		out.Shards = append(out.Shards, clusterShardJSON{Shard: l.Shard, Holder: l.Holder, Epoch: l.Epoch, Held: l.Held,
+			RemainingMS: max(0, l.Remaining.Milliseconds())})
+		if l.Held {
+			out.Mode = ClusterSharded
+			add(l.Holder, l.Shard, l.Epoch)
+			owned.Add(l.Shard)
+		}
+	}
+	if out.Mode == ClusterSingle && primary.Held {
+		out.Mode = ClusterPrimaryBackup
+		for n := range model.ShardCount {
+			add(primary.Holder, n, primary.Epoch)
+		}
+		owned = model.AllShards()
+	}
+	if out.Mode != ClusterSingle {
+		var unowned model.ShardSet
+		for n := range model.ShardCount {
+			if !owned.Has(n) {
+				unowned.Add(n)
+			}
+		}
+		out.Unowned = unowned.String()
+	}
+	for _, n := range nodes {
+		cn := clusterNodeJSON{nodeJSON: nodeJSON{ID: n.ID, Advertise: n.Advertise, Role: n.Role, LastSeen: n.LastSeen, AgeMS: n.Age.Milliseconds()}}
+		if h := held[n.ID]; h != nil {
+			cn.Shards, cn.ShardsHeld, cn.EpochMin, cn.EpochMax = h.set.String(), h.set.Len(), h.min, h.max
+		}
+		out.Nodes = append(out.Nodes, cn)
+	}
+	return out, nil
 }

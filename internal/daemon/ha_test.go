@@ -173,6 +173,24 @@ func TestHABackupAnswers503(t *testing.T) {
 		nodes.Nodes[1].ID != "b" || nodes.Nodes[1].Role != "backup" || nodes.Nodes[1].AgeMS > 10_000 {
 		t.Fatalf("GET /api/v1/nodes on the backup = %+v", nodes)
 	}
+	// The cluster view: the primary schedules every shard under its epoch; the backup none.
+	var cl struct {
+		Mode    string `json:"mode"`
+		Unowned string `json:"unowned"`
+		Nodes   []struct {
+			ID         string `json:"id"`
+			Shards     string `json:"shards"`
+			ShardsHeld int    `json:"shards_held"`
+			EpochMin   int64  `json:"epoch_min"`
+			EpochMax   int64  `json:"epoch_max"`
+		} `json:"nodes"`
+	}
+	b.MustJSON(t, 200, http.MethodGet, "/api/v1/cluster", nil, &cl)
+	if cl.Mode != "primary-backup" || cl.Unowned != "" || len(cl.Nodes) != 2 ||
+		cl.Nodes[0].ID != "a" || cl.Nodes[0].Shards != "0-255" || cl.Nodes[0].ShardsHeld != 256 || cl.Nodes[0].EpochMin != ra.Epoch || cl.Nodes[0].EpochMax != ra.Epoch ||
+		cl.Nodes[1].ID != "b" || cl.Nodes[1].Shards != "" || cl.Nodes[1].ShardsHeld != 0 {
+		t.Fatalf("GET /api/v1/cluster on the backup = %+v, want a holding 0-255 at epoch %d", cl, ra.Epoch)
+	}
 	if code, body := b.Call(t, http.MethodGet, "/api/v1/alerts", nil); code != 200 || !strings.Contains(string(body), ActPromotionName) {
 		t.Fatalf("the backup's /api/v1/alerts = %d %s, want the primary's promotion steps", code, body)
 	}
