@@ -199,6 +199,8 @@ func BenchmarkShardTakeover(b *testing.B) {
 		where, ttl, ttl/5, kills, to.Median, to.Max, to.Max-ttl.Seconds(), late.Median, late.Max, rb.Median, rb.Max)
 	b.ReportMetric(to.Median, "takeover-median-s")
 	b.ReportMetric(to.Max, "takeover-max-s")
+	b.ReportMetric(late.Median, "after-expiry-median-s")
 	b.ReportMetric(late.Max, "after-expiry-max-s")
+	b.ReportMetric(rb.Max, "rebalance-max-s")
 	b.ReportMetric(rb.Median, "rebalance-median-s")
 }
