@@ -43,6 +43,9 @@ func TestClusterView(t *testing.T) {
 		if v.Mode != "single" || v.ShardCount != 256 || v.Unowned != "" || len(v.Nodes) != 0 || len(v.Shards) != 0 {
 			t.Fatalf("a single node's cluster = %+v", v)
 		}
+		if code, r := d.Readyz(t, ""); code != http.StatusOK || r.Status != "ready" || r.Shards != "0-255" {
+			t.Fatalf("a single node's /readyz = %d %+v, want ready with shards 0-255", code, r)
+		}
 
 		st, err := persist.Open(t.Context(), dsn)
 		if err != nil {

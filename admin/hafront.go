@@ -167,7 +167,10 @@ type readyzJSON struct {
 	Epoch   int64  `json:"epoch"`
 	Node    string `json:"node"`
 	Primary string `json:"primary"` // the primary's advertise URL; "" when none is known
-	Error   string `json:"error,omitempty"`
+	// Shards are the shards this node schedules, as ranges: all of them on the primary,
+	// none on a backup (docs/scale-out.md).
+	Shards string `json:"shards"`
+	Error  string `json:"error,omitempty"`
 }
 
 // readyz answers 200 when the node is ready in its role; with ?role=primary only when it is
@@ -176,7 +179,7 @@ func (f *haFront) readyz(c *fasthttp.RequestCtx) {
 	t := f.node.Term()
 	ans := readyzJSON{Status: "ready", Role: persist.RoleBackup, Node: f.cfg.NodeID}
 	if t.Primary {
-		ans.Role = persist.RolePrimary
+		ans.Role, ans.Shards = persist.RolePrimary, allShards
 	}
 	st, leased := f.node.Lease()
 	if leased {
@@ -245,6 +248,9 @@ func (s *Server) haRoutes(api *router.Group) {
 		writeJSON(c, 200, view)
 	}))
 }
+
+// allShards is every shard as ranges: what a single node and a primary schedule.
+var allShards = model.AllShards().String()
 
 // Modes of GET /api/v1/cluster.
 const (

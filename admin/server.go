@@ -386,7 +386,7 @@ func (s *Server) readyz(c *fasthttp.RequestCtx) {
 			return
 		}
 	}
-	writeJSON(c, 200, map[string]string{"status": "ready"})
+	writeJSON(c, 200, map[string]string{"status": "ready", "shards": allShards})
 }
 
 func reqCtx(c *fasthttp.RequestCtx) (context.Context, context.CancelFunc) {

@@ -111,6 +111,9 @@ func TestHABackupAnswers503(t *testing.T) {
 	if ra.Node != "a" || ra.Epoch < 1 || ra.Primary != a.Base || rb.Node != "b" || rb.Epoch != ra.Epoch {
 		t.Fatalf("readyz a = %+v, b = %+v", ra, rb)
 	}
+	if ra.Shards != "0-255" || rb.Shards != "" {
+		t.Fatalf("readyz shards: primary %q, backup %q; want 0-255 and none", ra.Shards, rb.Shards)
+	}
 	if code, r := a.Readyz(t, "?role=primary"); code != 200 || r.Role != "primary" {
 		t.Fatalf("primary's /readyz?role=primary = %d %+v, want 200", code, r)
 	}

@@ -397,6 +397,7 @@ type Readyz struct {
 	Epoch   int64  `json:"epoch"`
 	Node    string `json:"node"`
 	Primary string `json:"primary"`
+	Shards  string `json:"shards"`
 }
 
 // Readyz gets /readyz with query and returns the status and the decoded answer.
