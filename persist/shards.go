@@ -328,15 +328,60 @@ func (s *sqlStore) ShardLeases(ctx context.Context) ([]ShardLease, error) {
 	return scanShardLeases(rows)
 }
 
-// checkShardFences is checkEpoch for each shard a batch is fenced by, in ascending shard
-// order, so that two batches lock fence rows in one order.
+// checkShardFences is checkEpoch for every shard a batch is fenced by, in one statement
+// whatever their number: on one server a read of their fence rows under a shared lock, on
+// Galera an update of them that applies only at their epochs (galeraFence's argument, for
+// each row). Both name the fence rows in ascending shard order. When a fence does not hold,
+// the shards are checked one by one for an error that names the first stale one.
 func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []ShardFence) error {
+	if len(fences) == 0 {
+		return nil
+	}
+	if s.galera {
+		var cond strings.Builder
+		args := make([]any, 0, 2*len(fences))
+		for i, f := range fences {
+			if i > 0 {
+				cond.WriteString(" OR ")
+			}
+			cond.WriteString("(name = ? AND epoch = ?)")
+			args = append(args, fenceRow(model.ShardLeaseName(f.Shard)), f.Epoch)
+		}
+		n, err := tx.exec(ctx, `UPDATE lease SET expiry = expiry + INTERVAL 1 MICROSECOND WHERE `+cond.String(), args)
+		if err != nil {
+			return fmt.Errorf("cannot write the fences of %d shards: %w", len(fences), err)
+		}
+		if n == int64(len(fences)) {
+			return nil
+		}
+	} else {
+		names := make([]any, len(fences))
+		for i, f := range fences {
+			names[i] = fenceRow(model.ShardLeaseName(f.Shard))
+		}
+		epochs := make(map[string]int64, len(fences))
+		err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease WHERE name IN (`+placeholders(len(names))+`) ORDER BY name`+s.d.forShare,
+			names, func(epoch int64, name string) { epochs[name] = epoch })
+		if err != nil {
+			return fmt.Errorf("cannot read the fences of %d shards: %w", len(fences), err)
+		}
+		ok := true
+		for i, f := range fences {
+			if e, found := epochs[names[i].(string)]; !found || e != f.Epoch {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+	}
 	for _, f := range fences {
-		if err := s.checkEpoch(ctx, tx, model.ShardLeaseName(f.Shard), f.Epoch); err != nil {
+		if err := s.readEpoch(ctx, tx, model.ShardLeaseName(f.Shard), f.Epoch); err != nil {
 			return err
 		}
 	}
-	return nil
+	return fmt.Errorf("cannot apply batch: the fences of %d shards did not hold, and each reads as current: %w", len(fences), model.ErrLeaseLost)
 }
 
 // shardsRefusedAtCommit is refusedAtCommit for a batch fenced by shards: the first shard

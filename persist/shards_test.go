@@ -3,6 +3,7 @@ package persist_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,49 +137,96 @@ func TestShardLeasesRefuseBadInput(t *testing.T) {
 // TestShardFencedBatch: a batch fenced by shards applies only while every shard it names is
 // at the epoch given; one stale shard refuses all of it with ErrLeaseLost (R8.3 per shard).
 func TestShardFencedBatch(t *testing.T) {
-	persisttest.Each(t, func(t *testing.T, s persist.Store) {
-		ctx := testCtx(t)
-		k := newTask(t, s, "sharded")
-		a, err := s.TakeShards(ctx, "a", []int{4, 9}, time.Minute)
-		if err != nil || len(a) != 2 {
-			t.Fatalf("TakeShards = %+v, %v", a, err)
+	persisttest.Each(t, testShardFencedBatch)
+}
+
+// TestShardFencedBatchGaleraFence is TestShardFencedBatch on one MariaDB with the fence a
+// Galera node gets (an update of the fence rows), forced on a server without wsrep.
+func TestShardFencedBatchGaleraFence(t *testing.T) {
+	s := persisttest.MySQL(t)
+	persist.SetGalera(s, true)
+	testShardFencedBatch(t, s)
+}
+
+func testShardFencedBatch(t *testing.T, s persist.Store) {
+	ctx := testCtx(t)
+	k := newTask(t, s, "sharded")
+	a, err := s.TakeShards(ctx, "a", []int{4, 9}, time.Minute)
+	if err != nil || len(a) != 2 {
+		t.Fatalf("TakeShards = %+v, %v", a, err)
+	}
+	first := batchOf(k.next())
+	first.Shards = fencesOf(a)
+	if err := s.ApplyBatch(ctx, first); err != nil {
+		t.Fatalf("a batch fenced by the current epochs: %v", err)
+	}
+	k.checkLanded(t, s)
+	// b takes shard 9 over; a's batch naming 4 and 9 at their old epochs is refused whole.
+	if err := s.ReleaseShards(ctx, "a", fencesOf(a[1:])); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.TakeShards(ctx, "b", []int{9}, time.Minute)
+	if err != nil || len(b) != 1 || b[0].Epoch != 2 {
+		t.Fatalf("takeover of shard 9 = %+v, %v", b, err)
+	}
+	before := reload(t, s, "sharded")
+	g := k.next()
+	err = s.ApplyBatch(ctx, &persist.Batch{Shards: fencesOf(a), Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions})
+	if !errors.Is(err, model.ErrLeaseLost) {
+		t.Fatalf("a batch with shard 9 at a stale epoch = %v, want ErrLeaseLost", err)
+	}
+	if after := reload(t, s, "sharded"); after.Version != before.Version {
+		t.Fatalf("the refused batch moved the runtime from v%d to v%d", before.Version, after.Version)
+	}
+	checkRun(t, s, g.Runs[0].Ticket, false)
+	// The same writes fenced by the new owner's epoch land.
+	fences := []persist.ShardFence{{Shard: 9, Epoch: b[0].Epoch}}
+	if err := s.ApplyBatch(ctx, &persist.Batch{Shards: fences, Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions}); err != nil {
+		t.Fatalf("the batch fenced by shard 9's new epoch: %v", err)
+	}
+	k.checkLanded(t, s)
+	// A shard never taken has no fence row: a batch fenced by it is refused.
+	never := batchOf(k.next())
+	never.Shards = []persist.ShardFence{{Shard: 200, Epoch: 1}}
+	err = s.ApplyBatch(ctx, never)
+	if !errors.Is(err, model.ErrLeaseLost) {
+		t.Fatalf("a batch fenced by a shard never taken = %v, want ErrLeaseLost", err)
+	}
+
+	// Every shard at once: c takes the rest, and a batch fenced by all 256 lands; with
+	// one of them stale it is refused, naming that shard.
+	var rest []int
+	for n := range model.ShardCount {
+		if n != 4 && n != 9 {
+			rest = append(rest, n)
 		}
-		first := batchOf(k.next())
-		first.Shards = fencesOf(a)
-		if err := s.ApplyBatch(ctx, first); err != nil {
-			t.Fatalf("a batch fenced by the current epochs: %v", err)
-		}
-		k.checkLanded(t, s)
-		// b takes shard 9 over; a's batch naming 4 and 9 at their old epochs is refused whole.
-		if err := s.ReleaseShards(ctx, "a", fencesOf(a[1:])); err != nil {
-			t.Fatal(err)
-		}
-		b, err := s.TakeShards(ctx, "b", []int{9}, time.Minute)
-		if err != nil || len(b) != 1 || b[0].Epoch != 2 {
-			t.Fatalf("takeover of shard 9 = %+v, %v", b, err)
-		}
-		before := reload(t, s, "sharded")
-		g := k.next()
-		err = s.ApplyBatch(ctx, &persist.Batch{Shards: fencesOf(a), Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions})
-		if !errors.Is(err, model.ErrLeaseLost) {
-			t.Fatalf("a batch with shard 9 at a stale epoch = %v, want ErrLeaseLost", err)
-		}
-		if after := reload(t, s, "sharded"); after.Version != before.Version {
-			t.Fatalf("the refused batch moved the runtime from v%d to v%d", before.Version, after.Version)
-		}
-		checkRun(t, s, g.Runs[0].Ticket, false)
-		// The same writes fenced by the new owner's epoch land.
-		fences := []persist.ShardFence{{Shard: 9, Epoch: b[0].Epoch}}
-		if err := s.ApplyBatch(ctx, &persist.Batch{Shards: fences, Transitions: g.Transitions, Runs: g.Runs, Actions: g.Actions}); err != nil {
-			t.Fatalf("the batch fenced by shard 9's new epoch: %v", err)
-		}
-		k.checkLanded(t, s)
-		// A shard never taken has no fence row: a batch fenced by it is refused.
-		never := batchOf(k.next())
-		never.Shards = []persist.ShardFence{{Shard: 200, Epoch: 1}}
-		err = s.ApplyBatch(ctx, never)
-		if !errors.Is(err, model.ErrLeaseLost) {
-			t.Fatalf("a batch fenced by a shard never taken = %v, want ErrLeaseLost", err)
-		}
-	})
+	}
+	cs, err := s.TakeShards(ctx, "c", rest, time.Minute)
+	if err != nil || len(cs) != len(rest) {
+		t.Fatalf("TakeShards(c, the rest) = %d, %v", len(cs), err)
+	}
+	all := append(fencesOf(cs), persist.ShardFence{Shard: 4, Epoch: a[0].Epoch}, persist.ShardFence{Shard: 9, Epoch: b[0].Epoch})
+	never.Shards = all // the refused batch's writes, which the store has not seen
+	if err := s.ApplyBatch(ctx, never); err != nil {
+		t.Fatalf("a batch fenced by all %d shards at their epochs: %v", len(all), err)
+	}
+	k.checkLanded(t, s)
+	// c gives shard 77 up and takes it again: epoch 2. A batch still naming epoch 1 for it,
+	// among 255 current fences, is refused whole, naming it.
+	if err := s.ReleaseShards(ctx, "c", []persist.ShardFence{{Shard: 77, Epoch: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.TakeShards(ctx, "c", []int{77}, time.Minute); err != nil || len(again) != 1 || again[0].Epoch != 2 {
+		t.Fatalf("c retaking shard 77 = %+v, %v", again, err)
+	}
+	before = reload(t, s, "sharded")
+	stale := batchOf(k.next())
+	stale.Shards = all
+	err = s.ApplyBatch(ctx, stale)
+	if !errors.Is(err, model.ErrLeaseLost) || !strings.Contains(err.Error(), "shard/077") {
+		t.Fatalf("a batch with shard 77 stale among %d = %v, want ErrLeaseLost naming shard/077", len(all), err)
+	}
+	if after := reload(t, s, "sharded"); after.Version != before.Version {
+		t.Fatalf("the refused batch moved the runtime from v%d to v%d", before.Version, after.Version)
+	}
 }
