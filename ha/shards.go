@@ -122,6 +122,11 @@ type Shards struct {
 	deadline time.Time
 	watchdog clock.Timer
 
+	// sendMu orders sends on changes with its close: the watchdog and Lost may drop shards
+	// from other goroutines while Stop runs.
+	sendMu sync.Mutex
+	closed bool
+
 	life   startstop.Lifecycle
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -198,7 +203,10 @@ func (s *Shards) Stop(ctx context.Context, release bool) error {
 			errs = append(errs, err)
 		}
 		errs = append(errs, s.cfg.Store.TouchNode(ctx, s.cfg.NodeID, s.instance, persist.RoleStopped))
+		s.sendMu.Lock()
+		s.closed = true
 		close(s.changes)
+		s.sendMu.Unlock()
 		return errors.Join(errs...)
 	})
 }
@@ -244,6 +252,15 @@ func heldSet(fs []persist.ShardFence) model.ShardSet {
 	return out
 }
 
+// send reports a change unless Stop has closed the channel.
+func (s *Shards) send(ch ShardChange) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if !s.closed {
+		s.changes <- ch
+	}
+}
+
 // Lost tells the loop that a write fenced by shard at epoch failed on the fence: another node
 // holds it now. The node drops the shard at once.
 func (s *Shards) Lost(shard int, epoch int64, err error) {
@@ -281,7 +298,7 @@ func (s *Shards) drop(shards model.ShardSet, reason string) {
 	}
 	s.m.held.Set(float64(left))
 	s.log.Warn("shards no longer held", "shards", gone.String(), "reason", reason, "still_held", left)
-	s.changes <- ShardChange{Lost: gone, Reason: reason, At: s.clk.Now()}
+	s.send(ShardChange{Lost: gone, Reason: reason, At: s.clk.Now()})
 }
 
 // armLocked moves the local deadline to TTL − renew after sent, the moment a renewal (or a
@@ -479,7 +496,7 @@ func (s *Shards) take(ctx context.Context, shards []int) int {
 	s.m.takes.Add(len(taken))
 	s.m.held.Set(float64(left))
 	s.log.Info("shards taken", "shards", heldSet(gained).String(), "held", left)
-	s.changes <- ShardChange{Gained: gained, Reason: "shards taken", At: sent}
+	s.send(ShardChange{Gained: gained, Reason: "shards taken", At: sent})
 	return len(taken)
 }
 
@@ -503,7 +520,7 @@ func (s *Shards) handOver(ctx context.Context, shards []int) {
 		return
 	}
 	s.log.Info("handing shards over to a node below its share", "shards", set.String())
-	s.changes <- ShardChange{Draining: set, Reason: "handing over to a node below its share", At: now}
+	s.send(ShardChange{Draining: set, Reason: "handing over to a node below its share", At: now})
 	s.releaseDrained(ctx)
 }
 

@@ -2,6 +2,7 @@ package ha
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,8 +17,9 @@ import (
 )
 
 // Short leases keep these tests quick: a node is live for 1.5 renew intervals after its last
-// touch, a lease runs out TTL after its last renewal.
-const shardTTL, shardRenew = 1500 * time.Millisecond, 300 * time.Millisecond
+// touch, a lease runs out TTL after its last renewal. Each store call of the loop is bounded
+// by the renew interval, so it must be long enough for SQLite under -race on a loaded machine.
+const shardTTL, shardRenew = 3 * time.Second, 600 * time.Millisecond
 
 // shardNode is one node's shard loop under test, with the changes it reported.
 type shardNode struct {
@@ -336,5 +338,49 @@ func TestShardsDrainTimeout(t *testing.T) {
 	took := waitShares(t, s, []*shardNode{a, b}, 10*time.Second)
 	if took < 2*shardRenew {
 		t.Errorf("b got its share %s after joining, before a's hand-over bound of %s", took, 2*shardRenew)
+	}
+}
+
+// TestShardsLostDropsAtOnce: a write refused on a shard's fence drops that shard at once
+// (its gate closes); the loop then takes it again at a new epoch, fencing off what it did
+// before. After Stop a late report changes nothing and does not panic.
+func TestShardsLostDropsAtOnce(t *testing.T) {
+	s := persisttest.SQLite(t)
+	a := startShardNode(t, s, "a")
+	waitShares(t, s, []*shardNode{a}, 10*time.Second)
+	const shard = 5
+	var epoch int64
+	for _, f := range a.Held() {
+		if f.Shard == shard {
+			epoch = f.Epoch
+		}
+	}
+	if epoch == 0 || a.Gate(shard, epoch) != nil {
+		t.Fatalf("shard %d at epoch %d, gate %v", shard, epoch, a.Gate(shard, epoch))
+	}
+	a.Lost(shard, epoch, errors.New("fence"))
+	if err := a.Gate(shard, epoch); !errors.Is(err, ErrShardNotHeld) {
+		t.Fatalf("the gate after Lost = %v, want ErrShardNotHeld", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var now int64
+		for _, f := range a.Held() {
+			if f.Shard == shard {
+				now = f.Epoch
+			}
+		}
+		if now > epoch {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shard %d not taken again at a new epoch (still %d)", shard, now)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.stop(true)
+	a.Lost(shard, epoch+1, errors.New("late"))
+	if h := a.Held(); len(h) != 0 {
+		t.Fatalf("a stopped loop holds %d shards", len(h))
 	}
 }
