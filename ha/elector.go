@@ -193,13 +193,11 @@ func New(cfg Config) (*Elector, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create elector: %w", err)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	return &Elector{
 		cfg:      cfg,
 		clk:      cfg.Clock,
 		log:      cfg.Logger.With("node", cfg.NodeID),
-		instance: hex.EncodeToString(b[:]),
+		instance: newInstance(),
 		changes:  make(chan Change, 16),
 		m:        newHAMetrics(cfg.Metrics),
 		done:     make(chan struct{}),
@@ -219,13 +217,8 @@ func (e *Elector) Start(ctx context.Context) error {
 	return e.life.StartOnce(func() error {
 		// Nothing runs until the checks pass: a refused start leaves the elector new, so
 		// that Start may be called again (say, once the other instance of the id is gone).
-		ro, err := e.cfg.Store.ReadOnly(ctx)
-		if err != nil {
-			return startstop.NothingStarted(fmt.Errorf("cannot start HA: %w", err))
-		}
-		if ro {
-			return startstop.NothingStarted(fmt.Errorf("cannot start HA: the %s server is read-only (@@read_only = 1; a replica?): point --db at the writable primary: %w",
-				e.cfg.Store.Kind(), ErrReadOnly))
+		if err := checkWritable(ctx, e.cfg.Store); err != nil {
+			return startstop.NothingStarted(err)
 		}
 		if err := e.claim(ctx); err != nil {
 			return startstop.NothingStarted(err)
@@ -244,6 +237,27 @@ func (e *Elector) liveWithin() time.Duration { return e.cfg.Renew + e.cfg.Renew/
 func (e *Elector) claim(ctx context.Context) error {
 	return claimNode(ctx, e.cfg.Store, persist.Node{ID: e.cfg.NodeID, Advertise: e.cfg.Advertise, Role: persist.RoleBackup, Instance: e.instance},
 		e.liveWithin(), e.cfg.Renew, e.clk, e.log)
+}
+
+// newInstance names this process's run of a node id, to tell it from another with the id.
+func newInstance() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// checkWritable refuses a database that does not take writes: no node could hold a lease
+// on it.
+func checkWritable(ctx context.Context, store persist.LeaseStore) error {
+	ro, err := store.ReadOnly(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot start HA: %w", err)
+	}
+	if ro {
+		return fmt.Errorf("cannot start HA: the %s server is read-only (@@read_only = 1; a replica?): point --db at the writable primary: %w",
+			store.Kind(), ErrReadOnly)
+	}
+	return nil
 }
 
 // claimNode records me in the nodes table. It waits up to liveWithin and a second for a

@@ -2,8 +2,6 @@ package ha
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -138,13 +136,11 @@ func NewShards(cfg ShardsConfig) (*Shards, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create the shard loop: %w", err)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
 	return &Shards{
 		cfg:      cfg,
 		clk:      cfg.Clock,
 		log:      cfg.Logger.With("node", cfg.NodeID),
-		instance: hex.EncodeToString(b[:]),
+		instance: newInstance(),
 		changes:  make(chan ShardChange, 64),
 		m:        newShardMetrics(cfg.Metrics),
 		held:     map[int]int64{},
@@ -164,12 +160,8 @@ func (s *Shards) liveWithin() time.Duration { return s.cfg.Renew + s.cfg.Renew/2
 // and starts the loop holding no shard.
 func (s *Shards) Start(ctx context.Context) error {
 	return s.life.StartOnce(func() error {
-		ro, err := s.cfg.Store.ReadOnly(ctx)
-		if err != nil {
-			return startstop.NothingStarted(fmt.Errorf("cannot start the shard loop: %w", err))
-		}
-		if ro {
-			return startstop.NothingStarted(fmt.Errorf("cannot start the shard loop: the %s server is read-only: %w", s.cfg.Store.Kind(), ErrReadOnly))
+		if err := checkWritable(ctx, s.cfg.Store); err != nil {
+			return startstop.NothingStarted(err)
 		}
 		me := persist.Node{ID: s.cfg.NodeID, Advertise: s.cfg.Advertise, Role: persist.RoleBackup, Instance: s.instance}
 		if err := claimNode(ctx, s.cfg.Store, me, s.liveWithin(), s.cfg.Renew, s.clk, s.log); err != nil {

@@ -100,8 +100,9 @@ func shardNames(shards []int, fences bool) []any {
 	return out
 }
 
-// fencePairs is the condition "(name = ? AND epoch = ?) OR …" over held, and its arguments.
-func fencePairs(held []ShardFence) (string, []any) {
+// fencePairs is the condition "(name = ? AND epoch = ?) OR …" over the lease rows of held
+// (their fence rows when fences), and its arguments.
+func fencePairs(held []ShardFence, fences bool) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, 2*len(held))
 	for i, f := range held {
@@ -109,7 +110,11 @@ func fencePairs(held []ShardFence) (string, []any) {
 			b.WriteString(" OR ")
 		}
 		b.WriteString("(name = ? AND epoch = ?)")
-		args = append(args, model.ShardLeaseName(f.Shard), f.Epoch)
+		name := model.ShardLeaseName(f.Shard)
+		if fences {
+			name = fenceRow(name)
+		}
+		args = append(args, name, f.Epoch)
 	}
 	return b.String(), args
 }
@@ -259,7 +264,7 @@ func (s *sqlStore) RenewShards(ctx context.Context, holder string, held []ShardF
 		return nil, nil
 	}
 	h := s.ha()
-	cond, pairs := fencePairs(held)
+	cond, pairs := fencePairs(held, false)
 	res, err := s.db.ExecContext(ctx, `UPDATE lease SET expiry = `+h.shift+` WHERE holder = ? AND (`+cond+`)`,
 		append([]any{h.shiftArg(ttl), holder}, pairs...)...)
 	if err != nil {
@@ -312,7 +317,7 @@ func (s *sqlStore) ReleaseShards(ctx context.Context, holder string, held []Shar
 		return nil
 	}
 	h := s.ha()
-	cond, pairs := fencePairs(held)
+	cond, pairs := fencePairs(held, false)
 	if _, err := s.db.ExecContext(ctx, `UPDATE lease SET holder = '', expiry = `+h.now+` WHERE holder = ? AND (`+cond+`)`,
 		append([]any{holder}, pairs...)...); err != nil {
 		return fmt.Errorf("cannot release shards: %w", err)
@@ -338,16 +343,8 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 		return nil
 	}
 	if s.galera {
-		var cond strings.Builder
-		args := make([]any, 0, 2*len(fences))
-		for i, f := range fences {
-			if i > 0 {
-				cond.WriteString(" OR ")
-			}
-			cond.WriteString("(name = ? AND epoch = ?)")
-			args = append(args, fenceRow(model.ShardLeaseName(f.Shard)), f.Epoch)
-		}
-		n, err := tx.exec(ctx, `UPDATE lease SET expiry = expiry + INTERVAL 1 MICROSECOND WHERE `+cond.String(), args)
+		cond, args := fencePairs(fences, true)
+		n, err := tx.exec(ctx, `UPDATE lease SET expiry = expiry + INTERVAL 1 MICROSECOND WHERE `+cond, args)
 		if err != nil {
 			return fmt.Errorf("cannot write the fences of %d shards: %w", len(fences), err)
 		}
