@@ -100,6 +100,12 @@ func (s *sqlStore) refusedAtCommit(ctx context.Context, lease string, epoch int6
 	if rerr := s.db.QueryRowContext(ctx, `SELECT epoch FROM lease WHERE name = ?`, fenceRow(lease)).Scan(&current); rerr != nil || current == epoch {
 		return err
 	}
+	return refusedByTakeover(lease, epoch, current, err)
+}
+
+// refusedByTakeover is the error of a write of lease at epoch that certification refused
+// (err) while a takeover moved the fence to current.
+func refusedByTakeover(lease string, epoch, current int64, err error) error {
 	return fmt.Errorf("write of epoch %d refused as conflicting with a takeover: lease %q is at epoch %d: %w (%w)",
 		epoch, lease, current, model.ErrLeaseLost, err)
 }

@@ -61,6 +61,7 @@ func TestGalera(t *testing.T) {
 		{"FenceWaitsOnOneNode", testGaleraFenceOneNode},
 		{"FenceTakeoverDoesNotWaitAcrossNodes", testGaleraFenceAcrossNodes},
 		{"FenceRefusesStaleBatchAfterTakeover", testGaleraFenceStaleCommit},
+		{"ShardFenceRefusesStaleBatchAfterTakeover", testGaleraShardFenceStaleCommit},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), galeraTimeout)
@@ -838,7 +839,8 @@ func pastFenceCheck() bool {
 	for {
 		f, more := frames.Next()
 		inBatch = inBatch || strings.HasSuffix(f.Function, ".(*sqlStore).writeBatch")
-		inFence = inFence || strings.HasSuffix(f.Function, ".(*sqlStore).checkEpoch")
+		inFence = inFence || strings.HasSuffix(f.Function, ".(*sqlStore).checkEpoch") ||
+			strings.HasSuffix(f.Function, ".(*sqlStore).checkShardFences")
 		if !more {
 			return inBatch && !inFence
 		}
@@ -884,6 +886,83 @@ func startFenced(t *testing.T, ctx context.Context, c *galeratest.Cluster, db st
 		t.Fatal(err)
 	}
 	return f
+}
+
+// startShardFenced is startFenced for a shard: the old owner holds shard's lease and its
+// batch, fenced by that shard alone, is paused past the fence check; then it releases the
+// shard.
+func startShardFenced(t *testing.T, ctx context.Context, c *galeratest.Cluster, db string, oldNode, nextNode, shard int) *fenceSetup {
+	t.Helper()
+	f := &fenceSetup{old: galeraStore(t, c, db, oldNode), next: galeraStore(t, c, db, nextNode), lease: model.ShardLeaseName(shard),
+		done: make(chan error, 1)}
+	f.k = newTask(t, f.old, fmt.Sprintf("fenced-shard-%d", shard))
+	taken, err := f.old.TakeShards(ctx, "old", []int{shard}, time.Minute)
+	if err != nil || len(taken) != 1 {
+		t.Fatalf("TakeShards(old, %d) = %+v, %v", shard, taken, err)
+	}
+	f.epoch, f.start = taken[0].Epoch, f.k.rt.Version
+	b := batchOf(f.k.next())
+	b.Shards = []persist.ShardFence{{Shard: shard, Epoch: f.epoch}}
+	f.gate = newBatchGate(ctx)
+	go func() { f.done <- f.old.ApplyBatch(f.gate, b) }()
+	select {
+	case <-f.gate.paused:
+	case err := <-f.done:
+		t.Fatalf("the old owner's batch ended before its writes: %v", err)
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if err := f.old.ReleaseShards(ctx, "old", b.Shards); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// testGaleraShardFenceStaleCommit is testGaleraFenceStaleCommit for a shard's fence: a batch
+// of a shard's old owner, past its fence check on one node when the shard is taken over
+// through another node that the first lags behind, is refused at commit with ErrLeaseLost and
+// writes nothing.
+func testGaleraShardFenceStaleCommit(t *testing.T, ctx context.Context, c *galeratest.Cluster) {
+	db := galeraDatabase(t, c)
+	galeraExec(t, c, "CREATE TABLE "+db+".lag_pad (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, pad VARCHAR(200)) ENGINE=InnoDB")
+	writer := nodeConn(t, ctx, c.Node(1), 0)
+	stale := nodeConn(t, ctx, c.Node(0), 0)
+	rows := 200_000
+	for round := range 4 {
+		shard := 10 + round
+		f := startShardFenced(t, ctx, c, db, 0, 1, shard)
+		if _, err := writer.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s.lag_pad (pad) SELECT REPEAT('x', 200) FROM %s.seq_1_to_%d", db, db, rows)); err != nil {
+			t.Fatal(err)
+		}
+		taken, err := f.next.TakeShards(ctx, "next", []int{shard}, time.Minute)
+		if err != nil || len(taken) != 1 || taken[0].Epoch != f.epoch+1 {
+			t.Fatalf("the takeover of shard %d through node 2 = %+v, %v", shard, taken, err)
+		}
+		var seen int64
+		if err := stale.QueryRowContext(ctx, "SELECT epoch FROM "+db+".lease WHERE name = ?", f.lease+"#fence").Scan(&seen); err != nil {
+			t.Fatal(err)
+		}
+		certFailures := nodeStatus(t, ctx, c.Node(0), "wsrep_local_cert_failures")
+		err = f.finish(ctx)
+		if !errors.Is(err, model.ErrLeaseLost) {
+			t.Fatalf("round %d: the old owner's batch of shard %d at epoch %d after epoch %d was taken through node 2 = %v, want ErrLeaseLost",
+				round, shard, f.epoch, taken[0].Epoch, err)
+		}
+		got, gerr := f.next.GetTask(ctx, f.k.name)
+		if gerr != nil || got.Runtime.Version != f.start {
+			t.Fatalf("round %d: task after the refused batch: %+v, %v; want it unchanged at version %d", round, got.Runtime, gerr, f.start)
+		}
+		after := nodeStatus(t, ctx, c.Node(0), "wsrep_local_cert_failures")
+		if seen == f.epoch && after != certFailures {
+			t.Logf("round %d: node 1 had not applied the takeover (fence at epoch %d); certification refused the batch (wsrep_local_cert_failures %s -> %s): %v",
+				round, seen, certFailures, after, err)
+			return
+		}
+		t.Logf("round %d: node 1 applied the takeover within %d rows' time (fence seen at %d, cert failures %s -> %s); again with more",
+			round, rows, seen, certFailures, after)
+		rows *= 2
+	}
+	t.Fatal("node 1 never lagged behind the takeover: certification refusing the stale batch was not shown")
 }
 
 // finish lets the paused batch go on and returns its result.

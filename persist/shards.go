@@ -55,13 +55,21 @@ type ShardStore interface {
 
 var _ ShardStore = (*sqlStore)(nil)
 
+// checkShard refuses a number that is no shard.
+func checkShard(n int) error {
+	if n < 0 || n >= model.ShardCount {
+		return fmt.Errorf("%d is not a shard (0-%d)", n, model.ShardCount-1)
+	}
+	return nil
+}
+
 // checkShards validates and sorts a list of shard numbers, refusing repeats.
 func checkShards(shards []int) ([]int, error) {
 	out := slices.Clone(shards)
 	slices.Sort(out)
 	for i, n := range out {
-		if n < 0 || n >= model.ShardCount {
-			return nil, fmt.Errorf("%d is not a shard (0-%d)", n, model.ShardCount-1)
+		if err := checkShard(n); err != nil {
+			return nil, err
 		}
 		if i > 0 && out[i-1] == n {
 			return nil, fmt.Errorf("shard %d is named twice", n)
@@ -75,8 +83,8 @@ func checkFences(held []ShardFence) ([]ShardFence, error) {
 	out := slices.Clone(held)
 	slices.SortFunc(out, func(a, b ShardFence) int { return a.Shard - b.Shard })
 	for i, f := range out {
-		if f.Shard < 0 || f.Shard >= model.ShardCount {
-			return nil, fmt.Errorf("%d is not a shard (0-%d)", f.Shard, model.ShardCount-1)
+		if err := checkShard(f.Shard); err != nil {
+			return nil, err
 		}
 		if f.Epoch <= 0 {
 			return nil, fmt.Errorf("shard %d: epoch %d is not one a take gives", f.Shard, f.Epoch)
@@ -155,13 +163,15 @@ func (s *sqlStore) TakeShards(ctx context.Context, holder string, shards []int, 
 	if len(shards) == 0 {
 		return nil, nil
 	}
-	if err := s.ensureShardRows(ctx, shards); err != nil {
-		return nil, err
-	}
 	for attempt := 0; ; attempt++ {
-		taken, err := s.takeShards(ctx, holder, shards, ttl)
-		// Two nodes taking the same shards through two Galera nodes: certification lets one
-		// commit and refuses the other as a deadlock; the loser's retry finds them held.
+		// Two nodes creating or taking the same shards through two Galera nodes:
+		// certification lets one commit and refuses the other as a deadlock; the loser's
+		// retry finds the rows made, and the shards held.
+		err := s.ensureShardRows(ctx, shards)
+		var taken []ShardLease
+		if err == nil {
+			taken, err = s.takeShards(ctx, holder, shards, ttl)
+		}
 		if err == nil || attempt >= leaseRetries || !s.d.isRetryable(err) {
 			return taken, err
 		}
@@ -352,12 +362,9 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 			return nil
 		}
 	} else {
-		names := make([]any, len(fences))
-		for i, f := range fences {
-			names[i] = fenceRow(model.ShardLeaseName(f.Shard))
-		}
+		names := fenceNames(fences)
 		epochs := make(map[string]int64, len(fences))
-		err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease WHERE name IN (`+placeholders(len(names))+`) ORDER BY name`+s.d.forShare,
+		err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease WHERE name IN (`+placeholders(len(names))+`)`+s.d.forShare,
 			names, func(epoch int64, name string) { epochs[name] = epoch })
 		if err != nil {
 			return fmt.Errorf("cannot read the fences of %d shards: %w", len(fences), err)
@@ -381,13 +388,43 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 	return fmt.Errorf("cannot apply batch: the fences of %d shards did not hold, and each reads as current: %w", len(fences), model.ErrLeaseLost)
 }
 
-// shardsRefusedAtCommit is refusedAtCommit for a batch fenced by shards: the first shard
-// whose fence moved past its epoch names the refusal.
+// shardsRefusedAtCommit is refusedAtCommit for a batch fenced by shards, with one read of
+// all their fence rows: the first shard whose fence moved past its epoch names the refusal.
 func (s *sqlStore) shardsRefusedAtCommit(ctx context.Context, fences []ShardFence, err error) error {
-	for _, f := range fences {
-		if e := s.refusedAtCommit(ctx, model.ShardLeaseName(f.Shard), f.Epoch, err); errors.Is(e, model.ErrLeaseLost) {
-			return e
+	if !s.galera || err == nil || errors.Is(err, model.ErrLeaseLost) || !s.d.isRetryable(err) || ctx.Err() != nil {
+		return err
+	}
+	names := fenceNames(fences)
+	rows, rerr := s.db.QueryContext(ctx, `SELECT name, epoch FROM lease WHERE name IN (`+placeholders(len(names))+`)`, names...)
+	if rerr != nil {
+		return err
+	}
+	defer rows.Close()
+	epochs := make(map[string]int64, len(fences))
+	for rows.Next() {
+		var name string
+		var epoch int64
+		if rows.Scan(&name, &epoch) != nil {
+			return err
+		}
+		epochs[name] = epoch
+	}
+	if rows.Err() != nil {
+		return err
+	}
+	for i, f := range fences {
+		if current, ok := epochs[names[i].(string)]; ok && current != f.Epoch {
+			return refusedByTakeover(model.ShardLeaseName(f.Shard), f.Epoch, current, err)
 		}
 	}
 	return err
+}
+
+// fenceNames returns the fence row names of fences, in their order.
+func fenceNames(fences []ShardFence) []any {
+	out := make([]any, len(fences))
+	for i, f := range fences {
+		out[i] = fenceRow(model.ShardLeaseName(f.Shard))
+	}
+	return out
 }
