@@ -342,31 +342,14 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 		role = RoleOwner
 	}
 	s.mu.Unlock()
-	// Each call has a renew interval of its own: one slow answer must not starve the
-	// calls after it (a release, above all, which would otherwise wait out the TTL).
-	cctx, cancel := context.WithTimeout(ctx, s.cfg.Renew)
-	defer cancel()
-	if err := s.cfg.Store.TouchNode(cctx, s.cfg.NodeID, s.instance, role); err != nil {
-		if errors.Is(err, persist.ErrNodeIDTaken) {
-			s.log.Error("another instance claimed this node id; dropping every shard", "error", err)
-			s.drop(heldSet(s.Held()), "another instance claimed this node id")
-			return s.cfg.Renew
-		}
-		if ctx.Err() == nil {
-			s.log.Warn("cannot touch this node's row", "error", err)
-		}
-	}
-	cancel()
-	cctx, cancel = context.WithTimeout(ctx, s.cfg.Renew)
-	defer cancel()
-	nodes, err := s.cfg.Store.ListNodes(cctx)
-	if err != nil {
-		s.log.Warn("cannot read the nodes", "error", err)
+	if err := s.touch(ctx, role); errors.Is(err, persist.ErrNodeIDTaken) {
+		s.log.Error("another instance claimed this node id; dropping every shard", "error", err)
+		s.drop(heldSet(s.Held()), "another instance claimed this node id")
 		return s.cfg.Renew
 	}
-	leases, err := s.cfg.Store.ShardLeases(cctx)
+	nodes, leases, err := s.read(ctx)
 	if err != nil {
-		s.log.Warn("cannot read the shard leases", "error", err)
+		s.log.Warn("cannot read the nodes and the shard leases", "error", err)
 		return s.cfg.Renew
 	}
 	v := shardView{me: s.cfg.NodeID}
@@ -451,9 +434,34 @@ func (s *Shards) renew(ctx context.Context) bool {
 	return true
 }
 
-// call bounds one store call of the loop by a renew interval.
+// call bounds one store call of the loop by a renew interval of its own: one slow answer
+// must not starve the calls after it (a release, above all, which would otherwise wait out
+// the TTL).
 func (s *Shards) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.cfg.Renew)
+}
+
+// touch writes this node's row with role; a failure other than a lost id is only logged.
+func (s *Shards) touch(ctx context.Context, role string) error {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	err := s.cfg.Store.TouchNode(ctx, s.cfg.NodeID, s.instance, role)
+	if err != nil && !errors.Is(err, persist.ErrNodeIDTaken) && ctx.Err() == nil {
+		s.log.Warn("cannot touch this node's row", "error", err)
+	}
+	return err
+}
+
+// read reads the nodes and the shard leases, as the database judges them now.
+func (s *Shards) read(ctx context.Context) ([]persist.Node, []persist.ShardLease, error) {
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	nodes, err := s.cfg.Store.ListNodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	leases, err := s.cfg.Store.ShardLeases(ctx)
+	return nodes, leases, err
 }
 
 // take tries to take shards, reports those it got, and returns how many.
