@@ -88,7 +88,7 @@ func (s *sqlStore) ListBackfills(ctx context.Context, taskID int64, limit int) (
 }
 
 func (s *sqlStore) ListOpenBackfills(ctx context.Context) ([]model.Backfill, error) {
-	return s.queryBackfills(ctx, backfillSelect+" WHERE status = ? OR low_fire <= to_ms ORDER BY id", model.BackfillRunning)
+	return s.queryBackfills(ctx, backfillSelect+" WHERE (status = ? OR low_fire <= to_ms)"+shardCond(ctx, "task_name")+" ORDER BY id", model.BackfillRunning)
 }
 
 func (s *sqlStore) SaveBackfill(ctx context.Context, b *model.Backfill) error {

@@ -43,5 +43,5 @@ func OldRunsSelect(s Store, limit int) string { return s.(*sqlStore).oldRunsSele
 // OpenManualRunsSelect is ListRunningManual's query.
 func OpenManualRunsSelect(s Store) string {
 	st := s.(*sqlStore)
-	return st.runSelect + st.d.openManualRuns
+	return st.runSelect + st.d.openManualRuns + st.d.openManualOrder
 }

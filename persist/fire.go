@@ -151,7 +151,7 @@ func (s *sqlStore) ListOpenFires(ctx context.Context, upTo int64) ([]model.Run, 
 		" AND r.state IN ('" + string(model.StateScheduled) + "', '" + string(model.StateRetrying) + "')" +
 		" AND x.kind = '" + model.RunScheduled + "' AND x.result = '" + model.ResultRunning + "'" +
 		" AND x.attempt = CASE WHEN r.state = '" + string(model.StateRetrying) + "' THEN r.attempt ELSE 1 END" +
-		" ORDER BY x.scheduled_at, x.ticket"
+		shardCond(ctx, "x.task_name") + " ORDER BY x.scheduled_at, x.ticket"
 	return s.queryRuns(ctx, q, upTo)
 }
 
@@ -166,6 +166,6 @@ func (s *sqlStore) ListOpenParallelRuns(ctx context.Context) ([]model.Run, error
 	q := "SELECT " + strings.Join(cols, ", ") + " FROM task_def d JOIN task_run x ON x.task_id = d.id" +
 		" WHERE d.overlap_policy = '" + model.OverlapAllowAll + "'" +
 		" AND x.kind = '" + model.RunScheduled + "' AND x.result = '" + model.ResultRunning + "'" +
-		" ORDER BY x.scheduled_at, x.ticket"
+		shardCond(ctx, "d.name") + " ORDER BY x.scheduled_at, x.ticket"
 	return s.queryRuns(ctx, q)
 }

@@ -145,7 +145,8 @@ func mysqlDialect() *dialect {
 		// open_manual is NULL for every other run (schema step 2), so the open run-now runs
 		// are the non-NULL part of idx_task_run_open_sched (step 7). There open_manual is the
 		// run's scheduled_at, and InnoDB orders ties by the primary key, the ticket.
-		openManualRuns: ` WHERE open_manual IS NOT NULL ORDER BY open_manual, ticket`,
+		openManualRuns:  ` WHERE open_manual IS NOT NULL`,
+		openManualOrder: ` ORDER BY open_manual, ticket`,
 		// The runs the pruner may delete are in the NULL part of the same index, in
 		// scheduled_at order.
 		prunableRuns: `open_manual IS NULL AND `,

@@ -228,12 +228,12 @@ const finishedWhere = ` FROM task_runtime r JOIN task_def d ON d.id = r.task_id
 func (s *sqlStore) PruneFinished(ctx context.Context, before, now int64, limit int, dryRun bool) ([]int64, int64, error) {
 	if dryRun {
 		var n int64
-		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*)`+finishedWhere, now, before).Scan(&n); err != nil {
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*)`+finishedWhere+shardCond(ctx, "d.name"), now, before).Scan(&n); err != nil {
 			return nil, 0, fmt.Errorf("cannot count finished tasks: %w", err)
 		}
 		return nil, n, nil
 	}
-	rows, err := s.db.QueryContext(ctx, `SELECT r.task_id`+finishedWhere+` LIMIT `+strconv.Itoa(limit), now, before)
+	rows, err := s.db.QueryContext(ctx, `SELECT r.task_id`+finishedWhere+shardCond(ctx, "d.name")+` LIMIT `+strconv.Itoa(limit), now, before)
 	if err != nil {
 		return nil, 0, fmt.Errorf("cannot select finished tasks: %w", err)
 	}
@@ -253,7 +253,7 @@ func (s *sqlStore) PruneFinished(ctx context.Context, before, now int64, limit i
 	if len(ids) == 0 {
 		return nil, 0, nil
 	}
-	b := &Batch{Deletes: ids}
+	b := &Batch{Deletes: ids, Shards: shardFencesOf(ctx)}
 	if s.fence != nil {
 		b.Epoch, b.LeaseName = s.fence.epoch, s.fence.lease
 	}

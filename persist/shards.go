@@ -347,11 +347,14 @@ func (s *sqlStore) ShardLeases(ctx context.Context) ([]ShardLease, error) {
 // whatever their number: on one server a read of their fence rows under a shared lock, on
 // Galera an update of them that applies only at their epochs (galeraFence's argument, for
 // each row). Both name the fence rows in ascending shard order. When a fence does not hold,
-// the shards are checked one by one for an error that names the first stale one.
+// the error is a *ShardsLostError naming every stale one, so that the writer fails only the
+// groups of those shards.
 func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []ShardFence) error {
 	if len(fences) == 0 {
 		return nil
 	}
+	names := fenceNames(fences)
+	forShare := s.d.forShare
 	if s.galera {
 		cond, args := fencePairs(fences, true)
 		n, err := tx.exec(ctx, `UPDATE lease SET expiry = expiry + INTERVAL 1 MICROSECOND WHERE `+cond, args)
@@ -361,35 +364,75 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 		if n == int64(len(fences)) {
 			return nil
 		}
-	} else {
-		names := fenceNames(fences)
-		epochs := make(map[string]int64, len(fences))
-		err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease WHERE name IN (`+placeholders(len(names))+`)`+s.d.forShare,
-			names, func(epoch int64, name string) { epochs[name] = epoch })
-		if err != nil {
-			return fmt.Errorf("cannot read the fences of %d shards: %w", len(fences), err)
-		}
-		ok := true
-		for i, f := range fences {
-			if e, found := epochs[names[i].(string)]; !found || e != f.Epoch {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			return nil
+		forShare = "" // the lock would be this node's own; the update wrote the rows it could
+	}
+	epochs := make(map[string]int64, len(fences))
+	err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease WHERE name IN (`+placeholders(len(names))+`)`+forShare,
+		names, func(epoch int64, name string) { epochs[name] = epoch })
+	if err != nil {
+		return fmt.Errorf("cannot read the fences of %d shards: %w", len(fences), err)
+	}
+	lost := staleFences(fences, names, epochs, true)
+	if len(lost) == 0 && !s.galera {
+		return nil // the shared locks now hold every fence at its epoch until the commit
+	}
+	if len(lost) == 0 {
+		// Every fence reads as current although the update missed one: a race with a take
+		// this transaction cannot see. Not a refusal; the batch is tried again.
+		return fmt.Errorf("cannot apply batch: the fences of %d shards did not all hold, yet each reads as current", len(fences))
+	}
+	return &ShardsLostError{Lost: lost}
+}
+
+// staleFences returns the fences whose row's epoch (epochs, by fence row name; names in the
+// order of fences) is not theirs; a missing row is stale when missing is set.
+func staleFences(fences []ShardFence, names []any, epochs map[string]int64, missing bool) []ShardFence {
+	var lost []ShardFence
+	for i, f := range fences {
+		e, found := epochs[names[i].(string)]
+		if (!found && missing) || (found && e != f.Epoch) {
+			lost = append(lost, f)
 		}
 	}
-	for _, f := range fences {
-		if err := s.readEpoch(ctx, tx, model.ShardLeaseName(f.Shard), f.Epoch); err != nil {
-			return err
+	return lost
+}
+
+// ShardsLostError reports the shards whose fence refused a batch (Batch.Shards): another
+// node took them, or they were released. Nothing of the batch was applied. It unwraps to
+// ErrLeaseLost, and to the commit's own error when certification refused the commit.
+type ShardsLostError struct {
+	// Lost are the fences that no longer hold, with the epochs the batch carried.
+	Lost []ShardFence
+	// Err is the failed commit certification refused, or nil.
+	Err error
+}
+
+func (e *ShardsLostError) Error() string {
+	var b strings.Builder
+	for i, f := range e.Lost {
+		if i > 0 {
+			b.WriteString(", ")
 		}
+		fmt.Fprintf(&b, "%s at epoch %d", model.ShardLeaseName(f.Shard), f.Epoch)
 	}
-	return fmt.Errorf("cannot apply batch: the fences of %d shards did not hold, and each reads as current: %w", len(fences), model.ErrLeaseLost)
+	msg := "cannot apply batch: another node holds " + b.String()
+	if e.Err != nil {
+		msg += " (the commit was refused: " + e.Err.Error() + ")"
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is(err, ErrLeaseLost) true.
+func (e *ShardsLostError) Unwrap() []error {
+	if e.Err != nil {
+		return []error{model.ErrLeaseLost, e.Err}
+	}
+	return []error{model.ErrLeaseLost}
 }
 
 // shardsRefusedAtCommit is refusedAtCommit for a batch fenced by shards, with one read of
-// all their fence rows: the first shard whose fence moved past its epoch names the refusal.
+// all their fence rows: every shard whose fence moved past its epoch is named in the
+// *ShardsLostError.
 func (s *sqlStore) shardsRefusedAtCommit(ctx context.Context, fences []ShardFence, err error) error {
 	if !s.galera || err == nil || errors.Is(err, model.ErrLeaseLost) || !s.d.isRetryable(err) || ctx.Err() != nil {
 		return err
@@ -412,10 +455,8 @@ func (s *sqlStore) shardsRefusedAtCommit(ctx context.Context, fences []ShardFenc
 	if rows.Err() != nil {
 		return err
 	}
-	for i, f := range fences {
-		if current, ok := epochs[names[i].(string)]; ok && current != f.Epoch {
-			return refusedByTakeover(model.ShardLeaseName(f.Shard), f.Epoch, current, err)
-		}
+	if lost := staleFences(fences, names, epochs, false); len(lost) > 0 {
+		return &ShardsLostError{Lost: lost, Err: err}
 	}
 	return err
 }

@@ -42,6 +42,9 @@ func openSQLite(path string) (*sqlStore, error) {
 	if userParams != "" {
 		dsn += "&" + userParams
 	}
+	if err := registerCRC32(); err != nil {
+		return nil, err
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open sqlite store %q: %w", file, err)
@@ -91,9 +94,10 @@ func sqliteDialect() *dialect {
 		// SQLite's DDL here says IF [NOT] EXISTS and is transactional: nothing half applied.
 		isAlreadyApplied: func(error) bool { return false },
 		// Repeats the partial index's WHERE literally (bound values would not match it).
-		runsByTime:     "INDEXED BY idx_task_run_sched",
-		runsByTask:     "INDEXED BY idx_task_run_task",
-		openManualRuns: ` WHERE result = '` + model.ResultRunning + `' AND kind = '` + model.RunManual + `' ORDER BY scheduled_at, ticket`,
+		runsByTime:      "INDEXED BY idx_task_run_sched",
+		runsByTask:      "INDEXED BY idx_task_run_task",
+		openManualRuns:  ` WHERE result = '` + model.ResultRunning + `' AND kind = '` + model.RunManual + `'`,
+		openManualOrder: ` ORDER BY scheduled_at, ticket`,
 		lockSchema: func(context.Context, *sql.Conn) (func(), error) {
 			return func() {}, nil
 		},

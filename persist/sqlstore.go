@@ -66,8 +66,9 @@ type dialect struct {
 	// selects the part of runsByTime holding every run but the open run-now instances, and
 	// runsOpenCond the one selecting those.
 	runsByTime, runsByTask, runsAllCond, runsOpenCond string
-	// openManualRuns is ListRunningManual's query; each store has its own index for it.
-	openManualRuns string
+	// openManualRuns is ListRunningManual's WHERE clause and openManualOrder its ORDER BY;
+	// each store has its own index for it.
+	openManualRuns, openManualOrder string
 	// prunableRuns opens the pruner's condition on old runs ("" or a condition and " AND ")
 	// so that it reads the index the store keeps for it.
 	prunableRuns string
@@ -433,7 +434,7 @@ func (s *sqlStore) LoadDue(ctx context.Context, from, to int64, states []model.S
 	}
 	q := taskSelect + " FROM " + s.d.dueFrom +
 		" WHERE r.next_trigger_time > 0 AND r.next_trigger_time >= ? AND r.next_trigger_time < ?" +
-		" AND r.state IN (" + placeholders(len(states)) + ")" +
+		" AND r.state IN (" + placeholders(len(states)) + ")" + shardCond(ctx, "d.name") +
 		" ORDER BY r.next_trigger_time, r.task_id"
 	return s.streamTasks(ctx, q, args, fn)
 }
@@ -453,6 +454,12 @@ func (s *sqlStore) LoadDueRefs(ctx context.Context, from, to int64, states []mod
 	q := "SELECT task_id, next_trigger_time FROM task_runtime" +
 		" WHERE next_trigger_time > 0 AND next_trigger_time >= ? AND next_trigger_time < ?" +
 		" AND state IN (" + placeholders(len(states)) + ")"
+	if cond := shardCond(ctx, "d.name"); cond != "" {
+		// The shard is the name's: read through the definitions, as LoadDue does.
+		q = "SELECT r.task_id, r.next_trigger_time FROM " + s.d.dueFrom +
+			" WHERE r.next_trigger_time > 0 AND r.next_trigger_time >= ? AND r.next_trigger_time < ?" +
+			" AND r.state IN (" + placeholders(len(states)) + ")" + cond
+	}
 	return streamRows(ctx, s.db, q, args, func(rows *sql.Rows) (DueRef, error) {
 		var r DueRef
 		if err := rows.Scan(&r.TaskID, &r.NextTriggerTime); err != nil {
@@ -497,14 +504,14 @@ func (s *sqlStore) LoadByState(ctx context.Context, states []model.State, fn fun
 		args = append(args, string(st))
 	}
 	q := taskSelect + " FROM " + s.d.stateFrom +
-		" WHERE r.state IN (" + placeholders(len(states)) + ") ORDER BY r.task_id"
+		" WHERE r.state IN (" + placeholders(len(states)) + ")" + shardCond(ctx, "d.name") + " ORDER BY r.task_id"
 	return s.streamTasks(ctx, q, args, fn)
 }
 
 // Dependents returns the tasks that name upstream in depends_on, ordered by id.
 func (s *sqlStore) Dependents(ctx context.Context, upstream string) ([]model.Task, error) {
 	q := taskSelect + ` FROM task_dep p JOIN task_def d ON d.id = p.task_id
-		JOIN task_runtime r ON r.task_id = d.id WHERE p.upstream_name = ? ORDER BY d.id`
+		JOIN task_runtime r ON r.task_id = d.id WHERE p.upstream_name = ?` + shardCond(ctx, "d.name") + ` ORDER BY d.id`
 	var out []model.Task
 	err := s.streamTasks(ctx, q, []any{upstream}, func(t *model.Task) error {
 		out = append(out, *t)
@@ -707,7 +714,7 @@ func (s *sqlStore) ListRuns(ctx context.Context, taskID int64, limit int) ([]mod
 // ListRunningManual returns the run-now instances still running, oldest first; limit <= 0
 // means all.
 func (s *sqlStore) ListRunningManual(ctx context.Context, limit int) ([]model.Run, error) {
-	return s.queryRuns(ctx, s.runSelect+s.d.openManualRuns+limitClause(limit))
+	return s.queryRuns(ctx, s.runSelect+s.d.openManualRuns+shardCond(ctx, "task_name")+s.d.openManualOrder+limitClause(limit))
 }
 
 func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]model.Run, error) {

@@ -107,6 +107,10 @@ type WriterConfig struct {
 	// passes its own, which its lanes share. Defaults to a new set of this writer's own,
 	// which nothing exposes.
 	Metrics *metrics.Set
+	// ShardLost, when set, hears of each shard fence (Group.Fence) a batch found stale:
+	// another node holds the shard now. It is called on the writer goroutine and must not
+	// block. Defaults to nil.
+	ShardLost func(f ShardFence, err error)
 }
 
 // WithDefaults returns a copy of c with every zero field set to its default.
@@ -182,6 +186,12 @@ type Group struct {
 	Creates    []*TaskCreate
 	DefUpdates []model.TaskDef
 	Deletes    []int64
+
+	// Fence, when its Epoch is > 0, fences the group by one shard (scale-out): the batch it
+	// lands in names the shard at that epoch (Batch.Shards), and when the shard's fence no
+	// longer carries it the group fails with an error wrapping ErrLeaseLost while the
+	// batch's other groups are applied without it. Defaults to the zero fence: none.
+	Fence ShardFence
 }
 
 func (g *Group) rows() int {
@@ -220,6 +230,13 @@ func (g *Group) rows() int {
 //     The epoch is that of the batch, not of the decision: groups decided under an epoch
 //     must not still be queued when Epoch starts returning a newer one (a deposed primary
 //     stops its writer before it campaigns again).
+//   - Fencing per shard (scale-out). A group fenced by a shard (Group.Fence) fails alone
+//     when the shard's fence has moved past its epoch: the batch names every shard of its
+//     groups (Batch.Shards), a *ShardsLostError names the stale ones, their groups fail with
+//     it and the rest of the batch is applied again without them, as for a conflict. A
+//     group whose epoch is below another of the same shard in the batch, or at or below an
+//     epoch found stale before, fails without going to the database: epochs of a shard only
+//     grow.
 //   - Refusals. When the database refuses a batch for the values it holds (invalid UTF-8, a
 //     string over its column, a number out of range: isRefusal, by the MySQL error number or
 //     the SQLite result code), retrying it cannot help. The writer commits ever smaller
@@ -276,6 +293,10 @@ type Writer struct {
 	cOwner      []int // per batch create: index into live
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
+	// fencedShards is the highest epoch of each shard that a batch found stale: groups
+	// fenced by that shard at that epoch or below fail at once.
+	fencedShards map[int]int64
+	shardEpochs  map[int]int64 // scratch of build: the highest epoch of each shard in the batch
 
 	stall atomic.Pointer[Stall] // the current run of failed commits; nil while commits land (stall.go)
 }
@@ -586,7 +607,9 @@ func (w *Writer) commit(items []queuedGroup) {
 	if w.cfg.Epoch != nil {
 		epoch = w.cfg.Epoch()
 	}
+	w.dropStaleShards(items)
 	switch {
+	case len(w.live) == 0:
 	case w.aborted():
 		w.failLive(w.abortError())
 	case epoch > 0 && epoch == w.fencedEpoch:
@@ -642,7 +665,9 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 		before := len(w.live)
 		var conflict *ConflictError
 		var refused *FireRefusedError
-		if errors.As(err, &conflict) && w.dropConflicts(conflict) || errors.As(err, &refused) && w.dropRefused(refused) {
+		var lostShards *ShardsLostError
+		if errors.As(err, &conflict) && w.dropConflicts(conflict) || errors.As(err, &refused) && w.dropRefused(refused) ||
+			errors.As(err, &lostShards) && w.dropLostShards(items, lostShards) {
 			// A conflict or a refused fire is an answer, not a failure: no backoff. The
 			// failed groups were all of the prefix tried; an emptied prefix is the rest.
 			if n -= before - len(w.live); n == 0 {
@@ -651,7 +676,9 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			attempt = 0
 			continue
 		}
-		if errors.Is(err, model.ErrLeaseLost) {
+		if errors.Is(err, model.ErrLeaseLost) && !errors.As(err, &lostShards) {
+			// The primary's lease (Epoch). A shard's lost fence that names no live group is
+			// not this branch: it is retried as transient below.
 			w.m.leaseLost.Inc()
 			w.m.failedByFences.Add(len(w.live))
 			if epoch > 0 {
@@ -710,6 +737,8 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 	if epoch > 0 {
 		b.Epoch, b.LeaseName = epoch, w.cfg.LeaseName
 	}
+	b.Shards = b.Shards[:0]
+	clear(w.shardEpochs)
 	b.Transitions, b.Runs, b.Actions, b.Fires = b.Transitions[:0], b.Runs[:0], b.Actions[:0], b.Fires[:0]
 	b.Creates, b.DefUpdates, b.Deletes = b.Creates[:0], b.DefUpdates[:0], b.Deletes[:0]
 	w.offsets, w.owner = w.offsets[:0], w.owner[:0]
@@ -738,8 +767,92 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 		b.DefUpdates = append(b.DefUpdates, g.DefUpdates...)
 		b.Deletes = append(b.Deletes, g.Deletes...)
 		rows += g.rows()
+		if f := g.Fence; f.Epoch > 0 {
+			if w.shardEpochs == nil {
+				w.shardEpochs = make(map[int]int64)
+			}
+			if _, seen := w.shardEpochs[f.Shard]; !seen {
+				w.shardEpochs[f.Shard] = f.Epoch // dropStaleShards left one epoch a shard
+				b.Shards = append(b.Shards, f)
+			}
+		}
 	}
 	return rows
+}
+
+// dropStaleShards fails, before the batch goes to the database, the live groups fenced by a
+// shard at an epoch known to be stale: at or below one a batch found stale, or below another
+// group's of the same shard in this batch (a shard's epochs only grow, so the node that
+// holds the higher one took the shard after the lower one was given).
+func (w *Writer) dropStaleShards(items []queuedGroup) {
+	var newest map[int]int64
+	for _, i := range w.live {
+		f := items[i].g.Fence
+		if f.Epoch <= 0 {
+			continue
+		}
+		if newest == nil {
+			newest = make(map[int]int64)
+		}
+		newest[f.Shard] = max(newest[f.Shard], f.Epoch)
+	}
+	if newest == nil {
+		return
+	}
+	dropped := 0
+	for _, i := range w.live {
+		f := items[i].g.Fence
+		if f.Epoch <= 0 {
+			continue
+		}
+		if stale, ok := w.fencedShards[f.Shard]; (ok && f.Epoch <= stale) || f.Epoch < newest[f.Shard] {
+			w.errs[i] = &ShardsLostError{Lost: []ShardFence{f}}
+			dropped++
+		}
+	}
+	if dropped > 0 {
+		w.m.failedByFences.Add(dropped)
+		w.live = slices.DeleteFunc(w.live, func(i int) bool { return w.errs[i] != nil })
+	}
+}
+
+// dropLostShards fails the live groups fenced by the shards e names at their stale epochs
+// (or below), remembers those epochs as stale and tells ShardLost; the rest of the batch is
+// applied again without them. It returns false, changing nothing, when e names no shard of
+// a live group: such an error is treated as transient.
+func (w *Writer) dropLostShards(items []queuedGroup, e *ShardsLostError) bool {
+	stale := make(map[int]int64, len(e.Lost))
+	for _, f := range e.Lost {
+		stale[f.Shard] = max(stale[f.Shard], f.Epoch)
+	}
+	dropped := 0
+	for _, i := range w.live {
+		f := items[i].g.Fence
+		if s, ok := stale[f.Shard]; ok && f.Epoch > 0 && f.Epoch <= s {
+			w.errs[i] = e
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		return false
+	}
+	w.m.leaseLost.Inc()
+	w.m.failedByFences.Add(dropped)
+	if w.fencedShards == nil {
+		w.fencedShards = make(map[int]int64)
+	}
+	for n, ep := range stale {
+		w.fencedShards[n] = max(w.fencedShards[n], ep)
+	}
+	w.live = slices.DeleteFunc(w.live, func(i int) bool { return w.errs[i] != nil })
+	w.cfg.Logger.Warn("writer fenced per shard: another node holds these shards; their groups failed",
+		"error", e, "groups", dropped)
+	if w.cfg.ShardLost != nil {
+		for _, f := range e.Lost {
+			w.cfg.ShardLost(f, e)
+		}
+	}
+	return true
 }
 
 // dropRefused fails the groups owning the fire records in r (each with its own
