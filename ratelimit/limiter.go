@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -82,6 +83,12 @@ type Limiter struct {
 	def        Limit
 	defLimited bool
 
+	// share is the fraction of every limit this Limiter gives out (SetShare), as float64
+	// bits; changed under shareMu, which SetGlobal, Set and Remove take too, so that a
+	// bucket's limit is always its base limit scaled by the share in force.
+	share   atomic.Uint64
+	shareMu sync.Mutex
+
 	// Keys live in a map cut into shards, each behind its own mutex. Every dispatch
 	// goroutine takes a token per request, and most of them are for different
 	// downstreams whose buckets are independent; a single map lock would queue them
@@ -96,6 +103,7 @@ type Limiter struct {
 	// the usual setup. It only changes under globalMu.
 	globalMu      sync.Mutex
 	global        state
+	globalBase    Limit // the global limit as set; global.lim is it scaled by the share
 	globalLimited atomic.Bool
 }
 
@@ -114,7 +122,8 @@ type shard struct {
 // entry is one key's bucket.
 type entry struct {
 	state
-	explicit bool // limit set through Config.PerKey or Set, not Config.Default
+	explicit bool  // limit set through Config.PerKey or Set, not Config.Default
+	base     Limit // the limit as set; state.lim is it scaled by the share (SetShare)
 }
 
 // New returns a Limiter for cfg. The error wraps ErrInvalidRate, ErrInvalidBurst or
@@ -146,14 +155,66 @@ func newLimiter(cfg Config, n int) *Limiter {
 		sh.sweepAt = sh.limit
 	}
 	now := l.clock.Now()
+	l.share.Store(math.Float64bits(1))
 	l.global = newState(cfg.Global, now)
+	l.globalBase = cfg.Global
 	l.globalLimited.Store(!cfg.Global.Unlimited())
 	for key, lim := range cfg.PerKey {
 		sh := l.shardFor(key)
-		sh.buckets[key] = &entry{state: newState(lim, now), explicit: true}
+		sh.buckets[key] = &entry{state: newState(lim, now), explicit: true, base: lim}
 	}
 	return l
 }
+
+// scaled is l with its rate and burst multiplied by the share in force: the part of l this
+// Limiter gives out. An unlimited l stays unlimited; a limited one keeps a burst of at least
+// one and a rate that still refills within the bounds Validate sets.
+func (l *Limiter) scaled(lim Limit) Limit {
+	f := math.Float64frombits(l.share.Load())
+	if lim.Unlimited() || f == 1 {
+		return lim
+	}
+	out := Limit{Rate: lim.Rate * f, Burst: int(float64(lim.burst()) * f)}
+	if minRate := 1e9 / float64(maxRefill); out.Rate < minRate {
+		out.Rate = minRate
+	}
+	if out.Validate() != nil {
+		out.Burst = 0
+	}
+	return out
+}
+
+// SetShare makes this Limiter give out the fraction f (0 < f <= 1) of every limit, global,
+// default and per key: each bucket's rate is f times its limit's, and its burst f times
+// its burst, rounded down but at least one. Processes that dispatch to the same downstreams
+// and whose shares add up to at most one together stay within the limits (but for the
+// bursts of one token each that rounding may add): axe's nodes each take the share of the
+// shards they schedule (docs/scale-out.md). Tokens accrued are kept, capped at the new
+// bursts, as for a change of limit. Limits reports the limits as set, not scaled.
+func (l *Limiter) SetShare(f float64) error {
+	if math.IsNaN(f) || f <= 0 || f > 1 {
+		return fmt.Errorf("%w: share %v is not in (0, 1]", ErrInvalidRate, f)
+	}
+	l.shareMu.Lock()
+	defer l.shareMu.Unlock()
+	l.share.Store(math.Float64bits(f))
+	now := l.clock.Now()
+	l.globalMu.Lock()
+	l.global.setLimit(l.scaled(l.globalBase), now)
+	l.globalMu.Unlock()
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, e := range sh.buckets {
+			e.setLimit(l.scaled(e.base), now)
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// Share returns the fraction of every limit this Limiter gives out (SetShare); 1 unless set.
+func (l *Limiter) Share() float64 { return math.Float64frombits(l.share.Load()) }
 
 // Take asks for one token from key's bucket and one from the global bucket, atomically:
 // either both are taken and ok is true, or neither is and wait is how long until both
@@ -167,7 +228,7 @@ func (l *Limiter) Take(key string) (ok bool, wait time.Duration) {
 
 	e := sh.buckets[key]
 	if e == nil && l.defLimited {
-		e = &entry{state: newState(l.def, now)}
+		e = &entry{state: newState(l.scaled(l.def), now), base: l.def}
 		sh.insert(key, e, now)
 	}
 	var keyNext time.Time
@@ -206,10 +267,13 @@ func (l *Limiter) SetGlobal(lim Limit) error {
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("cannot set global limit: %w", err)
 	}
+	l.shareMu.Lock()
+	defer l.shareMu.Unlock()
 	now := l.clock.Now()
 	l.globalMu.Lock()
 	defer l.globalMu.Unlock()
-	l.global.setLimit(lim, now)
+	l.globalBase = lim
+	l.global.setLimit(l.scaled(lim), now)
 	l.globalLimited.Store(!lim.Unlimited())
 	return nil
 }
@@ -221,6 +285,8 @@ func (l *Limiter) Set(key string, lim Limit) error {
 	if err := lim.Validate(); err != nil {
 		return fmt.Errorf("cannot set limit for %q: %w", key, err)
 	}
+	l.shareMu.Lock()
+	defer l.shareMu.Unlock()
 	now := l.clock.Now()
 	sh := l.shardFor(key)
 	sh.mu.Lock()
@@ -229,10 +295,11 @@ func (l *Limiter) Set(key string, lim Limit) error {
 	if e == nil {
 		// A key without a bucket has a full one with the default limit; start from
 		// that, so Set never grants more than the key already had.
-		e = &entry{state: newState(l.def, now)}
+		e = &entry{state: newState(l.scaled(l.def), now), base: l.def}
 		sh.insert(key, e, now)
 	}
-	e.setLimit(lim, now)
+	e.setLimit(l.scaled(lim), now)
+	e.base = lim
 	e.explicit = true
 	return nil
 }
@@ -241,6 +308,8 @@ func (l *Limiter) Set(key string, lim Limit) error {
 // accrued capped at the default burst. Removing a key without an explicit limit does
 // nothing.
 func (l *Limiter) Remove(key string) {
+	l.shareMu.Lock()
+	defer l.shareMu.Unlock()
 	now := l.clock.Now()
 	sh := l.shardFor(key)
 	sh.mu.Lock()
@@ -253,7 +322,8 @@ func (l *Limiter) Remove(key string) {
 		delete(sh.buckets, key)
 		return
 	}
-	e.setLimit(l.def, now)
+	e.setLimit(l.scaled(l.def), now)
+	e.base = l.def
 	e.explicit = false
 }
 
@@ -261,7 +331,7 @@ func (l *Limiter) Remove(key string) {
 // copy the caller owns. Keys under Default are not listed.
 func (l *Limiter) Limits() (global Limit, perKey map[string]Limit) {
 	l.globalMu.Lock()
-	global = l.global.lim
+	global = l.globalBase
 	l.globalMu.Unlock()
 
 	perKey = make(map[string]Limit)
@@ -270,7 +340,7 @@ func (l *Limiter) Limits() (global Limit, perKey map[string]Limit) {
 		sh.mu.Lock()
 		for key, e := range sh.buckets {
 			if e.explicit {
-				perKey[key] = e.lim
+				perKey[key] = e.base
 			}
 		}
 		sh.mu.Unlock()
