@@ -69,21 +69,29 @@ func newDispatchMetrics(s *metrics.Set) *dispatchMetrics {
 // EpochHeader carries the dispatching primary's lease epoch (Config.Epoch).
 const EpochHeader = "X-Axe-Epoch"
 
-// gate asks Config.Gate whether a request may leave now.
-func (d *Dispatcher) gate() error {
-	if d.cfg.Gate == nil {
-		return nil
+// gate asks Config.Gate, then the request's own gate (nil: none), whether a request may
+// leave now.
+func (d *Dispatcher) gate(own func() error) error {
+	if d.cfg.Gate != nil {
+		if err := d.cfg.Gate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrGated, err)
+		}
 	}
-	if err := d.cfg.Gate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrGated, err)
+	if own != nil {
+		if err := own(); err != nil {
+			return fmt.Errorf("%w: %w", ErrGated, err)
+		}
 	}
 	return nil
 }
 
-// setEpoch adds the epoch header when there is one.
-func (d *Dispatcher) setEpoch(r *fasthttp.Request) {
-	if d.cfg.Epoch > 0 {
-		r.Header.Set(EpochHeader, strconv.FormatInt(d.cfg.Epoch, 10))
+// setEpoch adds the epoch header when there is one: epoch when > 0, else Config.Epoch.
+func (d *Dispatcher) setEpoch(r *fasthttp.Request, epoch int64) {
+	if epoch <= 0 {
+		epoch = d.cfg.Epoch
+	}
+	if epoch > 0 {
+		r.Header.Set(EpochHeader, strconv.FormatInt(epoch, 10))
 	}
 }
 
@@ -186,6 +194,12 @@ type Request struct {
 	Address string
 	// Token, when set and Key is not, is sent as "Authorization: Bearer <token>".
 	Token string
+	// Epoch, when > 0, is sent as the X-Axe-Epoch header in place of Config.Epoch: the epoch
+	// of the shard the run belongs to, on a node that schedules by shard. Defaults to 0.
+	Epoch int64
+	// Gate, when set, is asked just before the request leaves, after Config.Gate: the gate
+	// of the run's shard. Defaults to nil.
+	Gate func() error
 	// ResendInDoubt lets Send post the call once more when its connection failed after the
 	// request was sent (the task's on_lost: resend): the endpoint sees the same X-Axe-Ticket
 	// twice. Executor calls (Post) are always sent once more. Defaults to false.
@@ -329,14 +343,14 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, 
 	r.Header.Set(protocol.HeaderTask, req.Task)
 	r.Header.Set(protocol.HeaderTicket, req.Ticket)
 	r.Header.Set(protocol.HeaderAttempt, strconv.Itoa(req.Attempt))
-	d.setEpoch(r)
+	d.setEpoch(r, req.Epoch)
 	d.authorize(r, req.Key, req.Address, req.Token, req.Body)
 	r.SetBodyRaw(req.Body)
 	if len(secret) > 0 {
 		r.Header.Set(SignatureHeader, Sign(secret, req.Body))
 	}
 	start := time.Now()
-	err := d.do(client, r, resp, req.Deadline, resend)
+	err := d.do(client, r, resp, req.Deadline, resend, req.Gate)
 	out := Outcome{Started: start, Duration: time.Since(start)}
 	if err != nil {
 		switch {
@@ -356,12 +370,12 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, 
 	return out
 }
 
-// do asks the gate, then performs r until deadline. A request refused on a connection the
-// peer had closed is retried by the client itself (conn.go); one whose connection failed
-// after it was sent is sent once more, after asking the gate again, when resend is set, and
-// is otherwise an error wrapping ErrInDoubt.
-func (d *Dispatcher) do(client *fasthttp.Client, r *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, resend bool) error {
-	if err := d.gate(); err != nil {
+// do asks the gates (Config.Gate and own), then performs r until deadline. A request refused
+// on a connection the peer had closed is retried by the client itself (conn.go); one whose
+// connection failed after it was sent is sent once more, after asking the gates again, when
+// resend is set, and is otherwise an error wrapping ErrInDoubt.
+func (d *Dispatcher) do(client *fasthttp.Client, r *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, resend bool, own func() error) error {
+	if err := d.gate(own); err != nil {
 		return err
 	}
 	err := client.DoDeadline(r, resp, deadline)
@@ -374,7 +388,7 @@ func (d *Dispatcher) do(client *fasthttp.Client, r *fasthttp.Request, resp *fast
 	d.m.resendsInDoubt.Inc()
 	d.cfg.Logger.Info("connection failed after the request was sent; sending it once more",
 		"url", string(r.URI().FullURI()), "error", err)
-	if gerr := d.gate(); gerr != nil {
+	if gerr := d.gate(own); gerr != nil {
 		return gerr
 	}
 	if err := client.DoDeadline(r, resp, deadline); err != nil {

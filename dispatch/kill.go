@@ -19,8 +19,14 @@ const KillTimeoutDefault = 5 * time.Second
 // otherwise (404: the ticket is not running there). The run's result still arrives by
 // callback. The call ends at ctx's deadline, or after KillTimeoutDefault when it has none.
 func (d *Dispatcher) Kill(ctx context.Context, x *Executor, ticket, token string) error {
-	addr := x.Address
-	body, err := json.Marshal(protocol.Kill{Ticket: ticket})
+	return d.KillAt(ctx, x, protocol.Kill{Ticket: ticket}, token)
+}
+
+// KillAt is Kill with the kill's body given: its ticket, and the epoch (and shard) of the
+// run it kills, which go in the X-Axe-Epoch header too.
+func (d *Dispatcher) KillAt(ctx context.Context, x *Executor, k protocol.Kill, token string) error {
+	addr, ticket := x.Address, k.Ticket
+	body, err := json.Marshal(k)
 	if err != nil {
 		return fmt.Errorf("cannot encode kill of %s: %w", ticket, err)
 	}
@@ -31,7 +37,7 @@ func (d *Dispatcher) Kill(ctx context.Context, x *Executor, ticket, token string
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("cannot kill %s on %s: %w", ticket, addr, err)
 	}
-	o := d.Post(&Request{URL: x.URL(protocol.PathKill), Ticket: ticket, Body: body,
+	o := d.Post(&Request{URL: x.URL(protocol.PathKill), Ticket: ticket, Body: body, Epoch: k.Epoch,
 		Deadline: deadline, Key: x.DispatchKey(), Address: x.Address, Token: token})
 	switch {
 	case o.Err != nil:

@@ -121,6 +121,14 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 			o.done <- Outcome{Err: ErrTimeout, Started: now}
 			continue
 		}
+		if o.req.Gate != nil {
+			// The runs of one batch may be of different shards, each with its gate: one
+			// closed keeps only its own run back.
+			if err := d.gate(o.req.Gate); err != nil {
+				o.done <- Outcome{Err: err, Started: now}
+				continue
+			}
+		}
 		live = append(live, o)
 		if o.req.Deadline.After(deadline) {
 			deadline = o.req.Deadline
@@ -155,11 +163,23 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	r.SetRequestURI(x.URL(RunsPath))
 	r.Header.SetMethod(fasthttp.MethodPost)
 	r.Header.SetContentType("application/json")
-	d.setEpoch(r)
+	// One epoch header for the batch when its runs share one (each run's body carries its
+	// own, and its shard's, which the executor judges run by run); none when they differ.
+	epoch := live[0].req.Epoch
+	for _, o := range live[1:] {
+		if o.req.Epoch != epoch {
+			epoch = -1
+			break
+		}
+	}
+	if epoch >= 0 {
+		d.setEpoch(r, epoch)
+	}
 	d.authorize(r, x.DispatchKey(), x.Address, live[0].req.Token, body.Bytes())
 	r.SetBodyRaw(body.Bytes())
 	start := time.Now()
-	err := d.do(d.client, r, resp, deadline, true)
+	// The runs' own gates were asked above; the batch asks Config.Gate once more as it leaves.
+	err := d.do(d.client, r, resp, deadline, true, nil)
 	whole := Outcome{Started: start, Duration: time.Since(start)}
 	switch {
 	case errors.Is(err, ErrGated):

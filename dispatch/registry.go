@@ -4,6 +4,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -156,6 +157,46 @@ func (r *Registry) Restore(app, addr, proto string, handlers []string, registere
 	x.RegisteredAt = registeredAt
 	x.Alive = alive
 	r.mu.Unlock()
+}
+
+// Merge takes in an executor as another node recorded it in the store (scale-out, where
+// executors register and heartbeat with any node): a new one is added; a known one keeps
+// the newer of the two heartbeats, and is alive when the store says so by a heartbeat newer
+// than this registry's, or lost when the store says so and this registry saw nothing newer.
+// Its handlers and scheme follow the store's. It returns the entry, and whether it came
+// back to life.
+func (r *Registry) Merge(app, addr, proto string, handlers []string, registeredAt, lastHeartbeat int64, alive bool) (x *Executor, revived bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.apps[app]
+	if set == nil {
+		set = &appSet{}
+		r.apps[app] = set
+	}
+	for _, m := range set.members {
+		if m.Address != addr {
+			continue
+		}
+		if !slices.Equal(m.Handlers, handlers) {
+			m.Handlers = append([]string(nil), handlers...)
+		}
+		m.tls.Store(proto == protocol.ProtocolHTTPS)
+		switch {
+		case lastHeartbeat > m.LastHeartbeat:
+			m.LastHeartbeat = lastHeartbeat
+			revived = alive && !m.Alive
+			m.Alive = alive
+		case lastHeartbeat == m.LastHeartbeat && !alive:
+			m.Alive = false
+		}
+		return m, revived
+	}
+	x = &Executor{App: app, Address: addr, Handlers: append([]string(nil), handlers...), RegisteredAt: registeredAt,
+		LastHeartbeat: lastHeartbeat, Alive: alive}
+	x.tls.Store(proto == protocol.ProtocolHTTPS)
+	set.members = append(set.members, x)
+	sort.Slice(set.members, func(i, j int) bool { return set.members[i].Address < set.members[j].Address })
+	return x, false
 }
 
 // Get returns the executor registered as (app, addr), or nil.
