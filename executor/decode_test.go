@@ -54,6 +54,10 @@ func TestDecodeRun(t *testing.T) {
 		`{"ticket":"t","task":"a","handler":"h","future_field":true}`:                       "future_field: unknown field",
 		`{"ticket":"t","task":"a","handler":"h"}{}`:                                         "trailing data",
 		`{"ticket":"t","task":"a","handler":"h","kind":"` + strings.Repeat("k", 300) + `"}`: "kind",
+		`{"ticket":"t","task":"a","handler":"h","epoch":3,"shard":256}`:                     "shard: must be between 0 and 255, got 256",
+		`{"ticket":"t","task":"a","handler":"h","shard":-1}`:                                "shard: must be between 0 and 255, got -1",
+		`{"ticket":"t","task":"a","handler":"h","shard":"7"}`:                               "shard: must be int",
+		`{"ticket":"t","task":"a","handler":"h","shard":1.5}`:                               "shard",
 		`null`: "ticket",
 		``:     "invalid JSON",
 	} {
@@ -74,6 +78,9 @@ func FuzzDecodeRun(f *testing.F) {
 		`{"ticket":"t","task":"a","handler":"h","params":"x","attempt":9223372036854775807}`,
 		`{"ticket":"\u00e9\ud800","task":"a","handler":"h","deadline":1e3}`,
 		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":2592000000}`,
+		`{"ticket":"t","task":"a","handler":"h","epoch":5,"shard":7}`,
+		`{"ticket":"t","task":"a","handler":"h","shard":0}`, `{"ticket":"t","task":"a","handler":"h","shard":null}`,
+		`{"ticket":"t","task":"a","handler":"h","epoch":2,"shard":256}`,
 		`[]`, `null`, `{}`, `{"ticket":`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -90,8 +97,11 @@ func FuzzDecodeRun(f *testing.F) {
 			len(r.Ticket) > maxNameLen || len(r.Task) > maxNameLen || len(r.Handler) > maxNameLen {
 			t.Fatalf("accepted bad names: %+v", r)
 		}
-		if r.Attempt < 0 || r.ScheduledAt < 0 || r.Deadline < 0 || r.DedupTTLMS < 0 {
+		if r.Attempt < 0 || r.ScheduledAt < 0 || r.Deadline < 0 || r.DedupTTLMS < 0 || r.Epoch < 0 {
 			t.Fatalf("accepted negative numbers: %+v", r)
+		}
+		if r.Shard != nil && (*r.Shard < 0 || *r.Shard >= protocol.ShardCount) {
+			t.Fatalf("accepted shard %d", *r.Shard)
 		}
 		if ttl := dedupTTL(r, DedupTTLDefault); ttl <= 0 || ttl > maxDedupTTL {
 			t.Fatalf("dedup TTL %v out of range", ttl)
@@ -114,6 +124,7 @@ func FuzzDecodeRun(f *testing.F) {
 		}
 		if r2.Ticket != r.Ticket || r2.Task != r.Task || r2.Handler != r.Handler || r2.Attempt != r.Attempt ||
 			r2.ScheduledAt != r.ScheduledAt || r2.Deadline != r.Deadline || r2.DedupTTLMS != r.DedupTTLMS ||
+			r2.Epoch != r.Epoch || !reflect.DeepEqual(r2.Shard, r.Shard) ||
 			!bytes.Equal(canonical(t, r2.Params), canonical(t, r.Params)) {
 			t.Fatalf("round trip changed the run:\n%+v\n%+v", r, r2)
 		}
@@ -171,6 +182,8 @@ func FuzzDecodeRuns(f *testing.F) {
 		`{"runs":[{"ticket":"t","task":"a","handler":"h","attempt":"2"},{"ticket":"u","task":"a","handler":"h"}]}`,
 		`{"runs":[{"ticket":"t","task":"a","handler":"h","attempt":-1}],"other":1}`,
 		`{"runs":[{"ticket":"a"}],"RUNS":[{"task":"b","handler":"h"}]}`,
+		`{"runs":[{"ticket":"t","task":"a","handler":"h","epoch":5,"shard":7},{"ticket":"u","task":"b","handler":"h","epoch":2,"shard":40}]}`,
+		`{"runs":[{"ticket":"t","task":"a","handler":"h","shard":256},{"ticket":"u","task":"b","handler":"h","shard":"1"}]}`,
 		`{"runs":[]}`, `{"runs":null}`, `{}`, `[]`, `null`, `{"runs":[`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -207,12 +220,14 @@ func FuzzDecodeRuns(f *testing.F) {
 }
 
 // FuzzDecodeKill feeds arbitrary bodies to the /axe/kill decoder: it never panics, and what it
-// accepts has a ticket within bounds, no negative epoch, and re-encodes to a body it accepts
-// again unchanged.
+// accepts has a ticket within bounds, no negative epoch, no shard out of 0 to
+// protocol.ShardCount-1, and re-encodes to a body it accepts again unchanged.
 func FuzzDecodeKill(f *testing.F) {
 	for _, seed := range []string{
 		`{"ticket":"t-1"}`, `{"ticket":"t-1","epoch":3}`, `{"ticket":"t","epoch":-1}`,
 		`{"ticket":"t","signal":9}`, `{"ticket":"t"} []`, `{"TICKET":"t"}`, `{}`, `[]`, `null`, "\xff",
+		`{"ticket":"t","epoch":5,"shard":7}`, `{"ticket":"t","shard":255}`, `{"ticket":"t","shard":256}`,
+		`{"ticket":"t","shard":-1}`, `{"ticket":"t","shard":null}`, `{"ticket":"t","shard":"7"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -224,12 +239,14 @@ func FuzzDecodeKill(f *testing.F) {
 			}
 			return
 		}
-		if k.Ticket == "" || len(k.Ticket) > protocol.MaxNameBytes || k.Epoch < 0 {
+		if k.Ticket == "" || len(k.Ticket) > protocol.MaxNameBytes || k.Epoch < 0 ||
+			(k.Shard != nil && (*k.Shard < 0 || *k.Shard >= protocol.ShardCount)) {
 			t.Fatalf("accepted %+v", k)
 		}
 		again, _ := json.Marshal(k)
 		k2, err := decodeKill(again)
-		if err != nil || k2 != k {
+		// DeepEqual, not ==: Shard is a pointer, which decoding again points elsewhere.
+		if err != nil || !reflect.DeepEqual(k2, k) {
 			t.Fatalf("re-encoded kill %s: %+v, %v", again, k2, err)
 		}
 	})

@@ -6,7 +6,8 @@
 // /axe/kill, /axe/beat), the bounded handler pool, ticket de-duplication, re-entry rejection,
 // registration, heartbeats, the re-sending of results until the scheduler acknowledges
 // them, following the primary among several schedulers, and refusing runs and kills of a
-// scheduler epoch older than the highest seen (a deposed primary's). It must not make
+// scheduler epoch older than the highest seen (a deposed primary's; in scale-out mode, each
+// shard judged alone, that of a node which lost the run's shard). It must not make
 // scheduling decisions (when to run, whether to retry, whether a run
 // timed out): those belong to the scheduler, and the SDK only reports what happened.
 //

@@ -2,11 +2,13 @@ package executor_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // atEpoch returns run as a scheduler of lease epoch epoch sends it.
@@ -281,5 +283,212 @@ func TestEpochHeaderIsAnEpoch(t *testing.T) {
 	}
 	if got := exe.Epoch(); got != 6 {
 		t.Errorf("Epoch after refused calls = %d, want 6", got)
+	}
+}
+
+// ofShard returns run as the node holding shard's lease at epoch sends it.
+func ofShard(run schedpeer.Run, shard int, epoch int64) schedpeer.Run {
+	run.Shard, run.Epoch = &shard, epoch
+	return run
+}
+
+// killOf sends a kill of ticket, of shard (none when nil) at epoch, and returns the answer.
+func killOf(t *testing.T, peer *schedpeer.Peer, exe *executor.Executor, ticket string, shard *int, epoch int64) schedpeer.Response {
+	t.Helper()
+	body, err := json.Marshal(protocol.Kill{Ticket: ticket, Epoch: epoch, Shard: shard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := peer.Post(exe.Addr(), protocol.PathKill, body, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// TestShardEpochsAreJudgedPerShard checks that a run naming its shard is held only to the
+// highest epoch seen of that shard: shards' epochs, and the unsharded one, are independent.
+func TestShardEpochsAreJudgedPerShard(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 16)
+	release := make(chan struct{})
+	exe.Handle("h", blockingHandler(started, release))
+	start(t, exe)
+	defer close(release)
+
+	dispatch(t, peer, exe, ofShard(runFor("t-7a", "a", "h"), 7, 5), http.StatusAccepted)
+	// Shard 40's owner is at a lower epoch than shard 7's, and just as current.
+	dispatch(t, peer, exe, ofShard(runFor("t-40a", "b", "h"), 40, 2), http.StatusAccepted)
+	if got7, got40, got := exe.ShardEpoch(7), exe.ShardEpoch(40), exe.Epoch(); got7 != 5 || got40 != 2 || got != 0 {
+		t.Fatalf("ShardEpoch(7), ShardEpoch(40), Epoch() = %d, %d, %d, want 5, 2, 0", got7, got40, got)
+	}
+	resp := dispatch(t, peer, exe, ofShard(runFor("t-7b", "c", "h"), 7, 4), http.StatusConflict)
+	if got, want := errorOf(t, resp), "stale epoch 4 < 5 of shard 7"; got != want {
+		t.Errorf("refusal of shard 7 at 4 = %q, want %q", got, want)
+	}
+	dispatch(t, peer, exe, ofShard(runFor("t-40b", "d", "h"), 40, 2), http.StatusAccepted)
+
+	// Unsharded runs are judged as before, against unsharded epochs only: 3 is below shard
+	// 7's 5 and accepted, and it does not hold a sharded run of a lower epoch.
+	dispatch(t, peer, exe, atEpoch(runFor("t-3", "e", "h"), 3), http.StatusAccepted)
+	resp = dispatch(t, peer, exe, atEpoch(runFor("t-2", "f", "h"), 2), http.StatusConflict)
+	if got, want := errorOf(t, resp), "stale epoch 2 < 3"; got != want {
+		t.Errorf("refusal of unsharded 2 = %q, want %q", got, want)
+	}
+	dispatch(t, peer, exe, ofShard(runFor("t-40c", "g", "h"), 40, 2), http.StatusAccepted)
+	if got7, got40, got := exe.ShardEpoch(7), exe.ShardEpoch(40), exe.Epoch(); got7 != 5 || got40 != 2 || got != 3 {
+		t.Errorf("ShardEpoch(7), ShardEpoch(40), Epoch() = %d, %d, %d, want 5, 2, 3", got7, got40, got)
+	}
+
+	// The X-Axe-Epoch header of a sharded run is that shard's epoch.
+	body, err := json.Marshal(ofShard(runFor("t-9", "i", "h"), 9, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer.OpenTicket("t-9")
+	if resp, err := peer.Post(exe.Addr(), protocol.PathRun, body, "", map[string]string{"X-Axe-Epoch": "6"}); err != nil || resp.Status != http.StatusAccepted {
+		t.Fatalf("shard 9 run with epoch header 6 = %+v, %v, want 202", resp, err)
+	}
+	if got9, got := exe.ShardEpoch(9), exe.Epoch(); got9 != 6 || got != 3 {
+		t.Errorf("after a header of 6 on shard 9: ShardEpoch(9), Epoch() = %d, %d, want 6, 3", got9, got)
+	}
+
+	// A shard out of 0-255 is a malformed run, and leaves no trace.
+	for _, shard := range []int{256, -1} {
+		resp := dispatch(t, peer, exe, ofShard(runFor("t-bad", "j", "h"), shard, 8), http.StatusBadRequest)
+		want := fmt.Sprintf("executor: invalid run: shard: must be between 0 and 255, got %d", shard)
+		if got := errorOf(t, resp); got != want {
+			t.Errorf("shard %d = %q, want %q", shard, got, want)
+		}
+		if got := exe.ShardEpoch(shard); got != 0 {
+			t.Errorf("ShardEpoch(%d) = %d, want 0", shard, got)
+		}
+	}
+	for _, ticket := range []string{"t-7a", "t-40a", "t-40b", "t-3", "t-40c", "t-9"} {
+		recv(t, started, "start of "+ticket)
+	}
+	select {
+	case ticket := <-started:
+		t.Errorf("%s started; only the six accepted runs may", ticket)
+	default:
+	}
+}
+
+// TestShardEpochKillsAreJudgedPerShard checks kills as TestShardEpochsAreJudgedPerShard
+// checks runs: a kill naming its shard is held only to that shard's highest epoch.
+func TestShardEpochKillsAreJudgedPerShard(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	started := make(chan string, 3)
+	exe.Handle("h", blockingHandler(started, nil))
+	start(t, exe)
+
+	dispatch(t, peer, exe, ofShard(runFor("t-7", "a", "h"), 7, 5), http.StatusAccepted)
+	dispatch(t, peer, exe, ofShard(runFor("t-40", "b", "h"), 40, 2), http.StatusAccepted)
+	dispatch(t, peer, exe, atEpoch(runFor("t-u", "c", "h"), 3), http.StatusAccepted)
+	for range 3 {
+		recv(t, started, "handler start")
+	}
+	shard := func(n int) *int { return &n }
+
+	for _, tc := range []struct {
+		name   string
+		ticket string
+		shard  *int
+		epoch  int64
+		status int
+		err    string // the refusal's error; "" when killed
+	}{
+		{"shard 7 below its epoch", "t-7", shard(7), 4, http.StatusConflict, "stale epoch 4 < 5 of shard 7"},
+		{"shard 40 at its own lower epoch", "t-40", shard(40), 2, http.StatusOK, ""},
+		{"unsharded below its epoch", "t-u", nil, 2, http.StatusConflict, "stale epoch 2 < 3"},
+		{"unsharded at its epoch", "t-u", nil, 3, http.StatusOK, ""},
+		{"shard 256", "t-7", shard(256), 9, http.StatusBadRequest, "shard: must be between 0 and 255, got 256"},
+		{"shard -1", "t-7", shard(-1), 9, http.StatusBadRequest, "shard: must be between 0 and 255, got -1"},
+		{"shard 7 at a newer epoch", "t-7", shard(7), 6, http.StatusOK, ""},
+	} {
+		resp := killOf(t, peer, exe, tc.ticket, tc.shard, tc.epoch)
+		if resp.Status != tc.status || (tc.err != "" && errorOf(t, resp) != tc.err) {
+			t.Errorf("%s: kill = %d %s, want %d %q", tc.name, resp.Status, resp.Body, tc.status, tc.err)
+		}
+	}
+	if got7, got40, got := exe.ShardEpoch(7), exe.ShardEpoch(40), exe.Epoch(); got7 != 6 || got40 != 2 || got != 3 {
+		t.Errorf("ShardEpoch(7), ShardEpoch(40), Epoch() = %d, %d, %d, want 6, 2, 3", got7, got40, got)
+	}
+	// The refused kills killed nothing: each run was killed once, by the kill that was let through.
+	for _, cb := range waitCallbacks(t, peer, 3) {
+		if cb.Error != executor.ErrKilled.Error() {
+			t.Errorf("result = %+v, want killed", cb)
+		}
+	}
+}
+
+// TestShardEpochsInABatch checks that a batch whose runs are of different shards and epochs,
+// sent without an X-Axe-Epoch header as the scheduler sends one, has each run judged alone
+// against its own shard's highest epoch, in order.
+func TestShardEpochsInABatch(t *testing.T) {
+	peer := startPeer(t, schedpeer.Config{})
+	exe := newExecutor(t, executor.Config{}, peer)
+	exe.Handle("h", okHandler(""))
+	start(t, exe)
+
+	dispatch(t, peer, exe, ofShard(runFor("t-7", "a", "h"), 7, 5), http.StatusAccepted)
+	dispatch(t, peer, exe, atEpoch(runFor("t-u", "b", "h"), 3), http.StatusAccepted)
+	batch := []struct {
+		run  schedpeer.Run
+		code int
+		err  string // "" for an acceptance
+	}{
+		{ofShard(runFor("t-b1", "c", "h"), 7, 4), http.StatusConflict, "stale epoch 4 < 5 of shard 7"},
+		{ofShard(runFor("t-b2", "d", "h"), 40, 2), http.StatusAccepted, ""},
+		{ofShard(runFor("t-b3", "e", "h"), 7, 5), http.StatusAccepted, ""},
+		{atEpoch(runFor("t-b4", "f", "h"), 2), http.StatusConflict, "stale epoch 2 < 3"},
+		{ofShard(runFor("t-b5", "g", "h"), 40, 3), http.StatusAccepted, ""},
+		// Shard 40 was raised to 3 by the run before it in the same batch.
+		{ofShard(runFor("t-b6", "i", "h"), 40, 2), http.StatusConflict, "stale epoch 2 < 3 of shard 40"},
+		{ofShard(runFor("t-b7", "j", "h"), 256, 1), http.StatusBadRequest, "executor: invalid run: shard: must be between 0 and 255, got 256"},
+		{ofShard(runFor("t-b8", "k", "h"), 12, 1), http.StatusAccepted, ""},
+	}
+	runs := make([]schedpeer.Run, len(batch))
+	for i, b := range batch {
+		runs[i] = b.run
+	}
+	resp, err := peer.DispatchBatch(exe.Addr(), runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got protocol.RunBatchAnswer
+	if err := resp.Decode(&got); err != nil || resp.Status != http.StatusOK || len(got.Results) != len(batch) {
+		t.Fatalf("batch = %d %s, %v", resp.Status, resp.Body, err)
+	}
+	accepted := map[string]bool{"t-7": true, "t-u": true}
+	for i, b := range batch {
+		var body struct {
+			Accepted bool   `json:"accepted"`
+			Error    string `json:"error"`
+		}
+		if err := json.Unmarshal(got.Results[i].Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		if got.Results[i].Code != b.code || body.Error != b.err || body.Accepted != (b.err == "") {
+			t.Errorf("%s: %d %s, want %d %q", b.run.Ticket, got.Results[i].Code, got.Results[i].Body, b.code, b.err)
+		}
+		if b.err == "" {
+			accepted[b.run.Ticket] = true
+		}
+	}
+	if got7, got40, got12, got := exe.ShardEpoch(7), exe.ShardEpoch(40), exe.ShardEpoch(12), exe.Epoch(); got7 != 5 || got40 != 3 || got12 != 1 || got != 3 {
+		t.Errorf("ShardEpoch(7, 40, 12), Epoch() = %d, %d, %d, %d, want 5, 3, 1, 3", got7, got40, got12, got)
+	}
+	// Only the accepted runs ran and reported.
+	for _, cb := range waitCallbacks(t, peer, len(accepted)) {
+		if !accepted[cb.Ticket] {
+			t.Errorf("refused %s reported a result", cb.Ticket)
+		}
+		delete(accepted, cb.Ticket)
+	}
+	if len(accepted) != 0 {
+		t.Errorf("no result for accepted %v", accepted)
 	}
 }

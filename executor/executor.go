@@ -90,9 +90,13 @@ type Executor struct {
 	outReady  chan struct{}
 	sendersWG sync.WaitGroup
 
-	// epoch is the highest scheduler lease epoch seen on a run or a kill (epoch.go); guarded
-	// by mu.
-	epoch int64
+	// epoch is the highest scheduler lease epoch seen on a run or a kill that names no shard,
+	// and shardEpochs the highest seen of each shard on those that name one (epoch.go). Both
+	// are guarded by mu. shardEpochs holds at most protocol.ShardCount (256) entries: a shard
+	// out of range is refused before it is recorded, so its memory is bounded whatever the
+	// schedulers send. It is made at the first sharded epoch.
+	epoch       int64
+	shardEpochs map[int]int64
 }
 
 // activeRun is a run accepted by /axe/run and not yet finished.
@@ -434,7 +438,7 @@ func (e *Executor) admit(req protocol.Run) (int, any, func()) {
 	now := e.clock.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if status, resp, stale := e.staleEpoch(req.Epoch); stale {
+	if status, resp, stale := e.staleEpoch(req.Epoch, req.Shard); stale {
 		return status, resp, nil
 	}
 	if !e.accepting {

@@ -36,8 +36,9 @@ type Run struct {
 	Deadline time.Time
 	// Params is the task's opaque params JSON; nil when the task has none.
 	Params json.RawMessage
-	// Epoch is the lease epoch of the scheduler that dispatched the run (R8.3); 0 from a
-	// scheduler that runs without --ha.
+	// Epoch is the lease epoch of the scheduler that dispatched the run (R8.3): on a node of a
+	// scale-out cluster, the epoch of its lease of the task's shard, which only that shard's
+	// runs are compared with; 0 from a scheduler that runs without --ha.
 	Epoch int64
 }
 
@@ -90,6 +91,8 @@ func checkRun(r protocol.Run) (protocol.Run, error) {
 		return bad("dedup_ttl_ms", fmt.Sprintf("must be between 0 and %d", maxDedupTTL.Milliseconds()))
 	case r.Epoch < 0:
 		return bad("epoch", "must not be negative")
+	case r.Shard != nil && (*r.Shard < 0 || *r.Shard >= protocol.ShardCount):
+		return bad("shard", fmt.Sprintf("must be between 0 and %d, got %d", protocol.ShardCount-1, *r.Shard))
 	}
 	if bytes.Equal(r.Params, []byte("null")) {
 		r.Params = nil

@@ -364,7 +364,7 @@ func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 		return
 	}
 	e.mu.Lock()
-	status, resp, stale := e.staleEpoch(k.Epoch)
+	status, resp, stale := e.staleEpoch(k.Epoch, k.Shard)
 	ar, ok := e.running[k.Ticket]
 	e.mu.Unlock()
 	if stale {

@@ -29,6 +29,12 @@ const (
 	MaxErrorBytes = 64 << 10
 )
 
+// ShardCount is how many shards a scale-out cluster splits its tasks into: a run or a kill
+// that names its shard names one of 0 to ShardCount-1. It is model.ShardCount, spelt again
+// here because this package imports nothing of axe; TestShardCountIsTheModels holds the two
+// equal.
+const ShardCount = 256
+
 // Request body limits of the scheduler's executor endpoints. JSON may spell a byte of a
 // string as six (\u0000), so a result of the largest output and error fits in
 // MaxResultBodyBytes however it is escaped.
@@ -294,6 +300,9 @@ func (k *Kill) Check() error {
 	}
 	if k.Epoch < 0 {
 		return malformed("epoch", "must not be negative")
+	}
+	if k.Shard != nil && (*k.Shard < 0 || *k.Shard >= ShardCount) {
+		return malformed("shard", "must be between 0 and %d, got %d", ShardCount-1, *k.Shard)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/model"
 )
 
 func TestDecodeNamesTheField(t *testing.T) {
@@ -41,6 +42,10 @@ func TestDecodeNamesTheField(t *testing.T) {
 		{"result exit code of wrong type", `{"ticket":"t","status":"success","exit_code":"1"}`, "exit_code: must be", res},
 		{"kill unknown field", `{"ticket":"t","force":true}`, "force: unknown field", kill},
 		{"kill no ticket", `{"epoch":1}`, "ticket: is required", kill},
+		{"kill negative epoch", `{"ticket":"t","epoch":-1}`, "epoch: must not be negative", kill},
+		{"kill shard too high", `{"ticket":"t","epoch":3,"shard":256}`, "shard: must be between 0 and 255, got 256", kill},
+		{"kill negative shard", `{"ticket":"t","epoch":3,"shard":-1}`, "shard: must be between 0 and 255, got -1", kill},
+		{"kill shard of wrong type", `{"ticket":"t","shard":"7"}`, "shard: must be int", kill},
 	} {
 		v := tc.into()
 		err := Decode([]byte(tc.body), v)
@@ -50,6 +55,14 @@ func TestDecodeNamesTheField(t *testing.T) {
 		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: %v, want ErrMalformed naming %q", tc.name, err, tc.field)
 		}
+	}
+}
+
+// TestShardCountIsTheModels holds ShardCount, which this package spells again because it
+// imports nothing of axe, to the number of shards the scheduler splits its tasks into.
+func TestShardCountIsTheModels(t *testing.T) {
+	if ShardCount != model.ShardCount {
+		t.Fatalf("protocol.ShardCount = %d, model.ShardCount = %d: a run of a valid shard would be refused, or one out of range accepted", ShardCount, model.ShardCount)
 	}
 }
 
@@ -96,6 +109,8 @@ func FuzzDecodeMessages(f *testing.F) {
 		`{"results":[{"ticket":"a","status":"success"},{"ticket":"b","status":"maybe"}]}`,
 		`{"ticket":"t","status":"success"} {}`, `{"ticket":"t","status":"success","x":1}`,
 		`{"Ticket":"t","STATUS":"success"}`, `{"handlers":[null]}`, `{"running":1e400}`,
+		`{"ticket":"t","epoch":5,"shard":7}`, `{"ticket":"t","shard":255}`, `{"ticket":"t","shard":256}`,
+		`{"ticket":"t","shard":-1}`, `{"ticket":"t","shard":null}`,
 		`[]`, `null`, `{}`, ``, "\xff", `{"results":null}`,
 	} {
 		f.Add([]byte(seed))

@@ -101,6 +101,11 @@ type Run struct {
 	// Epoch is the lease epoch of the primary that sent the run: an executor refuses one
 	// below the highest it has seen. 0 without HA.
 	Epoch int64 `json:"epoch,omitempty"`
+	// Shard, when present, says that Epoch is the epoch of this shard's lease (scale-out,
+	// where every node schedules its shards, each under an epoch of its own): an executor
+	// judges it against the highest epoch it has seen of the same shard. Absent, Epoch is the
+	// primary's.
+	Shard *int `json:"shard,omitempty"`
 	// Parallel says the task's runs may overlap (overlap_policy allow_all): an executor runs
 	// it beside the task's other runs instead of refusing re-entry (R5.4).
 	Parallel bool `json:"parallel,omitempty"`
@@ -143,6 +148,8 @@ type Kill struct {
 	Ticket string `json:"ticket"`
 	// Epoch is the lease epoch of the scheduler that sent the kill, as on a run.
 	Epoch int64 `json:"epoch,omitempty"`
+	// Shard is the shard whose lease Epoch is, as on a run.
+	Shard *int `json:"shard,omitempty"`
 }
 
 // KillAnswer answers a kill of a running ticket (200).
