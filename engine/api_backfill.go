@@ -114,7 +114,11 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 		return nil, err
 	}
 	def, id, sched, loc := t.def, t.id, t.sched, t.loc
+	gate := e.shardGate(t.shard, t.sepoch, true)
 	e.release(t)
+	if gate != nil {
+		return nil, gate // its shard is being handed over: start it on the next owner
+	}
 	if def.Trigger != model.TriggerCron || sched == nil {
 		return nil, fieldErr("name", "task %q is a %s task; only cron tasks can be backfilled", name, def.Trigger)
 	}

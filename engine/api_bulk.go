@@ -47,7 +47,7 @@ type Selector struct {
 // would. Each task gets its own action record with sel.Note. The work goes a page at a
 // time, and waits while the writer is busy, so a bulk call over 100K tasks never starves
 // the firing path.
-func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool, actor string) (int, error) {
+func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool, actor string) (n int, err error) {
 	if err := e.checkRunning(); err != nil {
 		return 0, err
 	}
@@ -79,7 +79,29 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 	if err != nil {
 		return 0, err
 	}
-	n := 0
+	moving := 0 // match runs on one goroutine: eachSelected's, page by page
+	if e.cfg.Sharded {
+		// A sharded node does its own shards' tasks (the API asks every node, docs/scale-out.md);
+		// a task of a shard moving between nodes is counted, and the call told to try again.
+		selected := match
+		match = func(pt *model.Task) bool {
+			if !selected(pt) {
+				return false
+			}
+			switch e.shards[model.ShardOf(pt.Def.Name)].phase.Load() {
+			case shardReady:
+				return true
+			case shardLoading, shardDraining:
+				moving++
+			}
+			return false
+		}
+	}
+	defer func() {
+		if err == nil && moving > 0 {
+			err = fmt.Errorf("%d selected task(s) are in shards moving between nodes; try again: %w", moving, ErrShardNotHeld)
+		}
+	}()
 	err = e.eachSelected(ctx, sel, match, func(page []model.Task) error {
 		if dryRun {
 			n += len(page)
@@ -388,16 +410,16 @@ func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task
 	return false, err
 }
 
-// acquireLive is acquire that reports ErrTaskNotFound for a task deleted meanwhile.
+// acquireLive is acquireAPI that reports ErrTaskNotFound for a task deleted meanwhile.
 func (e *Engine) acquireLive(ctx context.Context, id int64) (*task, error) {
-	return live(e.acquire(ctx, id))
+	return live(e.acquireAPI(ctx, id))
 }
 
 // acquireListed is acquire for a task just read by eachSelected: one not in memory is built
 // from the listed row instead of being read again. Should that row be stale by now, its
 // version is, and the write conflicts instead of landing (bulkApply then tries again).
 func (e *Engine) acquireListed(ctx context.Context, pt *model.Task) (*task, error) {
-	return live(e.acquireFrom(ctx, pt.Def.ID, func() (*model.Task, error) { return pt, nil }))
+	return live(e.acquireFrom(ctx, pt.Def.ID, true, func() (*model.Task, error) { return pt, nil }))
 }
 
 // bulkDeleteLocked is deleteTask's write for bulkApply: the definition, runtime, edges and

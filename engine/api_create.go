@@ -74,7 +74,7 @@ func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64) (*task, 
 		return nil, nil, nil, err
 	}
 	def.CreatedAt, def.UpdatedAt = now, now
-	t := &task{def: &def}
+	t := &task{def: &def, shard: uint8(model.ShardOf(def.Name))}
 	if err := t.compile(); err != nil {
 		return nil, nil, nil, fmt.Errorf("%w: %v", ErrInvalidTask, err)
 	}
@@ -122,6 +122,9 @@ func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string
 	t, tc, runs, err := e.newTaskCreate(spec, actor, now)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := e.apiFences([]string{t.def.Name}); err != nil {
+		return nil, fmt.Errorf("cannot create task: %w", err)
 	}
 	if err := e.checkDeps(ctx, t.def); err != nil {
 		return nil, err
@@ -193,66 +196,33 @@ func skipTicket(id, due int64) string {
 // are refused. onConflict says what a name taken by an existing task does (OnConflict*).
 // A nil spec is an item the caller already found bad (it did not decode): the others are
 // still checked, so that every bad item is named, and nothing is written.
-func (e *Engine) CreateTasks(ctx context.Context, specs []*TaskSpec, onConflict, actor string) (BatchResult, error) {
+func (e *Engine) CreateTasks(ctx context.Context, specs []*TaskSpec, onConflict, actor string, opts ...CreateOption) (BatchResult, error) {
 	var res BatchResult
 	if err := e.checkRunning(); err != nil {
 		return res, err
 	}
-	ifExists := persist.CreateFail
-	switch onConflict {
-	case "", OnConflictError:
-	case OnConflictSkip:
-		ifExists = persist.CreateSkip
-	case OnConflictReplace:
-		ifExists = persist.CreateReplace
-	default:
-		return res, fieldErr("on_conflict", "must be error, skip or replace; got %q", onConflict)
-	}
-	if len(specs) > BatchMaxTasks {
-		return res, fieldErr("batch", "at most %d tasks per batch, got %d", BatchMaxTasks, len(specs))
-	}
-	if len(specs) == 0 {
-		return res, nil
+	var o createOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	now := e.nowMS()
-	var bad []ItemError
-	tasks := make([]*task, len(specs))
-	creates := make([]*persist.TaskCreate, len(specs))
-	runs := make([][]model.Run, len(specs))
-	byName := make(map[string]int, len(specs))
-	refused := false // a nil spec: the caller found the item bad
-	for i, spec := range specs {
-		if spec == nil {
-			refused = true
-			continue
-		}
-		t, tc, skipped, err := e.newTaskCreate(spec, actor, now)
-		if err != nil {
-			bad = append(bad, ItemError{Index: i, Err: err})
-			continue
-		}
-		runs[i] = skipped
-		if j, dup := byName[t.def.Name]; dup {
-			bad = append(bad, ItemError{Index: i, Err: fieldErr("name", "%q is also item %d of the batch", t.def.Name, j)})
-			continue
-		}
-		byName[t.def.Name] = i
-		tc.IfExists = ifExists
-		tasks[i], creates[i] = t, tc
-	}
-	depErrs, err := e.checkBatchDeps(ctx, tasks, byName)
+	tasks, creates, runs, err := e.prepareBatch(ctx, specs, onConflict, actor, now, !o.upstreamsChecked)
 	if err != nil {
 		return res, err
 	}
-	bad = append(bad, depErrs...)
-	if len(bad) > 0 || refused {
-		sortItems(bad)
-		return res, &BatchError{Items: bad}
+	names := make([]string, len(creates))
+	for i, tc := range creates {
+		names[i] = tc.Def.Name
 	}
-	b := &persist.Batch{Creates: creates}
+	fences, err := e.apiFences(names)
+	if err != nil {
+		return res, fmt.Errorf("cannot create %d tasks: %w", len(creates), err)
+	}
+	b := &persist.Batch{Creates: creates, Shards: fences}
 	if err := e.store.ApplyBatch(ctx, b); err != nil {
 		var ce *persist.ConflictError
 		if errors.As(err, &ce) && len(ce.Creates) > 0 {
+			var bad []ItemError
 			for _, i := range ce.Creates {
 				bad = append(bad, ItemError{Index: i, Err: fmt.Errorf("name %q: %w", creates[i].Def.Name, ErrTaskExists)})
 			}
@@ -489,4 +459,105 @@ func ParseRetention(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("must be positive, got %q", s)
 	}
 	return d, nil
+}
+
+// CreateOption changes how CreateTasks takes a batch.
+type CreateOption func(*createOptions)
+
+type createOptions struct {
+	upstreamsChecked bool
+}
+
+// UpstreamsChecked tells CreateTasks that the batch's depends_on were checked already,
+// against a larger batch this one is part of: a sharded node's API splits a batch by the
+// node that schedules each item's shard, and an upstream may be an item of another part.
+func UpstreamsChecked() CreateOption { return func(o *createOptions) { o.upstreamsChecked = true } }
+
+// prepareBatch checks and prepares the creates of a batch, as CreateTasks takes them: every
+// bad item is named in a *BatchError, and nothing is returned then.
+func (e *Engine) prepareBatch(ctx context.Context, specs []*TaskSpec, onConflict, actor string, now int64, checkUpstreams bool) ([]*task, []*persist.TaskCreate, [][]model.Run, error) {
+	ifExists := persist.CreateFail
+	switch onConflict {
+	case "", OnConflictError:
+	case OnConflictSkip:
+		ifExists = persist.CreateSkip
+	case OnConflictReplace:
+		ifExists = persist.CreateReplace
+	default:
+		return nil, nil, nil, fieldErr("on_conflict", "must be error, skip or replace; got %q", onConflict)
+	}
+	if len(specs) > BatchMaxTasks {
+		return nil, nil, nil, fieldErr("batch", "at most %d tasks per batch, got %d", BatchMaxTasks, len(specs))
+	}
+	if len(specs) == 0 {
+		return nil, nil, nil, nil
+	}
+	var bad []ItemError
+	tasks := make([]*task, len(specs))
+	creates := make([]*persist.TaskCreate, len(specs))
+	runs := make([][]model.Run, len(specs))
+	byName := make(map[string]int, len(specs))
+	refused := false // a nil spec: the caller found the item bad
+	for i, spec := range specs {
+		if spec == nil {
+			refused = true
+			continue
+		}
+		t, tc, skipped, err := e.newTaskCreate(spec, actor, now)
+		if err != nil {
+			bad = append(bad, ItemError{Index: i, Err: err})
+			continue
+		}
+		runs[i] = skipped
+		if j, dup := byName[t.def.Name]; dup {
+			bad = append(bad, ItemError{Index: i, Err: fieldErr("name", "%q is also item %d of the batch", t.def.Name, j)})
+			continue
+		}
+		byName[t.def.Name] = i
+		tc.IfExists = ifExists
+		tasks[i], creates[i] = t, tc
+	}
+	if checkUpstreams {
+		depErrs, err := e.checkBatchDeps(ctx, tasks, byName)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		bad = append(bad, depErrs...)
+	}
+	if len(bad) > 0 || refused {
+		sortItems(bad)
+		return nil, nil, nil, &BatchError{Items: bad}
+	}
+	return tasks, creates, runs, nil
+}
+
+// CheckTasks checks a batch as CreateTasks would (every item valid, names unique in it,
+// upstreams known, no cycle) and, with onConflict "" or error, that no item's name is taken,
+// and writes nothing: a *BatchError names every item refused. A sharded node checks a batch
+// so before it splits it among the nodes that schedule its items.
+func (e *Engine) CheckTasks(ctx context.Context, specs []*TaskSpec, onConflict string) error {
+	if err := e.checkRunning(); err != nil {
+		return err
+	}
+	if len(specs) > BatchMaxTasks {
+		return fieldErr("batch", "at most %d tasks per batch, got %d", BatchMaxTasks, len(specs))
+	}
+	_, creates, _, err := e.prepareBatch(ctx, specs, onConflict, "", e.nowMS(), true)
+	if err != nil || (onConflict != "" && onConflict != OnConflictError) {
+		return err
+	}
+	var bad []ItemError
+	for i, tc := range creates {
+		_, err := e.store.GetTask(ctx, tc.Def.Name)
+		switch {
+		case err == nil:
+			bad = append(bad, ItemError{Index: i, Err: fmt.Errorf("name %q: %w", tc.Def.Name, ErrTaskExists)})
+		case !errors.Is(err, model.ErrTaskNotFound):
+			return fmt.Errorf("cannot check the names of the batch: %w", err)
+		}
+	}
+	if len(bad) > 0 {
+		return &BatchError{Items: bad}
+	}
+	return nil
 }

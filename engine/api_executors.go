@@ -229,10 +229,15 @@ func (e *Engine) reapLoop(ctx context.Context) {
 func (e *Engine) reap(ctx context.Context) {
 	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
 	for _, x := range lost {
-		msg := fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", x.App, x.Address, e.cfg.LostAfter)
-		e.alert(ctx, AlertExecutorLost, msg)
-		if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
-			e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
+		if e.holdsShardZero() {
+			// Every sharded node judges an executor by the heartbeats in the store and
+			// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
+			// holder of shard 0 (core_shards.go).
+			msg := fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", x.App, x.Address, e.cfg.LostAfter)
+			e.alert(ctx, AlertExecutorLost, msg)
+			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
+				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
+			}
 		}
 		for _, ticket := range e.runs.on(x) {
 			e.runs.take(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {

@@ -139,6 +139,15 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 	}
 	now := e.nowMS()
 	batch := e.cfg.Retention.Batch
+	if e.cfg.Sharded {
+		// A sharded node prunes the finished tasks of the shards it schedules, their deletes
+		// fenced by them; the history (runs and actions, of no shard's state) only the holder
+		// of shard 0 prunes on its own, so that one pruner at a time walks it.
+		ctx = persist.WithShardFences(ctx, e.readyFences())
+		if paced && !e.holdsShardZero() {
+			hist = -1
+		}
+	}
 	// Finished tasks first: their runs and actions then age out with the rest.
 	if fin >= 0 {
 		if dryRun {

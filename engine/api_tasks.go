@@ -589,6 +589,10 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	if err != nil {
 		return nil, err
 	}
+	if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+		e.release(t) // its shard is being handed over: the next owner runs it
+		return nil, err
+	}
 	now := e.nowMS()
 	def := t.def
 	if len(params) == 0 {

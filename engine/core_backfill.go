@@ -138,6 +138,23 @@ func (s *backfillSet) list() []*backfill {
 	return out
 }
 
+// dropShards forgets the backfills of the tasks of set and their runs in flight: the node
+// that takes the shards resumes them from their rows (recoverBackfills).
+func (s *backfillSet) dropShards(set model.ShardSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, b := range s.m {
+		if set.Has(model.ShardOf(b.row.TaskName)) {
+			delete(s.m, id)
+		}
+	}
+	for ticket, b := range s.byTicket {
+		if set.Has(model.ShardOf(b.row.TaskName)) {
+			delete(s.byTicket, ticket)
+		}
+	}
+}
+
 func (s *backfillSet) remove(b *backfill) {
 	s.mu.Lock()
 	delete(s.m, b.row.ID)
@@ -366,8 +383,15 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		b.mu.Unlock()
 		return false
 	}
+	if errors.Is(err, ErrShardNotHeld) {
+		return false // its shard is another node's now, or being taken over: it resumes there
+	}
 	if err != nil {
 		return retry("load the task", err)
+	}
+	if e.shardGate(t.shard, t.sepoch, true) != nil {
+		e.release(t) // being handed over: no new run; the next owner resumes the backfill
+		return false
 	}
 	def := t.def
 	if t.deleted {

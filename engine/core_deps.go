@@ -2,12 +2,14 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
 )
 
 // upstreamSet is the set of task names some task depends on. A success of a task outside it
@@ -69,14 +71,86 @@ func (e *Engine) releaseDependents(ctx context.Context, upstream string) {
 		e.log.Error("cannot look up dependents", "upstream", upstream, "error", err)
 		return
 	}
+	var elsewhere model.ShardSet
 	for _, d := range deps {
 		if d.Def.Trigger != model.TriggerDependency || d.Runtime.State != model.StateWaiting || d.Def.Paused {
+			continue
+		}
+		if n := model.ShardOf(d.Def.Name); e.cfg.Sharded && e.shards[n].phase.Load() == shardOff {
+			// Another node schedules it: that node releases it, under its shard's fence.
+			elsewhere.Add(n)
 			continue
 		}
 		if err := e.maybeRelease(ctx, d.Def.ID); err != nil {
 			e.log.Error("cannot release dependent", "task", d.Def.Name, "upstream", upstream, "error", err)
 		}
 	}
+	if elsewhere.Len() > 0 && e.cfg.ReleaseElsewhere != nil {
+		for _, n := range elsewhere.List() {
+			e.cfg.ReleaseElsewhere(n, upstream)
+		}
+	}
+}
+
+// ReleaseDependents releases the dependents of upstream that this engine schedules, whose
+// conditions are met: what the owner of a shard does when the node that recorded an
+// upstream's success asks it (Config.ReleaseElsewhere). A release is a compare-and-swap of
+// the dependent's WAITING state under its shard's fence, decided on the durable upstream
+// runs, so asking twice releases once.
+func (e *Engine) ReleaseDependents(ctx context.Context, upstream string) error {
+	if err := e.checkRunning(); err != nil {
+		return err
+	}
+	e.upstreams.add(upstream)
+	e.releaseDependents(persist.WithShards(ctx, e.heldShards(false)), upstream)
+	return nil
+}
+
+// depSweep is how often a sharded engine looks at its waiting dependents itself: a release
+// asked of it by another node (ReleaseElsewhere) may not arrive (that node died right after
+// the upstream's success), and an upstream created on another node is learnt here.
+func (e *Engine) depLoop(ctx context.Context) {
+	defer e.loopsWG.Done()
+	t := e.cfg.Clock.NewTicker(e.cfg.LoadInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			sctx, cancel := context.WithTimeout(ctx, e.cfg.LoadInterval)
+			if err := e.sweepDependents(persist.WithShards(sctx, e.heldShards(false))); err != nil && ctx.Err() == nil {
+				e.log.Warn("cannot sweep the waiting dependents", "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+// sweepDependents learns every upstream name and releases each waiting dependent of the
+// shards in ctx's filter whose conditions are met.
+func (e *Engine) sweepDependents(ctx context.Context) error {
+	names, err := e.store.UpstreamNames(ctx)
+	if err != nil {
+		return err
+	}
+	e.upstreams.add(names...)
+	var waiting []int64
+	err = e.store.LoadByState(ctx, []model.State{model.StateWaiting}, func(pt *model.Task) error {
+		if pt.Def.Trigger == model.TriggerDependency && !pt.Def.Paused {
+			waiting = append(waiting, pt.Def.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range waiting {
+		if err := e.maybeRelease(ctx, id); err != nil && !errors.Is(err, model.ErrTaskNotFound) && !errors.Is(err, ErrShardNotHeld) {
+			e.log.Warn("cannot release a waiting dependent", "id", id, "error", err)
+		}
+	}
+	return nil
 }
 
 // lastSuccess returns the newest successful run of a task, or nil.

@@ -37,9 +37,11 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 		if !e.runs.assign(run.Ticket, x) {
 			return // killed meanwhile
 		}
+		epoch, _ := e.runEpoch(t)
 		o := e.disp.Offer(x, &dispatch.Request{
 			Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
+			Epoch: epoch, Gate: e.sendGate(t),
 		})
 		if o.Err == nil && (o.Status == 202 || o.Status == 200) {
 			e.armExecTimeout(run.Ticket, deadline, x.Address)
@@ -248,6 +250,11 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	if err != nil {
 		return false, err
 	}
+	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready && run.Result == model.ResultRunning {
+		// A run of a shard this node is taking over (its recovery adopts the run) or does
+		// not schedule: the executor sends the result again, to the owner.
+		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, ErrShardNotHeld)
+	}
 	if run.Result == rep.Status {
 		return true, nil
 	}
@@ -283,14 +290,16 @@ func tail(s string, n int) string {
 
 // killOnExecutor asks the executor running ticket to cancel it; best effort.
 func (e *Engine) killOnExecutor(ticket string) {
-	x := e.runs.executorOf(ticket)
+	x, t := e.runs.executorAndTask(ticket)
 	if x == nil {
 		return
 	}
+	k := protocol.Kill{Ticket: ticket}
+	k.Epoch, k.Shard = e.runEpoch(t)
 	_ = e.disp.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 		defer cancel()
-		if err := e.disp.Kill(ctx, x, ticket, e.cfg.ExecutorToken); err != nil {
+		if err := e.disp.KillAt(ctx, x, k, e.cfg.ExecutorToken); err != nil {
 			e.log.Warn("executor did not confirm kill", "address", x.Address, "ticket", ticket, "error", err)
 		}
 	})

@@ -142,6 +142,20 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	defer func() { e.conc.release(adm.slot) }() // the run took it, if it left (adm.slot emptied)
 	t := ent.Value
 	t.mu.Lock()
+	if e.cfg.Sharded && !t.evicted {
+		if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+			// Its shard is being handed over, or is no longer this node's at the copy's
+			// epoch: nothing fires (core_shards.go). A copy of an older epoch leaves memory.
+			if t.ent == ent {
+				t.ent = nil
+			}
+			if !e.shardCurrent(t) {
+				e.evict(t)
+			}
+			t.mu.Unlock()
+			return
+		}
+	}
 	if t.ent != ent && t.ent != nil {
 		// The task was armed again with another entry: this one firing too would fire the
 		// task twice.
@@ -342,6 +356,8 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 	sentAt := e.now()
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()
+	epoch, shard := e.runEpoch(t)
+	gate := e.sendGate(t)
 	if run.ScheduledAt > 0 && run.Kind != model.RunBackfill {
 		// Late against when the fire was meant to leave: its nominal time plus its jitter.
 		// A backfill's runs are of past fire times by design: their lag says nothing.
@@ -350,7 +366,7 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: run.Ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: params,
-		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
+		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: epoch, Shard: shard,
 		Parallel: def.OverlapPolicy == model.OverlapAllowAll,
 	})
 	switch def.Callback.Type {
@@ -360,6 +376,7 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 		req := &dispatch.Request{
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend,
+			Epoch: epoch, Gate: gate,
 		}
 		err := e.disp.Send(req, func(o dispatch.Outcome) { e.endRun(t, run, httpOutcome(o, run.Executor)) })
 		if err != nil {

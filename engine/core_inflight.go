@@ -50,10 +50,12 @@ type runsInFlight struct {
 	clk  clock.Clock
 	conc *concGate
 
-	mu   sync.Mutex
-	m    map[string]*flight
-	n    int           // flights added and not yet taken (end actions still running count)
-	zero chan struct{} // closed when n drops to 0 while someone waits
+	mu sync.Mutex
+	m  map[string]*flight
+	n  int // flights added and not yet taken (end actions still running count)
+	// perShard counts n by the shard of each flight's task (core_shards.go).
+	perShard [model.ShardCount]int32
+	zero     chan struct{} // closed when n drops to 0 while someone waits
 }
 
 func (r *runsInFlight) init(clk clock.Clock, conc *concGate) {
@@ -73,8 +75,45 @@ func (r *runsInFlight) add(t *task, run model.Run, slot concSlot) bool {
 	}
 	r.m[run.Ticket] = &flight{t: t, run: run, slot: slot}
 	r.n++
+	r.perShard[shardOfTask(t)]++
 	r.mu.Unlock()
 	return true
+}
+
+// shardOfTask is t's shard, 0 for no task (a flight of a unit test).
+func shardOfTask(t *task) uint8 {
+	if t == nil {
+		return 0
+	}
+	return t.shard
+}
+
+// byShard returns how many runs of each shard are in flight or settling.
+func (r *runsInFlight) byShard() [model.ShardCount]int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.perShard
+}
+
+// abandon takes every run in flight of the shards of set, running fn with each instead of
+// an end: the shards are another node's now, which recovers the runs from the store. It
+// returns how many it took.
+func (r *runsInFlight) abandon(set model.ShardSet, fn func(f *flight)) int {
+	r.mu.Lock()
+	var tickets []string
+	for ticket, f := range r.m {
+		if set.Has(int(shardOfTask(f.t))) {
+			tickets = append(tickets, ticket)
+		}
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, ticket := range tickets {
+		if r.take(ticket, func(f *flight) bool { return set.Has(int(shardOfTask(f.t))) }, fn) {
+			n++
+		}
+	}
+	return n
 }
 
 // has reports whether ticket is in flight.
@@ -160,7 +199,7 @@ func (r *runsInFlight) take(ticket string, when func(f *flight) bool, fn func(f 
 	}
 	r.unassignLocked(f)
 	r.mu.Unlock()
-	defer r.done()
+	defer r.done(shardOfTask(f.t))
 	if fn != nil {
 		fn(f)
 	}
@@ -168,9 +207,10 @@ func (r *runsInFlight) take(ticket string, when func(f *flight) bool, fn func(f 
 	return true
 }
 
-func (r *runsInFlight) done() {
+func (r *runsInFlight) done(shard uint8) {
 	r.mu.Lock()
 	r.n--
+	r.perShard[shard]--
 	if r.n == 0 && r.zero != nil {
 		close(r.zero)
 		r.zero = nil
@@ -215,6 +255,17 @@ func (r *runsInFlight) executorOf(ticket string) *dispatch.Executor {
 		return f.exec
 	}
 	return nil
+}
+
+// executorAndTask returns the executor holding ticket and the run's task, or nils when the
+// run is not on an executor here.
+func (r *runsInFlight) executorAndTask(ticket string) (*dispatch.Executor, *task) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.m[ticket]; f != nil && f.exec != nil {
+		return f.exec, f.t
+	}
+	return nil, nil
 }
 
 // on returns the tickets in flight on executor x.

@@ -106,8 +106,8 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 // an HTTP run is re-sent (on_lost: resend) or recorded lost. It reports false when a copy of
 // t is in memory already. t must be RUNNING with run as its current ticket.
 func (e *Engine) takeOverRun(t *task, run model.Run) bool {
-	if !e.tasks.insertIfAbsent(t) {
-		return false
+	if in, _ := e.insertTask(t, false); !in {
+		return false // a copy is in memory, or the shard is not held
 	}
 	t.mu.Lock()
 	t.periodic = run.Ticket
@@ -436,20 +436,21 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 // sendAs posts the HTTP run as send does, but under the wire ticket of an earlier attempt.
 func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket string) {
 	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
-	body := e.runJSON(def, run, wireTicket, deadline)
+	epoch, shard := e.runEpoch(t)
+	body := e.runJSON(def, run, wireTicket, deadline, epoch, shard)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
-		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend}
+		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.sendGate(t)}
 	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.endRun(t, run, httpOutcome(o, run.Executor)) }); err != nil {
 		e.notSent(t, run, "not sent: "+err.Error())
 	}
 }
 
 // runJSON is the run body send posts, with ticket as its ticket.
-func (e *Engine) runJSON(def *model.TaskDef, run model.Run, ticket string, deadline time.Time) []byte {
+func (e *Engine) runJSON(def *model.TaskDef, run model.Run, ticket string, deadline time.Time, epoch int64, shard *int) []byte {
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: def.Params,
-		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: e.cfg.Epoch,
+		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: epoch, Shard: shard,
 	})
 	return body
 }

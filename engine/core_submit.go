@@ -44,14 +44,38 @@ const (
 // engine lock (invariant 2); groups of a task decided under its lock go through the outbox
 // (commitGroupLocked) instead.
 func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) error {
+	if err := e.fenceGroup(g, nil); err != nil {
+		return err
+	}
 	if done := g.Done; done != nil {
 		sh := e.completions.shard(groupTask(g))
 		g.Done = func(err error) { sh.push(done, err) }
 	}
-	if mode == submitOffer {
-		return e.writer.Offer(g)
+	var undo func()
+	if f := g.Fence; f.Epoch > 0 {
+		// Counted until durable or failed: a shard handed over is released only after
+		// (ShardsInFlight).
+		s := &e.shards[f.Shard]
+		s.writes.Add(1)
+		undo = func() { s.writes.Add(-1) }
+		done := g.Done
+		g.Done = func(err error) {
+			s.writes.Add(-1)
+			if done != nil {
+				done(err)
+			}
+		}
 	}
-	return e.writer.Submit(ctx, g)
+	var err error
+	if mode == submitOffer {
+		err = e.writer.Offer(g)
+	} else {
+		err = e.writer.Submit(ctx, g)
+	}
+	if err != nil && undo != nil {
+		undo()
+	}
+	return err
 }
 
 // groupTask is the id of the task g writes, 0 for none: the key its completions are ordered
@@ -84,6 +108,7 @@ type outgoing struct {
 // caller holds t.mu and must let go of it with e.unlock (or e.release, which places it first);
 // until then g is not submitted.
 func (e *Engine) commitGroupLocked(t *task, g *persist.Group, dropped func(error)) {
+	_ = e.fenceGroup(g, t) // by t's epoch: never fails with a task given
 	t.outbox = append(t.outbox, outgoing{g: g, dropped: dropped})
 }
 

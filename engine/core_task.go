@@ -16,10 +16,16 @@ import (
 type task struct {
 	mu sync.Mutex
 
-	id    int64
-	def   *model.TaskDef // replaced, never mutated, so a snapshot can leave the lock
-	sched cron.Schedule  // nil unless trigger cron
-	loc   *time.Location
+	id  int64
+	def *model.TaskDef // replaced, never mutated, so a snapshot can leave the lock
+	// shard is the task's shard (model.ShardOf of its name, which never changes), and sepoch
+	// the epoch at which this engine held it when this copy went into memory (0 on an engine
+	// that is not sharded). Both are set before the copy is shared and never change, so they
+	// are read without mu (core_shards.go).
+	shard  uint8
+	sepoch int64
+	sched  cron.Schedule // nil unless trigger cron
+	loc    *time.Location
 
 	// rt is the newest runtime the engine decided. rt.Version is the version of the last
 	// write submitted to the writer, which may not be durable yet (pending > 0).
@@ -51,7 +57,7 @@ type task struct {
 func newTask(pt *model.Task) (*task, error) {
 	def := pt.Def
 	internDef(&def)
-	t := &task{id: def.ID, def: &def, rt: pt.Runtime}
+	t := &task{id: def.ID, def: &def, rt: pt.Runtime, shard: uint8(model.ShardOf(def.Name))}
 	t.rt.TaskID = def.ID
 	if err := t.compile(); err != nil {
 		return nil, err
@@ -215,6 +221,22 @@ func (m *taskMap) remove(t *task) {
 		delete(s.m, t.id)
 	}
 	s.mu.Unlock()
+}
+
+// all returns the tasks in the map that keep says to keep.
+func (m *taskMap) all(keep func(*task) bool) []*task {
+	var out []*task
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		for _, t := range s.m {
+			if keep(t) {
+				out = append(out, t)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return out
 }
 
 func (m *taskMap) len() int {

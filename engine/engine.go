@@ -163,6 +163,21 @@ type Config struct {
 	CronDialect string
 	// Retention bounds what the store keeps (api_retention.go, docs/retention.md).
 	Retention RetentionConfig
+	// Sharded makes the engine schedule only the shards it is given (GainShards), each write
+	// about a task fenced by its shard's epoch (core_shards.go, docs/scale-out.md). Start
+	// then recovers nothing but the executor registry: every shard gained is recovered
+	// when it is. Defaults to false: every task, as one node or the primary.
+	Sharded bool
+	// ShardGate, on a sharded engine, is asked before each fire and just before each send of
+	// a task of shard at epoch: nil while this node holds the shard's lease at epoch and its
+	// local deadline has not passed (ha.Shards.Holds). Defaults to nil: the engine's own view
+	// of its shards decides.
+	ShardGate func(shard int, epoch int64) error
+	// ReleaseElsewhere, on a sharded engine, asks the node that schedules shard to release
+	// the dependents of upstream in it (ReleaseDependents there): the success of upstream
+	// was recorded here. Best effort: every sharded engine also sweeps its own waiting
+	// dependents every LoadInterval. Defaults to nil: the sweep alone.
+	ReleaseElsewhere func(shard int, upstream string)
 	// Metrics is the set the engine's series are registered in (metrics.go), and its
 	// writer's and dispatcher's unless Writer.Metrics or Dispatch.Metrics name another; the
 	// daemon writes it on /metrics while the engine serves. One set per engine: the engine's
@@ -279,6 +294,7 @@ type Engine struct {
 	m           *engineMetrics
 
 	tasks     taskMap
+	shards    [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
 	registry  *dispatch.Registry
 	runs      runsInFlight // every run sent and not yet ended
 	gate      *rateGate
@@ -416,11 +432,21 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if err := e.loadLimits(ctx); err != nil {
 		return err
 	}
-	if err := e.recoverAtStart(ctx, now, h); err != nil {
-		return err
-	}
-	if err := e.recoverBackfills(ctx); err != nil {
-		return err
+	if e.cfg.Sharded {
+		// Every shard is recovered when it is gained (GainShards); the registry is shared.
+		if err := e.restoreExecutors(ctx); err != nil {
+			return fmt.Errorf("cannot restore executors: %w", err)
+		}
+		e.loopsWG.Add(2)
+		go e.registryLoop(runCtx)
+		go e.depLoop(runCtx)
+	} else {
+		if err := e.recoverAtStart(ctx, now, h); err != nil {
+			return err
+		}
+		if err := e.recoverBackfills(ctx); err != nil {
+			return err
+		}
 	}
 	// The wheel's driver is one of the engine's loops: it has no lifecycle of its own, and
 	// runCtx ends it with the others.
@@ -522,7 +548,8 @@ func (e *Engine) loadSlice(ctx context.Context) error {
 	e.horizon = to
 	e.horizonMu.Unlock()
 	t := e.now()
-	n, err := e.loadRange(ctx, from, to, now)
+	// The shards held now: one gained after the horizon moved loads up to it itself.
+	n, err := e.loadRange(e.scheduling(ctx), from, to, now)
 	e.m.loadDuration.Update(e.since(t).Seconds())
 	if err != nil {
 		return err
@@ -584,7 +611,9 @@ func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error)
 // adopt puts a task read from the store into memory unless a newer copy is already there,
 // applying the misfire policy to a fire already too late at now (now 0: no policy).
 func (e *Engine) adopt(t *task, now int64) {
-	if !e.tasks.insertIfAbsent(t) {
+	if in, err := e.insertTask(t, false); err != nil {
+		return // its shard is not held (any more): its owner loads it
+	} else if !in {
 		e.placeHeld(t.id)
 		return
 	}
@@ -606,13 +635,22 @@ func (e *Engine) adopt(t *task, now int64) {
 }
 
 // acquire returns the task with id locked, loading it from the store when it is not in
-// memory. The caller must call release.
+// memory, for the engine's own work (a release, a recovery, a backfill): on a sharded engine
+// a task of a shard being recovered is loaded too. The caller must call release.
 func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
-	return e.acquireFrom(ctx, id, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
+	return e.acquireFrom(ctx, id, false, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
 }
 
-// acquireFrom is acquire with the task built from load's row when it is not in memory.
-func (e *Engine) acquireFrom(ctx context.Context, id int64, load func() (*model.Task, error)) (*task, error) {
+// acquireAPI is acquire for a call of the API: on a sharded engine it refuses, with
+// ErrShardNotHeld, a task not in memory whose shard is not scheduled here or is being
+// recovered or handed over (the call goes to the shard's owner, or is tried again).
+func (e *Engine) acquireAPI(ctx context.Context, id int64) (*task, error) {
+	return e.acquireFrom(ctx, id, true, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
+}
+
+// acquireFrom is acquire with the task built from load's row when it is not in memory; api
+// says an API call asks (insertTask).
+func (e *Engine) acquireFrom(ctx context.Context, id int64, api bool, load func() (*model.Task, error)) (*task, error) {
 	for {
 		if t := e.tasks.get(id); t != nil {
 			t.mu.Lock()
@@ -633,7 +671,11 @@ func (e *Engine) acquireFrom(ctx context.Context, id int64, load func() (*model.
 		if err != nil {
 			return nil, fmt.Errorf("cannot load task %q: %w", pt.Def.Name, err)
 		}
-		if e.tasks.insertIfAbsent(t) {
+		in, err := e.insertTask(t, api)
+		if err != nil {
+			return nil, err
+		}
+		if in {
 			t.mu.Lock()
 			return t, nil
 		}

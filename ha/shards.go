@@ -219,6 +219,21 @@ func (s *Shards) Gate(shard int, epoch int64) error {
 	return nil
 }
 
+// Holds is nil while this node holds shard at epoch and its last successful renewal was
+// sent less than TTL − renew ago, whether or not it is handing the shard over: what a run
+// decided under the lease asks just before it is sent.
+func (s *Shards) Holds(shard int, epoch int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.held[shard]; !ok || e != epoch {
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrShardNotHeld)
+	}
+	if !s.clk.Now().Before(s.deadline) {
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrLeaseDeadline)
+	}
+	return nil
+}
+
 // Held returns the shards this node holds (those being handed over too), with their epochs,
 // ascending.
 func (s *Shards) Held() []persist.ShardFence {

@@ -1,0 +1,526 @@
+package engine
+
+// Scheduling by shard (scale-out, docs/scale-out.md). An engine built with Config.Sharded
+// schedules only the shards it is given: the daemon's shard loop (ha.Shards) holds their
+// leases and tells the engine what it gained (GainShards), what it begins to hand over
+// (DrainShards) and what it no longer holds (DropShards). Without Sharded an engine
+// schedules every task, unfenced or under the primary's one epoch, as it always did.
+//
+// Invariants:
+//
+//  1. A task is in memory only while its shard is held: loading or ready, or draining for a
+//     copy already in memory. Its copy carries the shard's epoch of the moment it went in
+//     (task.sepoch, never changed), and every group written about it is fenced by that
+//     epoch (persist.Group.Fence), checked inside the batch's transaction. A decision made
+//     from a copy of an older epoch can therefore not land: the writer refuses it at the
+//     fence, whatever the engine's own view of its shards.
+//  2. Nothing of a shard fires or is sent unless the shard loop's gate is open for its epoch
+//     (Config.ShardGate): fire asks it before deciding, the dispatcher just before each
+//     request leaves.
+//  3. A gained shard is recovered as a start is (core_recover.go): its runs left in flight
+//     first, then its window with misfire policies, its dependents and its backfills, each
+//     read with the shard filter (persist.WithShards), while the other shards keep firing.
+//  4. A dropped shard leaves memory at once and writes nothing: its tasks are evicted, its
+//     runs in flight abandoned (their ends would be refused at the fence anyway); the node
+//     that takes the shard recovers them from the store, as a promotion does.
+//  5. A shard being handed over (draining) fires nothing new and starts no run; its runs in
+//     flight end and their ends are written under its epoch. ShardsInFlight reports it busy
+//     until they have and every write fenced by it is durable, so the lease is released
+//     only after (ha.ShardsConfig.InFlight).
+//
+// Lock order: a shard's insertion lock (shardSlot.mu) is taken before the task map's lock
+// and never while holding a task's lock.
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+)
+
+// ErrShardNotHeld is the answer for a task whose shard this node does not schedule, or is
+// taking over or handing over: the owner of the shard must be asked (the API forwards the
+// call to it).
+var ErrShardNotHeld = errors.New("this node does not schedule the task's shard")
+
+// Phases of a shard on this node.
+const (
+	shardOff      uint32 = iota // not held
+	shardLoading                // held, its recovery under way: fires, but refuses the API
+	shardReady                  // held and scheduled
+	shardDraining               // held, being handed over: no new fire or run
+)
+
+// shardSlot is one shard as this engine holds it.
+type shardSlot struct {
+	// mu is held shared while a task of the shard goes into memory and exclusively while the
+	// shard's epoch or phase changes, so a drop's purge finds every copy inserted before it.
+	mu    sync.RWMutex
+	epoch atomic.Int64 // the epoch held, 0 when not held
+	phase atomic.Uint32
+	// writes counts the groups fenced by the shard and not yet done.
+	writes atomic.Int64
+}
+
+// shardCurrent reports whether t's copy is of the epoch at which its shard is held now (on
+// an engine that is not sharded, always).
+func (e *Engine) shardCurrent(t *task) bool {
+	if !e.cfg.Sharded {
+		return true
+	}
+	s := &e.shards[t.shard]
+	return s.phase.Load() != shardOff && s.epoch.Load() == t.sepoch
+}
+
+// shardGate is nil while a task of shard, in memory at epoch, may fire (firing) or have a
+// run decided before sent: the shard held at that epoch, not being handed over when firing,
+// and the shard loop's gate open (invariant 2). A run decided before a hand-over began is
+// still sent: the lease is still this node's, and its end is written under it.
+func (e *Engine) shardGate(shard uint8, epoch int64, firing bool) error {
+	if !e.cfg.Sharded {
+		return nil
+	}
+	s := &e.shards[shard]
+	switch ph := s.phase.Load(); {
+	case ph == shardOff || s.epoch.Load() != epoch:
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrShardNotHeld)
+	case ph == shardDraining && firing:
+		return fmt.Errorf("shard %d is being handed over: %w", shard, ErrShardNotHeld)
+	}
+	if e.cfg.ShardGate != nil {
+		return e.cfg.ShardGate(int(shard), epoch)
+	}
+	return nil
+}
+
+// insertTask puts t in the task map unless a copy of it is there, as tasks.insertIfAbsent
+// does; on a sharded engine only while t's shard is held (invariant 1), stamping t with the
+// shard's epoch, and replacing a copy of an older epoch. api says the API asks: a shard
+// still being recovered or being handed over then refuses with ErrShardNotHeld, as does a
+// shard not held. It reports whether t went in.
+func (e *Engine) insertTask(t *task, api bool) (bool, error) {
+	if !e.cfg.Sharded {
+		return e.tasks.insertIfAbsent(t), nil
+	}
+	s := &e.shards[t.shard]
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ph := s.phase.Load()
+	if ph == shardOff || ph == shardDraining || (api && ph == shardLoading) {
+		return false, fmt.Errorf("task %q is in shard %d: %w", t.def.Name, t.shard, ErrShardNotHeld)
+	}
+	t.sepoch = s.epoch.Load()
+	for {
+		if e.tasks.insertIfAbsent(t) {
+			return true, nil
+		}
+		old := e.tasks.get(t.id)
+		if old == nil {
+			continue
+		}
+		old.mu.Lock()
+		if old.evicted || old.sepoch == t.sepoch {
+			old.mu.Unlock()
+			if !old.evicted {
+				return false, nil
+			}
+			continue
+		}
+		// A copy of an older epoch that a drop did not find (it went in while the shard was
+		// dropped and taken again): it goes, as the drop would have taken it.
+		e.evict(old)
+		old.mu.Unlock()
+	}
+}
+
+// GainShards schedules shards taken at the epochs given (invariant 3): they are held at once,
+// then recovered in order, each step logged with how long it took: the runs their previous
+// owner left in flight, the window (applying misfire policies), the dependents released
+// meanwhile, the backfills under way. It returns once they are recovered; a failed recovery
+// returns the error, and the caller must give the shards up (they are recovered again by
+// whoever takes them next).
+func (e *Engine) GainShards(ctx context.Context, fences []persist.ShardFence) error {
+	if !e.cfg.Sharded || len(fences) == 0 {
+		return nil
+	}
+	var set model.ShardSet
+	for _, f := range fences {
+		if f.Shard < 0 || f.Shard >= model.ShardCount || f.Epoch <= 0 {
+			return fmt.Errorf("cannot gain shard %d at epoch %d", f.Shard, f.Epoch)
+		}
+		s := &e.shards[f.Shard]
+		s.mu.Lock()
+		s.epoch.Store(f.Epoch)
+		s.phase.Store(shardLoading)
+		s.mu.Unlock()
+		set.Add(f.Shard)
+	}
+	e.updateRateShare()
+	start := e.now()
+	err := e.recoverShards(persist.WithShards(ctx, set), set)
+	for _, f := range fences {
+		s := &e.shards[f.Shard]
+		s.mu.Lock()
+		if s.epoch.Load() == f.Epoch && s.phase.Load() == shardLoading {
+			if err == nil {
+				s.phase.Store(shardReady)
+			}
+		}
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("cannot recover shards %s: %w", set, err)
+	}
+	e.log.Info("shards recovered: scheduling them", "shards", set.String(), "took", e.since(start))
+	return nil
+}
+
+// recoverShards is recoverAtStart for the shards of set, with ctx carrying their filter.
+func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
+	now := e.nowMS()
+	e.horizonMu.RLock()
+	h := e.horizon
+	e.horizonMu.RUnlock()
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"resolve runs left running", func() error { return e.recoverInFlight(ctx) }},
+		{"load the window and apply misfire policies", func() error {
+			_, err := e.loadRange(ctx, 1, h, now)
+			return err
+		}},
+		{"release dependents", func() error { return e.loadDependencies(ctx) }},
+		{"resume backfills", func() error { return e.recoverBackfills(ctx) }},
+	}
+	for i, st := range steps {
+		t := e.now()
+		err := st.fn()
+		e.log.Info("shards taken: "+st.name, "shards", set.String(), "step", i+1, "took", e.since(t), "error", err)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DrainShards begins handing shards over (invariant 5): from now on nothing of theirs fires
+// or starts, and their runs in flight end as usual.
+func (e *Engine) DrainShards(set model.ShardSet) {
+	if !e.cfg.Sharded {
+		return
+	}
+	for _, n := range set.List() {
+		s := &e.shards[n]
+		s.mu.Lock()
+		if s.phase.Load() != shardOff {
+			s.phase.Store(shardDraining)
+		}
+		s.mu.Unlock()
+	}
+	e.updateRateShare()
+}
+
+// ShardsInFlight returns the shards of set with a run in flight on this node or a write
+// fenced by them not yet durable: a shard being handed over is released once it has neither.
+func (e *Engine) ShardsInFlight(set model.ShardSet) model.ShardSet {
+	var busy model.ShardSet
+	if !e.cfg.Sharded {
+		return busy
+	}
+	runs := e.runs.byShard()
+	for _, n := range set.List() {
+		s := &e.shards[n]
+		// A shard whose hand-over this engine has not begun yet (DrainShards comes by the
+		// daemon's channel) is busy too: its rate share and its fires stop first.
+		if runs[n] > 0 || s.writes.Load() > 0 || s.phase.Load() != shardDraining {
+			busy.Add(n)
+		}
+	}
+	return busy
+}
+
+// updateRateShare gives the rate gate this node's share of every rate limit: the shards it
+// schedules (being taken over included, being handed over not) out of all of them. A shard
+// handed over leaves the share before its lease is released (ShardsInFlight), and another
+// node counts it only once it has taken it, so the shares of the live nodes never add up to
+// more than the whole (docs/scale-out.md). A node without shards keeps one shard's share: it
+// dispatches nothing anyway.
+func (e *Engine) updateRateShare() {
+	n := max(1, e.heldShards(false).Len())
+	if err := e.gate.lim.SetShare(float64(n) / model.ShardCount); err != nil {
+		e.log.Error("cannot set the rate share", "shards", n, "error", err)
+	}
+}
+
+// DropShards forgets shards this node no longer holds (invariant 4): their gate closes, their
+// tasks leave memory and their runs in flight are abandoned, without writing anything.
+func (e *Engine) DropShards(set model.ShardSet) {
+	if !e.cfg.Sharded || set.Len() == 0 {
+		return
+	}
+	start := e.now()
+	for _, n := range set.List() {
+		s := &e.shards[n]
+		s.mu.Lock()
+		s.phase.Store(shardOff)
+		s.epoch.Store(0)
+		s.mu.Unlock()
+	}
+	abandoned := e.runs.abandon(set, func(f *flight) {
+		f.t.mu.Lock()
+		f.t.runLeft(f.run.Ticket)
+		f.t.mu.Unlock()
+	})
+	evicted := 0
+	for _, t := range e.tasks.all(func(t *task) bool { return set.Has(int(t.shard)) }) {
+		t.mu.Lock()
+		if !t.evicted {
+			e.evict(t)
+			evicted++
+		}
+		t.mu.Unlock()
+	}
+	e.backfills.dropShards(set)
+	e.updateRateShare()
+	e.log.Warn("shards dropped: their tasks left memory and their runs in flight are the next owner's",
+		"shards", set.String(), "tasks", evicted, "runs_abandoned", abandoned, "took", e.since(start))
+}
+
+// runEpoch is the epoch a run of t carries, and the shard whose it is: t's shard's on a
+// sharded engine; Config.Epoch (the primary's, or 0) and no shard otherwise.
+func (e *Engine) runEpoch(t *task) (int64, *int) {
+	if !e.cfg.Sharded {
+		return e.cfg.Epoch, nil
+	}
+	n := int(t.shard)
+	return t.sepoch, &n
+}
+
+// sendGate is the gate a request of a run of t asks just before it leaves (dispatch.Request
+// .Gate): nil on an engine that is not sharded, whose dispatcher asks Config.Dispatch.Gate.
+func (e *Engine) sendGate(t *task) func() error {
+	if !e.cfg.Sharded {
+		return nil
+	}
+	shard, epoch := t.shard, t.sepoch
+	return func() error { return e.shardGate(shard, epoch, false) }
+}
+
+// heldShards returns the shards held; with draining false, those being handed over are left
+// out. An engine that is not sharded holds every shard.
+func (e *Engine) heldShards(draining bool) model.ShardSet {
+	if !e.cfg.Sharded {
+		return model.AllShards()
+	}
+	var set model.ShardSet
+	for n := range model.ShardCount {
+		switch e.shards[n].phase.Load() {
+		case shardLoading, shardReady:
+			set.Add(n)
+		case shardDraining:
+			if draining {
+				set.Add(n)
+			}
+		}
+	}
+	return set
+}
+
+// Sharded reports whether this engine schedules by shard (Config.Sharded).
+func (e *Engine) Sharded() bool { return e.cfg.Sharded }
+
+// ShardState tells how this engine holds shard n: held (loading, ready or being handed
+// over: the results of its runs are taken here) and ready (the API's calls about its tasks
+// are served here). An engine that is not sharded holds every shard, ready.
+func (e *Engine) ShardState(n int) (held, ready bool) {
+	if !e.cfg.Sharded {
+		return true, true
+	}
+	if n < 0 || n >= model.ShardCount {
+		return false, false
+	}
+	ph := e.shards[n].phase.Load()
+	return ph != shardOff, ph == shardReady
+}
+
+// ReadyShards returns the shards whose tasks this engine schedules and whose API calls it
+// serves: every shard on an engine that is not sharded.
+func (e *Engine) ReadyShards() model.ShardSet {
+	if !e.cfg.Sharded {
+		return model.AllShards()
+	}
+	var set model.ShardSet
+	for n := range model.ShardCount {
+		if e.shards[n].phase.Load() == shardReady {
+			set.Add(n)
+		}
+	}
+	return set
+}
+
+// Shards returns the shards this engine schedules (loading, ready or being handed over),
+// with their epochs, ascending; every shard at epoch 0 on an engine that is not sharded.
+func (e *Engine) Shards() []persist.ShardFence {
+	var out []persist.ShardFence
+	for n := range model.ShardCount {
+		if !e.cfg.Sharded {
+			out = append(out, persist.ShardFence{Shard: n})
+			continue
+		}
+		s := &e.shards[n]
+		if s.phase.Load() != shardOff {
+			out = append(out, persist.ShardFence{Shard: n, Epoch: s.epoch.Load()})
+		}
+	}
+	return out
+}
+
+// apiFences returns the fences of the shards of names for a write the API asks for that
+// does not go through the batched writer (a batch of creates): each shard must be
+// scheduled here and not being taken over or handed over, else ErrShardNotHeld. It returns
+// nil on an engine that is not sharded.
+func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
+	if !e.cfg.Sharded {
+		return nil, nil
+	}
+	var seen model.ShardSet
+	var out []persist.ShardFence
+	for _, name := range names {
+		n := model.ShardOf(name)
+		if seen.Has(n) {
+			continue
+		}
+		seen.Add(n)
+		s := &e.shards[n]
+		if s.phase.Load() != shardReady {
+			return nil, fmt.Errorf("task %q is in shard %d: %w", name, n, ErrShardNotHeld)
+		}
+		out = append(out, persist.ShardFence{Shard: n, Epoch: s.epoch.Load()})
+	}
+	return out, nil
+}
+
+// readyFences returns the shards scheduled and not being handed over, with their epochs.
+func (e *Engine) readyFences() []persist.ShardFence {
+	var out []persist.ShardFence
+	for n := range model.ShardCount {
+		s := &e.shards[n]
+		if s.phase.Load() == shardReady {
+			out = append(out, persist.ShardFence{Shard: n, Epoch: s.epoch.Load()})
+		}
+	}
+	return out
+}
+
+// scheduling returns ctx with the filter of the shards this engine schedules, for the reads
+// that load tasks to arm (the window loader): none on an engine that is not sharded.
+func (e *Engine) scheduling(ctx context.Context) context.Context {
+	if !e.cfg.Sharded {
+		return ctx
+	}
+	return persist.WithShards(ctx, e.heldShards(false))
+}
+
+// fenceGroup fences g by the shard of the task it writes (persist.Group.Fence), at t's epoch
+// when t is given and else at the epoch held now (a group of run rows or actions written
+// outside a task's lock). It reports ErrShardNotHeld for a group of a task whose shard is
+// not held. Groups of no task (system actions) stay unfenced, as does every group of an
+// engine that is not sharded.
+func (e *Engine) fenceGroup(g *persist.Group, t *task) error {
+	if !e.cfg.Sharded || g.Fence.Epoch > 0 {
+		return nil
+	}
+	if t != nil {
+		g.Fence = persist.ShardFence{Shard: int(t.shard), Epoch: t.sepoch}
+		return nil
+	}
+	name := groupTaskName(g)
+	if name == "" {
+		return nil
+	}
+	shard := model.ShardOf(name)
+	s := &e.shards[shard]
+	epoch := s.epoch.Load()
+	if s.phase.Load() == shardOff || epoch == 0 {
+		return fmt.Errorf("cannot write about task %q: shard %d: %w", name, shard, ErrShardNotHeld)
+	}
+	g.Fence = persist.ShardFence{Shard: shard, Epoch: epoch}
+	return nil
+}
+
+// groupTaskName is the name of the task g writes about, "" for none.
+func groupTaskName(g *persist.Group) string {
+	switch {
+	case len(g.Creates) > 0:
+		return g.Creates[0].Def.Name
+	case len(g.Fires) > 0:
+		return g.Fires[0].TaskName
+	case len(g.Runs) > 0:
+		return g.Runs[0].TaskName
+	case len(g.Actions) > 0:
+		return g.Actions[0].TaskName
+	case len(g.DefUpdates) > 0:
+		return g.DefUpdates[0].Name
+	}
+	return ""
+}
+
+// holdsShardZero reports whether this node runs the cluster's singleton duties (the pruner,
+// the executor registry's verdicts and their alerts): on a sharded engine the holder of
+// shard 0, ready; always on one that is not.
+func (e *Engine) holdsShardZero() bool {
+	return !e.cfg.Sharded || e.shards[0].phase.Load() == shardReady
+}
+
+// registryRefresh is how often a sharded engine reads the executor registry from the store:
+// executors register and heartbeat with any node, which writes their rows.
+const registryRefresh = time.Second
+
+// refreshExecutors merges the store's executor registry into this engine's
+// (dispatch.Registry.Merge): the heartbeats and registrations other nodes took.
+func (e *Engine) refreshExecutors(ctx context.Context) error {
+	list, err := e.store.ListExecutors(ctx)
+	if err != nil {
+		return err
+	}
+	for _, x := range list {
+		key, err := hex.DecodeString(x.DispatchKey)
+		if err != nil {
+			e.log.Warn("cannot read the dispatch key of an executor; keeping the one held", "app", x.App, "address", x.Address, "error", err)
+			continue
+		}
+		got, _ := e.registry.Merge(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
+		if !bytes.Equal(got.DispatchKey(), key) {
+			got.SetDispatchKey(key)
+		}
+	}
+	return nil
+}
+
+// registryLoop keeps a sharded engine's executor registry as the store has it.
+func (e *Engine) registryLoop(ctx context.Context) {
+	defer e.loopsWG.Done()
+	t := e.cfg.Clock.NewTicker(registryRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := e.refreshExecutors(rctx); err != nil && ctx.Err() == nil {
+				e.log.Warn("cannot read the executor registry from the store", "error", err)
+			}
+			cancel()
+		}
+	}
+}
