@@ -16,11 +16,11 @@ import (
 
 func (s *Server) backfillRoutes(api *router.Group) {
 	h := s.authed
-	api.POST("/tasks/{name}/backfill", h(s.createBackfill))
+	api.POST("/tasks/{name}/backfill", h(s.byTask(s.createBackfill)))
 	api.GET("/tasks/{name}/backfills", h(s.listBackfills))
 	api.GET("/tasks/{name}/backfills/{id}", h(s.getBackfill))
-	api.DELETE("/tasks/{name}/backfills/{id}", h(s.cancelBackfill))
-	api.POST("/tasks/{name}/backfills/{id}/cancel", h(s.cancelBackfill))
+	api.DELETE("/tasks/{name}/backfills/{id}", h(s.byTask(s.cancelBackfill)))
+	api.POST("/tasks/{name}/backfills/{id}/cancel", h(s.byTask(s.cancelBackfill)))
 }
 
 // backfillBody is the body of POST /api/v1/tasks/{name}/backfill.

@@ -41,9 +41,9 @@ func (e *errTooLarge) Error() string { return e.msg }
 // writeRoutes registers the bulk write endpoints.
 func (s *Server) writeRoutes(api *router.Group) {
 	h := s.authed
-	api.POST("/tasks/batch", h(s.createBatch))
-	api.POST("/tasks/bulk/{op}", h(s.bulkOp))
-	api.POST("/prune", h(s.prune))
+	api.POST("/tasks/batch", h(s.splitBatch(s.createBatch)))
+	api.POST("/tasks/bulk/{op}", h(s.fanOut(s.bulkOp, "affected")))
+	api.POST("/prune", h(s.fanOut(s.prune, "task_run", "task_action", "task_def")))
 }
 
 // prune is POST /api/v1/prune {"before": TIME|DURATION, "dry_run": bool}.
@@ -121,6 +121,36 @@ func batchBody(c *fasthttp.RequestCtx) io.Reader {
 // key or invalid UTF-8 in it included, is an item error by its index. A body that is not JSON
 // at all, or over a limit, ends decoding with an error.
 func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemError, error) {
+	var (
+		specs []*engine.TaskSpec
+		bad   []engine.ItemError
+	)
+	err := eachBatchItem(r, ndjson, func(i int, raw []byte) {
+		spec, err := engine.DecodeTaskSpec(raw)
+		if err != nil {
+			bad = append(bad, engine.ItemError{Index: i, Err: err})
+			spec = nil
+		}
+		specs = append(specs, spec)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return specs, bad, nil
+}
+
+// splitBatchItems returns the items of a batch body as raw JSON, each a copy, without
+// decoding them (a node that splits a batch by owner, shardfront.go).
+func splitBatchItems(r io.Reader, ndjson bool) ([][]byte, error) {
+	var raws [][]byte
+	err := eachBatchItem(r, ndjson, func(_ int, raw []byte) { raws = append(raws, bytes.Clone(raw)) })
+	return raws, err
+}
+
+// eachBatchItem hands each item of a batch body to fn as it is read, raw (valid until fn
+// returns), with its index. A body that is not JSON at all, or over a limit, ends it with an
+// error.
+func eachBatchItem(r io.Reader, ndjson bool, fn func(i int, raw []byte)) error {
 	br := &batchReader{r: r}
 	// Splitting tolerates what the strict decoding of each item refuses, so that the refusal
 	// names the item.
@@ -129,16 +159,12 @@ func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemErr
 	if !ndjson {
 		tok, err := dec.ReadToken()
 		if err != nil {
-			return nil, nil, bodyErr(err, "the body must be a JSON array of task definitions")
+			return bodyErr(err, "the body must be a JSON array of task definitions")
 		}
 		if tok.Kind() != '[' {
-			return nil, nil, fmt.Errorf("%w: the body must be a JSON array of task definitions (or NDJSON with Content-Type: %s)", ErrBadRequest, ndjsonType)
+			return fmt.Errorf("%w: the body must be a JSON array of task definitions (or NDJSON with Content-Type: %s)", ErrBadRequest, ndjsonType)
 		}
 	}
-	var (
-		specs []*engine.TaskSpec
-		bad   []engine.ItemError
-	)
 	for i := 0; ; i++ {
 		br.item = i
 		if !ndjson && dec.PeekKind() == ']' {
@@ -149,29 +175,23 @@ func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemErr
 			break
 		}
 		if err != nil {
-			return nil, nil, bodyErr(err, fmt.Sprintf("item %d is not valid JSON", i))
+			return bodyErr(err, fmt.Sprintf("item %d is not valid JSON", i))
 		}
 		if i >= BatchMaxTasks {
-			return nil, nil, &errTooLarge{fmt.Sprintf("batch is over the limit of %d tasks", BatchMaxTasks)}
+			return &errTooLarge{fmt.Sprintf("batch is over the limit of %d tasks", BatchMaxTasks)}
 		}
-		spec, err := engine.DecodeTaskSpec(raw)
-		if err != nil {
-			bad = append(bad, engine.ItemError{Index: i, Err: err})
-			specs = append(specs, nil)
-			continue
-		}
-		specs = append(specs, spec)
+		fn(i, raw)
 	}
 	br.start = nil
 	if !ndjson {
 		if _, err := dec.ReadToken(); err != nil {
-			return nil, nil, bodyErr(err, "the JSON array is not closed")
+			return bodyErr(err, "the JSON array is not closed")
 		}
 		if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
-			return nil, nil, fmt.Errorf("%w: trailing data after the JSON array", ErrBadRequest)
+			return fmt.Errorf("%w: trailing data after the JSON array", ErrBadRequest)
 		}
 	}
-	return specs, bad, nil
+	return nil
 }
 
 // bodyErr passes a limit error through and makes anything else a bad request.
@@ -250,7 +270,13 @@ func (s *Server) createBatch(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := s.cfg.Engine.CreateTasks(ctx, specs, onConflict, actor(c))
+	var opts []engine.CreateOption
+	if routed(c) && len(c.Request.Header.Peek(upstreamsCheckedHeader)) > 0 {
+		// A part of a batch a node split by owner (shardfront.go), whose upstreams it
+		// checked against the whole batch: some are items of the other parts.
+		opts = append(opts, engine.UpstreamsChecked())
+	}
+	res, err := s.cfg.Engine.CreateTasks(ctx, specs, onConflict, actor(c), opts...)
 	var be *engine.BatchError
 	if errors.As(err, &be) {
 		code := fasthttp.StatusBadRequest

@@ -29,6 +29,7 @@ func haConsoleNode(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *d
 	t.Helper()
 	return daemontest.Start(t, dsn, func(c *axedaemon.Config) {
 		c.HA = true
+		c.HAMode = axedaemon.HAModePrimary
 		c.NodeID = id
 		c.LeaseTTL = 3 * time.Second
 		c.LeaseRenew = time.Second

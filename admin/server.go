@@ -92,6 +92,10 @@ type ServerConfig struct {
 	// console's overview chart: the daemon's recorder of the engine. Defaults to an empty
 	// hour.
 	Minutes func(now time.Time) []MinutePoint
+	// Sharding, when set, makes this the API of a node that schedules by shard: each write
+	// is served by the node that schedules its task's shard (shardfront.go). Defaults to nil:
+	// every write is served here.
+	Sharding *ShardRouting
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -139,7 +143,8 @@ type Server struct {
 	tokens      atomic.Pointer[Tokens]
 	tokenSource func() *Tokens
 	router      *router.Router
-	allowHosts  []string // cfg.AllowHosts, lower case
+	allowHosts  []string    // cfg.AllowHosts, lower case
+	shards      *shardFront // the routing of a sharded node (shardfront.go); nil otherwise
 }
 
 // NewServer builds the server; Start listens.
@@ -149,6 +154,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("cannot create server: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, serveErr: make(chan error, 1)}
+	if cfg.Sharding != nil {
+		s.shards = newShardFront(s, *cfg.Sharding)
+	}
 	for _, h := range cfg.AllowHosts {
 		s.allowHosts = append(s.allowHosts, strings.TrimSuffix(strings.ToLower(h), "."))
 	}
@@ -266,7 +274,11 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	}
 
 	r.GET("/healthz", func(c *fasthttp.RequestCtx) { writeJSON(c, 200, map[string]string{"status": "ok"}) })
-	r.GET("/readyz", s.readyz)
+	if s.shards != nil {
+		r.GET("/readyz", s.shardReadyz)
+	} else {
+		r.GET("/readyz", s.readyz)
+	}
 	r.GET("/metrics", s.metricsAuth(func(c *fasthttp.RequestCtx) {
 		c.SetContentType("text/plain; version=0.0.4")
 		writeMetrics(c, s.cfg.Metrics())
@@ -274,34 +286,41 @@ func (s *Server) routes() fasthttp.RequestHandler {
 
 	api := r.Group(s.cfg.BasePath + "/api/v1")
 	h := s.authed
-	api.POST("/tasks", h(s.createTask))
+	// On a sharded node each write goes to the node that schedules its task's shard, and a
+	// call over many tasks or every node's limits to every node (shardfront.go); without
+	// Sharding these wrappers serve the call here.
+	task := s.byTask
+	api.POST("/tasks", h(s.byBodyName(s.createTask)))
 	api.GET("/tasks", h(s.listTasks))
 	api.GET("/tasks/{name}", h(s.getTask))
-	api.PUT("/tasks/{name}", h(s.updateTask))
-	api.DELETE("/tasks/{name}", h(s.deleteTask))
-	api.POST("/tasks/{name}/pause", h(s.pauseTask))
-	api.POST("/tasks/{name}/resume", h(s.resumeTask))
-	api.POST("/tasks/{name}/run", h(s.runTask))
-	api.POST("/tasks/{name}/kill", h(s.killTask))
+	api.PUT("/tasks/{name}", h(task(s.updateTask)))
+	api.DELETE("/tasks/{name}", h(task(s.deleteTask)))
+	api.POST("/tasks/{name}/pause", h(task(s.pauseTask)))
+	api.POST("/tasks/{name}/resume", h(task(s.resumeTask)))
+	api.POST("/tasks/{name}/run", h(task(s.runTask)))
+	api.POST("/tasks/{name}/kill", h(task(s.killTask)))
 	api.GET("/tasks/{name}/runs", h(s.taskRunsPage))       // api_console.go
 	api.GET("/tasks/{name}/actions", h(s.taskActionsPage)) // api_console.go
 	api.GET("/runs/{ticket}", h(s.getRun))
 	api.GET("/alerts", h(s.alertsAnswer)) // api_console.go
-	api.POST("/groups/{group}/pause", h(s.pauseGroup))
-	api.POST("/groups/{group}/resume", h(s.resumeGroup))
+	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks")))
+	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks")))
 	api.GET("/executors", h(s.listExecutors))
 	r.POST(protocol.PathRegister, h(s.registerExecutor))
 	r.POST(protocol.PathHeartbeat, h(s.executorHeartbeat))
-	r.POST(protocol.PathCallback, h(s.callback))
-	r.POST(protocol.PathCallbackBatch, h(s.callbackBatch))
+	r.POST(protocol.PathCallback, h(s.routeCallback(s.callback)))
+	r.POST(protocol.PathCallbackBatch, h(s.routeCallbackBatch(s.callbackBatch)))
 	api.GET("/cron/next", h(s.cronNext))
 	api.GET("/whoami", h(s.whoami))
 	api.GET("/ratelimits", h(s.getRateLimits))
-	api.PUT("/ratelimits", h(s.setRateLimit))
+	api.PUT("/ratelimits", h(s.fanOut(s.setRateLimit)))
 	api.GET("/concurrency-limits", h(s.listConcurrencyLimits))
 	api.GET("/concurrency-limits/{kind}/{name}", h(s.getConcurrencyLimit))
-	api.PUT("/concurrency-limits/{kind}/{name}", h(s.putConcurrencyLimit))
-	api.DELETE("/concurrency-limits/{kind}/{name}", h(s.deleteConcurrencyLimit))
+	api.PUT("/concurrency-limits/{kind}/{name}", h(s.fanOut(s.putConcurrencyLimit)))
+	api.DELETE("/concurrency-limits/{kind}/{name}", h(s.fanOut(s.deleteConcurrencyLimit)))
+	if s.shards != nil {
+		api.POST("/cluster/release", h(s.releaseDependents))
+	}
 	s.haRoutes(api) // hafront.go
 	s.writeRoutes(api)
 	s.backfillRoutes(api) // backfill.go
@@ -974,7 +993,7 @@ func statusOf(err error) int {
 	case errors.Is(err, persist.ErrWriterBusy), errors.Is(err, engine.ErrConcurrencyLimit):
 		return fasthttp.StatusTooManyRequests
 	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, model.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
-		errors.Is(err, context.DeadlineExceeded):
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, engine.ErrShardNotHeld):
 		return fasthttp.StatusServiceUnavailable
 	default:
 		return fasthttp.StatusInternalServerError
@@ -983,7 +1002,7 @@ func statusOf(err error) int {
 
 func (s *Server) fail(c *fasthttp.RequestCtx, err error) {
 	code, msg := s.errorOf(c, err)
-	if code == fasthttp.StatusTooManyRequests {
+	if code == fasthttp.StatusTooManyRequests || errors.Is(err, engine.ErrShardNotHeld) {
 		c.Response.Header.Set("Retry-After", strconv.Itoa(RetryAfterBusySec))
 	}
 	writeErr(c, code, msg)

@@ -207,7 +207,7 @@ func TestHASignsForExecutorsAfterHandover(t *testing.T) {
 	})
 	node := func(id string) *daemontest.Daemon {
 		d := daemontest.Start(t, dsn, func(c *axedaemon.Config) {
-			c.HA, c.NodeID, c.LeaseTTL, c.LeaseRenew = true, id, 60*time.Second, 500*time.Millisecond
+			c.HA, c.HAMode, c.NodeID, c.LeaseTTL, c.LeaseRenew = true, axedaemon.HAModePrimary, id, 60*time.Second, 500*time.Millisecond
 			c.Security.TokenFile = file
 		})
 		d.Token = writeTok
