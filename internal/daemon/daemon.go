@@ -55,9 +55,13 @@ type Config struct {
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above, and its
 	// Metrics is a new set for each engine (metrics.go).
 	Engine engine.Config
-	// HA runs the node as the primary or a backup of a shared MySQL database (R8, ha.go).
-	// Defaults to false: a single node.
+	// HA runs the node as one of several on a shared MySQL database (R8): by default every
+	// node schedules a share of the shards (shards.go), or, with HAMode "primary", one
+	// primary schedules everything and the others are its backups (ha.go). Defaults to
+	// false: a single node.
 	HA bool
+	// HAMode is HAModeShards or HAModePrimary. Defaults to HAModeShards.
+	HAMode string
 	// Advertise is the URL other nodes and clients reach this node at, named in a backup's
 	// 503 and in /readyz. Defaults to http:// (https:// when the API is served over TLS) and
 	// the bound address.
@@ -77,6 +81,7 @@ type Config struct {
 	Security SecurityConfig
 
 	tokens    *atomic.Pointer[admin.Tokens] // built from Token and Security.TokenFile by applySecurity
+	peerToken string                        // the token of this node's calls of the others (peerTokenOf)
 	tlsConfig *tls.Config                   // built from Security.TLSCert and TLSKey by applySecurity
 	peerTLS   *tls.Config                   // built from Security.PeerCA by applySecurity; nil: system roots
 	// metricSets are what /metrics writes (metrics.go), set by Serve before any server is
@@ -110,6 +115,9 @@ func (c Config) WithDefaults() Config {
 	if c.LeaseRenew == 0 {
 		c.LeaseRenew = ha.LeaseRenewDefault
 	}
+	if c.HAMode == "" {
+		c.HAMode = HAModeShards
+	}
 	return c
 }
 
@@ -129,8 +137,14 @@ func Serve(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer cfg.reloadTokensOnHUP()()
-	if cfg.HA {
+	if err := checkHAMode(cfg.HAMode); err != nil {
+		return err
+	}
+	if cfg.HA && cfg.HAMode == HAModePrimary {
 		return serveHA(ctx, cfg)
+	}
+	if cfg.HA {
+		return serveShards(ctx, cfg)
 	}
 	own := newOwnMetrics(cfg.Version)
 	ha.MarkSingleNode(own)

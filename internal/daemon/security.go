@@ -173,6 +173,7 @@ func (c *Config) loadTokens() (*admin.Tokens, error) {
 			return nil, fmt.Errorf("token-file: %s holds no token", c.Security.TokenFile)
 		}
 	}
+	c.peerToken = peerTokenOf(c.Token, entries)
 	return admin.NewTokens(c.Token, entries)
 }
 

@@ -152,11 +152,13 @@ func Start(t *testing.T, dsn string, mod func(*axedaemon.Config)) *Daemon {
 	return d
 }
 
-// HANode starts an HA daemon named id on dsn with a short lease.
+// HANode starts a primary/backup HA daemon (--ha-mode primary) named id on dsn with a short
+// lease.
 func HANode(t *testing.T, dsn, id string, ttl, renew time.Duration) *Daemon {
 	t.Helper()
 	return Start(t, dsn, func(c *axedaemon.Config) {
 		c.HA = true
+		c.HAMode = axedaemon.HAModePrimary
 		c.NodeID = id
 		c.LeaseTTL = ttl
 		c.LeaseRenew = renew

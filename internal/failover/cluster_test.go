@@ -117,6 +117,9 @@ type cluster struct {
 	ttl    time.Duration
 	renew  time.Duration
 	ha     bool
+	// sharded runs the nodes with every one scheduling its share of the shards (--ha-mode
+	// shards, shards_test.go) instead of as a primary and its backups.
+	sharded bool
 
 	target *target
 	exe    *execProc
@@ -203,8 +206,12 @@ func (c *cluster) start(n *node) {
 	c.t.Helper()
 	args := []string{"serve", "--addr", n.addr, "--db", c.nodeDSN(n), "--node-id", n.id,
 		"--log-format", "json", "--shutdown-timeout", "5s"}
-	if c.ha {
-		args = append(args, "--ha", "--advertise", n.url,
+	switch {
+	case c.sharded:
+		args = append(args, "--ha", "--ha-mode", "shards", "--advertise", n.url,
+			"--lease-ttl", c.ttl.String(), "--lease-renew", c.renew.String())
+	case c.ha:
+		args = append(args, "--ha", "--ha-mode", "primary", "--advertise", n.url,
 			"--lease-ttl", c.ttl.String(), "--lease-renew", c.renew.String())
 	}
 	cmd := exec.Command(axeBin, args...)

@@ -1,0 +1,215 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/ha"
+	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/persist"
+)
+
+// This file runs `axe serve --ha` as one of several nodes that all schedule (scale-out,
+// docs/scale-out.md): the shard loop (ha.Shards) holds this node's share of the 256 shards,
+// and one engine, started once and never replaced, schedules the shards the loop tells it
+// of: it recovers each shard gained (its runs left in flight, its window with misfire
+// policies, its dependents, its backfills) while the others keep firing, stops firing a
+// shard it hands over and lets that shard's runs end, and forgets a shard lost. Every write
+// of the engine about a task is fenced by its shard's epoch, and every send asks the loop's
+// gate for it. The API (admin's shard routing) serves each write on the node that schedules
+// its task's shard and passes the others on.
+
+// HA modes of Config.HAMode.
+const (
+	// HAModeShards: every node schedules a share of the shards (the default).
+	HAModeShards = "shards"
+	// HAModePrimary: one primary schedules everything; the others are its backups (ha.go).
+	HAModePrimary = "primary"
+)
+
+// checkHAMode refuses a mode that is neither.
+func checkHAMode(mode string) error {
+	switch mode {
+	case "", HAModeShards, HAModePrimary:
+		return nil
+	}
+	return fmt.Errorf("ha-mode: must be %s or %s, got %q", HAModeShards, HAModePrimary, mode)
+}
+
+// serveShards is Serve for --ha with every node scheduling. Shutdown order, each step logged
+// with how long it took:
+//
+//  1. not ready: /readyz answers 503;
+//  2. stop the engine (triggering, drain the runs in flight, flush the writer) while the
+//     shard loop keeps renewing, so that the runs' ends are written under their shards'
+//     epochs, and the minute recorder;
+//  3. stop the shard loop, releasing every shard, so that the other nodes take them at
+//     their next step (about one renew interval, not a TTL);
+//  4. stop the HTTP server;
+//  5. close the stores.
+func serveShards(ctx context.Context, cfg Config) error {
+	log := cfg.Logger
+	if err := checkHA(cfg.DB); err != nil {
+		return err
+	}
+	renew := cfg.LeaseRenew
+	if renew == 0 {
+		renew = ha.LeaseRenewDefault
+	}
+	own := newOwnMetrics(cfg.Version)
+	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	// As for a primary: a node frozen mid-transaction must not hold its shards' fence rows
+	// locked past their leases.
+	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
+	}
+	// The shard loop has a pool of its own: a renewal must never wait for a connection the
+	// engine's batches and loads hold.
+	openCtx, cancel = context.WithTimeout(ctx, time.Minute)
+	leaseStore, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
+	cancel()
+	if err != nil {
+		return errors.Join(fmt.Errorf("cannot open the lease store %s: %w", redactDSN(cfg.DB), err), store.Close())
+	}
+	closeStores := func() error { return errors.Join(leaseStore.Close(), store.Close()) }
+
+	// The engine and the loop need each other: the loop asks the engine which shards it
+	// hands over still have runs in flight, the engine asks the loop's gate before each
+	// fire and send. Both are built before either starts.
+	var loopp atomic.Pointer[ha.Shards]
+	var srvp atomic.Pointer[admin.Server]
+	ecfg := cfg.Engine
+	ecfg.Store = store
+	ecfg.Tick = cfg.Tick
+	ecfg.DefaultTimezone = cfg.Timezone
+	ecfg.NodeID = cfg.NodeID
+	ecfg.Logger = log
+	ecfg.Metrics = metrics.NewSet()
+	ecfg.Sharded = true
+	ecfg.ShardGate = func(shard int, epoch int64) error {
+		l := loopp.Load()
+		if l == nil {
+			return ha.ErrShardNotHeld
+		}
+		return l.Holds(shard, epoch)
+	}
+	ecfg.Writer.ShardLost = func(f persist.ShardFence, err error) {
+		if l := loopp.Load(); l != nil {
+			l.Lost(f.Shard, f.Epoch, err)
+		}
+	}
+	ecfg.ReleaseElsewhere = func(shard int, upstream string) {
+		if s := srvp.Load(); s != nil {
+			s.ReleaseElsewhere(shard, upstream)
+		}
+	}
+	eng, err := engine.New(ecfg)
+	if err != nil {
+		return errors.Join(err, closeStores())
+	}
+	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
+	var stopping atomic.Bool
+	rec := newMinuteSeries(eng, log)
+	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version,
+		Logger: log, Minutes: rec.points, Sharding: &admin.ShardRouting{NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS,
+			PeerToken: cfg.peerToken, Stopping: stopping.Load}}))
+	if err != nil {
+		return errors.Join(err, eng.Stop(context.Background()), closeStores())
+	}
+	srvp.Store(srv)
+	if err := srv.Start(ctx); err != nil {
+		return errors.Join(err, eng.Stop(context.Background()), closeStores())
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = cfg.scheme() + "://" + srv.Addr()
+	}
+	loop, err := ha.NewShards(ha.ShardsConfig{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own, InFlight: eng.ShardsInFlight})
+	if err != nil {
+		return errors.Join(err, srv.Stop(context.Background()), eng.Stop(context.Background()), closeStores())
+	}
+	loopp.Store(loop)
+	if err := eng.Start(ctx); err != nil {
+		return errors.Join(err, srv.Stop(context.Background()), eng.Stop(context.Background()), closeStores())
+	}
+	if err := loop.Start(ctx); err != nil {
+		return errors.Join(err, srv.Stop(context.Background()), eng.Stop(context.Background()), closeStores())
+	}
+	changesDone := make(chan struct{})
+	go followShards(loop, eng, log, changesDone)
+	rec.start()
+	log.Info("axe listening; scheduling the shards this node takes", "addr", cfg.scheme()+"://"+srv.Addr(),
+		"advertise", cfg.Advertise, "store", redactDSN(cfg.DB), "node", cfg.NodeID,
+		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew)
+	if cfg.OnListen != nil {
+		cfg.OnListen(srv.Addr())
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer scancel()
+	return startstop.Steps(sctx, log, nil, "shutdown: ",
+		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
+		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
+		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
+		startstop.Step{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {
+			err := loop.Stop(ctx, true)
+			<-changesDone
+			return err
+		}},
+		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
+		startstop.Step{Name: "close stores", Run: func(context.Context) error { return closeStores() }})
+}
+
+// followShards hands the shard loop's changes to the engine, in order, until the loop closes
+// its channel: a shard gained is recovered (and given up again should its recovery fail),
+// one handed over drains, one lost is forgotten.
+func followShards(loop *ha.Shards, eng *engine.Engine, log interface {
+	Error(string, ...any)
+}, done chan<- struct{}) {
+	defer close(done)
+	for ch := range loop.Changes() {
+		if ch.Lost.Len() > 0 {
+			eng.DropShards(ch.Lost)
+		}
+		if ch.Draining.Len() > 0 {
+			eng.DrainShards(ch.Draining)
+		}
+		if len(ch.Gained) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			err := eng.GainShards(ctx, ch.Gained)
+			cancel()
+			if err != nil {
+				log.Error("cannot recover the shards taken; giving them up for another node", "error", err)
+				for _, f := range ch.Gained {
+					loop.Lost(f.Shard, f.Epoch, err)
+				}
+			}
+		}
+	}
+}
+
+// peerTokenOf is the token a node presents on the calls it makes of the other nodes: --token,
+// else the first write-scope token of the token file that holds its secret, else none.
+func peerTokenOf(single string, entries []admin.TokenEntry) string {
+	if single != "" {
+		return single
+	}
+	for _, e := range entries {
+		if e.Scope == admin.ScopeWrite && !strings.HasPrefix(e.Token, "sha256:") {
+			return e.Token
+		}
+	}
+	return ""
+}
