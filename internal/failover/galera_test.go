@@ -51,8 +51,10 @@ func TestGaleraFailover(t *testing.T) {
 	t.Run("Whole", func(t *testing.T) {
 		t.Run("KillPrimary", func(t *testing.T) { testGaleraKillPrimary(t, gc) })
 		t.Run("StopPrimary", func(t *testing.T) { testGaleraStopPrimary(t, gc) })
+		t.Run("ShardsKillNode", func(t *testing.T) { testGaleraShardsKillNode(t, gc) })
 	})
 	t.Run("KillDatabaseNode", func(t *testing.T) { testGaleraKillDatabaseNode(t, gc) })
+	t.Run("ShardsKillDatabaseNode", func(t *testing.T) { testGaleraShardsKillDatabaseNode(t, gc) })
 }
 
 // newGaleraCluster heals gc, creates the scenario's database on it and returns the suite's
@@ -354,5 +356,107 @@ func testGaleraKillDatabaseNode(t *testing.T, gc *galeratest.Cluster) {
 	}
 	t.Logf("after the kill, connections to the scenario's database: %s", c.connsOf(gc))
 	c.audit("galera kill -9 of the primary's database node", l, Span{From: from, To: spanTo()}, []Fault{Fault(faultMS)})
+	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// bootGaleraShards starts three nodes that all schedule (shards_test.go), node a's DSN
+// listing database node n1 first, b's n2 and c's n3, so that each writes through another
+// database node and every shard's fence is the Galera one; then the executor process.
+func (c *cluster) bootGaleraShards(gc *galeratest.Cluster) []*node {
+	c.t.Helper()
+	c.sharded = true
+	name := c.galeraDB()
+	var nodes []*node
+	for i, order := range [][]int{{0, 1, 2}, {1, 2, 0}, {2, 0, 1}} {
+		n := c.addNode(string(rune('a'+i)), false)
+		n.dsn = "mysql:" + gc.ServerDSN(order...) + name
+		nodes = append(nodes, n)
+	}
+	for _, n := range nodes {
+		c.start(n)
+	}
+	c.waitShards(nodes, true, roleTimeout)
+	for i, n := range nodes {
+		c.waitConns(gc, gc.Node(i), "node "+n.id)
+	}
+	c.exe = startExecutor(c.t, c.urls())
+	return nodes
+}
+
+// testGaleraShardsKillNode kills (SIGKILL) one of three scheduling nodes, each writing through
+// its own database node, during a burst: the others, through their nodes, take its shards
+// after the TTL; the audit is clean and no shard's epoch goes back.
+func testGaleraShardsKillNode(t *testing.T, gc *galeratest.Cluster) {
+	t.Parallel() // beside the other scenarios of a whole cluster
+	began := time.Now()
+	sz := galeraSize()
+	c := newGaleraCluster(t, gc)
+	nodes := c.bootGaleraShards(gc)
+	l := c.createLoad(sz, sz.warm+c.ttl+3*sz.after)
+	from := spanFrom(l)
+	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
+	victim, live := nodes[0], others(nodes, nodes[0])
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
+	c.createBurst(l, live[0], "gkill", burstOf(sz), at)
+	time.Sleep(time.Until(at.Add(-200 * time.Millisecond)))
+	fault := time.Now()
+	victim.kill(t)
+	took := c.waitShards(live, false, c.ttl+shardSlack+10*time.Second).Sub(fault)
+	if took > c.ttl+shardSlack {
+		t.Errorf("galera kill -9 of %s: its shards were taken over %s after, over TTL + %s", victim.id, took, shardSlack)
+	}
+	c.start(victim)
+	c.waitShards(nodes, true, roleTimeout)
+	t.Logf("galera kill -9 of scheduling node %s: its shards taken over in %s through %s and %s; restarted, it took its share again",
+		victim.id, took.Round(time.Millisecond), gc.Node(1).Name, gc.Node(2).Name)
+	time.Sleep(2 * sz.after)
+	c.auditShards("galera shards kill -9 of a node", l, Span{From: from, To: spanTo()}, []Fault{Fault(fault.UnixMilli())})
+	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// testGaleraShardsKillDatabaseNode kills (SIGKILL) the database node that scheduling node a
+// writes through, during a burst: a moves to its next database node and keeps its shards
+// (the TTL outlasts the cluster's pause until it evicts the dead node, as docs/galera.md
+// asks), or the others take them; either way every shard stays held, firing resumes and the
+// audit is clean.
+func testGaleraShardsKillDatabaseNode(t *testing.T, gc *galeratest.Cluster) {
+	began := time.Now()
+	sz := galeraSize()
+	c := newGaleraCluster(t, gc)
+	c.ttl = 10 * time.Second
+	nodes := c.bootGaleraShards(gc)
+	l := c.createLoad(sz, sz.warm+c.ttl+3*sz.after)
+	from := spanFrom(l)
+	time.Sleep(time.Until(time.UnixMilli(from).Add(sz.warm)))
+	dead := gc.Node(0)
+	before, _ := c.view(nodes[1])
+	switches0, _ := c.metric(nodes[0], "axe_store_db_node_switches_total")
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
+	c.createBurst(l, nodes[1], "gdb", burstOf(sz), at)
+	time.Sleep(time.Until(at.Add(-200 * time.Millisecond)))
+	fault := time.Now()
+	dead.Kill()
+	faultMS := fault.UnixMilli()
+	var resumed time.Duration
+	deadline := fault.Add(c.ttl + shardSlack + 20*time.Second)
+	for resumed == 0 {
+		for _, rc := range c.receipts() {
+			if rc.ScheduledAt >= faultMS+1000 {
+				resumed = rc.At.Sub(fault)
+				break
+			}
+		}
+		if resumed == 0 && time.Now().After(deadline) {
+			t.Fatalf("no fire due after the kill of %s reached a receiver within %s", dead.Name, deadline.Sub(fault))
+		}
+		time.Sleep(pollEvery)
+	}
+	c.waitShards(nodes, false, c.ttl+shardSlack+10*time.Second)
+	time.Sleep(2 * sz.after)
+	after, _ := c.view(nodes[1])
+	switches, _ := c.metric(nodes[0], "axe_store_db_node_switches_total")
+	t.Logf("galera kill -9 of %s (node a's database node): first fire due after it received %s after the kill; node a's store switched node %v → %v times; holders before %v, after %v",
+		dead.Name, resumed.Round(time.Millisecond), switches0, switches, before.holders(), after.holders())
+	c.auditShards("galera shards kill -9 of a database node", l, Span{From: from, To: spanTo()}, []Fault{Fault(faultMS)})
 	t.Logf("scenario took %s", time.Since(began).Round(time.Millisecond))
 }
