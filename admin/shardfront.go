@@ -500,6 +500,11 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 			done[i] &= after[i]
 		}
 		status, local := c.Response.StatusCode(), append([]byte(nil), c.Response.Body()...)
+		if status >= 400 && status < 500 {
+			// Refused here for what it asks (a bad selector, a limit refused): the others
+			// judge it alike, and this answer says why.
+			return
+		}
 		merged := map[string]any{}
 		if json.Unmarshal(local, &merged) != nil {
 			merged = map[string]any{}

@@ -5,8 +5,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -88,6 +90,9 @@ func (e *Engine) SetConcurrencyLimit(ctx context.Context, kind, name string, max
 	if err := e.checkRunning(); err != nil {
 		return ConcurrencyLimitView{}, err
 	}
+	if e.cfg.Sharded {
+		return ConcurrencyLimitView{}, fmt.Errorf("%w: concurrency limit %s %s: %s", ErrConflict, kind, name, errShardedLimits)
+	}
 	l := model.ConcurrencyLimit{Kind: kind, Name: name, Max: max, UpdatedAt: e.nowMS()}
 	e.limitsMu.Lock()
 	defer e.limitsMu.Unlock()
@@ -128,11 +133,26 @@ func (e *Engine) DeleteConcurrencyLimit(ctx context.Context, kind, name, actor s
 	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})
 }
 
-// loadLimits reads the stored limits into the gate, at start before anything fires.
+// errShardedLimits says why a sharded engine takes no concurrency limit: each node counts
+// the runs it starts, and no node knows what the others run, so a limit of n would let every
+// node run n. Rather than keep a limit it cannot keep, axe refuses it.
+var errShardedLimits = errors.New("concurrency limits are kept by one scheduler counting every run, and nodes that each schedule their own shards cannot keep them; " +
+	"use --ha-mode primary (one primary schedules everything) for tasks that need them")
+
+// loadLimits reads the stored limits into the gate, at start before anything fires. A
+// sharded engine refuses to start over stored limits (errShardedLimits), naming them.
 func (e *Engine) loadLimits(ctx context.Context) error {
 	ls, err := e.store.ListConcurrencyLimits(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot load concurrency limits: %w", err)
+	}
+	if e.cfg.Sharded && len(ls) > 0 {
+		names := make([]string, 0, len(ls))
+		for _, l := range ls {
+			names = append(names, fmt.Sprintf("%s %s (max %d)", l.Kind, l.Name, l.Max))
+		}
+		return fmt.Errorf("cannot schedule by shard with the stored concurrency limits %s: %w; delete them from a single node or a primary (DELETE /api/v1/concurrency-limits/KIND/NAME) first",
+			strings.Join(names, ", "), errShardedLimits)
 	}
 	e.conc.setAll(ls)
 	for _, l := range ls {

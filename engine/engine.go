@@ -433,6 +433,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		return err
 	}
 	if e.cfg.Sharded {
+		e.updateRateShare() // no shard yet
 		// Every shard is recovered when it is gained (GainShards); the registry is shared.
 		if err := e.restoreExecutors(ctx); err != nil {
 			return fmt.Errorf("cannot restore executors: %w", err)
