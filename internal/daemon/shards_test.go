@@ -1,0 +1,193 @@
+package daemon_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	axedaemon "github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/ratelimit"
+)
+
+// Tests of `axe serve --ha` with every node scheduling (shards.go), three nodes in this
+// process on one MariaDB database.
+
+// shardNodes starts n nodes that schedule by shard on dsn and waits until they share the 256
+// shards evenly.
+func shardNodes(t *testing.T, dsn string, n int, mod func(*axedaemon.Config)) []*daemontest.Daemon {
+	t.Helper()
+	var ds []*daemontest.Daemon
+	for i := range n {
+		ds = append(ds, daemontest.Start(t, dsn, func(c *axedaemon.Config) {
+			c.HA = true
+			c.HAMode = axedaemon.HAModeShards
+			c.NodeID = fmt.Sprintf("n%d", i+1)
+			c.LeaseTTL, c.LeaseRenew = 3*time.Second, time.Second
+			if mod != nil {
+				mod(c)
+			}
+		}))
+	}
+	testwait.For(t, daemontest.WaitTimeout, "the shards shared evenly", func() bool {
+		total := 0
+		for _, d := range ds {
+			code, r := d.Readyz(t, "")
+			set, err := model.ParseShardSet(r.Shards)
+			if code != http.StatusOK || err != nil || set.Len() < model.ShardCount/n || set.Len() > model.ShardCount/n+1 {
+				return false
+			}
+			total += set.Len()
+		}
+		return total == model.ShardCount
+	})
+	return ds
+}
+
+// owner returns the node whose /readyz names the shard of task.
+func owner(t *testing.T, ds []*daemontest.Daemon, task string) *daemontest.Daemon {
+	t.Helper()
+	for _, d := range ds {
+		_, r := d.Readyz(t, "")
+		if set, err := model.ParseShardSet(r.Shards); err == nil && set.Has(model.ShardOf(task)) {
+			return d
+		}
+	}
+	t.Fatalf("no node holds the shard of %s", task)
+	return nil
+}
+
+// TestShardsShareTheRateLimit: three nodes each given the same limit of 20 dispatches a
+// second to one downstream dispatch, together, at most 20 a second: a node gives out the
+// share of the limit its shards are of the 256. 200 one-shot tasks due at once, spread over
+// the three nodes' shards, reach the downstream over at least (200 − 3) / 20 s, and no
+// second holds more than 20 plus one burst token per node.
+func TestShardsShareTheRateLimit(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	hook := daemontest.NewHook(t)
+	u, err := url.Parse(hook.URL(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rate, tasks = 20, 200
+	ds := shardNodes(t, dsn, 3, func(c *axedaemon.Config) {
+		c.Engine.RateLimit.PerKey = map[string]ratelimit.Limit{u.Host: {Rate: rate, Burst: 1}}
+	})
+	specs := make([]map[string]any, tasks)
+	for i := range specs {
+		specs[i] = daemontest.Spec(fmt.Sprintf("rl-%03d", i), hook.URL("/ok"), "trigger", "delay", "delay_ms", 1500)
+	}
+	ds[0].MustJSON(t, http.StatusOK, "POST", "/api/v1/tasks/batch", specs, nil)
+	owners := map[string]int{}
+	for _, s := range specs {
+		owners[owner(t, ds, s["name"].(string)).Addr]++
+	}
+	if len(owners) != 3 {
+		t.Fatalf("the tasks are scheduled by %d nodes, want the three: %v", len(owners), owners)
+	}
+	var at []time.Time
+	testwait.For(t, 60*time.Second, "every task to reach the downstream", func() bool {
+		at = at[:0]
+		for _, s := range specs {
+			for _, c := range hook.CallsOf(s["name"].(string)) {
+				at = append(at, c.At)
+			}
+		}
+		return len(at) >= tasks
+	})
+	if len(at) != tasks {
+		t.Fatalf("%d calls for %d tasks: some fired twice", len(at), tasks)
+	}
+	sort.Slice(at, func(i, j int) bool { return at[i].Before(at[j]) })
+	span := at[len(at)-1].Sub(at[0])
+	// Over the whole drain: rate per second and one token per node at the start.
+	if least := time.Duration(float64(tasks-3) / rate * float64(time.Second)); span < least*95/100 {
+		t.Errorf("%d dispatches in %s: %.1f/s, over the limit of %d/s (the least span is %s)", tasks, span, float64(tasks-1)/span.Seconds(), rate, least)
+	}
+	most, j := 0, 0
+	for i := range at {
+		for at[i].Sub(at[j]) >= time.Second {
+			j++
+		}
+		most = max(most, i-j+1)
+	}
+	if most > rate+3 {
+		t.Errorf("%d dispatches within one second, over %d (the limit) + 3 (a burst token per node)", most, rate)
+	}
+	t.Logf("%d dispatches from 3 nodes (%v tasks each) in %s: %.1f/s, at most %d in any second (limit %d/s, burst 1)",
+		tasks, owners, span.Round(time.Millisecond), float64(tasks-1)/span.Seconds(), most, rate)
+}
+
+// TestShardsAPIFromAnyNode: every node answers every call: a create, a pause and a run-now
+// through a node that does not schedule the task reach the one that does; reads are the
+// same everywhere; a bulk pause through one node pauses every node's tasks and counts them
+// once; a call passed on to a node that does not schedule its shard (it moved) is answered
+// 503 with Retry-After instead of being passed on again; /readyz names each node's shards.
+func TestShardsAPIFromAnyNode(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	hook := daemontest.NewHook(t)
+	ds := shardNodes(t, dsn, 3, nil)
+	var names []string
+	for i := range 30 {
+		name := fmt.Sprintf("any-%02d", i)
+		names = append(names, name)
+		ds[i%3].Create(t, daemontest.Spec(name, hook.URL("/ok"), "trigger", "manual", "group", "any"))
+	}
+	for _, name := range names {
+		own := owner(t, ds, name)
+		var via *daemontest.Daemon
+		for _, d := range ds {
+			if d != own {
+				via = d
+				break
+			}
+		}
+		for _, d := range ds {
+			if got := d.Get(t, name); got.Name != name {
+				t.Fatalf("GET %s on %s = %+v", name, d.Addr, got)
+			}
+		}
+		if name == names[0] {
+			ticket := via.RunNow(t, name, nil)
+			if run := own.WaitRun(t, name, ticket); run.Result != model.ResultSuccess {
+				t.Errorf("a run-now through a node that does not schedule %s ended %s", name, run.Result)
+			}
+			// Passed on once already, a call to a node that does not schedule the shard is
+			// refused, not passed on again.
+			code, hdr, body := via.Send(t, "POST", "/api/v1/tasks/"+name+"/pause", nil, true, "X-Axe-Routed", "elsewhere")
+			if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || !strings.Contains(string(body), "shard") {
+				t.Errorf("a routed pause on a node without the shard = %d %v %s, want 503 with Retry-After", code, hdr, body)
+			}
+		}
+	}
+	var out struct {
+		Affected int `json:"affected"`
+	}
+	ds[1].MustJSON(t, http.StatusOK, "POST", "/api/v1/tasks/bulk/pause", map[string]any{"group": "any"}, &out)
+	if out.Affected != len(names) {
+		t.Errorf("a bulk pause through one node affected %d tasks, want the %d of every node", out.Affected, len(names))
+	}
+	for _, name := range names {
+		if got := ds[2].Get(t, name); got.Runtime.State != model.StatePaused {
+			t.Errorf("%s is %s after the bulk pause, want PAUSED", name, got.Runtime.State)
+		}
+	}
+	var shards []string
+	for _, d := range ds {
+		_, r := d.Readyz(t, "")
+		if r.Role != "owner" || r.Status != "ready" {
+			t.Errorf("/readyz of %s = %+v, want a ready owner", d.Addr, r)
+		}
+		shards = append(shards, r.Shards)
+	}
+	slices.Sort(shards)
+	t.Logf("the nodes schedule shards %v", shards)
+}
