@@ -318,9 +318,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/concurrency-limits/{kind}/{name}", h(s.getConcurrencyLimit))
 	api.PUT("/concurrency-limits/{kind}/{name}", h(s.fanOut(s.putConcurrencyLimit)))
 	api.DELETE("/concurrency-limits/{kind}/{name}", h(s.fanOut(s.deleteConcurrencyLimit)))
-	if s.shards != nil {
-		api.POST("/cluster/release", h(s.releaseDependents))
-	}
+	api.POST("/cluster/release", h(s.releaseDependents)) // shardfront.go
 	s.haRoutes(api) // hafront.go
 	s.writeRoutes(api)
 	s.backfillRoutes(api) // backfill.go
