@@ -191,3 +191,41 @@ func TestShardsAPIFromAnyNode(t *testing.T) {
 	slices.Sort(shards)
 	t.Logf("the nodes schedule shards %v", shards)
 }
+
+// TestShardsAlertAnExecutorLossOnce: an executor registered through one node and then silent
+// is judged lost by every node (each stops dispatching to it and resolves its own runs on
+// it), but recorded lost and alerted once, by the holder of shard 0; every node reads the
+// registry from the database, so each lists the executor.
+func TestShardsAlertAnExecutorLossOnce(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	ds := shardNodes(t, dsn, 3, func(c *axedaemon.Config) {
+		c.Engine.HeartbeatInterval = 200 * time.Millisecond
+		c.Engine.LostAfter = time.Second
+	})
+	ds[1].MustJSON(t, http.StatusOK, "POST", "/api/v1/executors/register",
+		map[string]any{"app": "quiet", "address": "127.0.0.1:1", "handlers": []string{"h"}}, nil)
+	type executors struct {
+		Executors []model.Executor `json:"executors"`
+	}
+	for _, d := range ds {
+		testwait.For(t, daemontest.WaitTimeout, "every node to list the executor lost", func() bool {
+			var got executors
+			d.MustJSON(t, http.StatusOK, "GET", "/api/v1/executors", nil, &got)
+			return len(got.Executors) == 1 && got.Executors[0].Status == "lost"
+		})
+	}
+	time.Sleep(2 * time.Second) // every node's reaper has had many turns
+	var alerts struct {
+		Actions []model.Action `json:"actions"`
+	}
+	ds[2].MustJSON(t, http.StatusOK, "GET", "/api/v1/alerts", nil, &alerts)
+	n := 0
+	for _, a := range alerts.Actions {
+		if a.Action == "executor_lost" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("the loss of one executor was alerted %d times by three nodes, want once: %+v", n, alerts.Actions)
+	}
+}
