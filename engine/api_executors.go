@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -190,18 +191,33 @@ func (e *Engine) Executors() []model.Executor {
 }
 
 // restoreExecutors loads the registry from the store at start. Executors keep their last
-// heartbeat, so one that died with the previous scheduler is reaped after LostAfter.
-func (e *Engine) restoreExecutors(ctx context.Context) error {
+// heartbeat, so one that died with the previous scheduler is reaped after LostAfter. With
+// merge (a sharded engine's refresh, core_shards.go) an executor held already keeps the
+// newer heartbeat of the two (dispatch.Registry.Merge), and one whose key does not read is
+// skipped rather than failing the refresh.
+func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
 	list, err := e.store.ListExecutors(ctx)
 	if err != nil {
 		return err
 	}
 	for _, x := range list {
 		key, err := hex.DecodeString(x.DispatchKey)
+		if err != nil && merge {
+			e.log.Warn("cannot read the dispatch key of an executor; keeping the one held", "app", x.App, "address", x.Address, "error", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("cannot read the dispatch key of executor %s@%s: %w", x.App, x.Address, err)
 		}
-		e.registry.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
+		alive := x.Status != dispatch.StatusLost
+		if merge {
+			got, _ := e.registry.Merge(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
+			if !bytes.Equal(got.DispatchKey(), key) {
+				got.SetDispatchKey(key)
+			}
+			continue
+		}
+		e.registry.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
 		e.registry.Get(x.App, x.Address).SetDispatchKey(key)
 	}
 	return nil

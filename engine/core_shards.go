@@ -32,16 +32,13 @@ package engine
 // and never while holding a task's lock.
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -485,27 +482,6 @@ func (e *Engine) holdsShardZero() bool {
 // executors register and heartbeat with any node, which writes their rows.
 const registryRefresh = time.Second
 
-// refreshExecutors merges the store's executor registry into this engine's
-// (dispatch.Registry.Merge): the heartbeats and registrations other nodes took.
-func (e *Engine) refreshExecutors(ctx context.Context) error {
-	list, err := e.store.ListExecutors(ctx)
-	if err != nil {
-		return err
-	}
-	for _, x := range list {
-		key, err := hex.DecodeString(x.DispatchKey)
-		if err != nil {
-			e.log.Warn("cannot read the dispatch key of an executor; keeping the one held", "app", x.App, "address", x.Address, "error", err)
-			continue
-		}
-		got, _ := e.registry.Merge(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, x.Status != dispatch.StatusLost)
-		if !bytes.Equal(got.DispatchKey(), key) {
-			got.SetDispatchKey(key)
-		}
-	}
-	return nil
-}
-
 // registryLoop keeps a sharded engine's executor registry as the store has it.
 func (e *Engine) registryLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
@@ -517,7 +493,7 @@ func (e *Engine) registryLoop(ctx context.Context) {
 			return
 		case <-t.C():
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := e.refreshExecutors(rctx); err != nil && ctx.Err() == nil {
+			if err := e.restoreExecutors(rctx, true); err != nil && ctx.Err() == nil {
 				e.log.Warn("cannot read the executor registry from the store", "error", err)
 			}
 			cancel()

@@ -435,7 +435,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if e.cfg.Sharded {
 		e.updateRateShare() // no shard yet
 		// Every shard is recovered when it is gained (GainShards); the registry is shared.
-		if err := e.restoreExecutors(ctx); err != nil {
+		if err := e.restoreExecutors(ctx, false); err != nil {
 			return fmt.Errorf("cannot restore executors: %w", err)
 		}
 		e.loopsWG.Add(2)

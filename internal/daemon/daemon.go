@@ -155,13 +155,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
 	}
-	ecfg := cfg.Engine
-	ecfg.Store = store
-	ecfg.Tick = cfg.Tick
-	ecfg.DefaultTimezone = cfg.Timezone
-	ecfg.NodeID = cfg.NodeID
-	ecfg.Logger = log
-	ecfg.Metrics = metrics.NewSet()
+	ecfg := cfg.engineConfig(store)
 	eng, err := engine.New(ecfg)
 	if err != nil {
 		_ = store.Close()
@@ -210,6 +204,19 @@ func Serve(ctx context.Context, cfg Config) error {
 		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
 		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
 		startstop.Step{Name: "close store", Run: func(context.Context) error { return store.Close() }})
+}
+
+// engineConfig is the engine's configuration on store: Config.Engine with the daemon's tick,
+// zone, node id and logger, and a metrics set of its own (metrics.go).
+func (c Config) engineConfig(store persist.Store) engine.Config {
+	ecfg := c.Engine
+	ecfg.Store = store
+	ecfg.Tick = c.Tick
+	ecfg.DefaultTimezone = c.Timezone
+	ecfg.NodeID = c.NodeID
+	ecfg.Logger = c.Logger
+	ecfg.Metrics = metrics.NewSet()
+	return ecfg
 }
 
 // redactDSN hides a MySQL password in logs.

@@ -207,13 +207,7 @@ func serveHA(ctx context.Context, cfg Config) error {
 // primary false) the backup's reader, which is never started.
 func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, error) {
 	cfg := n.cfg
-	ecfg := cfg.Engine
-	ecfg.Store = n.store
-	ecfg.Tick = cfg.Tick
-	ecfg.DefaultTimezone = cfg.Timezone
-	ecfg.NodeID = cfg.NodeID
-	ecfg.Logger = cfg.Logger
-	ecfg.Metrics = metrics.NewSet()
+	ecfg := cfg.engineConfig(n.store)
 	if primary {
 		lease := ha.LeaseNameDefault
 		fenced, err := persist.Fenced(n.store, lease, epoch, func(err error) { el.Lost(epoch, err) })

@@ -88,13 +88,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 	// fire and send. Both are built before either starts.
 	var loopp atomic.Pointer[ha.Shards]
 	var srvp atomic.Pointer[admin.Server]
-	ecfg := cfg.Engine
-	ecfg.Store = store
-	ecfg.Tick = cfg.Tick
-	ecfg.DefaultTimezone = cfg.Timezone
-	ecfg.NodeID = cfg.NodeID
-	ecfg.Logger = log
-	ecfg.Metrics = metrics.NewSet()
+	ecfg := cfg.engineConfig(store)
 	ecfg.Sharded = true
 	ecfg.ShardGate = func(shard int, epoch int64) error {
 		l := loopp.Load()
