@@ -25,9 +25,10 @@ import (
 // back (epochRegressions): a deposed owner dispatched nothing after the shard's next owner.
 
 // shardSlack is how much longer than the lease TTL the survivors may take to hold every shard
-// of a node that died (the target is TTL + 1 s; the suite shares two cores with other
-// packages' tests).
-const shardSlack = 3 * time.Second
+// of a node that died: a bound for a suite sharing two cores with other packages' tests, as
+// the primary's takeoverSlack is; the takeover's own figures (target TTL + 1 s) are measured
+// by BenchmarkScaleOut and printed here.
+const shardSlack = 5 * time.Second
 
 // burstOf is the size of the burst of one-shot tasks a scenario lets fall due at a fault.
 func burstOf(sz size) int { return 2 * sz.delayed }
