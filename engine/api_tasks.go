@@ -260,12 +260,15 @@ func (e *Engine) overlayHeld(pt *model.Task) bool {
 }
 
 // overlayOpenFire shows a task read from the store by an engine that is not running (a
-// backup's reader) as RUNNING when its fire record is
+// backup's reader), or by a sharded engine that does not schedule its shard, as RUNNING when
+// its fire record is
 // open: the runtime row says RUNNING only once the run's end is written (core_fire.go).
 func (e *Engine) overlayOpenFire(pt *model.Task) {
 	rt := &pt.Runtime
-	if e.running.Load() {
-		return // a running engine holds every run in flight in memory (core_recover.go)
+	if held, _ := e.ShardState(model.ShardOf(pt.Def.Name)); held && e.running.Load() {
+		// A running engine holds every run in flight of its shards in memory
+		// (core_recover.go); a sharded one reads another node's tasks as a backup does.
+		return
 	}
 	if !armable(rt.State) || rt.NextTriggerTime <= 0 || rt.NextTriggerTime > e.nowMS()+openFireMargin.Milliseconds() {
 		return

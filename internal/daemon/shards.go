@@ -98,8 +98,10 @@ func serveShards(ctx context.Context, cfg Config) error {
 		return l.Holds(shard, epoch)
 	}
 	ecfg.Writer.ShardLost = func(f persist.ShardFence, err error) {
+		// Told on the writer's goroutine, which must not wait for the loop's channel (the
+		// engine, busy recovering a shard, may be the one that reads it).
 		if l := loopp.Load(); l != nil {
-			l.Lost(f.Shard, f.Epoch, err)
+			go l.Lost(f.Shard, f.Epoch, err)
 		}
 	}
 	ecfg.ReleaseElsewhere = func(shard int, upstream string) {
