@@ -162,7 +162,12 @@ func (f *shardFront) route(c *fasthttp.RequestCtx, shard int, held bool, next fa
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	owner, mine, _, err := f.table(ctx, true)
+	// The table read within ownerRefresh serves; a shard it says no other node holds is
+	// looked up again at once, in case it moved since.
+	owner, mine, _, err := f.table(ctx, false)
+	if err == nil && (owner[shard] == "" || mine[shard]) {
+		owner, mine, _, err = f.table(ctx, true)
+	}
 	switch {
 	case err != nil:
 		writeErr(c, fasthttp.StatusServiceUnavailable, "cannot find the owner of the task's shard: "+err.Error())
