@@ -185,9 +185,10 @@ func (f *shardFront) route(c *fasthttp.RequestCtx, shard int, held bool, next fa
 func (f *shardFront) pass(c *fasthttp.RequestCtx, base string, body []byte) {
 	status, hdr, resp, err := f.call(c, base, string(c.RequestURI()), body)
 	if err != nil {
+		// 502 and no Retry-After: the owner may have served the call before its answer was
+		// lost, so it is not made again by itself (a run-now would run twice).
 		f.s.log.Warn("cannot pass a call on to the shard's owner", "owner", base, "path", string(c.Path()), "error", err)
-		c.Response.Header.Set("Retry-After", "1")
-		writeErr(c, fasthttp.StatusServiceUnavailable, fmt.Sprintf("cannot reach the node that schedules this task's shard at %s: %v", base, err))
+		writeErr(c, fasthttp.StatusBadGateway, fmt.Sprintf("cannot reach the node that schedules this task's shard at %s, and cannot tell whether it served the call: %v", base, err))
 		f.mu.Lock()
 		f.readAt = time.Time{} // read the owners again at the next call
 		f.mu.Unlock()
@@ -541,7 +542,8 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 			return
 		}
 		c.Response.Reset()
-		c.Response.Header.Set("Retry-After", "1")
+		// No Retry-After: part of the call was done, and a bulk run made again would run
+		// those tasks twice; the caller decides.
 		msg := "not every node did the call"
 		if status < 200 || status > 299 {
 			failed = append([]string{fmt.Sprintf("this node: %d %s", status, errorText(local))}, failed...)

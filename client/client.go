@@ -82,8 +82,34 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 	return c.do(ctx, method, path, "application/json", raw, out)
 }
 
+// movingRetry bounds how long a call is made again while every address answers 503 with a
+// Retry-After: the nodes that schedule by shard say so while the call's shard moves between
+// them (docs/scale-out.md), which takes a renew interval or two.
+const movingRetry = 15 * time.Second
+
 // do sends raw (of content type ct, when not nil) and decodes a 2xx JSON answer into out.
+// When every address answered 503 with a Retry-After, it waits that long (at most 2 s) and
+// tries them again, for up to movingRetry.
 func (c *Client) do(ctx context.Context, method, path, ct string, raw []byte, out any) error {
+	deadline := time.Now().Add(movingRetry)
+	for {
+		wait, err := c.round(ctx, method, path, ct, raw, out)
+		if wait <= 0 || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// round tries each address once, as do describes; wait is the Retry-After of the last
+// address when every one answered 503 with one, else 0.
+func (c *Client) round(ctx context.Context, method, path, ct string, raw []byte, out any) (wait time.Duration, _ error) {
 	c.mu.Lock()
 	servers := append([]string(nil), c.servers...)
 	c.mu.Unlock()
@@ -92,7 +118,7 @@ func (c *Client) do(ctx context.Context, method, path, ct string, raw []byte, ou
 		base := servers[i]
 		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(raw))
 		if err != nil {
-			return fmt.Errorf("cannot build request: %w", err)
+			return 0, fmt.Errorf("cannot build request: %w", err)
 		}
 		if raw != nil {
 			req.Header.Set("Content-Type", ct)
@@ -121,21 +147,26 @@ func (c *Client) do(ctx context.Context, method, path, ct string, raw []byte, ou
 			lastErr = apiErr(resp.StatusCode, data)
 			continue
 		}
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+				wait = min(time.Duration(s)*time.Second, 2*time.Second)
+			}
+		}
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
-			return apiErr(resp.StatusCode, data)
+			return wait, apiErr(resp.StatusCode, data)
 		}
 		if i > 0 {
 			c.prefer(base)
 		}
 		if out == nil {
-			return nil
+			return 0, nil
 		}
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("cannot decode answer of %s: %w", base, err)
+			return 0, fmt.Errorf("cannot decode answer of %s: %w", base, err)
 		}
-		return nil
+		return 0, nil
 	}
-	return lastErr
+	return 0, lastErr
 }
 
 // prefer moves base to the front so the next call tries the server that answered first.
