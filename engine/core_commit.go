@@ -171,6 +171,11 @@ func (e *Engine) writeFailed(t *task, err error) {
 		}
 		e.m.conflicts.Inc()
 		t.stale = true
+	case errors.Is(err, model.ErrLeaseLost) && e.cfg.Sharded:
+		// Its shard moved to another node: the writer logged the shard once, and the engine
+		// drops the shard's tasks (core_shards.go).
+		e.log.Debug("write refused: the task's shard is another node's now", "task", t.def.Name, "shard", t.shard)
+		t.stale = true
 	case errors.Is(err, model.ErrLeaseLost):
 		e.log.Error("lease lost: this scheduler no longer owns the store", "task", t.def.Name)
 		t.stale = true

@@ -96,7 +96,7 @@ func (e *Engine) recoverInFlight(ctx context.Context) error {
 		}
 	}
 	if recovered > 0 {
-		e.log.Warn("recovered periodic runs left in flight by the previous process", "runs", recovered)
+		e.log.Warn("recovered periodic runs left in flight by the previous process or owner of their shards", "runs", recovered)
 	}
 	return e.recoverManualRuns(ctx)
 }

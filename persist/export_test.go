@@ -45,3 +45,18 @@ func OpenManualRunsSelect(s Store) string {
 	st := s.(*sqlStore)
 	return st.runSelect + st.d.openManualRuns + st.d.openManualOrder
 }
+
+// HoldShardFences checks fences as a batch does, in a transaction it leaves open (holding
+// what the check locks) until the returned func is called.
+func HoldShardFences(ctx context.Context, s Store, fences []ShardFence) (release func(), err error) {
+	st := s.(*sqlStore)
+	tx, err := st.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.checkShardFences(ctx, sqlTx{tx}, fences); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return func() { _ = tx.Rollback() }, nil
+}

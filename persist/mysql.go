@@ -105,7 +105,8 @@ func mysqlDialect() *dialect {
 		forUpdate: " FOR UPDATE",
 		// A batch only reads the lease row; a shared lock lets batches run side by side
 		// while a takeover (which locks the row exclusively) waits for them to finish.
-		forShare: " LOCK IN SHARE MODE",
+		forShare:    " LOCK IN SHARE MODE",
+		leaseByName: " FORCE INDEX (PRIMARY)",
 		// FORCE INDEX: for a wide window the optimizer may prefer a full scan plus a sort,
 		// which holds the whole result server-side before the first row streams out.
 		dueFrom:   "task_runtime r FORCE INDEX (idx_task_runtime_next) STRAIGHT_JOIN task_def d ON d.id = r.task_id",

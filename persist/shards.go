@@ -108,11 +108,21 @@ func shardNames(shards []int, fences bool) []any {
 	return out
 }
 
-// fencePairs is the condition "(name = ? AND epoch = ?) OR …" over the lease rows of held
-// (their fence rows when fences), and its arguments.
+// fencePairs is the condition "name IN (…) AND ((name = ? AND epoch = ?) OR …)" over the
+// lease rows of held (their fence rows when fences), and its arguments. The IN list lets the
+// statement look the rows up by name (dialect.leaseByName), so that it reads, and locks, no
+// other row.
 func fencePairs(held []ShardFence, fences bool) (string, []any) {
 	var b strings.Builder
-	args := make([]any, 0, 2*len(held))
+	args := make([]any, 0, 3*len(held))
+	b.WriteString("name IN (" + placeholders(len(held)) + ") AND (")
+	for _, f := range held {
+		name := model.ShardLeaseName(f.Shard)
+		if fences {
+			name = fenceRow(name)
+		}
+		args = append(args, name)
+	}
 	for i, f := range held {
 		if i > 0 {
 			b.WriteString(" OR ")
@@ -124,6 +134,7 @@ func fencePairs(held []ShardFence, fences bool) (string, []any) {
 		}
 		args = append(args, name, f.Epoch)
 	}
+	b.WriteString(")")
 	return b.String(), args
 }
 
@@ -133,7 +144,7 @@ func fencePairs(held []ShardFence, fences bool) (string, []any) {
 func (s *sqlStore) ensureShardRows(ctx context.Context, shards []int) error {
 	names := shardNames(shards, true)
 	var have int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM lease WHERE name IN (`+placeholders(len(names))+`)`,
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM lease`+s.d.leaseByName+` WHERE name IN (`+placeholders(len(names))+`)`,
 		names...).Scan(&have); err != nil {
 		return fmt.Errorf("cannot read the shard leases: %w", err)
 	}
@@ -188,7 +199,7 @@ func (s *sqlStore) takeShards(ctx context.Context, holder string, shards []int, 
 	defer rollback(tx)
 	args := append([]any{holder, h.shiftArg(ttl)}, names...)
 	args = append(args, holder)
-	res, err := tx.ExecContext(ctx, `UPDATE lease SET holder = ?, epoch = epoch + 1, expiry = `+h.shift+
+	res, err := tx.ExecContext(ctx, `UPDATE lease`+s.d.leaseByName+` SET holder = ?, epoch = epoch + 1, expiry = `+h.shift+
 		` WHERE name IN (`+placeholders(len(names))+`) AND (holder = '' OR holder = ? OR expiry <= `+h.now+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot take shards: %w", err)
@@ -200,7 +211,7 @@ func (s *sqlStore) takeShards(ctx context.Context, holder string, shards []int, 
 	}
 	// Every row named for holder now was written by the update above (it matches holder's
 	// own rows too), so each carries the epoch this transaction gave it.
-	rows, err := tx.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease WHERE name IN (`+
+	rows, err := tx.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease`+s.d.leaseByName+` WHERE name IN (`+
 		placeholders(len(names))+`) AND holder = ?`, append(names, holder)...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the shards taken: %w", err)
@@ -215,7 +226,7 @@ func (s *sqlStore) takeShards(ctx context.Context, holder string, shards []int, 
 	// check.
 	var set strings.Builder
 	fargs := make([]any, 0, 3*len(taken))
-	set.WriteString(`UPDATE lease SET epoch = CASE name`)
+	set.WriteString(`UPDATE lease` + s.d.leaseByName + ` SET epoch = CASE name`)
 	for _, l := range taken {
 		set.WriteString(` WHEN ? THEN ?`)
 		fargs = append(fargs, fenceRow(model.ShardLeaseName(l.Shard)), l.Epoch)
@@ -275,7 +286,7 @@ func (s *sqlStore) RenewShards(ctx context.Context, holder string, held []ShardF
 	}
 	h := s.ha()
 	cond, pairs := fencePairs(held, false)
-	res, err := s.db.ExecContext(ctx, `UPDATE lease SET expiry = `+h.shift+` WHERE holder = ? AND (`+cond+`)`,
+	res, err := s.db.ExecContext(ctx, `UPDATE lease`+s.d.leaseByName+` SET expiry = `+h.shift+` WHERE holder = ? AND `+cond,
 		append([]any{h.shiftArg(ttl), holder}, pairs...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot renew shards: %w", err)
@@ -295,7 +306,7 @@ func (s *sqlStore) RenewShards(ctx context.Context, holder string, held []ShardF
 		shards[i] = f.Shard
 	}
 	names := shardNames(shards, false)
-	rows, err := s.db.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease WHERE name IN (`+placeholders(len(names))+`)`, names...)
+	rows, err := s.db.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease`+s.d.leaseByName+` WHERE name IN (`+placeholders(len(names))+`)`, names...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the shards not renewed: %w", err)
 	}
@@ -328,7 +339,7 @@ func (s *sqlStore) ReleaseShards(ctx context.Context, holder string, held []Shar
 	}
 	h := s.ha()
 	cond, pairs := fencePairs(held, false)
-	if _, err := s.db.ExecContext(ctx, `UPDATE lease SET holder = '', expiry = `+h.now+` WHERE holder = ? AND (`+cond+`)`,
+	if _, err := s.db.ExecContext(ctx, `UPDATE lease`+s.d.leaseByName+` SET holder = '', expiry = `+h.now+` WHERE holder = ? AND `+cond,
 		append([]any{holder}, pairs...)...); err != nil {
 		return fmt.Errorf("cannot release shards: %w", err)
 	}
@@ -357,7 +368,7 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 	forShare := s.d.forShare
 	if s.galera {
 		cond, args := fencePairs(fences, true)
-		n, err := tx.exec(ctx, `UPDATE lease SET expiry = expiry + INTERVAL 1 MICROSECOND WHERE `+cond, args)
+		n, err := tx.exec(ctx, `UPDATE lease`+s.d.leaseByName+` SET expiry = expiry + INTERVAL 1 MICROSECOND WHERE `+cond, args)
 		if err != nil {
 			return fmt.Errorf("cannot write the fences of %d shards: %w", len(fences), err)
 		}
@@ -367,7 +378,7 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 		forShare = "" // the lock would be this node's own; the update wrote the rows it could
 	}
 	epochs := make(map[string]int64, len(fences))
-	err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease WHERE name IN (`+placeholders(len(names))+`)`+forShare,
+	err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease`+s.d.leaseByName+` WHERE name IN (`+placeholders(len(names))+`)`+forShare,
 		names, func(epoch int64, name string) { epochs[name] = epoch })
 	if err != nil {
 		return fmt.Errorf("cannot read the fences of %d shards: %w", len(fences), err)
@@ -438,7 +449,7 @@ func (s *sqlStore) shardsRefusedAtCommit(ctx context.Context, fences []ShardFenc
 		return err
 	}
 	names := fenceNames(fences)
-	rows, rerr := s.db.QueryContext(ctx, `SELECT name, epoch FROM lease WHERE name IN (`+placeholders(len(names))+`)`, names...)
+	rows, rerr := s.db.QueryContext(ctx, `SELECT name, epoch FROM lease`+s.d.leaseByName+` WHERE name IN (`+placeholders(len(names))+`)`, names...)
 	if rerr != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package persist_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -229,4 +231,75 @@ func testShardFencedBatch(t *testing.T, s persist.Store) {
 	if after := reload(t, s, "sharded"); after.Version != before.Version {
 		t.Fatalf("the refused batch moved the runtime from v%d to v%d", before.Version, after.Version)
 	}
+}
+
+// TestShardStatementsLockOnlyTheirRows: a batch's fence check holds only the fence rows of
+// its own shards, so another node's renewal, take and release of other shards, and its own
+// batches, never wait for it (on MySQL a statement that scanned the lease table whole locked
+// every row it read: renewals then waited out the other nodes' batches, and nodes dropped
+// every shard under a burst).
+func TestShardStatementsLockOnlyTheirRows(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		if s.Kind() == persist.SchemeSQLite {
+			t.Skip("the embedded store has one writer at a time by design")
+		}
+		ctx := testCtx(t)
+		a, err := s.TakeShards(ctx, "a", shardRangeOf(0, 84), time.Minute)
+		if err != nil || len(a) != 85 {
+			t.Fatalf("TakeShards(a) = %d, %v", len(a), err)
+		}
+		b, err := s.TakeShards(ctx, "b", shardRangeOf(85, 169), time.Minute)
+		if err != nil || len(b) != 85 {
+			t.Fatalf("TakeShards(b) = %d, %v", len(b), err)
+		}
+		release, err := persist.HoldShardFences(ctx, s, fencesOf(a))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer release()
+		// Each of b's calls must go through at once, not wait for a's open batch.
+		quick := func(what string, fn func(ctx context.Context) error) {
+			t.Helper()
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			start := time.Now()
+			if err := fn(cctx); err != nil {
+				t.Errorf("%s while another node's batch holds its fences: %v (after %s)", what, err, time.Since(start))
+			}
+		}
+		quick("b's renewal", func(ctx context.Context) error {
+			lost, err := s.RenewShards(ctx, "b", fencesOf(b), time.Minute)
+			if err == nil && len(lost) > 0 {
+				err = fmt.Errorf("lost %v", lost)
+			}
+			return err
+		})
+		quick("a's own renewal", func(ctx context.Context) error {
+			_, err := s.RenewShards(ctx, "a", fencesOf(a), time.Minute)
+			return err
+		})
+		quick("b's fence check of its shards", func(ctx context.Context) error {
+			rel, err := persist.HoldShardFences(ctx, s, fencesOf(b))
+			if err == nil {
+				rel()
+			}
+			return err
+		})
+		quick("c's take of unheld shards", func(ctx context.Context) error {
+			got, err := s.TakeShards(ctx, "c", shardRangeOf(170, 255), time.Minute)
+			if err == nil && len(got) != 86 {
+				err = fmt.Errorf("took %d of 86", len(got))
+			}
+			return err
+		})
+		quick("b's release", func(ctx context.Context) error { return s.ReleaseShards(ctx, "b", fencesOf(b[:5])) })
+	})
+}
+
+func shardRangeOf(lo, hi int) []int {
+	var out []int
+	for n := lo; n <= hi; n++ {
+		out = append(out, n)
+	}
+	return out
 }

@@ -25,6 +25,12 @@ type dialect struct {
 	// on SQLite, where every transaction holds the database write lock from BEGIN.
 	forUpdate string
 	forShare  string
+	// leaseByName follows "lease" in the statements that name many rows of it (the shard
+	// leases and fences, shards.go): it makes them look each row up by its name. MySQL
+	// otherwise scans the small table whole and, under REPEATABLE READ, locks every row it
+	// read, the other nodes' leases and fences included: a batch's fence read then held up
+	// their renewals (seen: nodes dropping every shard under a burst).
+	leaseByName string
 	// dueFrom is LoadDue's FROM clause: it pins the next_trigger_time index and the join
 	// order so rows stream in index order. stateFrom is LoadByState's.
 	dueFrom   string
