@@ -142,7 +142,11 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 		Cron: def.Cron, CronDialect: def.CronDialect, Timezone: def.Timezone, Total: total,
 		Next: first, Low: first, Status: model.BackfillRunning, Actor: actor, CreatedAt: now, UpdatedAt: now,
 	}
-	if err := e.store.CreateBackfill(ctx, &row); err != nil {
+	fctx, err := e.fencedFor(ctx, def.Name) // written under the task's shard's fence
+	if err != nil {
+		return nil, err
+	}
+	if err := e.store.CreateBackfill(fctx, &row); err != nil {
 		return nil, err
 	}
 	b, err := newBackfill(row)

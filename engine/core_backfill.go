@@ -313,7 +313,11 @@ func (e *Engine) saveBackfill(ctx context.Context, b *backfill, force bool) {
 	b.dirty = false
 	b.savedAt = e.now()
 	b.mu.Unlock()
-	if err := e.store.SaveBackfill(ctx, &row); err != nil {
+	fctx, err := e.fencedFor(ctx, row.TaskName) // under the task's shard's fence
+	if err == nil {
+		err = e.store.SaveBackfill(fctx, &row)
+	}
+	if err != nil {
 		e.log.Warn("cannot save backfill progress; retrying", "backfill", row.ID, "error", err)
 		b.mu.Lock()
 		b.dirty = true

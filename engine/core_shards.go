@@ -406,6 +406,23 @@ func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 	return out, nil
 }
 
+// fencedFor returns ctx with the fence of the shard of the task named name at the epoch
+// held now (persist.WithShardFences), for a write the store makes outside the batched
+// writer about that task (a backfill's row); ctx as it is on an engine that is not sharded.
+// It reports ErrShardNotHeld when the shard is not held.
+func (e *Engine) fencedFor(ctx context.Context, name string) (context.Context, error) {
+	if !e.cfg.Sharded {
+		return ctx, nil
+	}
+	n := model.ShardOf(name)
+	s := &e.shards[n]
+	epoch := s.epoch.Load()
+	if s.phase.Load() == shardOff || epoch == 0 {
+		return nil, fmt.Errorf("task %q is in shard %d: %w", name, n, ErrShardNotHeld)
+	}
+	return persist.WithShardFences(ctx, []persist.ShardFence{{Shard: n, Epoch: epoch}}), nil
+}
+
 // readyFences returns the shards scheduled and not being handed over, with their epochs.
 func (e *Engine) readyFences() []persist.ShardFence {
 	var out []persist.ShardFence

@@ -86,3 +86,47 @@ func TestBackfillRows(t *testing.T) {
 		}
 	})
 }
+
+// TestBackfillRowsFencedByShard: a backfill's row written with its task's shard fence in the
+// context (persist.WithShardFences) lands while the shard is at that epoch, and is refused,
+// with ErrLeaseLost and nothing written, once another node took the shard.
+func TestBackfillRowsFencedByShard(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		shard := model.ShardOf("fenced-bf")
+		a, err := s.TakeShards(ctx, "a", []int{shard}, time.Minute)
+		if err != nil || len(a) != 1 {
+			t.Fatalf("TakeShards = %+v, %v", a, err)
+		}
+		fa := persist.WithShardFences(ctx, []persist.ShardFence{{Shard: shard, Epoch: a[0].Epoch}})
+		b := model.Backfill{TaskID: 7, TaskName: "fenced-bf", From: 1000, To: 5000, Parallel: 4, Cron: "* * * * *",
+			CronDialect: "unix", Timezone: "UTC", Total: 5, Next: 1000, Low: 1000, Status: model.BackfillRunning,
+			Actor: "api:x", CreatedAt: 1, UpdatedAt: 1}
+		if err := s.CreateBackfill(fa, &b); err != nil {
+			t.Fatalf("a backfill row under the current fence: %v", err)
+		}
+		if err := s.ReleaseShards(ctx, "a", []persist.ShardFence{{Shard: shard, Epoch: a[0].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.TakeShards(ctx, "b", []int{shard}, time.Minute); err != nil || len(got) != 1 {
+			t.Fatalf("b's take = %+v, %v", got, err)
+		}
+		saved := b
+		saved.Next, saved.Started = 3000, 2
+		if err := s.SaveBackfill(fa, &saved); !errors.Is(err, model.ErrLeaseLost) {
+			t.Errorf("a save under the old owner's fence = %v, want ErrLeaseLost", err)
+		}
+		other := b
+		other.ID = 0
+		if err := s.CreateBackfill(fa, &other); !errors.Is(err, model.ErrLeaseLost) {
+			t.Errorf("a create under the old owner's fence = %v, want ErrLeaseLost", err)
+		}
+		if got, err := s.GetBackfill(ctx, b.ID); err != nil || got.Next != b.Next || got.Started != b.Started {
+			t.Errorf("after the refused save the row reads %+v, %v; want it unchanged", got, err)
+		}
+		if l, err := s.ListBackfills(ctx, 7, 0); err != nil || len(l) != 1 {
+			t.Errorf("rows of the task after the refused create = %d, %v; want 1", len(l), err)
+		}
+	})
+}

@@ -427,23 +427,36 @@ func (f *fencedStore) ApplyBatch(ctx context.Context, b *Batch) error {
 
 // begin starts a write transaction; on a fenced store it first checks the epoch, holding
 // the fence row shared until commit so a takeover waits for this write (on Galera, writing
-// it: checkEpoch).
+// it: checkEpoch), and with shard fences in ctx (WithShardFences) it checks them the same
+// way (checkShardFences).
 func (s *sqlStore) begin(ctx context.Context) (*sql.Tx, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil || s.fence == nil {
+	if err != nil {
 		return tx, err
 	}
-	if err := s.checkEpoch(ctx, sqlTx{tx}, s.fence.lease, s.fence.epoch); err != nil {
-		_ = tx.Rollback()
-		return nil, err
+	if s.fence != nil {
+		if err := s.checkEpoch(ctx, sqlTx{tx}, s.fence.lease, s.fence.epoch); err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
+	}
+	if fs := shardFencesOf(ctx); len(fs) > 0 {
+		fs, err := checkFences(fs)
+		if err == nil {
+			err = s.checkShardFences(ctx, sqlTx{tx}, fs)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+			return nil, err
+		}
 	}
 	return tx, nil
 }
 
-// exec runs a single write statement; on a fenced store inside a transaction that checks the
-// epoch first.
+// exec runs a single write statement; on a fenced store, or with shard fences in ctx, inside
+// a transaction that checks them first (begin).
 func (s *sqlStore) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	if s.fence == nil {
+	if s.fence == nil && len(shardFencesOf(ctx)) == 0 {
 		return s.db.ExecContext(ctx, q, args...)
 	}
 	tx, err := s.begin(ctx)

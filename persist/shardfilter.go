@@ -48,7 +48,8 @@ func ShardsOf(ctx context.Context) (model.ShardSet, bool) {
 }
 
 // WithShardFences is WithShards for the shards of fences, and the writes a store makes of
-// itself with ctx (PruneFinished's deletes) are fenced by them (Batch.Shards).
+// itself with ctx are fenced by them, checked in their transaction as a batch's are
+// (Batch.Shards): PruneFinished's deletes, a backfill's row, the pruner's deletes.
 func WithShardFences(ctx context.Context, fences []ShardFence) context.Context {
 	return context.WithValue(ctx, shardFilterKey{}, fences)
 }
