@@ -84,9 +84,14 @@ var metricHelp = map[string]metricMeta{
 	"axe_writer_rejected_groups_total":   {"counter", "Groups failed because the store refused their values (an API write answered 400); the rest of their batch landed."},
 	"axe_pruned_rows_total":              {"counter", "Rows deleted by retention, by table (task_run, task_action, task_def)."},
 	// HA and build.
-	"axe_lease_epoch":                {"gauge", "Epoch of the HA lease this node last held; 0 on a single node."},
-	"axe_ha_primary":                 {"gauge", "1 while this node is the primary (a single node always is), 0 on a backup."},
-	"axe_lease_renewals_total":       {"counter", "Lease renewals by result: ok, lost (another node holds the lease: leadership given up at once) or error."},
+	"axe_lease_epoch":          {"gauge", "Epoch of the HA lease this node last held; 0 on a single node."},
+	"axe_ha_primary":           {"gauge", "1 while this node is the primary (a single node always is), 0 on a backup."},
+	"axe_lease_renewals_total": {"counter", "Lease renewals by result: ok, lost (another node holds the lease: leadership given up at once) or error."},
+	// Scale-out (--ha, docs/scale-out.md): the shard loop's series.
+	"axe_shards_held":                {"gauge", "Shards this node holds (schedules, or hands over), out of 256."},
+	"axe_shard_takes_total":          {"counter", "Shards this node took: unheld, expired, or released to it."},
+	"axe_shard_handovers_total":      {"counter", "Shards this node released to another after their runs in flight ended."},
+	"axe_shard_renewals_total":       {"counter", "Renewals of every shard held, by result: ok, lost (some taken by another node: dropped at once) or error."},
 	"axe_failovers_total":            {"counter", "Times this node became the primary by taking over the lease."},
 	"axe_promotion_duration_seconds": {"histogram", "Seconds from taking the lease to the first dispatch allowed (reload, recovery, misfires)."},
 	"axe_build_info":                 {"gauge", "Always 1; the version label names the running build."},
