@@ -206,8 +206,43 @@ func (f *shardFront) pass(c *fasthttp.RequestCtx, base string, body []byte) {
 }
 
 // call makes c's call (its method, uri and headers) of the node at base with body, marked
-// routed, and returns the answer.
+// routed, and returns the answer. It reads c: on the handler's goroutine only; calls made
+// side by side take a snapshot first (outgoing).
 func (f *shardFront) call(c *fasthttp.RequestCtx, base, uri string, body []byte) (int, *fasthttp.ResponseHeader, []byte, error) {
+	return f.outgoing(c).call(base, uri, body)
+}
+
+// outgoingCall is the header of a call to be passed on, taken from the request once: the
+// calls a handler makes of several nodes at once read only it, never the request, which the
+// handler may change meanwhile.
+type outgoingCall struct {
+	f   *shardFront
+	hdr fasthttp.RequestHeader
+}
+
+// outgoing snapshots c's header as every call passed on carries it: c's own, less what
+// judges a browser's request (this node judged it), marked routed, with the caller's address.
+func (f *shardFront) outgoing(c *fasthttp.RequestCtx, extra ...string) *outgoingCall {
+	o := &outgoingCall{f: f}
+	c.Request.Header.CopyTo(&o.hdr)
+	for _, h := range []string{ForwardHeader, "Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User",
+		fasthttp.HeaderContentLength, fasthttp.HeaderTransferEncoding} {
+		o.hdr.Del(h)
+	}
+	o.hdr.Set(RoutedHeader, f.cfg.NodeID)
+	o.hdr.Set("X-Forwarded-For", c.RemoteIP().String())
+	if principalOf(c) == nil && len(c.Request.Header.Peek("X-Axe-Actor")) == 0 {
+		o.hdr.Set("X-Axe-Actor", c.RemoteIP().String())
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		o.hdr.Set(extra[i], extra[i+1])
+	}
+	return o
+}
+
+// call makes the call of o of the node at base, at uri with body, and returns the answer.
+// Safe for calls side by side.
+func (o *outgoingCall) call(base, uri string, body []byte) (int, *fasthttp.ResponseHeader, []byte, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return 0, nil, nil, fmt.Errorf("advertise URL %q is not an http(s) URL", base)
@@ -216,19 +251,10 @@ func (f *shardFront) call(c *fasthttp.RequestCtx, base, uri string, body []byte)
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	c.Request.Header.CopyTo(&req.Header)
-	for _, h := range []string{ForwardHeader, "Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User",
-		fasthttp.HeaderContentLength, fasthttp.HeaderTransferEncoding} {
-		req.Header.Del(h)
-	}
-	req.Header.Set(RoutedHeader, f.cfg.NodeID)
-	req.Header.Set("X-Forwarded-For", c.RemoteIP().String())
-	if principalOf(c) == nil && len(c.Request.Header.Peek("X-Axe-Actor")) == 0 {
-		req.Header.Set("X-Axe-Actor", c.RemoteIP().String())
-	}
+	o.hdr.CopyTo(&req.Header)
 	req.SetRequestURI(strings.TrimRight(base, "/") + uri)
 	req.SetBody(body)
-	if err := f.fwd.DoTimeout(req, resp, forwardTimeout); err != nil {
+	if err := o.f.fwd.DoTimeout(req, resp, forwardTimeout); err != nil {
 		return 0, nil, nil, err
 	}
 	var hdr fasthttp.ResponseHeader
@@ -352,12 +378,13 @@ func (s *Server) routeCallbackBatch(next fasthttp.RequestHandler) fasthttp.Reque
 			}
 		}
 		var wg sync.WaitGroup
+		o, uri := s.shards.outgoing(c), string(c.RequestURI())
 		for base, idx := range byOwner {
 			slices.Sort(idx)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.shards.passResults(c, base, batch.Results, idx, out)
+				passResults(o, base, uri, batch.Results, idx, out)
 			}()
 		}
 		if len(local) > 0 {
@@ -382,9 +409,10 @@ func (s *Server) routeCallbackBatch(next fasthttp.RequestHandler) fasthttp.Reque
 	}
 }
 
-// passResults passes the results idx of a batch on to the node at base and fills their items.
-func (f *shardFront) passResults(c *fasthttp.RequestCtx, base string, all []json.RawMessage, idx []int, out []protocol.CallbackItem) {
-	status, _, body, err := f.call(c, base, string(c.RequestURI()), subBatch(all, idx))
+// passResults passes the results idx of a batch on to the node at base (o's call, at uri) and
+// fills their items.
+func passResults(o *outgoingCall, base, uri string, all []json.RawMessage, idx []int, out []protocol.CallbackItem) {
+	status, _, body, err := o.call(base, uri, subBatch(all, idx))
 	var ans struct {
 		Results []protocol.CallbackItem `json:"results"`
 	}
@@ -485,11 +513,12 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 		}
 		answers := make([]answer, len(peers))
 		var wg sync.WaitGroup
+		o, uri := s.shards.outgoing(c), string(c.RequestURI())
 		for i, base := range peers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				status, hdr, resp, err := s.shards.call(c, base, string(c.RequestURI()), body)
+				status, hdr, resp, err := o.call(base, uri, body)
 				a := answer{base: base, status: status, body: resp, err: err}
 				if hdr != nil {
 					a.shards = string(hdr.Peek(ShardsHeader))
@@ -756,11 +785,13 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 			err    error
 		}
 		results := make(chan result, len(parts))
+		who := actor(c)
+		o, uri := s.shards.outgoing(c, upstreamsCheckedHeader, "1", fasthttp.HeaderContentType, "application/json"), string(c.RequestURI())
 		for base, idx := range parts {
 			body := arrayOf(raws, idx)
 			if base == "" {
 				go func() {
-					res, err := eng.CreateTasks(ctx, pick(specs, idx), onConflict, actor(c), engine.UpstreamsChecked())
+					res, err := eng.CreateTasks(ctx, pick(specs, idx), onConflict, who, engine.UpstreamsChecked())
 					b, _ := json.Marshal(res)
 					status := 200
 					if err != nil {
@@ -771,7 +802,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 				continue
 			}
 			go func() {
-				status, _, b, err := s.shards.callJSON(c, base, string(c.RequestURI()), body, upstreamsCheckedHeader)
+				status, _, b, err := o.call(base, uri, body)
 				results <- result{idx: idx, status: status, body: b, err: err}
 			}()
 		}
@@ -824,14 +855,6 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 // upstreamsCheckedHeader marks a part of a batch whose upstreams the node that split it
 // checked against the whole batch; only a routed call may carry it.
 const upstreamsCheckedHeader = "X-Axe-Upstreams-Checked"
-
-// callJSON is call with one extra header set to "1".
-func (f *shardFront) callJSON(c *fasthttp.RequestCtx, base, uri string, body []byte, header string) (int, *fasthttp.ResponseHeader, []byte, error) {
-	c.Request.Header.Set(header, "1")
-	c.Request.Header.SetContentType("application/json")
-	defer c.Request.Header.Del(header)
-	return f.call(c, base, uri, body)
-}
 
 // batchErrorBody is the status and body CreateTasks' error is answered with for the items
 // idx of a batch (as createBatch answers it, indexes into the part).
