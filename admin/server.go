@@ -319,7 +319,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.PUT("/concurrency-limits/{kind}/{name}", h(s.fanOut(s.putConcurrencyLimit)))
 	api.DELETE("/concurrency-limits/{kind}/{name}", h(s.fanOut(s.deleteConcurrencyLimit)))
 	api.POST("/cluster/release", h(s.releaseDependents)) // shardfront.go
-	s.haRoutes(api) // hafront.go
+	s.haRoutes(api)                                      // hafront.go
 	s.writeRoutes(api)
 	s.backfillRoutes(api) // backfill.go
 	s.consoleRoutes(r, api)
