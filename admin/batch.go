@@ -277,20 +277,27 @@ func (s *Server) createBatch(c *fasthttp.RequestCtx) {
 		opts = append(opts, engine.UpstreamsChecked())
 	}
 	res, err := s.cfg.Engine.CreateTasks(ctx, specs, onConflict, actor(c), opts...)
-	var be *engine.BatchError
-	if errors.As(err, &be) {
-		code := fasthttp.StatusBadRequest
-		if len(bad) == 0 && errors.Is(err, engine.ErrTaskExists) {
-			code = fasthttp.StatusConflict
-		}
-		s.writeBatchError(c, code, mergeItems(bad, be.Items))
-		return
-	}
 	if err != nil {
-		s.fail(c, err)
+		s.failBatch(c, bad, err)
 		return
 	}
 	writeJSON(c, fasthttp.StatusOK, res)
+}
+
+// failBatch answers a batch the engine refused (err) with the items bad refused already: a
+// *engine.BatchError names every item (409 when the only fault is names taken, else 400),
+// any other error as fail answers it.
+func (s *Server) failBatch(c *fasthttp.RequestCtx, bad []engine.ItemError, err error) {
+	var be *engine.BatchError
+	if !errors.As(err, &be) {
+		s.fail(c, err)
+		return
+	}
+	code := fasthttp.StatusBadRequest
+	if len(bad) == 0 && errors.Is(err, engine.ErrTaskExists) {
+		code = fasthttp.StatusConflict
+	}
+	s.writeBatchError(c, code, mergeItems(bad, be.Items))
 }
 
 // bulkOp is POST /api/v1/tasks/bulk/{pause|resume|delete|run}[?dry_run=true].

@@ -737,16 +737,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		if err := s.cfg.Engine.CheckTasks(ctx, specs, onConflict); err != nil {
-			var be *engine.BatchError
-			if errors.As(err, &be) {
-				code := fasthttp.StatusBadRequest
-				if len(bad) == 0 && errors.Is(err, engine.ErrTaskExists) {
-					code = fasthttp.StatusConflict
-				}
-				s.writeBatchError(c, code, mergeItems(bad, be.Items))
-				return
-			}
-			s.fail(c, err)
+			s.failBatch(c, bad, err)
 			return
 		}
 		if len(bad) > 0 {
