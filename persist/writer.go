@@ -194,6 +194,18 @@ type Group struct {
 	Fence ShardFence
 }
 
+// checkGroup refuses what the writer cannot queue: a nil group, or one fenced by a number
+// that is no shard (the writer indexes its fences by shard).
+func checkGroup(g *Group, verb string) error {
+	if g == nil {
+		return fmt.Errorf("cannot %s a nil group", verb)
+	}
+	if f := g.Fence; f.Epoch > 0 && (f.Shard < 0 || f.Shard >= model.ShardCount) {
+		return fmt.Errorf("cannot %s group: its fence names shard %d, not a shard 0-%d", verb, f.Shard, model.ShardCount-1)
+	}
+	return nil
+}
+
 func (g *Group) rows() int {
 	n := len(g.Transitions) + len(g.Runs) + len(g.Actions) + len(g.Fires) + len(g.DefUpdates) + len(g.Deletes)
 	for _, c := range g.Creates {
@@ -293,10 +305,10 @@ type Writer struct {
 	cOwner      []int // per batch create: index into live
 	batch       Batch
 	fencedEpoch int64 // an epoch ApplyBatch refused; batches carrying it fail at once
-	// fencedShards is the highest epoch of each shard that a batch found stale: groups
+	// fencedShards is, per shard, the highest epoch a batch found stale (0: none): groups
 	// fenced by that shard at that epoch or below fail at once.
-	fencedShards map[int]int64
-	shardEpochs  map[int]int64 // scratch of build: the highest epoch of each shard in the batch
+	fencedShards [model.ShardCount]int64
+	newest       [model.ShardCount]int64 // scratch of dropStaleShards: each shard's highest epoch among the live groups
 
 	stall atomic.Pointer[Stall] // the current run of failed commits; nil while commits land (stall.go)
 }
@@ -408,8 +420,8 @@ func (w *Writer) stop(ctx context.Context, neverStarted bool) error {
 // nil return Done will be called exactly once; on an error it will not. g must not be
 // changed after Submit.
 func (w *Writer) Submit(ctx context.Context, g *Group) error {
-	if g == nil {
-		return errors.New("cannot submit a nil group")
+	if err := checkGroup(g, "submit"); err != nil {
+		return err
 	}
 	w.sendMu.RLock()
 	defer w.sendMu.RUnlock()
@@ -444,8 +456,8 @@ func (w *Writer) Submit(ctx context.Context, g *Group) error {
 // 429) instead of queueing without bound, and the half of the queue left keeps room for the
 // firing path, which uses Submit.
 func (w *Writer) Offer(g *Group) error {
-	if g == nil {
-		return errors.New("cannot offer a nil group")
+	if err := checkGroup(g, "offer"); err != nil {
+		return err
 	}
 	if w.Pending() >= max(1, w.cfg.QueueSize/2) { // half the queue stays free for firing
 		w.m.refused.Inc()
@@ -738,7 +750,7 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 		b.Epoch, b.LeaseName = epoch, w.cfg.LeaseName
 	}
 	b.Shards = b.Shards[:0]
-	clear(w.shardEpochs)
+	var inBatch model.ShardSet
 	b.Transitions, b.Runs, b.Actions, b.Fires = b.Transitions[:0], b.Runs[:0], b.Actions[:0], b.Fires[:0]
 	b.Creates, b.DefUpdates, b.Deletes = b.Creates[:0], b.DefUpdates[:0], b.Deletes[:0]
 	w.offsets, w.owner = w.offsets[:0], w.owner[:0]
@@ -767,14 +779,9 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 		b.DefUpdates = append(b.DefUpdates, g.DefUpdates...)
 		b.Deletes = append(b.Deletes, g.Deletes...)
 		rows += g.rows()
-		if f := g.Fence; f.Epoch > 0 {
-			if w.shardEpochs == nil {
-				w.shardEpochs = make(map[int]int64)
-			}
-			if _, seen := w.shardEpochs[f.Shard]; !seen {
-				w.shardEpochs[f.Shard] = f.Epoch // dropStaleShards left one epoch a shard
-				b.Shards = append(b.Shards, f)
-			}
+		if f := g.Fence; f.Epoch > 0 && !inBatch.Has(f.Shard) {
+			inBatch.Add(f.Shard) // dropStaleShards left one epoch a shard
+			b.Shards = append(b.Shards, f)
 		}
 	}
 	return rows
@@ -785,18 +792,17 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 // group's of the same shard in this batch (a shard's epochs only grow, so the node that
 // holds the higher one took the shard after the lower one was given).
 func (w *Writer) dropStaleShards(items []queuedGroup) {
-	var newest map[int]int64
+	fenced := false
 	for _, i := range w.live {
-		f := items[i].g.Fence
-		if f.Epoch <= 0 {
-			continue
+		if f := items[i].g.Fence; f.Epoch > 0 {
+			if !fenced {
+				clear(w.newest[:])
+				fenced = true
+			}
+			w.newest[f.Shard] = max(w.newest[f.Shard], f.Epoch)
 		}
-		if newest == nil {
-			newest = make(map[int]int64)
-		}
-		newest[f.Shard] = max(newest[f.Shard], f.Epoch)
 	}
-	if newest == nil {
+	if !fenced {
 		return
 	}
 	dropped := 0
@@ -805,7 +811,7 @@ func (w *Writer) dropStaleShards(items []queuedGroup) {
 		if f.Epoch <= 0 {
 			continue
 		}
-		if stale, ok := w.fencedShards[f.Shard]; (ok && f.Epoch <= stale) || f.Epoch < newest[f.Shard] {
+		if f.Epoch <= w.fencedShards[f.Shard] || f.Epoch < w.newest[f.Shard] {
 			w.errs[i] = &ShardsLostError{Lost: []ShardFence{f}}
 			dropped++
 		}
@@ -821,14 +827,16 @@ func (w *Writer) dropStaleShards(items []queuedGroup) {
 // applied again without them. It returns false, changing nothing, when e names no shard of
 // a live group: such an error is treated as transient.
 func (w *Writer) dropLostShards(items []queuedGroup, e *ShardsLostError) bool {
-	stale := make(map[int]int64, len(e.Lost))
+	var stale [model.ShardCount]int64
 	for _, f := range e.Lost {
-		stale[f.Shard] = max(stale[f.Shard], f.Epoch)
+		if f.Shard >= 0 && f.Shard < model.ShardCount {
+			stale[f.Shard] = max(stale[f.Shard], f.Epoch)
+		}
 	}
 	dropped := 0
 	for _, i := range w.live {
 		f := items[i].g.Fence
-		if s, ok := stale[f.Shard]; ok && f.Epoch > 0 && f.Epoch <= s {
+		if f.Epoch > 0 && f.Epoch <= stale[f.Shard] {
 			w.errs[i] = e
 			dropped++
 		}
@@ -838,9 +846,6 @@ func (w *Writer) dropLostShards(items []queuedGroup, e *ShardsLostError) bool {
 	}
 	w.m.leaseLost.Inc()
 	w.m.failedByFences.Add(dropped)
-	if w.fencedShards == nil {
-		w.fencedShards = make(map[int]int64)
-	}
 	for n, ep := range stale {
 		w.fencedShards[n] = max(w.fencedShards[n], ep)
 	}

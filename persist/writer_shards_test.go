@@ -164,3 +164,27 @@ func TestWriterFencingPerShardOlderEpochInBatch(t *testing.T) {
 		old.checkLanded(t, s)
 	})
 }
+
+// TestWriterRefusesFenceOfNoShard: a group fenced by a number that is no shard is refused
+// at Submit and at Offer and nothing reaches the store.
+func TestWriterRefusesFenceOfNoShard(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		tk := newTask(t, s, "no-shard")
+		cs := &countingStore{Store: s}
+		w := newWriter(t, cs, persist.WriterConfig{MaxDelay: time.Millisecond}, true)
+		for _, n := range []int{-1, model.ShardCount} {
+			g := tk.next()
+			g.Fence = persist.ShardFence{Shard: n, Epoch: 1}
+			if err := w.Submit(ctx, g); err == nil {
+				t.Errorf("Submit of a group fenced by shard %d = nil, want an error", n)
+			}
+			if err := w.Offer(g); err == nil {
+				t.Errorf("Offer of a group fenced by shard %d = nil, want an error", n)
+			}
+		}
+		if n := cs.calls.Load(); n != 0 {
+			t.Errorf("ApplyBatch called %d times for refused groups, want 0", n)
+		}
+	})
+}
