@@ -143,7 +143,7 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 		// A sharded node prunes the finished tasks of the shards it schedules, their deletes
 		// fenced by them; the history (runs and actions, of no shard's state) only the holder
 		// of shard 0 prunes on its own, so that one pruner at a time walks it.
-		ctx = persist.WithShardFences(ctx, e.readyFences())
+		ctx = persist.WithShardFences(ctx, e.fencesOf(e.ReadyShards()))
 		if paced && !e.holdsShardZero() {
 			hist = -1
 		}

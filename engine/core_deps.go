@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/model"
-	"github.com/axe-sched/axe/persist"
 )
 
 // upstreamSet is the set of task names some task depends on. A success of a task outside it
@@ -102,7 +101,7 @@ func (e *Engine) ReleaseDependents(ctx context.Context, upstream string) error {
 		return err
 	}
 	e.upstreams.add(upstream)
-	e.releaseDependents(persist.WithShards(ctx, e.heldShards(false)), upstream)
+	e.releaseDependents(e.scheduling(ctx), upstream)
 	return nil
 }
 
@@ -119,7 +118,7 @@ func (e *Engine) depLoop(ctx context.Context) {
 			return
 		case <-t.C():
 			sctx, cancel := context.WithTimeout(ctx, e.cfg.LoadInterval)
-			if err := e.sweepDependents(persist.WithShards(sctx, e.heldShards(false))); err != nil && ctx.Err() == nil {
+			if err := e.sweepDependents(e.scheduling(sctx)); err != nil && ctx.Err() == nil {
 				e.log.Warn("cannot sweep the waiting dependents", "error", err)
 			}
 			cancel()

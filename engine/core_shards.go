@@ -252,7 +252,7 @@ func (e *Engine) ShardsInFlight(set model.ShardSet) model.ShardSet {
 // more than the whole (docs/scale-out.md). A node without shards keeps one shard's share: it
 // dispatches nothing anyway.
 func (e *Engine) updateRateShare() {
-	n := max(1, e.heldShards(false).Len())
+	n := max(1, e.heldShards().Len())
 	if err := e.gate.lim.SetShare(float64(n) / model.ShardCount); err != nil {
 		e.log.Error("cannot set the rate share", "shards", n, "error", err)
 	}
@@ -312,24 +312,35 @@ func (e *Engine) sendGate(t *task) func() error {
 	return func() error { return e.shardGate(shard, epoch, false) }
 }
 
-// heldShards returns the shards held; with draining false, those being handed over are left
-// out. An engine that is not sharded holds every shard.
-func (e *Engine) heldShards(draining bool) model.ShardSet {
+// shardsWhere returns the shards whose phase keep accepts: every shard on an engine that
+// is not sharded.
+func (e *Engine) shardsWhere(keep func(phase uint32) bool) model.ShardSet {
 	if !e.cfg.Sharded {
 		return model.AllShards()
 	}
 	var set model.ShardSet
 	for n := range model.ShardCount {
-		switch e.shards[n].phase.Load() {
-		case shardLoading, shardReady:
+		if keep(e.shards[n].phase.Load()) {
 			set.Add(n)
-		case shardDraining:
-			if draining {
-				set.Add(n)
-			}
 		}
 	}
 	return set
+}
+
+// fencesOf returns the shards of set with the epochs at which they are held, ascending (0
+// on an engine that is not sharded).
+func (e *Engine) fencesOf(set model.ShardSet) []persist.ShardFence {
+	out := make([]persist.ShardFence, 0, set.Len())
+	for _, n := range set.List() {
+		out = append(out, persist.ShardFence{Shard: n, Epoch: e.shards[n].epoch.Load()})
+	}
+	return out
+}
+
+// heldShards returns the shards scheduled here, being taken over included and being handed
+// over not: every shard on an engine that is not sharded.
+func (e *Engine) heldShards() model.ShardSet {
+	return e.shardsWhere(func(ph uint32) bool { return ph == shardLoading || ph == shardReady })
 }
 
 // Sharded reports whether this engine schedules by shard (Config.Sharded).
@@ -352,33 +363,13 @@ func (e *Engine) ShardState(n int) (held, ready bool) {
 // ReadyShards returns the shards whose tasks this engine schedules and whose API calls it
 // serves: every shard on an engine that is not sharded.
 func (e *Engine) ReadyShards() model.ShardSet {
-	if !e.cfg.Sharded {
-		return model.AllShards()
-	}
-	var set model.ShardSet
-	for n := range model.ShardCount {
-		if e.shards[n].phase.Load() == shardReady {
-			set.Add(n)
-		}
-	}
-	return set
+	return e.shardsWhere(func(ph uint32) bool { return ph == shardReady })
 }
 
 // Shards returns the shards this engine schedules (loading, ready or being handed over),
 // with their epochs, ascending; every shard at epoch 0 on an engine that is not sharded.
 func (e *Engine) Shards() []persist.ShardFence {
-	var out []persist.ShardFence
-	for n := range model.ShardCount {
-		if !e.cfg.Sharded {
-			out = append(out, persist.ShardFence{Shard: n})
-			continue
-		}
-		s := &e.shards[n]
-		if s.phase.Load() != shardOff {
-			out = append(out, persist.ShardFence{Shard: n, Epoch: s.epoch.Load()})
-		}
-	}
-	return out
+	return e.fencesOf(e.shardsWhere(func(ph uint32) bool { return ph != shardOff }))
 }
 
 // apiFences returns the fences of the shards of names for a write the API asks for that
@@ -406,6 +397,18 @@ func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 	return out, nil
 }
 
+// heldFence is the fence of the shard of the task named name at the epoch held now, on a
+// sharded engine; ErrShardNotHeld when the shard is not held.
+func (e *Engine) heldFence(name string) (persist.ShardFence, error) {
+	n := model.ShardOf(name)
+	s := &e.shards[n]
+	epoch := s.epoch.Load()
+	if s.phase.Load() == shardOff || epoch == 0 {
+		return persist.ShardFence{}, fmt.Errorf("task %q is in shard %d: %w", name, n, ErrShardNotHeld)
+	}
+	return persist.ShardFence{Shard: n, Epoch: epoch}, nil
+}
+
 // fencedFor returns ctx with the fence of the shard of the task named name at the epoch
 // held now (persist.WithShardFences), for a write the store makes outside the batched
 // writer about that task (a backfill's row); ctx as it is on an engine that is not sharded.
@@ -414,25 +417,11 @@ func (e *Engine) fencedFor(ctx context.Context, name string) (context.Context, e
 	if !e.cfg.Sharded {
 		return ctx, nil
 	}
-	n := model.ShardOf(name)
-	s := &e.shards[n]
-	epoch := s.epoch.Load()
-	if s.phase.Load() == shardOff || epoch == 0 {
-		return nil, fmt.Errorf("task %q is in shard %d: %w", name, n, ErrShardNotHeld)
+	f, err := e.heldFence(name)
+	if err != nil {
+		return nil, err
 	}
-	return persist.WithShardFences(ctx, []persist.ShardFence{{Shard: n, Epoch: epoch}}), nil
-}
-
-// readyFences returns the shards scheduled and not being handed over, with their epochs.
-func (e *Engine) readyFences() []persist.ShardFence {
-	var out []persist.ShardFence
-	for n := range model.ShardCount {
-		s := &e.shards[n]
-		if s.phase.Load() == shardReady {
-			out = append(out, persist.ShardFence{Shard: n, Epoch: s.epoch.Load()})
-		}
-	}
-	return out
+	return persist.WithShardFences(ctx, []persist.ShardFence{f}), nil
 }
 
 // scheduling returns ctx with the filter of the shards this engine schedules, for the reads
@@ -441,7 +430,7 @@ func (e *Engine) scheduling(ctx context.Context) context.Context {
 	if !e.cfg.Sharded {
 		return ctx
 	}
-	return persist.WithShards(ctx, e.heldShards(false))
+	return persist.WithShards(ctx, e.heldShards())
 }
 
 // fenceGroup fences g by the shard of the task it writes (persist.Group.Fence), at t's epoch
@@ -461,13 +450,11 @@ func (e *Engine) fenceGroup(g *persist.Group, t *task) error {
 	if name == "" {
 		return nil
 	}
-	shard := model.ShardOf(name)
-	s := &e.shards[shard]
-	epoch := s.epoch.Load()
-	if s.phase.Load() == shardOff || epoch == 0 {
-		return fmt.Errorf("cannot write about task %q: shard %d: %w", name, shard, ErrShardNotHeld)
+	f, err := e.heldFence(name)
+	if err != nil {
+		return fmt.Errorf("cannot write about it: %w", err)
 	}
-	g.Fence = persist.ShardFence{Shard: shard, Epoch: epoch}
+	g.Fence = f
 	return nil
 }
 
