@@ -226,20 +226,7 @@ func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
 // reapLoop marks silent executors lost.
 func (e *Engine) reapLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	every := e.cfg.LostAfter / 10
-	if every < 50*time.Millisecond {
-		every = 50 * time.Millisecond
-	}
-	t := e.cfg.Clock.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			e.reap(ctx)
-		}
-	}
+	e.every(ctx, max(e.cfg.LostAfter/10, 50*time.Millisecond), func() { e.reap(ctx) })
 }
 
 func (e *Engine) reap(ctx context.Context) {

@@ -90,16 +90,9 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 	if _, ok := e.store.(persist.Pruner); !ok || (rc.History < 0 && rc.Finished < 0) {
 		return
 	}
-	t := e.cfg.Clock.NewTicker(rc.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		}
+	e.every(ctx, rc.Interval, func() {
 		if rc.Primary != nil && !rc.Primary() {
-			continue
+			return
 		}
 		now := e.nowMS()
 		var hist, fin int64 = -1, -1
@@ -118,7 +111,7 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 			e.log.Info("pruned", "task_run", res.Runs, "task_action", res.Actions, "task_def", res.Finished,
 				"took", e.since(start))
 		}
-	}
+	})
 }
 
 // Prune deletes runs and actions from before historyBefore and finished one-shot tasks that

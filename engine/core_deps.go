@@ -105,25 +105,19 @@ func (e *Engine) ReleaseDependents(ctx context.Context, upstream string) error {
 	return nil
 }
 
-// depSweep is how often a sharded engine looks at its waiting dependents itself: a release
-// asked of it by another node (ReleaseElsewhere) may not arrive (that node died right after
-// the upstream's success), and an upstream created on another node is learnt here.
+// depLoop is how a sharded engine looks at its waiting dependents itself, every
+// LoadInterval: a release asked of it by another node (ReleaseElsewhere) may not arrive
+// (that node died right after the upstream's success), and an upstream created on another
+// node is learnt here.
 func (e *Engine) depLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	t := e.cfg.Clock.NewTicker(e.cfg.LoadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			sctx, cancel := context.WithTimeout(ctx, e.cfg.LoadInterval)
-			if err := e.sweepDependents(e.scheduling(sctx)); err != nil && ctx.Err() == nil {
-				e.log.Warn("cannot sweep the waiting dependents", "error", err)
-			}
-			cancel()
+	e.every(ctx, e.cfg.LoadInterval, func() {
+		sctx, cancel := context.WithTimeout(ctx, e.cfg.LoadInterval)
+		defer cancel()
+		if err := e.sweepDependents(e.scheduling(sctx)); err != nil && ctx.Err() == nil {
+			e.log.Warn("cannot sweep the waiting dependents", "error", err)
 		}
-	}
+	})
 }
 
 // sweepDependents learns every upstream name and releases each waiting dependent of the

@@ -489,18 +489,11 @@ const registryRefresh = time.Second
 // registryLoop keeps a sharded engine's executor registry as the store has it.
 func (e *Engine) registryLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	t := e.cfg.Clock.NewTicker(registryRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			if err := e.restoreExecutors(rctx, true); err != nil && ctx.Err() == nil {
-				e.log.Warn("cannot read the executor registry from the store", "error", err)
-			}
-			cancel()
+	e.every(ctx, registryRefresh, func() {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := e.restoreExecutors(rctx, true); err != nil && ctx.Err() == nil {
+			e.log.Warn("cannot read the executor registry from the store", "error", err)
 		}
-	}
+	})
 }

@@ -515,16 +515,24 @@ func (e *Engine) Running() bool { return e.running.Load() }
 // loadLoop moves the window forward every LoadInterval (design.md, "Window and cold entries").
 func (e *Engine) loadLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	t := e.cfg.Clock.NewTicker(e.cfg.LoadInterval)
+	e.every(ctx, e.cfg.LoadInterval, func() {
+		if err := e.loadSlice(ctx); err != nil && ctx.Err() == nil {
+			e.log.Error("cannot load the next window slice; retrying next interval", "error", err)
+		}
+	})
+}
+
+// every calls fn every d, on the engine's clock, until ctx ends: the body of the engine's
+// periodic loops.
+func (e *Engine) every(ctx context.Context, d time.Duration, fn func()) {
+	t := e.cfg.Clock.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			if err := e.loadSlice(ctx); err != nil && ctx.Err() == nil {
-				e.log.Error("cannot load the next window slice; retrying next interval", "error", err)
-			}
+			fn()
 		}
 	}
 }
