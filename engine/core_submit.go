@@ -51,13 +51,13 @@ func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) 
 		sh := e.completions.shard(groupTask(g))
 		g.Done = func(err error) { sh.push(done, err) }
 	}
-	var undo func()
+	var fenced *shardSlot
 	if f := g.Fence; f.Epoch > 0 {
 		// Counted until durable or failed: a shard handed over is released only after
 		// (ShardsInFlight).
 		s := &e.shards[f.Shard]
 		s.writes.Add(1)
-		undo = func() { s.writes.Add(-1) }
+		fenced = s
 		done := g.Done
 		g.Done = func(err error) {
 			s.writes.Add(-1)
@@ -72,8 +72,8 @@ func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) 
 	} else {
 		err = e.writer.Submit(ctx, g)
 	}
-	if err != nil && undo != nil {
-		undo()
+	if err != nil && fenced != nil {
+		fenced.writes.Add(-1) // refused: Done will not be called
 	}
 	return err
 }
