@@ -114,24 +114,18 @@ func shardNames(shards []int, fences bool) []any {
 // other row.
 func fencePairs(held []ShardFence, fences bool) (string, []any) {
 	var b strings.Builder
-	args := make([]any, 0, 3*len(held))
+	args := make([]any, len(held), 3*len(held)) // the IN list's names, then the pairs
 	b.WriteString("name IN (" + placeholders(len(held)) + ") AND (")
-	for _, f := range held {
+	for i, f := range held {
 		name := model.ShardLeaseName(f.Shard)
 		if fences {
 			name = fenceRow(name)
 		}
-		args = append(args, name)
-	}
-	for i, f := range held {
 		if i > 0 {
 			b.WriteString(" OR ")
 		}
 		b.WriteString("(name = ? AND epoch = ?)")
-		name := model.ShardLeaseName(f.Shard)
-		if fences {
-			name = fenceRow(name)
-		}
+		args[i] = name
 		args = append(args, name, f.Epoch)
 	}
 	b.WriteString(")")
