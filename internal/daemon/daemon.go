@@ -149,11 +149,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	own := newOwnMetrics(cfg.Version)
 	ha.MarkSingleNode(own)
 	log := cfg.Logger
-	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{Metrics: own})
-	cancel()
+	store, err := cfg.openStore(ctx, "store", persist.OpenOptions{Metrics: own})
 	if err != nil {
-		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
+		return err
 	}
 	ecfg := cfg.engineConfig(store)
 	eng, err := engine.New(ecfg)
@@ -208,6 +206,17 @@ func Serve(ctx context.Context, cfg Config) error {
 
 // engineConfig is the engine's configuration on store: Config.Engine with the daemon's tick,
 // zone, node id and logger, and a metrics set of its own (metrics.go).
+// openStore opens c.DB, giving it a minute; what names the store in the error.
+func (c Config) openStore(ctx context.Context, what string, opts persist.OpenOptions) (persist.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	store, err := persist.OpenWith(ctx, c.DB, opts)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s %s: %w", what, redactDSN(c.DB), err)
+	}
+	return store, nil
+}
+
 func (c Config) engineConfig(store persist.Store) engine.Config {
 	ecfg := c.Engine
 	ecfg.Store = store

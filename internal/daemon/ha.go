@@ -106,14 +106,13 @@ func serveHA(ctx context.Context, cfg Config) error {
 	if renew == 0 {
 		renew = ha.LeaseRenewDefault
 	}
-	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	// A primary frozen mid-transaction must not hold the lease row's shared lock past its
 	// lease: the server ends its idle transactions after one renew interval (docs/ha.md).
 	own := newOwnMetrics(cfg.Version)
-	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
-	cancel()
+	opts := persist.OpenOptions{TxIdleTimeout: renew, Metrics: own}
+	store, err := cfg.openStore(ctx, "store", opts)
 	if err != nil {
-		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
+		return err
 	}
 	n := &haNode{store: store, loop: make(chan struct{})}
 	cfg.metricSets = func() []*metrics.Set {
@@ -146,12 +145,9 @@ func serveHA(ctx context.Context, cfg Config) error {
 	}
 	// The lease loop has a pool of its own: a renewal must never wait for a connection that
 	// the engine's batches and loads hold.
-	openCtx, cancel = context.WithTimeout(ctx, time.Minute)
-	leaseStore, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
-	cancel()
+	leaseStore, err := cfg.openStore(ctx, "the lease store", opts)
 	if err != nil {
-		return errors.Join(fmt.Errorf("cannot open the lease store %s: %w", redactDSN(cfg.DB), err),
-			front.Stop(context.Background()), reader.Engine.Stop(context.Background()), store.Close())
+		return errors.Join(err, front.Stop(context.Background()), reader.Engine.Stop(context.Background()), store.Close())
 	}
 	defer leaseStore.Close()
 	el, err := ha.New(ha.Config{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,

@@ -65,23 +65,29 @@ func serveShards(ctx context.Context, cfg Config) error {
 		renew = ha.LeaseRenewDefault
 	}
 	own := newOwnMetrics(cfg.Version)
-	openCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	// As for a primary: a node frozen mid-transaction must not hold its shards' fence rows
 	// locked past their leases.
-	store, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
-	cancel()
+	opts := persist.OpenOptions{TxIdleTimeout: renew, Metrics: own}
+	store, err := cfg.openStore(ctx, "store", opts)
 	if err != nil {
-		return fmt.Errorf("cannot open store %s: %w", redactDSN(cfg.DB), err)
+		return err
 	}
 	// The shard loop has a pool of its own: a renewal must never wait for a connection the
 	// engine's batches and loads hold.
-	openCtx, cancel = context.WithTimeout(ctx, time.Minute)
-	leaseStore, err := persist.OpenWith(openCtx, cfg.DB, persist.OpenOptions{TxIdleTimeout: renew, Metrics: own})
-	cancel()
+	leaseStore, err := cfg.openStore(ctx, "the lease store", opts)
 	if err != nil {
-		return errors.Join(fmt.Errorf("cannot open the lease store %s: %w", redactDSN(cfg.DB), err), store.Close())
+		return errors.Join(err, store.Close())
 	}
 	closeStores := func() error { return errors.Join(leaseStore.Close(), store.Close()) }
+	// undo, on a failed start, stops what has started, last first, and closes the stores.
+	var started []func(context.Context) error
+	undo := func(err error) error {
+		errs := []error{err}
+		for i := len(started) - 1; i >= 0; i-- {
+			errs = append(errs, started[i](context.Background()))
+		}
+		return errors.Join(append(errs, closeStores())...)
+	}
 
 	// The engine and the loop need each other: the loop asks the engine which shards it
 	// hands over still have runs in flight, the engine asks the loop's gate before each
@@ -111,8 +117,9 @@ func serveShards(ctx context.Context, cfg Config) error {
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
-		return errors.Join(err, closeStores())
+		return undo(err)
 	}
+	started = append(started, eng.Stop)
 	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
 	var stopping atomic.Bool
 	rec := newMinuteSeries(eng, log)
@@ -120,26 +127,27 @@ func serveShards(ctx context.Context, cfg Config) error {
 		Logger: log, Minutes: rec.points, Sharding: &admin.ShardRouting{NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS,
 			PeerToken: cfg.peerToken, Stopping: stopping.Load}}))
 	if err != nil {
-		return errors.Join(err, eng.Stop(context.Background()), closeStores())
+		return undo(err)
 	}
 	srvp.Store(srv)
 	if err := srv.Start(ctx); err != nil {
-		return errors.Join(err, eng.Stop(context.Background()), closeStores())
+		return undo(err)
 	}
+	started = append(started, srv.Stop)
 	if cfg.Advertise == "" {
 		cfg.Advertise = cfg.scheme() + "://" + srv.Addr()
 	}
 	loop, err := ha.NewShards(ha.ShardsConfig{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
 		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own, InFlight: eng.ShardsInFlight})
 	if err != nil {
-		return errors.Join(err, srv.Stop(context.Background()), eng.Stop(context.Background()), closeStores())
+		return undo(err)
 	}
 	loopp.Store(loop)
 	if err := eng.Start(ctx); err != nil {
-		return errors.Join(err, srv.Stop(context.Background()), eng.Stop(context.Background()), closeStores())
+		return undo(err)
 	}
 	if err := loop.Start(ctx); err != nil {
-		return errors.Join(err, srv.Stop(context.Background()), eng.Stop(context.Background()), closeStores())
+		return undo(err)
 	}
 	changesDone := make(chan struct{})
 	go followShards(loop, eng, log, changesDone)
