@@ -88,6 +88,21 @@ func checkHA(db string) error {
 		redactDSN(db), ErrHANeedsMySQL)
 }
 
+// haStoreOptions refuses a store --ha cannot run on and returns the options a node's stores
+// open with: a node frozen mid-transaction must not hold the lease row's shared lock (or its
+// shards' fence rows) past its lease, so the server ends its idle transactions after one
+// renew interval (docs/ha.md).
+func haStoreOptions(cfg Config) (persist.OpenOptions, error) {
+	if err := checkHA(cfg.DB); err != nil {
+		return persist.OpenOptions{}, err
+	}
+	renew := cfg.LeaseRenew
+	if renew == 0 {
+		renew = ha.LeaseRenewDefault
+	}
+	return persist.OpenOptions{TxIdleTimeout: renew, Metrics: newOwnMetrics(cfg.Version)}, nil
+}
+
 // serveHA is Serve for --ha. Shutdown order, each step logged with how long it took:
 //
 //  1. not ready: /readyz answers 503;
@@ -99,17 +114,11 @@ func checkHA(db string) error {
 //  4. close the store.
 func serveHA(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
-	if err := checkHA(cfg.DB); err != nil {
+	opts, err := haStoreOptions(cfg)
+	if err != nil {
 		return err
 	}
-	renew := cfg.LeaseRenew
-	if renew == 0 {
-		renew = ha.LeaseRenewDefault
-	}
-	// A primary frozen mid-transaction must not hold the lease row's shared lock past its
-	// lease: the server ends its idle transactions after one renew interval (docs/ha.md).
-	own := newOwnMetrics(cfg.Version)
-	opts := persist.OpenOptions{TxIdleTimeout: renew, Metrics: own}
+	own := opts.Metrics
 	store, err := cfg.openStore(ctx, "store", opts)
 	if err != nil {
 		return err

@@ -57,17 +57,11 @@ func checkHAMode(mode string) error {
 //  5. close the stores.
 func serveShards(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
-	if err := checkHA(cfg.DB); err != nil {
+	opts, err := haStoreOptions(cfg)
+	if err != nil {
 		return err
 	}
-	renew := cfg.LeaseRenew
-	if renew == 0 {
-		renew = ha.LeaseRenewDefault
-	}
-	own := newOwnMetrics(cfg.Version)
-	// As for a primary: a node frozen mid-transaction must not hold its shards' fence rows
-	// locked past their leases.
-	opts := persist.OpenOptions{TxIdleTimeout: renew, Metrics: own}
+	own := opts.Metrics
 	store, err := cfg.openStore(ctx, "store", opts)
 	if err != nil {
 		return err
