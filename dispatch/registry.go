@@ -123,11 +123,7 @@ func (r *Registry) Register(app, addr, proto string, handlers []string, now int6
 	isTLS := proto == protocol.ProtocolHTTPS
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set := r.apps[app]
-	if set == nil {
-		set = &appSet{}
-		r.apps[app] = set
-	}
+	set := r.appLocked(app)
 	for _, m := range set.members {
 		if m.Address == addr {
 			revived = !m.Alive
@@ -145,9 +141,24 @@ func (r *Registry) Register(app, addr, proto string, handlers []string, now int6
 	}
 	x = &Executor{App: app, Address: addr, Handlers: append([]string(nil), handlers...), RegisteredAt: now, LastHeartbeat: now, Alive: true}
 	x.tls.Store(isTLS)
-	set.members = append(set.members, x)
-	sort.Slice(set.members, func(i, j int) bool { return set.members[i].Address < set.members[j].Address })
+	set.add(x)
 	return x, true, false
+}
+
+// appLocked returns app's set, made empty if it has none; r.mu is held.
+func (r *Registry) appLocked(app string) *appSet {
+	set := r.apps[app]
+	if set == nil {
+		set = &appSet{}
+		r.apps[app] = set
+	}
+	return set
+}
+
+// add puts x among the members, kept in address order.
+func (s *appSet) add(x *Executor) {
+	s.members = append(s.members, x)
+	sort.Slice(s.members, func(i, j int) bool { return s.members[i].Address < s.members[j].Address })
 }
 
 // Restore puts an executor read from the store into the registry as it was.
@@ -168,11 +179,7 @@ func (r *Registry) Restore(app, addr, proto string, handlers []string, registere
 func (r *Registry) Merge(app, addr, proto string, handlers []string, registeredAt, lastHeartbeat int64, alive bool) (x *Executor, revived bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set := r.apps[app]
-	if set == nil {
-		set = &appSet{}
-		r.apps[app] = set
-	}
+	set := r.appLocked(app)
 	for _, m := range set.members {
 		if m.Address != addr {
 			continue
@@ -194,8 +201,7 @@ func (r *Registry) Merge(app, addr, proto string, handlers []string, registeredA
 	x = &Executor{App: app, Address: addr, Handlers: append([]string(nil), handlers...), RegisteredAt: registeredAt,
 		LastHeartbeat: lastHeartbeat, Alive: alive}
 	x.tls.Store(proto == protocol.ProtocolHTTPS)
-	set.members = append(set.members, x)
-	sort.Slice(set.members, func(i, j int) bool { return set.members[i].Address < set.members[j].Address })
+	set.add(x)
 	return x, false
 }
 
