@@ -78,12 +78,15 @@ func (f *haFront) forward(c *fasthttp.RequestCtx, primary string) {
 	defer fasthttp.ReleaseResponse(resp)
 	c.Request.Header.CopyTo(&req.Header)
 	req.Header.Del(ForwardHeader)
+	for _, h := range peerHeaders {
+		req.Header.Del(h) // a primary believes none of them (peersig.go)
+	}
 	// This node judged the browser's headers (guardRequests); to the primary the request
 	// comes from this node, at its advertise URL, not from the page's origin.
 	for _, h := range []string{"Origin", "Sec-Fetch-Site", "Sec-Fetch-Mode", "Sec-Fetch-Dest", "Sec-Fetch-User"} {
 		req.Header.Del(h)
 	}
-	req.SetRequestURI(strings.TrimRight(primary, "/") + string(c.RequestURI()))
+	req.SetRequestURI(strings.TrimRight(primary, "/") + requestTarget(c))
 	req.Header.Set("X-Forwarded-For", c.RemoteIP().String())
 	if principalOf(c) == nil && len(c.Request.Header.Peek("X-Axe-Actor")) == 0 {
 		// Without a token or an actor, the primary would record the backup's address as the

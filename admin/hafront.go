@@ -252,6 +252,15 @@ func (s *Server) haRoutes(api *router.Group) {
 // allShards is every shard as ranges: what a single node and a primary schedule.
 var allShards = model.AllShards().String()
 
+// Roles of a node that schedules by shard, in its /readyz and in GET /api/v1/cluster.
+const (
+	// RoleOwner: the node schedules the shards it holds.
+	RoleOwner = ha.RoleOwner
+	// RoleIdle: the node holds no shard right now (it has just started, or the others hold
+	// them all); it serves the API and passes every write on.
+	RoleIdle = "idle"
+)
+
 // Modes of GET /api/v1/cluster.
 const (
 	// ClusterSingle: no node holds a lease; one process schedules every task (no --ha).
@@ -350,8 +359,19 @@ func clusterOf(ctx context.Context, st persist.Store) (clusterJSON, error) {
 	}
 	for _, n := range nodes {
 		cn := clusterNodeJSON{nodeJSON: nodeJSON{ID: n.ID, Advertise: n.Advertise, Role: n.Role, LastSeen: n.LastSeen, AgeMS: n.Age.Milliseconds()}}
-		if h := held[n.ID]; h != nil {
+		h := held[n.ID]
+		if h != nil {
 			cn.Shards, cn.ShardsHeld, cn.EpochMin, cn.EpochMax = h.set.String(), h.set.Len(), h.min, h.max
+		}
+		if out.Mode == ClusterSharded && n.Role != persist.RoleStopped {
+			// Every node of a sharded cluster schedules: its role is what its /readyz says,
+			// read from the leases it holds now. The nodes table's role is written by the
+			// node a renewal after it takes or drops shards, and calls a node that has just
+			// taken its share a backup.
+			cn.Role = RoleIdle
+			if h != nil {
+				cn.Role = RoleOwner
+			}
 		}
 		out.Nodes = append(out.Nodes, cn)
 	}

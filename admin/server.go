@@ -127,6 +127,9 @@ func (c ServerConfig) validate() error {
 	if c.Store == nil {
 		return errors.New("store is required")
 	}
+	if c.Sharding != nil && len(c.Sharding.PeerSecret) == 0 {
+		return errors.New("sharding: a peer secret is required to sign the calls between nodes")
+	}
 	return validBasePath(c.BasePath)
 }
 
@@ -173,7 +176,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		s.tokenSource = s.tokens.Load
 	}
 	s.srv = &fasthttp.Server{
-		Handler: s.guardRequests(s.limitBodies(s.routes())),
+		Handler: s.guardRequests(s.limitBodies(s.checkPeerHeaders(s.routes()))),
 		Name:    "axe",
 		// Bodies over the smallest endpoint limit are streamed, so that limitBodies sees the
 		// headers of every body it may refuse before any more of it is read; it reads the

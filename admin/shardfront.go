@@ -40,9 +40,11 @@ import (
 //     node, each doing its own shards; the answers are added up. A batch of creates is split
 //     by owner.
 //
-// A call passed on carries RoutedHeader; a node that gets one for a shard it does not
-// schedule (the shard moved meanwhile) answers 503 with Retry-After rather than passing it
-// on again, so no call goes round in circles.
+// A call passed on carries RoutedHeader, signed with the cluster's peer key (peersig.go);
+// a node that gets one for a shard it does not schedule (the shard moved meanwhile) answers
+// 503 with Retry-After rather than passing it on again, so no call goes round in circles.
+// A call is passed on by its path and query alone (requestTarget), whatever form the
+// caller's request line took.
 
 // RoutedHeader marks a call one node passed on to another; its value is the sender's id.
 const RoutedHeader = "X-Axe-Routed"
@@ -62,6 +64,9 @@ type ShardRouting struct {
 	// dependency release, ReleaseElsewhere): a write-scope token every node accepts. Defaults
 	// to none, for nodes without tokens.
 	PeerToken string
+	// PeerSecret is the secret every node of the cluster shares, from which the key that
+	// signs the calls between nodes is derived (peersig.go). Required.
+	PeerSecret []byte
 	// Stopping reports that the node is shutting down: /readyz says not ready.
 	Stopping func() bool
 }
@@ -72,9 +77,10 @@ const ownerRefresh = 500 * time.Millisecond
 
 // shardFront routes the calls of a sharded node.
 type shardFront struct {
-	s   *Server
-	cfg ShardRouting
-	fwd *fasthttp.Client
+	s      *Server
+	cfg    ShardRouting
+	fwd    *fasthttp.Client
+	signer *peerSigner
 
 	mu     sync.Mutex
 	readAt time.Time
@@ -84,7 +90,7 @@ type shardFront struct {
 }
 
 func newShardFront(s *Server, cfg ShardRouting) *shardFront {
-	return &shardFront{s: s, cfg: cfg, fwd: newForwardClient(cfg.PeerTLS)}
+	return &shardFront{s: s, cfg: cfg, fwd: newForwardClient(cfg.PeerTLS), signer: newPeerSigner(cfg.PeerSecret)}
 }
 
 // table returns the shard owners, read again when older than ownerRefresh or when fresh.
@@ -137,9 +143,6 @@ func (f *shardFront) readLocked(ctx context.Context) error {
 	return nil
 }
 
-// routed reports a call another node passed on.
-func routed(c *fasthttp.RequestCtx) bool { return len(c.Request.Header.Peek(RoutedHeader)) > 0 }
-
 // moving answers a call about shard, which no node can serve right now (it moves between
 // nodes, or its owner is not known), with 503 and Retry-After: 1.
 func moving(c *fasthttp.RequestCtx, shard int, why string) {
@@ -183,7 +186,7 @@ func (f *shardFront) route(c *fasthttp.RequestCtx, shard int, held bool, next fa
 // pass sends c on to the node at base (an advertise URL) with body, marked routed, and
 // copies its answer back.
 func (f *shardFront) pass(c *fasthttp.RequestCtx, base string, body []byte) {
-	status, hdr, resp, err := f.call(c, base, string(c.RequestURI()), body)
+	status, hdr, resp, err := f.call(c, base, requestTarget(c), body)
 	if err != nil {
 		// 502 and no Retry-After: the owner may have served the call before its answer was
 		// lost, so it is not made again by itself (a run-now would run twice).
@@ -229,6 +232,9 @@ func (f *shardFront) outgoing(c *fasthttp.RequestCtx, extra ...string) *outgoing
 		fasthttp.HeaderContentLength, fasthttp.HeaderTransferEncoding} {
 		o.hdr.Del(h)
 	}
+	for _, h := range peerHeaders {
+		o.hdr.Del(h)
+	}
 	o.hdr.Set(RoutedHeader, f.cfg.NodeID)
 	o.hdr.Set("X-Forwarded-For", c.RemoteIP().String())
 	if principalOf(c) == nil && len(c.Request.Header.Peek("X-Axe-Actor")) == 0 {
@@ -252,8 +258,10 @@ func (o *outgoingCall) call(base, uri string, body []byte) (int, *fasthttp.Respo
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	o.hdr.CopyTo(&req.Header)
-	req.SetRequestURI(strings.TrimRight(base, "/") + uri)
+	full := strings.TrimRight(base, "/") + uri
+	req.SetRequestURI(full)
 	req.SetBody(body)
+	o.f.signer.sign(req, targetOf(full), body)
 	if err := o.f.fwd.DoTimeout(req, resp, forwardTimeout); err != nil {
 		return 0, nil, nil, err
 	}
@@ -378,7 +386,7 @@ func (s *Server) routeCallbackBatch(next fasthttp.RequestHandler) fasthttp.Reque
 			}
 		}
 		var wg sync.WaitGroup
-		o, uri := s.shards.outgoing(c), string(c.RequestURI())
+		o, uri := s.shards.outgoing(c), requestTarget(c)
 		for base, idx := range byOwner {
 			slices.Sort(idx)
 			wg.Add(1)
@@ -513,7 +521,7 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 		}
 		answers := make([]answer, len(peers))
 		var wg sync.WaitGroup
-		o, uri := s.shards.outgoing(c), string(c.RequestURI())
+		o, uri := s.shards.outgoing(c), requestTarget(c)
 		for i, base := range peers {
 			wg.Add(1)
 			go func() {
@@ -643,7 +651,8 @@ func (s *Server) ReleaseElsewhere(shard int, upstream string) {
 		resp := fasthttp.AcquireResponse()
 		defer fasthttp.ReleaseRequest(req)
 		defer fasthttp.ReleaseResponse(resp)
-		req.SetRequestURI(strings.TrimRight(owner[shard], "/") + s.cfg.BasePath + "/api/v1/cluster/release")
+		full := strings.TrimRight(owner[shard], "/") + s.cfg.BasePath + "/api/v1/cluster/release"
+		req.SetRequestURI(full)
 		req.Header.SetMethod(fasthttp.MethodPost)
 		req.Header.SetContentType("application/json")
 		req.Header.Set(RoutedHeader, f.cfg.NodeID)
@@ -652,6 +661,7 @@ func (s *Server) ReleaseElsewhere(shard int, upstream string) {
 			req.Header.Set(fasthttp.HeaderAuthorization, "Bearer "+f.cfg.PeerToken)
 		}
 		req.SetBody(body)
+		f.signer.sign(req, targetOf(full), body)
 		if err := f.fwd.DoTimeout(req, resp, 10*time.Second); err != nil || resp.StatusCode() != 200 {
 			s.log.Warn("cannot ask the owner of a shard to release the dependents of an upstream; its sweep will",
 				"shard", shard, "owner", owner[shard], "upstream", upstream, "status", resp.StatusCode(), "error", err)
@@ -663,14 +673,14 @@ func (s *Server) ReleaseElsewhere(shard int, upstream string) {
 // and its writes land; its role is "owner" while it schedules shards, else "idle".
 func (s *Server) shardReadyz(c *fasthttp.RequestCtx) {
 	eng := s.cfg.Engine
-	ans := readyzJSON{Status: "ready", Role: "idle", Node: s.shards.cfg.NodeID}
+	ans := readyzJSON{Status: "ready", Role: RoleIdle, Node: s.shards.cfg.NodeID}
 	var held model.ShardSet
 	for _, f := range eng.Shards() {
 		held.Add(f.Shard)
 		ans.Epoch = max(ans.Epoch, f.Epoch)
 	}
 	if held.Len() > 0 {
-		ans.Role = "owner"
+		ans.Role = RoleOwner
 	}
 	ans.Shards = held.String()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -777,7 +787,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 		}
 		results := make(chan result, len(parts))
 		who := actor(c)
-		o, uri := s.shards.outgoing(c, upstreamsCheckedHeader, "1", fasthttp.HeaderContentType, "application/json"), string(c.RequestURI())
+		o, uri := s.shards.outgoing(c, upstreamsCheckedHeader, "1", fasthttp.HeaderContentType, "application/json"), requestTarget(c)
 		for base, idx := range parts {
 			body := arrayOf(raws, idx)
 			if base == "" {
@@ -844,7 +854,8 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 }
 
 // upstreamsCheckedHeader marks a part of a batch whose upstreams the node that split it
-// checked against the whole batch; only a routed call may carry it.
+// checked against the whole batch; only a call another node signed may carry it
+// (peersig.go).
 const upstreamsCheckedHeader = "X-Axe-Upstreams-Checked"
 
 // batchErrorBody is the status and body CreateTasks' error is answered with for the items

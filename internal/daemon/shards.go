@@ -117,9 +117,13 @@ func serveShards(ctx context.Context, cfg Config) error {
 	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
 	var stopping atomic.Bool
 	rec := newMinuteSeries(eng, log)
+	secret, err := peerSecret(ctx, leaseStore)
+	if err != nil {
+		return undo(err)
+	}
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version,
 		Logger: log, Minutes: rec.points, Sharding: &admin.ShardRouting{NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS,
-			PeerToken: cfg.peerToken, Stopping: stopping.Load}}))
+			PeerToken: cfg.peerToken, PeerSecret: secret, Stopping: stopping.Load}}))
 	if err != nil {
 		return undo(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
 	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
@@ -160,9 +161,11 @@ func TestShardsAPIFromAnyNode(t *testing.T) {
 			if run := own.WaitRun(t, name, ticket); run.Result != model.ResultSuccess {
 				t.Errorf("a run-now through a node that does not schedule %s ended %s", name, run.Result)
 			}
-			// Passed on once already, a call to a node that does not schedule the shard is
-			// refused, not passed on again.
-			code, hdr, body := via.Send(t, "POST", "/api/v1/tasks/"+name+"/pause", nil, true, "X-Axe-Routed", "elsewhere")
+			// Passed on once already (signed by a node of the cluster), a call to a node that
+			// does not schedule the shard is refused, not passed on again.
+			path := "/api/v1/tasks/" + name + "/pause"
+			sig := admin.PeerSignature(peerSecretOf(t, dsn), time.Now(), "POST", path, "elsewhere", "", nil)
+			code, hdr, body := via.Send(t, "POST", path, nil, true, "X-Axe-Routed", "elsewhere", "X-Axe-Peer-Signature", sig)
 			if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" || !strings.Contains(string(body), "shard") {
 				t.Errorf("a routed pause on a node without the shard = %d %v %s, want 503 with Retry-After", code, hdr, body)
 			}
