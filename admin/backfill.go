@@ -31,7 +31,10 @@ type backfillBody struct {
 }
 
 // parseBackfillTime reads an RFC 3339 time of the body's field; "" is left zero for the
-// engine to refuse.
+// engine to refuse. A time at or before the Unix epoch is refused: a backfill's fire times
+// and its cursor are Unix milliseconds in which 0 stands for "none", so a fire time at
+// 1970-01-01T00:00:00Z would end the range before it starts (the engine answered that the
+// range held no fire time), and none before it is a time a schedule has run.
 func parseBackfillTime(field, v string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
@@ -39,6 +42,10 @@ func parseBackfillTime(field, v string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: %s: must be an RFC 3339 time with a zone, got %q", ErrBadRequest, field, v)
+	}
+	if t.UnixMilli() <= 0 {
+		return time.Time{}, fmt.Errorf("%w: %s: must be after 1970-01-01T00:00:00Z (Unix time 0 stands for none in a backfill's records), got %q",
+			ErrBadRequest, field, v)
 	}
 	return t, nil
 }
