@@ -41,8 +41,10 @@ import (
 const PeerSignatureHeader = "X-Axe-Peer-Signature"
 
 // peerSkew is how far the signing time of a call may be from the receiver's clock: the
-// nodes' clocks must agree within it (docs/scale-out.md).
-const peerSkew = 5 * time.Minute
+// nodes' clocks must agree within it (docs/scale-out.md). It also bounds the memory of the
+// signatures taken: a node remembers each for at most twice this, so a node passed 1,000
+// calls a second holds at most 240,000 of 32 bytes.
+const peerSkew = 2 * time.Minute
 
 // peerHeaders are the request headers only a node may send another.
 var peerHeaders = []string{RoutedHeader, upstreamsCheckedHeader, PeerSignatureHeader}
@@ -53,7 +55,16 @@ type peerSigner struct {
 	now func() time.Time
 
 	mu   sync.Mutex
-	seen map[string]time.Time // signatures taken, until they would be refused as too old
+	seen map[[sha256.Size]byte]struct{} // signatures taken that would not be refused as too old
+	// order holds the signatures of seen as they were taken, each with the time after which
+	// it would be refused as too old: they are forgotten from the front.
+	order []takenSig
+}
+
+// takenSig is a signature taken and when it becomes too old to be taken again.
+type takenSig struct {
+	sig   [sha256.Size]byte
+	until time.Time
 }
 
 // newPeerSigner derives the signing key from the cluster's peer secret; nil without one.
@@ -63,7 +74,7 @@ func newPeerSigner(secret []byte) *peerSigner {
 	}
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("axe peer signature v1"))
-	return &peerSigner{key: m.Sum(nil), now: time.Now, seen: map[string]time.Time{}}
+	return &peerSigner{key: m.Sum(nil), now: time.Now, seen: map[[sha256.Size]byte]struct{}{}}
 }
 
 // mac is the signature of a call: the HMAC of every part that decides what it does.
@@ -129,8 +140,8 @@ func (p *peerSigner) verify(c *fasthttp.RequestCtx, body func() ([]byte, error))
 		return errors.New(PeerSignatureHeader + ": must be t=<unix ms>,body=<sha256>,sig=<hmac>")
 	}
 	got, err := hex.DecodeString(sig)
-	if err != nil {
-		return errors.New(PeerSignatureHeader + ": sig is not hex")
+	if err != nil || len(got) != sha256.Size {
+		return errors.New(PeerSignatureHeader + ": sig is not a hex HMAC-SHA256")
 	}
 	want := p.mac(string(c.Method()), requestTarget(c), at,
 		string(c.Request.Header.Peek(RoutedHeader)), string(c.Request.Header.Peek(upstreamsCheckedHeader)), bodySum)
@@ -151,17 +162,22 @@ func (p *peerSigner) verify(c *fasthttp.RequestCtx, body func() ([]byte, error))
 	if hex.EncodeToString(sum[:]) != bodySum {
 		return errors.New(PeerSignatureHeader + ": the body is not the one signed")
 	}
+	key := [sha256.Size]byte(got)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k, until := range p.seen {
-		if now.After(until) {
-			delete(p.seen, k)
-		}
+	// Forget the signatures too old to be taken anyway. They were taken in about the order
+	// they were signed; one out of order is only forgotten a little later.
+	drop := 0
+	for drop < len(p.order) && now.After(p.order[drop].until) {
+		delete(p.seen, p.order[drop].sig)
+		drop++
 	}
-	if _, ok := p.seen[sig]; ok {
+	p.order = p.order[drop:]
+	if _, ok := p.seen[key]; ok {
 		return errors.New(PeerSignatureHeader + ": this signed call was already taken (a replay)")
 	}
-	p.seen[sig] = signed.Add(peerSkew)
+	p.seen[key] = struct{}{}
+	p.order = append(p.order, takenSig{sig: key, until: signed.Add(peerSkew)})
 	return nil
 }
 
