@@ -185,6 +185,34 @@ func TestShardsCheckPeerSignatures(t *testing.T) {
 	}
 }
 
+// absoluteForm sends a request whose target is in absolute form (http://addr/path) to addr
+// over a raw connection, with hdr (pairs) and a JSON body of {}, and returns the answer.
+func absoluteForm(t *testing.T, addr, path string, hdr ...string) (int, []byte) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	var b strings.Builder
+	b.WriteString("POST http://" + addr + path + " HTTP/1.1\r\nHost: " + addr + "\r\n")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		b.WriteString(hdr[i] + ": " + hdr[i+1] + "\r\n")
+	}
+	b.WriteString("Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, got
+}
+
 // TestShardsPassOnAnAbsoluteFormTarget: a request whose target is in absolute form
 // ("POST http://host/api/v1/tasks/x/pause HTTP/1.1") sent to a node that does not schedule
 // the task is passed on to its owner by its path and query, and served there.
@@ -195,27 +223,29 @@ func TestShardsPassOnAnAbsoluteFormTarget(t *testing.T) {
 	const task = "absolute"
 	ds[0].Create(t, daemontest.Spec(task, hook.URL("/ok"), "trigger", "manual"))
 	via := notOwner(t, ds, task)
-	conn, err := net.Dial("tcp", via.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(time.Minute))
-	req := "POST http://" + via.Addr + "/api/v1/tasks/" + task + "/pause?x=1 HTTP/1.1\r\nHost: " + via.Addr +
-		"\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
-	if _, err := io.WriteString(conn, req); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("an absolute-form pause through a node without the shard: %d %s, want 200 from the owner", resp.StatusCode, got)
+	if code, got := absoluteForm(t, via.Addr, "/api/v1/tasks/"+task+"/pause?x=1"); code != http.StatusOK {
+		t.Fatalf("an absolute-form pause through a node without the shard: %d %s, want 200 from the owner", code, got)
 	}
 	if g := ds[1].Get(t, task); g.Runtime.State != model.StatePaused {
+		t.Errorf("%s is %s after the absolute-form pause, want PAUSED", task, g.Runtime.State)
+	}
+}
+
+// TestHABackupForwardsAnAbsoluteFormTarget: a console write in absolute form to a backup is
+// forwarded to the primary by its path and query, and served there.
+func TestHABackupForwardsAnAbsoluteFormTarget(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	hook := daemontest.NewHook(t)
+	a := daemontest.HANode(t, dsn, "a", 3*time.Second, time.Second)
+	a.WaitRole(t, "primary", daemontest.WaitTimeout)
+	b := daemontest.HANode(t, dsn, "b", 3*time.Second, time.Second)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
+	const task = "absolute"
+	a.Create(t, daemontest.Spec(task, hook.URL("/ok"), "trigger", "manual"))
+	if code, got := absoluteForm(t, b.Addr, "/api/v1/tasks/"+task+"/pause?x=1", "X-Axe-Forward", "primary"); code != http.StatusOK {
+		t.Fatalf("an absolute-form pause forwarded by the backup: %d %s, want 200 from the primary", code, got)
+	}
+	if g := a.Get(t, task); g.Runtime.State != model.StatePaused {
 		t.Errorf("%s is %s after the absolute-form pause, want PAUSED", task, g.Runtime.State)
 	}
 }
