@@ -67,11 +67,9 @@ type takenSig struct {
 	until time.Time
 }
 
-// newPeerSigner derives the signing key from the cluster's peer secret; nil without one.
+// newPeerSigner derives the signing key from the cluster's peer secret (NewServer refuses a
+// sharded server without one).
 func newPeerSigner(secret []byte) *peerSigner {
-	if len(secret) == 0 {
-		return nil
-	}
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("axe peer signature v1"))
 	return &peerSigner{key: m.Sum(nil), now: time.Now, seen: map[[sha256.Size]byte]struct{}{}}
