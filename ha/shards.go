@@ -128,8 +128,8 @@ type Shards struct {
 	mu       sync.Mutex
 	held     map[int]int64     // shard → epoch
 	draining map[int]time.Time // shards being handed over → when it began
-	deadline time.Time // the gates close (TTL − renew after the last good renewal sent)
-	expiry   time.Time // every shard is dropped (TTL after it)
+	deadline time.Time         // the gates close (TTL − renew after the last good renewal sent)
+	expiry   time.Time         // every shard is dropped (TTL after it)
 	watchdog clock.Timer
 
 	// sendMu orders sends on changes with its close: the watchdog and Lost may drop shards
