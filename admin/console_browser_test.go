@@ -117,7 +117,7 @@ func artifacts(t *testing.T) string {
 // run runs chromedp actions with a bound, failing the test with what was being done.
 func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action) {
 	t.Helper()
-	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	if err := chromedp.Run(c, actions...); err != nil {
 		var body string

@@ -63,6 +63,8 @@ func wantsForward(c *fasthttp.RequestCtx) bool {
 // further.
 func (f *haFront) forward(c *fasthttp.RequestCtx, primary string) {
 	if primary == "" {
+		// A takeover under way: the client asks again in a moment (Retry-After).
+		c.Response.Header.Set("Retry-After", "1")
 		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": errNoPrimary.Error(), "primary": ""})
 		return
 	}

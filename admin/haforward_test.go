@@ -193,9 +193,18 @@ func TestHABackupForwardWithoutPrimary(t *testing.T) {
 	console := []string{admin.ForwardHeader, "primary", "Authorization", "Bearer " + fwdToken}
 	task := daemontest.Spec("fwd-none", "http://127.0.0.1:1/x", "trigger", "manual")
 
-	ans := fwdCall(t, y, http.MethodPost, api+"/tasks", task, console...)
+	code, h, body := y.Send(t, http.MethodPost, api+"/tasks", task, false, console...)
+	ans := fwdAnswer{code, h.Get(admin.ForwardedHeader), body}
 	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || primary != "" || !strings.Contains(msg, "no primary") {
 		t.Fatalf("a forwarded write with no primary = %d %s, want 503 saying no primary is known", ans.code, ans.body)
+	}
+	// A takeover under way is a moment's wait: clients are told to ask again.
+	if ra := h.Get("Retry-After"); ra != "1" {
+		t.Fatalf("a forwarded write with no primary carries Retry-After %q, want 1", ra)
+	}
+	code, h, body = y.Send(t, http.MethodPost, api+"/tasks", task, false, console[2:]...)
+	if msg, primary := errBody(t, fwdAnswer{code, "", body}); code != http.StatusServiceUnavailable || primary != "" || h.Get("Retry-After") != "1" {
+		t.Fatalf("a write with no primary = %d %s %q (Retry-After %q), want 503, no primary, Retry-After 1", code, body, msg, h.Get("Retry-After"))
 	}
 
 	// A new holder whose row names an address nothing listens at (a backup reads the

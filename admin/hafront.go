@@ -115,6 +115,10 @@ func (f *haFront) handle() fasthttp.RequestHandler {
 			f.forward(c, primary)
 			return
 		}
+		if primary == "" {
+			// No primary yet (a takeover under way): a moment's wait, not a refusal.
+			c.Response.Header.Set("Retry-After", "1")
+		}
 		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": primary})
 	})
 	return func(c *fasthttp.RequestCtx) {
@@ -130,7 +134,8 @@ func (f *haFront) handle() fasthttp.RequestHandler {
 			return
 		}
 		if !t.Primary && !leased && p != "" && !c.IsGet() {
-			// Still claiming the node id: not a backup of anything yet.
+			// Still claiming the node id: not a backup of anything yet; ask again in a moment.
+			c.Response.Header.Set("Retry-After", "1")
 			writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": ""})
 			return
 		}

@@ -84,8 +84,9 @@ func (c *Client) Do(ctx context.Context, method, path string, body, out any) err
 
 // movingRetry bounds how long a call is made again while every address answers 503 with a
 // Retry-After: the nodes that schedule by shard say so while the call's shard moves between
-// them (docs/scale-out.md), which takes a renew interval or two.
-const movingRetry = 15 * time.Second
+// them (docs/scale-out.md), which takes a renew interval or two, and a backup that knows no
+// primary yet says so during a takeover; both take longer on a loaded machine.
+const movingRetry = 30 * time.Second
 
 // do sends raw (of content type ct, when not nil) and decodes a 2xx JSON answer into out.
 // When every address answered 503 with a Retry-After, it waits that long (at most 2 s) and

@@ -19,8 +19,10 @@ import (
 )
 
 // sendToExecutor offers a durable run to the executors of its app, in the order its route
-// prefers, until one accepts. It runs on a dispatch worker.
-func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time) {
+// prefers, until one accepts. It runs on a dispatch worker. again sends the run anew (with
+// a fresh deadline) once a gate that held it back because of an overdue lease renewal opens
+// (holdUnsent).
+func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time, again func()) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
 		e.endRun(t, run, outcome{result: model.ResultFailed,
@@ -50,6 +52,9 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 		if !e.runs.unassign(run.Ticket, x) {
 			// Resolved meanwhile (a result raced the refusal): nothing more to do.
 			return
+		}
+		if again != nil && e.holdUnsent(t, run, o.Err, again) {
+			return // the gate refused it before it left; the other executors would be refused alike
 		}
 		why := strconv.Itoa(o.Status)
 		if o.Err != nil {

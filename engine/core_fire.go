@@ -144,6 +144,14 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	t.mu.Lock()
 	if e.cfg.Sharded && !t.evicted {
 		if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+			if errors.Is(err, model.ErrLeaseDeadline) && t.ent == ent {
+				// The shard is still held but its renewal is overdue (a slow database): the
+				// fire waits for the renewal, armed again for the same nominal time, and
+				// goes once the gate opens, or leaves with the task if the shard is dropped.
+				e.armAt(t, t.entDue, e.nowMS()+gateRetry.Milliseconds())
+				t.mu.Unlock()
+				return
+			}
 			// Its shard is being handed over, or is no longer this node's at the copy's
 			// epoch: nothing fires (core_shards.go). A copy of an older epoch leaves memory.
 			if t.ent == ent {
@@ -378,18 +386,60 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 			Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend,
 			Epoch: epoch, Gate: gate,
 		}
-		err := e.disp.Send(req, func(o dispatch.Outcome) { e.endRun(t, run, httpOutcome(o, run.Executor)) })
+		err := e.disp.Send(req, func(o dispatch.Outcome) {
+			if e.holdUnsent(t, run, o.Err, func() { e.send(t, def, run, params) }) {
+				return
+			}
+			e.endRun(t, run, httpOutcome(o, run.Executor))
+		})
 		if err != nil {
 			e.notSent(t, run, "not sent: "+err.Error())
 		}
 	case model.CallbackExecutor:
-		err := e.disp.Go(func() { e.sendToExecutor(t, def, run, body, deadline) })
+		err := e.disp.Go(func() { e.sendToExecutor(t, def, run, body, deadline, func() { e.send(t, def, run, params) }) })
 		if err != nil {
 			e.notSent(t, run, "not sent: "+err.Error())
 		}
 	default:
 		e.notSent(t, run, "unknown callback type "+def.Callback.Type)
 	}
+}
+
+// gateRetry is how often a fire or a send held back by an overdue lease renewal asks the
+// gate again.
+const gateRetry = 100 * time.Millisecond
+
+// holdUnsent keeps a run that the shard gate kept from being sent (err) because the shard's
+// lease renewal is overdue, while the shard is still this node's at the run's epoch: such a
+// run provably never left, and failing it would fail work that was never tried (a database
+// that stalls for a few seconds, as a Galera view change does). It asks the gate again every
+// gateRetry and sends the run (again) once it opens; it lets go once the run is no longer in
+// flight here (the shard dropped and its runs abandoned for the next owner, a kill). It
+// reports whether it holds the run; on any other error the caller ends the run as before.
+func (e *Engine) holdUnsent(t *task, run model.Run, err error, again func()) bool {
+	if !e.cfg.Sharded || !errors.Is(err, dispatch.ErrGated) || !errors.Is(err, model.ErrLeaseDeadline) {
+		return false
+	}
+	shard, epoch := t.shard, t.sepoch
+	e.m.heldUnsent.Inc()
+	go func() {
+		for {
+			<-e.cfg.Clock.After(gateRetry)
+			if !e.runs.has(run.Ticket) {
+				return // abandoned with its shard, or ended another way
+			}
+			switch err := e.shardGate(shard, epoch, false); {
+			case err == nil:
+				again()
+				return
+			case !errors.Is(err, model.ErrLeaseDeadline):
+				// The shard left this node: DropShards abandons the run (the next owner
+				// recovers it from its fire record); nothing more to do here.
+				return
+			}
+		}
+	}()
+	return true
 }
 
 // notSent records a run the dispatcher refused as failed. It does so on its own goroutine:

@@ -440,7 +440,12 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 	body := e.runJSON(def, run, wireTicket, deadline, epoch, shard)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
 		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.sendGate(t)}
-	if err := e.disp.Send(req, func(o dispatch.Outcome) { e.endRun(t, run, httpOutcome(o, run.Executor)) }); err != nil {
+	if err := e.disp.Send(req, func(o dispatch.Outcome) {
+		if e.holdUnsent(t, run, o.Err, func() { e.sendAs(t, def, run, wireTicket) }) {
+			return
+		}
+		e.endRun(t, run, httpOutcome(o, run.Executor))
+	}); err != nil {
 		e.notSent(t, run, "not sent: "+err.Error())
 	}
 }

@@ -16,7 +16,10 @@ package engine
 //     fence, whatever the engine's own view of its shards.
 //  2. Nothing of a shard fires or is sent unless the shard loop's gate is open for its epoch
 //     (Config.ShardGate): fire asks it before deciding, the dispatcher just before each
-//     request leaves.
+//     request leaves. While the gate is closed only because the shard's lease renewal is
+//     overdue (model.ErrLeaseDeadline: the shard is still held), a fire is armed again for
+//     the same fire time and a run held back is kept unsent (holdUnsent), both until the
+//     gate opens or the shard is dropped (docs/scale-out.md, "A stalled database").
 //  3. A gained shard is recovered as a start is (core_recover.go): its runs left in flight
 //     first, then its window with misfire policies, its dependents and its backfills, each
 //     read with the shard filter (persist.WithShards), while the other shards keep firing.

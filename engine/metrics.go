@@ -34,6 +34,7 @@ type engineMetrics struct {
 	kills        *metrics.Counter
 	dupFires     *metrics.Counter
 	fireRefusals *metrics.Counter
+	heldUnsent   *metrics.Counter // sends held back while a shard's lease renewal was overdue
 
 	prunedRuns, prunedActions, prunedFinished *metrics.Counter
 
@@ -81,7 +82,8 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		kills:        s.NewCounter("axe_kills_total"),
 		// Not axe_duplicate_fires_suppressed_total: that counts fires the database's fire
 		// record refused (core_recover.go); these are wheel entries the engine itself dropped.
-		dupFires: s.NewCounter("axe_wheel_stale_entries_total"),
+		dupFires:   s.NewCounter("axe_wheel_stale_entries_total"),
+		heldUnsent: s.NewCounter("axe_sends_held_total"),
 		// Fires the database's fire record refused (core_recover.go).
 		fireRefusals: s.NewCounter("axe_duplicate_fires_suppressed_total"),
 		// Rows retention deleted, by table (api_retention.go).

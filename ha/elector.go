@@ -45,7 +45,7 @@ var (
 	ErrNotPrimary = errors.New("this node is not the primary")
 	// ErrLeaseDeadline is the gate's answer on a primary whose last successful renewal was
 	// sent more than TTL − renew ago: another node may take over soon.
-	ErrLeaseDeadline = errors.New("lease renewal overdue")
+	ErrLeaseDeadline = model.ErrLeaseDeadline
 	// ErrReadOnly: the database refuses writes; a primary could not hold a lease on it.
 	ErrReadOnly = errors.New("database is read-only")
 	// ErrNodeIDTaken: another live node uses this node's id.

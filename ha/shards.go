@@ -104,8 +104,19 @@ func newShardMetrics(s *metrics.Set) *shardMetrics {
 // NewShards, then Start; Stop ends it.
 //
 // As with Elector, the leases are judged by the database's clock and this node's own clock
-// only makes it give up earlier: all the shards it holds share one local deadline, TTL −
-// renew after the last renewal (or take) that succeeded was sent.
+// only makes it give up earlier. All the shards it holds share two local moments, counted
+// from when the last renewal (or take) that succeeded was sent:
+//
+//   - the deadline, TTL − renew after it: the gates close, so nothing is sent under a lease
+//     that may run out while the request is on its way. The shards stay held: a renewal
+//     stuck in a database that stalls (a Galera view change) may still succeed, and then
+//     the gates open again and what waited is sent by this node, under the same epochs;
+//   - the expiry, TTL after it: the earliest the database can judge a lease run out and let
+//     another node take it. Without a successful renewal by then every shard is dropped.
+//
+// So a node whose database stalls for less than TTL − renew keeps its shards (see
+// docs/scale-out.md, "A stalled database"), and a node cut off for longer gives them up
+// before anyone can take them.
 type Shards struct {
 	cfg      ShardsConfig
 	clk      clock.Clock
@@ -117,7 +128,8 @@ type Shards struct {
 	mu       sync.Mutex
 	held     map[int]int64     // shard → epoch
 	draining map[int]time.Time // shards being handed over → when it began
-	deadline time.Time
+	deadline time.Time         // the gates close (TTL − renew after the last good renewal sent)
+	expiry   time.Time         // every shard is dropped (TTL after it)
 	watchdog clock.Timer
 
 	// sendMu orders sends on changes with its close: the watchdog and Lost may drop shards
@@ -296,7 +308,7 @@ func (s *Shards) drop(shards model.ShardSet, reason string) {
 	if len(s.held) == 0 && s.watchdog != nil {
 		s.watchdog.Stop()
 		s.watchdog = nil
-		s.deadline = time.Time{}
+		s.deadline, s.expiry = time.Time{}, time.Time{}
 	}
 	left := len(s.held)
 	s.mu.Unlock()
@@ -308,24 +320,40 @@ func (s *Shards) drop(shards model.ShardSet, reason string) {
 	s.send(ShardChange{Lost: gone, Reason: reason, At: s.clk.Now()})
 }
 
-// armLocked moves the local deadline to TTL − renew after sent, the moment a renewal (or a
-// take) of every shard held left. Caller holds s.mu.
+// armLocked moves the local deadline to TTL − renew and the local expiry to TTL after sent,
+// the moment a renewal (or a take) of every shard held left. Caller holds s.mu.
 func (s *Shards) armLocked(sent time.Time) {
+	if !s.deadline.IsZero() && !s.clk.Now().Before(s.deadline) {
+		s.log.Warn("a shard renewal succeeded after the local deadline; the gates open again and what waited is sent",
+			"late", s.clk.Now().Sub(s.deadline))
+	}
 	s.deadline = sent.Add(s.cfg.TTL - s.cfg.Renew)
+	s.expiry = sent.Add(s.cfg.TTL)
 	if s.watchdog != nil {
 		s.watchdog.Stop()
 	}
-	deadline := s.deadline
-	// The watchdog drops every shard on time even when the loop is stuck in a database call.
+	deadline, expiry := s.deadline, s.expiry
+	// The watchdog works on time even when the loop is stuck in a database call: at the
+	// deadline it says the gates closed (Gate and Holds see the deadline themselves), at the
+	// expiry it drops every shard.
 	s.watchdog = s.clk.AfterFunc(deadline.Sub(s.clk.Now()), func() {
 		s.mu.Lock()
-		due := s.deadline.Equal(deadline) && len(s.held) > 0
-		all := heldSet(s.heldLocked())
-		s.mu.Unlock()
-		if due {
-			s.log.Error("no successful shard renewal within lease-ttl − lease-renew; dropping every shard")
-			s.drop(all, "no successful renewal within lease-ttl − lease-renew")
+		defer s.mu.Unlock()
+		if !s.expiry.Equal(expiry) || len(s.held) == 0 {
+			return // renewed meanwhile, or nothing held
 		}
+		s.log.Warn("no successful shard renewal within lease-ttl − lease-renew; nothing is sent until one succeeds, and every shard is dropped if none does by lease-ttl",
+			"shards", len(s.held), "drop_in", expiry.Sub(s.clk.Now()))
+		s.watchdog = s.clk.AfterFunc(expiry.Sub(s.clk.Now()), func() {
+			s.mu.Lock()
+			due := s.expiry.Equal(expiry) && len(s.held) > 0
+			all := heldSet(s.heldLocked())
+			s.mu.Unlock()
+			if due {
+				s.log.Error("no successful shard renewal within lease-ttl; dropping every shard")
+				s.drop(all, "no successful renewal within lease-ttl")
+			}
+		})
 	})
 }
 
@@ -417,10 +445,10 @@ func (s *Shards) renew(ctx context.Context) bool {
 		return true
 	}
 	s.mu.Lock()
-	left := s.deadline.Sub(s.clk.Now())
+	left := s.expiry.Sub(s.clk.Now())
 	s.mu.Unlock()
-	// A renewal is worth waiting for until the local deadline, no longer: by then the
-	// watchdog has dropped every shard.
+	// A renewal is worth waiting for until the local expiry, no longer: by then the watchdog
+	// has dropped every shard. Past the deadline it still reopens the gates.
 	cctx, cancel := context.WithTimeout(ctx, max(left, time.Millisecond))
 	defer cancel()
 	sent := s.clk.Now()
@@ -428,7 +456,7 @@ func (s *Shards) renew(ctx context.Context) bool {
 	if err != nil {
 		s.m.renewError.Inc()
 		if ctx.Err() == nil {
-			s.log.Warn("cannot renew the shards; retrying until the local deadline", "error", err)
+			s.log.Warn("cannot renew the shards; retrying until the local expiry", "error", err)
 		}
 		return false
 	}

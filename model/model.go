@@ -90,6 +90,11 @@ var (
 	// ErrLeaseLost is returned when a batch carries a lease epoch that is no longer current,
 	// or a lease renewal finds another holder (R8.3).
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrLeaseDeadline is a lease gate's answer while the last successful renewal was sent
+	// more than TTL − renew ago: the lease may still be this node's (a renewal can be stuck
+	// in a slow database), but nothing is sent under it until a renewal succeeds. The engine
+	// holds what it would send meanwhile instead of failing it.
+	ErrLeaseDeadline = errors.New("lease renewal overdue")
 	// ErrRunNotFound is returned by GetRun for an unknown ticket.
 	ErrRunNotFound = errors.New("run not found")
 	// ErrBackfillNotFound is returned by GetBackfill for an unknown id.

@@ -64,7 +64,7 @@ func TestLogger() *slog.Logger {
 const (
 	StartTimeout = 60 * time.Second
 	StopTimeout  = 60 * time.Second
-	WaitTimeout  = 15 * time.Second
+	WaitTimeout  = 45 * time.Second
 )
 
 // EachStore runs fn as parallel subtests "sqlite" and "mysql", each on a fresh database.

@@ -19,7 +19,7 @@ import (
 const takeoverSlack = 5 * time.Second
 
 // roleTimeout bounds waiting for a node to reach a role when no takeover is being timed.
-const roleTimeout = 30 * time.Second
+const roleTimeout = 60 * time.Second
 
 // lostLease matches the log line of a node that gives up leadership: it lost the lease, or
 // found it could not have renewed it in time, and is a backup now.

@@ -19,7 +19,7 @@ import (
 
 // conformanceTimeout bounds each conformance test, so a lock that is never released fails
 // the test instead of hanging the run.
-const conformanceTimeout = 60 * time.Second
+const conformanceTimeout = 5 * time.Minute
 
 // leaseName is the lease the fencing tests use.
 const leaseName = "scheduler"
