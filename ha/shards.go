@@ -128,6 +128,7 @@ type Shards struct {
 	mu       sync.Mutex
 	held     map[int]int64     // shard → epoch
 	draining map[int]time.Time // shards being handed over → when it began
+	leaving  bool              // stopping gracefully: the node row says RoleLeaving
 	deadline time.Time         // the gates close (TTL − renew after the last good renewal sent)
 	expiry   time.Time         // every shard is dropped (TTL after it)
 	watchdog clock.Timer
@@ -184,6 +185,19 @@ func (s *Shards) Start(ctx context.Context) error {
 		go s.run(runCtx)
 		return nil
 	})
+}
+
+// Leaving says, in the nodes table, that this node is stopping gracefully: the others count
+// it out of the live set and look for its shards every tenth of a renew interval, so that
+// each is taken soon after Stop releases it. It keeps renewing and holding its shards until
+// Stop. Call it first thing in a graceful stop.
+func (s *Shards) Leaving(ctx context.Context) error {
+	s.mu.Lock()
+	s.leaving = true
+	s.mu.Unlock()
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	return s.cfg.Store.TouchNode(ctx, s.cfg.NodeID, s.instance, persist.RoleLeaving)
 }
 
 // Stop ends the loop. With release set (a graceful stop, after the engine drained) the node
@@ -381,7 +395,10 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 	}
 	s.mu.Lock()
 	role := persist.RoleBackup
-	if len(s.held) > 0 {
+	switch {
+	case s.leaving:
+		role = persist.RoleLeaving
+	case len(s.held) > 0:
 		role = RoleOwner
 	}
 	s.mu.Unlock()
@@ -396,8 +413,14 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 		return s.cfg.Renew
 	}
 	v := shardView{me: s.cfg.NodeID}
+	leaving := map[string]bool{}
 	for _, n := range nodes {
-		if n.ID == s.cfg.NodeID || (n.Role != persist.RoleStopped && n.Age < s.liveWithin()) {
+		switch {
+		case n.ID == s.cfg.NodeID:
+			v.live = append(v.live, n.ID)
+		case n.Role == persist.RoleLeaving && n.Age < s.liveWithin():
+			leaving[n.ID] = true
+		case n.Role != persist.RoleStopped && n.Age < s.liveWithin():
 			v.live = append(v.live, n.ID)
 		}
 	}
@@ -410,7 +433,13 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 			continue
 		}
 		v.owner[l.Shard] = l.Holder
-		if l.Holder != s.cfg.NodeID && !slices.Contains(v.live, l.Holder) {
+		switch {
+		case leaving[l.Holder]:
+			// A node stopping gracefully releases its shards once its runs have ended:
+			// look again soon, so that each is taken within a tenth of a renew interval
+			// of its release rather than at the next renewal.
+			soonest = min(soonest, s.cfg.Renew/10)
+		case l.Holder != s.cfg.NodeID && !slices.Contains(v.live, l.Holder):
 			soonest = min(soonest, l.Remaining+10*time.Millisecond)
 		}
 	}

@@ -384,3 +384,46 @@ func TestShardsLostDropsAtOnce(t *testing.T) {
 		t.Fatalf("a stopped loop holds %d shards", len(h))
 	}
 }
+
+// TestShardsLeavingNodeIsTakenOverAtOnce: a node that says it is leaving (a graceful stop)
+// keeps its shards until it releases them, and the other node, which saw it leaving, takes
+// them within a fraction of its renew interval of the release rather than at its next
+// renewal. The release comes just after the other node's renewal, so without the leaving
+// role the other node would next look a whole renew interval (10 s) later.
+func TestShardsLeavingNodeIsTakenOverAtOnce(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		const ttl, renew = 30 * time.Second, 10 * time.Second
+		a := startShardNodeWith(t, s, "a", ttl, renew, 0)
+		b := startShardNodeWith(t, s, "b", ttl, renew, 0)
+		waitShares(t, s, []*shardNode{a, b}, time.Minute)
+		watchGates(t, func() []*shardNode { return []*shardNode{a, b} })
+
+		if err := a.Leaving(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		// a still holds its shards, and b has seen it leaving once b has stepped again (its
+		// step renews, then reads the nodes).
+		renewed := b.m.renewOK.Get()
+		deadline := time.Now().Add(2 * renew)
+		for b.m.renewOK.Get() < renewed+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("b did not renew within %s", 2*renew)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(renew / 20) // the rest of b's step: reading the nodes
+		if len(a.Held()) != model.ShardCount/2 {
+			t.Fatalf("a leaving holds %d shards before it releases them, want %d", len(a.Held()), model.ShardCount/2)
+		}
+		stopping := time.Now()
+		a.stop(true) // releases every shard, then marks the node stopped
+		released := time.Now()
+		waitShares(t, s, []*shardNode{b}, time.Minute)
+		took := time.Since(released)
+		t.Logf("a leaving node's stop took %s; its shards were all b's %s later (renew %s)",
+			released.Sub(stopping).Round(time.Millisecond), took.Round(time.Millisecond), renew)
+		if took >= renew/2 {
+			t.Errorf("a leaving node's shards were taken %s after its release, not within half a renew interval (%s)", took, renew/2)
+		}
+	})
+}

@@ -32,6 +32,11 @@ const (
 	RolePrimary = "primary"
 	RoleBackup  = "backup"
 	RoleStopped = "stopped"
+	// RoleLeaving is a node of the shard loop that is stopping gracefully: it still holds
+	// its shards while its engine drains, then releases them. The other nodes count it out
+	// of the live set and look for its shards often, so they take each as soon as it is
+	// released rather than at their next renewal.
+	RoleLeaving = "leaving"
 )
 
 // LeaseState is a lease as the database judged it when it was read.

@@ -48,13 +48,15 @@ func checkHAMode(mode string) error {
 // with how long it took:
 //
 //  1. not ready: /readyz answers 503;
-//  2. stop the engine (triggering, drain the runs in flight, flush the writer) while the
+//  2. say leaving in the nodes table, so the other nodes look for this node's shards every
+//     tenth of a renew interval and take each soon after it is released (step 4);
+//  3. stop the engine (triggering, drain the runs in flight, flush the writer) while the
 //     shard loop keeps renewing, so that the runs' ends are written under their shards'
 //     epochs, and the minute recorder;
-//  3. stop the shard loop, releasing every shard, so that the other nodes take them at
-//     their next step (about one renew interval, not a TTL);
-//  4. stop the HTTP server;
-//  5. close the stores.
+//  4. stop the shard loop, releasing every shard, so that the other nodes take them at
+//     once (within a tenth of a renew interval, not a TTL);
+//  5. stop the HTTP server;
+//  6. close the stores.
 func serveShards(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	opts, err := haStoreOptions(cfg)
@@ -163,6 +165,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 	defer scancel()
 	return startstop.Steps(sctx, log, nil, "shutdown: ",
 		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
+		startstop.Step{Name: "say leaving (the others look for the shards released)", Run: loop.Leaving},
 		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
 		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
 		startstop.Step{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {
