@@ -31,6 +31,7 @@ var metricHelp = map[string]metricMeta{
 	"axe_misfires_total":                   {"counter", "Fires missed while the scheduler was down or late, handled by the misfire policy."},
 	"axe_duplicate_fires_suppressed_total": {"counter", "Fires the database refused because their (task, fire time, attempt) run record exists: dispatched already, so not dispatched again."},
 	"axe_wheel_stale_entries_total":        {"counter", "Timing-wheel entries dropped because the task was armed again: each would have fired the task twice."},
+	"axe_sends_held_total":                 {"counter", "Runs whose send a shard's gate held back while the shard's lease renewal was overdue; each is sent once a renewal succeeds, or left to the shard's next owner."},
 	"axe_breaker_skipped_fires_total":      {"counter", "Cron fires skipped because the task's circuit breaker was open."},
 	"axe_fire_lateness_seconds":            {"histogram", "Seconds from a fire's due time to the moment the scheduler fired it."},
 	"axe_dispatch_latency_seconds":         {"histogram", "Seconds from a run's due time to the moment it was sent to its callback or executor."},

@@ -391,7 +391,10 @@ func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
 		x := newKillingExecutor(t)
 		clk := clock.NewFake(time.Now())
 		now := clk.Now().UnixMilli()
-		due := now - now%5000 - 5000 // a fire of the schedule below, in flight since
+		// A fire of the schedule below, in flight since; the next one (due + 5 s) lies ahead
+		// of the fake clock, so it comes due only once the executor below has registered (a
+		// next fire already due at the start raced the registration and found no executor).
+		due := now - now%5000
 		def := model.TaskDef{
 			Name: "cover", Group: "default", Trigger: model.TriggerCron, Cron: "*/5 * * * * *", Timezone: "UTC",
 			TimeoutSec: 600, Priority: 2, MisfirePolicy: model.MisfireFireOnce, OverlapPolicy: model.OverlapCancelOther,
