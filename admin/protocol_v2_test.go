@@ -135,6 +135,8 @@ func TestSchedulerSpeaksProtocolV2(t *testing.T) {
 			"incarnation": incB}, exec...); !strings.Contains(msg, "not registered") {
 			t.Errorf("a heartbeat of another incarnation: %q", msg)
 		}
+		// The field is optional: a heartbeat without it is not checked.
+		d.MustJSON(t, 200, "POST", protocol.PathHeartbeat, map[string]any{"app": "billing", "address": x.addr()}, nil, exec...)
 		d.Create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 60,
 			"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
 
