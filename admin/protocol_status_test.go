@@ -62,9 +62,9 @@ func TestSchedulerExecutorStatusesAreDocumented(t *testing.T) {
 	ticket := d.RunNow(t, "charge", nil)
 	testwait.For(t, 20*time.Second, "the run at the executor", func() bool { return len(x.runsOf(ticket)) == 1 })
 	res := map[string]any{"ticket": ticket, "task": "charge", "app": "billing", "address": x.addr(), "status": "success"}
-	call(protocol.PathCallback, res, other...)                                                    // 403
+	call(protocol.PathCallback, res, other...)                                                                      // 403
 	call(protocol.PathCallback, map[string]any{"ticket": "no-such", "app": "billing", "status": "success"}, own...) // 404
-	call(protocol.PathCallback, res, own...)                                                      // 200
+	call(protocol.PathCallback, res, own...)                                                                        // 200
 	res["status"] = "failed"
 	call(protocol.PathCallback, res, own...)                                        // 409
 	call(protocol.PathCallbackBatch, map[string]any{"results": []any{res}}, own...) // 200 (an item of 409)
