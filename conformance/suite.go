@@ -172,7 +172,7 @@ func (s *suite) await(ctx context.Context) error {
 			"AXE_LISTEN=" + listen,
 			"AXE_TOKEN=" + s.cfg.Token,
 			"AXE_APP=" + s.cfg.App,
-		}, s.cfg.Output)
+		}, s.cfg.Output, func() { s.sched.record(func() {}) })
 		if err != nil {
 			return err
 		}
@@ -226,7 +226,9 @@ type process struct {
 	err    error // of Wait, once exited is closed
 }
 
-func startProcess(command string, env []string, output io.Writer) (*process, error) {
+// startProcess starts command with env added to the suite's environment; onExit runs once
+// it has exited.
+func startProcess(command string, env []string, output io.Writer, onExit func()) (*process, error) {
 	p := &process{out: &tailBuffer{limit: 2048}, exited: make(chan struct{})}
 	// exec, so that the signals the suite sends reach the executor, not a shell around it.
 	p.cmd = exec.Command("/bin/sh", "-c", "exec "+command)
@@ -240,6 +242,7 @@ func startProcess(command string, env []string, output io.Writer) (*process, err
 	go func() {
 		p.err = p.cmd.Wait()
 		close(p.exited)
+		onExit()
 	}()
 	return p, nil
 }
