@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -44,9 +43,6 @@ var cases = []aCase{
 	{"deregister", caseDeregister},
 }
 
-// incarnationRe is the form of an incarnation id (docs/protocol.md, Versions).
-var incarnationRe = regexp.MustCompile(`^[A-Za-z0-9_-]{16,64}$`)
-
 func caseRegistration(_ context.Context, s *suite) (string, error) {
 	r := s.reg
 	var problems []string
@@ -66,10 +62,10 @@ func caseRegistration(_ context.Context, s *suite) (string, error) {
 	if s.cfg.Token != "" && r.Auth != protocol.AuthSigned {
 		bad("auth %q, want %q: an executor with a token verifies signed calls", r.Auth, protocol.AuthSigned)
 	}
-	if r.Version != 2 {
-		bad("version %d, want 2", r.Version)
+	if r.Version != protocol.Version {
+		bad("version %d, want %d", r.Version, protocol.Version)
 	}
-	if !incarnationRe.MatchString(r.Incarnation) {
+	if !protocol.ValidIncarnation(r.Incarnation) {
 		bad("incarnation %q is not 16-64 characters of [A-Za-z0-9_-]", r.Incarnation)
 	}
 	if len(problems) > 0 {

@@ -43,7 +43,7 @@ type suite struct {
 	// want is the address the executor must register: AXE_LISTEN or the host:port of URL.
 	want string
 	// reg is the first registration, which the cases address and sign for.
-	reg    register
+	reg    protocol.Register
 	regErr error
 	key    []byte
 	client *http.Client
@@ -341,12 +341,22 @@ func (r reply) String() string {
 
 func ptr[T any](v T) *T { return &v }
 
-// sign is the Authorization header of a call made now to the registered executor.
+// sign is the Authorization header of a call made at to the registered executor: none
+// without a token, else signed for incarnation (version 2), or the version 1 way for "".
 func (s *suite) sign(at time.Time, path, epoch, incarnation string, body []byte) string {
 	if s.key == nil {
 		return ""
 	}
 	return signCall(s.key, at, s.reg.Address, path, epoch, incarnation, body)
+}
+
+// signCall signs a call to the executor at address: protocol.SignCallV2 for an
+// incarnation, protocol.SignCall (version 1) for "".
+func signCall(key []byte, at time.Time, address, path, epoch, incarnation string, body []byte) string {
+	if incarnation == "" {
+		return protocol.SignCall(key, at, address, path, epoch, body)
+	}
+	return protocol.SignCallV2(key, at, address, path, epoch, incarnation, body)
 }
 
 func (s *suite) baseURL() string {
@@ -386,14 +396,14 @@ func (s *suite) once(ctx context.Context, c call) (reply, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.epoch != "" {
-		req.Header.Set("X-Axe-Epoch", c.epoch)
+		req.Header.Set(protocol.HeaderEpoch, c.epoch)
 	}
 	inc := s.reg.Incarnation
 	if c.incarnation != nil {
 		inc = *c.incarnation
 	}
 	if inc != "" {
-		req.Header.Set(headerIncarnation, inc)
+		req.Header.Set(protocol.HeaderIncarnation, inc)
 	}
 	auth := s.sign(time.Now(), c.path, c.epoch, s.reg.Incarnation, c.body)
 	if c.auth != nil {
