@@ -30,7 +30,7 @@ func conformanceCmd() *ffcli.Command {
 // suite as well.
 func conformanceExecutorCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("axe conformance executor", flag.ContinueOnError)
-	execCmd := fs.String("exec", "", "start the executor under test with this command line (run by /bin/sh), passing AXE_SCHEDULERS, AXE_LISTEN, AXE_TOKEN and AXE_APP")
+	execCmd := fs.String("exec", "", "start the executor under test with this command (run by /bin/sh as exec CMD), passing AXE_SCHEDULERS, AXE_LISTEN, AXE_TOKEN and AXE_APP")
 	url := fs.String("url", "", "the base URL (http://host:port) of an executor started by hand, pointed at --listen")
 	listen := fs.String("listen", conformance.ListenDefault, "address of the suite's scheduler, which the executor registers with")
 	token := fs.String("token", "", "the executor's token (empty: no signatures, signature cases skipped)")
