@@ -65,8 +65,12 @@ func caseRegistration(_ context.Context, s *suite) (string, error) {
 	if r.Version != protocol.Version {
 		bad("version %d, want %d", r.Version, protocol.Version)
 	}
-	if !protocol.ValidIncarnation(r.Incarnation) {
-		bad("incarnation %q is not 16-64 characters of [A-Za-z0-9_-]", r.Incarnation)
+	switch {
+	case r.Incarnation == "":
+		bad("no incarnation")
+	case !protocol.ValidIncarnation(r.Incarnation):
+		bad("incarnation %q is not %d-%d characters of [A-Za-z0-9_-]", r.Incarnation,
+			protocol.MinIncarnationBytes, protocol.MaxIncarnationBytes)
 	}
 	if len(problems) > 0 {
 		return "", errors.New(strings.Join(problems, "; "))
@@ -569,7 +573,7 @@ func caseOversize(ctx context.Context, s *suite) (string, error) {
 	ticket := s.ticket("oversize")
 	s.refusedRun("oversize", ticket)
 	big := `{"pad":"` + strings.Repeat("x", 1<<20) + `"}`
-	r, err := s.do(ctx, call{path: protocol.PathRun, body: runBody(ticket, runSpec{task: s.task("oversize"), params: big})})
+	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}))
 	if err != nil {
 		return "", err
 	}
