@@ -299,7 +299,19 @@ func caseUnsigned(ctx context.Context, s *suite) (string, error) {
 	if err := want("an unsigned kill", r, http.StatusUnauthorized); err != nil {
 		return "", err
 	}
-	return "unsigned run and kill refused 401", nil
+	// An unsigned body larger than 4 KiB gets its 401 too (not 413): the executor reads no
+	// more of it than that.
+	ticket := s.ticket("unsigned")
+	s.refusedRun("signature-missing", ticket)
+	pad := `{"pad":"` + strings.Repeat("x", 64<<10) + `"}`
+	r, err = s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("unsigned"), params: pad}), false)
+	if err != nil {
+		return "", err
+	}
+	if err := want("an unsigned run of 64 KiB", r, http.StatusUnauthorized); err != nil {
+		return "", err
+	}
+	return "unsigned runs (small and 64 KiB) and kill refused 401", nil
 }
 
 func caseIncarnation(ctx context.Context, s *suite) (string, error) {
@@ -573,7 +585,7 @@ func caseOversize(ctx context.Context, s *suite) (string, error) {
 	ticket := s.ticket("oversize")
 	s.refusedRun("oversize", ticket)
 	big := `{"pad":"` + strings.Repeat("x", 1<<20) + `"}`
-	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}))
+	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}), true)
 	if err != nil {
 		return "", err
 	}
