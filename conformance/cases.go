@@ -755,11 +755,11 @@ func caseDeregister(ctx context.Context, s *suite) (string, error) {
 	}
 	// A run in flight at SIGTERM is finished and reported before the executor exits.
 	ticket := s.ticket("drain")
-	r, err := s.send(ctx, ticket, runSpec{task: s.task("drain"), params: `{"sleep_ms":1000}`})
+	r, err := s.send(ctx, ticket, runSpec{task: s.task("drain"), params: `{"sleep_ms":3000}`})
 	if err != nil {
 		return "", err
 	}
-	if err := wantAccepted("a run of 1 s", r, false); err != nil {
+	if err := wantAccepted("a run of 3 s", r, false); err != nil {
 		return "", err
 	}
 	if err := s.proc.cmd.Process.Signal(sigterm); err != nil {
@@ -781,6 +781,18 @@ func caseDeregister(ctx context.Context, s *suite) (string, error) {
 	if d.App != s.reg.App || d.Address != s.reg.Address || (d.Incarnation != "" && d.Incarnation != s.reg.Incarnation) {
 		return "", fmt.Errorf("deregistered %s at %s, incarnation %q; want %s at %s, %q", d.App, d.Address, d.Incarnation,
 			s.reg.App, s.reg.Address, s.reg.Incarnation)
+	}
+	// Draining, it takes no new run. (Once it has exited, a refused connection says nothing.)
+	late := s.ticket("drain")
+	s.refusedRun("deregister", late)
+	r, err = s.send(ctx, late, runSpec{task: s.task("drain")})
+	switch {
+	case err != nil && !s.proc.done():
+		return "", fmt.Errorf("a run sent while draining: %w", err)
+	case err == nil:
+		if err := want("a run sent after the deregistration, while draining", r, http.StatusServiceUnavailable); err != nil {
+			return "", err
+		}
 	}
 	res, err := s.sched.waitResult(ctx, s.cfg.WaitTimeout, ticket, 1)
 	if err != nil {
