@@ -156,6 +156,19 @@ func TestBrokenExecutorFails(t *testing.T) {
 	}
 }
 
+// A run answered as refused whose result arrives anyway fails its case, though the answer
+// was right.
+func TestRefusedRunThatRanFails(t *testing.T) {
+	rep, code := runCommand(t, "--token", token, "--run", "^unknown-handler$", "--exec", "env BROKEN_RUNS_REFUSED=1 "+brokenBin)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	wantResults(t, rep, []string{"unknown-handler"}, map[string]string{"unknown-handler": conformance.Fail})
+	if c := results(rep)["unknown-handler"]; !strings.Contains(c.Reason, "yet its handler ran") {
+		t.Errorf("case unknown-handler: reason %q, want it to say the refused run ran", c.Reason)
+	}
+}
+
 // Without a token the executor checks no signatures: those cases are skipped, not passed.
 func TestWithoutTokenSkipsSignatureCases(t *testing.T) {
 	re := regexp.MustCompile(`^(echo|signature-.*|incarnation|dedup-finished)$`)
