@@ -10,12 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,7 +131,7 @@ func (s *suite) run(ctx context.Context) Report {
 	// A refused run must never have run: look for a result of any of them, last, when
 	// every other run has had its time.
 	s.mu.Lock()
-	for _, ticket := range sortedKeys(s.refused) {
+	for _, ticket := range slices.Sorted(maps.Keys(s.refused)) {
 		name := s.refused[ticket]
 		if i, ok := index[name]; ok && s.sched.resultCount(ticket) > 0 && rep.Cases[i].Result == Pass {
 			rep.Cases[i].Result = Fail
@@ -149,15 +150,6 @@ func (s *suite) run(ctx context.Context) Report {
 		}
 	}
 	return rep
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // await starts the executor (Exec) and waits for its first registration.
