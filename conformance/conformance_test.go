@@ -237,3 +237,23 @@ func TestConfigIsChecked(t *testing.T) {
 		}
 	}
 }
+
+// docs/conformance.md describes every case, in the order they run, and no other.
+func TestDocsDescribeEveryCase(t *testing.T) {
+	doc, err := os.ReadFile("../docs/conformance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cases, ok := strings.Cut(string(doc), "\n## The cases\n")
+	if !ok {
+		t.Fatal(`docs/conformance.md has no section "## The cases"`)
+	}
+	cases, _, _ = strings.Cut(cases, "\n## ")
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\|").FindAllStringSubmatch(cases, -1) {
+		documented = append(documented, m[1])
+	}
+	if !slices.Equal(documented, conformance.Names()) {
+		t.Errorf("docs/conformance.md describes the cases %v; the suite runs %v", documented, conformance.Names())
+	}
+}
