@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -59,7 +58,7 @@ type suite struct {
 }
 
 func newSuite(cfg Config) (*suite, error) {
-	sched, err := newScheduler(cfg.Listen, cfg.Token, cfg.App)
+	sched, err := newScheduler(cfg.Listen, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -554,7 +553,3 @@ func wantAccepted(what string, r reply, dup bool) error {
 	return nil
 }
 
-// mentions reports whether text matches re, case-insensitively.
-func mentions(text, re string) bool {
-	return regexp.MustCompile("(?i)" + re).MatchString(text)
-}
