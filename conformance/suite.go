@@ -552,4 +552,3 @@ func wantAccepted(what string, r reply, dup bool) error {
 	}
 	return nil
 }
-
