@@ -4,6 +4,7 @@ and waiting on conditions (never sleep-and-hope)."""
 import http.client
 import http.server
 import json
+import logging
 import os
 import shutil
 import socket
@@ -19,6 +20,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from axe_executor import protocol as p  # noqa: E402
+
+# The SDK logs refusals and retries as warnings; tests provoke many on purpose.
+logging.getLogger("axe_executor").setLevel(os.environ.get("AXE_TEST_LOG", "CRITICAL"))
 
 TOKEN = "test-executor-token-0123456789"
 WAIT = 30.0

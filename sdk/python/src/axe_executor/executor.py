@@ -389,6 +389,7 @@ class Executor:
         self._hb_stop = threading.Event()
         self._hb_thread = None  # type: Optional[threading.Thread]
         self._hb_interval = cfg.heartbeat_interval
+        self._registered = False  # registered at least once: deregister at stop
         self._server = None  # type: Optional[_Server]
         self._server_thread = None  # type: Optional[threading.Thread]
         self._pool = None  # type: Optional[concurrent.futures.ThreadPoolExecutor]
@@ -571,6 +572,8 @@ class Executor:
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._loop_thread.join(5)
+            if not self._loop.is_running():
+                self._loop.close()
         self._sched.close()
         self._ctl.close()
         if self._own_store:
@@ -625,6 +628,7 @@ class Executor:
             except ValueError:
                 pass
             self._hb_interval = interval
+            self._registered = True
             log.info("registered as %s (heartbeat every %.1fs)", self.address, interval)
             return
         msg = "cannot register: scheduler answered %s with %d: %s" % (p.PATH_REGISTER, status, error_text(resp))
@@ -659,6 +663,8 @@ class Executor:
                 log.warning("heartbeat/registration failed: %s", e)
 
     def _deregister(self) -> None:
+        if not self._registered:
+            return
         body = p.dumps({"app": self.cfg.app, "address": self.address, "incarnation": self.incarnation})
         try:
             status, resp = self._ctl.post(p.PATH_DEREGISTER, body)
@@ -1164,8 +1170,13 @@ class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         if ctx is not None:
             request.settimeout(30)
             try:
-                request = ctx.wrap_socket(request, server_side=True)
+                wrapped = ctx.wrap_socket(request, server_side=True)
             except (OSError, ssl.SSLError) as e:
                 log.debug("TLS handshake with %s failed: %s", client_address, e)
                 return
+            try:
+                super().finish_request(wrapped, client_address)
+            finally:
+                wrapped.close()  # the plain socket was detached into it
+            return
         super().finish_request(request, client_address)
