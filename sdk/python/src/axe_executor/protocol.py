@@ -167,13 +167,13 @@ def _check_surrogates(v: Any, where: str = "") -> None:
             try:
                 x.encode("utf-8")
             except UnicodeEncodeError:
-                raise InvalidMessage("%sinvalid UTF-8: lone surrogate escape" % (w + ": " if w else ""))
+                raise InvalidMessage("%sinvalid UTF-8 or a lone surrogate escape" % (w + ": " if w else ""))
         elif isinstance(x, dict):
             for k, y in x.items():
                 try:
                     k.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise InvalidMessage("%sinvalid UTF-8: lone surrogate escape in a key" % (w + ": " if w else ""))
+                    raise InvalidMessage("%sinvalid UTF-8 or a lone surrogate escape in a key" % (w + ": " if w else ""))
                 stack.append((y, w or k))
         elif isinstance(x, list):
             for y in x:
@@ -183,10 +183,14 @@ def _check_surrogates(v: Any, where: str = "") -> None:
 def decode_object(body: bytes) -> Dict[str, Any]:
     """Decode exactly one JSON object: valid UTF-8, no repeated key in any object, nothing
     after it, no lone surrogate escape, no NaN/Infinity."""
+    bad_bytes = False
     try:
         text = body.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidMessage("invalid UTF-8 at byte %d" % e.start)
+    except UnicodeDecodeError:
+        # Invalid bytes become lone surrogates (U+DC80..U+DCFF) that the check below finds,
+        # so that the error names the field holding them.
+        text = body.decode("utf-8", "surrogateescape")
+        bad_bytes = True
     try:
         v = json.loads(text, object_pairs_hook=_no_repeats, parse_constant=_no_constant)
     except InvalidMessage:
@@ -194,11 +198,15 @@ def decode_object(body: bytes) -> Dict[str, Any]:
     except RecursionError:
         raise InvalidMessage("malformed message: nested too deeply")
     except ValueError as e:
+        if bad_bytes:
+            raise InvalidMessage("malformed message: invalid UTF-8")
         raise InvalidMessage("malformed message: %s" % e)
     if not isinstance(v, dict):
         raise InvalidMessage("malformed message: not a JSON object")
-    if "\\u" in text or "\\U" in text:
+    if bad_bytes or "\\u" in text or "\\U" in text:
         _check_surrogates(v)
+    if bad_bytes:
+        raise InvalidMessage("malformed message: invalid UTF-8")
     return v
 
 
