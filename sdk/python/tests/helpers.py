@@ -213,9 +213,13 @@ class Certs:
             subprocess.run(["openssl"] + list(args), cwd=d, check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=axe test CA")
+        run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=axe test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
         with open(os.path.join(d, "san.ext"), "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+            # What strict X.509 checking (Python 3.13's default) wants of a leaf certificate.
+            f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
+                    "keyUsage=critical,digitalSignature\nbasicConstraints=critical,CA:FALSE\n"
+                    "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
         for name in ("server", "client"):
             run("req", *ec, "-keyout", name + ".key", "-out", name + ".csr", "-subj", "/CN=" + name)
             run("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",

@@ -333,10 +333,15 @@ def _error_text(e: BaseException) -> str:
     return s or type(e).__name__
 
 
+def _is_async(fn: Any) -> bool:
+    """Whether calling fn makes a coroutine: an async def, or an object whose __call__ is one."""
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+
 def _child_main(fn: Handler, ctx: RunContext, conn: Any) -> None:
     """Body of a subprocess handler: call fn and send ("ok", output) or ("err", text)."""
     try:
-        if inspect.iscoroutinefunction(fn):
+        if _is_async(fn):
             v = asyncio.run(fn(ctx))
         else:
             v = fn(ctx)
@@ -436,7 +441,7 @@ class Executor:
                 raise AlreadyStarted("handle(%r) after start" % name)
             if name in self._handlers:
                 raise ValueError("handler %r registered twice" % name)
-            self._handlers[name] = _HandlerSpec(fn, inspect.iscoroutinefunction(fn), subprocess)
+            self._handlers[name] = _HandlerSpec(fn, _is_async(fn), subprocess)
 
     def handler(self, name: str, subprocess: bool = False) -> Callable[[Handler], Handler]:
         """Decorator form of handle()."""
@@ -1134,7 +1139,11 @@ class _RequestHandler(http.server.BaseHTTPRequestHandler):
                         path, self.client_address[0], reason)
             self._answer(401, {"error": reason})
             return
-        status, resp = ex._route(self.command, path, self.headers, body)
+        try:
+            status, resp = ex._route(self.command, path, self.headers, body)
+        except Exception:
+            log.exception("cannot serve %s %s", self.command, path)
+            status, resp = 500, {"error": "internal error of the executor"}
         self._answer(status, resp)
 
     do_POST = _serve
