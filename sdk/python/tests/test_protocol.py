@@ -77,6 +77,15 @@ class Decoding(unittest.TestCase):
         self.assertEqual((r.ticket, r.task, r.attempt, r.deadline, r.handler, r.group, r.kind),
                          ("a", "t", 2, 5, "h", "g", "cron"))
 
+    def test_dedup_ttl_held_to_30_days(self):
+        r = p.decode_run(b'{"ticket":"a","task":"t","attempt":1,"deadline":0,"dedup_ttl_ms":99999999999}')
+        self.assertEqual(r.dedup_ttl_ms, p.MAX_DEDUP_TTL_MS)
+
+    def test_null_is_the_zero_value(self):
+        r = p.decode_run(b'{"ticket":"a","task":"t","attempt":1,"deadline":0,"handler":null,"epoch":null,'
+                         b'"shard":null,"parallel":null,"params":null,"dedup_ttl_ms":null}')
+        self.assertEqual((r.handler, r.epoch, r.shard, r.parallel, r.params), ("", 0, None, False, None))
+
     def test_defaults(self):
         r = p.decode_run(b'{"ticket":"a","task":"t","attempt":1,"deadline":0}')
         self.assertEqual((r.handler, r.params, r.dedup_ttl_ms, r.epoch, r.shard, r.parallel), ("", None, 0, 0, None, False))
@@ -109,7 +118,8 @@ class Decoding(unittest.TestCase):
             "ticket too long": (('{"ticket":"%s","task":"t","attempt":1,"deadline":0}' % ("x" * 257)).encode(), "ticket: longer"),
             "shard": (('{%s,"shard":256}' % ok).encode(), "shard"),
             "epoch": (('{%s,"epoch":-1}' % ok).encode(), "epoch"),
-            "dedup": (('{%s,"dedup_ttl_ms":2592000001}' % ok).encode(), "dedup_ttl_ms"),
+            "dedup": (('{%s,"dedup_ttl_ms":-1}' % ok).encode(), "dedup_ttl_ms"),
+            "attempt null": (b'{"ticket":"a","task":"t","attempt":null,"deadline":0}', "attempt: required"),
             "parallel": (('{%s,"parallel":"yes"}' % ok).encode(), "parallel"),
         }
         for name, (body, want) in cases.items():

@@ -216,7 +216,7 @@ def _is_int(v: Any) -> bool:
 
 def _get_str(obj: Dict[str, Any], name: str, required: bool = False, max_bytes: int = MAX_NAME_BYTES,
              nonempty: bool = False) -> str:
-    if name not in obj:
+    if obj.get(name) is None:  # absent, or null as Go reads it: the zero value
         if required:
             raise InvalidMessage("%s: required" % name)
         return ""
@@ -232,7 +232,7 @@ def _get_str(obj: Dict[str, Any], name: str, required: bool = False, max_bytes: 
 
 def _get_int(obj: Dict[str, Any], name: str, required: bool = False, lo: int = 0,
              hi: int = (1 << 63) - 1) -> int:
-    if name not in obj:
+    if obj.get(name) is None:
         if required:
             raise InvalidMessage("%s: required" % name)
         return 0
@@ -290,7 +290,8 @@ def check_run(obj: Any) -> RunMessage:
         kind=_get_str(obj, "kind"),
         scheduled_at=_get_int(obj, "scheduled_at"),
         params=obj.get("params"),
-        dedup_ttl_ms=_get_int(obj, "dedup_ttl_ms", hi=MAX_DEDUP_TTL_MS),
+        # Beyond 30 days is held to 30 days: how long to remember is the receiver's policy.
+        dedup_ttl_ms=min(_get_int(obj, "dedup_ttl_ms"), MAX_DEDUP_TTL_MS),
         epoch=_get_int(obj, "epoch"),
         shard=_get_shard(obj),
         parallel=parallel,
