@@ -1,6 +1,7 @@
 #!/bin/sh
 # Tests of the Python executor SDK (standard library only: python3 -m unittest).
-# The end-to-end test runs the real axe: AXE_BIN names a binary, else one is built from
+# The end-to-end and conformance tests run the real axe (axe serve, axe conformance
+# executor): AXE_BIN names a binary, else one is built from
 # this repository into a temporary directory (needs go).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
