@@ -627,11 +627,16 @@ class Executor:
             interval = self.cfg.heartbeat_interval
             try:
                 ans = json.loads(resp)
-                ms = ans.get("heartbeat_interval_ms") if isinstance(ans, dict) else None
-                if isinstance(ms, int) and ms > 0:
-                    interval = min(interval, ms / 1000)
             except ValueError:
-                pass
+                ans = None
+            ans = ans if isinstance(ans, dict) else {}
+            ms = ans.get("heartbeat_interval_ms")
+            if isinstance(ms, int) and ms > 0:
+                interval = min(interval, ms / 1000)
+            if self._key is not None and not (isinstance(ans.get("version"), int) and ans["version"] >= p.VERSION):
+                log.warning("the scheduler did not answer protocol version %d: it predates calls signed for an "
+                            "incarnation, and this executor refuses the ones it signs; upgrade the scheduler",
+                            p.VERSION)
             self._hb_interval = interval
             self._registered = True
             log.info("registered as %s (heartbeat every %.1fs)", self.address, interval)
