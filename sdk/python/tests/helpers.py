@@ -44,7 +44,7 @@ class FakeScheduler:
     callback_failures (answer the first N result calls 500), heartbeat_404 (answer the next N
     heartbeats 404), register_status, unavailable (answer everything 503 naming primary)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Optional[ssl.SSLContext] = None) -> None:
         self.lock = threading.Lock()
         self.registers = []  # type: List[Dict[str, Any]]
         self.heartbeats = []  # type: List[Dict[str, Any]]
@@ -83,7 +83,9 @@ class FakeScheduler:
                 self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
 
         self.server = S(("127.0.0.1", 0), H)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.server.server_address[1])
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 

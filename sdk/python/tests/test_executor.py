@@ -457,6 +457,24 @@ class TLS(Base):
             plain.run(run_body("tl3"))
         self.assertIsNone(self.sched.result("tl2"))
 
+    def test_https_scheduler_with_private_ca(self):
+        c = self.certs
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(c.path("server.pem"), c.path("server.key"))
+        secure = FakeScheduler(tls)
+        self.addCleanup(secure.close)
+        self.assertTrue(secure.url.startswith("https://"))
+        # Without the CA the scheduler's certificate is not trusted: nothing registers.
+        untrusting = Executor(Config(app="py", token=TOKEN, schedulers=[secure.url], heartbeat_interval=0.2))
+        untrusting.handle("echo", echo)
+        untrusting.start()
+        self.addCleanup(untrusting.stop, 5)
+        self.assertEqual(secure.registers, [])
+        self.start(schedulers=[secure.url], scheduler_ca=c.path("ca.pem"))
+        self.assertEqual(len(secure.registers), 1)
+        self.assertEqual(self.caller.run(run_body("hs1"))[0], 202)
+        self.assertEqual(secure.wait_result("hs1")["status"], "success")
+
 
 if __name__ == "__main__":
     unittest.main()
