@@ -415,6 +415,9 @@ class Lifecycle(Base):
         self.assertTrue(stopped.wait(30))
         self.assertEqual(result, [True])
         self.assertEqual(self.sched.result("g1")["status"], "success")
+        # Nothing of the executor outlives stop: its pool, senders, heartbeat and timers.
+        left = [t.name for t in threading.enumerate() if t.name.startswith("axe-")]
+        self.assertEqual(left, [])
 
     def test_drain_timeout_cancels(self):
         self.start()
@@ -422,6 +425,14 @@ class Lifecycle(Base):
         wait_until(lambda: self.ex.running == 1, what="the run to start")
         self.assertFalse(self.ex.stop(0.3))
         self.assertEqual(self.ex.running, 0)
+
+    def test_context_manager(self):
+        ex = Executor(Config(app="py", token=TOKEN, schedulers=[self.sched.url]))
+        ex.handle("echo", echo)
+        with ex:
+            self.assertEqual(Caller(ex.address, ex.incarnation).run(run_body("cm1"))[0], 202)
+        self.assertEqual(self.sched.result("cm1")["status"], "success")
+        self.assertEqual(len(self.sched.deregisters), 1)
 
     def test_stop_twice_and_without_start(self):
         ex = Executor(Config(app="py", schedulers=[self.sched.url]))

@@ -606,6 +606,13 @@ class Executor:
             for s, h in old.items():
                 signal.signal(s, h)
 
+    def __enter__(self) -> "Executor":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
     @property
     def running(self) -> int:
         """Runs accepted and not yet finished."""
