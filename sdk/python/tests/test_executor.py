@@ -402,7 +402,7 @@ class Delivery(Base):
 class Lifecycle(Base):
     def test_drain_then_deregister(self):
         self.start()
-        self.caller.run(run_body("g1", params={"sleep_ms": 500}))
+        self.caller.run(run_body("g1", params={"sleep_ms": 5000}))
         wait_until(lambda: self.ex.running == 1, what="the run to start")
         stopped = threading.Event()
         result = []
@@ -412,6 +412,12 @@ class Lifecycle(Base):
                                                      "incarnation": self.ex.incarnation})
         st, body = self.caller.run(run_body("g2", task="other"))
         self.assertEqual((st, body), (503, {"error": "executor is stopping"}))
+        # Heartbeats go on while draining; a 404 then does not register the executor again.
+        with self.sched.lock:
+            self.sched.heartbeat_404 = 100
+            beats = len(self.sched.heartbeats)
+        wait_until(lambda: len(self.sched.heartbeats) > beats, what="a heartbeat while draining")
+        self.assertEqual(len(self.sched.registers), 1)
         self.assertTrue(stopped.wait(30))
         self.assertEqual(result, [True])
         self.assertEqual(self.sched.result("g1")["status"], "success")

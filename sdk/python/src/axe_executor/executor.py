@@ -392,6 +392,7 @@ class Executor:
         self._abandon = threading.Event()
         self._senders = []  # type: List[threading.Thread]
         self._hb_stop = threading.Event()
+        self._draining = threading.Event()  # set by stop: never register again
         self._hb_thread = None  # type: Optional[threading.Thread]
         self._hb_interval = cfg.heartbeat_interval
         self._registered = False  # registered at least once: deregister at stop
@@ -513,8 +514,9 @@ class Executor:
 
     def stop(self, timeout: float = 30.0) -> bool:
         """Stop in this order: answer 503 to new runs (kill and beat keep working);
-        deregister and stop heartbeats; let accepted runs finish; deliver their results; shut
-        the HTTP server, the pool and the loop down. If timeout (seconds) passes during the
+        deregister; let accepted runs finish; deliver their results; stop heartbeats (they go
+        on through the drain, without registering again); shut the HTTP server, the pool and
+        the loop down. If timeout (seconds) passes during the
         waits, every handler is cancelled (cause SHUTDOWN; subprocesses are terminated) and
         unsent results are abandoned: the scheduler times those runs out. Returns whether the
         drain completed. Idempotent; harmless without start()."""
@@ -528,9 +530,9 @@ class Executor:
         began = time.monotonic()
         deadline = began + timeout
         log.info("stop: refusing new runs; %d pending", pending)
-        self._hb_stop.set()
-        if self._hb_thread is not None:
-            self._hb_thread.join()
+        # Heartbeats go on through the drain, so that the scheduler does not declare the
+        # executor lost while it finishes runs; but it never registers again from here on.
+        self._draining.set()
         self._deregister()
         clean = True
         with self._idle:
@@ -567,6 +569,9 @@ class Executor:
         for t in self._senders:
             t.join()
         log.info("stop: results delivered after %.3fs", time.monotonic() - began)
+        self._hb_stop.set()
+        if self._hb_thread is not None:
+            self._hb_thread.join()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -670,9 +675,11 @@ class Executor:
         while not self._hb_stop.wait(self._hb_interval):
             try:
                 if registered:
-                    if self._heartbeat():
+                    if self._heartbeat() or self._draining.is_set():
                         continue
                     log.info("scheduler does not know this executor; registering again")
+                if self._draining.is_set():
+                    continue
                 self._register()
                 registered = True
             except Exception as e:  # keep beating whatever one call did
