@@ -299,7 +299,19 @@ func caseUnsigned(ctx context.Context, s *suite) (string, error) {
 	if err := want("an unsigned kill", r, http.StatusUnauthorized); err != nil {
 		return "", err
 	}
-	return "unsigned run and kill refused 401", nil
+	// An unsigned body larger than 4 KiB gets its 401 too (not 413): the executor reads no
+	// more of it than that.
+	ticket := s.ticket("unsigned")
+	s.refusedRun("signature-missing", ticket)
+	pad := `{"pad":"` + strings.Repeat("x", 64<<10) + `"}`
+	r, err = s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("unsigned"), params: pad}), false)
+	if err != nil {
+		return "", err
+	}
+	if err := want("an unsigned run of 64 KiB", r, http.StatusUnauthorized); err != nil {
+		return "", err
+	}
+	return "unsigned runs (small and 64 KiB) and kill refused 401", nil
 }
 
 func caseIncarnation(ctx context.Context, s *suite) (string, error) {
@@ -573,7 +585,7 @@ func caseOversize(ctx context.Context, s *suite) (string, error) {
 	ticket := s.ticket("oversize")
 	s.refusedRun("oversize", ticket)
 	big := `{"pad":"` + strings.Repeat("x", 1<<20) + `"}`
-	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}))
+	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}), true)
 	if err != nil {
 		return "", err
 	}
@@ -743,11 +755,11 @@ func caseDeregister(ctx context.Context, s *suite) (string, error) {
 	}
 	// A run in flight at SIGTERM is finished and reported before the executor exits.
 	ticket := s.ticket("drain")
-	r, err := s.send(ctx, ticket, runSpec{task: s.task("drain"), params: `{"sleep_ms":1000}`})
+	r, err := s.send(ctx, ticket, runSpec{task: s.task("drain"), params: `{"sleep_ms":3000}`})
 	if err != nil {
 		return "", err
 	}
-	if err := wantAccepted("a run of 1 s", r, false); err != nil {
+	if err := wantAccepted("a run of 3 s", r, false); err != nil {
 		return "", err
 	}
 	if err := s.proc.cmd.Process.Signal(sigterm); err != nil {
@@ -769,6 +781,18 @@ func caseDeregister(ctx context.Context, s *suite) (string, error) {
 	if d.App != s.reg.App || d.Address != s.reg.Address || (d.Incarnation != "" && d.Incarnation != s.reg.Incarnation) {
 		return "", fmt.Errorf("deregistered %s at %s, incarnation %q; want %s at %s, %q", d.App, d.Address, d.Incarnation,
 			s.reg.App, s.reg.Address, s.reg.Incarnation)
+	}
+	// Draining, it takes no new run. (Once it has exited, a refused connection says nothing.)
+	late := s.ticket("drain")
+	s.refusedRun("deregister", late)
+	r, err = s.send(ctx, late, runSpec{task: s.task("drain")})
+	switch {
+	case err != nil && !s.proc.done():
+		return "", fmt.Errorf("a run sent while draining: %w", err)
+	case err == nil:
+		if err := want("a run sent after the deregistration, while draining", r, http.StatusServiceUnavailable); err != nil {
+			return "", err
+		}
 	}
 	res, err := s.sched.waitResult(ctx, s.cfg.WaitTimeout, ticket, 1)
 	if err != nil {

@@ -429,7 +429,8 @@ func (s *suite) once(ctx context.Context, c call) (reply, error) {
 // the body is written on a connection of its own while the answer is read, so that an
 // executor that answers and closes without reading the rest is judged by its answer, not by
 // the failed write.
-func (s *suite) early(ctx context.Context, path string, body []byte) (reply, error) {
+// An unsigned call carries no Authorization header.
+func (s *suite) early(ctx context.Context, path string, body []byte, signed bool) (reply, error) {
 	host := strings.TrimPrefix(s.baseURL(), "http://")
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", host)
@@ -441,7 +442,7 @@ func (s *suite) early(ctx context.Context, path string, body []byte) (reply, err
 	var head bytes.Buffer
 	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
 		path, host, len(body))
-	if auth := s.sign(time.Now(), path, "", s.reg.Incarnation, body); auth != "" {
+	if auth := s.sign(time.Now(), path, "", s.reg.Incarnation, body); auth != "" && signed {
 		fmt.Fprintf(&head, "Authorization: %s\r\n", auth)
 	}
 	if s.reg.Incarnation != "" {
