@@ -110,6 +110,37 @@ class EndToEnd(unittest.TestCase):
         self.assertEqual(run["result"], "failed", run)
         self.assertIn("told to fail", run["error"])
 
+        # A kill from axe reaches the handler (a signed /axe/kill) and ends the run early.
+        st, body = self.api("POST", "/api/v1/tasks", {
+            "name": "py-sleep", "trigger": "delay", "delay_ms": 100, "timeout_sec": 300,
+            "callback": {"type": "executor", "app": "pyecho", "handler": "echo"},
+            "params": {"sleep_ms": 120000}})
+        self.assertIn(st, (200, 201), body)
+        def executor_running():
+            # The executor's own view (GET /axe/beat with its token): the run reached it.
+            req = urllib.request.Request("http://%s/axe/beat" % listen, headers={"Authorization": "Bearer " + EXEC})
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())["running"] == 1
+        wait_until(executor_running, what="the long run to reach the executor")
+        st, body = self.api("POST", "/api/v1/tasks/py-sleep/kill")
+        self.assertEqual(st, 200, body)
+        st, runs = self.api("GET", "/api/v1/tasks/py-sleep/runs")
+        self.assertEqual(st, 200, runs)
+        ticket = (runs.get("runs") or runs.get("items"))[0]["ticket"]
+        run = wait_until(finished(ticket), what="the killed run to end")
+        self.assertEqual(run["result"], "killed", run)
+        self.assertNotEqual(run.get("error", ""), "")
+
+        def saw_kill():
+            elog.seek(0)
+            return "run killed: ticket=" + ticket in elog.read()
+        try:
+            wait_until(saw_kill, what="the executor to log the kill")
+        except AssertionError:
+            elog.seek(0)
+            self.axe_log.seek(0)
+            raise AssertionError("echo log:\n%s\naxe log:\n%s" % (elog.read()[-3000:], self.axe_log.read()[-3000:]))
+
         echo.send_signal(signal.SIGTERM)
         self.assertEqual(echo.wait(60), 0)
         elog.seek(0)
