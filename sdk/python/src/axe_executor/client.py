@@ -114,7 +114,7 @@ class SchedulerClient:
         headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
         if self._auth:
             headers["Authorization"] = self._auth
-        for reused in (True, False):
+        for first in (True, False):
             conn = self._conn(idx)
             fresh = conn.sock is None
             try:
@@ -124,7 +124,7 @@ class SchedulerClient:
             except (OSError, http.client.HTTPException):
                 conn.close()
                 # A kept-alive connection the scheduler closed meanwhile: try once on a new one.
-                if reused and not fresh:
+                if first and not fresh:
                     continue
                 raise
             if resp.will_close:
