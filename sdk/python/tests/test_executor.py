@@ -429,7 +429,12 @@ class Lifecycle(Base):
         self.start()
         self.caller.run(run_body("g3", params={"sleep_ms": 60000}))
         wait_until(lambda: self.ex.running == 1, what="the run to start")
+        second = []
+        t = threading.Thread(target=lambda: second.append(self.ex.stop(30)))
         self.assertFalse(self.ex.stop(0.3))
+        t.start()
+        t.join(30)
+        self.assertEqual(second, [False], "a later stop answers what the first one did")
         self.assertEqual(self.ex.running, 0)
 
     def test_context_manager(self):

@@ -393,6 +393,8 @@ class Executor:
         self._senders = []  # type: List[threading.Thread]
         self._hb_stop = threading.Event()
         self._draining = threading.Event()  # set by stop: never register again
+        self._stop_done = threading.Event()
+        self._stop_clean = True
         self._hb_thread = None  # type: Optional[threading.Thread]
         self._hb_interval = cfg.heartbeat_interval
         self._registered = False  # registered at least once: deregister at stop
@@ -521,10 +523,18 @@ class Executor:
         unsent results are abandoned: the scheduler times those runs out. Returns whether the
         drain completed. Idempotent; harmless without start()."""
         with self._lock:
-            if self._state != "started":
+            if self._state == "stopping":
+                first = False
+            elif self._state != "started":
                 self._state = "stopped"
-                return True
-            self._state = "stopping"
+                return self._stop_clean
+            else:
+                first = True
+                self._state = "stopping"
+        if not first:  # another stop is under way: its outcome is this one's
+            self._stop_done.wait()
+            return self._stop_clean
+        with self._lock:
             self._accepting = False
             pending = self._inflight
         began = time.monotonic()
@@ -590,6 +600,8 @@ class Executor:
             self._store.close()
         with self._lock:
             self._state = "stopped"
+        self._stop_clean = clean
+        self._stop_done.set()
         log.info("executor stopped after %.3fs", time.monotonic() - began)
         return clean
 
