@@ -83,3 +83,15 @@ func offerToIncarnation(x *dispatch.Executor, by time.Time, offer func() dispatc
 	}
 	return offer()
 }
+
+// executorStatus is how the API shows an executor: lost when silent, else left when it
+// deregistered (it drains and gets no new run), else alive.
+func executorStatus(x dispatch.ExecutorInfo) string {
+	switch {
+	case !x.Alive:
+		return dispatch.StatusLost
+	case x.Left:
+		return dispatch.StatusLeft
+	}
+	return dispatch.StatusAlive
+}

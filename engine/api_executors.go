@@ -189,15 +189,8 @@ func (e *Engine) Executors() []model.Executor {
 	snap := e.registry.Snapshot()
 	out := make([]model.Executor, 0, len(snap))
 	for _, x := range snap {
-		st := dispatch.StatusAlive
-		switch {
-		case !x.Alive:
-			st = dispatch.StatusLost
-		case x.Left:
-			st = dispatch.StatusLeft
-		}
 		out = append(out, model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol, Handlers: x.Handlers,
-			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st})
+			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: executorStatus(x)})
 	}
 	return out
 }
