@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +58,7 @@ type suite struct {
 }
 
 func newSuite(cfg Config) (*suite, error) {
-	sched, err := newScheduler(cfg.Listen, cfg.Token, cfg.App)
+	sched, err := newScheduler(cfg.Listen, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (s *suite) run(ctx context.Context) Report {
 	// A refused run must never have run: look for a result of any of them, last, when
 	// every other run has had its time.
 	s.mu.Lock()
-	for _, ticket := range sortedKeys(s.refused) {
+	for _, ticket := range slices.Sorted(maps.Keys(s.refused)) {
 		name := s.refused[ticket]
 		if i, ok := index[name]; ok && s.sched.resultCount(ticket) > 0 && rep.Cases[i].Result == Pass {
 			rep.Cases[i].Result = Fail
@@ -149,15 +149,6 @@ func (s *suite) run(ctx context.Context) Report {
 		}
 	}
 	return rep
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // await starts the executor (Exec) and waits for its first registration.
@@ -560,9 +551,4 @@ func wantAccepted(what string, r reply, dup bool) error {
 		return fmt.Errorf("%s: answered %s, want {\"accepted\": true%s}", what, r, map[bool]string{true: `, "duplicate": true`}[dup])
 	}
 	return nil
-}
-
-// mentions reports whether text matches re, case-insensitively.
-func mentions(text, re string) bool {
-	return regexp.MustCompile("(?i)" + re).MatchString(text)
 }
