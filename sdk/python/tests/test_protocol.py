@@ -4,9 +4,8 @@ import helpers  # noqa: F401  (puts the package on sys.path)
 from axe_executor import InvalidMessage
 from axe_executor import protocol as p
 
-# Vectors computed with the Go protocol package (protocol.DispatchKey, protocol.SignCall) and,
-# for version 2, with crypto/hmac over the message of docs/protocol.md; the Python side must
-# agree byte for byte.
+# Vectors computed with the Go protocol package (protocol.DispatchKey, protocol.SignCall,
+# protocol.SignCallV2) by a throwaway program; the Python side must agree byte for byte.
 TOKEN = "s3cret-token-0123456789"
 KEY_HEX = "17f24e800242214b4d5f2134f7dfa1ab48644aca2861a781ac08c99114e7b779"
 BODY = b'{"ticket":"t-9","task":"nightly","handler":"echo","attempt":1,"deadline":0}'
@@ -36,6 +35,15 @@ class SignatureVectors(unittest.TestCase):
         h = p.sign_call(key, AT, ADDR, "/axe/run", "5", BODY, incarnation=INC)
         self.assertEqual(h, "AXE-HMAC-SHA256 t=1700000000001,sig=" + V2_EPOCH5)
         self.assertIsNone(p.verify_call(key, h, ADDR, "/axe/run", "5", BODY, INC, now=AT + 1000))
+
+    def test_known_answers_of_docs_protocol(self):
+        # docs/protocol.md, "Known answers, to check an implementation in another language".
+        key = p.dispatch_key("exec-token")
+        self.assertEqual(key.hex(), "a2042d7328aaf0811706284b29fbe1392857da6edefce919969a61c301220742")
+        args = (key, 1700000000000, "10.0.0.7:9100", "/axe/run", "5", b'{"ticket":"t-1"}')
+        self.assertEqual(p.signature(*args), "f7492a3a2d38ece67530fd171e430196285a8e863ccfdeaeb1ab192940e1487e")
+        self.assertEqual(p.signature(*args, incarnation="0123456789abcdef0123456789abcdef"),
+                         "f425c2c9908c3a889a8710a4fe2decf21b0c481cc671622ee9cc15970bb6df9d")
 
     def test_verify_refuses_every_change(self):
         key = p.dispatch_key(TOKEN)
