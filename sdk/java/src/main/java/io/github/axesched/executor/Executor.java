@@ -394,12 +394,20 @@ public final class Executor {
         String epochHeader = ex.getRequestHeaders().getFirst("X-Axe-Epoch");
         if (dispatchKey != null && !bearerProbe) {
             String inc = ex.getRequestHeaders().getFirst("X-Axe-Incarnation");
-            String bad = Signatures.verify(dispatchKey, auth, address, path, epochHeader == null ? "" : epochHeader,
-                    incarnation, body, System.currentTimeMillis());
-            if (bad == null && inc == null) {
-                bad = Signatures.BAD_SIGNATURE + ": no X-Axe-Incarnation header";
-            } else if (inc != null && !inc.equals(incarnation)) {
-                bad = Signatures.BAD_SIGNATURE + ": signed for another incarnation of this executor";
+            String epochText = epochHeader == null ? "" : epochHeader;
+            long now = System.currentTimeMillis();
+            String bad;
+            if (inc == null || inc.isEmpty()) {
+                bad = Signatures.BAD_SIGNATURE;
+            } else if (!inc.equals(incarnation)) {
+                // Say "another incarnation" only for a call validly signed for the one it names:
+                // the scheduler then knows nothing of it was delivered.
+                bad = Signatures.verify(dispatchKey, auth, address, path, epochText, inc, body, now);
+                if (bad == null) {
+                    bad = Signatures.BAD_SIGNATURE + ": " + Signatures.OTHER_INCARNATION;
+                }
+            } else {
+                bad = Signatures.verify(dispatchKey, auth, address, path, epochText, incarnation, body, now);
             }
             if (bad != null) {
                 log.log(Level.WARNING, "refused a call without a valid scheduler signature: " + path + " from "
@@ -501,7 +509,7 @@ public final class Executor {
     private Answer handleRun(byte[] body, HttpExchange ex, long headerEpoch, String rawEpoch) throws RunRequest.Invalid {
         RunRequest req;
         try {
-            req = RunRequest.from(Json.parseCapturing(Json.utf8(body), "params", 1));
+            req = RunRequest.from(Json.parseCapturing(Json.decode(body), "params", 1));
         } catch (Json.ParseException e) {
             throw new RunRequest.Invalid("invalid run: " + e.getMessage());
         }
@@ -522,7 +530,7 @@ public final class Executor {
     private Answer handleRuns(byte[] body, long headerEpoch, String rawEpoch) throws RunRequest.Invalid {
         Object v;
         try {
-            v = Json.parseCapturing(Json.utf8(body), "params", 3);
+            v = Json.parseCapturing(Json.decode(body), "params", 3);
         } catch (Json.ParseException e) {
             throw new RunRequest.Invalid("invalid runs: " + e.getMessage());
         }

@@ -1,11 +1,6 @@
 package io.github.axesched.executor;
 
 import java.math.BigInteger;
-import java.nio.ByteBuffer;
-import java.nio.CharBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CharsetDecoder;
-import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -46,20 +41,92 @@ public final class Json {
 
     /** Decodes UTF-8 bytes strictly (no malformed or overlong sequences, no encoded surrogates). */
     public static String utf8(byte[] body) throws ParseException {
-        CharsetDecoder d = StandardCharsets.UTF_8.newDecoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT);
-        try {
-            CharBuffer cb = d.decode(ByteBuffer.wrap(body));
-            return cb.toString();
-        } catch (CharacterCodingException e) {
-            throw new ParseException("invalid UTF-8");
+        String s = decode(body);
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            if (Character.isHighSurrogate(c)) {
+                i++;
+            } else if (Character.isLowSurrogate(c)) {
+                throw new ParseException("invalid UTF-8");
+            }
         }
+        return s;
+    }
+
+    /**
+     * Decodes UTF-8, turning each byte that is not part of a valid sequence into a lone low
+     * surrogate (U+DC00 + byte), which valid input can never produce: the parser then refuses
+     * it where it stands, naming the member it is in.
+     */
+    static String decode(byte[] b) {
+        StringBuilder out = null;
+        int n = b.length;
+        int i = 0;
+        while (i < n && b[i] >= 0) {
+            i++;
+        }
+        if (i == n) {
+            return new String(b, StandardCharsets.ISO_8859_1);
+        }
+        out = new StringBuilder(n);
+        out.append(new String(b, 0, i, StandardCharsets.ISO_8859_1));
+        while (i < n) {
+            int c = b[i] & 0xff;
+            if (c < 0x80) {
+                out.append((char) c);
+                i++;
+                continue;
+            }
+            int need;
+            int cp;
+            int lo = 0x80;
+            int hi = 0xBF;
+            if (c >= 0xC2 && c <= 0xDF) {
+                need = 1;
+                cp = c & 0x1F;
+            } else if (c >= 0xE0 && c <= 0xEF) {
+                need = 2;
+                cp = c & 0x0F;
+                if (c == 0xE0) {
+                    lo = 0xA0;
+                } else if (c == 0xED) {
+                    hi = 0x9F; // no encoded surrogates
+                }
+            } else if (c >= 0xF0 && c <= 0xF4) {
+                need = 3;
+                cp = c & 0x07;
+                if (c == 0xF0) {
+                    lo = 0x90;
+                } else if (c == 0xF4) {
+                    hi = 0x8F;
+                }
+            } else {
+                out.append((char) (0xDC00 | c));
+                i++;
+                continue;
+            }
+            int j = 1;
+            for (; j <= need && i + j < n; j++) {
+                int cc = b[i + j] & 0xff;
+                if (cc < (j == 1 ? lo : 0x80) || cc > (j == 1 ? hi : 0xBF)) {
+                    break;
+                }
+                cp = cp << 6 | (cc & 0x3F);
+            }
+            if (j <= need) {
+                out.append((char) (0xDC00 | c));
+                i++;
+                continue;
+            }
+            out.appendCodePoint(cp);
+            i += need + 1;
+        }
+        return out.toString();
     }
 
     /** Parses one strict JSON value from UTF-8 bytes. */
     public static Object parse(byte[] body) throws ParseException {
-        return parse(utf8(body));
+        return parse(decode(body));
     }
 
     /** Parses one strict JSON value from text. */
@@ -135,6 +202,20 @@ public final class Json {
         int pos;
         String captureKey;
         long captureDepths;
+        final java.util.ArrayDeque<String> path = new java.util.ArrayDeque<>();
+
+        /** The member being read, as a.b.c, and ": " — to start an error message; "" at the top. */
+        String where() {
+            if (path.isEmpty()) {
+                return "";
+            }
+            StringBuilder b = new StringBuilder();
+            java.util.Iterator<String> it = path.descendingIterator();
+            while (it.hasNext()) {
+                b.append(b.length() > 0 ? "." : "").append(it.next());
+            }
+            return b.append(": ").toString();
+        }
 
         Reader(String s) {
             this.s = s;
@@ -188,7 +269,8 @@ public final class Json {
                     if (c == '-' || (c >= '0' && c <= '9')) {
                         return number();
                     }
-                    throw new ParseException("invalid character " + describe(c) + " at offset " + pos);
+                    throw new ParseException(where() + (Character.isSurrogate(c) ? "invalid UTF-8" : "invalid character "
+                            + describe(c)) + " at offset " + pos);
             }
         }
 
@@ -220,8 +302,9 @@ public final class Json {
                 expect(':');
                 skipSpace();
                 if (m.containsKey(key)) {
-                    throw new ParseException("repeated key " + quote(key));
+                    throw new ParseException(where() + "repeated key " + quote(key));
                 }
+                path.push(key);
                 if (depth < 64 && (captureDepths & (1L << depth)) != 0 && key.equals(captureKey)) {
                     int start = pos;
                     Object v = value(depth);
@@ -229,6 +312,7 @@ public final class Json {
                 } else {
                     m.put(key, value(depth));
                 }
+                path.pop();
                 skipSpace();
                 if (peek(',')) {
                     pos++;
@@ -278,7 +362,14 @@ public final class Json {
                     return out;
                 }
                 if (c < 0x20) {
-                    throw new ParseException("control character in string at offset " + pos);
+                    throw new ParseException(where() + "control character in string at offset " + pos);
+                }
+                if (Character.isHighSurrogate(c) && pos + 1 < s.length() && Character.isLowSurrogate(s.charAt(pos + 1))) {
+                    pos += 2;
+                    continue;
+                }
+                if (Character.isSurrogate(c)) {
+                    throw new ParseException(where() + "invalid UTF-8 at offset " + pos);
                 }
                 if (c != '\\') {
                     pos++;
@@ -304,16 +395,16 @@ public final class Json {
                         char u = hex4();
                         if (Character.isHighSurrogate(u)) {
                             if (!s.startsWith("\\u", pos)) {
-                                throw new ParseException("lone surrogate escape at offset " + (pos - 6));
+                                throw new ParseException(where() + "lone surrogate escape at offset " + (pos - 6));
                             }
                             pos += 2;
                             char low = hex4();
                             if (!Character.isLowSurrogate(low)) {
-                                throw new ParseException("lone surrogate escape at offset " + (pos - 12));
+                                throw new ParseException(where() + "lone surrogate escape at offset " + (pos - 12));
                             }
                             b.append(u).append(low);
                         } else if (Character.isLowSurrogate(u)) {
-                            throw new ParseException("lone surrogate escape at offset " + (pos - 6));
+                            throw new ParseException(where() + "lone surrogate escape at offset " + (pos - 6));
                         } else {
                             b.append(u);
                         }

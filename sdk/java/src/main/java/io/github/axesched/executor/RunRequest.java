@@ -48,7 +48,7 @@ record RunRequest(String ticket, String task, String handler, String group, Stri
                 integer(m, "scheduled_at", false, 0, Long.MAX_VALUE),
                 integer(m, "deadline", true, 0, Long.MAX_VALUE),
                 params, paramsJson,
-                integer(m, "dedup_ttl_ms", false, 0, MAX_DEDUP_TTL_MS),
+                Math.min(integer(m, "dedup_ttl_ms", false, 0, Long.MAX_VALUE), MAX_DEDUP_TTL_MS),
                 integer(m, "epoch", false, 0, Long.MAX_VALUE),
                 shard(m), bool(m, "parallel"));
     }

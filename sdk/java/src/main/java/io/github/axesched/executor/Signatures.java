@@ -25,6 +25,9 @@ public final class Signatures {
     /** The error text of every refused signature. */
     public static final String BAD_SIGNATURE = "missing or invalid scheduler signature";
 
+    /** Added to {@link #BAD_SIGNATURE} for a call validly signed for another incarnation. */
+    public static final String OTHER_INCARNATION = "signed for another incarnation of this executor";
+
     private static final String PREFIX = SCHEME + " t=";
 
     private Signatures() {}

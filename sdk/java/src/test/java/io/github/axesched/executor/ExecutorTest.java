@@ -295,6 +295,13 @@ public class ExecutorTest implements AutoCloseable {
         Check.eq(400, call("/axe/run", run("m1", "t", "echo", ",\"x\":\"\\udc00\""), null).code(), "lone surrogate");
         Check.eq(400, call("/axe/run", new byte[] {'{', '"', (byte) 0xff, '"', ':', '1', '}'}, null, ex.incarnation(), true).code(),
                 "invalid UTF-8");
+        // ISO-8859-1 writes \u00ff as the lone byte 0xFF: not UTF-8.
+        byte[] badTask = run("m1", "t\u00ff", "echo", "").getBytes(StandardCharsets.ISO_8859_1);
+        Reply bad = call("/axe/run", badTask, null, ex.incarnation(), true);
+        Check.eq(400, bad.code(), "a task of invalid UTF-8");
+        Check.contains((String) bad.body().get("error"), "task: invalid UTF-8", "names the field");
+        Check.contains((String) call("/axe/run", run("m1", "\\ud800", "echo", ""), null).body().get("error"),
+                "task: lone surrogate", "a lone surrogate names the field");
         Reply unknown = call("/axe/run", run("m2", "t", "nope", ""), null);
         Check.eq(404, unknown.code(), "unknown handler");
         Check.eq("unknown handler \"nope\"", unknown.body().get("error"), "error");

@@ -120,7 +120,7 @@ public class JsonTest {
                 {"{\"ticket\":\"t\",\"task\":\"k\",\"attempt\":1,\"deadline\":\"0\"}", "deadline: must be an integer"},
                 {"{\"ticket\":\"t\",\"task\":\"k\",\"attempt\":1,\"deadline\":0,\"shard\":256}", "shard: must be between 0 and 255"},
                 {"{\"ticket\":\"t\",\"task\":\"k\",\"attempt\":1,\"deadline\":0,\"parallel\":1}", "parallel: must be true or false"},
-                {"{\"ticket\":\"t\",\"task\":\"k\",\"attempt\":1,\"deadline\":0,\"dedup_ttl_ms\":-1}", "dedup_ttl_ms: must be between"},
+                {"{\"ticket\":\"t\",\"task\":\"k\",\"attempt\":1,\"deadline\":0,\"dedup_ttl_ms\":-1}", "dedup_ttl_ms: must be between 0"},
                 {"{\"ticket\":\"" + "x".repeat(257) + "\",\"task\":\"k\",\"attempt\":1,\"deadline\":0}", "ticket: longer than 256 bytes"},
                 {"[]", "must be a JSON object"},
         }) {

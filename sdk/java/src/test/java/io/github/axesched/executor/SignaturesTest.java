@@ -4,8 +4,7 @@ import java.nio.charset.StandardCharsets;
 
 /**
  * Signature vectors computed with the Go side (protocol.DispatchKey, protocol.SignCall for v1,
- * and the v2 message of docs/protocol.md with Go's crypto/hmac), hard-coded so both sides must
- * agree.
+ * protocol.SignCallV2 for v2), hard-coded so both sides must agree.
  */
 public class SignaturesTest {
     static final byte[] BODY = "{\"ticket\":\"t-9\",\"task\":\"nightly\",\"handler\":\"echo\",\"attempt\":1,\"deadline\":0}"
