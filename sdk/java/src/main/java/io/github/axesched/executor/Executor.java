@@ -517,7 +517,10 @@ public final class Executor {
         checkHeader(ex, "X-Axe-Task", req.task());
         checkHeader(ex, "X-Axe-Attempt", Integer.toString(req.attempt()));
         long e = callEpoch(req.epoch(), headerEpoch, rawEpoch);
-        return admit(req, e);
+        List<ActiveRun> admitted = new ArrayList<>(1);
+        Answer a = admit(req, e, admitted);
+        launch(admitted);
+        return a;
     }
 
     private static void checkHeader(HttpExchange ex, String name, String want) throws RunRequest.Invalid {
@@ -547,11 +550,15 @@ public final class Executor {
             throw new RunRequest.Invalid("invalid runs: runs: at most " + MAX_RUNS_PER_CALL + " per call, got " + runs.size());
         }
         List<Object> answers = new ArrayList<>(runs.size());
+        // Every run is admitted before any starts: each is judged exactly as /axe/run would
+        // judge it alone at that point of the batch (a ticket repeated later in the batch is
+        // a duplicate of a run not yet finished, however fast its handler).
+        List<ActiveRun> admitted = new ArrayList<>();
         for (Object r : runs) {
             Answer a;
             try {
                 RunRequest req = RunRequest.from(r);
-                a = admit(req, callEpoch(req.epoch(), headerEpoch, rawEpoch));
+                a = admit(req, callEpoch(req.epoch(), headerEpoch, rawEpoch), admitted);
             } catch (RunRequest.Invalid e) {
                 a = new Answer(400, Map.of("error", e.getMessage()));
             }
@@ -560,6 +567,7 @@ public final class Executor {
             item.put("body", a.body());
             answers.add(item);
         }
+        launch(admitted);
         return new Answer(200, Map.of("results", answers));
     }
 
@@ -647,7 +655,11 @@ public final class Executor {
         }
     }
 
-    private Answer admit(RunRequest req, long e) {
+    /**
+     * Decides what /axe/run answers for req; an admitted run is counted as running and added to
+     * admitted, for {@link #launch} to start.
+     */
+    private Answer admit(RunRequest req, long e, List<ActiveRun> admitted) {
         long now = System.currentTimeMillis();
         Delivery resend = null;
         ActiveRun ar;
@@ -701,16 +713,24 @@ public final class Executor {
             }
             inflight++;
         }
-        if (req.deadline() > 0) {
-            long wait = req.deadline() - now;
-            if (wait <= 0) {
-                ar.cancel(CAUSE_DEADLINE);
-            } else {
-                ar.timer = timers.schedule(() -> ar.cancel(CAUSE_DEADLINE), wait, TimeUnit.MILLISECONDS);
-            }
-        }
-        pool.execute(() -> execute(ar));
+        admitted.add(ar);
         return new Answer(202, Map.of("accepted", true));
+    }
+
+    /** Arms the deadlines of admitted runs and hands them to the pool. */
+    private void launch(List<ActiveRun> admitted) {
+        long now = System.currentTimeMillis();
+        for (ActiveRun ar : admitted) {
+            long deadline = ar.req.deadline();
+            if (deadline > 0) {
+                if (deadline <= now) {
+                    ar.cancel(CAUSE_DEADLINE);
+                } else {
+                    ar.timer = timers.schedule(() -> ar.cancel(CAUSE_DEADLINE), deadline - now, TimeUnit.MILLISECONDS);
+                }
+            }
+            pool.execute(() -> execute(ar));
+        }
     }
 
     /** A run admitted and not yet finished. */

@@ -336,6 +336,10 @@ public class ExecutorTest implements AutoCloseable {
             Check.eq((long) want[i], ((Map<?, ?>) items.get(i)).get("code"), "item " + i);
         }
         Check.eq(true, ((Map<?, ?>) ((Map<?, ?>) items.get(4)).get("body")).get("duplicate"), "the repeat is a duplicate");
+        Reply fast = call("/axe/runs", "{\"runs\":[" + run("y1", "fast", "echo", "") + "," + run("y1", "fast", "echo", "") + "]}", null);
+        Check.eq(true, ((Map<?, ?>) ((Map<?, ?>) ((List<Object>) fast.body().get("results")).get(1)).get("body")).get("duplicate"),
+                "a ticket repeated in one batch is a duplicate of a run not yet started, however fast its handler");
+        Check.eq(202L, ((Map<?, ?>) ((List<Object>) fast.body().get("results")).get(1)).get("code"), "202 duplicate");
         StringBuilder many = new StringBuilder("{\"runs\":[");
         for (int i = 0; i < 1001; i++) {
             many.append(i > 0 ? "," : "").append(run("m" + i, "m" + i, "echo", ""));
