@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -44,9 +43,6 @@ var cases = []aCase{
 	{"deregister", caseDeregister},
 }
 
-// incarnationRe is the form of an incarnation id (docs/protocol.md, Versions).
-var incarnationRe = regexp.MustCompile(`^[A-Za-z0-9_-]{16,64}$`)
-
 func caseRegistration(_ context.Context, s *suite) (string, error) {
 	r := s.reg
 	var problems []string
@@ -66,11 +62,15 @@ func caseRegistration(_ context.Context, s *suite) (string, error) {
 	if s.cfg.Token != "" && r.Auth != protocol.AuthSigned {
 		bad("auth %q, want %q: an executor with a token verifies signed calls", r.Auth, protocol.AuthSigned)
 	}
-	if r.Version != 2 {
-		bad("version %d, want 2", r.Version)
+	if r.Version != protocol.Version {
+		bad("version %d, want %d", r.Version, protocol.Version)
 	}
-	if !incarnationRe.MatchString(r.Incarnation) {
-		bad("incarnation %q is not 16-64 characters of [A-Za-z0-9_-]", r.Incarnation)
+	switch {
+	case r.Incarnation == "":
+		bad("no incarnation")
+	case !protocol.ValidIncarnation(r.Incarnation):
+		bad("incarnation %q is not %d-%d characters of [A-Za-z0-9_-]", r.Incarnation,
+			protocol.MinIncarnationBytes, protocol.MaxIncarnationBytes)
 	}
 	if len(problems) > 0 {
 		return "", errors.New(strings.Join(problems, "; "))
@@ -102,7 +102,7 @@ func caseHeartbeat(ctx context.Context, s *suite) (string, error) {
 	if hb.Running < 0 {
 		return "", fmt.Errorf("running %d is negative", hb.Running)
 	}
-	if hb.Incarnation != s.reg.Incarnation {
+	if hb.Incarnation != "" && hb.Incarnation != s.reg.Incarnation {
 		return "", fmt.Errorf("heartbeat incarnation %q, registered %q", hb.Incarnation, s.reg.Incarnation)
 	}
 	return fmt.Sprintf("running %d", hb.Running), nil
@@ -573,7 +573,7 @@ func caseOversize(ctx context.Context, s *suite) (string, error) {
 	ticket := s.ticket("oversize")
 	s.refusedRun("oversize", ticket)
 	big := `{"pad":"` + strings.Repeat("x", 1<<20) + `"}`
-	r, err := s.do(ctx, call{path: protocol.PathRun, body: runBody(ticket, runSpec{task: s.task("oversize"), params: big})})
+	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}))
 	if err != nil {
 		return "", err
 	}

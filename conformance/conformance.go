@@ -53,10 +53,12 @@ const (
 
 // Config says which executor to check and how.
 type Config struct {
-	// Exec, when set, is the command line (run by /bin/sh) that starts the executor under
-	// test, with AXE_SCHEDULERS, AXE_LISTEN, AXE_TOKEN and AXE_APP in its environment. The
-	// suite stops it at the end (SIGTERM, which the deregister case checks). One of Exec
-	// and URL is required.
+	// Exec, when set, is the command that starts the executor under test, with
+	// AXE_SCHEDULERS, AXE_LISTEN, AXE_TOKEN and AXE_APP in its environment. /bin/sh runs it
+	// as "exec " + Exec, so that the suite's signals reach the executor itself: one command
+	// with its arguments (quoted as for sh); wrap anything more in a script. The suite stops
+	// it at the end (SIGTERM, which the deregister case checks). One of Exec and URL is
+	// required.
 	Exec string
 	// URL, when set, is the base URL (http://host:port) of an executor started by hand,
 	// pointed at the suite's scheduler (Listen; OnListen tells where it is). It must

@@ -33,9 +33,9 @@ type scheduler struct {
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced at every recorded call
-	regs    []register
+	regs    []protocol.Register
 	beats   []beatCall
-	deregs  []deregister
+	deregs  []protocol.Deregister
 	results map[string][]protocol.Result // by ticket, every result received and decoded
 	posts   map[string]int               // by ticket, every post of a result, refused ones too
 	acked   map[string]bool              // tickets whose result was acknowledged (200)
@@ -46,7 +46,7 @@ type scheduler struct {
 
 // beatCall is one heartbeat and what it was answered.
 type beatCall struct {
-	heartbeat
+	protocol.Heartbeat
 	code int
 }
 
@@ -70,7 +70,7 @@ func newScheduler(listen, token, app string) (*scheduler, error) {
 	mux.HandleFunc("POST "+protocol.PathHeartbeat, s.handleHeartbeat)
 	mux.HandleFunc("POST "+protocol.PathCallback, s.handleCallback)
 	mux.HandleFunc("POST "+protocol.PathCallbackBatch, s.handleCallbackBatch)
-	mux.HandleFunc("POST "+pathDeregister, s.handleDeregister)
+	mux.HandleFunc("POST "+protocol.PathDeregister, s.handleDeregister)
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = s.srv.Serve(ln) }()
 	return s, nil
@@ -131,42 +131,57 @@ func answer(w http.ResponseWriter, code int, v any) {
 }
 
 // read checks the executor's bearer token and reads a body of at most limit bytes into v
-// with the protocol's decoder. It answers and returns false when the call is refused.
-func (s *scheduler) read(w http.ResponseWriter, r *http.Request, limit int64, v any) bool {
-	if s.token != "" {
-		want := "Bearer " + s.token
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
-			s.fault(w, http.StatusUnauthorized, "%s: missing or invalid token (the executor must send Authorization: Bearer <its token>)", r.URL.Path)
-			return false
-		}
+// as the scheduler does (protocol.DecodeMessage, then v's Check). It answers and returns
+// false when the call is refused.
+func (s *scheduler) read(w http.ResponseWriter, r *http.Request, limit int64, v interface{ Check() error }) bool {
+	body, ok := s.readBody(w, r, limit)
+	if !ok {
+		return false
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	err := protocol.DecodeMessage(body, v)
+	if err == nil {
+		err = v.Check()
+	}
 	if err != nil {
-		s.fault(w, http.StatusBadRequest, "%s: cannot read the body: %v", r.URL.Path, err)
-		return false
-	}
-	if int64(len(body)) > limit {
-		s.fault(w, http.StatusRequestEntityTooLarge, "%s: body over %d bytes", r.URL.Path, limit)
-		return false
-	}
-	if err := protocol.Decode(body, v); err != nil {
 		s.fault(w, http.StatusBadRequest, "%s: %v", r.URL.Path, err)
 		return false
 	}
 	return true
 }
 
+// readBody checks the executor's bearer token and reads a body of at most limit bytes.
+func (s *scheduler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if s.token != "" {
+		want := "Bearer " + s.token
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte(want)) != 1 {
+			s.fault(w, http.StatusUnauthorized, "%s: missing or invalid token (the executor must send Authorization: Bearer <its token>)", r.URL.Path)
+			return nil, false
+		}
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		s.fault(w, http.StatusBadRequest, "%s: cannot read the body: %v", r.URL.Path, err)
+		return nil, false
+	}
+	if int64(len(body)) > limit {
+		s.fault(w, http.StatusRequestEntityTooLarge, "%s: body over %d bytes", r.URL.Path, limit)
+		return nil, false
+	}
+	return body, true
+}
+
 func (s *scheduler) handleRegister(w http.ResponseWriter, r *http.Request) {
-	var reg register
+	var reg protocol.Register
 	if !s.read(w, r, protocol.MaxRegisterBodyBytes, &reg) {
 		return
 	}
 	s.record(func() { s.regs = append(s.regs, reg) })
-	answer(w, http.StatusOK, registerAnswer{HeartbeatIntervalMS: heartbeatIntervalMS, LostAfterMS: lostAfterMS, Version: 2})
+	answer(w, http.StatusOK, protocol.RegisterAnswer{HeartbeatIntervalMS: heartbeatIntervalMS, LostAfterMS: lostAfterMS,
+		Version: protocol.Version})
 }
 
 func (s *scheduler) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
-	var hb heartbeat
+	var hb protocol.Heartbeat
 	if !s.read(w, r, protocol.MaxHeartbeatBodyBytes, &hb) {
 		return
 	}
@@ -182,7 +197,7 @@ func (s *scheduler) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 		case hb.Incarnation != "" && hb.Incarnation != last.Incarnation:
 			code = http.StatusNotFound
 		}
-		s.beats = append(s.beats, beatCall{heartbeat: hb, code: code})
+		s.beats = append(s.beats, beatCall{Heartbeat: hb, code: code})
 	})
 	if code == http.StatusNotFound {
 		answer(w, code, protocol.Error{Error: "unknown executor"})
@@ -192,22 +207,20 @@ func (s *scheduler) handleHeartbeat(w http.ResponseWriter, r *http.Request) {
 }
 
 // latest is the last registration (under the lock).
-func (s *scheduler) latest() (register, bool) {
+func (s *scheduler) latest() (protocol.Register, bool) {
 	if len(s.regs) == 0 {
-		return register{}, false
+		return protocol.Register{}, false
 	}
 	return s.regs[len(s.regs)-1], true
 }
 
 func (s *scheduler) handleDeregister(w http.ResponseWriter, r *http.Request) {
-	var d deregister
+	var d protocol.Deregister
 	if !s.read(w, r, protocol.MaxHeartbeatBodyBytes, &d) {
 		return
 	}
 	s.record(func() { s.deregs = append(s.deregs, d) })
-	answer(w, http.StatusOK, struct {
-		OK bool `json:"ok"`
-	}{true})
+	answer(w, http.StatusOK, protocol.DeregisterAnswer{OK: true})
 }
 
 func (s *scheduler) handleCallback(w http.ResponseWriter, r *http.Request) {
@@ -224,34 +237,37 @@ func (s *scheduler) handleCallback(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *scheduler) handleCallbackBatch(w http.ResponseWriter, r *http.Request) {
-	var batch protocol.ResultBatch
-	if !s.read(w, r, protocol.MaxResultBodyBytes, &batch) {
+	body, ok := s.readBody(w, r, protocol.MaxResultBodyBytes)
+	if !ok {
 		return
 	}
-	if len(batch.Results) == 0 || len(batch.Results) > protocol.MaxResultsPerCall {
-		s.fault(w, http.StatusBadRequest, "results: between 1 and %d results, got %d", protocol.MaxResultsPerCall, len(batch.Results))
+	results, errs, err := protocol.DecodeResultBatch(body)
+	if err != nil {
+		s.fault(w, http.StatusBadRequest, "%s: %v", r.URL.Path, err)
 		return
 	}
-	out := protocol.CallbackBatchAnswer{Results: make([]protocol.CallbackItem, len(batch.Results))}
-	for i, res := range batch.Results {
+	out := protocol.CallbackBatchAnswer{Results: make([]protocol.CallbackItem, len(results))}
+	for i, res := range results {
+		if errs[i] != nil {
+			msg := fmt.Sprintf("%s: results[%d]: %v", r.URL.Path, i, errs[i])
+			s.record(func() { s.faults = append(s.faults, msg) })
+			out.Results[i] = protocol.CallbackItem{Status: http.StatusBadRequest, Error: msg}
+			continue
+		}
 		out.Results[i] = s.settle(res)
 	}
 	answer(w, http.StatusOK, out)
 }
 
-// settle records one result and says what a single callback would answer for it: 503 while
-// the ticket is to be refused, 400 for a result that is not the registered executor's or of
-// no valid status, else 200, duplicate when the ticket was acknowledged before.
+// settle records one checked result and says what a single callback would answer for it:
+// 503 while the ticket is to be refused, 400 for a result that is not the registered
+// executor's, else 200, duplicate when the ticket was acknowledged before.
 func (s *scheduler) settle(res protocol.Result) protocol.CallbackItem {
 	var item protocol.CallbackItem
 	s.record(func() {
 		s.posts[res.Ticket]++
 		last, _ := s.latest()
 		switch {
-		case res.Ticket == "":
-			item = protocol.CallbackItem{Status: http.StatusBadRequest, Error: "ticket: required"}
-		case res.Status != protocol.StatusSuccess && res.Status != protocol.StatusFailed:
-			item = protocol.CallbackItem{Status: http.StatusBadRequest, Error: fmt.Sprintf("status: must be success or failed, got %q", res.Status)}
 		case res.App != last.App || res.Address != last.Address:
 			item = protocol.CallbackItem{Status: http.StatusBadRequest, Error: fmt.Sprintf(
 				"app, address: the result names %s at %s, the executor registered %s at %s", res.App, res.Address, last.App, last.Address)}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -43,7 +44,7 @@ type suite struct {
 	// want is the address the executor must register: AXE_LISTEN or the host:port of URL.
 	want string
 	// reg is the first registration, which the cases address and sign for.
-	reg    register
+	reg    protocol.Register
 	regErr error
 	key    []byte
 	client *http.Client
@@ -341,12 +342,22 @@ func (r reply) String() string {
 
 func ptr[T any](v T) *T { return &v }
 
-// sign is the Authorization header of a call made now to the registered executor.
+// sign is the Authorization header of a call made at to the registered executor: none
+// without a token, else signed for incarnation (version 2), or the version 1 way for "".
 func (s *suite) sign(at time.Time, path, epoch, incarnation string, body []byte) string {
 	if s.key == nil {
 		return ""
 	}
 	return signCall(s.key, at, s.reg.Address, path, epoch, incarnation, body)
+}
+
+// signCall signs a call to the executor at address: protocol.SignCallV2 for an
+// incarnation, protocol.SignCall (version 1) for "".
+func signCall(key []byte, at time.Time, address, path, epoch, incarnation string, body []byte) string {
+	if incarnation == "" {
+		return protocol.SignCall(key, at, address, path, epoch, body)
+	}
+	return protocol.SignCallV2(key, at, address, path, epoch, incarnation, body)
 }
 
 func (s *suite) baseURL() string {
@@ -386,14 +397,14 @@ func (s *suite) once(ctx context.Context, c call) (reply, error) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.epoch != "" {
-		req.Header.Set("X-Axe-Epoch", c.epoch)
+		req.Header.Set(protocol.HeaderEpoch, c.epoch)
 	}
 	inc := s.reg.Incarnation
 	if c.incarnation != nil {
 		inc = *c.incarnation
 	}
 	if inc != "" {
-		req.Header.Set(headerIncarnation, inc)
+		req.Header.Set(protocol.HeaderIncarnation, inc)
 	}
 	auth := s.sign(time.Now(), c.path, c.epoch, s.reg.Incarnation, c.body)
 	if c.auth != nil {
@@ -411,6 +422,43 @@ func (s *suite) once(ctx context.Context, c call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	return reply{code: resp.StatusCode, body: b}, nil
+}
+
+// early makes a signed POST whose answer may come before its body is read, as a 413 does:
+// the body is written on a connection of its own while the answer is read, so that an
+// executor that answers and closes without reading the rest is judged by its answer, not by
+// the failed write.
+func (s *suite) early(ctx context.Context, path string, body []byte) (reply, error) {
+	host := strings.TrimPrefix(s.baseURL(), "http://")
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(s.cfg.WaitTimeout))
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
+		path, host, len(body))
+	if auth := s.sign(time.Now(), path, "", s.reg.Incarnation, body); auth != "" {
+		fmt.Fprintf(&head, "Authorization: %s\r\n", auth)
+	}
+	if s.reg.Incarnation != "" {
+		fmt.Fprintf(&head, "%s: %s\r\n", protocol.HeaderIncarnation, s.reg.Incarnation)
+	}
+	head.WriteString("\r\n")
+	go func() {
+		if _, err := conn.Write(head.Bytes()); err == nil {
+			_, _ = conn.Write(body) // fails once the executor closes the connection: expected
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s: no answer: %w", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return reply{code: resp.StatusCode, body: b}, nil
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,7 +29,7 @@ func conformanceCmd() *ffcli.Command {
 // suite as well.
 func conformanceExecutorCmd() *ffcli.Command {
 	fs := flag.NewFlagSet("axe conformance executor", flag.ContinueOnError)
-	execCmd := fs.String("exec", "", "start the executor under test with this command line (run by /bin/sh), passing AXE_SCHEDULERS, AXE_LISTEN, AXE_TOKEN and AXE_APP")
+	execCmd := fs.String("exec", "", "start the executor under test with this command (run by /bin/sh as exec CMD), passing AXE_SCHEDULERS, AXE_LISTEN, AXE_TOKEN and AXE_APP")
 	url := fs.String("url", "", "the base URL (http://host:port) of an executor started by hand, pointed at --listen")
 	listen := fs.String("listen", conformance.ListenDefault, "address of the suite's scheduler, which the executor registers with")
 	token := fs.String("token", "", "the executor's token (empty: no signatures, signature cases skipped)")
@@ -87,7 +86,7 @@ func conformanceExecutorCmd() *ffcli.Command {
 				return err
 			}
 			if !rep.OK() {
-				return errors.New(fmt.Sprintf("%d of %d conformance cases failed", rep.Failed, len(rep.Cases)))
+				return fmt.Errorf("%d of %d conformance cases failed", rep.Failed, len(rep.Cases))
 			}
 			return nil
 		},
