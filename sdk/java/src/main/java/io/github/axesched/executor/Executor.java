@@ -69,6 +69,8 @@ public final class Executor {
     static final int MAX_RUNS_BODY = 4 << 20;
     static final int MAX_SMALL_BODY = 4 << 10;
     static final int MAX_RUNS_PER_CALL = 1000;
+    /** The most of an oversize signed body read (and dropped) to answer its 413 cleanly. */
+    static final int MAX_DRAIN = 16 << 20;
     static final int MAX_ERROR_BYTES = 64 << 10;
     static final int RESULT_BATCH_MAX = 256;
     static final int RESULT_BATCH_BYTES = 512 << 10;
@@ -369,8 +371,13 @@ public final class Executor {
                     && MessageDigest.isEqual(auth.getBytes(StandardCharsets.UTF_8),
                             ("Bearer " + cfg.token).getBytes(StandardCharsets.UTF_8));
             if (!bearerProbe && !Signatures.plausible(auth, System.currentTimeMillis())) {
-                // Nothing of an unsigned body is worth reading: answer before it is.
-                reply(ex, 401, Map.of("error", Signatures.BAD_SIGNATURE), declared != 0);
+                // An unsigned body is read only when it is small (and then only to keep the
+                // connection usable); a larger one is answered before it is read.
+                boolean small = declared >= 0 && declared <= MAX_SMALL_BODY;
+                if (small) {
+                    ex.getRequestBody().readNBytes(MAX_SMALL_BODY);
+                }
+                reply(ex, 401, Map.of("error", Signatures.BAD_SIGNATURE), !small);
                 return;
             }
         }
@@ -379,16 +386,16 @@ public final class Executor {
             case PATH_RUNS -> MAX_RUNS_BODY;
             default -> MAX_SMALL_BODY;
         };
-        if (declared > limit) {
-            reply(ex, 413, Map.of("error", "request body over the limit of " + limit + " bytes for " + path), true);
-            return;
-        }
-        byte[] body;
-        try (InputStream in = ex.getRequestBody()) {
+        byte[] body = null;
+        InputStream in = ex.getRequestBody();
+        if (declared <= limit) {
             body = in.readNBytes(limit + 1);
         }
-        if (body.length > limit) {
-            reply(ex, 413, Map.of("error", "request body over the limit of " + limit + " bytes for " + path), true);
+        if (body == null || body.length > limit) {
+            // A signed caller's body over the limit is read on (up to MAX_DRAIN) and dropped
+            // before the 413, so that closing the connection does not reset the answer away.
+            boolean drained = declared >= 0 && declared <= MAX_DRAIN && drain(in, MAX_DRAIN);
+            reply(ex, 413, Map.of("error", "request body over the limit of " + limit + " bytes for " + path), !drained);
             return;
         }
         String epochHeader = ex.getRequestHeaders().getFirst("X-Axe-Epoch");
@@ -450,6 +457,23 @@ public final class Executor {
             a = new Answer(400, Map.of("error", e.getMessage()));
         }
         reply(ex, a.code(), a.body(), false);
+    }
+
+    /**
+     * Reads and drops up to max bytes of in; whether it ended. (The server's body stream does
+     * not bound skip() by the body's length, so it is read.)
+     */
+    private static boolean drain(InputStream in, int max) throws IOException {
+        byte[] buf = new byte[64 << 10];
+        long total = 0;
+        int n;
+        while ((n = in.read(buf)) >= 0) {
+            total += n;
+            if (total > max) {
+                return false;
+            }
+        }
+        return true;
     }
 
     private static long declaredLength(HttpExchange ex) {
