@@ -1,6 +1,7 @@
 import io.github.axesched.executor.CancelledException;
 import io.github.axesched.executor.Config;
 import io.github.axesched.executor.Executor;
+import io.github.axesched.executor.StderrLogger;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.Map;
@@ -18,7 +19,8 @@ public final class Echo {
                 .app(env("AXE_APP", "echo"))
                 .schedulers(Arrays.stream(schedulers.split(",")).map(String::trim).filter(s -> !s.isEmpty()).toList())
                 .listen(env("AXE_LISTEN", "127.0.0.1:9100"))
-                .token(env("AXE_TOKEN", "")));
+                .token(env("AXE_TOKEN", ""))
+                .logger(new StderrLogger(System.Logger.Level.INFO)));
         ex.handle("echo", ctx -> {
             Map<?, ?> p = ctx.params() instanceof Map<?, ?> m ? m : Map.of();
             if (p.get("sleep_ms") instanceof Number n) {

@@ -103,6 +103,11 @@ public final class Executor {
     private final AtomicInteger registrations = new AtomicInteger();
     private volatile boolean registered;
     private volatile long heartbeatMs;
+    /**
+     * The protocol version of the scheduler, from its last registration answer (absent = 1). A
+     * version 1 scheduler signs calls without the incarnation, and they are checked so.
+     */
+    private volatile int schedulerVersion = PROTOCOL_VERSION;
 
     private HttpServer server;
     private ExecutorService httpPool;
@@ -278,13 +283,24 @@ public final class Executor {
         body.put("incarnation", incarnation);
         SchedulerClient.Response r = control.post(PATH_REGISTER, Json.bytes(body));
         if (r.status() == 200) {
+            int version = 1;
             try {
-                if (Json.parse(r.body()) instanceof Map<?, ?> m && m.get("heartbeat_interval_ms") instanceof Long hb && hb > 0) {
-                    heartbeatMs = Math.min(cfg.heartbeatInterval.toMillis(), hb);
+                if (Json.parse(r.body()) instanceof Map<?, ?> m) {
+                    if (m.get("heartbeat_interval_ms") instanceof Long hb && hb > 0) {
+                        heartbeatMs = Math.min(cfg.heartbeatInterval.toMillis(), hb);
+                    }
+                    if (m.get("version") instanceof Long v && v > 0) {
+                        version = (int) Math.min(v, PROTOCOL_VERSION);
+                    }
                 }
             } catch (Json.ParseException e) {
                 log.log(Level.WARNING, "registration answer is not JSON: " + e.getMessage());
             }
+            if (version < PROTOCOL_VERSION && dispatchKey != null) {
+                log.log(Level.WARNING, "the scheduler speaks protocol version " + version
+                        + ": its calls are signed without this executor's incarnation; upgrade it to bind them");
+            }
+            schedulerVersion = version;
             registered = true;
             registrations.incrementAndGet();
             return;
@@ -340,7 +356,9 @@ public final class Executor {
         body.put("app", cfg.app);
         body.put("address", address);
         body.put("running", n);
-        body.put("incarnation", incarnation);
+        if (schedulerVersion >= 2) {
+            body.put("incarnation", incarnation);
+        }
         SchedulerClient.Response r = control.post(PATH_HEARTBEAT, Json.bytes(body));
         if (r.status() != 200 && r.status() != 404) {
             log.log(Level.WARNING, "heartbeat answered " + r.status());
@@ -404,7 +422,9 @@ public final class Executor {
             String epochText = epochHeader == null ? "" : epochHeader;
             long now = System.currentTimeMillis();
             String bad;
-            if (inc == null || inc.isEmpty()) {
+            if (schedulerVersion < 2) {
+                bad = Signatures.verify(dispatchKey, auth, address, path, epochText, null, body, now);
+            } else if (inc == null || inc.isEmpty()) {
                 bad = Signatures.BAD_SIGNATURE;
             } else if (!inc.equals(incarnation)) {
                 // Say "another incarnation" only for a call validly signed for the one it names:
@@ -1079,8 +1099,7 @@ public final class Executor {
             accepting = false;
         }
         long t0 = System.nanoTime();
-        deregister();
-        log.log(Level.INFO, "deregistered in " + ms(t0) + " ms");
+        deregister(t0);
         boolean drained = true;
         t0 = System.nanoTime();
         synchronized (mu) {
@@ -1113,7 +1132,7 @@ public final class Executor {
         return (System.nanoTime() - t0) / 1_000_000;
     }
 
-    private void deregister() {
+    private void deregister(long t0) {
         if (!registered && registrations.get() == 0) {
             return;
         }
@@ -1123,7 +1142,9 @@ public final class Executor {
         body.put("incarnation", incarnation);
         try {
             SchedulerClient.Response r = control.post(PATH_DEREGISTER, Json.bytes(body));
-            if (r.status() != 200) {
+            if (r.status() == 200) {
+                log.log(Level.INFO, "deregistered in " + ms(t0) + " ms");
+            } else {
                 log.log(Level.WARNING, "deregister answered " + r.status() + ": " + new String(r.body(), StandardCharsets.UTF_8));
             }
         } catch (IOException e) {

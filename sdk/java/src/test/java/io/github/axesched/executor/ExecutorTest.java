@@ -256,6 +256,21 @@ public class ExecutorTest implements AutoCloseable {
         Check.isTrue(sched.recordedFor("s1").isEmpty(), "nothing ran");
     }
 
+    public void testVersion1SchedulerSignsWithoutIncarnation() throws Exception {
+        sched = scheduler();
+        sched.version1 = true;
+        start(c -> c.heartbeatInterval(Duration.ofMillis(20)));
+        byte[] body = run("v1", "t", "echo", "").getBytes(StandardCharsets.UTF_8);
+        Check.eq(202, call("/axe/run", body, null, null, true).code(), "a v1 signature from a v1 scheduler");
+        Check.eq(401, call("/axe/run", body, null, null, false).code(), "still no unsigned call");
+        Check.waitFor(() -> {
+            synchronized (sched) {
+                return !sched.heartbeats.isEmpty();
+            }
+        }, "a heartbeat");
+        Check.isTrue(!sched.heartbeats.get(0).containsKey("incarnation"), "no incarnation sent to a v1 scheduler");
+    }
+
     public void testUnsignedLargeBodyRefusedBeforeReading() throws Exception {
         start(c -> {});
         String[] hp = ex.address().split(":");

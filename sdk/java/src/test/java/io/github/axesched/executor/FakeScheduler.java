@@ -29,6 +29,8 @@ final class FakeScheduler implements AutoCloseable {
     volatile int heartbeatStatus = 200;
     volatile String backupOf;
     volatile String wantToken;
+    /** Answer registrations as a scheduler of protocol version 1 (no "version"). */
+    volatile boolean version1;
 
     FakeScheduler() throws IOException {
         server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 64);
@@ -70,7 +72,8 @@ final class FakeScheduler implements AutoCloseable {
                     synchronized (this) {
                         registrations.add(m);
                     }
-                    reply(ex, 200, "{\"heartbeat_interval_ms\":10000,\"lost_after_ms\":30000,\"version\":2}");
+                    reply(ex, 200, version1 ? "{\"heartbeat_interval_ms\":10000,\"lost_after_ms\":30000}"
+                            : "{\"heartbeat_interval_ms\":10000,\"lost_after_ms\":30000,\"version\":2}");
                 }
                 case "/api/v1/executors/heartbeat" -> {
                     synchronized (this) {
