@@ -80,6 +80,15 @@ public final class Executor {
     public static final String CAUSE_DEADLINE = "context deadline exceeded";
     public static final String CAUSE_SHUTDOWN = "executor: executor shut down";
 
+    static {
+        // The JDK's server writes a response's headers and body in separate packets; without
+        // TCP_NODELAY each small answer waits out the peer's delayed ACK (~40 ms). The property
+        // is read once, when the first server is made, so set it before that.
+        if (System.getProperty("sun.net.httpserver.nodelay") == null) {
+            System.setProperty("sun.net.httpserver.nodelay", "true");
+        }
+    }
+
     private final Config cfg;
     private final System.Logger log;
     private final byte[] dispatchKey;

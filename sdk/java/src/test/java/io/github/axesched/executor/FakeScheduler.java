@@ -32,6 +32,10 @@ final class FakeScheduler implements AutoCloseable {
     /** Answer registrations as a scheduler of protocol version 1 (no "version"). */
     volatile boolean version1;
 
+    static {
+        System.setProperty("sun.net.httpserver.nodelay", "true");
+    }
+
     FakeScheduler() throws IOException {
         server = HttpServer.create(new InetSocketAddress("127.0.0.1", 0), 64);
         server.setExecutor(Executors.newFixedThreadPool(8, r -> {
