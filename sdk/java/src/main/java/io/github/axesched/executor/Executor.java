@@ -69,6 +69,8 @@ public final class Executor {
     static final int MAX_RUNS_BODY = 4 << 20;
     static final int MAX_SMALL_BODY = 4 << 10;
     static final int MAX_RUNS_PER_CALL = 1000;
+    /** Threads serving HTTP requests. */
+    static final int HTTP_THREADS = 16;
     /** The most of an oversize signed body read (and dropped) to answer its 413 cleanly. */
     static final int MAX_DRAIN = 16 << 20;
     static final int MAX_ERROR_BYTES = 64 << 10;
@@ -215,7 +217,12 @@ public final class Executor {
         String host = bind.getHostString();
         address = cfg.advertise != null ? cfg.advertise : (host.contains(":") ? "[" + host + "]" : host) + ":" + port;
 
-        httpPool = new ThreadPoolExecutor(4, 64, 60, TimeUnit.SECONDS, new LinkedBlockingQueue<>(), threads("axe-http"));
+        // Requests only parse, check and queue runs; a few threads keep up with the scheduler's
+        // 8 calls in flight, and more let a slow client not hold the rest up.
+        ThreadPoolExecutor hp = new ThreadPoolExecutor(HTTP_THREADS, HTTP_THREADS, 60, TimeUnit.SECONDS,
+                new LinkedBlockingQueue<>(), threads("axe-http"));
+        hp.allowCoreThreadTimeOut(true);
+        httpPool = hp;
         server.setExecutor(httpPool);
         server.createContext("/", this::serve);
         pool = new ThreadPoolExecutor(cfg.poolSize, cfg.poolSize, 0, TimeUnit.SECONDS, new LinkedBlockingQueue<>(),

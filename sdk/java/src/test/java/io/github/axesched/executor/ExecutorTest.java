@@ -218,6 +218,42 @@ public class ExecutorTest implements AutoCloseable {
         Check.eq(400, call("/axe/kill", "{}", null).code(), "no ticket");
     }
 
+    public void testKillOfQueuedRunNeverStartsIt() throws Exception {
+        start(c -> c.poolSize(1));
+        Check.eq(202, call("/axe/run", run("q1", "t1", "block", ""), null).code(), "runs");
+        Check.eq(202, call("/axe/run", run("q2", "t2", "echo", ""), null).code(), "queued behind it");
+        Check.eq(200, call("/axe/kill", "{\"ticket\":\"q2\"}", null).code(), "killed while queued");
+        release.countDown();
+        Check.waitFor(() -> sched.recordedFor("q2").size() == 1, "the result");
+        Check.eq("handler not started: executor: run killed", sched.recordedFor("q2").get(0).get("error"), "error");
+    }
+
+    public void testOutputOfObjectsAndLimits() throws Exception {
+        start(c -> c.outputLimit(8));
+        Check.eq(202, call("/axe/run", run("o1", "t", "echo", ",\"params\":{\"abcdefghij\":1}"), null).code(), "accepted");
+        Check.waitFor(() -> sched.recordedFor("o1").size() == 1, "the result");
+        Check.eq("ghij\":1}", sched.recordedFor("o1").get(0).get("output"), "the output's last 8 bytes");
+        Check.eq("{\"a\":[1,2]}", Json.write(Map.of("a", List.of(1, 2))), "a map as JSON");
+        Check.eq("é€😀", Executor.clipTail("xé€😀", 9), "the tail, whole characters only");
+        Check.eq("xé", Executor.clipHead("xé€😀", 4), "the head, whole characters only");
+        Check.eq("boom (executor: run killed)", Executor.errorOf(new RuntimeException("boom"), "executor: run killed"),
+                "an error while cancelled names both");
+        Check.eq("context deadline exceeded", Executor.errorOf(new InterruptedException(), "context deadline exceeded"),
+                "an interruption reports the cause");
+    }
+
+    public void testInMemoryDedupStoreBounds() {
+        InMemoryDedupStore s = new InMemoryDedupStore(2);
+        long now = System.currentTimeMillis();
+        s.put("a", new DedupStore.Finished("success", "", new byte[0], now + 60_000));
+        s.put("b", new DedupStore.Finished("success", "", new byte[0], now + 60_000));
+        s.put("c", new DedupStore.Finished("failed", "x", new byte[0], now + 60_000));
+        Check.eq(2, s.size(), "bounded");
+        Check.isTrue(s.get("a", now) == null, "the oldest went first");
+        Check.eq("x", s.get("c", now).error(), "the newest is kept");
+        Check.isTrue(s.get("b", now + 60_000) == null, "expired at its time");
+    }
+
     public void testDeadlineInterruptsHandler() throws Exception {
         start(c -> {});
         long deadline = System.currentTimeMillis() + 200;
