@@ -87,4 +87,9 @@ else
 	fail "the echo executor did not deregister"
 fi
 grep -q "drained runs and results" "$work/echo.log" || fail "the echo executor did not drain"
-echo "e2e: PASS: the run recorded success with the echo's output; the executor drained, $dereg and exited 0"
+if grep -q "speaks protocol version 1" "$work/echo.log"; then
+	proto="protocol version 1 (calls signed without the incarnation)"
+else
+	proto="protocol version 2 (calls signed for this incarnation)"
+fi
+echo "e2e: PASS ($proto): the run recorded success with the echo's output; the executor drained, $dereg and exited 0"
