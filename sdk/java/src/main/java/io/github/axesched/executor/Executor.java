@@ -326,7 +326,7 @@ public final class Executor {
         if (r.status() == 400) {
             throw new ExecutorException(ExecutorException.Kind.REGISTRATION_REJECTED, "cannot register: " + why, null);
         }
-        if (r.status() == 401) {
+        if (r.status() == 401 || r.status() == 403) {
             throw new ExecutorException(ExecutorException.Kind.UNAUTHORIZED, "cannot register: " + why, null);
         }
         throw new IOException("cannot register: " + why);

@@ -10,7 +10,7 @@ public class ExecutorException extends Exception {
         INVALID_CONFIG,
         /** The scheduler refused the registration (400): retrying cannot fix it. */
         REGISTRATION_REJECTED,
-        /** The scheduler refused the token (401). */
+        /** The scheduler refused the token (401), or it may not act for this app (403). */
         UNAUTHORIZED,
         /** Anything else (e.g. the listen address is taken). */
         OTHER

@@ -39,6 +39,18 @@ public class SignaturesTest {
                         "inc_A-1234567890abcdef", "{\"runs\":[]}".getBytes(StandardCharsets.UTF_8))), "v2 runs with epoch");
     }
 
+    public void testKnownAnswersOfTheProtocolDocument() {
+        // docs/protocol.md, Authentication: "Known answers, to check an implementation in another language".
+        byte[] key = Signatures.dispatchKey("exec-token");
+        Check.eq("a2042d7328aaf0811706284b29fbe1392857da6edefce919969a61c301220742", Signatures.hex(key), "key");
+        byte[] body = "{\"ticket\":\"t-1\"}".getBytes(StandardCharsets.UTF_8);
+        Check.eq("f7492a3a2d38ece67530fd171e430196285a8e863ccfdeaeb1ab192940e1487e",
+                Signatures.hex(Signatures.signature(key, 1700000000000L, "10.0.0.7:9100", "/axe/run", "5", null, body)), "v1");
+        Check.eq("f425c2c9908c3a889a8710a4fe2decf21b0c481cc671622ee9cc15970bb6df9d",
+                Signatures.hex(Signatures.signature(key, 1700000000000L, "10.0.0.7:9100", "/axe/run", "5",
+                        "0123456789abcdef0123456789abcdef", body)), "v2");
+    }
+
     public void testVerify() {
         byte[] key = Signatures.dispatchKey("s3cret-token");
         String inc = "0123456789abcdef0123456789abcdef";
