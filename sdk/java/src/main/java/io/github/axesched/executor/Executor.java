@@ -251,7 +251,7 @@ public final class Executor {
             shutdownNow();
             throw e;
         } catch (IOException e) {
-            log.log(Level.WARNING, "cannot register yet, retrying at every heartbeat: " + e.getMessage());
+            log.log(Level.WARNING, "cannot register yet, retrying at every heartbeat: " + describe(e));
         }
         scheduleHeartbeat();
         log.log(Level.INFO, "executor " + cfg.app + " serving at " + address + " (incarnation " + incarnation + ")");
@@ -356,7 +356,7 @@ public final class Executor {
                 register();
             }
         } catch (ExecutorException | IOException e) {
-            log.log(Level.WARNING, e.getMessage());
+            log.log(Level.WARNING, describe(e));
         } catch (RuntimeException e) {
             log.log(Level.ERROR, "heartbeat failed", e);
         }
@@ -1006,7 +1006,7 @@ public final class Executor {
             try {
                 code = results.post(PATH_CALLBACK, d.body).status();
             } catch (IOException e) {
-                log.log(Level.WARNING, "cannot send the result of " + d.ticket + ": " + e.getMessage());
+                log.log(Level.WARNING, "cannot send the result of " + d.ticket + ": " + describe(e));
                 code = -1;
             }
             settle(d, code);
@@ -1030,7 +1030,7 @@ public final class Executor {
                 log.log(Level.WARNING, "result batch answered " + r.status());
             }
         } catch (IOException | Json.ParseException e) {
-            log.log(Level.WARNING, "cannot send a batch of " + batch.size() + " results: " + e.getMessage());
+            log.log(Level.WARNING, "cannot send a batch of " + batch.size() + " results: " + describe(e));
         }
         for (int i = 0; i < batch.size(); i++) {
             int code = -1;
@@ -1144,6 +1144,12 @@ public final class Executor {
         return drained;
     }
 
+    /** An exception's message, or its class when it has none (a refused connection has none). */
+    static String describe(Exception e) {
+        String m = e.getMessage();
+        return m == null || m.isEmpty() ? e.getClass().getSimpleName() : m;
+    }
+
     private static long ms(long t0) {
         return (System.nanoTime() - t0) / 1_000_000;
     }
@@ -1164,7 +1170,7 @@ public final class Executor {
                 log.log(Level.WARNING, "deregister answered " + r.status() + ": " + new String(r.body(), StandardCharsets.UTF_8));
             }
         } catch (IOException e) {
-            log.log(Level.WARNING, "cannot deregister: " + e.getMessage());
+            log.log(Level.WARNING, "cannot deregister: " + describe(e));
         }
     }
 
