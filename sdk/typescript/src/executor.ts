@@ -1116,7 +1116,7 @@ function bodyLimit(path: string): number {
 }
 
 function header(req: http.IncomingMessage, name: string): string | undefined {
-  const v = req.headers[name];
+  const v = req.headers[name.toLowerCase()];
   return Array.isArray(v) ? v.join(", ") : v;
 }
 

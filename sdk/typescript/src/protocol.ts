@@ -18,11 +18,11 @@ export const PATH_RUNS = "/axe/runs";
 export const PATH_KILL = "/axe/kill";
 export const PATH_BEAT = "/axe/beat";
 
-export const HEADER_TASK = "x-axe-task";
-export const HEADER_TICKET = "x-axe-ticket";
-export const HEADER_ATTEMPT = "x-axe-attempt";
-export const HEADER_EPOCH = "x-axe-epoch";
-export const HEADER_INCARNATION = "x-axe-incarnation";
+export const HEADER_TASK = "X-Axe-Task";
+export const HEADER_TICKET = "X-Axe-Ticket";
+export const HEADER_ATTEMPT = "X-Axe-Attempt";
+export const HEADER_EPOCH = "X-Axe-Epoch";
+export const HEADER_INCARNATION = "X-Axe-Incarnation";
 
 /** Bounds an app, a task, a handler, a group, a kind and a ticket, in UTF-8 bytes. */
 export const MAX_NAME_BYTES = 256;
