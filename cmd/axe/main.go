@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 		Subcommands: []*ffcli.Command{
 			serveCmd(),
 			agentCmd(),
+			conformanceCmd(),
 			taskCmd(),
 			groupCmd(),
 			executorsCmd(),
