@@ -53,9 +53,13 @@ export function fieldPath(parent: string, key: string | number): string {
   return parent === "" ? key : `${parent}.${key}`;
 }
 
-/** Scans text as exactly one JSON value, strictly; the error names the field at fault. */
-export function scan(text: string): JsonNode {
-  const s = new Scanner(text);
+/**
+ * Scans text as exactly one JSON value, strictly; the error names the field at fault.
+ * invalidAt, when given, is where text holds a replacement for invalid UTF-8: reaching it in
+ * a string refuses that string's field.
+ */
+export function scan(text: string, invalidAt = -1): JsonNode {
+  const s = new Scanner(text, invalidAt);
   s.skipSpace();
   if (s.pos >= text.length) throw new FieldError("", "invalid JSON: empty body");
   const v = s.value("", 0);
@@ -64,10 +68,49 @@ export function scan(text: string): JsonNode {
   return v;
 }
 
-/** Reads bytes as one strict JSON value: decodeUTF8, then scan. */
+/**
+ * Reads bytes as one strict JSON value: decodeUTF8, then scan. A body with invalid UTF-8 is
+ * refused naming the field whose string holds the first invalid byte.
+ */
 export function parseStrict(bytes: Uint8Array): { text: string; node: JsonNode } {
-  const text = decodeUTF8(bytes);
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    // Scan the text with the invalid bytes replaced, stopping at the first of them, to name
+    // the field it is in (or the syntax error before it).
+    const bad = firstInvalidUTF8(bytes);
+    const at = lenient.decode(bytes.subarray(0, bad)).length;
+    scan(lenient.decode(bytes), at);
+    throw new FieldError("", "invalid UTF-8 in the body");
+  }
   return { text, node: scan(text) };
+}
+
+const lenient = new TextDecoder("utf-8", { fatal: false, ignoreBOM: true });
+
+/** The offset of the first byte of bytes that starts no valid UTF-8 sequence (bytes.length when none). */
+export function firstInvalidUTF8(bytes: Uint8Array): number {
+  const cont = (i: number, lo = 0x80, hi = 0xbf) => i < bytes.length && bytes[i]! >= lo && bytes[i]! <= hi;
+  let i = 0;
+  while (i < bytes.length) {
+    const b = bytes[i]!;
+    let n: number;
+    if (b < 0x80) n = 1;
+    else if (b >= 0xc2 && b <= 0xdf) n = cont(i + 1) ? 2 : 0;
+    else if (b >= 0xe0 && b <= 0xef) {
+      const lo = b === 0xe0 ? 0xa0 : 0x80;
+      const hi = b === 0xed ? 0x9f : 0xbf;
+      n = cont(i + 1, lo, hi) && cont(i + 2) ? 3 : 0;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      const lo = b === 0xf0 ? 0x90 : 0x80;
+      const hi = b === 0xf4 ? 0x8f : 0xbf;
+      n = cont(i + 1, lo, hi) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+    } else n = 0;
+    if (n === 0) return i;
+    i += n;
+  }
+  return i;
 }
 
 /** The plain JavaScript value of a node (numbers as JavaScript numbers). */
@@ -125,7 +168,10 @@ export function kindName(node: JsonNode): string {
 
 class Scanner {
   pos = 0;
-  constructor(readonly text: string) {}
+  constructor(
+    readonly text: string,
+    readonly invalidAt = -1,
+  ) {}
 
   skipSpace(): void {
     const t = this.text;
@@ -221,6 +267,7 @@ class Scanner {
         this.pos = p;
         this.fail(field, "unterminated string");
       }
+      if (p === this.invalidAt) throw new FieldError(field, "invalid UTF-8 in a string");
       const c = t.charCodeAt(p);
       if (c === 0x22) {
         out += t.slice(from, p);

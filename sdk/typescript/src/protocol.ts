@@ -139,7 +139,8 @@ export function runFromNode(text: string, node: JsonNode): RunRequest {
     group: f.string("group", false, MAX_NAME_BYTES),
     kind: f.string("kind", false, MAX_NAME_BYTES),
     scheduledAt: f.int("scheduled_at", false, 0, Number.MAX_SAFE_INTEGER) ?? 0,
-    dedupTtlMs: f.int("dedup_ttl_ms", false, 0, MAX_DEDUP_TTL_MS) ?? 0,
+    // A longer memory than the executor keeps is its own policy: held to MAX_DEDUP_TTL_MS.
+    dedupTtlMs: Math.min(f.int("dedup_ttl_ms", false, 0, Number.MAX_SAFE_INTEGER) ?? 0, MAX_DEDUP_TTL_MS),
     epoch: f.int("epoch", false, 0, Number.MAX_SAFE_INTEGER) ?? 0,
     shard: f.int("shard", false, 0, SHARD_COUNT - 1),
     parallel: f.bool("parallel"),

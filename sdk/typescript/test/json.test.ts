@@ -1,6 +1,6 @@
 import * as assert from "node:assert/strict";
 import { test } from "node:test";
-import { FieldError, MAX_DEPTH, compactText, decodeUTF8, parseStrict, scan, toValue } from "../src/json.js";
+import { FieldError, MAX_DEPTH, compactText, decodeUTF8, firstInvalidUTF8, parseStrict, scan, toValue } from "../src/json.js";
 import { decodeKill, decodeRun, decodeRuns } from "../src/protocol.js";
 
 const enc = (s: string) => Buffer.from(s, "utf8");
@@ -54,6 +54,18 @@ test("invalid UTF-8 is refused, and a byte order mark is not skipped", () => {
   refused(() => parseStrict(Uint8Array.from([0xef, 0xbb, 0xbf, 0x7b, 0x7d])), "", /invalid JSON/);
 });
 
+test("invalid UTF-8 in a string names its field", () => {
+  const body = (pre: string, bad: number[], post: string) => Uint8Array.from([...enc(pre), ...bad, ...enc(post)]);
+  refused(() => parseStrict(body(`{"ticket":"a","task":"x`, [0xff], `y"}`)), "task", /invalid UTF-8 in a string/);
+  refused(() => parseStrict(body(`{"params":{"list":["ok","é`, [0xc3], `"]}}`)), "params.list[1]", /invalid UTF-8 in a string/);
+  refused(() => parseStrict(body(`{"a`, [0xed, 0xa0, 0x80], `":1}`)), "", /invalid UTF-8 in a string/);
+  refused(() => parseStrict(body(`{"a":1,`, [0xfe], `}`)), "", /invalid JSON at character 7/);
+  assert.equal(firstInvalidUTF8(enc("é✓😀")), enc("é✓😀").length);
+  assert.equal(firstInvalidUTF8(Uint8Array.from([0x61, 0xf0, 0x9f, 0x98])), 1);
+  assert.equal(firstInvalidUTF8(Uint8Array.from([0x61, 0xf4, 0x90, 0x80, 0x80])), 1);
+  assert.equal(firstInvalidUTF8(Uint8Array.from([0xe0, 0x80, 0x80])), 0);
+});
+
 test("syntax errors, trailing data and empty bodies are refused", () => {
   for (const [doc, words] of [
     [``, /empty body/], [`   `, /empty body/], [`{} {}`, /trailing data/], [`{}x`, /trailing data/], [`{"a":1,}`, /expected a key/],
@@ -102,7 +114,8 @@ test("a run: unknown fields ignored, required fields checked, types and ranges c
   refused(() => decodeRun(enc(JSON.stringify({ ...base, shard: -1 }))), "shard", /between 0 and 255/);
   refused(() => decodeRun(enc(JSON.stringify({ ...base, epoch: -3 }))), "epoch", /between 0/);
   refused(() => decodeRun(enc(JSON.stringify({ ...base, parallel: "yes" }))), "parallel", /bool/);
-  refused(() => decodeRun(enc(JSON.stringify({ ...base, dedup_ttl_ms: 31 * 24 * 3600 * 1000 }))), "dedup_ttl_ms", /between/);
+  assert.equal(decodeRun(enc(JSON.stringify({ ...base, dedup_ttl_ms: 31 * 24 * 3600 * 1000 }))).dedupTtlMs, 30 * 24 * 3600 * 1000);
+  refused(() => decodeRun(enc(JSON.stringify({ ...base, dedup_ttl_ms: -1 }))), "dedup_ttl_ms", /between 0/);
   refused(() => decodeRun(enc(JSON.stringify({ ...base, ticket: "é".repeat(129) }))), "ticket", /longer than 256 bytes/);
   refused(() => decodeRun(enc(JSON.stringify({ ...base, handler: 7 }))), "handler", /string, got number/);
   refused(() => decodeRun(enc(`[1]`)), "", /must be a JSON object, got array/);

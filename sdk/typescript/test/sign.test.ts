@@ -2,7 +2,8 @@ import * as assert from "node:assert/strict";
 import { test } from "node:test";
 import { BAD_SIGNATURE, dispatchKey, parseSignature, plausibleCall, signature, signCall, verifyCall } from "../src/sign.js";
 
-// Vectors computed by the Go side: protocol.DispatchKey, and HMAC-SHA256 under that key over
+// Vectors computed by the Go side (protocol.DispatchKey and protocol.SignCallV2): the key, and
+// HMAC-SHA256 under it over
 // "axe-dispatch-v2\n" + t + "\n" + address + "\n" + path + "\n" + epoch + "\n" + incarnation + "\n" + body.
 const keys: Array<[string, string]> = [
   ["s3cret-token-0123456789", "17f24e800242214b4d5f2134f7dfa1ab48644aca2861a781ac08c99114e7b779"],
