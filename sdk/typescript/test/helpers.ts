@@ -28,10 +28,10 @@ export class FakeScheduler {
   private server!: http.Server;
   url = "";
 
-  static async start(respond?: Responder): Promise<FakeScheduler> {
+  static async start(respond?: Responder, tls?: https.ServerOptions): Promise<FakeScheduler> {
     const s = new FakeScheduler();
     if (respond !== undefined) s.respond = respond;
-    s.server = http.createServer((req, res) => {
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
@@ -51,10 +51,11 @@ export class FakeScheduler {
         if (held === undefined) answer();
         else void held.then(answer);
       });
-    });
+    };
+    s.server = tls !== undefined ? https.createServer(tls, handler) : http.createServer(handler);
     await new Promise<void>((r) => s.server.listen(0, "127.0.0.1", r));
     const a = s.server.address() as { port: number };
-    s.url = `http://127.0.0.1:${a.port}`;
+    s.url = `${tls !== undefined ? "https" : "http"}://127.0.0.1:${a.port}`;
     return s;
   }
 
