@@ -65,8 +65,12 @@ func caseRegistration(_ context.Context, s *suite) (string, error) {
 	if r.Version != protocol.Version {
 		bad("version %d, want %d", r.Version, protocol.Version)
 	}
-	if !protocol.ValidIncarnation(r.Incarnation) {
-		bad("incarnation %q is not 16-64 characters of [A-Za-z0-9_-]", r.Incarnation)
+	switch {
+	case r.Incarnation == "":
+		bad("no incarnation")
+	case !protocol.ValidIncarnation(r.Incarnation):
+		bad("incarnation %q is not %d-%d characters of [A-Za-z0-9_-]", r.Incarnation,
+			protocol.MinIncarnationBytes, protocol.MaxIncarnationBytes)
 	}
 	if len(problems) > 0 {
 		return "", errors.New(strings.Join(problems, "; "))
@@ -98,7 +102,7 @@ func caseHeartbeat(ctx context.Context, s *suite) (string, error) {
 	if hb.Running < 0 {
 		return "", fmt.Errorf("running %d is negative", hb.Running)
 	}
-	if hb.Incarnation != s.reg.Incarnation {
+	if hb.Incarnation != "" && hb.Incarnation != s.reg.Incarnation {
 		return "", fmt.Errorf("heartbeat incarnation %q, registered %q", hb.Incarnation, s.reg.Incarnation)
 	}
 	return fmt.Sprintf("running %d", hb.Running), nil
@@ -569,7 +573,7 @@ func caseOversize(ctx context.Context, s *suite) (string, error) {
 	ticket := s.ticket("oversize")
 	s.refusedRun("oversize", ticket)
 	big := `{"pad":"` + strings.Repeat("x", 1<<20) + `"}`
-	r, err := s.do(ctx, call{path: protocol.PathRun, body: runBody(ticket, runSpec{task: s.task("oversize"), params: big})})
+	r, err := s.early(ctx, protocol.PathRun, runBody(ticket, runSpec{task: s.task("oversize"), params: big}))
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -421,6 +422,43 @@ func (s *suite) once(ctx context.Context, c call) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	return reply{code: resp.StatusCode, body: b}, nil
+}
+
+// early makes a signed POST whose answer may come before its body is read, as a 413 does:
+// the body is written on a connection of its own while the answer is read, so that an
+// executor that answers and closes without reading the rest is judged by its answer, not by
+// the failed write.
+func (s *suite) early(ctx context.Context, path string, body []byte) (reply, error) {
+	host := strings.TrimPrefix(s.baseURL(), "http://")
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s: %w", path, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(s.cfg.WaitTimeout))
+	var head bytes.Buffer
+	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
+		path, host, len(body))
+	if auth := s.sign(time.Now(), path, "", s.reg.Incarnation, body); auth != "" {
+		fmt.Fprintf(&head, "Authorization: %s\r\n", auth)
+	}
+	if s.reg.Incarnation != "" {
+		fmt.Fprintf(&head, "%s: %s\r\n", protocol.HeaderIncarnation, s.reg.Incarnation)
+	}
+	head.WriteString("\r\n")
+	go func() {
+		if _, err := conn.Write(head.Bytes()); err == nil {
+			_, _ = conn.Write(body) // fails once the executor closes the connection: expected
+		}
+	}()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return reply{}, fmt.Errorf("POST %s: no answer: %w", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return reply{code: resp.StatusCode, body: b}, nil
 }
 

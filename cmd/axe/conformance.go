@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -87,7 +86,7 @@ func conformanceExecutorCmd() *ffcli.Command {
 				return err
 			}
 			if !rep.OK() {
-				return errors.New(fmt.Sprintf("%d of %d conformance cases failed", rep.Failed, len(rep.Cases)))
+				return fmt.Errorf("%d of %d conformance cases failed", rep.Failed, len(rep.Cases))
 			}
 			return nil
 		},
