@@ -311,7 +311,17 @@ export class Executor {
     server.headersTimeout = 30_000;
     server.requestTimeout = 30_000;
     server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => this.serve(req, res));
-    server.on("clientError", (_err, socket) => socket.destroy());
+    server.on("clientError", (err: NodeJS.ErrnoException, socket) => {
+      // A request HTTP cannot parse gets the protocol's error shape, as any other refusal.
+      if (socket.writable && !(err.code === "ECONNRESET")) {
+        const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
+        const body = JSON.stringify({ error: tooLarge ? "request headers too large" : "malformed HTTP request" });
+        socket.end(`HTTP/1.1 ${tooLarge ? "431 Request Header Fields Too Large" : "400 Bad Request"}\r\ncontent-type: application/json\r\n` +
+          `content-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+        return;
+      }
+      socket.destroy();
+    });
     try {
       await new Promise<void>((resolve, reject) => {
         server.once("error", reject);
