@@ -3,7 +3,7 @@
 import * as assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { DeadlineError, type DedupStore, Executor, type FinishedRun, KilledError, silentLogger } from "../src/index.js";
+import { DeadlineError, type DedupStore, Executor, type FinishedRun, KilledError, ShutdownError, silentLogger } from "../src/index.js";
 import { FakeScheduler, TOKEN, call, run, startExecutor, waitFor } from "./helpers.js";
 
 describe("registration, heartbeats, deregistration", () => {
@@ -76,6 +76,26 @@ describe("registration, heartbeats, deregistration", () => {
     assert.equal(s.resultOf(ticket)?.output, "drained");
     await s.stop();
   });
+});
+
+test("stop() that runs out of time aborts the handlers' signals with ShutdownError and rejects", async () => {
+  const s = await FakeScheduler.start();
+  let reason: unknown;
+  const ex = await startExecutor(s, {}, {
+    stuck: (ctx) => new Promise((_, reject) => ctx.signal.addEventListener("abort", () => {
+      reason = ctx.signal.reason;
+      reject(ctx.signal.reason);
+    })),
+  });
+  try {
+    assert.equal((await call(ex, "/axe/run", run({ handler: "stuck" }))).status, 202);
+    await waitFor("the handler to run", () => ex.inflight === 1);
+    await assert.rejects(ex.stop(200), /cannot stop gracefully: 200 ms passed while waiting for runs/);
+    assert.ok(reason instanceof ShutdownError, String(reason));
+    assert.equal(s.on("/api/v1/executors/deregister").length, 1);
+  } finally {
+    await s.stop();
+  }
 });
 
 describe("one executor", () => {
