@@ -56,11 +56,10 @@ export class MemoryDedupStore implements DedupStore {
   }
 
   put(ticket: string, run: FinishedRun, now: number): void {
-    let dropped = 0;
-    for (const [k, v] of this.entries) {
-      if (dropped === 2 || now < v.expiresAt) break;
+    for (let dropped = 0; dropped < 2 && this.entries.size > 0; dropped++) {
+      const [k, v] = this.entries.entries().next().value as [string, FinishedRun];
+      if (now < v.expiresAt) break;
       this.entries.delete(k);
-      dropped++;
     }
     this.entries.delete(ticket); // a re-put moves to the young end
     this.entries.set(ticket, run);

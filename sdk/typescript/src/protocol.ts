@@ -213,6 +213,7 @@ export interface ResultBody {
 
 /** The first maxBytes UTF-8 bytes of s, cut at a character boundary. */
 export function clipStart(s: string, maxBytes: number): string {
+  if (s.length * 3 <= maxBytes || Buffer.byteLength(s, "utf8") <= maxBytes) return s;
   const b = Buffer.from(s, "utf8");
   if (b.length <= maxBytes) return s;
   let n = maxBytes;
@@ -222,6 +223,7 @@ export function clipStart(s: string, maxBytes: number): string {
 
 /** The last maxBytes UTF-8 bytes of s, starting at a character boundary. */
 export function clipTail(s: string, maxBytes: number): string {
+  if (s.length * 3 <= maxBytes || Buffer.byteLength(s, "utf8") <= maxBytes) return s;
   const b = Buffer.from(s, "utf8");
   if (b.length <= maxBytes) return s;
   let i = b.length - maxBytes;
