@@ -358,6 +358,20 @@ var mysqlMigrations = []migration{{
 		`ALTER TABLE task_def ADD COLUMN overlap_policy VARCHAR(32) NOT NULL DEFAULT 'buffer_one'`,
 		`ALTER TABLE task_def ADD COLUMN catchup_window_sec INT NOT NULL DEFAULT 0`,
 	},
+}, {
+	version: 16,
+	name:    "executor incarnations",
+	// The incarnation each executor of protocol version 2 registered (the id of its
+	// process), which the calls to it are signed for: a promoted primary, and every node of
+	// a sharded cluster, sign for the process that runs now. '' for the executors registered
+	// before, of version 1 or from a scheduler that did not keep it: their next heartbeat names
+	// another incarnation, is answered 404, and they register again. The status column also
+	// takes "left" (deregistered) from this version, which needs no change of the table. ADD
+	// COLUMN with a default is instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate
+	// column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE executor ADD COLUMN incarnation VARCHAR(64) NOT NULL DEFAULT ''`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -611,6 +625,13 @@ var sqliteMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_def ADD COLUMN overlap_policy TEXT NOT NULL DEFAULT 'buffer_one'`,
 		`ALTER TABLE task_def ADD COLUMN catchup_window_sec INTEGER NOT NULL DEFAULT 0`,
+	},
+}, {
+	version: 16,
+	name:    "executor incarnations",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE executor ADD COLUMN incarnation TEXT NOT NULL DEFAULT ''`,
 	},
 }}
 
