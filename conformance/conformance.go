@@ -170,8 +170,8 @@ func Names() []string {
 }
 
 // Run checks one executor. The error is for a suite that could not run at all (a bad
-// config, a port it cannot listen on, a command it cannot start); an executor that never
-// registers fails every case instead.
+// config, a port it cannot listen on); an executor that cannot start or never registers
+// fails every case instead, with its exit status and last output.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {

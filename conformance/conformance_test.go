@@ -156,10 +156,24 @@ func TestBrokenExecutorFails(t *testing.T) {
 	}
 }
 
+// A run answered as refused whose result arrives anyway fails its case, though the answer
+// was right.
+func TestRefusedRunThatRanFails(t *testing.T) {
+	rep, code := runCommand(t, "--token", token, "--run", "^unknown-handler$", "--exec", "env BROKEN_RUNS_REFUSED=1 "+brokenBin)
+	if code != 1 {
+		t.Errorf("exit status %d, want 1", code)
+	}
+	wantResults(t, rep, []string{"unknown-handler"}, map[string]string{"unknown-handler": conformance.Fail})
+	if c := results(rep)["unknown-handler"]; !strings.Contains(c.Reason, "yet its handler ran") {
+		t.Errorf("case unknown-handler: reason %q, want it to say the refused run ran", c.Reason)
+	}
+}
+
 // Without a token the executor checks no signatures: those cases are skipped, not passed.
+// (And AXE_APP is the app asked for.)
 func TestWithoutTokenSkipsSignatureCases(t *testing.T) {
-	re := regexp.MustCompile(`^(echo|signature-.*|incarnation|dedup-finished)$`)
-	rep, err := conformance.Run(context.Background(), conformance.Config{Exec: echoBin, Run: re})
+	re := regexp.MustCompile(`^(registration|echo|signature-.*|incarnation|dedup-finished)$`)
+	rep, err := conformance.Run(context.Background(), conformance.Config{Exec: echoBin, Run: re, App: "billing"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,5 +236,25 @@ func TestConfigIsChecked(t *testing.T) {
 		if _, err := conformance.Run(context.Background(), cfg); !errors.Is(err, conformance.ErrInvalidConfig) {
 			t.Errorf("Run(%+v) = %v, want ErrInvalidConfig", cfg, err)
 		}
+	}
+}
+
+// docs/conformance.md describes every case, in the order they run, and no other.
+func TestDocsDescribeEveryCase(t *testing.T) {
+	doc, err := os.ReadFile("../docs/conformance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cases, ok := strings.Cut(string(doc), "\n## The cases\n")
+	if !ok {
+		t.Fatal(`docs/conformance.md has no section "## The cases"`)
+	}
+	cases, _, _ = strings.Cut(cases, "\n## ")
+	var documented []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9-]+)` \\|").FindAllStringSubmatch(cases, -1) {
+		documented = append(documented, m[1])
+	}
+	if !slices.Equal(documented, conformance.Names()) {
+		t.Errorf("docs/conformance.md describes the cases %v; the suite runs %v", documented, conformance.Names())
 	}
 }

@@ -27,7 +27,6 @@ const (
 // and can refuse results and heartbeats on purpose.
 type scheduler struct {
 	token string
-	app   string
 	srv   *http.Server
 	ln    net.Listener
 
@@ -50,14 +49,13 @@ type beatCall struct {
 	code int
 }
 
-func newScheduler(listen, token, app string) (*scheduler, error) {
+func newScheduler(listen, token string) (*scheduler, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen for the executor at %s: %w", listen, err)
 	}
 	s := &scheduler{
 		token:   token,
-		app:     app,
 		ln:      ln,
 		changed: make(chan struct{}),
 		results: map[string][]protocol.Result{},

@@ -10,12 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,7 +58,7 @@ type suite struct {
 }
 
 func newSuite(cfg Config) (*suite, error) {
-	sched, err := newScheduler(cfg.Listen, cfg.Token, cfg.App)
+	sched, err := newScheduler(cfg.Listen, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (s *suite) run(ctx context.Context) Report {
 	// A refused run must never have run: look for a result of any of them, last, when
 	// every other run has had its time.
 	s.mu.Lock()
-	for _, ticket := range sortedKeys(s.refused) {
+	for _, ticket := range slices.Sorted(maps.Keys(s.refused)) {
 		name := s.refused[ticket]
 		if i, ok := index[name]; ok && s.sched.resultCount(ticket) > 0 && rep.Cases[i].Result == Pass {
 			rep.Cases[i].Result = Fail
@@ -149,15 +149,6 @@ func (s *suite) run(ctx context.Context) Report {
 		}
 	}
 	return rep
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // await starts the executor (Exec) and waits for its first registration.
@@ -429,7 +420,8 @@ func (s *suite) once(ctx context.Context, c call) (reply, error) {
 // the body is written on a connection of its own while the answer is read, so that an
 // executor that answers and closes without reading the rest is judged by its answer, not by
 // the failed write.
-func (s *suite) early(ctx context.Context, path string, body []byte) (reply, error) {
+// An unsigned call carries no Authorization header.
+func (s *suite) early(ctx context.Context, path string, body []byte, signed bool) (reply, error) {
 	host := strings.TrimPrefix(s.baseURL(), "http://")
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", host)
@@ -441,7 +433,7 @@ func (s *suite) early(ctx context.Context, path string, body []byte) (reply, err
 	var head bytes.Buffer
 	fmt.Fprintf(&head, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n",
 		path, host, len(body))
-	if auth := s.sign(time.Now(), path, "", s.reg.Incarnation, body); auth != "" {
+	if auth := s.sign(time.Now(), path, "", s.reg.Incarnation, body); auth != "" && signed {
 		fmt.Fprintf(&head, "Authorization: %s\r\n", auth)
 	}
 	if s.reg.Incarnation != "" {
@@ -559,9 +551,4 @@ func wantAccepted(what string, r reply, dup bool) error {
 		return fmt.Errorf("%s: answered %s, want {\"accepted\": true%s}", what, r, map[bool]string{true: `, "duplicate": true`}[dup])
 	}
 	return nil
-}
-
-// mentions reports whether text matches re, case-insensitively.
-func mentions(text, re string) bool {
-	return regexp.MustCompile("(?i)" + re).MatchString(text)
 }

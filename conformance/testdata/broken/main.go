@@ -2,6 +2,8 @@
 // suite's own tests: the suite must report these faults and fail. It registers, heartbeats
 // and runs the echo handler correctly, but it checks no signature (any call runs), forgets
 // every ticket (a repeated ticket runs again) and exits on SIGTERM without deregistering.
+// With BROKEN_RUNS_REFUSED set it also runs a run of an unknown handler, reporting its result
+// before it answers the run 404.
 package main
 
 import (
@@ -89,6 +91,11 @@ func handleRun(w http.ResponseWriter, r *http.Request) {
 	var run protocol.Run
 	if err := json.NewDecoder(r.Body).Decode(&run); err != nil || run.Ticket == "" {
 		reply(w, 400, protocol.Error{Error: "ticket: malformed run"})
+		return
+	}
+	if run.Handler != "echo" && os.Getenv("BROKEN_RUNS_REFUSED") != "" {
+		echo(context.Background(), run)
+		reply(w, 404, protocol.Error{Error: "unknown handler"})
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), time.UnixMilli(run.Deadline))

@@ -12,12 +12,15 @@ set -eu
 axe=${1:-axe}
 here=$(cd "$(dirname "$0")" && pwd)
 schedulers=$(printf '%s' "${AXE_SCHEDULERS:?AXE_SCHEDULERS: required}" | sed 's/,/", "/g')
+app=${AXE_APP:-echo} listen=${AXE_LISTEN:-127.0.0.1:9100} token=${AXE_TOKEN:-}
+# The agent passes its environment on to the commands it runs: not the token.
+unset AXE_SCHEDULERS AXE_APP AXE_LISTEN AXE_TOKEN
 exec "$axe" agent -c /dev/stdin <<JSON
 {
-  "app": "${AXE_APP:-echo}",
-  "listen": "${AXE_LISTEN:-127.0.0.1:9100}",
+  "app": "$app",
+  "listen": "$listen",
   "schedulers": ["$schedulers"],
-  "token": "${AXE_TOKEN:-}",
+  "token": "$token",
   "kill_grace_ms": 2000,
   "handlers": {"echo": {"command": ["/bin/sh", "$here/echo.sh"]}}
 }
