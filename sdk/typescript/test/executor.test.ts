@@ -308,12 +308,14 @@ describe("one executor", () => {
   });
 
   test("the deadline aborts the handler's signal with DeadlineError; a deadline already past never starts the handler", async () => {
-    const body = run({ handler: "wait", deadline: Date.now() + 300 });
+    const body = run({ handler: "wait", deadline: Date.now() + 1000 });
     const ticket = JSON.parse(body).ticket;
     assert.equal((await call(ex, "/axe/run", body)).status, 202);
     const res = await waitFor("the result", () => s.resultOf(ticket));
     assert.equal(res.status, "failed");
-    assert.equal(res.error, new DeadlineError().message);
+    // On a machine slow enough to reach the deadline before the handler starts, it is
+    // reported not started, for the same reason.
+    assert.ok(res.error === new DeadlineError().message || (res.error === `handler not started: ${new DeadlineError().message}` && !gates.has(ticket)), res.error);
     const past = run({ handler: "wait", deadline: Date.now() - 1000 });
     assert.equal((await call(ex, "/axe/run", past)).status, 202);
     const r2 = await waitFor("the result", () => s.resultOf(JSON.parse(past).ticket));
