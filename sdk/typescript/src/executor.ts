@@ -371,8 +371,9 @@ export class Executor {
    * Stops the executor, in this order:
    *
    *  1. /axe/run answers 503 to new runs (kill and beat keep working).
-   *  2. It deregisters, so the scheduler sends it no new run; on success heartbeats stop,
-   *     else they go on (without registering again) so a draining executor is not declared lost.
+   *  2. It deregisters, so the scheduler sends it no new run. Heartbeats go on (without
+   *     registering again, which would end the deregistration) until the drain is done, so
+   *     the scheduler does not declare the runs in flight lost.
    *  3. Runs already accepted, running or queued, finish; their signals are not aborted.
    *  4. Their results are delivered (acknowledged or finally refused).
    *  5. Heartbeats stop; the server closes.
@@ -401,9 +402,9 @@ export class Executor {
     this.stopping = true;
     this.log.info("stop: refusing new runs", { pending: this.running.size });
     try {
-      if (await this.deregister()) this.hbStop.abort();
+      await this.deregister();
     } catch (err) {
-      this.log.warn("stop: cannot deregister; heartbeating until drained", { err: (err as Error).message });
+      this.log.warn("stop: cannot deregister", { err: (err as Error).message });
     }
     let gaveUp = "";
     if (!(await this.waitFor(() => this.running.size === 0, timeout))) gaveUp = "runs";

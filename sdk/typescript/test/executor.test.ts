@@ -61,7 +61,7 @@ describe("registration, heartbeats, deregistration", () => {
     const s = await FakeScheduler.start();
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
-    const ex = await startExecutor(s, {}, { echo: async () => { await gate; return "drained"; } });
+    const ex = await startExecutor(s, { heartbeatIntervalMs: 20 }, { echo: async () => { await gate; return "drained"; } });
     const body = run();
     const ticket = JSON.parse(body).ticket;
     assert.equal((await call(ex, "/axe/run", body)).status, 202);
@@ -71,6 +71,9 @@ describe("registration, heartbeats, deregistration", () => {
     const refused = await call(ex, "/axe/run", run());
     assert.equal(refused.status, 503);
     assert.equal(refused.body.error, "executor is stopping");
+    // It still heartbeats while it drains, so its runs in flight are not declared lost.
+    const beats = s.on("/api/v1/executors/heartbeat").length;
+    await waitFor("a heartbeat during the drain", () => s.on("/api/v1/executors/heartbeat").length > beats);
     release();
     await stopped;
     assert.equal(s.resultOf(ticket)?.output, "drained");

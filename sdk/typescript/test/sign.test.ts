@@ -19,6 +19,13 @@ const calls: Array<[number, string, string, string, string, string, string]> = [
   [1700000000004, "127.0.0.1:9100", "/axe/beat", "", inc, ``, "ae5c1631ff98149492f931d5a04fe4e3df2f05a8d570f24cb0b7113f977812dc"],
 ];
 
+test("the known answers of docs/protocol.md", () => {
+  const key = dispatchKey("exec-token");
+  assert.equal(key.toString("hex"), "a2042d7328aaf0811706284b29fbe1392857da6edefce919969a61c301220742");
+  const call = { address: "10.0.0.7:9100", path: "/axe/run", epoch: "5", incarnation: "0123456789abcdef0123456789abcdef", body: Buffer.from(`{"ticket":"t-1"}`) };
+  assert.equal(signature(key, 1700000000000, call).toString("hex"), "f425c2c9908c3a889a8710a4fe2decf21b0c481cc671622ee9cc15970bb6df9d");
+});
+
 test("the dispatch key agrees with the Go side", () => {
   for (const [token, hex] of keys) assert.equal(dispatchKey(token).toString("hex"), hex, token);
 });
