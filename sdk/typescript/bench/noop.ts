@@ -95,6 +95,9 @@ async function drive(n: number, inflight: number): Promise<number> {
   });
   const began = process.hrtime.bigint();
   let next = 0;
+  const progress = process.env.BENCH_PROGRESS !== undefined
+    ? setInterval(() => console.error(`progress: ${next} sent, ${results - base} results`), 1000)
+    : undefined;
   const worker = async () => {
     while (next < n) {
       next++;
@@ -110,6 +113,7 @@ async function drive(n: number, inflight: number): Promise<number> {
   };
   await Promise.all(Array.from({ length: inflight }, worker));
   await done;
+  clearInterval(progress);
   return Number(process.hrtime.bigint() - began) / 1e9;
 }
 
