@@ -135,6 +135,8 @@ func TestSchedulerSpeaksProtocolV2(t *testing.T) {
 			"incarnation": incB}, exec...); !strings.Contains(msg, "not registered") {
 			t.Errorf("a heartbeat of another incarnation: %q", msg)
 		}
+		// The field is optional: a heartbeat without it is not checked.
+		d.MustJSON(t, 200, "POST", protocol.PathHeartbeat, map[string]any{"app": "billing", "address": x.addr()}, nil, exec...)
 		d.Create(t, map[string]any{"name": "charge", "trigger": "manual", "timeout_sec": 60,
 			"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
 
@@ -233,6 +235,22 @@ func TestSchedulerSpeaksProtocolV2(t *testing.T) {
 		if r := d.WaitRun(t, "charge", t5); r.Result != model.ResultSuccess {
 			t.Errorf("a run after registering again: %+v, want success", r)
 		}
+
+		// A scheduler started again on the same store signs for the incarnation the store
+		// kept, without a new registration.
+		if err := d.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		d = daemontest.Start(t, dsn, func(c *axedaemon.Config) { c.Security.TokenFile = file })
+		d.Token = writeTok
+		t6 := d.RunNow(t, "charge", nil)
+		testwait.For(t, 20*time.Second, "a run from the restarted scheduler", func() bool { return len(x.runsOf(t6)) == 1 })
+		if c := x.runsOf(t6)[0]; c.status != 202 || c.incarnation != incA {
+			t.Errorf("the restarted scheduler's run: incarnation %q answered %d, want %s answered 202", c.incarnation, c.status, incA)
+		}
+		d.MustJSON(t, 200, "POST", protocol.PathCallback, map[string]any{"ticket": t6, "task": "charge", "app": "billing",
+			"address": x.addr(), "status": "success"}, nil, exec...)
+		d.WaitRun(t, "charge", t6)
 	})
 }
 

@@ -52,6 +52,9 @@ func (e *Engine) keepLeft(ctx context.Context, app, addr string) error {
 // the calls made to it are signed for the process that runs now. An executor not registered
 // here is left to ExecutorHeartbeat.
 func (e *Engine) CheckIncarnation(app, addr, incarnation string) error {
+	if incarnation == "" {
+		return nil
+	}
 	if x := e.registry.Get(app, addr); x != nil && x.Incarnation() != incarnation {
 		return ErrUnknownExecutor
 	}

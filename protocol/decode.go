@@ -72,8 +72,9 @@ func (e *FieldError) Error() string {
 // Is makes every FieldError an ErrMalformed.
 func (e *FieldError) Is(target error) bool { return target == ErrMalformed }
 
-// Decode decodes one JSON body strictly, the one decoder of every body axe reads (the API's
-// and both sides of the executor protocol): body must be exactly one JSON object (or what v
+// Decode decodes one JSON body strictly, the decoder of every body of the operators' API
+// (the executor protocol reads with DecodeMessage, which skips unknown members and is
+// otherwise the same): body must be exactly one JSON object (or what v
 // takes), every field of it known to v and matched exactly (no other case), no key twice
 // in any object, every string valid UTF-8 (a lone UTF-16 surrogate escape included), and
 // nothing after it. The error is a *FieldError naming the offending field ("callback.url",
