@@ -108,8 +108,10 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 		return err
 	}
 	now := e.nowMS()
-	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Protocol, reg.Handlers, now)
-	x.SetDispatchKey(key)
+	x, created, revived, err := e.registerBounded(ctx, reg, key, now) // executor_bounds.go
+	if err != nil {
+		return err
+	}
 	row := &model.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
 		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive, DispatchKey: hex.EncodeToString(key)}
 	if err := e.store.UpsertExecutor(ctx, row); err != nil {
@@ -160,8 +162,8 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string)
 	if err != nil {
 		return err
 	}
-	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
-		return fmt.Errorf("cannot record heartbeat: %w", err)
+	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil {
+		return e.forgetDeleted(app, addr, err) // executor_bounds.go
 	}
 	if revived {
 		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
@@ -226,18 +228,27 @@ func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
 // reapLoop marks silent executors lost.
 func (e *Engine) reapLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	e.every(ctx, max(e.cfg.LostAfter/10, 50*time.Millisecond), func() { e.reap(ctx) })
+	e.every(ctx, max(e.cfg.LostAfter/10, 50*time.Millisecond), func() {
+		e.reap(ctx)
+		e.sweepDeleted(ctx, e.nowMS())
+		e.flushRefusals(ctx, false)
+	})
+	// The refusals counted since their windows opened are recorded before the writer stops.
+	fctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
+	defer cancel()
+	e.flushRefusals(fctx, true)
 }
 
 func (e *Engine) reap(ctx context.Context) {
 	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
+	if len(lost) > 0 && e.holdsShardZero() {
+		// Every sharded node judges an executor by the heartbeats in the store and
+		// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
+		// holder of shard 0 (core_shards.go). One alert per app (executor_bounds.go).
+		e.alertLost(ctx, lost)
+	}
 	for _, x := range lost {
 		if e.holdsShardZero() {
-			// Every sharded node judges an executor by the heartbeats in the store and
-			// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
-			// holder of shard 0 (core_shards.go).
-			msg := fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", x.App, x.Address, e.cfg.LostAfter)
-			e.alert(ctx, AlertExecutorLost, msg)
 			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
 				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 			}
