@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,11 +22,20 @@ import (
 func TestConsoleBrowserAlertKinds(t *testing.T) {
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
-		c.Engine.LostAfter, c.Engine.HeartbeatInterval = time.Second, 200*time.Millisecond
+		c.Engine.LostAfter, c.Engine.HeartbeatInterval = 3*time.Second, 200*time.Millisecond
 	})
+	// Registered at once, so that one reap finds both.
+	var regs sync.WaitGroup
 	for _, addr := range []string{"127.0.0.1:1001", "127.0.0.1:1002"} {
-		d.MustJSON(t, http.StatusOK, http.MethodPost, protocol.PathRegister, map[string]any{"app": "gone", "address": addr, "handlers": []string{"h"}}, nil)
+		regs.Add(1)
+		go func() {
+			defer regs.Done()
+			if code, body := d.Call(t, http.MethodPost, protocol.PathRegister, map[string]any{"app": "gone", "address": addr, "handlers": []string{"h"}}); code != http.StatusOK {
+				t.Errorf("register %s: %d %s", addr, code, body)
+			}
+		}()
 	}
+	regs.Wait()
 	testwait.For(t, 4*daemontest.WaitTimeout, "the lost alert", func() bool {
 		return getAlerts(t, d, "?kind=executor_lost&counts=1").Counts["executor_lost"] == 1
 	})

@@ -233,19 +233,25 @@ func (e *Engine) reapLoop(ctx context.Context) {
 		e.sweepDeleted(ctx, e.nowMS())
 		e.flushRefusals(ctx, false)
 	})
-	// The refusals counted since their windows opened are recorded before the writer stops.
+	// The refusals counted since their windows opened, and the lost executors not alerted
+	// yet, are recorded before the writer stops.
 	fctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 	defer cancel()
 	e.flushRefusals(fctx, true)
+	if e.holdsShardZero() {
+		e.alertLost(fctx, nil, e.nowMS(), true)
+	}
 }
 
 func (e *Engine) reap(ctx context.Context) {
-	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
-	if len(lost) > 0 && e.holdsShardZero() {
+	now := e.nowMS()
+	lost := e.registry.Reap(now - e.cfg.LostAfter.Milliseconds())
+	if e.holdsShardZero() {
 		// Every sharded node judges an executor by the heartbeats in the store and
 		// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
-		// holder of shard 0 (core_shards.go). One alert per app (executor_bounds.go).
-		e.alertLost(ctx, lost)
+		// holder of shard 0 (core_shards.go). One alert per app for executors lost
+		// together (executor_bounds.go).
+		e.alertLost(ctx, lost, now, false)
 	}
 	for _, x := range lost {
 		if e.holdsShardZero() {

@@ -76,20 +76,47 @@ func (e *Engine) sweepDeleted(ctx context.Context, now int64) {
 	}
 }
 
-// alertLost raises the lost alerts of one reap: one per app, naming a few addresses and
-// counting the rest, so that many executors of one app lost at once are one alert.
-func (e *Engine) alertLost(ctx context.Context, lost []*dispatch.Executor) {
-	byApp := map[string][]string{}
-	for _, x := range lost {
-		byApp[x.App] = append(byApp[x.App], x.Address)
+// lostAlerts gathers the executors found lost, per app, until a reap finds no more of
+// that app: executors lost together (a host down, a flood of fake registrations) reaped over
+// several passes make one alert. Reaper only.
+type lostAlerts struct {
+	pending map[string]*lostBatch
+}
+
+type lostBatch struct {
+	addrs []string
+	since int64 // ms: the first reap that found one
+	grew  bool  // this pass added to it
+}
+
+// alertLost notes the executors one reap found lost, then raises the alert of every app
+// whose batch did not grow in this pass or has waited LostAfter: one alert per app, naming
+// a few addresses and counting the rest. all raises every pending one (at stop).
+func (e *Engine) alertLost(ctx context.Context, lost []*dispatch.Executor, now int64, all bool) {
+	l := &e.lostAlerts
+	if l.pending == nil {
+		l.pending = map[string]*lostBatch{}
 	}
-	apps := make([]string, 0, len(byApp))
-	for app := range byApp {
-		apps = append(apps, app)
+	for _, x := range lost {
+		b := l.pending[x.App]
+		if b == nil {
+			b = &lostBatch{since: now}
+			l.pending[x.App] = b
+		}
+		b.addrs = append(b.addrs, x.Address)
+		b.grew = true
+	}
+	apps := make([]string, 0, len(l.pending))
+	for app, b := range l.pending {
+		if all || !b.grew || now-b.since >= e.cfg.LostAfter.Milliseconds() {
+			apps = append(apps, app)
+		}
+		b.grew = false
 	}
 	sort.Strings(apps)
 	for _, app := range apps {
-		addrs := byApp[app]
+		addrs := l.pending[app].addrs
+		delete(l.pending, app)
 		sort.Strings(addrs)
 		if len(addrs) == 1 {
 			e.alert(ctx, AlertExecutorLost, fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", app, addrs[0], e.cfg.LostAfter))
