@@ -121,7 +121,7 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	case created:
 		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "protocol", reg.Protocol, "handlers", reg.Handlers)
 	case revived:
-		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s registered again", reg.App, reg.Address))
+		e.noteAlert(AlertExecutorBack, reg.App, reg.Address, now) // raised by the reaper (executor_bounds.go)
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string)
 		return e.forgetDeleted(app, addr, err) // executor_bounds.go
 	}
 	if revived {
-		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
+		e.noteAlert(AlertExecutorBack, app, addr, now) // raised by the reaper (executor_bounds.go)
 	}
 	return nil
 }
@@ -238,9 +238,7 @@ func (e *Engine) reapLoop(ctx context.Context) {
 	fctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 	defer cancel()
 	e.flushRefusals(fctx, true)
-	if e.holdsShardZero() {
-		e.alertLost(fctx, nil, e.nowMS(), true)
-	}
+	e.raiseGathered(fctx, e.nowMS(), true)
 }
 
 func (e *Engine) reap(ctx context.Context) {
@@ -251,8 +249,11 @@ func (e *Engine) reap(ctx context.Context) {
 		// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
 		// holder of shard 0 (core_shards.go). One alert per app for executors lost
 		// together (executor_bounds.go).
-		e.alertLost(ctx, lost, now, false)
+		for _, x := range lost {
+			e.noteAlert(AlertExecutorLost, x.App, x.Address, now)
+		}
 	}
+	e.raiseGathered(ctx, now, false)
 	for _, x := range lost {
 		if e.holdsShardZero() {
 			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {

@@ -347,10 +347,10 @@ type Engine struct {
 	ending endingResults
 	// refused aggregates the records of refused results (refusals.go).
 	refused refusals
-	// sweptAt is when the reaper last dropped executors deleted from the store (ms), and
-	// lostAlerts the lost executors not alerted yet (reaper only, executor_bounds.go).
-	sweptAt    int64
-	lostAlerts lostAlerts
+	// sweptAt is when the reaper last dropped executors deleted from the store (ms; reaper
+	// only), and gathered the executors lost or back not alerted yet (executor_bounds.go).
+	sweptAt  int64
+	gathered gatheredAlerts
 }
 
 // New builds an engine from cfg. Nothing runs until Start.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
@@ -76,56 +78,97 @@ func (e *Engine) sweepDeleted(ctx context.Context, now int64) {
 	}
 }
 
-// lostAlerts gathers the executors found lost, per app, until a reap finds no more of
-// that app: executors lost together (a host down, a flood of fake registrations) reaped over
-// several passes make one alert. Reaper only.
-type lostAlerts struct {
-	pending map[string]*lostBatch
+// gatheredAlerts holds the executors found lost, or back, per kind and app, until a reap
+// finds no more of them: executors lost together (a host down, a flood of fake
+// registrations) or back together, found over several reaps or calls, make one alert.
+type gatheredAlerts struct {
+	mu      sync.Mutex
+	pending map[gatherKey]*gatherBatch
 }
 
-type lostBatch struct {
-	addrs []string
-	since int64 // ms: the first reap that found one
-	grew  bool  // this pass added to it
+type gatherKey struct{ kind, app string }
+
+type gatherBatch struct {
+	addrs []string // the first maxGathered noted
+	n     int      // how many were noted
+	since int64    // ms: when the first was noted
+	grew  bool     // noted to since the last reap
 }
 
-// alertLost notes the executors one reap found lost, then raises the alert of every app
-// whose batch did not grow in this pass or has waited LostAfter: one alert per app, naming
-// a few addresses and counting the rest. all raises every pending one (at stop).
-func (e *Engine) alertLost(ctx context.Context, lost []*dispatch.Executor, now int64, all bool) {
-	l := &e.lostAlerts
-	if l.pending == nil {
-		l.pending = map[string]*lostBatch{}
+// noteAlert gathers one executor's loss or return (AlertExecutorLost, AlertExecutorBack)
+// for the reaper to raise.
+func (e *Engine) noteAlert(kind, app, addr string, now int64) {
+	g := &e.gathered
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending == nil {
+		g.pending = map[gatherKey]*gatherBatch{}
 	}
-	for _, x := range lost {
-		b := l.pending[x.App]
-		if b == nil {
-			b = &lostBatch{since: now}
-			l.pending[x.App] = b
-		}
-		b.addrs = append(b.addrs, x.Address)
-		b.grew = true
+	k := gatherKey{kind, app}
+	b := g.pending[k]
+	if b == nil {
+		b = &gatherBatch{since: now}
+		g.pending[k] = b
 	}
-	apps := make([]string, 0, len(l.pending))
-	for app, b := range l.pending {
+	if len(b.addrs) < maxGathered {
+		b.addrs = append(b.addrs, addr)
+	}
+	b.n++
+	b.grew = true
+}
+
+// maxGathered bounds the addresses one gathered alert keeps; beyond, they are counted.
+const maxGathered = 4096
+
+// raiseGathered raises the alert of every kind and app whose batch did not grow since the
+// last reap, or has waited LostAfter; all raises every one (at stop). One alert names a few
+// addresses and counts the rest.
+func (e *Engine) raiseGathered(ctx context.Context, now int64, all bool) {
+	g := &e.gathered
+	g.mu.Lock()
+	type due struct {
+		gatherKey
+		addrs []string
+		n     int
+	}
+	var out []due
+	for k, b := range g.pending {
 		if all || !b.grew || now-b.since >= e.cfg.LostAfter.Milliseconds() {
-			apps = append(apps, app)
+			out = append(out, due{k, b.addrs, b.n})
+			delete(g.pending, k)
+			continue
 		}
 		b.grew = false
 	}
-	sort.Strings(apps)
-	for _, app := range apps {
-		addrs := l.pending[app].addrs
-		delete(l.pending, app)
-		sort.Strings(addrs)
-		if len(addrs) == 1 {
-			e.alert(ctx, AlertExecutorLost, fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", app, addrs[0], e.cfg.LostAfter))
-			continue
+	g.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].kind != out[j].kind {
+			return out[i].kind < out[j].kind
 		}
-		named := strings.Join(addrs[:min(len(addrs), lostAlertAddresses)], ", ")
-		if len(addrs) > lostAlertAddresses {
-			named += fmt.Sprintf(" and %d more", len(addrs)-lostAlertAddresses)
-		}
-		e.alert(ctx, AlertExecutorLost, fmt.Sprintf("%d executors of %s silent for more than %s: no new dispatch to them (%s)", len(addrs), app, e.cfg.LostAfter, named))
+		return out[i].app < out[j].app
+	})
+	for _, d := range out {
+		e.alert(ctx, d.kind, gatheredMessage(d.kind, d.app, d.addrs, d.n, e.cfg.LostAfter))
 	}
+}
+
+// gatheredMessage says which executors of app were lost or came back: n of them, of which
+// addrs are known by address.
+func gatheredMessage(kind, app string, addrs []string, n int, lostAfter time.Duration) string {
+	sort.Strings(addrs)
+	if n == 1 {
+		if kind == AlertExecutorLost {
+			return fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", app, addrs[0], lostAfter)
+		}
+		return fmt.Sprintf("executor %s at %s is back: it registered or heartbeat again", app, addrs[0])
+	}
+	named := addrs[:min(len(addrs), lostAlertAddresses)]
+	list := strings.Join(named, ", ")
+	if n > len(named) {
+		list += fmt.Sprintf(" and %d more", n-len(named))
+	}
+	if kind == AlertExecutorLost {
+		return fmt.Sprintf("%d executors of %s silent for more than %s: no new dispatch to them (%s)", n, app, lostAfter, list)
+	}
+	return fmt.Sprintf("%d executors of %s are back: they registered or heartbeat again (%s)", n, app, list)
 }

@@ -65,3 +65,44 @@ func TestRefusedResultsAreFoldedPerWindow(t *testing.T) {
 		waitFor(t, 10*time.Second, "the next window's first refusal recorded", func() bool { return len(refused()) == 4 })
 	})
 }
+
+// TestExecutorAlertsGathered: executors of one app lost, or back, over several passes make
+// one alert once a pass adds none, naming five and counting the rest; a lone one keeps its
+// own message.
+func TestExecutorAlertsGathered(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		clk := clock.NewFake(time.Now())
+		e := startEngine(t, s, withFakeClock(clk))
+		now := e.nowMS()
+		for i := range 4 {
+			e.noteAlert(AlertExecutorBack, "a", fmt.Sprintf("10.0.0.%d:1", i), now)
+		}
+		e.noteAlert(AlertExecutorLost, "b", "10.0.1.1:1", now)
+		e.raiseGathered(ctx, now, false) // both grew in this pass: nothing yet
+		for i := 4; i < 7; i++ {
+			e.noteAlert(AlertExecutorBack, "a", fmt.Sprintf("10.0.0.%d:1", i), now)
+		}
+		e.raiseGathered(ctx, now, false) // b is quiet: raised; a grew
+		e.raiseGathered(ctx, now, false) // a is quiet: raised
+		var got []string
+		waitFor(t, 10*time.Second, "two alerts recorded", func() bool {
+			acts, err := s.ListActions(ctx, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = got[:0]
+			for _, a := range acts {
+				got = append(got, a.Action+": "+a.Detail)
+			}
+			return len(got) >= 2
+		})
+		want := []string{
+			"executor_back: 7 executors of a are back: they registered or heartbeat again (10.0.0.0:1, 10.0.0.1:1, 10.0.0.2:1, 10.0.0.3:1, 10.0.0.4:1 and 2 more)",
+			"executor_lost: executor b at 10.0.1.1:1 silent for more than 30s: no new dispatch to it",
+		}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("alerts:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
