@@ -144,6 +144,14 @@ func TestExecutorTokenCannotFloodTheAuditTrail(t *testing.T) {
 		if msg := d.APIError(t, http.StatusNotFound, http.MethodGet, "/api/v1/alerts?task=ghost", nil); !strings.Contains(msg, "ghost") {
 			t.Errorf("an unknown task: %q does not name it", msg)
 		}
+		// A task's records, by kind, and counted.
+		d.Create(t, map[string]any{"name": "seed", "trigger": "manual", "callback": map[string]any{"url": "http://127.0.0.1:9/x"}})
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/seed/pause", map[string]any{"note": "quiet"}, nil)
+		seed := getAlerts(t, d, "?task=seed&kind=pause&counts=1")
+		if len(seed.Actions) != 1 || seed.Actions[0].TaskName != "seed" || seed.Actions[0].Action != "pause" || seed.Counts["pause"] != 1 ||
+			len(seed.Counts) < 2 {
+			t.Errorf("seed's pause records %+v, counts %v; want its pause alone listed, and every kind of its records counted", seed.Actions, seed.Counts)
+		}
 
 		// The app's bound: the lost executors make room for new ones, alive ones do not.
 		var beat sync.WaitGroup
