@@ -30,14 +30,16 @@ const (
 	// RefusalWindowDefault is how long the refusals of one key are folded into one summary.
 	RefusalWindowDefault = time.Minute
 	// refusalKeysMax bounds the keys a window holds; refusals past it share one key per
-	// reason (app "*"), so a caller varying the app or the task cannot grow the map.
-	refusalKeysMax = 1024
+	// reason (app "*", no task), so a caller varying the app it names (a token bound to no
+	// app) cannot grow the map or the records past it.
+	refusalKeysMax = 256
 )
 
+// refusalKey is what one window folds: the executor app, the reason and the run's task (0
+// for an unknown ticket, whatever task the result names: the caller chooses that name).
 type refusalKey struct {
 	app, reason string
 	taskID      int64
-	task        string
 }
 
 // refusalWindow is what a key's window has seen after its first refusal.
@@ -98,6 +100,9 @@ func (r *refusals) due(cutoff int64, now int64) []model.Action {
 		a := w.last
 		a.At = now
 		a.Ticket = ""
+		if a.TaskID == 0 {
+			a.TaskName = "" // the summary of unknown tickets names no task of theirs
+		}
 		a.Detail = fmt.Sprintf("%d more results from %s refused (%s) in %s after the one recorded; the last: %s",
 			w.more, from, k.reason, time.Duration(now-w.start)*time.Millisecond, w.last.Detail)
 		out = append(out, a)
@@ -113,7 +118,7 @@ func (e *Engine) recordRefusedResult(ctx context.Context, run model.Run, rep Rep
 	e.m.refusedResults(reason).Inc()
 	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
 		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
-	if !e.refused.note(refusalKey{app: rep.App, reason: reason, taskID: run.TaskID, task: run.TaskName}, act, why) {
+	if !e.refused.note(refusalKey{app: rep.App, reason: reason, taskID: run.TaskID}, act, why) {
 		return
 	}
 	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {

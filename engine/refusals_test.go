@@ -32,6 +32,13 @@ func TestRefusedResultsAreFoldedPerWindow(t *testing.T) {
 		for i := range 500 {
 			report("flood", i)
 		}
+		// Naming another task for each made-up ticket does not make records either.
+		for i := range 100 {
+			if _, err := e.ReportResult(ctx, Report{Ticket: fmt.Sprintf("888888-%d-0", i), Task: fmt.Sprintf("t%d", i), App: "flood",
+				Address: "127.0.0.1:9", Status: "failed"}); !errors.Is(err, model.ErrRunNotFound) {
+				t.Fatalf("result naming a task for an unknown ticket: %v", err)
+			}
+		}
 		report("other", 0)
 		refused := func() []model.Action {
 			acts, err := s.ListActions(ctx, 0, 0)
@@ -50,15 +57,15 @@ func TestRefusedResultsAreFoldedPerWindow(t *testing.T) {
 		waitFor(t, 10*time.Second, "the first refusal of each app recorded", func() bool { return len(refused()) >= 2 })
 		waitSettled(t, e)
 		if got := refused(); len(got) != 2 {
-			t.Fatalf("records after 501 refusals: %d %+v, want one per app", len(got), got)
+			t.Fatalf("records after 601 refusals: %d %+v, want one per app", len(got), got)
 		}
-		if n := e.m.refusedResults(refusalUnknownTicket).Get(); n != 501 {
-			t.Errorf("axe_refused_results_total{reason=unknown_ticket} = %d, want 501", n)
+		if n := e.m.refusedResults(refusalUnknownTicket).Get(); n != 601 {
+			t.Errorf("axe_refused_results_total{reason=unknown_ticket} = %d, want 601", n)
 		}
 		waitAdvancing(t, clk, 5*time.Second, 30*time.Second, "the window's summary", func() bool { return len(refused()) == 3 })
 		sum := refused()[0] // newest first
-		if !strings.Contains(sum.Detail, "499 more results from executor app \"flood\" refused (unknown_ticket)") {
-			t.Errorf("summary %q does not count the 499 others of flood", sum.Detail)
+		if !strings.Contains(sum.Detail, "599 more results from executor app \"flood\" refused (unknown_ticket)") {
+			t.Errorf("summary %q does not count the 599 others of flood", sum.Detail)
 		}
 		// The next window starts afresh: its first refusal is recorded at once.
 		report("flood", 1000)
