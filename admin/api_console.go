@@ -11,6 +11,7 @@ import (
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
+	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
@@ -219,17 +220,32 @@ func (s *Server) taskTotal(ctx context.Context, f persist.TaskFilter, out map[st
 	return nil
 }
 
-// alertsAnswer is GET /api/v1/alerts: the stored alert records that belong to no task,
-// and this node's recent alerts (task ones too) with their webhook delivery state.
+// alertsAnswer is GET /api/v1/alerts: the stored action records that belong to no task
+// (or, with task=NAME, to that task), newest first, of the kinds in kind=a,b (none: every
+// kind); with counts=1 the number of records of each kind; and this node's recent alerts
+// (task ones too) with their webhook delivery state.
 func (s *Server) alertsAnswer(c *fasthttp.RequestCtx) {
 	limit, err := intArg(c, "limit", ListLimitDefault, 1, ListLimitMax)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
+	f := engine.AlertFilter{Limit: limit, Task: string(c.QueryArgs().Peek("task"))}
+	if f.Kinds, err = alertKinds(string(c.QueryArgs().Peek("kind"))); err != nil {
+		s.fail(c, err)
+		return
+	}
+	switch v := string(c.QueryArgs().Peek("counts")); v {
+	case "", "0", "false":
+	case "1", "true":
+		f.Counts = true
+	default:
+		s.fail(c, fmt.Errorf("%w: counts: must be 1 or 0, got %q", ErrBadRequest, protocol.ClipText(v, 64)))
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	acts, err := s.cfg.Engine.SystemActions(ctx, limit)
+	acts, counts, err := s.cfg.Engine.AlertRecords(ctx, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -237,7 +253,31 @@ func (s *Server) alertsAnswer(c *fasthttp.RequestCtx) {
 	if acts == nil {
 		acts = []model.Action{}
 	}
-	writeJSON(c, 200, map[string]any{"actions": acts, "count": len(acts), "deliveries": s.cfg.Engine.RecentAlerts()})
+	out := map[string]any{"actions": acts, "count": len(acts), "deliveries": s.cfg.Engine.RecentAlerts()}
+	if f.Counts {
+		out["counts"] = counts
+	}
+	writeJSON(c, 200, out)
+}
+
+// maxAlertKinds bounds the kinds one alerts query names.
+const maxAlertKinds = 32
+
+// alertKinds reads kind=a,b: action kinds, each lower-case letters and underscores.
+func alertKinds(raw string) ([]string, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	kinds := strings.Split(raw, ",")
+	if len(kinds) > maxAlertKinds {
+		return nil, fmt.Errorf("%w: kind: at most %d kinds, got %d", ErrBadRequest, maxAlertKinds, len(kinds))
+	}
+	for _, k := range kinds {
+		if k == "" || len(k) > 64 || strings.Trim(k, "abcdefghijklmnopqrstuvwxyz_") != "" {
+			return nil, fmt.Errorf("%w: kind: must be action kinds such as executor_lost,refused_result, got %q", ErrBadRequest, protocol.ClipText(k, 64))
+		}
+	}
+	return kinds, nil
 }
 
 // storedMinutes is GET /api/v1/stats/minutes?hours=N (1..24): fires, failures and the

@@ -103,6 +103,13 @@ func hostileCases(hookURL string) []hostileCase {
 		{"create: executor without handler", post, "/api/v1/tasks", task("callback", cb("type", "executor", "app", "a")), nil, 400, "callback.handler"},
 		{"create: executor bad route", post, "/api/v1/tasks", task("callback", cb("type", "executor", "app", "a", "handler", "h", "route", "sticky")), nil, 400, "callback.route"},
 		{"create: http with app", post, "/api/v1/tasks", task("callback", cb("type", "http", "url", hookURL, "app", "a")), nil, 400, "callback"},
+		// A callback URL whose request target holds a byte a request line cannot carry.
+		{"create: callback url space in query", post, "/api/v1/tasks", task("callback", cb("type", "http", "url", hookURL+"?a=b HTTP/1.1 X-Injected: yes")), nil, 400, "callback.url"},
+		{"create: callback url space in path", post, "/api/v1/tasks", task("callback", cb("type", "http", "url", hookURL+"/x y")), nil, 400, "callback.url"},
+		{"create: callback url CRLF", post, "/api/v1/tasks", task("callback", cb("type", "http", "url", hookURL+"?a=b\r\nX-Injected: yes")), nil, 400, "callback.url"},
+		{"create: callback url tab", post, "/api/v1/tasks", task("callback", cb("type", "http", "url", hookURL+"/x\ty")), nil, 400, "callback.url"},
+		{"create: callback url not ASCII", post, "/api/v1/tasks", task("callback", cb("type", "http", "url", hookURL+"/café")), nil, 400, "callback.url"},
+		{"update: callback url space in query", put, "/api/v1/tasks/seed", task("name", "seed", "callback", cb("type", "http", "url", hookURL+"?a=b c")), nil, 400, "callback.url"},
 		// Params.
 		{"create: params too large", post, "/api/v1/tasks", task("params", map[string]string{"x": strings.Repeat("p", 70<<10)}), nil, 400, "params"},
 		// Existing names and state.
@@ -129,6 +136,11 @@ func hostileCases(hookURL string) []hostileCase {
 		{"list: huge limit", get, "/api/v1/tasks?limit=99999999", nil, nil, 400, "limit"},
 		{"runs: bad limit", get, "/api/v1/tasks/seed/runs?limit=abc", nil, nil, 400, "limit"},
 		{"run: unknown ticket", get, "/api/v1/runs/nope", nil, nil, 404, "nope"},
+		{"alerts: kind not a kind", get, "/api/v1/alerts?kind=executor_lost%27%20OR%201=1", nil, nil, 400, "kind"},
+		{"alerts: empty kind in a list", get, "/api/v1/alerts?kind=executor_lost,,refused_result", nil, nil, 400, "kind"},
+		{"alerts: 40 kinds", get, "/api/v1/alerts?kind=" + strings.TrimSuffix(strings.Repeat("a,", 40), ","), nil, nil, 400, "kind"},
+		{"alerts: counts not 0 or 1", get, "/api/v1/alerts?counts=yes", nil, nil, 400, "counts"},
+		{"alerts: unknown task", get, "/api/v1/alerts?task=ghost", nil, nil, 404, "ghost"},
 		{"cron next: no expr", get, "/api/v1/cron/next", nil, nil, 400, "expr"},
 		{"cron next: bad expr", get, "/api/v1/cron/next?expr=banana", nil, nil, 400, "expr"},
 		{"cron next: bad zone", get, "/api/v1/cron/next?expr=*+*+*+*+*&tz=Nowhere/City", nil, nil, 400, "tz"},

@@ -67,6 +67,7 @@ var metricHelp = map[string]metricMeta{
 	"axe_executors_alive":              {"gauge", "Registered executors heard from within the lost-after period."},
 	"axe_executors_lost":               {"gauge", "Registered executors not heard from within the lost-after period."},
 	"axe_alerts_total":                 {"counter", "Alerts raised, by kind (breaker_open, executor_lost, …)."},
+	"axe_refused_results_total":        {"counter", "Executor results refused, by reason (unknown_ticket, not_waiting, ended); each is counted, while the audit trail keeps one record per app, reason and task a window."},
 	"axe_alert_webhook_dropped_total":  {"counter", "Alerts dropped because the webhook queue was full."},
 	"axe_alert_webhook_failures_total": {"counter", "Alert webhook deliveries that failed."},
 	// The batched writer and the store.

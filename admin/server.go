@@ -999,7 +999,7 @@ func statusOf(err error) int {
 		errors.Is(err, engine.ErrInvalidTransition), errors.Is(err, model.ErrVersionConflict),
 		errors.Is(err, engine.ErrStaleTicket):
 		return fasthttp.StatusConflict
-	case errors.Is(err, persist.ErrWriterBusy), errors.Is(err, engine.ErrConcurrencyLimit):
+	case errors.Is(err, persist.ErrWriterBusy), errors.Is(err, engine.ErrConcurrencyLimit), errors.Is(err, engine.ErrTooManyExecutors):
 		return fasthttp.StatusTooManyRequests
 	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, model.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, engine.ErrShardNotHeld):

@@ -343,6 +343,11 @@ func (d *Dispatcher) Send(req *Request, done func(Outcome)) error {
 func (d *Dispatcher) Post(req *Request) Outcome { return d.post(d.client, req, nil, true) }
 
 func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, resend bool) Outcome {
+	if err := CheckURLBytes(req.URL); err != nil {
+		// Refused at create and update too; this keeps a URL stored before that check, or
+		// built from a bad address, from ever splitting its request line.
+		return Outcome{Started: time.Now(), Err: err}
+	}
 	r := fasthttp.AcquireRequest()
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(r)

@@ -120,6 +120,9 @@ type appSet struct {
 type Registry struct {
 	mu   sync.RWMutex
 	apps map[string]*appSet
+	// bounded serialises RegisterBounded, so that its count and its registration are one
+	// step (registry_bounds.go).
+	bounded sync.Mutex
 }
 
 // NewRegistry returns an empty registry.

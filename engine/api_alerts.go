@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"context"
 	"sync"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
 )
 
 // The delivery state of this node's recent alerts, for the console's alerts page. The
@@ -80,3 +84,45 @@ func (l *alertLog) recent() []AlertDelivery {
 // RecentAlerts returns this node's newest alerts (at most 200, since it started) with their
 // webhook delivery state, newest first.
 func (e *Engine) RecentAlerts() []AlertDelivery { return e.alerts.deliveries.recent() }
+
+// AlertFilter narrows AlertRecords.
+type AlertFilter struct {
+	// Kinds are the action kinds to list (executor_lost, refused_result, …); none: every kind.
+	Kinds []string
+	// Task lists that task's records; "" lists the records that belong to no task (alerts
+	// about executors, refused results of unknown tickets, rate-limit changes).
+	Task string
+	// Limit is the most records returned; 0 means 100.
+	Limit int
+	// Counts asks for the number of records of each kind, every kind, among the newest
+	// persist.ActionScanMax of the task (or of no task), whatever Kinds says: a flood of one
+	// kind shows as its count and cannot hide the others.
+	Counts bool
+}
+
+// AlertRecords returns the stored action records f selects, newest first, and with
+// f.Counts their counts by kind.
+func (e *Engine) AlertRecords(ctx context.Context, f AlertFilter) ([]model.Action, map[string]int64, error) {
+	b, err := e.browser()
+	if err != nil {
+		return nil, nil, err
+	}
+	var id int64
+	if f.Task != "" {
+		if id, err = e.lookup(ctx, f.Task); err != nil {
+			return nil, nil, err
+		}
+	}
+	acts, err := b.ListActionsPage(ctx, persist.ActionFilter{TaskID: id, Actions: f.Kinds, Limit: f.Limit})
+	if err != nil {
+		return nil, nil, err
+	}
+	if !f.Counts {
+		return acts, nil, nil
+	}
+	counts, err := b.CountActionKinds(ctx, id, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return acts, counts, nil
+}

@@ -112,8 +112,10 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 		return err
 	}
 	now := e.nowMS()
-	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Protocol, reg.Handlers, now)
-	x.SetDispatchKey(key)
+	x, created, revived, err := e.registerBounded(ctx, reg, key, now) // executor_bounds.go
+	if err != nil {
+		return err
+	}
 	x.SetIncarnation(reg.Incarnation)
 	row := &model.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
 		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive, DispatchKey: hex.EncodeToString(key),
@@ -125,7 +127,7 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	case created:
 		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "protocol", reg.Protocol, "handlers", reg.Handlers)
 	case revived:
-		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s registered again", reg.App, reg.Address))
+		e.noteAlert(AlertExecutorBack, reg.App, reg.Address, now) // raised by the reaper (executor_bounds.go)
 	}
 	return nil
 }
@@ -166,14 +168,14 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string)
 	if err != nil {
 		return err
 	}
-	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
-		return fmt.Errorf("cannot record heartbeat: %w", err)
+	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil {
+		return e.forgetDeleted(app, addr, err) // executor_bounds.go
 	}
 	if err := e.keepLeft(ctx, app, addr); err != nil {
 		return err
 	}
 	if revived {
-		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
+		e.noteAlert(AlertExecutorBack, app, addr, now) // raised by the reaper (executor_bounds.go)
 	}
 	return nil
 }
@@ -234,25 +236,38 @@ func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
 // reapLoop marks silent executors lost.
 func (e *Engine) reapLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
-	e.every(ctx, max(e.cfg.LostAfter/10, 50*time.Millisecond), func() { e.reap(ctx) })
+	e.every(ctx, max(e.cfg.LostAfter/10, 50*time.Millisecond), func() {
+		e.reap(ctx)
+		e.sweepDeleted(ctx, e.nowMS())
+		e.flushRefusals(ctx, false)
+	})
+	// The refusals counted since their windows opened, and the lost executors not alerted
+	// yet, are recorded before the writer stops.
+	fctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
+	defer cancel()
+	e.flushRefusals(fctx, true)
+	e.raiseGathered(fctx, e.nowMS(), true)
 }
 
 func (e *Engine) reap(ctx context.Context) {
-	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
-	for _, x := range lost {
-		if e.holdsShardZero() && x.Left() {
-			// It deregistered, drained and went: no alert. Its runs still in flight, if any,
-			// are lost below.
-			e.log.Info("deregistered executor went silent", "app", x.App, "address", x.Address)
-			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
-				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
+	now := e.nowMS()
+	lost := e.registry.Reap(now - e.cfg.LostAfter.Milliseconds())
+	if e.holdsShardZero() {
+		// Every sharded node judges an executor by the heartbeats in the store and
+		// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
+		// holder of shard 0 (core_shards.go). One alert per app for executors lost
+		// together (executor_bounds.go); none for one that deregistered, drained and went.
+		for _, x := range lost {
+			if x.Left() {
+				e.log.Info("deregistered executor went silent", "app", x.App, "address", x.Address)
+				continue
 			}
-		} else if e.holdsShardZero() {
-			// Every sharded node judges an executor by the heartbeats in the store and
-			// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
-			// holder of shard 0 (core_shards.go).
-			msg := fmt.Sprintf("executor %s at %s silent for more than %s: no new dispatch to it", x.App, x.Address, e.cfg.LostAfter)
-			e.alert(ctx, AlertExecutorLost, msg)
+			e.noteAlert(AlertExecutorLost, x.App, x.Address, now)
+		}
+	}
+	e.raiseGathered(ctx, now, false)
+	for _, x := range lost {
+		if e.holdsShardZero() {
 			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
 				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 			}

@@ -352,12 +352,6 @@ func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]model.A
 	return persist.Timeline(acts, runs, limit), nil
 }
 
-// SystemActions returns the newest action records that belong to no task (alerts about
-// executors, rate-limit changes).
-func (e *Engine) SystemActions(ctx context.Context, limit int) ([]model.Action, error) {
-	return e.store.ListActions(ctx, 0, limit)
-}
-
 // Run returns one run by ticket.
 func (e *Engine) Run(ctx context.Context, ticket string) (*model.Run, error) {
 	return e.store.GetRun(ctx, ticket)

@@ -365,6 +365,11 @@ func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, e
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return d, fieldErr("callback.url", "must be an absolute http:// or https:// URL, got %q", cb.URL)
 		}
+		if err := dispatch.CheckURLBytes(cb.URL); err != nil {
+			// Refused, not rewritten: a URL silently encoded would call another target
+			// than the one written.
+			return d, fieldErr("callback.url", "%v", err)
+		}
 		if cb.App != "" || cb.Handler != "" || cb.Route != "" {
 			return d, fieldErr("callback", "app, handler and route are only valid with callback type executor")
 		}

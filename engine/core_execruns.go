@@ -14,7 +14,6 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
-	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )
 
@@ -252,7 +251,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, model.ErrRunNotFound) {
-		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, "unknown ticket")
+		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, refusalUnknownTicket, "unknown ticket")
 		return false, fmt.Errorf("%w: %s", err, rep.Ticket)
 	}
 	if err != nil {
@@ -272,21 +271,11 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	if run.Result == model.ResultRunning {
 		// Sent by a previous scheduler process and still unresolved here: the run was
 		// recovered as lost at start, or is being resolved right now.
-		e.recordRefusedResult(ctx, *run, rep, "the run is not waiting for a result here")
+		e.recordRefusedResult(ctx, *run, rep, refusalNotWaiting, "the run is not waiting for a result here")
 		return false, fmt.Errorf("%w: run %s is not waiting for a result here", ErrStaleTicket, rep.Ticket)
 	}
-	e.recordRefusedResult(ctx, *run, rep, "the run already ended as "+run.Result)
+	e.recordRefusedResult(ctx, *run, rep, refusalEnded, "the run already ended as "+run.Result)
 	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)
-}
-
-// recordRefusedResult leaves an action record for a result that was not accepted, on the
-// run's task when it is known: an executor reporting into the void is worth seeing.
-func (e *Engine) recordRefusedResult(ctx context.Context, run model.Run, rep Report, why string) {
-	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
-		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
-	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
-		e.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
-	}
 }
 
 func tail(s string, n int) string {

@@ -135,6 +135,18 @@ type Config struct {
 	// HeartbeatInterval is what executors are told to heartbeat at. Defaults to
 	// HeartbeatIntervalDefault.
 	HeartbeatInterval time.Duration
+	// MaxExecutorsPerApp is the most executors one app may have registered, lost ones
+	// included; a registration over it takes the place of the app's longest-lost idle
+	// executor, or is refused (ErrTooManyExecutors). Defaults to MaxExecutorsPerAppDefault.
+	MaxExecutorsPerApp int
+	// MaxExecutorsPerToken is the most executors registered with one token (one dispatch
+	// key), whatever their apps, bounded as MaxExecutorsPerApp. Defaults to
+	// MaxExecutorsPerTokenDefault.
+	MaxExecutorsPerToken int
+	// RefusalWindow is how long the refused results of one executor app, reason and task
+	// are folded into one summary record after the first (refusals.go). Defaults to
+	// RefusalWindowDefault.
+	RefusalWindow time.Duration
 	// ExecutorToken, when set, is sent as a bearer token to the executors that registered
 	// without signed calls (they predate them), and lets such executors register while they
 	// present a token. Executors that verify signatures never receive it. Defaults to empty:
@@ -219,6 +231,15 @@ func (c Config) WithDefaults() Config {
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = HeartbeatIntervalDefault
 	}
+	if c.MaxExecutorsPerApp == 0 {
+		c.MaxExecutorsPerApp = MaxExecutorsPerAppDefault
+	}
+	if c.MaxExecutorsPerToken == 0 {
+		c.MaxExecutorsPerToken = MaxExecutorsPerTokenDefault
+	}
+	if c.RefusalWindow == 0 {
+		c.RefusalWindow = RefusalWindowDefault
+	}
 	if c.NodeID == "" {
 		c.NodeID = "axe"
 	}
@@ -269,6 +290,12 @@ func (c Config) validate() error {
 	if c.WriterLanes < 1 || c.WriterLanes > WriterLanesMax {
 		return fmt.Errorf("writer lanes must be 1 to %d, got %d", WriterLanesMax, c.WriterLanes)
 	}
+	if c.MaxExecutorsPerApp < 1 || c.MaxExecutorsPerToken < 1 {
+		return fmt.Errorf("max executors per app (%d) and per token (%d) must be at least 1", c.MaxExecutorsPerApp, c.MaxExecutorsPerToken)
+	}
+	if c.RefusalWindow < 0 {
+		return fmt.Errorf("refusal window must not be negative, got %s", c.RefusalWindow)
+	}
 	if c.LostAfter <= c.HeartbeatInterval {
 		return fmt.Errorf("lost-after (%s) must be longer than the heartbeat interval (%s)", c.LostAfter, c.HeartbeatInterval)
 	}
@@ -318,6 +345,12 @@ type Engine struct {
 	evictions atomic.Int64
 	// ending remembers executor results that ended runs in memory and not yet durable (core_ending.go).
 	ending endingResults
+	// refused aggregates the records of refused results (refusals.go).
+	refused refusals
+	// sweptAt is when the reaper last dropped executors deleted from the store (ms; reaper
+	// only), and gathered the executors lost or back not alerted yet (executor_bounds.go).
+	sweptAt  int64
+	gathered gatheredAlerts
 }
 
 // New builds an engine from cfg. Nothing runs until Start.

@@ -138,6 +138,12 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	return m
 }
 
+// refusedResults counts executor results refused (ActRefusedResult), recorded or folded
+// into a summary, by reason (a bounded set: refusalUnknownTicket, …).
+func (m *engineMetrics) refusedResults(reason string) *metrics.Counter {
+	return m.set.GetOrCreateCounter(`axe_refused_results_total{reason="` + reason + `"}`)
+}
+
 // alerts counts alerts by kind (a bounded set: breaker_open, executor_lost, …).
 func (m *engineMetrics) alerts(kind string) *metrics.Counter {
 	return m.set.GetOrCreateCounter(`axe_alerts_total{kind="` + kind + `"}`)

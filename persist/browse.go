@@ -26,6 +26,9 @@ type Browser interface {
 	// ListActionsPage returns the task's action records written before f.BeforeAt (0: the
 	// newest), newest first, of the kinds in f.Actions (none: every kind).
 	ListActionsPage(ctx context.Context, f ActionFilter) ([]model.Action, error)
+	// CountActionKinds counts the task's action records by kind among its newest scan
+	// (ActionScanMax when 0): a bounded walk of its index, however many records it has.
+	CountActionKinds(ctx context.Context, taskID int64, scan int) (map[string]int64, error)
 	// AddMinuteStats adds each row's counts to the stored row of its (minute, node),
 	// creating it when missing, and deletes the rows of minutes before dropBefore.
 	AddMinuteStats(ctx context.Context, rows []MinuteStat, dropBefore int64) error
@@ -406,6 +409,38 @@ func (s *sqlStore) ListActionsPage(ctx context.Context, f ActionFilter) ([]model
 	}
 	return s.queryActions(ctx, "SELECT id, "+strings.Join(actionCols, ", ")+" FROM task_action WHERE "+strings.Join(where, " AND ")+
 		" ORDER BY id DESC"+limitClause(f.Limit), args...)
+}
+
+// ActionScanMax bounds how many of a task's newest action records CountActionKinds reads.
+const ActionScanMax = 100000
+
+// CountActionKinds counts the task's newest scan action records by kind, read off
+// idx_task_action_task (task_id, id).
+func (s *sqlStore) CountActionKinds(ctx context.Context, taskID int64, scan int) (map[string]int64, error) {
+	if scan <= 0 {
+		scan = ActionScanMax
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT action, COUNT(*) FROM (SELECT action FROM task_action WHERE task_id = ?
+		ORDER BY id DESC LIMIT ?) newest GROUP BY action`, taskID, scan)
+	if err != nil {
+		return nil, fmt.Errorf("cannot count actions: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var (
+			kind string
+			n    int64
+		)
+		if err := rows.Scan(&kind, &n); err != nil {
+			return nil, fmt.Errorf("cannot scan action count: %w", err)
+		}
+		out[kind] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot count actions: %w", err)
+	}
+	return out, nil
 }
 
 // AddMinuteStats adds rows to minute_stats and drops the minutes before dropBefore, in one

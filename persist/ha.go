@@ -411,6 +411,10 @@ func (f *fencedStore) SetExecutorStatus(ctx context.Context, app, address, statu
 	return f.check(ctx, f.sqlStore.SetExecutorStatus(ctx, app, address, status))
 }
 
+func (f *fencedStore) DeleteExecutor(ctx context.Context, app, address string) error {
+	return f.check(ctx, f.sqlStore.DeleteExecutor(ctx, app, address))
+}
+
 func (f *fencedStore) PutConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error {
 	return f.check(ctx, f.sqlStore.PutConcurrencyLimit(ctx, l))
 }

@@ -232,6 +232,8 @@ type Store interface {
 	SetExecutorStatus(ctx context.Context, app, address, status string) error
 	// ListExecutors returns every executor ordered by (app, address).
 	ListExecutors(ctx context.Context) ([]model.Executor, error)
+	// DeleteExecutor forgets an executor; an unknown one is not an error.
+	DeleteExecutor(ctx context.Context, app, address string) error
 
 	// ListConcurrencyLimits returns every concurrency limit, ordered by (kind, name).
 	ListConcurrencyLimits(ctx context.Context) ([]model.ConcurrencyLimit, error)

@@ -821,6 +821,14 @@ func (s *sqlStore) updateExecutor(ctx context.Context, app, address, q string, a
 	return nil
 }
 
+// DeleteExecutor forgets an executor (one a bounded registration took the place of).
+func (s *sqlStore) DeleteExecutor(ctx context.Context, app, address string) error {
+	if _, err := s.exec(ctx, `DELETE FROM executor WHERE app = ? AND address = ?`, app, address); err != nil {
+		return fmt.Errorf("cannot delete executor %s@%s: %w", app, address, err)
+	}
+	return nil
+}
+
 // ListExecutors returns every executor ordered by (app, address).
 func (s *sqlStore) ListExecutors(ctx context.Context) ([]model.Executor, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT "+strings.Join(executorCols, ", ")+" FROM executor ORDER BY app, address")

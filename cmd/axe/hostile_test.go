@@ -191,6 +191,12 @@ func TestHostileRequestsToTheDaemon(t *testing.T) {
 		// Repeated keys (issue 31).
 		{"a create repeating its name", "POST", "/tasks", `{"name":"a","name":"b","trigger":"manual","callback":{"url":"` + hook + `"}}`, nil, 400, "name: repeated key"},
 		{"a rate limit repeating its rate", "PUT", "/ratelimits", `{"downstream":"x","rate":1,"rate":2}`, nil, 400, "rate: repeated key"},
+		// Request targets a request line cannot carry, and alert filters (issue 41).
+		{"a callback URL with a space in its query", "POST", "/tasks", taskBody("split", hook+"?a=b HTTP/1.1 X-Injected: yes", "{}"), nil, 400, "callback.url"},
+		{"a callback URL with CRLF", "POST", "/tasks", taskBody("split", hook+`?a=b\r\nX-Injected: yes`, "{}"), nil, 400, "callback.url"},
+		{"a callback URL not ASCII", "PUT", "/tasks/ns%3Ajob", taskBody("ns:job", hook+"/café", "{}"), nil, 400, "callback.url"},
+		{"an alerts kind that is not a kind", "GET", "/alerts?kind=lost%20OR%201=1", nil, nil, 400, "kind"},
+		{"alerts of an unknown task", "GET", "/alerts?task=ghost", nil, nil, 404, "ghost"},
 	} {
 		code, body := send(t, c.method, api+c.path, c.body, c.hdr...)
 		want(t, c.what, code, body, c.code, c.says)

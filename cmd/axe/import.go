@@ -70,8 +70,9 @@ func (f *importFlags) validate() error {
 	return nil
 }
 
-// checkPlan prints the dry run and says whether to go on.
-func (f *importFlags) checkPlan(p *migrate.Plan) (bool, error) {
+// checkPlan prints the dry run and says whether to go on. check, when set, is what else
+// the real run would refuse (the agent config it writes), asked in the dry run too.
+func (f *importFlags) checkPlan(p *migrate.Plan, check func() error) (bool, error) {
 	for i := range p.Items {
 		p.Items[i].Task.PauseAfterFailures = f.pauseAfter
 	}
@@ -80,6 +81,11 @@ func (f *importFlags) checkPlan(p *migrate.Plan) (bool, error) {
 	}
 	if err := p.Err(); err != nil && !f.skipBad {
 		return false, fmt.Errorf("%w\nnothing was created; fix those jobs, or pass --skip-bad to import the rest", err)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return false, fmt.Errorf("%w\nnothing was created", err)
+		}
 	}
 	if !f.yes {
 		fmt.Printf("dry run: %d task(s) would be created; nothing was changed. Run again with --yes to apply.\n", len(p.Items))
@@ -143,7 +149,14 @@ func importCrontabCmd() *ffcli.Command {
 			if why != "" {
 				plan.Notes = append([]string{"read as a system crontab (a user column; --format user to read it otherwise): " + why}, plan.Notes...)
 			}
-			if ok, err := f.checkPlan(&plan.Plan); !ok || err != nil {
+			// The dry run builds and checks the agent config the real run writes, so it
+			// meets the same refusals.
+			var cfgBytes []byte
+			buildConfig := func() (err error) {
+				cfgBytes, err = agentConfigBytes(*agentConfig, *app, strings.Split(f.server, ","), plan.Handlers)
+				return err
+			}
+			if ok, err := f.checkPlan(&plan.Plan, buildConfig); !ok || err != nil {
 				return err
 			}
 			c, err := f.client()
@@ -151,8 +164,8 @@ func importCrontabCmd() *ffcli.Command {
 				return err
 			}
 			// The config first: a task that fires before its handler exists would fail.
-			if err := writeAgentConfig(*agentConfig, *app, strings.Split(f.server, ","), plan.Handlers); err != nil {
-				return err
+			if err := writeFileAtomic(*agentConfig, cfgBytes); err != nil {
+				return fmt.Errorf("agent-config: %w", err)
 			}
 			fmt.Printf("wrote %s: %d handler(s) for app %s; run it with: axe agent -c %s\n", *agentConfig, len(plan.Handlers), *app, *agentConfig)
 			return applyPlan(ctx, c, &plan.Plan, f.onConflict)
@@ -208,11 +221,12 @@ func machineZone() (string, error) {
 	return "", errors.New("timezone: cannot tell this machine's zone from /etc/localtime or /etc/timezone; pass --timezone")
 }
 
-// writeAgentConfig writes the agent config at path with handlers added: an existing file
-// keeps its settings (listen, schedulers, token) and other handlers, and must be for app.
-// The result is loaded back as `axe agent` would, so a config the agent refuses is an error
-// here rather than at its start.
-func writeAgentConfig(path, app string, schedulers []string, handlers map[string]agent.Command) error {
+// agentConfigBytes returns the agent config to write at path with handlers added: an
+// existing file keeps its settings (listen, schedulers, token) and other handlers, and must
+// be for app. The result is checked as `axe agent` loads it (agent.Parse), so a config the
+// agent would refuse is an error here, in the dry run as in the real one, and never reaches
+// the disk.
+func agentConfigBytes(path, app string, schedulers []string, handlers map[string]agent.Command) ([]byte, error) {
 	cfg := agent.Config{App: app, Listen: agent.ListenDefault, Schedulers: schedulers}
 	raw, err := os.ReadFile(path)
 	switch {
@@ -221,13 +235,13 @@ func writeAgentConfig(path, app string, schedulers []string, handlers map[string
 		dec.DisallowUnknownFields()
 		cfg = agent.Config{}
 		if err := dec.Decode(&cfg); err != nil {
-			return fmt.Errorf("agent-config: cannot read %s: %w", path, err)
+			return nil, fmt.Errorf("agent-config: cannot read %s: %w", path, err)
 		}
 		if cfg.App != app {
-			return fmt.Errorf("agent-config: %s is the config of app %q, not %q; name another file", path, cfg.App, app)
+			return nil, fmt.Errorf("agent-config: %s is the config of app %q, not %q; name another file", path, cfg.App, app)
 		}
 	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("agent-config: %w", err)
+		return nil, fmt.Errorf("agent-config: %w", err)
 	}
 	if cfg.Handlers == nil {
 		cfg.Handlers = map[string]agent.Command{}
@@ -237,17 +251,40 @@ func writeAgentConfig(path, app string, schedulers []string, handlers map[string
 	}
 	out, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
-		return fmt.Errorf("cannot encode the agent config: %w", err)
+		return nil, fmt.Errorf("cannot encode the agent config: %w", err)
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(out, '\n'), 0o600); err != nil {
-		return fmt.Errorf("cannot write the agent config: %w", err)
+	out = append(out, '\n')
+	if _, err := agent.Parse(out, path); err != nil {
+		return nil, fmt.Errorf("agent-config: the config for %s would not load: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("cannot write the agent config: %w", err)
+	return out, nil
+}
+
+// writeFileAtomic replaces path with data: written to a temporary file beside it, synced,
+// then renamed over it, so a reader (or a crash) sees the old file or the new one, never
+// part of one; the temporary file is removed on any failure.
+func writeFileAtomic(path string, data []byte) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
 	}
-	if _, err := agent.Load(path); err != nil {
-		return fmt.Errorf("the agent config written to %s does not load: %w", path, err)
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err = tmp.Write(data); err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err = tmp.Sync(); err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err = tmp.Close(); err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	if err = os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
 	}
 	return nil
 }
@@ -424,7 +461,7 @@ func importXXLJobCmd() *ffcli.Command {
 			if err != nil {
 				return err
 			}
-			if ok, err := f.checkPlan(plan); !ok || err != nil {
+			if ok, err := f.checkPlan(plan, nil); !ok || err != nil {
 				return err
 			}
 			if err := applyPlan(ctx, c, plan, f.onConflict); err != nil {

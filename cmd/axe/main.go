@@ -13,6 +13,8 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/axe-sched/axe/internal/visible"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -23,7 +25,9 @@ func main() {
 	err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "axe:", err)
+		// An error may quote a crontab line, a database row or a server's answer: shown
+		// with its control characters escaped, it cannot rewrite the terminal.
+		fmt.Fprintln(os.Stderr, "axe:", visible.Text(err.Error()))
 		os.Exit(1)
 	}
 }

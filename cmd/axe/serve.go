@@ -37,6 +37,8 @@ func serveCmd() *ffcli.Command {
 	rateGlobal := fs.String("rate-global", "", "global dispatch rate, RATE[:BURST] per second; empty = unlimited (AXE_RATE_GLOBAL)")
 	rateDefault := fs.String("rate-default", "", "per-downstream dispatch rate, RATE[:BURST] per second (AXE_RATE_DEFAULT)")
 	fs.DurationVar(&cfg.Engine.LostAfter, "executor-lost-after", engine.LostAfterDefault, "an executor silent this long gets no new dispatch (AXE_EXECUTOR_LOST_AFTER)")
+	fs.IntVar(&cfg.Engine.MaxExecutorsPerApp, "max-executors-per-app", engine.MaxExecutorsPerAppDefault, "the most executors one app may have registered, lost ones included; a new one takes the place of the longest-lost idle one, or is refused with 429 (AXE_MAX_EXECUTORS_PER_APP)")
+	fs.IntVar(&cfg.Engine.MaxExecutorsPerToken, "max-executors-per-token", engine.MaxExecutorsPerTokenDefault, "the most executors registered with one token, whatever their apps, bounded as --max-executors-per-app (AXE_MAX_EXECUTORS_PER_TOKEN)")
 	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
 	fs.IntVar(&cfg.Engine.WriterLanes, "writer-lanes", engine.WriterLanesDefault, "batched writers committing in parallel, tasks spread over them; raise it where MySQL runs on a machine of its own (AXE_WRITER_LANES)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/internal/visible"
 )
 
 // importBatchDefault is how many lines one batch of axe task import carries: large enough
@@ -265,7 +266,7 @@ func (im *importer) refuse(n int, msgs []string) {
 	}
 	fmt.Fprintf(im.out, "batch of %d refused, nothing of it created:\n", n)
 	for _, m := range msgs {
-		fmt.Fprintf(im.out, "  %s\n", m)
+		fmt.Fprintf(im.out, "  %s\n", visible.Line(m))
 	}
 }
 

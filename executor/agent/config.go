@@ -107,6 +107,13 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("cannot read agent config: %w", err)
 	}
+	return Parse(raw, path)
+}
+
+// Parse decodes, defaults and validates the config file content raw as Load does; path
+// names it in errors. A writer of a config (axe import crontab) checks what it is about to
+// write with it, before anything is on disk.
+func Parse(raw []byte, path string) (Config, error) {
 	var cfg Config
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -215,6 +222,10 @@ func (c Config) validateTLS() error {
 	}
 	return nil
 }
+
+// Validate reports the first invalid field of c by the rules Load applies, naming it below
+// field ("handlers.backup").
+func (c Command) Validate(field string) error { return c.validate(field) }
 
 func (c Command) validate(field string) error {
 	bad := func(sub, format string, args ...any) error {

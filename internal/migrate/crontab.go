@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/executor/agent"
@@ -109,6 +110,12 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 		bad := func(format string, args ...any) {
 			p.Bad = append(p.Bad, Bad{Source: src, Reason: fmt.Sprintf(format, args...)})
 		}
+		if i := invalidUTF8At(line); i >= 0 {
+			// JSON would carry it as U+FFFD: the agent would run another command than the
+			// line's, or set another value.
+			bad("byte %d is not UTF-8 (0x%02x); axe keeps commands and the agent config as UTF-8 and would change it: convert the file (iconv -t UTF-8)", i+1, line[i])
+			continue
+		}
 		if m := envLine.FindStringSubmatch(text); m != nil {
 			name, value := m[1], unquote(strings.TrimRight(m[2], " \t"))
 			switch {
@@ -175,7 +182,14 @@ func ReadCrontab(r io.Reader, opt CrontabOptions) (*CrontabPlan, error) {
 		if runEnv["PATH"] == "" {
 			runEnv["PATH"] = cronPath
 		}
-		p.Handlers[name] = agent.Command{Command: []string{runEnv["SHELL"], "-c", cmdText}, Env: runEnv, Stdin: stdin}
+		handler := agent.Command{Command: []string{runEnv["SHELL"], "-c", cmdText}, Env: runEnv, Stdin: stdin}
+		if err := handler.Validate("handlers." + name); err != nil {
+			// What the agent would refuse to load (a NUL byte): the written config would
+			// not start.
+			bad("the agent cannot run it: %v", err)
+			continue
+		}
+		p.Handlers[name] = handler
 		next, err := nextFire(expr, cron.DialectUnix, zone, opt.Now)
 		if err != nil {
 			bad("%v", err)
@@ -567,4 +581,17 @@ func DetectCrontabFormat(content []byte, isUser func(string) bool) (system bool,
 		which = fmt.Sprintf("a user name follows the schedule on %s, but none is root and there is no system header", lineList(with))
 	}
 	return false, "", fmt.Errorf("format: cannot tell whether this is a system crontab (with a user column, as /etc/crontab): %s; give --format system or --format user", which)
+}
+
+// invalidUTF8At returns the offset of the first byte of s that is not part of valid UTF-8,
+// or -1.
+func invalidUTF8At(s string) int {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }

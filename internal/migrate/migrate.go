@@ -13,9 +13,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/internal/visible"
 )
 
 // Errors returned by this package, wrapped with detail.
@@ -120,7 +122,7 @@ func (p *Plan) Err() error {
 	}
 	var b strings.Builder
 	for _, bad := range p.Bad {
-		fmt.Fprintf(&b, "\n  %s: %s", bad.Source, bad.Reason)
+		fmt.Fprintf(&b, "\n  %s: %s", visible.Line(bad.Source), visible.Line(bad.Reason))
 	}
 	return fmt.Errorf("%w %d job(s):%s", ErrUnconvertible, len(p.Bad), b.String())
 }
@@ -146,7 +148,8 @@ func (p *Plan) WriteTable(w io.Writer) error {
 		if !it.Next.IsZero() {
 			next = it.Next.Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", it.Source, it.Task.Name, expr, orDash(it.Task.Timezone), next, oneLine(it.Command))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", visible.Line(it.Source), visible.Line(it.Task.Name), visible.Line(expr),
+			visible.Line(orDash(it.Task.Timezone)), next, oneLine(it.Command))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -188,23 +191,23 @@ func (p *Plan) WriteTable(w io.Writer) error {
 	if len(changes) > 0 {
 		fmt.Fprintf(w, "\nRUNS DIFFERENTLY IN AXE (%d):\n", len(changes))
 		for _, c := range changes {
-			fmt.Fprintf(w, "  %s\n", c)
+			fmt.Fprintf(w, "  %s\n", visible.Line(c))
 		}
 	}
 	if len(p.Bad) > 0 || len(p.Notes) > 0 {
 		fmt.Fprintln(w)
 	}
 	for _, b := range p.Bad {
-		fmt.Fprintf(w, "cannot convert %s: %s\n", b.Source, b.Reason)
+		fmt.Fprintf(w, "cannot convert %s: %s\n", visible.Line(b.Source), visible.Line(b.Reason))
 	}
 	for _, n := range p.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
+		fmt.Fprintf(w, "note: %s\n", visible.Line(n))
 	}
 	if len(kinds) > 0 {
 		fmt.Fprintln(w, "\nroutine, not carried over:")
 		for _, kind := range kinds {
 			k := byKind[kind]
-			fmt.Fprintf(w, "  %s%s: %s\n", kind, sourceList(k.sources), k.text)
+			fmt.Fprintf(w, "  %s%s: %s\n", visible.Line(kind), visible.Line(sourceList(k.sources)), visible.Line(k.text))
 		}
 	}
 	return nil
@@ -230,9 +233,11 @@ func orDash(s string) string {
 	return s
 }
 
-// oneLine shortens a command for a table cell: newlines shown as ⏎, at most 60 runes.
+// oneLine shortens a command for a table cell: newlines shown as ⏎, every other control
+// character, byte not UTF-8 or reordering character escaped (visible.Line), at most 60
+// runes of that. The escapes come first, so a cut never hides one half-shown.
 func oneLine(s string) string {
-	s = strings.ReplaceAll(s, "\n", "⏎")
+	s = visible.Line(strings.ReplaceAll(s, "\n", "⏎"))
 	if r := []rune(s); len(r) > 60 {
 		return string(r[:59]) + "…"
 	}
@@ -258,6 +263,11 @@ func nextFire(expr string, d cron.Dialect, zone string, ref time.Time) (time.Tim
 func validateTasks(p *Plan) {
 	kept := p.Items[:0]
 	for _, it := range p.Items {
+		if field := notUTF8(it.Task); field != "" {
+			// JSON would carry it as U+FFFD, and the task say something else than its source.
+			p.Bad = append(p.Bad, Bad{Source: it.Source, Reason: field + ": is not valid UTF-8; axe would store it changed"})
+			continue
+		}
 		body, err := json.Marshal(it.Task)
 		if err == nil {
 			var spec *engine.TaskSpec
@@ -272,4 +282,21 @@ func validateTasks(p *Plan) {
 		kept = append(kept, it)
 	}
 	p.Items = kept
+}
+
+// notUTF8 names the first field of t that is not valid UTF-8, or returns "".
+func notUTF8(t Task) string {
+	fields := []struct{ name, v string }{
+		{"name", t.Name}, {"group", t.Group}, {"cron", t.Cron}, {"timezone", t.Timezone}, {"note", t.Note},
+		{"callback.app", t.Callback.App}, {"callback.handler", t.Callback.Handler}, {"params", string(t.Params)},
+	}
+	for _, d := range t.DependsOn {
+		fields = append(fields, struct{ name, v string }{"depends_on", d})
+	}
+	for _, f := range fields {
+		if !utf8.ValidString(f.v) {
+			return f.name
+		}
+	}
+	return ""
 }

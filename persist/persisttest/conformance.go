@@ -1350,6 +1350,19 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 	if err := s.SetExecutorStatus(ctx, "nobody", "x", "lost"); !errors.Is(err, model.ErrExecutorNotFound) {
 		t.Fatalf("SetExecutorStatus(unknown) = %v, want ErrExecutorNotFound", err)
 	}
+
+	// DeleteExecutor forgets one row, and an unknown one is not an error.
+	for range 2 {
+		if err := s.DeleteExecutor(ctx, "billing", "10.0.0.1:9000"); err != nil {
+			t.Fatalf("DeleteExecutor: %v", err)
+		}
+	}
+	es = list()
+	equal(t, "after DeleteExecutor", []string{es[0].App + "@" + es[0].Address, es[1].App + "@" + es[1].Address},
+		[]string{"alpha@10.0.0.9:9000", "billing@10.0.0.2:9000"})
+	if err := s.Heartbeat(ctx, "billing", "10.0.0.1:9000", 2000); !errors.Is(err, model.ErrExecutorNotFound) {
+		t.Fatalf("Heartbeat(deleted) = %v, want ErrExecutorNotFound", err)
+	}
 }
 
 // ---- lease ----

@@ -253,6 +253,21 @@ func testBrowseActions(t *testing.T, ctx context.Context, s persist.Store) {
 		}
 	}
 	equal(t, "actions before 120 of pause and retry", got, want)
+
+	// Counts by kind: every kind of the task's records, or of its newest few.
+	counts, err := b.CountActionKinds(ctx, task.Def.ID, 0)
+	if err != nil {
+		t.Fatalf("CountActionKinds: %v", err)
+	}
+	equal(t, "counts by kind", counts, map[string]int64{"pause": 14, "resume": 13, "retry": 13})
+	if counts, err = b.CountActionKinds(ctx, task.Def.ID, 4); err != nil {
+		t.Fatalf("CountActionKinds(4): %v", err)
+	}
+	// The newest four: i = 39 (pause), 38 (retry), 37 (resume), 36 (pause).
+	equal(t, "counts of the newest 4", counts, map[string]int64{"pause": 2, "resume": 1, "retry": 1})
+	if counts, err = b.CountActionKinds(ctx, 0, 0); err != nil || len(counts) != 0 {
+		t.Fatalf("CountActionKinds(no task) = %v, %v; want none", counts, err)
+	}
 }
 
 // testBrowseMinutes: minute rows add up per node, are summed across nodes when read, and

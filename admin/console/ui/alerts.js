@@ -5,15 +5,32 @@ import * as api from './api.js';
 import {h, replace, table} from './dom.js';
 import {show} from './time.js';
 
+// The kinds always offered by the filter; others appear once the store holds them.
+const KINDS = ['executor_lost', 'executor_back', 'refused_result'];
+
 export async function render(main) {
   const recent = h('div', {class: 'scroll', id: 'alerts-recent'});
   const stored = h('div', {class: 'scroll', id: 'alerts-stored'});
+  // A kind filter with the count of each kind: a flood of one kind cannot hide the others.
+  const kind = h('select', {id: 'alerts-kind', 'aria-label': 'Kind of stored record'}, h('option', {value: ''}, 'every kind'));
+  kind.addEventListener('change', () => load());
+  const counts = h('p', {class: 'muted', id: 'alerts-counts'});
   main.append(h('h1', {}, 'Alerts'),
     h('section', {'aria-labelledby': 'al-recent-h'}, h('h2', {id: 'al-recent-h'}, 'Recent alerts of this node, with webhook delivery'),
       h('p', {class: 'muted'}, 'Kept in memory since this node started (the newest 200). "no webhook": no --alert-webhook is configured.'), recent),
-    h('section', {'aria-labelledby': 'al-stored-h'}, h('h2', {id: 'al-stored-h'}, 'Stored records that concern no task'), stored));
+    h('section', {'aria-labelledby': 'al-stored-h'}, h('h2', {id: 'al-stored-h'}, 'Stored records that concern no task'),
+      h('label', {}, 'Kind ', kind), counts, stored));
+  function offer(c) {
+    const chosen = kind.value;
+    const names = [...new Set([...KINDS, ...Object.keys(c)])].sort();
+    replace(kind, h('option', {value: ''}, 'every kind'),
+      ...names.map(k => h('option', {value: k}, `${k} (${c[k] || 0})`)));
+    kind.value = chosen;
+    replace(counts, names.filter(k => c[k]).map(k => `${k}: ${c[k]}`).join(' · ') || 'No stored record.');
+  }
   async function load() {
-    const r = await api.get('alerts', {limit: 100});
+    const r = await api.get('alerts', {limit: 100, kind: kind.value, counts: 1});
+    offer(r.counts || {});
     replace(recent, r.deliveries.length ? table(['At', 'Kind', 'Task', 'Message', 'Delivery', 'Attempts', 'Error'],
       r.deliveries.map(d => h('tr', {dataset: {kind: d.kind, delivery: d.delivery}},
         h('td', {class: 'time'}, show(d.at)), h('td', {}, d.kind),
