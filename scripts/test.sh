@@ -179,6 +179,29 @@ if [ "$lane2_rc" = 0 ]; then
   phase "benchmark smoke" "$t1"
 fi
 
+# The executor SDKs in other languages (sdk/<language>): each one's own tests, which end with
+# `axe conformance executor` against its echo example, with one axe built here. Python needs
+# only python3, Java the JDK, TypeScript node and npm (its test script installs the pinned
+# compiler with npm ci).
+sdk_rc=0
+t1=$SECONDS
+sdk_bin=$(mktemp -d)
+if go build -o "$sdk_bin/axe" ./cmd/axe; then
+  for sdk in python java typescript; do
+    t2=$SECONDS
+    say "sdk/$sdk"
+    case $sdk in
+      java) AXE_BIN="$sdk_bin/axe" sdk/java/ci.sh || sdk_rc=1 ;;
+      *) AXE_BIN="$sdk_bin/axe" "sdk/$sdk/test.sh" || sdk_rc=1 ;;
+    esac
+    phase "sdk/$sdk" "$t2"
+  done
+else
+  sdk_rc=1
+fi
+rm -rf "$sdk_bin"
+phase "executor SDKs" "$t1"
+
 say "waiting for lane 1"
 wait $lane1 || true
 trap - EXIT
@@ -188,8 +211,8 @@ cat "$lane1_log" "$lane1_log.fuzz"
 say "lane 1 tests took $(cat "$lane1_log.took" 2>/dev/null || echo ?)s, fuzzing $(cat "$lane1_log.fuzztook" 2>/dev/null || echo ?)s"
 rm -f "$lane1_log"*
 phase "the whole suite"
-if [ "$lane1_rc" != 0 ] || [ "$lane2_rc" != 0 ] || [ "$fuzz_rc" != 0 ]; then
-  say "FAILED: lane 1 exit $lane1_rc, lane 2 exit $lane2_rc, fuzzing exit $fuzz_rc"
+if [ "$lane1_rc" != 0 ] || [ "$lane2_rc" != 0 ] || [ "$fuzz_rc" != 0 ] || [ "$sdk_rc" != 0 ]; then
+  say "FAILED: lane 1 exit $lane1_rc, lane 2 exit $lane2_rc, fuzzing exit $fuzz_rc, SDKs exit $sdk_rc"
   exit 1
 fi
 say "all passed"
