@@ -575,32 +575,6 @@ func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
 	writeJSON(c, 200, taskView(t))
 }
 
-func (s *Server) pauseGroup(c *fasthttp.RequestCtx)  { s.groupOp(c, true) }
-func (s *Server) resumeGroup(c *fasthttp.RequestCtx) { s.groupOp(c, false) }
-
-func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
-	var b noteBody
-	if err := decodeOptional(c, &b); err != nil {
-		s.fail(c, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	group := param(c, "group")
-	var n int
-	var err error
-	if pause {
-		n, err = s.cfg.Engine.PauseGroup(ctx, group, b.Note, actor(c))
-	} else {
-		n, err = s.cfg.Engine.ResumeGroup(ctx, group, b.Note, actor(c))
-	}
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	writeJSON(c, 200, map[string]any{"group": group, "tasks": n})
-}
-
 // runBody is the optional body of run-now.
 type runBody struct {
 	Params json.RawMessage `json:"params"`

@@ -196,7 +196,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 			def.Paused = true
 			def.UpdatedAt = now
 			note := pausedOnFailureNote(nrt.ConsecutiveFailures, b)
-			nrt.State, nrt.Note = model.StatePaused, note
+			nrt.State, nrt.Note, nrt.PausedBy = model.StatePaused, note, model.PausedByFailures
 			acts = append(acts, e.action(t, "", ActPause, st, model.StatePaused, ActorScheduler, note, now))
 			pausedDef = &def
 			then = e.pausedOnFailureAlert(id, name, group, nrt.ConsecutiveFailures)

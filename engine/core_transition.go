@@ -363,6 +363,7 @@ func (d *endDecision) pauseOnFailure(in endInput, nrt *model.Runtime) {
 	from := nrt.State
 	nrt.State = model.StatePaused
 	nrt.Note = note
+	nrt.PausedBy = model.PausedByFailures
 	nrt.NextTriggerTime = in.pausedNext(lastSchedOf(in)) // as a pause during the run leaves it (nextCycle)
 	d.Acts = append(d.Acts, in.action("", ActPause, from, model.StatePaused, ActorScheduler, note))
 	d.PausedDef = &def

@@ -1,0 +1,100 @@
+package engine
+
+import (
+	"context"
+	"sort"
+	"testing"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// TestGroupResumeResumesOnlyWhatItsPausePaused: a group's resume resumes the tasks its
+// pause paused and leaves, named with their origins and notes, the tasks paused on their
+// own (before the group's pause, or after it), so an incident's pause survives a group's
+// maintenance window. Each origin is durable: read back from the store.
+func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		e := startEngine(t, s)
+		for _, n := range []string{"a1", "a2", "a3", "a4", "b1"} {
+			spec := httpSpec(n, cs.URL)
+			spec.Cron = "0 0 0 1 1 ?" // new year only: nothing fires during the test
+			spec.Group = "g"
+			if n == "b1" {
+				spec.Group = "h"
+			}
+			mustCreate(t, e, spec)
+		}
+		if _, err := e.Pause(ctx, "a2", "INC-4411", "oncall"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.PauseGroup(ctx, "g", "deploy 7", "ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Changed != 3 || res.AlreadyPaused != 1 {
+			t.Fatalf("group pause = %+v; want 3 paused, 1 paused already", res)
+		}
+		if _, err := e.PauseGroup(ctx, "h", "", "ops"); err != nil {
+			t.Fatal(err)
+		}
+		// a3 paused by the group, then paused on its own: the pause is now its own.
+		if _, err := e.Pause(ctx, "a3", "keep until vendor fix", "oncall"); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][2]string{
+			"a1": {"group:g", "deploy 7"}, "a2": {"task", "INC-4411"}, "a3": {"task", "keep until vendor fix"},
+			"a4": {"group:g", "deploy 7"}, "b1": {"group:h", ""},
+		}
+		for name, w := range want {
+			pt, err := s.GetTask(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pt.Def.Paused || pt.Runtime.PausedBy != w[0] || pt.Runtime.Note != w[1] {
+				t.Errorf("%s in the store: paused %v by %q note %q; want by %q note %q", name, pt.Def.Paused, pt.Runtime.PausedBy, pt.Runtime.Note, w[0], w[1])
+			}
+		}
+
+		res, err = e.ResumeGroup(ctx, "g", "deploy done", "ops")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Slice(res.LeftPaused, func(i, j int) bool { return res.LeftPaused[i].Name < res.LeftPaused[j].Name })
+		wantLeft := []PausedTask{{Name: "a2", PausedBy: "task", Note: "INC-4411"}, {Name: "a3", PausedBy: "task", Note: "keep until vendor fix"}}
+		if res.Changed != 2 || res.LeftPausedCount != 2 || len(res.LeftPaused) != 2 || res.LeftPaused[0] != wantLeft[0] || res.LeftPaused[1] != wantLeft[1] {
+			t.Fatalf("group resume = %+v; want 2 resumed and left %+v", res, wantLeft)
+		}
+		for name, paused := range map[string]bool{"a1": false, "a4": false, "a2": true, "a3": true, "b1": true} {
+			pt, err := s.GetTask(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pt.Def.Paused != paused || (pt.Runtime.State == model.StatePaused) != paused {
+				t.Errorf("%s after the group's resume: paused %v state %s; want paused %v", name, pt.Def.Paused, pt.Runtime.State, paused)
+			}
+			if !paused && (pt.Runtime.PausedBy != "" || pt.Runtime.Note != "") {
+				t.Errorf("%s resumed but keeps origin %q note %q", name, pt.Runtime.PausedBy, pt.Runtime.Note)
+			}
+		}
+		if pt, _ := s.GetTask(ctx, "a2"); pt == nil || pt.Runtime.Note != "INC-4411" {
+			t.Errorf("a2's note after the group's resume = %+v", pt)
+		}
+		// A second resume finds nothing of the group's own; a task's own resume still works.
+		if res, err = e.ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != 0 || res.LeftPausedCount != 2 {
+			t.Errorf("second group resume = %+v, %v", res, err)
+		}
+		if _, err := e.Resume(ctx, "a2", "INC-4411 closed", "oncall"); err != nil {
+			t.Fatal(err)
+		}
+		if pt, _ := s.GetTask(ctx, "a2"); pt == nil || pt.Def.Paused || pt.Runtime.PausedBy != "" {
+			t.Errorf("a2 after its own resume = %+v", pt)
+		}
+		if _, err := e.PauseGroup(ctx, "", "", "ops"); err == nil {
+			t.Error("a group pause without a group was accepted")
+		}
+	})
+}
