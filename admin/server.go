@@ -302,9 +302,9 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/tasks/{name}/runs", h(s.taskRunsPage))       // api_console.go
 	api.GET("/tasks/{name}/actions", h(s.taskActionsPage)) // api_console.go
 	api.GET("/runs/{ticket}", h(s.getRun))
-	api.GET("/alerts", h(s.alertsAnswer)) // api_console.go
-	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks")))
-	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks")))
+	api.GET("/alerts", h(s.alertsAnswer))                                                        // api_console.go
+	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks", "already_paused")))      // groups.go
+	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks", "left_paused_count"))) // groups.go
 	api.GET("/executors", h(s.listExecutors))
 	r.POST(protocol.PathRegister, h(s.registerExecutor))
 	r.POST(protocol.PathHeartbeat, h(s.executorHeartbeat))
