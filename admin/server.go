@@ -302,6 +302,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/tasks/{name}/runs", h(s.taskRunsPage))       // api_console.go
 	api.GET("/tasks/{name}/actions", h(s.taskActionsPage)) // api_console.go
 	api.GET("/runs/{ticket}", h(s.getRun))
+	api.POST("/runs/{ticket}/kill", h(s.byTicket(s.killRun))) // runkill.go
 	api.GET("/alerts", h(s.alertsAnswer))                                                        // api_console.go
 	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks", "already_paused")))      // groups.go
 	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks", "left_paused_count"))) // groups.go
@@ -596,10 +597,17 @@ func (s *Server) runTask(c *fasthttp.RequestCtx) {
 	writeJSON(c, fasthttp.StatusAccepted, map[string]any{"ticket": run.Ticket, "task": run.TaskName})
 }
 
+// killTask is POST /api/v1/tasks/{name}/kill {"reason"}: every run of the task in flight
+// ends (runkill.go).
 func (s *Server) killTask(c *fasthttp.RequestCtx) {
+	var b killBody
+	if err := decodeOptional(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	t, err := s.cfg.Engine.Kill(ctx, param(c, "name"), actor(c))
+	t, err := s.cfg.Engine.KillTask(ctx, param(c, "name"), b.reason(), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -277,7 +277,16 @@ func taskCmd() *ffcli.Command {
 				}),
 			taskOpCmd("pause", "stop future triggers; a running instance finishes", &note),
 			taskOpCmd("resume", "re-enable a paused task", &note),
-			taskOpCmd("kill", "kill the task's run in flight", nil),
+			clientCmd("kill", "axe task kill NAME [--reason TEXT]", "kill every run of the task in flight (periodic, run-now, allow_all, backfill)", 1,
+				func(fs *flag.FlagSet) { fs.StringVar(&note, "reason", "", "why, kept on the runs and in the action records") },
+				func(ctx context.Context, c *client.Client, args []string) error {
+					t, err := c.KillTask(ctx, args[0], note)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%s: %s\n", t.Name, t.Runtime.State)
+					return nil
+				}),
 			clientCmd("run", "axe task run NAME [--params JSON]", "run now: an independent instance with its own ticket", 1,
 				func(fs *flag.FlagSet) { fs.StringVar(&params, "params", "", "params JSON for this run only") },
 				func(ctx context.Context, c *client.Client, args []string) error {

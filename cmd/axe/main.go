@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string) error {
 			agentCmd(),
 			taskCmd(),
 			groupCmd(),
+			runCmd(), // runs.go
 			executorsCmd(),
 			limitCmd(),
 			cronCmd(),
