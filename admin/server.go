@@ -302,7 +302,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/tasks/{name}/runs", h(s.taskRunsPage))       // api_console.go
 	api.GET("/tasks/{name}/actions", h(s.taskActionsPage)) // api_console.go
 	api.GET("/runs/{ticket}", h(s.getRun))
-	api.POST("/runs/{ticket}/kill", h(s.byTicket(s.killRun))) // runkill.go
+	api.POST("/runs/{ticket}/kill", h(s.byTicket(s.killRun)))                                    // runkill.go
 	api.GET("/alerts", h(s.alertsAnswer))                                                        // api_console.go
 	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks", "already_paused")))      // groups.go
 	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks", "left_paused_count"))) // groups.go

@@ -278,7 +278,9 @@ func taskCmd() *ffcli.Command {
 			taskOpCmd("pause", "stop future triggers; a running instance finishes", &note),
 			taskOpCmd("resume", "re-enable a paused task", &note),
 			clientCmd("kill", "axe task kill NAME [--reason TEXT]", "kill every run of the task in flight (periodic, run-now, allow_all, backfill)", 1,
-				func(fs *flag.FlagSet) { fs.StringVar(&note, "reason", "", "why, kept on the runs and in the action records") },
+				func(fs *flag.FlagSet) {
+					fs.StringVar(&note, "reason", "", "why, kept on the runs and in the action records")
+				},
 				func(ctx context.Context, c *client.Client, args []string) error {
 					t, err := c.KillTask(ctx, args[0], note)
 					if err != nil {

@@ -32,7 +32,9 @@ func runCmd() *ffcli.Command {
 					return enc.Encode(r)
 				}),
 			clientCmd("kill", "axe run kill TICKET [--reason TEXT]", "kill one run in flight; it is recorded KILLED with the reason", 1,
-				func(fs *flag.FlagSet) { fs.StringVar(&reason, "reason", "", "why, kept on the run and in the action record") },
+				func(fs *flag.FlagSet) {
+					fs.StringVar(&reason, "reason", "", "why, kept on the run and in the action record")
+				},
 				func(ctx context.Context, c *client.Client, args []string) error {
 					r, err := c.KillRun(ctx, args[0], reason)
 					if err != nil {
