@@ -44,6 +44,7 @@ var upgradeFixtures = []struct {
 	{name: "v13", adjust: bufferOne},
 	{name: "v14", adjust: bufferOne},
 	{name: "v15"},
+	{name: "v16"},
 }
 
 // bufferOne is what migration 15 does to a task written before overlap policies: it stores
