@@ -38,6 +38,8 @@ func pausedByText(by string) string {
 	switch {
 	case by == model.PausedByTask:
 		return "its own pause"
+	case by == model.PausedByCreate:
+		return "its creation paused"
 	case by == model.PausedByBulk:
 		return "a bulk pause"
 	case by == model.PausedByFailures:
@@ -78,22 +80,26 @@ func (e *Engine) PauseGroup(ctx context.Context, group, note, actor string) (Gro
 	return res, err
 }
 
-// ResumeGroup resumes the tasks of group that the group's pause paused. Paused tasks of the
-// group paused by anything else (their own pause, another group's, a bulk pause,
-// pause-after-failures, or a pause from before origins were kept) stay paused with their
-// notes and are named in LeftPaused. note goes into each resumed task's action record. On a
+// ResumeGroup resumes the tasks of group that the group's pause paused, and those created
+// paused (an import leaves its tasks paused until their group is resumed, docs/migrating.md).
+// Paused tasks of the group paused by anything else (their own pause, another group's, a bulk
+// pause, pause-after-failures, or a pause from before origins were kept) stay paused with
+// their notes and are named in LeftPaused. note goes into each resumed task's action record. On a
 // node that schedules by shard it works as PauseGroup does.
 func (e *Engine) ResumeGroup(ctx context.Context, group, note, actor string) (GroupResult, error) {
 	var res GroupResult
 	by := model.PausedByGroup(group)
+	mine := func(pt *model.Task) bool {
+		return pt.Runtime.PausedBy == by || pt.Runtime.PausedBy == model.PausedByCreate
+	}
 	ours := func(pt *model.Task) bool {
-		return pt.Def.Group == group && pt.Def.Paused && pt.Runtime.PausedBy == by
+		return pt.Def.Group == group && pt.Def.Paused && mine(pt)
 	}
 	listed := func(pt *model.Task) bool {
 		if pt.Def.Group != group || !pt.Def.Paused {
 			return false
 		}
-		if pt.Runtime.PausedBy == by {
+		if mine(pt) {
 			return true
 		}
 		res.LeftPausedCount++

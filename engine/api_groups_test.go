@@ -11,7 +11,7 @@ import (
 )
 
 // TestGroupResumeResumesOnlyWhatItsPausePaused: a group's resume resumes the tasks its
-// pause paused and leaves, named with their origins and notes, the tasks paused on their
+// pause paused (and those created paused, as an import leaves them) and leaves, named with their origins and notes, the tasks paused on their
 // own (before the group's pause, or after it), so an incident's pause survives a group's
 // maintenance window. Each origin is durable: read back from the store.
 func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
@@ -19,12 +19,15 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
 		e := startEngine(t, s)
-		for _, n := range []string{"a1", "a2", "a3", "a4", "b1"} {
+		for _, n := range []string{"a1", "a2", "a3", "a4", "a5", "b1"} {
 			spec := httpSpec(n, cs.URL)
 			spec.Cron = "0 0 0 1 1 ?" // new year only: nothing fires during the test
 			spec.Group = "g"
 			if n == "b1" {
 				spec.Group = "h"
+			}
+			if n == "a5" {
+				spec.Paused = ptr(true) // created paused, as an import leaves its tasks
 			}
 			mustCreate(t, e, spec)
 		}
@@ -35,8 +38,8 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Changed != 3 || res.AlreadyPaused != 1 {
-			t.Fatalf("group pause = %+v; want 3 paused, 1 paused already", res)
+		if res.Changed != 3 || res.AlreadyPaused != 2 {
+			t.Fatalf("group pause = %+v; want 3 paused, 2 paused already", res)
 		}
 		if _, err := e.PauseGroup(ctx, "h", "", "ops"); err != nil {
 			t.Fatal(err)
@@ -47,7 +50,7 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 		}
 		want := map[string][2]string{
 			"a1": {"group:g", "deploy 7"}, "a2": {"task", "INC-4411"}, "a3": {"task", "keep until vendor fix"},
-			"a4": {"group:g", "deploy 7"}, "b1": {"group:h", ""},
+			"a4": {"group:g", "deploy 7"}, "a5": {"create", ""}, "b1": {"group:h", ""},
 		}
 		for name, w := range want {
 			pt, err := s.GetTask(ctx, name)
@@ -65,10 +68,10 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 		}
 		sort.Slice(res.LeftPaused, func(i, j int) bool { return res.LeftPaused[i].Name < res.LeftPaused[j].Name })
 		wantLeft := []PausedTask{{Name: "a2", PausedBy: "task", Note: "INC-4411"}, {Name: "a3", PausedBy: "task", Note: "keep until vendor fix"}}
-		if res.Changed != 2 || res.LeftPausedCount != 2 || len(res.LeftPaused) != 2 || res.LeftPaused[0] != wantLeft[0] || res.LeftPaused[1] != wantLeft[1] {
-			t.Fatalf("group resume = %+v; want 2 resumed and left %+v", res, wantLeft)
+		if res.Changed != 3 || res.LeftPausedCount != 2 || len(res.LeftPaused) != 2 || res.LeftPaused[0] != wantLeft[0] || res.LeftPaused[1] != wantLeft[1] {
+			t.Fatalf("group resume = %+v; want 3 resumed (a1, a4, and a5 created paused) and left %+v", res, wantLeft)
 		}
-		for name, paused := range map[string]bool{"a1": false, "a4": false, "a2": true, "a3": true, "b1": true} {
+		for name, paused := range map[string]bool{"a1": false, "a4": false, "a5": false, "a2": true, "a3": true, "b1": true} {
 			pt, err := s.GetTask(ctx, name)
 			if err != nil {
 				t.Fatal(err)

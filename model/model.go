@@ -189,10 +189,10 @@ type Runtime struct {
 	// each after its last retry; a success sets it to 0, and so does a resume
 	// (TaskDef.PauseAfterFailures).
 	ConsecutiveFailures int `json:"consecutive_failures,omitempty"`
-	// PausedBy says who paused a paused task (PauseBy*): its own pause, a group's pause
-	// ("group:" + the group), a bulk pause, or pause-after-failures; "" for a task not paused,
-	// or paused before the origin was kept. A group's resume resumes only the tasks its pause
-	// paused.
+	// PausedBy says who paused a paused task (PausedBy*): its own pause, its creation paused,
+	// a group's pause ("group:" + the group), a bulk pause, or pause-after-failures; "" for a
+	// task not paused, or paused before the origin was kept. A group's resume resumes only
+	// the tasks its pause paused and those created paused.
 	PausedBy string `json:"paused_by,omitempty"`
 	Version  int64  `json:"version"`
 }
@@ -201,6 +201,8 @@ type Runtime struct {
 const (
 	// PausedByTask: the task's own pause (API, CLI, console, an edit with paused: true).
 	PausedByTask = "task"
+	// PausedByCreate: created paused (an import's tasks wait for their group's resume).
+	PausedByCreate = "create"
 	// PausedByBulk: a bulk pause by selector.
 	PausedByBulk = "bulk"
 	// PausedByFailures: pause_after_failures.

@@ -8,6 +8,7 @@ import {STATES, stateBadge} from './tasks.js';
 // byText says who paused a task, from its runtime's paused_by.
 export function byText(by) {
   if (by === 'task') return 'its own pause';
+  if (by === 'create') return 'its creation paused';
   if (by === 'bulk') return 'a bulk pause';
   if (by === 'failures') return 'pause_after_failures';
   if (by && by.startsWith('group:')) return `group ${by.slice(6)}'s pause`;
