@@ -143,9 +143,9 @@ func (e *Engine) groupApply(ctx context.Context, group, note string, listed, loc
 			return false
 		}
 	}
-	locked = e.ownShards(locked)
+	here := e.ownShards(locked)
 	err = e.eachSelected(ctx, Selector{Group: group}, match, func(page []model.Task) error {
-		k, err := e.bulkApply(ctx, page, locked, apply, true)
+		k, err := e.bulkApply(ctx, page, here, apply, true)
 		n += k
 		return err
 	})

@@ -2,8 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -98,6 +102,63 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 		}
 		if _, err := e.PauseGroup(ctx, "", "", "ops"); err == nil {
 			t.Error("a group pause without a group was accepted")
+		}
+	})
+}
+
+// TestGroupPauseOnShardedEngines: each of two engines scheduling half the shards pauses and
+// resumes the group's tasks of its own shards, whatever the order the store lists the group
+// in; a task of a shard moving between nodes (draining here) is left alone, counted, and the
+// answer says so with ErrShardNotHeld beside what was done; once the shard is settled the call
+// made again does the rest.
+func TestGroupPauseOnShardedEngines(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
+		takeFor(t, s, a, "a", shardRange(0, 127), time.Minute)
+		takeFor(t, s, b, "b", shardRange(128, 255), time.Minute)
+		mine := map[*Engine][]string{a: namesIn("grp", 0, 127, 6), b: namesIn("grp", 128, 255, 6)}
+		// Created interleaved, so that the store lists the group with both halves mixed.
+		for i := range 6 {
+			for _, e := range []*Engine{a, b} {
+				spec := httpSpec(mine[e][i], cs.URL)
+				spec.Trigger, spec.Group = model.TriggerManual, "g"
+				mustCreate(t, e, spec)
+			}
+		}
+		for _, e := range []*Engine{a, b} {
+			res, err := e.PauseGroup(ctx, "g", "deploy", "ops")
+			if err != nil || res.Changed != 6 || res.AlreadyPaused != 0 {
+				t.Fatalf("group pause on one engine = %+v, %v; want its 6 tasks", res, err)
+			}
+		}
+		for _, names := range mine {
+			for _, n := range names {
+				if pt, err := s.GetTask(ctx, n); err != nil || !pt.Def.Paused || pt.Runtime.PausedBy != "group:g" {
+					t.Errorf("%s after both pauses = %+v, %v", n, pt, err)
+				}
+			}
+		}
+		// One of b's shards starts moving away.
+		moving := model.ShardOf(mine[b][0])
+		b.shards[moving].phase.Store(shardDraining)
+		res, err := b.ResumeGroup(ctx, "g", "", "ops")
+		inMoving := 0
+		for _, n := range mine[b] {
+			if model.ShardOf(n) == moving {
+				inMoving++
+			}
+		}
+		if !errors.Is(err, ErrShardNotHeld) || !strings.Contains(err.Error(), fmt.Sprintf("%d task(s)", inMoving)) || res.Changed != 6-inMoving {
+			t.Fatalf("group resume with a shard moving = %+v, %v; want %d resumed and %d named as moving", res, err, 6-inMoving, inMoving)
+		}
+		b.shards[moving].phase.Store(shardReady)
+		if res, err = b.ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != inMoving {
+			t.Fatalf("group resume made again = %+v, %v; want the %d left", res, err, inMoving)
+		}
+		if res, err = a.ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != 6 {
+			t.Fatalf("group resume on the other engine = %+v, %v", res, err)
 		}
 	})
 }
