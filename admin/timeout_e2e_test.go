@@ -18,6 +18,7 @@ import (
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // TestExecutorDeadlineIsATimeout, on SQLite and MariaDB with a real SDK executor over HTTP:
@@ -97,6 +98,22 @@ func testExecutorDeadlineIsATimeout(t *testing.T, dsn string) {
 		if err != nil || tv.Runtime.LastResult != result {
 			t.Errorf("%s's last result = %+v, %v; want %s", name, tv, err, result)
 		}
+	}
+	// The executor's report delivered again (its acknowledgement lost) is a duplicate of the
+	// recorded timeout, not a refused result.
+	slow, err := c.Runs(ctx, "slow", 1)
+	if err != nil || len(slow) != 1 {
+		t.Fatalf("slow's runs = %+v, %v", slow, err)
+	}
+	resp, err := http.Post(base+protocol.PathCallback, "application/json", strings.NewReader(
+		`{"ticket":"`+slow[0].Ticket+`","task":"slow","app":"billing","status":"failed","error":"context deadline exceeded"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(dup), `"duplicate":true`) {
+		t.Errorf("the report delivered again = %d %s; want 200 duplicate", resp.StatusCode, dup)
 	}
 	select {
 	case <-reported:

@@ -76,6 +76,10 @@ func (e *Engine) armExecTimeout(ticket string, deadline time.Time, addr string) 
 	})
 }
 
+// deadlineReported starts the error of a run an executor reported failed at its deadline,
+// recorded timeout (deadlineEnded): a delivery of that report again is a duplicate.
+const deadlineReported = "deadline passed (timeout_sec); the executor reported: "
+
 // deadlineSkewMax bounds how far ahead of the scheduler's clock an executor's clock may run
 // and a failure it reports just before the run's deadline still count as the deadline's
 // (deadlineEnded). It is timeoutGrace, the time the scheduler waits past the deadline for
@@ -173,7 +177,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			// The executor honoured the run's deadline and said so first: a timeout, as
 			// the scheduler's own timer would have recorded it a moment later.
 			oc.result = model.ResultTimeout
-			oc.errText = strings.TrimSpace("deadline passed (timeout_sec); the executor reported: " + oc.errText)
+			oc.errText = strings.TrimSpace(deadlineReported + oc.errText)
 		}
 		oc.durable = func(err error) { recorded <- err }
 		e.resolve(r.t, r.run, oc)
@@ -290,8 +294,9 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		// not schedule: the executor sends the result again, to the owner.
 		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, ErrShardNotHeld)
 	}
-	if run.Result == rep.Status {
-		return true, nil
+	if run.Result == rep.Status ||
+		(run.Result == model.ResultTimeout && rep.Status == model.ResultFailed && strings.HasPrefix(run.Error, deadlineReported)) {
+		return true, nil // the same report again (one judged a timeout reads as recorded)
 	}
 	if run.Result == model.ResultLost {
 		return false, e.recordLateResult(ctx, *run, rep) // core_recover.go
