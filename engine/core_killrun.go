@@ -54,11 +54,15 @@ func (e *Engine) KillTask(ctx context.Context, name, reason, actor string) (*mod
 		return nil, fmt.Errorf("%w: task %q has no run in flight (it is %s)", ErrConflict, name, state)
 	}
 	killed := 0
+	var periodic *model.Runtime // the runtime a periodic run's kill made durable
 	for _, ticket := range tickets {
-		_, err := e.killTicket(ctx, ticket, reason, actor)
+		_, rt, err := e.killTicket(ctx, ticket, reason, actor)
 		switch {
 		case err == nil:
 			killed++
+			if rt != nil {
+				periodic = rt
+			}
 		case errors.Is(err, ErrConflict) || errors.Is(err, model.ErrRunNotFound):
 			// Its result, timeout or loss took the run first and is recording that end.
 		default:
@@ -68,7 +72,13 @@ func (e *Engine) KillTask(ctx context.Context, name, reason, actor string) (*mod
 	if killed == 0 {
 		return nil, fmt.Errorf("%w: the runs of task %q are ending already", ErrConflict, name)
 	}
-	return e.GetTask(ctx, name)
+	pt, err := e.GetTask(ctx, name)
+	if err == nil && periodic != nil {
+		// The runtime the periodic run's kill made durable: a next fire already due may have
+		// started since, and the caller asked about the kill.
+		pt.Runtime = *periodic
+	}
+	return pt, err
 }
 
 // KillRun ends the run with ticket, whatever its kind (periodic, run-now, allow_all,
@@ -86,18 +96,22 @@ func (e *Engine) KillRun(ctx context.Context, ticket, reason, actor string) (*mo
 	if len(reason) > maxKillReason {
 		return nil, fieldErr("reason", "at most %d characters", maxKillReason)
 	}
-	return e.killTicket(ctx, ticket, reason, actor)
+	run, _, err := e.killTicket(ctx, ticket, reason, actor)
+	return run, err
 }
 
-func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (*model.Run, error) {
+// killTicket kills the run with ticket and returns its record; for a periodic run also the
+// task's runtime as the kill committed it.
+func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (*model.Run, *model.Runtime, error) {
 	ft := e.runs.taskOf(ticket)
 	if ft == nil {
-		return nil, e.notInFlight(ctx, ticket)
+		return nil, nil, e.notInFlight(ctx, ticket)
 	}
 	t, err := e.acquire(ctx, ft.id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var rt *model.Runtime
 	_, parallel := t.parallel[ticket]
 	// The executor is told once the kill is decided and on record (or failed to be): a run
 	// taken here is over for the scheduler either way (killSender).
@@ -110,13 +124,18 @@ func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (
 	switch {
 	case t.periodic == ticket:
 		err = ErrConflict
-		taken = e.runs.take(ticket, nil, func(f *flight) { _, err = e.killLocked(ctx, t, f.run, actor, reason) })
+		taken = e.runs.take(ticket, nil, func(f *flight) {
+			var nrt model.Runtime
+			if nrt, err = e.killLocked(ctx, t, f.run, actor, reason); err == nil {
+				rt = &nrt
+			}
+		})
 		e.release(t)
 		if !taken {
-			return nil, e.notInFlight(ctx, ticket)
+			return nil, nil, e.notInFlight(ctx, ticket)
 		}
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	case parallel:
 		done := make(chan error, 1)
@@ -126,11 +145,11 @@ func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (
 		})
 		e.release(t)
 		if !taken {
-			return nil, e.notInFlight(ctx, ticket)
+			return nil, nil, e.notInFlight(ctx, ticket)
 		}
 		after()
 		if err := waitKill(ctx, done); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	default: // run-now and backfill runs: their ends lock the task themselves
 		e.release(t)
@@ -142,16 +161,17 @@ func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (
 				durable: func(err error) { done <- err }})
 		})
 		if !taken {
-			return nil, e.notInFlight(ctx, ticket)
+			return nil, nil, e.notInFlight(ctx, ticket)
 		}
 		if err := waitKill(ctx, done); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if err := e.noteKilled(ctx, ft.id); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return e.store.GetRun(ctx, ticket)
+	run, err := e.store.GetRun(ctx, ticket)
+	return run, rt, err
 }
 
 // noteKilled sets the task's last result to killed after a run-now or backfill run's kill:
