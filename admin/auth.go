@@ -212,6 +212,7 @@ func ParseTokenFile(raw []byte) ([]TokenEntry, error) {
 var executorPaths = map[string]bool{
 	protocol.PathRegister:      true,
 	protocol.PathHeartbeat:     true,
+	protocol.PathDeregister:    true,
 	protocol.PathCallback:      true,
 	protocol.PathCallbackBatch: true,
 }

@@ -39,7 +39,7 @@ func bodyLimit(method, path string) (limit int, what string) {
 		return BatchMaxBodyBytes, "64 MiB"
 	case protocol.PathRegister:
 		return protocol.MaxRegisterBodyBytes, "512 KiB"
-	case protocol.PathHeartbeat:
+	case protocol.PathHeartbeat, protocol.PathDeregister:
 		return protocol.MaxHeartbeatBodyBytes, "4 KiB"
 	case protocol.PathCallback, protocol.PathCallbackBatch:
 		return protocol.MaxResultBodyBytes, "8 MiB"

@@ -309,6 +309,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/executors", h(s.listExecutors))
 	r.POST(protocol.PathRegister, h(s.registerExecutor))
 	r.POST(protocol.PathHeartbeat, h(s.executorHeartbeat))
+	r.POST(protocol.PathDeregister, h(s.deregisterExecutor)) // executors_v2.go
 	r.POST(protocol.PathCallback, h(s.routeCallback(s.callback)))
 	r.POST(protocol.PathCallbackBatch, h(s.routeCallbackBatch(s.callbackBatch)))
 	api.GET("/cron/next", h(s.cronNext))
@@ -654,10 +655,12 @@ func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
-// decodeMessage decodes a required body of the executor protocol strictly (protocol.Decode:
-// one object, no unknown field, nothing after it) and checks it; the error names the field.
+// decodeMessage decodes a required body of the executor protocol tolerantly
+// (protocol.DecodeMessage: one object, members it does not know skipped, no repeated key,
+// valid UTF-8, nothing after it) and checks it; the error names the field. The operators'
+// API decodes strictly (decodeStrict).
 func decodeMessage(c *fasthttp.RequestCtx, v interface{ Check() error }) error {
-	if err := protocol.Decode(c.PostBody(), v); err != nil {
+	if err := protocol.DecodeMessage(c.PostBody(), v); err != nil {
 		return err
 	}
 	return v.Check()
@@ -678,13 +681,14 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	reg := engine.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
-		Auth: msg.Auth, Token: presentedToken(c)}
+		Auth: msg.Auth, Version: msg.Version, Incarnation: msg.Incarnation, Token: presentedToken(c)}
 	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
 		s.fail(c, err)
 		return
 	}
 	hb, lost := s.cfg.Engine.ExecutorTimings()
-	writeJSON(c, 200, protocol.RegisterAnswer{HeartbeatIntervalMS: hb.Milliseconds(), LostAfterMS: lost.Milliseconds()})
+	writeJSON(c, 200, protocol.RegisterAnswer{HeartbeatIntervalMS: hb.Milliseconds(), LostAfterMS: lost.Milliseconds(),
+		Version: protocol.Version})
 }
 
 // presentedToken is the bearer token of the request, "" for none: an executor's dispatch key
@@ -704,6 +708,10 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 		return
 	}
 	if !s.allowApp(c, hb.App) {
+		return
+	}
+	if err := s.cfg.Engine.CheckIncarnation(hb.App, hb.Address, hb.Incarnation); err != nil {
+		s.fail(c, err)
 		return
 	}
 	ctx, cancel := reqCtx(c)

@@ -96,10 +96,16 @@ func (d *Dispatcher) setEpoch(r *fasthttp.Request, epoch int64) {
 }
 
 // authorize sets the Authorization header of a call to an executor: its signature under
-// key when the executor has one, else the legacy bearer token when there is one. The path
-// and epoch it signs are the request's own, so the header is set after them.
-func (d *Dispatcher) authorize(r *fasthttp.Request, key []byte, address, token string, body []byte) {
+// key when the executor has one — for its incarnation, carried in the X-Axe-Incarnation
+// header, when it registered one (protocol.SignCallV2), else as version 1 — or the legacy
+// bearer token when there is one. The path and epoch it signs are the request's own, so
+// the header is set after them.
+func (d *Dispatcher) authorize(r *fasthttp.Request, key []byte, address, incarnation, token string, body []byte) {
 	switch {
+	case len(key) > 0 && incarnation != "":
+		r.Header.Set(protocol.HeaderIncarnation, incarnation)
+		r.Header.Set(fasthttp.HeaderAuthorization, protocol.SignCallV2(key, time.Now(), address,
+			string(r.URI().Path()), string(r.Header.Peek(EpochHeader)), incarnation, body))
 	case len(key) > 0:
 		r.Header.Set(fasthttp.HeaderAuthorization, protocol.SignCall(key, time.Now(), address,
 			string(r.URI().Path()), string(r.Header.Peek(EpochHeader)), body))
@@ -192,6 +198,10 @@ type Request struct {
 	// Address: the Authorization header carries the signature, and Token is not sent.
 	Key     []byte
 	Address string
+	// Incarnation, when set with Key, is the incarnation of the executor the call is signed
+	// for (protocol.SignCallV2), sent as the X-Axe-Incarnation header. Empty: a version 1
+	// signature.
+	Incarnation string
 	// Token, when set and Key is not, is sent as "Authorization: Bearer <token>".
 	Token string
 	// Epoch, when > 0, is sent as the X-Axe-Epoch header in place of Config.Epoch: the epoch
@@ -344,7 +354,7 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, 
 	r.Header.Set(protocol.HeaderTicket, req.Ticket)
 	r.Header.Set(protocol.HeaderAttempt, strconv.Itoa(req.Attempt))
 	d.setEpoch(r, req.Epoch)
-	d.authorize(r, req.Key, req.Address, req.Token, req.Body)
+	d.authorize(r, req.Key, req.Address, req.Incarnation, req.Token, req.Body)
 	r.SetBodyRaw(req.Body)
 	if len(secret) > 0 {
 		r.Header.Set(SignatureHeader, Sign(secret, req.Body))

@@ -38,7 +38,7 @@ func (d *Dispatcher) KillAt(ctx context.Context, x *Executor, k protocol.Kill, t
 		return fmt.Errorf("cannot kill %s on %s: %w", ticket, addr, err)
 	}
 	o := d.Post(&Request{URL: x.URL(protocol.PathKill), Ticket: ticket, Body: body, Epoch: k.Epoch,
-		Deadline: deadline, Key: x.DispatchKey(), Address: x.Address, Token: token})
+		Deadline: deadline, Key: x.DispatchKey(), Address: x.Address, Incarnation: x.Incarnation(), Token: token})
 	switch {
 	case o.Err != nil:
 		return fmt.Errorf("cannot kill %s on %s: %w", ticket, addr, o.Err)

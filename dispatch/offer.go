@@ -106,7 +106,7 @@ func (d *Dispatcher) sendOffers(x *Executor) {
 func (d *Dispatcher) offerOne(x *Executor, o *offer) {
 	req := *o.req
 	req.URL = x.URL(RunPath)
-	req.Key, req.Address = x.DispatchKey(), x.Address
+	req.Key, req.Address, req.Incarnation = x.DispatchKey(), x.Address, x.Incarnation()
 	o.done <- d.Post(&req)
 }
 
@@ -175,7 +175,7 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	if epoch >= 0 {
 		d.setEpoch(r, epoch)
 	}
-	d.authorize(r, x.DispatchKey(), x.Address, live[0].req.Token, body.Bytes())
+	d.authorize(r, x.DispatchKey(), x.Address, x.Incarnation(), live[0].req.Token, body.Bytes())
 	r.SetBodyRaw(body.Bytes())
 	start := time.Now()
 	// The runs' own gates were asked above; the batch asks Config.Gate once more as it leaves.

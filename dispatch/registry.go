@@ -25,6 +25,9 @@ const (
 const (
 	StatusAlive = "alive"
 	StatusLost  = "lost"
+	// StatusLeft is an executor that deregistered and still heartbeats (it drains): no new
+	// run goes to it.
+	StatusLeft = "left"
 )
 
 // ErrUnknownExecutor is returned by Heartbeat for an executor that never registered (or
@@ -47,6 +50,12 @@ type Executor struct {
 	// (protocol.DispatchKey of the token it registered with); nil for an executor that
 	// predates signed calls, which gets the legacy bearer token instead.
 	key atomic.Pointer[[]byte]
+	// incarnation and left are the executor's protocol version 2 state (incarnation.go):
+	// the incarnation it registered ("" for a version 1 executor), which calls to it are
+	// signed for, and whether it deregistered, after which no new run goes to it.
+	incarnation atomic.Pointer[string]
+	left        atomic.Bool
+	reg         registration
 	// inflight counts runs sent and not yet resolved, for least-busy routing.
 	inflight atomic.Int64
 	// offers holds the runs waiting to be offered to this executor (Dispatcher.Offer).
@@ -273,7 +282,9 @@ type ExecutorInfo struct {
 	RegisteredAt  int64
 	LastHeartbeat int64
 	Alive         bool
-	Inflight      int64
+	// Left: the executor deregistered (Executor.Left).
+	Left     bool
+	Inflight int64
 }
 
 // Snapshot returns a copy of every executor, ordered by app then address.
@@ -284,7 +295,7 @@ func (r *Registry) Snapshot() []ExecutorInfo {
 	for _, set := range r.apps {
 		for _, m := range set.members {
 			out = append(out, ExecutorInfo{App: m.App, Address: m.Address, Protocol: m.Protocol(), Handlers: append([]string(nil), m.Handlers...),
-				RegisteredAt: m.RegisteredAt, LastHeartbeat: m.LastHeartbeat, Alive: m.Alive, Inflight: m.Inflight()})
+				RegisteredAt: m.RegisteredAt, LastHeartbeat: m.LastHeartbeat, Alive: m.Alive, Left: m.Left(), Inflight: m.Inflight()})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -311,7 +322,8 @@ func (r *Registry) AliveCount() int {
 	return n
 }
 
-// Candidates returns the alive executors of app that serve handler, in the order the route
+// Candidates returns the alive executors of app that serve handler and have not
+// deregistered, in the order the route
 // prefers: the first is where the run goes, the rest are where it goes if that one refuses or
 // is busy. key is what consistent hashing hashes (the task name).
 func (r *Registry) Candidates(app, handler, route, key string) []*Executor {
@@ -320,7 +332,7 @@ func (r *Registry) Candidates(app, handler, route, key string) []*Executor {
 	var alive []*Executor
 	if set != nil {
 		for _, m := range set.members {
-			if m.Alive && m.serves(handler) {
+			if m.Alive && !m.Left() && m.serves(handler) {
 				alive = append(alive, m)
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -118,12 +117,8 @@ func (e *Engine) ExecutorViews() []ExecutorView {
 	snap := e.registry.Snapshot()
 	out := make([]ExecutorView, 0, len(snap))
 	for _, x := range snap {
-		st := dispatch.StatusAlive
-		if !x.Alive {
-			st = dispatch.StatusLost
-		}
 		out = append(out, ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
-			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st},
+			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: executorStatus(x)},
 			Inflight: x.Inflight})
 	}
 	return out

@@ -47,6 +47,10 @@ type ExecutorRegistration struct {
 	Handlers []string `json:"handlers"`
 	// Auth is protocol.AuthSigned for an executor that verifies signed calls.
 	Auth string `json:"auth"`
+	// Version is the protocol version the executor speaks (0: 1), and Incarnation the id
+	// of its process, which calls to it are signed for ("" for a version 1 executor).
+	Version     int    `json:"version"`
+	Incarnation string `json:"incarnation"`
 	// Token is the bearer token the executor presented with the registration ("" for
 	// none); the dispatch key of a signed executor is derived from it. Never decoded.
 	Token string `json:"-"`
@@ -110,8 +114,10 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration)
 	now := e.nowMS()
 	x, created, revived := e.registry.Register(reg.App, reg.Address, reg.Protocol, reg.Handlers, now)
 	x.SetDispatchKey(key)
+	x.SetIncarnation(reg.Incarnation)
 	row := &model.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
-		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive, DispatchKey: hex.EncodeToString(key)}
+		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive, DispatchKey: hex.EncodeToString(key),
+		Incarnation: reg.Incarnation}
 	if err := e.store.UpsertExecutor(ctx, row); err != nil {
 		return fmt.Errorf("cannot record executor: %w", err)
 	}
@@ -163,6 +169,9 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string)
 	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
 		return fmt.Errorf("cannot record heartbeat: %w", err)
 	}
+	if err := e.keepLeft(ctx, app, addr); err != nil {
+		return err
+	}
 	if revived {
 		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
 	}
@@ -180,12 +189,8 @@ func (e *Engine) Executors() []model.Executor {
 	snap := e.registry.Snapshot()
 	out := make([]model.Executor, 0, len(snap))
 	for _, x := range snap {
-		st := dispatch.StatusAlive
-		if !x.Alive {
-			st = dispatch.StatusLost
-		}
 		out = append(out, model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol, Handlers: x.Handlers,
-			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: st})
+			RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: executorStatus(x)})
 	}
 	return out
 }
@@ -215,10 +220,13 @@ func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
 			if !bytes.Equal(got.DispatchKey(), key) {
 				got.SetDispatchKey(key)
 			}
+			got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft)
 			continue
 		}
 		e.registry.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
-		e.registry.Get(x.App, x.Address).SetDispatchKey(key)
+		got := e.registry.Get(x.App, x.Address)
+		got.SetDispatchKey(key)
+		got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft)
 	}
 	return nil
 }
@@ -232,7 +240,14 @@ func (e *Engine) reapLoop(ctx context.Context) {
 func (e *Engine) reap(ctx context.Context) {
 	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
 	for _, x := range lost {
-		if e.holdsShardZero() {
+		if e.holdsShardZero() && x.Left() {
+			// It deregistered, drained and went: no alert. Its runs still in flight, if any,
+			// are lost below.
+			e.log.Info("deregistered executor went silent", "app", x.App, "address", x.Address)
+			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
+				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
+			}
+		} else if e.holdsShardZero() {
 			// Every sharded node judges an executor by the heartbeats in the store and
 			// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
 			// holder of shard 0 (core_shards.go).

@@ -38,11 +38,14 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 			return // killed meanwhile
 		}
 		epoch, _ := e.runEpoch(t)
-		o := e.disp.Offer(x, &dispatch.Request{
-			Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
-			Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
-			Epoch: epoch, Gate: e.sendGate(t),
-		})
+		offer := func() dispatch.Outcome {
+			return e.disp.Offer(x, &dispatch.Request{
+				Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
+				Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
+				Epoch: epoch, Gate: e.sendGate(t),
+			})
+		}
+		o := offerToIncarnation(x, offerBy, offer)
 		if o.Err == nil && (o.Status == 202 || o.Status == 200) {
 			e.armExecTimeout(run.Ticket, deadline, x.Address)
 			return

@@ -84,7 +84,7 @@ func TestBodyLimits(t *testing.T) {
 		t.Errorf("a 2 MiB malformed batch: %v %d %s, want 400", err, resp.Status, resp.Body)
 	}
 	params, _ := json.Marshal(map[string]string{"pad": strings.Repeat("x", 512<<10)})
-	run := map[string]any{"ticket": "t-big", "task": "big", "handler": "h", "attempt": 1, "params": json.RawMessage(params)}
+	run := map[string]any{"deadline": 0, "ticket": "t-big", "task": "big", "handler": "h", "attempt": 1, "params": json.RawMessage(params)}
 	body, _ := json.Marshal(run)
 	resp, err = peer.Post(exe.Addr(), "/axe/run", body, "exec-token", nil)
 	if err != nil || resp.Status != http.StatusAccepted {

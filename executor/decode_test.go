@@ -32,7 +32,7 @@ func TestDecodeRun(t *testing.T) {
 		t.Errorf("dedup TTL = %v", ttl)
 	}
 
-	r, err = decodeRun([]byte(`{"ticket":"t","task":"a","handler":"h","params":null}`))
+	r, err = decodeRun([]byte(`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","params":null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,23 +42,23 @@ func TestDecodeRun(t *testing.T) {
 	}
 
 	for body, field := range map[string]string{
-		`{"task":"a","handler":"h"}`:   "ticket",
-		`{"ticket":"t","handler":"h"}`: "task",
-		`{"ticket":"t","task":"a"}`:    "handler",
-		`{"ticket":"` + strings.Repeat("x", 257) + `","task":"a","handler":"h"}`:            "ticket",
-		`{"ticket":"t","task":"a","handler":"h","attempt":-1}`:                              "attempt",
-		`{"ticket":"t","task":"a","handler":"h","deadline":-5}`:                             "deadline",
-		`{"ticket":"t","task":"a","handler":"h","scheduled_at":-5}`:                         "scheduled_at",
-		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":99999999999999}`:             "dedup_ttl_ms",
-		`{"ticket":1,"task":"a","handler":"h"}`:                                             "ticket: must be string",
-		`{"ticket":"t","task":"a","handler":"h","future_field":true}`:                       "future_field: unknown field",
-		`{"ticket":"t","task":"a","handler":"h"}{}`:                                         "trailing data",
-		`{"ticket":"t","task":"a","handler":"h","kind":"` + strings.Repeat("k", 300) + `"}`: "kind",
-		`{"ticket":"t","task":"a","handler":"h","epoch":3,"shard":256}`:                     "shard: must be between 0 and 255, got 256",
-		`{"ticket":"t","task":"a","handler":"h","shard":-1}`:                                "shard: must be between 0 and 255, got -1",
-		`{"ticket":"t","task":"a","handler":"h","shard":"7"}`:                               "shard: must be int",
-		`{"ticket":"t","task":"a","handler":"h","shard":1.5}`:                               "shard",
-		`null`: "ticket",
+		`{"attempt":1,"deadline":0,"task":"a","handler":"h"}`:                                                        "ticket",
+		`{"attempt":1,"deadline":0,"ticket":"t","handler":"h"}`:                                                      "task",
+		`{"attempt":1,"ticket":"t","task":"a"}`:                                                                      "deadline: is required",
+		`{"attempt":1,"deadline":0,"ticket":"` + strings.Repeat("x", 257) + `","task":"a","handler":"h"}`:            "ticket",
+		`{"deadline":0,"ticket":"t","task":"a","handler":"h","attempt":-1}`:                                          "attempt",
+		`{"attempt":1,"ticket":"t","task":"a","handler":"h","deadline":-5}`:                                          "deadline",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","scheduled_at":-5}`:                         "scheduled_at",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":99999999999999}`:             "dedup_ttl_ms",
+		`{"attempt":1,"deadline":0,"ticket":1,"task":"a","handler":"h"}`:                                             "ticket: must be string",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","future_field":{"a":1,"a":2}}`:              "future_field.a: repeated key",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h"}{}`:                                         "trailing data",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","kind":"` + strings.Repeat("k", 300) + `"}`: "kind",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","epoch":3,"shard":256}`:                     "shard: must be between 0 and 255, got 256",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","shard":-1}`:                                "shard: must be between 0 and 255, got -1",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","shard":"7"}`:                               "shard: must be int",
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","shard":1.5}`:                               "shard",
+		`null`: "attempt: is required",
 		``:     "invalid JSON",
 	} {
 		_, err := decodeRun([]byte(body))
@@ -74,13 +74,13 @@ func TestDecodeRun(t *testing.T) {
 func FuzzDecodeRun(f *testing.F) {
 	for _, seed := range []string{
 		`{"ticket":"t-1","task":"nightly","handler":"backup","attempt":1,"scheduled_at":1700000000000,"deadline":1700000300000,"params":{"a":[1,2]},"dedup_ttl_ms":600000}`,
-		`{"ticket":"t","task":"a","handler":"h","params":null}`,
-		`{"ticket":"t","task":"a","handler":"h","params":"x","attempt":9223372036854775807}`,
-		`{"ticket":"\u00e9\ud800","task":"a","handler":"h","deadline":1e3}`,
-		`{"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":2592000000}`,
-		`{"ticket":"t","task":"a","handler":"h","epoch":5,"shard":7}`,
-		`{"ticket":"t","task":"a","handler":"h","shard":0}`, `{"ticket":"t","task":"a","handler":"h","shard":null}`,
-		`{"ticket":"t","task":"a","handler":"h","epoch":2,"shard":256}`,
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","params":null}`,
+		`{"deadline":0,"ticket":"t","task":"a","handler":"h","params":"x","attempt":9223372036854775807}`,
+		`{"attempt":1,"ticket":"\u00e9\ud800","task":"a","handler":"h","deadline":1e3}`,
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","dedup_ttl_ms":2592000000}`,
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","epoch":5,"shard":7}`,
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","shard":0}`, `{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","shard":null}`,
+		`{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","epoch":2,"shard":256}`,
 		`[]`, `null`, `{}`, `{"ticket":`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -177,13 +177,13 @@ func TestTailKeepsRuneBoundaries(t *testing.T) {
 // never sends that.)
 func FuzzDecodeRuns(f *testing.F) {
 	for _, seed := range []string{
-		`{"runs":[{"ticket":"t-1","task":"a","handler":"h"},{"ticket":"t-2","task":"b","handler":"h"}]}`,
-		`{"runs":[{"ticket":"t","task":"a","handler":"h"},null,7,"x"]}`,
-		`{"runs":[{"ticket":"t","task":"a","handler":"h","attempt":"2"},{"ticket":"u","task":"a","handler":"h"}]}`,
-		`{"runs":[{"ticket":"t","task":"a","handler":"h","attempt":-1}],"other":1}`,
-		`{"runs":[{"ticket":"a"}],"RUNS":[{"task":"b","handler":"h"}]}`,
-		`{"runs":[{"ticket":"t","task":"a","handler":"h","epoch":5,"shard":7},{"ticket":"u","task":"b","handler":"h","epoch":2,"shard":40}]}`,
-		`{"runs":[{"ticket":"t","task":"a","handler":"h","shard":256},{"ticket":"u","task":"b","handler":"h","shard":"1"}]}`,
+		`{"runs":[{"attempt":1,"deadline":0,"ticket":"t-1","task":"a","handler":"h"},{"attempt":1,"deadline":0,"ticket":"t-2","task":"b","handler":"h"}]}`,
+		`{"runs":[{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h"},null,7,"x"]}`,
+		`{"runs":[{"deadline":0,"ticket":"t","task":"a","handler":"h","attempt":"2"},{"attempt":1,"deadline":0,"ticket":"u","task":"a","handler":"h"}]}`,
+		`{"runs":[{"deadline":0,"ticket":"t","task":"a","handler":"h","attempt":-1}],"other":1}`,
+		`{"runs":[{"ticket":"a"}],"RUNS":[{"attempt":1,"deadline":0,"task":"b","handler":"h"}]}`,
+		`{"runs":[{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","epoch":5,"shard":7},{"attempt":1,"deadline":0,"ticket":"u","task":"b","handler":"h","epoch":2,"shard":40}]}`,
+		`{"runs":[{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","shard":256},{"attempt":1,"deadline":0,"ticket":"u","task":"b","handler":"h","shard":"1"}]}`,
 		`{"runs":[]}`, `{"runs":null}`, `{}`, `[]`, `null`, `{"runs":[`, "\xff",
 	} {
 		f.Add([]byte(seed))

@@ -7,7 +7,10 @@
 // registration, heartbeats, the re-sending of results until the scheduler acknowledges
 // them, following the primary among several schedulers, and refusing runs and kills of a
 // scheduler epoch older than the highest seen (a deposed primary's; in scale-out mode, each
-// shard judged alone, that of a node which lost the run's shard). It must not make
+// shard judged alone, that of a node which lost the run's shard). It speaks protocol
+// version 2: it skips fields of a run it does not know, registers a random incarnation per
+// Executor (per process start), refuses a call signed for any other incarnation (one captured
+// before a restart), and deregisters when it stops. It must not make
 // scheduling decisions (when to run, whether to retry, whether a run
 // timed out): those belong to the scheduler, and the SDK only reports what happened.
 //

@@ -46,7 +46,7 @@ func Example() {
 	defer exe.Stop(ctx)
 
 	// What the scheduler sends to the executor's advertised address.
-	status, body := exampleDispatch(exe.Addr(), `{"ticket":"t-1","task":"monthly-invoice","handler":"invoice",`+
+	status, body := exampleDispatch(exe.Addr(), `{"ticket":"t-1","task":"monthly-invoice","handler":"invoice","deadline":0,`+
 		`"attempt":1,"params":{"customer":"acme"}}`)
 	fmt.Println(status, body)
 	fmt.Println(<-callbacks)
@@ -83,7 +83,7 @@ func Example_duplicateTicket() {
 	}
 	defer exe.Stop(ctx)
 
-	run := `{"ticket":"t-7","task":"card-charge","handler":"charge","attempt":1}`
+	run := `{"deadline":0,"ticket":"t-7","task":"card-charge","handler":"charge","attempt":1}`
 	fmt.Println(exampleDispatch(exe.Addr(), run))
 	fmt.Println(<-callbacks)
 	fmt.Println(exampleDispatch(exe.Addr(), run))
@@ -105,7 +105,7 @@ func exampleScheduler() (url string, callbacks <-chan string, stop func()) {
 		rc.SetContentType("application/json")
 		switch string(rc.Path()) {
 		case "/api/v1/executors/register":
-			rc.SetBodyString(`{"heartbeat_interval_ms":10000,"lost_after_ms":30000}`)
+			rc.SetBodyString(`{"heartbeat_interval_ms":10000,"lost_after_ms":30000,"version":2}`)
 		case "/api/v1/executors/heartbeat":
 			rc.SetBodyString(`{}`)
 		case "/api/v1/callback":

@@ -36,6 +36,10 @@ type Executor struct {
 	// dispatchKey verifies the scheduler's signature on every call (nil: no Token, no
 	// check); ownAuth is "Bearer <Token>", which GET /axe/beat also takes, for probes.
 	dispatchKey, ownAuth []byte
+	// incarnation is this Executor's random id (protocol.NewIncarnation), sent with every
+	// registration and heartbeat: the scheduler signs its calls for it, and a call signed
+	// for another incarnation (captured before a restart) is refused.
+	incarnation string
 	// sched delivers results; ctl registers and beats. They keep separate connections so a
 	// backlog of results in a burst never delays the heartbeat that keeps this executor
 	// alive at the scheduler (a starved heartbeat gets every run in flight recorded lost).
@@ -142,6 +146,7 @@ func New(cfg Config) (*Executor, error) {
 		cfg:         cfg,
 		dispatchKey: key,
 		ownAuth:     own,
+		incarnation: protocol.NewIncarnation(),
 		tls:         tc,
 		log:         cfg.Logger.With("app", cfg.App),
 		clock:       cfg.Clock,
@@ -313,7 +318,10 @@ func (e *Executor) start(ctx context.Context) (err error) {
 // Stop shuts the executor down in this order:
 //
 //  1. /axe/run answers 503 to new runs; /axe/kill and /axe/beat keep working, so an operator
-//     can still kill a long run during the drain.
+//     can still kill a long run during the drain. The executor deregisters
+//     (POST /api/v1/executors/deregister): the scheduler sends it no new run from then on,
+//     and still takes the results of the runs it holds. A deregistration that fails is
+//     logged, not retried: the 503s route runs elsewhere meanwhile.
 //  2. Runs already accepted, running or queued, finish. Their contexts are not cancelled.
 //  3. Their results are delivered: Stop waits until the scheduler acknowledged or finally
 //     refused each one.
@@ -357,6 +365,10 @@ func (e *Executor) shutdown(ctx context.Context) error {
 			close(e.queue)
 			e.mu.Unlock()
 			e.log.Info("stop: runs pending", "pending", pending)
+			return nil
+		}},
+		startstop.Step{Name: "deregister", Run: func(context.Context) error {
+			e.deregister()
 			return nil
 		}},
 		startstop.Step{Name: "finish runs", Run: func(ctx context.Context) error {
@@ -632,7 +644,7 @@ func (e *Executor) endDelivery(o *outcome) bool {
 func (e *Executor) register() error {
 	body, err := json.Marshal(protocol.Register{
 		App: e.cfg.App, Address: e.advertise, Protocol: e.tls.scheme(), Handlers: e.handlerNames,
-		Auth: e.authScheme(),
+		Auth: e.authScheme(), Version: protocol.Version, Incarnation: e.incarnation,
 	})
 	if err != nil {
 		return fmt.Errorf("cannot encode the registration: %w", err)
@@ -659,12 +671,54 @@ func (e *Executor) register() error {
 	}
 }
 
+// deregisterTimeout bounds the deregistration Stop makes: the scheduler answers at once,
+// and a Stop must not wait on an unreachable one (its 503s route runs elsewhere anyway).
+const deregisterTimeout = 5 * time.Second
+
+// deregister tells the scheduler that this executor takes no new run (protocol.Deregister);
+// failures are logged only. It uses a client of its own so that its time is bounded without
+// touching the heartbeats'.
+func (e *Executor) deregister() {
+	body, err := json.Marshal(protocol.Deregister{App: e.cfg.App, Address: e.advertise, Incarnation: e.incarnation})
+	if err != nil {
+		e.log.Warn("stop: cannot encode the deregistration", "err", err)
+		return
+	}
+	done := make(chan struct{})
+	var (
+		status int
+		resp   []byte
+	)
+	go func() {
+		defer close(done)
+		status, resp, err = e.ctl.post(protocol.PathDeregister, body)
+	}()
+	// A timer of real time, not of the injected clock: it bounds a network call.
+	timer := time.NewTimer(deregisterTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		e.log.Warn("stop: the deregistration did not answer in time; going on", "timeout", deregisterTimeout)
+		return
+	}
+	switch {
+	case err != nil:
+		e.log.Warn("stop: cannot deregister", "err", err)
+	case status != http.StatusOK:
+		e.log.Warn("stop: cannot deregister", "err", statusError(protocol.PathDeregister, status, resp))
+	default:
+		e.log.Info("stop: deregistered; the scheduler sends no new run")
+	}
+}
+
 // heartbeat reports liveness and load; errNotRegistered means register again.
 func (e *Executor) heartbeat() error {
 	e.mu.Lock()
 	running := e.inflight
 	e.mu.Unlock()
-	body, err := json.Marshal(protocol.Heartbeat{App: e.cfg.App, Address: e.advertise, Running: running})
+	body, err := json.Marshal(protocol.Heartbeat{App: e.cfg.App, Address: e.advertise, Running: running,
+		Incarnation: e.incarnation})
 	if err != nil {
 		return fmt.Errorf("cannot encode the heartbeat: %w", err)
 	}

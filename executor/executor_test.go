@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -425,20 +426,27 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 		errContains      string
 	}{
 		{"bad json", "/axe/run", `{"ticket":`, nil, 400, "invalid JSON"},
-		{"unknown field", "/axe/run", `{"ticket":"t","task":"a","handler":"h","command":"rm -rf /"}`, nil, 400, "command: unknown field"},
-		{"trailing data", "/axe/run", `{"ticket":"t","task":"a","handler":"h"} {"ticket":"u"}`, nil, 400, "trailing data"},
-		{"two objects in a batch", "/axe/runs", `{"runs":[{"ticket":"t","task":"a","handler":"h"}]}{}`, nil, 400, "trailing data"},
-		{"unknown batch field", "/axe/runs", `{"runs":[{"ticket":"t","task":"a","handler":"h"}],"all":true}`, nil, 400, "all: unknown field"},
-		{"ticket of wrong type", "/axe/run", `{"ticket":7,"task":"a","handler":"h"}`, nil, 400, "ticket: must be string"},
-		{"group too long", "/axe/run", `{"ticket":"t","task":"a","handler":"h","group":"` + strings.Repeat("g", 300) + `"}`, nil, 400, "group"},
-		{"missing ticket", "/axe/run", `{"task":"a","handler":"h"}`, nil, 400, "ticket: required"},
-		{"missing handler", "/axe/run", `{"ticket":"t","task":"a"}`, nil, 400, "handler: required"},
-		{"negative attempt", "/axe/run", `{"ticket":"t","task":"a","handler":"h","attempt":-1}`, nil, 400, "attempt"},
-		{"header mismatch", "/axe/run", `{"ticket":"t","task":"a","handler":"h"}`, map[string]string{"X-Axe-Ticket": "other"}, 400, "X-Axe-Ticket"},
-		{"unknown handler", "/axe/run", `{"ticket":"t","task":"a","handler":"nope"}`, nil, 404, `unknown handler "nope"`},
+		// A field this SDK does not know is skipped (tolerant reading): the run is taken.
+		{"unknown field", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"u-1","task":"u1","handler":"h","command":"rm -rf /","later":{"a":[1]}}`, nil, 202, ""},
+		{"repeated key in an unknown field", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","later":{"a":1,"a":2}}`, nil, 400, "later.a: repeated key"},
+		{"invalid UTF-8 in an unknown field", "/axe/run", "{\"attempt\":1,\"deadline\":0,\"ticket\":\"t\",\"task\":\"a\",\"handler\":\"h\",\"later\":\"\xff\"}", nil, 400, "invalid UTF-8"},
+		{"missing attempt", "/axe/run", `{"deadline":0,"ticket":"t","task":"a","handler":"h"}`, nil, 400, "attempt: is required"},
+		{"attempt 0", "/axe/run", `{"attempt":0,"deadline":0,"ticket":"t","task":"a","handler":"h"}`, nil, 400, "attempt: must be 1 or more"},
+		{"missing deadline", "/axe/run", `{"attempt":1,"ticket":"t","task":"a","handler":"h"}`, nil, 400, "deadline: is required"},
+		{"trailing data", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h"} {"ticket":"u"}`, nil, 400, "trailing data"},
+		{"two objects in a batch", "/axe/runs", `{"runs":[{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h"}]}{}`, nil, 400, "trailing data"},
+		{"unknown batch field", "/axe/runs", `{"runs":[{"attempt":1,"deadline":0,"ticket":"u-2","task":"u2","handler":"h","x":1}],"all":true}`, nil, 200, ""},
+		{"ticket of wrong type", "/axe/run", `{"attempt":1,"deadline":0,"ticket":7,"task":"a","handler":"h"}`, nil, 400, "ticket: must be string"},
+		{"group too long", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h","group":"` + strings.Repeat("g", 300) + `"}`, nil, 400, "group"},
+		{"missing ticket", "/axe/run", `{"attempt":1,"deadline":0,"task":"a","handler":"h"}`, nil, 400, "ticket: is required"},
+		{"missing handler", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"t-h","task":"a"}`, nil, 404, `unknown handler ""`},
+		{"negative attempt", "/axe/run", `{"deadline":0,"ticket":"t","task":"a","handler":"h","attempt":-1}`, nil, 400, "attempt"},
+		{"header mismatch", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"h"}`, map[string]string{"X-Axe-Ticket": "other"}, 400, "X-Axe-Ticket"},
+		{"unknown handler", "/axe/run", `{"attempt":1,"deadline":0,"ticket":"t","task":"a","handler":"nope"}`, nil, 404, `unknown handler "nope"`},
 		{"kill without ticket", "/axe/kill", `{}`, nil, 400, "ticket: is required"},
 		{"kill bad json", "/axe/kill", `[`, nil, 400, "invalid JSON"},
-		{"kill unknown field", "/axe/kill", `{"ticket":"t","signal":9}`, nil, 400, "signal: unknown field"},
+		{"kill unknown field", "/axe/kill", `{"ticket":"ghost","signal":9}`, nil, 404, "not running"},
+		{"kill repeated key", "/axe/kill", `{"ticket":"ghost","ticket":"t"}`, nil, 400, "ticket: repeated key"},
 		{"kill trailing data", "/axe/kill", `{"ticket":"t"}]`, nil, 400, "trailing data"},
 		{"kill negative epoch", "/axe/kill", `{"ticket":"t","epoch":-1}`, nil, 400, "epoch"},
 		{"kill ticket too long", "/axe/kill", `{"ticket":"` + strings.Repeat("t", 300) + `"}`, nil, 400, "ticket"},
@@ -458,8 +466,11 @@ func TestMalformedRequestsAreRefused(t *testing.T) {
 			}
 		})
 	}
-	if calls := peer.Calls(schedpeer.PathCallback); len(calls) != 0 {
-		t.Errorf("refused requests produced %d callbacks", len(calls))
+	for _, c := range peer.Calls(schedpeer.PathCallback) {
+		var r schedpeer.Callback
+		if json.Unmarshal(c.Body, &r) != nil || (r.Ticket != "u-1" && r.Ticket != "u-2") {
+			t.Errorf("a refused request produced a callback: %s", c.Body)
+		}
 	}
 }
 
@@ -518,7 +529,7 @@ func TestRegistrationAndHeartbeatCadence(t *testing.T) {
 		if i == 2 {
 			wantRunning = 1
 		}
-		if hb != (schedpeer.Heartbeat{App: "ops", Address: exe.Addr(), Running: wantRunning}) {
+		if hb.Incarnation == "" || hb != (schedpeer.Heartbeat{App: "ops", Address: exe.Addr(), Running: wantRunning, Incarnation: hbs[0].Incarnation}) {
 			t.Errorf("heartbeat %d = %+v, want running %d", i, hb, wantRunning)
 		}
 	}
@@ -590,7 +601,17 @@ func TestRestartedExecutorRegistersTheSameRow(t *testing.T) {
 	if len(regs) != 2 {
 		t.Fatalf("%d registrations, want 2", len(regs))
 	}
-	if string(regs[0].Body) != string(regs[1].Body) {
+	// The same registration but for the incarnation: each process start makes its own.
+	var r0, r1 schedpeer.Registration
+	if json.Unmarshal(regs[0].Body, &r0) != nil || json.Unmarshal(regs[1].Body, &r1) != nil {
+		t.Fatalf("registrations %s, %s", regs[0].Body, regs[1].Body)
+	}
+	if r0.Version != protocol.Version || !protocol.ValidIncarnation(r0.Incarnation) || !protocol.ValidIncarnation(r1.Incarnation) ||
+		r0.Incarnation == r1.Incarnation {
+		t.Errorf("incarnations %q, %q (version %d): want two valid, different ones", r0.Incarnation, r1.Incarnation, r0.Version)
+	}
+	r1.Incarnation = r0.Incarnation
+	if !reflect.DeepEqual(r0, r1) {
 		t.Errorf("registrations differ:\n%s\n%s", regs[0].Body, regs[1].Body)
 	}
 	if rows := peer.Executors(); len(rows) != 1 || rows[0].Address != addr {
@@ -660,7 +681,7 @@ func TestFinalRefusalsStopTheResends(t *testing.T) {
 				dispatch(t, peer, exe, runFor("t-1", "a", "h"), http.StatusAccepted)
 			} else {
 				// Sent around the peer, so it never heard of the ticket.
-				resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-1","task":"a","handler":"h"}`), "", nil)
+				resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"attempt":1,"deadline":0,"ticket":"t-1","task":"a","handler":"h"}`), "", nil)
 				if err != nil || resp.Status != http.StatusAccepted {
 					t.Fatalf("run = %v %v", resp, err)
 				}
@@ -804,7 +825,7 @@ func TestTokenAuthentication(t *testing.T) {
 			}
 		}
 		for _, token := range []string{"", "wrong"} {
-			resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-2","task":"b","handler":"h"}`), token, nil)
+			resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"attempt":1,"deadline":0,"ticket":"t-2","task":"b","handler":"h"}`), token, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -823,7 +844,7 @@ func TestTokenAuthentication(t *testing.T) {
 			t.Errorf("registration %s does not ask for signed calls", regs[0].Body)
 		}
 		key := protocol.DispatchKey("exec-token")
-		body := []byte(`{"ticket":"t-9","task":"z","handler":"h"}`)
+		body := []byte(`{"attempt":1,"deadline":0,"ticket":"t-9","task":"z","handler":"h"}`)
 		now := time.Now()
 		// The executor's own token does not make it run anything, and neither does a
 		// signature under another key, for another executor, path, epoch or body, or of a
@@ -854,7 +875,7 @@ func TestTokenAuthentication(t *testing.T) {
 				}
 			}
 		}
-		resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"ticket":"t-3","task":"c","handler":"h"}`), "exec-token", nil)
+		resp, err := peer.Post(exe.Addr(), "/axe/run", []byte(`{"attempt":1,"deadline":0,"ticket":"t-3","task":"c","handler":"h"}`), "exec-token", nil)
 		if err != nil || resp.Status != http.StatusAccepted {
 			t.Fatalf("a signed run: %v %d %s", err, resp.Status, resp.Body)
 		}
@@ -1335,7 +1356,7 @@ func TestRunBatch(t *testing.T) {
 		code int
 		body string
 	}{
-		{202, `"accepted":true`}, {202, `"accepted":true`}, {400, `handler`}, {404, `unknown handler`}, {409, `already running`},
+		{202, `"accepted":true`}, {202, `"accepted":true`}, {404, `unknown handler \"\"`}, {404, `unknown handler`}, {409, `already running`},
 	} {
 		if got[i].Code != want.code || !strings.Contains(string(got[i].Body), want.body) {
 			t.Errorf("run %d answered %d %s, want %d containing %s", i, got[i].Code, got[i].Body, want.code, want.body)

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,51 +50,23 @@ type Result struct {
 	ExitCode *int
 }
 
-// decodeRun parses and checks a POST /axe/run body strictly (protocol.Decode): one object,
-// no field protocol.Run lacks, nothing after it. The error names the field.
+// decodeRun parses and checks a POST /axe/run body (protocol.DecodeRun): one object, read
+// tolerantly (a field this SDK does not know is skipped, so a scheduler that adds one never
+// breaks it), with repeated keys, invalid UTF-8, wrong types, missing required fields and
+// trailing data refused. The error names the field.
 func decodeRun(body []byte) (protocol.Run, error) {
-	var r protocol.Run
-	if err := protocol.Decode(body, &r); err != nil {
+	r, err := protocol.DecodeRun(body)
+	if err != nil {
 		return protocol.Run{}, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
 	return checkRun(r)
 }
 
-// checkRun checks a decoded run as decodeRun does.
+// checkRun holds a run protocol.DecodeRun took to this SDK's own bound: dedup_ttl_ms at most
+// 30 days. An absent handler is a handler of no name, answered 404 as any unknown one.
 func checkRun(r protocol.Run) (protocol.Run, error) {
-	bad := func(field, problem string) (protocol.Run, error) {
-		return protocol.Run{}, fmt.Errorf("%w: %s: %s", ErrInvalidRun, field, problem)
-	}
-	for _, f := range []struct{ name, value string }{
-		{"ticket", r.Ticket}, {"task", r.Task}, {"handler", r.Handler},
-	} {
-		if f.value == "" {
-			return bad(f.name, "required")
-		}
-		if len(f.value) > maxNameLen {
-			return bad(f.name, fmt.Sprintf("longer than %d bytes", maxNameLen))
-		}
-	}
-	switch {
-	case len(r.Group) > maxNameLen:
-		return bad("group", fmt.Sprintf("longer than %d bytes", maxNameLen))
-	case len(r.Kind) > maxNameLen:
-		return bad("kind", fmt.Sprintf("longer than %d bytes", maxNameLen))
-	case r.Attempt < 0:
-		return bad("attempt", "must not be negative")
-	case r.ScheduledAt < 0:
-		return bad("scheduled_at", "must not be negative")
-	case r.Deadline < 0:
-		return bad("deadline", "must not be negative")
-	case r.DedupTTLMS < 0 || r.DedupTTLMS > maxDedupTTL.Milliseconds():
-		return bad("dedup_ttl_ms", fmt.Sprintf("must be between 0 and %d", maxDedupTTL.Milliseconds()))
-	case r.Epoch < 0:
-		return bad("epoch", "must not be negative")
-	case r.Shard != nil && (*r.Shard < 0 || *r.Shard >= protocol.ShardCount):
-		return bad("shard", fmt.Sprintf("must be between 0 and %d, got %d", protocol.ShardCount-1, *r.Shard))
-	}
-	if bytes.Equal(r.Params, []byte("null")) {
-		r.Params = nil
+	if r.DedupTTLMS > maxDedupTTL.Milliseconds() {
+		return protocol.Run{}, fmt.Errorf("%w: dedup_ttl_ms: must be between 0 and %d", ErrInvalidRun, maxDedupTTL.Milliseconds())
 	}
 	return r, nil
 }

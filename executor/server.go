@@ -199,7 +199,9 @@ func (e *Executor) plausible(h *fasthttp.RequestHeader) bool {
 }
 
 // authorized checks that the scheduler signed the request: its path, X-Axe-Epoch header and
-// body, for this executor's advertised address, under the key derived from Token. GET
+// body, for this executor's advertised address and current incarnation (the
+// X-Axe-Incarnation header, which must be this process's own: a call captured before a
+// restart is refused), under the key derived from Token. GET
 // /axe/beat also takes this executor's own token as a bearer token, so an operator's probe
 // needs no signature. Without a token, every request is authorized.
 func (e *Executor) authorized(rc *fasthttp.RequestCtx) error {
@@ -211,8 +213,8 @@ func (e *Executor) authorized(rc *fasthttp.RequestCtx) error {
 	if string(rc.Path()) == protocol.PathBeat && subtle.ConstantTimeCompare(auth, e.ownAuth) == 1 {
 		return nil
 	}
-	return protocol.VerifyCall(e.dispatchKey, auth, e.advertise, string(rc.Path()),
-		string(h.Peek(headerEpoch)), rc.PostBody(), e.clock.Now())
+	return protocol.VerifyCallV2(e.dispatchKey, auth, e.advertise, string(rc.Path()),
+		string(h.Peek(headerEpoch)), e.incarnation, string(h.Peek(protocol.HeaderIncarnation)), rc.PostBody(), e.clock.Now())
 }
 
 // handleRun admits a run; the result travels later by callback.
@@ -289,52 +291,40 @@ type decodedRun struct {
 	err error
 }
 
-// decodeRuns decodes the body of POST /axe/runs. The body is decoded in one pass when every
-// run in it has the right shape, which is how the scheduler sends them; a run that does not
-// (null, a number, a field of the wrong type) fails that pass, and then each run is decoded
-// alone, so that it alone is refused. Either way each run gets what decodeRun would return
-// for it (FuzzDecodeRuns checks both ways agree).
+// decodeRuns decodes the body of POST /axe/runs (protocol.DecodeRunBatch): each run gets
+// what decodeRun would return for it alone, so one malformed run refuses only itself.
 func decodeRuns(body []byte) ([]decodedRun, error) {
-	var whole struct {
-		Runs []protocol.Run `json:"runs"`
+	runs, errs, err := protocol.DecodeRunBatch(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
-	if err := protocol.Decode(body, &whole); err != nil {
-		return decodeRunsEach(body)
-	}
-	if err := checkRunCount(len(whole.Runs)); err != nil {
-		return nil, err
-	}
-	out := make([]decodedRun, len(whole.Runs))
-	for i, r := range whole.Runs {
+	out := make([]decodedRun, len(runs))
+	for i, r := range runs {
+		if errs[i] != nil {
+			out[i].err = fmt.Errorf("%w: %w", ErrInvalidRun, errs[i])
+			continue
+		}
 		out[i].req, out[i].err = checkRun(r)
 	}
 	return out, nil
 }
 
-// decodeRunsEach splits the body into its runs and decodes each alone.
+// decodeRunsEach splits the body into its runs and decodes each alone with decodeRun: what
+// decodeRuns must agree with (FuzzDecodeRuns).
 func decodeRunsEach(body []byte) ([]decodedRun, error) {
 	var r protocol.RunBatch
-	if err := protocol.Decode(body, &r); err != nil {
+	if err := protocol.DecodeMessage(body, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
-	if err := checkRunCount(len(r.Runs)); err != nil {
-		return nil, err
+	if n := len(r.Runs); n == 0 || n > protocol.MaxRunsPerCall {
+		_, _, err := protocol.DecodeRunBatch(body)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRun, err)
 	}
 	out := make([]decodedRun, len(r.Runs))
 	for i, raw := range r.Runs {
 		out[i].req, out[i].err = decodeRun(raw)
 	}
 	return out, nil
-}
-
-func checkRunCount(n int) error {
-	switch {
-	case n == 0:
-		return fmt.Errorf("%w: runs: one or more required", ErrInvalidRun)
-	case n > protocol.MaxRunsPerCall:
-		return fmt.Errorf("%w: runs: at most %d per call, got %d", ErrInvalidRun, protocol.MaxRunsPerCall, n)
-	}
-	return nil
 }
 
 // checkRunHeaders rejects X-Axe-* headers that contradict the body. The body is authoritative;
@@ -380,13 +370,14 @@ func (e *Executor) handleKill(rc *fasthttp.RequestCtx) {
 	writeJSON(rc, http.StatusOK, protocol.KillAnswer{Killed: true})
 }
 
-// decodeKill parses and checks a POST /axe/kill body strictly; the error names the field.
+// decodeKill parses and checks a POST /axe/kill body, read tolerantly
+// (protocol.DecodeMessage); the error names the field.
 func decodeKill(body []byte) (protocol.Kill, error) {
 	var k protocol.Kill
 	if len(body) > protocol.MaxKillBodyBytes {
 		return protocol.Kill{}, fmt.Errorf("kill body over the limit of %d bytes", protocol.MaxKillBodyBytes)
 	}
-	if err := protocol.Decode(body, &k); err != nil {
+	if err := protocol.DecodeMessage(body, &k); err != nil {
 		return protocol.Kill{}, err
 	}
 	if err := k.Check(); err != nil {

@@ -260,10 +260,14 @@ type Executor struct {
 	Handlers      []string `json:"handlers"`
 	RegisteredAt  int64    `json:"registered_at"`
 	LastHeartbeat int64    `json:"last_heartbeat"`
-	Status        string   `json:"status"` // "alive" or "lost"
+	Status        string   `json:"status"` // "alive", "lost" or "left" (deregistered, draining)
 	// DispatchKey is the hex key the scheduler signs its calls to the executor with; "" for
 	// an executor that predates signed calls. Never shown: it is not part of any view.
 	DispatchKey string `json:"-"`
+	// Incarnation is the id of the executor process that registered (protocol version 2),
+	// which the scheduler's calls to it are signed for; "" for a version 1 executor. Not
+	// shown: it is what a signed call must name.
+	Incarnation string `json:"-"`
 }
 
 // Lease is the HA lease row (SPEC R8.1). ExpiresAt is the expiry by the database's clock

@@ -362,6 +362,20 @@ var mysqlMigrations = []migration{{
 	},
 }, {
 	version: 16,
+	name:    "executor incarnations",
+	// The incarnation each executor of protocol version 2 registered (the id of its
+	// process), which the calls to it are signed for: a promoted primary, and every node of
+	// a sharded cluster, sign for the process that runs now. '' for the executors registered
+	// before, of version 1 or from a scheduler that did not keep it: their next heartbeat names
+	// another incarnation, is answered 404, and they register again. The status column also
+	// takes "left" (deregistered) from this version, which needs no change of the table. ADD
+	// COLUMN with a default is instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate
+	// column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE executor ADD COLUMN incarnation VARCHAR(64) NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 17,
 	name:    "pause origin",
 	// Who paused a paused task (model.Runtime.PausedBy): the task's own pause, a group's
 	// (which group), a bulk pause, or pause-after-failures. A group resume resumes only the
@@ -628,6 +642,13 @@ var sqliteMigrations = []migration{{
 	},
 }, {
 	version: 16,
+	name:    "executor incarnations",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE executor ADD COLUMN incarnation TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 17,
 	name:    "pause origin",
 	// As on MySQL.
 	stmts: []string{

@@ -117,14 +117,14 @@ var (
 		"note",
 		"last_result", "last_failure_at", // schema step 10
 		"consecutive_failures", // schema step 11
-		"paused_by",            // schema step 16
+		"paused_by",            // schema step 17
 		"version"}              // last: the guarded upsert assigns it after the columns it guards
 	runCols = []string{"ticket", "task_id", "task_name", "kind", "attempt", "scheduled_at",
 		"dispatched_at", "executor", "ended_at", "result", "error", "duration_ms", "output", "detail"}
 	actionCols = []string{"task_id", "task_name", "ticket", "action", "from_state", "to_state",
 		"actor", "at", "detail"}
 	executorCols = []string{"app", "address", "protocol", "handlers", "registered_at",
-		"last_heartbeat", "status", "dispatch_key"}
+		"last_heartbeat", "status", "dispatch_key", "incarnation"}
 )
 
 // taskSelect selects a definition (d) joined with its runtime (r), in taskScanner.scan's order.
@@ -198,7 +198,7 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 		upsertExecutor: "INSERT INTO executor (" + strings.Join(executorCols, ", ") + ") VALUES " +
 			valuesList(len(executorCols), 1) +
 			// registered_at is not in the update list: a re-registration keeps it.
-			d.upsert(executorCols[:2], []string{"protocol", "handlers", "last_heartbeat", "status", "dispatch_key"}),
+			d.upsert(executorCols[:2], []string{"protocol", "handlers", "last_heartbeat", "status", "dispatch_key", "incarnation"}),
 		runSelect: "SELECT " + strings.Join(runCols, ", ") + " FROM task_run",
 	}
 }
@@ -783,7 +783,7 @@ func (s *sqlStore) UpsertExecutor(ctx context.Context, e *model.Executor) error 
 		return fmt.Errorf("cannot encode the handlers of executor %s@%s: %w", e.App, e.Address, err)
 	}
 	if _, err := s.exec(ctx, s.upsertExecutor, e.App, e.Address, e.Protocol,
-		string(handlers), e.RegisteredAt, e.LastHeartbeat, e.Status, e.DispatchKey); err != nil {
+		string(handlers), e.RegisteredAt, e.LastHeartbeat, e.Status, e.DispatchKey, e.Incarnation); err != nil {
 		return fmt.Errorf("cannot register executor %s@%s: %w", e.App, e.Address, err)
 	}
 	return nil
@@ -836,7 +836,7 @@ func (s *sqlStore) ListExecutors(ctx context.Context) ([]model.Executor, error) 
 			handlers sql.RawBytes
 		)
 		if err := rows.Scan(&e.App, &e.Address, &e.Protocol, &handlers, &e.RegisteredAt,
-			&e.LastHeartbeat, &e.Status, &e.DispatchKey); err != nil {
+			&e.LastHeartbeat, &e.Status, &e.DispatchKey, &e.Incarnation); err != nil {
 			return nil, fmt.Errorf("cannot scan executor: %w", err)
 		}
 		if len(handlers) > 0 {

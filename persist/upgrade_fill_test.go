@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13 && !axe_fixture_v14 && !axe_fixture_v15
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13 && !axe_fixture_v14 && !axe_fixture_v15 && !axe_fixture_v16
 
 package persist_test
 
@@ -40,15 +40,19 @@ func fixtureExtras(d *model.TaskDef) {
 func fixtureExecutor(e *model.Executor) {
 	if e.Address == "10.0.0.7:9100" {
 		e.DispatchKey = "5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a"
+		e.Incarnation = "3f9a0c1d2e4b5a6978f0e1d2c3b4a596"
 	}
 }
 
 // executorKey is an executor's dispatch key as the snapshot records it.
 func executorKey(e model.Executor) string { return e.DispatchKey }
 
+// executorIncarnation is an executor's incarnation as the snapshot records it (step 16).
+func executorIncarnation(e model.Executor) string { return e.Incarnation }
+
 // fixtureRuntime sets, on the fixture's runtime rows, the columns schema versions after 2
 // added: the last result and newest failure of step 10, the count of consecutive failures of
-// step 11, the pause origin of step 16.
+// step 11, the pause origin of step 17.
 func fixtureRuntime(name string, rt *model.Runtime) {
 	switch name {
 	case "purge-cache":

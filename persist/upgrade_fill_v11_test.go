@@ -60,3 +60,7 @@ func fixtureRuntime(name string, rt *model.Runtime) {
 		rt.LastResult = model.ResultKilled
 	}
 }
+
+// executorIncarnation is an executor's incarnation as the snapshot records it: this schema
+// has none (step 16).
+func executorIncarnation(model.Executor) string { return "" }

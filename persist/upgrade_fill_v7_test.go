@@ -34,3 +34,7 @@ func executorKey(model.Executor) string { return "" }
 
 // fixtureRuntime sets the runtime columns of later schema versions: none before step 10.
 func fixtureRuntime(string, *model.Runtime) {}
+
+// executorIncarnation is an executor's incarnation as the snapshot records it: this schema
+// has none (step 16).
+func executorIncarnation(model.Executor) string { return "" }

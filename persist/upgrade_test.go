@@ -55,7 +55,10 @@ type storeSnapshot struct {
 	Executors []model.Executor `json:"executors"` // ListExecutors
 	// DispatchKeys holds the executors' dispatch keys (schema step 9; none before), by
 	// app@address: model.Executor never shows them.
-	DispatchKeys map[string]string  `json:"dispatch_keys,omitempty"`
+	DispatchKeys map[string]string `json:"dispatch_keys,omitempty"`
+	// Incarnations holds the executors' incarnations (schema step 16; none before), by
+	// app@address: model.Executor never shows them.
+	Incarnations map[string]string  `json:"incarnations,omitempty"`
 	LeaseName    string             `json:"lease_name"`  // the lease row the fixture holds
 	Lease        model.Lease        `json:"lease"`       // ReadLease(LeaseName)
 	Upstreams    []string           `json:"upstreams"`   // UpstreamNames, sorted
@@ -124,6 +127,12 @@ func snapshot(ctx context.Context, s persist.Store) (*storeSnapshot, error) {
 				out.DispatchKeys = map[string]string{}
 			}
 			out.DispatchKeys[e.App+"@"+e.Address] = k
+		}
+		if inc := executorIncarnation(e); inc != "" {
+			if out.Incarnations == nil {
+				out.Incarnations = map[string]string{}
+			}
+			out.Incarnations[e.App+"@"+e.Address] = inc
 		}
 	}
 	if out.Lease, err = s.ReadLease(ctx, fixtureLease); err != nil {

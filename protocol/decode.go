@@ -2,6 +2,8 @@ package protocol
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,8 +72,9 @@ func (e *FieldError) Error() string {
 // Is makes every FieldError an ErrMalformed.
 func (e *FieldError) Is(target error) bool { return target == ErrMalformed }
 
-// Decode decodes one JSON body strictly, the one decoder of every body axe reads (the API's
-// and both sides of the executor protocol): body must be exactly one JSON object (or what v
+// Decode decodes one JSON body strictly, the decoder of every body of the operators' API
+// (the executor protocol reads with DecodeMessage, which skips unknown members and is
+// otherwise the same): body must be exactly one JSON object (or what v
 // takes), every field of it known to v and matched exactly (no other case), no key twice
 // in any object, every string valid UTF-8 (a lone UTF-16 surrogate escape included), and
 // nothing after it. The error is a *FieldError naming the offending field ("callback.url",
@@ -91,6 +94,28 @@ func Decode(body []byte, v any) error {
 	}
 	return nil
 }
+
+// DecodeMessage decodes one body of the executor protocol tolerantly (docs/protocol.md,
+// Tolerant reading): as Decode, except that an object member v does not know is skipped, so
+// a field a newer peer adds never breaks an older receiver. Everything else Decode refuses
+// is still refused: not exactly one JSON value, trailing data, a repeated key in any object
+// (the skipped ones included), invalid UTF-8 or a lone surrogate escape anywhere, a known
+// field of the wrong JSON type. Presence and sizes are the Check methods' (and DecodeRun's).
+// The operators' REST API keeps Decode, where a misspelt field must be caught.
+func DecodeMessage(body []byte, v any) error {
+	dec := jsontext.NewDecoder(bytes.NewBuffer(body))
+	if err := jsonv2.UnmarshalDecode(dec, v, tolerantOptions); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return &FieldError{Msg: "invalid JSON: trailing data after the value"}
+	}
+	return nil
+}
+
+// tolerantOptions are DecodeMessage's: unknown members skipped (still read, so their keys
+// and strings are held to the same rules), names matched exactly.
+var tolerantOptions = jsonv2.RejectUnknownMembers(false)
 
 // strictOptions are Decode's options beyond the strict defaults of jsontext (no repeated
 // key, valid UTF-8 only).
@@ -233,6 +258,9 @@ func (r *Register) Check() error {
 	if r.Auth != "" && r.Auth != AuthSigned {
 		return malformed("auth", "must be %q or absent, got %q", AuthSigned, r.Auth)
 	}
+	if err := r.checkVersion(); err != nil {
+		return err
+	}
 	if len(r.Handlers) == 0 {
 		return malformed("handlers", "at least one handler is required")
 	}
@@ -243,6 +271,22 @@ func (r *Register) Check() error {
 		if err := checkName("handlers", h); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// checkVersion checks the version and incarnation of a registration: any version from 1 up
+// is taken (the scheduler answers with its own, and speaks the lower of the two), and one of
+// 2 or more states its incarnation.
+func (r *Register) checkVersion() error {
+	if r.Version < 0 {
+		return malformed("version", "must be 1 or more, got %d", r.Version)
+	}
+	if err := checkIncarnation(r.Incarnation); err != nil {
+		return err
+	}
+	if r.Version >= 2 && r.Incarnation == "" {
+		return malformed("incarnation", "is required with version %d", r.Version)
 	}
 	return nil
 }
@@ -258,7 +302,55 @@ func (h *Heartbeat) Check() error {
 	if h.Running < 0 {
 		return malformed("running", "must not be negative, got %d", h.Running)
 	}
+	return checkIncarnation(h.Incarnation)
+}
+
+// Check checks a deregistration.
+func (d *Deregister) Check() error {
+	if err := checkName("app", d.App); err != nil {
+		return err
+	}
+	if err := checkAddress(d.Address); err != nil {
+		return err
+	}
+	return checkIncarnation(d.Incarnation)
+}
+
+// Incarnation ids: 16 to 64 characters of [A-Za-z0-9_-].
+const (
+	MinIncarnationBytes = 16
+	MaxIncarnationBytes = 64
+)
+
+// ValidIncarnation reports whether s is a well-formed incarnation id.
+func ValidIncarnation(s string) bool {
+	if len(s) < MinIncarnationBytes || len(s) > MaxIncarnationBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkIncarnation checks an optional incarnation field.
+func checkIncarnation(v string) error {
+	if v != "" && !ValidIncarnation(v) {
+		return malformed("incarnation", "must be %d to %d characters of A-Z, a-z, 0-9, '-' and '_'",
+			MinIncarnationBytes, MaxIncarnationBytes)
+	}
 	return nil
+}
+
+// NewIncarnation makes an incarnation id: 32 hex characters from the system's CSPRNG. An
+// executor makes one per process start.
+func NewIncarnation() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (it panics if it cannot read)
+	return hex.EncodeToString(b[:])
 }
 
 // Check checks a result: the ticket, the status, and the sizes and signs of the rest.
@@ -307,8 +399,8 @@ func (k *Kill) Check() error {
 	return nil
 }
 
-// DecodeResultBatch decodes the body of PathCallbackBatch. The envelope is decoded strictly
-// (one object, only "results", nothing after it); each result is judged alone, so one
+// DecodeResultBatch decodes the body of PathCallbackBatch. The envelope is decoded as
+// DecodeMessage does (one object, "results" and members it skips, nothing after it); each result is judged alone, so one
 // malformed result refuses only itself. A nil error with a non-nil errs[i] means result i
 // is refused for errs[i].
 //
@@ -326,7 +418,7 @@ func DecodeResultBatch(body []byte) (results []Result, errs []error, err error) 
 	// results are not copied again each time it would have grown. A count that is off (a
 	// "ticket" inside a string) only sizes the slice.
 	whole.Results = make([]Result, 0, min(bytes.Count(body, ticketKey), MaxResultsPerCall))
-	if Decode(body, &whole) != nil {
+	if DecodeMessage(body, &whole) != nil {
 		return decodeResultBatchEach(body)
 	}
 	if err := checkResultCount(len(whole.Results)); err != nil {
@@ -348,7 +440,7 @@ func decodeResultBatchEach(body []byte) (results []Result, errs []error, err err
 	var raw struct {
 		Results []json.RawMessage `json:"results"`
 	}
-	if err := Decode(body, &raw); err != nil {
+	if err := DecodeMessage(body, &raw); err != nil {
 		return nil, nil, err
 	}
 	if err := checkResultCount(len(raw.Results)); err != nil {
@@ -357,7 +449,7 @@ func decodeResultBatchEach(body []byte) (results []Result, errs []error, err err
 	results = make([]Result, len(raw.Results))
 	errs = make([]error, len(raw.Results))
 	for i, r := range raw.Results {
-		if err := Decode(r, &results[i]); err != nil {
+		if err := DecodeMessage(r, &results[i]); err != nil {
 			errs[i] = err
 			continue
 		}

@@ -22,7 +22,22 @@ const (
 	PathCallback = "/api/v1/callback"
 	// PathCallbackBatch takes several results (body ResultBatch, answer CallbackBatchAnswer).
 	PathCallbackBatch = "/api/v1/callback/batch"
+	// PathDeregister ends a registration: the scheduler sends the executor no new run (body
+	// Deregister, answer DeregisterAnswer).
+	PathDeregister = "/api/v1/executors/deregister"
 )
+
+// SchedulerPaths lists every path the scheduler serves to executors; ExecutorPaths every
+// path an executor serves to the scheduler (the docs' tests check each is documented).
+var (
+	SchedulerPaths = []string{PathRegister, PathHeartbeat, PathDeregister, PathCallback, PathCallbackBatch}
+	ExecutorPaths  = []string{PathRun, PathRuns, PathKill, PathBeat}
+)
+
+// Version is the protocol version this package speaks (docs/protocol.md, Versions): 2 adds
+// tolerant reading, incarnations, incarnation-bound signatures and deregistration. A
+// registration without a version is of version 1.
+const Version = 2
 
 // Paths an executor serves to the scheduler.
 const (
@@ -42,6 +57,11 @@ const (
 	HeaderTask    = "X-Axe-Task"
 	HeaderTicket  = "X-Axe-Ticket"
 	HeaderAttempt = "X-Axe-Attempt"
+	// HeaderEpoch carries the lease epoch of the scheduler that sent a run or a kill.
+	HeaderEpoch = "X-Axe-Epoch"
+	// HeaderIncarnation carries, on every signed call to an executor that registered an
+	// incarnation, that incarnation; the signature covers it (SignCallV2).
+	HeaderIncarnation = "X-Axe-Incarnation"
 )
 
 // Routing strategies (R5.5), chosen per task in callback.route; "" means RouteRoundRobin.
@@ -175,6 +195,13 @@ type Register struct {
 	// Auth is AuthSigned when the executor verifies the scheduler's signed calls; empty
 	// (executors that predate it) asks for the scheduler's legacy bearer token.
 	Auth string `json:"auth,omitempty"`
+	// Version is the protocol version the executor speaks: Version for this package; 0
+	// (absent) is version 1.
+	Version int `json:"version,omitempty"`
+	// Incarnation is a random id the executor makes once per process start
+	// (NewIncarnation): the scheduler signs its calls for this incarnation only, so a call
+	// captured before a restart is refused after it. "" (absent): an executor of version 1.
+	Incarnation string `json:"incarnation,omitempty"`
 }
 
 // Register.Protocol values: the scheme of the executor's endpoints.
@@ -187,6 +214,8 @@ const (
 type RegisterAnswer struct {
 	HeartbeatIntervalMS int64 `json:"heartbeat_interval_ms"`
 	LostAfterMS         int64 `json:"lost_after_ms"`
+	// Version is the scheduler's protocol version (absent from a scheduler of version 1).
+	Version int `json:"version,omitempty"`
 }
 
 // Heartbeat is the body of PathHeartbeat. Running counts the runs accepted and not yet
@@ -195,6 +224,23 @@ type Heartbeat struct {
 	App     string `json:"app"`
 	Address string `json:"address"`
 	Running int    `json:"running"`
+	// Incarnation is the executor's current incarnation: one other than the registered one
+	// is answered 404, and the executor registers again.
+	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// Deregister is the body of PathDeregister: the executor (App, Address) stops taking runs.
+// Incarnation, when set, must be the registered one for the call to take effect (an old
+// process's late deregistration does not end its successor's registration).
+type Deregister struct {
+	App         string `json:"app"`
+	Address     string `json:"address"`
+	Incarnation string `json:"incarnation,omitempty"`
+}
+
+// DeregisterAnswer answers PathDeregister (200), also when the executor was not registered.
+type DeregisterAnswer struct {
+	OK bool `json:"ok"`
 }
 
 // Result is the body of PathCallback: an executor's result for a ticket.

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -34,8 +35,9 @@ const SignatureSkew = 5 * time.Minute
 // ErrBadSignature is what every error of VerifyCall is (errors.Is).
 var ErrBadSignature = errors.New("missing or invalid scheduler signature")
 
-// DispatchKey is the key the scheduler signs its calls to an executor with: HMAC-SHA256 of a
-// fixed label under the token the executor presents to the scheduler.
+// DispatchKey is the key the scheduler signs its calls to an executor with: the raw 32-byte
+// digest (not hex) of HMAC-SHA256 whose key is the UTF-8 bytes of the token the executor
+// presents to the scheduler and whose message is "axe dispatch key v1".
 func DispatchKey(token string) []byte {
 	m := hmac.New(sha256.New, []byte(token))
 	m.Write([]byte("axe dispatch key v1"))
@@ -50,6 +52,63 @@ func signature(key []byte, at int64, address, path, epoch string, body []byte) [
 	m.Write([]byte("axe-dispatch-v1\n" + strconv.FormatInt(at, 10) + "\n" + address + "\n" + path + "\n" + epoch + "\n"))
 	m.Write(body)
 	return m.Sum(nil)
+}
+
+// signatureV2 is the HMAC of one call to an executor of the incarnation it names: as
+// signature, with the incarnation (its X-Axe-Incarnation header) signed as well, so that a
+// call captured before the executor restarted is refused by the new process.
+func signatureV2(key []byte, at int64, address, path, epoch, incarnation string, body []byte) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("axe-dispatch-v2\n" + strconv.FormatInt(at, 10) + "\n" + address + "\n" + path + "\n" + epoch + "\n" +
+		incarnation + "\n"))
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+// SignCallV2 returns the Authorization header of a call made at to path on the executor
+// registered at address with incarnation (which the call also carries as
+// HeaderIncarnation).
+func SignCallV2(key []byte, at time.Time, address, path, epoch, incarnation string, body []byte) string {
+	ms := at.UnixMilli()
+	return SignatureScheme + " t=" + strconv.FormatInt(ms, 10) + ",sig=" +
+		hex.EncodeToString(signatureV2(key, ms, address, path, epoch, incarnation, body))
+}
+
+// ErrOtherIncarnation is what VerifyCallV2 returns (besides ErrBadSignature) for a call
+// whose signature is valid for another incarnation of the executor: one captured before it
+// restarted, or sent by a scheduler that has not yet seen it register again. The executor
+// did nothing with the call.
+var ErrOtherIncarnation = errors.New("signed for another incarnation of this executor")
+
+// VerifyCallV2 checks a call to the executor at address whose current incarnation is own:
+// h is its Authorization header and got its HeaderIncarnation. The call verifies only when
+// got is own and the signature is SignCallV2's for it; a missing or other incarnation is
+// refused (errors.Is ErrBadSignature, and ErrOtherIncarnation when the call is validly signed
+// for the incarnation it names).
+func VerifyCallV2(key, h []byte, address, path, epoch, own, got string, body []byte, now time.Time) error {
+	at, sig, ok := parseSignature(h)
+	switch {
+	case !ok || got == "":
+		return ErrBadSignature
+	case !fresh(at, now):
+		return errors.Join(ErrBadSignature, errors.New("the call was signed more than "+SignatureSkew.String()+
+			" away from this executor's clock: check both clocks"))
+	case got != own:
+		if hmac.Equal(sig, signatureV2(key, at, address, path, epoch, got, body)) {
+			return fmt.Errorf("%w: %w", ErrBadSignature, ErrOtherIncarnation)
+		}
+		return ErrBadSignature
+	case !hmac.Equal(sig, signatureV2(key, at, address, path, epoch, own, body)):
+		return ErrBadSignature
+	}
+	return nil
+}
+
+// IsOtherIncarnation reports whether an executor's error body says a call was signed for
+// another incarnation of it (VerifyCallV2's ErrOtherIncarnation): the call was refused
+// before anything of it was read, so whatever it carried was not delivered.
+func IsOtherIncarnation(body []byte) bool {
+	return bytes.Contains(body, []byte(ErrOtherIncarnation.Error()))
 }
 
 // SignCall returns the Authorization header of a call made at to path on the executor

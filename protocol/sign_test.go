@@ -2,6 +2,9 @@ package protocol
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -71,4 +74,89 @@ func FuzzVerifyCall(f *testing.F) {
 			t.Fatalf("a verified header %q is not plausible", h)
 		}
 	})
+}
+
+// A call signed for an incarnation verifies only for that incarnation, carried in its
+// header; a call for another incarnation of the executor, and one without the header, are
+// refused, the first saying why.
+func TestSignedCallV2IsBoundToTheIncarnation(t *testing.T) {
+	key := DispatchKey("exec-token")
+	at := time.UnixMilli(1_700_000_000_000)
+	body := []byte(`{"ticket":"t-1"}`)
+	old, cur := "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	h := []byte(SignCallV2(key, at, "10.0.0.7:9100", PathRun, "5", cur, body))
+	if err := VerifyCallV2(key, h, "10.0.0.7:9100", PathRun, "5", cur, cur, body, at); err != nil {
+		t.Fatalf("the signed call: %v", err)
+	}
+	replay := []byte(SignCallV2(key, at, "10.0.0.7:9100", PathRun, "5", old, body))
+	err := VerifyCallV2(key, replay, "10.0.0.7:9100", PathRun, "5", cur, old, body, at)
+	if !errors.Is(err, ErrBadSignature) || !errors.Is(err, ErrOtherIncarnation) || !IsOtherIncarnation([]byte(err.Error())) {
+		t.Errorf("a call for the previous incarnation: %v, want ErrBadSignature and ErrOtherIncarnation", err)
+	}
+	for name, err := range map[string]error{
+		"header says the current one": VerifyCallV2(key, replay, "10.0.0.7:9100", PathRun, "5", cur, cur, body, at),
+		"no header":                   VerifyCallV2(key, h, "10.0.0.7:9100", PathRun, "5", cur, "", body, at),
+		"v1 signature":                VerifyCallV2(key, []byte(SignCall(key, at, "10.0.0.7:9100", PathRun, "5", body)), "10.0.0.7:9100", PathRun, "5", cur, cur, body, at),
+		"other body":                  VerifyCallV2(key, h, "10.0.0.7:9100", PathRun, "5", cur, cur, []byte(`{}`), at),
+		"other epoch":                 VerifyCallV2(key, h, "10.0.0.7:9100", PathRun, "", cur, cur, body, at),
+		"too late":                    VerifyCallV2(key, h, "10.0.0.7:9100", PathRun, "5", cur, cur, body, at.Add(SignatureSkew+time.Millisecond)),
+	} {
+		if !errors.Is(err, ErrBadSignature) || errors.Is(err, ErrOtherIncarnation) {
+			t.Errorf("%s: %v, want ErrBadSignature alone", name, err)
+		}
+	}
+	if err := VerifyCall(key, h, "10.0.0.7:9100", PathRun, "5", body, at); err == nil {
+		t.Errorf("a v2 signature verified as v1")
+	}
+}
+
+// The key derivation and both signatures, spelt out with the standard library alone as
+// docs/protocol.md states them, and pinned to known answers that docs/protocol.md quotes for
+// executors written in other languages.
+func TestSignatureKnownAnswers(t *testing.T) {
+	mac := func(key []byte, msg string) []byte {
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(msg))
+		return m.Sum(nil)
+	}
+	key := mac([]byte("exec-token"), "axe dispatch key v1")
+	if !bytes.Equal(key, DispatchKey("exec-token")) {
+		t.Fatalf("DispatchKey is not HMAC-SHA256(token, label) as raw bytes")
+	}
+	at := time.UnixMilli(1_700_000_000_000)
+	body := `{"ticket":"t-1"}`
+	v1 := hex.EncodeToString(mac(key, "axe-dispatch-v1\n1700000000000\n10.0.0.7:9100\n/axe/run\n5\n"+body))
+	v2 := hex.EncodeToString(mac(key, "axe-dispatch-v2\n1700000000000\n10.0.0.7:9100\n/axe/run\n5\n0123456789abcdef0123456789abcdef\n"+body))
+	if got := SignCall(key, at, "10.0.0.7:9100", PathRun, "5", []byte(body)); got != SignatureScheme+" t=1700000000000,sig="+v1 {
+		t.Errorf("v1: %s, want sig=%s", got, v1)
+	}
+	if got := SignCallV2(key, at, "10.0.0.7:9100", PathRun, "5", "0123456789abcdef0123456789abcdef", []byte(body)); got != SignatureScheme+" t=1700000000000,sig="+v2 {
+		t.Errorf("v2: %s, want sig=%s", got, v2)
+	}
+	for name, want := range map[string]string{"key": knownKey, "v1": knownV1, "v2": knownV2} {
+		got := map[string]string{"key": hex.EncodeToString(key), "v1": v1, "v2": v2}[name]
+		if got != want {
+			t.Errorf("%s = %s, want the documented %s", name, got, want)
+		}
+	}
+}
+
+// The known answers docs/protocol.md quotes (TestDocsQuoteTheKnownAnswers checks it does).
+const (
+	knownKey = "a2042d7328aaf0811706284b29fbe1392857da6edefce919969a61c301220742"
+	knownV1  = "f7492a3a2d38ece67530fd171e430196285a8e863ccfdeaeb1ab192940e1487e"
+	knownV2  = "f425c2c9908c3a889a8710a4fe2decf21b0c481cc671622ee9cc15970bb6df9d"
+)
+
+// The incarnations NewIncarnation makes are valid and differ.
+func TestNewIncarnation(t *testing.T) {
+	a, b := NewIncarnation(), NewIncarnation()
+	if !ValidIncarnation(a) || len(a) != 32 || a == b {
+		t.Errorf("NewIncarnation: %q, %q", a, b)
+	}
+	for _, s := range []string{"", "short", strings.Repeat("a", 65), "0123456789abcdef 0123", "0123456789abcdéf"} {
+		if ValidIncarnation(s) {
+			t.Errorf("ValidIncarnation(%q) = true", s)
+		}
+	}
 }

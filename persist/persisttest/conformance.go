@@ -1296,7 +1296,7 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 	}
 	e := model.Executor{App: "billing", Address: "10.0.0.2:9000", Protocol: "http",
 		Handlers: []string{"settle"}, RegisteredAt: 100, LastHeartbeat: 100, Status: "alive",
-		DispatchKey: strings.Repeat("ab", 32)}
+		DispatchKey: strings.Repeat("ab", 32), Incarnation: "0123456789abcdef0123456789abcdef"}
 	upsert(e)
 	upsert(model.Executor{App: "billing", Address: "10.0.0.1:9000", Protocol: "http", RegisteredAt: 50, LastHeartbeat: 50, Status: "alive"})
 	upsert(model.Executor{App: "alpha", Address: "10.0.0.9:9000", Protocol: "http", Handlers: []string{}, RegisteredAt: 70, LastHeartbeat: 70, Status: "lost"})
@@ -1311,7 +1311,8 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 	if got := list(); len(got) != 3 || got[2].DispatchKey != "" {
 		t.Fatalf("after a registration without a key: %+v", got)
 	}
-	again.DispatchKey = strings.Repeat("cd", 32)
+	// A restarted executor of protocol version 2 registers its new incarnation.
+	again.DispatchKey, again.Incarnation = strings.Repeat("cd", 32), "fedcba9876543210fedcba9876543210"
 	upsert(again)
 	upsert(again) // idempotent
 	want := again

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ const (
 	PathHeartbeat     = protocol.PathHeartbeat
 	PathCallback      = protocol.PathCallback
 	PathCallbackBatch = protocol.PathCallbackBatch
+	PathDeregister    = protocol.PathDeregister
 )
 
 // WaitTimeout bounds every Wait* call: a generous limit on real I/O, never a pacing sleep.
@@ -335,7 +337,11 @@ func (p *Peer) Heartbeats() []Heartbeat {
 
 // Dispatch sends run to the executor at address with the peer's token and the X-Axe-*
 // headers, and remembers the ticket so its callback is accepted.
+// A run without an attempt goes as attempt 1, a scheduler's first.
 func (p *Peer) Dispatch(address string, run Run) (Response, error) {
+	if run.Attempt == 0 {
+		run.Attempt = 1
+	}
 	p.mu.Lock()
 	if _, known := p.tickets[run.Ticket]; !known {
 		p.tickets[run.Ticket] = "open"
@@ -356,9 +362,13 @@ func (p *Peer) Dispatch(address string, run Run) (Response, error) {
 // token, and remembers their tickets so their callbacks are accepted.
 func (p *Peer) DispatchBatch(address string, runs []Run) (Response, error) {
 	p.mu.Lock()
-	for _, run := range runs {
+	runs = slices.Clone(runs)
+	for i, run := range runs {
 		if _, known := p.tickets[run.Ticket]; !known {
 			p.tickets[run.Ticket] = "open"
+		}
+		if run.Attempt == 0 {
+			runs[i].Attempt = 1
 		}
 	}
 	p.mu.Unlock()
@@ -394,7 +404,10 @@ func (p *Peer) Do(address, method, path string, headers map[string]string) (Resp
 }
 
 // Post sends body to path on the executor at address, signed as the scheduler signs its
-// calls to an executor that registered with token ("" for no signature).
+// calls to an executor that registered with token ("" for no signature): for the
+// incarnation the executor at address last registered (in the X-Axe-Incarnation header,
+// unless headers set that header, which is then signed as given), or as version 1 when it
+// registered none.
 func (p *Peer) Post(address, path string, body []byte, token string, headers map[string]string) (Response, error) {
 	return p.do(address, fasthttp.MethodPost, path, body, token, headers)
 }
@@ -415,14 +428,46 @@ func (p *Peer) do(address, method, path string, body []byte, token string, heade
 		req.Header.Set(k, v)
 	}
 	if token != "" {
-		req.Header.Set("Authorization", protocol.SignCall(protocol.DispatchKey(token), time.Now(), address, path,
-			string(req.Header.Peek("X-Axe-Epoch")), body))
+		inc := string(req.Header.Peek(protocol.HeaderIncarnation))
+		if inc == "" {
+			inc = p.incarnationOf(address)
+		}
+		if inc == "" {
+			req.Header.Set("Authorization", protocol.SignCall(protocol.DispatchKey(token), time.Now(), address, path,
+				string(req.Header.Peek("X-Axe-Epoch")), body))
+		} else {
+			req.Header.Set(protocol.HeaderIncarnation, inc)
+			req.Header.Set("Authorization", protocol.SignCallV2(protocol.DispatchKey(token), time.Now(), address, path,
+				string(req.Header.Peek("X-Axe-Epoch")), inc, body))
+		}
 	}
 	req.SetBody(body)
 	if err := p.client.DoTimeout(req, resp, WaitTimeout); err != nil {
 		return Response{}, fmt.Errorf("cannot call %s%s: %w", address, path, err)
 	}
 	return Response{Status: resp.StatusCode(), Body: append([]byte(nil), resp.Body()...)}, nil
+}
+
+// incarnationOf is the incarnation the executor at address last registered, "" for none.
+func (p *Peer) incarnationOf(address string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, r := range p.executors {
+		if k.address == address {
+			return r.Incarnation
+		}
+	}
+	return ""
+}
+
+// Deregistrations returns every deregistration body received, in order.
+func (p *Peer) Deregistrations() []protocol.Deregister {
+	calls := p.Calls(PathDeregister)
+	out := make([]protocol.Deregister, len(calls))
+	for i, c := range calls {
+		_ = json.Unmarshal(c.Body, &out[i])
+	}
+	return out
 }
 
 func (p *Peer) serve(rc *fasthttp.RequestCtx) {
@@ -484,13 +529,22 @@ func (p *Peer) answerLocked(path, auth string, body []byte) (int, any) {
 		return http.StatusOK, map[string]int64{
 			"heartbeat_interval_ms": p.cfg.HeartbeatIntervalMS,
 			"lost_after_ms":         p.cfg.LostAfterMS,
+			"version":               protocol.Version,
 		}
+	case PathDeregister:
+		// Recorded (Deregistrations) only: the executor stays known, and its heartbeats
+		// while it drains are answered 200, as a scheduler answers them.
+		var d protocol.Deregister
+		if err := json.Unmarshal(body, &d); err != nil {
+			return http.StatusBadRequest, errBody(err.Error())
+		}
+		return http.StatusOK, map[string]bool{"ok": true}
 	case PathHeartbeat:
 		var h Heartbeat
 		if err := json.Unmarshal(body, &h); err != nil {
 			return http.StatusBadRequest, errBody(err.Error())
 		}
-		if _, ok := p.executors[executorKey{h.App, h.Address}]; !ok {
+		if r, ok := p.executors[executorKey{h.App, h.Address}]; !ok || r.Incarnation != h.Incarnation {
 			return http.StatusNotFound, errBody("unknown executor")
 		}
 		return http.StatusOK, struct{}{}

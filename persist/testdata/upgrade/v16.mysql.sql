@@ -45,6 +45,7 @@ CREATE TABLE `executor` (
   `last_heartbeat` bigint(20) NOT NULL,
   `status` varchar(32) NOT NULL,
   `dispatch_key` varchar(128) NOT NULL DEFAULT '',
+  `incarnation` varchar(64) NOT NULL DEFAULT '',
   PRIMARY KEY (`app`,`address`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
@@ -176,7 +177,6 @@ CREATE TABLE `task_runtime` (
   `last_result` varchar(32) NOT NULL DEFAULT '',
   `last_failure_at` bigint(20) NOT NULL DEFAULT 0,
   `consecutive_failures` int(11) NOT NULL DEFAULT 0,
-  `paused_by` varchar(300) NOT NULL DEFAULT '',
   PRIMARY KEY (`task_id`),
   KEY `idx_task_runtime_next` (`next_trigger_time`),
   KEY `idx_task_runtime_failed` (`last_failure_at`)
@@ -184,10 +184,10 @@ CREATE TABLE `task_runtime` (
 
 
 
-INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`) VALUES ('billing', '10.0.0.7:9100', 'http', '["invoice","refund"]', 1767513600000, 1767599999000, 'alive', '5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a');
-INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`) VALUES ('billing', '10.0.0.9:9100', 'http', '["invoice"]', 1767596400000, 1767599670000, 'lost', '');
+INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`, `incarnation`) VALUES ('billing', '10.0.0.7:9100', 'http', '["invoice","refund"]', 1767513600000, 1767599999000, 'alive', '5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a', '3f9a0c1d2e4b5a6978f0e1d2c3b4a596');
+INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`, `incarnation`) VALUES ('billing', '10.0.0.9:9100', 'http', '["invoice"]', 1767596400000, 1767599670000, 'lost', '', '');
 
-INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-06 06:21:00.275702');
+INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-06 06:27:15.106082');
 INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary#fence', '', 2, '1970-01-01 00:00:00.000000');
 
 
@@ -207,7 +207,7 @@ INSERT INTO `schema_migrations` (`version`, `name`) VALUES (12, 'jitter');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (13, 'concurrency limits');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (14, 'backfills');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (15, 'overlap and catch-up');
-INSERT INTO `schema_migrations` (`version`, `name`) VALUES (16, 'pause origin');
+INSERT INTO `schema_migrations` (`version`, `name`) VALUES (16, 'executor incarnations');
 
 INSERT INTO `task_action` (`id`, `task_id`, `task_name`, `ticket`, `action`, `from_state`, `to_state`, `actor`, `at`, `detail`) VALUES (1, 1, 'nightly-report', 'fx-nightly-1', 'fire', 'SCHEDULED', 'RUNNING', 'scheduler', 1767578400000, '');
 INSERT INTO `task_action` (`id`, `task_id`, `task_name`, `ticket`, `action`, `from_state`, `to_state`, `actor`, `at`, `detail`) VALUES (2, 1, 'nightly-report', 'fx-nightly-1', 'success', 'RUNNING', 'SCHEDULED', 'scheduler', 1767578404200, '');
@@ -244,13 +244,13 @@ INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `sc
 INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-rebuild-m1', 5, 'rebuild-index', 'manual', 1, 1767600001000, 1767600001004, 'billing@10.0.0.7:9100', 0, 'running', '', 0, '', 'started by carol');
 INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-welcome-1', 3, 'welcome-mail', 'scheduled', 1, 1767600090000, 1767600090004, '', 1767600091250, 'success', '', 1246, '', '');
 
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (1, 'SCHEDULED', '', 0, 1767664800000, 1767578400000, 1767578404200, '', 41, 2, '', 2, 'success', 1765008000000, 0, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (2, 'RUNNING', 'fx-invoice-3', 1, 1767600000000, 1767600000000, 0, 'billing@10.0.0.7:9100', 2, 0, '', 2, '', 0, 0, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (3, 'SUCCESS', '', 0, 0, 1767600090000, 1767600091250, '', 1, 0, '', 2, 'success', 0, 0, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (4, 'RETRYING', '', 2, 1767600065000, 1767600005000, 1767600015000, 'billing@10.0.0.8:9100', 0, 2, '', 2, 'timeout', 1767600015000, 1, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (5, 'WAITING', '', 0, 0, 0, 0, '', 0, 0, '', 1, '', 0, 0, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (6, 'PAUSED', '', 0, 0, 0, 0, '', 0, 1, 'paused for the migration window', 2, '', 0, 0, 'task');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (7, 'WAITING', '', 0, 0, 0, 0, '', 0, 0, '', 1, '', 0, 0, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (8, 'FAILED', '', 1, 0, 1767599700000, 1767599701000, 'billing@10.0.0.7:9100', 0, 3, '', 2, 'failed', 1767599701000, 2, '');
-INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (9, 'KILLED', '', 0, 1768204800000, 1767596400000, 1767598200000, 'billing@10.0.0.8:9100', 0, 0, 'killed by an operator', 2, 'killed', 0, 0, '');
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (1, 'SCHEDULED', '', 0, 1767664800000, 1767578400000, 1767578404200, '', 41, 2, '', 2, 'success', 1765008000000, 0);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (2, 'RUNNING', 'fx-invoice-3', 1, 1767600000000, 1767600000000, 0, 'billing@10.0.0.7:9100', 2, 0, '', 2, '', 0, 0);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (3, 'SUCCESS', '', 0, 0, 1767600090000, 1767600091250, '', 1, 0, '', 2, 'success', 0, 0);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (4, 'RETRYING', '', 2, 1767600065000, 1767600005000, 1767600015000, 'billing@10.0.0.8:9100', 0, 2, '', 2, 'timeout', 1767600015000, 1);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (5, 'WAITING', '', 0, 0, 0, 0, '', 0, 0, '', 1, '', 0, 0);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (6, 'PAUSED', '', 0, 0, 0, 0, '', 0, 1, 'paused for the migration window', 2, '', 0, 0);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (7, 'WAITING', '', 0, 0, 0, 0, '', 0, 0, '', 1, '', 0, 0);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (8, 'FAILED', '', 1, 0, 1767599700000, 1767599701000, 'billing@10.0.0.7:9100', 0, 3, '', 2, 'failed', 1767599701000, 2);
+INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`) VALUES (9, 'KILLED', '', 0, 1768204800000, 1767596400000, 1767598200000, 'billing@10.0.0.8:9100', 0, 0, 'killed by an operator', 2, 'killed', 0, 0);
 
