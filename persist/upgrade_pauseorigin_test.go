@@ -11,17 +11,17 @@ import (
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
-// TestUpgradeV15KeepsPauseOrigins: a database written by schema 15 (before pause origins),
+// TestUpgradeV16KeepsPauseOrigins: a database written by schema 16 (before pause origins),
 // migrated in place on SQLite and on MySQL, reads its paused task with no origin (a pause
 // whose origin was not kept, which a group's resume leaves paused), and then stores and reads
 // back the origin of a group's pause.
-func TestUpgradeV15KeepsPauseOrigins(t *testing.T) {
+func TestUpgradeV16KeepsPauseOrigins(t *testing.T) {
 	check := func(t *testing.T, dsn string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		s, err := persist.Open(ctx, dsn)
 		if err != nil {
-			t.Fatalf("cannot open the v15 fixture with today's store: %v", err)
+			t.Fatalf("cannot open the v16 fixture with today's store: %v", err)
 		}
 		defer s.Close()
 		pt, err := s.GetTask(ctx, "purge-cache")
@@ -42,12 +42,12 @@ func TestUpgradeV15KeepsPauseOrigins(t *testing.T) {
 	}
 	t.Run(persist.SchemeSQLite, func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "axe.db")
-		copyFile(t, fixturePath("v15", "sqlite"), path)
+		copyFile(t, fixturePath("v16", "sqlite"), path)
 		check(t, "sqlite:"+path)
 	})
 	t.Run(persist.SchemeMySQL, func(t *testing.T) {
 		dsn := persisttest.MySQLDSN(t)
-		loadMySQLDump(t, dsn, fixturePath("v15", "mysql.sql"))
+		loadMySQLDump(t, dsn, fixturePath("v16", "mysql.sql"))
 		check(t, dsn)
 	})
 }
