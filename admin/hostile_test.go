@@ -128,7 +128,11 @@ func hostileCases(hookURL string) []hostileCase {
 		{"run: params not JSON object", post, "/api/v1/tasks/seed/run", `{"params": }`, nil, 400, "JSON"},
 		{"run: unknown field", post, "/api/v1/tasks/seed/run", `{"parameters": {}}`, nil, 400, "parameters"},
 		{"run: unknown task", post, "/api/v1/tasks/ghost/run", nil, nil, 404, "ghost"},
-		{"kill: nothing running", post, "/api/v1/tasks/seed/kill", nil, nil, 409, "RUNNING"},
+		{"kill: nothing running", post, "/api/v1/tasks/seed/kill", nil, nil, 409, "no run in flight"},
+		{"kill: unknown field", post, "/api/v1/tasks/seed/kill", `{"why": "x"}`, nil, 400, "why"},
+		{"kill: reason too long", post, "/api/v1/tasks/seed/kill", `{"reason": "` + strings.Repeat("r", 1100) + `"}`, nil, 400, "reason"},
+		{"run kill: unknown ticket", post, "/api/v1/runs/ghost-ticket/kill", nil, nil, 404, "ghost-ticket"},
+		{"run kill: reason of wrong type", post, "/api/v1/runs/ghost-ticket/kill", `{"reason": 5}`, nil, 400, "reason"},
 		{"group pause: unknown field", post, "/api/v1/groups/g/pause", `{"force": true}`, nil, 400, "force"},
 		// Lists and previews.
 		{"list: bad state", get, "/api/v1/tasks?state=DONE", nil, nil, 400, "state"},

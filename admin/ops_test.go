@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
+	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
@@ -65,14 +66,17 @@ func TestPauseResume(t *testing.T) {
 			t.Errorf("pause action = %+v (found %v)", a, ok)
 		}
 
-		// Pause the group: exactly alpha stops.
+		// Pause the group: exactly alpha stops; a1, paused on its own, keeps its pause.
 		var g struct {
-			Group string `json:"group"`
-			Tasks int    `json:"tasks"`
+			Group           string              `json:"group"`
+			Tasks           int                 `json:"tasks"`
+			AlreadyPaused   int                 `json:"already_paused"`
+			LeftPaused      []engine.PausedTask `json:"left_paused"`
+			LeftPausedCount int                 `json:"left_paused_count"`
 		}
 		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/pause", nil, &g)
-		if g.Group != "alpha" || g.Tasks != 2 {
-			t.Errorf("group pause answered %+v, want alpha with 2 tasks", g)
+		if g.Group != "alpha" || g.Tasks != 1 || g.AlreadyPaused != 1 {
+			t.Errorf("group pause answered %+v, want alpha with 1 task paused and 1 paused already", g)
 		}
 		t1 := time.Now().UnixMilli()
 		waitQuietFires(t, h, t1, "b1") // another group's task keeps firing
@@ -91,11 +95,17 @@ func TestPauseResume(t *testing.T) {
 			t.Errorf("b1 is paused after pausing group alpha")
 		}
 
-		// Resume the group: both fire again.
+		// Resume the group: a2, which its pause paused, fires again; a1 stays paused on its
+		// own, named with its note, until it is resumed itself.
 		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/resume", nil, &g)
-		if g.Tasks != 2 {
-			t.Errorf("group resume answered %+v, want 2 tasks", g)
+		if g.Tasks != 1 || g.LeftPausedCount != 1 || len(g.LeftPaused) != 1 ||
+			g.LeftPaused[0] != (engine.PausedTask{Name: "a1", PausedBy: model.PausedByTask, Note: "disk full"}) {
+			t.Errorf("group resume answered %+v, want 1 task resumed and a1 left paused", g)
 		}
+		if a1 := d.Get(t, "a1"); !a1.Paused || a1.Runtime.Note != "disk full" {
+			t.Errorf("a1 after the group's resume: paused %v note %q", a1.Paused, a1.Runtime.Note)
+		}
+		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/tasks/a1/resume", nil, nil)
 		t2 := time.Now().UnixMilli()
 		for _, n := range []string{"a1", "a2", "b1"} {
 			testwait.For(t, daemontest.WaitTimeout, n+" to fire after the resume", func() bool { return len(h.CallsAfter(n, t2)) >= 2 })
@@ -178,8 +188,8 @@ func TestKill(t *testing.T) {
 		call := h.WaitCalls(t, "stuck", 1, daemontest.WaitTimeout)[0]
 		d.WaitState(t, "stuck", model.StateRunning)
 
-		// Run-now works while the periodic run is RUNNING, as an independent instance that
-		// kill does not touch (R6.2).
+		// Run-now works while the periodic run is RUNNING, as an independent instance (R6.2);
+		// the task's kill ends every run of it in flight, this one too.
 		manual := d.RunNow(t, "stuck", nil)
 		if mc := h.WaitCalls(t, "stuck", 2, daemontest.WaitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != model.RunManual || manual == call.Ticket {
 			t.Errorf("run-now during a run: call %s kind %s, want ticket %s", mc.Ticket, mc.Body.Kind, manual)
@@ -194,11 +204,21 @@ func TestKill(t *testing.T) {
 		if r.Result != model.ResultKilled || !strings.Contains(r.Error, "api:dave") || r.EndedAt == 0 {
 			t.Errorf("killed run = %+v", r)
 		}
-		if a, ok := daemontest.FindAction(d.Actions(t, "stuck"), "kill"); !ok || a.Actor != "api:dave" || a.Ticket != call.Ticket ||
-			a.From != model.StateRunning || a.To != model.StateKilled {
-			t.Errorf("kill action = %+v (found %v)", a, ok)
+		kills := 0
+		for _, a := range d.Actions(t, "stuck") {
+			if a.Action != engine.ActKill {
+				continue
+			}
+			kills++
+			if a.Actor != "api:dave" || (a.Ticket == call.Ticket && (a.From != model.StateRunning || a.To != model.StateKilled)) ||
+				(a.Ticket != call.Ticket && a.Ticket != manual) {
+				t.Errorf("kill action = %+v", a)
+			}
 		}
-		if msg := d.APIError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks/stuck/kill", nil); !strings.Contains(msg, "RUNNING") {
+		if kills != 2 {
+			t.Errorf("%d kill actions, want one per run in flight (2)", kills)
+		}
+		if msg := d.APIError(t, http.StatusConflict, http.MethodPost, "/api/v1/tasks/stuck/kill", nil); !strings.Contains(msg, "no run in flight") {
 			t.Errorf("kill with nothing running: %q", msg)
 		}
 
@@ -208,8 +228,8 @@ func TestKill(t *testing.T) {
 		if g := d.Get(t, "stuck"); g.Runtime.State == model.StateRunning || g.Runtime.SuccessCount != 0 {
 			t.Errorf("late answer after kill changed the task: %+v", g.Runtime)
 		}
-		if r := d.WaitRun(t, "stuck", manual); r.Result != model.ResultSuccess {
-			t.Errorf("run-now instance ended %q, want success: kill must not touch it", r.Result)
+		if r := d.WaitRun(t, "stuck", manual); r.Result != model.ResultKilled {
+			t.Errorf("run-now instance ended %q, want killed by the task's kill", r.Result)
 		}
 		if r := d.WaitRun(t, "stuck", call.Ticket); r.Result != model.ResultKilled {
 			t.Errorf("killed run after the late answer = %+v", r)

@@ -305,9 +305,10 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	api.GET("/tasks/{name}/runs", h(s.taskRunsPage))       // api_console.go
 	api.GET("/tasks/{name}/actions", h(s.taskActionsPage)) // api_console.go
 	api.GET("/runs/{ticket}", h(s.getRun))
-	api.GET("/alerts", h(s.alertsAnswer)) // api_console.go
-	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks")))
-	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks")))
+	api.POST("/runs/{ticket}/kill", h(s.byTicket(s.killRun)))                                    // runkill.go
+	api.GET("/alerts", h(s.alertsAnswer))                                                        // api_console.go
+	api.POST("/groups/{group}/pause", h(s.fanOut(s.pauseGroup, "tasks", "already_paused")))      // groups.go
+	api.POST("/groups/{group}/resume", h(s.fanOut(s.resumeGroup, "tasks", "left_paused_count"))) // groups.go
 	api.GET("/executors", h(s.listExecutors))
 	r.POST(protocol.PathRegister, h(s.registerExecutor))
 	r.POST(protocol.PathHeartbeat, h(s.executorHeartbeat))
@@ -579,32 +580,6 @@ func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
 	writeJSON(c, 200, taskView(t))
 }
 
-func (s *Server) pauseGroup(c *fasthttp.RequestCtx)  { s.groupOp(c, true) }
-func (s *Server) resumeGroup(c *fasthttp.RequestCtx) { s.groupOp(c, false) }
-
-func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
-	var b noteBody
-	if err := decodeOptional(c, &b); err != nil {
-		s.fail(c, err)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	group := param(c, "group")
-	var n int
-	var err error
-	if pause {
-		n, err = s.cfg.Engine.PauseGroup(ctx, group, b.Note, actor(c))
-	} else {
-		n, err = s.cfg.Engine.ResumeGroup(ctx, group, b.Note, actor(c))
-	}
-	if err != nil {
-		s.fail(c, err)
-		return
-	}
-	writeJSON(c, 200, map[string]any{"group": group, "tasks": n})
-}
-
 // runBody is the optional body of run-now.
 type runBody struct {
 	Params json.RawMessage `json:"params"`
@@ -626,10 +601,17 @@ func (s *Server) runTask(c *fasthttp.RequestCtx) {
 	writeJSON(c, fasthttp.StatusAccepted, map[string]any{"ticket": run.Ticket, "task": run.TaskName})
 }
 
+// killTask is POST /api/v1/tasks/{name}/kill {"reason"}: every run of the task in flight
+// ends (runkill.go).
 func (s *Server) killTask(c *fasthttp.RequestCtx) {
+	var b killBody
+	if err := decodeOptional(c, &b); err != nil {
+		s.fail(c, err)
+		return
+	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	t, err := s.cfg.Engine.Kill(ctx, param(c, "name"), actor(c))
+	t, err := s.cfg.Engine.KillTask(ctx, param(c, "name"), b.reason(), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return

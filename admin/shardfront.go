@@ -566,6 +566,9 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 				for _, k := range sum {
 					merged[k] = number(merged[k]) + number(m[k])
 				}
+				if counted {
+					concatLists(merged, m) // e.g. the tasks a group's resume left paused
+				}
 			}
 			if set, err := model.ParseShardSet(a.shards); err == nil {
 				for i := range done {

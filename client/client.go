@@ -267,17 +267,35 @@ func (c *Client) RunNow(ctx context.Context, name string, params json.RawMessage
 	return v.Ticket, err
 }
 
-// GroupOp pauses or resumes a group and returns how many tasks it touched.
-func (c *Client) GroupOp(ctx context.Context, group, op, note string) (int, error) {
+// GroupAnswer is what a group's pause or resume did (POST /api/v1/groups/{group}/pause|resume).
+type GroupAnswer struct {
+	Group string `json:"group"`
+	// Tasks counts the tasks paused (a pause) or resumed (a resume).
+	Tasks int `json:"tasks"`
+	// AlreadyPaused counts, for a pause, the tasks paused already by something else.
+	AlreadyPaused int `json:"already_paused"`
+	// LeftPaused names, for a resume, the group's paused tasks its pause did not pause (the
+	// first of them per node); LeftPausedCount counts them all.
+	LeftPaused      []PausedTask `json:"left_paused"`
+	LeftPausedCount int          `json:"left_paused_count"`
+}
+
+// PausedTask is a paused task with who paused it (model.Runtime.PausedBy) and its note.
+type PausedTask struct {
+	Name     string `json:"name"`
+	PausedBy string `json:"paused_by"`
+	Note     string `json:"note,omitempty"`
+}
+
+// GroupOp pauses or resumes a group (op "pause" or "resume") with an optional note.
+func (c *Client) GroupOp(ctx context.Context, group, op, note string) (GroupAnswer, error) {
 	var body any
 	if note != "" {
 		body = map[string]string{"note": note}
 	}
-	var v struct {
-		Tasks int `json:"tasks"`
-	}
+	var v GroupAnswer
 	err := c.Do(ctx, http.MethodPost, "/api/v1/groups/"+url.PathEscape(group)+"/"+op, body, &v)
-	return v.Tasks, err
+	return v, err
 }
 
 // Runs returns a task's recent runs.

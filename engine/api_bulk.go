@@ -61,7 +61,9 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 	)
 	switch op {
 	case BulkPause:
-		apply = func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, sel.Note, actor) }
+		apply = func(ctx context.Context, t *task) error {
+			return e.pauseLocked(ctx, t, sel.Note, model.PausedByBulk, actor)
+		}
 	case BulkResume:
 		apply = func(ctx context.Context, t *task) error { return e.resumeLocked(ctx, t, sel.Note, actor) }
 	case BulkDelete:

@@ -162,7 +162,9 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		apply := func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, "n", "test") }
+		apply := func(ctx context.Context, t *task) error {
+			return e.pauseLocked(ctx, t, "n", model.PausedByBulk, "test")
+		}
 		got, err := e.bulkApply(ctx, listed, match, apply, true)
 		if err != nil || got != 2 {
 			t.Fatalf("bulkApply = %d, %v; want 2", got, err)
@@ -240,7 +242,9 @@ func TestBulkStaleListedTaskThatNoLongerMatches(t *testing.T) {
 		waitFor(t, 5*time.Second, "the paused task to leave memory", func() bool {
 			return e.tasks.get(listed[0].Def.ID) == nil
 		})
-		apply := func(ctx context.Context, t *task) error { return e.pauseLocked(ctx, t, "bulk", "test") }
+		apply := func(ctx context.Context, t *task) error {
+			return e.pauseLocked(ctx, t, "bulk", model.PausedByBulk, "test")
+		}
 		got, err := e.bulkApply(ctx, listed, match, apply, true)
 		if err != nil || got != 1 {
 			t.Fatalf("bulkApply = %d, %v; want 1", got, err)

@@ -85,6 +85,7 @@ func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64) (*task, 
 	}
 	if rt.State == model.StatePaused {
 		rt.Note = spec.Note // a task created paused keeps its note, as a pause with one would
+		rt.PausedBy = model.PausedByCreate
 	}
 	t.rt = rt
 	tc := &persist.TaskCreate{Def: t.def, Runtime: rt}

@@ -193,7 +193,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, ac
 	}
 	if pauseChange {
 		if *spec.Paused {
-			err = e.pauseLocked(ctx, t, "", actor)
+			err = e.pauseLocked(ctx, t, "", model.PausedByTask, actor)
 		} else {
 			err = e.resumeLocked(ctx, t, "", actor)
 		}
@@ -376,7 +376,7 @@ func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *t
 // run in flight finishes; the task then rests in PAUSED. note is kept in the action record
 // and on the task. Pausing a paused task changes nothing.
 func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*model.Task, error) {
-	return e.withTask(ctx, name, func(t *task) error { return e.pauseLocked(ctx, t, note, actor) })
+	return e.withTask(ctx, name, func(t *task) error { return e.pauseLocked(ctx, t, note, model.PausedByTask, actor) })
 }
 
 // withTask runs op on the named task under its lock and returns the task as op left it.
@@ -395,9 +395,23 @@ func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) err
 	return snapshot(t), nil
 }
 
-func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) error {
+// pauseLocked pauses t for by (a pause origin, model.PausedBy*). A task paused already stays
+// as it is, but for a task's own pause of a task something else paused (a group, a bulk
+// pause, pause-after-failures): that makes the pause the task's own, with its note, so that
+// a group's resume no longer resumes it. Caller holds t.mu.
+func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor string) error {
 	if t.def.Paused {
-		return nil
+		if by != model.PausedByTask || t.rt.PausedBy == model.PausedByTask {
+			return nil
+		}
+		nrt := t.rt
+		nrt.PausedBy = by
+		if note != "" {
+			nrt.Note = note
+		}
+		detail := "paused already by " + pausedByText(t.rt.PausedBy) + "; now paused by the task's own pause"
+		act := e.action(t, "", ActPause, t.rt.State, t.rt.State, actor, joinNote(detail, note), e.nowMS())
+		return e.commitWaitDef(ctx, t, nrt, nil, nil, []model.Action{act})
 	}
 	def := *t.def
 	def.Paused = true
@@ -406,6 +420,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, actor string) e
 	now := e.nowMS()
 	nrt := t.rt
 	nrt.Note = note
+	nrt.PausedBy = by
 	from := t.rt.State
 	detail := note
 	if from == model.StateRunning {
@@ -455,6 +470,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 	now := e.nowMS()
 	nrt := t.rt
 	nrt.Note = ""
+	nrt.PausedBy = ""
 	nrt.ConsecutiveFailures = 0 // a resumed task gets pause_after_failures failures again
 	from := t.rt.State
 	detail := ""
@@ -515,52 +531,6 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 	}
 	act := e.action(t, "", ActResume, from, nrt.State, actor, joinNote(detail, note), now)
 	return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
-}
-
-// PauseGroup pauses every task of a group and returns how many changed.
-func (e *Engine) PauseGroup(ctx context.Context, group, note, actor string) (int, error) {
-	return e.eachInGroup(ctx, group, func(name string) (bool, error) {
-		pt, err := e.Pause(ctx, name, note, actor)
-		return pt != nil, err
-	})
-}
-
-// ResumeGroup resumes every task of a group and returns how many it touched.
-func (e *Engine) ResumeGroup(ctx context.Context, group, note, actor string) (int, error) {
-	return e.eachInGroup(ctx, group, func(name string) (bool, error) {
-		pt, err := e.Resume(ctx, name, note, actor)
-		return pt != nil, err
-	})
-}
-
-func (e *Engine) eachInGroup(ctx context.Context, group string, fn func(name string) (bool, error)) (int, error) {
-	if group == "" {
-		return 0, fieldErr("group", "is required")
-	}
-	n := 0
-	var after int64
-	for {
-		list, err := e.store.ListTasks(ctx, persist.TaskFilter{Group: group, AfterID: after, Limit: 500})
-		if err != nil {
-			return n, err
-		}
-		for _, pt := range list {
-			ok, err := fn(pt.Def.Name)
-			if errors.Is(err, model.ErrTaskNotFound) {
-				continue // deleted meanwhile
-			}
-			if err != nil {
-				return n, err
-			}
-			if ok {
-				n++
-			}
-			after = pt.Def.ID
-		}
-		if len(list) < 500 {
-			return n, nil
-		}
-	}
 }
 
 // RunNow starts an independent instance of a task with its own ticket. It does not

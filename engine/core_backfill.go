@@ -617,11 +617,17 @@ func (e *Engine) completeBackfill(t *task, run model.Run, oc outcome) {
 		run.Executor = oc.executor
 	}
 	e.m.results.result(oc.result).Inc()
+	var acts []model.Action
 	t.mu.Lock()
 	t.runLeft(run.Ticket)
+	if oc.killedBy != "" {
+		// An operator's kill is on record as every kill is (core_killrun.go).
+		e.m.kills.Inc()
+		acts = append(acts, e.action(t, run.Ticket, ActKill, "", "", oc.killedBy, joinNote("backfill run killed", oc.killReason), run.EndedAt))
+	}
 	e.place(t)
 	t.mu.Unlock()
-	g := &persist.Group{Runs: []model.Run{run}, Done: func(err error) {
+	g := &persist.Group{Runs: []model.Run{run}, Actions: acts, Done: func(err error) {
 		oc.notify(err)
 		e.backfills.ended(run.Ticket, run.Result, err)
 	}}

@@ -25,6 +25,9 @@ type outcome struct {
 	// re-sends it to the next primary. Called on a completion goroutine (core_submit.go): it must
 	// not block, or it delays the completions of the tasks sharing its shard.
 	durable func(error)
+	// killedBy, for a run-now or backfill run killed by an operator, is who killed it, and
+	// killReason why (also read by an allow_all run's kill).
+	killedBy, killReason string
 }
 
 // notify tells oc.durable, when set, how recording the run's end went.
@@ -181,11 +184,16 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 	if oc.errText != "" {
 		detail += ": " + oc.errText
 	}
-	actName := ActResult
-	if oc.result == model.ResultTimeout {
+	actName, actor := ActResult, ActorScheduler
+	switch {
+	case oc.result == model.ResultTimeout:
 		actName = ActTimeout
+		e.m.timeouts.Inc()
+	case oc.killedBy != "":
+		actName, actor, detail = ActKill, oc.killedBy, joinNote("run-now killed", oc.killReason)
+		e.m.kills.Inc()
 	}
-	act := e.action(t, run.Ticket, actName, "", "", ActorScheduler, detail, now)
+	act := e.action(t, run.Ticket, actName, "", "", actor, detail, now)
 	e.place(t)
 	t.mu.Unlock()
 	release := oc.result == model.ResultSuccess && e.upstreams.has(name)
@@ -200,41 +208,6 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 		oc.notify(err)
 	}
 	e.recordHealth(t.id, name, group, breakerFeedOf(oc.result))
-}
-
-// Kill ends the task's periodic run in flight: the run is recorded KILLED and the task goes
-// on to WAITING and its next cycle. For HTTP callbacks the scheduler stops waiting for the
-// call; the downstream sees its connection closed at the run's deadline.
-func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, error) {
-	if err := e.checkRunning(); err != nil {
-		return nil, err
-	}
-	t, err := e.acquireByName(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(t.parallel) > 0 && t.periodic == "" {
-		return e.killParallel(ctx, t, actor) // allow_all: every run in flight
-	}
-	defer e.release(t)
-	if t.periodic == "" || t.rt.State != model.StateRunning {
-		return nil, fmt.Errorf("%w: task %q is %s, not RUNNING", ErrConflict, name, t.rt.State)
-	}
-	ticket := t.periodic
-	e.killOnExecutor(ticket) // best effort, while the run still names its executor
-	var rt model.Runtime
-	err = ErrConflict
-	taken := e.runs.take(ticket, nil, func(f *flight) { rt, err = e.killLocked(ctx, t, f.run, actor) })
-	if !taken {
-		// Its result, timeout or loss took the run first and is recording that end.
-		return nil, fmt.Errorf("%w: the run of task %q is ending already", ErrConflict, name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	// The runtime the kill made durable: while commitWait waited without the lock, a next
-	// fire already due may have started, and the caller asked about the kill.
-	return &model.Task{Def: *t.def, Runtime: rt}, nil
 }
 
 // cancelOther kills the periodic run ticket of task id because the fire due came due while
@@ -258,7 +231,7 @@ func (e *Engine) cancelOther(id int64, ticket string, due int64) {
 	}
 	e.killOnExecutor(ticket)
 	taken := e.runs.take(ticket, nil, func(f *flight) {
-		_, err = e.killLocked(ctx, t, f.run, ActorOverlap)
+		_, err = e.killLocked(ctx, t, f.run, ActorOverlap, "")
 	})
 	if taken && err != nil {
 		e.log.Warn("overlap kill not recorded", "task", t.def.Name, "ticket", ticket, "error", err)
@@ -272,9 +245,9 @@ func (e *Engine) cancelOther(id int64, ticket string, due int64) {
 // killLocked records the periodic run as killed and moves t on to its next cycle, as
 // decideEnd decides, and returns the runtime it committed. The caller holds t.mu and has
 // taken the run from e.runs.
-func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor string) (model.Runtime, error) {
+func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor, reason string) (model.Runtime, error) {
 	in := e.endInput(t, run, outcome{}, e.nowMS())
-	in.Kill, in.KilledBy = true, actor
+	in.Kill, in.KilledBy, in.KillReason = true, actor, reason
 	d := decideEnd(in)
 	t.runLeft(run.Ticket)
 	e.applyEnd(t, d)

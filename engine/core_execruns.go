@@ -77,10 +77,43 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 // run's deadline plus timeoutGrace, so the executor's own deadline result (the second
 // timeout layer) arrives first when the executor is alive.
 func (e *Engine) armExecTimeout(ticket string, deadline time.Time, addr string) {
-	e.runs.arm(ticket, deadline.Add(timeoutGrace), func(f *flight) {
+	e.runs.arm(ticket, deadline.Add(timeoutGrace), deadline, func(f *flight) {
 		e.resolve(f.t, f.run, outcome{result: model.ResultTimeout, executor: addr,
 			errText: "no result within timeout_sec"})
 	})
+}
+
+// deadlineReported starts the error of a run an executor reported failed at its deadline,
+// recorded timeout (deadlineEnded): a delivery of that report again is a duplicate.
+const deadlineReported = "deadline passed (timeout_sec); the executor reported: "
+
+// deadlineSkewMax bounds how far ahead of the scheduler's clock an executor's clock may run
+// and a failure it reports just before the run's deadline still count as the deadline's
+// (deadlineEnded). It is timeoutGrace, the time the scheduler waits past the deadline for
+// the executor's own deadline result: the two layers meet with the same allowance either
+// side of the deadline.
+const deadlineSkewMax = timeoutGrace
+
+// deadlineEnded reports whether a run dispatched at dispatchedAt (Unix ms) with deadline
+// (zero: none known) that an executor reports failed, arriving at arrived and ended at
+// executorEnd (Unix ms on the executor's
+// clock, 0 when not given), ended because its deadline passed. The scheduler's clock judges,
+// as it judges a timeout without a result: the failure arrived after the deadline less an
+// allowance for clock skew (deadlineSkewMax, at most a tenth of the run's timeout, so a
+// short run's genuine failures stay failures). An executor whose own clock says it ended at
+// or after the deadline (it cancelled the handler at the deadline it was given) is believed
+// too: its clock ahead of the scheduler's would otherwise make it report before the
+// deadline every time. The error text is not read: "context deadline exceeded" can be a
+// handler's own short timeout on a call it makes.
+func deadlineEnded(deadline, arrived time.Time, dispatchedAt, executorEnd int64) bool {
+	if deadline.IsZero() {
+		return false
+	}
+	if executorEnd > 0 && executorEnd >= deadline.UnixMilli() {
+		return true
+	}
+	skew := min(deadlineSkewMax, deadline.Sub(time.UnixMilli(dispatchedAt))/10)
+	return !arrived.Before(deadline.Add(-skew))
 }
 
 // Report is the body of POST /api/v1/callback: an executor's result for a ticket.
@@ -146,6 +179,12 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		}
 		if rep.DurationMS > 0 {
 			oc.duration = time.Duration(rep.DurationMS) * time.Millisecond
+		}
+		if rep.Status == model.ResultFailed && deadlineEnded(r.deadline, e.now(), r.run.DispatchedAt, rep.EndedAt) {
+			// The executor honoured the run's deadline and said so first: a timeout, as
+			// the scheduler's own timer would have recorded it a moment later.
+			oc.result = model.ResultTimeout
+			oc.errText = strings.TrimSpace(deadlineReported + oc.errText)
 		}
 		oc.durable = func(err error) { recorded <- err }
 		e.resolve(r.t, r.run, oc)
@@ -262,11 +301,21 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		// not schedule: the executor sends the result again, to the owner.
 		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, ErrShardNotHeld)
 	}
-	if run.Result == rep.Status {
-		return true, nil
+	if run.Result == rep.Status ||
+		(run.Result == model.ResultTimeout && rep.Status == model.ResultFailed && strings.HasPrefix(run.Error, deadlineReported)) {
+		return true, nil // the same report again (one judged a timeout reads as recorded)
 	}
 	if run.Result == model.ResultLost {
 		return false, e.recordLateResult(ctx, *run, rep) // core_recover.go
+	}
+	if run.Result == model.ResultKilled && run.Output == "" && rep.Output != "" {
+		// The handler's result after a kill carries what it printed before it was
+		// cancelled: kept on the killed run, which stays killed.
+		run.Output = tail(rep.Output, maxOutput)
+		if err := e.write(ctx, &persist.Group{Runs: []model.Run{*run}}); err != nil {
+			return false, fmt.Errorf("cannot keep the output of killed run %s: %w", rep.Ticket, err)
+		}
+		return true, nil
 	}
 	if run.Result == model.ResultRunning {
 		// Sent by a previous scheduler process and still unresolved here: the run was
@@ -286,11 +335,21 @@ func tail(s string, n int) string {
 }
 
 // killOnExecutor asks the executor running ticket to cancel it; best effort.
-func (e *Engine) killOnExecutor(ticket string) {
+func (e *Engine) killOnExecutor(ticket string) { e.killSender(ticket)() }
+
+// killSender returns how to ask the executor running ticket to cancel it, read while the run
+// is in flight, to be called once its kill is on record: the handler's result after the kill
+// (with the output it printed) then finds the run killed and is kept on it (reportUnheld).
+// It does nothing for a run on no executor.
+func (e *Engine) killSender(ticket string) func() {
 	x, t := e.runs.executorAndTask(ticket)
 	if x == nil {
-		return
+		return func() {}
 	}
+	return func() { e.sendKill(x, t, ticket) }
+}
+
+func (e *Engine) sendKill(x *dispatch.Executor, t *task, ticket string) {
 	k := protocol.Kill{Ticket: ticket}
 	k.Epoch, k.Shard = e.runEpoch(t)
 	_ = e.disp.Go(func() {

@@ -21,6 +21,9 @@ type flight struct {
 	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
 	waiting bool               // an executor's report may end it (offered, accepted or adopted)
 	timer   clock.Timer        // the timeout, once armed
+	// deadline is the run's deadline on an executor (the one the run carries), zero until
+	// its timeout is armed: a failure reported at or after it is a timeout (deadlineEnded).
+	deadline time.Time
 }
 
 // runsInFlight owns every run in flight, periodic, run-now and executor runs alike, by ticket.
@@ -116,6 +119,30 @@ func (r *runsInFlight) abandon(set model.ShardSet, fn func(f *flight)) int {
 	return n
 }
 
+// taskOf returns the task of the run with ticket, or nil when it is not in flight.
+func (r *runsInFlight) taskOf(ticket string) *task {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.m[ticket]; f != nil {
+		return f.t
+	}
+	return nil
+}
+
+// ticketsOf returns the tickets of t's runs in flight, of every kind. It looks at every run
+// in flight: it serves an operator's kill, not a hot path.
+func (r *runsInFlight) ticketsOf(t *task) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for ticket, f := range r.m {
+		if f.t == t {
+			out = append(out, ticket)
+		}
+	}
+	return out
+}
+
 // has reports whether ticket is in flight.
 func (r *runsInFlight) has(ticket string) bool {
 	r.mu.Lock()
@@ -124,15 +151,18 @@ func (r *runsInFlight) has(ticket string) bool {
 	return ok
 }
 
-// arm sets the run's timeout: at deadline, onTimeout ends it unless something else did
-// first. It reports false when the run is no longer in flight.
-func (r *runsInFlight) arm(ticket string, deadline time.Time, onTimeout func(f *flight)) bool {
+// arm sets the run's timeout: at fireAt, onTimeout ends it unless something else did
+// first; runDeadline is the deadline the run carries (flight.deadline). It reports false
+// when the run is no longer in flight.
+func (r *runsInFlight) arm(ticket string, fireAt, runDeadline time.Time, onTimeout func(f *flight)) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := r.m[ticket]
 	if f == nil {
 		return false
 	}
+	f.deadline = runDeadline
+	deadline := fireAt
 	if f.timer != nil {
 		f.timer.Stop()
 	}

@@ -29,7 +29,7 @@ func TestRunsInFlightSettleOnce(t *testing.T) {
 		if r.add(nil, model.Run{Ticket: ticket}, concSlot{}) {
 			t.Fatalf("a second add of %s accepted", ticket)
 		}
-		if !r.arm(ticket, clk.Now().Add(time.Second), func(*flight) { timeouts.Add(1) }) {
+		if !r.arm(ticket, clk.Now().Add(time.Second), clk.Now().Add(time.Second), func(*flight) { timeouts.Add(1) }) {
 			t.Fatalf("arm %s refused", ticket)
 		}
 	}
@@ -78,7 +78,7 @@ func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
 	}
 	r.assign("k", x)
 	fired := make(chan model.Run, 1)
-	r.arm("k", clk.Now().Add(10*time.Second), func(f *flight) { fired <- f.run })
+	r.arm("k", clk.Now().Add(10*time.Second), clk.Now().Add(10*time.Second), func(f *flight) { fired <- f.run })
 	clk.Advance(9 * time.Second)
 	select {
 	case <-fired:

@@ -145,7 +145,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 	now := e.nowMS()
 	run = endedRun(run, oc, now)
 	if killedBy != "" {
-		run.Result, run.Error = model.ResultKilled, "killed by "+killedBy
+		run.Result, run.Error = model.ResultKilled, killText(killedBy, oc.killReason)
 	}
 	t.runLeft(run.Ticket)
 	e.m.results.result(run.Result).Inc()
@@ -166,7 +166,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 	switch {
 	case killedBy != "":
 		e.m.kills.Inc()
-		acts = append(acts, e.action(t, run.Ticket, ActKill, st, st, killedBy, "allow_all run of "+stamp(run.ScheduledAt, t.loc)+" killed", now))
+		acts = append(acts, e.action(t, run.Ticket, ActKill, st, st, killedBy, joinNote("allow_all run of "+stamp(run.ScheduledAt, t.loc)+" killed", oc.killReason), now))
 	case run.Result == model.ResultSuccess:
 		// As a periodic success: the run row carries the end; no action record.
 		nrt.SuccessCount++
@@ -196,7 +196,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 			def.Paused = true
 			def.UpdatedAt = now
 			note := pausedOnFailureNote(nrt.ConsecutiveFailures, b)
-			nrt.State, nrt.Note = model.StatePaused, note
+			nrt.State, nrt.Note, nrt.PausedBy = model.StatePaused, note, model.PausedByFailures
 			acts = append(acts, e.action(t, "", ActPause, st, model.StatePaused, ActorScheduler, note, now))
 			pausedDef = &def
 			then = e.pausedOnFailureAlert(id, name, group, nrt.ConsecutiveFailures)
@@ -234,47 +234,6 @@ func (e *Engine) completeParallel(t *task, run model.Run, oc outcome) {
 	after := e.endParallelLocked(t, run, oc, "")
 	e.unlock(t)
 	after()
-}
-
-// killParallel kills every allow_all run of t in flight, as Kill does a periodic run, and
-// waits for their ends to be durable. Caller holds t.mu (acquired); killParallel releases
-// it.
-func (e *Engine) killParallel(ctx context.Context, t *task, actor string) (*model.Task, error) {
-	tickets := make([]string, 0, len(t.parallel))
-	for ticket := range t.parallel {
-		tickets = append(tickets, ticket)
-	}
-	done := make(chan error, len(tickets))
-	var afters []func()
-	for _, ticket := range tickets {
-		e.killOnExecutor(ticket) // best effort, while the run still names its executor
-		e.runs.take(ticket, nil, func(f *flight) {
-			afters = append(afters, e.endParallelLocked(t, f.run, outcome{durable: func(err error) { done <- err }}, actor))
-		})
-	}
-	name := t.def.Name
-	e.release(t)
-	for _, after := range afters {
-		after()
-	}
-	if len(afters) == 0 {
-		// Their results, timeouts or losses took the runs first and are recording those ends.
-		return nil, fmt.Errorf("%w: the runs of task %q are ending already", ErrConflict, name)
-	}
-	for range afters {
-		select {
-		case err := <-done:
-			if err != nil {
-				return nil, fmt.Errorf("cannot record the kill: %w", err)
-			}
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cannot wait for the kill to be durable: %w", ctx.Err())
-		}
-	}
-	t.mu.Lock()
-	snap := &model.Task{Def: *t.def, Runtime: t.rt}
-	t.mu.Unlock()
-	return snap, nil
 }
 
 // recoverParallelRuns adopts the runs of allow_all tasks that a previous process left in

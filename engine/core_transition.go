@@ -38,7 +38,9 @@ type endInput struct {
 	// Kill: an operator (KilledBy) killed the run.
 	Kill     bool
 	KilledBy string
-	Now      int64 // ms
+	// KillReason is the operator's reason for the kill, or "".
+	KillReason string
+	Now        int64 // ms
 
 	RetryBackoffCap  time.Duration // Config.RetryBackoffCap
 	MisfireThreshold time.Duration // Config.MisfireThreshold
@@ -267,17 +269,18 @@ func decideKill(in endInput) endDecision {
 	run := in.Run
 	run.EndedAt = now
 	run.Result = model.ResultKilled
-	run.Error = "killed by " + in.KilledBy
+	run.Error = killText(in.KilledBy, in.KillReason)
 	run.DurationMS = now - run.DispatchedAt
 	d := endDecision{RetryOf: in.RetryOf, Killed: true}
 	nrt := in.RT
 	nrt.LastEndTime = now
+	nrt.LastResult = model.ResultKilled
 	nrt.CurrentTicket = ""
 	nrt.NextTriggerTime = 0 // the due of the killed run (see fire)
 	nrt.Attempt = 0
 	nrt.State = model.StateWaiting
 	d.Acts = []model.Action{
-		in.action(run.Ticket, ActKill, model.StateRunning, model.StateKilled, in.KilledBy, ""),
+		in.action(run.Ticket, ActKill, model.StateRunning, model.StateKilled, in.KilledBy, in.KillReason),
 		in.action(run.Ticket, ActSchedule, model.StateKilled, model.StateWaiting, ActorScheduler, ""),
 	}
 	switch {
@@ -363,6 +366,7 @@ func (d *endDecision) pauseOnFailure(in endInput, nrt *model.Runtime) {
 	from := nrt.State
 	nrt.State = model.StatePaused
 	nrt.Note = note
+	nrt.PausedBy = model.PausedByFailures
 	nrt.NextTriggerTime = in.pausedNext(lastSchedOf(in)) // as a pause during the run leaves it (nextCycle)
 	d.Acts = append(d.Acts, in.action("", ActPause, from, model.StatePaused, ActorScheduler, note))
 	d.PausedDef = &def

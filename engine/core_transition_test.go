@@ -564,14 +564,15 @@ func checkEnd(t *testing.T, in endInput, d endDecision, w endWant) {
 	}
 }
 
-// TestDecideEndKeepsKilledRuntime: a kill leaves the last result, executor and failure time
-// of the run before, which the console shows.
+// TestDecideEndKeepsKilledRuntime: a kill sets the task's last result to killed (the console
+// shows the newest end was a kill) and leaves the executor and failure time of the run
+// before: a kill is no failure.
 func TestDecideEndKeepsKilledRuntime(t *testing.T) {
 	in := baseEnd(t, endRow{in: killBy("alice")})
 	in.RT.LastResult, in.RT.LastFailureAt = model.ResultFailed, e0-eHr
 	d := decideEnd(in)
-	if d.RT.LastResult != model.ResultFailed || d.RT.LastExecutor != "old:1" || d.RT.LastFailureAt != e0-eHr {
-		t.Fatalf("kill changed the last result: %q %q %d", d.RT.LastResult, d.RT.LastExecutor, d.RT.LastFailureAt)
+	if d.RT.LastResult != model.ResultKilled || d.RT.LastExecutor != "old:1" || d.RT.LastFailureAt != e0-eHr {
+		t.Fatalf("after a kill: last result %q, executor %q, failure at %d", d.RT.LastResult, d.RT.LastExecutor, d.RT.LastFailureAt)
 	}
 }
 

@@ -828,29 +828,30 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 		if calls[1].ticket != run.Ticket || calls[1].ticket == calls[0].ticket || string(calls[1].body.Params) != `{"override":true}` {
 			t.Errorf("run-now call = %+v (periodic %s)", calls[1], calls[0].ticket)
 		}
+		// The task's kill ends every run of it in flight: the periodic run and the run-now.
 		pt, err := e.Kill(ctx, "long", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if pt.Runtime.State == model.StateRunning {
-			t.Errorf("state after kill = %s", pt.Runtime.State)
+		if pt.Runtime.State == model.StateRunning || pt.Runtime.LastResult != model.ResultKilled {
+			t.Errorf("after the kill: state %s, last result %q", pt.Runtime.State, pt.Runtime.LastResult)
 		}
-		r, err := s.GetRun(ctx, calls[0].ticket)
-		if err != nil || r.Result != model.ResultKilled {
-			t.Errorf("killed run = %+v, %v", r, err)
+		for _, ticket := range []string{calls[0].ticket, run.Ticket} {
+			r, err := s.GetRun(ctx, ticket)
+			if err != nil || r.Result != model.ResultKilled || r.Error != "killed by test" {
+				t.Errorf("killed run %s = %+v, %v", ticket, r, err)
+			}
 		}
 		if _, err := e.Kill(ctx, "long", "test"); !errors.Is(err, ErrConflict) {
 			t.Errorf("second kill = %v, want ErrConflict", err)
 		}
-		// Let the downstream answer: the killed run's late success changes nothing, the
-		// run-now instance records its own result.
+		// Let the downstream answer: the killed runs' late successes change nothing.
 		cs.release()
-		waitFor(t, 3*time.Second, "the run-now result", func() bool {
-			r, err := s.GetRun(ctx, run.Ticket)
-			return err == nil && r.Result == model.ResultSuccess
-		})
-		if r, _ := s.GetRun(ctx, calls[0].ticket); r == nil || r.Result != model.ResultKilled {
-			t.Errorf("a late answer changed the killed run: %+v", r)
+		waitFor(t, 3*time.Second, "the runs in flight to end", func() bool { return len(e.RunsInFlight()) == 0 })
+		for _, ticket := range []string{calls[0].ticket, run.Ticket} {
+			if r, _ := s.GetRun(ctx, ticket); r == nil || r.Result != model.ResultKilled {
+				t.Errorf("a late answer changed the killed run: %+v", r)
+			}
 		}
 	})
 }

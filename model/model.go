@@ -193,9 +193,31 @@ type Runtime struct {
 	// ConsecutiveFailures counts the task's scheduled runs that failed or timed out in a row,
 	// each after its last retry; a success sets it to 0, and so does a resume
 	// (TaskDef.PauseAfterFailures).
-	ConsecutiveFailures int   `json:"consecutive_failures,omitempty"`
-	Version             int64 `json:"version"`
+	ConsecutiveFailures int `json:"consecutive_failures,omitempty"`
+	// PausedBy says who paused a paused task (PausedBy*): its own pause, its creation paused,
+	// a group's pause ("group:" + the group), a bulk pause, or pause-after-failures; "" for a
+	// task not paused, or paused before the origin was kept. A group's resume resumes only
+	// the tasks its pause paused and those created paused.
+	PausedBy string `json:"paused_by,omitempty"`
+	Version  int64  `json:"version"`
 }
+
+// Pause origins (Runtime.PausedBy): who paused a task.
+const (
+	// PausedByTask: the task's own pause (API, CLI, console, an edit with paused: true).
+	PausedByTask = "task"
+	// PausedByCreate: created paused (an import's tasks wait for their group's resume).
+	PausedByCreate = "create"
+	// PausedByBulk: a bulk pause by selector.
+	PausedByBulk = "bulk"
+	// PausedByFailures: pause_after_failures.
+	PausedByFailures = "failures"
+	// PausedByGroupPrefix, followed by the group, is a group's pause.
+	PausedByGroupPrefix = "group:"
+)
+
+// PausedByGroup is the pause origin of group's pause.
+func PausedByGroup(group string) string { return PausedByGroupPrefix + group }
 
 // Task is a definition joined with its runtime.
 type Task struct {

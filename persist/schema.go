@@ -31,6 +31,8 @@ const (
 	ticketLen = 128   // run tickets
 	shortLen  = 32    // states, results, kinds, trigger types, policies
 	textLen   = 65535 // TEXT: error, output, detail, note (bytes)
+	// pausedByLen holds a pause origin: "group:" and a group name (model.Runtime.PausedBy).
+	pausedByLen = 300
 )
 
 // mysqlTableOpts makes every table InnoDB with binary utf8mb4 collation: names compare
@@ -372,6 +374,18 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE executor ADD COLUMN incarnation VARCHAR(64) NOT NULL DEFAULT ''`,
 	},
+}, {
+	version: 17,
+	name:    "pause origin",
+	// Who paused a paused task (model.Runtime.PausedBy): the task's own pause, a group's
+	// (which group), a bulk pause, or pause-after-failures. A group resume resumes only the
+	// tasks that group's pause paused. Rows paused before this step read '' (origin not
+	// kept), which a group resume leaves paused and names. ADD COLUMN with a default is
+	// instant on MariaDB 10.3+ and MySQL 8; a re-run meets "duplicate column", which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_runtime ADD COLUMN paused_by VARCHAR(300) NOT NULL DEFAULT ''`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -632,6 +646,13 @@ var sqliteMigrations = []migration{{
 	// As on MySQL.
 	stmts: []string{
 		`ALTER TABLE executor ADD COLUMN incarnation TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 17,
+	name:    "pause origin",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_runtime ADD COLUMN paused_by TEXT NOT NULL DEFAULT ''`,
 	},
 }}
 

@@ -432,7 +432,7 @@ func appendRuntimeArgs(args []any, rt *model.Runtime) []any {
 	return append(args, rt.TaskID, clip(string(rt.State), shortLen), clip(rt.CurrentTicket, ticketLen),
 		rt.Attempt, rt.NextTriggerTime, rt.LastTriggerTime, rt.LastEndTime,
 		clip(rt.LastExecutor, nameLen), rt.SuccessCount, rt.FailureCount, clip(rt.Note, textLen),
-		clip(rt.LastResult, shortLen), rt.LastFailureAt, rt.ConsecutiveFailures, rt.Version)
+		clip(rt.LastResult, shortLen), rt.LastFailureAt, rt.ConsecutiveFailures, clip(rt.PausedBy, pausedByLen), rt.Version)
 }
 
 // preparedSizes are the row counts of the multi-row statements the batch path prepares once

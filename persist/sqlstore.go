@@ -117,6 +117,7 @@ var (
 		"note",
 		"last_result", "last_failure_at", // schema step 10
 		"consecutive_failures", // schema step 11
+		"paused_by",            // schema step 17
 		"version"}              // last: the guarded upsert assigns it after the columns it guards
 	runCols = []string{"ticket", "task_id", "task_name", "kind", "attempt", "scheduled_at",
 		"dispatched_at", "executor", "ended_at", "result", "error", "duration_ms", "output", "detail"}
@@ -134,7 +135,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
 	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params,
 	r.last_result, r.last_failure_at, d.pause_after_failures, r.consecutive_failures,
-	d.jitter_sec, d.concurrency_key, d.overlap_policy, d.catchup_window_sec`
+	d.jitter_sec, d.concurrency_key, d.overlap_policy, d.catchup_window_sec, r.paused_by`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -605,7 +606,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
 		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive,
 		&r.LastResult, &r.LastFailureAt, &d.PauseAfterFailures, &r.ConsecutiveFailures,
-		&d.JitterSec, &d.ConcurrencyKey, &d.OverlapPolicy, &d.CatchupWindowSec)
+		&d.JitterSec, &d.ConcurrencyKey, &d.OverlapPolicy, &d.CatchupWindowSec, &r.PausedBy)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}

@@ -1,4 +1,4 @@
-//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13 && !axe_fixture_v14 && !axe_fixture_v15
+//go:build !axe_fixture_v3 && !axe_fixture_v4 && !axe_fixture_v6a && !axe_fixture_v7 && !axe_fixture_v9 && !axe_fixture_v10 && !axe_fixture_v11 && !axe_fixture_v12 && !axe_fixture_v13 && !axe_fixture_v14 && !axe_fixture_v15 && !axe_fixture_v16
 
 package persist_test
 
@@ -52,9 +52,11 @@ func executorIncarnation(e model.Executor) string { return e.Incarnation }
 
 // fixtureRuntime sets, on the fixture's runtime rows, the columns schema versions after 2
 // added: the last result and newest failure of step 10, the count of consecutive failures of
-// step 11.
+// step 11, the pause origin of step 17.
 func fixtureRuntime(name string, rt *model.Runtime) {
 	switch name {
+	case "purge-cache":
+		rt.PausedBy = model.PausedByTask
 	case "nightly-report":
 		rt.LastResult = model.ResultSuccess
 		rt.LastFailureAt = fxT0 - 30*86_400_000 // two failures, a month ago

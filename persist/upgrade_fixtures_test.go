@@ -45,6 +45,7 @@ var upgradeFixtures = []struct {
 	{name: "v14", adjust: bufferOne},
 	{name: "v15"},
 	{name: "v16"},
+	{name: "v17"},
 }
 
 // bufferOne is what migration 15 does to a task written before overlap policies: it stores

@@ -203,7 +203,7 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("group", func(t *testing.T) {
-		if out := axeOK(t, env, "group", "pause", "cg", "--note", "all of cg"); out != "group cg: 1 task(s)\n" {
+		if out := axeOK(t, env, "group", "pause", "cg", "--note", "all of cg"); out != "group cg: paused 1 task(s)\n" {
 			t.Errorf("group pause printed %q", out)
 		}
 		if v := getTask(t, env, "cli-cron"); !v.Paused {
@@ -212,7 +212,7 @@ func TestCLI(t *testing.T) {
 		if v := getTask(t, env, "cli-man"); v.Paused {
 			t.Errorf("cli-man of another group was paused")
 		}
-		if out := axeOK(t, env, "group", "resume", "cg"); out != "group cg: 1 task(s)\n" {
+		if out := axeOK(t, env, "group", "resume", "cg"); out != "group cg: resumed 1 task(s)\n" {
 			t.Errorf("group resume printed %q", out)
 		}
 		if v := getTask(t, env, "cli-cron"); v.Paused {

@@ -277,7 +277,18 @@ func taskCmd() *ffcli.Command {
 				}),
 			taskOpCmd("pause", "stop future triggers; a running instance finishes", &note),
 			taskOpCmd("resume", "re-enable a paused task", &note),
-			taskOpCmd("kill", "kill the task's run in flight", nil),
+			clientCmd("kill", "axe task kill NAME [--reason TEXT]", "kill every run of the task in flight (periodic, run-now, allow_all, backfill)", 1,
+				func(fs *flag.FlagSet) {
+					fs.StringVar(&note, "reason", "", "why, kept on the runs and in the action records")
+				},
+				func(ctx context.Context, c *client.Client, args []string) error {
+					t, err := c.KillTask(ctx, args[0], note)
+					if err != nil {
+						return err
+					}
+					fmt.Printf("%s: %s\n", t.Name, t.Runtime.State)
+					return nil
+				}),
 			clientCmd("run", "axe task run NAME [--params JSON]", "run now: an independent instance with its own ticket", 1,
 				func(fs *flag.FlagSet) { fs.StringVar(&params, "params", "", "params JSON for this run only") },
 				func(ctx context.Context, c *client.Client, args []string) error {
@@ -365,20 +376,51 @@ func groupCmd() *ffcli.Command {
 		return clientCmd(name, "axe group "+name+" GROUP [--note TEXT]", name+" every task of a group", 1,
 			func(fs *flag.FlagSet) { fs.StringVar(&note, "note", "", "kept in the action records") },
 			func(ctx context.Context, c *client.Client, args []string) error {
-				n, err := c.GroupOp(ctx, args[0], name, note)
+				a, err := c.GroupOp(ctx, args[0], name, note)
 				if err != nil {
 					return err
 				}
-				fmt.Printf("group %s: %d task(s)\n", args[0], n)
+				printGroupAnswer(os.Stdout, name, a)
 				return nil
 			})
 	}
 	return &ffcli.Command{
 		Name:        "group",
-		ShortUsage:  "axe group pause|resume GROUP",
+		ShortUsage:  "axe group pause|resume GROUP [--note TEXT]",
 		ShortHelp:   "pause or resume a whole group",
 		Exec:        parentExec,
 		Subcommands: []*ffcli.Command{op("pause"), op("resume")},
+	}
+}
+
+// printGroupAnswer prints what a group's pause or resume did: a resume names the tasks it
+// left paused because something other than the group's pause paused them.
+func printGroupAnswer(w io.Writer, op string, a client.GroupAnswer) {
+	if op == "pause" {
+		fmt.Fprintf(w, "group %s: paused %d task(s)", a.Group, a.Tasks)
+		if a.AlreadyPaused > 0 {
+			fmt.Fprintf(w, "; %d were paused already and keep their pause", a.AlreadyPaused)
+		}
+		fmt.Fprintln(w)
+		return
+	}
+	fmt.Fprintf(w, "group %s: resumed %d task(s)\n", a.Group, a.Tasks)
+	if a.LeftPausedCount == 0 {
+		return
+	}
+	fmt.Fprintf(w, "left paused, not paused by the group's pause: %d task(s)\n", a.LeftPausedCount)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPAUSED BY\tNOTE")
+	for _, p := range a.LeftPaused {
+		by := p.PausedBy
+		if by == "" {
+			by = "(before origins were kept)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, by, p.Note)
+	}
+	_ = tw.Flush()
+	if n := a.LeftPausedCount - len(a.LeftPaused); n > 0 {
+		fmt.Fprintf(w, "... and %d more; resume them with axe task resume NAME\n", n)
 	}
 }
 

@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string) error {
 			conformanceCmd(),
 			taskCmd(),
 			groupCmd(),
+			runCmd(), // runs.go
 			executorsCmd(),
 			limitCmd(),
 			cronCmd(),

@@ -57,15 +57,26 @@ export function toast(msg, kind) {
 }
 
 // confirmAction asks before a destructive action; resolves true on Confirm.
-export function confirmAction(text, okLabel) {
+export async function confirmAction(text, okLabel) {
+  return (await confirmWithNote(text, okLabel, null)).ok;
+}
+
+// confirmWithNote asks before an action and takes a note (a pause's why, a kill's reason)
+// in the same dialog: resolves {ok, note}. noteLabel null shows no note box.
+export function confirmWithNote(text, okLabel, noteLabel) {
   const d = document.getElementById('confirm');
   document.getElementById('confirm-text').textContent = text;
   document.getElementById('confirm-ok').textContent = okLabel || 'Confirm';
+  const label = document.getElementById('confirm-note-label');
+  const input = document.getElementById('confirm-note');
+  label.hidden = noteLabel === null || noteLabel === undefined;
+  document.getElementById('confirm-note-name').textContent = noteLabel || 'Note';
+  input.value = '';
   return new Promise(resolve => {
-    d.addEventListener('close', () => resolve(d.returnValue === 'ok'), {once: true});
+    d.addEventListener('close', () => resolve({ok: d.returnValue === 'ok', note: input.value.trim()}), {once: true});
     d.returnValue = '';
     d.showModal();
-    document.getElementById('confirm-cancel').focus();
+    (label.hidden ? document.getElementById('confirm-cancel') : input).focus();
   });
 }
 

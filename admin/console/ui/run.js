@@ -1,12 +1,14 @@
 // One run: every stored field, with the whole output and error.
 import * as api from './api.js';
-import {h, replace} from './dom.js';
+import {h, replace, toast, confirmWithNote} from './dom.js';
 import {show, fmtDuration} from './time.js';
 
 export async function render(main, args) {
   const ticket = args[0];
   const box = h('div', {id: 'run-detail'});
-  main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), box);
+  const killBtn = h('button', {type: 'button', id: 'run-kill', class: 'danger needs-write', hidden: true,
+    onclick: () => killRun(ticket, load)}, 'Kill');
+  main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), h('div', {class: 'actions'}, killBtn), box);
   let zone = '';
   async function load() {
     const r = await api.get('runs/' + api.enc(ticket));
@@ -14,6 +16,7 @@ export async function render(main, args) {
       // The task's zone, for "task zone" times; a deleted task's runs stay, in UTC.
       zone = await api.get('tasks/' + api.enc(r.task)).then(t => t.timezone, () => 'UTC');
     }
+    killBtn.hidden = r.result !== 'running';
     const kv = rows => h('dl', {class: 'kv'}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
     replace(box,
       kv([
@@ -30,4 +33,18 @@ export async function render(main, args) {
   }
   await load();
   return {refresh: load};
+}
+
+// killRun asks for a reason and kills one run in flight by its ticket (any kind: periodic,
+// run-now, allow_all, backfill); then calls done.
+export async function killRun(ticket, done) {
+  const {ok, note} = await confirmWithNote(`Kill run ${ticket}? Its executor is told to cancel it; what it printed so far is kept.`, 'Kill', 'Reason');
+  if (!ok) return;
+  try {
+    const r = await api.post('runs/' + api.enc(ticket) + '/kill', note ? {reason: note} : {});
+    toast(`Killed ${r.ticket}`);
+  } catch (e) {
+    toast('Kill: ' + e.message, 'error');
+  }
+  if (done) await done();
 }

@@ -3,6 +3,7 @@
 // when it found none there it says so, and Older goes on from where it stopped.
 import * as api from './api.js';
 import {h, replace, table} from './dom.js';
+import {killRun} from './run.js';
 import {show, fmtDuration, zoneFor, parseLocal, toLocal} from './time.js';
 
 export const RESULT_CHOICES = [['', 'any result'], ['failure', 'failures (failed, timeout, lost)'], ['success', 'success'],
@@ -15,7 +16,8 @@ const SCAN_MAX = 20000;
 function clip(s, n) { return s && s.length > n ? s.slice(0, n) + '…' : s || ''; }
 
 // runsTable lists runs; opts.zone is the task's zone (or none for a list across tasks, where
-// each run's task zone is unknown), opts.showTask adds the task column.
+// each run's task zone is unknown), opts.showTask adds the task column; a running row has a
+// Kill button, after which opts.onKilled runs.
 export function runsTable(runs, opts) {
   const rows = runs.map(r => h('tr', {dataset: {ticket: r.ticket, result: r.result}},
     h('td', {class: 'mono'}, h('a', {href: '#/run/' + encodeURIComponent(r.ticket)}, r.ticket)),
@@ -23,7 +25,9 @@ export function runsTable(runs, opts) {
     h('td', {}, r.kind), h('td', {class: 'num'}, r.attempt),
     h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {}, r.executor || '—'),
     h('td', {class: 'num'}, r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)),
-    h('td', {}, h('span', {class: 'result result-' + r.result}, r.result)),
+    h('td', {}, h('span', {class: 'result result-' + r.result}, r.result),
+      r.result === 'running' ? [' ', h('button', {type: 'button', class: 'run-kill danger needs-write',
+        onclick: () => killRun(r.ticket, opts.onKilled)}, 'Kill')] : null),
     h('td', {class: 'pre'}, clip([r.error, r.output].filter(Boolean).join('\n'), 160))));
   if (!runs.length) return h('p', {class: 'muted', id: opts.id}, 'No runs.');
   return table(['Ticket', opts.showTask ? 'Task' : null, 'Kind', 'Attempt', 'Scheduled', 'Executor', 'Duration', 'Result', 'Error / output']
@@ -71,7 +75,7 @@ export async function render(main, args) {
     const t0 = performance.now();
     const data = await api.get('runs', {result: f.result, group: f.group, task: f.task, from: f.from || undefined,
       to: f.to || undefined, limit: PAGE, cursor: cursors[page], total: 1});
-    replace(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table'}));
+    replace(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
     const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
     const ms = Math.round(performance.now() - t0);
     const windowed = f.result || f.group ? ` among the newest ${SCAN_MAX.toLocaleString('en')}` : '';

@@ -4,7 +4,8 @@
 // The action bar is built once: a refresh changes only what the task's state decides (which
 // buttons are enabled, pause or resume), never an input being typed in.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction} from './dom.js';
+import {h, replace, table, toast, confirmAction, confirmWithNote} from './dom.js';
+import {byText} from './groups.js';
 import {show, fmtDuration, zoneFor, parseLocal} from './time.js';
 import {stateBadge} from './tasks.js';
 import {runsTable, RESULT_CHOICES} from './runs.js';
@@ -61,7 +62,10 @@ export async function render(main, args) {
   const pauseGroup = h('span', {class: 'group'}, note, pauseBtn);
   const resumeGroup = h('span', {class: 'group'}, resumeNote, resumeBtn);
   const killBtn = h('button', {type: 'button', id: 'act-kill', class: 'danger',
-    onclick: async () => { if (await confirmAction(`Kill the run of ${name} in flight?`, 'Kill')) act('Kill', () => api.post(path + '/kill')); }}, 'Kill');
+    onclick: async () => {
+      const ask = await confirmWithNote(`Kill every run of ${name} in flight (periodic, run-now, allow_all, backfill)?`, 'Kill', 'Reason');
+      if (ask.ok) act('Kill', () => api.post(path + '/kill', ask.note ? {reason: ask.note} : {}));
+    }}, 'Kill');
   const actions = h('div', {class: 'actions needs-write', id: 'task-actions'},
     pauseGroup, resumeGroup,
     h('span', {class: 'group'}, params, h('button', {type: 'button', id: 'act-run', onclick: async () => {
@@ -84,8 +88,8 @@ export async function render(main, args) {
     const paused = t.runtime.state === 'PAUSED' || t.paused;
     pauseGroup.hidden = paused;
     resumeGroup.hidden = !paused;
-    // allow_all runs are in flight while the task rests SCHEDULED; a kill with none answers 409.
-    killBtn.disabled = t.runtime.state !== 'RUNNING' && t.runtime.state !== 'RETRYING' && t.overlap_policy !== 'allow_all';
+    // Kill stays enabled: a run-now, allow_all or backfill run may be in flight whatever the
+    // task's state; a kill with none answers 409, shown as a toast.
   }
 
   // Runs: a page at a time, newest first, with a result filter.
@@ -150,7 +154,8 @@ export async function render(main, args) {
   function renderDef() {
     const cb = t.callback || {};
     const zone = t.timezone;
-    replace(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '');
+    replace(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '',
+      t.runtime.paused_by ? h('span', {class: 'note', id: 'task-paused-by'}, 'Paused by ' + byText(t.runtime.paused_by)) : '');
     const rt = t.runtime;
     replace(def, kv([
       ['Group', t.group], ['Trigger', t.trigger], ['Cron', t.cron], ['Delay', t.delay_ms ? fmtDuration(t.delay_ms) : ''],
@@ -205,7 +210,7 @@ export async function render(main, args) {
 
   async function loadRuns() {
     const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1});
-    replace(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table'}));
+    replace(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table', onKilled: load}));
     replace(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
       rs.scanned >= 20000 && !rs.runs.length ? ' · none among the newest examined; look further with Older' : '');
     replace(runsPager,
