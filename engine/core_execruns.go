@@ -14,6 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )
 
