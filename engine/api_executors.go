@@ -169,9 +169,6 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string)
 	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
 		return fmt.Errorf("cannot record heartbeat: %w", err)
 	}
-	if err := e.keepLeft(ctx, app, addr); err != nil {
-		return err
-	}
 	if revived {
 		e.alert(ctx, AlertExecutorBack, fmt.Sprintf("executor %s at %s heartbeats again", app, addr))
 	}
@@ -241,12 +238,10 @@ func (e *Engine) reap(ctx context.Context) {
 	lost := e.registry.Reap(e.nowMS() - e.cfg.LostAfter.Milliseconds())
 	for _, x := range lost {
 		if e.holdsShardZero() && x.Left() {
-			// It deregistered, drained and went: no alert. Its runs still in flight, if any,
-			// are lost below.
+			// It deregistered, drained and went: no alert, and its row stays "left" (every
+			// node judges it silent by its heartbeats). Its runs still in flight, if any, are
+			// lost below.
 			e.log.Info("deregistered executor went silent", "app", x.App, "address", x.Address)
-			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
-				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
-			}
 		} else if e.holdsShardZero() {
 			// Every sharded node judges an executor by the heartbeats in the store and
 			// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
