@@ -19,8 +19,8 @@ import (
 // set, only the registration of that incarnation ends. It is idempotent: an executor that is
 // unknown, of another incarnation or already gone is no error. The store records the
 // executor as left, so every node (a promoted one, the other nodes of a sharded cluster)
-// stops sending it runs too; its heartbeats while it drains keep it so (keepLeft), and once
-// they stop it is reaped without an alert.
+// stops sending it runs too; its heartbeats while it drains keep it so (the store keeps
+// "left" until a registration), and once they stop it is reaped without an alert.
 func (e *Engine) DeregisterExecutor(ctx context.Context, app, addr, incarnation string) error {
 	x := e.registry.Deregister(app, addr, incarnation)
 	if x == nil {
@@ -30,19 +30,6 @@ func (e *Engine) DeregisterExecutor(ctx context.Context, app, addr, incarnation 
 		return fmt.Errorf("cannot record the deregistration of executor %s at %s: %w", app, addr, err)
 	}
 	e.log.Info("executor deregistered", "app", app, "address", addr, "in_flight", x.Inflight())
-	return nil
-}
-
-// keepLeft records again, after a heartbeat set the store's row alive, that the executor
-// deregistered and only drains.
-func (e *Engine) keepLeft(ctx context.Context, app, addr string) error {
-	x := e.registry.Get(app, addr)
-	if x == nil || !x.Left() {
-		return nil
-	}
-	if err := e.store.SetExecutorStatus(ctx, app, addr, dispatch.StatusLeft); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
-		return fmt.Errorf("cannot record heartbeat: %w", err)
-	}
 	return nil
 }
 

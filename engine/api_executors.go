@@ -171,9 +171,6 @@ func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string)
 	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil {
 		return e.forgetDeleted(app, addr, err) // executor_bounds.go
 	}
-	if err := e.keepLeft(ctx, app, addr); err != nil {
-		return err
-	}
 	if revived {
 		e.noteAlert(AlertExecutorBack, app, addr, now) // raised by the reaper (executor_bounds.go)
 	}
@@ -267,7 +264,9 @@ func (e *Engine) reap(ctx context.Context) {
 	}
 	e.raiseGathered(ctx, now, false)
 	for _, x := range lost {
-		if e.holdsShardZero() {
+		// A deregistered executor's row stays "left" (every node judges it silent by its
+		// heartbeats); its runs still in flight, if any, are lost below.
+		if e.holdsShardZero() && !x.Left() {
 			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
 				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 			}

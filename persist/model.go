@@ -225,8 +225,9 @@ type Store interface {
 	// UpsertExecutor registers an executor, idempotent by (App, Address): a second call
 	// updates protocol, handlers, heartbeat and status, and keeps RegisteredAt.
 	UpsertExecutor(ctx context.Context, e *model.Executor) error
-	// Heartbeat sets last_heartbeat and status "alive". Unknown executors give
-	// ErrExecutorNotFound.
+	// Heartbeat sets last_heartbeat and status "alive", except that an executor whose status
+	// is "left" (it deregistered and drains) stays "left" until it registers again
+	// (UpsertExecutor). Unknown executors give ErrExecutorNotFound.
 	Heartbeat(ctx context.Context, app, address string, at int64) error
 	// SetExecutorStatus sets status ("alive" or "lost").
 	SetExecutorStatus(ctx context.Context, app, address, status string) error

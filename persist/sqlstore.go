@@ -97,6 +97,9 @@ const leaseRetries = 5
 // Executor statuses written by the store itself.
 const executorAlive = "alive"
 
+// executorLeft is the status of an executor that deregistered (dispatch.StatusLeft).
+const executorLeft = "left"
+
 // Column lists, in the order the encode and scan helpers use them.
 var (
 	// defCols ends with created_at so that UpdateTaskDef, which keeps created_at, can use
@@ -789,11 +792,12 @@ func (s *sqlStore) UpsertExecutor(ctx context.Context, e *model.Executor) error 
 	return nil
 }
 
-// Heartbeat sets last_heartbeat and status "alive".
+// Heartbeat sets last_heartbeat and status "alive", keeping "left" (a deregistered executor
+// that drains): only a registration ends it.
 func (s *sqlStore) Heartbeat(ctx context.Context, app, address string, at int64) error {
 	return s.updateExecutor(ctx, app, address,
-		`UPDATE executor SET last_heartbeat = ?, status = ? WHERE app = ? AND address = ?`,
-		at, executorAlive, app, address)
+		`UPDATE executor SET last_heartbeat = ?, status = CASE WHEN status = ? THEN status ELSE ? END WHERE app = ? AND address = ?`,
+		at, executorLeft, executorAlive, app, address)
 }
 
 // SetExecutorStatus sets the executor's status.

@@ -1344,6 +1344,22 @@ func testExecutors(t *testing.T, ctx context.Context, s persist.Store) {
 	equal(t, "after heartbeat", got, want)
 	equal(t, "others untouched", list()[1].LastHeartbeat, int64(50))
 
+	// A deregistered executor stays "left" through its heartbeats, until it registers again.
+	if err := s.SetExecutorStatus(ctx, "billing", "10.0.0.2:9000", "left"); err != nil {
+		t.Fatalf("SetExecutorStatus(left): %v", err)
+	}
+	if err := s.Heartbeat(ctx, "billing", "10.0.0.2:9000", 1100); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	if got := list()[2]; got.Status != "left" || got.LastHeartbeat != 1100 {
+		t.Fatalf("a heartbeat after leaving: %+v, want left with the new heartbeat", got)
+	}
+	upsert(want)
+	if err := s.Heartbeat(ctx, "billing", "10.0.0.2:9000", 1000); err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	equal(t, "registered again", list()[2], want)
+
 	if err := s.Heartbeat(ctx, "billing", "10.0.0.3:9000", 1); !errors.Is(err, model.ErrExecutorNotFound) {
 		t.Fatalf("Heartbeat(unknown) = %v, want ErrExecutorNotFound", err)
 	}
