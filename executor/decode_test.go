@@ -93,11 +93,12 @@ func FuzzDecodeRun(f *testing.F) {
 			}
 			return
 		}
-		if r.Ticket == "" || r.Task == "" || r.Handler == "" ||
+		// The handler is optional (a run without one is answered 404 unknown handler).
+		if r.Ticket == "" || r.Task == "" ||
 			len(r.Ticket) > maxNameLen || len(r.Task) > maxNameLen || len(r.Handler) > maxNameLen {
 			t.Fatalf("accepted bad names: %+v", r)
 		}
-		if r.Attempt < 0 || r.ScheduledAt < 0 || r.Deadline < 0 || r.DedupTTLMS < 0 || r.Epoch < 0 {
+		if r.Attempt < 1 || r.ScheduledAt < 0 || r.Deadline < 0 || r.DedupTTLMS < 0 || r.Epoch < 0 {
 			t.Fatalf("accepted negative numbers: %+v", r)
 		}
 		if r.Shard != nil && (*r.Shard < 0 || *r.Shard >= protocol.ShardCount) {

@@ -76,6 +76,33 @@ func FuzzVerifyCall(f *testing.F) {
 	})
 }
 
+// FuzzVerifyCallV2 holds the version 2 check to its contract on any header and any
+// X-Axe-Incarnation: it never panics, refuses with ErrBadSignature, and accepts only the
+// header SignCallV2 writes for the executor's own incarnation, named in the header.
+func FuzzVerifyCallV2(f *testing.F) {
+	key := DispatchKey("k")
+	at := time.UnixMilli(1_700_000_000_000)
+	own, old := "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	good := SignCallV2(key, at, "h:1", PathRun, "", own, []byte("{}"))
+	f.Add(good, own)
+	f.Add(SignCallV2(key, at, "h:1", PathRun, "", old, []byte("{}")), old)
+	f.Add(SignCall(key, at, "h:1", PathRun, "", []byte("{}")), own)
+	f.Add(good, "")
+	f.Add("", own)
+	f.Fuzz(func(t *testing.T, h, inc string) {
+		err := VerifyCallV2(key, []byte(h), "h:1", PathRun, "", own, inc, []byte("{}"), at)
+		if err != nil && !errors.Is(err, ErrBadSignature) {
+			t.Fatalf("VerifyCallV2(%q, %q) = %v, not ErrBadSignature", h, inc, err)
+		}
+		if err == nil && (h != good || inc != own) {
+			t.Fatalf("VerifyCallV2 accepted %q for incarnation %q, which SignCallV2 did not write for %q", h, inc, own)
+		}
+		if errors.Is(err, ErrOtherIncarnation) && (inc == own || h != SignCallV2(key, at, "h:1", PathRun, "", inc, []byte("{}"))) {
+			t.Fatalf("VerifyCallV2(%q, %q) says another incarnation of a call not signed for it", h, inc)
+		}
+	})
+}
+
 // A call signed for an incarnation verifies only for that incarnation, carried in its
 // header; a call for another incarnation of the executor, and one without the header, are
 // refused, the first saying why.
