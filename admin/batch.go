@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"io"
 	"strings"
 	"time"
@@ -120,9 +121,9 @@ func batchBody(c *fasthttp.RequestCtx) io.Reader {
 // decoded strictly alone (engine.DecodeTaskSpec), so a spec that does not decode, a repeated
 // key or invalid UTF-8 in it included, is an item error by its index. A body that is not JSON
 // at all, or over a limit, ends decoding with an error.
-func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemError, error) {
+func decodeBatch(r io.Reader, ndjson bool) ([]*api.TaskSpec, []engine.ItemError, error) {
 	var (
-		specs []*engine.TaskSpec
+		specs []*api.TaskSpec
 		bad   []engine.ItemError
 	)
 	err := eachBatchItem(r, ndjson, func(i int, raw []byte) {
@@ -302,7 +303,7 @@ func (s *Server) failBatch(c *fasthttp.RequestCtx, bad []engine.ItemError, err e
 
 // bulkOp is POST /api/v1/tasks/bulk/{pause|resume|delete|run}[?dry_run=true].
 func (s *Server) bulkOp(c *fasthttp.RequestCtx) {
-	var sel engine.Selector
+	var sel api.Selector
 	if err := decodeStrict(c, &sel); err != nil {
 		s.fail(c, err)
 		return

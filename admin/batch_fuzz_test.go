@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/axe-sched/axe/api"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
-func checkItems(t *testing.T, specs []*engine.TaskSpec, bad []engine.ItemError) {
+func checkItems(t *testing.T, specs []*api.TaskSpec, bad []engine.ItemError) {
 	t.Helper()
 	if len(specs) > BatchMaxTasks {
 		t.Fatalf("%d specs, over the limit", len(specs))

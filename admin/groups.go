@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"github.com/axe-sched/axe/api"
 	"strconv"
 	"time"
 
@@ -43,7 +44,7 @@ func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
 		res, err = s.cfg.Engine.ResumeGroup(ctx, group, b.Note, actor(c))
 		left := res.LeftPaused
 		if left == nil {
-			left = []engine.PausedTask{}
+			left = []api.PausedTask{}
 		}
 		out["left_paused"], out["left_paused_count"] = left, res.LeftPausedCount
 	}

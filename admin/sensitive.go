@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/axe-sched/axe/api"
 
-	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -42,7 +42,7 @@ func maskParams(params json.RawMessage, keys []string) json.RawMessage {
 
 // unmaskSpec puts the stored values back where an update sends SensitiveMask for a
 // sensitive key, so that saving a definition read through the API keeps its secrets.
-func (s *Server) unmaskSpec(ctx context.Context, name string, spec *engine.TaskSpec) {
+func (s *Server) unmaskSpec(ctx context.Context, name string, spec *api.TaskSpec) {
 	if len(spec.Params) == 0 || !bytes.Contains(spec.Params, []byte(SensitiveMask)) {
 		return
 	}

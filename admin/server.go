@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"log/slog"
 	"net"
 	"net/url"
@@ -683,7 +684,7 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	reg := engine.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
+	reg := api.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
 		Auth: msg.Auth, Version: msg.Version, Incarnation: msg.Incarnation, Token: presentedToken(c)}
 	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
 		s.fail(c, err)

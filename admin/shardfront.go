@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"net/url"
 	"slices"
 	"strings"
@@ -737,7 +738,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 			s.fail(c, err)
 			return
 		}
-		specs := make([]*engine.TaskSpec, len(raws))
+		specs := make([]*api.TaskSpec, len(raws))
 		var bad []engine.ItemError
 		for i, raw := range raws {
 			spec, err := engine.DecodeTaskSpec(raw)
@@ -810,14 +811,14 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 				results <- result{idx: idx, status: status, body: b, err: err}
 			}()
 		}
-		var total engine.BatchResult
+		var total api.BatchResult
 		var failures []string
 		var items []itemErrorJSON
 		created := 0
 		for range parts {
 			r := <-results
 			if r.err == nil && r.status == 200 {
-				var res engine.BatchResult
+				var res api.BatchResult
 				if json.Unmarshal(r.body, &res) == nil {
 					total.Created += res.Created
 					total.Skipped += res.Skipped
@@ -879,8 +880,8 @@ func (s *Server) batchErrorBody(c *fasthttp.RequestCtx, err error, idx []int) (i
 }
 
 // pick returns specs[i] for each i of idx.
-func pick(specs []*engine.TaskSpec, idx []int) []*engine.TaskSpec {
-	out := make([]*engine.TaskSpec, len(idx))
+func pick(specs []*api.TaskSpec, idx []int) []*api.TaskSpec {
+	out := make([]*api.TaskSpec, len(idx))
 	for k, i := range idx {
 		out[k] = specs[i]
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"testing"
 )
 
@@ -16,7 +17,7 @@ func TestAlertLogKeepsTheNewest(t *testing.T) {
 	}
 	ids := make([]uint64, 0, 300)
 	for i := range 300 {
-		ids = append(ids, l.add(Alert{Kind: "k", Message: fmt.Sprint(i)}, DeliveryQueued))
+		ids = append(ids, l.add(api.Alert{Kind: "k", Message: fmt.Sprint(i)}, DeliveryQueued))
 	}
 	l.finish(ids[50], DeliveryDelivered, 1, nil) // pushed out: ignored
 	l.finish(ids[299], DeliveryFailed, 6, errors.New("HTTP 500"))

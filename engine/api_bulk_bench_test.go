@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"syscall"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func BenchmarkBulkPause(b *testing.B) {
 	})
 	n := *bulkBenchSize
 	for start := 0; start < n; start += BatchMaxTasks {
-		specs := make([]*TaskSpec, 0, BatchMaxTasks)
+		specs := make([]*api.TaskSpec, 0, BatchMaxTasks)
 		for i := start; i < min(n, start+BatchMaxTasks); i++ {
 			sp := httpSpec(fmt.Sprintf("bulk-%07d", i), "http://127.0.0.1:1/never")
 			sp.Trigger, sp.DelayMS = "delay", ptr(int64(24*time.Hour/time.Millisecond))
@@ -43,7 +44,7 @@ func BenchmarkBulkPause(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	sel := Selector{NamePrefix: "bulk-", Note: "bench"}
+	sel := api.Selector{NamePrefix: "bulk-", Note: "bench"}
 	var elapsed, cpu time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/axe-sched/axe/api"
 	"time"
 
 	"github.com/axe-sched/axe/engine/cron"
@@ -106,18 +107,12 @@ func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) 
 	return gc.GroupCounts(ctx)
 }
 
-// ExecutorView is a registered executor with the runs this scheduler has in flight on it.
-type ExecutorView struct {
-	model.Executor
-	Inflight int64 `json:"inflight"`
-}
-
 // ExecutorViews lists the registry with each executor's runs in flight.
-func (e *Engine) ExecutorViews() []ExecutorView {
+func (e *Engine) ExecutorViews() []api.ExecutorView {
 	snap := e.registry.Snapshot()
-	out := make([]ExecutorView, 0, len(snap))
+	out := make([]api.ExecutorView, 0, len(snap))
 	for _, x := range snap {
-		out = append(out, ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
+		out = append(out, api.ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
 			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: executorStatus(x)},
 			Inflight: x.Inflight})
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"time"
 	"unicode/utf8"
 
@@ -44,7 +45,7 @@ func (e *Engine) initialRuntime(t *task, now int64) (model.Runtime, string) {
 // CreateTask validates spec and stores the task, its runtime and its action records as one
 // group of the batched writer, then arms it when it is due within the window. When the writer
 // is saturated it fails at once with persist.ErrWriterBusy (the API answers 429).
-func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (*model.Task, error) {
+func (e *Engine) CreateTask(ctx context.Context, spec *api.TaskSpec, actor string) (*model.Task, error) {
 	return e.createGrouped(ctx, spec, actor)
 }
 
@@ -116,7 +117,7 @@ func snapshot(t *task) *model.Task {
 // UpdateTask replaces a task's definition. The trigger type cannot change (delete and
 // re-create instead). A changed schedule re-arms the in-memory entry at once; a run in
 // flight finishes under the old definition.
-func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, actor string) (*model.Task, error) {
+func (e *Engine) UpdateTask(ctx context.Context, name string, spec *api.TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -53,7 +54,7 @@ func BenchmarkFireThroughput(b *testing.B) {
 		round++
 		at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
 		for start := 0; start < n; start += BatchMaxTasks {
-			specs := make([]*TaskSpec, 0, BatchMaxTasks)
+			specs := make([]*api.TaskSpec, 0, BatchMaxTasks)
 			for j := start; j < min(n, start+BatchMaxTasks); j++ {
 				sp := httpSpec(fmt.Sprintf("fire-%d-%06d", round, j), srv.URL)
 				sp.Group, sp.ConcurrencyKey = "bench", "bench-key"

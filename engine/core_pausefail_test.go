@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/axe-sched/axe/api"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ func (f *failScript) status(call) int {
 }
 
 // pauseFailSpec is a task firing every second on cs with the given bound.
-func pauseFailSpec(name, url string, bound int) *TaskSpec {
+func pauseFailSpec(name, url string, bound int) *api.TaskSpec {
 	spec := httpSpec(name, url)
 	spec.Cron = "*/1 * * * * *"
 	spec.Timezone = "UTC"

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"github.com/axe-sched/axe/api"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 		ctx := context.Background()
 		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
 		const addr, inc = "127.0.0.1:19100", "0123456789abcdef0123456789abcdef"
-		reg := ExecutorRegistration{App: "billing", Address: addr, Handlers: []string{"charge"}, Version: 2, Incarnation: inc}
+		reg := api.ExecutorRegistration{App: "billing", Address: addr, Handlers: []string{"charge"}, Version: 2, Incarnation: inc}
 		if err := a.RegisterExecutor(ctx, reg); err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"errors"
+	"github.com/axe-sched/axe/api"
 	"net"
 	"net/netip"
 	"net/url"
@@ -98,11 +99,11 @@ func FuzzExecutorRegistration(f *testing.F) {
 		f.Add([]byte(`{"app":"a","address":"` + addr + `","handlers":["h"]}`))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var reg ExecutorRegistration
+		var reg api.ExecutorRegistration
 		if json.Unmarshal(data, &reg) != nil {
 			return
 		}
-		err := reg.validate(nil)
+		err := validateRegistration(&reg, nil)
 		if err != nil {
 			var fe *FieldError
 			if !errors.As(err, &fe) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/axe-sched/axe/api"
 	"strings"
 	"sync"
 	"testing"
@@ -323,11 +324,11 @@ func TestAllowAllRefusals(t *testing.T) {
 		e := startEngine(t, s)
 		for _, tc := range []struct {
 			field string
-			mod   func(*TaskSpec)
+			mod   func(*api.TaskSpec)
 		}{
-			{"retry_count", func(sp *TaskSpec) { sp.RetryCount = ptr(2) }},
-			{"on_lost", func(sp *TaskSpec) { sp.OnLost = persist.OnLostResend }},
-			{"overlap_policy", func(sp *TaskSpec) { sp.Cron, sp.Trigger, sp.DelayMS = "", model.TriggerDelay, ptr(int64(60_000)) }},
+			{"retry_count", func(sp *api.TaskSpec) { sp.RetryCount = ptr(2) }},
+			{"on_lost", func(sp *api.TaskSpec) { sp.OnLost = persist.OnLostResend }},
+			{"overlap_policy", func(sp *api.TaskSpec) { sp.Cron, sp.Trigger, sp.DelayMS = "", model.TriggerDelay, ptr(int64(60_000)) }},
 		} {
 			spec := httpSpec("refused-"+tc.field, "http://127.0.0.1:1/")
 			spec.Cron = "*/5 * * * * *"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"os"
 	"runtime"
 	"sync"
@@ -138,7 +139,7 @@ func TestStoreStallWithFullWriterQueueDoesNotDeadlock(t *testing.T) {
 // createRetrying creates spec as a client does that is told 429: a create is refused while
 // the writer's queue is half full, and the tiny queue here fills with the fires of the tasks
 // created before.
-func createRetrying(t *testing.T, e *Engine, spec *TaskSpec) {
+func createRetrying(t *testing.T, e *Engine, spec *api.TaskSpec) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/axe-sched/axe/api"
 	"io"
 	"strings"
 	"text/tabwriter"
@@ -270,7 +271,7 @@ func validateTasks(p *Plan) {
 		}
 		body, err := json.Marshal(it.Task)
 		if err == nil {
-			var spec *engine.TaskSpec
+			var spec *api.TaskSpec
 			if spec, err = engine.DecodeTaskSpec(body); err == nil {
 				_, err = engine.NormalizeIn(spec, "UTC", "")
 			}

@@ -1,0 +1,22 @@
+package api
+
+import (
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/ratelimit"
+)
+
+// ConcurrencyLimitView is one concurrency limit as the API shows it: the stored limit, and how
+// many runs count in it and how many fires wait for it on this node (0 on a backup, which
+// runs nothing).
+type ConcurrencyLimitView struct {
+	model.ConcurrencyLimit
+	InUse   int `json:"in_use"`
+	Waiting int `json:"waiting"`
+}
+
+// RateLimits is the rate-limit configuration as the API shows and changes it.
+type RateLimits struct {
+	Global  ratelimit.Limit            `json:"global"`
+	Default ratelimit.Limit            `json:"default"`
+	PerKey  map[string]ratelimit.Limit `json:"downstreams"`
+}
