@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"io"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/valyala/fasthttp"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine"
 )
 

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"strings"
 	"testing"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine"
 )
 

@@ -3,12 +3,12 @@ package admin
 import (
 	"context"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine"
 )
 

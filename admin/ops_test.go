@@ -2,13 +2,13 @@ package admin_test
 
 import (
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/internal/daemontest"

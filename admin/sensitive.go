@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/axe-sched/axe/api"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 )
 

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"log/slog"
 	"net"
 	"net/url"
@@ -28,6 +27,7 @@ import (
 	"github.com/fasthttp/router"
 	"github.com/valyala/fasthttp"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/model"

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"net/url"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"

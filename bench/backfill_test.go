@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"os"
 	"runtime"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"

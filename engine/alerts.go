@@ -5,12 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"

@@ -2,9 +2,9 @@ package engine
 
 import (
 	"context"
-	"github.com/axe-sched/axe/api"
 	"sync"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )

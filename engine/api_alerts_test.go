@@ -3,8 +3,9 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"testing"
+
+	"github.com/axe-sched/axe/api"
 )
 
 // TestAlertLogKeepsTheNewest: the delivery log lists the newest alertLogSize alerts newest

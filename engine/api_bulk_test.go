@@ -3,10 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"

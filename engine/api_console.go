@@ -3,9 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"

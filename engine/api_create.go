@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"math"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )

@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"

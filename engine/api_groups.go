@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 )
 

@@ -5,13 +5,13 @@ package engine
 
 import (
 	"context"
-	"github.com/axe-sched/axe/api"
 	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/persist"
 )
 

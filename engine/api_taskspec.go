@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"net/url"
 	"slices"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"

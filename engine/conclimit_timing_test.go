@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"

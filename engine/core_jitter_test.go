@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"

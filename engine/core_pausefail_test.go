@@ -3,12 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"

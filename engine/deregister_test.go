@@ -2,10 +2,10 @@ package engine
 
 import (
 	"context"
-	"github.com/axe-sched/axe/api"
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/internal/leaktest"

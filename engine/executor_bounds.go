@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/axe-sched/axe/api"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
 )

@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/json"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"net"
 	"net/netip"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/internal/jsonkeys"
 )
 

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"github.com/axe-sched/axe/api"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/axe-sched/axe/api"
 	"strings"
 	"testing"
 
+	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
