@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // B7 backfill: a backfill of a year of a once-a-minute schedule (525,600 fire times)
@@ -75,13 +75,13 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	}()
 	cbk := &model.Callback{Type: model.CallbackHTTP, URL: noop.URL()}
 	for i := 0; i < backfillSecondTasks; i++ {
-		_, err := eng.CreateTask(ctx, &api.TaskSpec{Name: fmt.Sprintf("second-%02d", i), Cron: "* * * * * *",
+		_, err := eng.CreateTask(ctx, &wire.TaskSpec{Name: fmt.Sprintf("second-%02d", i), Cron: "* * * * * *",
 			Timezone: "UTC", Callback: cbk}, "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	if _, err := eng.CreateTask(ctx, &api.TaskSpec{Name: "year", Cron: "* * * * *", Timezone: "UTC", Callback: cbk}, "bench"); err != nil {
+	if _, err := eng.CreateTask(ctx, &wire.TaskSpec{Name: "year", Cron: "* * * * *", Timezone: "UTC", Callback: cbk}, "bench"); err != nil {
 		b.Fatal(err)
 	}
 
@@ -126,7 +126,7 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	}
 	accept := time.Since(t0)
 	busyFrom := time.Now()
-	var v *api.BackfillView
+	var v *wire.BackfillView
 	for {
 		time.Sleep(200 * time.Millisecond)
 		if v, err = eng.GetBackfill(ctx, "year", bf.ID); err != nil {

@@ -10,11 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Alert kinds.
@@ -36,7 +36,7 @@ const (
 
 // queuedAlert is an alert on its way to the webhooks, with its id in the delivery log.
 type queuedAlert struct {
-	api.Alert
+	wire.Alert
 	id uint64
 }
 
@@ -90,7 +90,7 @@ func (a *alerter) stop(ctx context.Context) {
 	}
 }
 
-func (a *alerter) send(al api.Alert) {
+func (a *alerter) send(al wire.Alert) {
 	q := queuedAlert{Alert: al}
 	if len(a.urls) == 0 {
 		a.deliveries.add(al, DeliveryNone)
@@ -184,7 +184,7 @@ func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, 
 	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
 		e.log.Error("cannot record alert", "error", err)
 	}
-	e.alerts.send(api.Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})
+	e.alerts.send(wire.Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})
 }
 
 func (e *Engine) alert(ctx context.Context, kind, msg string) { e.alertFor(ctx, kind, 0, "", "", msg) }

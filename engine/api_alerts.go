@@ -4,9 +4,9 @@ import (
 	"context"
 	"sync"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // The delivery state of this node's recent alerts, for the console's alerts page. The
@@ -29,17 +29,17 @@ const alertLogSize = 200
 type alertLog struct {
 	mu   sync.Mutex
 	next uint64
-	ring [alertLogSize]api.AlertDelivery
+	ring [alertLogSize]wire.AlertDelivery
 	ids  [alertLogSize]uint64
 }
 
 // add records al in state and returns its id.
-func (l *alertLog) add(al api.Alert, state string) uint64 {
+func (l *alertLog) add(al wire.Alert, state string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.next++
 	i := l.next % alertLogSize
-	l.ring[i] = api.AlertDelivery{Alert: al, State: state}
+	l.ring[i] = wire.AlertDelivery{Alert: al, State: state}
 	l.ids[i] = l.next
 	return l.next
 }
@@ -64,10 +64,10 @@ func (l *alertLog) finish(id uint64, state string, attempts int, err error) {
 }
 
 // recent returns the alerts newest first.
-func (l *alertLog) recent() []api.AlertDelivery {
+func (l *alertLog) recent() []wire.AlertDelivery {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]api.AlertDelivery, 0, min(l.next, alertLogSize))
+	out := make([]wire.AlertDelivery, 0, min(l.next, alertLogSize))
 	for id := l.next; id > 0 && l.next-id < alertLogSize; id-- {
 		out = append(out, l.ring[id%alertLogSize])
 	}
@@ -76,7 +76,7 @@ func (l *alertLog) recent() []api.AlertDelivery {
 
 // RecentAlerts returns this node's newest alerts (at most 200, since it started) with their
 // webhook delivery state, newest first.
-func (e *Engine) RecentAlerts() []api.AlertDelivery { return e.alerts.deliveries.recent() }
+func (e *Engine) RecentAlerts() []wire.AlertDelivery { return e.alerts.deliveries.recent() }
 
 // AlertFilter narrows AlertRecords.
 type AlertFilter struct {

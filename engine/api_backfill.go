@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // BackfillRequest asks for one run of a cron task per fire time of its schedule in
@@ -21,7 +21,7 @@ type BackfillRequest struct {
 // ErrBackfillNotFound is returned for an unknown backfill (or one of another task).
 var ErrBackfillNotFound = model.ErrBackfillNotFound
 
-func viewOf(row model.Backfill, running int64, inMemory bool) api.BackfillView {
+func viewOf(row model.Backfill, running int64, inMemory bool) wire.BackfillView {
 	loc, err := time.LoadLocation(row.Timezone)
 	if err != nil {
 		loc = time.UTC
@@ -32,7 +32,7 @@ func viewOf(row model.Backfill, running int64, inMemory bool) api.BackfillView {
 			running = 0
 		}
 	}
-	v := api.BackfillView{
+	v := wire.BackfillView{
 		ID: row.ID, Task: row.TaskName, Parallel: row.Parallel, Cron: row.Cron, Timezone: row.Timezone,
 		From:   time.UnixMilli(row.From).In(loc).Format(time.RFC3339Nano),
 		To:     time.UnixMilli(row.To).In(loc).Format(time.RFC3339Nano),
@@ -49,7 +49,7 @@ func viewOf(row model.Backfill, running int64, inMemory bool) api.BackfillView {
 }
 
 // view is b as it stands in memory.
-func (b *backfill) view() api.BackfillView {
+func (b *backfill) view() wire.BackfillView {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return viewOf(b.row, int64(len(b.inflight)), true)
@@ -61,7 +61,7 @@ func (b *backfill) view() api.BackfillView {
 // now) and hold 1..BackfillRunsMax fire times. It returns once the backfill is stored; its
 // runs start in the background. Fire times that have a run already are skipped, so asking
 // twice for a range, or for overlapping ranges, runs nothing twice.
-func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRequest, actor string) (*api.BackfillView, error) {
+func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRequest, actor string) (*wire.BackfillView, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 }
 
 // GetBackfill returns a backfill of the task name.
-func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*api.BackfillView, error) {
+func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*wire.BackfillView, error) {
 	if b := e.backfills.get(id); b != nil {
 		v := b.view()
 		if v.Task != name {
@@ -156,7 +156,7 @@ func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*api.B
 }
 
 // ListBackfills returns the task's backfills, newest first, at most limit (0: 100).
-func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]api.BackfillView, error) {
+func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]wire.BackfillView, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -168,7 +168,7 @@ func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]a
 	if err != nil {
 		return nil, err
 	}
-	out := make([]api.BackfillView, 0, len(rows))
+	out := make([]wire.BackfillView, 0, len(rows))
 	for _, row := range rows {
 		if b := e.backfills.get(row.ID); b != nil {
 			out = append(out, b.view())
@@ -182,7 +182,7 @@ func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]a
 // CancelBackfill cancels a running backfill of the task name: no run of it starts any more;
 // its runs in flight finish (they are not killed) and are counted. Canceling a backfill
 // that has ended changes nothing and returns it as it is.
-func (e *Engine) CancelBackfill(ctx context.Context, name string, id int64, actor string) (*api.BackfillView, error) {
+func (e *Engine) CancelBackfill(ctx context.Context, name string, id int64, actor string) (*wire.BackfillView, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}

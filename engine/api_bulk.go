@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Bulk operations (docs/bulk.md).
@@ -37,7 +37,7 @@ const (
 // would. Each task gets its own action record with sel.Note. The work goes a page at a
 // time, and waits while the writer is busy, so a bulk call over 100K tasks never starves
 // the firing path.
-func (e *Engine) Bulk(ctx context.Context, op string, sel api.Selector, dryRun bool, actor string) (n int, err error) {
+func (e *Engine) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun bool, actor string) (n int, err error) {
 	if err := e.checkRunning(); err != nil {
 		return 0, err
 	}
@@ -113,7 +113,7 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel api.Selector, dryRun b
 }
 
 // compileSelector validates sel and returns the test a stored task must pass.
-func compileSelector(sel *api.Selector) (func(*model.Task) bool, error) {
+func compileSelector(sel *wire.Selector) (func(*model.Task) bool, error) {
 	if sel.Group == "" && sel.NamePrefix == "" && sel.State == "" && len(sel.Names) == 0 {
 		return nil, fieldErr("selector", "is empty: give at least one of group, name_prefix, state, names")
 	}
@@ -148,7 +148,7 @@ func validState(s model.State) bool {
 
 // eachSelected hands the selected tasks to fn a page at a time, with the in-memory runtime
 // overlaid (the state filter applies to what the API shows).
-func (e *Engine) eachSelected(ctx context.Context, sel api.Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
+func (e *Engine) eachSelected(ctx context.Context, sel wire.Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
 	if len(sel.Names) > 0 {
 		page := make([]model.Task, 0, bulkPage)
 		seen := make(map[string]bool, len(sel.Names))

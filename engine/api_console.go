@@ -5,10 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // This file holds the read-only views the operator console needs beyond the task API: fire
@@ -108,11 +108,11 @@ func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) 
 }
 
 // ExecutorViews lists the registry with each executor's runs in flight.
-func (e *Engine) ExecutorViews() []api.ExecutorView {
+func (e *Engine) ExecutorViews() []wire.ExecutorView {
 	snap := e.registry.Snapshot()
-	out := make([]api.ExecutorView, 0, len(snap))
+	out := make([]wire.ExecutorView, 0, len(snap))
 	for _, x := range snap {
-		out = append(out, api.ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
+		out = append(out, wire.ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
 			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: executorStatus(x)},
 			Inflight: x.Inflight})
 	}

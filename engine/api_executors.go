@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Executor protocol defaults (docs/protocol.md).
@@ -41,7 +41,7 @@ var (
 )
 
 // validateRegistration checks reg, filling in its default protocol.
-func validateRegistration(reg *api.ExecutorRegistration, guard *dispatch.Guard) error {
+func validateRegistration(reg *wire.ExecutorRegistration, guard *dispatch.Guard) error {
 	if reg.App == "" {
 		return fieldErr("app", "is required")
 	}
@@ -88,7 +88,7 @@ func validateRegistration(reg *api.ExecutorRegistration, guard *dispatch.Guard) 
 const maxHandlersBytes = 65535
 
 // RegisterExecutor registers an executor, idempotent by (app, address) (docs/protocol.md).
-func (e *Engine) RegisterExecutor(ctx context.Context, reg api.ExecutorRegistration) error {
+func (e *Engine) RegisterExecutor(ctx context.Context, reg wire.ExecutorRegistration) error {
 	if err := validateRegistration(&reg, e.cfg.Dispatch.Guard); err != nil {
 		return err
 	}
@@ -127,7 +127,7 @@ const predatesSigning = "this executor predates signed calls and expects axe to 
 // the token it presented when it asks for signed calls (protocol.AuthSigned), none when it
 // does not. An executor that presented a token without asking expects the legacy bearer
 // token, and is refused unless Config.ExecutorToken is set.
-func (e *Engine) dispatchKeyOf(reg api.ExecutorRegistration) ([]byte, error) {
+func (e *Engine) dispatchKeyOf(reg wire.ExecutorRegistration) ([]byte, error) {
 	switch {
 	case reg.Auth == protocol.AuthSigned && reg.Token == "":
 		return nil, fieldErr("auth", "signed calls are keyed by the executor's token, and it presented none")

@@ -11,15 +11,15 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
+	"github.com/axe-sched/axe/wire"
 )
 
 // RateLimits returns the limits in force. Rate 0 means unlimited.
-func (e *Engine) RateLimits() api.RateLimits {
+func (e *Engine) RateLimits() wire.RateLimits {
 	g := e.gate
 	global, per := g.lim.Limits()
 	g.mu2.Lock()
@@ -28,7 +28,7 @@ func (e *Engine) RateLimits() api.RateLimits {
 	if per == nil {
 		per = map[string]ratelimit.Limit{}
 	}
-	return api.RateLimits{Global: global, Default: d, PerKey: per}
+	return wire.RateLimits{Global: global, Default: d, PerKey: per}
 }
 
 // SetRateLimit changes a limit at runtime: key "" is the global bucket; otherwise the

@@ -8,8 +8,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Defaults of RetentionConfig (docs/retention.md).
@@ -111,15 +111,15 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 // Prune deletes runs and actions from before historyBefore and finished one-shot tasks that
 // ended before finishedBefore (Unix ms; -1 skips that kind), in bounded batches; with dryRun
 // it only counts. It is what axe prune calls.
-func (e *Engine) Prune(ctx context.Context, historyBefore, finishedBefore int64, dryRun bool) (api.PruneResult, error) {
+func (e *Engine) Prune(ctx context.Context, historyBefore, finishedBefore int64, dryRun bool) (wire.PruneResult, error) {
 	if err := e.checkRunning(); err != nil {
-		return api.PruneResult{}, err
+		return wire.PruneResult{}, err
 	}
 	return e.prune(ctx, historyBefore, finishedBefore, dryRun, false)
 }
 
-func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool) (api.PruneResult, error) {
-	var res api.PruneResult
+func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool) (wire.PruneResult, error) {
+	var res wire.PruneResult
 	p, ok := e.store.(persist.Pruner)
 	if !ok {
 		return res, errNoPruner

@@ -9,12 +9,12 @@ import (
 	"slices"
 	"time"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // MaxParamsBytes bounds a task's params (and a run-now's), in bytes of JSON.
@@ -66,8 +66,8 @@ func fieldErr(field, format string, args ...any) error {
 // DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
 // fields are rejected so that a typo ("retry_cnt") is an error rather than a silently ignored
 // setting, and so are a repeated key and invalid UTF-8, which the store would refuse.
-func DecodeTaskSpec(data []byte) (*api.TaskSpec, error) {
-	var s api.TaskSpec
+func DecodeTaskSpec(data []byte) (*wire.TaskSpec, error) {
+	var s wire.TaskSpec
 	if err := protocol.Decode(data, &s); err != nil {
 		var fe *protocol.FieldError
 		if errors.As(err, &fe) && fe.Field != "" {
@@ -102,7 +102,7 @@ func validName(s string) bool {
 // Normalize validates s and returns the definition with defaults applied. defaultTZ is the
 // server's default zone; the cron dialect default is unix, chosen by no one (see
 // NormalizeIn). Errors are *FieldError naming the field.
-func Normalize(s *api.TaskSpec, defaultTZ string) (model.TaskDef, error) {
+func Normalize(s *wire.TaskSpec, defaultTZ string) (model.TaskDef, error) {
 	return NormalizeIn(s, defaultTZ, "")
 }
 
@@ -110,7 +110,7 @@ func Normalize(s *api.TaskSpec, defaultTZ string) (model.TaskDef, error) {
 // "quartz" when the operator chose one, "" when nobody did. In that last case a task that
 // names no dialect reads as unix, and an expression that unix and Quartz read differently
 // (cron.CheckAmbiguous) is refused rather than guessed at.
-func NormalizeIn(s *api.TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, error) {
+func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, error) {
 	var d model.TaskDef
 	if s.Name == "" {
 		return d, fieldErr("name", "is required")
@@ -434,7 +434,7 @@ func resolveDialect(own, server string) (cron.Dialect, error) {
 
 // checkOverlap resolves and validates the overlap policy and catch-up window of s into d,
 // whose trigger and misfire policy are resolved.
-func checkOverlap(s *api.TaskSpec, d *model.TaskDef) error {
+func checkOverlap(s *wire.TaskSpec, d *model.TaskDef) error {
 	switch s.OverlapPolicy {
 	case "", model.OverlapBufferOne:
 		d.OverlapPolicy = model.OverlapBufferOne

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/wire"
 )
 
 // FuzzDecodeTaskSpec feeds arbitrary bytes through the API's task decoding and validation:
@@ -99,7 +99,7 @@ func FuzzExecutorRegistration(f *testing.F) {
 		f.Add([]byte(`{"app":"a","address":"` + addr + `","handlers":["h"]}`))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var reg api.ExecutorRegistration
+		var reg wire.ExecutorRegistration
 		if json.Unmarshal(data, &reg) != nil {
 			return
 		}

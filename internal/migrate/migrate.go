@@ -15,10 +15,10 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/api"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/visible"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Errors returned by this package, wrapped with detail.
@@ -271,7 +271,7 @@ func validateTasks(p *Plan) {
 		}
 		body, err := json.Marshal(it.Task)
 		if err == nil {
-			var spec *api.TaskSpec
+			var spec *wire.TaskSpec
 			if spec, err = engine.DecodeTaskSpec(body); err == nil {
 				_, err = engine.NormalizeIn(spec, "UTC", "")
 			}

@@ -1,4 +1,4 @@
-package api
+package wire
 
 // Alert is the JSON a webhook receives.
 type Alert struct {

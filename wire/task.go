@@ -1,4 +1,4 @@
-package api
+package wire
 
 import (
 	"encoding/json"
@@ -66,4 +66,37 @@ type TaskSpec struct {
 	// seconds run each once, oldest first; 0 or absent: misfire_policy decides. At most
 	// engine.MaxCatchupWindowSec; refused with misfire_policy skip, which it would override.
 	CatchupWindowSec int `json:"catchup_window_sec,omitempty"`
+}
+
+// TaskView is a task as the API shows it: the definition's fields, and the runtime under
+// "runtime" with the next fire also as a readable time in the task's zone.
+type TaskView struct {
+	model.TaskDef
+	Runtime TaskRuntime `json:"runtime"`
+}
+
+// TaskRuntime is a task's runtime as the API shows it, under "runtime" of a TaskView.
+type TaskRuntime struct {
+	model.Runtime
+	NextFireAt string `json:"next_fire_at,omitempty"`
+	// NextJitterMS is the next fire's jitter, for a jittered cron task that waits for it: the
+	// fire leaves at next_trigger_time plus it (docs/design.md, Jitter).
+	NextJitterMS *int64 `json:"next_jitter_ms,omitempty"`
+}
+
+// NoteBody is the optional body of pause and resume.
+type NoteBody struct {
+	Note string `json:"note"`
+}
+
+// RunBody is the optional body of run-now.
+type RunBody struct {
+	Params json.RawMessage `json:"params"`
+}
+
+// KillBody is the optional body of a kill: why the operator kills. "note", the field of the
+// other task operations, is taken as the reason too, so a client that sent one still works.
+type KillBody struct {
+	Reason string `json:"reason"`
+	Note   string `json:"note"`
 }

@@ -1,4 +1,4 @@
-package api
+package wire
 
 // PausedTask is a paused task a group's resume left paused, with why it is paused.
 type PausedTask struct {

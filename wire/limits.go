@@ -1,4 +1,4 @@
-package api
+package wire
 
 import (
 	"github.com/axe-sched/axe/model"
@@ -19,4 +19,11 @@ type RateLimits struct {
 	Global  ratelimit.Limit            `json:"global"`
 	Default ratelimit.Limit            `json:"default"`
 	PerKey  map[string]ratelimit.Limit `json:"downstreams"`
+}
+
+// RateLimitBody changes one bucket: downstream "" is the global one.
+type RateLimitBody struct {
+	Downstream string  `json:"downstream"`
+	Rate       float64 `json:"rate"`
+	Burst      int     `json:"burst"`
 }

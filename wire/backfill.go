@@ -1,4 +1,4 @@
-package api
+package wire
 
 // BackfillView is a backfill as the API shows it.
 type BackfillView struct {
@@ -28,4 +28,11 @@ type BackfillView struct {
 	UpdatedAt    int64  `json:"updated_at"`
 	EndedAt      int64  `json:"ended_at"`
 	Note         string `json:"note"`
+}
+
+// BackfillBody is the body of POST /api/v1/tasks/{name}/backfill.
+type BackfillBody struct {
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Parallel *int   `json:"parallel"`
 }
