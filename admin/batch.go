@@ -49,10 +49,7 @@ func (s *Server) writeRoutes(api *router.Group) {
 
 // prune is POST /api/v1/prune {"before": TIME|DURATION, "dry_run": bool}.
 func (s *Server) prune(c *fasthttp.RequestCtx) {
-	var b struct {
-		Before string `json:"before"`
-		DryRun bool   `json:"dry_run"`
-	}
+	var b wire.PruneBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
 		return

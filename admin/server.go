@@ -887,9 +887,7 @@ func (s *Server) getConcurrencyLimit(c *fasthttp.RequestCtx) {
 
 // putConcurrencyLimit is PUT /api/v1/concurrency-limits/{group|key}/{name} {"max": N}.
 func (s *Server) putConcurrencyLimit(c *fasthttp.RequestCtx) {
-	var b struct {
-		Max *int `json:"max"`
-	}
+	var b wire.ConcurrencyLimitBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
 		return

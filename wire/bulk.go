@@ -41,3 +41,10 @@ type BatchItemError struct {
 	Index int    `json:"index"`
 	Error string `json:"error"`
 }
+
+// PruneBody is the body of POST /api/v1/prune: Before is an RFC 3339 time or an age ("7d",
+// "36h").
+type PruneBody struct {
+	Before string `json:"before"`
+	DryRun bool   `json:"dry_run"`
+}

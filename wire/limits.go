@@ -27,3 +27,9 @@ type RateLimitBody struct {
 	Rate       float64 `json:"rate"`
 	Burst      int     `json:"burst"`
 }
+
+// ConcurrencyLimitBody is the body of PUT /api/v1/concurrency-limits/{kind}/{name}: the runs
+// in flight at once; required.
+type ConcurrencyLimitBody struct {
+	Max *int `json:"max"`
+}
