@@ -127,5 +127,5 @@ func (s *Server) listBackfills(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, 200, map[string]any{"backfills": out, "count": len(out)})
+	writeJSON(c, 200, wire.BackfillList{Backfills: out, Count: len(out)})
 }

@@ -589,7 +589,7 @@ func (s *Server) runTask(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, fasthttp.StatusAccepted, map[string]any{"ticket": run.Ticket, "task": run.TaskName})
+	writeJSON(c, fasthttp.StatusAccepted, wire.RunNowAnswer{Task: run.TaskName, Ticket: run.Ticket})
 }
 
 // killTask is POST /api/v1/tasks/{name}/kill {"reason"}: every run of the task in flight
@@ -871,7 +871,7 @@ func (s *Server) listConcurrencyLimits(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, 200, map[string]any{"limits": ls})
+	writeJSON(c, 200, wire.ConcurrencyLimitList{Limits: ls})
 }
 
 func (s *Server) getConcurrencyLimit(c *fasthttp.RequestCtx) {

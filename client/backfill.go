@@ -25,9 +25,7 @@ func (c *Client) CreateBackfill(ctx context.Context, name, from, to string, para
 
 // Backfills lists the task's backfills, newest first.
 func (c *Client) Backfills(ctx context.Context, name string, limit int) ([]BackfillView, error) {
-	var v struct {
-		Backfills []BackfillView `json:"backfills"`
-	}
+	var v wire.BackfillList
 	err := c.Do(ctx, http.MethodGet, backfillsPath(name)+"?limit="+strconv.Itoa(limit), nil, &v)
 	return v.Backfills, err
 }

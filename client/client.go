@@ -251,9 +251,7 @@ func (c *Client) RunNow(ctx context.Context, name string, params json.RawMessage
 	if len(params) > 0 {
 		body = wire.RunBody{Params: params}
 	}
-	var v struct {
-		Ticket string `json:"ticket"`
-	}
+	var v wire.RunNowAnswer
 	err := c.Do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(name)+"/run", body, &v)
 	return v.Ticket, err
 }
@@ -309,9 +307,7 @@ func limitPath(kind, name string) string {
 
 // ConcurrencyLimits lists every concurrency limit.
 func (c *Client) ConcurrencyLimits(ctx context.Context) ([]ConcurrencyLimit, error) {
-	var v struct {
-		Limits []ConcurrencyLimit `json:"limits"`
-	}
+	var v wire.ConcurrencyLimitList
 	return v.Limits, c.Do(ctx, http.MethodGet, "/api/v1/concurrency-limits", nil, &v)
 }
 

@@ -36,3 +36,10 @@ type BackfillBody struct {
 	To       string `json:"to"`
 	Parallel *int   `json:"parallel"`
 }
+
+// BackfillList is the answer to GET /api/v1/tasks/{name}/backfills: the task's backfills,
+// newest first, and their count.
+type BackfillList struct {
+	Backfills []BackfillView `json:"backfills"`
+	Count     int            `json:"count"`
+}

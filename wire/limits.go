@@ -33,3 +33,8 @@ type RateLimitBody struct {
 type ConcurrencyLimitBody struct {
 	Max *int `json:"max"`
 }
+
+// ConcurrencyLimitList is the answer to GET /api/v1/concurrency-limits.
+type ConcurrencyLimitList struct {
+	Limits []ConcurrencyLimitView `json:"limits"`
+}

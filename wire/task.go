@@ -100,3 +100,18 @@ type KillBody struct {
 	Reason string `json:"reason"`
 	Note   string `json:"note"`
 }
+
+// RunNowAnswer is the answer (202) to POST /api/v1/tasks/{name}/run: the run-now instance's
+// ticket and its task.
+type RunNowAnswer struct {
+	Task   string `json:"task"`
+	Ticket string `json:"ticket"`
+}
+
+// BackupAnswer is the 503 a backup answers a write with (and a read that only the primary
+// serves): the error and the primary's advertise URL, "" when no primary is known. A client
+// asks that URL next.
+type BackupAnswer struct {
+	Error   string `json:"error"`
+	Primary string `json:"primary"`
+}
