@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/wire"
 )
 
 func (s *Server) backfillRoutes(api *router.Group) {
@@ -21,13 +22,6 @@ func (s *Server) backfillRoutes(api *router.Group) {
 	api.GET("/tasks/{name}/backfills/{id}", h(s.getBackfill))
 	api.DELETE("/tasks/{name}/backfills/{id}", h(s.byTask(s.cancelBackfill)))
 	api.POST("/tasks/{name}/backfills/{id}/cancel", h(s.byTask(s.cancelBackfill)))
-}
-
-// backfillBody is the body of POST /api/v1/tasks/{name}/backfill.
-type backfillBody struct {
-	From     string `json:"from"`
-	To       string `json:"to"`
-	Parallel *int   `json:"parallel"`
 }
 
 // parseBackfillTime reads an RFC 3339 time of the body's field; "" is left zero for the
@@ -51,7 +45,7 @@ func parseBackfillTime(field, v string) (time.Time, error) {
 }
 
 func (s *Server) createBackfill(c *fasthttp.RequestCtx) {
-	var b backfillBody
+	var b wire.BackfillBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -133,5 +127,5 @@ func (s *Server) listBackfills(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, 200, map[string]any{"backfills": out, "count": len(out)})
+	writeJSON(c, 200, wire.BackfillList{Backfills: out, Count: len(out)})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Limits of POST /api/v1/tasks/batch (docs/bulk.md). Every other endpoint has its own
@@ -48,10 +49,7 @@ func (s *Server) writeRoutes(api *router.Group) {
 
 // prune is POST /api/v1/prune {"before": TIME|DURATION, "dry_run": bool}.
 func (s *Server) prune(c *fasthttp.RequestCtx) {
-	var b struct {
-		Before string `json:"before"`
-		DryRun bool   `json:"dry_run"`
-	}
+	var b wire.PruneBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -120,9 +118,9 @@ func batchBody(c *fasthttp.RequestCtx) io.Reader {
 // decoded strictly alone (engine.DecodeTaskSpec), so a spec that does not decode, a repeated
 // key or invalid UTF-8 in it included, is an item error by its index. A body that is not JSON
 // at all, or over a limit, ends decoding with an error.
-func decodeBatch(r io.Reader, ndjson bool) ([]*engine.TaskSpec, []engine.ItemError, error) {
+func decodeBatch(r io.Reader, ndjson bool) ([]*wire.TaskSpec, []engine.ItemError, error) {
 	var (
-		specs []*engine.TaskSpec
+		specs []*wire.TaskSpec
 		bad   []engine.ItemError
 	)
 	err := eachBatchItem(r, ndjson, func(i int, raw []byte) {
@@ -203,22 +201,11 @@ func bodyErr(err error, what string) error {
 	return fmt.Errorf("%w: %s: %v", ErrBadRequest, what, strings.TrimPrefix(err.Error(), "jsontext: "))
 }
 
-// batchErrorJSON is the answer to a refused batch.
-type batchErrorJSON struct {
-	Error  string          `json:"error"`
-	Errors []itemErrorJSON `json:"errors"`
-}
-
-type itemErrorJSON struct {
-	Index int    `json:"index"`
-	Error string `json:"error"`
-}
-
 func (s *Server) writeBatchError(c *fasthttp.RequestCtx, code int, items []engine.ItemError) {
-	out := batchErrorJSON{Errors: make([]itemErrorJSON, len(items))}
+	out := wire.BatchRefusal{Errors: make([]wire.BatchItemError, len(items))}
 	for i, it := range items {
 		msg := strings.TrimPrefix(it.Err.Error(), engine.ErrInvalidTask.Error()+": ")
-		out.Errors[i] = itemErrorJSON{Index: it.Index, Error: msg}
+		out.Errors[i] = wire.BatchItemError{Index: it.Index, Error: msg}
 	}
 	out.Error = fmt.Sprintf("%d of the batch's items are refused; nothing was created", len(items))
 	if len(items) == 1 {
@@ -302,7 +289,7 @@ func (s *Server) failBatch(c *fasthttp.RequestCtx, bad []engine.ItemError, err e
 
 // bulkOp is POST /api/v1/tasks/bulk/{pause|resume|delete|run}[?dry_run=true].
 func (s *Server) bulkOp(c *fasthttp.RequestCtx) {
-	var sel engine.Selector
+	var sel wire.Selector
 	if err := decodeStrict(c, &sel); err != nil {
 		s.fail(c, err)
 		return

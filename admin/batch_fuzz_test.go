@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/wire"
 )
 
 // FuzzDecodeBatch feeds arbitrary bodies to the batch decoder, as a JSON array and as NDJSON:
@@ -49,7 +50,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
-func checkItems(t *testing.T, specs []*engine.TaskSpec, bad []engine.ItemError) {
+func checkItems(t *testing.T, specs []*wire.TaskSpec, bad []engine.ItemError) {
 	t.Helper()
 	if len(specs) > BatchMaxTasks {
 		t.Fatalf("%d specs, over the limit", len(specs))

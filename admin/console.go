@@ -19,6 +19,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // The operator console: plain ES modules and CSS embedded in the binary, no build step and
@@ -244,14 +245,14 @@ func cursorAfter(order string, t *model.Task) string {
 
 // taskRow is a task of the list with what the console shows beside it.
 type taskRow struct {
-	taskJSON
+	wire.TaskView
 	BreakerOpen bool       `json:"breaker_open"`
 	LastRun     *model.Run `json:"last_run,omitempty"`
 }
 
 // taskPage is the answer of GET /api/v1/tasks: the rows, and next_cursor when a page may
 // follow (the store read a full page; last is its last row).
-func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist.TaskFilter, list []model.Task, views []taskJSON, last *model.Task) map[string]any {
+func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist.TaskFilter, list []model.Task, views []wire.TaskView, last *model.Task) map[string]any {
 	rows := make([]taskRow, len(views))
 	var lastRuns map[int64]model.Run
 	if string(c.QueryArgs().Peek("last_run")) == "1" {
@@ -265,7 +266,7 @@ func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist
 		}
 	}
 	for i := range views {
-		rows[i] = taskRow{taskJSON: views[i], BreakerOpen: s.cfg.Engine.BreakerOpen(list[i].Def.ID)}
+		rows[i] = taskRow{TaskView: views[i], BreakerOpen: s.cfg.Engine.BreakerOpen(list[i].Def.ID)}
 		if r, ok := lastRuns[list[i].Def.ID]; ok {
 			rows[i].LastRun = &r
 		}

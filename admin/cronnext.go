@@ -7,30 +7,19 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/wire"
 )
-
-// fireJSON is one fire of GET /api/v1/cron/next: the instant in the zone, its UTC offset
-// ("+02:00") and its DST mark ("gap", "repeat" or null).
-type fireJSON struct {
-	At     string  `json:"at"`
-	Offset string  `json:"offset"`
-	DST    *string `json:"dst"`
-	// FireAt and JitterMS are set when the preview asked for jitter_sec: the instant the
-	// fire leaves (at plus its jitter) and the jitter (docs/design.md, Jitter).
-	FireAt   string `json:"fire_at,omitempty"`
-	JitterMS *int64 `json:"jitter_ms,omitempty"`
-}
 
 // cronNextView keeps the original "next" list (RFC 3339 strings) and adds "fires".
 // With jitter (jitterSec > 0), each fire also carries fire_at and jitter_ms; "next" stays the
 // nominal times.
 func cronNextView(expr string, loc *time.Location, fires []engine.Fire, jitterSec int) map[string]any {
 	next := make([]string, len(fires))
-	out := make([]fireJSON, len(fires))
+	out := make([]wire.CronFire, len(fires))
 	for i, f := range fires {
 		t := f.At.In(loc)
 		next[i] = t.Format(time.RFC3339)
-		out[i] = fireJSON{At: next[i], Offset: t.Format("-07:00")}
+		out[i] = wire.CronFire{At: next[i], Offset: t.Format("-07:00")}
 		if f.DST != "" {
 			d := f.DST
 			out[i].DST = &d

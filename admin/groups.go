@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/wire"
 )
 
 // groupTimeout bounds a group's pause or resume: a group of 100K tasks goes a page at a
@@ -25,7 +26,7 @@ func (s *Server) pauseGroup(c *fasthttp.RequestCtx) { s.groupOp(c, true) }
 func (s *Server) resumeGroup(c *fasthttp.RequestCtx) { s.groupOp(c, false) }
 
 func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
-	var b noteBody
+	var b wire.NoteBody
 	if err := decodeOptional(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -43,7 +44,7 @@ func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
 		res, err = s.cfg.Engine.ResumeGroup(ctx, group, b.Note, actor(c))
 		left := res.LeftPaused
 		if left == nil {
-			left = []engine.PausedTask{}
+			left = []wire.PausedTask{}
 		}
 		out["left_paused"], out["left_paused_count"] = left, res.LeftPausedCount
 	}

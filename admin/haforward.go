@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/axe-sched/axe/wire"
 )
 
 // A backup's console writes reach the primary through the backup: the console marks its
@@ -65,13 +67,13 @@ func (f *haFront) forward(c *fasthttp.RequestCtx, primary string) {
 	if primary == "" {
 		// A takeover under way: the client asks again in a moment (Retry-After).
 		c.Response.Header.Set("Retry-After", "1")
-		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": errNoPrimary.Error(), "primary": ""})
+		writeJSON(c, fasthttp.StatusServiceUnavailable, wire.BackupAnswer{Error: errNoPrimary.Error()})
 		return
 	}
 	u, err := url.Parse(primary)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		writeJSON(c, fasthttp.StatusBadGateway, map[string]string{
-			"error": fmt.Sprintf("this node is a backup and the primary's advertise URL %q is not an http(s) URL", primary), "primary": primary})
+		writeJSON(c, fasthttp.StatusBadGateway, wire.BackupAnswer{
+			Error: fmt.Sprintf("this node is a backup and the primary's advertise URL %q is not an http(s) URL", primary), Primary: primary})
 		return
 	}
 	req := fasthttp.AcquireRequest()
@@ -102,8 +104,8 @@ func (f *haFront) forward(c *fasthttp.RequestCtx, primary string) {
 	}
 	if err := f.fwd.DoTimeout(req, resp, forwardTimeout); err != nil {
 		f.s.log.Warn("cannot forward a write to the primary", "primary", primary, "path", string(c.Path()), "error", err)
-		writeJSON(c, fasthttp.StatusBadGateway, map[string]string{
-			"error": fmt.Sprintf("this node is a backup and cannot reach the primary at %s: %v", primary, err), "primary": primary})
+		writeJSON(c, fasthttp.StatusBadGateway, wire.BackupAnswer{
+			Error: fmt.Sprintf("this node is a backup and cannot reach the primary at %s: %v", primary, err), Primary: primary})
 		return
 	}
 	resp.CopyTo(&c.Response)

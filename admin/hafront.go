@@ -15,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // This file is the HTTP face of an HA node (R8): the front server that routes each request
@@ -119,7 +120,7 @@ func (f *haFront) handle() fasthttp.RequestHandler {
 			// No primary yet (a takeover under way): a moment's wait, not a refusal.
 			c.Response.Header.Set("Retry-After", "1")
 		}
-		writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": primary})
+		writeJSON(c, fasthttp.StatusServiceUnavailable, wire.BackupAnswer{Error: ErrBackup.Error(), Primary: primary})
 	})
 	return func(c *fasthttp.RequestCtx) {
 		if string(c.Path()) == "/readyz" {
@@ -136,7 +137,7 @@ func (f *haFront) handle() fasthttp.RequestHandler {
 		if !t.Primary && !leased && p != "" && !c.IsGet() {
 			// Still claiming the node id: not a backup of anything yet; ask again in a moment.
 			c.Response.Header.Set("Retry-After", "1")
-			writeJSON(c, fasthttp.StatusServiceUnavailable, map[string]string{"error": ErrBackup.Error(), "primary": ""})
+			writeJSON(c, fasthttp.StatusServiceUnavailable, wire.BackupAnswer{Error: ErrBackup.Error()})
 			return
 		}
 		t.Handler(c)

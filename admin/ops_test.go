@@ -13,6 +13,7 @@ import (
 	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
 // quietFires is how many fires of the tasks left running a paused task is watched over for
@@ -68,11 +69,11 @@ func TestPauseResume(t *testing.T) {
 
 		// Pause the group: exactly alpha stops; a1, paused on its own, keeps its pause.
 		var g struct {
-			Group           string              `json:"group"`
-			Tasks           int                 `json:"tasks"`
-			AlreadyPaused   int                 `json:"already_paused"`
-			LeftPaused      []engine.PausedTask `json:"left_paused"`
-			LeftPausedCount int                 `json:"left_paused_count"`
+			Group           string            `json:"group"`
+			Tasks           int               `json:"tasks"`
+			AlreadyPaused   int               `json:"already_paused"`
+			LeftPaused      []wire.PausedTask `json:"left_paused"`
+			LeftPausedCount int               `json:"left_paused_count"`
 		}
 		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/pause", nil, &g)
 		if g.Group != "alpha" || g.Tasks != 1 || g.AlreadyPaused != 1 {
@@ -99,7 +100,7 @@ func TestPauseResume(t *testing.T) {
 		// own, named with its note, until it is resumed itself.
 		d.MustJSON(t, http.StatusOK, http.MethodPost, "/api/v1/groups/alpha/resume", nil, &g)
 		if g.Tasks != 1 || g.LeftPausedCount != 1 || len(g.LeftPaused) != 1 ||
-			g.LeftPaused[0] != (engine.PausedTask{Name: "a1", PausedBy: model.PausedByTask, Note: "disk full"}) {
+			g.LeftPaused[0] != (wire.PausedTask{Name: "a1", PausedBy: model.PausedByTask, Note: "disk full"}) {
 			t.Errorf("group resume answered %+v, want 1 task resumed and a1 left paused", g)
 		}
 		if a1 := d.Get(t, "a1"); !a1.Paused || a1.Runtime.Note != "disk full" {

@@ -8,17 +8,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
-// killBody is the optional body of a kill: why the operator kills. "note", the field of the
-// other task operations, is taken as the reason too, so a client that sent one still works.
-type killBody struct {
-	Reason string `json:"reason"`
-	Note   string `json:"note"`
-}
-
-// reason is the kill's reason: Reason, else Note.
-func (b killBody) reason() string {
+// killReason is a kill's reason: Reason, else Note.
+func killReason(b wire.KillBody) string {
 	if b.Reason != "" {
 		return b.Reason
 	}
@@ -29,14 +23,14 @@ func (b killBody) reason() string {
 // whatever its kind (periodic, run-now, allow_all, backfill). It answers the run's record
 // as the kill left it; 404 for an unknown ticket, 409 for a run that has ended.
 func (s *Server) killRun(c *fasthttp.RequestCtx) {
-	var b killBody
+	var b wire.KillBody
 	if err := decodeOptional(c, &b); err != nil {
 		s.fail(c, err)
 		return
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	run, err := s.cfg.Engine.KillRun(ctx, param(c, "ticket"), b.reason(), actor(c))
+	run, err := s.cfg.Engine.KillRun(ctx, param(c, "ticket"), killReason(b), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 
-	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
 // SensitiveMask replaces the value of each sensitive params key in API and console reads.
@@ -42,7 +42,7 @@ func maskParams(params json.RawMessage, keys []string) json.RawMessage {
 
 // unmaskSpec puts the stored values back where an update sends SensitiveMask for a
 // sensitive key, so that saving a definition read through the API keeps its secrets.
-func (s *Server) unmaskSpec(ctx context.Context, name string, spec *engine.TaskSpec) {
+func (s *Server) unmaskSpec(ctx context.Context, name string, spec *wire.TaskSpec) {
 	if len(spec.Params) == 0 || !bytes.Contains(spec.Params, []byte(SensitiveMask)) {
 		return
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Defaults for ServerConfig.
@@ -522,7 +523,7 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	if len(list) > limit {
 		list = list[:limit]
 	}
-	out := make([]taskJSON, 0, len(list))
+	out := make([]wire.TaskView, 0, len(list))
 	for i := range list {
 		out = append(out, taskView(&list[i]))
 	}
@@ -534,11 +535,6 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 		}
 	}
 	writeJSON(c, 200, page)
-}
-
-// noteBody is the optional body of pause and resume.
-type noteBody struct {
-	Note string `json:"note"`
 }
 
 // decodeOptional decodes an optional JSON body strictly (protocol.Decode); an empty body
@@ -555,7 +551,7 @@ func (s *Server) pauseTask(c *fasthttp.RequestCtx)  { s.pauseResume(c, true) }
 func (s *Server) resumeTask(c *fasthttp.RequestCtx) { s.pauseResume(c, false) }
 
 func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
-	var b noteBody
+	var b wire.NoteBody
 	if err := decodeOptional(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -580,13 +576,8 @@ func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
 	writeJSON(c, 200, taskView(t))
 }
 
-// runBody is the optional body of run-now.
-type runBody struct {
-	Params json.RawMessage `json:"params"`
-}
-
 func (s *Server) runTask(c *fasthttp.RequestCtx) {
-	var b runBody
+	var b wire.RunBody
 	if err := decodeOptional(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -598,20 +589,20 @@ func (s *Server) runTask(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, fasthttp.StatusAccepted, map[string]any{"ticket": run.Ticket, "task": run.TaskName})
+	writeJSON(c, fasthttp.StatusAccepted, wire.RunNowAnswer{Task: run.TaskName, Ticket: run.Ticket})
 }
 
 // killTask is POST /api/v1/tasks/{name}/kill {"reason"}: every run of the task in flight
 // ends (runkill.go).
 func (s *Server) killTask(c *fasthttp.RequestCtx) {
-	var b killBody
+	var b wire.KillBody
 	if err := decodeOptional(c, &b); err != nil {
 		s.fail(c, err)
 		return
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	t, err := s.cfg.Engine.KillTask(ctx, param(c, "name"), b.reason(), actor(c))
+	t, err := s.cfg.Engine.KillTask(ctx, param(c, "name"), killReason(b), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -683,7 +674,7 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	reg := engine.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
+	reg := wire.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
 		Auth: msg.Auth, Version: msg.Version, Incarnation: msg.Incarnation, Token: presentedToken(c)}
 	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
 		s.fail(c, err)
@@ -844,15 +835,8 @@ func (s *Server) getRateLimits(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, s.cfg.Engine.RateLimits())
 }
 
-// rateLimitBody changes one bucket: downstream "" is the global one.
-type rateLimitBody struct {
-	Downstream string  `json:"downstream"`
-	Rate       float64 `json:"rate"`
-	Burst      int     `json:"burst"`
-}
-
 func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
-	var b rateLimitBody
+	var b wire.RateLimitBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -887,7 +871,7 @@ func (s *Server) listConcurrencyLimits(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, 200, map[string]any{"limits": ls})
+	writeJSON(c, 200, wire.ConcurrencyLimitList{Limits: ls})
 }
 
 func (s *Server) getConcurrencyLimit(c *fasthttp.RequestCtx) {
@@ -903,9 +887,7 @@ func (s *Server) getConcurrencyLimit(c *fasthttp.RequestCtx) {
 
 // putConcurrencyLimit is PUT /api/v1/concurrency-limits/{group|key}/{name} {"max": N}.
 func (s *Server) putConcurrencyLimit(c *fasthttp.RequestCtx) {
-	var b struct {
-		Max *int `json:"max"`
-	}
+	var b wire.ConcurrencyLimitBody
 	if err := decodeStrict(c, &b); err != nil {
 		s.fail(c, err)
 		return
@@ -1029,23 +1011,8 @@ func writeJSON(c *fasthttp.RequestCtx, code int, v any) {
 	}
 }
 
-// taskJSON is a task as the API shows it: the definition's fields, and the runtime under
-// "runtime" with the next fire also as a readable time in the task's zone.
-type taskJSON struct {
-	model.TaskDef
-	Runtime runtimeJSON `json:"runtime"`
-}
-
-type runtimeJSON struct {
-	model.Runtime
-	NextFireAt string `json:"next_fire_at,omitempty"`
-	// NextJitterMS is the next fire's jitter, for a jittered cron task that waits for it: the
-	// fire leaves at next_trigger_time plus it (docs/design.md, Jitter).
-	NextJitterMS *int64 `json:"next_jitter_ms,omitempty"`
-}
-
-func taskView(t *model.Task) taskJSON {
-	v := taskJSON{TaskDef: t.Def, Runtime: runtimeJSON{Runtime: t.Runtime}}
+func taskView(t *model.Task) wire.TaskView {
+	v := wire.TaskView{TaskDef: t.Def, Runtime: wire.TaskRuntime{Runtime: t.Runtime}}
 	maskDef(&v.TaskDef)
 	if v.DependsOn == nil {
 		v.DependsOn = []string{}

@@ -19,6 +19,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // The API of a node that schedules by shard (scale-out, docs/scale-out.md). Every node
@@ -737,7 +738,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 			s.fail(c, err)
 			return
 		}
-		specs := make([]*engine.TaskSpec, len(raws))
+		specs := make([]*wire.TaskSpec, len(raws))
 		var bad []engine.ItemError
 		for i, raw := range raws {
 			spec, err := engine.DecodeTaskSpec(raw)
@@ -810,14 +811,14 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 				results <- result{idx: idx, status: status, body: b, err: err}
 			}()
 		}
-		var total engine.BatchResult
+		var total wire.BatchResult
 		var failures []string
-		var items []itemErrorJSON
+		var items []wire.BatchItemError
 		created := 0
 		for range parts {
 			r := <-results
 			if r.err == nil && r.status == 200 {
-				var res engine.BatchResult
+				var res wire.BatchResult
 				if json.Unmarshal(r.body, &res) == nil {
 					total.Created += res.Created
 					total.Skipped += res.Skipped
@@ -830,11 +831,11 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 				failures = append(failures, fmt.Sprintf("items %v: %v", r.idx, r.err))
 				continue
 			}
-			var be batchErrorJSON
+			var be wire.BatchRefusal
 			if json.Unmarshal(r.body, &be) == nil && len(be.Errors) > 0 {
 				for _, it := range be.Errors {
 					if it.Index >= 0 && it.Index < len(r.idx) {
-						items = append(items, itemErrorJSON{Index: r.idx[it.Index], Error: it.Error})
+						items = append(items, wire.BatchItemError{Index: r.idx[it.Index], Error: it.Error})
 					}
 				}
 				continue
@@ -845,7 +846,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 			writeJSON(c, 200, total)
 			return
 		}
-		slices.SortFunc(items, func(a, b itemErrorJSON) int { return a.Index - b.Index })
+		slices.SortFunc(items, func(a, b wire.BatchItemError) int { return a.Index - b.Index })
 		msg := fmt.Sprintf("%d of %d items were created by the nodes that schedule them; the others were not", created, len(specs))
 		if len(failures) > 0 {
 			msg += ": " + strings.Join(failures, "; ")
@@ -866,9 +867,9 @@ const upstreamsCheckedHeader = "X-Axe-Upstreams-Checked"
 func (s *Server) batchErrorBody(c *fasthttp.RequestCtx, err error, idx []int) (int, []byte) {
 	var be *engine.BatchError
 	if errors.As(err, &be) {
-		out := batchErrorJSON{Error: err.Error()}
+		out := wire.BatchRefusal{Error: err.Error()}
 		for _, it := range be.Items {
-			out.Errors = append(out.Errors, itemErrorJSON{Index: it.Index, Error: it.Err.Error()})
+			out.Errors = append(out.Errors, wire.BatchItemError{Index: it.Index, Error: it.Err.Error()})
 		}
 		b, _ := json.Marshal(out)
 		return fasthttp.StatusConflict, b
@@ -879,8 +880,8 @@ func (s *Server) batchErrorBody(c *fasthttp.RequestCtx, err error, idx []int) (i
 }
 
 // pick returns specs[i] for each i of idx.
-func pick(specs []*engine.TaskSpec, idx []int) []*engine.TaskSpec {
-	out := make([]*engine.TaskSpec, len(idx))
+func pick(specs []*wire.TaskSpec, idx []int) []*wire.TaskSpec {
+	out := make([]*wire.TaskSpec, len(idx))
 	for k, i := range idx {
 		out[k] = specs[i]
 	}

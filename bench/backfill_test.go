@@ -15,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // B7 backfill: a backfill of a year of a once-a-minute schedule (525,600 fire times)
@@ -74,13 +75,13 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	}()
 	cbk := &model.Callback{Type: model.CallbackHTTP, URL: noop.URL()}
 	for i := 0; i < backfillSecondTasks; i++ {
-		_, err := eng.CreateTask(ctx, &engine.TaskSpec{Name: fmt.Sprintf("second-%02d", i), Cron: "* * * * * *",
+		_, err := eng.CreateTask(ctx, &wire.TaskSpec{Name: fmt.Sprintf("second-%02d", i), Cron: "* * * * * *",
 			Timezone: "UTC", Callback: cbk}, "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	if _, err := eng.CreateTask(ctx, &engine.TaskSpec{Name: "year", Cron: "* * * * *", Timezone: "UTC", Callback: cbk}, "bench"); err != nil {
+	if _, err := eng.CreateTask(ctx, &wire.TaskSpec{Name: "year", Cron: "* * * * *", Timezone: "UTC", Callback: cbk}, "bench"); err != nil {
 		b.Fatal(err)
 	}
 
@@ -125,7 +126,7 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	}
 	accept := time.Since(t0)
 	busyFrom := time.Now()
-	var v *engine.BackfillView
+	var v *wire.BackfillView
 	for {
 		time.Sleep(200 * time.Millisecond)
 		if v, err = eng.GetBackfill(ctx, "year", bf.ID); err != nil {

@@ -5,33 +5,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+
+	"github.com/axe-sched/axe/wire"
 )
 
 // BackfillView is a backfill as the API returns it (docs/openapi.yaml, Backfill).
-type BackfillView struct {
-	ID           int64  `json:"id"`
-	Task         string `json:"task"`
-	From         string `json:"from"`
-	To           string `json:"to"`
-	Parallel     int    `json:"parallel"`
-	Cron         string `json:"cron"`
-	Timezone     string `json:"timezone"`
-	Status       string `json:"status"`
-	Total        int64  `json:"total"`
-	Started      int64  `json:"started"`
-	Done         int64  `json:"done"`
-	Succeeded    int64  `json:"succeeded"`
-	Failed       int64  `json:"failed"`
-	Skipped      int64  `json:"skipped"`
-	Running      int64  `json:"running"`
-	Pending      int64  `json:"pending"`
-	NextFireTime string `json:"next_fire_time"`
-	Actor        string `json:"actor"`
-	CreatedAt    int64  `json:"created_at"`
-	UpdatedAt    int64  `json:"updated_at"`
-	EndedAt      int64  `json:"ended_at"`
-	Note         string `json:"note"`
-}
+type BackfillView = wire.BackfillView
 
 func backfillsPath(name string) string { return "/api/v1/tasks/" + url.PathEscape(name) + "/backfills" }
 
@@ -39,16 +18,14 @@ func backfillsPath(name string) string { return "/api/v1/tasks/" + url.PathEscap
 // most parallel runs at once.
 func (c *Client) CreateBackfill(ctx context.Context, name, from, to string, parallel int) (*BackfillView, error) {
 	var v BackfillView
-	body := map[string]any{"from": from, "to": to, "parallel": parallel}
+	body := wire.BackfillBody{From: from, To: to, Parallel: &parallel}
 	err := c.Do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(name)+"/backfill", body, &v)
 	return &v, err
 }
 
 // Backfills lists the task's backfills, newest first.
 func (c *Client) Backfills(ctx context.Context, name string, limit int) ([]BackfillView, error) {
-	var v struct {
-		Backfills []BackfillView `json:"backfills"`
-	}
+	var v wire.BackfillList
 	err := c.Do(ctx, http.MethodGet, backfillsPath(name)+"?limit="+strconv.Itoa(limit), nil, &v)
 	return v.Backfills, err
 }

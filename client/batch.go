@@ -7,21 +7,16 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+
+	"github.com/axe-sched/axe/wire"
 )
 
 // BatchResult is the answer to a batch create: how many tasks were created, skipped (their
 // name was taken, with on_conflict=skip) and replaced (with on_conflict=replace).
-type BatchResult struct {
-	Created  int `json:"created"`
-	Skipped  int `json:"skipped"`
-	Replaced int `json:"replaced"`
-}
+type BatchResult = wire.BatchResult
 
 // BatchItemError names a refused item of a batch by its index in the batch.
-type BatchItemError struct {
-	Index int    `json:"index"`
-	Error string `json:"error"`
-}
+type BatchItemError = wire.BatchItemError
 
 // CreateTasks creates specs (raw JSON task definitions) in one batch, all or nothing
 // (docs/bulk.md). onConflict is "" (error), "error", "skip" or "replace". A refused batch
@@ -45,13 +40,7 @@ func (c *Client) CreateTasks(ctx context.Context, specs []json.RawMessage, onCon
 }
 
 // BulkSelector picks the tasks of a bulk operation; the criteria combine with AND.
-type BulkSelector struct {
-	Group      string   `json:"group,omitempty"`
-	NamePrefix string   `json:"name_prefix,omitempty"`
-	State      string   `json:"state,omitempty"`
-	Names      []string `json:"names,omitempty"`
-	Note       string   `json:"note,omitempty"`
-}
+type BulkSelector = wire.Selector
 
 // Bulk runs op (pause, resume, delete or run) on the tasks sel picks and returns how many
 // it affected, or with dryRun how many it would.
@@ -68,16 +57,12 @@ func (c *Client) Bulk(ctx context.Context, op string, sel BulkSelector, dryRun b
 }
 
 // PruneResult counts what a prune deleted, or would on a dry run.
-type PruneResult struct {
-	Runs     int64 `json:"task_run"`
-	Actions  int64 `json:"task_action"`
-	Finished int64 `json:"task_def"`
-}
+type PruneResult = wire.PruneResult
 
 // Prune deletes runs, actions and finished one-shot tasks from before before: an RFC 3339
 // time or an age ("7d", "36h").
 func (c *Client) Prune(ctx context.Context, before string, dryRun bool) (PruneResult, error) {
 	var out PruneResult
-	err := c.Do(ctx, http.MethodPost, "/api/v1/prune", map[string]any{"before": before, "dry_run": dryRun}, &out)
+	err := c.Do(ctx, http.MethodPost, "/api/v1/prune", wire.PruneBody{Before: before, DryRun: dryRun}, &out)
 	return out, err
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
 // APIError is an error answer of the API: the status and its {"error": ...} message.
@@ -183,10 +184,7 @@ func (c *Client) prefer(base string) {
 }
 
 func apiErr(status int, data []byte) error {
-	var e struct {
-		Error  string           `json:"error"`
-		Errors []BatchItemError `json:"errors"`
-	}
+	var e wire.BatchRefusal
 	if json.Unmarshal(data, &e) == nil && e.Error != "" {
 		return &APIError{Status: status, Message: e.Error, Items: e.Errors}
 	}
@@ -194,14 +192,7 @@ func apiErr(status int, data []byte) error {
 }
 
 // TaskView is a task as the API returns it.
-type TaskView struct {
-	model.TaskDef
-	Runtime struct {
-		model.Runtime
-		NextFireAt   string `json:"next_fire_at"`
-		NextJitterMS *int64 `json:"next_jitter_ms,omitempty"`
-	} `json:"runtime"`
-}
+type TaskView = wire.TaskView
 
 // CreateTask posts a task definition (raw JSON).
 func (c *Client) CreateTask(ctx context.Context, spec []byte) (*TaskView, error) {
@@ -248,7 +239,7 @@ func (c *Client) DeleteTask(ctx context.Context, name string) error {
 func (c *Client) TaskOp(ctx context.Context, name, op, note string) (*TaskView, error) {
 	var body any
 	if note != "" {
-		body = map[string]string{"note": note}
+		body = wire.NoteBody{Note: note}
 	}
 	var v TaskView
 	return &v, c.Do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(name)+"/"+op, body, &v)
@@ -258,40 +249,24 @@ func (c *Client) TaskOp(ctx context.Context, name, op, note string) (*TaskView, 
 func (c *Client) RunNow(ctx context.Context, name string, params json.RawMessage) (string, error) {
 	var body any
 	if len(params) > 0 {
-		body = map[string]json.RawMessage{"params": params}
+		body = wire.RunBody{Params: params}
 	}
-	var v struct {
-		Ticket string `json:"ticket"`
-	}
+	var v wire.RunNowAnswer
 	err := c.Do(ctx, http.MethodPost, "/api/v1/tasks/"+url.PathEscape(name)+"/run", body, &v)
 	return v.Ticket, err
 }
 
 // GroupAnswer is what a group's pause or resume did (POST /api/v1/groups/{group}/pause|resume).
-type GroupAnswer struct {
-	Group string `json:"group"`
-	// Tasks counts the tasks paused (a pause) or resumed (a resume).
-	Tasks int `json:"tasks"`
-	// AlreadyPaused counts, for a pause, the tasks paused already by something else.
-	AlreadyPaused int `json:"already_paused"`
-	// LeftPaused names, for a resume, the group's paused tasks its pause did not pause (the
-	// first of them per node); LeftPausedCount counts them all.
-	LeftPaused      []PausedTask `json:"left_paused"`
-	LeftPausedCount int          `json:"left_paused_count"`
-}
+type GroupAnswer = wire.GroupAnswer
 
 // PausedTask is a paused task with who paused it (model.Runtime.PausedBy) and its note.
-type PausedTask struct {
-	Name     string `json:"name"`
-	PausedBy string `json:"paused_by"`
-	Note     string `json:"note,omitempty"`
-}
+type PausedTask = wire.PausedTask
 
 // GroupOp pauses or resumes a group (op "pause" or "resume") with an optional note.
 func (c *Client) GroupOp(ctx context.Context, group, op, note string) (GroupAnswer, error) {
 	var body any
 	if note != "" {
-		body = map[string]string{"note": note}
+		body = wire.NoteBody{Note: note}
 	}
 	var v GroupAnswer
 	err := c.Do(ctx, http.MethodPost, "/api/v1/groups/"+url.PathEscape(group)+"/"+op, body, &v)
@@ -324,11 +299,7 @@ func (c *Client) Alerts(ctx context.Context, limit int) ([]model.Action, error) 
 
 // ConcurrencyLimit is a concurrency limit as the API shows it: the stored limit, the runs
 // counted in it and the fires waiting for it.
-type ConcurrencyLimit struct {
-	model.ConcurrencyLimit
-	InUse   int `json:"in_use"`
-	Waiting int `json:"waiting"`
-}
+type ConcurrencyLimit = wire.ConcurrencyLimitView
 
 func limitPath(kind, name string) string {
 	return "/api/v1/concurrency-limits/" + url.PathEscape(kind) + "/" + url.PathEscape(name)
@@ -336,9 +307,7 @@ func limitPath(kind, name string) string {
 
 // ConcurrencyLimits lists every concurrency limit.
 func (c *Client) ConcurrencyLimits(ctx context.Context) ([]ConcurrencyLimit, error) {
-	var v struct {
-		Limits []ConcurrencyLimit `json:"limits"`
-	}
+	var v wire.ConcurrencyLimitList
 	return v.Limits, c.Do(ctx, http.MethodGet, "/api/v1/concurrency-limits", nil, &v)
 }
 
@@ -351,7 +320,7 @@ func (c *Client) GetConcurrencyLimit(ctx context.Context, kind, name string) (*C
 // SetConcurrencyLimit sets the limit of kind and name to max runs in flight at once.
 func (c *Client) SetConcurrencyLimit(ctx context.Context, kind, name string, max int) (*ConcurrencyLimit, error) {
 	var v ConcurrencyLimit
-	return &v, c.Do(ctx, http.MethodPut, limitPath(kind, name), map[string]int{"max": max}, &v)
+	return &v, c.Do(ctx, http.MethodPut, limitPath(kind, name), wire.ConcurrencyLimitBody{Max: &max}, &v)
 }
 
 // DeleteConcurrencyLimit removes the limit of kind and name.
@@ -404,11 +373,7 @@ func cronNextPath(expr, tz, dialect string, n int, more url.Values) string {
 
 // JitteredFire is one fire of a jittered preview: its nominal time, when it leaves (that
 // plus its jitter) and the jitter, as GET /api/v1/cron/next answers with jitter_sec.
-type JitteredFire struct {
-	At       string `json:"at"`
-	FireAt   string `json:"fire_at"`
-	JitterMS int64  `json:"jitter_ms"`
-}
+type JitteredFire = wire.CronFire
 
 // CronNextJitter is CronNextIn for the task named task with a jitter_sec of jitterSec: each
 // fire's nominal time with the instant it leaves.

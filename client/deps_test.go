@@ -8,7 +8,7 @@ import (
 
 // TestClientLinksNoStorage: the client must stay usable from a program that carries neither
 // SQL driver nor the scheduler, so its import graph may hold only the standard library and
-// package model of axe.
+// axe's leaf packages: model, and wire (the API's shapes) with the ratelimit it names.
 func TestClientLinksNoStorage(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+
+	"github.com/axe-sched/axe/wire"
 )
 
 // followPrimary returns the addresses a call tries after servers[i] answered 503 with body.
@@ -13,9 +15,7 @@ import (
 // would drop. Any other 503 (a node starting, or a backup that knows no primary) leaves the
 // list as it is.
 func followPrimary(servers []string, i int, body []byte) []string {
-	var b struct {
-		Primary string `json:"primary"`
-	}
+	var b wire.BackupAnswer
 	if json.Unmarshal(body, &b) != nil || b.Primary == "" {
 		return servers
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/axe-sched/axe/internal/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Alert kinds.
@@ -33,16 +34,10 @@ const (
 	alertTimeout      = 5 * time.Second
 )
 
-// Alert is the JSON a webhook receives.
-type Alert struct {
-	Kind    string `json:"kind"`
-	Message string `json:"message"`
-	Task    string `json:"task,omitempty"`
-	Group   string `json:"group,omitempty"`
-	Node    string `json:"node"`
-	At      int64  `json:"at"`
-
-	id uint64 // in the delivery log
+// queuedAlert is an alert on its way to the webhooks, with its id in the delivery log.
+type queuedAlert struct {
+	wire.Alert
+	id uint64
 }
 
 // alerter posts alerts to the configured webhooks on its own goroutine. It never blocks the
@@ -52,7 +47,7 @@ type alerter struct {
 	urls   []string
 	log    *slog.Logger
 	client *http.Client
-	ch     chan Alert
+	ch     chan queuedAlert
 	wg     sync.WaitGroup
 	quit   chan struct{}
 	once   sync.Once
@@ -73,7 +68,7 @@ func newAlerter(urls []string, guard *dispatch.Guard, clk clock.Clock, log *slog
 			MaxIdleConns: 8, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
 	}
 	return &alerter{urls: urls, clk: clk, log: log, client: client,
-		ch: make(chan Alert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
+		ch: make(chan queuedAlert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
 }
 
 func (a *alerter) start() {
@@ -95,16 +90,17 @@ func (a *alerter) stop(ctx context.Context) {
 	}
 }
 
-func (a *alerter) send(al Alert) {
+func (a *alerter) send(al wire.Alert) {
+	q := queuedAlert{Alert: al}
 	if len(a.urls) == 0 {
 		a.deliveries.add(al, DeliveryNone)
 		return
 	}
-	al.id = a.deliveries.add(al, DeliveryQueued)
+	q.id = a.deliveries.add(al, DeliveryQueued)
 	select {
-	case a.ch <- al:
+	case a.ch <- q:
 	default:
-		a.deliveries.finish(al.id, DeliveryDropped, 0, nil)
+		a.deliveries.finish(q.id, DeliveryDropped, 0, nil)
 		a.drops()
 		a.log.Error("alert queue full; webhook delivery dropped", "kind", al.Kind, "message", al.Message)
 	}
@@ -129,8 +125,8 @@ func (a *alerter) loop() {
 	}
 }
 
-func (a *alerter) deliver(al Alert) {
-	body, _ := json.Marshal(al)
+func (a *alerter) deliver(al queuedAlert) {
+	body, _ := json.Marshal(al.Alert)
 	for _, url := range a.urls {
 		backoff := alertFirstBackoff
 		for attempt := 1; ; attempt++ {
@@ -188,7 +184,7 @@ func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, 
 	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
 		e.log.Error("cannot record alert", "error", err)
 	}
-	e.alerts.send(Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})
+	e.alerts.send(wire.Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})
 }
 
 func (e *Engine) alert(ctx context.Context, kind, msg string) { e.alertFor(ctx, kind, 0, "", "", msg) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // The delivery state of this node's recent alerts, for the console's alerts page. The
@@ -24,29 +25,21 @@ const (
 // alertLogSize is how many recent alerts the delivery log keeps.
 const alertLogSize = 200
 
-// AlertDelivery is one recent alert and what became of it.
-type AlertDelivery struct {
-	Alert
-	State    string `json:"delivery"`
-	Attempts int    `json:"attempts,omitempty"`
-	Error    string `json:"error,omitempty"` // the last failure's, for DeliveryFailed
-}
-
 // alertLog is a ring of the newest alertLogSize alerts.
 type alertLog struct {
 	mu   sync.Mutex
 	next uint64
-	ring [alertLogSize]AlertDelivery
+	ring [alertLogSize]wire.AlertDelivery
 	ids  [alertLogSize]uint64
 }
 
 // add records al in state and returns its id.
-func (l *alertLog) add(al Alert, state string) uint64 {
+func (l *alertLog) add(al wire.Alert, state string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.next++
 	i := l.next % alertLogSize
-	l.ring[i] = AlertDelivery{Alert: al, State: state}
+	l.ring[i] = wire.AlertDelivery{Alert: al, State: state}
 	l.ids[i] = l.next
 	return l.next
 }
@@ -71,10 +64,10 @@ func (l *alertLog) finish(id uint64, state string, attempts int, err error) {
 }
 
 // recent returns the alerts newest first.
-func (l *alertLog) recent() []AlertDelivery {
+func (l *alertLog) recent() []wire.AlertDelivery {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]AlertDelivery, 0, min(l.next, alertLogSize))
+	out := make([]wire.AlertDelivery, 0, min(l.next, alertLogSize))
 	for id := l.next; id > 0 && l.next-id < alertLogSize; id-- {
 		out = append(out, l.ring[id%alertLogSize])
 	}
@@ -83,7 +76,7 @@ func (l *alertLog) recent() []AlertDelivery {
 
 // RecentAlerts returns this node's newest alerts (at most 200, since it started) with their
 // webhook delivery state, newest first.
-func (e *Engine) RecentAlerts() []AlertDelivery { return e.alerts.deliveries.recent() }
+func (e *Engine) RecentAlerts() []wire.AlertDelivery { return e.alerts.deliveries.recent() }
 
 // AlertFilter narrows AlertRecords.
 type AlertFilter struct {

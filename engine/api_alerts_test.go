@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/axe-sched/axe/wire"
 )
 
 // TestAlertLogKeepsTheNewest: the delivery log lists the newest alertLogSize alerts newest
@@ -16,7 +18,7 @@ func TestAlertLogKeepsTheNewest(t *testing.T) {
 	}
 	ids := make([]uint64, 0, 300)
 	for i := range 300 {
-		ids = append(ids, l.add(Alert{Kind: "k", Message: fmt.Sprint(i)}, DeliveryQueued))
+		ids = append(ids, l.add(wire.Alert{Kind: "k", Message: fmt.Sprint(i)}, DeliveryQueued))
 	}
 	l.finish(ids[50], DeliveryDelivered, 1, nil) // pushed out: ignored
 	l.finish(ids[299], DeliveryFailed, 6, errors.New("HTTP 500"))

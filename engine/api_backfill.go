@@ -7,6 +7,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // BackfillRequest asks for one run of a cron task per fire time of its schedule in
@@ -17,40 +18,10 @@ type BackfillRequest struct {
 	Parallel int
 }
 
-// BackfillView is a backfill as the API shows it.
-type BackfillView struct {
-	ID       int64  `json:"id"`
-	Task     string `json:"task"`
-	From     string `json:"from"` // RFC 3339 in the backfill's time zone
-	To       string `json:"to"`
-	Parallel int    `json:"parallel"`
-	Cron     string `json:"cron"`
-	Timezone string `json:"timezone"`
-	Status   string `json:"status"`
-	// Total is the number of fire times in the range; Started those the cursor has passed;
-	// Done those whose run ended or that were skipped (Succeeded + Failed + Skipped);
-	// Running the backfill's runs in flight; Pending those not started yet.
-	Total     int64 `json:"total"`
-	Started   int64 `json:"started"`
-	Done      int64 `json:"done"`
-	Succeeded int64 `json:"succeeded"`
-	Failed    int64 `json:"failed"`
-	Skipped   int64 `json:"skipped"`
-	Running   int64 `json:"running"`
-	Pending   int64 `json:"pending"`
-	// NextFireTime is the cursor: the next fire time not yet started; "" when none is left.
-	NextFireTime string `json:"next_fire_time"`
-	Actor        string `json:"actor"`
-	CreatedAt    int64  `json:"created_at"`
-	UpdatedAt    int64  `json:"updated_at"`
-	EndedAt      int64  `json:"ended_at"`
-	Note         string `json:"note"`
-}
-
 // ErrBackfillNotFound is returned for an unknown backfill (or one of another task).
 var ErrBackfillNotFound = model.ErrBackfillNotFound
 
-func viewOf(row model.Backfill, running int64, inMemory bool) BackfillView {
+func viewOf(row model.Backfill, running int64, inMemory bool) wire.BackfillView {
 	loc, err := time.LoadLocation(row.Timezone)
 	if err != nil {
 		loc = time.UTC
@@ -61,7 +32,7 @@ func viewOf(row model.Backfill, running int64, inMemory bool) BackfillView {
 			running = 0
 		}
 	}
-	v := BackfillView{
+	v := wire.BackfillView{
 		ID: row.ID, Task: row.TaskName, Parallel: row.Parallel, Cron: row.Cron, Timezone: row.Timezone,
 		From:   time.UnixMilli(row.From).In(loc).Format(time.RFC3339Nano),
 		To:     time.UnixMilli(row.To).In(loc).Format(time.RFC3339Nano),
@@ -78,7 +49,7 @@ func viewOf(row model.Backfill, running int64, inMemory bool) BackfillView {
 }
 
 // view is b as it stands in memory.
-func (b *backfill) view() BackfillView {
+func (b *backfill) view() wire.BackfillView {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return viewOf(b.row, int64(len(b.inflight)), true)
@@ -90,7 +61,7 @@ func (b *backfill) view() BackfillView {
 // now) and hold 1..BackfillRunsMax fire times. It returns once the backfill is stored; its
 // runs start in the background. Fire times that have a run already are skipped, so asking
 // twice for a range, or for overlapping ranges, runs nothing twice.
-func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRequest, actor string) (*BackfillView, error) {
+func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRequest, actor string) (*wire.BackfillView, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -165,7 +136,7 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 }
 
 // GetBackfill returns a backfill of the task name.
-func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*BackfillView, error) {
+func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*wire.BackfillView, error) {
 	if b := e.backfills.get(id); b != nil {
 		v := b.view()
 		if v.Task != name {
@@ -185,7 +156,7 @@ func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*Backf
 }
 
 // ListBackfills returns the task's backfills, newest first, at most limit (0: 100).
-func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]BackfillView, error) {
+func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]wire.BackfillView, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -197,7 +168,7 @@ func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]B
 	if err != nil {
 		return nil, err
 	}
-	out := make([]BackfillView, 0, len(rows))
+	out := make([]wire.BackfillView, 0, len(rows))
 	for _, row := range rows {
 		if b := e.backfills.get(row.ID); b != nil {
 			out = append(out, b.view())
@@ -211,7 +182,7 @@ func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]B
 // CancelBackfill cancels a running backfill of the task name: no run of it starts any more;
 // its runs in flight finish (they are not killed) and are counted. Canceling a backfill
 // that has ended changes nothing and returns it as it is.
-func (e *Engine) CancelBackfill(ctx context.Context, name string, id int64, actor string) (*BackfillView, error) {
+func (e *Engine) CancelBackfill(ctx context.Context, name string, id int64, actor string) (*wire.BackfillView, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Bulk operations (docs/bulk.md).
@@ -31,23 +32,12 @@ const (
 	bulkMaxNames = 100000
 )
 
-// Selector picks the tasks of a bulk operation. Its criteria combine with AND; at least one
-// must be given.
-type Selector struct {
-	Group      string   `json:"group"`
-	NamePrefix string   `json:"name_prefix"`
-	State      string   `json:"state"`
-	Names      []string `json:"names"`
-	// Note goes into each task's action record.
-	Note string `json:"note"`
-}
-
 // Bulk runs op (BulkPause, BulkResume, BulkDelete or BulkRun) on every task sel picks and
 // returns how many it affected; with dryRun it changes nothing and returns how many it
 // would. Each task gets its own action record with sel.Note. The work goes a page at a
 // time, and waits while the writer is busy, so a bulk call over 100K tasks never starves
 // the firing path.
-func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool, actor string) (n int, err error) {
+func (e *Engine) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun bool, actor string) (n int, err error) {
 	if err := e.checkRunning(); err != nil {
 		return 0, err
 	}
@@ -77,7 +67,7 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 	default:
 		return 0, fieldErr("op", "must be pause, resume, delete or run; got %q", op)
 	}
-	match, err := sel.compile()
+	match, err := compileSelector(&sel)
 	if err != nil {
 		return 0, err
 	}
@@ -122,8 +112,8 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel Selector, dryRun bool,
 	return n, err
 }
 
-// compile validates sel and returns the test a stored task must pass.
-func (sel *Selector) compile() (func(*model.Task) bool, error) {
+// compileSelector validates sel and returns the test a stored task must pass.
+func compileSelector(sel *wire.Selector) (func(*model.Task) bool, error) {
 	if sel.Group == "" && sel.NamePrefix == "" && sel.State == "" && len(sel.Names) == 0 {
 		return nil, fieldErr("selector", "is empty: give at least one of group, name_prefix, state, names")
 	}
@@ -158,7 +148,7 @@ func validState(s model.State) bool {
 
 // eachSelected hands the selected tasks to fn a page at a time, with the in-memory runtime
 // overlaid (the state filter applies to what the API shows).
-func (e *Engine) eachSelected(ctx context.Context, sel Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
+func (e *Engine) eachSelected(ctx context.Context, sel wire.Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
 	if len(sel.Names) > 0 {
 		page := make([]model.Task, 0, bulkPage)
 		seen := make(map[string]bool, len(sel.Names))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 var bulkBenchSize = flag.Int("bulk.size", 2000, "tasks a BenchmarkBulkPause iteration pauses")
@@ -33,7 +34,7 @@ func BenchmarkBulkPause(b *testing.B) {
 	})
 	n := *bulkBenchSize
 	for start := 0; start < n; start += BatchMaxTasks {
-		specs := make([]*TaskSpec, 0, BatchMaxTasks)
+		specs := make([]*wire.TaskSpec, 0, BatchMaxTasks)
 		for i := start; i < min(n, start+BatchMaxTasks); i++ {
 			sp := httpSpec(fmt.Sprintf("bulk-%07d", i), "http://127.0.0.1:1/never")
 			sp.Trigger, sp.DelayMS = "delay", ptr(int64(24*time.Hour/time.Millisecond))
@@ -43,7 +44,7 @@ func BenchmarkBulkPause(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	sel := Selector{NamePrefix: "bulk-", Note: "bench"}
+	sel := wire.Selector{NamePrefix: "bulk-", Note: "bench"}
 	var elapsed, cpu time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

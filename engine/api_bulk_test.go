@@ -9,13 +9,14 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // createDayLater creates n delay tasks named prefix-00000… due a day later, so none is held
 // in memory once created.
 func createDayLater(t *testing.T, e *Engine, prefix string, n int) {
 	t.Helper()
-	specs := make([]*TaskSpec, n)
+	specs := make([]*wire.TaskSpec, n)
 	for i := range specs {
 		specs[i] = httpSpec(fmt.Sprintf("%s-%05d", prefix, i), "http://127.0.0.1:1/never")
 		specs[i].DelayMS = ptr(int64(24 * time.Hour / time.Millisecond))
@@ -60,7 +61,7 @@ func TestBulkOverSeveralPages(t *testing.T) {
 		const n = 2*bulkPage + 37
 		createDayLater(t, e, "pg", n)
 		createDayLater(t, e, "other", 3)
-		sel := Selector{NamePrefix: "pg-", Note: "maint"}
+		sel := wire.Selector{NamePrefix: "pg-", Note: "maint"}
 
 		if got, err := e.Bulk(ctx, BulkPause, sel, true, "test"); err != nil || got != n {
 			t.Fatalf("dry-run pause = %d, %v; want %d", got, err, n)
@@ -99,14 +100,14 @@ func TestBulkOverSeveralPages(t *testing.T) {
 			t.Errorf("pausing again wrote %d pause actions in all, want 1", c)
 		}
 
-		if got, err := e.Bulk(ctx, BulkResume, Selector{NamePrefix: "pg-", State: "paused"}, false, "test"); err != nil || got != n {
+		if got, err := e.Bulk(ctx, BulkResume, wire.Selector{NamePrefix: "pg-", State: "paused"}, false, "test"); err != nil || got != n {
 			t.Fatalf("resume = %d, %v; want %d", got, err, n)
 		}
 		if pt, _ := s.GetTask(ctx, "pg-00600"); pt.Runtime.State != model.StateScheduled || pt.Def.Paused {
 			t.Errorf("resumed task stored as %s paused=%v", pt.Runtime.State, pt.Def.Paused)
 		}
 
-		if got, err := e.Bulk(ctx, BulkDelete, Selector{NamePrefix: "pg-", Note: "gone"}, false, "test"); err != nil || got != n {
+		if got, err := e.Bulk(ctx, BulkDelete, wire.Selector{NamePrefix: "pg-", Note: "gone"}, false, "test"); err != nil || got != n {
 			t.Fatalf("delete = %d, %v; want %d", got, err, n)
 		}
 		left, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "pg-"})
@@ -158,7 +159,7 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 		waitFor(t, 5*time.Second, "the edited task to leave memory", func() bool {
 			return e.tasks.get(listed[0].Def.ID) == nil
 		})
-		match, err := (&Selector{NamePrefix: "st-"}).compile()
+		match, err := compileSelector(&wire.Selector{NamePrefix: "st-"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,8 +196,8 @@ func TestBulkSkipsTaskThatNoLongerMatches(t *testing.T) {
 		ctx := context.Background()
 		e := startEngine(t, s)
 		createDayLater(t, e, "sk", 3)
-		sel := Selector{NamePrefix: "sk-", State: "scheduled"}
-		match, err := sel.compile()
+		sel := wire.Selector{NamePrefix: "sk-", State: "scheduled"}
+		match, err := compileSelector(&sel)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,7 +229,7 @@ func TestBulkStaleListedTaskThatNoLongerMatches(t *testing.T) {
 		ctx := context.Background()
 		e := startEngine(t, s)
 		createDayLater(t, e, "sm", 2)
-		match, err := (&Selector{NamePrefix: "sm-", State: "scheduled"}).compile()
+		match, err := compileSelector(&wire.Selector{NamePrefix: "sm-", State: "scheduled"})
 		if err != nil {
 			t.Fatal(err)
 		}

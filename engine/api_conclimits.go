@@ -12,6 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // MaxConcurrencyLimit bounds a limit's max: far more runs than one scheduler keeps in flight.
@@ -19,15 +20,6 @@ const MaxConcurrencyLimit = 1_000_000
 
 // ActConcurrencyLimit records a limit set or removed (task 0, as a rate limit's record).
 const ActConcurrencyLimit = "concurrency_limit"
-
-// ConcurrencyLimitView is one concurrency limit as the API shows it: the stored limit, and how
-// many runs count in it and how many fires wait for it on this node (0 on a backup, which
-// runs nothing).
-type ConcurrencyLimitView struct {
-	model.ConcurrencyLimit
-	InUse   int `json:"in_use"`
-	Waiting int `json:"waiting"`
-}
 
 // checkLimitRef validates a limit's kind and name.
 func checkLimitRef(kind, name string) error {
@@ -40,19 +32,19 @@ func checkLimitRef(kind, name string) error {
 	return nil
 }
 
-func (e *Engine) limitView(l model.ConcurrencyLimit) ConcurrencyLimitView {
+func (e *Engine) limitView(l model.ConcurrencyLimit) wire.ConcurrencyLimitView {
 	v := e.conc.view(limitRef{l.Kind, l.Name})
-	return ConcurrencyLimitView{ConcurrencyLimit: l, InUse: v.used, Waiting: v.waiting}
+	return wire.ConcurrencyLimitView{ConcurrencyLimit: l, InUse: v.used, Waiting: v.waiting}
 }
 
 // ConcurrencyLimits lists the stored limits with their counts, ordered by kind and name. It
 // reads the store, so a backup answers it too.
-func (e *Engine) ConcurrencyLimits(ctx context.Context) ([]ConcurrencyLimitView, error) {
+func (e *Engine) ConcurrencyLimits(ctx context.Context) ([]wire.ConcurrencyLimitView, error) {
 	ls, err := e.store.ListConcurrencyLimits(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ConcurrencyLimitView, 0, len(ls))
+	out := make([]wire.ConcurrencyLimitView, 0, len(ls))
 	for _, l := range ls {
 		out = append(out, e.limitView(l))
 	}
@@ -60,51 +52,51 @@ func (e *Engine) ConcurrencyLimits(ctx context.Context) ([]ConcurrencyLimitView,
 }
 
 // ConcurrencyLimit returns one limit, or ErrLimitNotFound.
-func (e *Engine) ConcurrencyLimit(ctx context.Context, kind, name string) (ConcurrencyLimitView, error) {
+func (e *Engine) ConcurrencyLimit(ctx context.Context, kind, name string) (wire.ConcurrencyLimitView, error) {
 	if err := checkLimitRef(kind, name); err != nil {
-		return ConcurrencyLimitView{}, err
+		return wire.ConcurrencyLimitView{}, err
 	}
 	ls, err := e.store.ListConcurrencyLimits(ctx)
 	if err != nil {
-		return ConcurrencyLimitView{}, err
+		return wire.ConcurrencyLimitView{}, err
 	}
 	for _, l := range ls {
 		if l.Kind == kind && l.Name == name {
 			return e.limitView(l), nil
 		}
 	}
-	return ConcurrencyLimitView{}, fmt.Errorf("%w: %s %s", ErrLimitNotFound, kind, name)
+	return wire.ConcurrencyLimitView{}, fmt.Errorf("%w: %s %s", ErrLimitNotFound, kind, name)
 }
 
 // SetConcurrencyLimit sets the limit of a group or a concurrency key to max runs in flight at
 // once, 1..MaxConcurrencyLimit. It is stored before it takes effect, and takes effect at once:
 // a higher limit lets waiting fires start now, a lower one lets no new run start until the
 // count falls under it (the runs in flight finish).
-func (e *Engine) SetConcurrencyLimit(ctx context.Context, kind, name string, max int, actor string) (ConcurrencyLimitView, error) {
+func (e *Engine) SetConcurrencyLimit(ctx context.Context, kind, name string, max int, actor string) (wire.ConcurrencyLimitView, error) {
 	if err := checkLimitRef(kind, name); err != nil {
-		return ConcurrencyLimitView{}, err
+		return wire.ConcurrencyLimitView{}, err
 	}
 	if max < 1 || max > MaxConcurrencyLimit {
-		return ConcurrencyLimitView{}, fieldErr("max", "must be 1..%d runs in flight (DELETE removes a limit), got %d", MaxConcurrencyLimit, max)
+		return wire.ConcurrencyLimitView{}, fieldErr("max", "must be 1..%d runs in flight (DELETE removes a limit), got %d", MaxConcurrencyLimit, max)
 	}
 	if err := e.checkRunning(); err != nil {
-		return ConcurrencyLimitView{}, err
+		return wire.ConcurrencyLimitView{}, err
 	}
 	if e.cfg.Sharded {
-		return ConcurrencyLimitView{}, fmt.Errorf("%w: concurrency limit %s %s: %s", ErrConflict, kind, name, errShardedLimits)
+		return wire.ConcurrencyLimitView{}, fmt.Errorf("%w: concurrency limit %s %s: %s", ErrConflict, kind, name, errShardedLimits)
 	}
 	l := model.ConcurrencyLimit{Kind: kind, Name: name, Max: max, UpdatedAt: e.nowMS()}
 	e.limitsMu.Lock()
 	defer e.limitsMu.Unlock()
 	if err := e.store.PutConcurrencyLimit(ctx, l); err != nil {
-		return ConcurrencyLimitView{}, err
+		return wire.ConcurrencyLimitView{}, err
 	}
 	e.conc.setMax(limitRef{kind, name}, max)
 	e.limitGauges(limitRef{kind, name}, true)
 	act := model.Action{Action: ActConcurrencyLimit, Actor: actor, At: l.UpdatedAt,
 		Detail: "concurrency limit " + kind + " " + name + ": " + strconv.Itoa(max) + " run(s) in flight at once"}
 	if err := e.write(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
-		return ConcurrencyLimitView{}, err
+		return wire.ConcurrencyLimitView{}, err
 	}
 	return e.limitView(l), nil
 }

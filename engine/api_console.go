@@ -8,6 +8,7 @@ import (
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // This file holds the read-only views the operator console needs beyond the task API: fire
@@ -106,18 +107,12 @@ func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) 
 	return gc.GroupCounts(ctx)
 }
 
-// ExecutorView is a registered executor with the runs this scheduler has in flight on it.
-type ExecutorView struct {
-	model.Executor
-	Inflight int64 `json:"inflight"`
-}
-
 // ExecutorViews lists the registry with each executor's runs in flight.
-func (e *Engine) ExecutorViews() []ExecutorView {
+func (e *Engine) ExecutorViews() []wire.ExecutorView {
 	snap := e.registry.Snapshot()
-	out := make([]ExecutorView, 0, len(snap))
+	out := make([]wire.ExecutorView, 0, len(snap))
 	for _, x := range snap {
-		out = append(out, ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
+		out = append(out, wire.ExecutorView{Executor: model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol,
 			Handlers: x.Handlers, RegisteredAt: x.RegisteredAt, LastHeartbeat: x.LastHeartbeat, Status: executorStatus(x)},
 			Inflight: x.Inflight})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Limits of CreateTasks (docs/bulk.md).
@@ -26,17 +27,10 @@ const (
 	OnConflictReplace = "replace" // the existing task is deleted and the item created anew
 )
 
-// BatchResult counts what CreateTasks did.
-type BatchResult struct {
-	Created  int `json:"created"`
-	Skipped  int `json:"skipped"`
-	Replaced int `json:"replaced"`
-}
-
 // ItemError is what is wrong with one item of a batch, by its index in the batch.
 type ItemError struct {
-	Index int   `json:"index"`
-	Err   error `json:"-"`
+	Index int
+	Err   error
 }
 
 // BatchError refuses a batch: it names every bad item, and nothing of the batch was
@@ -68,7 +62,7 @@ func (e *BatchError) Unwrap() error {
 // task starts in (SCHEDULED, WAITING or PAUSED), whose detail names the trigger and the
 // first fire: the WAITING→SCHEDULED step of a new task is not a second record, so a one-shot
 // task's life costs one create action beside its run row (docs/retention.md).
-func (e *Engine) newTaskCreate(spec *TaskSpec, actor string, now int64) (*task, *persist.TaskCreate, []model.Run, error) {
+func (e *Engine) newTaskCreate(spec *wire.TaskSpec, actor string, now int64) (*task, *persist.TaskCreate, []model.Run, error) {
 	def, runAt, err := e.normalizeCreate(spec)
 	if err != nil {
 		return nil, nil, nil, err
@@ -115,7 +109,7 @@ func createDetail(trigger string, state model.State, note, first string) string 
 // createGrouped is CreateTask: the definition, runtime and action records go to the batched
 // writer as one group, committed with other groups in one transaction. When the writer is
 // saturated the create is refused with persist.ErrWriterBusy rather than queued.
-func (e *Engine) createGrouped(ctx context.Context, spec *TaskSpec, actor string) (*model.Task, error) {
+func (e *Engine) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -197,8 +191,8 @@ func skipTicket(id, due int64) string {
 // are refused. onConflict says what a name taken by an existing task does (OnConflict*).
 // A nil spec is an item the caller already found bad (it did not decode): the others are
 // still checked, so that every bad item is named, and nothing is written.
-func (e *Engine) CreateTasks(ctx context.Context, specs []*TaskSpec, onConflict, actor string, opts ...CreateOption) (BatchResult, error) {
-	var res BatchResult
+func (e *Engine) CreateTasks(ctx context.Context, specs []*wire.TaskSpec, onConflict, actor string, opts ...CreateOption) (wire.BatchResult, error) {
+	var res wire.BatchResult
 	if err := e.checkRunning(); err != nil {
 		return res, err
 	}
@@ -379,7 +373,7 @@ func (e *Engine) runAtRuntime(t *task, runAt, now int64) (model.Runtime, string,
 
 // normalizeCreate is Normalize for a new task, with what only a create takes: run_at (an
 // absolute one-shot time, returned as Unix ms; 0 for none) and the retention overrides.
-func (e *Engine) normalizeCreate(spec *TaskSpec) (model.TaskDef, int64, error) {
+func (e *Engine) normalizeCreate(spec *wire.TaskSpec) (model.TaskDef, int64, error) {
 	var runAt int64
 	if spec.RunAt != "" {
 		if spec.DelayMS != nil {
@@ -476,7 +470,7 @@ func UpstreamsChecked() CreateOption { return func(o *createOptions) { o.upstrea
 
 // prepareBatch checks and prepares the creates of a batch, as CreateTasks takes them: every
 // bad item is named in a *BatchError, and nothing is returned then.
-func (e *Engine) prepareBatch(ctx context.Context, specs []*TaskSpec, onConflict, actor string, now int64, checkUpstreams bool) ([]*task, []*persist.TaskCreate, [][]model.Run, error) {
+func (e *Engine) prepareBatch(ctx context.Context, specs []*wire.TaskSpec, onConflict, actor string, now int64, checkUpstreams bool) ([]*task, []*persist.TaskCreate, [][]model.Run, error) {
 	ifExists := persist.CreateFail
 	switch onConflict {
 	case "", OnConflictError:
@@ -536,7 +530,7 @@ func (e *Engine) prepareBatch(ctx context.Context, specs []*TaskSpec, onConflict
 // upstreams known, no cycle) and, with onConflict "" or error, that no item's name is taken,
 // and writes nothing: a *BatchError names every item refused. A sharded node checks a batch
 // so before it splits it among the nodes that schedule its items.
-func (e *Engine) CheckTasks(ctx context.Context, specs []*TaskSpec, onConflict string) error {
+func (e *Engine) CheckTasks(ctx context.Context, specs []*wire.TaskSpec, onConflict string) error {
 	if err := e.checkRunning(); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Executor protocol defaults (docs/protocol.md).
@@ -39,24 +40,8 @@ var (
 	ErrForeignExecutor = errors.New("run of another executor")
 )
 
-// ExecutorRegistration is the body of POST /api/v1/executors/register.
-type ExecutorRegistration struct {
-	App      string   `json:"app"`
-	Address  string   `json:"address"`
-	Protocol string   `json:"protocol"`
-	Handlers []string `json:"handlers"`
-	// Auth is protocol.AuthSigned for an executor that verifies signed calls.
-	Auth string `json:"auth"`
-	// Version is the protocol version the executor speaks (0: 1), and Incarnation the id
-	// of its process, which calls to it are signed for ("" for a version 1 executor).
-	Version     int    `json:"version"`
-	Incarnation string `json:"incarnation"`
-	// Token is the bearer token the executor presented with the registration ("" for
-	// none); the dispatch key of a signed executor is derived from it. Never decoded.
-	Token string `json:"-"`
-}
-
-func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
+// validateRegistration checks reg, filling in its default protocol.
+func validateRegistration(reg *wire.ExecutorRegistration, guard *dispatch.Guard) error {
 	if reg.App == "" {
 		return fieldErr("app", "is required")
 	}
@@ -103,8 +88,8 @@ func (reg *ExecutorRegistration) validate(guard *dispatch.Guard) error {
 const maxHandlersBytes = 65535
 
 // RegisterExecutor registers an executor, idempotent by (app, address) (docs/protocol.md).
-func (e *Engine) RegisterExecutor(ctx context.Context, reg ExecutorRegistration) error {
-	if err := reg.validate(e.cfg.Dispatch.Guard); err != nil {
+func (e *Engine) RegisterExecutor(ctx context.Context, reg wire.ExecutorRegistration) error {
+	if err := validateRegistration(&reg, e.cfg.Dispatch.Guard); err != nil {
 		return err
 	}
 	key, err := e.dispatchKeyOf(reg)
@@ -142,7 +127,7 @@ const predatesSigning = "this executor predates signed calls and expects axe to 
 // the token it presented when it asks for signed calls (protocol.AuthSigned), none when it
 // does not. An executor that presented a token without asking expects the legacy bearer
 // token, and is refused unless Config.ExecutorToken is set.
-func (e *Engine) dispatchKeyOf(reg ExecutorRegistration) ([]byte, error) {
+func (e *Engine) dispatchKeyOf(reg wire.ExecutorRegistration) ([]byte, error) {
 	switch {
 	case reg.Auth == protocol.AuthSigned && reg.Token == "":
 		return nil, fieldErr("auth", "signed calls are keyed by the executor's token, and it presented none")

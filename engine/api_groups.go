@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
 // groupLeftMax bounds GroupResult.LeftPaused: a group of 20,000 tasks paused one by one
@@ -22,15 +23,8 @@ type GroupResult struct {
 	// LeftPaused names, for a resume, paused tasks of the group that this group's pause did
 	// not pause (at most groupLeftMax of them); LeftPausedCount counts them all. A resume
 	// leaves them paused, with their notes.
-	LeftPaused      []PausedTask
+	LeftPaused      []wire.PausedTask
 	LeftPausedCount int
-}
-
-// PausedTask is a paused task a group's resume left paused, with why it is paused.
-type PausedTask struct {
-	Name     string `json:"name"`
-	PausedBy string `json:"paused_by"`
-	Note     string `json:"note,omitempty"`
 }
 
 // pausedByText says who paused a task, for records and answers.
@@ -104,7 +98,7 @@ func (e *Engine) ResumeGroup(ctx context.Context, group, note, actor string) (Gr
 		}
 		res.LeftPausedCount++
 		if len(res.LeftPaused) < groupLeftMax {
-			res.LeftPaused = append(res.LeftPaused, PausedTask{Name: pt.Def.Name, PausedBy: pt.Runtime.PausedBy, Note: pt.Runtime.Note})
+			res.LeftPaused = append(res.LeftPaused, wire.PausedTask{Name: pt.Def.Name, PausedBy: pt.Runtime.PausedBy, Note: pt.Runtime.Note})
 		}
 		return false
 	}
@@ -144,7 +138,7 @@ func (e *Engine) groupApply(ctx context.Context, group, note string, listed, loc
 		}
 	}
 	here := e.ownShards(locked)
-	err = e.eachSelected(ctx, Selector{Group: group}, match, func(page []model.Task) error {
+	err = e.eachSelected(ctx, wire.Selector{Group: group}, match, func(page []model.Task) error {
 		k, err := e.bulkApply(ctx, page, here, apply, true)
 		n += k
 		return err

@@ -12,6 +12,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // TestGroupResumeResumesOnlyWhatItsPausePaused: a group's resume resumes the tasks its
@@ -71,7 +72,7 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 			t.Fatal(err)
 		}
 		sort.Slice(res.LeftPaused, func(i, j int) bool { return res.LeftPaused[i].Name < res.LeftPaused[j].Name })
-		wantLeft := []PausedTask{{Name: "a2", PausedBy: "task", Note: "INC-4411"}, {Name: "a3", PausedBy: "task", Note: "keep until vendor fix"}}
+		wantLeft := []wire.PausedTask{{Name: "a2", PausedBy: "task", Note: "INC-4411"}, {Name: "a3", PausedBy: "task", Note: "keep until vendor fix"}}
 		if res.Changed != 3 || res.LeftPausedCount != 2 || len(res.LeftPaused) != 2 || res.LeftPaused[0] != wantLeft[0] || res.LeftPaused[1] != wantLeft[1] {
 			t.Fatalf("group resume = %+v; want 3 resumed (a1, a4, and a5 created paused) and left %+v", res, wantLeft)
 		}

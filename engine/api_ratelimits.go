@@ -15,17 +15,11 @@ import (
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
+	"github.com/axe-sched/axe/wire"
 )
 
-// RateLimits is the rate-limit configuration as the API shows and changes it.
-type RateLimits struct {
-	Global  ratelimit.Limit            `json:"global"`
-	Default ratelimit.Limit            `json:"default"`
-	PerKey  map[string]ratelimit.Limit `json:"downstreams"`
-}
-
 // RateLimits returns the limits in force. Rate 0 means unlimited.
-func (e *Engine) RateLimits() RateLimits {
+func (e *Engine) RateLimits() wire.RateLimits {
 	g := e.gate
 	global, per := g.lim.Limits()
 	g.mu2.Lock()
@@ -34,7 +28,7 @@ func (e *Engine) RateLimits() RateLimits {
 	if per == nil {
 		per = map[string]ratelimit.Limit{}
 	}
-	return RateLimits{Global: global, Default: d, PerKey: per}
+	return wire.RateLimits{Global: global, Default: d, PerKey: per}
 }
 
 // SetRateLimit changes a limit at runtime: key "" is the global bucket; otherwise the

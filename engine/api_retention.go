@@ -9,6 +9,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Defaults of RetentionConfig (docs/retention.md).
@@ -72,13 +73,6 @@ func (c RetentionConfig) validate() error {
 	return nil
 }
 
-// PruneResult counts what a prune deleted (or would, on a dry run), by table.
-type PruneResult struct {
-	Runs     int64 `json:"task_run"`
-	Actions  int64 `json:"task_action"`
-	Finished int64 `json:"task_def"`
-}
-
 // errNoPruner: the store cannot prune.
 var errNoPruner = errors.New("the store does not support pruning")
 
@@ -117,15 +111,15 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 // Prune deletes runs and actions from before historyBefore and finished one-shot tasks that
 // ended before finishedBefore (Unix ms; -1 skips that kind), in bounded batches; with dryRun
 // it only counts. It is what axe prune calls.
-func (e *Engine) Prune(ctx context.Context, historyBefore, finishedBefore int64, dryRun bool) (PruneResult, error) {
+func (e *Engine) Prune(ctx context.Context, historyBefore, finishedBefore int64, dryRun bool) (wire.PruneResult, error) {
 	if err := e.checkRunning(); err != nil {
-		return PruneResult{}, err
+		return wire.PruneResult{}, err
 	}
 	return e.prune(ctx, historyBefore, finishedBefore, dryRun, false)
 }
 
-func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool) (PruneResult, error) {
-	var res PruneResult
+func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool) (wire.PruneResult, error) {
+	var res wire.PruneResult
 	p, ok := e.store.(persist.Pruner)
 	if !ok {
 		return res, errNoPruner

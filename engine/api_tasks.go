@@ -10,6 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/wire"
 )
 
 // The operations below are what the REST API and the CLI call. Each one validates first and
@@ -44,7 +45,7 @@ func (e *Engine) initialRuntime(t *task, now int64) (model.Runtime, string) {
 // CreateTask validates spec and stores the task, its runtime and its action records as one
 // group of the batched writer, then arms it when it is due within the window. When the writer
 // is saturated it fails at once with persist.ErrWriterBusy (the API answers 429).
-func (e *Engine) CreateTask(ctx context.Context, spec *TaskSpec, actor string) (*model.Task, error) {
+func (e *Engine) CreateTask(ctx context.Context, spec *wire.TaskSpec, actor string) (*model.Task, error) {
 	return e.createGrouped(ctx, spec, actor)
 }
 
@@ -116,7 +117,7 @@ func snapshot(t *task) *model.Task {
 // UpdateTask replaces a task's definition. The trigger type cannot change (delete and
 // re-create instead). A changed schedule re-arms the in-memory entry at once; a run in
 // flight finishes under the old definition.
-func (e *Engine) UpdateTask(ctx context.Context, name string, spec *TaskSpec, actor string) (*model.Task, error) {
+func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // MaxParamsBytes bounds a task's params (and a run-now's), in bytes of JSON.
@@ -62,73 +63,11 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// TaskSpec is a task definition as a client sends it. Fields whose zero value is meaningful
-// (priority 0 is the highest) are pointers so that "absent" can take the default.
-type TaskSpec struct {
-	Name             string          `json:"name"`
-	Group            string          `json:"group"`
-	Trigger          string          `json:"trigger"`
-	Cron             string          `json:"cron"`
-	DelayMS          *int64          `json:"delay_ms"`
-	DependsOn        []string        `json:"depends_on"`
-	DependsMode      string          `json:"depends_mode"`
-	Timezone         string          `json:"timezone"`
-	TimeoutSec       *int            `json:"timeout_sec"`
-	RetryCount       *int            `json:"retry_count"`
-	RetryIntervalSec *int            `json:"retry_interval_sec"`
-	Priority         *int            `json:"priority"`
-	Callback         *model.Callback `json:"callback"`
-	Params           json.RawMessage `json:"params"`
-	MisfirePolicy    string          `json:"misfire_policy"`
-	// Paused creates the task paused. On update, absent keeps the task as it is, so an
-	// edit never resumes (or pauses) a task by omission.
-	Paused *bool `json:"paused"`
-	// OnLost is what becomes of an HTTP run left in doubt by a failover or a restart:
-	// "fail" (the default: recorded lost, at most once) or "resend" (the same ticket sent
-	// again as a new attempt of the same fire, for endpoints that de-duplicate on
-	// X-Axe-Ticket).
-	OnLost string `json:"on_lost"`
-	// CronDialect is "unix" or "quartz"; absent takes the server's --cron-dialect. Only
-	// valid with trigger cron.
-	CronDialect string `json:"cron_dialect"`
-	// Note is the pause note of a task created paused (as a pause with a note would set
-	// it); at most 1024 bytes. Only valid on create with paused true.
-	Note string `json:"note"`
-	// SensitiveParams names top-level keys of params whose values reads mask.
-	SensitiveParams []string `json:"sensitive_params"`
-	// RunAt is a delay task's one fire as an absolute time, RFC 3339 with a zone, instead of
-	// delay_ms. Create only: an update keeps the fire time unless delay_ms changes.
-	RunAt string `json:"run_at,omitempty"`
-	// RetainHistory and RetainFinished override the server's retention for this task
-	// ("7d", "36h"); see docs/retention.md.
-	RetainHistory  string `json:"retain_history,omitempty"`
-	RetainFinished string `json:"retain_finished,omitempty"`
-	// PauseAfterFailures pauses the task after this many consecutive failed runs, 1 to
-	// MaxPauseAfterFailures; 0 or absent never does (docs/operations.md, Pause on failure).
-	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
-	// JitterSec delays each fire of a cron task by a deterministic offset of 0 to JitterSec
-	// seconds (at most MaxJitterSec, and below the schedule's smallest gap between fires);
-	// 0 or absent: none (docs/design.md, Jitter).
-	JitterSec int `json:"jitter_sec,omitempty"`
-	// ConcurrencyKey names the concurrency limit of kind "key" the task's runs count in,
-	// beside its group's; a name as a group's, or absent: none (docs/design.md, Concurrency
-	// limits).
-	ConcurrencyKey string `json:"concurrency_key,omitempty"`
-	// OverlapPolicy decides a cron task's fires due while its run is in flight: skip,
-	// buffer_one (absent: the default), buffer_all or cancel_other; allow_all is refused
-	// (docs/design.md, Overlap and catch-up).
-	OverlapPolicy string `json:"overlap_policy,omitempty"`
-	// CatchupWindowSec: a cron task's fires missed in downtime or a pause within this many
-	// seconds run each once, oldest first; 0 or absent: misfire_policy decides. At most
-	// MaxCatchupWindowSec; refused with misfire_policy skip, which it would override.
-	CatchupWindowSec int `json:"catchup_window_sec,omitempty"`
-}
-
 // DecodeTaskSpec parses a task definition from JSON strictly (protocol.Decode): unknown
 // fields are rejected so that a typo ("retry_cnt") is an error rather than a silently ignored
 // setting, and so are a repeated key and invalid UTF-8, which the store would refuse.
-func DecodeTaskSpec(data []byte) (*TaskSpec, error) {
-	var s TaskSpec
+func DecodeTaskSpec(data []byte) (*wire.TaskSpec, error) {
+	var s wire.TaskSpec
 	if err := protocol.Decode(data, &s); err != nil {
 		var fe *protocol.FieldError
 		if errors.As(err, &fe) && fe.Field != "" {
@@ -163,7 +102,7 @@ func validName(s string) bool {
 // Normalize validates s and returns the definition with defaults applied. defaultTZ is the
 // server's default zone; the cron dialect default is unix, chosen by no one (see
 // NormalizeIn). Errors are *FieldError naming the field.
-func Normalize(s *TaskSpec, defaultTZ string) (model.TaskDef, error) {
+func Normalize(s *wire.TaskSpec, defaultTZ string) (model.TaskDef, error) {
 	return NormalizeIn(s, defaultTZ, "")
 }
 
@@ -171,7 +110,7 @@ func Normalize(s *TaskSpec, defaultTZ string) (model.TaskDef, error) {
 // "quartz" when the operator chose one, "" when nobody did. In that last case a task that
 // names no dialect reads as unix, and an expression that unix and Quartz read differently
 // (cron.CheckAmbiguous) is refused rather than guessed at.
-func NormalizeIn(s *TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, error) {
+func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, error) {
 	var d model.TaskDef
 	if s.Name == "" {
 		return d, fieldErr("name", "is required")
@@ -495,7 +434,7 @@ func resolveDialect(own, server string) (cron.Dialect, error) {
 
 // checkOverlap resolves and validates the overlap policy and catch-up window of s into d,
 // whose trigger and misfire policy are resolved.
-func checkOverlap(s *TaskSpec, d *model.TaskDef) error {
+func checkOverlap(s *wire.TaskSpec, d *model.TaskDef) error {
 	switch s.OverlapPolicy {
 	case "", model.OverlapBufferOne:
 		d.OverlapPolicy = model.OverlapBufferOne

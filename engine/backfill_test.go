@@ -19,6 +19,7 @@ import (
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/ratelimit"
+	"github.com/axe-sched/axe/wire"
 )
 
 // slowServer is a loopback endpoint that holds each call for delay (or until release is
@@ -141,9 +142,9 @@ func backfillRuns(t *testing.T, s persist.Store, e *Engine, name string) []model
 	return out
 }
 
-func waitBackfill(t *testing.T, e *Engine, name string, id int64, status string) *BackfillView {
+func waitBackfill(t *testing.T, e *Engine, name string, id int64, status string) *wire.BackfillView {
 	t.Helper()
-	var v *BackfillView
+	var v *wire.BackfillView
 	waitFor(t, 60*time.Second, "backfill "+status, func() bool {
 		var err error
 		v, err = e.GetBackfill(context.Background(), name, id)
@@ -545,10 +546,10 @@ func TestBackfillOnAnExecutor(t *testing.T) {
 		}))
 		defer exec.Close()
 		e = startEngine(t, s)
-		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
-		mustCreate(t, e, &TaskSpec{Name: "onexec", Cron: "*/10 * * * *", Timezone: "UTC",
+		mustCreate(t, e, &wire.TaskSpec{Name: "onexec", Cron: "*/10 * * * *", Timezone: "UTC",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "bfapp", Handler: "job"}})
 		from := mustTime(t, "2026-05-01T00:00:00Z")
 		v, err := e.CreateBackfill(ctx, "onexec", BackfillRequest{From: from, To: from.Add(5 * time.Hour), Parallel: 3}, "test")

@@ -15,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/wheel"
+	"github.com/axe-sched/axe/wire"
 )
 
 var concBenchSize = flag.Int("conc.size", 2000, "one-shot tasks due at once per BenchmarkFireThroughput iteration")
@@ -53,7 +54,7 @@ func BenchmarkFireThroughput(b *testing.B) {
 		round++
 		at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
 		for start := 0; start < n; start += BatchMaxTasks {
-			specs := make([]*TaskSpec, 0, BatchMaxTasks)
+			specs := make([]*wire.TaskSpec, 0, BatchMaxTasks)
 			for j := start; j < min(n, start+BatchMaxTasks); j++ {
 				sp := httpSpec(fmt.Sprintf("fire-%d-%06d", round, j), srv.URL)
 				sp.Group, sp.ConcurrencyKey = "bench", "bench-key"

@@ -13,6 +13,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // TestJitterOffset: the offset is a function of (name, nominal time, bound) alone, within
@@ -308,21 +309,21 @@ func isFieldErr(err error, field string) bool {
 // TestJitterValidation: jitter_sec is 0..MaxJitterSec, cron only, and below the schedule's
 // smallest gap between fires; every refusal names the field.
 func TestJitterValidation(t *testing.T) {
-	base := func() *TaskSpec {
+	base := func() *wire.TaskSpec {
 		s := httpSpec("v", "http://127.0.0.1:1/")
 		s.Cron, s.Timezone = "0 3 * * *", "UTC"
 		return s
 	}
-	bad := map[string]func(*TaskSpec){
-		"negative":         func(s *TaskSpec) { s.JitterSec = -1 },
-		"over 3600":        func(s *TaskSpec) { s.JitterSec = MaxJitterSec + 1 },
-		"every minute, 60": func(s *TaskSpec) { s.Cron, s.JitterSec = "*/1 * * * *", 60 },
-		"every 5 min, 300": func(s *TaskSpec) { s.Cron, s.JitterSec = "*/5 * * * *", 300 },
-		"minutes 0,1":      func(s *TaskSpec) { s.Cron, s.JitterSec = "0,1 * * * *", 60 },
-		"every second":     func(s *TaskSpec) { s.Cron, s.JitterSec = "* * * * * *", 1 },
-		"@every 30s":       func(s *TaskSpec) { s.Cron, s.JitterSec = "@every 30s", 30 },
-		"delay":            func(s *TaskSpec) { s.Cron, s.DelayMS, s.JitterSec = "", ptr(int64(1000)), 10 },
-		"manual":           func(s *TaskSpec) { s.Cron, s.Trigger, s.JitterSec = "", model.TriggerManual, 10 },
+	bad := map[string]func(*wire.TaskSpec){
+		"negative":         func(s *wire.TaskSpec) { s.JitterSec = -1 },
+		"over 3600":        func(s *wire.TaskSpec) { s.JitterSec = MaxJitterSec + 1 },
+		"every minute, 60": func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "*/1 * * * *", 60 },
+		"every 5 min, 300": func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "*/5 * * * *", 300 },
+		"minutes 0,1":      func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "0,1 * * * *", 60 },
+		"every second":     func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "* * * * * *", 1 },
+		"@every 30s":       func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "@every 30s", 30 },
+		"delay":            func(s *wire.TaskSpec) { s.Cron, s.DelayMS, s.JitterSec = "", ptr(int64(1000)), 10 },
+		"manual":           func(s *wire.TaskSpec) { s.Cron, s.Trigger, s.JitterSec = "", model.TriggerManual, 10 },
 	}
 	for what, f := range bad {
 		s := base()
@@ -333,13 +334,13 @@ func TestJitterValidation(t *testing.T) {
 			t.Errorf("%s: message %q does not name jitter_sec", what, err)
 		}
 	}
-	good := map[string]func(*TaskSpec){
-		"none":             func(s *TaskSpec) {},
-		"daily, 3600":      func(s *TaskSpec) { s.JitterSec = MaxJitterSec },
-		"every minute, 59": func(s *TaskSpec) { s.Cron, s.JitterSec = "*/1 * * * *", 59 },
-		"@every 30s, 29":   func(s *TaskSpec) { s.Cron, s.JitterSec = "@every 30s", 29 },
-		"yearly, 3600":     func(s *TaskSpec) { s.Cron, s.JitterSec = "0 0 1 1 *", 3600 },
-		"delay, 0":         func(s *TaskSpec) { s.Cron, s.DelayMS = "", ptr(int64(1000)) },
+	good := map[string]func(*wire.TaskSpec){
+		"none":             func(s *wire.TaskSpec) {},
+		"daily, 3600":      func(s *wire.TaskSpec) { s.JitterSec = MaxJitterSec },
+		"every minute, 59": func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "*/1 * * * *", 59 },
+		"@every 30s, 29":   func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "@every 30s", 29 },
+		"yearly, 3600":     func(s *wire.TaskSpec) { s.Cron, s.JitterSec = "0 0 1 1 *", 3600 },
+		"delay, 0":         func(s *wire.TaskSpec) { s.Cron, s.DelayMS = "", ptr(int64(1000)) },
 	}
 	for what, f := range good {
 		s := base()

@@ -12,6 +12,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // failScript answers a callbackServer's calls from a script: call i (0-based, over every
@@ -34,7 +35,7 @@ func (f *failScript) status(call) int {
 }
 
 // pauseFailSpec is a task firing every second on cs with the given bound.
-func pauseFailSpec(name, url string, bound int) *TaskSpec {
+func pauseFailSpec(name, url string, bound int) *wire.TaskSpec {
 	spec := httpSpec(name, url)
 	spec.Cron = "*/1 * * * * *"
 	spec.Timezone = "UTC"

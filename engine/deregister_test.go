@@ -7,6 +7,7 @@ import (
 
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // TestShardedNodesShareIncarnationAndDeregistration: an executor registers its incarnation
@@ -19,7 +20,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 		ctx := context.Background()
 		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
 		const addr, inc = "127.0.0.1:19100", "0123456789abcdef0123456789abcdef"
-		reg := ExecutorRegistration{App: "billing", Address: addr, Handlers: []string{"charge"}, Version: 2, Incarnation: inc}
+		reg := wire.ExecutorRegistration{App: "billing", Address: addr, Handlers: []string{"charge"}, Version: 2, Incarnation: inc}
 		if err := a.RegisterExecutor(ctx, reg); err != nil {
 			t.Fatal(err)
 		}

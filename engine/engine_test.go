@@ -25,6 +25,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/ratelimit"
+	"github.com/axe-sched/axe/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -196,11 +197,11 @@ func withFakeClock(clk *clock.Fake) func(*Config) {
 
 func ptr[T any](v T) *T { return &v }
 
-func httpSpec(name, url string) *TaskSpec {
-	return &TaskSpec{Name: name, Callback: &model.Callback{URL: url}}
+func httpSpec(name, url string) *wire.TaskSpec {
+	return &wire.TaskSpec{Name: name, Callback: &model.Callback{URL: url}}
 }
 
-func mustCreate(t *testing.T, e *Engine, s *TaskSpec) *model.Task {
+func mustCreate(t *testing.T, e *Engine, s *wire.TaskSpec) *model.Task {
 	t.Helper()
 	pt, err := e.CreateTask(context.Background(), s, "test")
 	if err != nil {
@@ -1092,9 +1093,9 @@ func TestBreakerOpensAlertsAndSkips(t *testing.T) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
 		cs.status = func(call) int { return 500 }
-		alerts := make(chan Alert, 16)
+		alerts := make(chan wire.Alert, 16)
 		hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			var a Alert
+			var a wire.Alert
 			if err := json.NewDecoder(r.Body).Decode(&a); err == nil {
 				alerts <- a
 			}
@@ -1108,7 +1109,7 @@ func TestBreakerOpensAlertsAndSkips(t *testing.T) {
 		spec := httpSpec("failing", cs.URL)
 		spec.Cron = "*/1 * * * * *"
 		mustCreate(t, e, spec)
-		var got Alert
+		var got wire.Alert
 		// The cron fires, and the breaker's window moves, with the fake clock: 200 ms a poll.
 		waitAdvancing(t, clk, 200*time.Millisecond, 15*time.Second, "the breaker_open webhook", func() bool {
 			select {
@@ -1256,10 +1257,10 @@ func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
 		addr := exec.Listener.Addr().String()
-		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
-		spec := &TaskSpec{Name: "mute", Callback: &model.Callback{Type: model.CallbackExecutor, App: "silent", Handler: "job"}}
+		spec := &wire.TaskSpec{Name: "mute", Callback: &model.Callback{Type: model.CallbackExecutor, App: "silent", Handler: "job"}}
 		spec.DelayMS = ptr(int64(0))
 		spec.TimeoutSec = ptr(5)
 		mustCreate(t, e, spec)

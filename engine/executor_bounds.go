@@ -11,6 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
 // What a caller holding an executor token can make axe keep, and write, is bounded: the
@@ -34,7 +35,7 @@ const lostAlertAddresses = 5
 
 // registerBounded registers reg within the configured bounds, and forgets in the store the
 // executors it took the place of.
-func (e *Engine) registerBounded(ctx context.Context, reg ExecutorRegistration, key []byte, now int64) (x *dispatch.Executor, created, revived bool, err error) {
+func (e *Engine) registerBounded(ctx context.Context, reg wire.ExecutorRegistration, key []byte, now int64) (x *dispatch.Executor, created, revived bool, err error) {
 	x, created, revived, evicted, err := e.registry.RegisterBounded(reg.App, reg.Address, reg.Protocol, reg.Handlers, now, key,
 		dispatch.Bounds{PerApp: e.cfg.MaxExecutorsPerApp, PerKey: e.cfg.MaxExecutorsPerToken})
 	for _, old := range evicted {

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/wire"
 )
 
 // FuzzDecodeTaskSpec feeds arbitrary bytes through the API's task decoding and validation:
@@ -98,11 +99,11 @@ func FuzzExecutorRegistration(f *testing.F) {
 		f.Add([]byte(`{"app":"a","address":"` + addr + `","handlers":["h"]}`))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var reg ExecutorRegistration
+		var reg wire.ExecutorRegistration
 		if json.Unmarshal(data, &reg) != nil {
 			return
 		}
-		err := reg.validate(nil)
+		err := validateRegistration(&reg, nil)
 		if err != nil {
 			var fe *FieldError
 			if !errors.As(err, &fe) {

@@ -12,6 +12,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // casBypass is a faulty store for one engine: it rewrites every transition of a batch to
@@ -170,13 +171,13 @@ func TestOnLostResend(t *testing.T) {
 
 // TestOnLostValidation: on_lost is fail or resend, and resend only for HTTP callbacks.
 func TestOnLostValidation(t *testing.T) {
-	base := func(onLost string, cb model.Callback) *TaskSpec {
-		return &TaskSpec{Name: "v", Cron: "@hourly", Callback: &cb, OnLost: onLost}
+	base := func(onLost string, cb model.Callback) *wire.TaskSpec {
+		return &wire.TaskSpec{Name: "v", Cron: "@hourly", Callback: &cb, OnLost: onLost}
 	}
 	httpCB := model.Callback{URL: "http://127.0.0.1:9/"}
 	execCB := model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}
 	for _, c := range []struct {
-		spec *TaskSpec
+		spec *wire.TaskSpec
 		ok   bool
 	}{
 		{base("", httpCB), true}, {base("fail", httpCB), true}, {base("resend", httpCB), true},
@@ -195,10 +196,10 @@ func TestLateResultForALostRun(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
-		pt := mustCreate(t, e, &TaskSpec{Name: "late", Cron: "@hourly",
+		pt := mustCreate(t, e, &wire.TaskSpec{Name: "late", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
 		// The executor the run was sent to: lost executors stay registered.
-		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
+		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
 			t.Fatal(err)
 		}
 		lost := model.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: model.RunScheduled, Attempt: 1,

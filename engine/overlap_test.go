@@ -16,6 +16,7 @@ import (
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Overlap policies and the catch-up window on a whole engine: real HTTP callbacks and
@@ -160,9 +161,8 @@ type killingExecutor struct {
 func newKillingExecutor(t *testing.T) *killingExecutor {
 	x := &killingExecutor{}
 	x.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body struct {
-			Ticket string `json:"ticket"`
-		}
+		// A run's body and a kill's both carry the ticket; protocol.Kill reads just that.
+		var body protocol.Kill
 		_ = json.NewDecoder(r.Body).Decode(&body)
 		x.mu.Lock()
 		switch r.URL.Path {
@@ -194,10 +194,10 @@ func TestCancelOtherKillsTheRunningRun(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
 		addr := x.Listener.Addr().String()
-		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "busy", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "busy", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
-		spec := &TaskSpec{Name: "cover", Cron: "*/5 * * * * *", OverlapPolicy: model.OverlapCancelOther,
+		spec := &wire.TaskSpec{Name: "cover", Cron: "*/5 * * * * *", OverlapPolicy: model.OverlapCancelOther,
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "busy", Handler: "job"}, TimeoutSec: ptr(600)}
 		mustCreate(t, e, spec)
 		waitAdvancing(t, clk, 50*time.Millisecond, 20*time.Second, "the first run offered", func() bool {
@@ -411,7 +411,7 @@ func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := startEngine(t, s, withFakeClock(clk))
-		if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		if runs := e.RunsInFlight(); len(runs) != 1 || runs[0].Ticket != ticket {

@@ -12,6 +12,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Overlap policy allow_all on a whole engine: real HTTP callbacks over loopback, the real
@@ -323,11 +324,11 @@ func TestAllowAllRefusals(t *testing.T) {
 		e := startEngine(t, s)
 		for _, tc := range []struct {
 			field string
-			mod   func(*TaskSpec)
+			mod   func(*wire.TaskSpec)
 		}{
-			{"retry_count", func(sp *TaskSpec) { sp.RetryCount = ptr(2) }},
-			{"on_lost", func(sp *TaskSpec) { sp.OnLost = persist.OnLostResend }},
-			{"overlap_policy", func(sp *TaskSpec) { sp.Cron, sp.Trigger, sp.DelayMS = "", model.TriggerDelay, ptr(int64(60_000)) }},
+			{"retry_count", func(sp *wire.TaskSpec) { sp.RetryCount = ptr(2) }},
+			{"on_lost", func(sp *wire.TaskSpec) { sp.OnLost = persist.OnLostResend }},
+			{"overlap_policy", func(sp *wire.TaskSpec) { sp.Cron, sp.Trigger, sp.DelayMS = "", model.TriggerDelay, ptr(int64(60_000)) }},
 		} {
 			spec := httpSpec("refused-"+tc.field, "http://127.0.0.1:1/")
 			spec.Cron = "*/5 * * * * *"

@@ -10,6 +10,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // TestRefusedWritesLeaveMemoryAsTheStore: a create and an edit that the database refuses
@@ -22,11 +23,11 @@ func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
 		e := startEngine(t, s)
 		delay := int64(8000) // within the window: the task is held in memory
 		cb := &model.Callback{URL: "http://127.0.0.1:9/x"}
-		before := mustCreate(t, e, &TaskSpec{Name: "kept", DelayMS: &delay, Callback: cb, Params: json.RawMessage(`{"v":1}`)})
+		before := mustCreate(t, e, &wire.TaskSpec{Name: "kept", DelayMS: &delay, Callback: cb, Params: json.RawMessage(`{"v":1}`)})
 		persisttest.RefuseParams(t, dsn, "poison")
 
 		later := int64(9000)
-		_, err := e.UpdateTask(ctx, "kept", &TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":"poison"}`)}, "test")
+		_, err := e.UpdateTask(ctx, "kept", &wire.TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":"poison"}`)}, "test")
 		if !errors.Is(err, persist.ErrRejected) {
 			t.Fatalf("refused edit = %v, want ErrRejected", err)
 		}
@@ -40,7 +41,7 @@ func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
 				t.Fatalf("after the refused edit: %+v, %v; want the task as it was", got, err)
 			}
 		}
-		if _, err := e.CreateTask(ctx, &TaskSpec{Name: "refused", Trigger: "manual", Callback: cb, Params: json.RawMessage(`["poison"]`)}, "test"); !errors.Is(err, persist.ErrRejected) {
+		if _, err := e.CreateTask(ctx, &wire.TaskSpec{Name: "refused", Trigger: "manual", Callback: cb, Params: json.RawMessage(`["poison"]`)}, "test"); !errors.Is(err, persist.ErrRejected) {
 			t.Fatalf("refused create = %v, want ErrRejected", err)
 		}
 		if _, err := e.GetTask(ctx, "refused"); !errors.Is(err, ErrTaskNotFound) {
@@ -49,8 +50,8 @@ func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
 		if err := e.WriteStalled(); err != nil {
 			t.Fatalf("writer stalled after refusals: %v", err)
 		}
-		mustCreate(t, e, &TaskSpec{Name: "next", Trigger: "manual", Callback: cb})
-		got, err := e.UpdateTask(ctx, "kept", &TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":2}`)}, "test")
+		mustCreate(t, e, &wire.TaskSpec{Name: "next", Trigger: "manual", Callback: cb})
+		got, err := e.UpdateTask(ctx, "kept", &wire.TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":2}`)}, "test")
 		if err != nil || string(got.Def.Params) != `{"v":2}` {
 			t.Fatalf("an edit after the refused one = %+v, %v", got, err)
 		}
@@ -71,16 +72,16 @@ func TestNormalizeRefusesWhatTheStoreCannotHold(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name  string
-		spec  TaskSpec
+		spec  wire.TaskSpec
 		field string
 	}{
-		{"callback url over 8000 bytes", TaskSpec{Callback: cb(model.Callback{URL: "http://h/" + long(MaxCallbackURLBytes)})}, "callback.url"},
-		{"callback url over its column", TaskSpec{Callback: cb(model.Callback{URL: "http://h/" + long(70_000)})}, "callback.url"},
-		{"handler not a name", TaskSpec{Callback: cb(model.Callback{App: "a", Handler: "<script>"})}, "callback.handler"},
-		{"handler too long", TaskSpec{Callback: cb(model.Callback{App: "a", Handler: long(300)})}, "callback.handler"},
-		{"zone over its column", TaskSpec{Timezone: "Asia/" + strings.Repeat("./", 40) + "Shanghai", Callback: cb(model.Callback{URL: "http://h/"})}, "timezone"},
-		{"sensitive params over their column", TaskSpec{SensitiveParams: keys, Callback: cb(model.Callback{URL: "http://h/"})}, "sensitive_params"},
-		{"params not UTF-8", TaskSpec{Params: json.RawMessage("{\"k\":\"\xff\"}"), Callback: cb(model.Callback{URL: "http://h/"})}, "params"},
+		{"callback url over 8000 bytes", wire.TaskSpec{Callback: cb(model.Callback{URL: "http://h/" + long(MaxCallbackURLBytes)})}, "callback.url"},
+		{"callback url over its column", wire.TaskSpec{Callback: cb(model.Callback{URL: "http://h/" + long(70_000)})}, "callback.url"},
+		{"handler not a name", wire.TaskSpec{Callback: cb(model.Callback{App: "a", Handler: "<script>"})}, "callback.handler"},
+		{"handler too long", wire.TaskSpec{Callback: cb(model.Callback{App: "a", Handler: long(300)})}, "callback.handler"},
+		{"zone over its column", wire.TaskSpec{Timezone: "Asia/" + strings.Repeat("./", 40) + "Shanghai", Callback: cb(model.Callback{URL: "http://h/"})}, "timezone"},
+		{"sensitive params over their column", wire.TaskSpec{SensitiveParams: keys, Callback: cb(model.Callback{URL: "http://h/"})}, "sensitive_params"},
+		{"params not UTF-8", wire.TaskSpec{Params: json.RawMessage("{\"k\":\"\xff\"}"), Callback: cb(model.Callback{URL: "http://h/"})}, "params"},
 	} {
 		s := c.spec
 		s.Name, s.Trigger = "t", "manual"
@@ -91,7 +92,7 @@ func TestNormalizeRefusesWhatTheStoreCannotHold(t *testing.T) {
 		}
 	}
 	// The zone the long spelling names is accepted under its own name.
-	s := TaskSpec{Name: "t", Trigger: "manual", Timezone: "Asia/Shanghai", Callback: cb(model.Callback{URL: "http://h/"})}
+	s := wire.TaskSpec{Name: "t", Trigger: "manual", Timezone: "Asia/Shanghai", Callback: cb(model.Callback{URL: "http://h/"})}
 	if _, err := Normalize(&s, "UTC"); err != nil {
 		t.Errorf("Asia/Shanghai: %v", err)
 	}
@@ -101,7 +102,7 @@ func TestNormalizeRefusesWhatTheStoreCannotHold(t *testing.T) {
 func TestRunNowParamsAreBounded(t *testing.T) {
 	s := persisttest.SQLite(t)
 	e := startEngine(t, s)
-	mustCreate(t, e, &TaskSpec{Name: "m", Trigger: "manual", Callback: &model.Callback{URL: "http://127.0.0.1:9/x"}})
+	mustCreate(t, e, &wire.TaskSpec{Name: "m", Trigger: "manual", Callback: &model.Callback{URL: "http://127.0.0.1:9/x"}})
 	big := json.RawMessage(`{"x":"` + strings.Repeat("p", MaxParamsBytes) + `"}`)
 	for _, p := range []json.RawMessage{big, json.RawMessage("{\"x\":\"\xff\"}")} {
 		_, err := e.RunNow(context.Background(), "m", p, "test")
@@ -123,10 +124,10 @@ func TestResultsMustNameTheirRun(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
-		pt := mustCreate(t, e, &TaskSpec{Name: "bill", Cron: "@hourly",
+		pt := mustCreate(t, e, &wire.TaskSpec{Name: "bill", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
 		for _, addr := range []string{"10.0.0.1:7", "10.0.0.2:7"} {
-			if err := e.RegisterExecutor(ctx, ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"h"}}); err != nil {
+			if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"h"}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // stallDeadline bounds each wait after the stall is released. A healthy engine needs well
@@ -138,7 +139,7 @@ func TestStoreStallWithFullWriterQueueDoesNotDeadlock(t *testing.T) {
 // createRetrying creates spec as a client does that is told 429: a create is refused while
 // the writer's queue is half full, and the tiny queue here fills with the fires of the tasks
 // created before.
-func createRetrying(t *testing.T, e *Engine, spec *TaskSpec) {
+func createRetrying(t *testing.T, e *Engine, spec *wire.TaskSpec) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -538,7 +538,11 @@ func cronCmd() *ffcli.Command {
 						fmt.Printf("# %s in %s, jitter_sec %d for task %s: nominal time, jitter, leaves at\n", args[0], zone, jitter, task)
 						w := tabwriter.NewWriter(os.Stdout, 0, 2, 2, ' ', 0)
 						for _, f := range fires {
-							fmt.Fprintf(w, "%s\t+%d ms\t%s\n", f.At, f.JitterMS, f.FireAt)
+							var ms int64 // set on every fire of a jittered preview
+							if f.JitterMS != nil {
+								ms = *f.JitterMS
+							}
+							fmt.Fprintf(w, "%s\t+%d ms\t%s\n", f.At, ms, f.FireAt)
 						}
 						return w.Flush()
 					}

@@ -18,6 +18,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/visible"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Errors returned by this package, wrapped with detail.
@@ -270,7 +271,7 @@ func validateTasks(p *Plan) {
 		}
 		body, err := json.Marshal(it.Task)
 		if err == nil {
-			var spec *engine.TaskSpec
+			var spec *wire.TaskSpec
 			if spec, err = engine.DecodeTaskSpec(body); err == nil {
 				_, err = engine.NormalizeIn(spec, "UTC", "")
 			}
