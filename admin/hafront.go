@@ -176,7 +176,10 @@ type readyzJSON struct {
 	// Shards are the shards this node schedules, as ranges: all of them on the primary,
 	// none on a backup (docs/scale-out.md).
 	Shards string `json:"shards"`
-	Error  string `json:"error,omitempty"`
+	// NotServing are the shards of Shards whose API calls this node does not serve yet, or
+	// no longer: being recovered after a take, or being handed over; omitted when none.
+	NotServing string `json:"not_serving,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
 // readyz answers 200 when the node is ready in its role; with ?role=primary only when it is

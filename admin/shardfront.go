@@ -678,15 +678,19 @@ func (s *Server) ReleaseElsewhere(shard int, upstream string) {
 func (s *Server) shardReadyz(c *fasthttp.RequestCtx) {
 	eng := s.cfg.Engine
 	ans := readyzJSON{Status: "ready", Role: RoleIdle, Node: s.shards.cfg.NodeID}
-	var held model.ShardSet
+	var held, notServing model.ShardSet
+	ready := eng.ReadyShards()
 	for _, f := range eng.Shards() {
 		held.Add(f.Shard)
+		if !ready.Has(f.Shard) {
+			notServing.Add(f.Shard)
+		}
 		ans.Epoch = max(ans.Epoch, f.Epoch)
 	}
 	if held.Len() > 0 {
 		ans.Role = RoleOwner
 	}
-	ans.Shards = held.String()
+	ans.Shards, ans.NotServing = held.String(), notServing.String()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	switch err := s.cfg.Store.Ping(ctx); {

@@ -43,7 +43,8 @@ func shardNodes(t *testing.T, dsn string, n int, mod func(*axedaemon.Config)) []
 		for _, d := range ds {
 			code, r := d.Readyz(t, "")
 			set, err := model.ParseShardSet(r.Shards)
-			if code != http.StatusOK || err != nil || set.Len() < model.ShardCount/n || set.Len() > model.ShardCount/n+1 {
+			// Held and served: a shard still being recovered refuses writes (503) until it is.
+			if code != http.StatusOK || err != nil || r.NotServing != "" || set.Len() < model.ShardCount/n || set.Len() > model.ShardCount/n+1 {
 				return false
 			}
 			total += set.Len()

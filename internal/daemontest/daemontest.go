@@ -400,6 +400,8 @@ type Readyz struct {
 	Node    string `json:"node"`
 	Primary string `json:"primary"`
 	Shards  string `json:"shards"`
+	// NotServing: shards held whose API calls the node does not serve yet (or no longer).
+	NotServing string `json:"not_serving"`
 }
 
 // Readyz gets /readyz with query and returns the status and the decoded answer.
