@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -67,6 +68,7 @@ func (s *Server) consoleHeaders(next fasthttp.RequestHandler) fasthttp.RequestHa
 			return
 		}
 		next(c)
+		s.conditional(c) // etag.go
 	}
 }
 
@@ -173,6 +175,14 @@ func (s *Server) overview(c *fasthttp.RequestCtx) {
 			v.ExecutorAlive++
 		}
 	}
+	// The ETag leaves out now, which changes with every answer: an overview whose counts did
+	// not change is answered 304 (etag.go).
+	clock := v.Now
+	v.Now = 0
+	if b, err := json.Marshal(v); err == nil {
+		c.Response.Header.Set("ETag", etagFor(b))
+	}
+	v.Now = clock
 	writeJSON(c, 200, v)
 }
 

@@ -101,7 +101,8 @@ async function route() {
 }
 
 function schedulePoll(page) {
-  if (!page.view || !page.view.refresh) return;
+  // A page whose data can no longer change (a finished run) says so with done.
+  if (!page.view || !page.view.refresh || page.view.done) return;
   clearTimeout(pollTimer);
   pollTimer = setTimeout(async () => {
     if (page.stopped || current !== page) return;
@@ -227,7 +228,10 @@ function start() {
   document.getElementById('login').addEventListener('cancel', ev => ev.preventDefault());
   document.getElementById('logout').addEventListener('click', () => { api.setToken(''); location.reload(); });
   window.addEventListener('hashchange', route);
-  whoami().then(route, e => { if (e.status !== 401) toast('Cannot reach axe: ' + e.message, 'error'); });
+  // The page renders at once; whoami's answer only hides the write controls of a read token
+  // when it comes (a 401 from either asks for the token, and the login routes again).
+  route();
+  whoami().catch(e => { if (e.status !== 401) toast('Cannot reach axe: ' + e.message, 'error'); });
   nodeBadge();
   setInterval(nodeBadge, 10000);
 }

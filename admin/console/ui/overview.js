@@ -2,7 +2,7 @@
 // them), fires and failures per minute over the last hour (counters in memory), and the
 // day-long chart of fires, failures and lateness per minute kept in the store.
 import * as api from './api.js';
-import {h, svg, replace} from './dom.js';
+import {h, svg, update} from './dom.js';
 import {show} from './time.js';
 
 export async function render(main) {
@@ -24,7 +24,7 @@ export async function render(main) {
     const [o, r, failing] = await Promise.all([api.get('overview'), api.readyz(), countOf({failed_within: '1h'})]);
     const role = api.roleText(r);
     const others = Array.isArray(r.nodes) ? r.nodes.filter(n => n.node !== o.node) : null;
-    replace(cards,
+    update(cards,
       card('Tasks failing in the last hour', failing, 'ov-failing', failing !== '0', '#/tasks?failed_within=1h'),
       card('Breakers open', o.breakers_open, 'ov-breakers', o.breakers_open > 0, '#/tasks?breaker=open'),
       card('Executors alive', o.executors_alive, 'ov-alive', false, '#/executors'),
@@ -52,7 +52,7 @@ export async function render(main) {
       svg('title', {}, `${show(p.at)}: ${p.fires} fires, ${p.failures} failures`)));
     const line = pts.map((p, i) => `${i ? 'L' : 'M'}${pad + i * bw + bw / 2},${y(p.failures)}`).join(' ');
     const total = pts.reduce((a, p) => a + p.fires, 0), fails = pts.reduce((a, p) => a + p.failures, 0);
-    replace(chart,
+    update(chart,
       svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${total} fires and ${fails} failures in the last hour`, class: 'spark'},
         svg('line', {x1: pad, y1: H - pad, x2: W, y2: H - pad, class: 'axis'}),
         svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),
@@ -75,7 +75,7 @@ export async function render(main) {
     for (let i = 0; i < pts.length; i += 360) {
       ticks.push(svg('text', {x: x(i), y: H - 8, class: 'tick'}, show(pts[i].at).slice(11, 16)));
     }
-    replace(day,
+    update(day,
       svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${total} fires and ${fails} failures in the last 24 hours`, class: 'spark'},
         svg('line', {x1: pad, y1: H - pad, x2: W - right, y2: H - pad, class: 'axis'}),
         svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),

@@ -2,7 +2,7 @@
 // at a time by cursor, with a bounded total. A filtered page examines at most 20,000 runs;
 // when it found none there it says so, and Older goes on from where it stopped.
 import * as api from './api.js';
-import {h, replace, table} from './dom.js';
+import {h, update, table} from './dom.js';
 import {killRun} from './run.js';
 import {show, fmtDuration, zoneFor, parseLocal, toLocal} from './time.js';
 
@@ -75,17 +75,17 @@ export async function render(main, args) {
     const t0 = performance.now();
     const data = await api.get('runs', {result: f.result, group: f.group, task: f.task, from: f.from || undefined,
       to: f.to || undefined, limit: PAGE, cursor: cursors[page], total: 1});
-    replace(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
+    update(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
     const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
     const ms = Math.round(performance.now() - t0);
     const windowed = f.result || f.group ? ` among the newest ${SCAN_MAX.toLocaleString('en')}` : '';
-    replace(status, h('strong', {id: 'all-runs-total'}, `${total} run(s) match${windowed}`), `; ${data.count} on this page`,
+    update(status, h('strong', {id: 'all-runs-total'}, `${total} run(s) match${windowed}`), `; ${data.count} on this page`,
       data.scanned >= SCAN_MAX && data.count < PAGE ? `, ${data.scanned.toLocaleString('en')} examined: Older goes on` : '',
       `. Loaded in ${ms} ms.`);
     status.dataset.ms = String(ms);
     status.dataset.total = String(data.total);
     status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
-    replace(pager,
+    update(pager,
       h('button', {type: 'button', id: 'runs-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Newer'),
       h('span', {}, `Page ${page + 1}`),
       h('button', {type: 'button', id: 'runs-next', disabled: !data.next_cursor, onclick: () => { cursors[page + 1] = data.next_cursor; page++; load(); }}, 'Older →'));

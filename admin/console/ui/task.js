@@ -4,7 +4,7 @@
 // The action bar is built once: a refresh changes only what the task's state decides (which
 // buttons are enabled, pause or resume), never an input being typed in.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction, confirmWithNote} from './dom.js';
+import {h, update, table, toast, confirmAction, confirmWithNote} from './dom.js';
 import {byText} from './groups.js';
 import {show, fmtDuration, zoneFor, parseLocal} from './time.js';
 import {stateBadge} from './tasks.js';
@@ -154,10 +154,10 @@ export async function render(main, args) {
   function renderDef() {
     const cb = t.callback || {};
     const zone = t.timezone;
-    replace(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '',
+    update(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '',
       t.runtime.paused_by ? h('span', {class: 'note', id: 'task-paused-by'}, 'Paused by ' + byText(t.runtime.paused_by)) : '');
     const rt = t.runtime;
-    replace(def, kv([
+    update(def, kv([
       ['Group', t.group], ['Trigger', t.trigger], ['Cron', t.cron], ['Delay', t.delay_ms ? fmtDuration(t.delay_ms) : ''],
       ['Depends on', (t.depends_on || []).join(', ')], ['Time zone', zone],
       ['Callback', cb.type === 'http' ? 'http ' + cb.url : `executor ${cb.app}/${cb.handler}${cb.route ? ' (' + cb.route + ')' : ''}`],
@@ -192,28 +192,28 @@ export async function render(main, args) {
 
   let firesKey = '';
   async function renderFires() {
-    if (t.trigger !== 'cron') { replace(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
+    if (t.trigger !== 'cron') { update(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
     const n = Number(previewN.value);
     const from = previewFrom.value ? parseLocal(previewFrom.value, t.timezone) : 0;
     const key = [t.cron, t.timezone, t.runtime.state, n, from, t.jitter_sec || 0].join('|');
     if (key === firesKey) return;
     firesKey = key;
-    replace(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
+    update(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
     try {
       const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n, from: from || undefined, dialect: t.cron_dialect,
         task: t.jitter_sec ? t.name : undefined, jitter_sec: t.jitter_sec || undefined});
-      replace(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
+      update(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
     } catch (e) {
-      replace(fires, h('p', {class: 'error'}, e.message));
+      update(fires, h('p', {class: 'error'}, e.message));
     }
   }
 
   async function loadRuns() {
     const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1});
-    replace(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table', onKilled: load}));
-    replace(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
+    update(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table', onKilled: load}));
+    update(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
       rs.scanned >= 20000 && !rs.runs.length ? ' · none among the newest examined; look further with Older' : '');
-    replace(runsPager,
+    update(runsPager,
       h('button', {type: 'button', id: 'runs-newer', disabled: runPage === 0, onclick: () => { runPage--; loadRuns(); }}, '← Newer'),
       h('span', {}, `Page ${runPage + 1}`),
       h('button', {type: 'button', id: 'runs-older', disabled: !rs.next_cursor, onclick: () => { runCursors[runPage + 1] = rs.next_cursor; runPage++; loadRuns(); }}, 'Older →'));
@@ -222,14 +222,14 @@ export async function render(main, args) {
   async function loadTimeline() {
     const acts = await api.get(path + '/actions', {limit: ACTS_PAGE, before: tlBefore[tlPage] || undefined, action: tlKind.value});
     const zone = t.timezone;
-    replace(timeline, acts.actions.map(a => h('li', {dataset: {action: a.action}},
+    update(timeline, acts.actions.map(a => h('li', {dataset: {action: a.action, key: [a.at, a.action, a.actor, a.ticket || ''].join('|')}},
       h('span', {class: 'time'}, show(a.at, zone)), ' ',
       h('strong', {class: 'kind'}, a.action), ' ',
       a.from || a.to ? h('span', {class: 'trans'}, `${a.from || '·'} → ${a.to || '·'}`) : '', ' ',
       h('span', {class: 'actor'}, 'by ' + a.actor), a.ticket ? [' ', h('a', {class: 'mono', href: '#/run/' + encodeURIComponent(a.ticket)}, a.ticket)] : '',
       a.detail ? h('div', {class: 'detail'}, a.detail) : '')));
-    if (!acts.actions.length) replace(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
-    replace(tlPager,
+    if (!acts.actions.length) update(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
+    update(tlPager,
       h('button', {type: 'button', id: 'timeline-newer', disabled: tlPage === 0, onclick: () => { tlPage--; loadTimeline(); }}, '← Newer'),
       h('span', {}, `Page ${tlPage + 1}`),
       h('button', {type: 'button', id: 'timeline-older', disabled: !acts.next_before,
@@ -255,7 +255,7 @@ export async function render(main, args) {
           try { await api.post(path + '/backfills/' + b.id + '/cancel'); toast('Backfill ' + b.id + ': canceled'); } catch (e) { toast('Cancel: ' + e.message, 'error'); }
           await loadBackfills();
         }}, 'Cancel') : '')));
-    replace(backfills, rows.length
+    update(backfills, rows.length
       ? table(['#', 'Status', 'Range', 'Done / total', 'Failed', 'Skipped', 'Running', 'Next fire', ''], rows, {id: 'backfills-table'})
       : h('p', {class: 'muted'}, 'No backfills.'));
   }

@@ -3,7 +3,7 @@
 // cursor, sorted by a column the store serves from an index (name, group, next fire), with
 // the total that matches.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction} from './dom.js';
+import {h, update, table, toast, confirmAction} from './dom.js';
 import {show, fmtDuration} from './time.js';
 
 export const STATES = ['WAITING', 'SCHEDULED', 'RUNNING', 'SUCCESS', 'FAILED', 'RETRYING', 'PAUSED', 'KILLED'];
@@ -109,9 +109,9 @@ export async function render(main, args, session) {
     if (!hasFilter) allMatching = false;
     const any = allMatching || names.length > 0;
     const label = allMatching ? `All tasks matching ${describe(filterSelector())}` : `${names.length} selected`;
-    replace(bulkWhat, label);
+    update(bulkWhat, label);
     for (const b of Object.values(bulkBtns)) b.disabled = !any;
-    replace(bulkAll, allMatching ? 'Back to the ticked rows' : 'Select all matching the filter');
+    update(bulkAll, allMatching ? 'Back to the ticked rows' : 'Select all matching the filter');
     bulkAll.disabled = !allMatching && !hasFilter;
     bulkAll.title = allMatching || hasFilter ? 'Act on every task the filter matches, on every page'
       : bulkable() ? 'Apply a filter first' : 'Bulk actions select by group, name and state only: tick the rows';
@@ -179,16 +179,16 @@ export async function render(main, args, session) {
         h('td', {}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
         h('td', {class: 'note'}, rt.note || ''));
     });
-    replace(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
+    update(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
       sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table'}));
-    if (!data.tasks.length) replace(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
-    replace(pager,
+    if (!data.tasks.length) update(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
+    update(pager,
       h('button', {type: 'button', id: 'page-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Previous'),
       h('span', {}, `Page ${page + 1}`),
       h('button', {type: 'button', id: 'page-next', disabled: !next, onclick: () => { cursors[page + 1] = next; page++; load(); }}, 'Next →'));
     const ms = Math.round(performance.now() - t0);
     const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
-    replace(status, h('strong', {id: 'list-total'}, `${total} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
+    update(status, h('strong', {id: 'list-total'}, `${total} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
     status.dataset.total = String(data.total);
     status.dataset.ms = String(ms);
     status.dataset.count = String(data.count);
