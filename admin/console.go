@@ -136,6 +136,7 @@ type overviewJSON struct {
 	Node          string        `json:"node"`
 	Version       string        `json:"version"`
 	Now           int64         `json:"now"`
+	Timezone      string        `json:"timezone"` // the zone of a task created without one
 	ExecutorAlive int           `json:"executors_alive"`
 	ExecutorLost  int           `json:"executors_lost"`
 	BreakersOpen  int           `json:"breakers_open"`
@@ -165,7 +166,7 @@ func noMinutes(now time.Time) []MinutePoint {
 func (s *Server) overview(c *fasthttp.RequestCtx) {
 	e := s.cfg.Engine
 	now := time.Now()
-	v := overviewJSON{Node: e.NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(),
+	v := overviewJSON{Node: e.NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(), Timezone: e.DefaultTimezone(),
 		BreakersOpen: e.BreakersOpen(), Minutes: s.cfg.Minutes(now)}
 	v.TasksInMemory, v.Armed = e.InMemory()
 	for _, x := range e.ExecutorViews() {

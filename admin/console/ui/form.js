@@ -10,9 +10,12 @@ const READ_ONLY = new Set(['id', 'created_at', 'updated_at', 'runtime', 'paused'
 
 export async function render(main, args) {
   const editing = args[0];
-  let t = {name: '', group: 'default', trigger: 'cron', cron: '*/10 * * * * *', timezone: 'UTC', timeout_sec: 60,
+  let t = {name: '', group: 'default', trigger: 'cron', cron: '*/10 * * * * *', timezone: '', timeout_sec: 60,
     retry_count: 0, retry_interval_sec: 10, priority: 0, misfire_policy: 'fire_once', callback: {type: 'http', url: ''}};
   if (editing) t = await api.get('tasks/' + api.enc(editing));
+  // A new task starts in the server's zone, the one the API and the CLI give a task that
+  // names none (UTC only when the server cannot be asked).
+  else t.timezone = await api.get('overview').then(o => o.timezone || 'UTC', () => 'UTC');
 
   const field = (id, label, input, help) => h('div', {class: 'field'}, h('label', {for: id}, label), input,
     help ? h('small', {class: 'muted'}, help) : '', h('span', {class: 'error', id: id + '-error', role: 'alert'}));

@@ -185,7 +185,10 @@ export async function render(main, args) {
       ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
       ['Last result', rt.last_result ? h('span', {class: 'result result-' + rt.last_result, id: 'task-last-result'}, rt.last_result) : '—'],
       ['Last failure', rt.last_failure_at ? show(rt.last_failure_at, zone) : 'none recorded'],
-      ['Successes / failures', `${rt.success_count} / ${rt.failure_count}`],
+      // Counted from the stored runs of every kind (run-now and backfill too), so a manual
+      // task's runs count; the runtime's counters count the scheduled runs since creation.
+      ['Successes / failures', h('span', {id: 'task-counts'}, counts ? `${countText(counts.success)} / ${countText(counts.failure)} (stored runs)` : '…')],
+      ['Scheduled runs', t.trigger === 'manual' ? '' : `${rt.success_count} succeeded, ${rt.failure_count} failed since created`],
       ['Breaker', t.breaker_open ? 'open' : 'closed'],
     ]));
   }
@@ -260,12 +263,18 @@ export async function render(main, args) {
       : h('p', {class: 'muted'}, 'No backfills.'));
   }
 
+  let counts = null;
+  const countText = r => (r.total_more ? r.total.toLocaleString('en') + '+' : String(r.total));
+  const countOf = result => api.get(path + '/runs', {result, limit: 1, total: 1});
+
   async function load() {
-    const [task, list] = await Promise.all([
+    const [task, list, success, failure] = await Promise.all([
       api.get(path),
       api.get('tasks', {name_prefix: name, limit: 1, sort: 'name'}).catch(() => ({tasks: []})),
+      countOf('success').catch(() => null), countOf('failure').catch(() => null),
     ]);
     t = task;
+    counts = success && failure ? {success, failure} : null;
     const row = (list.tasks || []).find(x => x.name === name);
     t.breaker_open = row ? row.breaker_open : false;
     renderDef();

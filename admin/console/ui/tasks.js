@@ -142,6 +142,8 @@ export async function render(main, args, session) {
     }
     selected.clear();
     allMatching = false;
+    // What matches has changed: count it again now, not at the tenth refresh.
+    totalAge = 0;
     await load();
   }
 
@@ -154,11 +156,10 @@ export async function render(main, args, session) {
     // filter no index serves (a search, a last result) counts by reading every row.
     const withTotal = totalAge++ % 10 === 0;
     const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1, total: withTotal ? 1 : undefined});
-    if (withTotal) lastTotal = data;
-    else {
-      data.total = lastTotal.total;
-      data.total_more = lastTotal.total_more;
-    }
+    if (withTotal) lastTotal = {total: data.total, total_more: data.total_more};
+    // A first page with no next one holds every match: its rows are the count, whatever the
+    // last count said (a bulk pause may have just emptied the filter).
+    const total = page === 0 && !data.next_cursor ? {total: data.tasks.length, total_more: false} : lastTotal;
     next = data.next_cursor || null;
     const rows = data.tasks.map(t => {
       const rt = t.runtime;
@@ -187,9 +188,9 @@ export async function render(main, args, session) {
       h('span', {}, `Page ${page + 1}`),
       h('button', {type: 'button', id: 'page-next', disabled: !next, onclick: () => { cursors[page + 1] = next; page++; load(); }}, 'Next →'));
     const ms = Math.round(performance.now() - t0);
-    const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
-    update(status, h('strong', {id: 'list-total'}, `${total} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
-    status.dataset.total = String(data.total);
+    const shown = total.total_more ? `${total.total.toLocaleString('en')}+` : String(total.total);
+    update(status, h('strong', {id: 'list-total'}, `${shown} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
+    status.dataset.total = String(total.total);
     status.dataset.ms = String(ms);
     status.dataset.count = String(data.count);
     status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
