@@ -187,6 +187,9 @@ func (s *Server) findArgs(c *fasthttp.RequestCtx, f *persist.TaskFilter) error {
 	if len(f.Search) > 255 {
 		return fmt.Errorf("%w: q: at most 255 bytes", ErrBadRequest)
 	}
+	if n := len(strings.Fields(f.Search)); n > persist.SearchWordsMax {
+		return fmt.Errorf("%w: q: at most %d words, got %d", ErrBadRequest, persist.SearchWordsMax, n)
+	}
 	if r := string(args.Peek("last_result")); r != "" {
 		if rs, ok := runResults[r]; !ok || len(rs) != 1 || r == model.ResultRunning {
 			return fmt.Errorf("%w: last_result: must be success, failed, timeout, killed, lost or skipped, got %q", ErrBadRequest, protocol.ClipText(r, 64))

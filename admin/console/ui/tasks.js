@@ -3,12 +3,15 @@
 // cursor, sorted by a column the store serves from an index (name, group, next fire), with
 // the total that matches.
 import * as api from './api.js';
-import {h, update, table, toast, confirmAction} from './dom.js';
+import {h, update, table, toast, confirmAction, debounce} from './dom.js';
 import {show, fmtDuration} from './time.js';
 
 export const STATES = ['WAITING', 'SCHEDULED', 'RUNNING', 'SUCCESS', 'FAILED', 'RETRYING', 'PAUSED', 'KILLED'];
 const SORTS = [['id', 'created'], ['name', 'name'], ['group', 'group'], ['next', 'next fire']];
 const PAGE = 50;
+// TICKET is what a run's ticket looks like: a periodic fire's (task-time-attempt), a
+// run-now's (task-m<time>-hex) or a skipped fire's (skip-task-time).
+const TICKET = /^(?:skip-)?\d+-[a-z]?\d+(?:-[0-9a-f]+)?$/i;
 
 export function stateBadge(state) {
   return h('span', {class: 'state state-' + String(state).toLowerCase()}, state);
@@ -29,7 +32,9 @@ export async function render(main, args, session) {
   const state = h('select', {id: 'f-state', 'aria-label': 'State'}, h('option', {value: ''}, 'any state'),
     STATES.map(s => h('option', {value: s}, s)));
   state.value = f.state;
-  const search = h('input', {id: 'f-q', type: 'search', value: f.q, placeholder: 'name, group or callback holds…', 'aria-label': 'Search'});
+  const search = h('input', {id: 'f-q', type: 'search', value: f.q, placeholder: 'words or a ticket…', 'aria-label': 'Search'});
+  // The search applies as you type, 250 ms after the last key; a ticket opens its run.
+  search.addEventListener('input', debounce(() => find(), 250));
   const lastResult = h('select', {id: 'f-last', 'aria-label': 'Last result'}, h('option', {value: ''}, 'any'),
     ['success', 'failed', 'timeout', 'lost', 'killed', 'skipped'].map(r => h('option', {value: r}, r)));
   lastResult.value = f.last_result;
@@ -38,16 +43,33 @@ export async function render(main, args, session) {
   failedWithin.value = f.failed_within;
   const breaker = h('select', {id: 'f-breaker', 'aria-label': 'Breaker'}, h('option', {value: ''}, 'any'), h('option', {value: 'open'}, 'open'));
   breaker.value = f.breaker;
-  const filters = h('form', {class: 'filters', id: 'task-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); apply(); }},
+  const filters = h('form', {class: 'filters', id: 'task-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); find(); }},
     h('label', {}, 'Search ', search), h('label', {}, 'Group ', group), h('label', {}, 'State ', state), h('label', {}, 'Name ', prefix),
     h('label', {}, 'Last result ', lastResult), h('label', {}, 'Failed within ', failedWithin), h('label', {}, 'Breaker ', breaker),
     h('button', {type: 'submit', id: 'f-apply'}, 'Filter'),
-    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix; search by substring (case-sensitive). A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
+    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix. Search finds the tasks whose name, group or callback holds every word, in any case; a run\'s ticket opens that run. A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
   const bulkBar = h('div', {class: 'bulk needs-write', id: 'bulk'});
   const status = h('p', {class: 'muted', id: 'list-status', 'aria-live': 'polite'});
   const tableBox = h('div', {class: 'scroll'});
   const pager = h('div', {class: 'row pager'});
   main.append(h('h1', {}, 'Tasks'), filters, bulkBar, tableBox, pager, status);
+
+  // find applies the filters, or opens the run whose ticket the search box holds.
+  let findSeq = 0;
+  async function find() {
+    const v = search.value.trim();
+    const seq = ++findSeq;
+    if (TICKET.test(v)) {
+      try {
+        await api.get('runs/' + api.enc(v));
+        if (seq === findSeq) location.hash = '#/run/' + encodeURIComponent(v);
+        return;
+      } catch (e) {
+        if (e.status !== 404) { toast('Ticket ' + v + ': ' + e.message, 'error'); return; }
+      }
+    }
+    if (seq === findSeq) apply();
+  }
 
   function apply() {
     f.group = group.value.trim();
