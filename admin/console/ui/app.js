@@ -134,6 +134,18 @@ async function keepFocus(fn) {
   if (sel) { try { again.setSelectionRange(sel[0], sel[1]); } catch { /* not a text field */ } }
 }
 
+// navToggle wires the phone's Menu button: on a narrow screen the nav and the header's
+// preferences fold behind it, and following a link folds them again.
+function navToggle() {
+  const btn = document.getElementById('nav-toggle');
+  const set = open => {
+    document.body.classList.toggle('nav-open', open);
+    btn.setAttribute('aria-expanded', open ? 'true' : 'false');
+  };
+  btn.addEventListener('click', () => set(!document.body.classList.contains('nav-open')));
+  window.addEventListener('hashchange', () => set(false));
+}
+
 // prefs wires the header's time zone, refresh interval and pause controls.
 function prefs() {
   const zone = document.getElementById('zone');
@@ -212,6 +224,7 @@ function backupBanner(primary) {
 
 function start() {
   prefs();
+  navToggle();
   api.on('unauthorized', () => askToken(api.token() ? 'The token was refused.' : ''));
   api.on('backup', data => backupBanner(data.primary || ''));
   document.getElementById('login-form').addEventListener('submit', async ev => {

@@ -66,7 +66,7 @@ export async function render(main, args) {
   const catchup = inp('catchup_window_sec', t.catchup_window_sec || 0, {type: 'number', min: 0, max: 31622400});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
-  const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
+  const preview = h('div', {id: 'cron-preview', class: 'scroll', 'aria-live': 'polite'});
   const previewN = h('select', {id: 'form-preview-n', 'aria-label': 'How many fires to preview'},
     [10, 25, 50, 100].map(n => h('option', {value: String(n)}, String(n))));
   const previewLegend = h('legend', {}, 'Next 10 fires');

@@ -22,8 +22,8 @@ export function runsTable(runs, opts) {
   const rows = runs.map(r => h('tr', {dataset: {ticket: r.ticket, result: r.result}},
     h('td', {class: 'mono'}, h('a', {href: '#/run/' + encodeURIComponent(r.ticket)}, r.ticket)),
     opts.showTask ? h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(r.task)}, r.task)) : null,
-    h('td', {}, r.kind), h('td', {class: 'num'}, r.attempt),
-    h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {}, r.executor || '—'),
+    h('td', {class: 'phone-hide'}, r.kind), h('td', {class: 'num phone-hide'}, r.attempt),
+    h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {class: 'phone-hide'}, r.executor || '—'),
     h('td', {class: 'num'}, r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)),
     h('td', {}, h('span', {class: 'result result-' + r.result}, r.result),
       r.result === 'running' ? [' ', h('button', {type: 'button', class: 'run-kill danger needs-write',
@@ -31,7 +31,7 @@ export function runsTable(runs, opts) {
     h('td', {class: 'pre'}, clip([r.error, r.output].filter(Boolean).join('\n'), 160))));
   if (!runs.length) return h('p', {class: 'muted', id: opts.id}, 'No runs.');
   return table(['Ticket', opts.showTask ? 'Task' : null, 'Kind', 'Attempt', 'Scheduled', 'Executor', 'Duration', 'Result', 'Error / output']
-    .filter(Boolean), rows, {id: opts.id});
+    .filter(Boolean), rows, {id: opts.id, class: 'compact'});
 }
 
 export async function render(main, args) {

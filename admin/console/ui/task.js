@@ -28,7 +28,7 @@ export async function render(main, args) {
   const path = 'tasks/' + api.enc(name);
   const head = h('div', {class: 'title'});
   const def = h('div', {id: 'task-def'});
-  const fires = h('div', {id: 'task-fires'});
+  const fires = h('div', {id: 'task-fires', class: 'scroll'});
   const runsBox = h('div', {id: 'task-runs', class: 'scroll'});
   const runsPager = h('div', {class: 'row pager'});
   const timeline = h('ol', {id: 'task-timeline', class: 'timeline'});

@@ -198,12 +198,12 @@ export async function render(main, args, session) {
         h('td', {}, lr ? h('a', {href: '#/run/' + encodeURIComponent(lr.ticket), class: 'result result-' + lr.result}, lr.result) : '—',
           lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : '',
           rt.last_failure_at ? h('div', {class: 'muted small'}, 'failed ' + show(rt.last_failure_at, t.timezone)) : ''),
-        h('td', {class: 'num'}, t.priority),
-        h('td', {}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
+        h('td', {class: 'num phone-hide'}, t.priority),
+        h('td', {class: t.breaker_open ? null : 'phone-hide'}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
         h('td', {class: 'note'}, rt.note || ''));
     });
     update(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
-      sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table'}));
+      sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table', class: 'compact sortable'}));
     if (!data.tasks.length) update(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
     update(pager,
       h('button', {type: 'button', id: 'page-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Previous'),
