@@ -41,6 +41,7 @@ var runResults = map[string][]string{
 func (s *Server) consoleAPIRoutes(api *router.Group) {
 	h := s.authed
 	api.GET("/runs", h(s.listRuns))
+	api.GET("/triage", h(s.triage)) // triage.go
 	api.GET("/stats/minutes", h(s.storedMinutes))
 }
 

@@ -5,6 +5,7 @@ import * as api from './api.js';
 import {h, update, table} from './dom.js';
 import {killRun} from './run.js';
 import {show, fmtDuration, zoneFor, parseLocal, toLocal} from './time.js';
+import {RANGES} from './overview.js';
 
 export const RESULT_CHOICES = [['', 'any result'], ['failure', 'failures (failed, timeout, lost)'], ['success', 'success'],
   ['failed', 'failed'], ['timeout', 'timeout'], ['lost', 'lost'], ['killed', 'killed'], ['skipped', 'skipped'], ['running', 'running']];
@@ -50,10 +51,17 @@ export async function render(main, args) {
     h('label', {}, 'From ', from), h('label', {}, 'To ', to),
     h('button', {type: 'submit', id: 'r-apply'}, 'Filter'),
     h('span', {class: 'hint'}, `Times are read and shown in ${zone}. Newest first; a filtered page examines at most ${SCAN_MAX.toLocaleString('en')} runs.`));
+  // Quick ranges: From that long ago, To open, applied at once.
+  const ranges = h('div', {class: 'row ranges', role: 'group', 'aria-label': 'Quick range', id: 'run-ranges'}, 'Last ',
+    RANGES.map(([v, label, ms]) => h('button', {type: 'button', dataset: {range: v}, onclick: () => {
+      from.value = toLocal(Date.now() - ms, zone);
+      to.value = '';
+      apply();
+    }}, label)));
   const status = h('p', {class: 'muted', id: 'runs-status', 'aria-live': 'polite'});
   const box = h('div', {class: 'scroll'});
   const pager = h('div', {class: 'row pager'});
-  main.append(h('h1', {}, 'Runs'), form, status, box, pager);
+  main.append(h('h1', {}, 'Runs'), form, ranges, status, box, pager);
   let cursors = [''];
   let page = 0;
 
