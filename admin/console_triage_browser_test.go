@@ -96,6 +96,18 @@ func TestConsoleBrowserTriage(t *testing.T) {
 	waitJS(t, ctx, "sync-a's failed runs", fmt.Sprintf(`document.querySelectorAll("#all-runs-table tbody tr").length === %d &&
 		[...document.querySelectorAll("#all-runs-table tbody tr")].every(r => r.dataset.result === "failed")`, byTask["sync-a"]))
 
+	// A task's runs within a quick range: all of sync-a's, scheduled minutes ago.
+	var all struct {
+		Total int `json:"total"`
+	}
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks/sync-a/runs?total=1", nil, &all)
+	run(t, ctx, "open sync-a", chromedp.Navigate(url+"#/tasks/sync-a"))
+	waitJS(t, ctx, "its runs", `document.querySelectorAll("#runs-table tbody tr").length > 0`)
+	run(t, ctx, "the last 15 min", setField("#runs-range", "15m"))
+	waitJS(t, ctx, "the runs within 15 min", fmt.Sprintf(`document.querySelector("#runs-total").textContent.startsWith("%d run(s)")`, all.Total))
+	run(t, ctx, "the last 7 days", setField("#runs-range", "168h"))
+	waitJS(t, ctx, "the runs within 7 days", fmt.Sprintf(`document.querySelector("#runs-total").textContent.startsWith("%d run(s)")`, all.Total))
+
 	// The runs list's quick range sets From and applies.
 	run(t, ctx, "clear the filter", chromedp.Navigate(url+"#/runs"))
 	waitJS(t, ctx, "the runs", `document.querySelectorAll("#all-runs-table tbody tr").length > 0`)

@@ -9,6 +9,7 @@ import {byText} from './groups.js';
 import {show, fmtDuration, zoneFor, parseLocal} from './time.js';
 import {stateBadge} from './tasks.js';
 import {runsTable, RESULT_CHOICES} from './runs.js';
+import {RANGES} from './overview.js';
 
 const RUNS_PAGE = 20;
 const ACTS_PAGE = 50;
@@ -95,6 +96,10 @@ export async function render(main, args) {
   // Runs: a page at a time, newest first, with a result filter.
   const runResult = h('select', {id: 'runs-result', 'aria-label': 'Runs with result'}, RESULT_CHOICES.map(([v, l]) => h('option', {value: v}, l)));
   runResult.addEventListener('change', () => { runCursors = ['']; runPage = 0; loadRuns(); });
+  // A quick range: the runs scheduled within the last 15 min, hour, day or week.
+  const runRange = h('select', {id: 'runs-range', 'aria-label': 'Runs within'}, h('option', {value: ''}, 'any time'),
+    RANGES.map(([v, label]) => h('option', {value: v}, 'the last ' + label)));
+  runRange.addEventListener('change', () => { runCursors = ['']; runPage = 0; loadRuns(); });
   const runsTotal = h('span', {class: 'muted', id: 'runs-total'});
   let runCursors = [''];
   let runPage = 0;
@@ -140,7 +145,7 @@ export async function render(main, args) {
         h('div', {class: 'row'}, h('label', {}, 'Show ', previewN), h('label', {}, 'from ', previewFrom), previewNow), fires)),
     bfSection,
     h('section', {'aria-labelledby': 'runs-h'}, h('h2', {id: 'runs-h'}, 'Runs'),
-      h('div', {class: 'row'}, h('label', {}, 'Result ', runResult), runsTotal,
+      h('div', {class: 'row'}, h('label', {}, 'Result ', runResult), h('label', {}, 'Within ', runRange), runsTotal,
         h('a', {href: '#/runs?task=' + encodeURIComponent(name), id: 'runs-all'}, 'in the runs list')),
       runsBox, runsPager),
     h('section', {'aria-labelledby': 'tl-h'}, h('h2', {id: 'tl-h'}, 'Timeline (newest first)'),
@@ -212,7 +217,9 @@ export async function render(main, args) {
   }
 
   async function loadRuns() {
-    const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1});
+    const range = RANGES.find(r => r[0] === runRange.value);
+    const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1,
+      from: range ? Math.floor((Date.now() - range[2]) / 60000) * 60000 : undefined});
     update(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table', onKilled: load}));
     update(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
       rs.scanned >= 20000 && !rs.runs.length ? ' · none among the newest examined; look further with Older' : '');
