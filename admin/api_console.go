@@ -41,6 +41,7 @@ var runResults = map[string][]string{
 func (s *Server) consoleAPIRoutes(api *router.Group) {
 	h := s.authed
 	api.GET("/runs", h(s.listRuns))
+	api.GET("/triage", h(s.triage)) // triage.go
 	api.GET("/stats/minutes", h(s.storedMinutes))
 }
 
@@ -186,6 +187,9 @@ func (s *Server) findArgs(c *fasthttp.RequestCtx, f *persist.TaskFilter) error {
 	f.Search = string(args.Peek("q"))
 	if len(f.Search) > 255 {
 		return fmt.Errorf("%w: q: at most 255 bytes", ErrBadRequest)
+	}
+	if n := len(strings.Fields(f.Search)); n > persist.SearchWordsMax {
+		return fmt.Errorf("%w: q: at most %d words, got %d", ErrBadRequest, persist.SearchWordsMax, n)
 	}
 	if r := string(args.Peek("last_result")); r != "" {
 		if rs, ok := runResults[r]; !ok || len(rs) != 1 || r == model.ResultRunning {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"embed"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"mime"
@@ -68,6 +69,7 @@ func (s *Server) consoleHeaders(next fasthttp.RequestHandler) fasthttp.RequestHa
 			return
 		}
 		next(c)
+		s.conditional(c) // etag.go
 	}
 }
 
@@ -135,6 +137,7 @@ type overviewJSON struct {
 	Node          string        `json:"node"`
 	Version       string        `json:"version"`
 	Now           int64         `json:"now"`
+	Timezone      string        `json:"timezone"` // the zone of a task created without one
 	ExecutorAlive int           `json:"executors_alive"`
 	ExecutorLost  int           `json:"executors_lost"`
 	BreakersOpen  int           `json:"breakers_open"`
@@ -164,7 +167,7 @@ func noMinutes(now time.Time) []MinutePoint {
 func (s *Server) overview(c *fasthttp.RequestCtx) {
 	e := s.cfg.Engine
 	now := time.Now()
-	v := overviewJSON{Node: e.NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(),
+	v := overviewJSON{Node: e.NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(), Timezone: e.DefaultTimezone(),
 		BreakersOpen: e.BreakersOpen(), Minutes: s.cfg.Minutes(now)}
 	v.TasksInMemory, v.Armed = e.InMemory()
 	for _, x := range e.ExecutorViews() {
@@ -174,6 +177,14 @@ func (s *Server) overview(c *fasthttp.RequestCtx) {
 			v.ExecutorAlive++
 		}
 	}
+	// The ETag leaves out now, which changes with every answer: an overview whose counts did
+	// not change is answered 304 (etag.go).
+	clock := v.Now
+	v.Now = 0
+	if b, err := json.Marshal(v); err == nil {
+		c.Response.Header.Set("ETag", etagFor(b))
+	}
+	v.Now = clock
 	writeJSON(c, 200, v)
 }
 

@@ -141,8 +141,8 @@ func TestConsoleBrowserFindFailing(t *testing.T) {
 	waitJS(t, ctx, "flaky-sync's breaker open", `(() => { const r = [...document.querySelectorAll("#task-table tbody tr")].map(x => x.dataset.task);
 		return r.length === 1 && r[0] === "flaky-sync"; })()`)
 	run(t, ctx, "back to the task", chromedp.Navigate(url+"#/tasks/flaky-sync"), chromedp.WaitVisible("#act-pause", chromedp.ByQuery))
-	run(t, ctx, "pause the task", chromedp.Click("#act-pause", chromedp.ByQuery))
-	waitJS(t, ctx, "paused", `(document.querySelector(".title .state") || {}).textContent === "PAUSED"`)
+	// The title fills in when the task loads and moves the button: click until it paused.
+	clickUntil(t, ctx, "pause the task", "#act-pause", `(document.querySelector(".title .state") || {}).textContent === "PAUSED"`)
 	// A run in flight at the pause ends before the runs are counted.
 	testwait.For(t, 30*time.Second, "the run in flight at the pause ended", func() bool {
 		d.MustJSON(t, http.StatusOK, http.MethodGet, api+"/tasks/flaky-sync/runs?limit=1", nil, &stored)

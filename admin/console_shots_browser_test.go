@@ -114,6 +114,12 @@ func TestConsoleScreenshots(t *testing.T) {
 				run(t, ctx, "preview from March 2027", setField("#preview-from", "2027-03-26T00:00:00"))
 				waitJS(t, ctx, "the DST gap marked", `!!document.querySelector("#fires-table tr.dst-gap")`)
 			}
+			if size.name == "phone" {
+				// On a phone no page is wider than the screen.
+				if over := mustEval(t, ctx, phoneOverflow); over != "" {
+					t.Errorf("%s at %d px: %s", p.name, size.w, over)
+				}
+			}
 			// The refresh is stopped so that nothing changes under the picture.
 			run(t, ctx, "settle", chromedp.Evaluate(`localStorage.setItem("axe.refreshPaused", "1")`, nil), chromedp.Sleep(300*time.Millisecond))
 			var raw []byte
@@ -129,6 +135,20 @@ func TestConsoleScreenshots(t *testing.T) {
 			t.Logf("%s: %d bytes (%d before the palette)", name, len(small), len(raw))
 			run(t, ctx, "resume", chromedp.Evaluate(`localStorage.removeItem("axe.refreshPaused")`, nil))
 		}
+	}
+	// The phone's menu, opened over the overview.
+	run(t, ctx, "open the overview", chromedp.Navigate(url+"?shot=menu#/overview"))
+	waitJS(t, ctx, "overview rendered", `!!document.querySelector("#ov-failing .value")`)
+	clickUntil(t, ctx, "open the menu", "#nav-toggle", `document.querySelector("#nav-toggle").getAttribute("aria-expanded") === "true"`)
+	run(t, ctx, "settle", chromedp.Sleep(300*time.Millisecond))
+	var raw []byte
+	run(t, ctx, "screenshot the menu", chromedp.CaptureScreenshot(&raw))
+	small, err := shrinkPNG(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "console-menu-phone.png"), small, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 

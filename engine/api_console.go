@@ -166,6 +166,9 @@ func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]model.Run
 // NodeID is this scheduler's name.
 func (e *Engine) NodeID() string { return e.cfg.NodeID }
 
+// DefaultTimezone is the zone of a task created without one (the server's --timezone).
+func (e *Engine) DefaultTimezone() string { return e.cfg.DefaultTimezone }
+
 // ListTasksPage is ListTasks for one page of f.Limit rows: with them it returns the last
 // row the store read (nil when the store had no more than these), from which the next
 // page's cursor is made. The state filter is applied again to the in-memory runtime and

@@ -68,7 +68,11 @@ func (e *Engine) RunsPage(ctx context.Context, name string, f persist.RunFilter)
 			return persist.RunPage{}, err
 		}
 	}
-	return b.ListRunsPage(ctx, f)
+	page, err := b.ListRunsPage(ctx, f)
+	for i := range page.Runs {
+		e.runs.showHolder(&page.Runs[i])
+	}
+	return page, err
 }
 
 // CountRuns counts what RunsPage would list, up to bound+1 (persist.Browser.CountRuns).

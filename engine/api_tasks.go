@@ -355,7 +355,11 @@ func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]model.A
 
 // Run returns one run by ticket.
 func (e *Engine) Run(ctx context.Context, ticket string) (*model.Run, error) {
-	return e.store.GetRun(ctx, ticket)
+	run, err := e.store.GetRun(ctx, ticket)
+	if run != nil {
+		e.runs.showHolder(run)
+	}
+	return run, err
 }
 
 // NextFireTimes previews a cron expression: the next n fires after now in zone tz (the

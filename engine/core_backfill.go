@@ -608,14 +608,8 @@ func (e *Engine) endBackfillLocked(b *backfill, status, actor, note string) {
 // without an action record (the run row is its record) and without the breaker, retries
 // or dependents (see the top of this file). The caller has taken the run from e.runs.
 func (e *Engine) completeBackfill(t *task, run model.Run, oc outcome) {
-	run.EndedAt = e.nowMS()
-	run.Result = oc.result
-	run.Error = oc.errText
-	run.Output = oc.output
-	run.DurationMS = oc.duration.Milliseconds()
-	if oc.executor != "" {
-		run.Executor = oc.executor
-	}
+	// An outcome without a duration (a lost run) lasted from its dispatch until now.
+	run = endedRun(run, oc, e.nowMS())
 	e.m.results.result(oc.result).Inc()
 	var acts []model.Action
 	t.mu.Lock()

@@ -168,14 +168,8 @@ func (e *Engine) applyEnd(t *task, d endDecision) {
 // completeManual records the end of a run-now instance: its run row and an action record.
 func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 	now := e.nowMS()
-	run.EndedAt = now
-	run.Result = oc.result
-	run.Error = oc.errText
-	run.Output = oc.output
-	run.DurationMS = oc.duration.Milliseconds()
-	if oc.executor != "" {
-		run.Executor = oc.executor
-	}
+	// An outcome without a duration (a lost run) lasted from its dispatch until now.
+	run = endedRun(run, oc, now)
 	e.m.results.result(oc.result).Inc()
 	t.mu.Lock()
 	t.runLeft(run.Ticket)

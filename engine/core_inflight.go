@@ -191,6 +191,21 @@ func (r *runsInFlight) assign(ticket string, x *dispatch.Executor) bool {
 	return true
 }
 
+// showHolder shows, on a run record read from the store while it is in flight here, the
+// executor that holds it: the stored row names the app until the run ends, the flight the
+// executor's address once one was offered the run. A run in flight on another node keeps
+// what the store says.
+func (r *runsInFlight) showHolder(run *model.Run) {
+	if run.Result != model.ResultRunning {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f := r.m[run.Ticket]; f != nil && f.exec != nil {
+		run.Executor = f.exec.Address
+	}
+}
+
 // unassign takes the run back from executor x after it refused the run. It reports false when
 // the run is no longer in flight (a report or a kill raced the refusal).
 func (r *runsInFlight) unassign(ticket string, x *dispatch.Executor) bool {

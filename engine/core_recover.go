@@ -220,6 +220,7 @@ func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func())
 		}
 		// The task is gone; close the record so it does not stay "running" forever.
 		run.Result, run.EndedAt = model.ResultLost, e.nowMS()
+		run.DurationMS = run.EndedAt - run.DispatchedAt
 		run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
 		return e.write(ctx, &persist.Group{Runs: []model.Run{run}})
 	}

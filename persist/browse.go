@@ -135,12 +135,13 @@ func (s *sqlStore) taskTerms(f TaskFilter) ([]string, []any) {
 			}
 		}
 	}
-	if f.Search != "" {
-		// A substring of the name, the group or the callback's JSON (URL, app, handler),
-		// bytewise as names compare (INSTR: SQLite's LIKE ignores case). No index serves
-		// it, so a page walks the order's index until it is full.
-		where = append(where, "(INSTR(d.name, ?) > 0 OR INSTR(d.grp, ?) > 0 OR INSTR(d.callback, ?) > 0)")
-		args = append(args, f.Search, f.Search, f.Search)
+	// Each word of the search is a substring of the name, the group or the callback's JSON
+	// (URL, app, handler), without case (LOWER: every letter on MySQL, the ASCII ones on
+	// SQLite; INSTR, not LIKE, so % and _ are plain characters). Every word must be found.
+	// No index serves it, so a page walks the order's index until it is full.
+	for _, w := range SearchWords(f.Search) {
+		where = append(where, "(INSTR(LOWER(d.name), ?) > 0 OR INSTR(LOWER(d.grp), ?) > 0 OR INSTR(LOWER(d.callback), ?) > 0)")
+		args = append(args, w, w, w)
 	}
 	return where, args
 }

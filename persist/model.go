@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/axe-sched/axe/model"
@@ -123,7 +124,7 @@ type TaskFilter struct {
 	// OrderGroup (group, then id) or OrderNext (next fire, then id).
 	Order string
 	// Search keeps the tasks whose name, group or callback (its URL, app, handler) holds
-	// it; no index serves it.
+	// each of its words (SearchWords), without case; no index serves it.
 	Search string
 	// LastResult keeps the tasks whose newest ended scheduled run had this result
 	// (model.Runtime.LastResult); FailedSince those whose newest failure ended at or after
@@ -291,4 +292,17 @@ type LeaseStore interface {
 	ListNodes(ctx context.Context) ([]Node, error)
 	// ReadOnly reports whether the database refuses writes (MySQL's @@read_only).
 	ReadOnly(ctx context.Context) (bool, error)
+}
+
+// SearchWordsMax bounds the words of a task search.
+const SearchWordsMax = 8
+
+// SearchWords splits a task search into its words (split at white space), lower-cased: a
+// task matches when it holds every one.
+func SearchWords(q string) []string {
+	words := strings.Fields(strings.ToLower(q))
+	if len(words) > SearchWordsMax {
+		words = words[:SearchWordsMax]
+	}
+	return words
 }

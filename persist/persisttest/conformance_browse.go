@@ -70,8 +70,14 @@ func testBrowseTaskFilters(t *testing.T, ctx context.Context, s persist.Store) {
 	}{
 		{persist.TaskFilter{}, func(*model.Task) bool { return true }},
 		{persist.TaskFilter{Search: "needle"}, func(x *model.Task) bool { return strings.Contains(x.Def.Callback.URL, "needle") }},
-		{persist.TaskFilter{Search: "ETA"}, func(*model.Task) bool { return false }}, // bytewise: "beta" does not hold "ETA"
+		{persist.TaskFilter{Search: "ETA"}, func(x *model.Task) bool { return x.Def.Group == "beta" }}, // without case
 		{persist.TaskFilter{Search: "eta"}, func(x *model.Task) bool { return x.Def.Group == "beta" }},
+		// Several words: each must be found, in any of the fields.
+		{persist.TaskFilter{Search: "  JOB-1  Beta "}, func(x *model.Task) bool { return strings.HasPrefix(x.Def.Name, "job-1") && x.Def.Group == "beta" }},
+		{persist.TaskFilter{Search: "needle gamma"}, func(x *model.Task) bool {
+			return strings.Contains(x.Def.Callback.URL, "needle") && x.Def.Group == "gamma"
+		}},
+		{persist.TaskFilter{Search: "needle nowhere"}, func(*model.Task) bool { return false }},
 		{persist.TaskFilter{Search: "b-1"}, func(x *model.Task) bool { return strings.Contains(x.Def.Name, "b-1") }},
 		{persist.TaskFilter{Search: "%"}, func(*model.Task) bool { return false }},
 		{persist.TaskFilter{LastResult: model.ResultFailed}, func(x *model.Task) bool { return x.Runtime.LastResult == model.ResultFailed }},

@@ -2,7 +2,7 @@
 // stored alert records that concern no task (executors lost and back, rate-limit changes).
 // Alerts about a task are in its timeline too.
 import * as api from './api.js';
-import {h, replace, table} from './dom.js';
+import {h, update, table} from './dom.js';
 import {show} from './time.js';
 
 // The kinds always offered by the filter; others appear once the store holds them.
@@ -23,15 +23,15 @@ export async function render(main) {
   function offer(c) {
     const chosen = kind.value;
     const names = [...new Set([...KINDS, ...Object.keys(c)])].sort();
-    replace(kind, h('option', {value: ''}, 'every kind'),
+    update(kind, h('option', {value: ''}, 'every kind'),
       ...names.map(k => h('option', {value: k}, `${k} (${c[k] || 0})`)));
     kind.value = chosen;
-    replace(counts, names.filter(k => c[k]).map(k => `${k}: ${c[k]}`).join(' · ') || 'No stored record.');
+    update(counts, names.filter(k => c[k]).map(k => `${k}: ${c[k]}`).join(' · ') || 'No stored record.');
   }
   async function load() {
     const r = await api.get('alerts', {limit: 100, kind: kind.value, counts: 1});
     offer(r.counts || {});
-    replace(recent, r.deliveries.length ? table(['At', 'Kind', 'Task', 'Message', 'Delivery', 'Attempts', 'Error'],
+    update(recent, r.deliveries.length ? table(['At', 'Kind', 'Task', 'Message', 'Delivery', 'Attempts', 'Error'],
       r.deliveries.map(d => h('tr', {dataset: {kind: d.kind, delivery: d.delivery}},
         h('td', {class: 'time'}, show(d.at)), h('td', {}, d.kind),
         h('td', {}, d.task ? h('a', {href: '#/tasks/' + encodeURIComponent(d.task)}, d.task) : '—'),
@@ -39,7 +39,7 @@ export async function render(main) {
         h('td', {}, h('span', {class: 'delivery delivery-' + d.delivery.replace(/ /g, '-')}, d.delivery)),
         h('td', {class: 'num'}, d.attempts || ''), h('td', {class: 'pre'}, d.error || ''))), {id: 'deliveries-table'})
       : h('p', {class: 'muted', id: 'deliveries-table'}, 'No alert since this node started.'));
-    replace(stored, r.actions.length ? table(['At', 'Kind', 'Actor', 'Detail'],
+    update(stored, r.actions.length ? table(['At', 'Kind', 'Actor', 'Detail'],
       r.actions.map(a => h('tr', {dataset: {action: a.action}}, h('td', {class: 'time'}, show(a.at)), h('td', {}, a.action),
         h('td', {}, a.actor), h('td', {class: 'pre'}, a.detail))), {id: 'stored-alerts-table'})
       : h('p', {class: 'muted', id: 'stored-alerts-table'}, 'None.'));

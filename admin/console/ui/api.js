@@ -20,6 +20,15 @@ export function setToken(t) { if (t) sessionStorage.setItem(TOKEN_KEY, t); else 
 const hooks = {unauthorized: () => {}, backup: () => {}};
 export function on(name, fn) { hooks[name] = fn; }
 
+// The last answer of each GET address with its ETag, the oldest dropped past ETAG_MAX.
+const ETAG_MAX = 200;
+const etags = new Map();
+const unchangedAnswers = new WeakSet();
+
+// unchanged says whether data is an answer the server said had not changed (304) since
+// the console last read it: a page may then leave what it shows alone.
+export function unchanged(data) { return !!data && typeof data === 'object' && unchangedAnswers.has(data); }
+
 // call sends one API request; a JSON body when body is given.
 export async function call(method, path, body, query) {
   const url = new URL(path.replace(/^\//, ''), apiBase);
@@ -31,14 +40,28 @@ export async function call(method, path, body, query) {
   // A backup passes writes marked so on to the primary, with this token and actor, and
   // answers with the primary's answer (docs/operations.md); a primary ignores the mark.
   if (method !== 'GET' && method !== 'HEAD') headers['X-Axe-Forward'] = 'primary';
-  const init = {method, headers};
+  // A GET the console has an answer for asks whether it changed (If-None-Match): an
+  // unchanged list is answered 304 with no body, so an idle tab costs the server a hash.
+  const key = method === 'GET' ? url.toString() : '';
+  const had = key ? etags.get(key) : undefined;
+  if (had) headers['If-None-Match'] = had.etag;
+  const init = {method, headers, cache: 'no-store'};
   if (body !== undefined) {
     headers['Content-Type'] = 'application/json';
     init.body = JSON.stringify(body);
   }
   const res = await fetch(url, init);
+  if (res.status === 304 && had) {
+    unchangedAnswers.add(had.data);
+    return had.data;
+  }
   let data = null;
   try { data = await res.json(); } catch { data = null; }
+  const etag = res.headers.get('ETag');
+  if (key && res.ok && etag && data && typeof data === 'object') {
+    if (etags.size >= ETAG_MAX) etags.delete(etags.keys().next().value);
+    etags.set(key, {etag, data});
+  } else if (key) etags.delete(key);
   if (!res.ok) {
     const err = new APIError(res.status, data);
     if (res.status === 401) hooks.unauthorized(err);

@@ -101,7 +101,8 @@ async function route() {
 }
 
 function schedulePoll(page) {
-  if (!page.view || !page.view.refresh) return;
+  // A page whose data can no longer change (a finished run) says so with done.
+  if (!page.view || !page.view.refresh || page.view.done) return;
   clearTimeout(pollTimer);
   pollTimer = setTimeout(async () => {
     if (page.stopped || current !== page) return;
@@ -131,6 +132,18 @@ async function keepFocus(fn) {
   if (!again) return;
   again.focus();
   if (sel) { try { again.setSelectionRange(sel[0], sel[1]); } catch { /* not a text field */ } }
+}
+
+// navToggle wires the phone's Menu button: on a narrow screen the nav and the header's
+// preferences fold behind it, and following a link folds them again.
+function navToggle() {
+  const btn = document.getElementById('nav-toggle');
+  const set = open => {
+    document.body.classList.toggle('nav-open', open);
+    btn.setAttribute('aria-expanded', open ? 'true' : 'false');
+  };
+  btn.addEventListener('click', () => set(!document.body.classList.contains('nav-open')));
+  window.addEventListener('hashchange', () => set(false));
 }
 
 // prefs wires the header's time zone, refresh interval and pause controls.
@@ -211,6 +224,7 @@ function backupBanner(primary) {
 
 function start() {
   prefs();
+  navToggle();
   api.on('unauthorized', () => askToken(api.token() ? 'The token was refused.' : ''));
   api.on('backup', data => backupBanner(data.primary || ''));
   document.getElementById('login-form').addEventListener('submit', async ev => {
@@ -227,7 +241,10 @@ function start() {
   document.getElementById('login').addEventListener('cancel', ev => ev.preventDefault());
   document.getElementById('logout').addEventListener('click', () => { api.setToken(''); location.reload(); });
   window.addEventListener('hashchange', route);
-  whoami().then(route, e => { if (e.status !== 401) toast('Cannot reach axe: ' + e.message, 'error'); });
+  // The page renders at once; whoami's answer only hides the write controls of a read token
+  // when it comes (a 401 from either asks for the token, and the login routes again).
+  route();
+  whoami().catch(e => { if (e.status !== 401) toast('Cannot reach axe: ' + e.message, 'error'); });
   nodeBadge();
   setInterval(nodeBadge, 10000);
 }

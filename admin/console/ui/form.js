@@ -10,9 +10,12 @@ const READ_ONLY = new Set(['id', 'created_at', 'updated_at', 'runtime', 'paused'
 
 export async function render(main, args) {
   const editing = args[0];
-  let t = {name: '', group: 'default', trigger: 'cron', cron: '*/10 * * * * *', timezone: 'UTC', timeout_sec: 60,
+  let t = {name: '', group: 'default', trigger: 'cron', cron: '*/10 * * * * *', timezone: '', timeout_sec: 60,
     retry_count: 0, retry_interval_sec: 10, priority: 0, misfire_policy: 'fire_once', callback: {type: 'http', url: ''}};
   if (editing) t = await api.get('tasks/' + api.enc(editing));
+  // A new task starts in the server's zone, the one the API and the CLI give a task that
+  // names none (UTC only when the server cannot be asked).
+  else t.timezone = await api.get('overview').then(o => o.timezone || 'UTC', () => 'UTC');
 
   const field = (id, label, input, help) => h('div', {class: 'field'}, h('label', {for: id}, label), input,
     help ? h('small', {class: 'muted'}, help) : '', h('span', {class: 'error', id: id + '-error', role: 'alert'}));
@@ -63,7 +66,7 @@ export async function render(main, args) {
   const catchup = inp('catchup_window_sec', t.catchup_window_sec || 0, {type: 'number', min: 0, max: 31622400});
   const misfire = h('select', {id: 'misfire_policy'}, h('option', {value: 'fire_once'}, 'fire_once'), h('option', {value: 'skip'}, 'skip'));
   misfire.value = t.misfire_policy || 'fire_once';
-  const preview = h('div', {id: 'cron-preview', 'aria-live': 'polite'});
+  const preview = h('div', {id: 'cron-preview', class: 'scroll', 'aria-live': 'polite'});
   const previewN = h('select', {id: 'form-preview-n', 'aria-label': 'How many fires to preview'},
     [10, 25, 50, 100].map(n => h('option', {value: String(n)}, String(n))));
   const previewLegend = h('legend', {}, 'Next 10 fires');

@@ -2,7 +2,7 @@
 // takes a note; a resume resumes only the tasks the group's pause paused and lists the
 // others it left paused (paused on their own, by another group, after failures), with why.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmWithNote} from './dom.js';
+import {h, update, table, toast, confirmWithNote} from './dom.js';
 import {STATES, stateBadge} from './tasks.js';
 
 // byText says who paused a task, from its runtime's paused_by.
@@ -30,7 +30,7 @@ export async function render(main) {
       const r = await api.post(`groups/${api.enc(group)}/${verb}`, {note: note || `group ${verb} from the console`});
       if (pause) {
         toast(`pause ${group}: ${r.tasks} task(s) paused` + (r.already_paused ? `, ${r.already_paused} paused already` : ''));
-        replace(left);
+        update(left);
       } else {
         toast(`resume ${group}: ${r.tasks} task(s) resumed` + (r.left_paused_count ? `, ${r.left_paused_count} left paused` : ''));
         showLeft(group, r);
@@ -41,9 +41,9 @@ export async function render(main) {
     await load();
   }
   function showLeft(group, r) {
-    if (!r.left_paused_count) { replace(left); return; }
+    if (!r.left_paused_count) { update(left); return; }
     const more = r.left_paused_count - r.left_paused.length;
-    replace(left, h('h2', {}, `Left paused in ${group}: ${r.left_paused_count} task(s) the group's pause did not pause`),
+    update(left, h('h2', {}, `Left paused in ${group}: ${r.left_paused_count} task(s) the group's pause did not pause`),
       table(['Task', 'Paused by', 'Note'], r.left_paused.map(p => h('tr', {dataset: {task: p.name}},
         h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(p.name)}, p.name)),
         h('td', {}, byText(p.paused_by)), h('td', {}, p.note || '—'))), {id: 'groups-left-table'}),
@@ -51,7 +51,7 @@ export async function render(main) {
   }
   async function load() {
     const r = await api.get('groups');
-    replace(box, table(['Group', 'Total', ...STATES.map(s => stateBadge(s)), h('span', {class: 'needs-write'}, 'Actions')],
+    update(box, table(['Group', 'Total', ...STATES.map(s => stateBadge(s)), h('span', {class: 'needs-write'}, 'Actions')],
       r.groups.map(g => h('tr', {dataset: {group: g.group}},
         h('td', {}, h('a', {href: '#/tasks?group=' + encodeURIComponent(g.group)}, g.group)),
         h('td', {class: 'num'}, g.total),
@@ -59,7 +59,7 @@ export async function render(main) {
         h('td', {class: 'needs-write'},
           h('button', {type: 'button', class: 'group-pause', onclick: () => act(g.group, true)}, 'Pause'), ' ',
           h('button', {type: 'button', class: 'group-resume', onclick: () => act(g.group, false)}, 'Resume')))), {id: 'groups-table'}));
-    if (!r.count) replace(box, h('p', {class: 'muted'}, 'No tasks yet.'));
+    if (!r.count) update(box, h('p', {class: 'muted'}, 'No tasks yet.'));
   }
   await load();
   return {refresh: load};

@@ -2,7 +2,7 @@
 // the fires waiting for it, with a form that sets one (PUT /api/v1/concurrency-limits/{kind}/
 // {name}) and a button that removes it (DELETE).
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction} from './dom.js';
+import {h, update, table, toast, confirmAction} from './dom.js';
 
 const path = (kind, name) => `concurrency-limits/${encodeURIComponent(kind)}/${encodeURIComponent(name)}`;
 
@@ -40,7 +40,7 @@ export async function render(main) {
   async function load() {
     const r = await api.get('concurrency-limits');
     const ls = r.limits || [];
-    replace(box, ls.length === 0 ? h('p', {class: 'muted', id: 'limits-empty'}, 'No concurrency limits: runs of every group start when they are due.')
+    update(box, ls.length === 0 ? h('p', {class: 'muted', id: 'limits-empty'}, 'No concurrency limits: runs of every group start when they are due.')
       : table(['Kind', 'Name', 'Max', 'In use', 'Waiting', h('span', {class: 'needs-write'}, 'Actions')],
         ls.map(l => h('tr', {dataset: {limit: `${l.kind}/${l.name}`}, class: l.in_use >= l.max ? 'full' : ''},
           h('td', {}, l.kind), h('td', {class: 'mono'}, l.kind === 'group' ? h('a', {href: '#/tasks?group=' + encodeURIComponent(l.name)}, l.name) : l.name),

@@ -2,7 +2,7 @@
 // its role and when it was last seen by the database's clock, and who schedules which of the
 // 256 shards a task's name hashes to (GET /api/v1/cluster, docs/scale-out.md).
 import * as api from './api.js';
-import {h, replace, table} from './dom.js';
+import {h, update, table} from './dom.js';
 import {show, fmtDuration} from './time.js';
 
 // sections render one part of the page each from what load fetched.
@@ -52,7 +52,7 @@ export async function render(main) {
   main.append(h('h1', {}, 'Cluster'), ...boxes);
   async function load() {
     const [o, ...data] = await Promise.all([api.get('overview'), ...sections.map(s => s.fetch())]);
-    sections.forEach((s, i) => replace(boxes[i].lastChild, s.render(data[i], o.node)));
+    sections.forEach((s, i) => update(boxes[i].lastChild, s.render(data[i], o.node)));
   }
   await load();
   return {refresh: load};

@@ -2,14 +2,25 @@
 // them), fires and failures per minute over the last hour (counters in memory), and the
 // day-long chart of fires, failures and lateness per minute kept in the store.
 import * as api from './api.js';
-import {h, svg, replace} from './dom.js';
+import {h, svg, update, table} from './dom.js';
 import {show} from './time.js';
+
+// RANGES are the quick time ranges of the history views.
+export const RANGES = [['15m', '15 min', 15 * 60000], ['1h', '1 h', 3600000], ['24h', '24 h', 86400000], ['168h', '7 d', 7 * 86400000]];
 
 export async function render(main) {
   const cards = h('div', {class: 'cards', id: 'overview-cards'});
   const chart = h('figure', {class: 'chart', id: 'overview-chart'});
   const day = h('figure', {class: 'chart', id: 'overview-day'});
+  // Triage: the window's failures grouped by task and by error text.
+  let within = '1h';
+  const rangeBtns = RANGES.map(([v, label]) => h('button', {type: 'button', class: 'range', dataset: {range: v},
+    'aria-pressed': v === within ? 'true' : 'false', onclick: () => { within = v; triageAge = 0; loadTriage(); }}, label));
+  const triageBox = h('div', {id: 'triage', class: 'cols'});
+  const triageNote = h('p', {class: 'muted', id: 'triage-note'});
   main.append(h('h1', {}, 'Overview'), cards,
+    h('section', {'aria-labelledby': 'triage-h'}, h('h2', {id: 'triage-h'}, 'Failures by task and by error'),
+      h('div', {class: 'row ranges', role: 'group', 'aria-label': 'Time range'}, 'Last ', rangeBtns), triageNote, triageBox),
     h('section', {'aria-labelledby': 'chart-h'}, h('h2', {id: 'chart-h'}, 'Fires and failures per minute, last hour'), chart),
     h('section', {'aria-labelledby': 'day-h'}, h('h2', {id: 'day-h'}, 'Fires, failures and lateness per minute, last 24 hours (every node, kept in the store)'), day));
   const card = (label, value, id, bad, href) => {
@@ -18,13 +29,38 @@ export async function render(main) {
   };
   const countOf = q => api.get('tasks', {...q, limit: 1, total: 1}).then(r => (r.total_more ? r.total.toLocaleString('en') + '+' : String(r.total)), () => '?');
 
+  // The triage reads up to 20,000 runs: it is read again every fifth refresh, not each one.
+  let triageAge = 0;
+  async function loadTriage() {
+    for (const b of rangeBtns) b.setAttribute('aria-pressed', b.dataset.range === within ? 'true' : 'false');
+    const r = await api.get('triage', {within});
+    const ms = RANGES.find(x => x[0] === within)[2];
+    const runsOf = extra => '#/runs?' + new URLSearchParams({result: 'failure', from: String(Date.now() - ms), ...extra}).toString();
+    update(triageNote, `${r.failures.toLocaleString('en')} failure(s) in the last ${RANGES.find(x => x[0] === within)[1]}` +
+      (r.complete ? '.' : `, among the newest ${r.examined.toLocaleString('en')} runs examined.`),
+      ' ', h('a', {href: runsOf({}), id: 'triage-runs'}, 'See them in the runs list'));
+    triageNote.dataset.failures = String(r.failures);
+    const ticket = g => h('a', {class: 'mono', href: '#/run/' + encodeURIComponent(g.last_ticket)}, show(g.last_at));
+    update(triageBox,
+      h('div', {}, h('h3', {}, 'By task'), r.by_task.length ? table(['Task', 'Failures', 'Newest', 'Its error'], r.by_task.slice(0, 20).map(g =>
+        h('tr', {dataset: {task: g.key}}, h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(g.key)}, g.key)),
+          h('td', {class: 'num'}, h('a', {href: runsOf({task: g.key})}, String(g.count))), h('td', {class: 'time'}, ticket(g)),
+          h('td', {class: 'pre'}, g.last_error))), {id: 'triage-tasks'}) : h('p', {class: 'muted', id: 'triage-tasks'}, 'No failure.')),
+      h('div', {}, h('h3', {}, 'By error'), r.by_error.length ? table(['Error', 'Failures', 'Tasks', 'Newest'], r.by_error.slice(0, 20).map(g =>
+        h('tr', {dataset: {key: 'err:' + g.key}}, h('td', {class: 'pre'}, g.key), h('td', {class: 'num'}, String(g.count)),
+          h('td', {}, g.tasks.map((t, i) => [i ? ', ' : '', h('a', {href: '#/tasks/' + encodeURIComponent(t)}, t)]),
+            g.task_count > g.tasks.length ? ` and ${g.task_count - g.tasks.length} more` : ''),
+          h('td', {class: 'time'}, ticket(g)))), {id: 'triage-errors'}) : h('p', {class: 'muted', id: 'triage-errors'}, 'No failure.')));
+  }
+
   let dayAt = 0;
   async function load() {
+    if (triageAge++ % 5 === 0) await loadTriage();
     // failed_within is served by an index (idx_task_runtime_failed): cheap at any size.
     const [o, r, failing] = await Promise.all([api.get('overview'), api.readyz(), countOf({failed_within: '1h'})]);
     const role = api.roleText(r);
     const others = Array.isArray(r.nodes) ? r.nodes.filter(n => n.node !== o.node) : null;
-    replace(cards,
+    update(cards,
       card('Tasks failing in the last hour', failing, 'ov-failing', failing !== '0', '#/tasks?failed_within=1h'),
       card('Breakers open', o.breakers_open, 'ov-breakers', o.breakers_open > 0, '#/tasks?breaker=open'),
       card('Executors alive', o.executors_alive, 'ov-alive', false, '#/executors'),
@@ -52,7 +88,7 @@ export async function render(main) {
       svg('title', {}, `${show(p.at)}: ${p.fires} fires, ${p.failures} failures`)));
     const line = pts.map((p, i) => `${i ? 'L' : 'M'}${pad + i * bw + bw / 2},${y(p.failures)}`).join(' ');
     const total = pts.reduce((a, p) => a + p.fires, 0), fails = pts.reduce((a, p) => a + p.failures, 0);
-    replace(chart,
+    update(chart,
       svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${total} fires and ${fails} failures in the last hour`, class: 'spark'},
         svg('line', {x1: pad, y1: H - pad, x2: W, y2: H - pad, class: 'axis'}),
         svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),
@@ -75,7 +111,7 @@ export async function render(main) {
     for (let i = 0; i < pts.length; i += 360) {
       ticks.push(svg('text', {x: x(i), y: H - 8, class: 'tick'}, show(pts[i].at).slice(11, 16)));
     }
-    replace(day,
+    update(day,
       svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${total} fires and ${fails} failures in the last 24 hours`, class: 'spark'},
         svg('line', {x1: pad, y1: H - pad, x2: W - right, y2: H - pad, class: 'axis'}),
         svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),

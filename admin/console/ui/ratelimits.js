@@ -1,7 +1,7 @@
 // Rate limits: the global bucket, the default per downstream, and each downstream's own,
 // with an edit form (PUT /api/v1/ratelimits). Rate 0 removes a limit.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction} from './dom.js';
+import {h, update, table, toast, confirmAction} from './dom.js';
 
 const fmt = l => (l.Rate > 0 ? `${l.Rate}/s, burst ${l.Burst}` : 'unlimited');
 
@@ -42,7 +42,7 @@ export async function render(main) {
   async function load() {
     const r = await api.get('ratelimits');
     const rows = [['', 'global', r.global], ...Object.entries(r.downstreams || {}).sort(([a], [b]) => a.localeCompare(b)).map(([k, l]) => [k, k, l])];
-    replace(box, table(['Bucket', 'Limit', h('span', {class: 'needs-write'}, 'Actions')], [
+    update(box, table(['Bucket', 'Limit', h('span', {class: 'needs-write'}, 'Actions')], [
       ...rows.map(([key, label, l]) => h('tr', {dataset: {downstream: key || 'global'}},
         h('td', {class: key ? 'mono' : ''}, label), h('td', {}, fmt(l)),
         h('td', {class: 'needs-write'}, h('button', {type: 'button', class: 'rl-edit', onclick: () => edit(key, l)}, 'Edit'), ' ',

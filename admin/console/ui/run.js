@@ -1,6 +1,7 @@
-// One run: every stored field, with the whole output and error.
+// One run: every stored field, with the whole output and error. A run in flight refreshes
+// until it ends; a finished run no longer changes, so its page stops asking.
 import * as api from './api.js';
-import {h, replace, toast, confirmWithNote} from './dom.js';
+import {h, update, toast, confirmWithNote} from './dom.js';
 import {show, fmtDuration} from './time.js';
 
 export async function render(main, args) {
@@ -10,6 +11,7 @@ export async function render(main, args) {
     onclick: () => killRun(ticket, load)}, 'Kill');
   main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), h('div', {class: 'actions'}, killBtn), box);
   let zone = '';
+  const view = {refresh: load, done: false};
   async function load() {
     const r = await api.get('runs/' + api.enc(ticket));
     if (!zone) {
@@ -17,8 +19,10 @@ export async function render(main, args) {
       zone = await api.get('tasks/' + api.enc(r.task)).then(t => t.timezone, () => 'UTC');
     }
     killBtn.hidden = r.result !== 'running';
+    view.done = r.result !== 'running';
+    box.dataset.result = r.result;
     const kv = rows => h('dl', {class: 'kv'}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
-    replace(box,
+    update(box,
       kv([
         ['Task', h('a', {href: '#/tasks/' + encodeURIComponent(r.task), id: 'run-task'}, r.task)],
         ['Result', h('span', {class: 'result result-' + r.result, id: 'run-result'}, r.result)],
@@ -32,7 +36,7 @@ export async function render(main, args) {
       h('h2', {}, 'Output'), h('pre', {id: 'run-output', class: 'block'}, r.output || '(none)'));
   }
   await load();
-  return {refresh: load};
+  return view;
 }
 
 // killRun asks for a reason and kills one run in flight by its ticket (any kind: periodic,

@@ -2,9 +2,10 @@
 // at a time by cursor, with a bounded total. A filtered page examines at most 20,000 runs;
 // when it found none there it says so, and Older goes on from where it stopped.
 import * as api from './api.js';
-import {h, replace, table} from './dom.js';
+import {h, update, table} from './dom.js';
 import {killRun} from './run.js';
 import {show, fmtDuration, zoneFor, parseLocal, toLocal} from './time.js';
+import {RANGES} from './overview.js';
 
 export const RESULT_CHOICES = [['', 'any result'], ['failure', 'failures (failed, timeout, lost)'], ['success', 'success'],
   ['failed', 'failed'], ['timeout', 'timeout'], ['lost', 'lost'], ['killed', 'killed'], ['skipped', 'skipped'], ['running', 'running']];
@@ -22,8 +23,8 @@ export function runsTable(runs, opts) {
   const rows = runs.map(r => h('tr', {dataset: {ticket: r.ticket, result: r.result}},
     h('td', {class: 'mono'}, h('a', {href: '#/run/' + encodeURIComponent(r.ticket)}, r.ticket)),
     opts.showTask ? h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(r.task)}, r.task)) : null,
-    h('td', {}, r.kind), h('td', {class: 'num'}, r.attempt),
-    h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {}, r.executor || '—'),
+    h('td', {class: 'phone-hide'}, r.kind), h('td', {class: 'num phone-hide'}, r.attempt),
+    h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {class: 'phone-hide'}, r.executor || '—'),
     h('td', {class: 'num'}, r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)),
     h('td', {}, h('span', {class: 'result result-' + r.result}, r.result),
       r.result === 'running' ? [' ', h('button', {type: 'button', class: 'run-kill danger needs-write',
@@ -31,7 +32,7 @@ export function runsTable(runs, opts) {
     h('td', {class: 'pre'}, clip([r.error, r.output].filter(Boolean).join('\n'), 160))));
   if (!runs.length) return h('p', {class: 'muted', id: opts.id}, 'No runs.');
   return table(['Ticket', opts.showTask ? 'Task' : null, 'Kind', 'Attempt', 'Scheduled', 'Executor', 'Duration', 'Result', 'Error / output']
-    .filter(Boolean), rows, {id: opts.id});
+    .filter(Boolean), rows, {id: opts.id, class: 'compact'});
 }
 
 export async function render(main, args) {
@@ -50,10 +51,17 @@ export async function render(main, args) {
     h('label', {}, 'From ', from), h('label', {}, 'To ', to),
     h('button', {type: 'submit', id: 'r-apply'}, 'Filter'),
     h('span', {class: 'hint'}, `Times are read and shown in ${zone}. Newest first; a filtered page examines at most ${SCAN_MAX.toLocaleString('en')} runs.`));
+  // Quick ranges: From that long ago, To open, applied at once.
+  const ranges = h('div', {class: 'row ranges', role: 'group', 'aria-label': 'Quick range', id: 'run-ranges'}, 'Last ',
+    RANGES.map(([v, label, ms]) => h('button', {type: 'button', dataset: {range: v}, onclick: () => {
+      from.value = toLocal(Date.now() - ms, zone);
+      to.value = '';
+      apply();
+    }}, label)));
   const status = h('p', {class: 'muted', id: 'runs-status', 'aria-live': 'polite'});
   const box = h('div', {class: 'scroll'});
   const pager = h('div', {class: 'row pager'});
-  main.append(h('h1', {}, 'Runs'), form, status, box, pager);
+  main.append(h('h1', {}, 'Runs'), form, ranges, status, box, pager);
   let cursors = [''];
   let page = 0;
 
@@ -75,17 +83,17 @@ export async function render(main, args) {
     const t0 = performance.now();
     const data = await api.get('runs', {result: f.result, group: f.group, task: f.task, from: f.from || undefined,
       to: f.to || undefined, limit: PAGE, cursor: cursors[page], total: 1});
-    replace(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
+    update(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
     const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
     const ms = Math.round(performance.now() - t0);
     const windowed = f.result || f.group ? ` among the newest ${SCAN_MAX.toLocaleString('en')}` : '';
-    replace(status, h('strong', {id: 'all-runs-total'}, `${total} run(s) match${windowed}`), `; ${data.count} on this page`,
+    update(status, h('strong', {id: 'all-runs-total'}, `${total} run(s) match${windowed}`), `; ${data.count} on this page`,
       data.scanned >= SCAN_MAX && data.count < PAGE ? `, ${data.scanned.toLocaleString('en')} examined: Older goes on` : '',
       `. Loaded in ${ms} ms.`);
     status.dataset.ms = String(ms);
     status.dataset.total = String(data.total);
     status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
-    replace(pager,
+    update(pager,
       h('button', {type: 'button', id: 'runs-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Newer'),
       h('span', {}, `Page ${page + 1}`),
       h('button', {type: 'button', id: 'runs-next', disabled: !data.next_cursor, onclick: () => { cursors[page + 1] = data.next_cursor; page++; load(); }}, 'Older →'));

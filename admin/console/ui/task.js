@@ -4,11 +4,12 @@
 // The action bar is built once: a refresh changes only what the task's state decides (which
 // buttons are enabled, pause or resume), never an input being typed in.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction, confirmWithNote} from './dom.js';
+import {h, update, table, toast, confirmAction, confirmWithNote} from './dom.js';
 import {byText} from './groups.js';
 import {show, fmtDuration, zoneFor, parseLocal} from './time.js';
 import {stateBadge} from './tasks.js';
 import {runsTable, RESULT_CHOICES} from './runs.js';
+import {RANGES} from './overview.js';
 
 const RUNS_PAGE = 20;
 const ACTS_PAGE = 50;
@@ -28,7 +29,7 @@ export async function render(main, args) {
   const path = 'tasks/' + api.enc(name);
   const head = h('div', {class: 'title'});
   const def = h('div', {id: 'task-def'});
-  const fires = h('div', {id: 'task-fires'});
+  const fires = h('div', {id: 'task-fires', class: 'scroll'});
   const runsBox = h('div', {id: 'task-runs', class: 'scroll'});
   const runsPager = h('div', {class: 'row pager'});
   const timeline = h('ol', {id: 'task-timeline', class: 'timeline'});
@@ -95,6 +96,10 @@ export async function render(main, args) {
   // Runs: a page at a time, newest first, with a result filter.
   const runResult = h('select', {id: 'runs-result', 'aria-label': 'Runs with result'}, RESULT_CHOICES.map(([v, l]) => h('option', {value: v}, l)));
   runResult.addEventListener('change', () => { runCursors = ['']; runPage = 0; loadRuns(); });
+  // A quick range: the runs scheduled within the last 15 min, hour, day or week.
+  const runRange = h('select', {id: 'runs-range', 'aria-label': 'Runs within'}, h('option', {value: ''}, 'any time'),
+    RANGES.map(([v, label]) => h('option', {value: v}, 'the last ' + label)));
+  runRange.addEventListener('change', () => { runCursors = ['']; runPage = 0; loadRuns(); });
   const runsTotal = h('span', {class: 'muted', id: 'runs-total'});
   let runCursors = [''];
   let runPage = 0;
@@ -140,7 +145,7 @@ export async function render(main, args) {
         h('div', {class: 'row'}, h('label', {}, 'Show ', previewN), h('label', {}, 'from ', previewFrom), previewNow), fires)),
     bfSection,
     h('section', {'aria-labelledby': 'runs-h'}, h('h2', {id: 'runs-h'}, 'Runs'),
-      h('div', {class: 'row'}, h('label', {}, 'Result ', runResult), runsTotal,
+      h('div', {class: 'row'}, h('label', {}, 'Result ', runResult), h('label', {}, 'Within ', runRange), runsTotal,
         h('a', {href: '#/runs?task=' + encodeURIComponent(name), id: 'runs-all'}, 'in the runs list')),
       runsBox, runsPager),
     h('section', {'aria-labelledby': 'tl-h'}, h('h2', {id: 'tl-h'}, 'Timeline (newest first)'),
@@ -154,10 +159,10 @@ export async function render(main, args) {
   function renderDef() {
     const cb = t.callback || {};
     const zone = t.timezone;
-    replace(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '',
+    update(head, h('h1', {}, t.name), stateBadge(t.runtime.state), t.runtime.note ? h('span', {class: 'note', id: 'task-note'}, 'Note: ' + t.runtime.note) : '',
       t.runtime.paused_by ? h('span', {class: 'note', id: 'task-paused-by'}, 'Paused by ' + byText(t.runtime.paused_by)) : '');
     const rt = t.runtime;
-    replace(def, kv([
+    update(def, kv([
       ['Group', t.group], ['Trigger', t.trigger], ['Cron', t.cron], ['Delay', t.delay_ms ? fmtDuration(t.delay_ms) : ''],
       ['Depends on', (t.depends_on || []).join(', ')], ['Time zone', zone],
       ['Callback', cb.type === 'http' ? 'http ' + cb.url : `executor ${cb.app}/${cb.handler}${cb.route ? ' (' + cb.route + ')' : ''}`],
@@ -185,35 +190,40 @@ export async function render(main, args) {
       ['Last fire', show(rt.last_trigger_time, zone)], ['Last end', show(rt.last_end_time, zone)],
       ['Last result', rt.last_result ? h('span', {class: 'result result-' + rt.last_result, id: 'task-last-result'}, rt.last_result) : '—'],
       ['Last failure', rt.last_failure_at ? show(rt.last_failure_at, zone) : 'none recorded'],
-      ['Successes / failures', `${rt.success_count} / ${rt.failure_count}`],
+      // Counted from the stored runs of every kind (run-now and backfill too), so a manual
+      // task's runs count; the runtime's counters count the scheduled runs since creation.
+      ['Successes / failures', h('span', {id: 'task-counts'}, counts ? `${countText(counts.success)} / ${countText(counts.failure)} (stored runs)` : '…')],
+      ['Scheduled runs', t.trigger === 'manual' ? '' : `${rt.success_count} succeeded, ${rt.failure_count} failed since created`],
       ['Breaker', t.breaker_open ? 'open' : 'closed'],
     ]));
   }
 
   let firesKey = '';
   async function renderFires() {
-    if (t.trigger !== 'cron') { replace(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
+    if (t.trigger !== 'cron') { update(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
     const n = Number(previewN.value);
     const from = previewFrom.value ? parseLocal(previewFrom.value, t.timezone) : 0;
     const key = [t.cron, t.timezone, t.runtime.state, n, from, t.jitter_sec || 0].join('|');
     if (key === firesKey) return;
     firesKey = key;
-    replace(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
+    update(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
     try {
       const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n, from: from || undefined, dialect: t.cron_dialect,
         task: t.jitter_sec ? t.name : undefined, jitter_sec: t.jitter_sec || undefined});
-      replace(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
+      update(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
     } catch (e) {
-      replace(fires, h('p', {class: 'error'}, e.message));
+      update(fires, h('p', {class: 'error'}, e.message));
     }
   }
 
   async function loadRuns() {
-    const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1});
-    replace(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table', onKilled: load}));
-    replace(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
+    const range = RANGES.find(r => r[0] === runRange.value);
+    const rs = await api.get(path + '/runs', {limit: RUNS_PAGE, cursor: runCursors[runPage], result: runResult.value, total: 1,
+      from: range ? Math.floor((Date.now() - range[2]) / 60000) * 60000 : undefined});
+    update(runsBox, runsTable(rs.runs, {zone: t.timezone, showTask: false, id: 'runs-table', onKilled: load}));
+    update(runsTotal, rs.total_more ? `${rs.total.toLocaleString('en')}+ runs` : `${rs.total} run(s)`,
       rs.scanned >= 20000 && !rs.runs.length ? ' · none among the newest examined; look further with Older' : '');
-    replace(runsPager,
+    update(runsPager,
       h('button', {type: 'button', id: 'runs-newer', disabled: runPage === 0, onclick: () => { runPage--; loadRuns(); }}, '← Newer'),
       h('span', {}, `Page ${runPage + 1}`),
       h('button', {type: 'button', id: 'runs-older', disabled: !rs.next_cursor, onclick: () => { runCursors[runPage + 1] = rs.next_cursor; runPage++; loadRuns(); }}, 'Older →'));
@@ -222,14 +232,14 @@ export async function render(main, args) {
   async function loadTimeline() {
     const acts = await api.get(path + '/actions', {limit: ACTS_PAGE, before: tlBefore[tlPage] || undefined, action: tlKind.value});
     const zone = t.timezone;
-    replace(timeline, acts.actions.map(a => h('li', {dataset: {action: a.action}},
+    update(timeline, acts.actions.map(a => h('li', {dataset: {action: a.action, key: [a.at, a.action, a.actor, a.ticket || ''].join('|')}},
       h('span', {class: 'time'}, show(a.at, zone)), ' ',
       h('strong', {class: 'kind'}, a.action), ' ',
       a.from || a.to ? h('span', {class: 'trans'}, `${a.from || '·'} → ${a.to || '·'}`) : '', ' ',
       h('span', {class: 'actor'}, 'by ' + a.actor), a.ticket ? [' ', h('a', {class: 'mono', href: '#/run/' + encodeURIComponent(a.ticket)}, a.ticket)] : '',
       a.detail ? h('div', {class: 'detail'}, a.detail) : '')));
-    if (!acts.actions.length) replace(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
-    replace(tlPager,
+    if (!acts.actions.length) update(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
+    update(tlPager,
       h('button', {type: 'button', id: 'timeline-newer', disabled: tlPage === 0, onclick: () => { tlPage--; loadTimeline(); }}, '← Newer'),
       h('span', {}, `Page ${tlPage + 1}`),
       h('button', {type: 'button', id: 'timeline-older', disabled: !acts.next_before,
@@ -255,17 +265,23 @@ export async function render(main, args) {
           try { await api.post(path + '/backfills/' + b.id + '/cancel'); toast('Backfill ' + b.id + ': canceled'); } catch (e) { toast('Cancel: ' + e.message, 'error'); }
           await loadBackfills();
         }}, 'Cancel') : '')));
-    replace(backfills, rows.length
+    update(backfills, rows.length
       ? table(['#', 'Status', 'Range', 'Done / total', 'Failed', 'Skipped', 'Running', 'Next fire', ''], rows, {id: 'backfills-table'})
       : h('p', {class: 'muted'}, 'No backfills.'));
   }
 
+  let counts = null;
+  const countText = r => (r.total_more ? r.total.toLocaleString('en') + '+' : String(r.total));
+  const countOf = result => api.get(path + '/runs', {result, limit: 1, total: 1});
+
   async function load() {
-    const [task, list] = await Promise.all([
+    const [task, list, success, failure] = await Promise.all([
       api.get(path),
       api.get('tasks', {name_prefix: name, limit: 1, sort: 'name'}).catch(() => ({tasks: []})),
+      countOf('success').catch(() => null), countOf('failure').catch(() => null),
     ]);
     t = task;
+    counts = success && failure ? {success, failure} : null;
     const row = (list.tasks || []).find(x => x.name === name);
     t.breaker_open = row ? row.breaker_open : false;
     renderDef();

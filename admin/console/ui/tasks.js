@@ -3,12 +3,15 @@
 // cursor, sorted by a column the store serves from an index (name, group, next fire), with
 // the total that matches.
 import * as api from './api.js';
-import {h, replace, table, toast, confirmAction} from './dom.js';
+import {h, update, table, toast, confirmAction, debounce} from './dom.js';
 import {show, fmtDuration} from './time.js';
 
 export const STATES = ['WAITING', 'SCHEDULED', 'RUNNING', 'SUCCESS', 'FAILED', 'RETRYING', 'PAUSED', 'KILLED'];
 const SORTS = [['id', 'created'], ['name', 'name'], ['group', 'group'], ['next', 'next fire']];
 const PAGE = 50;
+// TICKET is what a run's ticket looks like: a periodic fire's (task-time-attempt), a
+// run-now's (task-m<time>-hex) or a skipped fire's (skip-task-time).
+const TICKET = /^(?:skip-)?\d+-[a-z]?\d+(?:-[0-9a-f]+)?$/i;
 
 export function stateBadge(state) {
   return h('span', {class: 'state state-' + String(state).toLowerCase()}, state);
@@ -29,7 +32,9 @@ export async function render(main, args, session) {
   const state = h('select', {id: 'f-state', 'aria-label': 'State'}, h('option', {value: ''}, 'any state'),
     STATES.map(s => h('option', {value: s}, s)));
   state.value = f.state;
-  const search = h('input', {id: 'f-q', type: 'search', value: f.q, placeholder: 'name, group or callback holds…', 'aria-label': 'Search'});
+  const search = h('input', {id: 'f-q', type: 'search', value: f.q, placeholder: 'words or a ticket…', 'aria-label': 'Search'});
+  // The search applies as you type, 250 ms after the last key; a ticket opens its run.
+  search.addEventListener('input', debounce(() => find(), 250));
   const lastResult = h('select', {id: 'f-last', 'aria-label': 'Last result'}, h('option', {value: ''}, 'any'),
     ['success', 'failed', 'timeout', 'lost', 'killed', 'skipped'].map(r => h('option', {value: r}, r)));
   lastResult.value = f.last_result;
@@ -38,16 +43,33 @@ export async function render(main, args, session) {
   failedWithin.value = f.failed_within;
   const breaker = h('select', {id: 'f-breaker', 'aria-label': 'Breaker'}, h('option', {value: ''}, 'any'), h('option', {value: 'open'}, 'open'));
   breaker.value = f.breaker;
-  const filters = h('form', {class: 'filters', id: 'task-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); apply(); }},
+  const filters = h('form', {class: 'filters', id: 'task-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); find(); }},
     h('label', {}, 'Search ', search), h('label', {}, 'Group ', group), h('label', {}, 'State ', state), h('label', {}, 'Name ', prefix),
     h('label', {}, 'Last result ', lastResult), h('label', {}, 'Failed within ', failedWithin), h('label', {}, 'Breaker ', breaker),
     h('button', {type: 'submit', id: 'f-apply'}, 'Filter'),
-    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix; search by substring (case-sensitive). A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
+    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix. Search finds the tasks whose name, group or callback holds every word, in any case; a run\'s ticket opens that run. A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
   const bulkBar = h('div', {class: 'bulk needs-write', id: 'bulk'});
   const status = h('p', {class: 'muted', id: 'list-status', 'aria-live': 'polite'});
   const tableBox = h('div', {class: 'scroll'});
   const pager = h('div', {class: 'row pager'});
   main.append(h('h1', {}, 'Tasks'), filters, bulkBar, tableBox, pager, status);
+
+  // find applies the filters, or opens the run whose ticket the search box holds.
+  let findSeq = 0;
+  async function find() {
+    const v = search.value.trim();
+    const seq = ++findSeq;
+    if (TICKET.test(v)) {
+      try {
+        await api.get('runs/' + api.enc(v));
+        if (seq === findSeq) location.hash = '#/run/' + encodeURIComponent(v);
+        return;
+      } catch (e) {
+        if (e.status !== 404) { toast('Ticket ' + v + ': ' + e.message, 'error'); return; }
+      }
+    }
+    if (seq === findSeq) apply();
+  }
 
   function apply() {
     f.group = group.value.trim();
@@ -109,9 +131,9 @@ export async function render(main, args, session) {
     if (!hasFilter) allMatching = false;
     const any = allMatching || names.length > 0;
     const label = allMatching ? `All tasks matching ${describe(filterSelector())}` : `${names.length} selected`;
-    replace(bulkWhat, label);
+    update(bulkWhat, label);
     for (const b of Object.values(bulkBtns)) b.disabled = !any;
-    replace(bulkAll, allMatching ? 'Back to the ticked rows' : 'Select all matching the filter');
+    update(bulkAll, allMatching ? 'Back to the ticked rows' : 'Select all matching the filter');
     bulkAll.disabled = !allMatching && !hasFilter;
     bulkAll.title = allMatching || hasFilter ? 'Act on every task the filter matches, on every page'
       : bulkable() ? 'Apply a filter first' : 'Bulk actions select by group, name and state only: tick the rows';
@@ -142,6 +164,8 @@ export async function render(main, args, session) {
     }
     selected.clear();
     allMatching = false;
+    // What matches has changed: count it again now, not at the tenth refresh.
+    totalAge = 0;
     await load();
   }
 
@@ -154,11 +178,10 @@ export async function render(main, args, session) {
     // filter no index serves (a search, a last result) counts by reading every row.
     const withTotal = totalAge++ % 10 === 0;
     const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1, total: withTotal ? 1 : undefined});
-    if (withTotal) lastTotal = data;
-    else {
-      data.total = lastTotal.total;
-      data.total_more = lastTotal.total_more;
-    }
+    if (withTotal) lastTotal = {total: data.total, total_more: data.total_more};
+    // A first page with no next one holds every match: its rows are the count, whatever the
+    // last count said (a bulk pause may have just emptied the filter).
+    const total = page === 0 && !data.next_cursor ? {total: data.tasks.length, total_more: false} : lastTotal;
     next = data.next_cursor || null;
     const rows = data.tasks.map(t => {
       const rt = t.runtime;
@@ -175,21 +198,21 @@ export async function render(main, args, session) {
         h('td', {}, lr ? h('a', {href: '#/run/' + encodeURIComponent(lr.ticket), class: 'result result-' + lr.result}, lr.result) : '—',
           lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : '',
           rt.last_failure_at ? h('div', {class: 'muted small'}, 'failed ' + show(rt.last_failure_at, t.timezone)) : ''),
-        h('td', {class: 'num'}, t.priority),
-        h('td', {}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
+        h('td', {class: 'num phone-hide'}, t.priority),
+        h('td', {class: t.breaker_open ? null : 'phone-hide'}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
         h('td', {class: 'note'}, rt.note || ''));
     });
-    replace(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
-      sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table'}));
-    if (!data.tasks.length) replace(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
-    replace(pager,
+    update(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
+      sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table', class: 'compact sortable'}));
+    if (!data.tasks.length) update(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
+    update(pager,
       h('button', {type: 'button', id: 'page-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Previous'),
       h('span', {}, `Page ${page + 1}`),
       h('button', {type: 'button', id: 'page-next', disabled: !next, onclick: () => { cursors[page + 1] = next; page++; load(); }}, 'Next →'));
     const ms = Math.round(performance.now() - t0);
-    const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
-    replace(status, h('strong', {id: 'list-total'}, `${total} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
-    status.dataset.total = String(data.total);
+    const shown = total.total_more ? `${total.total.toLocaleString('en')}+` : String(total.total);
+    update(status, h('strong', {id: 'list-total'}, `${shown} task(s) match`), `; ${data.count} on this page, loaded in ${ms} ms.`);
+    status.dataset.total = String(total.total);
     status.dataset.ms = String(ms);
     status.dataset.count = String(data.count);
     status.dataset.seq = String(Number(status.dataset.seq || 0) + 1);
