@@ -48,3 +48,46 @@ func timeArg(c *fasthttp.RequestCtx, name string) (time.Time, error) {
 	}
 	return time.Time{}, fmt.Errorf("%w: %s: must be an RFC 3339 time or Unix milliseconds, got %q", ErrBadRequest, name, raw)
 }
+
+func (s *Server) cronNext(c *fasthttp.RequestCtx) {
+	args := c.QueryArgs()
+	expr := string(args.Peek("expr"))
+	if expr == "" {
+		writeErr(c, 400, "expr: is required")
+		return
+	}
+	n, err := intArg(c, "n", 10, 1, 1000)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	dialect := string(args.Peek("dialect"))
+	from, err := timeArg(c, "from")
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	jitter, err := intArg(c, "jitter_sec", 0, 0, engine.MaxJitterSec)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	task := string(args.Peek("task"))
+	fires, loc, err := s.cfg.Engine.PreviewFires(expr, string(args.Peek("tz")), dialect, from, n)
+	if err != nil {
+		s.fail(c, err)
+		return
+	}
+	if err := s.cfg.Engine.ApplyJitter(task, jitter, expr, loc.String(), dialect, fires); err != nil {
+		s.fail(c, err)
+		return
+	}
+	body := cronNextView(expr, loc, fires, jitter)
+	if dialect != "" {
+		body["dialect"] = dialect
+	}
+	if jitter > 0 {
+		body["task"], body["jitter_sec"] = task, jitter
+	}
+	writeJSON(c, 200, body)
+}
