@@ -37,7 +37,7 @@ var runResults = map[string][]string{
 }
 
 // consoleAPIRoutes registers the routes of this file; the task runs and actions routes
-// replace the plain lists of server.go with paged ones that answer the same keys.
+// replace plain ?limit= lists (list, request.go) with paged ones that answer the same keys.
 func (s *Server) consoleAPIRoutes(api *router.Group) {
 	h := s.authed
 	api.GET("/runs", h(s.listRuns))

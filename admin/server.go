@@ -1,10 +1,3 @@
-// Package admin is axe's HTTP layer: the REST API of SPEC section 10, the web console, the
-// health and metrics endpoints, and the front of an HA node (hafront.go). It translates HTTP
-// to engine calls and engine errors to HTTP codes (in one place: statusOf); it holds no
-// scheduling state of its own and never touches the store except to report readiness and
-// list what a backup reads from the database. It builds nothing it serves: the daemon
-// (internal/daemon) opens the store, builds the engine and the HA elector, and hands them in;
-// admin never imports it.
 package admin
 
 import (
