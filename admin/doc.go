@@ -21,8 +21,8 @@
 //   - runs.go: GET /runs/{ticket}; runkill.go: killing one run.
 //   - executors.go: the executor protocol (register, heartbeat, deregister, callback and
 //     callback batch) and GET /executors.
-//   - groups.go: pausing and resuming a group; batch.go: batch creates, bulk operations and prune;
-//     backfill.go: backfills.
+//   - groups.go: pausing and resuming a group; batch.go: batch creates, bulk operations
+//     and prune; backfill.go: backfills.
 //   - ratelimits.go: the rate limits per downstream; conclimits.go: the concurrency limits.
 //   - cronnext.go: the cron preview, GET /cron/next.
 //   - api_console.go and triage.go: the console's listings (runs across tasks, paged
