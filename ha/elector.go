@@ -1,11 +1,21 @@
-// Package ha decides which axe node is the primary (R8.1, R8.3). It owns the lease loop:
-// a backup tries to take the lease every renew interval, a primary renews it, and a
-// primary that loses it, or is no longer sure of it, stops at once. It also keeps this
-// node's row in the nodes table and says who the primary is.
+// Package ha decides which node may write, in the two HA modes of `axe serve --ha`
+// (docs/ha.md, docs/scale-out.md). It holds two loops, each judged by the database's clock,
+// never a node's: this node's own monotonic clock only ever makes it give up earlier, never
+// hold on longer.
 //
-// It must not schedule anything itself: it reports role changes, and the daemon starts and
-// stops the engine on them. The lease is judged only by the database's clock; this node's
-// own monotonic clock only ever makes it give up earlier, never hold on longer.
+//   - Elector (elector.go), for --ha-mode primary: one lease row (holder, epoch, expiry). A
+//     backup tries to take it every renew interval, with epoch+1 once it has expired; the
+//     primary renews it as a compare-and-swap on holder and epoch, and gives up at once when
+//     a renewal changes no row or when none has succeeded within lease-ttl − lease-renew. It
+//     reports role changes (Change) and says who the primary is.
+//   - Shards (shards.go), the default under --ha: every task belongs to one of 256 shards,
+//     each with a lease and fence row of its own. Every renew interval a node renews the
+//     shards it holds, reads the live nodes, and takes unheld shards up to its fair share or
+//     hands over those another node needs; planShards (plan.go) decides which. It reports the
+//     shards gained and lost (ShardChange) and gates every fire and send of a shard (Gate).
+//
+// Both keep this node's row in the nodes table. Neither schedules anything: the daemon
+// (internal/daemon) starts and stops the engine, or the engine's shards, on their changes.
 package ha
 
 import (
