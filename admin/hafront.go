@@ -166,7 +166,7 @@ func (f *haFront) backupExecutors(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
-// readyzJSON is /readyz's answer on an HA node (R8.6).
+// readyzJSON is /readyz's answer on an HA node (docs/ha.md, "The backup").
 type readyzJSON struct {
 	Status  string `json:"status"` // "ready" or "not_ready"
 	Role    string `json:"role"`   // "primary" or "backup"

@@ -28,10 +28,10 @@
 //
 // # Invariants
 //
-//  1. A run is sent only after its SCHEDULED→RUNNING (or RETRYING→RUNNING) transition has
-//     committed as a CAS on the runtime row's version (design.md, "Write path"). A conflict means the
-//     in-memory view was stale: the trigger is dropped and the task reloaded. Two triggers for
-//     one fire time therefore never both dispatch.
+//  1. A run is sent only after its SCHEDULED→RUNNING (or RETRYING→RUNNING) transition has committed
+//     as a CAS on the runtime row's version (design.md, "Write path"). A conflict means the
+//     in-memory view was stale: the trigger is dropped and the task reloaded. Two triggers for one
+//     fire time therefore never both dispatch.
 //  2. Every task whose next_trigger_time is below the horizon, in an armable state, is in
 //     memory and armed; tasks at or beyond the horizon are not in memory unless a run or a
 //     write is in flight for them. The loader moves the horizon forward every LoadInterval
@@ -125,7 +125,8 @@ type Config struct {
 	Tick time.Duration
 	// Shards is the number of wheel shards. Defaults to GOMAXPROCS (see wheel.Config).
 	Shards int
-	// Window is how far ahead tasks are held in memory (design.md, "Window and cold entries"). Defaults to WindowDefault.
+	// Window is how far ahead tasks are held in memory (design.md, "Window and cold entries").
+	// Defaults to WindowDefault.
 	Window time.Duration
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
@@ -184,11 +185,10 @@ type Config struct {
 	NodeID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Epoch is the lease epoch this engine dispatches under (R8.3), carried in every run
-	// body; the daemon builds one engine per term as primary. Its Store should be fenced by
-	// the same epoch (persist.Fenced), and Writer and Dispatch given it too. Start then
-	// records each recovery step as an action: the promotion of R8.2. Defaults to 0 (no
-	// HA).
+	// Epoch is the lease epoch this engine dispatches under (docs/ha.md, "Fencing"), carried in
+	// every run body; the daemon builds one engine per term as primary. Its Store should be fenced
+	// by the same epoch (persist.Fenced), and Writer and Dispatch given it too. Start then records
+	// each recovery step as an action: the promotion of R8.2. Defaults to 0 (no HA).
 	Epoch int64
 	// CronDialect is the dialect of tasks that name none: "unix" or "quartz" when the
 	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
@@ -364,7 +364,8 @@ type Engine struct {
 	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
 	// evicted while it read).
 	evictions atomic.Int64
-	// ending remembers executor results that ended runs in memory and not yet durable (core_ending.go).
+	// ending remembers executor results that ended runs in memory and not yet durable
+	// (core_ending.go).
 	ending endingResults
 	// refused aggregates the records of refused results (refusals.go).
 	refused refusals

@@ -39,7 +39,7 @@ import (
 // Defaults for Config.
 const (
 	// LeaseTTLDefault is how long a lease lasts past its last renewal, by the database's
-	// clock (R8.1). A takeover waits this long after a primary dies silently.
+	// clock (docs/ha.md, "The lease"). A takeover waits this long after a primary dies silently.
 	LeaseTTLDefault = 15 * time.Second
 	// LeaseRenewDefault is how often the primary renews and a backup tries to take the
 	// lease; a primary also gives up by itself TTL − renew after its last renewal was sent.
@@ -331,8 +331,8 @@ func (e *Elector) Stop(ctx context.Context, release bool) error {
 	})
 }
 
-// Gate is nil while this node is the primary at epoch and its last successful renewal was
-// sent less than TTL − renew ago (R8.3). Every dispatch asks it just before it leaves.
+// Gate is nil while this node is the primary at epoch and its last successful renewal was sent less
+// than TTL − renew ago (docs/ha.md, "Fencing"). Every dispatch asks it just before it leaves.
 func (e *Elector) Gate(epoch int64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

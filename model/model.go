@@ -88,7 +88,7 @@ var (
 	// (task_id, version) matched no row: someone else changed the task first.
 	ErrVersionConflict = errors.New("version conflict")
 	// ErrLeaseLost is returned when a batch carries a lease epoch that is no longer current,
-	// or a lease renewal finds another holder (R8.3).
+	// or a lease renewal finds another holder (docs/ha.md, "Fencing").
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrLeaseDeadline is a lease gate's answer while the last successful renewal was sent
 	// more than TTL − renew ago: the lease may still be this node's (a renewal can be stuck
@@ -275,8 +275,8 @@ type Executor struct {
 	Incarnation string `json:"-"`
 }
 
-// Lease is the HA lease row (SPEC R8.1). ExpiresAt is the expiry by the database's clock
-// (Unix ms), for display only: no node's clock may judge it.
+// Lease is the HA lease row (docs/ha.md, "The lease"). ExpiresAt is the expiry by the database's
+// clock (Unix ms), for display only: no node's clock may judge it.
 type Lease struct {
 	Name      string `json:"name"`
 	Holder    string `json:"holder"`

@@ -349,11 +349,11 @@ type fence struct {
 	epoch int64
 }
 
-// Fenced returns a view of s whose every write checks, inside its own transaction, that the
-// lease named lease still has epoch (R8.3): task creates, edits and deletes, executor
-// writes, concurrency limits and batches (a batch without an epoch gets this one). A write that finds another
-// epoch applies nothing, returns an error wrapping ErrLeaseLost, and calls onLost (when set)
-// before returning, so the caller can stop dispatching at once. Reads are s's own.
+// Fenced returns a view of s whose every write checks, inside its own transaction, that the lease
+// named lease still has epoch (docs/ha.md, "Fencing"): task creates, edits and deletes, executor
+// writes, concurrency limits and batches (a batch without an epoch gets this one). A write that
+// finds another epoch applies nothing, returns an error wrapping ErrLeaseLost, and calls onLost
+// (when set) before returning, so the caller can stop dispatching at once. Reads are s's own.
 func Fenced(s Store, lease string, epoch int64, onLost func(error)) (Store, error) {
 	ss, ok := s.(*sqlStore)
 	if !ok {

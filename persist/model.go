@@ -30,7 +30,7 @@ var (
 	ErrWriterClosed = errors.New("writer closed")
 	// ErrDuplicateFire is returned (inside a *FireRefusedError) when a fire record's insert
 	// met a run row with the same ticket: that (task, fire time, attempt) was dispatched
-	// already, and this one must not be (R8.5).
+	// already, and this one must not be (docs/ha.md, "The fire record").
 	ErrDuplicateFire = errors.New("duplicate fire")
 	// ErrNodeIDTaken is returned by ClaimNode and TouchNode when another live node uses the
 	// id.
@@ -58,8 +58,8 @@ type Transition struct {
 
 // Batch is one group commit: all of it is applied in one database transaction, or none of it.
 type Batch struct {
-	// Epoch fences the batch (R8.3): when > 0 the store applies the batch only if the lease
-	// named LeaseName has this epoch, and fails with ErrLeaseLost otherwise.
+	// Epoch fences the batch (docs/ha.md, "Fencing"): when > 0 the store applies the batch only if
+	// the lease named LeaseName has this epoch, and fails with ErrLeaseLost otherwise.
 	Epoch     int64
 	LeaseName string
 	// Shards fences the batch per shard (scale-out, shards.go): the store applies it only if
@@ -70,8 +70,8 @@ type Batch struct {
 	Transitions []Transition
 	Runs        []model.Run    // upserted by ticket: a later row for the same ticket replaces columns
 	Actions     []model.Action // appended
-	// Fires are fire records (R8.5): run rows inserted, never upserted, so that a ticket
-	// already stored (the same task, fire time and attempt) fails the batch with a
+	// Fires are fire records (docs/ha.md, "The fire record"): run rows inserted, never upserted, so
+	// that a ticket already stored (the same task, fire time and attempt) fails the batch with a
 	// *FireRefusedError. They are written before Runs.
 	Fires []model.Run
 
@@ -194,8 +194,8 @@ type Store interface {
 	// UpstreamNames returns every task name that some task depends on.
 	UpstreamNames(ctx context.Context) ([]string, error)
 
-	// ApplyBatch applies b in one transaction (R7.2). A failed CAS returns *ConflictError and
-	// applies nothing; a stale epoch returns ErrLeaseLost and applies nothing.
+	// ApplyBatch applies b in one transaction (docs/design.md, "Write path"). A failed CAS returns
+	// *ConflictError and applies nothing; a stale epoch returns ErrLeaseLost and applies nothing.
 	ApplyBatch(ctx context.Context, b *Batch) error
 
 	// GetRun returns the run with the ticket, or ErrRunNotFound.
