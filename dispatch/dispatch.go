@@ -225,7 +225,7 @@ type Outcome struct {
 	Duration time.Duration
 }
 
-// OK reports whether the call succeeded: any 2xx within the deadline (SPEC section 10).
+// OK reports whether the call succeeded: any 2xx within the deadline.
 func (o Outcome) OK() bool { return o.Err == nil && o.Status >= 200 && o.Status < 300 }
 
 // Dispatcher sends requests on a bounded pool. Send never blocks its caller: requests wait in

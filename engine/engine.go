@@ -188,7 +188,8 @@ type Config struct {
 	// Epoch is the lease epoch this engine dispatches under (docs/ha.md, "Fencing"), carried in
 	// every run body; the daemon builds one engine per term as primary. Its Store should be fenced
 	// by the same epoch (persist.Fenced), and Writer and Dispatch given it too. Start then records
-	// each recovery step as an action: the promotion of R8.2. Defaults to 0 (no HA).
+	// each recovery step as an action: the promotion of docs/ha.md, "Promotion". Defaults to 0 (no
+	// HA).
 	Epoch int64
 	// CronDialect is the dialect of tasks that name none: "unix" or "quartz" when the
 	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
@@ -483,7 +484,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	h := e.horizon
 	e.horizonMu.Unlock()
 	// The limits, then recovery, which counts the runs it finds in flight in them, before the
-	// wheel starts and so before any dispatch (core_recover.go; R8.2 on a promotion).
+	// wheel starts and so before any dispatch (core_recover.go; docs/ha.md, "Promotion").
 	if err := e.loadLimits(ctx); err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func newHAMetrics(s *metrics.Set) *haMetrics {
 	}
 }
 
-// MarkSingleNode registers R8's series in s for a node that runs without --ha, with
+// MarkSingleNode registers the HA series in s for a node that runs without --ha, with
 // axe_ha_primary at 1: it is its own primary.
 func MarkSingleNode(s *metrics.Set) { newHAMetrics(s).primary.Set(1) }
 
@@ -118,7 +118,7 @@ type Config struct {
 	// The lease's expiry is judged by the database's clock, never this one. Defaults to
 	// clock.Real; tests pass a clock.Fake.
 	Clock clock.Clock
-	// Metrics is the set R8's series are registered in (axe_ha_primary, axe_lease_epoch,
+	// Metrics is the set the HA series are registered in (axe_ha_primary, axe_lease_epoch,
 	// axe_lease_renewals_total, axe_failovers_total, axe_promotion_duration_seconds); the
 	// daemon writes it on /metrics. Defaults to a new set of this elector's own, which
 	// nothing exposes.

@@ -10,7 +10,7 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// This file holds what high availability needs of the store (R8): the lease judged by the
+// This file holds what high availability needs of the store (docs/ha.md): the lease judged by the
 // database's clock, the nodes table, and fencing every write by the lease epoch.
 //
 // No statement here takes a time from the caller. Expiries and last-seen times are written
@@ -206,7 +206,8 @@ func (s *sqlStore) takeLease(ctx context.Context, name, holder string, ttl time.
 	return l, n == 1, nil
 }
 
-// RenewLease is the compare-and-swap on holder and epoch of R8.1.
+// RenewLease is the lease's renewal, a compare-and-swap on holder and epoch (docs/ha.md,
+// "The lease").
 func (s *sqlStore) RenewLease(ctx context.Context, name, holder string, epoch int64, ttl time.Duration) error {
 	h := s.ha()
 	res, err := s.db.ExecContext(ctx, `UPDATE lease SET expiry = `+h.shift+` WHERE name = ? AND holder = ? AND epoch = ?`,

@@ -1,6 +1,6 @@
 // Package persist owns axe's durable state: the Store interface, its MySQL and embedded
 // SQLite implementations, the schema and its migrations, and the batched writer that
-// group-commits state transitions (R7).
+// group-commits state transitions (docs/design.md, "Write path").
 //
 // The domain types (TaskDef, Run, State, …) live in package model; this package adds what
 // only storage needs: Batch, Transition, Store.
@@ -174,10 +174,10 @@ type Store interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]model.Task, error)
 	// CountTasks returns the number of task definitions.
 	CountTasks(ctx context.Context) (int64, error)
-	// LoadDue streams, in next_trigger_time order, every task whose runtime state is in states
-	// and whose next_trigger_time is in [from, to) and > 0. It stops at the first error fn
-	// returns and returns it. This is the window loader's query (R3.3); it must use the
-	// next_trigger_time index.
+	// LoadDue streams, in next_trigger_time order, every task whose runtime state is in states and
+	// whose next_trigger_time is in [from, to) and > 0. It stops at the first error fn returns and
+	// returns it. This is the window loader's query (docs/design.md, "Window and cold entries"); it
+	// must use the next_trigger_time index.
 	LoadDue(ctx context.Context, from, to int64, states []model.State, fn func(*model.Task) error) error
 	// LoadDueRefs streams the task id and next_trigger_time of the rows LoadDue would
 	// return, in no particular order, reading only task_runtime: the window loader holds
@@ -249,8 +249,8 @@ type Store interface {
 	// ReadLease returns the lease row, or a zero Lease when none exists.
 	ReadLease(ctx context.Context, name string) (model.Lease, error)
 
-	// The lease and the nodes of high availability (R8.1, ha.go), the shard leases of
-	// scale-out (shards.go), and Kind.
+	// The lease and the nodes of high availability (docs/ha.md, "The lease"; ha.go), the shard
+	// leases of scale-out (shards.go), and Kind.
 	ShardStore
 	// Backfill rows and the run queries of their recovery (backfill.go).
 	BackfillStore

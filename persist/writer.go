@@ -39,7 +39,7 @@ const (
 	WriterRetryMaxDefault = 2 * time.Second
 )
 
-// writerMetrics are the writer's series (R9.1), in WriterConfig.Metrics. They are got or
+// writerMetrics are the writer's series, in WriterConfig.Metrics. They are got or
 // created, so the writers of one set (an engine's lanes) add to the same series.
 type writerMetrics struct {
 	batchRows      *metrics.PrometheusHistogram
@@ -265,7 +265,7 @@ func (g *Group) rows() int {
 //
 // A commit whose outcome is unknown (the connection broke after COMMIT was sent) is retried
 // like any transient error; if it had in fact landed, the retry's transitions conflict and
-// their groups fail with a *ConflictError. That is safe for R7.2 (a dispatch that was not
+// their groups fail with a *ConflictError. That is safe for the write path (a dispatch that was not
 // sent is lost, none is sent twice) but the engine sees a lost trigger.
 type Writer struct {
 	store Store

@@ -16,7 +16,7 @@ var (
 )
 
 const (
-	// TickDefault is the default tick (SPEC R3.4 aims below the seed's 1 s).
+	// TickDefault is the default tick, well below a second.
 	TickDefault = 10 * time.Millisecond
 	// SlotsDefault is the default number of buckets per level: with 10 ms ticks level 0
 	// spans 5.12 s and level 1 about 43 minutes, so the 5-minute window fits in two levels.
