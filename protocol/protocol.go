@@ -102,8 +102,8 @@ const (
 	MaxResultsPerCall = 1000
 )
 
-// Run is the body of PathRun, and of the POST an HTTP-callback task gets (SPEC R4.2,
-// section 10).
+// Run is the body of PathRun, and of the POST an HTTP-callback task gets (docs/protocol.md,
+// "POST /axe/run").
 type Run struct {
 	Task        string          `json:"task"`
 	Handler     string          `json:"handler,omitempty"`

@@ -85,7 +85,7 @@ func (c Config[V]) validate() error {
 }
 
 // Sharded is the timer service the engine uses: Shards wheels, each behind its own
-// mutex and paired with its own ReadyQueue (SPEC R3.4). An entry's shard is Key modulo
+// mutex and paired with its own ReadyQueue. An entry's shard is Key modulo
 // Shards, so Add, Cancel and the advance of one shard never wait on another shard.
 type Sharded[V any] struct {
 	cfg    Config[V]
