@@ -12,7 +12,8 @@
 //     each with a lease and fence row of its own. Every renew interval a node renews the
 //     shards it holds, reads the live nodes, and takes unheld shards up to its fair share or
 //     hands over those another node needs; planShards (plan.go) decides which. It reports the
-//     shards gained and lost (ShardChange) and gates every fire and send of a shard (Gate).
+//     shards gained and lost (ShardChange) and answers whether it holds a shard at an epoch
+//     (Holds), which the engine asks before every fire and send of the shard's tasks.
 //
 // Both keep this node's row in the nodes table. Neither schedules anything: the daemon
 // (internal/daemon) starts and stops the engine, or the engine's shards, on their changes.
