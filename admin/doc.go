@@ -1,10 +1,25 @@
-// Package admin is axe's HTTP layer: the REST API of SPEC section 10, the web console, the
-// health and metrics endpoints, and the front of an HA node (hafront.go). It translates HTTP
-// to engine calls and engine errors to HTTP codes (in one place: statusOf); it holds no
-// scheduling state of its own and never touches the store except to report readiness and
-// list what a backup reads from the database. It builds nothing it serves: the daemon
-// (internal/daemon) opens the store, builds the engine and the HA elector, and hands them in;
-// admin never imports it.
+// Package admin is axe's HTTP layer. It translates HTTP to engine calls and engine errors to
+// HTTP codes (in one place: statusOf) and holds no scheduling state of its own. It builds
+// nothing it serves: the daemon (internal/daemon) opens the store, builds the engine and the
+// HA loops, and hands them in; admin never imports it.
+//
+//   - Routes (server.go, routes): the REST API under <base>/api/v1 (docs/openapi.yaml) with
+//     its handlers spread by resource (below), /healthz, /readyz and /metrics. Around them:
+//     tokens and scopes (auth.go), body limits (bodylimit.go), the browser origin check
+//     (origin.go), ETags (etag.go) and the masking of sensitive params (sensitive.go).
+//   - The console (console.go): ES modules and CSS embedded in the binary, served under
+//     <base>/ui/, reading the same API.
+//   - The sharded front (shardfront.go), under --ha in shards mode: every node answers every
+//     call; a write about one task, or a run's result or kill, is passed on once to the node
+//     that schedules the task's shard, and a call over many tasks goes to every live node.
+//     Calls between nodes are signed with the cluster's peer key (peersig.go).
+//   - The primary/backup front (hafront.go), under --ha-mode primary: routes each request to
+//     the API of the node's current term; a backup serves reads from the database and answers
+//     writes with 503 naming the primary, except the console's writes, which it passes on to
+//     the primary (haforward.go).
+//
+// It reads the store directly only to report readiness, to list a backup's executors and the
+// nodes table, and to find a run's task by its ticket when routing a call on a sharded node.
 //
 // Where things are:
 //

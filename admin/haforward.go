@@ -17,7 +17,7 @@ import (
 // writes with ForwardHeader, and a backup passes such a request on to the primary's
 // advertise URL (the lease holder's row of the nodes table), with its Authorization and
 // X-Axe-Actor headers and its body, and answers with the primary's answer. Without the
-// header a write on a backup keeps R8.6's 503 naming the primary, so API clients and the CLI
+// header a write on a backup keeps the backup's 503 naming the primary, so API clients and the CLI
 // see where to go and no request is ever sent on behind their back. The console goes
 // through the backup rather than to the primary directly because the browser reaches only
 // the node it loaded the page from: the advertise URL is how nodes reach each other, and

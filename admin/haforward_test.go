@@ -126,7 +126,7 @@ func TestHABackupForwardsConsoleWrites(t *testing.T) {
 		t.Fatalf("a bad create through the backup = %d %s, want the primary's 400 naming cron", ans.code, ans.body)
 	}
 
-	// Without the header: R8.6's 503 naming the primary, and nothing done.
+	// Without the header: the backup's 503 naming the primary, and nothing done.
 	ans = fwdCall(t, b, http.MethodPost, api+"/tasks/fwd-task/resume", nil, auth...)
 	if msg, primary := errBody(t, ans); ans.code != http.StatusServiceUnavailable || msg != admin.ErrBackup.Error() || primary != a.Base {
 		t.Fatalf("an unmarked write on the backup = %d %s, want 503 naming %s", ans.code, ans.body, a.Base)

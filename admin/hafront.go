@@ -18,9 +18,9 @@ import (
 	"github.com/axe-sched/axe/wire"
 )
 
-// This file is the HTTP face of an HA node (R8): the front server that routes each request
-// to the API of the node's current role. The roles themselves (the lease loop, the engine
-// of each term, promotion and demotion) are the daemon's (internal/daemon); the front only
+// This file is the HTTP face of a primary/backup node (docs/ha.md): the front server that routes
+// each request to the API of the node's current role. The roles themselves (the lease loop, the
+// engine of each term, promotion and demotion) are the daemon's (internal/daemon); the front only
 // asks an HANode what the role is now.
 //
 // Between terms a backup serves the read API from the database through an engine that is
@@ -166,7 +166,7 @@ func (f *haFront) backupExecutors(c *fasthttp.RequestCtx) {
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
-// readyzJSON is /readyz's answer on an HA node (R8.6).
+// readyzJSON is /readyz's answer on an HA node (docs/ha.md, "The backup").
 type readyzJSON struct {
 	Status  string `json:"status"` // "ready" or "not_ready"
 	Role    string `json:"role"`   // "primary" or "backup"

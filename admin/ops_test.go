@@ -189,7 +189,7 @@ func TestKill(t *testing.T) {
 		call := h.WaitCalls(t, "stuck", 1, daemontest.WaitTimeout)[0]
 		d.WaitState(t, "stuck", model.StateRunning)
 
-		// Run-now works while the periodic run is RUNNING, as an independent instance (R6.2);
+		// Run-now works while the periodic run is RUNNING, as an independent instance;
 		// the task's kill ends every run of it in flight, this one too.
 		manual := d.RunNow(t, "stuck", nil)
 		if mc := h.WaitCalls(t, "stuck", 2, daemontest.WaitTimeout)[1]; mc.Ticket != manual || mc.Body.Kind != model.RunManual || manual == call.Ticket {

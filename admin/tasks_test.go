@@ -61,7 +61,7 @@ func TestTaskCRUD(t *testing.T) {
 			if g.ID != yearly.ID || g.Group != "ga" || g.Trigger != "cron" || g.Cron != "0 0 1 1 *" || g.Timezone != "UTC" {
 				t.Errorf("get = %+v", g.TaskDef)
 			}
-			// R1.1 defaults.
+			// The task definition's defaults.
 			if g.Priority != 2 || g.TimeoutSec != 300 || g.RetryCount != 0 || g.RetryIntervalSec != 30 ||
 				g.MisfirePolicy != "fire_once" || g.Callback.Type != "http" {
 				t.Errorf("defaults not applied: %+v", g.TaskDef)

@@ -1,5 +1,5 @@
-// Package bench holds axe's benchmark suites (issue 5, SPEC section 11). Each suite measures
-// axe beside its baseline or peer in the same run and reports the ratio:
+// Package bench holds axe's benchmark suites (issue 5; figures in BENCHMARKS.md). Each suite
+// measures axe beside its baseline or peer in the same run and reports the ratio:
 //
 //   - B2 window load (window_test.go): a MariaDB table of tasks, half due within the
 //     5-minute window, loaded by engine.Start, beside a plain SELECT of the same rows.

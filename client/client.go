@@ -31,9 +31,9 @@ type APIError struct {
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
 
-// Client calls the REST API. It takes several scheduler addresses and follows the one that
-// answers (R8.4): a connection error or a 503 moves on to the next address. It is safe for
-// concurrent use.
+// Client calls the REST API. It takes several scheduler addresses and follows the one that answers
+// (docs/protocol.md, "Failover"): a connection error or a 503 moves on to the next address. It is
+// safe for concurrent use.
 type Client struct {
 	token string
 	actor string

@@ -12,8 +12,8 @@ import (
 	"github.com/axe-sched/axe/client"
 )
 
-// fakeNode is an HTTP server standing in for one scheduler node: a backup answers every call
-// 503 naming the primary, as R8.6 says; a primary answers 200 {"ok":true}. It records the
+// fakeNode is an HTTP server standing in for one scheduler node: a backup answers every call 503
+// naming the primary (docs/ha.md, "The backup"); a primary answers 200 {"ok":true}. It records the
 // authorization of every call.
 type fakeNode struct {
 	srv *httptest.Server

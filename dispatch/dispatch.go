@@ -2,7 +2,7 @@
 // concurrency, a fasthttp client carries the requests. It owns the wire (headers, bodies,
 // deadlines, connection reuse) and nothing of a task's state: it never reads or writes the
 // store and never decides whether a run may be sent — the engine does that, and calls Send
-// only after the run's SCHEDULED→RUNNING transition is durable (R7.2).
+// only after the run's SCHEDULED→RUNNING transition is durable (docs/design.md, "Write path").
 package dispatch
 
 import (
@@ -134,8 +134,8 @@ type Config struct {
 	// CallbackSecret, when set, signs every HTTP callback: the header X-Axe-Signature carries
 	// "sha256=" and the hex HMAC-SHA256 of the body under this key. Defaults to none.
 	CallbackSecret []byte
-	// Epoch, when > 0, is sent on every request as the X-Axe-Epoch header: the lease epoch
-	// of the primary that dispatches (R8.3), so a receiver can refuse a deposed one.
+	// Epoch, when > 0, is sent on every request as the X-Axe-Epoch header: the lease epoch of the
+	// primary that dispatches (docs/ha.md, "Fencing"), so a receiver can refuse a deposed one.
 	// Defaults to 0 (no header).
 	Epoch int64
 	// ExecutorTLS configures the HTTPS calls to executors that registered with protocol
@@ -225,7 +225,7 @@ type Outcome struct {
 	Duration time.Duration
 }
 
-// OK reports whether the call succeeded: any 2xx within the deadline (SPEC section 10).
+// OK reports whether the call succeeded: any 2xx within the deadline.
 func (o Outcome) OK() bool { return o.Err == nil && o.Status >= 200 && o.Status < 300 }
 
 // Dispatcher sends requests on a bounded pool. Send never blocks its caller: requests wait in

@@ -10,7 +10,7 @@ import (
 )
 
 // TestEpochHeaderAndGate checks that every request carries the dispatcher's epoch and that a
-// closed gate keeps a request from leaving, however late it is asked (R8.3).
+// closed gate keeps a request from leaving, however late it is asked (docs/ha.md, "Fencing").
 func TestEpochHeaderAndGate(t *testing.T) {
 	var hits atomic.Int64
 	var epoch atomic.Value

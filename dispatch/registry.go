@@ -12,7 +12,7 @@ import (
 	"github.com/axe-sched/axe/protocol"
 )
 
-// Routing strategies (R5.5), chosen per task; the names are protocol's.
+// Routing strategies, chosen per task; the names are protocol's.
 const (
 	RouteRoundRobin     = protocol.RouteRoundRobin
 	RouteRandom         = protocol.RouteRandom
@@ -259,8 +259,8 @@ func (r *Registry) Seen(x *Executor, now int64) {
 	r.mu.Unlock()
 }
 
-// Reap marks executors silent since before deadline as lost and returns them (R5.3). Lost
-// executors stay registered: a heartbeat brings them back.
+// Reap marks executors silent since before deadline as lost and returns them: they get no new run.
+// Lost executors stay registered: a heartbeat brings them back.
 func (r *Registry) Reap(deadline int64) []*Executor {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -63,6 +63,8 @@ func offerToIncarnation(x *dispatch.Executor, by time.Time, offer func() dispatc
 		return o
 	}
 	if x.Incarnation() == signedFor {
+		// by is the offer's deadline, which the dispatcher enforces in real time, so the wait
+		// is on the wall clock too (design.md, "Time").
 		wait := time.NewTimer(time.Until(by))
 		defer wait.Stop()
 		select {

@@ -366,7 +366,8 @@ func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskD
 	}
 	d.PauseAfterFailures = s.PauseAfterFailures
 	d.JitterSec = s.JitterSec
-	// The gap is that of the year from now; the zone's rules, not the clock, decide it.
+	// The gap is that of the year from now; the zone's rules, not the clock, decide it, so this
+	// reads the wall clock, not Config.Clock (design.md, "Time").
 	if err := checkJitter(&d, time.Now()); err != nil {
 		return d, err
 	}

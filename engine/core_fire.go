@@ -243,7 +243,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	adm.slot = concSlot{} // the run holds it now; runsInFlight.take releases it
 	def := t.def
 	g := &persist.Group{
-		Fires: []model.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
+		Fires: []model.Run{run}, // the fire record (docs/ha.md): refused if this fire was dispatched
 		Done:  func(err error) { e.dispatchDurable(t, def, run, err) },
 	}
 	// Submitted by e.unlock, after the task's earlier groups (the end of its last run).

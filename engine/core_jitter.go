@@ -8,16 +8,15 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// Jitter (docs/design.md, "Jitter"; the bound's validation is in api_jitter.go): a cron
-// task with jitter_sec > 0 fires each nominal fire time late by an offset in [0, jitter_sec]
-// seconds that is a function of the task's name and that nominal time alone. Every node,
-// before and after a restart or a failover, computes the same offset, so the fire is armed
-// at the same instant wherever it is armed. The offset
-// moves only when the fire leaves: the run keeps its nominal time as scheduled_at and in its
-// ticket, so the fire record (R8.5), recovery's open fires and the misfire policy's skipped
-// runs all still name the nominal fire. What it moves, it moves everywhere: the wheel entry,
-// the lateness of a fire, and the misfire decision, which judges the time a fire was meant to
-// leave (nominal plus offset), not its nominal time.
+// Jitter (docs/design.md, "Jitter"; the bound's validation is in api_jitter.go): a cron task with
+// jitter_sec > 0 fires each nominal fire time late by an offset in [0, jitter_sec] seconds that is
+// a function of the task's name and that nominal time alone. Every node, before and after a restart
+// or a failover, computes the same offset, so the fire is armed at the same instant wherever it is
+// armed. The offset moves only when the fire leaves: the run keeps its nominal time as scheduled_at
+// and in its ticket, so the fire record (docs/ha.md, "The fire record"), recovery's open fires and
+// the misfire policy's skipped runs all still name the nominal fire. What it moves, it moves
+// everywhere: the wheel entry, the lateness of a fire, and the misfire decision, which judges the
+// time a fire was meant to leave (nominal plus offset), not its nominal time.
 
 // MaxJitterSec bounds jitter_sec: an hour. A longer spread is a different schedule, which the
 // cron expression says better.

@@ -86,7 +86,7 @@ func (e *Engine) fireParallel(t *task, sched, now int64, slot concSlot, detail s
 	e.runs.add(t, run, slot)
 	def := t.def
 	g := &persist.Group{
-		Fires:       []model.Run{run}, // the fire record: refused if this fire was dispatched (R8.5)
+		Fires:       []model.Run{run}, // the fire record (docs/ha.md): refused if this fire was dispatched
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
 		Actions:     acts,
 		Done:        func(err error) { e.parallelDurable(t, def, run, err) },

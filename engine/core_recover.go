@@ -264,10 +264,10 @@ func (e *Engine) adoptExecRun(t *task, run model.Run, x *dispatch.Executor) {
 
 // ---- the recovery steps of a start, refused fires, re-sends ----
 //
-// What the engine does for high availability (R8) lives here with the recovery of runs in
-// flight: the recovery steps of a start, which on a promotion are R8.2's; the reaction to a
-// refused fire record (R8.5); and the re-send of an HTTP run left in doubt whose task says
-// on_lost: resend.
+// What the engine does for high availability (docs/ha.md) lives here with the recovery of runs in
+// flight: the recovery steps of a start, which on a promotion are those of docs/ha.md, "Promotion";
+// the reaction to a refused fire record (docs/ha.md, "The fire record"); and the re-send of an HTTP
+// run left in doubt whose task says on_lost: resend.
 
 // Action names of this file.
 const (
@@ -320,7 +320,7 @@ func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
 		}},
 		{"load the window and apply misfire policies", func() error {
 			misfires := e.m.misfires.Get()
-			n, err := e.loadRange(ctx, 1, horizon, now) // every past fire too: misfires (R3.5)
+			n, err := e.loadRange(ctx, 1, horizon, now) // every past fire too: misfires
 			if err != nil {
 				return fmt.Errorf("cannot load the first window: %w", err)
 			}
@@ -361,7 +361,8 @@ func (e *Engine) systemAction(name, detail string) {
 	}
 }
 
-// fireRefused records a fire the database refused: it is not dispatched (R8.5).
+// fireRefused records a fire the database refused: it is not dispatched (docs/ha.md, "The fire
+// record").
 func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 	e.m.fireRefusals.Inc()
 	e.log.Warn("duplicate fire suppressed: this (task, fire time, attempt) was dispatched already",

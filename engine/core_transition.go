@@ -209,18 +209,17 @@ type fireDecision struct {
 	Refused error
 }
 
-// decideFire decides a periodic fire. The fire writes one row: its run, with result
-// `running`, inserted as the fire record (R8.5). That row is the durable RUNNING marker.
-// The runtime row keeps the state, the due time, the attempt and the version the fire was
-// made from until the run's end is written, which moves it on with one compare-and-swap from
-// that version; the run row carries the dispatch (dispatched_at, attempt) that a `dispatch`
-// action record used to repeat, and the timeline derives that event from it
-// (persist.Timeline). Recovery finds such a run through ListOpenFires (core_recover.go). In
-// memory the task is RUNNING at once, at the same version: nothing was written to the
-// runtime. See design.md, "Write path" and "Crash recovery". NextTriggerTime keeps the due
-// time of the fire in flight, which is also how the open run is found; only SCHEDULED and
-// RETRYING tasks are armed or loaded, so the due in memory is never fired again, and the
-// run's end sets the field (decideEnd).
+// decideFire decides a periodic fire. The fire writes one row: its run, with result `running`,
+// inserted as the fire record (docs/ha.md, "The fire record"). That row is the durable RUNNING
+// marker. The runtime row keeps the state, the due time, the attempt and the version the fire was
+// made from until the run's end is written, which moves it on with one compare-and-swap from that
+// version; the run row carries the dispatch (dispatched_at, attempt) that a `dispatch` action
+// record used to repeat, and the timeline derives that event from it (persist.Timeline). Recovery
+// finds such a run through ListOpenFires (core_recover.go). In memory the task is RUNNING at once,
+// at the same version: nothing was written to the runtime. See design.md, "Write path" and "Crash
+// recovery". NextTriggerTime keeps the due time of the fire in flight, which is also how the open
+// run is found; only SCHEDULED and RETRYING tasks are armed or loaded, so the due in memory is
+// never fired again, and the run's end sets the field (decideEnd).
 func decideFire(in fireInput) fireDecision {
 	if err := checkTransition(in.RT.State, model.StateRunning); err != nil {
 		return fireDecision{Refused: err}

@@ -1,16 +1,37 @@
-// Package engine decides when every task runs. It owns the state machine (core_states.go), the
-// in-memory window of armed tasks, the window loader, misfire handling, retries and the
-// reaction to results. It drives the wheel (timing), the dispatcher (sending) and the batched
-// writer (durability), and is the only writer of task_runtime rows once a task exists.
+// Package engine decides when every task runs. It is a firing core with services around
+// it, in one package; the file names say which is which (docs/design.md, "Files").
+//
+// The firing core (core_*.go) is the route of one fire (docs/design.md, "The route of one
+// fire"): the wheel's ready queues are consumed and each due task fired (core_fire.go,
+// through the rate gate core_rategate.go and the concurrency gate core_concgate.go); its
+// transition is committed (core_commit.go, core_submit.go, the state table core_states.go);
+// the run is sent by the dispatcher or offered to an executor (core_execruns.go); it is held
+// in flight (core_inflight.go, core_ending.go) until it ends (core_complete.go, with the pure
+// decision core_transition.go) and the end is recorded. Beside it: the task in memory
+// (core_task.go), its residency and arming (core_residency.go), cold entries
+// (core_cold.go), overlap and catch-up (core_overlap.go), jitter (core_jitter.go), parallel
+// runs (core_parallel.go), kills (core_killrun.go), the breaker (core_breaker.go),
+// dependents (core_deps.go), backfills (core_backfill.go), recovery at start and promotion
+// (core_recover.go) and the shards a node schedules under --ha (core_shards.go).
+//
+// The services: the window loader and lifecycle (engine.go: Start, Stop, loadLoop), the
+// executor registry and its reaper (api_executors.go, api_deregister.go,
+// executor_bounds.go), retention (api_retention.go), alerts (alerts.go, api_alerts.go),
+// refused results (refusals.go), metrics and health (metrics.go, health.go). The api_*.go
+// files are what the HTTP API and the console call (tasks, bulk, groups, limits, backfills,
+// views); the request and response shapes are package wire's.
+//
+// The engine drives the wheel (timing), the dispatcher (sending) and the batched writer
+// (durability), and is the only writer of task_runtime rows once a task exists.
 //
 // It must not speak HTTP to clients (admin/ does) and must not know SQL (persist/ does).
 //
 // # Invariants
 //
-//  1. A run is sent only after its SCHEDULED→RUNNING (or RETRYING→RUNNING) transition has
-//     committed as a CAS on the runtime row's version (design.md, "Write path"). A conflict means the
-//     in-memory view was stale: the trigger is dropped and the task reloaded. Two triggers for
-//     one fire time therefore never both dispatch.
+//  1. A run is sent only after its SCHEDULED→RUNNING (or RETRYING→RUNNING) transition has committed
+//     as a CAS on the runtime row's version (design.md, "Write path"). A conflict means the
+//     in-memory view was stale: the trigger is dropped and the task reloaded. Two triggers for one
+//     fire time therefore never both dispatch.
 //  2. Every task whose next_trigger_time is below the horizon, in an armable state, is in
 //     memory and armed; tasks at or beyond the horizon are not in memory unless a run or a
 //     write is in flight for them. The loader moves the horizon forward every LoadInterval
@@ -104,7 +125,8 @@ type Config struct {
 	Tick time.Duration
 	// Shards is the number of wheel shards. Defaults to GOMAXPROCS (see wheel.Config).
 	Shards int
-	// Window is how far ahead tasks are held in memory (design.md, "Window and cold entries"). Defaults to WindowDefault.
+	// Window is how far ahead tasks are held in memory (design.md, "Window and cold entries").
+	// Defaults to WindowDefault.
 	Window time.Duration
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
@@ -163,10 +185,10 @@ type Config struct {
 	NodeID string
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// Epoch is the lease epoch this engine dispatches under (R8.3), carried in every run
-	// body; the daemon builds one engine per term as primary. Its Store should be fenced by
-	// the same epoch (persist.Fenced), and Writer and Dispatch given it too. Start then
-	// records each recovery step as an action: the promotion of R8.2. Defaults to 0 (no
+	// Epoch is the lease epoch this engine dispatches under (docs/ha.md, "Fencing"), carried in
+	// every run body; the daemon builds one engine per term as primary. Its Store should be fenced
+	// by the same epoch (persist.Fenced), and Writer and Dispatch given it too. Start then records
+	// each recovery step as an action: the promotion of docs/ha.md, "Promotion". Defaults to 0 (no
 	// HA).
 	Epoch int64
 	// CronDialect is the dialect of tasks that name none: "unix" or "quartz" when the
@@ -343,7 +365,8 @@ type Engine struct {
 	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
 	// evicted while it read).
 	evictions atomic.Int64
-	// ending remembers executor results that ended runs in memory and not yet durable (core_ending.go).
+	// ending remembers executor results that ended runs in memory and not yet durable
+	// (core_ending.go).
 	ending endingResults
 	// refused aggregates the records of refused results (refusals.go).
 	refused refusals
@@ -461,7 +484,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	h := e.horizon
 	e.horizonMu.Unlock()
 	// The limits, then recovery, which counts the runs it finds in flight in them, before the
-	// wheel starts and so before any dispatch (core_recover.go; R8.2 on a promotion).
+	// wheel starts and so before any dispatch (core_recover.go; docs/ha.md, "Promotion").
 	if err := e.loadLimits(ctx); err != nil {
 		return err
 	}

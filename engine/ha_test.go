@@ -49,11 +49,11 @@ type lagClock struct {
 
 func (c lagClock) Now() time.Time { return time.Now().Add(-c.lag) }
 
-// TestFireRecordStopsWhatTheCASLetThrough runs two engines on one database, the second with
-// its CAS bypassed, its clock behind and no lease: it fires every fire of an every-second
-// task again, from a stale copy, after the first engine dispatched it. Only the fire record
-// stands between the two dispatches; each (task, fire time, attempt) must reach the
-// endpoint exactly once, and every refusal must be counted and recorded (R8.5).
+// TestFireRecordStopsWhatTheCASLetThrough runs two engines on one database, the second with its CAS
+// bypassed, its clock behind and no lease: it fires every fire of an every-second task again, from
+// a stale copy, after the first engine dispatched it. Only the fire record stands between the two
+// dispatches; each (task, fire time, attempt) must reach the endpoint exactly once, and every
+// refusal must be counted and recorded (docs/ha.md, "The fire record").
 func TestFireRecordStopsWhatTheCASLetThrough(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)

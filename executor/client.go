@@ -14,9 +14,10 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// schedulerClient calls the scheduler API on whichever configured address answers, preferring
-// the one that answered last (R8.4). A connection error or a 503 (a backup scheduler, or one
-// that is starting) moves on to the next address; any other status is that scheduler's answer.
+// schedulerClient calls the scheduler API on whichever configured address answers, preferring the
+// one that answered last (docs/protocol.md, "Failover"). A connection error or a 503 (a backup
+// scheduler, or one that is starting) moves on to the next address; any other status is that
+// scheduler's answer.
 type schedulerClient struct {
 	urls    []schedulerURL
 	hosts   []*fasthttp.HostClient

@@ -17,11 +17,11 @@ import (
 const (
 	// AddrDefault is the listen address used when Config.Addr is empty.
 	AddrDefault = "127.0.0.1:0"
-	// HeartbeatIntervalDefault is the heartbeat period (R5.2: every 10 s).
+	// HeartbeatIntervalDefault is the heartbeat period (every 10 s).
 	HeartbeatIntervalDefault = 10 * time.Second
-	// PoolSizePerCPUDefault times runtime.NumCPU() is the default pool size (R5.4: 2×CPU×2).
+	// PoolSizePerCPUDefault times runtime.NumCPU() is the default pool size (2×CPU×2).
 	PoolSizePerCPUDefault = 4
-	// QueueSizeDefault is how many accepted runs may wait for a free worker (R5.4: 200–500).
+	// QueueSizeDefault is how many accepted runs may wait for a free worker: a bounded queue.
 	QueueSizeDefault = 256
 	// DedupTTLDefault is how long a finished ticket is remembered when the run carries no
 	// dedup_ttl_ms: the default task timeout (300 s) with no retries, plus 5 minutes.
@@ -76,7 +76,7 @@ type Config struct {
 	AdvertiseAddr string
 	// Schedulers are the base URLs of the axe schedulers, e.g. "http://axe-a:7070". On a
 	// connection error or 503 the next one is tried, and the one that answered is used first
-	// from then on (R8.4: follow the primary). Required.
+	// from then on (docs/protocol.md, "Failover"). Required.
 	Schedulers []string
 	// Token is sent as "Authorization: Bearer <token>" on every call to the scheduler (an
 	// executor-scope token of the scheduler's --token-file, or its --token). With a token,
@@ -104,8 +104,8 @@ type Config struct {
 	// scheduler whose --tls-cert a private CA signed. Defaults to empty: the system's trust
 	// store.
 	SchedulerCA string
-	// InsecureNoAuth lets Addr listen on a non-loopback address with no Token. Refused otherwise: anyone reaching the port could run the handlers. Defaults
-	// to false.
+	// InsecureNoAuth lets Addr listen on a non-loopback address with no Token. Refused otherwise:
+	// anyone reaching the port could run the handlers. Defaults to false.
 	InsecureNoAuth bool
 	// HeartbeatInterval is the heartbeat period. If the scheduler advertises a shorter
 	// heartbeat_interval_ms at registration, that one is used so the executor never looks

@@ -16,12 +16,12 @@ import (
 // comes without it, and each run is judged by its own.
 const headerEpoch = "X-Axe-Epoch"
 
-// Epoch fencing (R8.3). A scheduler running with --ha holds a lease whose epoch grows by one
-// at every takeover, and puts it on every run and kill it sends. A deposed primary that has
-// not yet noticed (paused, cut off from its database) still carries its old epoch, so once
-// the executor has seen a higher one it refuses the old one's runs and kills: the new primary
-// owns every run from then on. A run without an epoch (0, a scheduler without --ha) is judged
-// as before; it neither raises nor is held to the highest epoch.
+// Epoch fencing (docs/ha.md, "Fencing"). A scheduler running with --ha holds a lease whose epoch
+// grows by one at every takeover, and puts it on every run and kill it sends. A deposed primary
+// that has not yet noticed (paused, cut off from its database) still carries its old epoch, so once
+// the executor has seen a higher one it refuses the old one's runs and kills: the new primary owns
+// every run from then on. A run without an epoch (0, a scheduler without --ha) is judged as before;
+// it neither raises nor is held to the highest epoch.
 //
 // In scale-out mode no one lease covers every run: each of the protocol.ShardCount shards has
 // a lease of its own, whose epoch grows at its own takeovers, and a run or kill that names its

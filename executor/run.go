@@ -35,9 +35,9 @@ type Run struct {
 	Deadline time.Time
 	// Params is the task's opaque params JSON; nil when the task has none.
 	Params json.RawMessage
-	// Epoch is the lease epoch of the scheduler that dispatched the run (R8.3): on a node of a
-	// scale-out cluster, the epoch of its lease of the task's shard, which only that shard's
-	// runs are compared with; 0 from a scheduler that runs without --ha.
+	// Epoch is the lease epoch of the scheduler that dispatched the run (docs/ha.md, "Fencing"): on
+	// a node of a scale-out cluster, the epoch of its lease of the task's shard, which only that
+	// shard's runs are compared with; 0 from a scheduler that runs without --ha.
 	Epoch int64
 }
 

@@ -1,11 +1,22 @@
-// Package ha decides which axe node is the primary (R8.1, R8.3). It owns the lease loop:
-// a backup tries to take the lease every renew interval, a primary renews it, and a
-// primary that loses it, or is no longer sure of it, stops at once. It also keeps this
-// node's row in the nodes table and says who the primary is.
+// Package ha decides which node may write, in the two HA modes of `axe serve --ha`
+// (docs/ha.md, docs/scale-out.md). It holds two loops, each judged by the database's clock,
+// never a node's: this node's own monotonic clock only ever makes it give up earlier, never
+// hold on longer.
 //
-// It must not schedule anything itself: it reports role changes, and the daemon starts and
-// stops the engine on them. The lease is judged only by the database's clock; this node's
-// own monotonic clock only ever makes it give up earlier, never hold on longer.
+//   - Elector (elector.go), for --ha-mode primary: one lease row (holder, epoch, expiry). A
+//     backup tries to take it every renew interval, with epoch+1 once it has expired; the
+//     primary renews it as a compare-and-swap on holder and epoch, and gives up at once when
+//     a renewal changes no row or when none has succeeded within lease-ttl − lease-renew. It
+//     reports role changes (Change) and says who the primary is.
+//   - Shards (shards.go), the default under --ha: every task belongs to one of 256 shards,
+//     each with a lease and fence row of its own. Every renew interval a node renews the
+//     shards it holds, reads the live nodes, and takes unheld shards up to its fair share or
+//     hands over those another node needs; planShards (plan.go) decides which. It reports the
+//     shards gained and lost (ShardChange) and answers whether it holds a shard at an epoch
+//     (Holds), which the engine asks before every fire and send of the shard's tasks.
+//
+// Both keep this node's row in the nodes table. Neither schedules anything: the daemon
+// (internal/daemon) starts and stops the engine, or the engine's shards, on their changes.
 package ha
 
 import (
@@ -29,7 +40,7 @@ import (
 // Defaults for Config.
 const (
 	// LeaseTTLDefault is how long a lease lasts past its last renewal, by the database's
-	// clock (R8.1). A takeover waits this long after a primary dies silently.
+	// clock (docs/ha.md, "The lease"). A takeover waits this long after a primary dies silently.
 	LeaseTTLDefault = 15 * time.Second
 	// LeaseRenewDefault is how often the primary renews and a backup tries to take the
 	// lease; a primary also gives up by itself TTL − renew after its last renewal was sent.
@@ -78,7 +89,7 @@ func newHAMetrics(s *metrics.Set) *haMetrics {
 	}
 }
 
-// MarkSingleNode registers R8's series in s for a node that runs without --ha, with
+// MarkSingleNode registers the HA series in s for a node that runs without --ha, with
 // axe_ha_primary at 1: it is its own primary.
 func MarkSingleNode(s *metrics.Set) { newHAMetrics(s).primary.Set(1) }
 
@@ -108,7 +119,7 @@ type Config struct {
 	// The lease's expiry is judged by the database's clock, never this one. Defaults to
 	// clock.Real; tests pass a clock.Fake.
 	Clock clock.Clock
-	// Metrics is the set R8's series are registered in (axe_ha_primary, axe_lease_epoch,
+	// Metrics is the set the HA series are registered in (axe_ha_primary, axe_lease_epoch,
 	// axe_lease_renewals_total, axe_failovers_total, axe_promotion_duration_seconds); the
 	// daemon writes it on /metrics. Defaults to a new set of this elector's own, which
 	// nothing exposes.
@@ -321,8 +332,8 @@ func (e *Elector) Stop(ctx context.Context, release bool) error {
 	})
 }
 
-// Gate is nil while this node is the primary at epoch and its last successful renewal was
-// sent less than TTL − renew ago (R8.3). Every dispatch asks it just before it leaves.
+// Gate is nil while this node is the primary at epoch and its last successful renewal was sent less
+// than TTL − renew ago (docs/ha.md, "Fencing"). Every dispatch asks it just before it leaves.
 func (e *Elector) Gate(epoch int64) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

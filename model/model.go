@@ -12,10 +12,11 @@ import (
 	"errors"
 )
 
-// State is a task's runtime state (SPEC R2.1). The legal transitions live in the engine.
+// State is a task's runtime state (docs/design.md, "State machine"). The legal transitions live in
+// the engine.
 type State string
 
-// The eight states of SPEC R2.1.
+// The eight states (docs/design.md, "State machine").
 const (
 	StateWaiting   State = "WAITING"
 	StateScheduled State = "SCHEDULED"
@@ -27,7 +28,7 @@ const (
 	StateKilled    State = "KILLED"
 )
 
-// Trigger types (SPEC R1.1).
+// Trigger types: what makes a task fire (docs/openapi.yaml, TaskSpec.trigger).
 const (
 	TriggerCron       = "cron"
 	TriggerDelay      = "delay"
@@ -35,7 +36,8 @@ const (
 	TriggerDependency = "dependency"
 )
 
-// Misfire policies (SPEC R3.5).
+// Misfire policies: what a fire time that passed while no scheduler was active does (fire
+// once now, or skip to the next).
 const (
 	MisfireFireOnce = "fire_once"
 	MisfireSkip     = "skip"
@@ -51,7 +53,8 @@ const (
 	OverlapAllowAll    = "allow_all" // every fire runs, beside the runs still in flight
 )
 
-// Callback types (SPEC R5.1).
+// Callback types: a plain HTTP endpoint whose response status is the result, or an executor
+// (docs/protocol.md).
 const (
 	CallbackHTTP     = "http"
 	CallbackExecutor = "executor"
@@ -71,7 +74,7 @@ const (
 // Run kinds, stored in Run.Kind.
 const (
 	RunScheduled = "scheduled" // a periodic/delay/dependency fire, or a retry of one
-	RunManual    = "manual"    // run-now (R6.2): outside the periodic state machine
+	RunManual    = "manual"    // run-now: outside the periodic state machine
 	// RunBackfill is one fire time of a backfill: outside the periodic state machine like
 	// run-now, but with the deterministic ticket of its fire time (its fire record).
 	RunBackfill = "backfill"
@@ -88,7 +91,7 @@ var (
 	// (task_id, version) matched no row: someone else changed the task first.
 	ErrVersionConflict = errors.New("version conflict")
 	// ErrLeaseLost is returned when a batch carries a lease epoch that is no longer current,
-	// or a lease renewal finds another holder (R8.3).
+	// or a lease renewal finds another holder (docs/ha.md, "Fencing").
 	ErrLeaseLost = errors.New("lease lost")
 	// ErrLeaseDeadline is a lease gate's answer while the last successful renewal was sent
 	// more than TTL − renew ago: the lease may still be this node's (a renewal can be stuck
@@ -104,16 +107,16 @@ var (
 	ErrExecutorNotFound = errors.New("executor not found")
 )
 
-// Callback says where a run is sent (SPEC R1.1, R5.1).
+// Callback says where a run is sent (docs/openapi.yaml, Callback).
 type Callback struct {
 	Type    string `json:"type"`              // "http" or "executor"
 	URL     string `json:"url,omitempty"`     // http: the endpoint that receives POST
 	App     string `json:"app,omitempty"`     // executor: the executor app name
 	Handler string `json:"handler,omitempty"` // executor: the handler name within the app
-	Route   string `json:"route,omitempty"`   // executor: routing strategy (R5.5); "" = round robin
+	Route   string `json:"route,omitempty"`   // executor: routing strategy; "" = round robin
 }
 
-// TaskDef is a task definition (SPEC R1.1). JSON names are the REST API's.
+// TaskDef is a task definition (docs/openapi.yaml, TaskSpec). JSON names are the REST API's.
 type TaskDef struct {
 	ID               int64           `json:"id,omitempty"`
 	Name             string          `json:"name"`
@@ -169,7 +172,7 @@ type TaskDef struct {
 	CatchupWindowSec int `json:"catchup_window_sec,omitempty"`
 }
 
-// Runtime is a task's runtime row (SPEC R1.2), separate from its definition.
+// Runtime is a task's runtime row, separate from its definition.
 // NextTriggerTime is the next fire (Unix ms), 0 for none; while RUNNING it still holds the due
 // time of the fire in flight, so that a cron cycle moves the task in the window index once.
 // Only SCHEDULED and RETRYING tasks are ever armed from it.
@@ -225,7 +228,7 @@ type Task struct {
 	Runtime Runtime
 }
 
-// Run is one dispatch (SPEC R1.3). Upserted by Ticket.
+// Run is one dispatch. Upserted by Ticket.
 type Run struct {
 	Ticket       string `json:"ticket"`
 	TaskID       int64  `json:"task_id"`
@@ -243,7 +246,8 @@ type Run struct {
 	Detail       string `json:"detail,omitempty"` // e.g. which upstream runs released a dependency fire
 }
 
-// Action is one audit record (SPEC R1.4). Append-only.
+// Action is one audit record (docs/operations.md, "Action records and the timeline").
+// Append-only.
 type Action struct {
 	ID       int64  `json:"id"`
 	TaskID   int64  `json:"task_id"`
@@ -257,7 +261,8 @@ type Action struct {
 	Detail   string `json:"detail,omitempty"`
 }
 
-// Executor is one registered executor instance (SPEC R5.2), unique by (App, Address).
+// Executor is one registered executor instance, unique by (App, Address): registering
+// again after a restart creates no second one.
 type Executor struct {
 	App           string   `json:"app"`
 	Address       string   `json:"address"`
@@ -275,8 +280,8 @@ type Executor struct {
 	Incarnation string `json:"-"`
 }
 
-// Lease is the HA lease row (SPEC R8.1). ExpiresAt is the expiry by the database's clock
-// (Unix ms), for display only: no node's clock may judge it.
+// Lease is the HA lease row (docs/ha.md, "The lease"). ExpiresAt is the expiry by the database's
+// clock (Unix ms), for display only: no node's clock may judge it.
 type Lease struct {
 	Name      string `json:"name"`
 	Holder    string `json:"holder"`

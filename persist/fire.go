@@ -9,13 +9,13 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// The fire record (R8.5). A fire's run row is keyed by its deterministic ticket (task, fire
-// time, attempt), and the dispatch-time write of that row is a plain INSERT: the database
-// itself refuses a second row for the same fire, in the same transaction as the
-// SCHEDULED→RUNNING transition. So a fire can be dispatched only by the node whose insert
-// landed, even when two nodes both believe they are primary and the runtime CAS was passed
-// (a stale copy that happens to match, a bug). No index is added: the run table's primary
-// key is the record. Later writes of the run (its result) are updates of that row.
+// The fire record (docs/ha.md, "The fire record"). A fire's run row is keyed by its deterministic
+// ticket (task, fire time, attempt), and the dispatch-time write of that row is a plain INSERT: the
+// database itself refuses a second row for the same fire, in the same transaction as the
+// SCHEDULED→RUNNING transition. So a fire can be dispatched only by the node whose insert landed,
+// even when two nodes both believe they are primary and the runtime CAS was passed (a stale copy
+// that happens to match, a bug). No index is added: the run table's primary key is the record.
+// Later writes of the run (its result) are updates of that row.
 
 // FireRefusedError reports the fire records of a batch that met an existing run row. The
 // batch was rolled back; nothing of it was applied. It unwraps to ErrDuplicateFire.

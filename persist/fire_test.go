@@ -20,7 +20,7 @@ func asFire(g *persist.Group) *persist.Group {
 
 // TestWriterRefusedFireIsolation puts a fire record whose run already exists between two
 // good groups of one batch: only its group fails, with a *FireRefusedError naming its own
-// record, and the other two land (R8.5).
+// record, and the other two land (docs/ha.md, "The fire record").
 func TestWriterRefusedFireIsolation(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)

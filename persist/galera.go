@@ -19,14 +19,14 @@ import (
 // on its commit, as a deadlock (1213). So on Galera the store makes the two things that rely
 // on locks on one server rely on writes instead:
 //
-//   - The fence (R8.3). On one server a fenced write reads the fence row LOCK IN SHARE MODE
-//     and a takeover, which updates that row, waits for it. On Galera the fenced write
+//   - The fence (docs/ha.md, "Fencing"). On one server a fenced write reads the fence row LOCK IN
+//     SHARE MODE and a takeover, which updates that row, waits for it. On Galera the fenced write
 //     updates the fence row itself (galeraFence): its write set then shares a key with every
-//     takeover's, so of a write of epoch e and the takeover to e+1 through another node, the
-//     one certified later fails unless it saw the other. A write that saw the takeover
-//     matched no row (its UPDATE asks for epoch e). Either way no write of epoch e is ordered
-//     after the takeover: each is in the cluster's order before it, where the new primary's
-//     causal reads see it, or it applied nothing.
+//     takeover's, so of a write of epoch e and the takeover to e+1 through another node, the one
+//     certified later fails unless it saw the other. A write that saw the takeover matched no row
+//     (its UPDATE asks for epoch e). Either way no write of epoch e is ordered after the takeover:
+//     each is in the cluster's order before it, where the new primary's causal reads see it, or it
+//     applied nothing.
 //   - Migrate's lock. GET_LOCK is one node's; on Galera Migrate takes a row of schema_lock by
 //     a committed conditional UPDATE, which certification lets only one node win
 //     (galeraLockSchema).

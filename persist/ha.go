@@ -10,7 +10,7 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// This file holds what high availability needs of the store (R8): the lease judged by the
+// This file holds what high availability needs of the store (docs/ha.md): the lease judged by the
 // database's clock, the nodes table, and fencing every write by the lease epoch.
 //
 // No statement here takes a time from the caller. Expiries and last-seen times are written
@@ -206,7 +206,8 @@ func (s *sqlStore) takeLease(ctx context.Context, name, holder string, ttl time.
 	return l, n == 1, nil
 }
 
-// RenewLease is the compare-and-swap on holder and epoch of R8.1.
+// RenewLease is the lease's renewal, a compare-and-swap on holder and epoch (docs/ha.md,
+// "The lease").
 func (s *sqlStore) RenewLease(ctx context.Context, name, holder string, epoch int64, ttl time.Duration) error {
 	h := s.ha()
 	res, err := s.db.ExecContext(ctx, `UPDATE lease SET expiry = `+h.shift+` WHERE name = ? AND holder = ? AND epoch = ?`,
@@ -349,11 +350,11 @@ type fence struct {
 	epoch int64
 }
 
-// Fenced returns a view of s whose every write checks, inside its own transaction, that the
-// lease named lease still has epoch (R8.3): task creates, edits and deletes, executor
-// writes, concurrency limits and batches (a batch without an epoch gets this one). A write that finds another
-// epoch applies nothing, returns an error wrapping ErrLeaseLost, and calls onLost (when set)
-// before returning, so the caller can stop dispatching at once. Reads are s's own.
+// Fenced returns a view of s whose every write checks, inside its own transaction, that the lease
+// named lease still has epoch (docs/ha.md, "Fencing"): task creates, edits and deletes, executor
+// writes, concurrency limits and batches (a batch without an epoch gets this one). A write that
+// finds another epoch applies nothing, returns an error wrapping ErrLeaseLost, and calls onLost
+// (when set) before returning, so the caller can stop dispatching at once. Reads are s's own.
 func Fenced(s Store, lease string, epoch int64, onLost func(error)) (Store, error) {
 	ss, ok := s.(*sqlStore)
 	if !ok {

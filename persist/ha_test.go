@@ -14,7 +14,7 @@ import (
 
 // TestFencedStore checks that every write of a fenced store checks the epoch in its own
 // transaction: after a takeover each one fails with ErrLeaseLost, writes nothing and calls
-// onLost (R8.3).
+// onLost (docs/ha.md, "Fencing").
 func TestFencedStore(t *testing.T) {
 	persisttest.Each(t, testFencedStore)
 }

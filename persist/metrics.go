@@ -7,7 +7,7 @@ import "github.com/VictoriaMetrics/metrics"
 // together, as one process.
 type storeMetrics struct {
 	// batchGuardMisses counts batches run again the reading way after a guarded write
-	// missed: a stale copy or a deleted task in the batch (R9.1). Each such batch costs two
+	// missed: a stale copy or a deleted task in the batch. Each such batch costs two
 	// transactions.
 	batchGuardMisses *metrics.Counter
 	// batchRetriesNodeLost and batchRetriesConflict count batches run again on another

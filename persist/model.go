@@ -1,6 +1,6 @@
 // Package persist owns axe's durable state: the Store interface, its MySQL and embedded
 // SQLite implementations, the schema and its migrations, and the batched writer that
-// group-commits state transitions (R7).
+// group-commits state transitions (docs/design.md, "Write path").
 //
 // The domain types (TaskDef, Run, State, …) live in package model; this package adds what
 // only storage needs: Batch, Transition, Store.
@@ -30,7 +30,7 @@ var (
 	ErrWriterClosed = errors.New("writer closed")
 	// ErrDuplicateFire is returned (inside a *FireRefusedError) when a fire record's insert
 	// met a run row with the same ticket: that (task, fire time, attempt) was dispatched
-	// already, and this one must not be (R8.5).
+	// already, and this one must not be (docs/ha.md, "The fire record").
 	ErrDuplicateFire = errors.New("duplicate fire")
 	// ErrNodeIDTaken is returned by ClaimNode and TouchNode when another live node uses the
 	// id.
@@ -58,8 +58,8 @@ type Transition struct {
 
 // Batch is one group commit: all of it is applied in one database transaction, or none of it.
 type Batch struct {
-	// Epoch fences the batch (R8.3): when > 0 the store applies the batch only if the lease
-	// named LeaseName has this epoch, and fails with ErrLeaseLost otherwise.
+	// Epoch fences the batch (docs/ha.md, "Fencing"): when > 0 the store applies the batch only if
+	// the lease named LeaseName has this epoch, and fails with ErrLeaseLost otherwise.
 	Epoch     int64
 	LeaseName string
 	// Shards fences the batch per shard (scale-out, shards.go): the store applies it only if
@@ -70,8 +70,8 @@ type Batch struct {
 	Transitions []Transition
 	Runs        []model.Run    // upserted by ticket: a later row for the same ticket replaces columns
 	Actions     []model.Action // appended
-	// Fires are fire records (R8.5): run rows inserted, never upserted, so that a ticket
-	// already stored (the same task, fire time and attempt) fails the batch with a
+	// Fires are fire records (docs/ha.md, "The fire record"): run rows inserted, never upserted, so
+	// that a ticket already stored (the same task, fire time and attempt) fails the batch with a
 	// *FireRefusedError. They are written before Runs.
 	Fires []model.Run
 
@@ -174,10 +174,10 @@ type Store interface {
 	ListTasks(ctx context.Context, f TaskFilter) ([]model.Task, error)
 	// CountTasks returns the number of task definitions.
 	CountTasks(ctx context.Context) (int64, error)
-	// LoadDue streams, in next_trigger_time order, every task whose runtime state is in states
-	// and whose next_trigger_time is in [from, to) and > 0. It stops at the first error fn
-	// returns and returns it. This is the window loader's query (R3.3); it must use the
-	// next_trigger_time index.
+	// LoadDue streams, in next_trigger_time order, every task whose runtime state is in states and
+	// whose next_trigger_time is in [from, to) and > 0. It stops at the first error fn returns and
+	// returns it. This is the window loader's query (docs/design.md, "Window and cold entries"); it
+	// must use the next_trigger_time index.
 	LoadDue(ctx context.Context, from, to int64, states []model.State, fn func(*model.Task) error) error
 	// LoadDueRefs streams the task id and next_trigger_time of the rows LoadDue would
 	// return, in no particular order, reading only task_runtime: the window loader holds
@@ -194,8 +194,8 @@ type Store interface {
 	// UpstreamNames returns every task name that some task depends on.
 	UpstreamNames(ctx context.Context) ([]string, error)
 
-	// ApplyBatch applies b in one transaction (R7.2). A failed CAS returns *ConflictError and
-	// applies nothing; a stale epoch returns ErrLeaseLost and applies nothing.
+	// ApplyBatch applies b in one transaction (docs/design.md, "Write path"). A failed CAS returns
+	// *ConflictError and applies nothing; a stale epoch returns ErrLeaseLost and applies nothing.
 	ApplyBatch(ctx context.Context, b *Batch) error
 
 	// GetRun returns the run with the ticket, or ErrRunNotFound.
@@ -249,8 +249,8 @@ type Store interface {
 	// ReadLease returns the lease row, or a zero Lease when none exists.
 	ReadLease(ctx context.Context, name string) (model.Lease, error)
 
-	// The lease and the nodes of high availability (R8.1, ha.go), the shard leases of
-	// scale-out (shards.go), and Kind.
+	// The lease and the nodes of high availability (docs/ha.md, "The lease"; ha.go), the shard
+	// leases of scale-out (shards.go), and Kind.
 	ShardStore
 	// Backfill rows and the run queries of their recovery (backfill.go).
 	BackfillStore

@@ -162,14 +162,14 @@ var mysqlMigrations = []migration{{
 }, {
 	version: 3,
 	name:    "high availability: lease by the database clock, nodes, on_lost",
-	// The lease's expiry becomes a time of the database's own clock (UTC_TIMESTAMP(6)), so
-	// no node's clock ever judges it (R8.1). The old expires_at was node milliseconds and
-	// cannot be compared with that clock, and no earlier axe ever held the lease (the daemon
-	// did not use it): each row keeps its holder and its epoch, so epochs never go back, and
-	// reads as expired. nodes lists every scheduler of the database and when it was last
-	// seen, by the same clock. on_lost is the per-task policy for an HTTP run left in doubt.
-	// Plain DDL as in step 2: a re-run meets "already exists" errors, which
-	// dialect.isAlreadyApplied lets through.
+	// The lease's expiry becomes a time of the database's own clock (UTC_TIMESTAMP(6)), so no
+	// node's clock ever judges it (docs/ha.md, "The lease"). The old expires_at was node
+	// milliseconds and cannot be compared with that clock, and no earlier axe ever held the lease
+	// (the daemon did not use it): each row keeps its holder and its epoch, so epochs never go
+	// back, and reads as expired. nodes lists every scheduler of the database and when it was last
+	// seen, by the same clock. on_lost is the per-task policy for an HTTP run left in doubt. Plain
+	// DDL as in step 2: a re-run meets "already exists" errors, which dialect.isAlreadyApplied lets
+	// through.
 	stmts: []string{
 		`ALTER TABLE lease ADD COLUMN expiry DATETIME(6) NOT NULL DEFAULT '1970-01-01 00:00:00'`,
 		`ALTER TABLE lease DROP COLUMN expires_at`,

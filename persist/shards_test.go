@@ -136,8 +136,9 @@ func TestShardLeasesRefuseBadInput(t *testing.T) {
 	})
 }
 
-// TestShardFencedBatch: a batch fenced by shards applies only while every shard it names is
-// at the epoch given; one stale shard refuses all of it with ErrLeaseLost (R8.3 per shard).
+// TestShardFencedBatch: a batch fenced by shards applies only while every shard it names is at the
+// epoch given; one stale shard refuses all of it with ErrLeaseLost (the fence per shard,
+// docs/scale-out.md).
 func TestShardFencedBatch(t *testing.T) {
 	persisttest.Each(t, testShardFencedBatch)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// ApplyBatch applies b in one transaction: the group commit of R7.2.
+// ApplyBatch applies b in one transaction: the group commit (docs/design.md, "Write path").
 //
 // Invariants the batched writer relies on:
 //   - All or nothing: a stale epoch, any failed CAS or any SQL error rolls back the whole

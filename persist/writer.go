@@ -24,7 +24,7 @@ const (
 	// "B3 batched writer", rows per batch).
 	WriterMaxBatchRowsDefault = 2048
 	// WriterMaxDelayDefault is the longest a lone group waits for company when the writer is
-	// idle; it is the latency batching may add to a dispatch (R7.2).
+	// idle; it is the latency batching may add to a dispatch (docs/design.md, "Write path").
 	WriterMaxDelayDefault = 2 * time.Millisecond
 	// WriterCreateMaxDelayDefault is the longest a batch holding a create waits for company.
 	// Each create has a client waiting on its commit, and the company a batch waits for is
@@ -39,7 +39,7 @@ const (
 	WriterRetryMaxDefault = 2 * time.Second
 )
 
-// writerMetrics are the writer's series (R9.1), in WriterConfig.Metrics. They are got or
+// writerMetrics are the writer's series, in WriterConfig.Metrics. They are got or
 // created, so the writers of one set (an engine's lanes) add to the same series.
 type writerMetrics struct {
 	batchRows      *metrics.PrometheusHistogram
@@ -94,8 +94,8 @@ type WriterConfig struct {
 	RetryMin time.Duration
 	// RetryMax caps the backoff. Defaults to WriterRetryMaxDefault (2s).
 	RetryMax time.Duration
-	// LeaseName names the lease row that fences batches (R8.3). Required when Epoch is set.
-	// Defaults to "" (unfenced).
+	// LeaseName names the lease row that fences batches (docs/ha.md, "Fencing"). Required when
+	// Epoch is set. Defaults to "" (unfenced).
 	LeaseName string
 	// Epoch returns the lease epoch this process holds; it is read once per batch, and the
 	// batch (with its retries) is fenced by that value. nil, or a return of 0, leaves the
@@ -214,9 +214,9 @@ func (g *Group) rows() int {
 	return n
 }
 
-// Writer group-commits state transitions, runs and actions (R7.2): one goroutine gathers the
-// queued groups into batches and applies each with Store.ApplyBatch, so one commit (one
-// fsync) carries many tasks.
+// Writer group-commits state transitions, runs and actions (docs/design.md, "Write path"): one
+// goroutine gathers the queued groups into batches and applies each with Store.ApplyBatch, so one
+// commit (one fsync) carries many tasks.
 //
 // Invariants the engine relies on:
 //
@@ -233,15 +233,16 @@ func (g *Group) rows() int {
 //     transitions fail (Done gets a *ConflictError with indexes into the group); the rest of
 //     the batch is applied again without them, until it lands. A non-conflicting group is
 //     never dropped because of another group's stale version.
-//   - Refused fires (R8.5). A *FireRefusedError fails only the groups owning the refused
-//     fire records, as a conflict does; the rest of the batch is applied again without them.
-//   - Fencing (R8.3). The lease epoch is read once per batch, and the batch and its retries
-//     carry it. ErrLeaseLost fails every group of the batch with an error wrapping
-//     ErrLeaseLost, and every later batch fails the same way without touching the database
-//     while Epoch still returns that stale value. The engine must stop dispatching on it.
-//     The epoch is that of the batch, not of the decision: groups decided under an epoch
-//     must not still be queued when Epoch starts returning a newer one (a deposed primary
-//     stops its writer before it campaigns again).
+//   - Refused fires (docs/ha.md, "The fire record"). A *FireRefusedError fails only the groups
+//     owning the refused fire records, as a conflict does; the rest of the batch is applied again
+//     without them.
+//   - Fencing (docs/ha.md, "Fencing"). The lease epoch is read once per batch, and the batch and
+//     its retries carry it. ErrLeaseLost fails every group of the batch with an error wrapping
+//     ErrLeaseLost, and every later batch fails the same way without touching the database while
+//     Epoch still returns that stale value. The engine must stop dispatching on it. The epoch is
+//     that of the batch, not of the decision: groups decided under an epoch must not still be
+//     queued when Epoch starts returning a newer one (a deposed primary stops its writer before it
+//     campaigns again).
 //   - Fencing per shard (scale-out). A group fenced by a shard (Group.Fence) fails alone
 //     when the shard's fence has moved past its epoch: the batch names every shard of its
 //     groups (Batch.Shards), a *ShardsLostError names the stale ones, their groups fail with
@@ -264,7 +265,7 @@ func (g *Group) rows() int {
 //
 // A commit whose outcome is unknown (the connection broke after COMMIT was sent) is retried
 // like any transient error; if it had in fact landed, the retry's transitions conflict and
-// their groups fail with a *ConflictError. That is safe for R7.2 (a dispatch that was not
+// their groups fail with a *ConflictError. That is safe for the write path (a dispatch that was not
 // sent is lost, none is sent twice) but the engine sees a lost trigger.
 type Writer struct {
 	store Store
@@ -485,9 +486,9 @@ func (w *Writer) Offer(g *Group) error {
 func (w *Writer) Busy() float64 { return float64(w.Pending()) / float64(w.cfg.QueueSize) }
 
 // Write submits g and waits until it is durable: the call a dispatch makes before it sends
-// (R7.2). It returns what g's Done would get, or ctx's error if ctx ends first (the group
-// may still land later, so the caller must not act as if it had). g.Done, if set, is still
-// called.
+// (docs/design.md, "Write path"). It returns what g's Done would get, or ctx's error if ctx ends
+// first (the group may still land later, so the caller must not act as if it had). g.Done, if set,
+// is still called.
 func (w *Writer) Write(ctx context.Context, g *Group) error {
 	if g == nil {
 		return errors.New("cannot write a nil group")

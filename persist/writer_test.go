@@ -582,7 +582,7 @@ func TestWriterConflictIsolation(t *testing.T) {
 }
 
 // TestWriterFencing deposes the writer's lease holder and checks that its next batches fail
-// with ErrLeaseLost and write nothing (R8.3).
+// with ErrLeaseLost and write nothing (docs/ha.md, "Fencing").
 func TestWriterFencing(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const lease, ttl = "scheduler", time.Minute

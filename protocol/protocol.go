@@ -64,7 +64,7 @@ const (
 	HeaderIncarnation = "X-Axe-Incarnation"
 )
 
-// Routing strategies (R5.5), chosen per task in callback.route; "" means RouteRoundRobin.
+// Routing strategies, chosen per task in callback.route; "" means RouteRoundRobin.
 const (
 	RouteRoundRobin     = "round_robin"
 	RouteRandom         = "random"
@@ -102,8 +102,8 @@ const (
 	MaxResultsPerCall = 1000
 )
 
-// Run is the body of PathRun, and of the POST an HTTP-callback task gets (SPEC R4.2,
-// section 10).
+// Run is the body of PathRun, and of the POST an HTTP-callback task gets (docs/protocol.md,
+// "POST /axe/run").
 type Run struct {
 	Task        string          `json:"task"`
 	Handler     string          `json:"handler,omitempty"`
@@ -115,7 +115,7 @@ type Run struct {
 	Deadline    int64           `json:"deadline"`
 	Params      json.RawMessage `json:"params,omitempty"`
 	// DedupTTLMS tells an executor how long to remember the ticket: the task's longest retry
-	// span plus five minutes (R5.4), so a re-sent run is recognised for as long as it can
+	// span plus five minutes, so a re-sent run is recognised for as long as it can
 	// come. 0 means the executor's default.
 	DedupTTLMS int64 `json:"dedup_ttl_ms,omitempty"`
 	// Epoch is the lease epoch of the primary that sent the run: an executor refuses one
@@ -127,7 +127,7 @@ type Run struct {
 	// primary's.
 	Shard *int `json:"shard,omitempty"`
 	// Parallel says the task's runs may overlap (overlap_policy allow_all): an executor runs
-	// it beside the task's other runs instead of refusing re-entry (R5.4).
+	// it beside the task's other runs instead of refusing re-entry.
 	Parallel bool `json:"parallel,omitempty"`
 }
 

@@ -1,4 +1,4 @@
-// Package ratelimit owns axe's dispatch rate limits (SPEC R4.3): one token bucket per
+// Package ratelimit owns axe's dispatch rate limits: one token bucket per
 // downstream (an executor app or a callback host) and one global bucket in front of all
 // of them.
 //

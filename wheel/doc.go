@@ -1,6 +1,7 @@
 // Package wheel owns axe's in-memory timers: the per-shard timing wheels that hold
-// every trigger due inside the loading window (SPEC R3.3, R3.4) and the per-shard ready
-// queues that due entries move into, ordered by priority then fire time (R4.1).
+// every trigger due inside the loading window (docs/design.md, "Window and cold entries") and
+// the per-shard ready queues that due entries move into, ordered by priority (0 first)
+// then fire time.
 //
 // It knows nothing about tasks, state machines, storage or dispatch: an Entry carries
 // an opaque Value, and the engine decides what firing means. It must not import other

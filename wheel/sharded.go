@@ -16,7 +16,7 @@ var (
 )
 
 const (
-	// TickDefault is the default tick (SPEC R3.4 aims below the seed's 1 s).
+	// TickDefault is the default tick, well below a second.
 	TickDefault = 10 * time.Millisecond
 	// SlotsDefault is the default number of buckets per level: with 10 ms ticks level 0
 	// spans 5.12 s and level 1 about 43 minutes, so the 5-minute window fits in two levels.
@@ -85,7 +85,7 @@ func (c Config[V]) validate() error {
 }
 
 // Sharded is the timer service the engine uses: Shards wheels, each behind its own
-// mutex and paired with its own ReadyQueue (SPEC R3.4). An entry's shard is Key modulo
+// mutex and paired with its own ReadyQueue. An entry's shard is Key modulo
 // Shards, so Add, Cancel and the advance of one shard never wait on another shard.
 type Sharded[V any] struct {
 	cfg    Config[V]

@@ -20,7 +20,7 @@ import (
 	"github.com/axe-sched/axe/model"
 )
 
-// clientFlags are the flags every client command takes (SPEC section 12).
+// clientFlags are the flags every client command takes (README.md).
 type clientFlags struct {
 	server string
 	token  string

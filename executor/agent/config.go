@@ -47,7 +47,7 @@ type Config struct {
 	// listener's address; required when listening on a wildcard host.
 	Advertise string `json:"advertise"`
 	// Schedulers ("schedulers") are the scheduler base URLs, e.g. "http://axe-a:7070",
-	// followed in order on failure (R8.4). Required.
+	// followed in order on failure (docs/protocol.md, "Failover"). Required.
 	Schedulers []string `json:"schedulers"`
 	// Token ("token") is the agent's token for the scheduler (an executor-scope token).
 	// With it, the agent runs only what the scheduler signed with the key derived from it.

@@ -29,7 +29,7 @@ const (
 	ShutdownTimeoutDefault = 30 * time.Second
 )
 
-// Config is what `axe serve` is configured with (SPEC section 12).
+// Config is what `axe serve` is configured with (cmd/axe/serve.go has the flags).
 type Config struct {
 	// Addr to listen on. Defaults to admin.AddrDefault.
 	Addr string
@@ -55,7 +55,7 @@ type Config struct {
 	// Store, Tick, DefaultTimezone, NodeID and Logger are set from the fields above, and its
 	// Metrics is a new set for each engine (metrics.go).
 	Engine engine.Config
-	// HA runs the node as one of several on a shared MySQL database (R8): by default every
+	// HA runs the node as one of several on a shared MySQL database (docs/ha.md): by default every
 	// node schedules a share of the shards (shards.go), or, with HAMode "primary", one
 	// primary schedules everything and the others are its backups (ha.go). Defaults to
 	// false: a single node.

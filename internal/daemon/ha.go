@@ -19,17 +19,17 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// This file runs `axe serve --ha` (R8): a node that is the primary or a backup of one
-// shared MySQL database, by the lease ha.Elector keeps.
+// This file runs `axe serve --ha --ha-mode primary` (docs/ha.md): a node that is the primary or a
+// backup of one shared MySQL database, by the lease ha.Elector keeps.
 //
-// Each term as primary gets an engine of its own, built for the term's epoch: its store is
-// fenced by that epoch, its dispatcher carries it and asks the elector's gate before every
-// send. Promotion is that engine's Start, whose recovery is R8.2's steps in order (reload
-// the executor registry, resolve the runs left RUNNING, load the window applying misfire
-// policies), before the wheel and the first dispatch. Demotion stops the term's engine at
-// once, with an expired context: triggering stops, nothing is drained or flushed (the gate
-// is closed and the fence refuses the writes anyway), and the wheel goes with the engine.
-// Nothing of a term survives it, so a later term starts from what the database holds.
+// Each term as primary gets an engine of its own, built for the term's epoch: its store is fenced
+// by that epoch, its dispatcher carries it and asks the elector's gate before every send. Promotion
+// is that engine's Start, whose recovery is docs/ha.md's "Promotion" steps in order (reload the
+// executor registry, resolve the runs left RUNNING, load the window applying misfire policies),
+// before the wheel and the first dispatch. Demotion stops the term's engine at once, with an
+// expired context: triggering stops, nothing is drained or flushed (the gate is closed and the
+// fence refuses the writes anyway), and the wheel goes with the engine. Nothing of a term survives
+// it, so a later term starts from what the database holds.
 //
 // Between terms a backup serves the read API from the database through an engine that is
 // never started; the front server (admin.Server.ServeHA) asks the node for its term on every
@@ -255,8 +255,8 @@ func (n *haNode) roles(ctx context.Context) {
 	}
 }
 
-// promote starts the engine of ch's epoch, whose start-up recovery does R8.2's steps, and
-// serves the API with it once they are done.
+// promote starts the engine of ch's epoch, whose start-up recovery does the steps of docs/ha.md,
+// "Promotion", and serves the API with it once they are done.
 func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 	n.roleMu.Lock()
 	defer n.roleMu.Unlock()

@@ -96,8 +96,9 @@ func (h *epochHook) checkCalls(t *testing.T) {
 	}
 }
 
-// TestHABackupAnswers503 checks the backup's side of R8.6: reads from the database, 503
-// naming the primary for writes and the executor protocol, and /readyz's role answers.
+// TestHABackupAnswers503 checks the backup's side (docs/ha.md, "The backup"): reads from the
+// database, 503 naming the primary for writes and the executor protocol, and /readyz's role
+// answers.
 func TestHABackupAnswers503(t *testing.T) {
 	dsn := persisttest.MySQLDSN(t)
 	a := daemontest.HANode(t, dsn, "a", 3*time.Second, time.Second)

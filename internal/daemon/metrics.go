@@ -10,7 +10,7 @@ import (
 // the metrics library's default set, so two daemons, engines or stores in one process
 // (tests) never share or collide on a series:
 //
-//   - the daemon's own set, for the life of the process: axe_build_info, R8's series (the
+//   - the daemon's own set, for the life of the process: axe_build_info, the HA series (the
 //     elector's, or a single node's axe_ha_primary 1 and axe_lease_epoch 0) and the store's
 //     (axe_store_*, the lease store's included);
 //   - each engine's set, new with each engine, with its writer's (axe_writer_*) and its

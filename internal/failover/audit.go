@@ -1,4 +1,4 @@
-// Package failover holds the failover suite of axe's high availability (SPEC R8, issue 15):
+// Package failover holds the failover suite of axe's high availability (docs/ha.md, issue 15):
 // two real `axe serve --ha` processes on one real MariaDB, one SDK executor process and an
 // HTTP callback target, and faults done to the primary (kill -9, SIGSTOP past the lease TTL,
 // a cut between it and the database, a restart). Its tests live in the _test files; this file

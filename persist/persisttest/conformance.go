@@ -1543,7 +1543,7 @@ func testNodes(t *testing.T, ctx context.Context, s persist.Store) {
 
 // testFireRecord checks that a fire record is an insert the database refuses when the run
 // exists, that the refusal applies nothing of the batch, and that later writes of the run
-// are updates (R8.5).
+// are updates (docs/ha.md, "The fire record").
 func testFireRecord(t *testing.T, ctx context.Context, s persist.Store) {
 	task := create(t, ctx, s, newDef("fired"), newRuntime(model.StateScheduled, 100))
 	fire := func(cur *model.Task, ticket string) *persist.Batch {
