@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/wire"
 )
 
@@ -51,9 +52,9 @@ func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
 	out["tasks"] = res.Changed
 	if err != nil {
 		code, msg := s.errorOf(c, err)
-		if code >= 500 && (res.Changed > 0 || errors.Is(err, engine.ErrShardNotHeld)) {
+		if code >= 500 && (res.Changed > 0 || errors.Is(err, model.ErrShardNotHeld)) {
 			// Part of the group was done: the answer says what, with why the rest was not.
-			if errors.Is(err, engine.ErrShardNotHeld) {
+			if errors.Is(err, model.ErrShardNotHeld) {
 				c.Response.Header.Set("Retry-After", strconv.Itoa(RetryAfterBusySec))
 			}
 			out["error"] = msg

@@ -149,7 +149,7 @@ func (f *shardFront) readLocked(ctx context.Context) error {
 func moving(c *fasthttp.RequestCtx, shard int, why string) {
 	c.Response.Header.Set("Retry-After", "1")
 	writeErr(c, fasthttp.StatusServiceUnavailable,
-		fmt.Sprintf("shard %d of this task %s; try again: %s", shard, why, engine.ErrShardNotHeld))
+		fmt.Sprintf("shard %d of this task %s; try again: %s", shard, why, model.ErrShardNotHeld))
 }
 
 // route serves c here when this node schedules shard (results also while it takes the
@@ -380,7 +380,7 @@ func (s *Server) routeCallbackBatch(next fasthttp.RequestHandler) fasthttp.Reque
 			case owner[n] == "" || mine[n]:
 				for _, i := range idx {
 					out[i] = protocol.CallbackItem{Status: fasthttp.StatusServiceUnavailable,
-						Error: fmt.Sprintf("shard %d of the run's task is moving between nodes; send it again: %s", n, engine.ErrShardNotHeld)}
+						Error: fmt.Sprintf("shard %d of the run's task is moving between nodes; send it again: %s", n, model.ErrShardNotHeld)}
 				}
 			default:
 				byOwner[owner[n]] = append(byOwner[owner[n]], idx...)
@@ -784,7 +784,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 		if len(homeless) > 0 {
 			c.Response.Header.Set("Retry-After", "1")
 			writeErr(c, fasthttp.StatusServiceUnavailable, fmt.Sprintf("%d item(s) are in shards moving between nodes (item %d first); nothing was created: try again: %s",
-				len(homeless), homeless[0], engine.ErrShardNotHeld))
+				len(homeless), homeless[0], model.ErrShardNotHeld))
 			return
 		}
 		type result struct {

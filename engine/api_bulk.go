@@ -91,7 +91,7 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun 
 	}
 	defer func() {
 		if err == nil && moving > 0 {
-			err = fmt.Errorf("%d selected task(s) are in shards moving between nodes; try again: %w", moving, ErrShardNotHeld)
+			err = fmt.Errorf("%d selected task(s) are in shards moving between nodes; try again: %w", moving, model.ErrShardNotHeld)
 		}
 	}()
 	err = e.eachSelected(ctx, sel, match, func(page []model.Task) error {

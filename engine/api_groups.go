@@ -52,7 +52,7 @@ func pausedByText(by string) string {
 //
 // On a node that schedules by shard it does the tasks of the shards it schedules (the API
 // asks every node and adds up the answers, docs/scale-out.md); a task of a shard moving
-// between nodes is left for a call made again, and the error says how many (ErrShardNotHeld),
+// between nodes is left for a call made again, and the error says how many (model.ErrShardNotHeld),
 // with what was done counted in the result.
 func (e *Engine) PauseGroup(ctx context.Context, group, note, actor string) (GroupResult, error) {
 	var res GroupResult
@@ -145,7 +145,7 @@ func (e *Engine) groupApply(ctx context.Context, group, note string, listed, loc
 	})
 	if err == nil && moving > 0 {
 		err = fmt.Errorf("%d task(s) of group %q are in shards moving between nodes and were not done; try again: %w",
-			moving, group, ErrShardNotHeld)
+			moving, group, model.ErrShardNotHeld)
 	}
 	return n, err
 }

@@ -110,7 +110,7 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 // TestGroupPauseOnShardedEngines: each of two engines scheduling half the shards pauses and
 // resumes the group's tasks of its own shards, whatever the order the store lists the group
 // in; a task of a shard moving between nodes (draining here) is left alone, counted, and the
-// answer says so with ErrShardNotHeld beside what was done; once the shard is settled the call
+// answer says so with model.ErrShardNotHeld beside what was done; once the shard is settled the call
 // made again does the rest.
 func TestGroupPauseOnShardedEngines(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
@@ -151,7 +151,7 @@ func TestGroupPauseOnShardedEngines(t *testing.T) {
 				inMoving++
 			}
 		}
-		if !errors.Is(err, ErrShardNotHeld) || !strings.Contains(err.Error(), fmt.Sprintf("%d task(s)", inMoving)) || res.Changed != 6-inMoving {
+		if !errors.Is(err, model.ErrShardNotHeld) || !strings.Contains(err.Error(), fmt.Sprintf("%d task(s)", inMoving)) || res.Changed != 6-inMoving {
 			t.Fatalf("group resume with a shard moving = %+v, %v; want %d resumed and %d named as moving", res, err, 6-inMoving, inMoving)
 		}
 		b.shards[moving].phase.Store(shardReady)

@@ -387,7 +387,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		b.mu.Unlock()
 		return false
 	}
-	if errors.Is(err, ErrShardNotHeld) {
+	if errors.Is(err, model.ErrShardNotHeld) {
 		return false // its shard is another node's now, or being taken over: it resumes there
 	}
 	if err != nil {

@@ -139,7 +139,7 @@ func (e *Engine) sweepDependents(ctx context.Context) error {
 		return err
 	}
 	for _, id := range waiting {
-		if err := e.maybeRelease(ctx, id); err != nil && !errors.Is(err, model.ErrTaskNotFound) && !errors.Is(err, ErrShardNotHeld) {
+		if err := e.maybeRelease(ctx, id); err != nil && !errors.Is(err, model.ErrTaskNotFound) && !errors.Is(err, model.ErrShardNotHeld) {
 			e.log.Warn("cannot release a waiting dependent", "id", id, "error", err)
 		}
 	}

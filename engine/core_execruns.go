@@ -300,7 +300,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready && run.Result == model.ResultRunning {
 		// A run of a shard this node is taking over (its recovery adopts the run) or does
 		// not schedule: the executor sends the result again, to the owner.
-		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, ErrShardNotHeld)
+		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, model.ErrShardNotHeld)
 	}
 	if run.Result == rep.Status ||
 		(run.Result == model.ResultTimeout && rep.Status == model.ResultFailed && strings.HasPrefix(run.Error, deadlineReported)) {

@@ -84,7 +84,7 @@ func (e *Engine) KillTask(ctx context.Context, name, reason, actor string) (*mod
 // KillRun ends the run with ticket, whatever its kind (periodic, run-now, allow_all,
 // backfill), with an optional reason, and returns its record as the kill left it. A ticket
 // no run has is ErrRunNotFound; a run that has ended, or is not in flight here, ErrConflict;
-// a run of a shard this node does not schedule, ErrShardNotHeld (the API passes the call on
+// a run of a shard this node does not schedule, model.ErrShardNotHeld (the API passes the call on
 // to the shard's owner).
 func (e *Engine) KillRun(ctx context.Context, ticket, reason, actor string) (*model.Run, error) {
 	if err := e.checkRunning(); err != nil {
@@ -220,7 +220,7 @@ func (e *Engine) notInFlight(ctx context.Context, ticket string) error {
 		return fmt.Errorf("%w: run %s already ended as %s", ErrConflict, ticket, run.Result)
 	}
 	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready {
-		return fmt.Errorf("run %s of task %q: %w", ticket, run.TaskName, ErrShardNotHeld)
+		return fmt.Errorf("run %s of task %q: %w", ticket, run.TaskName, model.ErrShardNotHeld)
 	}
 	return fmt.Errorf("%w: run %s is ending, or is not in flight on this scheduler (a previous one left it and it is being resolved)", ErrConflict, ticket)
 }

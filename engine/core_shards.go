@@ -36,7 +36,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -45,11 +44,6 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
-
-// ErrShardNotHeld is the answer for a task whose shard this node does not schedule, or is
-// taking over or handing over: the owner of the shard must be asked (the API forwards the
-// call to it).
-var ErrShardNotHeld = errors.New("this node does not schedule the task's shard")
 
 // Phases of a shard on this node.
 const (
@@ -91,9 +85,9 @@ func (e *Engine) shardGate(shard uint8, epoch int64, firing bool) error {
 	s := &e.shards[shard]
 	switch ph := s.phase.Load(); {
 	case ph == shardOff || s.epoch.Load() != epoch:
-		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrShardNotHeld)
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, model.ErrShardNotHeld)
 	case ph == shardDraining && firing:
-		return fmt.Errorf("shard %d is being handed over: %w", shard, ErrShardNotHeld)
+		return fmt.Errorf("shard %d is being handed over: %w", shard, model.ErrShardNotHeld)
 	}
 	if e.cfg.ShardGate != nil {
 		return e.cfg.ShardGate(int(shard), epoch)
@@ -104,7 +98,7 @@ func (e *Engine) shardGate(shard uint8, epoch int64, firing bool) error {
 // insertTask puts t in the task map unless a copy of it is there, as tasks.insertIfAbsent
 // does; on a sharded engine only while t's shard is held (invariant 1), stamping t with the
 // shard's epoch, and replacing a copy of an older epoch. api says the API asks: a shard
-// still being recovered or being handed over then refuses with ErrShardNotHeld, as does a
+// still being recovered or being handed over then refuses with model.ErrShardNotHeld, as does a
 // shard not held. It reports whether t went in.
 func (e *Engine) insertTask(t *task, api bool) (bool, error) {
 	if !e.cfg.Sharded {
@@ -115,7 +109,7 @@ func (e *Engine) insertTask(t *task, api bool) (bool, error) {
 	defer s.mu.RUnlock()
 	ph := s.phase.Load()
 	if ph == shardOff || ph == shardDraining || (api && ph == shardLoading) {
-		return false, fmt.Errorf("task %q is in shard %d: %w", t.def.Name, t.shard, ErrShardNotHeld)
+		return false, fmt.Errorf("task %q is in shard %d: %w", t.def.Name, t.shard, model.ErrShardNotHeld)
 	}
 	t.sepoch = s.epoch.Load()
 	for {
@@ -377,7 +371,7 @@ func (e *Engine) Shards() []persist.ShardFence {
 
 // apiFences returns the fences of the shards of names for a write the API asks for that
 // does not go through the batched writer (a batch of creates): each shard must be
-// scheduled here and not being taken over or handed over, else ErrShardNotHeld. It returns
+// scheduled here and not being taken over or handed over, else model.ErrShardNotHeld. It returns
 // nil on an engine that is not sharded.
 func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 	if !e.cfg.Sharded {
@@ -393,7 +387,7 @@ func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 		seen.Add(n)
 		s := &e.shards[n]
 		if s.phase.Load() != shardReady {
-			return nil, fmt.Errorf("task %q is in shard %d: %w", name, n, ErrShardNotHeld)
+			return nil, fmt.Errorf("task %q is in shard %d: %w", name, n, model.ErrShardNotHeld)
 		}
 		out = append(out, persist.ShardFence{Shard: n, Epoch: s.epoch.Load()})
 	}
@@ -401,13 +395,13 @@ func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 }
 
 // heldFence is the fence of the shard of the task named name at the epoch held now, on a
-// sharded engine; ErrShardNotHeld when the shard is not held.
+// sharded engine; model.ErrShardNotHeld when the shard is not held.
 func (e *Engine) heldFence(name string) (persist.ShardFence, error) {
 	n := model.ShardOf(name)
 	s := &e.shards[n]
 	epoch := s.epoch.Load()
 	if s.phase.Load() == shardOff || epoch == 0 {
-		return persist.ShardFence{}, fmt.Errorf("task %q is in shard %d: %w", name, n, ErrShardNotHeld)
+		return persist.ShardFence{}, fmt.Errorf("task %q is in shard %d: %w", name, n, model.ErrShardNotHeld)
 	}
 	return persist.ShardFence{Shard: n, Epoch: epoch}, nil
 }
@@ -415,7 +409,7 @@ func (e *Engine) heldFence(name string) (persist.ShardFence, error) {
 // fencedFor returns ctx with the fence of the shard of the task named name at the epoch
 // held now (persist.WithShardFences), for a write the store makes outside the batched
 // writer about that task (a backfill's row); ctx as it is on an engine that is not sharded.
-// It reports ErrShardNotHeld when the shard is not held.
+// It reports model.ErrShardNotHeld when the shard is not held.
 func (e *Engine) fencedFor(ctx context.Context, name string) (context.Context, error) {
 	if !e.cfg.Sharded {
 		return ctx, nil
@@ -438,7 +432,7 @@ func (e *Engine) scheduling(ctx context.Context) context.Context {
 
 // fenceGroup fences g by the shard of the task it writes (persist.Group.Fence), at t's epoch
 // when t is given and else at the epoch held now (a group of run rows or actions written
-// outside a task's lock). It reports ErrShardNotHeld for a group of a task whose shard is
+// outside a task's lock). It reports model.ErrShardNotHeld for a group of a task whose shard is
 // not held. Groups of no task (system actions) stay unfenced, as does every group of an
 // engine that is not sharded.
 func (e *Engine) fenceGroup(g *persist.Group, t *task) error {

@@ -707,7 +707,7 @@ func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
 }
 
 // acquireAPI is acquire for a call of the API: on a sharded engine it refuses, with
-// ErrShardNotHeld, a task not in memory whose shard is not scheduled here or is being
+// model.ErrShardNotHeld, a task not in memory whose shard is not scheduled here or is being
 // recovered or handed over (the call goes to the shard's owner, or is tried again).
 func (e *Engine) acquireAPI(ctx context.Context, id int64) (*task, error) {
 	return e.acquireFrom(ctx, id, true, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })

@@ -60,7 +60,7 @@ func namesIn(prefix string, lo, hi, count int) []string {
 }
 
 // TestShardedEnginesSplitTheWork: each engine fires the tasks of its shards, once each, and
-// refuses, with ErrShardNotHeld, a create or a change of a task whose shard it does not
+// refuses, with model.ErrShardNotHeld, a create or a change of a task whose shard it does not
 // schedule; it reads every task.
 func TestShardedEnginesSplitTheWork(t *testing.T) {
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
@@ -103,14 +103,14 @@ func TestShardedEnginesSplitTheWork(t *testing.T) {
 		for model.ShardOf(spec.Name) < 128 {
 			spec.Name += "x"
 		}
-		if _, err := a.CreateTask(ctx, spec, "test"); !errors.Is(err, ErrShardNotHeld) {
-			t.Errorf("a create on the node that does not schedule its shard = %v, want ErrShardNotHeld", err)
+		if _, err := a.CreateTask(ctx, spec, "test"); !errors.Is(err, model.ErrShardNotHeld) {
+			t.Errorf("a create on the node that does not schedule its shard = %v, want model.ErrShardNotHeld", err)
 		}
-		if _, err := a.Pause(ctx, other, "", "test"); !errors.Is(err, ErrShardNotHeld) {
-			t.Errorf("a pause on the node that does not schedule the task's shard = %v, want ErrShardNotHeld", err)
+		if _, err := a.Pause(ctx, other, "", "test"); !errors.Is(err, model.ErrShardNotHeld) {
+			t.Errorf("a pause on the node that does not schedule the task's shard = %v, want model.ErrShardNotHeld", err)
 		}
-		if _, err := a.RunNow(ctx, other, nil, "test"); !errors.Is(err, ErrShardNotHeld) {
-			t.Errorf("a run-now on the node that does not schedule the task's shard = %v, want ErrShardNotHeld", err)
+		if _, err := a.RunNow(ctx, other, nil, "test"); !errors.Is(err, model.ErrShardNotHeld) {
+			t.Errorf("a run-now on the node that does not schedule the task's shard = %v, want model.ErrShardNotHeld", err)
 		}
 		if pt, err := a.GetTask(ctx, other); err != nil || pt.Def.Name != other {
 			t.Errorf("a read of another node's task = %v, %v", pt, err)
@@ -168,8 +168,8 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 		if n, _ := a.InMemory(); n != 0 {
 			t.Errorf("engine a still holds %d tasks after dropping their shard", n)
 		}
-		if _, err := a.Pause(ctx, "mover", "", "test"); !errors.Is(err, ErrShardNotHeld) {
-			t.Errorf("a pause on the giver after the hand-over = %v, want ErrShardNotHeld", err)
+		if _, err := a.Pause(ctx, "mover", "", "test"); !errors.Is(err, model.ErrShardNotHeld) {
+			t.Errorf("a pause on the giver after the hand-over = %v, want model.ErrShardNotHeld", err)
 		}
 	})
 }

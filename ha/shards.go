@@ -21,10 +21,6 @@ import (
 // shards; it writes RoleBackup while it holds none.
 const RoleOwner = "owner"
 
-// ErrShardNotHeld is the shard gate's answer for a shard this node does not hold at the
-// epoch asked about, or is handing over.
-var ErrShardNotHeld = errors.New("this node does not hold the shard")
-
 // ShardsConfig configures a Shards loop. Store, NodeID, Advertise, TTL, Renew, Logger, Clock
 // and Metrics mean what they mean in Config.
 type ShardsConfig struct {
@@ -237,7 +233,7 @@ func (s *Shards) Gate(shard int, epoch int64) error {
 	defer s.mu.Unlock()
 	e, ok := s.held[shard]
 	if _, handing := s.draining[shard]; !ok || e != epoch || handing {
-		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrShardNotHeld)
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, model.ErrShardNotHeld)
 	}
 	if !s.clk.Now().Before(s.deadline) {
 		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrLeaseDeadline)
@@ -252,7 +248,7 @@ func (s *Shards) Holds(shard int, epoch int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.held[shard]; !ok || e != epoch {
-		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrShardNotHeld)
+		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, model.ErrShardNotHeld)
 	}
 	if !s.clk.Now().Before(s.deadline) {
 		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, ErrLeaseDeadline)

@@ -359,8 +359,8 @@ func TestShardsLostDropsAtOnce(t *testing.T) {
 		t.Fatalf("shard %d at epoch %d, gate %v", shard, epoch, a.Gate(shard, epoch))
 	}
 	a.Lost(shard, epoch, errors.New("fence"))
-	if err := a.Gate(shard, epoch); !errors.Is(err, ErrShardNotHeld) {
-		t.Fatalf("the gate after Lost = %v, want ErrShardNotHeld", err)
+	if err := a.Gate(shard, epoch); !errors.Is(err, model.ErrShardNotHeld) {
+		t.Fatalf("the gate after Lost = %v, want model.ErrShardNotHeld", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -105,6 +105,11 @@ var (
 	// ErrExecutorNotFound is returned by Heartbeat and SetExecutorStatus for an unknown
 	// executor.
 	ErrExecutorNotFound = errors.New("executor not found")
+	// ErrShardNotHeld is the answer for a shard (model.ShardOf) this node does not hold at
+	// the epoch asked about, or is still taking over or handing over: the shard loop's gate
+	// gives it, and the engine gives it for a task, run or group in such a shard. The owner
+	// of the shard must be asked (the API forwards the call to it, or answers 503).
+	ErrShardNotHeld = errors.New("this node does not hold the shard")
 )
 
 // Callback says where a run is sent (docs/openapi.yaml, Callback).

@@ -14,6 +14,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -95,7 +96,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 	ecfg.ShardGate = func(shard int, epoch int64) error {
 		l := loopp.Load()
 		if l == nil {
-			return ha.ErrShardNotHeld
+			return model.ErrShardNotHeld
 		}
 		return l.Holds(shard, epoch)
 	}
