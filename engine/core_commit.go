@@ -44,7 +44,7 @@ func (e *Engine) commitLockedThen(t *task, nrt model.Runtime, runs []model.Run, 
 
 // commitLockedNotify is commitLockedThen that also tells notify, on a completion goroutine,
 // how the write went (nil: durable). notify must not block: it delays the completions of
-// the tasks sharing its shard.
+// the tasks sharing its completion lane.
 func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
 	e.commitLockedDef(t, nrt, nil, runs, acts, then, notify)
 }

@@ -23,7 +23,7 @@ type outcome struct {
 	// executor's result is acknowledged only then, so a primary that cannot write (cut off
 	// from the database, deposed) never acknowledges a result it will lose, and the executor
 	// re-sends it to the next primary. Called on a completion goroutine (core_submit.go): it must
-	// not block, or it delays the completions of the tasks sharing its shard.
+	// not block, or it delays the completions of the tasks sharing its lane.
 	durable func(error)
 	// killedBy, for a run-now or backfill run killed by an operator, is who killed it, and
 	// killReason why (also read by an allow_all run's kill).

@@ -7,8 +7,8 @@ package engine
 //
 //	step                                   goroutine               may block?
 //	wheel driver moves due entries          wheel driver (wheel/)   no: it is the clock tick
-//	  to a shard's ready queue
-//	consume → admit → fire                  one consumer per shard, on the writer's backpressure
+//	  to a partition's ready queue
+//	consume → admit → fire                  consumer per partition  on the writer's backpressure
 //	  (the rate gate may buffer the entry;  gateLoop or concLoop    (Submit, in unlock), which is
 //	  gateLoop fires it when a token comes;                         fine: it slows firing, and
 //	  fire asks the concurrency gate, where                         it holds no lock meanwhile
@@ -113,7 +113,7 @@ func (e *Engine) action(t *task, ticket, name string, from, to model.State, acto
 	}
 }
 
-// consume drains one shard's ready queue: highest priority first, then earliest fire time.
+// consume drains one wheel partition's ready queue: highest priority first, then earliest fire time.
 func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 	defer e.loopsWG.Done()
 	for {
@@ -302,7 +302,7 @@ func downstreamOf(def *model.TaskDef) string {
 }
 
 // dispatchDurable runs on a completion goroutine (core_submit.go) when the fire record is durable
-// (or failed). It must not block: it delays the completions of the tasks sharing its shard.
+// (or failed). It must not block: it delays the completions of the tasks sharing its lane.
 func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
 	if err != nil {
 		duplicate := errors.Is(err, persist.ErrDuplicateFire)
@@ -445,7 +445,7 @@ func (e *Engine) holdUnsent(t *task, run model.Run, err error, again func()) boo
 // notSent records a run the dispatcher refused as failed. It does so on its own goroutine:
 // send runs on the completion goroutine that reported the run durable (dispatchDurable), and
 // the failure's own write may wait for room in the writer's queue, which would hold up the
-// other completions of that shard. The run stays in e.runs until then, so Stop drains it.
+// other completions of that lane. The run stays in e.runs until then, so Stop drains it.
 func (e *Engine) notSent(t *task, run model.Run, why string) {
 	go e.endRun(t, run, outcome{result: model.ResultFailed, errText: why})
 }

@@ -7,7 +7,7 @@ package engine
 // Invariants (design.md, "Write path"):
 //
 //  1. The writer goroutine runs no engine code. A group's Done, as the writer calls it, only
-//     appends the callback to a completion shard's queue, which takes that shard's own lock
+//     appends the callback to a completion lane's queue, which takes that lane's own lock
 //     and never blocks; an engine-side completion goroutine runs it. So the writer never
 //     waits on a task's lock, on the dispatcher or on its own queue, and drains whatever the
 //     engine is doing.
@@ -17,7 +17,7 @@ package engine
 //     completions need.
 //  3. A task's groups reach the writer in the order they were decided: the outbox is a FIFO
 //     and one flusher at a time empties it. The writer reports them in that order, and the
-//     completion shard (chosen by task id) runs the callbacks in that order.
+//     completion lane (chosen by task id) runs the callbacks in that order.
 //  4. submit is the only call of the writer's Submit and Offer in the engine.
 
 import (
@@ -48,7 +48,7 @@ func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) 
 		return err
 	}
 	if done := g.Done; done != nil {
-		sh := e.completions.shard(groupTask(g))
+		sh := e.completions.lane(groupTask(g))
 		g.Done = func(err error) { sh.push(done, err) }
 	}
 	var fenced *shardSlot
@@ -152,19 +152,19 @@ func (e *Engine) flushLocked(t *task) {
 }
 
 // completions runs the writer's Done callbacks on engine-side goroutines (invariant 1), one
-// per shard. Shards are as many as writer lanes: the callbacks ran on the lanes' goroutines
+// per lane. Lanes are as many as writer lanes: the callbacks ran on the lanes' goroutines
 // before, so as many goroutines keep their throughput, and a task's callbacks stay in one
-// shard, in order.
+// lane, in order.
 type completions struct {
-	shards []*completionShard
-	wg     sync.WaitGroup
-	once   sync.Once
+	lanes []*completionLane
+	wg    sync.WaitGroup
+	once  sync.Once
 }
 
-// completionShard is a FIFO of callbacks with one goroutine running them. push never blocks:
+// completionLane is a FIFO of callbacks with one goroutine running them. push never blocks:
 // the queue grows instead. It is bounded by the groups in the writer, since each callback
 // comes from one.
-type completionShard struct {
+type completionLane struct {
 	mu      sync.Mutex
 	q       []completion
 	closed  bool
@@ -178,22 +178,22 @@ type completion struct {
 }
 
 func (c *completions) init(n int) {
-	c.shards = make([]*completionShard, max(1, n))
-	for i := range c.shards {
-		c.shards[i] = &completionShard{wake: make(chan struct{}, 1)}
+	c.lanes = make([]*completionLane, max(1, n))
+	for i := range c.lanes {
+		c.lanes[i] = &completionLane{wake: make(chan struct{}, 1)}
 	}
 }
 
-func (c *completions) shard(task int64) *completionShard {
+func (c *completions) lane(task int64) *completionLane {
 	if task < 0 {
 		task = -task
 	}
-	return c.shards[task%int64(len(c.shards))]
+	return c.lanes[task%int64(len(c.lanes))]
 }
 
-// start launches one goroutine per shard.
+// start launches one goroutine per lane.
 func (c *completions) start() {
-	for _, s := range c.shards {
+	for _, s := range c.lanes {
 		s.mu.Lock()
 		s.running = true
 		s.mu.Unlock()
@@ -207,7 +207,7 @@ func (c *completions) start() {
 // without start, is harmless.
 func (c *completions) stop(context.Context) error {
 	c.once.Do(func() {
-		for _, s := range c.shards {
+		for _, s := range c.lanes {
 			s.mu.Lock()
 			s.closed = true
 			s.mu.Unlock()
@@ -217,14 +217,14 @@ func (c *completions) stop(context.Context) error {
 			}
 		}
 		c.wg.Wait()
-		for _, s := range c.shards {
-			s.drain() // a shard never started (Stop without Start)
+		for _, s := range c.lanes {
+			s.drain() // a lane never started (Stop without Start)
 		}
 	})
 	return nil
 }
 
-func (s *completionShard) push(fn func(error), err error) {
+func (s *completionLane) push(fn func(error), err error) {
 	s.mu.Lock()
 	s.q = append(s.q, completion{fn: fn, err: err})
 	inline := s.closed && !s.running
@@ -240,7 +240,7 @@ func (s *completionShard) push(fn func(error), err error) {
 	}
 }
 
-func (s *completionShard) run() {
+func (s *completionLane) run() {
 	var batch []completion
 	for {
 		s.mu.Lock()
@@ -262,8 +262,8 @@ func (s *completionShard) run() {
 	}
 }
 
-// drain runs what is queued on the calling goroutine, when no goroutine runs the shard.
-func (s *completionShard) drain() {
+// drain runs what is queued on the calling goroutine, when no goroutine runs the lane.
+func (s *completionLane) drain() {
 	for {
 		s.mu.Lock()
 		if s.running || len(s.q) == 0 {

@@ -168,33 +168,33 @@ func internDef(d *model.TaskDef) {
 	cb.Type, cb.URL, cb.App, cb.Handler, cb.Route = intern(cb.Type), intern(cb.URL), intern(cb.App), intern(cb.Handler), intern(cb.Route)
 }
 
-// taskMapShards spreads the map over independent locks: consumers, the writer's callbacks
+// taskMapStripes spreads the map over independent locks: consumers, the writer's callbacks
 // and API calls look tasks up concurrently, and one lock over a million entries would
 // serialise them.
-const taskMapShards = 64
+const taskMapStripes = 64
 
 type taskMap struct {
-	shards [taskMapShards]struct {
+	stripes [taskMapStripes]struct {
 		mu sync.Mutex
 		m  map[int64]*task
 	}
 }
 
 func (m *taskMap) init() {
-	for i := range m.shards {
-		m.shards[i].m = make(map[int64]*task)
+	for i := range m.stripes {
+		m.stripes[i].m = make(map[int64]*task)
 	}
 }
 
-func (m *taskMap) shard(id int64) *struct {
+func (m *taskMap) stripe(id int64) *struct {
 	mu sync.Mutex
 	m  map[int64]*task
 } {
-	return &m.shards[uint64(id)%taskMapShards]
+	return &m.stripes[uint64(id)%taskMapStripes]
 }
 
 func (m *taskMap) get(id int64) *task {
-	s := m.shard(id)
+	s := m.stripe(id)
 	s.mu.Lock()
 	t := s.m[id]
 	s.mu.Unlock()
@@ -203,7 +203,7 @@ func (m *taskMap) get(id int64) *task {
 
 // insertIfAbsent stores t unless a task with its id is present; it reports whether it did.
 func (m *taskMap) insertIfAbsent(t *task) bool {
-	s := m.shard(t.id)
+	s := m.stripe(t.id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.m[t.id]; ok {
@@ -215,7 +215,7 @@ func (m *taskMap) insertIfAbsent(t *task) bool {
 
 // remove deletes t if it is the task stored under its id.
 func (m *taskMap) remove(t *task) {
-	s := m.shard(t.id)
+	s := m.stripe(t.id)
 	s.mu.Lock()
 	if s.m[t.id] == t {
 		delete(s.m, t.id)
@@ -226,8 +226,8 @@ func (m *taskMap) remove(t *task) {
 // all returns the tasks in the map that keep says to keep.
 func (m *taskMap) all(keep func(*task) bool) []*task {
 	var out []*task
-	for i := range m.shards {
-		s := &m.shards[i]
+	for i := range m.stripes {
+		s := &m.stripes[i]
 		s.mu.Lock()
 		for _, t := range s.m {
 			if keep(t) {
@@ -241,8 +241,8 @@ func (m *taskMap) all(keep func(*task) bool) []*task {
 
 func (m *taskMap) len() int {
 	n := 0
-	for i := range m.shards {
-		s := &m.shards[i]
+	for i := range m.stripes {
+		s := &m.stripes[i]
 		s.mu.Lock()
 		n += len(s.m)
 		s.mu.Unlock()

@@ -40,7 +40,7 @@
 //     armed to kill the run in flight when it comes due (place, cancelOther).
 //  3. A task leaves memory (evict) only when no write for it is pending, so a task read back
 //     from the store is never older than what the engine last decided.
-//  4. Lock order: task.mu, then the task map's shard lock, then horizonMu. The loader takes
+//  4. Lock order: task.mu, then the task map's stripe lock, then horizonMu. The loader takes
 //     horizonMu alone to move the horizon.
 package engine
 
@@ -123,8 +123,9 @@ type Config struct {
 	Clock Clock
 	// Tick is the wheel's resolution. Defaults to TickDefault (10ms).
 	Tick time.Duration
-	// Shards is the number of wheel shards. Defaults to GOMAXPROCS (see wheel.Config).
-	Shards int
+	// WheelPartitions is the number of partitions of the timing wheel (wheel.Config.Partitions).
+	// Defaults to GOMAXPROCS. Unrelated to the ownership shards (Sharded, model.ShardCount).
+	WheelPartitions int
 	// Window is how far ahead tasks are held in memory (design.md, "Window and cold entries").
 	// Defaults to WindowDefault.
 	Window time.Duration
@@ -386,7 +387,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot create engine: %w", err)
 	}
-	wh, err := wheel.New(wheel.Config[*task]{Shards: cfg.Shards, Tick: cfg.Tick, Clock: cfg.Clock})
+	wh, err := wheel.New(wheel.Config[*task]{Partitions: cfg.WheelPartitions, Tick: cfg.Tick, Clock: cfg.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create engine: %w", err)
 	}
@@ -509,7 +510,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	// runCtx ends it with the others.
 	e.loopsWG.Add(1)
 	go func() { defer e.loopsWG.Done(); e.wheel.Drive(runCtx) }()
-	for i := 0; i < e.wheel.Shards(); i++ {
+	for i := 0; i < e.wheel.Partitions(); i++ {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}

@@ -161,7 +161,7 @@ func waitAdvancing(t *testing.T, clk *clock.Fake, step, timeout time.Duration, w
 func waitSettled(t *testing.T, e *Engine) {
 	t.Helper()
 	idle := func() bool {
-		for i := 0; i < e.wheel.Shards(); i++ {
+		for i := 0; i < e.wheel.Partitions(); i++ {
 			if e.wheel.Ready(i).Len() > 0 {
 				return false
 			}

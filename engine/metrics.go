@@ -98,15 +98,16 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	for p := 0; p <= wheel.MaxPriority; p++ {
 		s.NewGauge(fmt.Sprintf(`axe_ready_queue_depth_by_priority{priority="%d"}`, p), func() float64 {
 			n := 0
-			for i := 0; i < e.wheel.Shards(); i++ {
+			for i := 0; i < e.wheel.Partitions(); i++ {
 				n += e.wheel.Ready(i).LevelLen(p)
 			}
 			return float64(n)
 		})
 	}
-	// Shards are counted from the CPUs, so the label set is bounded by the machine.
-	for i := 0; i < e.wheel.Shards(); i++ {
-		s.NewGauge(fmt.Sprintf(`axe_wheel_shard_pending{shard="%d"}`, i), func() float64 { return float64(e.wheel.ShardLen(i)) })
+	// Wheel partitions are counted from the CPUs, so the label set is bounded by the machine
+	// (the metric keeps its name, axe_wheel_shard_pending, and its label, shard).
+	for i := 0; i < e.wheel.Partitions(); i++ {
+		s.NewGauge(fmt.Sprintf(`axe_wheel_shard_pending{shard="%d"}`, i), func() float64 { return float64(e.wheel.PartitionLen(i)) })
 	}
 	s.NewGauge("axe_executors_lost", func() float64 {
 		n := 0
@@ -122,7 +123,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.promo.queued.Load()) })
 	s.NewGauge("axe_ready_queue_depth", func() float64 {
 		n := 0
-		for i := 0; i < e.wheel.Shards(); i++ {
+		for i := 0; i < e.wheel.Partitions(); i++ {
 			n += e.wheel.Ready(i).Len()
 		}
 		return float64(n)

@@ -1,6 +1,6 @@
-// Package wheel owns axe's in-memory timers: the per-shard timing wheels that hold
+// Package wheel owns axe's in-memory timers: the per-partition timing wheels that hold
 // every trigger due inside the loading window (docs/design.md, "Window and cold entries") and
-// the per-shard ready queues that due entries move into, ordered by priority (0 first)
+// the per-partition ready queues that due entries move into, ordered by priority (0 first)
 // then fire time.
 //
 // It knows nothing about tasks, state machines, storage or dispatch: an Entry carries

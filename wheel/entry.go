@@ -12,18 +12,18 @@ import "sync/atomic"
 // a cache line.
 //
 // When and Key must not change, and the Entry must not be copied, while it is pending
-// or queued: the wheel files it by When, the sharded layer picks its shard by Key, and
+// or queued: the wheel files it by When, the partitioned layer picks its partition by Key, and
 // both hold its address.
 type Entry[V any] struct {
 	// When is the deadline in Unix milliseconds.
 	When int64
-	// Key chooses the shard (the engine uses the task id).
+	// Key chooses the partition (the engine uses the task id).
 	Key uint64
 	// Value is the caller's payload.
 	Value V
 
 	// next links the entry in a wheel bucket and, once it has fired, in a ready
-	// queue. The wheel uses it under the shard lock with plain reads and writes; the
+	// queue. The wheel uses it under the partition lock with plain reads and writes; the
 	// ready queue, whose producers and consumer share it, only through loadNext and
 	// storeNext. (An atomic.Pointer field made the wheel pay for atomic stores:
 	// profiled at a third of Add+Cancel.)
@@ -51,7 +51,7 @@ const MaxPriority = 4
 
 // wheelIDs hands out wheel ids. They are 16 bits to fit the entry, so they repeat after
 // 65,535 wheels have been created in one process; the id only lets Cancel recognise an
-// entry pending in another wheel, a misuse, and the sharded layer always asks the wheel
+// entry pending in another wheel, a misuse, and the partitioned layer always asks the wheel
 // that holds the entry.
 var wheelIDs atomic.Uint32
 

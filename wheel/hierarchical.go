@@ -7,9 +7,9 @@ import (
 	"slices"
 )
 
-// Wheel is one shard's timer structure (the engine takes the implementation through this interface,
+// Wheel is one partition's timer structure (the engine takes the implementation through this interface,
 // so another may replace it). A Wheel is not safe for concurrent use; Sharded serialises access
-// with the shard's mutex.
+// with the partition's mutex.
 //
 // The fire callback given to Advance must not call back into the same wheel (Add,
 // Cancel and Advance panic while it runs): the wheel is mid-update then.

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// ReadyQueue holds one shard's due entries until the dispatcher takes them:
+// ReadyQueue holds one partition's due entries until the dispatcher takes them:
 // priority 0 first, and within a priority in the order entries arrived, which
 // is fire-time order because the wheel fires in When order. Each priority level is an
 // intrusive multi-producer single-consumer queue linked through Entry.next, so a push

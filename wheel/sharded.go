@@ -32,11 +32,11 @@ func (realClock) Now() time.Time { return time.Now() }
 
 // Config configures a Sharded wheel.
 type Config[V any] struct {
-	// Shards is the number of independent wheels. Defaults to runtime.GOMAXPROCS(0):
-	// one shard per core keeps producers adding timers and the tick driver advancing
-	// them from contending on the same mutex, while more shards than cores would only
+	// Partitions is the number of independent wheels. Defaults to runtime.GOMAXPROCS(0):
+	// one partition per core keeps producers adding timers and the tick driver advancing
+	// them from contending on the same mutex, while more partitions than cores would only
 	// add per-tick work.
-	Shards int
+	Partitions int
 	// Tick is the wheel resolution and the driver's period; a whole number of
 	// milliseconds. Defaults to TickDefault.
 	Tick time.Duration
@@ -45,15 +45,15 @@ type Config[V any] struct {
 	// Clock supplies the time the driver advances to and the wheels' start time.
 	// Defaults to the real clock.
 	Clock Clock
-	// NewWheel builds one shard's wheel from the tick in milliseconds and the start
+	// NewWheel builds one partition's wheel from the tick in milliseconds and the start
 	// time in Unix milliseconds. Defaults to NewHierarchical with Slots.
 	NewWheel func(tickMS int64, start int64) Wheel[V]
 }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config[V]) WithDefaults() Config[V] {
-	if c.Shards == 0 {
-		c.Shards = runtime.GOMAXPROCS(0)
+	if c.Partitions == 0 {
+		c.Partitions = runtime.GOMAXPROCS(0)
 	}
 	if c.Tick == 0 {
 		c.Tick = TickDefault
@@ -72,8 +72,8 @@ func (c Config[V]) WithDefaults() Config[V] {
 }
 
 func (c Config[V]) validate() error {
-	if c.Shards < 1 {
-		return fmt.Errorf("%w: shards must be at least 1, got %d", ErrInvalidConfig, c.Shards)
+	if c.Partitions < 1 {
+		return fmt.Errorf("%w: partitions must be at least 1, got %d", ErrInvalidConfig, c.Partitions)
 	}
 	if c.Tick < time.Millisecond || c.Tick%time.Millisecond != 0 {
 		return fmt.Errorf("%w: tick must be a positive whole number of milliseconds, got %s", ErrInvalidConfig, c.Tick)
@@ -84,15 +84,18 @@ func (c Config[V]) validate() error {
 	return nil
 }
 
-// Sharded is the timer service the engine uses: Shards wheels, each behind its own
-// mutex and paired with its own ReadyQueue. An entry's shard is Key modulo
-// Shards, so Add, Cancel and the advance of one shard never wait on another shard.
+// Sharded is the timer service the engine uses, split into Config.Partitions partitions:
+// independent wheels, each behind its own mutex and paired with its own ReadyQueue. An
+// entry's partition is Key modulo Partitions(), so Add, Cancel and the advance of one
+// partition never wait on another. The partitions only spread lock contention over the
+// cores; they have nothing to do with the ownership shards that split tasks among nodes
+// (model.ShardCount).
 type Sharded[V any] struct {
-	cfg    Config[V]
-	shards []*shard[V]
+	cfg        Config[V]
+	partitions []*partition[V]
 }
 
-type shard[V any] struct {
+type partition[V any] struct {
 	mu    sync.Mutex
 	wheel Wheel[V]
 	ready *ReadyQueue[V]
@@ -104,23 +107,23 @@ type shard[V any] struct {
 func New[V any](cfg Config[V]) (*Sharded[V], error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
-		return nil, fmt.Errorf("cannot create sharded wheel: %w", err)
+		return nil, fmt.Errorf("cannot create partitioned wheel: %w", err)
 	}
 	tickMS := cfg.Tick.Milliseconds()
 	start := cfg.Clock.Now().UnixMilli()
-	s := &Sharded[V]{cfg: cfg, shards: make([]*shard[V], cfg.Shards)}
-	for i := range s.shards {
-		sh := &shard[V]{wheel: cfg.NewWheel(tickMS, start), ready: NewReadyQueue[V]()}
+	s := &Sharded[V]{cfg: cfg, partitions: make([]*partition[V], cfg.Partitions)}
+	for i := range s.partitions {
+		sh := &partition[V]{wheel: cfg.NewWheel(tickMS, start), ready: NewReadyQueue[V]()}
 		sh.fire = func(e *Entry[V]) {
 			sh.ready.push(e)
 			sh.fired++
 		}
-		s.shards[i] = sh
+		s.partitions[i] = sh
 	}
 	return s, nil
 }
 
-// Drive advances every shard to Clock.Now() each Tick until ctx ends, then returns.
+// Drive advances every partition to Clock.Now() each Tick until ctx ends, then returns.
 // Pending entries stay in the wheels and queued ones in the ready queues; nothing fires
 // until the next Drive or AdvanceTo. The wheel has no lifecycle of its own: its owner runs
 // Drive on a goroutine of its own lifecycle and ends it with ctx (the engine runs it as one
@@ -138,14 +141,14 @@ func (s *Sharded[V]) Drive(ctx context.Context) {
 	}
 }
 
-func (s *Sharded[V]) shardOf(e *Entry[V]) *shard[V] {
-	return s.shards[e.Key%uint64(len(s.shards))]
+func (s *Sharded[V]) partitionOf(e *Entry[V]) *partition[V] {
+	return s.partitions[e.Key%uint64(len(s.partitions))]
 }
 
-// Add schedules e in the shard chosen by e.Key. An entry already due reaches the
-// shard's ready queue at the next advance. e must not be pending or queued.
+// Add schedules e in the partition chosen by e.Key. An entry already due reaches the
+// partition's ready queue at the next advance. e must not be pending or queued.
 func (s *Sharded[V]) Add(e *Entry[V]) {
-	sh := s.shardOf(e)
+	sh := s.partitionOf(e)
 	sh.mu.Lock()
 	sh.wheel.Add(e)
 	sh.mu.Unlock()
@@ -154,7 +157,7 @@ func (s *Sharded[V]) Add(e *Entry[V]) {
 // Cancel removes e from its wheel and reports whether it was pending there; it
 // returns false once e has moved to the ready queue.
 func (s *Sharded[V]) Cancel(e *Entry[V]) bool {
-	sh := s.shardOf(e)
+	sh := s.partitionOf(e)
 	sh.mu.Lock()
 	ok := sh.wheel.Cancel(e)
 	sh.mu.Unlock()
@@ -164,7 +167,7 @@ func (s *Sharded[V]) Cancel(e *Entry[V]) bool {
 // Len is the number of entries pending in the wheels, not counting ready queues.
 func (s *Sharded[V]) Len() int {
 	n := 0
-	for _, sh := range s.shards {
+	for _, sh := range s.partitions {
 		sh.mu.Lock()
 		n += sh.wheel.Len()
 		sh.mu.Unlock()
@@ -172,26 +175,26 @@ func (s *Sharded[V]) Len() int {
 	return n
 }
 
-// ShardLen is the number of entries pending in shard i's wheel.
-func (s *Sharded[V]) ShardLen(i int) int {
-	sh := s.shards[i]
+// PartitionLen is the number of entries pending in partition i's wheel.
+func (s *Sharded[V]) PartitionLen(i int) int {
+	sh := s.partitions[i]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.wheel.Len()
 }
 
-// Shards is the number of shards.
-func (s *Sharded[V]) Shards() int { return len(s.shards) }
+// Partitions is the number of partitions.
+func (s *Sharded[V]) Partitions() int { return len(s.partitions) }
 
-// Ready returns the ready queue of shard i, 0 <= i < Shards().
-func (s *Sharded[V]) Ready(i int) *ReadyQueue[V] { return s.shards[i].ready }
+// Ready returns the ready queue of partition i, 0 <= i < Partitions().
+func (s *Sharded[V]) Ready(i int) *ReadyQueue[V] { return s.partitions[i].ready }
 
-// AdvanceTo moves every entry with When <= now into its shard's ready queue, in
-// When order, and signals each queue that received entries. Shards are advanced one
+// AdvanceTo moves every entry with When <= now into its partition's ready queue, in
+// When order, and signals each queue that received entries. Partitions are advanced one
 // after another, each under its own lock only.
 func (s *Sharded[V]) AdvanceTo(now time.Time) {
 	ms := now.UnixMilli()
-	for _, sh := range s.shards {
+	for _, sh := range s.partitions {
 		sh.mu.Lock()
 		sh.fired = 0
 		sh.wheel.Advance(ms, sh.fire)

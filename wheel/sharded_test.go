@@ -10,7 +10,7 @@ import (
 
 func TestConfigDefaults(t *testing.T) {
 	cfg := Config[any]{}.WithDefaults()
-	if cfg.Shards != runtime.GOMAXPROCS(0) || cfg.Tick != TickDefault || cfg.Slots != SlotsDefault ||
+	if cfg.Partitions != runtime.GOMAXPROCS(0) || cfg.Tick != TickDefault || cfg.Slots != SlotsDefault ||
 		cfg.Clock == nil || cfg.NewWheel == nil {
 		t.Fatalf("WithDefaults left %+v", cfg)
 	}
@@ -21,13 +21,13 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestNewRejectsInvalidConfig(t *testing.T) {
 	for name, cfg := range map[string]Config[any]{
-		"negative shards": {Shards: -1},
-		"sub-ms tick":     {Tick: time.Microsecond},
-		"fractional tick": {Tick: 1500 * time.Microsecond},
-		"non-power slots": {Slots: 100},
-		"single slot":     {Slots: 1},
-		"negative tick":   {Tick: -time.Millisecond},
-		"negative slots":  {Slots: -8},
+		"negative partitions": {Partitions: -1},
+		"sub-ms tick":         {Tick: time.Microsecond},
+		"fractional tick":     {Tick: 1500 * time.Microsecond},
+		"non-power slots":     {Slots: 100},
+		"single slot":         {Slots: 1},
+		"negative tick":       {Tick: -time.Millisecond},
+		"negative slots":      {Slots: -8},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: New error = %v, want ErrInvalidConfig", name, err)
@@ -37,7 +37,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 
 func TestShardedRoutesByKey(t *testing.T) {
 	clock := newFakeClock(1_000)
-	s, err := New(Config[any]{Shards: 3, Clock: clock})
+	s, err := New(Config[any]{Partitions: 3, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,17 +45,17 @@ func TestShardedRoutesByKey(t *testing.T) {
 	s.Add(e)
 	clock.Set(1_050)
 	s.AdvanceTo(clock.Now())
-	for i := range s.Shards() {
+	for i := range s.Partitions() {
 		got := s.Ready(i).Pop()
 		if want := i == 1; (got == e) != want {
-			t.Fatalf("shard %d popped %v; key 7 belongs to shard 1 of 3", i, got)
+			t.Fatalf("partition %d popped %v; key 7 belongs to partition 1 of 3", i, got)
 		}
 	}
 }
 
 func TestShardedCancelAfterFire(t *testing.T) {
 	clock := newFakeClock(0)
-	s, err := New(Config[any]{Shards: 1, Clock: clock})
+	s, err := New(Config[any]{Partitions: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestShardedCancelAfterFire(t *testing.T) {
 
 func TestShardedDueEntryWaitsForAdvance(t *testing.T) {
 	clock := newFakeClock(5_000)
-	s, err := New(Config[any]{Shards: 1, Clock: clock})
+	s, err := New(Config[any]{Partitions: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,9 +99,9 @@ func TestShardedDueEntryWaitsForAdvance(t *testing.T) {
 func TestShardedUsesConfiguredWheel(t *testing.T) {
 	var gotTick, gotStart int64
 	s, err := New(Config[any]{
-		Shards: 2,
-		Tick:   20 * time.Millisecond,
-		Clock:  newFakeClock(7_000),
+		Partitions: 2,
+		Tick:       20 * time.Millisecond,
+		Clock:      newFakeClock(7_000),
 		NewWheel: func(tickMS, start int64) Wheel[any] {
 			gotTick, gotStart = tickMS, start
 			return NewHeap[any]()
@@ -117,7 +117,7 @@ func TestShardedUsesConfiguredWheel(t *testing.T) {
 	s.Add(e)
 	s.AdvanceTo(time.UnixMilli(7_010))
 	if got := s.Ready(1).Pop(); got != e {
-		t.Fatalf("heap-backed shard popped %v, want the entry", got)
+		t.Fatalf("heap-backed partition popped %v, want the entry", got)
 	}
 }
 
@@ -125,7 +125,7 @@ func TestShardedUsesConfiguredWheel(t *testing.T) {
 // stopped.
 func TestShardedDrive(t *testing.T) {
 	clock := newFakeClock(10_000)
-	s, err := New(Config[any]{Shards: 1, Clock: clock})
+	s, err := New(Config[any]{Partitions: 1, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestShardedDrive(t *testing.T) {
 }
 
 func TestShardedDriveCancelled(t *testing.T) {
-	s, err := New(Config[any]{Shards: 1, Clock: newFakeClock(0)})
+	s, err := New(Config[any]{Partitions: 1, Clock: newFakeClock(0)})
 	if err != nil {
 		t.Fatal(err)
 	}

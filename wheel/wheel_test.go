@@ -196,10 +196,10 @@ func TestShardedMatchesModel(t *testing.T) {
 		clock := newFakeClock(start)
 		tick := rapid.Int64Range(1, 20).Draw(t, "tick")
 		s, err := New(Config[int]{
-			Shards: rapid.IntRange(1, 4).Draw(t, "shards"),
-			Tick:   time.Duration(tick) * time.Millisecond,
-			Slots:  1 << rapid.IntRange(1, 9).Draw(t, "slotBits"),
-			Clock:  clock,
+			Partitions: rapid.IntRange(1, 4).Draw(t, "partitions"),
+			Tick:       time.Duration(tick) * time.Millisecond,
+			Slots:      1 << rapid.IntRange(1, 9).Draw(t, "slotBits"),
+			Clock:      clock,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -238,12 +238,12 @@ func TestShardedMatchesModel(t *testing.T) {
 				clock.Set(now)
 				s.AdvanceTo(clock.Now())
 				fired := m.advance(now)
-				for shard := range s.Shards() {
-					// Each queue gets its shard's entries in (When, insertion) order
+				for partition := range s.Partitions() {
+					// Each queue gets its partition's entries in (When, insertion) order
 					// and hands them out by priority, FIFO within a priority.
 					var want []int
 					for _, id := range fired {
-						if pool[id].Key%uint64(s.Shards()) == uint64(shard) {
+						if pool[id].Key%uint64(s.Partitions()) == uint64(partition) {
 							want = append(want, id)
 						}
 					}
@@ -251,11 +251,11 @@ func TestShardedMatchesModel(t *testing.T) {
 						return cmp.Compare(min(pool[a].Priority, MaxPriority), min(pool[b].Priority, MaxPriority))
 					})
 					var got []int
-					for e := s.Ready(shard).Pop(); e != nil; e = s.Ready(shard).Pop() {
+					for e := s.Ready(partition).Pop(); e != nil; e = s.Ready(partition).Pop() {
 						got = append(got, e.Value)
 					}
 					if !slices.Equal(got, want) {
-						t.Fatalf("AdvanceTo(%d): shard %d popped %v, want %v", now, shard, got, want)
+						t.Fatalf("AdvanceTo(%d): partition %d popped %v, want %v", now, partition, got, want)
 					}
 				}
 			},

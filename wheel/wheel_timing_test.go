@@ -16,7 +16,7 @@ import (
 )
 
 // The benchmarks compare the hierarchical wheel ("wheel"), the same wheel behind the
-// sharded layer ("sharded", locks and ready queues included), the container/heap wheel
+// partitioned layer (Sharded, benchmark name "sharded", locks and ready queues included), the container/heap wheel
 // ("heap") and the Go runtime's timers ("afterfunc", time.AfterFunc) in one run.
 //
 //	go test -run '^$' -bench . -benchtime 200000x ./wheel
@@ -125,7 +125,7 @@ func (w shardedWheel) Len() int                  { return w.s.Len() }
 
 func (w shardedWheel) Advance(now int64, fire func(*benchEntry)) {
 	w.s.AdvanceTo(time.UnixMilli(now))
-	for i := range w.s.Shards() {
+	for i := range w.s.Partitions() {
 		for e := w.s.Ready(i).Pop(); e != nil; e = w.s.Ready(i).Pop() {
 			fire(e)
 		}
@@ -335,7 +335,7 @@ func runLateness(b *testing.B, impl string, pending int) []int64 {
 		b.Fatal(err)
 	}
 	for i := range entries {
-		entries[i].Key = uint64(i) // names the entry in late; shards take keys round-robin
+		entries[i].Key = uint64(i) // names the entry in late; partitions take keys round-robin
 		s.Add(&entries[i])
 	}
 	ctx, stopDrive := context.WithCancel(b.Context())
@@ -346,11 +346,11 @@ func runLateness(b *testing.B, impl string, pending int) []int64 {
 	var popped atomic.Int64
 	allPopped := make(chan struct{})
 	var wg sync.WaitGroup
-	for shard := range s.Shards() {
+	for partition := range s.Partitions() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q := s.Ready(shard)
+			q := s.Ready(partition)
 			var now int64
 			for n := 0; ; n++ {
 				e := q.Pop()
