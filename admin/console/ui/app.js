@@ -26,7 +26,7 @@ const routes = [
   [/^#\/groups$/, groups, 'groups'],
   [/^#\/runs(?:\?(.*))?$/, runs, 'runs'],
   [/^#\/run\/([^/?]+)$/, run, 'runs'],
-  [/^#\/alerts$/, alerts, 'alerts'],
+  [/^#\/alerts(?:\?(.*))?$/, alerts, 'alerts'],
   [/^#\/ratelimits$/, ratelimits, 'ratelimits'],
   [/^#\/limits$/, limits, 'limits'],
   [/^#\/nodes$/, nodes, 'nodes'],

@@ -1,15 +1,21 @@
 // One run: every stored field, with the whole output and error. A run in flight refreshes
 // until it ends; a finished run no longer changes, so its page stops asking.
 import * as api from './api.js';
-import {h, update, toast, confirmWithNote} from './dom.js';
+import {h, update, toast, confirmAction, confirmWithNote} from './dom.js';
 import {show, fmtDuration} from './time.js';
+
+// The results a Retry is offered on.
+const RETRYABLE = new Set(['failed', 'timeout', 'lost', 'killed']);
 
 export async function render(main, args) {
   const ticket = args[0];
   const box = h('div', {id: 'run-detail'});
   const killBtn = h('button', {type: 'button', id: 'run-kill', class: 'danger needs-write', hidden: true,
     onclick: () => killRun(ticket, load)}, 'Kill');
-  main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), h('div', {class: 'actions'}, killBtn), box);
+  let task = '';
+  const retryBtn = h('button', {type: 'button', id: 'run-retry', class: 'needs-write', hidden: true,
+    onclick: () => retryRun(task, ticket)}, 'Retry');
+  main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), h('div', {class: 'actions'}, killBtn, retryBtn), box);
   let zone = '';
   const view = {refresh: load, done: false};
   async function load() {
@@ -18,7 +24,9 @@ export async function render(main, args) {
       // The task's zone, for "task zone" times; a deleted task's runs stay, in UTC.
       zone = await api.get('tasks/' + api.enc(r.task)).then(t => t.timezone, () => 'UTC');
     }
+    task = r.task;
     killBtn.hidden = r.result !== 'running';
+    retryBtn.hidden = !RETRYABLE.has(r.result);
     view.done = r.result !== 'running';
     box.dataset.result = r.result;
     const kv = rows => h('dl', {class: 'kv'}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
@@ -29,7 +37,10 @@ export async function render(main, args) {
         ['Kind', r.kind], ['Attempt', r.attempt],
         ['Scheduled', show(r.scheduled_at, zone)], ['Dispatched', show(r.dispatched_at, zone)],
         ['Ended', show(r.ended_at, zone)],
-        ['Duration', r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)],
+        // A run in flight shows how long it has been so, growing with each refresh.
+        ['Duration', r.result === 'running'
+          ? h('span', {id: 'run-elapsed'}, 'running ' + fmtDuration(Math.max(0, Date.now() - (r.dispatched_at || r.scheduled_at))))
+          : fmtDuration(r.duration_ms)],
         ['Executor', r.executor || '—'], ['Detail', r.detail || '—'],
       ]),
       h('h2', {}, 'Error'), h('pre', {id: 'run-error', class: 'block'}, r.error || '(none)'),
@@ -51,4 +62,18 @@ export async function killRun(ticket, done) {
     toast('Kill: ' + e.message, 'error');
   }
   if (done) await done();
+}
+
+// retryRun runs the failed run's task now, once asked. A run record does not keep the params
+// it ran with, so the retry runs with the task's params as they are now, and says so. On
+// success the new run's page opens.
+export async function retryRun(task, ticket) {
+  if (!await confirmAction(`Run ${task} now again? The run record does not keep the params run ${ticket} had: the new run gets the task's params as they are now.`, 'Retry')) return;
+  try {
+    const r = await api.post('tasks/' + api.enc(task) + '/run', {});
+    toast(`Retry of ${ticket}: run ${r.ticket}`);
+    location.hash = '#/run/' + encodeURIComponent(r.ticket);
+  } catch (e) {
+    toast('Retry: ' + e.message, 'error');
+  }
 }

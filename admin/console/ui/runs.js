@@ -13,6 +13,13 @@ const PAGE = 50;
 // SCAN_MAX is the server's bound on the runs one filtered page examines (persist.RunScanMax).
 const SCAN_MAX = 20000;
 
+// LONGER offers the "running longer than" choices: [value in the URL, label, ms].
+export const LONGER = [['1m', '1 min', 60000], ['10m', '10 min', 600000], ['1h', '1 h', 3600000]];
+
+// elapsed is how long a run in flight has been so, from its dispatch (its schedule before
+// that); it grows with each refresh.
+export function elapsed(r, now) { return Math.max(0, (now || Date.now()) - (r.dispatched_at || r.scheduled_at)); }
+
 // clip shortens text for a table cell; the run page shows all of it.
 function clip(s, n) { return s && s.length > n ? s.slice(0, n) + '…' : s || ''; }
 
@@ -25,7 +32,8 @@ export function runsTable(runs, opts) {
     opts.showTask ? h('td', {}, h('a', {href: '#/tasks/' + encodeURIComponent(r.task)}, r.task)) : null,
     h('td', {class: 'phone-hide'}, r.kind), h('td', {class: 'num phone-hide'}, r.attempt),
     h('td', {class: 'time'}, show(r.scheduled_at, opts.zone)), h('td', {class: 'phone-hide'}, r.executor || '—'),
-    h('td', {class: 'num'}, r.result === 'running' ? 'running' : fmtDuration(r.duration_ms)),
+    h('td', {class: 'num', dataset: r.result === 'running' ? {elapsed: String(elapsed(r))} : {}},
+      r.result === 'running' ? 'running ' + fmtDuration(elapsed(r)) : fmtDuration(r.duration_ms)),
     h('td', {}, h('span', {class: 'result result-' + r.result}, r.result),
       r.result === 'running' ? [' ', h('button', {type: 'button', class: 'run-kill danger needs-write',
         onclick: () => killRun(r.ticket, opts.onKilled)}, 'Kill')] : null),
@@ -39,16 +47,23 @@ export async function render(main, args) {
   const q = new URLSearchParams(args[0] || '');
   const zone = zoneFor('');
   const f = {result: q.get('result') || '', group: q.get('group') || '', task: q.get('task') || '',
-    from: Number(q.get('from')) || 0, to: Number(q.get('to')) || 0};
+    from: Number(q.get('from')) || 0, to: Number(q.get('to')) || 0, longer: q.get('longer') || ''};
   const result = h('select', {id: 'r-result', 'aria-label': 'Result'}, RESULT_CHOICES.map(([v, l]) => h('option', {value: v}, l)));
-  result.value = f.result;
+  result.value = f.longer ? 'running' : f.result;
+  if (f.longer) f.result = 'running';
   const group = h('input', {id: 'r-group', type: 'search', value: f.group, placeholder: 'any group', 'aria-label': 'Group'});
   const task = h('input', {id: 'r-task', type: 'search', value: f.task, placeholder: 'any task (exact name)', 'aria-label': 'Task'});
+  // Running longer than: the runs in flight (result running), those whose elapsed time
+  // passed the choice, picked in the browser from the page the server sent.
+  const longer = h('select', {id: 'r-longer', 'aria-label': 'Running longer than'}, h('option', {value: ''}, 'any'),
+    LONGER.map(([v, l]) => h('option', {value: v}, l)));
+  longer.value = f.longer;
+  longer.addEventListener('change', () => { if (longer.value) result.value = 'running'; apply(); });
   const from = h('input', {id: 'r-from', type: 'datetime-local', step: 1, value: f.from ? toLocal(f.from, zone) : '', 'aria-label': 'From'});
   const to = h('input', {id: 'r-to', type: 'datetime-local', step: 1, value: f.to ? toLocal(f.to, zone) : '', 'aria-label': 'To'});
   const form = h('form', {class: 'filters', id: 'run-filters', role: 'search', onsubmit: ev => { ev.preventDefault(); apply(); }},
     h('label', {}, 'Result ', result), h('label', {}, 'Group ', group), h('label', {}, 'Task ', task),
-    h('label', {}, 'From ', from), h('label', {}, 'To ', to),
+    h('label', {}, 'Running longer than ', longer), h('label', {}, 'From ', from), h('label', {}, 'To ', to),
     h('button', {type: 'submit', id: 'r-apply'}, 'Filter'),
     h('span', {class: 'hint'}, `Times are read and shown in ${zone}. Newest first; a filtered page examines at most ${SCAN_MAX.toLocaleString('en')} runs.`));
   // Quick ranges: From that long ago, To open, applied at once.
@@ -71,6 +86,8 @@ export async function render(main, args) {
     f.task = task.value.trim();
     f.from = from.value ? parseLocal(from.value, zone) : 0;
     f.to = to.value ? parseLocal(to.value, zone) : 0;
+    if (f.result !== 'running') longer.value = '';
+    f.longer = longer.value;
     const p = new URLSearchParams();
     for (const [k, v] of Object.entries(f)) if (v) p.set(k, String(v));
     history.replaceState(null, '', '#/runs' + (p.toString() ? '?' + p.toString() : ''));
@@ -81,14 +98,18 @@ export async function render(main, args) {
 
   async function load() {
     const t0 = performance.now();
-    const data = await api.get('runs', {result: f.result, group: f.group, task: f.task, from: f.from || undefined,
+    const data = await api.get('runs', {result: f.longer ? 'running' : f.result, group: f.group, task: f.task, from: f.from || undefined,
       to: f.to || undefined, limit: PAGE, cursor: cursors[page], total: 1});
-    update(box, runsTable(data.runs, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
+    const minMS = (LONGER.find(([v]) => v === f.longer) || [])[2] || 0;
+    const now = Date.now();
+    const shown = minMS ? data.runs.filter(r => r.result === 'running' && elapsed(r, now) >= minMS) : data.runs;
+    update(box, runsTable(shown, {zone: '', showTask: true, id: 'all-runs-table', onKilled: load}));
     const total = data.total_more ? `${data.total.toLocaleString('en')}+` : String(data.total);
     const ms = Math.round(performance.now() - t0);
     const windowed = f.result || f.group ? ` among the newest ${SCAN_MAX.toLocaleString('en')}` : '';
     update(status, h('strong', {id: 'all-runs-total'}, `${total} run(s) match${windowed}`), `; ${data.count} on this page`,
       data.scanned >= SCAN_MAX && data.count < PAGE ? `, ${data.scanned.toLocaleString('en')} examined: Older goes on` : '',
+      minMS ? h('span', {id: 'runs-longer'}, `; ${shown.length} of them running longer than ${longer.selectedOptions[0].textContent}`) : '',
       `. Loaded in ${ms} ms.`);
     status.dataset.ms = String(ms);
     status.dataset.total = String(data.total);

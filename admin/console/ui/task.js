@@ -164,7 +164,10 @@ export async function render(main, args) {
     const rt = t.runtime;
     update(def, kv([
       ['Group', t.group], ['Trigger', t.trigger], ['Cron', t.cron], ['Delay', t.delay_ms ? fmtDuration(t.delay_ms) : ''],
-      ['Depends on', (t.depends_on || []).join(', ')], ['Time zone', zone],
+      // Each upstream task opens its page.
+      ['Depends on', (t.depends_on || []).length ? h('span', {id: 'task-deps'}, t.depends_on.map((n, i) =>
+        [i ? ', ' : '', h('a', {href: '#/tasks/' + encodeURIComponent(n), class: 'dep', dataset: {task: n}}, n)])) : ''],
+      ['Time zone', zone],
       ['Callback', cb.type === 'http' ? 'http ' + cb.url : `executor ${cb.app}/${cb.handler}${cb.route ? ' (' + cb.route + ')' : ''}`],
       ['Timeout', t.timeout_sec + ' s'], ['Retries', `${t.retry_count} every ${t.retry_interval_sec} s`],
       ['Priority', t.priority], ['Misfire', t.misfire_policy],
