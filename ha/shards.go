@@ -458,6 +458,13 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 		// Another node took some of them first: others may be free still.
 		soonest = min(soonest, s.cfg.Renew/10)
 	}
+	if len(s.Held()) < p.quota {
+		// Below its share with nothing free to take: the nodes over theirs are handing
+		// shards over to it (or a dead node's leases are running out, timed above). Look
+		// again soon, so that a shard released after its drain is taken within a tenth of a
+		// renew interval rather than at the next renewal: a hand-over's fires wait for it.
+		soonest = min(soonest, s.cfg.Renew/10)
+	}
 	s.handOver(ctx, p.release)
 	return max(soonest, 10*time.Millisecond)
 }
