@@ -19,6 +19,7 @@ import (
 	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/workflow"
 )
 
 // Defaults for ServerConfig.
@@ -39,6 +40,8 @@ type ServerConfig struct {
 	Engine *engine.Engine
 	// Store is pinged by /readyz. Required.
 	Store persist.Store
+	// Workflows serves /api/v1/workflows and /api/v1/workflow-runs. Defaults to nil: none.
+	Workflows *workflow.Service
 	// Version is reported by axe_build_info.
 	Version string
 	// Logger defaults to slog.Default().
@@ -305,6 +308,7 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	s.haRoutes(api)                                      // hafront.go
 	s.writeRoutes(api)
 	s.backfillRoutes(api) // backfill.go
+	s.workflowRoutes(api) // workflows.go
 	s.consoleRoutes(r, api)
 	s.consoleAPIRoutes(api)
 	return s.consoleHeaders(r.Handler)

@@ -214,12 +214,17 @@ type Request struct {
 	// request was sent (the task's on_lost: resend): the endpoint sees the same X-Axe-Ticket
 	// twice. Executor calls (Post) are always sent once more. Defaults to false.
 	ResendInDoubt bool
+	// KeepBody, when > 0, keeps the response body whole up to that many bytes in place of
+	// its last MaxBodyTail bytes (a workflow step's output); a longer body is kept as its
+	// last KeepBody bytes and Outcome.BodyCut is set. Defaults to 0.
+	KeepBody int
 }
 
 // Outcome is what came back.
 type Outcome struct {
 	Status   int    // HTTP status; 0 when no response arrived
 	Body     []byte // the last MaxBodyTail bytes of the response body
+	BodyCut  bool   // the body was longer than Request.KeepBody (when given)
 	Err      error  // transport error, ErrTimeout, or nil
 	Started  time.Time
 	Duration time.Duration
@@ -381,6 +386,14 @@ func (d *Dispatcher) post(client *fasthttp.Client, req *Request, secret []byte, 
 		return out
 	}
 	out.Status = resp.StatusCode()
+	if req.KeepBody > 0 {
+		body := resp.Body()
+		if len(body) > req.KeepBody {
+			body, out.BodyCut = body[len(body)-req.KeepBody:], true
+		}
+		out.Body = append([]byte(nil), body...)
+		return out
+	}
 	out.Body = d.tail(resp.Body())
 	return out
 }

@@ -167,6 +167,10 @@ func (e *Engine) applyEnd(t *task, d endDecision) {
 
 // completeManual records the end of a run-now instance: its run row and an action record.
 func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
+	if e.steps != nil && IsStepTask(run.TaskName) {
+		e.completeStep(t, run, oc) // steps.go
+		return
+	}
 	now := e.nowMS()
 	// An outcome without a duration (a lost run) lasted from its dispatch until now.
 	run = endedRun(run, oc, now)

@@ -163,7 +163,11 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		e.ending.add(rep.Ticket, rep.Status, e.now())
 		return true
 	}, func(r *flight) {
-		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
+		keep := maxOutput
+		if IsStepTask(r.run.TaskName) {
+			keep = StepOutputMax // a step's output is what its executor reports (steps.go)
+		}
+		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, keep), executor: r.run.Executor}
 		switch {
 		case r.exec != nil:
 			// The executor the run was sent to, whatever the result says of itself.

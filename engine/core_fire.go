@@ -386,6 +386,9 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 			Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend,
 			Epoch: epoch, Gate: gate,
 		}
+		if IsStepTask(def.Name) {
+			req.KeepBody = StepOutputMax // a step's output is its response body (steps.go)
+		}
 		err := e.disp.Send(req, func(o dispatch.Outcome) {
 			if e.holdUnsent(t, run, o.Err, func() { e.send(t, def, run, params) }) {
 				return

@@ -24,7 +24,17 @@ const (
 // ShardKey is the stable 32-bit hash of a task name that its shard is read from: the CRC-32
 // (IEEE) of the name's bytes. It is the number MySQL's and MariaDB's CRC32(name) give, so
 // the database can compute it too. It never changes for a name.
-func ShardKey(name string) uint32 { return crc32.ChecksumIEEE([]byte(name)) }
+//
+// A name with a "/" (which no task's name has: the task a workflow's steps run as,
+// WORKFLOW/steps) hashes only what comes before its first "/", so a workflow's steps are
+// in the workflow's shard (docs/workflows.md). The database computes the same as
+// CRC32(SUBSTRING_INDEX(name, '/', 1)).
+func ShardKey(name string) uint32 {
+	if i := strings.IndexByte(name, '/'); i >= 0 {
+		name = name[:i]
+	}
+	return crc32.ChecksumIEEE([]byte(name))
+}
 
 // ShardOfKey is the shard of a key: its top ShardBits bits.
 func ShardOfKey(key uint32) int { return int(key >> (32 - ShardBits)) }

@@ -81,6 +81,17 @@ type Batch struct {
 	DefUpdates []model.TaskDef // replace the definition named by ID and its dependency edges
 	Deletes    []int64         // task ids: definition, runtime and edges go; runs and actions stay
 
+	// Workflow writes (workflow.go), applied after the task writes and the runs: definitions
+	// (WorkflowPuts, WorkflowDeletes), then runs and step runs, each upserted.
+	WorkflowPuts    []WorkflowPut
+	WorkflowDeletes []string
+	// NewWorkflowRuns are inserted, never upserted: a run id stored fails the batch with
+	// an error wrapping ErrWorkflowRunExists (a cron or backfill run of a logical time
+	// that has one).
+	NewWorkflowRuns []model.WorkflowRun
+	WorkflowRuns    []model.WorkflowRun
+	StepRuns        []model.StepRun
+
 	// checkNames makes the store look the creates' names up before inserting them; set by
 	// ApplyBatch (taskbatch.go, lookUpNames).
 	checkNames bool
@@ -254,6 +265,8 @@ type Store interface {
 	ShardStore
 	// Backfill rows and the run queries of their recovery (backfill.go).
 	BackfillStore
+	// Workflows, their runs and step runs (workflow.go).
+	WorkflowStore
 }
 
 // LeaseStore is what high availability needs of a store (ha.Elector): the lease, the nodes

@@ -386,6 +386,57 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN paused_by VARCHAR(300) NOT NULL DEFAULT ''`,
 	},
+}, {
+	version: 18,
+	name:    "workflows",
+	// Workflows (persist/workflow.go, docs/workflows.md): new tables only, nothing of an
+	// existing row changes. CREATE TABLE IF NOT EXISTS makes a re-run a no-op.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS workflow (
+			name VARCHAR(255) NOT NULL PRIMARY KEY,
+			version INT NOT NULL,
+			grp VARCHAR(255) NOT NULL DEFAULT '',
+			paused TINYINT NOT NULL DEFAULT 0,
+			next_fire BIGINT NOT NULL DEFAULT 0,
+			created_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS workflow_version (
+			name VARCHAR(255) NOT NULL,
+			version INT NOT NULL,
+			spec MEDIUMTEXT NOT NULL,
+			created_at BIGINT NOT NULL,
+			PRIMARY KEY (name, version)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS workflow_run (
+			id VARCHAR(128) NOT NULL PRIMARY KEY,
+			workflow VARCHAR(255) NOT NULL,
+			version INT NOT NULL,
+			scheduled_at BIGINT NOT NULL,
+			trig VARCHAR(32) NOT NULL,
+			params MEDIUMTEXT NOT NULL,
+			state VARCHAR(32) NOT NULL,
+			created_at BIGINT NOT NULL,
+			ended_at BIGINT NOT NULL DEFAULT 0,
+			error TEXT NOT NULL,
+			KEY idx_workflow_run_sched (workflow, scheduled_at),
+			KEY idx_workflow_run_state (state, created_at)
+		)` + mysqlTableOpts,
+		`CREATE TABLE IF NOT EXISTS workflow_step (
+			run_id VARCHAR(128) NOT NULL,
+			step VARCHAR(255) NOT NULL,
+			idx INT NOT NULL,
+			attempt INT NOT NULL,
+			state VARCHAR(32) NOT NULL,
+			ticket VARCHAR(128) NOT NULL DEFAULT '',
+			started_at BIGINT NOT NULL DEFAULT 0,
+			ended_at BIGINT NOT NULL DEFAULT 0,
+			output MEDIUMTEXT NOT NULL,
+			error TEXT NOT NULL,
+			items INT NOT NULL DEFAULT 0,
+			PRIMARY KEY (run_id, step, idx, attempt)
+		)` + mysqlTableOpts,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -653,6 +704,56 @@ var sqliteMigrations = []migration{{
 	// As on MySQL.
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN paused_by TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 18,
+	name:    "workflows",
+	// As on MySQL.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS workflow (
+			name TEXT NOT NULL PRIMARY KEY,
+			version INTEGER NOT NULL,
+			grp TEXT NOT NULL DEFAULT '',
+			paused INTEGER NOT NULL DEFAULT 0,
+			next_fire INTEGER NOT NULL DEFAULT 0,
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL
+		)`,
+		`CREATE TABLE IF NOT EXISTS workflow_version (
+			name TEXT NOT NULL,
+			version INTEGER NOT NULL,
+			spec TEXT NOT NULL,
+			created_at INTEGER NOT NULL,
+			PRIMARY KEY (name, version)
+		)`,
+		`CREATE TABLE IF NOT EXISTS workflow_run (
+			id TEXT NOT NULL PRIMARY KEY,
+			workflow TEXT NOT NULL,
+			version INTEGER NOT NULL,
+			scheduled_at INTEGER NOT NULL,
+			trig TEXT NOT NULL,
+			params TEXT NOT NULL,
+			state TEXT NOT NULL,
+			created_at INTEGER NOT NULL,
+			ended_at INTEGER NOT NULL DEFAULT 0,
+			error TEXT NOT NULL
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_workflow_run_sched ON workflow_run (workflow, scheduled_at)`,
+		`CREATE INDEX IF NOT EXISTS idx_workflow_run_state ON workflow_run (state, created_at)`,
+		`CREATE TABLE IF NOT EXISTS workflow_step (
+			run_id TEXT NOT NULL,
+			step TEXT NOT NULL,
+			idx INTEGER NOT NULL,
+			attempt INTEGER NOT NULL,
+			state TEXT NOT NULL,
+			ticket TEXT NOT NULL DEFAULT '',
+			started_at INTEGER NOT NULL DEFAULT 0,
+			ended_at INTEGER NOT NULL DEFAULT 0,
+			output TEXT NOT NULL,
+			error TEXT NOT NULL,
+			items INTEGER NOT NULL DEFAULT 0,
+			PRIMARY KEY (run_id, step, idx, attempt)
+		)`,
 	},
 }}
 

@@ -73,9 +73,9 @@ func shardCond(ctx context.Context, name string) string {
 		return " AND 1 = 0"
 	}
 	var b strings.Builder
-	b.WriteString(" AND (CRC32(")
+	b.WriteString(" AND (CRC32(SUBSTRING_INDEX(")
 	b.WriteString(name)
-	b.WriteString(") >> ")
+	b.WriteString(", '/', 1)) >> ")
 	b.WriteString(strconv.Itoa(32 - model.ShardBits))
 	b.WriteString(") IN (")
 	for i, n := range list {
@@ -105,6 +105,31 @@ var registerCRC32 = sync.OnceValue(func() error {
 	})
 	if err != nil {
 		return fmt.Errorf("cannot register crc32 for the embedded store: %w", err)
+	}
+	// And SUBSTRING_INDEX(s, delim, 1) of the shard key (model.ShardKey): what comes before
+	// the first delim, or s whole. Only a count of 1 is asked for.
+	err = sqlite.RegisterDeterministicScalarFunction("substring_index", 3, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+		s, ok := args[0].(string)
+		if !ok {
+			if b, isBytes := args[0].([]byte); isBytes {
+				s = string(b)
+			} else if args[0] == nil {
+				return nil, nil
+			} else {
+				s = fmt.Sprint(args[0])
+			}
+		}
+		delim, _ := args[1].(string)
+		if n, _ := args[2].(int64); n != 1 || delim == "" {
+			return nil, fmt.Errorf("substring_index: only a count of 1 and a delimiter are supported")
+		}
+		if i := strings.Index(s, delim); i >= 0 {
+			return s[:i], nil
+		}
+		return s, nil
+	})
+	if err != nil {
+		return fmt.Errorf("cannot register substring_index for the embedded store: %w", err)
 	}
 	return nil
 })

@@ -39,7 +39,7 @@ import (
 //
 // On success each b.Transitions[i].Runtime.Version is set to ExpectVersion+1.
 func (s *sqlStore) ApplyBatch(ctx context.Context, b *Batch) error {
-	if len(b.Transitions) == 0 && len(b.Runs) == 0 && len(b.Actions) == 0 && len(b.Fires) == 0 && !b.hasTaskWrites() {
+	if len(b.Transitions) == 0 && len(b.Runs) == 0 && len(b.Actions) == 0 && len(b.Fires) == 0 && !b.hasTaskWrites() && !b.hasWorkflowWrites() {
 		return nil
 	}
 	if b.Epoch > 0 && b.LeaseName == "" {
@@ -171,6 +171,11 @@ func (s *sqlStore) writeBatch(ctx context.Context, tx batchTx, b *Batch, guarded
 	}
 	if err := s.writeRuns(ctx, tx, b.Runs); err != nil {
 		return err
+	}
+	if b.hasWorkflowWrites() {
+		if err := s.writeWorkflows(ctx, tx, b); err != nil {
+			return err
+		}
 	}
 	return s.writeActions(ctx, tx, b.Actions)
 }

@@ -187,6 +187,10 @@ type Group struct {
 	DefUpdates []model.TaskDef
 	Deletes    []int64
 
+	// Workflow runs and step runs (Batch.WorkflowRuns, Batch.StepRuns), upserted.
+	WorkflowRuns []model.WorkflowRun
+	StepRuns     []model.StepRun
+
 	// Fence, when its Epoch is > 0, fences the group by one shard (scale-out): the batch it
 	// lands in names the shard at that epoch (Batch.Shards), and when the shard's fence no
 	// longer carries it the group fails with an error wrapping ErrLeaseLost while the
@@ -207,7 +211,7 @@ func checkGroup(g *Group, verb string) error {
 }
 
 func (g *Group) rows() int {
-	n := len(g.Transitions) + len(g.Runs) + len(g.Actions) + len(g.Fires) + len(g.DefUpdates) + len(g.Deletes)
+	n := len(g.Transitions) + len(g.Runs) + len(g.Actions) + len(g.Fires) + len(g.DefUpdates) + len(g.Deletes) + len(g.WorkflowRuns) + len(g.StepRuns)
 	for _, c := range g.Creates {
 		n += c.rows()
 	}
@@ -754,6 +758,7 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 	var inBatch model.ShardSet
 	b.Transitions, b.Runs, b.Actions, b.Fires = b.Transitions[:0], b.Runs[:0], b.Actions[:0], b.Fires[:0]
 	b.Creates, b.DefUpdates, b.Deletes = b.Creates[:0], b.DefUpdates[:0], b.Deletes[:0]
+	b.WorkflowRuns, b.StepRuns = b.WorkflowRuns[:0], b.StepRuns[:0]
 	w.offsets, w.owner = w.offsets[:0], w.owner[:0]
 	w.fireOffsets, w.fireOwner = w.fireOffsets[:0], w.fireOwner[:0]
 	w.cOffsets, w.cOwner = w.cOffsets[:0], w.cOwner[:0]
@@ -779,6 +784,8 @@ func (w *Writer) build(items []queuedGroup, n int, epoch int64) int {
 		b.Creates = append(b.Creates, g.Creates...)
 		b.DefUpdates = append(b.DefUpdates, g.DefUpdates...)
 		b.Deletes = append(b.Deletes, g.Deletes...)
+		b.WorkflowRuns = append(b.WorkflowRuns, g.WorkflowRuns...)
+		b.StepRuns = append(b.StepRuns, g.StepRuns...)
 		rows += g.rows()
 		if f := g.Fence; f.Epoch > 0 && !inBatch.Has(f.Shard) {
 			inBatch.Add(f.Shard) // dropStaleShards left one epoch a shard

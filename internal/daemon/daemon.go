@@ -21,6 +21,7 @@ import (
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/workflow"
 )
 
 // Daemon defaults.
@@ -159,16 +160,20 @@ func Serve(ctx context.Context, cfg Config) error {
 		_ = store.Close()
 		return err
 	}
+	wf := workflow.New(workflow.Config{Engine: eng, Store: store, Clock: ecfg.Clock, Logger: log})
 	if err := eng.Start(ctx); err != nil {
 		_ = eng.Stop(context.Background())
 		_ = store.Close()
 		return err
 	}
+	if err := wf.Start(ctx); err != nil {
+		return errors.Join(err, eng.Stop(context.Background()), store.Close())
+	}
 	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
 
 	rec := newMinuteSeries(eng, log)
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log,
-		Minutes: rec.points}))
+		Minutes: rec.points, Workflows: wf}))
 	if err != nil {
 		return errors.Join(err, eng.Stop(context.Background()), store.Close())
 	}
@@ -198,6 +203,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	defer scancel()
 	return startstop.Steps(sctx, log, nil, "shutdown: ",
 		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
+		startstop.Step{Name: "stop workflow service", Run: wf.Stop},
 		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
 		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
 		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},

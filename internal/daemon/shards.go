@@ -16,6 +16,7 @@ import (
 	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/workflow"
 )
 
 // This file runs `axe serve --ha` as one of several nodes that all schedule (scale-out,
@@ -117,6 +118,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 		return undo(err)
 	}
 	started = append(started, eng.Stop)
+	wf := workflow.New(workflow.Config{Engine: eng, Store: store, Clock: ecfg.Clock, Logger: log})
 	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
 	var stopping atomic.Bool
 	rec := newMinuteSeries(eng, log)
@@ -126,7 +128,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 	}
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version,
 		Logger: log, Minutes: rec.points, Sharding: &admin.ShardRouting{NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS,
-			PeerToken: cfg.peerToken, PeerSecret: secret, Stopping: stopping.Load}}))
+			PeerToken: cfg.peerToken, PeerSecret: secret, Stopping: stopping.Load}, Workflows: wf}))
 	if err != nil {
 		return undo(err)
 	}
@@ -150,6 +152,10 @@ func serveShards(ctx context.Context, cfg Config) error {
 	if err := loop.Start(ctx); err != nil {
 		return undo(err)
 	}
+	if err := wf.Start(ctx); err != nil {
+		return undo(err)
+	}
+	started = append(started, wf.Stop)
 	changesDone := make(chan struct{})
 	go followShards(loop, eng, log, changesDone)
 	rec.start()
@@ -167,6 +173,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 	return startstop.Steps(sctx, log, nil, "shutdown: ",
 		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
 		startstop.Step{Name: "say leaving (the others look for the shards released)", Run: loop.Leaving},
+		startstop.Step{Name: "stop workflow service", Run: wf.Stop},
 		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
 		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
 		startstop.Step{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {

@@ -1,0 +1,244 @@
+package engine
+
+// Workflow steps (docs/workflows.md). The workflow service (package workflow) decides which
+// step runs when; the engine runs each attempt as it runs a run-now instance of a task: the
+// step's task (WORKFLOW/STEP, in the workflow's shard: model.ShardKey), the same send path
+// (HTTP or executor, timeout, executor protocol), counted in its group's and key's
+// concurrency limits and its downstream's rate limit, killable by ticket, re-attached after
+// a restart or a failover as run-now instances are (recoverManualRuns).
+//
+// Exactly once. An attempt's ticket is deterministic in (run, step, item, attempt) and its
+// run row is written as a fire record (fire.go) in one group with the step run's row, so the
+// database refuses a second start of the same attempt, whoever asks. Its end is written in
+// one group with the step run's end (StepSink.StepEnded), and the service acts on it only
+// once that is durable (StepSink.StepRecorded).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+)
+
+// StepOutputMax bounds the output of a step kept whole (an HTTP step's response body, an
+// executor's reported output).
+const StepOutputMax = 1 << 20
+
+// ErrStepWait reports a step attempt that could not start now because a concurrency limit
+// is full or its downstream's rate limit has no token: the service tries again after the
+// *StepWaitError's After.
+var ErrStepWait = errors.New("the step waits for a limit")
+
+// StepWaitError is ErrStepWait with how long to wait and on what.
+type StepWaitError struct {
+	After time.Duration
+	On    string
+}
+
+func (e *StepWaitError) Error() string { return "waits for " + e.On }
+func (e *StepWaitError) Unwrap() error { return ErrStepWait }
+
+// StepCall is one attempt of one item of a workflow step.
+type StepCall struct {
+	// Def is the step as the run's version defines it, named WORKFLOW/STEP: callback,
+	// timeout, group, concurrency key. It replaces the step task's definition in memory.
+	Def *model.TaskDef
+	// Ticket names the attempt; Params is its request's params (the workflow context).
+	Ticket string
+	Params json.RawMessage
+	// ScheduledAt is the run's logical time.
+	ScheduledAt int64
+	// Row is the step run's row, written with the fire record.
+	Row model.StepRun
+	// Detail goes into the run row (which run, step and item).
+	Detail string
+}
+
+// StepSink is the workflow service as the engine sees it.
+type StepSink interface {
+	// StepEnded returns the row recording the end of the step attempt run (ended, its
+	// error and result set), given the attempt's whole output; it is written in one group
+	// with the run's end. ok false writes the run's end alone (an attempt the service does
+	// not know: its workflow run was deleted).
+	StepEnded(run model.Run, output string) (row model.StepRun, ok bool)
+	// StepRecorded tells how writing that end went: nil once it is durable. It must not
+	// block.
+	StepRecorded(run model.Run, row model.StepRun, err error)
+}
+
+// IsStepTask reports whether name is a workflow step's task (WORKFLOW/STEP).
+func IsStepTask(name string) bool { return strings.IndexByte(name, '/') > 0 }
+
+// SetStepSink connects the workflow service. Set before the engine starts.
+func (e *Engine) SetStepSink(s StepSink) { e.steps = s }
+
+// StartStep records a step attempt's fire record and step row in one group and sends it.
+// It reports persist.ErrDuplicateFire when the attempt was started before (by this node or
+// any other), a *StepWaitError when a limit keeps it from starting now, and
+// model.ErrShardNotHeld when this node does not schedule the workflow's shard.
+func (e *Engine) StartStep(ctx context.Context, c StepCall) error {
+	if err := e.checkRunning(); err != nil {
+		return err
+	}
+	if c.Def == nil || !IsStepTask(c.Def.Name) {
+		return fmt.Errorf("not a workflow step")
+	}
+	t, err := e.acquireByName(ctx, c.Def.Name)
+	if err != nil {
+		return err
+	}
+	if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+		e.release(t)
+		return err
+	}
+	def := *c.Def
+	def.ID, def.CreatedAt, def.UpdatedAt = t.def.ID, t.def.CreatedAt, t.def.UpdatedAt
+	t.def = &def
+	slot, full, used, most, ok := e.conc.tryAcquire(def.Group, def.ConcurrencyKey)
+	if !ok {
+		e.release(t)
+		return &StepWaitError{After: time.Second, On: fmt.Sprintf("concurrency limit %s (%d of %d runs in flight)", full, used, most)}
+	}
+	if e.gate.limited.Load() {
+		if ok, wait := e.gate.lim.Take(downstreamOf(&def)); !ok {
+			e.conc.release(slot)
+			e.release(t)
+			return &StepWaitError{After: max(wait, 10*time.Millisecond), On: "rate limit of " + downstreamOf(&def)}
+		}
+	}
+	now := e.nowMS()
+	run := model.Run{
+		Ticket: c.Ticket, TaskID: t.id, TaskName: def.Name, Kind: model.RunManual,
+		Attempt: c.Row.Attempt, ScheduledAt: c.ScheduledAt, DispatchedAt: now, Result: model.ResultRunning,
+		Executor: downstreamOf(&def), Detail: c.Detail,
+	}
+	row := c.Row
+	row.Ticket, row.State, row.StartedAt = c.Ticket, model.StepRunning, now
+	t.flying++ // keeps t in memory while the records are written
+	t.mu.Unlock()
+	if err := e.write(ctx, &persist.Group{Fires: []model.Run{run}, StepRuns: []model.StepRun{row}}); err != nil {
+		e.conc.release(slot)
+		t.mu.Lock()
+		t.flying--
+		e.release(t)
+		return err
+	}
+	e.runs.add(t, run, slot)
+	e.m.triggers.Inc()
+	e.send(t, &def, run, c.Params)
+	return nil
+}
+
+// completeStep records the end of a step attempt with the step run's end, as completeManual
+// records a run-now's: no action record (the workflow run is the record), no circuit
+// breaker, no dependents.
+func (e *Engine) completeStep(t *task, run model.Run, oc outcome) {
+	now := e.nowMS()
+	output := oc.output
+	oc.output = tail(output, maxOutput)
+	run = endedRun(run, oc, now)
+	e.m.results.result(oc.result).Inc()
+	if oc.result == model.ResultTimeout {
+		e.m.timeouts.Inc()
+	}
+	if oc.killedBy != "" {
+		e.m.kills.Inc()
+		run.Error = joinNote("killed by "+oc.killedBy, oc.killReason)
+	}
+	t.mu.Lock()
+	t.runLeft(run.Ticket)
+	e.place(t)
+	t.mu.Unlock()
+	row, ok := e.steps.StepEnded(run, output)
+	g := &persist.Group{Runs: []model.Run{run}, Done: func(err error) {
+		if ok {
+			e.steps.StepRecorded(run, row, err)
+		}
+		oc.notify(err)
+	}}
+	if ok {
+		g.StepRuns = []model.StepRun{row}
+	}
+	if err := e.submit(context.Background(), g, submitWait); err != nil {
+		e.log.Warn("step result not recorded: writer closed", "ticket", run.Ticket, "error", err)
+		if ok {
+			e.steps.StepRecorded(run, row, err)
+		}
+		oc.notify(err)
+	}
+}
+
+// WriteWorkflow writes a group of workflow rows (runs, step runs) about workflow and waits
+// until it is durable, fenced by the workflow's shard on a sharded engine.
+func (e *Engine) WriteWorkflow(ctx context.Context, workflow string, g *persist.Group) error {
+	if e.cfg.Sharded {
+		f, err := e.heldFence(workflow)
+		if err != nil {
+			return err
+		}
+		g.Fence = f
+	}
+	return e.write(ctx, g)
+}
+
+// ApplyWorkflowBatch applies a batch of workflow definitions and their step tasks in one
+// transaction of its own, fenced by the workflow's shard on a sharded engine (and by the
+// lease epoch through the engine's store as primary). Step tasks it updated or deleted
+// leave memory, to be read again when next used.
+func (e *Engine) ApplyWorkflowBatch(ctx context.Context, workflow string, b *persist.Batch) error {
+	if err := e.checkRunning(); err != nil {
+		return err
+	}
+	if e.cfg.Sharded {
+		f, err := e.heldFence(workflow)
+		if err != nil {
+			return err
+		}
+		b.Shards = []persist.ShardFence{f}
+	}
+	if err := e.store.ApplyBatch(ctx, b); err != nil {
+		return err
+	}
+	for _, d := range b.DefUpdates {
+		e.forgetStepTask(d.ID)
+	}
+	for _, id := range b.Deletes {
+		e.forgetStepTask(id)
+	}
+	return nil
+}
+
+// forgetStepTask drops a step task's copy from memory unless a run of it is in flight
+// (then the next StartStep replaces its definition anyway).
+func (e *Engine) forgetStepTask(id int64) {
+	t := e.tasks.get(id)
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.flying == 0 && t.pending == 0 {
+		t.deleted = true
+		e.disarm(t)
+		e.tasks.remove(t)
+	}
+	t.mu.Unlock()
+}
+
+// WorkflowOwned reports whether this node schedules workflow now: always on an engine that
+// is not sharded (it runs only where it schedules), else while it holds the workflow's shard.
+func (e *Engine) WorkflowOwned(workflow string) bool {
+	if !e.cfg.Sharded {
+		return e.running.Load()
+	}
+	_, err := e.heldFence(workflow)
+	return err == nil
+}
+
+// SchedulingContext is ctx with the shard filter of what this engine schedules, for the
+// workflow service's reads of the workflows and runs it drives.
+func (e *Engine) SchedulingContext(ctx context.Context) context.Context { return e.scheduling(ctx) }

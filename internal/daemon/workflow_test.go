@@ -1,0 +1,246 @@
+package daemon_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/wire"
+)
+
+// stepSink is the HTTP endpoint every step of the test pipelines calls: it records each
+// request by ticket (a second request of a ticket is a duplicate) and answers by step.
+type stepSink struct {
+	mu      sync.Mutex
+	calls   map[string]int             // ticket → requests
+	bodies  map[string]json.RawMessage // step → the params of its last request
+	failing map[string]int             // step → requests still to fail with 500
+	srv     *httptest.Server
+}
+
+func newStepSink(t *testing.T) *stepSink {
+	s := &stepSink{calls: map[string]int{}, bodies: map[string]json.RawMessage{}, failing: map[string]int{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Ticket string          `json:"ticket"`
+			Params json.RawMessage `json:"params"`
+		}
+		raw, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(raw, &body)
+		var p struct {
+			Step   string                     `json:"step"`
+			Item   json.RawMessage            `json:"item"`
+			Inputs map[string]json.RawMessage `json:"inputs"`
+			Params map[string]any             `json:"params"`
+		}
+		_ = json.Unmarshal(body.Params, &p)
+		s.mu.Lock()
+		s.calls[body.Ticket]++
+		s.bodies[p.Step] = body.Params
+		fail := s.failing[p.Step] > 0
+		if fail {
+			s.failing[p.Step]--
+		}
+		s.mu.Unlock()
+		if fail {
+			http.Error(w, "step failed on purpose", 500)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch p.Step {
+		case "sync":
+			fmt.Fprintf(w, `{"path": "/data/%v/orders.parquet", "days": [1, 2, 3]}`, p.Params["day"])
+		case "clean":
+			var in struct {
+				Path string `json:"path"`
+			}
+			_ = json.Unmarshal(p.Inputs["sync"], &in)
+			fmt.Fprintf(w, `{"cleaned": %q}`, in.Path)
+		case "per_day":
+			fmt.Fprintf(w, `{"day": %s}`, p.Item)
+		default:
+			fmt.Fprint(w, `{}`)
+		}
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *stepSink) duplicates() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var d []string
+	for t, n := range s.calls {
+		if n > 1 {
+			d = append(d, t)
+		}
+	}
+	return d
+}
+
+func (s *stepSink) params(step string) map[string]json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(s.bodies[step], &m)
+	return m
+}
+
+func waitRunState(t *testing.T, d *daemontest.Daemon, id, want string) wire.WorkflowRunView {
+	t.Helper()
+	var v wire.WorkflowRunView
+	testwait.For(t, daemontest.WaitTimeout, "workflow run "+id+" to be "+want, func() bool {
+		v = wire.WorkflowRunView{}
+		d.MustJSON(t, 200, "GET", "/api/v1/workflow-runs/"+id, nil, &v)
+		return v.State == want
+	})
+	return v
+}
+
+func stepOf(v wire.WorkflowRunView, name string) wire.WorkflowStepView {
+	for _, s := range v.Steps {
+		if s.Name == name {
+			return s
+		}
+	}
+	return wire.WorkflowStepView{}
+}
+
+// TestWorkflowPipeline runs the pipeline of docs/workflows.md on both stores: sync → clean
+// → report with sync's file path passed to clean, a fan-out over sync's days that fans back
+// in to report, and a cleanup step that runs only when an upstream failed. clean fails (its
+// one retry too), the run fails, report is skipped and the cleanup runs; a rerun from the
+// failed steps runs clean and report only (sync keeps its output and is not called again),
+// and the run succeeds. No step attempt reaches the endpoint twice.
+func TestWorkflowPipeline(t *testing.T) {
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		sink := newStepSink(t)
+		d := daemontest.Start(t, dsn, nil)
+		url := sink.srv.URL
+		def := map[string]any{
+			"name": "orders", "group": "etl", "params": map[string]any{"day": "2026-12-01"},
+			"steps": []map[string]any{
+				{"name": "sync", "callback": map[string]any{"type": "http", "url": url}},
+				{"name": "clean", "needs": []string{"sync"}, "retry_count": 1, "callback": map[string]any{"type": "http", "url": url}},
+				{"name": "per_day", "needs": []string{"sync"}, "fan_out": "sync.days", "parallelism": 2, "callback": map[string]any{"type": "http", "url": url}},
+				{"name": "report", "needs": []string{"clean", "per_day"}, "callback": map[string]any{"type": "http", "url": url}},
+				{"name": "cleanup", "needs": []string{"clean", "report"}, "condition": "any_failed", "callback": map[string]any{"type": "http", "url": url}},
+			},
+		}
+		var created wire.WorkflowView
+		d.MustJSON(t, 201, "POST", "/api/v1/workflows", def, &created)
+		if created.Version != 1 || len(created.Steps) != 5 {
+			t.Fatalf("created %+v", created)
+		}
+		sink.mu.Lock()
+		sink.failing["clean"] = 2 // the attempt and its retry
+		sink.mu.Unlock()
+
+		var run struct {
+			ID string `json:"id"`
+		}
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/orders/run", map[string]any{"params": map[string]any{"day": "2026-12-02"}}, &run)
+		v := waitRunState(t, d, run.ID, "failed")
+		if s := stepOf(v, "clean"); s.State != "failed" || len(s.Attempts) != 2 {
+			t.Fatalf("clean: %+v", s)
+		}
+		if s := stepOf(v, "report"); s.State != "skipped" {
+			t.Fatalf("report should be skipped after clean failed: %+v", s)
+		}
+		if s := stepOf(v, "cleanup"); s.State != "succeeded" {
+			t.Fatalf("cleanup should run when an upstream failed: %+v", s)
+		}
+		pd := stepOf(v, "per_day")
+		if pd.State != "succeeded" || pd.Items != 3 || string(pd.Output) != `[{"day":1},{"day":2},{"day":3}]` && !strings.Contains(string(pd.Output), `"day": 1`) {
+			t.Fatalf("per_day fan-out: %+v output %s", pd, pd.Output)
+		}
+		syncOut := stepOf(v, "sync").Output
+		if !strings.Contains(string(syncOut), "/data/2026-12-02/orders.parquet") {
+			t.Fatalf("sync output %s does not carry the run's params", syncOut)
+		}
+		// clean got sync's output as its input.
+		in := sink.params("clean")
+		if !strings.Contains(string(in["inputs"]), "/data/2026-12-02/orders.parquet") || !strings.Contains(string(in["run_id"]), run.ID) {
+			t.Fatalf("clean's request lacks sync's output or the run id: %s", sink.bodies["clean"])
+		}
+		syncCalls := func() int {
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			n := 0
+			for tk, c := range sink.calls {
+				if strings.Contains(tk, ".sync.") {
+					n += c
+				}
+			}
+			return n
+		}
+		if n := syncCalls(); n != 1 {
+			t.Fatalf("sync called %d times before the rerun", n)
+		}
+
+		// Bad reruns are refused and change nothing.
+		if msg := d.APIError(t, 400, "POST", "/api/v1/workflow-runs/"+run.ID+"/rerun", map[string]any{"from": "everything"}); !strings.Contains(msg, "from") {
+			t.Fatalf("bad rerun: %s", msg)
+		}
+		if msg := d.APIError(t, 400, "POST", "/api/v1/workflow-runs/"+run.ID+"/rerun", map[string]any{"step": "nope"}); !strings.Contains(msg, "nope") {
+			t.Fatalf("rerun of an unknown step: %s", msg)
+		}
+
+		d.MustJSON(t, 202, "POST", "/api/v1/workflow-runs/"+run.ID+"/rerun", map[string]any{"from": "failed"}, nil)
+		v = waitRunState(t, d, run.ID, "succeeded")
+		if s := stepOf(v, "report"); s.State != "succeeded" {
+			t.Fatalf("report after the rerun: %+v", s)
+		}
+		if s := stepOf(v, "clean"); s.State != "succeeded" || !strings.Contains(string(s.Output), "orders.parquet") {
+			t.Fatalf("clean after the rerun: %+v", s)
+		}
+		if n := syncCalls(); n != 1 {
+			t.Fatalf("sync called %d times: a rerun from the failed steps ran a step that had succeeded", n)
+		}
+		if dup := sink.duplicates(); len(dup) > 0 {
+			t.Fatalf("step attempts sent twice: %v", dup)
+		}
+		var runs wire.WorkflowRunList
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/orders/runs", nil, &runs)
+		if len(runs.Runs) != 1 || runs.Runs[0].ID != run.ID || runs.Runs[0].State != "succeeded" {
+			t.Fatalf("runs: %+v", runs)
+		}
+	})
+}
+
+// TestWorkflowDefinitionsRefused: definitions a run could not follow are refused at create
+// with the field named, and nothing is stored.
+func TestWorkflowDefinitionsRefused(t *testing.T) {
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	cb := map[string]any{"type": "http", "url": "http://127.0.0.1:1/x"}
+	cases := []struct {
+		name  string
+		steps []map[string]any
+		want  string
+	}{
+		{"cycle", []map[string]any{{"name": "a", "needs": []string{"b"}, "callback": cb}, {"name": "b", "needs": []string{"a"}, "callback": cb}}, "cycle"},
+		{"unknown", []map[string]any{{"name": "a", "needs": []string{"zz"}, "callback": cb}}, "zz"},
+		{"fanout-not-upstream", []map[string]any{{"name": "a", "callback": cb}, {"name": "b", "fan_out": "a.items", "callback": cb}}, "not among its needs"},
+		{"fanout-unknown", []map[string]any{{"name": "b", "fan_out": "x.items", "callback": cb}}, "not a step"},
+		{"condition", []map[string]any{{"name": "a", "condition": "sometimes", "callback": cb}}, "condition"},
+		{"no-steps", nil, "steps"},
+	}
+	for _, c := range cases {
+		msg := d.APIError(t, 400, "POST", "/api/v1/workflows", map[string]any{"name": "w-" + c.name, "steps": c.steps})
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%s: error %q does not name %q", c.name, msg, c.want)
+		}
+	}
+	var list wire.WorkflowList
+	d.MustJSON(t, 200, "GET", "/api/v1/workflows", nil, &list)
+	if len(list.Workflows) != 0 {
+		t.Fatalf("refused definitions were stored: %+v", list)
+	}
+}

@@ -1,0 +1,431 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+)
+
+// startTimeout bounds the write of one step attempt's start.
+const startTimeout = 30 * time.Second
+
+// stepRequest is the params of a step attempt's request: the workflow context.
+type stepRequest struct {
+	Workflow    string                     `json:"workflow"`
+	RunID       string                     `json:"run_id"`
+	Step        string                     `json:"step"`
+	ScheduledAt int64                      `json:"scheduled_at"`
+	Params      json.RawMessage            `json:"params,omitempty"`
+	Inputs      map[string]json.RawMessage `json:"inputs"`
+	Item        json.RawMessage            `json:"item,omitempty"`
+	Index       *int                       `json:"index,omitempty"`
+	Items       int                        `json:"items,omitempty"`
+}
+
+// start is one item attempt advance decided to start.
+type start struct {
+	step, idx, attempt int
+	try                int
+}
+
+// advance takes every decision the run's state allows now: steps whose upstreams ended
+// are started or skipped, items started up to the fan-out's parallelism, and the run ended
+// once every step has. It writes the decisions that need no start (a skip, a fan-out
+// resolved or failed to, the run's end), then starts the attempts, each in its own write.
+func (s *Service) advance(rs *runState) {
+	for {
+		rs.mu.Lock()
+		if rs.gone || rs.ending || rs.run.State != model.WorkflowRunning {
+			rs.mu.Unlock()
+			return
+		}
+		now := s.clk.Now().UnixMilli()
+		var rows []model.StepRun
+		var starts []start
+		for _, i := range rs.c.order {
+			st := &rs.steps[i]
+			def := &rs.c.def.Steps[i]
+			if ended, _ := st.terminal(); ended {
+				continue
+			}
+			if !st.resolved {
+				run, decided := rs.condition(i)
+				if !decided {
+					continue
+				}
+				if !run {
+					st.level = model.StepSkipped
+					rows = append(rows, model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: levelIndex, Attempt: st.base,
+						State: model.StepSkipped, EndedAt: now, Error: "condition " + def.Condition + " does not hold"})
+					continue
+				}
+				if def.FanOut == "" {
+					st.resolved, st.items = true, []item{{}}
+				} else {
+					items, err := fanItems(def.FanOut, rs.run.Params, func(step string) (json.RawMessage, bool) {
+						up := &rs.steps[rs.c.index[step]]
+						if !up.succeeded() {
+							return nil, false
+						}
+						return up.output(rs.c.def.Steps[rs.c.index[step]].FanOut != ""), true
+					})
+					if err != nil {
+						st.level, st.levelErr = model.StepFailed, err.Error()
+						rows = append(rows, model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: levelIndex, Attempt: st.base,
+							State: model.StepFailed, EndedAt: now, Error: err.Error()})
+						continue
+					}
+					st.resolved, st.items, st.fan, st.level = true, make([]item, len(items)), items, model.StepRunning
+					rows = append(rows, model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: levelIndex, Attempt: st.base,
+						State: model.StepRunning, StartedAt: now, Items: len(items)})
+				}
+			}
+			if def.FanOut != "" && st.fan == nil && len(st.items) > 0 {
+				// Resolved before a restart: the items come again from the same source.
+				items, err := fanItems(def.FanOut, rs.run.Params, func(step string) (json.RawMessage, bool) {
+					up := &rs.steps[rs.c.index[step]]
+					return up.output(rs.c.def.Steps[rs.c.index[step]].FanOut != ""), up.succeeded()
+				})
+				if err != nil || len(items) != len(st.items) {
+					s.log.Error("a fan-out resolves differently than it did; its items wait", "run", rs.run.ID, "step", def.Name)
+					continue
+				}
+				st.fan = items
+			}
+			cap := len(st.items)
+			if def.FanOut != "" {
+				cap = def.Parallelism
+			}
+			flying := 0
+			for j := range st.items {
+				it := &st.items[j]
+				if it.starting || it.state == model.StepRunning {
+					flying++
+				}
+			}
+			for j := range st.items {
+				if flying >= cap {
+					break
+				}
+				it := &st.items[j]
+				if it.starting || it.state == model.StepRunning || it.state == model.StepSucceeded {
+					continue
+				}
+				var a, try int
+				switch {
+				case it.state == "":
+					a, try = max(st.base, it.attempt+1), max(st.base, it.attempt+1)
+				case it.state == stepPending && (it.retryAt == 0 || it.retryAt <= now):
+					a, try = it.attempt, it.attempt
+				case it.retryAt > 0 && it.retryAt <= now:
+					a, try = it.attempt+1, it.try
+				default:
+					continue
+				}
+				it.starting, it.retryAt = true, 0
+				flying++
+				starts = append(starts, start{step: i, idx: j, attempt: a, try: try})
+			}
+		}
+		end := ""
+		if len(rows) == 0 && len(starts) == 0 {
+			end = rs.endState()
+			if end != "" {
+				rs.ending = true
+			}
+		}
+		rs.mu.Unlock()
+		if len(rows) > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+			err := s.eng.WriteWorkflow(ctx, rs.run.Workflow, &persist.Group{StepRuns: rows})
+			cancel()
+			if err != nil {
+				s.lost(rs, "cannot record a step's decision", err)
+				return
+			}
+		}
+		if end != "" {
+			s.endRun(rs, end)
+			return
+		}
+		if len(starts) == 0 {
+			if len(rows) > 0 {
+				continue // a skip or a resolution may free more
+			}
+			return
+		}
+		for _, x := range starts {
+			s.startItem(rs, x)
+		}
+		// Starts that could not write (a limit) are retried from retryDue; a start that
+		// landed changes nothing here until its end.
+		return
+	}
+}
+
+// condition decides whether an unstarted step runs: decided is false while an upstream
+// has not ended.
+func (rs *runState) condition(i int) (run, decided bool) {
+	def := &rs.c.def.Steps[i]
+	okN, failN := 0, 0
+	for _, n := range def.Needs {
+		ended, ok := rs.steps[rs.c.index[n]].terminal()
+		if !ended {
+			return false, false
+		}
+		if ok {
+			okN++
+		} else {
+			failN++
+		}
+	}
+	switch def.Condition {
+	case model.CondAllDone:
+		return true, true
+	case model.CondAnySucceeded:
+		return okN > 0, true
+	case model.CondAnyFailed:
+		return failN > 0, true
+	default:
+		return failN == 0, true
+	}
+}
+
+// endState is the run's end once every step ended ("" before): failed when a step failed
+// (a step skipped because an upstream failed counts as that failure), else succeeded.
+func (rs *runState) endState() string {
+	failed := false
+	for i := range rs.steps {
+		ended, ok := rs.steps[i].terminal()
+		if !ended {
+			return ""
+		}
+		if !ok && rs.steps[i].level != model.StepSkipped {
+			failed = true
+		}
+	}
+	if failed {
+		return model.WorkflowFailed
+	}
+	return model.WorkflowSucceeded
+}
+
+// startItem writes one attempt's start and hands it to the engine.
+func (s *Service) startItem(rs *runState, x start) {
+	rs.mu.Lock()
+	def := &rs.c.def.Steps[x.step]
+	st := &rs.steps[x.step]
+	req := stepRequest{Workflow: rs.run.Workflow, RunID: rs.run.ID, Step: def.Name, ScheduledAt: rs.run.ScheduledAt,
+		Params: rs.run.Params, Inputs: map[string]json.RawMessage{}}
+	for _, n := range def.Needs {
+		up := &rs.steps[rs.c.index[n]]
+		if up.succeeded() {
+			req.Inputs[n] = up.output(rs.c.def.Steps[rs.c.index[n]].FanOut != "")
+		} else {
+			req.Inputs[n] = json.RawMessage("null")
+		}
+	}
+	row := model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: x.idx, Attempt: x.attempt}
+	if def.FanOut != "" {
+		idx := x.idx
+		req.Index, req.Item, req.Items = &idx, st.fan[x.idx], len(st.items)
+	}
+	run := rs.run
+	rs.mu.Unlock()
+	params, _ := json.Marshal(req)
+	ticket := Ticket(run.ID, def.Name, x.idx, x.attempt)
+	call := engine.StepCall{Def: stepTaskDef(&rs.c.def, def), Ticket: ticket, Params: params, ScheduledAt: run.ScheduledAt,
+		Row: row, Detail: fmt.Sprintf("workflow %s run %s step %s item %d", run.Workflow, run.ID, def.Name, x.idx)}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	err := s.eng.StartStep(ctx, call)
+	cancel()
+	rs.mu.Lock()
+	it := &st.items[x.idx]
+	it.starting = false
+	var wait *engine.StepWaitError
+	switch {
+	case err == nil:
+		// Its end may have been recorded meanwhile (StepRecorded): only an older row's
+		// state gives way to running.
+		if it.attempt < x.attempt || (it.attempt == x.attempt && it.endedAt == 0) {
+			it.attempt, it.try, it.ticket, it.state, it.endedAt = x.attempt, x.try, ticket, model.StepRunning, 0
+		}
+		rs.mu.Unlock()
+	case errors.Is(err, persist.ErrDuplicateFire):
+		// Started before (a restart between the start and this node's knowing of it, or
+		// another node): its rows will tell; read them again.
+		rs.mu.Unlock()
+		s.reload(rs)
+	case errors.As(err, &wait):
+		it.retryAt = s.clk.Now().Add(wait.After).UnixMilli()
+		if it.state == "" || it.state == stepPending {
+			// Keep it startable at the same attempt: a pending marker in memory only.
+			it.attempt, it.try, it.state = x.attempt, x.try, stepPending
+		} else {
+			it.attempt = x.attempt - 1
+		}
+		rs.mu.Unlock()
+	default:
+		rs.mu.Unlock()
+		s.lost(rs, "cannot start step "+def.Name, err)
+	}
+}
+
+// stepTaskDef is the task definition a step attempt runs with.
+func stepTaskDef(w *model.WorkflowDef, st *model.WorkflowStep) *model.TaskDef {
+	return &model.TaskDef{
+		Name: StepTask(w.Name, st.Name), Group: w.Group, Trigger: model.TriggerManual, Timezone: "UTC",
+		TimeoutSec: st.TimeoutSec, Priority: st.Priority, Callback: st.Callback, MisfirePolicy: model.MisfireFireOnce,
+		ConcurrencyKey: st.ConcurrencyKey, OverlapPolicy: model.OverlapBufferOne,
+	}
+}
+
+// lost lets go of a run this node could not write about (its shard went, the database is
+// away): whoever schedules it next takes it up from its rows.
+func (s *Service) lost(rs *runState, what string, err error) {
+	s.log.Warn(what+"; the run is taken up again from the store", "run", rs.run.ID, "error", err)
+	s.mu.Lock()
+	if s.runs[rs.run.ID] == rs {
+		delete(s.runs, rs.run.ID)
+	}
+	s.mu.Unlock()
+	rs.mu.Lock()
+	rs.gone = true
+	rs.mu.Unlock()
+}
+
+// reload reads a run's rows again and drives it from them.
+func (s *Service) reload(rs *runState) {
+	s.lost(rs, "a step attempt was started elsewhere", errors.New("fire record exists"))
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := s.takeUp(ctx, rs.run.ID); err != nil {
+		s.log.Warn("cannot take up a workflow run", "run", rs.run.ID, "error", err)
+	}
+}
+
+// endRun records the run's end.
+func (s *Service) endRun(rs *runState, state string) {
+	rs.mu.Lock()
+	run := rs.run
+	run.State, run.EndedAt = state, s.clk.Now().UnixMilli()
+	if state == model.WorkflowFailed {
+		for i := range rs.steps {
+			if ended, ok := rs.steps[i].terminal(); ended && !ok && rs.steps[i].level != model.StepSkipped {
+				run.Error = "step " + rs.c.def.Steps[i].Name + " failed"
+				break
+			}
+		}
+	}
+	rs.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	err := s.eng.WriteWorkflow(ctx, run.Workflow, &persist.Group{WorkflowRuns: []model.WorkflowRun{run}})
+	cancel()
+	if err != nil {
+		rs.mu.Lock()
+		rs.ending = false
+		rs.mu.Unlock()
+		s.lost(rs, "cannot record the run's end", err)
+		return
+	}
+	rs.mu.Lock()
+	rs.run, rs.ending, rs.gone = run, false, true
+	rs.mu.Unlock()
+	s.mu.Lock()
+	if s.runs[run.ID] == rs {
+		delete(s.runs, run.ID)
+	}
+	if sc := s.schedules[run.Workflow]; sc != nil {
+		sc.inFlight = false
+	}
+	s.mu.Unlock()
+	s.log.Info("workflow run ended", "workflow", run.Workflow, "run", run.ID, "state", state)
+}
+
+// StepEnded is the row recording a step attempt's end (engine.StepSink).
+func (s *Service) StepEnded(run model.Run, output string) (model.StepRun, bool) {
+	id, step, idx, attempt, ok := ParseTicket(run.Ticket)
+	if !ok {
+		return model.StepRun{}, false
+	}
+	row := model.StepRun{RunID: id, Step: step, Index: idx, Attempt: attempt, Ticket: run.Ticket,
+		StartedAt: run.DispatchedAt, EndedAt: run.EndedAt, Error: run.Error}
+	switch run.Result {
+	case model.ResultSuccess:
+		row.State = model.StepSucceeded
+		row.Output = outputJSON(output)
+		if len(row.Output) > OutputMax {
+			row.State, row.Output = model.StepFailed, nil
+			row.Error = fmt.Sprintf("output is %d bytes, at most %d", len(output), OutputMax)
+		}
+	case model.ResultKilled:
+		row.State = model.StepCancelled
+	default:
+		row.State = model.StepFailed
+		if row.Error == "" {
+			row.Error = run.Result
+		} else if run.Result != model.ResultFailed {
+			row.Error = run.Result + ": " + row.Error
+		}
+	}
+	return row, true
+}
+
+// StepRecorded acts on a step attempt's end once it is durable (engine.StepSink).
+func (s *Service) StepRecorded(run model.Run, row model.StepRun, err error) {
+	if err != nil {
+		return // not recorded: the run's next owner meets the attempt again
+	}
+	s.mu.Lock()
+	rs := s.runs[row.RunID]
+	s.mu.Unlock()
+	if rs == nil {
+		return
+	}
+	rs.mu.Lock()
+	i, ok := rs.c.index[row.Step]
+	if !ok || row.Index >= len(rs.steps[i].items) {
+		rs.mu.Unlock()
+		return
+	}
+	it := &rs.steps[i].items[row.Index]
+	if row.Attempt >= it.attempt {
+		try := it.try
+		*it = item{attempt: row.Attempt, try: max(try, 1), state: row.State, output: row.Output, err: row.Error, ticket: row.Ticket, endedAt: row.EndedAt}
+		rs.armRetry(i, row.Index)
+	}
+	rs.mu.Unlock()
+	go s.advance(rs)
+}
+
+// retryDue drives the runs that have an item whose retry (or wait for a limit) is due.
+func (s *Service) retryDue() {
+	now := s.clk.Now().UnixMilli()
+	s.mu.Lock()
+	var due []*runState
+	for _, rs := range s.runs {
+		due = append(due, rs)
+	}
+	s.mu.Unlock()
+	for _, rs := range due {
+		rs.mu.Lock()
+		hit := false
+		for i := range rs.steps {
+			for j := range rs.steps[i].items {
+				if r := rs.steps[i].items[j].retryAt; r > 0 && r <= now {
+					hit = true
+				}
+			}
+		}
+		rs.mu.Unlock()
+		if hit {
+			s.advance(rs)
+		}
+	}
+}

@@ -1,0 +1,260 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+)
+
+// misfireGrace is how late a cron fire may be taken up and still count as on time; later
+// ones follow the workflow's misfire policy.
+const misfireGrace = time.Minute
+
+// fireDue starts the cron runs due of the workflows this node schedules. The run and the
+// schedule's next fire are written in one transaction, and a run's id is its logical
+// time's (timeRunID): a fire taken up twice (a restart, a shard moved) meets the stored run.
+func (s *Service) fireDue(ctx context.Context) {
+	now := s.clk.Now()
+	s.mu.Lock()
+	var due []*schedule
+	for _, sc := range s.schedules {
+		if !sc.paused && sc.next > 0 && sc.next <= now.UnixMilli() && !sc.inFlight {
+			sc.inFlight = true
+			due = append(due, sc)
+		}
+	}
+	s.mu.Unlock()
+	for _, sc := range due {
+		err := s.fire(ctx, sc, now)
+		s.mu.Lock()
+		sc.inFlight = false
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("cannot start a workflow's cron run; trying again", "workflow", sc.name, "error", err)
+			}
+			delete(s.schedules, sc.name) // read again at the next scan
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
+	if !s.eng.WorkflowOwned(sc.name) {
+		return nil
+	}
+	w, err := s.st.GetWorkflow(ctx, sc.name)
+	if err != nil {
+		return err
+	}
+	if w.Def.Version != sc.version || w.NextFire != sc.next || w.Def.Paused {
+		return errors.New("changed meanwhile")
+	}
+	// The latest fire time due: fires missed while no node scheduled the workflow run once.
+	at := time.UnixMilli(sc.next)
+	for i := 0; i < 100_000; i++ {
+		n := sc.sched.Next(at, sc.loc)
+		if n.IsZero() || n.After(now) {
+			break
+		}
+		at = n
+	}
+	next := sc.sched.Next(now, sc.loc)
+	nextMS := int64(0)
+	if !next.IsZero() {
+		nextMS = next.UnixMilli()
+	}
+	late := now.Sub(at) > misfireGrace
+	b := &persist.Batch{WorkflowPuts: []persist.WorkflowPut{{Def: w.Def, NextFire: nextMS, ExpectVersion: w.Def.Version}}}
+	id := timeRunID(sc.name, at.UnixMilli())
+	if late && w.Def.MisfirePolicy == model.MisfireSkip {
+		b.Actions = []model.Action{s.action(sc.name, "", "workflow_misfire", "scheduler",
+			fmt.Sprintf("fire of %s skipped: %s late (misfire_policy skip)", at.UTC().Format(time.RFC3339), now.Sub(at).Round(time.Second)))}
+	} else {
+		params := w.Def.Params
+		b.NewWorkflowRuns = []model.WorkflowRun{{ID: id, Workflow: sc.name, Version: w.Def.Version, ScheduledAt: at.UnixMilli(),
+			Trigger: model.TriggerCron, Params: params, State: model.WorkflowRunning, CreatedAt: now.UnixMilli()}}
+	}
+	err = s.eng.ApplyWorkflowBatch(ctx, sc.name, b)
+	if errors.Is(err, persist.ErrWorkflowRunExists) {
+		// A backfill ran this logical time: move the schedule on alone.
+		b.NewWorkflowRuns = nil
+		err = s.eng.ApplyWorkflowBatch(ctx, sc.name, b)
+	}
+	if err != nil {
+		return err
+	}
+	sc.next = nextMS
+	if len(b.NewWorkflowRuns) > 0 {
+		if err := s.takeUp(ctx, id); err != nil {
+			s.log.Warn("cannot take up a new workflow run; the next scan will", "run", id, "error", err)
+		}
+	}
+	return nil
+}
+
+// Backfill bounds.
+const (
+	BackfillRunsMax     = 10_000
+	BackfillParallelMax = 64
+)
+
+// backfill runs a workflow for every cron fire time in [from, to), at most parallel runs
+// at once. It lives in memory on the node that schedules the workflow: a restart or a moved
+// shard ends it, and asking again for the same range runs only the logical times that have
+// no run yet (their run ids are their times': timeRunID).
+type backfill struct {
+	workflow string
+	times    []int64
+	next     int
+	parallel int
+	open     map[string]bool
+	started  int
+	skipped  int
+	actor    string
+}
+
+// BackfillStatus is what a backfill did.
+type BackfillStatus struct {
+	Workflow string `json:"workflow"`
+	Times    int    `json:"times"`
+	Started  int    `json:"started"`
+	Skipped  int    `json:"skipped"` // logical times that had a run already
+	Running  int    `json:"running"`
+	Done     bool   `json:"done"`
+}
+
+// Backfill starts runs of a cron workflow for each of its fire times in [from, to).
+func (s *Service) Backfill(ctx context.Context, name string, from, to time.Time, parallel int, actor string) (*BackfillStatus, error) {
+	if err := s.owned(name); err != nil {
+		return nil, err
+	}
+	w, err := s.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if w.Def.Trigger != model.TriggerCron {
+		return nil, &FieldError{Field: "trigger", Msg: fmt.Sprintf("workflow %q has no cron schedule to backfill", name)}
+	}
+	if !to.After(from) {
+		return nil, &FieldError{Field: "to", Msg: "must be after from"}
+	}
+	if to.After(s.clk.Now()) {
+		return nil, &FieldError{Field: "to", Msg: "must not be in the future: the schedule runs those itself"}
+	}
+	if parallel == 0 {
+		parallel = 1
+	}
+	if parallel < 1 || parallel > BackfillParallelMax {
+		return nil, &FieldError{Field: "parallel", Msg: fmt.Sprintf("must be 1-%d, got %d", BackfillParallelMax, parallel)}
+	}
+	sc, err := compileCron(&w.Def)
+	if err != nil {
+		return nil, err
+	}
+	loc, _ := time.LoadLocation(w.Def.Timezone)
+	if loc == nil {
+		loc = time.UTC
+	}
+	var times []int64
+	at := from.Add(-time.Millisecond)
+	for {
+		n := sc.Next(at, loc)
+		if n.IsZero() || !n.Before(to) {
+			break
+		}
+		if len(times) == BackfillRunsMax {
+			return nil, &FieldError{Field: "to", Msg: fmt.Sprintf("the range holds more than %d fire times", BackfillRunsMax)}
+		}
+		times = append(times, n.UnixMilli())
+		at = n
+	}
+	s.mu.Lock()
+	if b := s.backfills[name]; b != nil && b.next < len(b.times) {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("workflow %q has a backfill in progress: %w", name, ErrConflict)
+	}
+	b := &backfill{workflow: name, times: times, parallel: parallel, open: map[string]bool{}, actor: actor}
+	s.backfills[name] = b
+	s.mu.Unlock()
+	act := s.action(name, "", ActBackfill, actor, fmt.Sprintf("%d fire times from %s to %s, %d at once", len(times),
+		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), parallel))
+	if err := s.eng.WriteWorkflow(ctx, name, &persist.Group{Actions: []model.Action{act}}); err != nil {
+		return nil, err
+	}
+	s.poke()
+	return s.BackfillStatus(name), nil
+}
+
+// BackfillStatus returns the workflow's latest backfill on this node, nil when none.
+func (s *Service) BackfillStatus(name string) *BackfillStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.backfills[name]
+	if b == nil {
+		return nil
+	}
+	running := 0
+	for id := range b.open {
+		if rs := s.runs[id]; rs != nil {
+			running++
+		}
+	}
+	return &BackfillStatus{Workflow: name, Times: len(b.times), Started: b.started, Skipped: b.skipped, Running: running,
+		Done: b.next >= len(b.times) && running == 0}
+}
+
+// pumpBackfills starts each backfill's next runs while it has fewer than its parallelism
+// in flight.
+func (s *Service) pumpBackfills(ctx context.Context) {
+	s.mu.Lock()
+	var list []*backfill
+	for _, b := range s.backfills {
+		if b.next < len(b.times) {
+			list = append(list, b)
+		}
+	}
+	s.mu.Unlock()
+	for _, b := range list {
+		if !s.eng.WorkflowOwned(b.workflow) {
+			continue
+		}
+		w, err := s.st.GetWorkflow(ctx, b.workflow)
+		if err != nil {
+			continue
+		}
+		for {
+			s.mu.Lock()
+			for id := range b.open {
+				if s.runs[id] == nil {
+					delete(b.open, id)
+				}
+			}
+			if len(b.open) >= b.parallel || b.next >= len(b.times) {
+				s.mu.Unlock()
+				break
+			}
+			at := b.times[b.next]
+			s.mu.Unlock()
+			id := timeRunID(b.workflow, at)
+			_, err := s.create(ctx, w, id, at, "backfill", nil, b.actor, "workflow_backfill_run")
+			s.mu.Lock()
+			switch {
+			case err == nil:
+				b.open[id], b.started = true, b.started+1
+				b.next++
+			case errors.Is(err, persist.ErrWorkflowRunExists):
+				b.skipped++
+				b.next++
+			}
+			s.mu.Unlock()
+			if err != nil && !errors.Is(err, persist.ErrWorkflowRunExists) {
+				s.log.Warn("cannot start a backfill run; trying again", "workflow", b.workflow, "error", err)
+				break
+			}
+		}
+	}
+}
