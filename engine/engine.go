@@ -344,7 +344,7 @@ type Engine struct {
 	m           *engineMetrics
 
 	tasks     taskMap
-	steps     StepSink // the workflow service (steps.go); nil: none
+	steps     StepSink                    // the workflow service (steps.go); nil: none
 	shards    [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
 	registry  *dispatch.Registry
 	runs      runsInFlight // every run sent and not yet ended

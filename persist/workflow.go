@@ -125,7 +125,7 @@ func (s *sqlStore) writeWorkflows(ctx context.Context, tx batchTx, b *Batch) err
 	}
 	if len(b.StepRuns) > 0 {
 		type key struct {
-			run, step     string
+			run, step    string
 			idx, attempt int
 		}
 		last := make(map[key]int, len(b.StepRuns))

@@ -49,7 +49,7 @@ type WorkflowStepView struct {
 // every step with its state, output and attempts.
 type WorkflowRunView struct {
 	model.WorkflowRun
-	Definition *model.WorkflowDef  `json:"definition"`
+	Definition *model.WorkflowDef `json:"definition"`
 	Steps      []WorkflowStepView `json:"steps"`
 }
 
