@@ -273,7 +273,8 @@ func (s *Server) routes() fasthttp.RequestHandler {
 	// On a sharded node each write goes to the node that schedules its task's shard, and a
 	// call over many tasks or every node's limits to every node (shardfront.go); without
 	// Sharding these wrappers serve the call here.
-	task := s.byTask
+	// A workflow step's task (WORKFLOW/STEP) changes only with its workflow (workflows.go).
+	task := func(next fasthttp.RequestHandler) fasthttp.RequestHandler { return s.notStepTask(s.byTask(next)) }
 	api.POST("/tasks", h(s.byBodyName(s.createTask)))
 	api.GET("/tasks", h(s.listTasks))
 	api.GET("/tasks/{name}", h(s.getTask))

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -338,4 +339,18 @@ func (s *Server) succeedWorkflowStep(c *fasthttp.RequestCtx) {
 		return
 	}
 	writeJSON(c, fasthttp.StatusAccepted, run)
+}
+
+// notStepTask refuses a change made directly to a workflow step's task: its definition is
+// the workflow's, and its runs are the workflow's steps (kill one by its ticket instead).
+func (s *Server) notStepTask(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(c *fasthttp.RequestCtx) {
+		name := param(c, "name")
+		if i := strings.IndexByte(name, '/'); i > 0 {
+			writeErr(c, fasthttp.StatusConflict, fmt.Sprintf("task %q runs step %q of workflow %q: change the workflow (/api/v1/workflows/%s), or kill one step run by its ticket",
+				name, name[i+1:], name[:i], name[:i]))
+			return
+		}
+		next(c)
+	}
 }

@@ -244,3 +244,27 @@ func TestWorkflowDefinitionsRefused(t *testing.T) {
 		t.Fatalf("refused definitions were stored: %+v", list)
 	}
 }
+
+// TestWorkflowStepTasksChangeOnlyWithTheirWorkflow: the task a step runs as cannot be
+// edited, paused, run or deleted on its own; its workflow's delete removes it.
+func TestWorkflowStepTasksChangeOnlyWithTheirWorkflow(t *testing.T) {
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	def := map[string]any{"name": "w1", "steps": []map[string]any{{"name": "s1", "callback": map[string]any{"type": "http", "url": "http://127.0.0.1:1/x"}}}}
+	d.MustJSON(t, 201, "POST", "/api/v1/workflows", def, nil)
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/api/v1/tasks/w1%2Fs1/pause"}, {"POST", "/api/v1/tasks/w1%2Fs1/run"},
+		{"DELETE", "/api/v1/tasks/w1%2Fs1"}, {"PUT", "/api/v1/tasks/w1%2Fs1"},
+	} {
+		if msg := d.APIError(t, 409, c.method, c.path, map[string]any{}); !strings.Contains(msg, "workflow") {
+			t.Errorf("%s %s: %s", c.method, c.path, msg)
+		}
+	}
+	d.MustJSON(t, 200, "GET", "/api/v1/tasks/w1%2Fs1", nil, nil)
+	code, _ := d.Call(t, "DELETE", "/api/v1/workflows/w1", nil)
+	if code != 204 {
+		t.Fatalf("delete workflow: %d", code)
+	}
+	if code, _ := d.Call(t, "GET", "/api/v1/tasks/w1%2Fs1", nil); code != 404 {
+		t.Fatalf("the step task outlived its workflow: %d", code)
+	}
+}
