@@ -15,6 +15,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/workflow"
 )
 
 // TestOpenAPIMatchesRoutes checks docs/openapi.yaml against the live server both ways:
@@ -64,7 +65,8 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Stop(context.Background()) })
-	srv, err := admin.NewServer(admin.ServerConfig{Engine: eng, Store: store, Pprof: true})
+	srv, err := admin.NewServer(admin.ServerConfig{Engine: eng, Store: store, Pprof: true,
+		Workflows: workflow.New(workflow.Config{Engine: eng, Store: store})})
 	if err != nil {
 		t.Fatal(err)
 	}
