@@ -17,6 +17,7 @@ import (
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/workflow"
 )
 
 // This file runs `axe serve --ha --ha-mode primary` (docs/ha.md): a node that is the primary or a
@@ -45,8 +46,9 @@ var (
 // backup's reader.
 type haTerm struct {
 	admin.HATerm
-	set *metrics.Set  // the engine's metrics, written on /metrics while the term serves
-	rec *minuteSeries // a primary's minute recorder, started with the term; nil for the reader
+	set *metrics.Set      // the engine's metrics, written on /metrics while the term serves
+	rec *minuteSeries     // a primary's minute recorder, started with the term; nil for the reader
+	wf  *workflow.Service // the term's workflow service, started with a primary's engine
 }
 
 // haNode is the daemon state of one HA node.
@@ -195,6 +197,7 @@ func serveHA(ctx context.Context, cfg Config) error {
 	n.ended = true
 	t := n.term.Load()
 	if t.Primary {
+		step("stop workflow service", func() error { return t.wf.Stop(sctx) })
 		step("stop engine (triggering, dispatch, writer)", func() error { return t.Engine.Stop(sctx) })
 		step("stop minute recorder (records the last minute)", func() error { t.rec.stop(); return nil })
 	}
@@ -230,7 +233,8 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	if err != nil {
 		return nil, err
 	}
-	sc := admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger}
+	wf := workflow.New(workflow.Config{Engine: eng, Store: ecfg.Store, Clock: ecfg.Clock, Logger: cfg.Logger})
+	sc := admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger, Workflows: wf}
 	var rec *minuteSeries
 	if primary {
 		rec = newMinuteSeries(eng, cfg.Logger)
@@ -240,7 +244,7 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	if err != nil {
 		return nil, errors.Join(err, eng.Stop(context.Background()))
 	}
-	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.Metrics(), rec: rec}, nil
+	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.Metrics(), rec: rec, wf: wf}, nil
 }
 
 // roles follows the elector's role changes until it stops.
@@ -270,7 +274,11 @@ func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 	t, err := n.newTerm(n.el, true, ch.Epoch)
 	if err == nil {
 		err = t.Engine.Start(ctx)
+		if err == nil {
+			err = t.wf.Start(ctx)
+		}
 		if err != nil {
+			_ = t.wf.Stop(expiredContext())
 			_ = t.Engine.Stop(expiredContext())
 		}
 	}
@@ -281,6 +289,7 @@ func (n *haNode) promote(ctx context.Context, ch ha.Change) {
 	}
 	if err := n.el.Gate(ch.Epoch); err != nil {
 		log.Warn("the lease went during the promotion; stopping its engine", "error", err)
+		_ = t.wf.Stop(expiredContext())
 		_ = t.Engine.Stop(expiredContext())
 		return
 	}
@@ -302,6 +311,7 @@ func (n *haNode) demote(ch ha.Change) {
 	}
 	n.term.Store(n.reader)
 	start := time.Now()
+	_ = t.wf.Stop(expiredContext())
 	err := t.Engine.Stop(expiredContext())
 	t.rec.abandon()
 	n.cfg.Logger.Warn("demoted: the engine of this term is stopped and its wheel dropped",

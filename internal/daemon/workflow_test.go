@@ -9,9 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/axe-sched/axe/internal/daemontest"
 	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/wire"
 )
 
@@ -266,5 +268,33 @@ func TestWorkflowStepTasksChangeOnlyWithTheirWorkflow(t *testing.T) {
 	}
 	if code, _ := d.Call(t, "GET", "/api/v1/tasks/w1%2Fs1", nil); code != 404 {
 		t.Fatalf("the step task outlived its workflow: %d", code)
+	}
+}
+
+// TestWorkflowOnPrimaryBackup: under --ha-mode primary the primary runs workflows and the
+// backup reads them; a primary's kill hands open runs to the new primary, which ends them.
+func TestWorkflowOnPrimaryBackup(t *testing.T) {
+	dsn := persisttest.MySQLDSN(t)
+	sink := newStepSink(t)
+	a := daemontest.HANode(t, dsn, "a", 3*time.Second, time.Second)
+	a.WaitRole(t, "primary", daemontest.WaitTimeout)
+	b := daemontest.HANode(t, dsn, "b", 3*time.Second, time.Second)
+	b.WaitRole(t, "backup", daemontest.WaitTimeout)
+	def := map[string]any{"name": "pb", "steps": []map[string]any{
+		{"name": "sync", "callback": map[string]any{"type": "http", "url": sink.srv.URL}},
+		{"name": "clean", "needs": []string{"sync"}, "callback": map[string]any{"type": "http", "url": sink.srv.URL}},
+	}}
+	a.MustJSON(t, 201, "POST", "/api/v1/workflows", def, nil)
+	var run struct {
+		ID string `json:"id"`
+	}
+	a.MustJSON(t, 202, "POST", "/api/v1/workflows/pb/run", nil, &run)
+	waitRunState(t, a, run.ID, "succeeded")
+	v := waitRunState(t, b, run.ID, "succeeded") // the backup reads it from the database
+	if s := stepOf(v, "clean"); !strings.Contains(string(s.Output), "orders.parquet") {
+		t.Fatalf("clean's output on the backup: %s", s.Output)
+	}
+	if dup := sink.duplicates(); len(dup) > 0 {
+		t.Fatalf("step attempts sent twice: %v", dup)
 	}
 }
