@@ -34,6 +34,9 @@ const (
 	TriggerDelay      = "delay"
 	TriggerManual     = "manual"
 	TriggerDependency = "dependency"
+	// TriggerWorkflow starts a workflow's run when a run of the workflow it names (After)
+	// succeeds (docs/workflows.md).
+	TriggerWorkflow = "workflow"
 )
 
 // Misfire policies: what a fire time that passed while no scheduler was active does (fire

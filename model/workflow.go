@@ -53,13 +53,19 @@ type WorkflowStep struct {
 type WorkflowDef struct {
 	Name     string          `json:"name"`
 	Group    string          `json:"group,omitempty"`
-	Trigger  string          `json:"trigger"` // cron or manual
+	Trigger  string          `json:"trigger"` // cron, manual or workflow (After)
 	Cron     string          `json:"cron,omitempty"`
 	Timezone string          `json:"timezone,omitempty"`
 	Params   json.RawMessage `json:"params,omitempty"`
 	Steps    []WorkflowStep  `json:"steps"`
 	// MisfirePolicy: what a cron fire missed while no node scheduled the workflow does.
 	MisfirePolicy string `json:"misfire_policy,omitempty"`
+	// After names the workflow whose succeeded runs start this one's (trigger "workflow"),
+	// each for the same logical time.
+	After string `json:"after,omitempty"`
+	// PauseAfterFailures pauses the workflow's trigger after this many runs in a row ended
+	// failed (0: never).
+	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
 	// Version is set by the store: 1 at create, +1 at every update.
 	Version   int   `json:"version"`
 	Paused    bool  `json:"paused"`

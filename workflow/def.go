@@ -77,8 +77,24 @@ func Normalize(d *model.WorkflowDef) ([]int, error) {
 		if _, err := cron.Parse(d.Cron); err != nil {
 			return nil, fieldErr("cron", "%v", err)
 		}
+	case model.TriggerWorkflow:
+		if !validName(d.After) {
+			return nil, fieldErr("after", "trigger workflow needs the name of the workflow whose succeeded runs start this one, got %q", d.After)
+		}
+		if d.After == d.Name {
+			return nil, fieldErr("after", "a workflow cannot follow itself")
+		}
+		if d.Cron != "" {
+			return nil, fieldErr("cron", "is given but trigger is workflow")
+		}
 	default:
-		return nil, fieldErr("trigger", "must be cron or manual, got %q", d.Trigger)
+		return nil, fieldErr("trigger", "must be cron, manual or workflow, got %q", d.Trigger)
+	}
+	if d.Trigger != model.TriggerWorkflow && d.After != "" {
+		return nil, fieldErr("after", "is for trigger workflow; trigger is %s", d.Trigger)
+	}
+	if d.PauseAfterFailures < 0 || d.PauseAfterFailures > 1000 {
+		return nil, fieldErr("pause_after_failures", "must be 0-1000, got %d", d.PauseAfterFailures)
 	}
 	if d.Timezone == "" {
 		d.Timezone = "UTC"

@@ -346,6 +346,13 @@ func (s *Service) endRun(rs *runState, state string) {
 	}
 	s.mu.Unlock()
 	s.log.Info("workflow run ended", "workflow", run.Workflow, "run", run.ID, "state", state)
+	if state == model.WorkflowFailed {
+		pctx, pcancel := context.WithTimeout(context.Background(), startTimeout)
+		s.pauseAfterFailures(pctx, run.Workflow)
+		pcancel()
+	} else if state == model.WorkflowSucceeded {
+		s.poke() // a workflow that follows this one starts sooner than the next scan
+	}
 }
 
 // StepEnded is the row recording a step attempt's end (engine.StepSink).

@@ -79,6 +79,7 @@ type Service struct {
 	versions  map[string]*compiled // "name@version"
 	schedules map[string]*schedule // workflows with a cron trigger this node schedules
 	backfills map[string]*backfill
+	followed  map[string]bool // "workflow\x00upstream run id" already acted on (follow)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -119,7 +120,7 @@ func New(cfg Config) *Service {
 	}
 	s := &Service{cfg: cfg, eng: cfg.Engine, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger.With("service", "workflow"),
 		runs: map[string]*runState{}, versions: map[string]*compiled{}, schedules: map[string]*schedule{},
-		backfills: map[string]*backfill{}, wake: make(chan struct{}, 1)}
+		backfills: map[string]*backfill{}, followed: map[string]bool{}, wake: make(chan struct{}, 1)}
 	cfg.Engine.SetStepSink(s)
 	return s
 }
@@ -202,6 +203,9 @@ func (s *Service) scan(ctx context.Context) error {
 		}
 		seen[w.Def.Name] = true
 		s.track(w)
+		if w.Def.Trigger == model.TriggerWorkflow {
+			s.follow(ctx, w)
+		}
 	}
 	s.mu.Lock()
 	for name := range s.schedules {

@@ -258,3 +258,73 @@ func (s *Service) pumpBackfills(ctx context.Context) {
 		}
 	}
 }
+
+// followLook bounds how many of an upstream workflow's newest runs a scan looks at.
+const followLook = 20
+
+// follow starts a run of w (trigger workflow) for each newly succeeded run of the workflow
+// it follows, with that run's logical time. A run already started for that time (by this
+// node before, or another) is met by its id (timeRunID); only runs that ended after w was
+// created count, and those that ended while w was paused are passed over for good.
+func (s *Service) follow(ctx context.Context, w model.Workflow) {
+	ups, err := s.st.ListWorkflowRuns(ctx, w.Def.After, 0, followLook)
+	if err != nil {
+		s.log.Warn("cannot read the runs of a followed workflow", "workflow", w.Def.Name, "after", w.Def.After, "error", err)
+		return
+	}
+	for i := len(ups) - 1; i >= 0; i-- {
+		up := ups[i]
+		if up.State != model.WorkflowSucceeded || up.EndedAt < w.Def.CreatedAt {
+			continue
+		}
+		key := w.Def.Name + "\x00" + up.ID
+		s.mu.Lock()
+		seen := s.followed[key]
+		if !seen {
+			s.followed[key] = true
+			if len(s.followed) > 100_000 {
+				clear(s.followed) // a bound; a run met again is refused by its id
+			}
+		}
+		s.mu.Unlock()
+		if seen || w.Def.Paused {
+			continue
+		}
+		id := timeRunID(w.Def.Name, up.ScheduledAt)
+		_, err := s.create(ctx, &w, id, up.ScheduledAt, model.TriggerWorkflow, nil, "scheduler", ActRunNow)
+		if err != nil && !errors.Is(err, persist.ErrWorkflowRunExists) {
+			s.mu.Lock()
+			delete(s.followed, key) // tried again at the next scan
+			s.mu.Unlock()
+			s.log.Warn("cannot start a run after the followed workflow's", "workflow", w.Def.Name, "after", up.ID, "error", err)
+		}
+	}
+}
+
+// pauseAfterFailures pauses a workflow whose last PauseAfterFailures runs ended failed.
+func (s *Service) pauseAfterFailures(ctx context.Context, name string) {
+	w, err := s.st.GetWorkflow(ctx, name)
+	if err != nil || w.Def.PauseAfterFailures == 0 || w.Def.Paused {
+		return
+	}
+	runs, err := s.st.ListWorkflowRuns(ctx, name, 0, w.Def.PauseAfterFailures+5)
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, r := range runs {
+		if r.State == model.WorkflowRunning {
+			continue
+		}
+		if r.State != model.WorkflowFailed {
+			break
+		}
+		n++
+	}
+	if n < w.Def.PauseAfterFailures {
+		return
+	}
+	if _, err := s.SetPaused(ctx, name, true, fmt.Sprintf("paused after %d failed runs in a row (pause_after_failures)", n), "scheduler"); err != nil {
+		s.log.Warn("cannot pause a workflow after its failures", "workflow", name, "error", err)
+	}
+}

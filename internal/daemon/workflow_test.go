@@ -298,3 +298,70 @@ func TestWorkflowOnPrimaryBackup(t *testing.T) {
 		t.Fatalf("step attempts sent twice: %v", dup)
 	}
 }
+
+// TestWorkflowFollowsAnother: a workflow with trigger workflow runs once for each succeeded
+// run of the one it follows, for that run's logical time; after pause_after_failures failed
+// runs in a row its trigger pauses.
+func TestWorkflowFollowsAnother(t *testing.T) {
+	sink := newStepSink(t)
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	cb := map[string]any{"type": "http", "url": sink.srv.URL}
+	d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": "up", "steps": []map[string]any{{"name": "sync", "callback": cb}}}, nil)
+	d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": "down", "trigger": "workflow", "after": "up",
+		"pause_after_failures": 2, "steps": []map[string]any{{"name": "report", "callback": cb}}}, nil)
+	if msg := d.APIError(t, 400, "POST", "/api/v1/workflows", map[string]any{"name": "self", "trigger": "workflow", "after": "self",
+		"steps": []map[string]any{{"name": "x", "callback": cb}}}); !strings.Contains(msg, "after") {
+		t.Fatalf("a workflow following itself: %s", msg)
+	}
+	var ups []string
+	for range 2 {
+		var run struct {
+			ID          string `json:"id"`
+			ScheduledAt int64  `json:"scheduled_at"`
+		}
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/up/run", nil, &run)
+		waitRunState(t, d, run.ID, "succeeded")
+		ups = append(ups, run.ID)
+	}
+	var runs wire.WorkflowRunList
+	testwait.For(t, daemontest.WaitTimeout, "down to run after each run of up", func() bool {
+		runs = wire.WorkflowRunList{}
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/down/runs", nil, &runs)
+		return len(runs.Runs) == 2 && runs.Runs[0].State == "succeeded" && runs.Runs[1].State == "succeeded"
+	})
+	var upRuns wire.WorkflowRunList
+	d.MustJSON(t, 200, "GET", "/api/v1/workflows/up/runs", nil, &upRuns)
+	for i := range 2 {
+		if runs.Runs[i].ScheduledAt != upRuns.Runs[i].ScheduledAt || runs.Runs[i].Trigger != "workflow" {
+			t.Fatalf("down's run %d: %+v; up's: %+v", i, runs.Runs[i], upRuns.Runs[i])
+		}
+	}
+	// Two failed runs in a row pause down.
+	sink.mu.Lock()
+	sink.failing["report"] = 2
+	sink.mu.Unlock()
+	for range 2 {
+		var run struct {
+			ID string `json:"id"`
+		}
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/down/run", nil, &run)
+		waitRunState(t, d, run.ID, "failed")
+	}
+	testwait.For(t, daemontest.WaitTimeout, "down to pause after 2 failed runs", func() bool {
+		var w wire.WorkflowView
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/down", nil, &w)
+		return w.Paused
+	})
+	// Paused, it does not follow up's next run.
+	var run struct {
+		ID string `json:"id"`
+	}
+	d.MustJSON(t, 202, "POST", "/api/v1/workflows/up/run", nil, &run)
+	waitRunState(t, d, run.ID, "succeeded")
+	time.Sleep(2 * time.Second) // a scan or two
+	runs = wire.WorkflowRunList{}
+	d.MustJSON(t, 200, "GET", "/api/v1/workflows/down/runs", nil, &runs)
+	if len(runs.Runs) != 4 {
+		t.Fatalf("a paused follower ran: %d runs", len(runs.Runs))
+	}
+}
