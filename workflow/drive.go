@@ -32,6 +32,7 @@ type stepRequest struct {
 type start struct {
 	step, idx, attempt int
 	try                int
+	after              time.Time // when the end that released it became durable; zero for none
 }
 
 // advance takes every decision the run's state allows now: steps whose upstreams ended
@@ -130,7 +131,7 @@ func (s *Service) advance(rs *runState) {
 				}
 				it.starting, it.retryAt = true, 0
 				flying++
-				starts = append(starts, start{step: i, idx: j, attempt: a, try: try})
+				starts = append(starts, start{step: i, idx: j, attempt: a, try: try, after: rs.endSeen})
 			}
 		}
 		end := ""
@@ -251,6 +252,10 @@ func (s *Service) startItem(rs *runState, x start) {
 	var wait *engine.StepWaitError
 	switch {
 	case err == nil:
+		s.m.steps.Inc()
+		if !x.after.IsZero() && it.attempt == 0 && x.attempt == st.base {
+			s.m.handoff.Update(s.clk.Now().Sub(x.after).Seconds())
+		}
 		// Its end may have been recorded meanwhile (StepRecorded): only an older row's
 		// state gives way to running.
 		if it.attempt < x.attempt || (it.attempt == x.attempt && it.endedAt == 0) {
@@ -263,6 +268,7 @@ func (s *Service) startItem(rs *runState, x start) {
 		rs.mu.Unlock()
 		s.reload(rs)
 	case errors.As(err, &wait):
+		s.m.waits.Inc()
 		it.retryAt = s.clk.Now().Add(wait.After).UnixMilli()
 		if it.state == "" || it.state == stepPending {
 			// Keep it startable at the same attempt: a pending marker in memory only.
@@ -337,6 +343,9 @@ func (s *Service) endRun(rs *runState, state string) {
 	rs.mu.Lock()
 	rs.run, rs.ending, rs.gone = run, false, true
 	rs.mu.Unlock()
+	if c := s.m.ended[state]; c != nil {
+		c.Inc()
+	}
 	s.mu.Lock()
 	if s.runs[run.ID] == rs {
 		delete(s.runs, run.ID)
@@ -402,6 +411,7 @@ func (s *Service) StepRecorded(run model.Run, row model.StepRun, err error) {
 		return
 	}
 	it := &rs.steps[i].items[row.Index]
+	rs.endSeen = s.clk.Now()
 	if row.Attempt >= it.attempt {
 		try := it.try
 		*it = item{attempt: row.Attempt, try: max(try, 1), state: row.State, output: row.Output, err: row.Error, ticket: row.Ticket, endedAt: row.EndedAt}
@@ -432,7 +442,7 @@ func (s *Service) retryDue() {
 		}
 		rs.mu.Unlock()
 		if hit {
-			s.advance(rs)
+			go s.advance(rs) // off the loop: a start waits for its write
 		}
 	}
 }

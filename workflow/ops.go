@@ -269,6 +269,9 @@ func (s *Service) create(ctx context.Context, w *model.Workflow, id string, at i
 	if err := s.eng.ApplyWorkflowBatch(ctx, w.Def.Name, b); err != nil {
 		return nil, err
 	}
+	if c := s.m.started[trigger]; c != nil {
+		c.Inc()
+	}
 	if err := s.takeUp(ctx, id); err != nil {
 		s.log.Warn("cannot take up a new workflow run; the next scan will", "run", id, "error", err)
 	}

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/internal/clock"
@@ -37,6 +39,7 @@ type Engine interface {
 	SchedulingContext(ctx context.Context) context.Context
 	KillRun(ctx context.Context, ticket, reason, actor string) (*model.Run, error)
 	SetStepSink(engine.StepSink)
+	Metrics() *metrics.Set
 }
 
 // Store is what the service reads.
@@ -81,6 +84,8 @@ type Service struct {
 	backfills map[string]*backfill
 	followed  map[string]bool // "workflow\x00upstream run id" already acted on (follow)
 
+	m wfMetrics
+
 	cancel context.CancelFunc
 	done   chan struct{}
 	wake   chan struct{}
@@ -104,6 +109,9 @@ type runState struct {
 	c      *compiled
 	steps  []stepState
 	ending bool // the run's end is being written
+	// endSeen is when the last step end of this run became durable here: the hand-off to
+	// the steps it releases is measured from it.
+	endSeen time.Time
 	gone   bool // left memory (ended, or its shard went)
 }
 
@@ -121,6 +129,7 @@ func New(cfg Config) *Service {
 	s := &Service{cfg: cfg, eng: cfg.Engine, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger.With("service", "workflow"),
 		runs: map[string]*runState{}, versions: map[string]*compiled{}, schedules: map[string]*schedule{},
 		backfills: map[string]*backfill{}, followed: map[string]bool{}, wake: make(chan struct{}, 1)}
+	s.m = newWFMetrics(cfg.Engine.Metrics())
 	cfg.Engine.SetStepSink(s)
 	return s
 }

@@ -89,6 +89,7 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 	}
 	sc.next = nextMS
 	if len(b.NewWorkflowRuns) > 0 {
+		s.m.started[model.TriggerCron].Inc()
 		if err := s.takeUp(ctx, id); err != nil {
 			s.log.Warn("cannot take up a new workflow run; the next scan will", "run", id, "error", err)
 		}

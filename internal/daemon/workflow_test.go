@@ -365,3 +365,62 @@ func TestWorkflowFollowsAnother(t *testing.T) {
 		t.Fatalf("a paused follower ran: %d runs", len(runs.Runs))
 	}
 }
+
+// TestWorkflowCancelAndMark: cancelling a run kills its running step and starts nothing
+// after it; a step marked succeeded with an operator's output releases what follows it,
+// which gets that output as its input.
+func TestWorkflowCancelAndMark(t *testing.T) {
+	sink := newStepSink(t)
+	release := make(chan struct{}) // the slow step answers once its kill is recorded
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(free)
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": "c1", "steps": []map[string]any{
+		{"name": "slow", "timeout_sec": 120, "callback": map[string]any{"type": "http", "url": slow.URL}},
+		{"name": "after", "needs": []string{"slow"}, "callback": map[string]any{"type": "http", "url": sink.srv.URL}},
+	}}, nil)
+	var run struct {
+		ID string `json:"id"`
+	}
+	d.MustJSON(t, 202, "POST", "/api/v1/workflows/c1/run", nil, &run)
+	testwait.For(t, daemontest.WaitTimeout, "the slow step to run", func() bool {
+		var v wire.WorkflowRunView
+		d.MustJSON(t, 200, "GET", "/api/v1/workflow-runs/"+run.ID, nil, &v)
+		return stepOf(v, "slow").State == "running"
+	})
+	if msg := d.APIError(t, 409, "POST", "/api/v1/workflow-runs/"+run.ID+"/rerun", map[string]any{"from": "failed"}); !strings.Contains(msg, "still running") {
+		t.Fatalf("rerun of a running run: %s", msg)
+	}
+	d.MustJSON(t, 200, "POST", "/api/v1/workflow-runs/"+run.ID+"/cancel", map[string]any{"reason": "INC-7"}, nil)
+	v := waitRunState(t, d, run.ID, "cancelled")
+	if !strings.Contains(v.Error, "INC-7") {
+		t.Fatalf("cancelled run's error %q lacks the reason", v.Error)
+	}
+	testwait.For(t, daemontest.WaitTimeout, "the slow step's attempt to be recorded killed", func() bool {
+		v = wire.WorkflowRunView{}
+		d.MustJSON(t, 200, "GET", "/api/v1/workflow-runs/"+run.ID, nil, &v)
+		s := stepOf(v, "slow")
+		return len(s.Attempts) == 1 && s.Attempts[0].State == "cancelled"
+	})
+	free() // its late answer changes nothing
+	if s := stepOf(v, "after"); len(s.Attempts) != 0 {
+		t.Fatalf("a step after the cancel started: %+v", s)
+	}
+	// Mark slow succeeded with an output: after runs with it as its input.
+	d.MustJSON(t, 202, "POST", "/api/v1/workflow-runs/"+run.ID+"/steps/slow/succeed", map[string]any{"output": map[string]any{"path": "/by/hand"}, "note": "loaded by hand"}, nil)
+	v = waitRunState(t, d, run.ID, "succeeded")
+	if !strings.Contains(string(sink.params("after")["inputs"]), "/by/hand") {
+		t.Fatalf("after did not get the operator's output: %s", sink.params("after")["inputs"])
+	}
+	if s := stepOf(v, "slow"); s.State != "succeeded" || !strings.Contains(string(s.Output), "/by/hand") {
+		t.Fatalf("slow after the mark: %+v", s)
+	}
+}
