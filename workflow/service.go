@@ -112,7 +112,7 @@ type runState struct {
 	// endSeen is when the last step end of this run became durable here: the hand-off to
 	// the steps it releases is measured from it.
 	endSeen time.Time
-	gone   bool // left memory (ended, or its shard went)
+	gone    bool // left memory (ended, or its shard went)
 }
 
 // New makes a service and connects it to the engine's step ends.
