@@ -346,7 +346,7 @@ func (s *Server) succeedWorkflowStep(c *fasthttp.RequestCtx) {
 func (s *Server) notStepTask(next fasthttp.RequestHandler) fasthttp.RequestHandler {
 	return func(c *fasthttp.RequestCtx) {
 		name := param(c, "name")
-		if i := strings.IndexByte(name, '/'); i > 0 {
+		if i := strings.IndexByte(name, '/'); i > 0 && workflow.IsStepTaskName(name) {
 			writeErr(c, fasthttp.StatusConflict, fmt.Sprintf("task %q runs step %q of workflow %q: change the workflow (/api/v1/workflows/%s), or kill one step run by its ticket",
 				name, name[i+1:], name[:i], name[:i]))
 			return

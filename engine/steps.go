@@ -48,6 +48,10 @@ type StepCall struct {
 	// Def is the step as the run's version defines it, named WORKFLOW/STEP: callback,
 	// timeout, group, concurrency key. It replaces the step task's definition in memory.
 	Def *model.TaskDef
+	// Task, when set, is the step task as the caller read it before: a copy not in memory
+	// is built from it instead of being read again (a step task's runtime never changes,
+	// and Def replaces its definition). Its name must be Def's.
+	Task *model.Task
 	// Ticket names the attempt; Params is its request's params (the workflow context).
 	Ticket string
 	Params json.RawMessage
@@ -88,7 +92,17 @@ func (e *Engine) StartStep(ctx context.Context, c StepCall) error {
 	if c.Def == nil || !IsStepTask(c.Def.Name) {
 		return fmt.Errorf("not a workflow step")
 	}
-	t, err := e.acquireByName(ctx, c.Def.Name)
+	var t *task
+	var err error
+	if c.Task != nil && c.Task.Def.Name == c.Def.Name && c.Task.Def.ID > 0 {
+		t, err = live(e.acquireFrom(ctx, c.Task.Def.ID, true, func() (*model.Task, error) { return c.Task, nil }))
+		if err == nil && t.def.Name != c.Def.Name {
+			e.release(t)
+			err = fmt.Errorf("step task %q: %w", c.Def.Name, model.ErrTaskNotFound)
+		}
+	} else {
+		t, err = e.acquireByName(ctx, c.Def.Name)
+	}
 	if err != nil {
 		return err
 	}

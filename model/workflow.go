@@ -66,6 +66,15 @@ type WorkflowDef struct {
 	// PauseAfterFailures pauses the workflow's trigger after this many runs in a row ended
 	// failed (0: never).
 	PauseAfterFailures int `json:"pause_after_failures,omitempty"`
+	// OverlapPolicy decides a cron fire due while a run of the workflow is running:
+	// "allow_all" (the default: runs of different logical times side by side) or "skip".
+	OverlapPolicy string `json:"overlap_policy,omitempty"`
+	// JitterSec delays each cron fire by a deterministic offset of 0 to JitterSec seconds
+	// (the run keeps the nominal logical time).
+	JitterSec int `json:"jitter_sec,omitempty"`
+	// CatchupWindowSec: cron fires missed within this many seconds before the workflow was
+	// taken up again each get their run, oldest first; older ones follow MisfirePolicy.
+	CatchupWindowSec int `json:"catchup_window_sec,omitempty"`
 	// Version is set by the store: 1 at create, +1 at every update.
 	Version   int   `json:"version"`
 	Paused    bool  `json:"paused"`

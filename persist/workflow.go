@@ -86,14 +86,9 @@ func (s *sqlStore) writeWorkflows(ctx context.Context, tx batchTx, b *Batch) err
 		}
 	}
 	for i := range b.NewWorkflowRuns {
+		// A plain INSERT: the primary key refuses a stored id. No locking read first: two
+		// such reads of a missing row take gap locks on MySQL that deadlock the inserts.
 		r := &b.NewWorkflowRuns[i]
-		var taken bool
-		if err := tx.queryInts(ctx, `SELECT 1 FROM workflow_run WHERE id = ?`+s.d.forUpdate, []any{r.ID}, func([]int64) { taken = true }); err != nil {
-			return fmt.Errorf("cannot look up workflow run %q: %w", r.ID, err)
-		}
-		if taken {
-			return fmt.Errorf("run %q of workflow %q: %w", r.ID, r.Workflow, ErrWorkflowRunExists)
-		}
 		if _, err := tx.exec(ctx, "INSERT INTO workflow_run ("+strings.Join(wfRunCols, ", ")+") VALUES ("+placeholders(len(wfRunCols))+")",
 			[]any{clip(r.ID, ticketLen), clip(r.Workflow, nameLen), r.Version, r.ScheduledAt, clip(r.Trigger, shortLen),
 				string(r.Params), clip(r.State, shortLen), r.CreatedAt, r.EndedAt, clip(r.Error, textLen)}); err != nil {
@@ -158,16 +153,12 @@ func (s *sqlStore) putWorkflowTx(ctx context.Context, tx batchTx, p *WorkflowPut
 		paused = 1
 	}
 	if p.ExpectVersion == 0 {
-		var taken bool
-		err := tx.queryInts(ctx, `SELECT 1 FROM workflow WHERE name = ?`+s.d.forUpdate, []any{d.Name}, func([]int64) { taken = true })
-		if err != nil {
-			return fmt.Errorf("cannot look up workflow %q: %w", d.Name, err)
-		}
-		if taken {
-			return fmt.Errorf("workflow %q: %w", d.Name, ErrWorkflowExists)
-		}
+		// As a run's insert: the primary key refuses a taken name, without a locking read.
 		if _, err := tx.exec(ctx, `INSERT INTO workflow (name, version, grp, paused, next_fire, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 			[]any{d.Name, d.Version, clip(d.Group, nameLen), paused, p.NextFire, d.CreatedAt, d.UpdatedAt}); err != nil {
+			if s.d.isUniqueViolation(err) {
+				return fmt.Errorf("workflow %q: %w", d.Name, ErrWorkflowExists)
+			}
 			return fmt.Errorf("cannot create workflow %q: %w", d.Name, err)
 		}
 	} else {

@@ -54,6 +54,13 @@ func validName(s string) bool {
 	return true
 }
 
+// IsStepTaskName reports whether name is one a step's task can have: WORKFLOW/STEP, both
+// valid names.
+func IsStepTaskName(name string) bool {
+	w, st, ok := strings.Cut(name, "/")
+	return ok && validName(w) && validName(st)
+}
+
 // StepTask is the name of the task a step runs as.
 func StepTask(workflow, step string) string { return workflow + "/" + step }
 
@@ -92,6 +99,22 @@ func Normalize(d *model.WorkflowDef) ([]int, error) {
 	}
 	if d.Trigger != model.TriggerWorkflow && d.After != "" {
 		return nil, fieldErr("after", "is for trigger workflow; trigger is %s", d.Trigger)
+	}
+	switch d.OverlapPolicy {
+	case "":
+		d.OverlapPolicy = model.OverlapAllowAll
+	case model.OverlapAllowAll, model.OverlapSkip:
+	default:
+		return nil, fieldErr("overlap_policy", "must be allow_all or skip for a workflow, got %q", d.OverlapPolicy)
+	}
+	if d.Trigger != model.TriggerCron && (d.JitterSec != 0 || d.CatchupWindowSec != 0) {
+		return nil, fieldErr("trigger", "jitter_sec and catchup_window_sec are for trigger cron")
+	}
+	if d.JitterSec < 0 || d.JitterSec > 3600 {
+		return nil, fieldErr("jitter_sec", "must be 0-3600, got %d", d.JitterSec)
+	}
+	if d.CatchupWindowSec < 0 || d.CatchupWindowSec > 7*86400 {
+		return nil, fieldErr("catchup_window_sec", "must be 0-604800, got %d", d.CatchupWindowSec)
 	}
 	if d.PauseAfterFailures < 0 || d.PauseAfterFailures > 1000 {
 		return nil, fieldErr("pause_after_failures", "must be 0-1000, got %d", d.PauseAfterFailures)

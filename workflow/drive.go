@@ -5,12 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
+
+// startsAtOnce bounds the starts of one run written at once.
+const startsAtOnce = 64
 
 // startTimeout bounds the write of one step attempt's start.
 const startTimeout = 30 * time.Second
@@ -161,9 +166,19 @@ func (s *Service) advance(rs *runState) {
 			}
 			return
 		}
+		// Each start waits for its own write: they go together, so the writer commits them
+		// in shared batches rather than one after another.
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, startsAtOnce)
 		for _, x := range starts {
-			s.startItem(rs, x)
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				s.startItem(rs, x)
+			}()
 		}
+		wg.Wait()
 		// Starts that could not write (a limit) are retried from retryDue; a start that
 		// landed changes nothing here until its end.
 		return
@@ -222,28 +237,40 @@ func (s *Service) startItem(rs *runState, x start) {
 	rs.mu.Lock()
 	def := &rs.c.def.Steps[x.step]
 	st := &rs.steps[x.step]
-	req := stepRequest{Workflow: rs.run.Workflow, RunID: rs.run.ID, Step: def.Name, ScheduledAt: rs.run.ScheduledAt,
-		Params: rs.run.Params, Inputs: map[string]json.RawMessage{}}
-	for _, n := range def.Needs {
-		up := &rs.steps[rs.c.index[n]]
-		if up.succeeded() {
-			req.Inputs[n] = up.output(rs.c.def.Steps[rs.c.index[n]].FanOut != "")
-		} else {
-			req.Inputs[n] = json.RawMessage("null")
+	if st.reqHead == nil {
+		// The part of the request every item and attempt of the step shares, made once:
+		// a fan-out's items would otherwise each encode the upstreams' outputs again.
+		req := stepRequest{Workflow: rs.run.Workflow, RunID: rs.run.ID, Step: def.Name, ScheduledAt: rs.run.ScheduledAt,
+			Params: rs.run.Params, Inputs: map[string]json.RawMessage{}}
+		for _, n := range def.Needs {
+			up := &rs.steps[rs.c.index[n]]
+			if up.succeeded() {
+				req.Inputs[n] = up.output(rs.c.def.Steps[rs.c.index[n]].FanOut != "")
+			} else {
+				req.Inputs[n] = json.RawMessage("null")
+			}
 		}
+		head, _ := json.Marshal(req)
+		st.reqHead = head[:len(head)-1] // without its closing brace
 	}
-	row := model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: x.idx, Attempt: x.attempt}
+	params := append([]byte(nil), st.reqHead...)
 	if def.FanOut != "" {
-		idx := x.idx
-		req.Index, req.Item, req.Items = &idx, st.fan[x.idx], len(st.items)
+		params = append(params, `,"index":`...)
+		params = strconv.AppendInt(params, int64(x.idx), 10)
+		params = append(params, `,"items":`...)
+		params = strconv.AppendInt(params, int64(len(st.items)), 10)
+		params = append(params, `,"item":`...)
+		params = append(params, st.fan[x.idx]...)
 	}
+	params = append(params, '}')
+	row := model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: x.idx, Attempt: x.attempt}
 	run := rs.run
 	rs.mu.Unlock()
-	params, _ := json.Marshal(req)
 	ticket := Ticket(run.ID, def.Name, x.idx, x.attempt)
-	call := engine.StepCall{Def: stepTaskDef(&rs.c.def, def), Ticket: ticket, Params: params, ScheduledAt: run.ScheduledAt,
-		Row: row, Detail: fmt.Sprintf("workflow %s run %s step %s item %d", run.Workflow, run.ID, def.Name, x.idx)}
+	tdef := stepTaskDef(&rs.c.def, def)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	call := engine.StepCall{Def: tdef, Task: s.stepTaskOf(ctx, tdef.Name), Ticket: ticket, Params: params, ScheduledAt: run.ScheduledAt,
+		Row: row, Detail: fmt.Sprintf("workflow %s run %s step %s item %d", run.Workflow, run.ID, def.Name, x.idx)}
 	err := s.eng.StartStep(ctx, call)
 	cancel()
 	rs.mu.Lock()
@@ -279,6 +306,9 @@ func (s *Service) startItem(rs *runState, x start) {
 		rs.mu.Unlock()
 	default:
 		rs.mu.Unlock()
+		if errors.Is(err, model.ErrTaskNotFound) {
+			s.forgetStepTasks(run.Workflow) // read again at the next start
+		}
 		s.lost(rs, "cannot start step "+def.Name, err)
 	}
 }

@@ -76,6 +76,7 @@ func (s *Service) Create(ctx context.Context, d model.WorkflowDef, actor string)
 	if err := s.stepTasks(ctx, b, &d); err != nil {
 		return nil, err
 	}
+	s.forgetStepTasks(d.Name)
 	if err := s.eng.ApplyWorkflowBatch(ctx, d.Name, b); err != nil {
 		if errors.Is(err, persist.ErrWorkflowExists) {
 			return nil, fmt.Errorf("workflow %q exists: %w", d.Name, ErrConflict)
@@ -149,6 +150,7 @@ func (s *Service) Update(ctx context.Context, name string, d model.WorkflowDef, 
 	if err := s.stepTasks(ctx, b, &d); err != nil {
 		return nil, err
 	}
+	s.forgetStepTasks(name)
 	if err := s.eng.ApplyWorkflowBatch(ctx, name, b); err != nil {
 		if errors.Is(err, model.ErrVersionConflict) {
 			return nil, fmt.Errorf("workflow %q changed meanwhile; read it and try again: %w", name, ErrConflict)
@@ -185,9 +187,11 @@ func (s *Service) Delete(ctx context.Context, name, actor string) error {
 			b.Deletes = append(b.Deletes, t.Def.ID)
 		}
 	}
+	s.forgetStepTasks(name)
 	if err := s.eng.ApplyWorkflowBatch(ctx, name, b); err != nil {
 		return err
 	}
+	s.forgetStepTasks(name)
 	s.mu.Lock()
 	delete(s.schedules, name)
 	s.mu.Unlock()
@@ -336,7 +340,7 @@ func (s *Service) GetRun(ctx context.Context, id string) (*RunView, error) {
 			sv.State = model.StepSucceeded
 		case ended:
 			sv.State = model.StepFailed
-			if st.level == model.StepCancelled {
+			if st.level == model.StepCancelled || st.allCancelled() {
 				sv.State = model.StepCancelled
 			}
 		case st.resolved:

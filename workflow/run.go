@@ -85,6 +85,7 @@ type stepState struct {
 	items    []item // resolved: one per item
 	resolved bool
 	fan      []json.RawMessage // a fan-out's items, once resolved here
+	reqHead  []byte            // the request's shared part (startItem), once made
 }
 
 // terminal reports whether the step has ended, and whether it succeeded.
@@ -113,6 +114,21 @@ func (s *stepState) terminal() (ended, ok bool) {
 		}
 	}
 	return true, all
+}
+
+// allCancelled reports whether every item that did not succeed was cancelled (killed).
+func (s *stepState) allCancelled() bool {
+	any := false
+	for _, it := range s.items {
+		switch it.state {
+		case model.StepSucceeded:
+		case model.StepCancelled:
+			any = true
+		default:
+			return false
+		}
+	}
+	return any
 }
 
 // succeeded reports whether the step ended succeeded.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,6 +84,7 @@ type Service struct {
 	schedules map[string]*schedule // workflows with a cron trigger this node schedules
 	backfills map[string]*backfill
 	followed  map[string]bool // "workflow\x00upstream run id" already acted on (follow)
+	tasks     map[string]*model.Task // step tasks read before, by name (stepTaskOf)
 
 	m wfMetrics
 
@@ -128,7 +130,7 @@ func New(cfg Config) *Service {
 	}
 	s := &Service{cfg: cfg, eng: cfg.Engine, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger.With("service", "workflow"),
 		runs: map[string]*runState{}, versions: map[string]*compiled{}, schedules: map[string]*schedule{},
-		backfills: map[string]*backfill{}, followed: map[string]bool{}, wake: make(chan struct{}, 1)}
+		backfills: map[string]*backfill{}, followed: map[string]bool{}, tasks: map[string]*model.Task{}, wake: make(chan struct{}, 1)}
 	s.m = newWFMetrics(cfg.Engine.Metrics())
 	cfg.Engine.SetStepSink(s)
 	return s
@@ -347,5 +349,39 @@ func (rs *runState) armRetry(i, j int) {
 	try := max(it.try, 1)
 	if it.attempt-try < step.RetryCount {
 		it.retryAt = max(it.endedAt+int64(step.RetryIntervalSec)*1000, 1)
+	}
+}
+
+// stepTaskOf returns the step task named name as read before, or reads it: a step start
+// then builds the task's copy from it rather than reading the store (engine.StepCall.Task).
+// nil when it cannot be read (the engine reads it by name then).
+func (s *Service) stepTaskOf(ctx context.Context, name string) *model.Task {
+	s.mu.Lock()
+	t := s.tasks[name]
+	s.mu.Unlock()
+	if t != nil {
+		return t
+	}
+	t, err := s.st.GetTask(ctx, name)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	if len(s.tasks) > 100_000 {
+		clear(s.tasks)
+	}
+	s.tasks[name] = t
+	s.mu.Unlock()
+	return t
+}
+
+// forgetStepTasks drops the step tasks of workflow read before (its definition changed).
+func (s *Service) forgetStepTasks(workflow string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name := range s.tasks {
+		if w, _, _ := strings.Cut(name, "/"); w == workflow {
+			delete(s.tasks, name)
+		}
 	}
 }
