@@ -83,7 +83,7 @@ type Service struct {
 	versions  map[string]*compiled // "name@version"
 	schedules map[string]*schedule // workflows with a cron trigger this node schedules
 	backfills map[string]*backfill
-	followed  map[string]bool // "workflow\x00upstream run id" already acted on (follow)
+	followed  map[string]bool        // "workflow\x00upstream run id" already acted on (follow)
 	tasks     map[string]*model.Task // step tasks read before, by name (stepTaskOf)
 
 	m wfMetrics
