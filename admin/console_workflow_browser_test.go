@@ -227,6 +227,22 @@ func TestConsoleWorkflows(t *testing.T) {
 	if xs, xc, xr := x("sync"), x("clean"), x("report"); !(atof(xs) < atof(xc) && atof(xc) < atof(xr)) {
 		t.Errorf("the DAG is not laid out by needs: sync at %s, clean at %s, report at %s", xs, xc, xr)
 	}
+	// The list's last_run, which the Workflows page shows, is this run.
+	var list struct {
+		Workflows []struct {
+			Name    string `json:"name"`
+			LastRun *struct {
+				ID    string `json:"id"`
+				State string `json:"state"`
+			} `json:"last_run"`
+		} `json:"workflows"`
+	}
+	d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/workflows?last_run=1", nil, &list)
+	for _, w := range list.Workflows {
+		if (w.Name == "orders") != (w.LastRun != nil) || w.LastRun != nil && (w.LastRun.ID != id || w.LastRun.State != "failed") {
+			t.Errorf("GET /api/v1/workflows?last_run=1: %s has last_run %+v", w.Name, w.LastRun)
+		}
+	}
 	// The Gantt: a bar per started step (report was skipped), each wider than nothing.
 	if n := mustEval(t, ctx, `String(document.querySelectorAll("#wf-gantt-svg rect.gantt-bar").length)`); n != "4" {
 		t.Errorf("the Gantt has %s bars, want 4", n)

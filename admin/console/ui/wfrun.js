@@ -112,10 +112,11 @@ function gantt(steps, now, width) {
   const x = t => label + ((t - t0) / (t1 - t0)) * plot;
   const H = top + steps.length * rowH + 6;
   const ticks = [];
-  for (let i = 0; i <= 4; i++) {
-    const t = t0 + ((t1 - t0) * i) / 4;
+  const n = W < 520 ? 2 : 4; // fewer ticks on a phone, so their labels do not run together
+  for (let i = 0; i <= n; i++) {
+    const t = t0 + ((t1 - t0) * i) / n;
     ticks.push(svg('line', {class: 'gantt-grid', x1: x(t), x2: x(t), y1: top - 4, y2: H - 4}),
-      svg('text', {class: 'gantt-tick', x: x(t), y: 12, 'text-anchor': i === 0 ? 'start' : i === 4 ? 'end' : 'middle'},
+      svg('text', {class: 'gantt-tick', x: x(t), y: 12, 'text-anchor': i === 0 ? 'start' : i === n ? 'end' : 'middle'},
         '+' + fmtDuration(Math.round(t - t0))));
   }
   const rows = steps.map((s, i) => {
