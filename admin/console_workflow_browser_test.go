@@ -262,6 +262,14 @@ func TestConsoleWorkflows(t *testing.T) {
 	run(t, ctx, "pick clean", chromedp.Click(`#wf-dag-svg g.dag-node[data-step="clean"]`, chromedp.ByQuery))
 	waitJS(t, ctx, "clean's section picked", `document.querySelector('#wf-run-steps section[data-step="clean"]').classList.contains("picked")`)
 
+	// Narrowed to a phone's width, the page lays the DAG out again top to bottom (sync above
+	// clean), and back left to right when widened.
+	pos := `(s, k) => document.querySelector('#wf-dag-svg g.dag-node[data-step="' + s + '"]').getBoundingClientRect()[k]`
+	run(t, ctx, "narrow", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile))
+	waitJS(t, ctx, "the DAG top to bottom", `(() => { const p = `+pos+`; return p("sync", "bottom") < p("clean", "top"); })()`)
+	run(t, ctx, "widen", chromedp.EmulateViewport(1280, 900))
+	waitJS(t, ctx, "the DAG left to right", `(() => { const p = `+pos+`; return p("sync", "right") < p("clean", "left"); })()`)
+
 	shots := func(name, hash, ready string) {
 		for _, size := range []struct {
 			name string

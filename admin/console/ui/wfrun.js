@@ -342,6 +342,13 @@ export async function render(main, args) {
     info.dataset.seq = String(Number(info.dataset.seq || 0) + 1);
   }
 
+  // Turning a phone (or narrowing the window) past the phone width lays the DAG out again,
+  // left to right or top to bottom, and fits the Gantt to the new width.
+  const mq = window.matchMedia('(max-width: 700px)');
+  const relayout = () => { if (v) renderRun(Date.now()); };
+  mq.addEventListener('change', relayout);
+  view.stop = () => mq.removeEventListener('change', relayout);
+
   await load(true);
   return view;
 }
