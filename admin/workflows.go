@@ -129,11 +129,40 @@ func (s *Server) listWorkflows(c *fasthttp.RequestCtx) {
 		s.wfFail(c, err)
 		return
 	}
-	out := wire.WorkflowList{Workflows: []wire.WorkflowView{}}
+	if !c.QueryArgs().GetBool("last_run") {
+		out := wire.WorkflowList{Workflows: []wire.WorkflowView{}}
+		for i := range ws {
+			out.Workflows = append(out.Workflows, workflowView(&ws[i]))
+		}
+		writeJSON(c, fasthttp.StatusOK, out)
+		return
+	}
+	// ?last_run=1 adds each workflow's newest run (the console's list shows its state): one
+	// read of one run per workflow, off its runs' index.
+	out := workflowListLast{Workflows: []workflowWithLast{}}
 	for i := range ws {
-		out.Workflows = append(out.Workflows, workflowView(&ws[i]))
+		v := workflowWithLast{WorkflowView: workflowView(&ws[i])}
+		runs, err := s.cfg.Workflows.Runs(ctx, ws[i].Def.Name, 0, 1)
+		if err != nil {
+			s.wfFail(c, err)
+			return
+		}
+		if len(runs) > 0 {
+			v.LastRun = &runs[0]
+		}
+		out.Workflows = append(out.Workflows, v)
 	}
 	writeJSON(c, fasthttp.StatusOK, out)
+}
+
+// workflowWithLast is a workflow of GET /api/v1/workflows?last_run=1: with its newest run.
+type workflowWithLast struct {
+	wire.WorkflowView
+	LastRun *model.WorkflowRun `json:"last_run,omitempty"`
+}
+
+type workflowListLast struct {
+	Workflows []workflowWithLast `json:"workflows"`
 }
 
 func (s *Server) getWorkflow(c *fasthttp.RequestCtx) {

@@ -14,6 +14,9 @@ import * as alerts from './alerts.js';
 import * as ratelimits from './ratelimits.js';
 import * as limits from './limits.js';
 import * as nodes from './nodes.js';
+import * as workflows from './workflows.js';
+import * as workflow from './workflow.js';
+import * as wfrun from './wfrun.js';
 import {ZONE_MODES, zoneMode, setZoneMode} from './time.js';
 
 const routes = [
@@ -30,6 +33,9 @@ const routes = [
   [/^#\/ratelimits$/, ratelimits, 'ratelimits'],
   [/^#\/limits$/, limits, 'limits'],
   [/^#\/nodes$/, nodes, 'nodes'],
+  [/^#\/workflows$/, workflows, 'workflows'],
+  [/^#\/workflows\/([^/?]+)$/, workflow, 'workflows'],
+  [/^#\/workflow-run\/([^/?]+)$/, wfrun, 'workflows'],
 ];
 
 // How often a page reloads its data: chosen in the header and kept in localStorage, with a
@@ -94,6 +100,9 @@ async function route() {
       return;
     }
     page.stop = () => { page.stopped = true; if (page.view && page.view.stop) page.view.stop(); };
+    // A page that said done (an ended run) and changes again (a rerun reopens the run) asks
+    // for its refresh back.
+    if (page.view) page.view.rearm = () => { if (!page.stopped && current === page) schedulePoll(page); };
     schedulePoll(page);
     return;
   }
