@@ -3,7 +3,8 @@
 // executor SDK.
 //
 // It owns the config file format, the running of one command per run (in its own process
-// group, with the run's deadline), the capture of exit code and output tail, and the
+// group, with the run's deadline), the capture of exit code and output tail (or of what the
+// command wrote to the file named by AXE_OUTPUT, reported whole as its output), and the
 // termination of the whole process group on kill or timeout. It must not run anything that
 // is not in its config: the scheduler picks a handler by name and passes params as data
 // (the AXE_PARAMS environment variable), never as a command. Scheduling, retries and the wire
