@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -220,19 +222,27 @@ func workflowCmd() *ffcli.Command {
 					fmt.Printf("%s: %s again\n", r.ID, r.State)
 					return nil
 				}),
-			clientCmd("succeed", "axe workflow succeed RUN_ID STEP [--output JSON] [--note TEXT]",
+			clientCmd("succeed", "axe workflow succeed RUN_ID STEP [--output JSON|@FILE] [--note TEXT]",
 				"mark a failed step of an ended run succeeded with an output, and run what follows it", 2,
 				func(fs *flag.FlagSet) {
-					fs.StringVar(&output, "output", "", "the step's output, JSON (what its downstream steps receive)")
+					fs.StringVar(&output, "output", "", "the step's output, JSON (what its downstream steps receive); @FILE reads it from FILE, @- from stdin")
 					fs.StringVar(&succeedNote, "note", "", "kept on the step and in the action record")
 				},
 				func(ctx context.Context, c *client.Client, args []string) error {
 					var out json.RawMessage
 					if output != "" {
-						if !json.Valid([]byte(output)) {
+						raw := []byte(output)
+						if f, ok := strings.CutPrefix(output, "@"); ok {
+							// An output may be up to 1 MiB, past what one argument may hold.
+							var err error
+							if raw, err = readSpec(f); err != nil {
+								return fmt.Errorf("--output: %w", errors.Unwrap(err))
+							}
+						}
+						if !json.Valid(raw) {
 							return fmt.Errorf("--output: must be valid JSON")
 						}
-						out = json.RawMessage(output)
+						out = json.RawMessage(raw)
 					}
 					r, err := c.SucceedWorkflowStep(ctx, args[0], args[1], out, succeedNote)
 					if err != nil {

@@ -535,7 +535,12 @@ func TestCLIWorkflow(t *testing.T) {
 	refuse("rerun with both", []string{"--from and --step"}, "workflow", "rerun", id, "--from", "failed", "--step", "clean")
 	refuse("rerun from something else", []string{`--from: must be "failed"`}, "workflow", "rerun", id, "--from", "everything")
 	refuse("rerun of an unknown step", []string{"--step: run " + id + ` has no step "zz"`, "400"}, "workflow", "rerun", id, "--step", "zz")
-	out := axeOK(t, env, "workflow", "succeed", id, "clean", "--output", `{"path":"/data/by-hand.json"}`, "--note", "cleaned by hand")
+	refuse("succeed with an output file that is missing", []string{"--output: ", "missing.json"}, "workflow", "succeed", id, "clean", "--output", "@"+filepath.Join(dir, "missing.json"))
+	outFile := filepath.Join(dir, "out.json")
+	if err := os.WriteFile(outFile, []byte(`{"path":"/data/by-hand.json"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := axeOK(t, env, "workflow", "succeed", id, "clean", "--output", "@"+outFile, "--note", "cleaned by hand")
 	if out != id+": step clean marked succeeded; the run is running\n" {
 		t.Errorf("succeed printed %q", out)
 	}
