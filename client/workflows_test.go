@@ -236,6 +236,19 @@ func TestWorkflowClient(t *testing.T) {
 		_, err = c.CancelWorkflowRun(ctx, srun.ID, "")
 		apiStatus(t, "a second cancel", err, http.StatusConflict, "ended")
 
+		// A step's output may be 1 MiB, given by hand too; one byte more is refused.
+		mib := json.RawMessage(`{"s":"` + strings.Repeat("z", 1<<20-8) + `"}`)
+		over := json.RawMessage(`{"s":"` + strings.Repeat("z", 1<<20-7) + `"}`)
+		_, err = c.SucceedWorkflowStep(ctx, srun.ID, "hang", over, "")
+		apiStatus(t, "succeed with an output over 1 MiB", err, http.StatusBadRequest, "output")
+		if _, err := c.SucceedWorkflowStep(ctx, srun.ID, "hang", mib, "the wait is over"); err != nil {
+			t.Fatalf("succeed with an output of 1 MiB: %v", err)
+		}
+		v = waitWorkflowRun(t, c, srun.ID, model.WorkflowSucceeded)
+		if st, out, _ := stepNamed(v, "hang"); st != model.StepSucceeded || out != string(mib) {
+			t.Errorf("hang marked succeeded: %s, output of %d bytes; want the 1 MiB given", st, len(out))
+		}
+
 		// Pause and resume.
 		pw, err := c.PauseWorkflow(ctx, "wc", "maintenance")
 		if err != nil || !pw.Paused {

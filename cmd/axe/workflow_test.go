@@ -21,6 +21,7 @@ import (
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/internal/testwait"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/wire"
 )
 
 // etlEndpoint plays the ETL endpoint of docs/workflows.md's walk-through: /sync answers the
@@ -627,5 +628,45 @@ func TestCLIWorkflow(t *testing.T) {
 	var ae *client.APIError
 	if _, err := c.GetWorkflow(context.Background(), "wf"); !errors.As(err, &ae) || ae.Status != 404 {
 		t.Errorf("wf after delete: %v", err)
+	}
+}
+
+// TestPrintWorkflowRun: the show table of a run in flight: a fan-out's items with their
+// failed and running counts, a running step's time so far, an output cut to one line, and
+// an error's control characters escaped so that a step's answer cannot rewrite the
+// terminal.
+func TestPrintWorkflowRun(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	v := &client.WorkflowRunView{
+		WorkflowRun: model.WorkflowRun{ID: "m1", Workflow: "w", Version: 3, Trigger: "cron", ScheduledAt: 900_000, State: "running", CreatedAt: 900_000},
+		Steps: []wire.WorkflowStepView{
+			{Name: "extract", State: "succeeded", StartedAt: 900_000, EndedAt: 901_500, Output: json.RawMessage(`{"items": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]}`),
+				Attempts: []model.StepRun{{Ticket: "t1", State: "succeeded"}}},
+			{Name: "per_day", State: "running", Items: 5, Succeeded: 2, Failed: 1, Running: 2, StartedAt: 990_000,
+				Attempts: []model.StepRun{{Index: -1, State: "pending"}, {Ticket: "t2"}, {Ticket: "t3"}, {Ticket: "t4"}, {Ticket: "t5"}, {Ticket: "t6"}}},
+			{Name: "report", State: "pending", Error: "bad\x1b[2Jthing"},
+		},
+	}
+	var b strings.Builder
+	if err := printWorkflowRun(&b, v, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	if !strings.HasPrefix(out, "run m1 of w (version 3), cron run for ") || !strings.Contains(out, ": running\n") {
+		t.Errorf("header:\n%s", out)
+	}
+	rows := showRows(t, out)
+	want := map[string][]string{
+		"extract": {"extract", "succeeded", "-", "1", "1.5s", `{"items":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,1…`, "-"},
+		"per_day": {"per_day", "running", "2/5 ok, 1 failed, 2 running", "5", "10s+", "-", "-"},
+		"report":  {"report", "pending", "-", "0", "-", "-", `bad\x1b[2Jthing`},
+	}
+	for name, w := range want {
+		if g := rows[name]; strings.Join(g, "|") != strings.Join(w, "|") {
+			t.Errorf("%s: %q, want %q", name, g, w)
+		}
+	}
+	if strings.Contains(out, "\x1b") || strings.Contains(out, "rerun from") {
+		t.Errorf("raw escape or a rerun hint for a running run:\n%s", out)
 	}
 }
