@@ -9,6 +9,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/protocol"
+	"github.com/axe-sched/axe/workflow"
 )
 
 // Request body limits per endpoint (docs/security.md has the table). Each fits what the
@@ -29,6 +30,9 @@ const (
 	SmallBodyMaxBytes = 4 << 10
 	// BulkMaxBodyBytes bounds a bulk operation's selector, which may list up to 100,000 names.
 	BulkMaxBodyBytes = 16 << 20
+	// StepSucceedMaxBodyBytes bounds marking a workflow step succeeded: an output as large
+	// as a step's may be (workflow.OutputMax, 1 MiB), and a note.
+	StepSucceedMaxBodyBytes = 2 * workflow.OutputMax
 )
 
 // bodyLimit is the largest request body an endpoint takes, and how its error words that
@@ -63,6 +67,8 @@ func bodyLimit(method, path string) (limit int, what string) {
 		return RunNowMaxBodyBytes, "128 KiB"
 	case len(parts) == 3 && parts[0] == "tasks" && parts[2] == "kill":
 		return NoBodyMaxBytes, "4 KiB: this endpoint takes no body"
+	case len(parts) == 5 && parts[0] == "workflow-runs" && parts[2] == "steps" && parts[4] == "succeed":
+		return StepSucceedMaxBodyBytes, "2 MiB"
 	case rest == "ratelimits" || rest == "prune" || (len(parts) == 3 && parts[0] == "concurrency-limits"):
 		return SmallBodyMaxBytes, "4 KiB"
 	}

@@ -21,7 +21,10 @@ func agentCmd() *ffcli.Command {
 		ShortHelp:  "run an executor that runs the shell commands of its own config (for crontab users)",
 		LongHelp: "The agent registers with the scheduler as an executor app and runs only the commands of its\n" +
 			"config file; the scheduler names a handler, never a command. Params reach the command as\n" +
-			"the AXE_PARAMS environment variable. Exit code, duration and the output tail are recorded.",
+			"the AXE_PARAMS environment variable. Exit code, duration and the output tail are recorded.\n" +
+			"AXE_OUTPUT names a fresh empty file for each run: when the command exits 0 having written to\n" +
+			"it, what it wrote (at most 1 MiB; more fails the run) is the run's output instead of the\n" +
+			"output tail, whole: a workflow step's output, passed to the steps after it.",
 		FlagSet: fs,
 		Options: envOpts,
 		Exec: func(ctx context.Context, args []string) error {

@@ -114,12 +114,15 @@ func progressLine(v *client.BackfillView) string {
 
 // flagNamed names the flag of a field the server refused: its message starts with the
 // field, which is the flag's name.
-func flagNamed(err error) error {
+func flagNamed(err error) error { return flagNamedOf(err, "from", "to", "parallel") }
+
+// flagNamedOf is flagNamed for a command whose flags are fields.
+func flagNamedOf(err error, fields ...string) error {
 	var ae *client.APIError
 	if !errors.As(err, &ae) || ae.Status != 400 {
 		return err
 	}
-	for _, f := range []string{"from", "to", "parallel"} {
+	for _, f := range fields {
 		if strings.HasPrefix(ae.Message, f+": ") {
 			return fmt.Errorf("--%s (HTTP 400)", ae.Message)
 		}

@@ -58,6 +58,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // clientCmd builds a client command taking exactly nargs positional arguments.
 func clientCmd(name, usage, help string, nargs int, setup func(fs *flag.FlagSet), exec func(ctx context.Context, c *client.Client, args []string) error) *ffcli.Command {
+	return clientCmdArgs(name, usage, help, nargs, nargs, setup, exec)
+}
+
+// clientCmdArgs builds a client command taking minArgs to maxArgs positional arguments.
+func clientCmdArgs(name, usage, help string, minArgs, maxArgs int, setup func(fs *flag.FlagSet), exec func(ctx context.Context, c *client.Client, args []string) error) *ffcli.Command {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
@@ -75,7 +80,7 @@ func clientCmd(name, usage, help string, nargs int, setup func(fs *flag.FlagSet)
 			if err != nil {
 				return err
 			}
-			if len(pos) != nargs {
+			if len(pos) < minArgs || len(pos) > maxArgs {
 				return fmt.Errorf("usage: %s", usage)
 			}
 			c, err := cf.client()

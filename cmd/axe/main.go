@@ -44,7 +44,8 @@ func run(ctx context.Context, args []string) error {
 			conformanceCmd(),
 			taskCmd(),
 			groupCmd(),
-			runCmd(), // runs.go
+			runCmd(),      // runs.go
+			workflowCmd(), // workflow.go
 			executorsCmd(),
 			limitCmd(),
 			cronCmd(),

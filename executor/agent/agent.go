@@ -3,7 +3,8 @@
 // executor SDK.
 //
 // It owns the config file format, the running of one command per run (in its own process
-// group, with the run's deadline), the capture of exit code and output tail, and the
+// group, with the run's deadline), the capture of exit code and output tail (or of what the
+// command wrote to the file named by AXE_OUTPUT, reported whole as its output), and the
 // termination of the whole process group on kill or timeout. It must not run anything that
 // is not in its config: the scheduler picks a handler by name and passes params as data
 // (the AXE_PARAMS environment variable), never as a command. Scheduling, retries and the wire
@@ -14,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -25,8 +27,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/executor"
+	"github.com/axe-sched/axe/protocol"
 )
 
 // Sentinel errors.
@@ -72,8 +76,10 @@ func New(cfg Config) (*Agent, error) {
 		TLSKey:         cfg.TLSKey,
 		TLSClientCA:    cfg.TLSClientCA,
 		SchedulerCA:    cfg.SchedulerCA,
-		OutputLimit:    cfg.OutputTailBytes,
-		Logger:         cfg.Logger,
+		// The agent cuts a command's printed output to OutputTailBytes itself
+		// (printedOutput); an AXE_OUTPUT file is reported whole, up to this bound.
+		OutputLimit: protocol.MaxOutputBytes,
+		Logger:      cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot create the executor: %w", err)
@@ -117,9 +123,16 @@ func (a *Agent) handler(name string, c Command) executor.HandlerFunc {
 // timeout reaches everything it started, not only the direct child.
 func (a *Agent) runCommand(ctx context.Context, name string, c Command, run executor.Run) (executor.Result, error) {
 	out := newTailBuffer(a.cfg.OutputTailBytes)
+	outFile, err := os.CreateTemp("", "axe-output-*")
+	if err != nil {
+		return executor.Result{}, fmt.Errorf("cannot create the AXE_OUTPUT file: %w", err)
+	}
+	outPath := outFile.Name()
+	_ = outFile.Close()
+	defer os.Remove(outPath)
 	cmd := exec.CommandContext(ctx, c.Command[0], c.Command[1:]...)
 	cmd.Dir = c.Dir
-	cmd.Env = environ(c, run)
+	cmd.Env = append(environ(c, run), "AXE_OUTPUT="+outPath)
 	if c.Stdin != "" {
 		cmd.Stdin = strings.NewReader(c.Stdin)
 	}
@@ -137,7 +150,7 @@ func (a *Agent) runCommand(ctx context.Context, name string, c Command, run exec
 	cmd.WaitDelay = grace
 
 	if err := cmd.Start(); err != nil {
-		return executor.Result{Output: out.String()}, fmt.Errorf("cannot start %s: %w", c.Command[0], err)
+		return executor.Result{Output: printedOutput(out, a.cfg.OutputTailBytes)}, fmt.Errorf("cannot start %s: %w", c.Command[0], err)
 	}
 	pid := cmd.Process.Pid
 	a.log.Info("command started", "handler", name, "ticket", run.Ticket, "pid", pid)
@@ -147,25 +160,80 @@ func (a *Agent) runCommand(ctx context.Context, name string, c Command, run exec
 		reapGroup(pid, time.Unix(0, at).Add(grace))
 	}
 
-	res := executor.Result{Output: out.String()}
+	res := executor.Result{Output: printedOutput(out, a.cfg.OutputTailBytes)}
 	code := -1
 	if ps := cmd.ProcessState; ps != nil {
 		code = ps.ExitCode()
 		res.ExitCode = &code
 	}
 	switch {
-	case werr == nil:
+	case werr == nil, errors.Is(werr, exec.ErrWaitDelay) && code == 0 && cancelledAt.Load() == 0:
+		// It succeeded (in the second case a background child kept the printed output open
+		// and was cut off after grace): what it wrote to AXE_OUTPUT, if anything, is its
+		// output.
+		written, err := readOutputFile(outPath)
+		if err != nil {
+			return res, err
+		}
+		if written != "" {
+			res.Output = written
+		}
 		return res, nil
 	case cancelledAt.Load() != 0:
 		return res, fmt.Errorf("command terminated: %w", context.Cause(ctx))
-	case errors.Is(werr, exec.ErrWaitDelay) && code == 0:
-		// It succeeded; a background child kept the output open and was cut off after grace.
-		return res, nil
 	case code > 0:
 		return res, fmt.Errorf("exit status %d", code)
 	default:
 		return res, werr // e.g. "signal: segmentation fault"
 	}
+}
+
+// OutputFileMax bounds what a command writes to its AXE_OUTPUT file: the largest output a
+// result carries (protocol.MaxOutputBytes, 1 MiB), which is also a workflow step's largest.
+const OutputFileMax = protocol.MaxOutputBytes
+
+// readOutputFile returns what a command wrote to the file named by AXE_OUTPUT ("" for
+// nothing, or no file left), as valid UTF-8. More than OutputFileMax bytes is an error:
+// cut, a JSON output would no longer be JSON.
+func readOutputFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil // the command removed it
+	}
+	if err != nil {
+		return "", fmt.Errorf("cannot read the AXE_OUTPUT file: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, OutputFileMax+1))
+	if err != nil {
+		return "", fmt.Errorf("cannot read the AXE_OUTPUT file: %w", err)
+	}
+	if len(data) > OutputFileMax {
+		size := "more than " + strconv.Itoa(OutputFileMax)
+		if fi, err := f.Stat(); err == nil {
+			size = strconv.FormatInt(fi.Size(), 10)
+		}
+		return "", fmt.Errorf("the AXE_OUTPUT file holds %s bytes, at most %d (1 MiB) are reported: write less, or a path to the data", size, OutputFileMax)
+	}
+	s := strings.ToValidUTF8(string(data), "\uFFFD")
+	if len(s) > OutputFileMax {
+		return "", fmt.Errorf("the AXE_OUTPUT file holds %d bytes once its bytes that are not UTF-8 are replaced, at most %d (1 MiB)", len(s), OutputFileMax)
+	}
+	return s, nil
+}
+
+// printedOutput is the last limit bytes of a command's printed output, as valid UTF-8 and
+// cut at a character's start.
+func printedOutput(out *tailBuffer, limit int) string {
+	s := strings.ToValidUTF8(out.String(), "\uFFFD")
+	if len(s) <= limit {
+		return s
+	}
+	i := len(s) - limit
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return s[i:]
 }
 
 // reapGroup waits until the process group pgid is empty or deadline passes, then SIGKILLs

@@ -34,7 +34,7 @@ const (
 const (
 	maxOutputTailBytes = 1 << 20
 	maxKillGrace       = 10 * time.Minute
-	reservedEnvPrefix  = "AXE_" // the agent sets AXE_TICKET, AXE_ATTEMPT, AXE_TASK, AXE_PARAMS
+	reservedEnvPrefix  = "AXE_" // the agent sets AXE_TICKET, AXE_ATTEMPT, AXE_TASK, AXE_PARAMS, AXE_OUTPUT
 )
 
 // Config is the agent's JSON config file. Field docs give the JSON names.
