@@ -1,0 +1,360 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/axe-sched/axe/bench/internal/benchkit"
+)
+
+func numCPU() int { return runtime.NumCPU() }
+
+func step(name, url string, needs ...string) map[string]any {
+	s := map[string]any{"name": name, "callback": map[string]any{"type": "http", "url": url}, "timeout_sec": 120}
+	if len(needs) > 0 {
+		s["needs"] = needs
+	}
+	return s
+}
+
+// diamondDef is a 10-step diamond: s0, m1…m8 needing s0, s9 needing m1…m8.
+func diamondDef(name, url string) map[string]any {
+	steps := []any{step("s0", url)}
+	var mids []string
+	for i := 1; i <= 8; i++ {
+		m := fmt.Sprintf("m%d", i)
+		mids = append(mids, m)
+		steps = append(steps, step(m, url, "s0"))
+	}
+	steps = append(steps, step("s9", url, mids...))
+	return map[string]any{"name": name, "trigger": "manual", "steps": steps}
+}
+
+// lead is how long ahead of their due time n one-shot tasks are created.
+func lead(n int) time.Duration { return 5*time.Second + time.Duration(n)*400*time.Microsecond }
+
+// baselineBurst creates n one-shot tasks due at one instant and waits for all of them at
+// the sink; it returns their due time and the last arrival.
+func baselineBurst(ctx context.Context, cfg Config, c *cluster, s *sink, prefix string, n int) (due, last time.Time, err error) {
+	s.reset()
+	due = time.Now().Add(lead(n)).Truncate(time.Millisecond)
+	if err := c.createTasks(ctx, prefix, n, due, s.url()); err != nil {
+		return due, last, err
+	}
+	if left := time.Until(due); left < 200*time.Millisecond {
+		return due, last, fmt.Errorf("creating %d tasks left %s before they were due", n, left)
+	}
+	time.Sleep(time.Until(due))
+	last, err = s.waitCount(ctx, n, cfg.PhaseTimeout)
+	return due, last, err
+}
+
+func ms(d int64) float64 { return float64(d) / 1e6 }
+
+// percentiles returns p50, p99 and max of xs (ns) in ms.
+func percentiles(xs []int64) (p50, p99, mx float64) {
+	if len(xs) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(xs)
+	return ms(benchkit.Percentile(xs, 0.50)), ms(benchkit.Percentile(xs, 0.99)), ms(xs[len(xs)-1])
+}
+
+func runHandoff(ctx context.Context, cfg Config) ([]Result, error) {
+	n := cfg.HandoffRuns
+	s, err := startSink(0)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	c, err := startCluster(ctx, cfg, "handoff", 1, false)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+
+	// Baseline: n one-shot tasks due at one instant, their lateness at the sink.
+	if _, _, err := baselineBurst(ctx, cfg, c, s, "h", n); err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	var late []int64
+	for _, r := range s.receipts() {
+		late = append(late, r.at-r.scheduled*1e6)
+	}
+	b50, b99, bmax := percentiles(late)
+	cfg.Logger.Info("handoff baseline", "tasks", n, "p50_ms", b50, "p99_ms", b99)
+
+	// Workflows: a → b → c; every run's a is held until all n arrived, then answered at once.
+	s.reset()
+	if err := c.createWorkflow(ctx, map[string]any{"name": "handoff", "trigger": "manual",
+		"steps": []any{step("a", s.url()), step("b", s.url(), "a"), step("c", s.url(), "b")}}); err != nil {
+		return nil, err
+	}
+	s.holdFor("a", n, 5*time.Second)
+	wait := c.profile("handoff-"+cfg.Store, cfg.ProfileSeconds)
+	defer wait()
+	ids, err := c.startRuns(ctx, []string{"handoff"}, n, cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.waitCount(ctx, 3*n, cfg.PhaseTimeout); err != nil {
+		return nil, err
+	}
+	states, err := c.waitRunsEnded(ctx, ids, cfg.PhaseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	recs := s.receipts()
+	type key struct{ run, step string }
+	byKey := make(map[key]receipt, len(recs))
+	for _, r := range recs {
+		byKey[key{r.runID, r.step}] = r
+	}
+	var ab, bc []int64
+	for _, id := range ids {
+		a, okA := byKey[key{id, "a"}]
+		b, okB := byKey[key{id, "b"}]
+		cc, okC := byKey[key{id, "c"}]
+		if okA && okB {
+			ab = append(ab, b.at-a.answeredAt)
+		}
+		if okB && okC {
+			bc = append(bc, cc.at-b.answeredAt)
+		}
+	}
+	p50, p99, pmax := percentiles(ab)
+	q50, q99, qmax := percentiles(bc)
+	res := Result{Phase: PhaseHandoff, Store: cfg.Store,
+		Size:     fmt.Sprintf("%d runs a→b→c, %d a's answered at once", n, s.held.Load()),
+		Baseline: fmt.Sprintf("%d one-shot tasks due at once", n),
+		Metric:   "p99 ms", Workflow: p99, Base: b99, Ratio: p99 / b99, Target: "p99 ≤ 20 ms", Met: p99 <= 20,
+		Detail: fmt.Sprintf("hand-off a→b (all %d a's answered together) p50 %.1f ms, p99 %.1f ms, max %.1f ms; b→c p50 %.1f ms, p99 %.1f ms, max %.1f ms; baseline lateness p50 %.1f ms, p99 %.1f ms, max %.1f ms; runs %v; duplicate tickets %d",
+			s.held.Load(), p50, p99, pmax, q50, q99, qmax, b50, b99, bmax, states, duplicates(recs))}
+	if len(ab) != n || states["succeeded"] != n {
+		return []Result{res}, fmt.Errorf("%d hand-offs a→b measured and %v runs for %d runs", len(ab), states, n)
+	}
+	return []Result{res}, nil
+}
+
+func runDiamond(ctx context.Context, cfg Config) ([]Result, error) {
+	runs := cfg.DiamondRuns
+	steps := 10 * runs
+	s, err := startSink(0)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	c, err := startCluster(ctx, cfg, "diamond", 1, false)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+
+	due, last, err := baselineBurst(ctx, cfg, c, s, "d", steps)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	baseRate := float64(steps) / last.Sub(due).Seconds()
+	baseDup := duplicates(s.receipts())
+	cfg.Logger.Info("diamond baseline", "tasks", steps, "rate", baseRate)
+
+	s.reset()
+	if err := c.createWorkflow(ctx, diamondDef("diamond", s.url())); err != nil {
+		return nil, err
+	}
+	wait := c.profile("diamond-"+cfg.Store, cfg.ProfileSeconds)
+	defer wait()
+	t0 := time.Now()
+	cpu0 := c.cpu()
+	ids, err := c.startRuns(ctx, []string{"diamond"}, runs, cfg.Concurrency)
+	if err != nil {
+		return nil, err
+	}
+	asked := time.Since(t0)
+	last, err = s.waitCount(ctx, steps, cfg.PhaseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	cpu := c.cpu() - cpu0
+	rate := float64(steps) / last.Sub(t0).Seconds()
+	states, err := c.waitRunsEnded(ctx, ids, cfg.PhaseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	res := Result{Phase: PhaseDiamond, Store: cfg.Store,
+		Size:     fmt.Sprintf("%d runs × 10 steps (%d run requests retried after a deadlock)", runs, c.deadlocks.Load()),
+		Baseline: fmt.Sprintf("%d one-shot tasks due at once", steps),
+		Metric:   "steps/s", Workflow: rate, Base: baseRate, Ratio: rate / baseRate, Target: "≥ 0.5×", Met: rate/baseRate >= 0.5,
+		Detail: fmt.Sprintf("%d runs asked in %s (%.0f runs/s), last step %s after the first ask; daemon CPU %.0f µs a step; runs %v; duplicate tickets %d (baseline %d)",
+			runs, asked.Round(time.Millisecond), float64(runs)/asked.Seconds(), last.Sub(t0).Round(time.Millisecond),
+			float64(cpu.Microseconds())/float64(steps), states, duplicates(s.receipts()), baseDup)}
+	if states["succeeded"] != runs {
+		return []Result{res}, fmt.Errorf("runs ended %v, want %d succeeded", states, runs)
+	}
+	return []Result{res}, nil
+}
+
+func runFanOut(ctx context.Context, cfg Config) ([]Result, error) {
+	n := cfg.FanOutItems
+	s, err := startSink(n)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+
+	// Baseline, on a daemon of its own.
+	bc, err := startCluster(ctx, cfg, "fanout-base", 1, false)
+	if err != nil {
+		return nil, err
+	}
+	baseRSS0, _ := bc.nodes[0].memory()
+	due, last, err := baselineBurst(ctx, cfg, bc, s, "f", n)
+	_, basePeak := bc.nodes[0].memory()
+	bc.close()
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	baseTook := last.Sub(due)
+
+	s.reset()
+	c, err := startCluster(ctx, cfg, "fanout", 1, false)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	if err := c.createWorkflow(ctx, map[string]any{"name": "fanout", "trigger": "manual", "steps": []any{
+		step("split", s.url()),
+		func() map[string]any {
+			m := step("each", s.url(), "split")
+			m["fan_out"], m["parallelism"] = "split.items", 1000
+			return m
+		}(),
+		step("join", s.url(), "each"),
+	}}); err != nil {
+		return nil, err
+	}
+	rss0, _ := c.nodes[0].memory()
+	wait := c.profile("fanout-"+cfg.Store, cfg.ProfileSeconds)
+	defer wait()
+	t0 := time.Now()
+	ids, err := c.startRuns(ctx, []string{"fanout"}, 1, 1)
+	if err != nil {
+		return nil, err
+	}
+	last, err = s.waitCount(ctx, n+2, cfg.PhaseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	took := last.Sub(t0)
+	_, peak := c.nodes[0].memory()
+	states, err := c.waitRunsEnded(ctx, ids, cfg.PhaseTimeout)
+	if err != nil {
+		return nil, err
+	}
+	_, peakEnd := c.nodes[0].memory()
+	mb := func(b int64) float64 { return float64(b) / (1 << 20) }
+	detail := fmt.Sprintf("fan-out: split to join's request %s, daemon RSS %.0f MB before, peak %.0f MB (%.0f MB when the run ended); baseline: %d tasks drained %s after their due time, RSS %.0f MB before, peak %.0f MB; run %v; duplicate tickets %d",
+		took.Round(time.Millisecond), mb(rss0), mb(peak), mb(peakEnd), n, baseTook.Round(time.Millisecond), mb(baseRSS0), mb(basePeak), states, duplicates(s.receipts()))
+	res := []Result{
+		{Phase: PhaseFanOut, Store: cfg.Store, Size: fmt.Sprintf("1 run, %d-way fan-out and fan-in", n),
+			Baseline: fmt.Sprintf("%d one-shot tasks due at once", n), Metric: "time s",
+			Workflow: took.Seconds(), Base: baseTook.Seconds(), Ratio: took.Seconds() / baseTook.Seconds(), Target: "(none)", Met: true, Detail: detail},
+		{Phase: PhaseFanOut, Store: cfg.Store, Size: fmt.Sprintf("1 run, %d-way fan-out and fan-in", n),
+			Baseline: fmt.Sprintf("%d one-shot tasks due at once", n), Metric: "peak RSS MB",
+			Workflow: mb(max(peak, peakEnd)), Base: mb(basePeak), Ratio: float64(max(peak, peakEnd)) / float64(basePeak), Target: "(none)", Met: true},
+	}
+	if states["succeeded"] != 1 {
+		return res, fmt.Errorf("the fan-out run ended %v", states)
+	}
+	return res, nil
+}
+
+func runCPU(ctx context.Context, cfg Config) ([]Result, error) {
+	cfg.Store = StoreMySQL
+	runs := cfg.CPURuns
+	steps := 10 * runs
+	s, err := startSink(0)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	type point struct{ wf, base float64 } // µs a step, µs a fire
+	var pts []point
+	var out []Result
+	for _, nodes := range []int{1, 3} {
+		c, err := startCluster(ctx, cfg, fmt.Sprintf("cpu%d", nodes), nodes, true)
+		if err != nil {
+			return out, err
+		}
+		p, detail, err := func() (point, string, error) {
+			defer c.close()
+			var names []string
+			for i := range 16 {
+				name := fmt.Sprintf("d%02d", i)
+				names = append(names, name)
+				if err := c.createWorkflow(ctx, diamondDef(name, s.url())); err != nil {
+					return point{}, "", err
+				}
+			}
+			// Idle CPU (lease renewals, polls), which both sides include.
+			i0, it := c.cpu(), time.Now()
+			time.Sleep(3 * time.Second)
+			idle := float64(c.cpu()-i0) / time.Since(it).Seconds() // ns of CPU per second
+
+			due := time.Now().Add(lead(steps)).Truncate(time.Millisecond)
+			s.reset()
+			if err := c.createTasks(ctx, fmt.Sprintf("c%d", nodes), steps, due, s.url()); err != nil {
+				return point{}, "", err
+			}
+			time.Sleep(time.Until(due.Add(-50 * time.Millisecond)))
+			b0, bt := c.cpu(), time.Now()
+			if _, err := s.waitCount(ctx, steps, cfg.PhaseTimeout); err != nil {
+				return point{}, "", fmt.Errorf("baseline: %w", err)
+			}
+			time.Sleep(time.Second) // the results' writes
+			base := float64(c.cpu() - b0)
+			baseTook := time.Since(bt) - time.Second
+
+			s.reset()
+			wait := c.profile(fmt.Sprintf("cpu-%dnodes", nodes), cfg.ProfileSeconds)
+			defer wait()
+			w0, wt := c.cpu(), time.Now()
+			ids, err := c.startRuns(ctx, names, runs, cfg.Concurrency)
+			if err != nil {
+				return point{}, "", err
+			}
+			if _, err := s.waitCount(ctx, steps, cfg.PhaseTimeout); err != nil {
+				return point{}, "", err
+			}
+			time.Sleep(time.Second)
+			wf := float64(c.cpu() - w0)
+			wfTook := time.Since(wt) - time.Second
+			states, err := c.waitRunsEnded(ctx, ids, cfg.PhaseTimeout)
+			if err != nil {
+				return point{}, "", err
+			}
+			p := point{wf: wf / 1e3 / float64(steps), base: base / 1e3 / float64(steps)}
+			detail := fmt.Sprintf("%d node(s), idle %.0f ms CPU/s (included in both): workflows %.0f µs a step (%d steps in %s, %d run requests retried after a deadlock), tasks %.0f µs a fire (%d in %s); runs %v; duplicate tickets %d",
+				nodes, idle/1e6, p.wf, steps, wfTook.Round(time.Millisecond), c.deadlocks.Load(), p.base, steps, baseTook.Round(time.Millisecond), states, duplicates(s.receipts()))
+			if states["succeeded"] != runs {
+				return p, detail, fmt.Errorf("runs ended %v, want %d succeeded", states, runs)
+			}
+			return p, detail, nil
+		}()
+		pts = append(pts, p)
+		out = append(out, Result{Phase: PhaseCPU, Store: fmt.Sprintf("mysql, %d node(s)", nodes),
+			Size: fmt.Sprintf("%d runs × 10 steps over 16 workflows", runs), Baseline: fmt.Sprintf("%d one-shot tasks", steps),
+			Metric: "CPU µs a step", Workflow: p.wf, Base: p.base, Ratio: p.wf / p.base, Target: "flat over nodes", Met: true, Detail: detail})
+		if err != nil {
+			return out, err
+		}
+	}
+	// Flat: 3 nodes' CPU a step within 1.5× of 1 node's (relative to the tasks' own growth).
+	growth, baseGrowth := pts[1].wf/pts[0].wf, pts[1].base/pts[0].base
+	out[1].Met = growth <= 1.5*baseGrowth
+	out[1].Detail += fmt.Sprintf("; 3 nodes ÷ 1 node: workflows %.2f, tasks %.2f", growth, baseGrowth)
+	return out, nil
+}
