@@ -303,11 +303,11 @@ func (c *cluster) post(ctx context.Context, i int, path string, body []byte, out
 	}
 }
 
-// createTasks creates one-shot HTTP tasks named prefix-NNNNNN due at due through
-// POST /api/v1/tasks/batch, in batches of 5,000 spread over the nodes.
-func (c *cluster) createTasks(ctx context.Context, prefix string, n int, due time.Time, url string) error {
+// createTasks creates one-shot HTTP tasks named prefix-NNNNNN due evenly over span from due
+// (span 0: all at due) through POST /api/v1/tasks/batch, in batches of 5,000 spread over
+// the nodes.
+func (c *cluster) createTasks(ctx context.Context, prefix string, n int, due time.Time, span time.Duration, url string) error {
 	const batch = 5000
-	runAt := due.UTC().Format(time.RFC3339Nano)
 	var wg sync.WaitGroup
 	errs := make(chan error, n/batch+1)
 	for b := 0; b*batch < n; b++ {
@@ -317,6 +317,7 @@ func (c *cluster) createTasks(ctx context.Context, prefix string, n int, due tim
 			if i > b*batch {
 				body.WriteByte(',')
 			}
+			runAt := due.Add(time.Duration(i) * span / time.Duration(n)).UTC().Format(time.RFC3339Nano)
 			fmt.Fprintf(&body, `{"name":"%s-%06d","trigger":"delay","run_at":%q,"callback":{"type":"http","url":%q},"timeout_sec":60}`, prefix, i, runAt, url)
 		}
 		body.WriteByte(']')

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"sync"
@@ -48,6 +49,11 @@ type sink struct {
 	heldAt   atomic.Int64
 	gate     chan struct{}
 	gateOnce sync.Once
+	// holdSpread: once released, each held request is answered after a random delay in
+	// [0, holdSpread); delays answers each request of a step after a random delay in its
+	// [lo, hi) (steps that take time, so that runs stay in flight).
+	holdSpread time.Duration
+	delays     map[string][2]time.Duration
 }
 
 func startSink(fanOutItems int) (*sink, error) {
@@ -84,8 +90,9 @@ func (s *sink) close() {
 }
 
 // holdFor makes the next n requests of step wait for each other (see sink.holdStep).
-func (s *sink) holdFor(step string, n int, idle time.Duration) {
-	s.holdStep, s.holdN, s.holdIdle = step, n, idle
+func (s *sink) holdFor(step string, n int, idle, spread time.Duration, delays map[string][2]time.Duration) {
+	s.holdStep, s.holdN, s.holdIdle, s.holdSpread, s.delays = step, n, idle, spread, delays
+	s.heldAt.Store(0)
 	s.gate = make(chan struct{})
 	s.gateOnce = sync.Once{}
 	s.held.Store(0)
@@ -158,6 +165,12 @@ func (s *sink) handle(rc *fasthttp.RequestCtx) {
 			s.release()
 		}
 		<-s.gate
+		if s.holdSpread > 0 {
+			time.Sleep(rand.N(s.holdSpread))
+		}
+	}
+	if d, ok := s.delays[r.step]; ok && r.step != "" {
+		time.Sleep(d[0] + rand.N(d[1]-d[0]))
 	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.SetContentType("application/json")

@@ -42,7 +42,7 @@ func TestRunSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{PhaseHandoff: 1, PhaseDiamond: 1, PhaseFanOut: 2, PhaseCPU: 2}
+	want := map[string]int{PhaseHandoff: 2, PhaseDiamond: 1, PhaseFanOut: 2, PhaseCPU: 2}
 	got := map[string]int{}
 	for _, r := range rep.Results {
 		got[r.Phase]++
