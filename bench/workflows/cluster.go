@@ -292,8 +292,9 @@ func (c *cluster) post(ctx context.Context, i int, path string, body []byte, out
 		}
 		retry := err == nil && (status == http.StatusServiceUnavailable || status == http.StatusConflict || status == http.StatusTooManyRequests)
 		if err == nil && status == http.StatusInternalServerError && bytes.Contains(data, []byte("try restarting transaction")) {
-			c.deadlocks.Add(1)
-			c.cfg.Logger.Warn("a request met a database deadlock; retrying", "path", path, "body", string(data))
+			if c.deadlocks.Add(1) == 1 {
+				c.cfg.Logger.Warn("a request met a database deadlock; retrying it (counted, logged once)", "path", path, "body", string(data))
+			}
 			retry = true
 		}
 		if !retry || try >= 100 || ctx.Err() != nil {

@@ -40,28 +40,33 @@ type sink struct {
 	count atomic.Int64
 	last  atomic.Int64 // the latest arrival, Unix ns
 
-	// hold: requests of step holdStep wait until holdN of them arrived (or holdIdle passed
-	// without a new one), then are all answered at once.
-	holdStep string
-	holdN    int
-	holdIdle time.Duration
-	held     atomic.Int64
-	heldAt   atomic.Int64
-	gate     chan struct{}
-	gateOnce sync.Once
-	// holdSpread: once released, each held request is answered after a random delay in
-	// [0, holdSpread); delays answers each request of a step after a random delay in its
-	// [lo, hi) (steps that take time, so that runs stay in flight).
-	holdSpread time.Duration
-	delays     map[string][2]time.Duration
+	// hold is the current holdFor, nil before the first.
+	hold atomic.Pointer[hold]
+	held atomic.Int64 // requests the current hold held
 }
+
+// hold: requests of step wait until n of them arrived (or idle passed without a new one),
+// then are all released at once, each answered after a random delay in [0, spread); delays
+// answers each request of a step after a random delay in its [lo, hi) (steps that take
+// time, so that runs stay in flight).
+type hold struct {
+	step   string
+	n      int
+	spread time.Duration
+	delays map[string][2]time.Duration
+	heldAt atomic.Int64
+	gate   chan struct{}
+	once   sync.Once
+}
+
+func (h *hold) release() { h.once.Do(func() { close(h.gate) }) }
 
 func startSink(fanOutItems int) (*sink, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &sink{ln: ln, served: make(chan struct{}), gate: make(chan struct{})}
+	s := &sink{ln: ln, served: make(chan struct{})}
 	var b bytes.Buffer
 	b.WriteString(`{"items":[`)
 	for i := range fanOutItems {
@@ -89,29 +94,32 @@ func (s *sink) close() {
 	<-s.served
 }
 
-// holdFor makes the next n requests of step wait for each other (see sink.holdStep).
+// holdFor makes the next n requests of step wait for each other (see hold).
 func (s *sink) holdFor(step string, n int, idle, spread time.Duration, delays map[string][2]time.Duration) {
-	s.holdStep, s.holdN, s.holdIdle, s.holdSpread, s.delays = step, n, idle, spread, delays
-	s.heldAt.Store(0)
-	s.gate = make(chan struct{})
-	s.gateOnce = sync.Once{}
+	h := &hold{step: step, n: n, spread: spread, delays: delays, gate: make(chan struct{})}
 	s.held.Store(0)
+	s.hold.Store(h)
 	go func() {
 		for {
 			select {
-			case <-s.gate:
+			case <-h.gate:
 				return
 			case <-time.After(idle / 4):
 			}
-			if at := s.heldAt.Load(); at > 0 && time.Since(time.Unix(0, at)) > idle {
-				s.release()
+			if at := h.heldAt.Load(); at > 0 && time.Since(time.Unix(0, at)) > idle {
+				h.release()
 				return
 			}
 		}
 	}()
 }
 
-func (s *sink) release() { s.gateOnce.Do(func() { close(s.gate) }) }
+// release releases the requests the current hold holds.
+func (s *sink) release() {
+	if h := s.hold.Load(); h != nil {
+		h.release()
+	}
+}
 
 // reset forgets the receipts.
 func (s *sink) reset() {
@@ -159,18 +167,20 @@ func (s *sink) handle(rc *fasthttp.RequestCtx) {
 		params := body[i:]
 		r.runID, r.step = field(params, keyRunID), field(params, keyStep)
 	}
-	if r.step != "" && r.step == s.holdStep {
-		s.heldAt.Store(r.at)
-		if int(s.held.Add(1)) >= s.holdN {
-			s.release()
+	if h := s.hold.Load(); h != nil && r.step != "" {
+		if r.step == h.step {
+			h.heldAt.Store(r.at)
+			if int(s.held.Add(1)) >= h.n {
+				h.release()
+			}
+			<-h.gate
+			if h.spread > 0 {
+				time.Sleep(rand.N(h.spread))
+			}
 		}
-		<-s.gate
-		if s.holdSpread > 0 {
-			time.Sleep(rand.N(s.holdSpread))
+		if d, ok := h.delays[r.step]; ok {
+			time.Sleep(d[0] + rand.N(d[1]-d[0]))
 		}
-	}
-	if d, ok := s.delays[r.step]; ok && r.step != "" {
-		time.Sleep(d[0] + rand.N(d[1]-d[0]))
 	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.SetContentType("application/json")

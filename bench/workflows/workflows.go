@@ -73,7 +73,8 @@ type Config struct {
 	// 32).
 	Concurrency int
 	// ProfileDir, when set, receives a CPU profile of the (first) daemon over the first
-	// ProfileSeconds (default 20) of each phase's workflow side: <phase>-<store>.pprof.
+	// ProfileSeconds (default 20) of each phase's workflow side (of the handoff phase: from
+	// its start, baselines included): <phase>-<store>.pprof, cpu-<N>nodes.pprof.
 	ProfileDir     string
 	ProfileSeconds int
 	// PhaseTimeout bounds the wait for each side of a phase (default 5 minutes).
