@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
+	"github.com/axe-sched/axe/model"
 )
 
 // node is one `axe serve` process of a phase.
@@ -74,7 +75,8 @@ func startCluster(ctx context.Context, cfg Config, name string, n int, ha bool) 
 			logPath: filepath.Join(cfg.Dir, fmt.Sprintf("%s-n%d.log", name, i+1))}
 		args := []string{"serve", "--addr", addr, "--db", dsn, "--pprof", "--log-format", "json"}
 		if ha || n > 1 {
-			args = append(args, "--ha", "--node-id", nd.id, "--advertise", nd.url, "--lease-ttl", "3s", "--lease-renew", "1s")
+			args = append(args, "--ha", "--node-id", nd.id, "--advertise", nd.url,
+				"--lease-ttl", cfg.LeaseTTL.String(), "--lease-renew", (cfg.LeaseTTL / 5).String())
 		}
 		if err := nd.start(cfg.Bin, args); err != nil {
 			c.close()
@@ -342,9 +344,41 @@ func (c *cluster) createWorkflow(ctx context.Context, def map[string]any) error 
 	return c.post(ctx, 0, "/api/v1/workflows", body, nil)
 }
 
+// owners returns, for each of names, the index of the node that holds its shard now (0
+// when the view does not say): a run asked of another node is forwarded to that one.
+func (c *cluster) owners(ctx context.Context, names []string) []int {
+	out := make([]int, len(names))
+	if len(c.nodes) == 1 {
+		return out
+	}
+	var v struct {
+		Shards []struct {
+			Shard  int    `json:"shard"`
+			Holder string `json:"holder"`
+		} `json:"shards"`
+	}
+	if err := c.get(ctx, c.nodes[0].url+"/api/v1/cluster", &v); err != nil {
+		return out
+	}
+	holder := map[int]string{}
+	for _, sh := range v.Shards {
+		holder[sh.Shard] = sh.Holder
+	}
+	for i, name := range names {
+		for j, n := range c.nodes {
+			if holder[model.ShardOf(name)] == n.id {
+				out[i] = j
+			}
+		}
+	}
+	return out
+}
+
 // startRuns starts runs of the workflows names (round robin) with conc requests in flight,
-// spread over the nodes, and returns the run ids in the order asked.
+// each asked of the node that holds the workflow's shard, and returns the run ids in the
+// order asked.
 func (c *cluster) startRuns(ctx context.Context, names []string, runs, conc int) ([]string, error) {
+	owner := c.owners(ctx, names)
 	ids := make([]string, runs)
 	var (
 		mu   sync.Mutex
@@ -365,7 +399,7 @@ func (c *cluster) startRuns(ctx context.Context, names []string, runs, conc int)
 				var out struct {
 					ID string `json:"id"`
 				}
-				if err := c.post(ctx, i, "/api/v1/workflows/"+names[i%len(names)]+"/run", []byte(`{}`), &out); err != nil {
+				if err := c.post(ctx, owner[i%len(names)], "/api/v1/workflows/"+names[i%len(names)]+"/run", []byte(`{}`), &out); err != nil {
 					errs <- err
 					return
 				}

@@ -380,19 +380,24 @@ func runCPU(ctx context.Context, cfg Config) ([]Result, error) {
 			if err != nil {
 				return point{}, "", err
 			}
-			if _, err := s.waitCount(ctx, steps, cfg.PhaseTimeout); err != nil {
+			// A run that failed (a step lost in a shard's move) sends no more steps: the side
+			// ends when every step arrived or none did for 20 s, and counts what arrived.
+			last, got, err := s.waitSettled(ctx, steps, 20*time.Second, cfg.PhaseTimeout)
+			if err != nil {
 				return point{}, "", err
 			}
 			time.Sleep(time.Second)
-			wf := float64(c.cpu() - w0)
-			wfTook := time.Since(wt) - time.Second
+			// The quiet wait's idle CPU after the last step (and its writes) is taken out.
+			after := max(time.Since(last)-time.Second, 0)
+			wf := float64(c.cpu()-w0) - idle*after.Seconds()
+			wfTook := last.Sub(wt)
 			states, err := c.waitRunsEnded(ctx, ids, cfg.PhaseTimeout)
 			if err != nil {
 				return point{}, "", err
 			}
-			p := point{wf: wf / 1e3 / float64(steps), base: base / 1e3 / float64(max(baseCount, 1))}
-			detail := fmt.Sprintf("%d node(s), idle %.0f ms CPU/s (included in both): workflows %.0f µs a step (%d steps in %s, %d run requests retried after a deadlock), tasks %.0f µs a fire (%d of %d in %s); runs %v; duplicate tickets %d",
-				nodes, idle/1e6, p.wf, steps, wfTook.Round(time.Millisecond), c.deadlocks.Load(), p.base, baseCount, steps, baseTook.Round(time.Millisecond), states, duplicates(s.receipts()))
+			p := point{wf: wf / 1e3 / float64(max(got, 1)), base: base / 1e3 / float64(max(baseCount, 1))}
+			detail := fmt.Sprintf("%d node(s), idle %.0f ms CPU/s (included in both): workflows %.0f µs a step (%d of %d steps in %s, %d run requests retried after a deadlock), tasks %.0f µs a fire (%d of %d in %s); runs %v; duplicate tickets %d",
+				nodes, idle/1e6, p.wf, got, steps, wfTook.Round(time.Millisecond), c.deadlocks.Load(), p.base, baseCount, steps, baseTook.Round(time.Millisecond), states, duplicates(s.receipts()))
 			if baseErr != nil {
 				return p, detail, baseErr
 			}

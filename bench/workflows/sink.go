@@ -225,6 +225,26 @@ func (s *sink) waitCount(ctx context.Context, n int, timeout time.Duration) (tim
 	return time.Unix(0, s.last.Load()), nil
 }
 
+// waitSettled waits until n requests arrived or, after the first, none arrived for quiet
+// (runs that failed send no more steps); it returns the latest arrival and the count.
+func (s *sink) waitSettled(ctx context.Context, n int, quiet, timeout time.Duration) (time.Time, int, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, last := int(s.count.Load()), s.last.Load()
+		if got >= n || (last > 0 && time.Since(time.Unix(0, last)) > quiet) {
+			return time.Unix(0, last), got, nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, got, fmt.Errorf("%w: %d of %d requests arrived within %s", errTimeout, got, n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, got, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // duplicates counts the tickets received more than once.
 func duplicates(recs []receipt) int {
 	seen := make(map[string]int, len(recs))

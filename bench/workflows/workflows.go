@@ -79,6 +79,10 @@ type Config struct {
 	ProfileSeconds int
 	// PhaseTimeout bounds the wait for each side of a phase (default 5 minutes).
 	PhaseTimeout time.Duration
+	// LeaseTTL is the sharded nodes' --lease-ttl (their --lease-renew a fifth of it).
+	// Defaults to 15 s: long enough that a loaded machine's late renewals do not move shards
+	// in the middle of the cpu phase, which measures steady work, not takeovers.
+	LeaseTTL time.Duration
 	// KeepLogs keeps the daemons' logs in Dir.
 	KeepLogs bool
 	Logger   *slog.Logger
@@ -102,6 +106,9 @@ func (c Config) withDefaults() Config {
 	def(&c.CPURuns, 1000)
 	def(&c.Concurrency, 32)
 	def(&c.ProfileSeconds, 20)
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
 	if c.PhaseTimeout == 0 {
 		c.PhaseTimeout = 5 * time.Minute
 	}

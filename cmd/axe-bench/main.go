@@ -116,6 +116,7 @@ func workflowsCmd() *ffcli.Command {
 	fs.StringVar(&cfg.ProfileDir, "profile", "", "write a CPU profile of the daemon over each phase's workflow side into this directory")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", 20, "length of each profile")
 	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 5*time.Minute, "bound on each side of a phase")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "the cpu phase's sharded nodes' --lease-ttl (--lease-renew a fifth of it)")
 	fs.StringVar(&cfg.Dir, "dir", "", "directory for SQLite files and daemon logs (default: a temporary one, removed)")
 	fs.BoolVar(&cfg.KeepLogs, "keep-logs", false, "keep the daemons' logs in --dir")
 	return &ffcli.Command{
