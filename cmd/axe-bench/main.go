@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/axe-sched/axe/bench/e2e"
+	"github.com/axe-sched/axe/bench/workflows"
 )
 
 func main() {
@@ -34,7 +36,7 @@ func run(ctx context.Context, args []string) error {
 		ShortUsage:  "axe-bench <command> [flags]",
 		ShortHelp:   "axe's end-to-end benchmark",
 		FlagSet:     flag.NewFlagSet("axe-bench", flag.ContinueOnError),
-		Subcommands: []*ffcli.Command{runCmd(), executorCmd()},
+		Subcommands: []*ffcli.Command{runCmd(), workflowsCmd(), executorCmd()},
 		Exec: func(_ context.Context, args []string) error {
 			if len(args) == 0 {
 				return flag.ErrHelp
@@ -93,6 +95,46 @@ func runCmd() *ffcli.Command {
 			fmt.Print(rep.Table())
 			fmt.Printf("(took %s)\n", time.Since(start).Round(time.Second))
 			return nil
+		},
+	}
+}
+
+// workflowsCmd runs the workflow benchmarks (BENCHMARKS.md "Workflows"): real axe serve
+// processes, each phase beside a baseline of one-shot tasks in the same run.
+func workflowsCmd() *ffcli.Command {
+	fs := flag.NewFlagSet("axe-bench workflows", flag.ContinueOnError)
+	var cfg workflows.Config
+	fs.StringVar(&cfg.Bin, "axe", "", "the axe binary to run (default: build this source tree's with the go tool)")
+	fs.StringVar(&cfg.Store, "store", workflows.StoreSQLite, "store of the handoff, diamond and fanout phases: sqlite or mysql")
+	fs.StringVar(&cfg.MySQL, "mysql", "mysql:root:@tcp(127.0.0.1:3306)/", "MySQL server for --store mysql and the cpu phase; each cluster creates and drops its own database")
+	phases := fs.String("phases", "handoff,diamond,fanout,cpu", "comma-separated phases: handoff, diamond, fanout, cpu")
+	fs.IntVar(&cfg.HandoffRuns, "handoff-runs", 1000, "runs in flight in the handoff phase")
+	fs.IntVar(&cfg.DiamondRuns, "diamond-runs", 10000, "runs of the 10-step diamond (the baseline is ten times as many one-shot tasks)")
+	fs.IntVar(&cfg.FanOutItems, "fanout-items", 10000, "width of the fan-out (and one-shot tasks of its baseline)")
+	fs.IntVar(&cfg.CPURuns, "cpu-runs", 1000, "diamond runs of the cpu phase, per node count")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 32, "run requests in flight while runs are started")
+	fs.StringVar(&cfg.ProfileDir, "profile", "", "write a CPU profile of the daemon over each phase's workflow side into this directory")
+	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", 20, "length of each profile")
+	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", 5*time.Minute, "bound on each side of a phase")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 15*time.Second, "the cpu phase's sharded nodes' --lease-ttl (--lease-renew a fifth of it)")
+	fs.StringVar(&cfg.Dir, "dir", "", "directory for SQLite files and daemon logs (default: a temporary one, removed)")
+	fs.BoolVar(&cfg.KeepLogs, "keep-logs", false, "keep the daemons' logs in --dir")
+	return &ffcli.Command{
+		Name:       "workflows",
+		ShortUsage: "axe-bench workflows [--store sqlite|mysql] [--phases handoff,diamond,fanout,cpu] [--diamond-runs 10000] …",
+		ShortHelp:  "benchmark workflows against one-shot tasks in the same run and print the ratios",
+		FlagSet:    fs,
+		Options:    envOpts,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("workflows: unexpected argument %q", args[0])
+			}
+			cfg.Phases = strings.Split(*phases, ",")
+			start := time.Now()
+			rep, err := workflows.Run(ctx, cfg)
+			fmt.Print(rep.Table())
+			fmt.Printf("(took %s)\n", time.Since(start).Round(time.Second))
+			return err
 		},
 	}
 }
