@@ -162,3 +162,22 @@ func TestApplyRerunRows(t *testing.T) {
 		t.Fatalf("f's fan-in: %s", st[1].output(true))
 	}
 }
+
+// TestJitterOf: a fire's delay is within [0, jitter), the same for the same name and time,
+// and spread over the range across fire times.
+func TestJitterOf(t *testing.T) {
+	seen := map[int64]bool{}
+	for at := int64(0); at < 1000*60_000; at += 60_000 {
+		j := jitterOf("orders", at, 30_000)
+		if j < 0 || j >= 30_000 || j != jitterOf("orders", at, 30_000) {
+			t.Fatalf("jitter %d at %d", j, at)
+		}
+		seen[j/3000] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("jitter falls in %d of 10 tenths of its range", len(seen))
+	}
+	if jitterOf("orders", 5, 0) != 0 {
+		t.Fatal("no jitter asked, some given")
+	}
+}

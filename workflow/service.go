@@ -101,6 +101,7 @@ type schedule struct {
 	sched    cron.Schedule
 	loc      *time.Location
 	misfire  string
+	jitter   int64 // jitter_sec in ms
 	inFlight bool
 }
 
@@ -276,7 +277,7 @@ func (s *Service) track(w model.Workflow) {
 	}
 	if sc == nil || !sc.inFlight {
 		s.schedules[w.Def.Name] = &schedule{name: w.Def.Name, version: w.Def.Version, paused: w.Def.Paused, next: w.NextFire,
-			sched: parsed, loc: loc, misfire: w.Def.MisfirePolicy}
+			sched: parsed, loc: loc, misfire: w.Def.MisfirePolicy, jitter: int64(w.Def.JitterSec) * 1000}
 	}
 }
 

@@ -2,8 +2,11 @@ package workflow
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/axe-sched/axe/model"
@@ -22,7 +25,7 @@ func (s *Service) fireDue(ctx context.Context) {
 	s.mu.Lock()
 	var due []*schedule
 	for _, sc := range s.schedules {
-		if !sc.paused && sc.next > 0 && sc.next <= now.UnixMilli() && !sc.inFlight {
+		if !sc.paused && sc.next > 0 && sc.next+jitterOf(sc.name, sc.next, sc.jitter) <= now.UnixMilli() && !sc.inFlight {
 			sc.inFlight = true
 			due = append(due, sc)
 		}
@@ -53,48 +56,109 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 	if w.Def.Version != sc.version || w.NextFire != sc.next || w.Def.Paused {
 		return errors.New("changed meanwhile")
 	}
-	// The latest fire time due: fires missed while no node scheduled the workflow run once.
-	at := time.UnixMilli(sc.next)
-	for i := 0; i < 100_000; i++ {
-		n := sc.sched.Next(at, sc.loc)
-		if n.IsZero() || n.After(now) {
+	// The fire times due: from the stored next fire up to now (each past its jitter).
+	var due []int64
+	for at := time.UnixMilli(sc.next); !at.IsZero() && len(due) < 100_000; at = sc.sched.Next(at, sc.loc) {
+		ms := at.UnixMilli()
+		if ms+jitterOf(sc.name, ms, sc.jitter) > now.UnixMilli() {
 			break
 		}
-		at = n
+		due = append(due, ms)
 	}
-	next := sc.sched.Next(now, sc.loc)
+	if len(due) == 0 {
+		return nil
+	}
+	nextAt := sc.sched.Next(time.UnixMilli(due[len(due)-1]), sc.loc)
 	nextMS := int64(0)
-	if !next.IsZero() {
-		nextMS = next.UnixMilli()
+	if !nextAt.IsZero() {
+		nextMS = nextAt.UnixMilli()
 	}
-	late := now.Sub(at) > misfireGrace
-	b := &persist.Batch{WorkflowPuts: []persist.WorkflowPut{{Def: w.Def, NextFire: nextMS, ExpectVersion: w.Def.Version}}}
-	id := timeRunID(sc.name, at.UnixMilli())
-	if late && w.Def.MisfirePolicy == model.MisfireSkip {
-		b.Actions = []model.Action{s.action(sc.name, "", "workflow_misfire", "scheduler",
-			fmt.Sprintf("fire of %s skipped: %s late (misfire_policy skip)", at.UTC().Format(time.RFC3339), now.Sub(at).Round(time.Second)))}
+	// Which of them run: within the catch-up window each, oldest first; otherwise the
+	// latest, unless it is late and misfire_policy is skip.
+	var run, skipped []int64
+	if win := int64(w.Def.CatchupWindowSec) * 1000; win > 0 {
+		for _, t := range due {
+			if now.UnixMilli()-t <= win {
+				run = append(run, t)
+			} else {
+				skipped = append(skipped, t)
+			}
+		}
 	} else {
-		params := w.Def.Params
-		b.NewWorkflowRuns = []model.WorkflowRun{{ID: id, Workflow: sc.name, Version: w.Def.Version, ScheduledAt: at.UnixMilli(),
-			Trigger: model.TriggerCron, Params: params, State: model.WorkflowRunning, CreatedAt: now.UnixMilli()}}
+		last := due[len(due)-1]
+		skipped = due[:len(due)-1]
+		if now.Sub(time.UnixMilli(last)) > misfireGrace+time.Duration(sc.jitter)*time.Millisecond && w.Def.MisfirePolicy == model.MisfireSkip {
+			skipped = due
+		} else {
+			run = []int64{last}
+		}
+	}
+	b := &persist.Batch{WorkflowPuts: []persist.WorkflowPut{{Def: w.Def, NextFire: nextMS, ExpectVersion: w.Def.Version}}}
+	if len(run) > 0 && w.Def.OverlapPolicy == model.OverlapSkip {
+		if open := s.openRunOf(sc.name); open != "" {
+			skipped, run = append(skipped, run...), nil
+			b.Actions = append(b.Actions, s.action(sc.name, "", "workflow_overlap", "scheduler",
+				fmt.Sprintf("fire skipped: run %s is in flight (overlap_policy skip)", open)))
+		} else if len(run) > 1 {
+			skipped, run = append(skipped, run[1:]...), run[:1] // one at a time
+		}
+	}
+	if len(skipped) > 0 {
+		b.Actions = append(b.Actions, s.action(sc.name, "", "workflow_misfire", "scheduler",
+			fmt.Sprintf("%d fire(s) not run, the latest of %s", len(skipped), time.UnixMilli(skipped[len(skipped)-1]).UTC().Format(time.RFC3339))))
+	}
+	for _, t := range run {
+		b.NewWorkflowRuns = append(b.NewWorkflowRuns, model.WorkflowRun{ID: timeRunID(sc.name, t), Workflow: sc.name, Version: w.Def.Version,
+			ScheduledAt: t, Trigger: model.TriggerCron, Params: w.Def.Params, State: model.WorkflowRunning, CreatedAt: now.UnixMilli()})
 	}
 	err = s.eng.ApplyWorkflowBatch(ctx, sc.name, b)
-	if errors.Is(err, persist.ErrWorkflowRunExists) {
-		// A backfill ran this logical time: move the schedule on alone.
-		b.NewWorkflowRuns = nil
+	for errors.Is(err, persist.ErrWorkflowRunExists) && len(b.NewWorkflowRuns) > 0 {
+		// A backfill ran one of these logical times: leave out the ones that have a run.
+		var keep []model.WorkflowRun
+		for _, r := range b.NewWorkflowRuns {
+			if _, _, gerr := s.st.GetWorkflowRun(ctx, r.ID); errors.Is(gerr, persist.ErrWorkflowRunNotFound) {
+				keep = append(keep, r)
+			}
+		}
+		if len(keep) == len(b.NewWorkflowRuns) {
+			break
+		}
+		b.NewWorkflowRuns = keep
 		err = s.eng.ApplyWorkflowBatch(ctx, sc.name, b)
 	}
 	if err != nil {
 		return err
 	}
 	sc.next = nextMS
-	if len(b.NewWorkflowRuns) > 0 {
+	for _, r := range b.NewWorkflowRuns {
 		s.m.started[model.TriggerCron].Inc()
-		if err := s.takeUp(ctx, id); err != nil {
-			s.log.Warn("cannot take up a new workflow run; the next scan will", "run", id, "error", err)
+		if err := s.takeUp(ctx, r.ID); err != nil {
+			s.log.Warn("cannot take up a new workflow run; the next scan will", "run", r.ID, "error", err)
 		}
 	}
 	return nil
+}
+
+// openRunOf returns the id of a run of workflow this node drives, "" for none.
+func (s *Service) openRunOf(workflow string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, rs := range s.runs {
+		if rs.run.Workflow == workflow {
+			return id
+		}
+	}
+	return ""
+}
+
+// jitterOf is a cron fire's delay: a deterministic offset in [0, jitter) ms derived from the
+// workflow's name and the fire's nominal time, so every node and restart delays it alike.
+func jitterOf(name string, at, jitter int64) int64 {
+	if jitter <= 0 {
+		return 0
+	}
+	h := sha256.Sum256([]byte(name + "\x00" + strconv.FormatInt(at, 10)))
+	return int64(binary.BigEndian.Uint64(h[:8]) % uint64(jitter))
 }
 
 // Backfill bounds.

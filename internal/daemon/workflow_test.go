@@ -424,3 +424,47 @@ func TestWorkflowCancelAndMark(t *testing.T) {
 		t.Fatalf("slow after the mark: %+v", s)
 	}
 }
+
+// TestWorkflowCronOverlapSkip: a cron workflow every second whose run takes about 2.5 s,
+// with overlap_policy skip, never has two runs in flight: the fires due meanwhile are
+// skipped. Each run's logical time is a fire time of the schedule.
+func TestWorkflowCronOverlapSkip(t *testing.T) {
+	var mu sync.Mutex
+	calls := 0
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		time.Sleep(2500 * time.Millisecond)
+		fmt.Fprint(w, `{}`)
+	}))
+	t.Cleanup(slow.Close)
+	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
+	d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": "tick", "trigger": "cron", "cron": "@every 1s",
+		"overlap_policy": "skip", "jitter_sec": 0,
+		"steps": []map[string]any{{"name": "s", "callback": map[string]any{"type": "http", "url": slow.URL}}}}, nil)
+	var runs wire.WorkflowRunList
+	testwait.For(t, daemontest.WaitTimeout, "three cron runs to end", func() bool {
+		runs = wire.WorkflowRunList{}
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/tick/runs", nil, &runs)
+		ended := 0
+		for _, r := range runs.Runs {
+			if r.State == "succeeded" {
+				ended++
+			}
+		}
+		return ended >= 3
+	})
+	d.MustJSON(t, 200, "POST", "/api/v1/workflows/tick/pause", nil, nil)
+	runs = wire.WorkflowRunList{}
+	d.MustJSON(t, 200, "GET", "/api/v1/workflows/tick/runs", nil, &runs)
+	for i := 0; i+1 < len(runs.Runs); i++ {
+		newer, older := runs.Runs[i], runs.Runs[i+1]
+		if older.EndedAt == 0 || newer.CreatedAt < older.EndedAt {
+			t.Fatalf("runs overlap under overlap_policy skip: %+v began before %+v ended", newer, older)
+		}
+		if newer.ScheduledAt%1000 != 0 || newer.Trigger != "cron" {
+			t.Fatalf("a cron run's logical time %d is not a fire time", newer.ScheduledAt)
+		}
+	}
+}
