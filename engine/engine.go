@@ -406,6 +406,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.tasks.init()
 	e.conc = newConcGate(cfg.Clock)
+	e.initClusterSlots()
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
 	e.promo.init()
@@ -498,6 +499,10 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		e.loopsWG.Add(2)
 		go e.registryLoop(runCtx)
 		go e.depLoop(runCtx)
+		if e.conc.cl != nil {
+			e.loopsWG.Add(1)
+			go e.conc.cl.loop(runCtx)
+		}
 	} else {
 		if err := e.recoverAtStart(ctx, now, h); err != nil {
 			return err

@@ -386,6 +386,32 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN paused_by VARCHAR(300) NOT NULL DEFAULT ''`,
 	},
+}, {
+	// Steps 18 and 19 are other changes' numbers; a database of a build without them
+	// lacks them below its newest, which Migrate allows (it applies every step it does not
+	// find, in order, as it did for "v6-without-5").
+	version: 20,
+	name:    "concurrency slots across nodes",
+	// The slots a sharded cluster's runs hold of the concurrency limits (persist/slots.go):
+	// one row per run and limit it counts in, keyed by (ticket, kind), counted by (kind, name)
+	// and found by shard when a shard's next owner reconciles them. slot_seq is written by
+	// every slot transaction to lock the limit's row (an update orders it on Galera too).
+	// CREATE ... IF NOT EXISTS; a re-run of the ADD COLUMN meets "duplicate column", which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS concurrency_slot (
+			ticket VARCHAR(128) NOT NULL,
+			kind VARCHAR(32) NOT NULL,
+			name VARCHAR(255) NOT NULL,
+			shard INT NOT NULL,
+			epoch BIGINT NOT NULL,
+			taken_at BIGINT NOT NULL,
+			PRIMARY KEY (ticket, kind),
+			KEY idx_concurrency_slot_limit (kind, name),
+			KEY idx_concurrency_slot_shard (shard, epoch)
+		)` + mysqlTableOpts,
+		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq BIGINT NOT NULL DEFAULT 0`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -653,6 +679,24 @@ var sqliteMigrations = []migration{{
 	// As on MySQL.
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN paused_by TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 20,
+	name:    "concurrency slots across nodes",
+	// As on MySQL.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS concurrency_slot (
+			ticket TEXT NOT NULL,
+			kind TEXT NOT NULL,
+			name TEXT NOT NULL,
+			shard INTEGER NOT NULL,
+			epoch INTEGER NOT NULL,
+			taken_at INTEGER NOT NULL,
+			PRIMARY KEY (ticket, kind)
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_concurrency_slot_limit ON concurrency_slot (kind, name)`,
+		`CREATE INDEX IF NOT EXISTS idx_concurrency_slot_shard ON concurrency_slot (shard, epoch)`,
+		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq INTEGER NOT NULL DEFAULT 0`,
 	},
 }}
 

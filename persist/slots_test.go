@@ -1,0 +1,137 @@
+package persist_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// TestConcurrencySlots walks the slots of a limit through claims up to the limit, a refusal,
+// a release, a claim of a shard lost, and the reconcile of a shard's next owner.
+func TestConcurrencySlots(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		ss, ok := s.(persist.SlotStore)
+		if !ok {
+			t.Fatalf("%T is no SlotStore", s)
+		}
+		a, err := s.TakeShards(ctx, "a", []int{1, 2}, time.Minute)
+		if err != nil || len(a) != 2 {
+			t.Fatalf("TakeShards = %+v, %v", a, err)
+		}
+		if err := s.PutConcurrencyLimit(ctx, model.ConcurrencyLimit{Kind: model.LimitKey, Name: "db", Max: 3, UpdatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		key := persist.SlotRef{Kind: model.LimitKey, Name: "db"}
+		grp := persist.SlotRef{Kind: model.LimitGroup, Name: "free"} // no limit row: always room
+		claim := func(ticket string, shard int) persist.SlotClaim {
+			return persist.SlotClaim{Ticket: ticket, Shard: shard, Epoch: a[shard-1].Epoch, Refs: []persist.SlotRef{grp, key}}
+		}
+		var claims []persist.SlotClaim
+		for i := range 5 {
+			claims = append(claims, claim(fmt.Sprintf("t%d", i), 1+i%2))
+		}
+		outs, counts, err := ss.TakeSlots(ctx, nil, claims, 10)
+		want := []int{persist.SlotGranted, persist.SlotGranted, persist.SlotGranted, persist.SlotFull, persist.SlotFull}
+		if err != nil || !slices.Equal(outs, want) || counts[key] != 3 || counts[grp] != 3 {
+			t.Fatalf("TakeSlots(5 claims, limit 3) = %v, %v, %v; want %v and 3 held", outs, counts, err, want)
+		}
+		// A release and a claim in one transaction: the release makes the room.
+		outs, counts, err = ss.TakeSlots(ctx, []persist.SlotRelease{{Ticket: "t0", Epoch: a[0].Epoch}}, claims[3:], 11)
+		if err != nil || !slices.Equal(outs, []int{persist.SlotGranted, persist.SlotFull}) || counts[key] != 3 {
+			t.Fatalf("TakeSlots after a release = %v, %v, %v", outs, counts, err)
+		}
+		all, err := ss.CountSlots(ctx)
+		if err != nil || all[key] != 3 || all[grp] != 3 {
+			t.Fatalf("CountSlots = %v, %v", all, err)
+		}
+		// A release at an epoch below the row's deletes nothing: that row is a later owner's.
+		if err := ss.ReleaseSlots(ctx, []persist.SlotRelease{{Ticket: "t1", Epoch: a[1].Epoch - 1}}); err != nil {
+			t.Fatal(err)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 3 {
+			t.Fatalf("a release of an older epoch deleted a slot: %v", all)
+		}
+		// Shard 2 goes to b: a's claims there are refused whole, and b's reconcile keeps the
+		// slot of the run it adopted (t1) and deletes the one it did not find (t3).
+		if err := s.ReleaseShards(ctx, "a", []persist.ShardFence{{Shard: 2, Epoch: a[1].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.TakeShards(ctx, "b", []int{2}, time.Minute)
+		if err != nil || len(b) != 1 {
+			t.Fatalf("TakeShards(b) = %+v, %v", b, err)
+		}
+		outs, _, err = ss.TakeSlots(ctx, nil, []persist.SlotClaim{claim("t9", 2), claim("t8", 1)}, 12)
+		if err != nil || !slices.Equal(outs, []int{persist.SlotShardLost, persist.SlotFull}) {
+			t.Fatalf("TakeSlots of a lost shard = %v, %v", outs, err)
+		}
+		keep := []persist.SlotRow{{Ticket: "t1", Ref: key, Shard: 2, Epoch: b[0].Epoch}, {Ticket: "t1", Ref: grp, Shard: 2, Epoch: b[0].Epoch}}
+		if err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 2, Epoch: b[0].Epoch}}, keep, true, 13); err != nil {
+			t.Fatal(err)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 2 || all[grp] != 2 {
+			t.Fatalf("after the reconcile: %v; want t1 and t2 (t3 gone)", all)
+		}
+		// a's late release of t1 (its old epoch) leaves b's row.
+		if err := ss.ReleaseSlots(ctx, []persist.SlotRelease{{Ticket: "t1", Epoch: a[1].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 2 {
+			t.Fatalf("a stale owner's release deleted the adopted slot: %v", all)
+		}
+		// A reconcile at a stale epoch is refused.
+		if err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 2, Epoch: a[1].Epoch}}, nil, true, 14); err == nil {
+			t.Fatal("a reconcile at a stale epoch went through")
+		}
+	})
+}
+
+// TestConcurrencySlotsRace has several goroutines claim slots of one limit at once, each in
+// its own transaction, as the nodes of a cluster do: never more than the limit is granted.
+func TestConcurrencySlotsRace(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		ss := s.(persist.SlotStore)
+		a, err := s.TakeShards(ctx, "a", []int{7}, time.Minute)
+		if err != nil || len(a) != 1 {
+			t.Fatalf("TakeShards = %+v, %v", a, err)
+		}
+		if err := s.PutConcurrencyLimit(ctx, model.ConcurrencyLimit{Kind: model.LimitGroup, Name: "etl", Max: 4, UpdatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ref := persist.SlotRef{Kind: model.LimitGroup, Name: "etl"}
+		var mu sync.Mutex
+		granted := 0
+		var wg sync.WaitGroup
+		for w := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 5 {
+					c := persist.SlotClaim{Ticket: fmt.Sprintf("w%d-%d", w, i), Shard: 7, Epoch: a[0].Epoch, Refs: []persist.SlotRef{ref}}
+					outs, _, err := ss.TakeSlots(ctx, nil, []persist.SlotClaim{c}, 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if outs[0] == persist.SlotGranted {
+						mu.Lock()
+						granted++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		all, err := ss.CountSlots(ctx)
+		if err != nil || granted != 4 || all[ref] != 4 {
+			t.Fatalf("30 claims of a limit of 4 from 6 goroutines: %d granted, %v held (%v); want 4", granted, all[ref], err)
+		}
+	})
+}
