@@ -321,4 +321,3 @@ func TestShardedRateShare(t *testing.T) {
 		t.Errorf("share after dropping them = %v, want 32/256", got)
 	}
 }
-
