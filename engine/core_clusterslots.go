@@ -69,6 +69,7 @@ type clusterSlots struct {
 	counts  map[persist.SlotRef]int // the slots of each limit, as the last pass read them
 	countAt time.Time               // when
 	wake    chan struct{}
+	wanting bool // the last pass left waiting fires of this node in the store (loop only)
 }
 
 // clusterReq is a reconcile of shards gained, done by the loop.
@@ -236,7 +237,8 @@ func (c *clusterSlots) collect() ([]claim, []persist.SlotClaim) {
 			seen[w] = true
 			refs := g.limitedRefsLocked(w.group, w.key)
 			out = append(out, claim{w: w, max: s.max})
-			pc = append(pc, persist.SlotClaim{Ticket: w.ticket, Shard: int(w.shard), Epoch: w.epoch, Refs: refs})
+			pc = append(pc, persist.SlotClaim{Ticket: w.ticket, Shard: int(w.shard), Epoch: w.epoch, Refs: refs,
+				Priority: int(w.ent.Priority), FireAt: w.ent.When})
 		}
 	}
 	// Best first across limits: the store grants them in this order.
@@ -323,10 +325,10 @@ func (c *clusterSlots) pass(ctx context.Context) {
 		}
 	}
 	claims, pc := c.collect()
-	if len(rel) == 0 && len(pc) == 0 {
+	if len(rel) == 0 && len(pc) == 0 && !c.wanting {
 		return
 	}
-	outs, counts, err := c.st.TakeSlots(ctx, rel, pc, c.e.nowMS())
+	outs, counts, err := c.st.TakeSlots(ctx, c.e.cfg.NodeID, rel, pc, c.e.nowMS())
 	if err != nil {
 		c.requeue(rel)
 		if ctx.Err() == nil {
@@ -334,6 +336,9 @@ func (c *clusterSlots) pass(ctx context.Context) {
 		}
 		return
 	}
+	// While a claim was refused this node's best waiting fires are in the store, and the
+	// next pass (a poll at the latest) writes them again, or deletes them.
+	c.wanting = slices.Contains(outs, persist.SlotFull)
 	c.mu.Lock()
 	for r, n := range counts {
 		c.counts[r] = n
@@ -574,7 +579,7 @@ func (e *Engine) tryAcquireRun(group, key, ticket string, shard uint8, epoch int
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pc := []persist.SlotClaim{{Ticket: ticket, Shard: int(shard), Epoch: epoch, Refs: lrefs}}
-	outs, counts, err := c.st.TakeSlots(ctx, nil, pc, e.nowMS())
+	outs, counts, err := c.st.TakeSlots(ctx, "", nil, pc, e.nowMS())
 	if err != nil || outs[0] != persist.SlotGranted {
 		if err != nil {
 			e.log.Warn("cannot claim a concurrency slot", "ticket", ticket, "error", err)

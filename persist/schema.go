@@ -410,6 +410,17 @@ var mysqlMigrations = []migration{{
 			KEY idx_concurrency_slot_limit (kind, name),
 			KEY idx_concurrency_slot_shard (shard, epoch)
 		)` + mysqlTableOpts,
+		// The best fire each node has waiting for each limit (persist/slots.go): a node
+		// leaves a slot free for another's better waiter.
+		`CREATE TABLE IF NOT EXISTS concurrency_wait (
+			kind VARCHAR(32) NOT NULL,
+			name VARCHAR(255) NOT NULL,
+			node VARCHAR(255) NOT NULL,
+			priority INT NOT NULL,
+			fire_at BIGINT NOT NULL,
+			seen_at BIGINT NOT NULL,
+			PRIMARY KEY (kind, name, node)
+		)` + mysqlTableOpts,
 		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq BIGINT NOT NULL DEFAULT 0`,
 	},
 }}
@@ -696,6 +707,15 @@ var sqliteMigrations = []migration{{
 		)`,
 		`CREATE INDEX IF NOT EXISTS idx_concurrency_slot_limit ON concurrency_slot (kind, name)`,
 		`CREATE INDEX IF NOT EXISTS idx_concurrency_slot_shard ON concurrency_slot (shard, epoch)`,
+		`CREATE TABLE IF NOT EXISTS concurrency_wait (
+			kind TEXT NOT NULL,
+			name TEXT NOT NULL,
+			node TEXT NOT NULL,
+			priority INTEGER NOT NULL,
+			fire_at INTEGER NOT NULL,
+			seen_at INTEGER NOT NULL,
+			PRIMARY KEY (kind, name, node)
+		)`,
 		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq INTEGER NOT NULL DEFAULT 0`,
 	},
 }}

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // SlotRef names one limit: model.LimitGroup or model.LimitKey, and its name.
@@ -32,12 +33,20 @@ type SlotRef struct {
 }
 
 // SlotClaim asks for the slots of one run: one in each limit of Refs, all of them or none.
+// Priority and FireAt order it against the fires other nodes have waiting (TakeSlots).
 type SlotClaim struct {
-	Ticket string
-	Shard  int
-	Epoch  int64
-	Refs   []SlotRef
+	Ticket   string
+	Shard    int
+	Epoch    int64
+	Refs     []SlotRef
+	Priority int
+	FireAt   int64
 }
+
+// WaitTTL is how long a node's waiting fire (concurrency_wait) is heeded after the node
+// last wrote it: a node that waits writes it at every try, and a dead node's is forgotten
+// after that.
+const WaitTTL = time.Second
 
 // SlotRow is one slot held: the run's ticket, the limit, and the shard and epoch of the
 // run's task when the slot was taken or adopted.
@@ -67,8 +76,11 @@ type SlotStore interface {
 	// TakeSlots deletes the slots of releases, then grants claims in their order while
 	// their limits have room (a limit without a row has room), in one transaction. It
 	// returns each claim's outcome and the slots held afterwards in every limit it looked
-	// at.
-	TakeSlots(ctx context.Context, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error)
+	// at. With node set, a slot is left free for each other node whose best waiting fire
+	// (written within WaitTTL) goes before the claim (lower priority value, then earlier
+	// fire time), and node's own best waiting fire of each limit, among the claims not
+	// granted, replaces what it wrote before.
+	TakeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error)
 	// ReleaseSlots deletes the slots of releases.
 	ReleaseSlots(ctx context.Context, releases []SlotRelease) error
 	// ReconcileSlots, for the shards of fences at their epochs (checked in the transaction),
@@ -96,11 +108,11 @@ func (s *sqlStore) slotTx(ctx context.Context) (*sql.Tx, error) {
 // certification, or two lock orders on one server).
 const slotRetries = 5
 
-func (s *sqlStore) TakeSlots(ctx context.Context, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error) {
+func (s *sqlStore) TakeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error) {
 	out := make([]int, len(claims))
 	lost := map[int]bool{}
 	for attempt := 0; ; attempt++ {
-		counts, err := s.takeSlots(ctx, releases, claims, lost, out, now)
+		counts, err := s.takeSlots(ctx, node, releases, claims, lost, out, now)
 		var sl *ShardsLostError
 		switch {
 		case err == nil:
@@ -118,7 +130,7 @@ func (s *sqlStore) TakeSlots(ctx context.Context, releases []SlotRelease, claims
 	}
 }
 
-func (s *sqlStore) takeSlots(ctx context.Context, releases []SlotRelease, claims []SlotClaim, lost map[int]bool, out []int, now int64) (map[SlotRef]int, error) {
+func (s *sqlStore) takeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, lost map[int]bool, out []int, now int64) (map[SlotRef]int, error) {
 	tx, err := s.slotTx(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cannot take concurrency slots: %w", err)
@@ -194,15 +206,31 @@ func (s *sqlStore) takeSlots(ctx context.Context, releases []SlotRelease, claims
 		}
 		counts[r] = n
 	}
+	others, err := s.othersWaiting(ctx, tx, node, refs, now)
+	if err != nil {
+		return nil, err
+	}
 	var rows []SlotRow
+	blocked := make([][]SlotRef, len(claims)) // the limits without room for each claim
 	for i, c := range claims {
 		if out[i] == SlotShardLost {
 			continue
 		}
 		fits := true
 		for _, r := range c.Refs {
-			if m := maxOf[r]; m > 0 && counts[r] >= m {
+			m := maxOf[r]
+			if m == 0 {
+				continue
+			}
+			ahead := 0 // other nodes' waiting fires that go before this one
+			for _, w := range others[r] {
+				if w.priority < c.Priority || (w.priority == c.Priority && w.fireAt < c.FireAt) {
+					ahead++
+				}
+			}
+			if counts[r]+ahead >= m {
 				fits = false
+				blocked[i] = append(blocked[i], r)
 			}
 		}
 		if !fits {
@@ -216,6 +244,11 @@ func (s *sqlStore) takeSlots(ctx context.Context, releases []SlotRelease, claims
 	}
 	if err := s.insertSlots(ctx, tx, rows, false, now); err != nil {
 		return nil, err
+	}
+	if node != "" {
+		if err := s.writeWaiting(ctx, tx, node, claims, blocked, now); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return nil, fmt.Errorf("cannot take concurrency slots: %w", err)
@@ -371,4 +404,77 @@ func (s *sqlStore) CountSlots(ctx context.Context) (map[SlotRef]int, error) {
 		out[r] = n
 	}
 	return out, rows.Err()
+}
+
+// waiting is one node's best fire waiting for a limit.
+type waiting struct {
+	priority int
+	fireAt   int64
+}
+
+// othersWaiting reads the best waiting fire of every other node for each of refs, written
+// within WaitTTL of now; none without node.
+func (s *sqlStore) othersWaiting(ctx context.Context, tx *sql.Tx, node string, refs []SlotRef, now int64) (map[SlotRef][]waiting, error) {
+	if node == "" || len(refs) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	args := []any{node, now - WaitTTL.Milliseconds()}
+	b.WriteString(`SELECT kind, name, priority, fire_at FROM concurrency_wait WHERE node <> ? AND seen_at >= ? AND (`)
+	for i, r := range refs {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(kind = ? AND name = ?)")
+		args = append(args, r.Kind, r.Name)
+	}
+	b.WriteString(")")
+	rows, err := tx.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the fires other nodes have waiting: %w", err)
+	}
+	defer rows.Close()
+	out := map[SlotRef][]waiting{}
+	for rows.Next() {
+		var r SlotRef
+		var w waiting
+		if err := rows.Scan(&r.Kind, &r.Name, &w.priority, &w.fireAt); err != nil {
+			return nil, fmt.Errorf("cannot read the fires other nodes have waiting: %w", err)
+		}
+		out[r] = append(out[r], w)
+	}
+	return out, rows.Err()
+}
+
+// writeWaiting replaces node's waiting fires with the best claim each limit had no room for
+// (blocked, by claim): a claim waits only in the limits that held it back.
+func (s *sqlStore) writeWaiting(ctx context.Context, tx *sql.Tx, node string, claims []SlotClaim, blocked [][]SlotRef, now int64) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM concurrency_wait WHERE node = ?`, clip(node, nameLen)); err != nil {
+		return fmt.Errorf("cannot write this node's waiting fires: %w", err)
+	}
+	best := map[SlotRef]waiting{}
+	var order []SlotRef
+	for i, c := range claims {
+		for _, r := range blocked[i] {
+			w, ok := best[r]
+			if !ok {
+				order = append(order, r)
+			}
+			if !ok || c.Priority < w.priority || (c.Priority == w.priority && c.FireAt < w.fireAt) {
+				best[r] = waiting{priority: c.Priority, fireAt: c.FireAt}
+			}
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 6*len(order))
+	for _, r := range order {
+		w := best[r]
+		args = append(args, clip(r.Kind, shortLen), clip(r.Name, nameLen), clip(node, nameLen), w.priority, w.fireAt, now)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO concurrency_wait (kind, name, node, priority, fire_at, seen_at) VALUES `+valuesList(6, len(order)), args...); err != nil {
+		return fmt.Errorf("cannot write this node's waiting fires: %w", err)
+	}
+	return nil
 }

@@ -37,13 +37,13 @@ func TestConcurrencySlots(t *testing.T) {
 		for i := range 5 {
 			claims = append(claims, claim(fmt.Sprintf("t%d", i), 1+i%2))
 		}
-		outs, counts, err := ss.TakeSlots(ctx, nil, claims, 10)
+		outs, counts, err := ss.TakeSlots(ctx, "", nil, claims, 10)
 		want := []int{persist.SlotGranted, persist.SlotGranted, persist.SlotGranted, persist.SlotFull, persist.SlotFull}
 		if err != nil || !slices.Equal(outs, want) || counts[key] != 3 || counts[grp] != 3 {
 			t.Fatalf("TakeSlots(5 claims, limit 3) = %v, %v, %v; want %v and 3 held", outs, counts, err, want)
 		}
 		// A release and a claim in one transaction: the release makes the room.
-		outs, counts, err = ss.TakeSlots(ctx, []persist.SlotRelease{{Ticket: "t0", Epoch: a[0].Epoch}}, claims[3:], 11)
+		outs, counts, err = ss.TakeSlots(ctx, "", []persist.SlotRelease{{Ticket: "t0", Epoch: a[0].Epoch}}, claims[3:], 11)
 		if err != nil || !slices.Equal(outs, []int{persist.SlotGranted, persist.SlotFull}) || counts[key] != 3 {
 			t.Fatalf("TakeSlots after a release = %v, %v, %v", outs, counts, err)
 		}
@@ -67,7 +67,7 @@ func TestConcurrencySlots(t *testing.T) {
 		if err != nil || len(b) != 1 {
 			t.Fatalf("TakeShards(b) = %+v, %v", b, err)
 		}
-		outs, _, err = ss.TakeSlots(ctx, nil, []persist.SlotClaim{claim("t9", 2), claim("t8", 1)}, 12)
+		outs, _, err = ss.TakeSlots(ctx, "", nil, []persist.SlotClaim{claim("t9", 2), claim("t8", 1)}, 12)
 		if err != nil || !slices.Equal(outs, []int{persist.SlotShardLost, persist.SlotFull}) {
 			t.Fatalf("TakeSlots of a lost shard = %v, %v", outs, err)
 		}
@@ -115,7 +115,7 @@ func TestConcurrencySlotsRace(t *testing.T) {
 				defer wg.Done()
 				for i := range 5 {
 					c := persist.SlotClaim{Ticket: fmt.Sprintf("w%d-%d", w, i), Shard: 7, Epoch: a[0].Epoch, Refs: []persist.SlotRef{ref}}
-					outs, _, err := ss.TakeSlots(ctx, nil, []persist.SlotClaim{c}, 1)
+					outs, _, err := ss.TakeSlots(ctx, "", nil, []persist.SlotClaim{c}, 1)
 					if err != nil {
 						t.Error(err)
 						return
@@ -132,6 +132,61 @@ func TestConcurrencySlotsRace(t *testing.T) {
 		all, err := ss.CountSlots(ctx)
 		if err != nil || granted != 4 || all[ref] != 4 {
 			t.Fatalf("30 claims of a limit of 4 from 6 goroutines: %d granted, %v held (%v); want 4", granted, all[ref], err)
+		}
+	})
+}
+
+// TestConcurrencySlotsLeaveRoomForBetterWaiters: a node whose claim was refused writes its
+// best waiting fire; another node's worse claim then leaves the slot freed for it, until the
+// waiting fire is older than WaitTTL (its node died) or its node took the slot.
+func TestConcurrencySlotsLeaveRoomForBetterWaiters(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		ss := s.(persist.SlotStore)
+		sh, err := s.TakeShards(ctx, "x", []int{3}, time.Minute)
+		if err != nil || len(sh) != 1 {
+			t.Fatalf("TakeShards = %+v, %v", sh, err)
+		}
+		if err := s.PutConcurrencyLimit(ctx, model.ConcurrencyLimit{Kind: model.LimitGroup, Name: "g", Max: 1, UpdatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ref := persist.SlotRef{Kind: model.LimitGroup, Name: "g"}
+		claim := func(ticket string, prio int, at int64) []persist.SlotClaim {
+			return []persist.SlotClaim{{Ticket: ticket, Shard: 3, Epoch: sh[0].Epoch, Refs: []persist.SlotRef{ref}, Priority: prio, FireAt: at}}
+		}
+		const now = 1_000_000
+		if outs, _, err := ss.TakeSlots(ctx, "b", nil, claim("b1", 5, 100), now); err != nil || outs[0] != persist.SlotGranted {
+			t.Fatalf("b's first claim = %v, %v", outs, err)
+		}
+		// a's better fire (priority 1) finds the limit full and waits.
+		if outs, _, err := ss.TakeSlots(ctx, "a", nil, claim("a1", 1, 200), now); err != nil || outs[0] != persist.SlotFull {
+			t.Fatalf("a's claim on a full limit = %v, %v", outs, err)
+		}
+		// b gives its slot back and claims again for a worse fire: the slot is left to a.
+		outs, _, err := ss.TakeSlots(ctx, "b", []persist.SlotRelease{{Ticket: "b1", Epoch: sh[0].Epoch}}, claim("b2", 5, 150), now+10)
+		if err != nil || outs[0] != persist.SlotFull {
+			t.Fatalf("b's worse claim while a waits = %v, %v; want it refused", outs, err)
+		}
+		if outs, _, err := ss.TakeSlots(ctx, "a", nil, claim("a1", 1, 200), now+20); err != nil || outs[0] != persist.SlotGranted {
+			t.Fatalf("a's claim after b left the slot = %v, %v", outs, err)
+		}
+		// a waits again (limit full), then goes silent: past WaitTTL b's claim is no longer
+		// held back by it.
+		if outs, _, err := ss.TakeSlots(ctx, "a", []persist.SlotRelease{{Ticket: "a1", Epoch: sh[0].Epoch}}, claim("a0", 1, 50), now+30); err != nil || outs[0] != persist.SlotGranted {
+			t.Fatalf("a's second claim = %v, %v", outs, err)
+		}
+		if outs, _, err := ss.TakeSlots(ctx, "a", nil, claim("a2", 1, 60), now+40); err != nil || outs[0] != persist.SlotFull {
+			t.Fatalf("a's third claim = %v, %v", outs, err)
+		}
+		if err := ss.ReleaseSlots(ctx, []persist.SlotRelease{{Ticket: "a0", Epoch: sh[0].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if outs, _, err := ss.TakeSlots(ctx, "b", nil, claim("b2", 5, 150), now+50); err != nil || outs[0] != persist.SlotFull {
+			t.Fatalf("b's claim while a's better fire waits = %v, %v", outs, err)
+		}
+		late := now + 40 + persist.WaitTTL.Milliseconds() + 1
+		if outs, _, err := ss.TakeSlots(ctx, "b", nil, claim("b2", 5, 150), late); err != nil || outs[0] != persist.SlotGranted {
+			t.Fatalf("b's claim once a's waiting fire is stale = %v, %v", outs, err)
 		}
 	})
 }
