@@ -161,9 +161,11 @@ func (e *Engine) DeleteConcurrencyLimit(ctx context.Context, kind, name, actor s
 	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})
 }
 
-// errShardedLimits says why a sharded engine takes no concurrency limit: each node counts
-// the runs it starts, and no node knows what the others run, so a limit of n would let every
-// node run n. Rather than keep a limit it cannot keep, axe refuses it.
+// errShardedLimits says why a sharded engine whose store cannot hold slots
+// (persist.SlotStore; every SQL store can) takes no concurrency limit: each node counts the
+// runs it starts, so a limit of n would let every node run n. Rather than keep a limit it
+// cannot keep, axe refuses it. Sharded engines keep their limits in the store
+// (core_clusterslots.go).
 var errShardedLimits = errors.New("concurrency limits are kept by one scheduler counting every run, and nodes that each schedule their own shards cannot keep them; " +
 	"use --ha-mode primary (one primary schedules everything) for tasks that need them")
 

@@ -90,7 +90,7 @@ func (c *cluster) slotsByNode() map[string]int {
 
 // TestShardsConcurrencyLimit: three `axe serve --ha` nodes keep a limit of 5 runs in flight of
 // one concurrency key across the cluster while 300 one-shot tasks of it, each 100–500 ms of
-// work, fall due at once, spread over every node's shards; the node holding most slots is
+// work (3 s for one in 25, workMS), fall due at once, spread over every node's shards; the node holding most slots is
 // killed (SIGKILL) mid-way and restarted. The downstream never works on more than 5 at once
 // (the dead node's slots come back only once its runs are resolved: its HTTP runs are recorded
 // lost by the next owner and their slots held until their deadline); every task reaches it,
@@ -112,7 +112,7 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 		specs[i] = map[string]any{
 			"name": fmt.Sprintf("lim5-%03d", i), "group": "limited", "delay_ms": delay, "timeout_sec": 5,
 			"concurrency_key": "lim5",
-			"callback":        map[string]any{"type": "http", "url": fmt.Sprintf("%s/work?ms=%d", tg.srv.URL, 100+rand.IntN(401))},
+			"callback":        map[string]any{"type": "http", "url": fmt.Sprintf("%s/work?ms=%d", tg.srv.URL, workMS(i))},
 		}
 	}
 	for try := 0; ; try++ {
@@ -196,6 +196,16 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	}
 	t.Logf("%d tasks, %d receipts (%d runs recorded, %d of them lost in the kill and held until their deadline), at most %d at once under a limit of %d; %d duplicates",
 		len(tasks), received, runs, lost, most, limit, dups)
+}
+
+// workMS is how long the downstream works on task i's run: 100–500 ms, and 3 s for one task
+// in 25, so that runs are still being worked on when the node that sent them is killed and
+// the next owner records them lost: their slots must stay held until their deadline (5 s).
+func workMS(i int) int {
+	if i%25 == 0 {
+		return 3000
+	}
+	return 100 + rand.IntN(401)
 }
 
 // put sends a JSON body to base+path with PUT and returns the status and body.
