@@ -156,6 +156,9 @@ func (e *Engine) DeleteConcurrencyLimit(ctx context.Context, kind, name, actor s
 	// row first: a node that still enforces the limit drops it too.
 	e.conc.setMax(limitRef{kind, name}, 0)
 	e.limitGauges(limitRef{kind, name}, false)
+	if e.conc.cl != nil {
+		e.conc.cl.limitSet(ctx, limitRef{kind, name}, 0) // its waiters go now
+	}
 	act := model.Action{Action: ActConcurrencyLimit, Actor: actor, At: e.nowMS(),
 		Detail: "concurrency limit " + kind + " " + name + " removed"}
 	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})

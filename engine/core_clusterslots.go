@@ -229,7 +229,10 @@ func (c *clusterSlots) collect() ([]claim, []persist.SlotClaim) {
 			}
 			return 1
 		})
-		n := min(len(ws), max(s.max, 1))
+		n := len(ws) // a limit removed: every waiter goes (collect's batch bounds them)
+		if s.max > 0 {
+			n = min(n, s.max) // more than max cannot fit
+		}
 		for _, w := range ws[:n] {
 			if seen[w] || len(out) >= clusterClaimBatch {
 				continue
@@ -238,7 +241,7 @@ func (c *clusterSlots) collect() ([]claim, []persist.SlotClaim) {
 			refs := g.limitedRefsLocked(w.group, w.key)
 			out = append(out, claim{w: w, max: s.max})
 			pc = append(pc, persist.SlotClaim{Ticket: w.ticket, Shard: int(w.shard), Epoch: w.epoch, Refs: refs,
-				Priority: int(w.ent.Priority), FireAt: w.ent.When})
+				Priority: int(w.ent.Priority), FireAt: w.ent.When, Since: w.first.UnixMilli()})
 		}
 	}
 	// Best first across limits: the store grants them in this order.

@@ -559,6 +559,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 					if err := e.runs.wait(ctx); err != nil {
 						return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
 					}
+					if e.conc.cl != nil {
+						e.conc.cl.flush() // the slots of the runs drained (core_clusterslots.go)
+					}
 					return nil
 				}})
 		}

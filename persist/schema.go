@@ -418,6 +418,7 @@ var mysqlMigrations = []migration{{
 			node VARCHAR(255) NOT NULL,
 			priority INT NOT NULL,
 			fire_at BIGINT NOT NULL,
+			since BIGINT NOT NULL,
 			seen_at BIGINT NOT NULL,
 			PRIMARY KEY (kind, name, node)
 		)` + mysqlTableOpts,
@@ -713,6 +714,7 @@ var sqliteMigrations = []migration{{
 			node TEXT NOT NULL,
 			priority INTEGER NOT NULL,
 			fire_at INTEGER NOT NULL,
+			since INTEGER NOT NULL,
 			seen_at INTEGER NOT NULL,
 			PRIMARY KEY (kind, name, node)
 		)`,

@@ -33,7 +33,9 @@ type SlotRef struct {
 }
 
 // SlotClaim asks for the slots of one run: one in each limit of Refs, all of them or none.
-// Priority and FireAt order it against the fires other nodes have waiting (TakeSlots).
+// Priority, FireAt and Since (when its fire began to wait, Unix ms) order it against the
+// fires other nodes have waiting (TakeSlots), as the gate in memory orders its waiters by
+// priority, fire time and arrival.
 type SlotClaim struct {
 	Ticket   string
 	Shard    int
@@ -41,6 +43,7 @@ type SlotClaim struct {
 	Refs     []SlotRef
 	Priority int
 	FireAt   int64
+	Since    int64
 }
 
 // WaitTTL is how long a node's waiting fire (concurrency_wait) is heeded after the node
@@ -224,7 +227,7 @@ func (s *sqlStore) takeSlots(ctx context.Context, node string, releases []SlotRe
 			}
 			ahead := 0 // other nodes' waiting fires that go before this one
 			for _, w := range others[r] {
-				if w.priority < c.Priority || (w.priority == c.Priority && w.fireAt < c.FireAt) {
+				if w.before(waiting{priority: c.Priority, fireAt: c.FireAt, since: c.Since}) {
 					ahead++
 				}
 			}
@@ -410,6 +413,20 @@ func (s *sqlStore) CountSlots(ctx context.Context) (map[SlotRef]int, error) {
 type waiting struct {
 	priority int
 	fireAt   int64
+	since    int64
+}
+
+// before orders waiting fires: priority (0 first), then fire time, then how long they have
+// waited, so that fires due at one instant on several nodes go in the order they began to
+// wait, whichever node frees the slots.
+func (w waiting) before(o waiting) bool {
+	if w.priority != o.priority {
+		return w.priority < o.priority
+	}
+	if w.fireAt != o.fireAt {
+		return w.fireAt < o.fireAt
+	}
+	return w.since < o.since
 }
 
 // othersWaiting reads the best waiting fire of every other node for each of refs, written
@@ -420,7 +437,7 @@ func (s *sqlStore) othersWaiting(ctx context.Context, tx *sql.Tx, node string, r
 	}
 	var b strings.Builder
 	args := []any{node, now - WaitTTL.Milliseconds()}
-	b.WriteString(`SELECT kind, name, priority, fire_at FROM concurrency_wait WHERE node <> ? AND seen_at >= ? AND (`)
+	b.WriteString(`SELECT kind, name, priority, fire_at, since FROM concurrency_wait WHERE node <> ? AND seen_at >= ? AND (`)
 	for i, r := range refs {
 		if i > 0 {
 			b.WriteString(" OR ")
@@ -438,7 +455,7 @@ func (s *sqlStore) othersWaiting(ctx context.Context, tx *sql.Tx, node string, r
 	for rows.Next() {
 		var r SlotRef
 		var w waiting
-		if err := rows.Scan(&r.Kind, &r.Name, &w.priority, &w.fireAt); err != nil {
+		if err := rows.Scan(&r.Kind, &r.Name, &w.priority, &w.fireAt, &w.since); err != nil {
 			return nil, fmt.Errorf("cannot read the fires other nodes have waiting: %w", err)
 		}
 		out[r] = append(out[r], w)
@@ -460,20 +477,20 @@ func (s *sqlStore) writeWaiting(ctx context.Context, tx *sql.Tx, node string, cl
 			if !ok {
 				order = append(order, r)
 			}
-			if !ok || c.Priority < w.priority || (c.Priority == w.priority && c.FireAt < w.fireAt) {
-				best[r] = waiting{priority: c.Priority, fireAt: c.FireAt}
+			if cw := (waiting{priority: c.Priority, fireAt: c.FireAt, since: c.Since}); !ok || cw.before(w) {
+				best[r] = cw
 			}
 		}
 	}
 	if len(order) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 6*len(order))
+	args := make([]any, 0, 7*len(order))
 	for _, r := range order {
 		w := best[r]
-		args = append(args, clip(r.Kind, shortLen), clip(r.Name, nameLen), clip(node, nameLen), w.priority, w.fireAt, now)
+		args = append(args, clip(r.Kind, shortLen), clip(r.Name, nameLen), clip(node, nameLen), w.priority, w.fireAt, w.since, now)
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO concurrency_wait (kind, name, node, priority, fire_at, seen_at) VALUES `+valuesList(6, len(order)), args...); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO concurrency_wait (kind, name, node, priority, fire_at, since, seen_at) VALUES `+valuesList(7, len(order)), args...); err != nil {
 		return fmt.Errorf("cannot write this node's waiting fires: %w", err)
 	}
 	return nil

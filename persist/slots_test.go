@@ -190,3 +190,39 @@ func TestConcurrencySlotsLeaveRoomForBetterWaiters(t *testing.T) {
 		}
 	})
 }
+
+// TestConcurrencySlotsTieOnWaitingTime: two nodes' fires of one priority and fire time (a
+// burst falling due at one instant) go in the order they began to wait: the node that frees
+// the slot leaves it to the other's fire that has waited longer than its own next one.
+func TestConcurrencySlotsTieOnWaitingTime(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		ss := s.(persist.SlotStore)
+		sh, err := s.TakeShards(ctx, "x", []int{4}, time.Minute)
+		if err != nil || len(sh) != 1 {
+			t.Fatalf("TakeShards = %+v, %v", sh, err)
+		}
+		if err := s.PutConcurrencyLimit(ctx, model.ConcurrencyLimit{Kind: model.LimitKey, Name: "k", Max: 1, UpdatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ref := persist.SlotRef{Kind: model.LimitKey, Name: "k"}
+		claim := func(ticket string, since int64) []persist.SlotClaim {
+			return []persist.SlotClaim{{Ticket: ticket, Shard: 4, Epoch: sh[0].Epoch, Refs: []persist.SlotRef{ref}, FireAt: 500, Since: since}}
+		}
+		const now = 2_000_000
+		if outs, _, err := ss.TakeSlots(ctx, "b", nil, claim("b1", 10), now); err != nil || outs[0] != persist.SlotGranted {
+			t.Fatalf("b's first claim = %v, %v", outs, err)
+		}
+		if outs, _, err := ss.TakeSlots(ctx, "a", nil, claim("a1", 11), now); err != nil || outs[0] != persist.SlotFull {
+			t.Fatalf("a's claim on the full limit = %v, %v", outs, err)
+		}
+		// b's next fire began to wait after a's: b leaves the slot it frees to a.
+		outs, _, err := ss.TakeSlots(ctx, "b", []persist.SlotRelease{{Ticket: "b1", Epoch: sh[0].Epoch}}, claim("b2", 12), now+1)
+		if err != nil || outs[0] != persist.SlotFull {
+			t.Fatalf("b's claim for a fire that waited less than a's = %v, %v; want refused", outs, err)
+		}
+		if outs, _, err := ss.TakeSlots(ctx, "a", nil, claim("a1", 11), now+2); err != nil || outs[0] != persist.SlotGranted {
+			t.Fatalf("a's claim = %v, %v", outs, err)
+		}
+	})
+}

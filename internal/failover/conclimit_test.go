@@ -127,9 +127,16 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	}
 	// Kill the node holding most slots once a third of the runs reached the downstream.
 	deadline := time.Now().Add(2 * time.Minute)
+	var samples []map[string]int // who holds the slots, sampled: nodes' fires due at one instant share them
+	lastSample := time.Time{}
 	for {
-		if _, received, _, _ := tg.snapshot(); received >= count/3 {
+		_, received, _, _ := tg.snapshot()
+		if received >= count/3 {
 			break
+		}
+		if received > 0 && time.Since(lastSample) > 500*time.Millisecond {
+			samples = append(samples, c.slotsByNode())
+			lastSample = time.Now()
 		}
 		if time.Now().After(deadline) {
 			_, received, _, _ := tg.snapshot()
@@ -137,6 +144,7 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 		}
 		time.Sleep(pollEvery)
 	}
+	t.Logf("slots held by node before the kill, every 0.5 s: %v", samples)
 	held := c.slotsByNode()
 	victim := nodes[0]
 	for _, n := range nodes {

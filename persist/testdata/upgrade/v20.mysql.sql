@@ -55,6 +55,7 @@ CREATE TABLE `concurrency_wait` (
   `node` varchar(255) NOT NULL,
   `priority` int(11) NOT NULL,
   `fire_at` bigint(20) NOT NULL,
+  `since` bigint(20) NOT NULL,
   `seen_at` bigint(20) NOT NULL,
   PRIMARY KEY (`kind`,`name`,`node`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
@@ -213,7 +214,7 @@ CREATE TABLE `task_runtime` (
 INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`, `incarnation`) VALUES ('billing', '10.0.0.7:9100', 'http', '["invoice","refund"]', 1767513600000, 1767599999000, 'alive', '5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a', '3f9a0c1d2e4b5a6978f0e1d2c3b4a596');
 INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`, `incarnation`) VALUES ('billing', '10.0.0.9:9100', 'http', '["invoice"]', 1767596400000, 1767599670000, 'lost', '', '');
 
-INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-06 09:08:07.070929');
+INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-06 09:13:00.570001');
 INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary#fence', '', 2, '1970-01-01 00:00:00.000000');
 
 
