@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -93,8 +94,9 @@ func (c *cluster) slotsByNode() map[string]int {
 // work (3 s for one in 25, workMS), fall due at once, spread over every node's shards; the node holding most slots is
 // killed (SIGKILL) mid-way and restarted. The downstream never works on more than 5 at once
 // (the dead node's slots come back only once its runs are resolved: its HTTP runs are recorded
-// lost by the next owner and their slots held until their deadline); every task reaches it,
-// no (task, fire time, attempt) twice, and no slot row is left at the end.
+// lost by the next owner and their slots held until their deadline), nor when the node then
+// holding most slots is frozen (SIGSTOP) for twice the lease TTL and woken; every task reaches
+// it, no (task, fire time, attempt) twice, and no slot row is left at the end.
 func TestShardsConcurrencyLimit(t *testing.T) {
 	t.Parallel()
 	c := newShardCluster(t)
@@ -110,7 +112,9 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	specs := make([]map[string]any, count)
 	for i := range specs {
 		specs[i] = map[string]any{
-			"name": fmt.Sprintf("lim5-%03d", i), "group": "limited", "delay_ms": delay, "timeout_sec": 5,
+			// Fire times 5 ms apart, so the nodes' fires interleave: slots go by fire time
+			// across nodes (a batch is split by owner, each part created a little later).
+			"name": fmt.Sprintf("lim5-%03d", i), "group": "limited", "delay_ms": delay + int64(5*i), "timeout_sec": 5,
 			"concurrency_key": "lim5",
 			"callback":        map[string]any{"type": "http", "url": fmt.Sprintf("%s/work?ms=%d", tg.srv.URL, workMS(i))},
 		}
@@ -158,6 +162,35 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	t.Logf("killed %s holding %d of the slots (%v); its shards were taken over in %s", victim.id, held[victim.id], held, took.Round(time.Millisecond))
 	c.start(victim)
 	c.waitShards(nodes, true, roleTimeout)
+	// Then freeze (SIGSTOP) the node holding most slots past its leases, once two thirds ran:
+	// the others take its shards and record its runs lost; woken, it gives its shards up by
+	// its own clock and its late ends are refused at the fence.
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		if _, received, _, _ := tg.snapshot(); received >= 2*count/3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, received, _, _ := tg.snapshot()
+			t.Fatalf("only %d of %d runs reached the downstream before the SIGSTOP", received, count)
+		}
+		time.Sleep(pollEvery)
+	}
+	held = c.slotsByNode()
+	frozen := nodes[0]
+	for _, n := range nodes {
+		if held[n.id] > held[frozen.id] {
+			frozen = n
+		}
+	}
+	stopped := time.Now()
+	frozen.signal(t, syscall.SIGSTOP)
+	took = c.waitShards(others(nodes, frozen), false, c.ttl+shardSlack+10*time.Second).Sub(stopped)
+	time.Sleep(time.Until(stopped.Add(2 * c.ttl)))
+	frozen.signal(t, syscall.SIGCONT)
+	c.waitShards(nodes, true, roleTimeout)
+	t.Logf("froze %s holding %d of the slots (%v) for %s; its shards were taken over in %s", frozen.id, held[frozen.id], held,
+		time.Since(stopped).Round(time.Millisecond), took.Round(time.Millisecond))
 	deadline = time.Now().Add(3 * time.Minute)
 	for {
 		_, _, _, tasks := tg.snapshot()
