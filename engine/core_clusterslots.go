@@ -70,6 +70,7 @@ type clusterSlots struct {
 	countAt time.Time               // when
 	wake    chan struct{}
 	wanting bool // the last pass left waiting fires of this node in the store (loop only)
+	stopped chan struct{} // closed when the loop has returned
 }
 
 // clusterReq is a reconcile of shards gained, done by the loop.
@@ -88,7 +89,7 @@ func (e *Engine) initClusterSlots() {
 		return // a store without slots: loadLimits refuses the limits
 	}
 	e.conc.cl = &clusterSlots{e: e, g: e.conc, st: st, tracked: map[limitRef]bool{},
-		counts: map[persist.SlotRef]int{}, wake: make(chan struct{}, 1)}
+		counts: map[persist.SlotRef]int{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
 func (c *clusterSlots) poke() {
@@ -268,6 +269,7 @@ func (c *clusterSlots) collect() ([]claim, []persist.SlotClaim) {
 // loop takes and gives back slots in the store until ctx ends.
 func (c *clusterSlots) loop(ctx context.Context) {
 	defer c.e.loopsWG.Done()
+	defer close(c.stopped)
 	refresh := c.e.now().Add(clusterRefresh)
 	for {
 		c.pass(ctx)
@@ -445,6 +447,8 @@ func (e *Engine) reconcileShards(ctx context.Context, fences []persist.ShardFenc
 	select {
 	case err := <-r.done:
 		return err
+	case <-c.stopped:
+		return c.reconcile(ctx, fences) // the engine stopped: no loop to order it after releases
 	case <-ctx.Done():
 		return ctx.Err()
 	}
