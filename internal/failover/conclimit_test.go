@@ -235,7 +235,7 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	if err := c.db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(result = 'lost'), 0) FROM task_run WHERE task_name LIKE 'lim5-%'`).Scan(&runs, &lost); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d tasks, %d receipts (%d runs recorded, %d of them lost in the kill and held until their deadline), at most %d at once under a limit of %d; %d duplicates",
+	t.Logf("%d tasks, %d receipts (%d runs recorded, %d of them recorded lost after the kill or the freeze, their slots held until their deadline), at most %d at once under a limit of %d; %d duplicates",
 		len(tasks), received, runs, lost, most, limit, dups)
 }
 
