@@ -63,13 +63,11 @@ type clusterSlots struct {
 	st persist.SlotStore
 
 	mu      sync.Mutex
-	rel     []persist.SlotRelease   // slots given back, not yet deleted
-	tracked map[limitRef]bool       // every limit this node has enforced: its runs' rows are deleted at their end
-	reqs    []clusterReq            // reconciles asked for
-	counts  map[persist.SlotRef]int // the slots of each limit, as the last pass read them
-	countAt time.Time               // when
+	rel     []persist.SlotRelease // slots given back, not yet deleted
+	tracked map[limitRef]bool     // every limit this node has enforced: its runs' rows are deleted at their end
+	reqs    []clusterReq          // reconciles asked for
 	wake    chan struct{}
-	wanting bool // the last pass left waiting fires of this node in the store (loop only)
+	wanting bool          // the last pass left waiting fires of this node in the store (loop only)
 	stopped chan struct{} // closed when the loop has returned
 }
 
@@ -89,7 +87,7 @@ func (e *Engine) initClusterSlots() {
 		return // a store without slots: loadLimits refuses the limits
 	}
 	e.conc.cl = &clusterSlots{e: e, g: e.conc, st: st, tracked: map[limitRef]bool{},
-		counts: map[persist.SlotRef]int{}, wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 }
 
 func (c *clusterSlots) poke() {
@@ -333,7 +331,7 @@ func (c *clusterSlots) pass(ctx context.Context) {
 	if len(rel) == 0 && len(pc) == 0 && !c.wanting {
 		return
 	}
-	outs, counts, err := c.st.TakeSlots(ctx, c.e.cfg.NodeID, rel, pc, c.e.nowMS())
+	outs, _, err := c.st.TakeSlots(ctx, c.e.cfg.NodeID, rel, pc, c.e.nowMS())
 	if err != nil {
 		c.requeue(rel)
 		if ctx.Err() == nil {
@@ -344,12 +342,6 @@ func (c *clusterSlots) pass(ctx context.Context) {
 	// While a claim was refused this node's best waiting fires are in the store, and the
 	// next pass (a poll at the latest) writes them again, or deletes them.
 	c.wanting = slices.Contains(outs, persist.SlotFull)
-	c.mu.Lock()
-	for r, n := range counts {
-		c.counts[r] = n
-	}
-	c.countAt = c.e.now()
-	c.mu.Unlock()
 	type admit struct {
 		ent  *wheel.Entry[*task]
 		adm  admission
