@@ -33,7 +33,8 @@ package bench
 // AXE_BENCH_SCALE_SPAN (30s), AXE_BENCH_SCALE_NODES (1,2,3), AXE_BENCH_SCALE_KILLS (10; 0
 // skips phase 4), AXE_BENCH_SCALE_KILL_CRON (300), AXE_BENCH_SCALE_GALERA (1 runs phase 5),
 // AXE_BENCH_SCALE_BIN (an axe binary to run instead of building this tree's),
-// AXE_BENCH_SCALE_KEEP_LOGS (1 keeps the nodes' logs, which a failed run always keeps).
+// AXE_BENCH_SCALE_KEEP_LOGS (1 keeps the nodes' logs, which a failed run always keeps),
+// AXE_BENCH_SCALE_LIMIT (N > 0 puts every burst task under one concurrency key limited to N).
 
 import (
 	"bufio"
@@ -76,6 +77,9 @@ const (
 	envScaleGalera   = "AXE_BENCH_SCALE_GALERA"
 	envScaleBin      = "AXE_BENCH_SCALE_BIN"
 	envScaleKeepLogs = "AXE_BENCH_SCALE_KEEP_LOGS"
+	// envScaleLimit, when > 0, puts every task of the burst under one concurrency key with a
+	// limit of that many runs in flight (issue 46: what a limit costs the drain).
+	envScaleLimit = "AXE_BENCH_SCALE_LIMIT"
 )
 
 // The daemons' lease settings, as the failover suite runs them.
@@ -880,10 +884,30 @@ func (c *scaleCluster) runBurst(res *scaleResult, n int) {
 	lead := 3*time.Second + time.Duration(n)*250*time.Microsecond
 	due := time.Now().Add(lead).Truncate(time.Millisecond)
 	runAt := due.UTC().Format(time.RFC3339Nano)
+	key := ""
+	if lim, _ := strconv.Atoi(os.Getenv(envScaleLimit)); lim > 0 {
+		key = `,"concurrency_key":"bench"`
+		body := fmt.Sprintf(`{"max":%d}`, lim)
+		req, err := http.NewRequest(http.MethodPut, c.nodes[0].url+"/api/v1/concurrency-limits/key/bench", strings.NewReader(body))
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.api.Do(req)
+		if err != nil {
+			c.tb.Fatal(err)
+		}
+		text, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			c.tb.Fatalf("%s: PUT the burst's limit: %d %s", c.where, resp.StatusCode, text)
+		}
+		c.tb.Logf("%s, %d node(s): every burst task under concurrency key bench, limit %d", c.where, len(c.nodes), lim)
+	}
 	items := make([][]byte, n)
 	for i := range items {
-		items[i] = []byte(fmt.Sprintf(`{"name":"b-%06d","trigger":"delay","run_at":%q,"callback":{"type":"http","url":%q},"timeout_sec":30}`,
-			i, runAt, c.sink.url()))
+		items[i] = []byte(fmt.Sprintf(`{"name":"b-%06d","trigger":"delay","run_at":%q,"callback":{"type":"http","url":%q},"timeout_sec":30%s}`,
+			i, runAt, c.sink.url(), key))
 	}
 	res.burst = n
 	res.createTook = c.create(items)

@@ -37,6 +37,25 @@ func (e *Engine) limitView(l model.ConcurrencyLimit) wire.ConcurrencyLimitView {
 	return wire.ConcurrencyLimitView{ConcurrencyLimit: l, InUse: v.used, Waiting: v.waiting}
 }
 
+// clusterView is limitView on a sharded node: the slots held across the cluster, as the
+// store counts them (counts), and the fires waiting on this node.
+func (e *Engine) clusterView(l model.ConcurrencyLimit, counts map[persist.SlotRef]int) wire.ConcurrencyLimitView {
+	v := e.limitView(l)
+	if counts != nil {
+		v.InUse = counts[persist.SlotRef{Kind: l.Kind, Name: l.Name}]
+	}
+	return v
+}
+
+// slotCounts returns the slots held in every limit across a sharded cluster, nil on an
+// engine that is not sharded.
+func (e *Engine) slotCounts(ctx context.Context) (map[persist.SlotRef]int, error) {
+	if e.conc.cl == nil {
+		return nil, nil
+	}
+	return e.conc.cl.clusterCounts(ctx)
+}
+
 // ConcurrencyLimits lists the stored limits with their counts, ordered by kind and name. It
 // reads the store, so a backup answers it too.
 func (e *Engine) ConcurrencyLimits(ctx context.Context) ([]wire.ConcurrencyLimitView, error) {
@@ -44,9 +63,13 @@ func (e *Engine) ConcurrencyLimits(ctx context.Context) ([]wire.ConcurrencyLimit
 	if err != nil {
 		return nil, err
 	}
+	counts, err := e.slotCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]wire.ConcurrencyLimitView, 0, len(ls))
 	for _, l := range ls {
-		out = append(out, e.limitView(l))
+		out = append(out, e.clusterView(l, counts))
 	}
 	return out, nil
 }
@@ -62,7 +85,11 @@ func (e *Engine) ConcurrencyLimit(ctx context.Context, kind, name string) (wire.
 	}
 	for _, l := range ls {
 		if l.Kind == kind && l.Name == name {
-			return e.limitView(l), nil
+			counts, err := e.slotCounts(ctx)
+			if err != nil {
+				return wire.ConcurrencyLimitView{}, err
+			}
+			return e.clusterView(l, counts), nil
 		}
 	}
 	return wire.ConcurrencyLimitView{}, fmt.Errorf("%w: %s %s", ErrLimitNotFound, kind, name)
@@ -82,7 +109,7 @@ func (e *Engine) SetConcurrencyLimit(ctx context.Context, kind, name string, max
 	if err := e.checkRunning(); err != nil {
 		return wire.ConcurrencyLimitView{}, err
 	}
-	if e.cfg.Sharded {
+	if e.cfg.Sharded && e.conc.cl == nil {
 		return wire.ConcurrencyLimitView{}, fmt.Errorf("%w: concurrency limit %s %s: %s", ErrConflict, kind, name, errShardedLimits)
 	}
 	l := model.ConcurrencyLimit{Kind: kind, Name: name, Max: max, UpdatedAt: e.nowMS()}
@@ -93,12 +120,19 @@ func (e *Engine) SetConcurrencyLimit(ctx context.Context, kind, name string, max
 	}
 	e.conc.setMax(limitRef{kind, name}, max)
 	e.limitGauges(limitRef{kind, name}, true)
+	if e.conc.cl != nil {
+		e.conc.cl.limitSet(ctx, limitRef{kind, name}, max) // core_clusterslots.go
+	}
 	act := model.Action{Action: ActConcurrencyLimit, Actor: actor, At: l.UpdatedAt,
 		Detail: "concurrency limit " + kind + " " + name + ": " + strconv.Itoa(max) + " run(s) in flight at once"}
 	if err := e.write(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
 		return wire.ConcurrencyLimitView{}, err
 	}
-	return e.limitView(l), nil
+	counts, err := e.slotCounts(ctx)
+	if err != nil {
+		return wire.ConcurrencyLimitView{}, err
+	}
+	return e.clusterView(l, counts), nil
 }
 
 // DeleteConcurrencyLimit removes a limit: every fire waiting for it alone starts at once.
@@ -115,19 +149,26 @@ func (e *Engine) DeleteConcurrencyLimit(ctx context.Context, kind, name, actor s
 	if err != nil {
 		return err
 	}
-	if !ok {
+	if !ok && (e.conc.cl == nil || e.conc.maxOf(limitRef{kind, name}) == 0) {
 		return fmt.Errorf("%w: %s %s", ErrLimitNotFound, kind, name)
 	}
+	// On a sharded cluster every node is asked at once, and another may have deleted the
+	// row first: a node that still enforces the limit drops it too.
 	e.conc.setMax(limitRef{kind, name}, 0)
 	e.limitGauges(limitRef{kind, name}, false)
+	if e.conc.cl != nil {
+		e.conc.cl.limitSet(ctx, limitRef{kind, name}, 0) // its waiters go now
+	}
 	act := model.Action{Action: ActConcurrencyLimit, Actor: actor, At: e.nowMS(),
 		Detail: "concurrency limit " + kind + " " + name + " removed"}
 	return e.write(ctx, &persist.Group{Actions: []model.Action{act}})
 }
 
-// errShardedLimits says why a sharded engine takes no concurrency limit: each node counts
-// the runs it starts, and no node knows what the others run, so a limit of n would let every
-// node run n. Rather than keep a limit it cannot keep, axe refuses it.
+// errShardedLimits says why a sharded engine whose store cannot hold slots
+// (persist.SlotStore; every SQL store can) takes no concurrency limit: each node counts the
+// runs it starts, so a limit of n would let every node run n. Rather than keep a limit it
+// cannot keep, axe refuses it. Sharded engines keep their limits in the store
+// (core_clusterslots.go).
 var errShardedLimits = errors.New("concurrency limits are kept by one scheduler counting every run, and nodes that each schedule their own shards cannot keep them; " +
 	"use --ha-mode primary (one primary schedules everything) for tasks that need them")
 
@@ -138,7 +179,7 @@ func (e *Engine) loadLimits(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cannot load concurrency limits: %w", err)
 	}
-	if e.cfg.Sharded && len(ls) > 0 {
+	if e.cfg.Sharded && e.conc.cl == nil && len(ls) > 0 {
 		names := make([]string, 0, len(ls))
 		for _, l := range ls {
 			names = append(names, fmt.Sprintf("%s %s (max %d)", l.Kind, l.Name, l.Max))
@@ -149,6 +190,9 @@ func (e *Engine) loadLimits(ctx context.Context) error {
 	e.conc.setAll(ls)
 	for _, l := range ls {
 		e.limitGauges(limitRef{l.Kind, l.Name}, true)
+		if e.conc.cl != nil {
+			e.conc.cl.track(limitRef{l.Kind, l.Name})
+		}
 	}
 	return nil
 }

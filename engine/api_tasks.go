@@ -578,7 +578,7 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	// A run-now counts in its group's and key's limits as any run does, and does not wait:
 	// it is an operator's "now", answered at once, and a waiting one would have to survive a
 	// restart (docs/design.md, Concurrency limits).
-	slot, full, used, max, ok := e.conc.tryAcquire(def.Group, def.ConcurrencyKey)
+	slot, full, used, max, ok := e.tryAcquireRun(def.Group, def.ConcurrencyKey, run.Ticket, t.shard, t.sepoch)
 	if !ok {
 		e.release(t)
 		return nil, fmt.Errorf("%w: concurrency limit %s is full (%d of %d runs in flight); a run-now does not wait, try again when one ends",

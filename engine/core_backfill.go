@@ -425,7 +425,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		}
 		// A backfill run counts in its group's and key's concurrency limits as a run-now
 		// does; over a limit, the cursor stops here until a later pass finds room.
-		slot, _, _, _, ok := e.conc.tryAcquire(def.Group, def.ConcurrencyKey)
+		slot, _, _, _, ok := e.tryAcquireRun(def.Group, def.ConcurrencyKey, tickets[i], t.shard, t.sepoch)
 		if !ok {
 			passed = i
 			break

@@ -31,6 +31,12 @@ func (r limitRef) String() string { return r.kind + " " + r.name }
 type concSlot struct {
 	group, key string
 	held       bool
+	// On a sharded engine (core_clusterslots.go): the run's ticket and its shard's epoch,
+	// which name the slot's rows in the store, and keep, set when the shard was dropped with
+	// the run in flight, so that its rows stay for the shard's next owner.
+	ticket string
+	epoch  int64
+	keep   bool
 }
 
 // admission is what the gates hand on with an entry to fire: the slot it holds (none on its
@@ -62,6 +68,11 @@ type concWaiter struct {
 	on    limitRef  // the limit whose queue holds it
 	onMax int       // that limit when it queued there, for the note
 	idx   int       // in on's heap
+	// On a sharded engine: the ticket its run will have, and its shard at its epoch
+	// (core_clusterslots.go).
+	ticket string
+	shard  uint8
+	epoch  int64
 }
 
 // waitHeap orders waiters by priority (0 first), then fire time, then arrival.
@@ -128,6 +139,10 @@ type concGate struct {
 	nwait atomic.Int64 // waiters now
 	nused atomic.Int64 // slots held now, over all groups (a run counts once here)
 	wake  chan struct{}
+
+	// cl, on a sharded engine, takes the slots of limited groups and keys in the store,
+	// across nodes (core_clusterslots.go); nil otherwise.
+	cl *clusterSlots
 }
 
 func newConcGate(clk clock.Clock) *concGate {
@@ -296,6 +311,9 @@ func (g *concGate) release(sl concSlot) {
 	if wake {
 		g.signal()
 	}
+	if g.cl != nil {
+		g.cl.released(sl)
+	}
 }
 
 func (g *concGate) releaseLocked(r limitRef) bool {
@@ -362,6 +380,9 @@ func (g *concGate) drain() ([]*wheel.Entry[*task], []admission, []time.Duration)
 	var ents []*wheel.Entry[*task]
 	var adms []admission
 	var waits []time.Duration
+	if g.cl != nil {
+		return nil, nil, nil // the store decides who waits no more (clusterSlots.loop)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for len(ents) < drainBatch {

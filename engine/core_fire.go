@@ -206,17 +206,14 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 			return
 		}
 	}
-	if !adm.slot.held {
-		sl, ok := e.conc.offer(t.id, ent, t.def.Group, t.def.ConcurrencyKey)
-		if !ok {
-			// Its group or key is at its limit: the entry waits in the gate, still the task's
-			// armed entry (t.ent), and fires when a run of it ends.
-			t.ent = ent
-			t.mu.Unlock()
-			e.m.concWaits.Inc()
-			return
-		}
-		adm.slot = sl
+	if !e.offerFire(t, ent, sched, &adm) { // core_clusterslots.go
+		// Its group or key is at its limit (on a sharded engine: is limited, and its slot is
+		// claimed in the store): the entry waits in the gate, still the task's armed entry
+		// (t.ent), and fires when a run of it ends.
+		t.ent = ent
+		t.mu.Unlock()
+		e.m.concWaits.Inc()
+		return
 	}
 	e.m.lateness.Update(float64(now-ent.When) / 1000)
 	from := t.rt.State

@@ -76,6 +76,9 @@ func (r *runsInFlight) add(t *task, run model.Run, slot concSlot) bool {
 		r.conc.release(slot)
 		return false
 	}
+	if slot.held && slot.ticket == "" && r.conc.cl != nil && t != nil {
+		slot.ticket, slot.epoch = run.Ticket, t.sepoch // names its rows (core_clusterslots.go)
+	}
 	r.m[run.Ticket] = &flight{t: t, run: run, slot: slot}
 	r.n++
 	r.perShard[shardOfTask(t)]++
@@ -112,7 +115,11 @@ func (r *runsInFlight) abandon(set model.ShardSet, fn func(f *flight)) int {
 	r.mu.Unlock()
 	n := 0
 	for _, ticket := range tickets {
-		if r.take(ticket, func(f *flight) bool { return set.Has(int(shardOfTask(f.t))) }, fn) {
+		keep := func(f *flight) {
+			f.slot.keep = true // its rows in the store are the shard's next owner's
+			fn(f)
+		}
+		if r.take(ticket, func(f *flight) bool { return set.Has(int(shardOfTask(f.t))) }, keep) {
 			n++
 		}
 	}

@@ -146,8 +146,16 @@ func (e *Engine) takeOverRun(t *task, run model.Run) bool {
 func (e *Engine) holdLost(t *task, run model.Run) {
 	t.mu.Lock()
 	group, key, timeout := t.def.Group, t.def.ConcurrencyKey, time.Duration(t.def.TimeoutSec)*time.Second
+	shard, epoch := t.shard, t.sepoch
 	t.mu.Unlock()
-	e.conc.releaseAt(e.conc.force(group, key), time.UnixMilli(run.DispatchedAt).Add(timeout))
+	sl := e.conc.force(group, key)
+	if e.conc.cl != nil {
+		// On a sharded engine the hold has rows of its own, written before the run's end
+		// deletes the run's (core_clusterslots.go).
+		sl.ticket, sl.epoch = run.Ticket+"~lost", epoch
+		e.holdRows(group, key, sl.ticket, shard, epoch)
+	}
+	e.conc.releaseAt(sl, time.UnixMilli(run.DispatchedAt).Add(timeout))
 }
 
 // openFire returns the open fire of t as read from the store, if there is one: its run row
@@ -383,6 +391,13 @@ func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 // and RUNNING with run in flight (recoverInFlight).
 func (e *Engine) resendLost(t *task, lost model.Run) {
 	now := e.nowMS()
+	if e.conc.cl != nil {
+		// Its re-send's slot rows are written before the lost run's go (core_clusterslots.go).
+		t.mu.Lock()
+		group, key, shard, epoch := t.def.Group, t.def.ConcurrencyKey, t.shard, t.sepoch
+		t.mu.Unlock()
+		e.holdRows(group, key, scheduledTicket(t.id, lost.ScheduledAt, lost.Attempt+1), shard, epoch)
+	}
 	// The lost run leaves e.runs (recoverInFlight added it); its re-send takes its place.
 	e.runs.take(lost.Ticket, nil, func(*flight) {
 		t.mu.Lock()

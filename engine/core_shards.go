@@ -188,6 +188,9 @@ func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
 		fn   func() error
 	}{
 		{"resolve runs left running", func() error { return e.recoverInFlight(ctx) }},
+		// The slots the earlier owners' runs hold in the store: those of the runs adopted stay
+		// (core_clusterslots.go), the rest go back.
+		{"reconcile concurrency slots", func() error { return e.reconcileShards(ctx, e.fencesOf(set)) }},
 		{"load the window and apply misfire policies", func() error {
 			_, err := e.loadRange(ctx, 1, h, now)
 			return err

@@ -407,6 +407,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.tasks.init()
 	e.conc = newConcGate(cfg.Clock)
+	e.initClusterSlots()
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
 	e.promo.init()
@@ -499,6 +500,10 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		e.loopsWG.Add(2)
 		go e.registryLoop(runCtx)
 		go e.depLoop(runCtx)
+		if e.conc.cl != nil {
+			e.loopsWG.Add(1)
+			go e.conc.cl.loop(runCtx)
+		}
 	} else {
 		if err := e.recoverAtStart(ctx, now, h); err != nil {
 			return err
@@ -554,6 +559,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 				startstop.Step{Name: "drain in-flight runs", Run: func(ctx context.Context) error {
 					if err := e.runs.wait(ctx); err != nil {
 						return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
+					}
+					if e.conc.cl != nil {
+						e.conc.cl.flush() // the slots of the runs drained (core_clusterslots.go)
 					}
 					return nil
 				}})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -321,32 +320,4 @@ func TestShardedRateShare(t *testing.T) {
 	if got := e.gate.lim.Share(); got != 32.0/model.ShardCount {
 		t.Errorf("share after dropping them = %v, want 32/256", got)
 	}
-}
-
-// TestShardedRefusesConcurrencyLimits: nodes that each schedule their own shards cannot keep
-// a concurrency limit, so a sharded engine refuses to set one, and to start over a stored one,
-// naming it.
-func TestShardedRefusesConcurrencyLimits(t *testing.T) {
-	persisttest.Each(t, func(t *testing.T, s persist.Store) {
-		ctx := context.Background()
-		e := startEngine(t, s, sharded)
-		if _, err := e.SetConcurrencyLimit(ctx, "group", "etl", 2, "test"); !errors.Is(err, ErrConflict) {
-			t.Errorf("a concurrency limit set on a sharded engine = %v, want ErrConflict", err)
-		}
-		if ls, err := s.ListConcurrencyLimits(ctx); err != nil || len(ls) != 0 {
-			t.Errorf("the refused limit was stored: %v, %v", ls, err)
-		}
-		if err := s.PutConcurrencyLimit(ctx, model.ConcurrencyLimit{Kind: "group", Name: "etl", Max: 2, UpdatedAt: 1}); err != nil {
-			t.Fatal(err)
-		}
-		e2, err := New(Config{Store: s, Sharded: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = e2.Start(ctx)
-		_ = e2.Stop(ctx)
-		if err == nil || !strings.Contains(err.Error(), "group etl (max 2)") {
-			t.Errorf("a sharded engine started over a stored limit: %v, want a refusal naming group etl", err)
-		}
-	})
 }

@@ -437,6 +437,41 @@ var mysqlMigrations = []migration{{
 			PRIMARY KEY (run_id, step, idx, attempt)
 		)` + mysqlTableOpts,
 	},
+}, {
+	version: 20,
+	name:    "concurrency slots across nodes",
+	// The slots a sharded cluster's runs hold of the concurrency limits (persist/slots.go):
+	// one row per run and limit it counts in, keyed by (ticket, kind), counted by (kind, name)
+	// and found by shard when a shard's next owner reconciles them. slot_seq is written by
+	// every slot transaction to lock the limit's row (an update orders it on Galera too).
+	// CREATE ... IF NOT EXISTS; a re-run of the ADD COLUMN meets "duplicate column", which
+	// dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS concurrency_slot (
+			ticket VARCHAR(128) NOT NULL,
+			kind VARCHAR(32) NOT NULL,
+			name VARCHAR(255) NOT NULL,
+			shard INT NOT NULL,
+			epoch BIGINT NOT NULL,
+			taken_at BIGINT NOT NULL,
+			PRIMARY KEY (ticket, kind),
+			KEY idx_concurrency_slot_limit (kind, name),
+			KEY idx_concurrency_slot_shard (shard, epoch)
+		)` + mysqlTableOpts,
+		// The best fire each node has waiting for each limit (persist/slots.go): a node
+		// leaves a slot free for another's better waiter.
+		`CREATE TABLE IF NOT EXISTS concurrency_wait (
+			kind VARCHAR(32) NOT NULL,
+			name VARCHAR(255) NOT NULL,
+			node VARCHAR(255) NOT NULL,
+			priority INT NOT NULL,
+			fire_at BIGINT NOT NULL,
+			since BIGINT NOT NULL,
+			seen_at BIGINT NOT NULL,
+			PRIMARY KEY (kind, name, node)
+		)` + mysqlTableOpts,
+		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq BIGINT NOT NULL DEFAULT 0`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -754,6 +789,34 @@ var sqliteMigrations = []migration{{
 			items INTEGER NOT NULL DEFAULT 0,
 			PRIMARY KEY (run_id, step, idx, attempt)
 		)`,
+	},
+}, {
+	version: 20,
+	name:    "concurrency slots across nodes",
+	// As on MySQL.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS concurrency_slot (
+			ticket TEXT NOT NULL,
+			kind TEXT NOT NULL,
+			name TEXT NOT NULL,
+			shard INTEGER NOT NULL,
+			epoch INTEGER NOT NULL,
+			taken_at INTEGER NOT NULL,
+			PRIMARY KEY (ticket, kind)
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_concurrency_slot_limit ON concurrency_slot (kind, name)`,
+		`CREATE INDEX IF NOT EXISTS idx_concurrency_slot_shard ON concurrency_slot (shard, epoch)`,
+		`CREATE TABLE IF NOT EXISTS concurrency_wait (
+			kind TEXT NOT NULL,
+			name TEXT NOT NULL,
+			node TEXT NOT NULL,
+			priority INTEGER NOT NULL,
+			fire_at INTEGER NOT NULL,
+			since INTEGER NOT NULL,
+			seen_at INTEGER NOT NULL,
+			PRIMARY KEY (kind, name, node)
+		)`,
+		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq INTEGER NOT NULL DEFAULT 0`,
 	},
 }}
 

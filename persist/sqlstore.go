@@ -888,8 +888,18 @@ func (s *sqlStore) ListConcurrencyLimits(ctx context.Context) ([]model.Concurren
 }
 
 // PutConcurrencyLimit replaces the limit of (kind, name) in one transaction: a delete and an
-// insert, which both dialects read alike.
+// insert, which both dialects read alike. Every node of a sharded cluster puts the same limit
+// at once (the API fans the call out), so a deadlock between them is tried again.
 func (s *sqlStore) PutConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error {
+	for attempt := 0; ; attempt++ {
+		err := s.putConcurrencyLimit(ctx, l)
+		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (s *sqlStore) putConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error {
 	tx, err := s.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)

@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
+	"github.com/axe-sched/axe/persist/persisttest"
+)
+
+// busyServer answers each call after hold (or, while hung, once released), and counts the
+// calls in flight at once, as a downstream sees them.
+type busyServer struct {
+	*httptest.Server
+	hold time.Duration
+
+	mu      sync.Mutex
+	now     int
+	most    int
+	calls   map[string]int // by task
+	firstAt map[string]time.Time
+	hang    chan struct{}
+}
+
+func newBusyServer(t *testing.T, hold time.Duration) *busyServer {
+	bs := &busyServer{hold: hold, calls: map[string]int{}, firstAt: map[string]time.Time{}}
+	bs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		task := r.Header.Get("X-Axe-Task")
+		bs.mu.Lock()
+		bs.now++
+		bs.most = max(bs.most, bs.now)
+		bs.calls[task]++
+		if _, ok := bs.firstAt[task]; !ok {
+			bs.firstAt[task] = time.Now()
+		}
+		hang := bs.hang
+		bs.mu.Unlock()
+		// The downstream works on whatever the caller does: a caller gone (a node dropped,
+		// killed) does not end the run here.
+		if hang != nil {
+			<-hang
+		} else {
+			time.Sleep(bs.hold)
+		}
+		bs.mu.Lock()
+		bs.now--
+		bs.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(func() {
+		bs.unhang()
+		bs.Close()
+	})
+	return bs
+}
+
+func (bs *busyServer) unhang() {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if bs.hang != nil {
+		close(bs.hang)
+		bs.hang = nil
+	}
+}
+
+func (bs *busyServer) stats() (most int, calls map[string]int) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	out := make(map[string]int, len(bs.calls))
+	for k, v := range bs.calls {
+		out[k] = v
+	}
+	return bs.most, out
+}
+
+func slotsHeld(t *testing.T, s persist.Store, r persist.SlotRef) int {
+	t.Helper()
+	n, err := s.(persist.SlotStore).CountSlots(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n[r]
+}
+
+// TestShardedConcurrencyLimitAcrossEngines: two sharded engines on one store, each with half
+// the shards, keep one limit of 3 together: the downstream never has more than 3 runs of the
+// group at once, every task runs once, and every slot row is gone once they end.
+func TestShardedConcurrencyLimitAcrossEngines(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		bs := newBusyServer(t, 150*time.Millisecond)
+		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
+		takeFor(t, s, a, "a", shardRange(0, 127), time.Minute)
+		takeFor(t, s, b, "b", shardRange(128, 255), time.Minute)
+		// The API sets a limit on every node at once (admin's fan-out).
+		for _, e := range []*Engine{a, b} {
+			if _, err := e.SetConcurrencyLimit(ctx, model.LimitGroup, "etl", 3, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		names := map[*Engine][]string{a: namesIn("lim", 0, 127, 12), b: namesIn("lim", 128, 255, 12)}
+		for e, ns := range names {
+			for _, n := range ns {
+				spec := httpSpec(n, bs.URL+"/hook")
+				spec.Group = "etl"
+				spec.DelayMS = ptr(int64(300))
+				mustCreate(t, e, spec)
+			}
+		}
+		waitFor(t, 60*time.Second, "every task to run", func() bool {
+			_, calls := bs.stats()
+			return len(calls) == 24
+		})
+		waitSettled(t, a)
+		waitSettled(t, b)
+		most, calls := bs.stats()
+		if most > 3 {
+			t.Errorf("the downstream had %d runs of group etl at once, over the limit of 3", most)
+		}
+		for n, c := range calls {
+			if c != 1 {
+				t.Errorf("%s ran %d times, want once", n, c)
+			}
+		}
+		ref := persist.SlotRef{Kind: model.LimitGroup, Name: "etl"}
+		waitFor(t, 10*time.Second, "every slot row to go", func() bool { return slotsHeld(t, s, ref) == 0 })
+		v, err := a.ConcurrencyLimit(ctx, model.LimitGroup, "etl")
+		if err != nil || v.InUse != 0 || v.Max != 3 {
+			t.Errorf("the limit after every run ended = %+v, %v", v, err)
+		}
+		t.Logf("24 runs of 150 ms under a limit of 3 on two engines: at most %d at once", most)
+	})
+}
+
+// TestShardedConcurrencyLimitSurvivesADrop: engine a's two runs hold the limit's two slots
+// when a loses its shards (dropped without a write, as a dead node's are). Their rows stay;
+// b, taking the shards, records the HTTP runs lost and holds their slots until their
+// deadline, so b's own waiting fire starts only then, and every row is gone at the end.
+func TestShardedConcurrencyLimitSurvivesADrop(t *testing.T) {
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		bs := newBusyServer(t, 0)
+		bs.hang = make(chan struct{})
+		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
+		fa := takeFor(t, s, a, "a", shardRange(0, 127), time.Minute)
+		takeFor(t, s, b, "b", shardRange(128, 255), time.Minute)
+		for _, e := range []*Engine{a, b} {
+			if _, err := e.SetConcurrencyLimit(ctx, model.LimitKey, "db", 2, "test"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ref := persist.SlotRef{Kind: model.LimitKey, Name: "db"}
+		for _, n := range namesIn("held", 0, 127, 2) {
+			spec := httpSpec(n, bs.URL+"/hook")
+			spec.ConcurrencyKey = "db"
+			spec.TimeoutSec = ptr(3)
+			spec.DelayMS = ptr(int64(100))
+			mustCreate(t, a, spec)
+		}
+		waitFor(t, 20*time.Second, "a's two runs to reach the downstream", func() bool {
+			_, calls := bs.stats()
+			return len(calls) == 2
+		})
+		if n := slotsHeld(t, s, ref); n != 2 {
+			t.Fatalf("%d slot rows held by a's two runs, want 2", n)
+		}
+		waiter := namesIn("waits", 128, 255, 1)[0]
+		spec := httpSpec(waiter, bs.URL+"/hook")
+		spec.ConcurrencyKey = "db"
+		spec.DelayMS = ptr(int64(100))
+		mustCreate(t, b, spec)
+		// a loses its shards with its runs in flight: nothing is written, the rows stay.
+		dropAt := time.Now()
+		var set model.ShardSet
+		for _, f := range fa {
+			set.Add(f.Shard)
+		}
+		a.DropShards(set)
+		if err := s.(persist.ShardStore).ReleaseShards(ctx, "a", fa); err != nil {
+			t.Fatal(err)
+		}
+		if n := slotsHeld(t, s, ref); n != 2 {
+			t.Fatalf("%d slot rows after a dropped its shards, want its runs' 2", n)
+		}
+		takeFor(t, s, b, "b", shardRange(0, 127), time.Minute)
+		bs.unhang() // the downstream ends a's runs; no node waits for them any more
+		waitFor(t, 30*time.Second, "b's waiting fire to run", func() bool {
+			_, calls := bs.stats()
+			return calls[waiter] == 1
+		})
+		bs.mu.Lock()
+		started := bs.firstAt[waiter]
+		bs.mu.Unlock()
+		// a's runs were sent at least 100 ms after their creation and before dropAt; their
+		// deadline is 3 s after their dispatch, so b's fire waited for the holds.
+		if started.Before(dropAt.Add(2 * time.Second)) {
+			t.Errorf("b's fire started %s after a's shards were dropped, before the held slots' deadline (3 s after dispatch)", started.Sub(dropAt))
+		}
+		waitSettled(t, b)
+		waitFor(t, 20*time.Second, "every slot row to go", func() bool { return slotsHeld(t, s, ref) == 0 })
+		for _, n := range namesIn("held", 0, 127, 2) {
+			pt, err := s.GetTask(ctx, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs, err := s.ListRuns(ctx, pt.Def.ID, 5)
+			if err != nil || len(runs) != 1 || runs[0].Result != model.ResultLost {
+				t.Errorf("%s's runs = %+v, %v; want one, recorded lost by b", n, runs, err)
+			}
+		}
+	})
+}

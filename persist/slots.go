@@ -1,0 +1,497 @@
+package persist
+
+// Concurrency slots held across the nodes of a sharded cluster (schema step 20,
+// docs/design.md "Concurrency limits", docs/scale-out.md). A run of a limited group or
+// concurrency key holds one row of concurrency_slot per limit it counts in, keyed by its
+// ticket and the limit's kind; the rows of a limit are its runs in flight on every node.
+//
+// A slot is taken by TakeSlots in one transaction that checks the shard fences of the runs
+// it takes slots for (share-locked on one server, as a batch does), then locks the limits'
+// rows by writing them (UPDATE … slot_seq + 1: an exclusive row lock on one server, a write
+// set that certification orders on Galera, where SELECT … FOR UPDATE would lock one database
+// node's copy only), counts their slot rows and inserts those that fit. Two nodes taking slots
+// of one limit are therefore serialised by the limit's row, and the count each reads, after
+// its lock, includes every slot the other committed. A slot row is deleted when its run ends
+// (ReleaseSlots, by ticket and at most the epoch it was taken at, so a release by a node that
+// lost the shard never deletes the row its next owner adopted), and by the next owner of a
+// dead node's shard once that owner has adopted the runs left in flight (ReconcileSlots):
+// the rows of runs it did not find in flight go, those it adopted are kept at its epoch.
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// SlotRef names one limit: model.LimitGroup or model.LimitKey, and its name.
+type SlotRef struct {
+	Kind, Name string
+}
+
+// SlotClaim asks for the slots of one run: one in each limit of Refs, all of them or none.
+// Priority, FireAt and Since (when its fire began to wait, Unix ms) order it against the
+// fires other nodes have waiting (TakeSlots), as the gate in memory orders its waiters by
+// priority, fire time and arrival.
+type SlotClaim struct {
+	Ticket   string
+	Shard    int
+	Epoch    int64
+	Refs     []SlotRef
+	Priority int
+	FireAt   int64
+	Since    int64
+}
+
+// WaitTTL is how long a node's waiting fire (concurrency_wait) is heeded after the node
+// last wrote it: a node that waits writes it at every try, and a dead node's is forgotten
+// after that.
+const WaitTTL = time.Second
+
+// SlotRow is one slot held: the run's ticket, the limit, and the shard and epoch of the
+// run's task when the slot was taken or adopted.
+type SlotRow struct {
+	Ticket string
+	Ref    SlotRef
+	Shard  int
+	Epoch  int64
+}
+
+// SlotRelease gives back every slot of a run: its ticket, and the epoch of its shard it was
+// held at (rows of a later epoch are another owner's and stay).
+type SlotRelease struct {
+	Ticket string
+	Epoch  int64
+}
+
+// Outcomes of a SlotClaim.
+const (
+	SlotGranted   = iota // the rows are in
+	SlotFull             // a limit had no room: nothing taken
+	SlotShardLost        // the run's shard is not held at the claim's epoch: nothing taken
+)
+
+// SlotStore is what the concurrency limits of a sharded cluster need of a store.
+type SlotStore interface {
+	// TakeSlots deletes the slots of releases, then grants claims in their order while
+	// their limits have room (a limit without a row has room), in one transaction. It
+	// returns each claim's outcome and the slots held afterwards in every limit it looked
+	// at. With node set, a slot is left free for each other node whose best waiting fire
+	// (written within WaitTTL) goes before the claim (lower priority value, then earlier
+	// fire time), and node's own best waiting fire of each limit, among the claims not
+	// granted, replaces what it wrote before.
+	TakeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error)
+	// ReleaseSlots deletes the slots of releases.
+	ReleaseSlots(ctx context.Context, releases []SlotRelease) error
+	// ReconcileSlots, for the shards of fences at their epochs (checked in the transaction),
+	// deletes every slot of an earlier epoch that keep does not name, and writes keep's rows
+	// (new, or moved to keep's epoch). With prune false it only writes keep.
+	ReconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) error
+	// CountSlots returns the slots held in every limit that holds any.
+	CountSlots(ctx context.Context) (map[SlotRef]int, error)
+}
+
+var _ SlotStore = (*sqlStore)(nil)
+
+// slotTx begins a transaction for the slot statements: READ COMMITTED on MySQL, so that the
+// count read after the limit's lock sees every slot committed before it, with no gap locks
+// of its own on the slot rows.
+func (s *sqlStore) slotTx(ctx context.Context) (*sql.Tx, error) {
+	var opts *sql.TxOptions
+	if s.d.kind == SchemeMySQL {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	return s.db.BeginTx(ctx, opts)
+}
+
+// slotRetries bounds the runs of a slot transaction that met a deadlock (Galera's
+// certification, or two lock orders on one server).
+const slotRetries = 5
+
+func (s *sqlStore) TakeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error) {
+	out := make([]int, len(claims))
+	lost := map[int]bool{}
+	for attempt := 0; ; attempt++ {
+		counts, err := s.takeSlots(ctx, node, releases, claims, lost, out, now)
+		var sl *ShardsLostError
+		switch {
+		case err == nil:
+			return out, counts, nil
+		case errors.As(err, &sl):
+			// The claims of a shard lost are refused; the others are tried again.
+			for _, f := range sl.Lost {
+				lost[f.Shard] = true
+			}
+			continue
+		case s.d.isRetryable(err) && attempt < slotRetries && ctx.Err() == nil:
+			continue
+		}
+		return nil, nil, err
+	}
+}
+
+func (s *sqlStore) takeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, lost map[int]bool, out []int, now int64) (map[SlotRef]int, error) {
+	tx, err := s.slotTx(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("cannot take concurrency slots: %w", err)
+	}
+	defer rollback(tx)
+	if err := s.deleteSlots(ctx, tx, releases); err != nil {
+		return nil, err
+	}
+	// The fences of the claims' shards, each at its epoch.
+	var fences []ShardFence
+	seen := map[int]int64{}
+	for i, c := range claims {
+		out[i] = SlotFull
+		if lost[c.Shard] {
+			out[i] = SlotShardLost
+			continue
+		}
+		if e, ok := seen[c.Shard]; ok {
+			if e != c.Epoch {
+				out[i] = SlotShardLost // two epochs of one shard: the older is stale
+				if c.Epoch > e {
+					return nil, fmt.Errorf("cannot take concurrency slots: shard %d claimed at epochs %d and %d", c.Shard, e, c.Epoch)
+				}
+			}
+			continue
+		}
+		seen[c.Shard] = c.Epoch
+		fences = append(fences, ShardFence{Shard: c.Shard, Epoch: c.Epoch})
+	}
+	if len(fences) > 0 {
+		fs, err := checkFences(fences)
+		if err != nil {
+			return nil, fmt.Errorf("cannot take concurrency slots: %w", err)
+		}
+		if err := s.checkShardFences(ctx, sqlTx{tx}, fs); err != nil {
+			return nil, err
+		}
+	}
+	// The limits, locked in one order (kind, name) by writing their rows.
+	refSet := map[SlotRef]bool{}
+	for i, c := range claims {
+		if out[i] == SlotShardLost {
+			continue
+		}
+		for _, r := range c.Refs {
+			refSet[r] = true
+		}
+	}
+	refs := make([]SlotRef, 0, len(refSet))
+	for r := range refSet {
+		refs = append(refs, r)
+	}
+	slices.SortFunc(refs, func(a, b SlotRef) int {
+		if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	maxOf := map[SlotRef]int{}
+	counts := map[SlotRef]int{}
+	for _, r := range refs {
+		if _, err := tx.ExecContext(ctx, `UPDATE concurrency_limit SET slot_seq = slot_seq + 1 WHERE kind = ? AND name = ?`, r.Kind, r.Name); err != nil {
+			return nil, fmt.Errorf("cannot lock concurrency limit %s %s: %w", r.Kind, r.Name, err)
+		}
+		var max sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT max_runs FROM concurrency_limit WHERE kind = ? AND name = ?`, r.Kind, r.Name).Scan(&max); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("cannot read concurrency limit %s %s: %w", r.Kind, r.Name, err)
+		}
+		maxOf[r] = int(max.Int64) // 0: no limit (deleted meanwhile), every claim fits
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM concurrency_slot WHERE kind = ? AND name = ?`, r.Kind, r.Name).Scan(&n); err != nil {
+			return nil, fmt.Errorf("cannot count the slots of %s %s: %w", r.Kind, r.Name, err)
+		}
+		counts[r] = n
+	}
+	others, err := s.othersWaiting(ctx, tx, node, refs, now)
+	if err != nil {
+		return nil, err
+	}
+	var rows []SlotRow
+	blocked := make([][]SlotRef, len(claims)) // the limits without room for each claim
+	for i, c := range claims {
+		if out[i] == SlotShardLost {
+			continue
+		}
+		fits := true
+		for _, r := range c.Refs {
+			m := maxOf[r]
+			if m == 0 {
+				continue
+			}
+			ahead := 0 // other nodes' waiting fires that go before this one
+			for _, w := range others[r] {
+				if w.before(waiting{priority: c.Priority, fireAt: c.FireAt, since: c.Since}) {
+					ahead++
+				}
+			}
+			if counts[r]+ahead >= m {
+				fits = false
+				blocked[i] = append(blocked[i], r)
+			}
+		}
+		if !fits {
+			continue
+		}
+		out[i] = SlotGranted
+		for _, r := range c.Refs {
+			counts[r]++
+			rows = append(rows, SlotRow{Ticket: c.Ticket, Ref: r, Shard: c.Shard, Epoch: c.Epoch})
+		}
+	}
+	if err := s.insertSlots(ctx, tx, rows, false, now); err != nil {
+		return nil, err
+	}
+	if node != "" {
+		if err := s.writeWaiting(ctx, tx, node, claims, blocked, now); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("cannot take concurrency slots: %w", err)
+	}
+	return counts, nil
+}
+
+// deleteSlots deletes the rows of releases in tx.
+func (s *sqlStore) deleteSlots(ctx context.Context, tx *sql.Tx, releases []SlotRelease) error {
+	for len(releases) > 0 {
+		n := min(len(releases), 200)
+		var b strings.Builder
+		args := make([]any, 0, 2*n)
+		b.WriteString(`DELETE FROM concurrency_slot WHERE `)
+		for i, r := range releases[:n] {
+			if i > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteString("(ticket = ? AND epoch <= ?)")
+			args = append(args, clip(r.Ticket, ticketLen), r.Epoch)
+		}
+		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
+			return fmt.Errorf("cannot release %d concurrency slots: %w", n, err)
+		}
+		releases = releases[n:]
+	}
+	return nil
+}
+
+// insertSlots writes rows in tx: inserted, or with upsert, moved to the row's shard and epoch
+// when the ticket holds the limit already.
+func (s *sqlStore) insertSlots(ctx context.Context, tx *sql.Tx, rows []SlotRow, upsert bool, now int64) error {
+	for len(rows) > 0 {
+		n := min(len(rows), 200)
+		args := make([]any, 0, 6*n)
+		for _, r := range rows[:n] {
+			args = append(args, clip(r.Ticket, ticketLen), clip(r.Ref.Kind, shortLen), clip(r.Ref.Name, nameLen), r.Shard, r.Epoch, now)
+		}
+		q := `INSERT INTO concurrency_slot (ticket, kind, name, shard, epoch, taken_at) VALUES ` + valuesList(6, n)
+		if upsert {
+			if s.d.kind == SchemeMySQL {
+				q += ` ON DUPLICATE KEY UPDATE name = VALUES(name), shard = VALUES(shard), epoch = VALUES(epoch)`
+			} else {
+				q += ` ON CONFLICT (ticket, kind) DO UPDATE SET name = excluded.name, shard = excluded.shard, epoch = excluded.epoch`
+			}
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("cannot write %d concurrency slots: %w", n, err)
+		}
+		rows = rows[n:]
+	}
+	return nil
+}
+
+func (s *sqlStore) ReleaseSlots(ctx context.Context, releases []SlotRelease) error {
+	if len(releases) == 0 {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		tx, err := s.slotTx(ctx)
+		if err != nil {
+			return fmt.Errorf("cannot release concurrency slots: %w", err)
+		}
+		err = s.deleteSlots(ctx, tx, releases)
+		if err == nil {
+			err = tx.Commit()
+		}
+		rollback(tx)
+		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (s *sqlStore) ReconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) error {
+	for attempt := 0; ; attempt++ {
+		err := s.reconcileSlots(ctx, fences, keep, prune, now)
+		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (s *sqlStore) reconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) error {
+	tx, err := s.slotTx(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot reconcile concurrency slots: %w", err)
+	}
+	defer rollback(tx)
+	if len(fences) > 0 {
+		fs, err := checkFences(fences)
+		if err != nil {
+			return fmt.Errorf("cannot reconcile concurrency slots: %w", err)
+		}
+		if err := s.checkShardFences(ctx, sqlTx{tx}, fs); err != nil {
+			return err
+		}
+		fences = fs
+	}
+	if prune {
+		kept := make(map[string]bool, len(keep))
+		for _, r := range keep {
+			kept[r.Ticket] = true
+		}
+		for _, f := range fences {
+			rows, err := tx.QueryContext(ctx, `SELECT DISTINCT ticket FROM concurrency_slot WHERE shard = ? AND epoch < ?`, f.Shard, f.Epoch)
+			if err != nil {
+				return fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+			}
+			var gone []SlotRelease
+			for rows.Next() {
+				var t string
+				if err := rows.Scan(&t); err != nil {
+					rows.Close()
+					return fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+				}
+				if !kept[t] {
+					gone = append(gone, SlotRelease{Ticket: t, Epoch: f.Epoch - 1})
+				}
+			}
+			if err := rows.Err(); err != nil {
+				rows.Close()
+				return fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+			}
+			rows.Close()
+			if err := s.deleteSlots(ctx, tx, gone); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.insertSlots(ctx, tx, keep, true, now); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("cannot reconcile concurrency slots: %w", err)
+	}
+	return nil
+}
+
+func (s *sqlStore) CountSlots(ctx context.Context) (map[SlotRef]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT kind, name, COUNT(*) FROM concurrency_slot GROUP BY kind, name`)
+	if err != nil {
+		return nil, fmt.Errorf("cannot count concurrency slots: %w", err)
+	}
+	defer rows.Close()
+	out := map[SlotRef]int{}
+	for rows.Next() {
+		var r SlotRef
+		var n int
+		if err := rows.Scan(&r.Kind, &r.Name, &n); err != nil {
+			return nil, fmt.Errorf("cannot count concurrency slots: %w", err)
+		}
+		out[r] = n
+	}
+	return out, rows.Err()
+}
+
+// waiting is one node's best fire waiting for a limit.
+type waiting struct {
+	priority int
+	fireAt   int64
+	since    int64
+}
+
+// before orders waiting fires: priority (0 first), then fire time, then how long they have
+// waited, so that fires due at one instant on several nodes go in the order they began to
+// wait, whichever node frees the slots.
+func (w waiting) before(o waiting) bool {
+	if w.priority != o.priority {
+		return w.priority < o.priority
+	}
+	if w.fireAt != o.fireAt {
+		return w.fireAt < o.fireAt
+	}
+	return w.since < o.since
+}
+
+// othersWaiting reads the best waiting fire of every other node for each of refs, written
+// within WaitTTL of now; none without node.
+func (s *sqlStore) othersWaiting(ctx context.Context, tx *sql.Tx, node string, refs []SlotRef, now int64) (map[SlotRef][]waiting, error) {
+	if node == "" || len(refs) == 0 {
+		return nil, nil
+	}
+	var b strings.Builder
+	args := []any{node, now - WaitTTL.Milliseconds()}
+	b.WriteString(`SELECT kind, name, priority, fire_at, since FROM concurrency_wait WHERE node <> ? AND seen_at >= ? AND (`)
+	for i, r := range refs {
+		if i > 0 {
+			b.WriteString(" OR ")
+		}
+		b.WriteString("(kind = ? AND name = ?)")
+		args = append(args, r.Kind, r.Name)
+	}
+	b.WriteString(")")
+	rows, err := tx.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the fires other nodes have waiting: %w", err)
+	}
+	defer rows.Close()
+	out := map[SlotRef][]waiting{}
+	for rows.Next() {
+		var r SlotRef
+		var w waiting
+		if err := rows.Scan(&r.Kind, &r.Name, &w.priority, &w.fireAt, &w.since); err != nil {
+			return nil, fmt.Errorf("cannot read the fires other nodes have waiting: %w", err)
+		}
+		out[r] = append(out[r], w)
+	}
+	return out, rows.Err()
+}
+
+// writeWaiting replaces node's waiting fires with the best claim each limit had no room for
+// (blocked, by claim): a claim waits only in the limits that held it back.
+func (s *sqlStore) writeWaiting(ctx context.Context, tx *sql.Tx, node string, claims []SlotClaim, blocked [][]SlotRef, now int64) error {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM concurrency_wait WHERE node = ?`, clip(node, nameLen)); err != nil {
+		return fmt.Errorf("cannot write this node's waiting fires: %w", err)
+	}
+	best := map[SlotRef]waiting{}
+	var order []SlotRef
+	for i, c := range claims {
+		for _, r := range blocked[i] {
+			w, ok := best[r]
+			if !ok {
+				order = append(order, r)
+			}
+			if cw := (waiting{priority: c.Priority, fireAt: c.FireAt, since: c.Since}); !ok || cw.before(w) {
+				best[r] = cw
+			}
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 7*len(order))
+	for _, r := range order {
+		w := best[r]
+		args = append(args, clip(r.Kind, shortLen), clip(r.Name, nameLen), clip(node, nameLen), w.priority, w.fireAt, w.since, now)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO concurrency_wait (kind, name, node, priority, fire_at, since, seen_at) VALUES `+valuesList(7, len(order)), args...); err != nil {
+		return fmt.Errorf("cannot write this node's waiting fires: %w", err)
+	}
+	return nil
+}
