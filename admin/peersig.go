@@ -2,6 +2,7 @@ package admin
 
 import (
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -37,7 +38,10 @@ import (
 // the caller as a direct call would.
 
 // PeerSignatureHeader carries the signature of a call one node makes of another:
-// "t=<unix ms>,body=<hex SHA-256 of the body>,sig=<hex HMAC-SHA256>".
+// "t=<unix ms>,n=<hex nonce>,body=<hex SHA-256 of the body>,sig=<hex HMAC-SHA256>". The
+// nonce makes two identical calls signed in the same millisecond (two run requests with
+// the same body) two signatures, so the second is not taken for a replay of the first; a
+// signature without one (a node of an older build) is checked without it.
 const PeerSignatureHeader = "X-Axe-Peer-Signature"
 
 // peerSkew is how far the signing time of a call may be from the receiver's clock: the
@@ -76,9 +80,13 @@ func newPeerSigner(secret []byte) *peerSigner {
 }
 
 // mac is the signature of a call: the HMAC of every part that decides what it does.
-func (p *peerSigner) mac(method, target, at, routedBy, checked, bodySum string) []byte {
+func (p *peerSigner) mac(method, target, at, routedBy, checked, bodySum, nonce string) []byte {
 	m := hmac.New(sha256.New, p.key)
-	for _, part := range []string{method, target, at, routedBy, checked, bodySum} {
+	parts := []string{method, target, at, routedBy, checked, bodySum}
+	if nonce != "" {
+		parts = append(parts, nonce)
+	}
+	for _, part := range parts {
 		// Each part is length-prefixed, so that no two calls sign the same bytes.
 		m.Write([]byte(strconv.Itoa(len(part))))
 		m.Write([]byte{':'})
@@ -102,8 +110,11 @@ func (p *peerSigner) header(method, target, routedBy, checked string, body []byt
 	sum := sha256.Sum256(body)
 	bodySum := hex.EncodeToString(sum[:])
 	at := strconv.FormatInt(p.now().UnixMilli(), 10)
-	sig := p.mac(method, target, at, routedBy, checked, bodySum)
-	return "t=" + at + ",body=" + bodySum + ",sig=" + hex.EncodeToString(sig)
+	var n [8]byte
+	_, _ = rand.Read(n[:])
+	nonce := hex.EncodeToString(n[:])
+	sig := p.mac(method, target, at, routedBy, checked, bodySum, nonce)
+	return "t=" + at + ",n=" + nonce + ",body=" + bodySum + ",sig=" + hex.EncodeToString(sig)
 }
 
 // sign sets req's PeerSignatureHeader for its method, its request target (path and query, as
@@ -121,12 +132,14 @@ func (p *peerSigner) verify(c *fasthttp.RequestCtx, body func() ([]byte, error))
 	if raw == "" {
 		return errors.New(PeerSignatureHeader + ": missing")
 	}
-	var at, bodySum, sig string
+	var at, nonce, bodySum, sig string
 	for _, kv := range strings.Split(raw, ",") {
 		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
 		switch k {
 		case "t":
 			at = v
+		case "n":
+			nonce = v
 		case "body":
 			bodySum = v
 		case "sig":
@@ -142,7 +155,7 @@ func (p *peerSigner) verify(c *fasthttp.RequestCtx, body func() ([]byte, error))
 		return errors.New(PeerSignatureHeader + ": sig is not a hex HMAC-SHA256")
 	}
 	want := p.mac(string(c.Method()), requestTarget(c), at,
-		string(c.Request.Header.Peek(RoutedHeader)), string(c.Request.Header.Peek(upstreamsCheckedHeader)), bodySum)
+		string(c.Request.Header.Peek(RoutedHeader)), string(c.Request.Header.Peek(upstreamsCheckedHeader)), bodySum, nonce)
 	if !hmac.Equal(got, want) {
 		return errors.New(PeerSignatureHeader + ": the signature does not match this request and the cluster's peer key")
 	}

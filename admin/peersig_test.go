@@ -1,6 +1,9 @@
 package admin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +90,44 @@ func TestRequestTarget(t *testing.T) {
 	}
 	if got := targetOf("http://10.0.0.1:7070/axe/api/v1/tasks?x=1"); got != "/axe/api/v1/tasks?x=1" {
 		t.Errorf("targetOf = %q", got)
+	}
+}
+
+// TestPeerSignaturesOfIdenticalCalls: two identical calls signed in the same millisecond
+// are two signatures, each taken once; a signature without a nonce (an older node's) still
+// holds.
+func TestPeerSignaturesOfIdenticalCalls(t *testing.T) {
+	at := time.UnixMilli(1_800_000_000_000)
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	a := PeerSignature(secret, at, "POST", "/api/v1/workflows/w/run", "n1", "", []byte(`{}`))
+	b := PeerSignature(secret, at, "POST", "/api/v1/workflows/w/run", "n1", "", []byte(`{}`))
+	if a == b {
+		t.Fatalf("identical calls in the same millisecond signed alike: %s", a)
+	}
+	p := newPeerSigner(secret)
+	p.now = func() time.Time { return at }
+	check := func(hdr string) error {
+		var c fasthttp.RequestCtx
+		c.Request.Header.SetMethod("POST")
+		c.Request.SetRequestURI("/api/v1/workflows/w/run")
+		c.Request.Header.Set(RoutedHeader, "n1")
+		c.Request.Header.Set(PeerSignatureHeader, hdr)
+		c.Request.SetBody([]byte(`{}`))
+		return p.verify(&c, func() ([]byte, error) { return []byte(`{}`), nil })
+	}
+	if err := check(a); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if err := check(b); err != nil {
+		t.Fatalf("the identical second call was refused: %v", err)
+	}
+	if err := check(a); err == nil || !strings.Contains(err.Error(), "replay") {
+		t.Fatalf("a replay was taken: %v", err)
+	}
+	sum := sha256.Sum256([]byte(`{}`))
+	old := "t=" + strconv.FormatInt(at.UnixMilli(), 10) + ",body=" + hex.EncodeToString(sum[:]) + ",sig=" +
+		hex.EncodeToString(p.mac("POST", "/api/v1/workflows/w/run", strconv.FormatInt(at.UnixMilli(), 10), "n1", "", hex.EncodeToString(sum[:]), ""))
+	if err := check(old); err != nil {
+		t.Fatalf("a signature without a nonce: %v", err)
 	}
 }
