@@ -497,14 +497,19 @@ func (s *Shards) renew(ctx context.Context) bool {
 	for _, n := range lost {
 		gone.Add(n)
 	}
-	s.mu.Lock()
-	s.armLocked(sent)
-	s.mu.Unlock()
 	if gone.Len() > 0 {
+		// Dropped before the renewal arms the gates again: a node woken from a freeze (or
+		// back from a partition) renews first thing, and the gate of a shard another node
+		// took meanwhile must not open, not for a moment, on the renewal of the others.
+		s.drop(gone, "the renewal found another holder or epoch")
 		s.m.renewLost.Inc()
 		s.log.Error("shards lost: their renewal found another holder or epoch", "shards", gone.String())
-		s.drop(gone, "the renewal found another holder or epoch")
 	}
+	s.mu.Lock()
+	if len(s.held) > 0 {
+		s.armLocked(sent)
+	}
+	s.mu.Unlock()
 	s.releaseDrained(ctx)
 	return true
 }
