@@ -256,6 +256,20 @@ func (s *Shards) Holds(shard int, epoch int64) error {
 	return nil
 }
 
+// Renewed is nil unless this node holds shards and its last successful renewal was sent TTL
+// − renew ago or more: the part of every shard's gate that is the node's own. The dispatcher
+// asks it as its Config.Gate at the first write of every request (dispatch/conn.go), where it
+// cannot tell the request's shard: a send that passed its shard's gate and was then held up
+// past the deadline (a process frozen by SIGSTOP, a starved CPU) does not leave.
+func (s *Shards) Renewed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) > 0 && !s.clk.Now().Before(s.deadline) {
+		return fmt.Errorf("no successful shard renewal within lease-ttl − lease-renew: %w", ErrLeaseDeadline)
+	}
+	return nil
+}
+
 // Held returns the shards this node holds (those being handed over too), with their epochs,
 // ascending.
 func (s *Shards) Held() []persist.ShardFence {

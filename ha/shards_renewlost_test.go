@@ -114,3 +114,66 @@ func TestShardsRenewalNeverOpensALostShard(t *testing.T) {
 		}
 	})
 }
+
+// stallingStore is a store whose RenewShards waits, once stall is set, until it is cleared
+// or the call's context ends: a database that stops answering.
+type stallingStore struct {
+	persist.Store
+	stall atomic.Bool
+}
+
+func (s *stallingStore) RenewShards(ctx context.Context, holder string, held []persist.ShardFence, ttl time.Duration) ([]int, error) {
+	for s.stall.Load() {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return s.Store.RenewShards(ctx, holder, held, ttl)
+}
+
+// TestShardsRenewedClosesAtTheDeadline: Renewed, the node's part of every shard's gate, is
+// open while the renewals succeed, closed from the local deadline on while they do not (the
+// shards still held), and open again once a renewal succeeds; a node that holds nothing has
+// nothing to keep back.
+func TestShardsRenewedClosesAtTheDeadline(t *testing.T) {
+	s := &stallingStore{Store: persisttest.SQLite(t)}
+	loop, err := NewShards(ShardsConfig{Store: s, NodeID: "a", Advertise: "http://a", TTL: shardTTL,
+		Renew: shardRenew, Logger: testShardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := loop.Renewed(); err != nil {
+		t.Fatalf("Renewed holding nothing = %v, want nil", err)
+	}
+	if err := loop.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loop.Stop(context.Background(), false) })
+	go func() {
+		for range loop.Changes() {
+		}
+	}()
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within a minute", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	wait("a holds shards", func() bool { return len(loop.Held()) > 0 })
+	if err := loop.Renewed(); err != nil {
+		t.Fatalf("Renewed while renewing = %v, want nil", err)
+	}
+	s.stall.Store(true)
+	wait("Renewed closes at the deadline", func() bool { return errors.Is(loop.Renewed(), model.ErrLeaseDeadline) })
+	if len(loop.Held()) == 0 {
+		t.Fatal("the shards were dropped before Renewed closed")
+	}
+	s.stall.Store(false)
+	wait("Renewed opens again after a renewal", func() bool { return loop.Renewed() == nil && len(loop.Held()) > 0 })
+}
