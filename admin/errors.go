@@ -46,7 +46,7 @@ func statusOf(err error) int {
 	case errors.Is(err, persist.ErrWriterBusy), errors.Is(err, engine.ErrConcurrencyLimit), errors.Is(err, engine.ErrTooManyExecutors):
 		return fasthttp.StatusTooManyRequests
 	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, model.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, model.ErrShardNotHeld):
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, model.ErrShardNotHeld), errors.Is(err, engine.ErrRunNotWaiting):
 		return fasthttp.StatusServiceUnavailable
 	default:
 		return fasthttp.StatusInternalServerError

@@ -50,6 +50,17 @@ func (r *endingResults) add(ticket, status string, now time.Time) {
 	r.order = append(r.order, e)
 }
 
+// forget drops the note add made for ticket at at, unless the ticket was noted again since:
+// the result's record failed, so a re-send of it must be tried again, not acknowledged as a
+// duplicate of a result nothing recorded (the expiry queue lets its entry go in time).
+func (r *endingResults) forget(ticket string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur, ok := r.m[ticket]; ok && cur.at.Equal(at) {
+		delete(r.m, ticket)
+	}
+}
+
 // has reports whether ticket's run ended with status within the last endingKeep.
 func (r *endingResults) has(ticket, status string) bool {
 	r.mu.Lock()

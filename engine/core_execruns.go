@@ -148,6 +148,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		return failedReport(err)
 	}
 	recorded := make(chan error, 1)
+	noted := e.now() // when the result is noted as ending (e.ending)
 	var sentElsewhere *dispatch.Executor
 	// The result is noted as ending while the flight is taken, under the same lock, so a
 	// duplicate delivery that finds the flight gone finds the note. The executor is compared
@@ -160,7 +161,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			sentElsewhere = f.exec
 			return false
 		}
-		e.ending.add(rep.Ticket, rep.Status, e.now())
+		e.ending.add(rep.Ticket, rep.Status, noted)
 		return true
 	}, func(r *flight) {
 		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
@@ -187,7 +188,12 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			oc.result = model.ResultTimeout
 			oc.errText = strings.TrimSpace(deadlineReported + oc.errText)
 		}
-		oc.durable = func(err error) { recorded <- err }
+		oc.durable = func(err error) {
+			if err != nil {
+				e.ending.forget(rep.Ticket, noted) // not recorded: its re-send is no duplicate
+			}
+			recorded <- err
+		}
 		e.resolve(r.t, r.run, oc)
 	})
 	if taken {
@@ -319,10 +325,12 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		return true, nil
 	}
 	if run.Result == model.ResultRunning {
-		// Sent by a previous scheduler process and still unresolved here: the run was
-		// recovered as lost at start, or is being resolved right now.
+		// Still running in the store and not waiting here: its result was taken and not
+		// recorded (the lease went, the write was refused), or it is being resolved right
+		// now. Not a final refusal, which would end the executor's re-sends and leave the
+		// run to time out under the scheduler that adopts it: the executor sends it again.
 		e.recordRefusedResult(ctx, *run, rep, refusalNotWaiting, "the run is not waiting for a result here")
-		return false, fmt.Errorf("%w: run %s is not waiting for a result here", ErrStaleTicket, rep.Ticket)
+		return false, fmt.Errorf("%w: run %s; send it again", ErrRunNotWaiting, rep.Ticket)
 	}
 	e.recordRefusedResult(ctx, *run, rep, refusalEnded, "the run already ended as "+run.Result)
 	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)
