@@ -148,7 +148,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		return failedReport(err)
 	}
 	recorded := make(chan error, 1)
-	noted := e.now() // when the result is noted as ending (e.ending)
+	var note *endingEntry
 	var sentElsewhere *dispatch.Executor
 	// The result is noted as ending while the flight is taken, under the same lock, so a
 	// duplicate delivery that finds the flight gone finds the note. The executor is compared
@@ -161,7 +161,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			sentElsewhere = f.exec
 			return false
 		}
-		e.ending.add(rep.Ticket, rep.Status, noted)
+		note = e.ending.add(rep.Ticket, rep.Status, e.now())
 		return true
 	}, func(r *flight) {
 		oc := outcome{result: rep.Status, errText: rep.Error, output: tail(rep.Output, maxOutput), executor: r.run.Executor}
@@ -189,9 +189,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			oc.errText = strings.TrimSpace(deadlineReported + oc.errText)
 		}
 		oc.durable = func(err error) {
-			if err != nil {
-				e.ending.forget(rep.Ticket, noted) // not recorded: its re-send is no duplicate
-			}
+			e.ending.settle(note, err) // a repeat delivery is answered as this record goes
 			recorded <- err
 		}
 		e.resolve(r.t, r.run, oc)
@@ -212,6 +210,9 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if sentElsewhere != nil {
 		return failedReport(fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor,
 			rep.Ticket, sentElsewhere.Address, protocol.ClipText(rep.Address, protocol.MaxAddressBytes)))
+	}
+	if wait := e.ending.waiter(rep.Ticket, rep.Status); wait != nil {
+		return wait // a repeat of a result being recorded: a duplicate once durable, not before
 	}
 	dup, err := e.reportUnheld(ctx, rep)
 	return func(context.Context) (bool, error) { return dup, err }
@@ -290,11 +291,6 @@ func failedReport(err error) ReportWait {
 // reportUnheld answers a result for a run not in flight here: a duplicate of a recorded
 // one, a late one for a run recorded lost, or one refused.
 func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, err error) {
-	if e.ending.has(rep.Ticket, rep.Status) {
-		// The same result, delivered again before its record is durable (an executor that
-		// reports twice, a network that duplicates a request): the store still says running.
-		return true, nil
-	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, model.ErrRunNotFound) {
 		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, refusalUnknownTicket, "unknown ticket")

@@ -102,3 +102,64 @@ func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
 		}
 	})
 }
+
+// TestARepeatedResultIsAcknowledgedOnlyOnceRecorded: a result delivered again while the first
+// delivery's record is still on its way to the store (a database that stalls, or is cut off)
+// is not acknowledged before that record is durable: a 200 then, and a record that failed
+// after, lost the result for good. Once the record lands, the repeat is a duplicate.
+func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
+	persisttest.EachDSN(t, func(t *testing.T, s persist.Store, dsn string) {
+		ctx := context.Background()
+		offers := make(chan string, 4)
+		exec := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			offers <- r.URL.Path
+			w.WriteHeader(http.StatusAccepted)
+		}))
+		defer exec.Close()
+		e := startEngine(t, s)
+		addr := exec.Listener.Addr().String()
+		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
+			t.Fatal(err)
+		}
+		spec := &wire.TaskSpec{Name: "slow", Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "job"}}
+		spec.DelayMS = ptr(int64(0))
+		spec.TimeoutSec = ptr(120)
+		mustCreate(t, e, spec)
+		select {
+		case <-offers:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the run was never offered")
+		}
+		var ticket string
+		waitFor(t, 30*time.Second, "the executor to hold the run", func() bool {
+			runs := e.RunsInFlight()
+			if len(runs) == 1 && runs[0].Executor == addr {
+				ticket = runs[0].Ticket
+				return true
+			}
+			return false
+		})
+		release := persisttest.HoldWrites(t, dsn)
+		rep := Report{Ticket: ticket, Task: "slow", Address: addr, Status: model.ResultSuccess, Output: "done"}
+		first := e.BeginReport(ctx, rep)
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		dup, err := e.ReportResult(short, rep)
+		cancel()
+		if err == nil {
+			t.Fatalf("a repeat while the first record waits on the store = duplicate %v, nil error; want no acknowledgement before it is durable", dup)
+		}
+		release()
+		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+		defer wcancel()
+		if dup, err := first(wctx); err != nil || dup {
+			t.Fatalf("the first delivery = duplicate %v, %v; want recorded", dup, err)
+		}
+		if dup, err := e.ReportResult(wctx, rep); err != nil || !dup {
+			t.Fatalf("a repeat once recorded = duplicate %v, %v; want a duplicate", dup, err)
+		}
+		got, err := s.GetRun(ctx, ticket)
+		if err != nil || got.Result != model.ResultSuccess {
+			t.Fatalf("the run = %+v, %v; want success", got, err)
+		}
+	})
+}
