@@ -480,6 +480,15 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 		soonest = min(soonest, s.cfg.Renew/10)
 	}
 	s.handOver(ctx, p.release)
+	s.mu.Lock()
+	draining := len(s.draining) > 0
+	s.mu.Unlock()
+	if draining {
+		// A shard being handed over fires nothing until its taker has recovered it: look
+		// again soon, so that it is released within a tenth of a renew interval of its last
+		// run ending rather than at the next renewal (each step releases what has drained).
+		soonest = min(soonest, s.cfg.Renew/10)
+	}
 	return max(soonest, 10*time.Millisecond)
 }
 

@@ -427,3 +427,43 @@ func TestShardsLeavingNodeIsTakenOverAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestShardsDrainedShardIsReleasedAtOnce: a shard being handed over is released within a
+// fraction of a renew interval of its last run ending, not at the giver's next renewal: its
+// fires wait from the start of the drain until the taker has recovered it, and with the
+// default renew interval (5 s) a wait for the next renewal alone reaches the misfire
+// threshold.
+func TestShardsDrainedShardIsReleasedAtOnce(t *testing.T) {
+	s := persisttest.SQLite(t)
+	const ttl, renew = 30 * time.Second, 10 * time.Second
+	a := startShardNodeWith(t, s, "a", ttl, renew, time.Minute)
+	waitShares(t, s, []*shardNode{a}, time.Minute)
+	busy := model.AllShards()
+	a.inFlight.Store(&busy)
+	b := startShardNodeWith(t, s, "b", ttl, renew, time.Minute)
+	deadline := time.Now().Add(3 * renew)
+	for {
+		a.mu.Lock()
+		draining := 0
+		for _, ch := range a.changes {
+			draining += ch.Draining.Len()
+		}
+		a.mu.Unlock()
+		if draining == model.ShardCount/2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a reported %d shards draining, want %d", draining, model.ShardCount/2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var none model.ShardSet
+	a.inFlight.Store(&none) // the runs end: a releases at its next look, b takes
+	drained := time.Now()
+	waitShares(t, s, []*shardNode{a, b}, 3*renew)
+	took := time.Since(drained)
+	t.Logf("the drained shards were b's %s after their last run ended (renew %s)", took.Round(time.Millisecond), renew)
+	if took >= renew/2 {
+		t.Errorf("the drained shards were taken %s after their runs ended, not within half a renew interval (%s)", took, renew/2)
+	}
+}
