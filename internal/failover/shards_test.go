@@ -395,18 +395,10 @@ func TestShardsJoinLeave(t *testing.T) {
 
 // TestShardsRollingRestart restarts every node in turn (SIGTERM, start again, wait for even
 // shares) under load: every fire runs, none is even late enough for a misfire policy.
-//
-// Its leases have margins closer to the defaults' (TTL 9 s, renew 3 s) than the fault
-// scenarios' 3 s and 1 s: a graceful hand-over waits on no lease to run out, and on a box
-// loaded to 20 runnable threads per core the database answered no renewal for 2 s or more
-// in each of three runs, which closes every gate under a 3 s TTL (a stalled database is its
-// own scenario, internal/daemon's TestShardsRideOutAStalledDatabase), and dropped every
-// shard of all three nodes once.
 func TestShardsRollingRestart(t *testing.T) {
 	t.Parallel()
 	sz := suiteSize()
 	c := newShardCluster(t)
-	c.ttl, c.renew = 9*time.Second, 3*time.Second
 	nodes := c.bootShards(3, false)
 	l := c.createLoad(sz, sz.warm+3*(sz.after+5*time.Second))
 	from := spanFrom(l)
