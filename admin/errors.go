@@ -46,7 +46,8 @@ func statusOf(err error) int {
 	case errors.Is(err, persist.ErrWriterBusy), errors.Is(err, engine.ErrConcurrencyLimit), errors.Is(err, engine.ErrTooManyExecutors):
 		return fasthttp.StatusTooManyRequests
 	case errors.Is(err, engine.ErrNotRunning), errors.Is(err, model.ErrLeaseLost), errors.Is(err, engine.ErrStoreStalled),
-		errors.Is(err, context.DeadlineExceeded), errors.Is(err, model.ErrShardNotHeld):
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, model.ErrShardNotHeld), errors.Is(err, engine.ErrRunNotWaiting),
+		errors.Is(err, persist.ErrWriterClosed):
 		return fasthttp.StatusServiceUnavailable
 	default:
 		return fasthttp.StatusInternalServerError
@@ -55,7 +56,7 @@ func statusOf(err error) int {
 
 func (s *Server) fail(c *fasthttp.RequestCtx, err error) {
 	code, msg := s.errorOf(c, err)
-	if code == fasthttp.StatusTooManyRequests || errors.Is(err, model.ErrShardNotHeld) {
+	if code == fasthttp.StatusTooManyRequests || errors.Is(err, model.ErrShardNotHeld) || errors.Is(err, persist.ErrWriterClosed) {
 		c.Response.Header.Set("Retry-After", strconv.Itoa(RetryAfterBusySec))
 	}
 	writeErr(c, code, msg)

@@ -31,10 +31,15 @@ type watchedConn struct {
 	// between is set by a read and cleared by the next write: the connection has carried a
 	// request and its answer, and the next write begins another request.
 	between atomic.Bool
+	// written is set by the first write: a request has begun on the connection.
+	written atomic.Bool
+	// gate, when set, is asked before the first write of every request; an error fails the
+	// write before a byte is sent.
+	gate func() error
 }
 
-func watch(c net.Conn) net.Conn {
-	w := &watchedConn{Conn: c}
+func watch(c net.Conn, gate func() error) net.Conn {
+	w := &watchedConn{Conn: c, gate: gate}
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			w.raw = raw
@@ -52,20 +57,27 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 }
 
 func (c *watchedConn) Write(b []byte) (int, error) {
-	if c.between.Swap(false) && c.raw != nil && peerClosed(c.raw) {
+	reused := c.between.Swap(false)
+	if begins := !c.written.Swap(true) || reused; begins && c.gate != nil {
+		if err := c.gate(); err != nil {
+			return 0, err
+		}
+	}
+	if reused && c.raw != nil && peerClosed(c.raw) {
 		return 0, errStaleConn
 	}
 	return c.Conn.Write(b)
 }
 
-// watchedDial wraps a dial function so that its connections are watched.
-func watchedDial(dial fasthttp.DialFuncWithTimeout) fasthttp.DialFuncWithTimeout {
+// watchedDial wraps a dial function so that its connections are watched, gate asked before
+// each request they carry.
+func watchedDial(dial fasthttp.DialFuncWithTimeout, gate func() error) fasthttp.DialFuncWithTimeout {
 	return func(addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := dial(addr, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return watch(c), nil
+		return watch(c, gate), nil
 	}
 }
 

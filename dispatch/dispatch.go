@@ -266,11 +266,11 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, fmt.Errorf("cannot create dispatch pool: %w", err)
 	}
 	d := &Dispatcher{
-		cfg:    cfg,
-		m:      newDispatchMetrics(cfg.Metrics),
-		pool:   pool,
-		client: newClient(cfg, cfg.Guard.DialExecutor),
+		cfg:  cfg,
+		m:    newDispatchMetrics(cfg.Metrics),
+		pool: pool,
 	}
+	d.client = newClient(cfg, cfg.Guard.DialExecutor, d.connGate())
 	if cfg.ExecutorTLS != nil {
 		d.client.TLSConfig = cfg.ExecutorTLS.Clone()
 	}
@@ -278,15 +278,24 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Guard != nil {
 		callbackDial = cfg.Guard.dialTimeout
 	}
-	d.callbacks = newClient(cfg, callbackDial)
+	d.callbacks = newClient(cfg, callbackDial, d.connGate())
 	d.cond = sync.NewCond(&d.mu)
 	return d, nil
 }
 
-func newClient(cfg Config, dial fasthttp.DialFuncWithTimeout) *fasthttp.Client {
+// connGate is the gate the connections ask before each request they carry (conn.go):
+// Config.Gate, wrapped in ErrGated as do wraps it; nil without one.
+func (d *Dispatcher) connGate() func() error {
+	if d.cfg.Gate == nil {
+		return nil
+	}
+	return func() error { return d.gate(nil) }
+}
+
+func newClient(cfg Config, dial fasthttp.DialFuncWithTimeout, gate func() error) *fasthttp.Client {
 	return &fasthttp.Client{
 		Name:        "axe",
-		DialTimeout: watchedDial(dial),
+		DialTimeout: watchedDial(dial, gate),
 		// A request refused on an idle connection its peer had closed was never sent: it
 		// is tried again on the next idle connection, or a new one (conn.go). Every idle
 		// connection to a restarted peer is such a one, hence as many attempts as there

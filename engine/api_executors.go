@@ -31,6 +31,11 @@ var (
 	// ErrStaleTicket: a result for a run that already ended another way (timed out, killed,
 	// lost) or with another result.
 	ErrStaleTicket = errors.New("stale ticket")
+	// ErrRunNotWaiting: a result for a run still running in the store that is not waiting
+	// for one here: its result was taken and not recorded (the lease or the shard went, the
+	// store refused the write), or the run is being resolved now. Not final: the executor
+	// sends it again, to the scheduler that adopts the run or to this one later.
+	ErrRunNotWaiting = errors.New("the run is not waiting for a result here")
 	// ErrUnknownExecutor: a heartbeat from an executor that is not registered.
 	ErrUnknownExecutor = dispatch.ErrUnknownExecutor
 	// ErrForeignApp: a result naming an executor app that the run was not sent to.

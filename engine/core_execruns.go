@@ -148,6 +148,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 		return failedReport(err)
 	}
 	recorded := make(chan error, 1)
+	var note *endingEntry
 	var sentElsewhere *dispatch.Executor
 	// The result is noted as ending while the flight is taken, under the same lock, so a
 	// duplicate delivery that finds the flight gone finds the note. The executor is compared
@@ -160,7 +161,7 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			sentElsewhere = f.exec
 			return false
 		}
-		e.ending.add(rep.Ticket, rep.Status, e.now())
+		note = e.ending.add(rep.Ticket, rep.Status, e.now())
 		return true
 	}, func(r *flight) {
 		keep := maxOutput
@@ -191,7 +192,10 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 			oc.result = model.ResultTimeout
 			oc.errText = strings.TrimSpace(deadlineReported + oc.errText)
 		}
-		oc.durable = func(err error) { recorded <- err }
+		oc.durable = func(err error) {
+			e.ending.settle(note, err) // a repeat delivery is answered as this record goes
+			recorded <- err
+		}
 		e.resolve(r.t, r.run, oc)
 	})
 	if taken {
@@ -210,6 +214,9 @@ func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if sentElsewhere != nil {
 		return failedReport(fmt.Errorf("%w: run %s was sent to executor %s, not %s", ErrForeignExecutor,
 			rep.Ticket, sentElsewhere.Address, protocol.ClipText(rep.Address, protocol.MaxAddressBytes)))
+	}
+	if wait := e.ending.waiter(rep.Ticket, rep.Status); wait != nil {
+		return wait // a repeat of a result being recorded: a duplicate once durable, not before
 	}
 	dup, err := e.reportUnheld(ctx, rep)
 	return func(context.Context) (bool, error) { return dup, err }
@@ -288,11 +295,6 @@ func failedReport(err error) ReportWait {
 // reportUnheld answers a result for a run not in flight here: a duplicate of a recorded
 // one, a late one for a run recorded lost, or one refused.
 func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, err error) {
-	if e.ending.has(rep.Ticket, rep.Status) {
-		// The same result, delivered again before its record is durable (an executor that
-		// reports twice, a network that duplicates a request): the store still says running.
-		return true, nil
-	}
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, model.ErrRunNotFound) {
 		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, refusalUnknownTicket, "unknown ticket")
@@ -323,10 +325,12 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		return true, nil
 	}
 	if run.Result == model.ResultRunning {
-		// Sent by a previous scheduler process and still unresolved here: the run was
-		// recovered as lost at start, or is being resolved right now.
+		// Still running in the store and not waiting here: its result was taken and not
+		// recorded (the lease went, the write was refused), or it is being resolved right
+		// now. Not a final refusal, which would end the executor's re-sends and leave the
+		// run to time out under the scheduler that adopts it: the executor sends it again.
 		e.recordRefusedResult(ctx, *run, rep, refusalNotWaiting, "the run is not waiting for a result here")
-		return false, fmt.Errorf("%w: run %s is not waiting for a result here", ErrStaleTicket, rep.Ticket)
+		return false, fmt.Errorf("%w: run %s; send it again", ErrRunNotWaiting, rep.Ticket)
 	}
 	e.recordRefusedResult(ctx, *run, rep, refusalEnded, "the run already ended as "+run.Result)
 	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)

@@ -256,6 +256,20 @@ func (s *Shards) Holds(shard int, epoch int64) error {
 	return nil
 }
 
+// Renewed is nil unless this node holds shards and its last successful renewal was sent TTL
+// − renew ago or more: the part of every shard's gate that is the node's own. The dispatcher
+// asks it as its Config.Gate at the first write of every request (dispatch/conn.go), where it
+// cannot tell the request's shard: a send that passed its shard's gate and was then held up
+// past the deadline (a process frozen by SIGSTOP, a starved CPU) does not leave.
+func (s *Shards) Renewed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.held) > 0 && !s.clk.Now().Before(s.deadline) {
+		return fmt.Errorf("no successful shard renewal within lease-ttl − lease-renew: %w", ErrLeaseDeadline)
+	}
+	return nil
+}
+
 // Held returns the shards this node holds (those being handed over too), with their epochs,
 // ascending.
 func (s *Shards) Held() []persist.ShardFence {
@@ -466,6 +480,15 @@ func (s *Shards) step(ctx context.Context) time.Duration {
 		soonest = min(soonest, s.cfg.Renew/10)
 	}
 	s.handOver(ctx, p.release)
+	s.mu.Lock()
+	draining := len(s.draining) > 0
+	s.mu.Unlock()
+	if draining {
+		// A shard being handed over fires nothing until its taker has recovered it: look
+		// again soon, so that it is released within a tenth of a renew interval of its last
+		// run ending rather than at the next renewal (each step releases what has drained).
+		soonest = min(soonest, s.cfg.Renew/10)
+	}
 	return max(soonest, 10*time.Millisecond)
 }
 
@@ -497,14 +520,19 @@ func (s *Shards) renew(ctx context.Context) bool {
 	for _, n := range lost {
 		gone.Add(n)
 	}
-	s.mu.Lock()
-	s.armLocked(sent)
-	s.mu.Unlock()
 	if gone.Len() > 0 {
+		// Dropped before the renewal arms the gates again: a node woken from a freeze (or
+		// back from a partition) renews first thing, and the gate of a shard another node
+		// took meanwhile must not open, not for a moment, on the renewal of the others.
+		s.drop(gone, "the renewal found another holder or epoch")
 		s.m.renewLost.Inc()
 		s.log.Error("shards lost: their renewal found another holder or epoch", "shards", gone.String())
-		s.drop(gone, "the renewal found another holder or epoch")
 	}
+	s.mu.Lock()
+	if len(s.held) > 0 {
+		s.armLocked(sent)
+	}
+	s.mu.Unlock()
 	s.releaseDrained(ctx)
 	return true
 }

@@ -427,3 +427,54 @@ func TestShardsLeavingNodeIsTakenOverAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestShardsDrainedShardIsReleasedAtOnce: a shard being handed over is released soon after its
+// last run ends (a tenth of a renew interval and a step), not at the giver's next renewal: its
+// fires wait from the start of the drain until the taker has recovered it, and with the
+// default renew interval (5 s) a wait for the next renewal alone reaches the misfire
+// threshold. A long renew interval keeps the two apart on a loaded box.
+func TestShardsDrainedShardIsReleasedAtOnce(t *testing.T) {
+	s := persisttest.SQLite(t)
+	const ttl, renew = time.Minute, 20 * time.Second
+	a := startShardNodeWith(t, s, "a", ttl, renew, time.Minute)
+	waitShares(t, s, []*shardNode{a}, time.Minute)
+	busy := model.AllShards()
+	a.inFlight.Store(&busy)
+	b := startShardNodeWith(t, s, "b", ttl, renew, time.Minute)
+	deadline := time.Now().Add(3 * renew)
+	for {
+		a.mu.Lock()
+		draining := 0
+		for _, ch := range a.changes {
+			draining += ch.Draining.Len()
+		}
+		a.mu.Unlock()
+		if draining == model.ShardCount/2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a reported %d shards draining, want %d", draining, model.ShardCount/2)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The runs end just after a's renewal, so that without the quicker look a would
+	// release them only at its next renewal, a whole renew interval later.
+	renewed := a.m.renewOK.Get()
+	for a.m.renewOK.Get() < renewed+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a did not renew within %s", 3*renew)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var none model.ShardSet
+	a.inFlight.Store(&none) // the runs end: a releases at its next look, b takes
+	drained := time.Now()
+	waitShares(t, s, []*shardNode{a, b}, 3*renew)
+	took := time.Since(drained)
+	t.Logf("the drained shards were b's %s after their last run ended (renew %s)", took.Round(time.Millisecond), renew)
+	// Without the quicker look, a's next step, and so the release, comes a whole renew
+	// interval after the renewal just before the runs ended: never under 9/10 of it.
+	if limit := renew * 9 / 10; took >= limit {
+		t.Errorf("the drained shards were taken %s after their runs ended, not within 9/10 of a renew interval (%s)", took, limit)
+	}
+}

@@ -957,5 +957,7 @@ func (w *Writer) aborted() bool {
 }
 
 func (w *Writer) abortError() error {
-	return fmt.Errorf("cannot commit group before writer stop deadline: %w", w.abortErr)
+	// ErrWriterClosed too: the group was never committed, and the caller may try again
+	// elsewhere (an API client, on the node that holds the lease now).
+	return fmt.Errorf("cannot commit group before writer stop deadline: %w (%w)", w.abortErr, ErrWriterClosed)
 }

@@ -101,6 +101,14 @@ func serveShards(ctx context.Context, cfg Config) error {
 		}
 		return l.Holds(shard, epoch)
 	}
+	// Every request the dispatcher sends asks the loop once more as its first byte leaves
+	// (ha.Shards.Renewed): the part of the shard gates that no request's shard is needed for.
+	ecfg.Dispatch.Gate = func() error {
+		if l := loopp.Load(); l != nil {
+			return l.Renewed()
+		}
+		return nil
+	}
 	ecfg.Writer.ShardLost = func(f persist.ShardFence, err error) {
 		// Told on the writer's goroutine, which must not wait for the loop's channel (the
 		// engine, busy recovering a shard, may be the one that reads it).
