@@ -141,6 +141,31 @@ func TestShardsWorkflowKill(t *testing.T) {
 	t.Parallel()
 	c := newShardCluster(t)
 	nodes := c.bootShards(3, false)
+	// Every node knows the executor process before a step is offered to it: a node learns
+	// of an executor registered with another through its registry's refresh.
+	deadline := time.Now().Add(roleTimeout)
+	for _, n := range nodes {
+		for {
+			var ex struct {
+				Executors []struct {
+					App    string `json:"app"`
+					Status string `json:"status"`
+				} `json:"executors"`
+			}
+			if c.getJSON(n.url, "/api/v1/executors", &ex) && slices.ContainsFunc(ex.Executors, func(e struct {
+				App    string `json:"app"`
+				Status string `json:"status"`
+			}) bool {
+				return e.App == failoverApp && e.Status == "alive"
+			}) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s does not list the executor as alive", n.id)
+			}
+			time.Sleep(pollEvery)
+		}
+	}
 	const workflows, runsEach = 9, 4
 	owner := map[int]int{} // node index → runs
 	var ids []string
