@@ -421,6 +421,15 @@ func (e *Engine) fencedFor(ctx context.Context, name string) (context.Context, e
 	return persist.WithShardFences(ctx, []persist.ShardFence{f}), nil
 }
 
+// readyFenced returns ctx fenced by the shards this engine schedules and serves, at their
+// epochs (persist.WithShardFences): ctx as it is on an engine that is not sharded.
+func (e *Engine) readyFenced(ctx context.Context) context.Context {
+	if !e.cfg.Sharded {
+		return ctx
+	}
+	return persist.WithShardFences(ctx, e.fencesOf(e.ReadyShards()))
+}
+
 // scheduling returns ctx with the filter of the shards this engine schedules, for the reads
 // that load tasks to arm (the window loader): none on an engine that is not sharded.
 func (e *Engine) scheduling(ctx context.Context) context.Context {

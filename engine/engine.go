@@ -16,7 +16,7 @@
 //
 // The services: the window loader and lifecycle (engine.go: Start, Stop, loadLoop), the
 // executor registry and its reaper (api_executors.go, api_deregister.go,
-// executor_bounds.go), retention (api_retention.go), alerts (alerts.go, api_alerts.go),
+// executor_bounds.go), retention (retention.go), alerts (alerts.go, api_alerts.go),
 // refused results (refusals.go), metrics and health (metrics.go, health.go). The api_*.go
 // files are what the HTTP API and the console call (tasks, bulk, groups, limits, backfills,
 // views); the request and response shapes are package wire's.
@@ -196,7 +196,7 @@ type Config struct {
 	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
 	// unix cron and Quartz read differently must name its dialect (see NormalizeIn).
 	CronDialect string
-	// Retention bounds what the store keeps (api_retention.go, docs/retention.md).
+	// Retention bounds what the store keeps (retention.go, docs/retention.md).
 	Retention RetentionConfig
 	// Sharded makes the engine schedule only the shards it is given (GainShards), each write
 	// about a task fenced by its shard's epoch (core_shards.go, docs/scale-out.md). Start
@@ -356,6 +356,11 @@ type Engine struct {
 	backfills backfillSet // core_backfill.go
 	alerts    *alerter
 
+	// The services around the core (service.go), started in this order once the core runs
+	// and stopped in the reverse order first when it stops.
+	retention *Retention
+	services  []service
+
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
 
@@ -418,6 +423,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
+	b := base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger, m: e.m}
+	e.retention = &Retention{base: b, core: e, busy: w.Busy}
+	e.services = []service{e.retention}
 	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Dispatch.Guard, cfg.Clock, cfg.Logger,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	return e, nil
@@ -515,15 +523,19 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
 	e.alerts.start()
-	e.loopsWG.Add(6)
+	e.loopsWG.Add(5)
 	go e.concLoop(runCtx)
-	go e.pruneLoop(runCtx)
 	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
 	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
 	e.loopsWG.Add(1)
 	go e.backfillLoop(runCtx)
+	for _, sv := range e.services {
+		if err := sv.start(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -546,6 +558,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 		if started {
 			steps = append(steps,
 				startstop.Step{Name: "stop triggering", Run: func(ctx context.Context) error {
+					for i := len(e.services) - 1; i >= 0; i-- {
+						_ = e.services[i].stop(ctx) // a service's stop fails not
+					}
 					e.cancel()
 					e.loopsWG.Wait()
 					return nil
@@ -582,16 +597,7 @@ func (e *Engine) loadLoop(ctx context.Context) {
 // every calls fn every d, on the engine's clock, until ctx ends: the body of the engine's
 // periodic loops.
 func (e *Engine) every(ctx context.Context, d time.Duration, fn func()) {
-	t := e.cfg.Clock.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			fn()
-		}
-	}
+	every(ctx, e.cfg.Clock, d, fn)
 }
 
 // armableStates are the states whose next_trigger_time means "fire then".

@@ -86,7 +86,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		heldUnsent: s.NewCounter("axe_sends_held_total"),
 		// Fires the database's fire record refused (core_recover.go).
 		fireRefusals: s.NewCounter("axe_duplicate_fires_suppressed_total"),
-		// Rows retention deleted, by table (api_retention.go).
+		// Rows retention deleted, by table (retention.go).
 		prunedRuns:     s.NewCounter(`axe_pruned_rows_total{table="task_run"}`),
 		prunedActions:  s.NewCounter(`axe_pruned_rows_total{table="task_action"}`),
 		prunedFinished: s.NewCounter(`axe_pruned_rows_total{table="task_def"}`),
