@@ -546,7 +546,7 @@ func TestBackfillOnAnExecutor(t *testing.T) {
 		}))
 		defer exec.Close()
 		e = startEngine(t, s)
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		mustCreate(t, e, &wire.TaskSpec{Name: "onexec", Cron: "*/10 * * * *", Timezone: "UTC",

@@ -120,7 +120,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	e.unlock(t)
 	e.recordHealth(id, name, group, d.Breaker)
 	if d.FinalFailure != "" {
-		e.alertFor(context.Background(), AlertFinalFailure, id, name, group, d.FinalFailure)
+		e.alerts.raiseFor(context.Background(), AlertFinalFailure, id, name, group, d.FinalFailure)
 	}
 }
 
@@ -327,11 +327,11 @@ func (e *Engine) recordHealth(id int64, name, group string, feed breakerFeed) {
 		return
 	}
 	if open {
-		e.alertFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
+		e.alerts.raiseFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
 			"circuit breaker of %s opened: more than %.0f%% of its runs failed over %s; only one fire in %d is dispatched",
 			name, e.cfg.Breaker.FailureRate*100, e.cfg.Breaker.Window, e.cfg.Breaker.ProbeEvery))
 	} else {
-		e.alertFor(context.Background(), AlertBreakerClose, id, name, group,
+		e.alerts.raiseFor(context.Background(), AlertBreakerClose, id, name, group,
 			"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
 	}
 }

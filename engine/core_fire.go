@@ -197,7 +197,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		ok, closed := e.brk.allow(e.cfg.Breaker, t.id, now)
 		if closed {
 			name, group := t.def.Name, t.def.Group
-			defer e.alertFor(context.Background(), AlertBreakerClose, t.id, name, group,
+			defer e.alerts.raiseFor(context.Background(), AlertBreakerClose, t.id, name, group,
 				"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
 		}
 		if !ok {

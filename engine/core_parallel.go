@@ -223,7 +223,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 	return func() {
 		e.recordHealth(id, name, group, feed)
 		if finalFailure != "" {
-			e.alertFor(context.Background(), AlertFinalFailure, id, name, group, finalFailure)
+			e.alerts.raiseFor(context.Background(), AlertFinalFailure, id, name, group, finalFailure)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func pausedOnFailureNote(count, bound int) string {
 // raises none.
 func (e *Engine) pausedOnFailureAlert(id int64, name, group string, count int) func() {
 	return func() {
-		e.alertFor(context.Background(), AlertPausedOnFailure, id, name, group,
+		e.alerts.raiseFor(context.Background(), AlertPausedOnFailure, id, name, group,
 			fmt.Sprintf("%s paused after %d consecutive failed runs", name, count))
 	}
 }

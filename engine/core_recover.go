@@ -304,7 +304,7 @@ func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
 		fn   func() error
 	}{
 		{"reload the executor registry", func() error {
-			if err := e.restoreExecutors(ctx, false); err != nil {
+			if err := e.executors.restore(ctx, false); err != nil {
 				return fmt.Errorf("cannot restore executors: %w", err)
 			}
 			detail = strconv.Itoa(len(e.registry.Snapshot())) + " executor(s)"

@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -486,20 +485,4 @@ func groupTaskName(g *persist.Group) string {
 // shard 0, ready; always on one that is not.
 func (e *Engine) holdsShardZero() bool {
 	return !e.cfg.Sharded || e.shards[0].phase.Load() == shardReady
-}
-
-// registryRefresh is how often a sharded engine reads the executor registry from the store:
-// executors register and heartbeat with any node, which writes their rows.
-const registryRefresh = time.Second
-
-// registryLoop keeps a sharded engine's executor registry as the store has it.
-func (e *Engine) registryLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	e.every(ctx, registryRefresh, func() {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := e.restoreExecutors(rctx, true); err != nil && ctx.Err() == nil {
-			e.log.Warn("cannot read the executor registry from the store", "error", err)
-		}
-	})
 }

@@ -354,11 +354,12 @@ type Engine struct {
 	upstreams upstreamSet
 	promo     promoter
 	backfills backfillSet // core_backfill.go
-	alerts    *alerter
+	alerts    *Alerts     // alerts.go
 
 	// The services around the core (service.go), started in this order once the core runs
 	// and stopped in the reverse order first when it stops.
 	retention *Retention
+	executors *Executors // executors.go
 	services  []service
 
 	horizonMu sync.RWMutex
@@ -376,10 +377,6 @@ type Engine struct {
 	ending endingResults
 	// refused aggregates the records of refused results (refusals.go).
 	refused refusals
-	// sweptAt is when the reaper last dropped executors deleted from the store (ms; reaper
-	// only), and gathered the executors lost or back not alerted yet (executor_bounds.go).
-	sweptAt  int64
-	gathered gatheredAlerts
 }
 
 // New builds an engine from cfg. Nothing runs until Start.
@@ -424,10 +421,11 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.m = newEngineMetrics(e)
 	b := base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger, m: e.m}
-	e.retention = &Retention{base: b, core: e, busy: w.Busy}
-	e.services = []service{e.retention}
-	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Dispatch.Guard, cfg.Clock, cfg.Logger,
+	e.alerts = newAlerts(b, e, cfg.AlertWebhooks, cfg.Dispatch.Guard,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
+	e.retention = &Retention{base: b, core: e, busy: w.Busy}
+	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: cfg.Sharded}
+	e.services = []service{e.executors, e.retention}
 	return e, nil
 }
 
@@ -500,11 +498,10 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if e.cfg.Sharded {
 		e.updateRateShare() // no shard yet
 		// Every shard is recovered when it is gained (GainShards); the registry is shared.
-		if err := e.restoreExecutors(ctx, false); err != nil {
+		if err := e.executors.restore(ctx, false); err != nil {
 			return fmt.Errorf("cannot restore executors: %w", err)
 		}
-		e.loopsWG.Add(2)
-		go e.registryLoop(runCtx)
+		e.loopsWG.Add(1)
 		go e.depLoop(runCtx)
 	} else {
 		if err := e.recoverAtStart(ctx, now, h); err != nil {
@@ -522,12 +519,11 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
-	e.alerts.start()
-	e.loopsWG.Add(5)
+	_ = e.alerts.start() // starts once, here
+	e.loopsWG.Add(4)
 	go e.concLoop(runCtx)
 	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
-	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
 	e.loopsWG.Add(1)
 	go e.backfillLoop(runCtx)
@@ -576,7 +572,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 			startstop.Step{Name: "stop dispatcher", Run: e.disp.Stop},
 			startstop.Step{Name: "flush writer", Run: e.writer.Stop},
 			startstop.Step{Name: "deliver write completions", Run: e.completions.stop},
-			startstop.Step{Name: "deliver alerts", Run: func(ctx context.Context) error { e.alerts.stop(ctx); return nil }})
+			startstop.Step{Name: "deliver alerts", Run: e.alerts.stop})
 		return startstop.Steps(ctx, e.log, e.cfg.Clock, "engine stop: ", steps...)
 	})
 }
