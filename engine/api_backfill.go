@@ -80,7 +80,7 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 		return nil, fieldErr("to", "must not be in the future (now is %s): a backfill runs fire times that have passed",
 			time.UnixMilli(now).UTC().Format(time.RFC3339))
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := e.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return nil, err
 	}

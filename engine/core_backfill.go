@@ -380,7 +380,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	for _, r := range found {
 		stored[r.Ticket] = r
 	}
-	t, err := e.acquire(ctx, taskID)
+	t, err := e.acquire(ctx, taskID, acquireOpts{})
 	if errors.Is(err, model.ErrTaskNotFound) {
 		b.mu.Lock()
 		e.endBackfillLocked(b, model.BackfillAborted, ActorScheduler, "the task was deleted")

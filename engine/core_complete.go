@@ -116,7 +116,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	if d.PausedOnFailure {
 		then = e.pausedOnFailureAlert(id, name, group, d.RT.ConsecutiveFailures)
 	}
-	e.commitLockedDef(t, d.RT, d.PausedDef, []model.Run{d.Run}, d.Acts, then, oc.durable)
+	e.commit(context.Background(), t, d.RT, commitOpts{def: d.PausedDef, runs: []model.Run{d.Run}, acts: d.Acts, then: then, notify: oc.durable})
 	e.unlock(t)
 	e.recordHealth(id, name, group, d.Breaker)
 	if d.FinalFailure != "" {
@@ -215,7 +215,7 @@ func (e *Engine) cancelOther(id int64, ticket string, due int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	t, err := e.acquire(ctx, id)
+	t, err := e.acquire(ctx, id, acquireOpts{})
 	if err != nil {
 		return
 	}
@@ -246,8 +246,8 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor, 
 	t.runLeft(run.Ticket)
 	e.applyEnd(t, d)
 	nrt := d.RT
-	nrt.Version = t.rt.Version + 1 // as commitWait sets it
-	return nrt, e.commitWait(ctx, t, nrt, []model.Run{d.Run}, d.Acts)
+	nrt.Version = t.rt.Version + 1 // as commit sets it
+	return nrt, e.commit(ctx, t, nrt, commitOpts{wait: true, runs: []model.Run{d.Run}, acts: d.Acts})
 }
 
 // nextFire is fireAfter for t, counting a misfire. Caller holds t.mu.
@@ -293,7 +293,7 @@ func (e *Engine) misfire(t *task, now int64) {
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + " (misfire: one-shot task fires now)"
 	}
 	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, runs, []model.Action{act})
+	e.commit(context.Background(), t, nrt, commitOpts{runs: runs, acts: []model.Action{act}})
 }
 
 // catchup starts the catch-up of t's fires missed since due (decideCatchup): nrt, the
@@ -313,7 +313,7 @@ func (e *Engine) catchup(t *task, due, now int64, nrt model.Runtime) {
 		e.m.misfires.Inc() // fires passed over, as a skip misfire counts them
 	}
 	act := e.action(t, "", ActCatchup, from, nrt.State, ActorScheduler, p.Detail, now)
-	e.commitLocked(t, nrt, nil, []model.Action{act})
+	e.commit(context.Background(), t, nrt, commitOpts{acts: []model.Action{act}})
 }
 
 // recordHealth feeds a run's end to the task's breaker and raises its alerts. Caller must not

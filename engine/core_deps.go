@@ -169,7 +169,7 @@ func (e *Engine) lastSuccess(ctx context.Context, name string) (*model.Run, erro
 // maybeRelease schedules a WAITING dependency task when its upstreams have succeeded since
 // its last run: all of them (depends_mode all, the default: fan-in) or any one.
 func (e *Engine) maybeRelease(ctx context.Context, id int64) error {
-	t, err := e.acquire(ctx, id)
+	t, err := e.acquire(ctx, id, acquireOpts{})
 	if err != nil {
 		return err
 	}
@@ -207,5 +207,5 @@ func (e *Engine) maybeRelease(ctx context.Context, id int64) error {
 	}
 	t.releasedBy = "released by " + strings.Join(released, ", ")
 	act := e.action(t, "", ActSchedule, t.rt.State, nrt.State, ActorScheduler, t.releasedBy, now)
-	return e.commitWait(ctx, t, nrt, nil, []model.Action{act})
+	return e.commit(ctx, t, nrt, commitOpts{wait: true, acts: []model.Action{act}})
 }

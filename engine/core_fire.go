@@ -27,8 +27,8 @@ package engine
 //	                                                                its own goroutine, notSent)
 //	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
 //	  the outcome → endRun → complete                               the run's deadline; on
-//	  → commitLockedNotify → unlock                                 Submit, without t.mu
-//	executor report, kill, run-now          API handler             on the writer (commitWait),
+//	  → commit → unlock                                             Submit, without t.mu
+//	executor report, kill, run-now          API handler             on the writer (commit, wait),
 //	                                                                without t.mu
 //	executor timeout                        clock timer (AfterFunc) on Submit only
 //	lost executor                           reapLoop                on Submit only
@@ -287,7 +287,7 @@ func (e *Engine) skipByBreaker(t *task, sched, now int64) {
 	detail := "fire of " + time.UnixMilli(sched).In(t.loc).Format(time.RFC3339) + " skipped: circuit breaker open (one fire in " +
 		strconv.Itoa(e.cfg.Breaker.ProbeEvery) + " goes through)"
 	act := e.action(t, "", ActSkippedByBreaker, t.rt.State, t.rt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, nil, []model.Action{act})
+	e.commit(context.Background(), t, nrt, commitOpts{acts: []model.Action{act}})
 }
 
 // downstreamOf names the downstream a run goes to, for run records and rate limits.

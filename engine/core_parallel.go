@@ -217,7 +217,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 		if pausedDef != nil {
 			t.def = pausedDef
 		}
-		e.commitLockedDef(t, nrt, pausedDef, runs, acts, then, oc.durable)
+		e.commit(context.Background(), t, nrt, commitOpts{def: pausedDef, runs: runs, acts: acts, then: then, notify: oc.durable})
 	}
 	feed := breakerFeedOf(run.Result)
 	return func() {

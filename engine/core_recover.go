@@ -213,7 +213,7 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 // run on an executor is awaited and an HTTP run is recorded lost, its slot held until its
 // deadline (holdLost). track, when set, runs before the run enters e.runs.
 func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func()) error {
-	t, err := e.acquire(ctx, run.TaskID)
+	t, err := e.acquire(ctx, run.TaskID, acquireOpts{})
 	if err != nil {
 		if !errors.Is(err, model.ErrTaskNotFound) {
 			return err

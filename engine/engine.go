@@ -702,30 +702,45 @@ func (e *Engine) adopt(t *task, now int64) {
 	e.place(t)
 }
 
+// acquireOpts says which task acquire finds, and for whom.
+type acquireOpts struct {
+	// api: a call of the API asks. On a sharded engine a task not in memory whose shard is
+	// not scheduled here, or is being recovered or handed over, is refused with
+	// model.ErrShardNotHeld (the call goes to the shard's owner, or is tried again); a task
+	// deleted meanwhile is refused with ErrTaskNotFound. Without it (the engine's own work: a
+	// release, a recovery, a backfill) a task of a shard being recovered is loaded too.
+	api bool
+	// name, when set, finds the task by name (the id is then unused); implies api.
+	name string
+	// row, when set, is the task's row just read (eachSelected): a task not in memory is
+	// built from it instead of being read again. Should that row be stale by now, its
+	// version is, and the write conflicts instead of landing (bulkApply then tries again).
+	row *model.Task
+}
+
 // acquire returns the task with id locked, loading it from the store when it is not in
-// memory, for the engine's own work (a release, a recovery, a backfill): on a sharded engine
-// a task of a shard being recovered is loaded too. The caller must call release.
-func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
-	return e.acquireFrom(ctx, id, false, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
-}
-
-// acquireAPI is acquire for a call of the API: on a sharded engine it refuses, with
-// model.ErrShardNotHeld, a task not in memory whose shard is not scheduled here or is being
-// recovered or handed over (the call goes to the shard's owner, or is tried again).
-func (e *Engine) acquireAPI(ctx context.Context, id int64) (*task, error) {
-	return e.acquireFrom(ctx, id, true, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
-}
-
-// acquireFrom is acquire with the task built from load's row when it is not in memory; api
-// says an API call asks (insertTask).
-func (e *Engine) acquireFrom(ctx context.Context, id int64, api bool, load func() (*model.Task, error)) (*task, error) {
-	for {
-		if t := e.tasks.get(id); t != nil {
-			t.mu.Lock()
-			if !t.evicted {
-				return t, nil
+// memory, as o says: the one way to hold a task. The caller must call release.
+func (e *Engine) acquire(ctx context.Context, id int64, o acquireOpts) (*task, error) {
+	if o.name != "" {
+		var err error
+		if id, err = e.lookup(ctx, o.name); err != nil {
+			return nil, err
+		}
+		o.api = true
+	}
+	load := func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) }
+	if o.row != nil {
+		load = func() (*model.Task, error) { return o.row, nil }
+	}
+	var t *task
+	for t == nil {
+		if in := e.tasks.get(id); in != nil {
+			in.mu.Lock()
+			if !in.evicted {
+				t = in
+				break
 			}
-			t.mu.Unlock()
+			in.mu.Unlock()
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -735,19 +750,23 @@ func (e *Engine) acquireFrom(ctx context.Context, id int64, api bool, load func(
 		if err != nil {
 			return nil, err
 		}
-		t, err := newTask(pt)
+		nt, err := newTask(pt)
 		if err != nil {
 			return nil, fmt.Errorf("cannot load task %q: %w", pt.Def.Name, err)
 		}
-		in, err := e.insertTask(t, api)
+		in, err := e.insertTask(nt, o.api)
 		if err != nil {
 			return nil, err
 		}
 		if in {
-			t.mu.Lock()
-			return t, nil
+			nt.mu.Lock()
+			t = nt
 		}
 	}
+	if o.api {
+		return live(t, nil)
+	}
+	return t, nil
 }
 
 // live unlocks and refuses a task acquired while it was being deleted.
