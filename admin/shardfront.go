@@ -613,7 +613,7 @@ func number(v any) float64 {
 }
 
 // releaseDependents is POST /api/v1/cluster/release {"upstream": NAME}: another node recorded
-// the success of an upstream whose dependents this node schedules (engine.ReleaseDependents).
+// the success of an upstream whose dependents this node schedules (engine.Dependents.Release).
 func (s *Server) releaseDependents(c *fasthttp.RequestCtx) {
 	var b struct {
 		Upstream string `json:"upstream"`
@@ -628,7 +628,7 @@ func (s *Server) releaseDependents(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.ReleaseDependents(ctx, b.Upstream); err != nil {
+	if err := s.cfg.Engine.Dependents().Release(ctx, b.Upstream); err != nil {
 		s.fail(c, err)
 		return
 	}

@@ -167,7 +167,7 @@ func (e *Engine) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor s
 func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []model.Run, now int64) {
 	t.id = tc.Def.ID
 	t.rt = tc.Runtime
-	e.upstreams.add(t.def.DependsOn...)
+	e.deps.upstreams.add(t.def.DependsOn...)
 	if len(runs) > 0 {
 		for i := range runs {
 			runs[i].TaskID = t.id

@@ -147,7 +147,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 	if runAt != 0 {
 		def.DelayMS = old.DelayMS // unused with run_at; unchanged, it leaves the fire to run_at
 	}
-	e.upstreams.add(def.DependsOn...)
+	e.deps.upstreams.add(def.DependsOn...)
 	oldSched, oldLoc, oldRT := t.sched, t.loc, t.rt
 	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
 

@@ -111,7 +111,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()
 	if d.ReleaseDownstream {
-		then = func() { e.upstreamDone(name) }
+		then = func() { e.deps.upstreamDone(name) }
 	}
 	if d.PausedOnFailure {
 		then = e.pausedOnFailureAlert(id, name, group, d.RT.ConsecutiveFailures)
@@ -129,7 +129,7 @@ func (e *Engine) endInput(t *task, run model.Run, oc outcome, now int64) endInpu
 	return endInput{
 		ID: t.id, Def: t.def, Sched: t.sched, Loc: t.loc, RT: t.rt, RetryOf: t.retryOf, Deleted: t.deleted,
 		// Looked up for a success only, the one end that releases downstream tasks.
-		Upstream: oc.result == model.ResultSuccess && e.upstreams.has(t.def.Name),
+		Upstream: oc.result == model.ResultSuccess && e.deps.upstreams.has(t.def.Name),
 		Run:      run, Outcome: oc, Now: now,
 		RetryBackoffCap: e.cfg.RetryBackoffCap, MisfireThreshold: e.cfg.MisfireThreshold,
 		CatchupFrom: t.catchupFrom, CatchupUntil: t.catchupUntil,
@@ -190,10 +190,10 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 	act := e.action(t, run.Ticket, actName, "", "", actor, detail, now)
 	e.place(t)
 	t.mu.Unlock()
-	release := oc.result == model.ResultSuccess && e.upstreams.has(name)
+	release := oc.result == model.ResultSuccess && e.deps.upstreams.has(name)
 	g := &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}, Done: func(err error) {
 		if err == nil && release {
-			go e.upstreamDone(name)
+			go e.deps.upstreamDone(name)
 		}
 		oc.notify(err)
 	}}

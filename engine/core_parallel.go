@@ -171,8 +171,8 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 		// As a periodic success: the run row carries the end; no action record.
 		nrt.SuccessCount++
 		nrt.ConsecutiveFailures = 0
-		if e.upstreams.has(name) {
-			then = func() { e.upstreamDone(name) }
+		if e.deps.upstreams.has(name) {
+			then = func() { e.deps.upstreamDone(name) }
 		}
 	case run.Result == model.ResultLost:
 		// The scheduler's fault, not the task's: neither counted nor reset.

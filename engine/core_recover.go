@@ -328,7 +328,7 @@ func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
 			return nil
 		}},
 		{"release dependents", func() error {
-			if err := e.loadDependencies(ctx); err != nil {
+			if err := e.deps.load(ctx); err != nil {
 				return fmt.Errorf("cannot load dependencies: %w", err)
 			}
 			detail = ""

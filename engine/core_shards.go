@@ -191,7 +191,7 @@ func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
 			_, err := e.loadRange(ctx, 1, h, now)
 			return err
 		}},
-		{"release dependents", func() error { return e.loadDependencies(ctx) }},
+		{"release dependents", func() error { return e.deps.load(ctx) }},
 		{"resume backfills", func() error { return e.recoverBackfills(ctx) }},
 	}
 	for i, st := range steps {
@@ -337,6 +337,12 @@ func (e *Engine) fencesOf(set model.ShardSet) []persist.ShardFence {
 // over not: every shard on an engine that is not sharded.
 func (e *Engine) heldShards() model.ShardSet {
 	return e.shardsWhere(func(ph uint32) bool { return ph == shardLoading || ph == shardReady })
+}
+
+// schedules reports whether this engine schedules shard n (loading, ready or being handed
+// over): every shard on an engine that is not sharded.
+func (e *Engine) schedules(n int) bool {
+	return !e.cfg.Sharded || e.shards[n].phase.Load() != shardOff
 }
 
 // Sharded reports whether this engine schedules by shard (Config.Sharded).

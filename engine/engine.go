@@ -209,7 +209,7 @@ type Config struct {
 	// of its shards decides.
 	ShardGate func(shard int, epoch int64) error
 	// ReleaseElsewhere, on a sharded engine, asks the node that schedules shard to release
-	// the dependents of upstream in it (ReleaseDependents there): the success of upstream
+	// the dependents of upstream in it (Dependents.Release there): the success of upstream
 	// was recorded here. Best effort: every sharded engine also sweeps its own waiting
 	// dependents every LoadInterval. Defaults to nil: the sweep alone.
 	ReleaseElsewhere func(shard int, upstream string)
@@ -351,7 +351,6 @@ type Engine struct {
 	conc      *concGate  // concurrency limits (core_concgate.go)
 	limitsMu  sync.Mutex // orders the limits' changes: the store's order is the gate's
 	brk       breakers
-	upstreams upstreamSet
 	promo     promoter
 	backfills backfillSet // core_backfill.go
 	alerts    *Alerts     // alerts.go
@@ -359,7 +358,8 @@ type Engine struct {
 	// The services around the core (service.go), started in this order once the core runs
 	// and stopped in the reverse order first when it stops.
 	retention *Retention
-	executors *Executors // executors.go
+	executors *Executors  // executors.go
+	deps      *Dependents // dependents.go
 	services  []service
 
 	horizonMu sync.RWMutex
@@ -425,7 +425,8 @@ func New(cfg Config) (*Engine, error) {
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	e.retention = &Retention{base: b, core: e, busy: w.Busy}
 	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: cfg.Sharded}
-	e.services = []service{e.executors, e.retention}
+	e.deps = &Dependents{base: b, core: e, sweeps: cfg.Sharded}
+	e.services = []service{e.executors, e.deps, e.retention}
 	return e, nil
 }
 
@@ -501,8 +502,6 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		if err := e.executors.restore(ctx, false); err != nil {
 			return fmt.Errorf("cannot restore executors: %w", err)
 		}
-		e.loopsWG.Add(1)
-		go e.depLoop(runCtx)
 	} else {
 		if err := e.recoverAtStart(ctx, now, h); err != nil {
 			return err

@@ -1082,7 +1082,7 @@ func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.maybeRelease(ctx, pt.Def.ID); err != nil {
+	if err := e.deps.maybeRelease(ctx, pt.Def.ID); err != nil {
 		t.Fatalf("release decision for %s: %v", downstream, err)
 	}
 	waitSettled(t, e)

@@ -252,7 +252,7 @@ func TestDependentInAnotherShard(t *testing.T) {
 					if asked {
 						c.ReleaseElsewhere = func(_ int, up string) {
 							calls.Add(1)
-							go func() { defer calls.Done(); _ = bp.ReleaseDependents(ctx, up) }()
+							go func() { defer calls.Done(); _ = bp.Dependents().Release(ctx, up) }()
 						}
 					}
 				})
