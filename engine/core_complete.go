@@ -77,7 +77,7 @@ func (e *Engine) resolve(t *task, run model.Run, oc outcome) {
 		e.completeManual(t, run, oc)
 		return
 	case model.RunBackfill:
-		e.completeBackfill(t, run, oc) // core_backfill.go
+		e.completeBackfill(t, run, oc) // core_backfillruns.go
 		return
 	}
 	e.complete(t, run, oc)

@@ -2,7 +2,7 @@ package engine
 
 // Runs on executors: the offer of a durable run to an executor of its app, its timeout, the
 // executor's reports of its end, and kills. The registry they rely on (registration,
-// heartbeats, lost executors) is in api_executors.go.
+// heartbeats, lost executors) is in executors.go.
 
 import (
 	"context"

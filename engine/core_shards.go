@@ -192,7 +192,7 @@ func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
 			return err
 		}},
 		{"release dependents", func() error { return e.deps.load(ctx) }},
-		{"resume backfills", func() error { return e.recoverBackfills(ctx) }},
+		{"resume backfills", func() error { return e.backfills.recover(ctx) }},
 	}
 	for i, st := range steps {
 		t := e.now()
@@ -282,7 +282,7 @@ func (e *Engine) DropShards(set model.ShardSet) {
 		}
 		t.mu.Unlock()
 	}
-	e.backfills.dropShards(set)
+	e.backfills.set.dropShards(set)
 	e.updateRateShare()
 	e.log.Warn("shards dropped: their tasks left memory and their runs in flight are the next owner's",
 		"shards", set.String(), "tasks", evicted, "runs_abandoned", abandoned, "took", e.since(start))

@@ -343,23 +343,23 @@ type Engine struct {
 	log         *slog.Logger
 	m           *engineMetrics
 
-	tasks     taskMap
-	shards    [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
-	registry  *dispatch.Registry
-	runs      runsInFlight // every run sent and not yet ended
-	gate      *rateGate
-	conc      *concGate  // concurrency limits (core_concgate.go)
-	limitsMu  sync.Mutex // orders the limits' changes: the store's order is the gate's
-	brk       breakers
-	promo     promoter
-	backfills backfillSet // core_backfill.go
-	alerts    *Alerts     // alerts.go
+	tasks    taskMap
+	shards   [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
+	registry *dispatch.Registry
+	runs     runsInFlight // every run sent and not yet ended
+	gate     *rateGate
+	conc     *concGate  // concurrency limits (core_concgate.go)
+	limitsMu sync.Mutex // orders the limits' changes: the store's order is the gate's
+	brk      breakers
+	promo    promoter
+	alerts   *Alerts // alerts.go
 
 	// The services around the core (service.go), started in this order once the core runs
 	// and stopped in the reverse order first when it stops.
 	retention *Retention
 	executors *Executors  // executors.go
 	deps      *Dependents // dependents.go
+	backfills *Backfills  // backfills.go
 	services  []service
 
 	horizonMu sync.RWMutex
@@ -411,7 +411,6 @@ func New(cfg Config) (*Engine, error) {
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
 	e.promo.init()
-	e.backfills.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
@@ -426,7 +425,9 @@ func New(cfg Config) (*Engine, error) {
 	e.retention = &Retention{base: b, core: e, busy: w.Busy}
 	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: cfg.Sharded}
 	e.deps = &Dependents{base: b, core: e, sweeps: cfg.Sharded}
-	e.services = []service{e.executors, e.deps, e.retention}
+	e.backfills = &Backfills{base: b, core: e}
+	e.backfills.set.init()
+	e.services = []service{e.executors, e.deps, e.backfills, e.retention}
 	return e, nil
 }
 
@@ -506,7 +507,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		if err := e.recoverAtStart(ctx, now, h); err != nil {
 			return err
 		}
-		if err := e.recoverBackfills(ctx); err != nil {
+		if err := e.backfills.recover(ctx); err != nil {
 			return err
 		}
 	}
@@ -524,8 +525,6 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	go e.promoteLoop(runCtx)
 	go e.loadLoop(runCtx)
 	go e.gateLoop(runCtx)
-	e.loopsWG.Add(1)
-	go e.backfillLoop(runCtx)
 	for _, sv := range e.services {
 		if err := sv.start(); err != nil {
 			return err
