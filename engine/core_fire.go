@@ -119,7 +119,7 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 	for {
 		for ent := q.Pop(); ent != nil; ent = q.Pop() {
 			if ent.Value == nil { // a cold entry (armCold)
-				e.promo.push(int64(ent.Key))
+				e.loader.promo.push(int64(ent.Key))
 				continue
 			}
 			e.admit(ent)

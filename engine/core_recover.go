@@ -320,7 +320,7 @@ func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
 		}},
 		{"load the window and apply misfire policies", func() error {
 			misfires := e.m.misfires.Get()
-			n, err := e.loadRange(ctx, 1, horizon, now) // every past fire too: misfires
+			n, err := e.loader.loadRange(ctx, 1, horizon, now) // every past fire too: misfires
 			if err != nil {
 				return fmt.Errorf("cannot load the first window: %w", err)
 			}

@@ -174,3 +174,19 @@ func (e *Engine) disarm(t *task) {
 		t.ent = nil
 	}
 }
+
+// advanceHorizon moves the horizon to to, and returns the old one, unless it is there
+// already (the loader's, loader.go).
+func (e *Engine) advanceHorizon(to int64) (from int64, moved bool) {
+	e.horizonMu.Lock()
+	defer e.horizonMu.Unlock()
+	from = e.horizon
+	if to <= from {
+		return from, false
+	}
+	e.horizon = to
+	return from, true
+}
+
+// inMemory tells whether the task id is held in full.
+func (e *Engine) inMemory(id int64) bool { return e.tasks.get(id) != nil }

@@ -188,7 +188,7 @@ func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
 	}{
 		{"resolve runs left running", func() error { return e.recoverInFlight(ctx) }},
 		{"load the window and apply misfire policies", func() error {
-			_, err := e.loadRange(ctx, 1, h, now)
+			_, err := e.loader.loadRange(ctx, 1, h, now)
 			return err
 		}},
 		{"release dependents", func() error { return e.deps.load(ctx) }},

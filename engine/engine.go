@@ -132,7 +132,7 @@ type Config struct {
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
 	// PromoteLead: tasks due later than this when the window is loaded are held as cold
-	// references (48 B each) and read in full this long before they fire (core_cold.go).
+	// references (48 B each) and read in full this long before they fire (loader.go).
 	// Defaults to PromoteLeadDefault (10s), or half the window if that is shorter; it must be
 	// shorter than Window.
 	PromoteLead time.Duration
@@ -360,6 +360,7 @@ type Engine struct {
 	executors *Executors  // executors.go
 	deps      *Dependents // dependents.go
 	backfills *Backfills  // backfills.go
+	loader    *Loader     // loader.go
 	services  []service
 
 	horizonMu sync.RWMutex
@@ -410,7 +411,6 @@ func New(cfg Config) (*Engine, error) {
 	e.conc = newConcGate(cfg.Clock)
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
-	e.promo.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
@@ -427,7 +427,9 @@ func New(cfg Config) (*Engine, error) {
 	e.deps = &Dependents{base: b, core: e, sweeps: cfg.Sharded}
 	e.backfills = &Backfills{base: b, core: e}
 	e.backfills.set.init()
-	e.services = []service{e.executors, e.deps, e.backfills, e.retention}
+	e.loader = &Loader{base: b, core: e, wheel: wh}
+	e.loader.promo.init()
+	e.services = []service{e.loader, e.executors, e.deps, e.backfills, e.retention}
 	return e, nil
 }
 
@@ -520,10 +522,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
 	_ = e.alerts.start() // starts once, here
-	e.loopsWG.Add(4)
+	e.loopsWG.Add(2)
 	go e.concLoop(runCtx)
-	go e.promoteLoop(runCtx)
-	go e.loadLoop(runCtx)
 	go e.gateLoop(runCtx)
 	for _, sv := range e.services {
 		if err := sv.start(); err != nil {
@@ -578,16 +578,6 @@ func (e *Engine) Stop(ctx context.Context) error {
 // Running reports whether the engine is started and not stopping.
 func (e *Engine) Running() bool { return e.running.Load() }
 
-// loadLoop moves the window forward every LoadInterval (design.md, "Window and cold entries").
-func (e *Engine) loadLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	e.every(ctx, e.cfg.LoadInterval, func() {
-		if err := e.loadSlice(ctx); err != nil && ctx.Err() == nil {
-			e.log.Error("cannot load the next window slice; retrying next interval", "error", err)
-		}
-	})
-}
-
 // every calls fn every d, on the engine's clock, until ctx ends: the body of the engine's
 // periodic loops.
 func (e *Engine) every(ctx context.Context, d time.Duration, fn func()) {
@@ -599,79 +589,6 @@ var armableStates = []model.State{model.StateScheduled, model.StateRetrying}
 
 func armable(s model.State) bool {
 	return s == model.StateScheduled || s == model.StateRetrying
-}
-
-// loadSlice uncovers [old horizon, now+Window) and loads it.
-func (e *Engine) loadSlice(ctx context.Context) error {
-	now := e.nowMS()
-	e.horizonMu.Lock()
-	from := e.horizon
-	to := now + e.cfg.Window.Milliseconds()
-	if to <= from {
-		e.horizonMu.Unlock()
-		return nil
-	}
-	e.horizon = to
-	e.horizonMu.Unlock()
-	t := e.now()
-	// The shards held now: one gained after the horizon moved loads up to it itself.
-	n, err := e.loadRange(e.scheduling(ctx), from, to, now)
-	e.m.loadDuration.Update(e.since(t).Seconds())
-	if err != nil {
-		return err
-	}
-	e.log.Debug("window slice loaded", "tasks", n, "took", e.since(t))
-	return nil
-}
-
-// loadRange loads the tasks due in [from, to): in full those due within PromoteLead of
-// now (and every past fire, for the misfire policy), as cold references the rest.
-func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error) {
-	n := 0
-	hot := min(to, now+e.cfg.PromoteLead.Milliseconds())
-	if from < hot {
-		var err error
-		if n, err = e.loadFull(ctx, from, hot, now); err != nil {
-			return n, err
-		}
-	}
-	if hot < to {
-		m := 0
-		err := e.store.LoadDueRefs(ctx, max(from, hot), to, armableStates, func(r persist.DueRef) error {
-			m++
-			if e.tasks.get(r.TaskID) == nil {
-				e.armCold(r.TaskID, r.NextTriggerTime)
-			} else {
-				e.placeHeld(r.TaskID)
-			}
-			return nil
-		})
-		e.m.loaded.Add(m)
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// loadFull loads the tasks due in [from, to) in full.
-func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error) {
-	n := 0
-	err := e.store.LoadDue(ctx, from, to, armableStates, func(pt *model.Task) error {
-		n++
-		t, err := newTask(pt)
-		if err != nil {
-			// A definition that no longer parses (e.g. an unknown zone after a tzdata
-			// change) must not stop the loader: log it and leave the row as it is.
-			e.log.Error("cannot load task", "task", pt.Def.Name, "error", err)
-			return nil
-		}
-		e.adopt(t, now)
-		return nil
-	})
-	e.m.loaded.Add(n)
-	return n, err
 }
 
 // adopt puts a task read from the store into memory unless a newer copy is already there,

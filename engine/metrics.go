@@ -120,7 +120,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	})
 	s.NewGauge("axe_wheel_pending", func() float64 { return float64(e.wheel.Len()) })
 	s.NewGauge("axe_tasks_in_memory", func() float64 { return float64(e.tasks.len()) })
-	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.promo.queued.Load()) })
+	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.loader.promo.queued.Load()) })
 	s.NewGauge("axe_ready_queue_depth", func() float64 {
 		n := 0
 		for i := 0; i < e.wheel.Partitions(); i++ {
