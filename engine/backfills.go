@@ -621,7 +621,7 @@ func (bf *Backfills) endLocked(b *backfill, status, actor, note string) {
 
 // recover takes over the backfills a previous primary left open: their counters
 // recounted from the run rows before their saved cursor, their runs still in flight
-// re-attached as run-now instances are (recoverManualRuns). Called at start, before
+// re-attached as run-now instances are (Recovery.manualRuns). Called at start, before
 // run.
 func (bf *Backfills) recover(ctx context.Context) error {
 	open, err := bf.store.ListOpenBackfills(ctx)

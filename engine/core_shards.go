@@ -158,7 +158,7 @@ func (e *Engine) GainShards(ctx context.Context, fences []persist.ShardFence) er
 	}
 	e.updateRateShare()
 	start := e.now()
-	err := e.recoverShards(persist.WithShards(ctx, set), set)
+	err := e.recovery.shards(persist.WithShards(ctx, set), set)
 	for _, f := range fences {
 		s := &e.shards[f.Shard]
 		s.mu.Lock()
@@ -173,35 +173,6 @@ func (e *Engine) GainShards(ctx context.Context, fences []persist.ShardFence) er
 		return fmt.Errorf("cannot recover shards %s: %w", set, err)
 	}
 	e.log.Info("shards recovered: scheduling them", "shards", set.String(), "took", e.since(start))
-	return nil
-}
-
-// recoverShards is recoverAtStart for the shards of set, with ctx carrying their filter.
-func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
-	now := e.nowMS()
-	e.horizonMu.RLock()
-	h := e.horizon
-	e.horizonMu.RUnlock()
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
-		{"resolve runs left running", func() error { return e.recoverInFlight(ctx) }},
-		{"load the window and apply misfire policies", func() error {
-			_, err := e.loader.loadRange(ctx, 1, h, now)
-			return err
-		}},
-		{"release dependents", func() error { return e.deps.load(ctx) }},
-		{"resume backfills", func() error { return e.backfills.recover(ctx) }},
-	}
-	for i, st := range steps {
-		t := e.now()
-		err := st.fn()
-		e.log.Info("shards taken: "+st.name, "shards", set.String(), "step", i+1, "took", e.since(t), "error", err)
-		if err != nil {
-			return err
-		}
-	}
 	return nil
 }
 

@@ -361,6 +361,7 @@ type Engine struct {
 	deps      *Dependents // dependents.go
 	backfills *Backfills  // backfills.go
 	loader    *Loader     // loader.go
+	recovery  *Recovery   // recovery.go
 	services  []service
 
 	horizonMu sync.RWMutex
@@ -429,6 +430,7 @@ func New(cfg Config) (*Engine, error) {
 	e.backfills.set.init()
 	e.loader = &Loader{base: b, core: e, wheel: wh}
 	e.loader.promo.init()
+	e.recovery = &Recovery{base: b, core: e, runs: &e.runs, executors: e.executors, loader: e.loader, deps: e.deps, backfills: e.backfills}
 	e.services = []service{e.loader, e.executors, e.deps, e.backfills, e.retention}
 	return e, nil
 }
@@ -506,7 +508,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 			return fmt.Errorf("cannot restore executors: %w", err)
 		}
 	} else {
-		if err := e.recoverAtStart(ctx, now, h); err != nil {
+		if err := e.recovery.atStart(ctx, now, h); err != nil {
 			return err
 		}
 		if err := e.backfills.recover(ctx); err != nil {

@@ -240,7 +240,7 @@ func (ex *Executors) List() []model.Executor {
 	return out
 }
 
-// restoreExecutors loads the registry from the store at start. Executors keep their last
+// restore loads the registry from the store at start. Executors keep their last
 // heartbeat, so one that died with the previous scheduler is reaped after LostAfter. With
 // merge (a sharded engine's refresh, core_shards.go) an executor held already keeps the
 // newer heartbeat of the two (dispatch.Registry.Merge), and one whose key does not read is
