@@ -31,7 +31,7 @@ package engine
 //	executor report, kill, run-now          API handler             on the writer (commit, wait),
 //	                                                                without t.mu
 //	executor timeout                        clock timer (AfterFunc) on Submit only
-//	lost executor                           the reaper (executors.go) on Submit only
+//	lost executor                           reaper (executors.go)   on Submit only
 //	then (upstream released), reload        their own goroutines    on store reads
 //	  after a conflict
 //
