@@ -85,7 +85,7 @@ func (bf *Backfills) Create(ctx context.Context, name string, req BackfillReques
 		return nil, err
 	}
 	def, id, sched, loc := t.def, t.id, t.sched, t.loc
-	gate := bf.core.shardGate(t.shard, t.sepoch, true)
+	gate := bf.own.shardGate(t.shard, t.sepoch, true)
 	bf.core.release(t)
 	if gate != nil {
 		return nil, gate // its shard is being handed over: start it on the next owner
@@ -113,7 +113,7 @@ func (bf *Backfills) Create(ctx context.Context, name string, req BackfillReques
 		Cron: def.Cron, CronDialect: def.CronDialect, Timezone: def.Timezone, Total: total,
 		Next: first, Low: first, Status: model.BackfillRunning, Actor: actor, CreatedAt: now, UpdatedAt: now,
 	}
-	fctx, err := bf.core.fencedFor(ctx, def.Name) // written under the task's shard's fence
+	fctx, err := bf.own.fencedFor(ctx, def.Name) // written under the task's shard's fence
 	if err != nil {
 		return nil, err
 	}

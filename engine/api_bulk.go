@@ -72,22 +72,18 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun 
 		return 0, err
 	}
 	moving := 0 // match runs on one goroutine: eachSelected's, page by page
-	if e.cfg.Sharded {
-		// A sharded node does its own shards' tasks (the API asks every node, docs/scale-out.md);
-		// a task of a shard moving between nodes is counted, and the call told to try again.
-		selected := match
-		match = func(pt *model.Task) bool {
-			if !selected(pt) {
-				return false
-			}
-			switch e.shards[model.ShardOf(pt.Def.Name)].phase.Load() {
-			case shardReady:
-				return true
-			case shardLoading, shardDraining:
-				moving++
-			}
+	// A sharded node does its own shards' tasks (the API asks every node, docs/scale-out.md);
+	// a task of a shard moving between nodes is counted, and the call told to try again.
+	selected := match
+	match = func(pt *model.Task) bool {
+		if !selected(pt) {
 			return false
 		}
+		ready, mv := e.own.serves(pt.Def.Name)
+		if mv {
+			moving++
+		}
+		return ready
 	}
 	defer func() {
 		if err == nil && moving > 0 {

@@ -256,7 +256,7 @@ func (e *Engine) overlayHeld(pt *model.Task) bool {
 // open: the runtime row says RUNNING only once the run's end is written (core_fire.go).
 func (e *Engine) overlayOpenFire(pt *model.Task) {
 	rt := &pt.Runtime
-	if held, _ := e.ShardState(model.ShardOf(pt.Def.Name)); held && e.running.Load() {
+	if held, _ := e.own.State(model.ShardOf(pt.Def.Name)); held && e.running.Load() {
 		// A running engine holds every run in flight of its shards in memory
 		// (core_recover.go); a sharded one reads another node's tasks as a backup does.
 		return
@@ -551,7 +551,7 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	if err != nil {
 		return nil, err
 	}
-	if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+	if err := e.own.shardGate(t.shard, t.sepoch, true); err != nil {
 		e.release(t) // its shard is being handed over: the next owner runs it
 		return nil, err
 	}

@@ -101,8 +101,6 @@ type backfillsCore interface {
 	lookup(ctx context.Context, name string) (int64, error)
 	acquire(ctx context.Context, id int64, o acquireOpts) (*task, error)
 	release(t *task)
-	shardGate(shard uint8, epoch int64, firing bool) error
-	fencedFor(ctx context.Context, name string) (context.Context, error)
 	write(ctx context.Context, g *persist.Group) error
 	submit(ctx context.Context, g *persist.Group, mode submitMode) error
 	adoptInstance(ctx context.Context, run model.Run, track func()) error
@@ -345,7 +343,7 @@ func (bf *Backfills) save(ctx context.Context, b *backfill, force bool) {
 	b.dirty = false
 	b.savedAt = bf.clk.Now()
 	b.mu.Unlock()
-	fctx, err := bf.core.fencedFor(ctx, row.TaskName) // under the task's shard's fence
+	fctx, err := bf.own.fencedFor(ctx, row.TaskName) // under the task's shard's fence
 	if err == nil {
 		err = bf.store.SaveBackfill(fctx, &row)
 	}
@@ -425,7 +423,7 @@ func (bf *Backfills) feed(ctx context.Context, b *backfill) bool {
 	if err != nil {
 		return retry("load the task", err)
 	}
-	if bf.core.shardGate(t.shard, t.sepoch, true) != nil {
+	if bf.own.shardGate(t.shard, t.sepoch, true) != nil {
 		bf.core.release(t) // being handed over: no new run; the next owner resumes the backfill
 		return false
 	}

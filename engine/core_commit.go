@@ -150,13 +150,8 @@ func (e *Engine) writeFailed(t *task, err error) {
 		}
 		e.m.conflicts.Inc()
 		t.stale = true
-	case errors.Is(err, model.ErrLeaseLost) && e.cfg.Sharded:
-		// Its shard moved to another node: the writer logged the shard once, and the engine
-		// drops the shard's tasks (core_shards.go).
-		e.log.Debug("write refused: the task's shard is another node's now", "task", t.def.Name, "shard", t.shard)
-		t.stale = true
 	case errors.Is(err, model.ErrLeaseLost):
-		e.log.Error("lease lost: this scheduler no longer owns the store", "task", t.def.Name)
+		e.own.leaseLost(t) // a shard moved to another node, or the primary's lease
 		t.stale = true
 	default:
 		e.log.Error("write failed", "task", t.def.Name, "error", err)

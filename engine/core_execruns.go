@@ -297,7 +297,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	if err != nil {
 		return false, err
 	}
-	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready && run.Result == model.ResultRunning {
+	if _, ready := e.own.State(model.ShardOf(run.TaskName)); !ready && run.Result == model.ResultRunning {
 		// A run of a shard this node is taking over (its recovery adopts the run) or does
 		// not schedule: the executor sends the result again, to the owner.
 		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, model.ErrShardNotHeld)

@@ -142,8 +142,8 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	defer func() { e.conc.release(adm.slot) }() // the run took it, if it left (adm.slot emptied)
 	t := ent.Value
 	t.mu.Lock()
-	if e.cfg.Sharded && !t.evicted {
-		if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+	if !t.evicted {
+		if err := e.own.shardGate(t.shard, t.sepoch, true); err != nil {
 			if errors.Is(err, model.ErrLeaseDeadline) && t.ent == ent {
 				// The shard is still held but its renewal is overdue (a slow database): the
 				// fire waits for the renewal, armed again for the same nominal time, and
@@ -157,7 +157,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 			if t.ent == ent {
 				t.ent = nil
 			}
-			if !e.shardCurrent(t) {
+			if !e.own.current(t) {
 				e.evict(t)
 			}
 			t.mu.Unlock()

@@ -219,7 +219,7 @@ func (e *Engine) notInFlight(ctx context.Context, ticket string) error {
 	if run.Result != model.ResultRunning {
 		return fmt.Errorf("%w: run %s already ended as %s", ErrConflict, ticket, run.Result)
 	}
-	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready {
+	if _, ready := e.own.State(model.ShardOf(run.TaskName)); !ready {
 		return fmt.Errorf("run %s of task %q: %w", ticket, run.TaskName, model.ErrShardNotHeld)
 	}
 	return fmt.Errorf("%w: run %s is ending, or is not in flight on this scheduler (a previous one left it and it is being resolved)", ErrConflict, ticket)

@@ -26,7 +26,7 @@ const openFireMargin = time.Minute
 // an HTTP run is re-sent (on_lost: resend) or recorded lost. It reports false when a copy of
 // t is in memory already. t must be RUNNING with run as its current ticket.
 func (e *Engine) takeOverRun(t *task, run model.Run) bool {
-	if in, _ := e.insertTask(t, false); !in {
+	if in, _ := e.own.insert(t, false); !in {
 		return false // a copy is in memory, or the shard is not held
 	}
 	t.mu.Lock()

@@ -77,7 +77,7 @@ func (e *Engine) place(t *task) {
 		e.disarm(t)
 		if t.pending == 0 && !t.writesRuntime() {
 			e.evict(t)
-			if !t.deleted && e.shardCurrent(t) {
+			if !t.deleted && e.own.current(t) {
 				// Read back while its shard is still this node's at its epoch; one of a
 				// shard gone (its write refused at the fence) is its new owner's.
 				go e.reload(t.id)

@@ -46,10 +46,6 @@ type dependentsCore interface {
 	release(t *task)
 	action(t *task, ticket, name string, from, to model.State, actor, detail string, at int64) model.Action
 	commit(ctx context.Context, t *task, nrt model.Runtime, o commitOpts) error
-	// scheduling filters ctx's reads to the shards this engine schedules, and schedules
-	// tells whether it schedules shard n.
-	scheduling(ctx context.Context) context.Context
-	schedules(n int) bool
 }
 
 // Dependents is the service that releases dependency tasks (trigger "dependency") when
@@ -114,7 +110,7 @@ func (d *Dependents) releaseAll(ctx context.Context, upstream string) {
 		if dep.Def.Trigger != model.TriggerDependency || dep.Runtime.State != model.StateWaiting || dep.Def.Paused {
 			continue
 		}
-		if n := model.ShardOf(dep.Def.Name); !d.core.schedules(n) {
+		if n := model.ShardOf(dep.Def.Name); !d.own.schedules(n) {
 			// Another node schedules it: that node releases it, under its shard's fence.
 			elsewhere.Add(n)
 			continue
@@ -140,7 +136,7 @@ func (d *Dependents) Release(ctx context.Context, upstream string) error {
 		return err
 	}
 	d.upstreams.add(upstream)
-	d.releaseAll(d.core.scheduling(ctx), upstream)
+	d.releaseAll(d.own.scheduling(ctx), upstream)
 	return nil
 }
 
@@ -152,7 +148,7 @@ func (d *Dependents) run(ctx context.Context) {
 	d.every(ctx, d.cfg.LoadInterval, func() {
 		sctx, cancel := context.WithTimeout(ctx, d.cfg.LoadInterval)
 		defer cancel()
-		if err := d.sweep(d.core.scheduling(sctx)); err != nil && ctx.Err() == nil {
+		if err := d.sweep(d.own.scheduling(sctx)); err != nil && ctx.Err() == nil {
 			d.log.Warn("cannot sweep the waiting dependents", "error", err)
 		}
 	})

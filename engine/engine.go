@@ -198,7 +198,7 @@ type Config struct {
 	CronDialect string
 	// Retention bounds what the store keeps (retention.go, docs/retention.md).
 	Retention RetentionConfig
-	// Sharded makes the engine schedule only the shards it is given (GainShards), each write
+	// Sharded makes the engine schedule only the shards it is given (Ownership().Gain), each write
 	// about a task fenced by its shard's epoch (core_shards.go, docs/scale-out.md). Start
 	// then recovers nothing but the executor registry: every shard gained is recovered
 	// when it is. Defaults to false: every task, as one node or the primary.
@@ -345,6 +345,7 @@ type Engine struct {
 
 	tasks    taskMap
 	shards   [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
+	own      ownership                   // what this node owns (ownership.go)
 	registry *dispatch.Registry
 	runs     runsInFlight // every run sent and not yet ended
 	gate     *rateGate
@@ -420,12 +421,13 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
-	b := base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger, m: e.m}
+	e.own = newOwnership(e)
+	b := base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger, m: e.m, own: e.own}
 	e.alerts = newAlerts(b, e, cfg.AlertWebhooks, cfg.Dispatch.Guard,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
 	e.retention = &Retention{base: b, core: e, busy: w.Busy}
-	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: cfg.Sharded}
-	e.deps = &Dependents{base: b, core: e, sweeps: cfg.Sharded}
+	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: e.own.Sharded()}
+	e.deps = &Dependents{base: b, core: e, sweeps: e.own.Sharded()}
 	e.backfills = &Backfills{base: b, core: e}
 	e.backfills.set.init()
 	e.loader = &Loader{base: b, core: e, wheel: wh}
@@ -501,19 +503,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if err := e.loadLimits(ctx); err != nil {
 		return err
 	}
-	if e.cfg.Sharded {
-		e.updateRateShare() // no shard yet
-		// Every shard is recovered when it is gained (GainShards); the registry is shared.
-		if err := e.executors.restore(ctx, false); err != nil {
-			return fmt.Errorf("cannot restore executors: %w", err)
-		}
-	} else {
-		if err := e.recovery.atStart(ctx, now, h); err != nil {
-			return err
-		}
-		if err := e.backfills.recover(ctx); err != nil {
-			return err
-		}
+	if err := e.own.start(ctx, now, h); err != nil {
+		return err
 	}
 	// The wheel's driver is one of the engine's loops: it has no lifecycle of its own, and
 	// runCtx ends it with the others.
@@ -596,7 +587,7 @@ func armable(s model.State) bool {
 // adopt puts a task read from the store into memory unless a newer copy is already there,
 // applying the misfire policy to a fire already too late at now (now 0: no policy).
 func (e *Engine) adopt(t *task, now int64) {
-	if in, err := e.insertTask(t, false); err != nil {
+	if in, err := e.own.insert(t, false); err != nil {
 		return // its shard is not held (any more): its owner loads it
 	} else if !in {
 		e.placeHeld(t.id)
@@ -671,7 +662,7 @@ func (e *Engine) acquire(ctx context.Context, id int64, o acquireOpts) (*task, e
 		if err != nil {
 			return nil, fmt.Errorf("cannot load task %q: %w", pt.Def.Name, err)
 		}
-		in, err := e.insertTask(nt, o.api)
+		in, err := e.own.insert(nt, o.api)
 		if err != nil {
 			return nil, err
 		}

@@ -16,8 +16,6 @@ import (
 
 // executorsCore is what the executor registry asks of the core.
 type executorsCore interface {
-	// holdsShardZero: this node records the registry's verdicts and alerts them.
-	holdsShardZero() bool
 	// loseRunsOn resolves as lost the runs in flight on x, lost.
 	loseRunsOn(x *dispatch.Executor)
 	// flushRefusals records the refused results counted (refusals.go).
@@ -294,7 +292,7 @@ func (ex *Executors) run(ctx context.Context) {
 func (ex *Executors) reap(ctx context.Context) {
 	now := ex.nowMS()
 	lost := ex.reg.Reap(now - ex.cfg.LostAfter.Milliseconds())
-	if ex.core.holdsShardZero() {
+	if ex.own.holdsShardZero() {
 		// Every sharded node judges an executor by the heartbeats in the store and
 		// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
 		// holder of shard 0 (core_shards.go). One alert per app for executors lost
@@ -311,7 +309,7 @@ func (ex *Executors) reap(ctx context.Context) {
 	for _, x := range lost {
 		// A deregistered executor's row stays "left" (every node judges it silent by its
 		// heartbeats); its runs still in flight, if any, are lost below.
-		if ex.core.holdsShardZero() && !x.Left() {
+		if ex.own.holdsShardZero() && !x.Left() {
 			if err := ex.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
 				ex.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 			}

@@ -82,8 +82,6 @@ func (p *promoter) putBack(ids []int64) {
 type loaderCore interface {
 	// advanceHorizon moves the horizon to to, and returns the old one, unless it is there.
 	advanceHorizon(to int64) (from int64, moved bool)
-	// scheduling filters ctx's reads to the shards this engine schedules.
-	scheduling(ctx context.Context) context.Context
 	// inMemory tells whether the task id is held in full.
 	inMemory(id int64) bool
 	// adopt puts a task read from the store into memory (applying the misfire policy at
@@ -135,7 +133,7 @@ func (l *Loader) loadSlice(ctx context.Context) error {
 	}
 	t := l.clk.Now()
 	// The shards held now: one gained after the horizon moved loads up to it itself.
-	n, err := l.loadRange(l.core.scheduling(ctx), from, to, now)
+	n, err := l.loadRange(l.own.scheduling(ctx), from, to, now)
 	l.m.loadDuration.Update(l.since(t).Seconds())
 	if err != nil {
 		return err

@@ -81,11 +81,6 @@ type retentionCore interface {
 	checkRunning() error
 	// forgetReplaced drops the copy in memory of a task pruned.
 	forgetReplaced(id int64)
-	// readyFenced fences ctx by the shards whose finished tasks this node prunes.
-	readyFenced(ctx context.Context) context.Context
-	// holdsShardZero: this node runs the cluster's singleton duties, the history's pruning
-	// among them.
-	holdsShardZero() bool
 }
 
 // Retention is the pruner (docs/retention.md): a pass every Interval, off the firing path,
@@ -155,8 +150,8 @@ func (r *Retention) prune(ctx context.Context, hist, fin int64, dryRun, paced bo
 	// A sharded node prunes the finished tasks of the shards it schedules, their deletes
 	// fenced by them; the history (runs and actions, of no shard's state) only the holder
 	// of shard 0 prunes on its own, so that one pruner at a time walks it.
-	ctx = r.core.readyFenced(ctx)
-	if paced && !r.core.holdsShardZero() {
+	ctx = r.own.readyFenced(ctx)
+	if paced && !r.own.holdsShardZero() {
 		hist = -1
 	}
 	// Finished tasks first: their runs and actions then age out with the rest.

@@ -24,14 +24,15 @@ type service interface {
 	stop(ctx context.Context) error
 }
 
-// base is what a service shares with the core: the store, the clock, the log, the metrics
-// and the configuration.
+// base is what a service shares with the core: the store, the clock, the log, the metrics,
+// the configuration and the ownership model.
 type base struct {
 	cfg   *Config
 	store persist.Store
 	clk   Clock
 	log   *slog.Logger
 	m     *engineMetrics
+	own   ownership // what this node owns (ownership.go)
 }
 
 func (b *base) nowMS() int64                                          { return b.clk.Now().UnixMilli() }
