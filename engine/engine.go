@@ -4,22 +4,27 @@
 // The firing core (core_*.go) is the route of one fire (docs/design.md, "The route of one
 // fire"): the wheel's ready queues are consumed and each due task fired (core_fire.go,
 // through the rate gate core_rategate.go and the concurrency gate core_concgate.go); its
-// transition is committed (core_commit.go, core_submit.go, the state table core_states.go);
-// the run is sent by the dispatcher or offered to an executor (core_execruns.go); it is held
-// in flight (core_inflight.go, core_ending.go) until it ends (core_complete.go, with the pure
-// decision core_transition.go) and the end is recorded. Beside it: the task in memory
-// (core_task.go), its residency and arming (core_residency.go), cold entries
-// (core_cold.go), overlap and catch-up (core_overlap.go), jitter (core_jitter.go), parallel
-// runs (core_parallel.go), kills (core_killrun.go), the breaker (core_breaker.go),
-// dependents (core_deps.go), backfills (core_backfill.go), recovery at start and promotion
-// (core_recover.go) and the shards a node schedules under --ha (core_shards.go).
+// transition is committed (commit, core_commit.go; core_submit.go; the state table
+// core_states.go); the run is sent by the dispatcher or offered to an executor
+// (core_execruns.go); it is held in flight (core_inflight.go, core_ending.go) until it ends
+// (core_complete.go, with the pure decision core_transition.go) and the end is recorded.
+// Beside it: the task in memory (core_task.go) and its residency (core_residency.go),
+// overlap and catch-up (core_overlap.go), jitter (core_jitter.go), parallel runs
+// (core_parallel.go), kills (core_killrun.go), the breaker (core_breaker.go), the takeover
+// of runs left in flight (core_recover.go) and a backfill run (core_backfillruns.go).
 //
-// The services: the window loader and lifecycle (engine.go: Start, Stop, loadLoop), the
-// executor registry and its reaper (api_executors.go, api_deregister.go,
-// executor_bounds.go), retention (retention.go), alerts (alerts.go, api_alerts.go),
-// refused results (refusals.go), metrics and health (metrics.go, health.go). The api_*.go
-// files are what the HTTP API and the console call (tasks, bulk, groups, limits, backfills,
-// views); the request and response shapes are package wire's.
+// The ownership model (ownership.go, core_shards.go) tells the core what this node owns and
+// under which fence, for a single node, a primary or a node of a sharded cluster alike.
+//
+// The services (service.go), each a type in the file named for it with its own lifecycle
+// and a narrow interface to the core: the window loader (Loader, loader.go), the executor
+// registry (Executors, executors.go, api_deregister.go, executor_bounds.go), retention
+// (Retention, retention.go), alerts (Alerts, alerts.go, api_alerts.go), backfills
+// (Backfills, backfills.go, api_backfill.go), dependents (Dependents, dependents.go) and
+// recovery (Recovery, recovery.go). Refused results (refusals.go), metrics and health
+// (metrics.go, health.go) are the frame. The other api_*.go files are what the HTTP API and
+// the console call (tasks, bulk, groups, limits, views); the request and response shapes are
+// package wire's.
 //
 // The engine drives the wheel (timing), the dispatcher (sending) and the batched writer
 // (durability), and is the only writer of task_runtime rows once a task exists.
