@@ -533,8 +533,9 @@ func (e *Engine) start(ctx context.Context) (err error) {
 
 // Stop shuts the engine down in this order, logging how long each step took:
 //
-//  1. stop triggering: the loader and the wheel stop, consumers exit; armed entries stay
-//     armed in the store (their next_trigger_time is durable) and fire after a restart;
+//  1. stop triggering: the services stop (service.go), in the reverse of their start order,
+//     then the wheel and the gates, and consumers exit; armed entries stay armed in the
+//     store (their next_trigger_time is durable) and fire after a restart;
 //  2. drain dispatch: runs already sent are waited for until ctx expires — their results are
 //     recorded; a run still in flight when ctx expires stays RUNNING in the store and is
 //     resolved as "lost" by the next Start (never re-sent, so never run twice);
