@@ -577,12 +577,6 @@ func (e *Engine) Stop(ctx context.Context) error {
 // Running reports whether the engine is started and not stopping.
 func (e *Engine) Running() bool { return e.running.Load() }
 
-// every calls fn every d, on the engine's clock, until ctx ends: the body of the engine's
-// periodic loops.
-func (e *Engine) every(ctx context.Context, d time.Duration, fn func()) {
-	every(ctx, e.cfg.Clock, d, fn)
-}
-
 // armableStates are the states whose next_trigger_time means "fire then".
 var armableStates = []model.State{model.StateScheduled, model.StateRetrying}
 
