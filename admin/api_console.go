@@ -249,7 +249,7 @@ func (s *Server) alertsAnswer(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	acts, counts, err := s.cfg.Engine.AlertRecords(ctx, f)
+	acts, counts, err := s.cfg.Engine.Alerts().Records(ctx, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -257,7 +257,7 @@ func (s *Server) alertsAnswer(c *fasthttp.RequestCtx) {
 	if acts == nil {
 		acts = []model.Action{}
 	}
-	out := map[string]any{"actions": acts, "count": len(acts), "deliveries": s.cfg.Engine.RecentAlerts()}
+	out := map[string]any{"actions": acts, "count": len(acts), "deliveries": s.cfg.Engine.Alerts().Recent()}
 	if f.Counts {
 		out["counts"] = counts
 	}

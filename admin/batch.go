@@ -65,7 +65,7 @@ func (s *Server) prune(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
 	defer cancel()
-	res, err := s.cfg.Engine.Prune(ctx, before, before, b.DryRun)
+	res, err := s.cfg.Engine.Retention().Prune(ctx, before, before, b.DryRun)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -40,11 +40,11 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	defer cancel()
 	reg := wire.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
 		Auth: msg.Auth, Version: msg.Version, Incarnation: msg.Incarnation, Token: presentedToken(c)}
-	if err := s.cfg.Engine.RegisterExecutor(ctx, reg); err != nil {
+	if err := s.cfg.Engine.Executors().Register(ctx, reg); err != nil {
 		s.fail(c, err)
 		return
 	}
-	hb, lost := s.cfg.Engine.ExecutorTimings()
+	hb, lost := s.cfg.Engine.Executors().Timings()
 	writeJSON(c, 200, protocol.RegisterAnswer{HeartbeatIntervalMS: hb.Milliseconds(), LostAfterMS: lost.Milliseconds(),
 		Version: protocol.Version})
 }
@@ -68,13 +68,13 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 	if !s.allowApp(c, hb.App) {
 		return
 	}
-	if err := s.cfg.Engine.CheckIncarnation(hb.App, hb.Address, hb.Incarnation); err != nil {
+	if err := s.cfg.Engine.Executors().CheckIncarnation(hb.App, hb.Address, hb.Incarnation); err != nil {
 		s.fail(c, err)
 		return
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.ExecutorHeartbeat(ctx, hb.App, hb.Address, presentedToken(c)); err != nil {
+	if err := s.cfg.Engine.Executors().Heartbeat(ctx, hb.App, hb.Address, presentedToken(c)); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -96,7 +96,7 @@ func (s *Server) deregisterExecutor(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.DeregisterExecutor(ctx, msg.App, msg.Address, msg.Incarnation); err != nil {
+	if err := s.cfg.Engine.Executors().Deregister(ctx, msg.App, msg.Address, msg.Incarnation); err != nil {
 		s.fail(c, err)
 		return
 	}

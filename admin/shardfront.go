@@ -155,7 +155,7 @@ func moving(c *fasthttp.RequestCtx, shard int, why string) {
 // route serves c here when this node schedules shard (results also while it takes the
 // shard over or hands it over: held), and otherwise passes it on to the shard's owner.
 func (f *shardFront) route(c *fasthttp.RequestCtx, shard int, held bool, next fasthttp.RequestHandler) {
-	h, ready := f.s.cfg.Engine.ShardState(shard)
+	h, ready := f.s.cfg.Engine.Ownership().State(shard)
 	if ready || (held && h) {
 		next(c)
 		return
@@ -358,7 +358,7 @@ func (s *Server) routeCallbackBatch(next fasthttp.RequestHandler) fasthttp.Reque
 			if json.Unmarshal(raw, &rep) == nil && rep.Ticket != "" {
 				n = s.resultShard(ctx, rep)
 			}
-			if held, _ := eng.ShardState(n); n < 0 || held {
+			if held, _ := eng.Ownership().State(n); n < 0 || held {
 				local = append(local, i)
 				continue
 			}
@@ -493,11 +493,11 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 	return func(c *fasthttp.RequestCtx) {
 		eng := s.cfg.Engine
 		if routed(c) {
-			before := eng.ReadyShards()
+			before := eng.Ownership().Ready()
 			next(c)
 			if counted {
 				done := before
-				after := eng.ReadyShards()
+				after := eng.Ownership().Ready()
 				for i := range done {
 					done[i] &= after[i]
 				}
@@ -535,9 +535,9 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 				answers[i] = a
 			}()
 		}
-		before := eng.ReadyShards()
+		before := eng.Ownership().Ready()
 		next(c)
-		after := eng.ReadyShards()
+		after := eng.Ownership().Ready()
 		wg.Wait()
 		done := before
 		for i := range done {
@@ -613,7 +613,7 @@ func number(v any) float64 {
 }
 
 // releaseDependents is POST /api/v1/cluster/release {"upstream": NAME}: another node recorded
-// the success of an upstream whose dependents this node schedules (engine.ReleaseDependents).
+// the success of an upstream whose dependents this node schedules (engine.Dependents.Release).
 func (s *Server) releaseDependents(c *fasthttp.RequestCtx) {
 	var b struct {
 		Upstream string `json:"upstream"`
@@ -628,7 +628,7 @@ func (s *Server) releaseDependents(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.ReleaseDependents(ctx, b.Upstream); err != nil {
+	if err := s.cfg.Engine.Dependents().Release(ctx, b.Upstream); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -679,8 +679,8 @@ func (s *Server) shardReadyz(c *fasthttp.RequestCtx) {
 	eng := s.cfg.Engine
 	ans := readyzJSON{Status: "ready", Role: RoleIdle, Node: s.shards.cfg.NodeID}
 	var held, notServing model.ShardSet
-	ready := eng.ReadyShards()
-	for _, f := range eng.Shards() {
+	ready := eng.Ownership().Ready()
+	for _, f := range eng.Ownership().Held() {
 		held.Add(f.Shard)
 		if !ready.Has(f.Shard) {
 			notServing.Add(f.Shard)
@@ -772,7 +772,7 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 		eng := s.cfg.Engine
 		for i, spec := range specs {
 			n := model.ShardOf(spec.Name)
-			switch _, ready := eng.ShardState(n); {
+			switch _, ready := eng.Ownership().State(n); {
 			case ready:
 				parts[""] = append(parts[""], i)
 			case owner[n] == "":

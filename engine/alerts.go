@@ -5,13 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/internal/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/wire"
@@ -40,57 +39,75 @@ type queuedAlert struct {
 	id uint64
 }
 
-// alerter posts alerts to the configured webhooks on its own goroutine. It never blocks the
-// scheduler: a full queue drops the alert (it is still in the log, the metrics and the
-// action records), and a failing webhook is retried with backoff a bounded number of times.
-type alerter struct {
+// alertsCore is what the alerts ask of the core.
+type alertsCore interface {
+	// submit records an alert's action.
+	submit(ctx context.Context, g *persist.Group, mode submitMode) error
+	// browser and lookup read the stored records (Records).
+	browser() (persist.Browser, error)
+	lookup(ctx context.Context, name string) (int64, error)
+}
+
+// Alerts is the alerts service: it raises operator alerts (log, metric, action record) and
+// posts them to the configured webhooks on its own goroutine, and answers what the console
+// shows of them (api_alerts.go). It never blocks the scheduler: a full queue drops the alert
+// (it is still in the log, the metrics and the action records), and a failing webhook is
+// retried with backoff a bounded number of times.
+type Alerts struct {
+	base
+	core   alertsCore
+	life   startstop.Lifecycle
 	urls   []string
-	log    *slog.Logger
 	client *http.Client
 	ch     chan queuedAlert
 	wg     sync.WaitGroup
 	quit   chan struct{}
 	once   sync.Once
-	clk    clock.Clock // paces retries
 	drops  func()
 	fails  func()
 
 	deliveries alertLog // the recent alerts' delivery state (api_alerts.go)
 }
 
-// newAlerter makes the webhook sender. Webhooks pass the same outbound guard as HTTP
+// newAlerts makes the alerts service. Webhooks pass the same outbound guard as HTTP
 // callbacks (when guard is set), and a redirect is the answer, never followed.
-func newAlerter(urls []string, guard *dispatch.Guard, clk clock.Clock, log *slog.Logger, drops, fails func()) *alerter {
+func newAlerts(b base, core alertsCore, urls []string, guard *dispatch.Guard, drops, fails func()) *Alerts {
 	client := &http.Client{Timeout: alertTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	if guard != nil {
 		client.Transport = &http.Transport{DialContext: guard.DialContext, ForceAttemptHTTP2: true,
 			MaxIdleConns: 8, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
 	}
-	return &alerter{urls: urls, clk: clk, log: log, client: client,
+	return &Alerts{base: b, core: core, urls: urls, client: client,
 		ch: make(chan queuedAlert, alertQueueSize), quit: make(chan struct{}), drops: drops, fails: fails}
 }
 
-func (a *alerter) start() {
-	if len(a.urls) == 0 {
-		return
-	}
-	a.wg.Add(1)
-	go a.loop()
+// start starts the webhooks' sender, if there are webhooks.
+func (a *Alerts) start() error {
+	return a.life.StartOnce(func() error {
+		if len(a.urls) > 0 {
+			a.wg.Add(1)
+			go a.loop()
+		}
+		return nil
+	})
 }
 
 // stop delivers what is queued until ctx expires, then gives up.
-func (a *alerter) stop(ctx context.Context) {
-	a.once.Do(func() { close(a.quit) })
-	done := make(chan struct{})
-	go func() { a.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
+func (a *Alerts) stop(ctx context.Context) error {
+	return a.life.StopOnce(ctx, func(bool) error {
+		a.once.Do(func() { close(a.quit) })
+		done := make(chan struct{})
+		go func() { a.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		return nil
+	})
 }
 
-func (a *alerter) send(al wire.Alert) {
+func (a *Alerts) send(al wire.Alert) {
 	q := queuedAlert{Alert: al}
 	if len(a.urls) == 0 {
 		a.deliveries.add(al, DeliveryNone)
@@ -106,7 +123,7 @@ func (a *alerter) send(al wire.Alert) {
 	}
 }
 
-func (a *alerter) loop() {
+func (a *Alerts) loop() {
 	defer a.wg.Done()
 	for {
 		select {
@@ -125,7 +142,7 @@ func (a *alerter) loop() {
 	}
 }
 
-func (a *alerter) deliver(al queuedAlert) {
+func (a *Alerts) deliver(al queuedAlert) {
 	body, _ := json.Marshal(al.Alert)
 	for _, url := range a.urls {
 		backoff := alertFirstBackoff
@@ -161,7 +178,7 @@ func (a *alerter) deliver(al queuedAlert) {
 	}
 }
 
-func (a *alerter) post(url string, body []byte) error {
+func (a *Alerts) post(url string, body []byte) error {
 	resp, err := a.client.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -173,18 +190,19 @@ func (a *alerter) post(url string, body []byte) error {
 	return nil
 }
 
-// alertFor raises an operator alert: log, metric, action record and webhooks. taskID, task
-// and group name the task the alert is about; zero values mean it concerns no task (alert).
+// raiseFor raises an operator alert: log, metric, action record and webhooks. taskID, task
+// and group name the task the alert is about; zero values mean it concerns no task (raise).
 // The caller passes copies of them, so it need not hold t.mu, and may call this without it.
-func (e *Engine) alertFor(ctx context.Context, kind string, taskID int64, task, group, msg string) {
-	e.log.Warn("alert: "+msg, "alert", kind, "task", task)
-	e.m.alerts(kind).Inc()
-	now := e.nowMS()
+func (a *Alerts) raiseFor(ctx context.Context, kind string, taskID int64, task, group, msg string) {
+	a.log.Warn("alert: "+msg, "alert", kind, "task", task)
+	a.m.alerts(kind).Inc()
+	now := a.nowMS()
 	act := model.Action{TaskID: taskID, TaskName: task, Action: kind, Actor: ActorScheduler, At: now, Detail: msg}
-	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
-		e.log.Error("cannot record alert", "error", err)
+	if err := a.core.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
+		a.log.Error("cannot record alert", "error", err)
 	}
-	e.alerts.send(wire.Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: e.cfg.NodeID, At: now})
+	a.send(wire.Alert{Kind: kind, Message: msg, Task: task, Group: group, Node: a.cfg.NodeID, At: now})
 }
 
-func (e *Engine) alert(ctx context.Context, kind, msg string) { e.alertFor(ctx, kind, 0, "", "", msg) }
+// raise raises an alert about no task.
+func (a *Alerts) raise(ctx context.Context, kind, msg string) { a.raiseFor(ctx, kind, 0, "", "", msg) }

@@ -74,11 +74,14 @@ func (l *alertLog) recent() []wire.AlertDelivery {
 	return out
 }
 
-// RecentAlerts returns this node's newest alerts (at most 200, since it started) with their
-// webhook delivery state, newest first.
-func (e *Engine) RecentAlerts() []wire.AlertDelivery { return e.alerts.deliveries.recent() }
+// Alerts is the alerts service, for what the console shows of them.
+func (e *Engine) Alerts() *Alerts { return e.alerts }
 
-// AlertFilter narrows AlertRecords.
+// Recent returns this node's newest alerts (at most 200, since it started) with their
+// webhook delivery state, newest first.
+func (a *Alerts) Recent() []wire.AlertDelivery { return a.deliveries.recent() }
+
+// AlertFilter narrows Alerts.Records.
 type AlertFilter struct {
 	// Kinds are the action kinds to list (executor_lost, refused_result, …); none: every kind.
 	Kinds []string
@@ -93,16 +96,16 @@ type AlertFilter struct {
 	Counts bool
 }
 
-// AlertRecords returns the stored action records f selects, newest first, and with
-// f.Counts their counts by kind.
-func (e *Engine) AlertRecords(ctx context.Context, f AlertFilter) ([]model.Action, map[string]int64, error) {
-	b, err := e.browser()
+// Records returns the stored action records f selects, newest first, and with f.Counts
+// their counts by kind.
+func (a *Alerts) Records(ctx context.Context, f AlertFilter) ([]model.Action, map[string]int64, error) {
+	b, err := a.core.browser()
 	if err != nil {
 		return nil, nil, err
 	}
 	var id int64
 	if f.Task != "" {
-		if id, err = e.lookup(ctx, f.Task); err != nil {
+		if id, err = a.core.lookup(ctx, f.Task); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // BackfillRequest asks for one run of a cron task per fire time of its schedule in
-// [From, To] (core_backfill.go).
+// [From, To] (backfills.go).
 type BackfillRequest struct {
 	From, To time.Time
 	// Parallel is how many of its runs may be in flight at once, 1..BackfillParallelMax.
@@ -55,14 +55,14 @@ func (b *backfill) view() wire.BackfillView {
 	return viewOf(b.row, int64(len(b.inflight)), true)
 }
 
-// CreateBackfill starts a backfill of the cron task name: one run per fire time its schedule
+// Create starts a backfill of the cron task name: one run per fire time its schedule
 // (in its time zone) produced in [req.From, req.To], each with that nominal time as its
 // scheduled_at, at most req.Parallel at once. The range must lie in the past (To at most
 // now) and hold 1..BackfillRunsMax fire times. It returns once the backfill is stored; its
 // runs start in the background. Fire times that have a run already are skipped, so asking
 // twice for a range, or for overlapping ranges, runs nothing twice.
-func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRequest, actor string) (*wire.BackfillView, error) {
-	if err := e.checkRunning(); err != nil {
+func (bf *Backfills) Create(ctx context.Context, name string, req BackfillRequest, actor string) (*wire.BackfillView, error) {
+	if err := bf.core.checkRunning(); err != nil {
 		return nil, err
 	}
 	switch {
@@ -75,18 +75,18 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 	case req.To.Before(req.From):
 		return nil, fieldErr("to", "must not be before from")
 	}
-	now := e.nowMS()
+	now := bf.nowMS()
 	if req.To.UnixMilli() > now {
 		return nil, fieldErr("to", "must not be in the future (now is %s): a backfill runs fire times that have passed",
 			time.UnixMilli(now).UTC().Format(time.RFC3339))
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := bf.core.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return nil, err
 	}
 	def, id, sched, loc := t.def, t.id, t.sched, t.loc
-	gate := e.shardGate(t.shard, t.sepoch, true)
-	e.release(t)
+	gate := bf.own.shardGate(t.shard, t.sepoch, true)
+	bf.core.release(t)
 	if gate != nil {
 		return nil, gate // its shard is being handed over: start it on the next owner
 	}
@@ -113,11 +113,11 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 		Cron: def.Cron, CronDialect: def.CronDialect, Timezone: def.Timezone, Total: total,
 		Next: first, Low: first, Status: model.BackfillRunning, Actor: actor, CreatedAt: now, UpdatedAt: now,
 	}
-	fctx, err := e.fencedFor(ctx, def.Name) // written under the task's shard's fence
+	fctx, err := bf.own.fencedFor(ctx, def.Name) // written under the task's shard's fence
 	if err != nil {
 		return nil, err
 	}
-	if err := e.store.CreateBackfill(fctx, &row); err != nil {
+	if err := bf.store.CreateBackfill(fctx, &row); err != nil {
 		return nil, err
 	}
 	b, err := newBackfill(row)
@@ -127,24 +127,24 @@ func (e *Engine) CreateBackfill(ctx context.Context, name string, req BackfillRe
 	act := model.Action{TaskID: id, TaskName: def.Name, Action: ActBackfillStart, Actor: actor, At: now,
 		Detail: fmt.Sprintf("%s: %d fire times of %q (%s) from %s to %s, %d at a time", b.detail, total, def.Cron,
 			def.Timezone, time.UnixMilli(from).In(loc).Format(time.RFC3339), time.UnixMilli(to).In(loc).Format(time.RFC3339), req.Parallel)}
-	if err := e.write(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
-		e.log.Warn("cannot record the start of a backfill", "backfill", row.ID, "error", err)
+	if err := bf.core.write(ctx, &persist.Group{Actions: []model.Action{act}}); err != nil {
+		bf.log.Warn("cannot record the start of a backfill", "backfill", row.ID, "error", err)
 	}
-	e.backfills.add(b)
+	bf.set.add(b)
 	v := b.view()
 	return &v, nil
 }
 
-// GetBackfill returns a backfill of the task name.
-func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*wire.BackfillView, error) {
-	if b := e.backfills.get(id); b != nil {
+// Get returns a backfill of the task name.
+func (bf *Backfills) Get(ctx context.Context, name string, id int64) (*wire.BackfillView, error) {
+	if b := bf.set.get(id); b != nil {
 		v := b.view()
 		if v.Task != name {
 			return nil, fmt.Errorf("%w: task %q has no backfill %d", ErrBackfillNotFound, name, id)
 		}
 		return &v, nil
 	}
-	row, err := e.store.GetBackfill(ctx, id)
+	row, err := bf.store.GetBackfill(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -155,22 +155,22 @@ func (e *Engine) GetBackfill(ctx context.Context, name string, id int64) (*wire.
 	return &v, nil
 }
 
-// ListBackfills returns the task's backfills, newest first, at most limit (0: 100).
-func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]wire.BackfillView, error) {
-	id, err := e.lookup(ctx, name)
+// List returns the task's backfills, newest first, at most limit (0: 100).
+func (bf *Backfills) List(ctx context.Context, name string, limit int) ([]wire.BackfillView, error) {
+	id, err := bf.core.lookup(ctx, name)
 	if err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
 		limit = 100
 	}
-	rows, err := e.store.ListBackfills(ctx, id, limit)
+	rows, err := bf.store.ListBackfills(ctx, id, limit)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]wire.BackfillView, 0, len(rows))
 	for _, row := range rows {
-		if b := e.backfills.get(row.ID); b != nil {
+		if b := bf.set.get(row.ID); b != nil {
 			out = append(out, b.view())
 			continue
 		}
@@ -179,27 +179,27 @@ func (e *Engine) ListBackfills(ctx context.Context, name string, limit int) ([]w
 	return out, nil
 }
 
-// CancelBackfill cancels a running backfill of the task name: no run of it starts any more;
+// Cancel cancels a running backfill of the task name: no run of it starts any more;
 // its runs in flight finish (they are not killed) and are counted. Canceling a backfill
 // that has ended changes nothing and returns it as it is.
-func (e *Engine) CancelBackfill(ctx context.Context, name string, id int64, actor string) (*wire.BackfillView, error) {
-	if err := e.checkRunning(); err != nil {
+func (bf *Backfills) Cancel(ctx context.Context, name string, id int64, actor string) (*wire.BackfillView, error) {
+	if err := bf.core.checkRunning(); err != nil {
 		return nil, err
 	}
-	v, err := e.GetBackfill(ctx, name, id)
+	v, err := bf.Get(ctx, name, id)
 	if err != nil {
 		return nil, err
 	}
-	b := e.backfills.get(id)
+	b := bf.set.get(id)
 	if b == nil || v.Status != model.BackfillRunning {
 		return v, nil
 	}
 	b.mu.Lock()
 	if b.row.Status == model.BackfillRunning {
-		e.endBackfillLocked(b, model.BackfillCanceled, actor, "canceled by "+actor)
+		bf.endLocked(b, model.BackfillCanceled, actor, "canceled by "+actor)
 	}
 	b.mu.Unlock()
-	e.saveBackfill(ctx, b, true)
+	bf.save(ctx, b, true)
 	nv := b.view()
 	return &nv, nil
 }

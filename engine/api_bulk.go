@@ -72,22 +72,18 @@ func (e *Engine) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun 
 		return 0, err
 	}
 	moving := 0 // match runs on one goroutine: eachSelected's, page by page
-	if e.cfg.Sharded {
-		// A sharded node does its own shards' tasks (the API asks every node, docs/scale-out.md);
-		// a task of a shard moving between nodes is counted, and the call told to try again.
-		selected := match
-		match = func(pt *model.Task) bool {
-			if !selected(pt) {
-				return false
-			}
-			switch e.shards[model.ShardOf(pt.Def.Name)].phase.Load() {
-			case shardReady:
-				return true
-			case shardLoading, shardDraining:
-				moving++
-			}
+	// A sharded node does its own shards' tasks (the API asks every node, docs/scale-out.md);
+	// a task of a shard moving between nodes is counted, and the call told to try again.
+	selected := match
+	match = func(pt *model.Task) bool {
+		if !selected(pt) {
 			return false
 		}
+		ready, mv := e.own.serves(pt.Def.Name)
+		if mv {
+			moving++
+		}
+		return ready
 	}
 	defer func() {
 		if err == nil && moving > 0 {
@@ -254,7 +250,7 @@ func (e *Engine) bulkPage(ctx context.Context, page []model.Task, do func(contex
 	return n, firstErr
 }
 
-// bulkSink is how a page of a bulk operation is written at once: commitWaitDef, given a
+// bulkSink is how a page of a bulk operation is written at once: commit with wait, given a
 // context carrying a sink, submits its group without waiting for it and reports the outcome
 // to done (on a completion goroutine, core_submit.go; done must not block).
 type bulkSink struct {
@@ -311,9 +307,9 @@ func (e *Engine) bulkApply(ctx context.Context, page []model.Task, match func(*m
 			err error
 		)
 		if listed {
-			t, err = e.acquireListed(ctx, &page[i])
+			t, err = e.acquire(ctx, page[i].Def.ID, acquireOpts{api: true, row: &page[i]})
 		} else {
-			t, err = e.acquireLive(ctx, page[i].Def.ID)
+			t, err = e.acquire(ctx, page[i].Def.ID, acquireOpts{api: true})
 		}
 		if errors.Is(err, model.ErrTaskNotFound) {
 			continue
@@ -384,7 +380,7 @@ func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task
 		if err = e.waitNotBusy(ctx); err != nil {
 			return false, err
 		}
-		t, err := e.acquireLive(ctx, id)
+		t, err := e.acquire(ctx, id, acquireOpts{api: true})
 		if err != nil {
 			return false, err
 		}
@@ -400,18 +396,6 @@ func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task
 		}
 	}
 	return false, err
-}
-
-// acquireLive is acquireAPI that reports ErrTaskNotFound for a task deleted meanwhile.
-func (e *Engine) acquireLive(ctx context.Context, id int64) (*task, error) {
-	return live(e.acquireAPI(ctx, id))
-}
-
-// acquireListed is acquire for a task just read by eachSelected: one not in memory is built
-// from the listed row instead of being read again. Should that row be stale by now, its
-// version is, and the write conflicts instead of landing (bulkApply then tries again).
-func (e *Engine) acquireListed(ctx context.Context, pt *model.Task) (*task, error) {
-	return live(e.acquireFrom(ctx, pt.Def.ID, true, func() (*model.Task, error) { return pt, nil }))
 }
 
 // bulkDeleteLocked is deleteTask's write for bulkApply: the definition, runtime, edges and

@@ -118,7 +118,7 @@ func (e *Engine) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor s
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.apiFences([]string{t.def.Name}); err != nil {
+	if _, err := e.own.apiFences([]string{t.def.Name}); err != nil {
 		return nil, fmt.Errorf("cannot create task: %w", err)
 	}
 	if err := e.checkDeps(ctx, t.def); err != nil {
@@ -167,7 +167,7 @@ func (e *Engine) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor s
 func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []model.Run, now int64) {
 	t.id = tc.Def.ID
 	t.rt = tc.Runtime
-	e.upstreams.add(t.def.DependsOn...)
+	e.deps.upstreams.add(t.def.DependsOn...)
 	if len(runs) > 0 {
 		for i := range runs {
 			runs[i].TaskID = t.id
@@ -209,7 +209,7 @@ func (e *Engine) CreateTasks(ctx context.Context, specs []*wire.TaskSpec, onConf
 	for i, tc := range creates {
 		names[i] = tc.Def.Name
 	}
-	fences, err := e.apiFences(names)
+	fences, err := e.own.apiFences(names)
 	if err != nil {
 		return res, fmt.Errorf("cannot create %d tasks: %w", len(creates), err)
 	}

@@ -21,15 +21,15 @@ import (
 // executor as left, so every node (a promoted one, the other nodes of a sharded cluster)
 // stops sending it runs too; its heartbeats while it drains keep it so (the store keeps
 // "left" until a registration), and once they stop it is reaped without an alert.
-func (e *Engine) DeregisterExecutor(ctx context.Context, app, addr, incarnation string) error {
-	x := e.registry.Deregister(app, addr, incarnation)
+func (ex *Executors) Deregister(ctx context.Context, app, addr, incarnation string) error {
+	x := ex.reg.Deregister(app, addr, incarnation)
 	if x == nil {
 		return nil
 	}
-	if err := e.store.SetExecutorStatus(ctx, app, addr, dispatch.StatusLeft); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
+	if err := ex.store.SetExecutorStatus(ctx, app, addr, dispatch.StatusLeft); err != nil && !errors.Is(err, model.ErrExecutorNotFound) {
 		return fmt.Errorf("cannot record the deregistration of executor %s at %s: %w", app, addr, err)
 	}
-	e.log.Info("executor deregistered", "app", app, "address", addr, "in_flight", x.Inflight())
+	ex.log.Info("executor deregistered", "app", app, "address", addr, "in_flight", x.Inflight())
 	return nil
 }
 
@@ -38,11 +38,11 @@ func (e *Engine) DeregisterExecutor(ctx context.Context, app, addr, incarnation 
 // restarted, or its registration was restored without one, and it registers again, so that
 // the calls made to it are signed for the process that runs now. An executor not registered
 // here is left to ExecutorHeartbeat.
-func (e *Engine) CheckIncarnation(app, addr, incarnation string) error {
+func (ex *Executors) CheckIncarnation(app, addr, incarnation string) error {
 	if incarnation == "" {
 		return nil
 	}
-	if x := e.registry.Get(app, addr); x != nil && x.Incarnation() != incarnation {
+	if x := ex.reg.Get(app, addr); x != nil && x.Incarnation() != incarnation {
 		return ErrUnknownExecutor
 	}
 	return nil

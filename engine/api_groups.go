@@ -123,19 +123,14 @@ func (e *Engine) groupApply(ctx context.Context, group, note string, listed, loc
 		return 0, fieldErr("note", "at most 1024 characters")
 	}
 	moving := 0
-	match := listed
-	if e.cfg.Sharded {
-		match = func(pt *model.Task) bool {
-			switch e.shards[model.ShardOf(pt.Def.Name)].phase.Load() {
-			case shardReady:
-				return listed(pt)
-			case shardLoading, shardDraining:
-				if locked(pt) {
-					moving++
-				}
-			}
-			return false
+	match := func(pt *model.Task) bool {
+		switch ready, mv := e.own.serves(pt.Def.Name); {
+		case ready:
+			return listed(pt)
+		case mv && locked(pt):
+			moving++
 		}
+		return false
 	}
 	here := e.ownShards(locked)
 	err = e.eachSelected(ctx, wire.Selector{Group: group}, match, func(page []model.Task) error {
@@ -153,10 +148,8 @@ func (e *Engine) groupApply(ctx context.Context, group, note string, listed, loc
 // ownShards narrows match, on a node that schedules by shard, to the tasks of the shards
 // this node schedules. Without shards it is match.
 func (e *Engine) ownShards(match func(*model.Task) bool) func(*model.Task) bool {
-	if !e.cfg.Sharded {
-		return match
-	}
 	return func(pt *model.Task) bool {
-		return e.shards[model.ShardOf(pt.Def.Name)].phase.Load() == shardReady && match(pt)
+		ready, _ := e.own.serves(pt.Def.Name)
+		return ready && match(pt)
 	}
 }

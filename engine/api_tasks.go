@@ -100,16 +100,6 @@ func (e *Engine) lookup(ctx context.Context, name string) (int64, error) {
 	return pt.Def.ID, nil
 }
 
-// acquireByName is acquire for a name; it reports ErrTaskNotFound also when the task was
-// deleted while it was being looked up.
-func (e *Engine) acquireByName(ctx context.Context, name string) (*task, error) {
-	id, err := e.lookup(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return e.acquireLive(ctx, id)
-}
-
 func snapshot(t *task) *model.Task {
 	return &model.Task{Def: *t.def, Runtime: t.rt}
 }
@@ -137,7 +127,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 	if err := e.checkDeps(ctx, &def); err != nil {
 		return nil, err
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := e.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +147,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 	if runAt != 0 {
 		def.DelayMS = old.DelayMS // unused with run_at; unchanged, it leaves the fire to run_at
 	}
-	e.upstreams.add(def.DependsOn...)
+	e.deps.upstreams.add(def.DependsOn...)
 	oldSched, oldLoc, oldRT := t.sched, t.loc, t.rt
 	t.def, t.sched, t.loc = &def, nt.sched, nt.loc
 
@@ -182,7 +172,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 		e.disarm(t) // place re-arms it with the new priority
 	}
 	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
-	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act}); err != nil {
+	if err := e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}}); err != nil {
 		// The edit failed whole (a refused one fails alone, persist.RejectedError) and the
 		// store kept the old row: memory goes back to it, unless something has changed the
 		// task since. A wait cut short by ctx proves nothing: the edit may still land.
@@ -216,7 +206,7 @@ func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error
 	if err := e.checkRunning(); err != nil {
 		return err
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := e.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return err
 	}
@@ -266,7 +256,7 @@ func (e *Engine) overlayHeld(pt *model.Task) bool {
 // open: the runtime row says RUNNING only once the run's end is written (core_fire.go).
 func (e *Engine) overlayOpenFire(pt *model.Task) {
 	rt := &pt.Runtime
-	if held, _ := e.ShardState(model.ShardOf(pt.Def.Name)); held && e.running.Load() {
+	if held, _ := e.own.State(model.ShardOf(pt.Def.Name)); held && e.running.Load() {
 		// A running engine holds every run in flight of its shards in memory
 		// (core_recover.go); a sharded one reads another node's tasks as a backup does.
 		return
@@ -389,7 +379,7 @@ func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) err
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := e.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -416,7 +406,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor strin
 		}
 		detail := "paused already by " + pausedByText(t.rt.PausedBy) + "; now paused by the task's own pause"
 		act := e.action(t, "", ActPause, t.rt.State, t.rt.State, actor, joinNote(detail, note), e.nowMS())
-		return e.commitWaitDef(ctx, t, nrt, nil, nil, []model.Action{act})
+		return e.commit(ctx, t, nrt, commitOpts{wait: true, acts: []model.Action{act}})
 	}
 	def := *t.def
 	def.Paused = true
@@ -431,7 +421,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor strin
 	if from == model.StateRunning {
 		detail = joinNote("takes effect when run "+t.rt.CurrentTicket+" ends", note)
 		act := e.action(t, t.rt.CurrentTicket, ActPause, from, from, actor, detail, now)
-		return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
+		return e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}})
 	}
 	if from != model.StatePaused {
 		if err := checkTransition(from, model.StatePaused); err != nil {
@@ -446,7 +436,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor strin
 	}
 	e.disarm(t)
 	act := e.action(t, "", ActPause, from, nrt.State, actor, detail, now)
-	return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
+	return e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}})
 }
 
 func joinNote(a, note string) string {
@@ -535,7 +525,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 		}
 	}
 	act := e.action(t, "", ActResume, from, nrt.State, actor, joinNote(detail, note), now)
-	return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
+	return e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}})
 }
 
 // RunNow starts an independent instance of a task with its own ticket. It does not
@@ -557,11 +547,11 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	if len(params) > 0 && (!json.Valid(params) || !utf8.Valid(params)) {
 		return nil, fieldErr("params", "must be valid JSON in UTF-8")
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := e.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return nil, err
 	}
-	if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+	if err := e.own.shardGate(t.shard, t.sepoch, true); err != nil {
 		e.release(t) // its shard is being handed over: the next owner runs it
 		return nil, err
 	}

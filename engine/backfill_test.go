@@ -147,7 +147,7 @@ func waitBackfill(t *testing.T, e *Engine, name string, id int64, status string)
 	var v *wire.BackfillView
 	waitFor(t, 60*time.Second, "backfill "+status, func() bool {
 		var err error
-		v, err = e.GetBackfill(context.Background(), name, id)
+		v, err = e.Backfills().Get(context.Background(), name, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestBackfillRunsTheScheduleFireTimesOnceAcrossDST(t *testing.T) {
 		}}
 		for _, c := range cases {
 			cronTask(t, e, c.name, c.expr, "Europe/Berlin", srv.URL)
-			v, err := e.CreateBackfill(ctx, c.name, BackfillRequest{From: mustTime(t, c.from), To: mustTime(t, c.to), Parallel: 4}, "test")
+			v, err := e.Backfills().Create(ctx, c.name, BackfillRequest{From: mustTime(t, c.from), To: mustTime(t, c.to), Parallel: 4}, "test")
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
@@ -237,7 +237,7 @@ func TestBackfillParallelismIsNeverExceeded(t *testing.T) {
 		e := startEngine(t, s)
 		cronTask(t, e, "minutely", "* * * * *", "UTC", srv.URL)
 		from := mustTime(t, "2026-01-01T00:00:00Z")
-		v, err := e.CreateBackfill(context.Background(), "minutely", BackfillRequest{From: from, To: from.Add(59 * time.Minute), Parallel: 3}, "test")
+		v, err := e.Backfills().Create(context.Background(), "minutely", BackfillRequest{From: from, To: from.Add(59 * time.Minute), Parallel: 3}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -288,12 +288,12 @@ func TestBackfillIsIdempotent(t *testing.T) {
 		cronTask(t, e, "q", "*/5 * * * *", "UTC", srv.URL)
 		from := mustTime(t, "2026-02-01T00:00:00Z")
 		req := BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 2} // 13 fire times
-		a, err := e.CreateBackfill(ctx, "q", req, "test")
+		a, err := e.Backfills().Create(ctx, "q", req, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitBackfill(t, e, "q", a.ID, model.BackfillDone)
-		b, err := e.CreateBackfill(ctx, "q", req, "test")
+		b, err := e.Backfills().Create(ctx, "q", req, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestBackfillIsIdempotent(t *testing.T) {
 			t.Errorf("the same range again: %+v, want all 13 skipped", bv)
 		}
 		// Overlapping: 00:30..02:00 has 19 fire times, 7 of them run already.
-		c, err := e.CreateBackfill(ctx, "q", BackfillRequest{From: from.Add(30 * time.Minute), To: from.Add(2 * time.Hour), Parallel: 5}, "test")
+		c, err := e.Backfills().Create(ctx, "q", BackfillRequest{From: from.Add(30 * time.Minute), To: from.Add(2 * time.Hour), Parallel: 5}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestBackfillIsIdempotent(t *testing.T) {
 		if runs := backfillRuns(t, s, e, "q"); len(runs) != 25 {
 			t.Errorf("%d backfill runs, want 25", len(runs))
 		}
-		list, err := e.ListBackfills(ctx, "q", 0)
+		list, err := e.Backfills().List(ctx, "q", 0)
 		if err != nil || len(list) != 3 || list[0].ID != c.ID {
 			t.Errorf("list = %+v, %v", list, err)
 		}
@@ -331,7 +331,7 @@ func TestBackfillCancelStartsNothingMore(t *testing.T) {
 		ctx := context.Background()
 		cronTask(t, e, "c", "* * * * *", "UTC", srv.URL)
 		from := mustTime(t, "2026-01-01T00:00:00Z")
-		v, err := e.CreateBackfill(ctx, "c", BackfillRequest{From: from, To: from.Add(19 * time.Minute), Parallel: 2}, "test")
+		v, err := e.Backfills().Create(ctx, "c", BackfillRequest{From: from, To: from.Add(19 * time.Minute), Parallel: 2}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func TestBackfillCancelStartsNothingMore(t *testing.T) {
 			n, _, _ := srv.calls()
 			return n == 2
 		})
-		cv, err := e.CancelBackfill(ctx, "c", v.ID, "test")
+		cv, err := e.Backfills().Cancel(ctx, "c", v.ID, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -385,16 +385,16 @@ func TestBackfillRefusesBadInput(t *testing.T) {
 		{"manual", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 1}, "name"},
 	}
 	for _, c := range cases {
-		_, err := e.CreateBackfill(ctx, c.task, c.req, "test")
+		_, err := e.Backfills().Create(ctx, c.task, c.req, "test")
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != c.field {
 			t.Errorf("%+v: err = %v, want a field error on %s", c.req, err, c.field)
 		}
 	}
-	if _, err := e.CreateBackfill(ctx, "nope", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 1}, "test"); !errors.Is(err, ErrTaskNotFound) {
+	if _, err := e.Backfills().Create(ctx, "nope", BackfillRequest{From: from, To: from.Add(time.Hour), Parallel: 1}, "test"); !errors.Is(err, ErrTaskNotFound) {
 		t.Errorf("unknown task: %v", err)
 	}
-	if list, _ := e.ListBackfills(ctx, "ok", 0); len(list) != 0 {
+	if list, _ := e.Backfills().List(ctx, "ok", 0); len(list) != 0 {
 		t.Errorf("refused requests left %d backfills", len(list))
 	}
 }
@@ -412,7 +412,7 @@ func TestBackfillResumesAfterRestart(t *testing.T) {
 		}
 		cronTask(t, e1, "r", "* * * * *", "UTC", srv.URL)
 		from := mustTime(t, "2026-01-01T00:00:00Z")
-		v, err := e1.CreateBackfill(ctx, "r", BackfillRequest{From: from, To: from.Add(119 * time.Minute), Parallel: 4}, "test")
+		v, err := e1.Backfills().Create(ctx, "r", BackfillRequest{From: from, To: from.Add(119 * time.Minute), Parallel: 4}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -470,7 +470,7 @@ func TestBackfillLeavesThePendingFireToTheSchedule(t *testing.T) {
 		first := calls[0].body.ScheduledAt // the fire in retry
 		now := time.Now()
 		from := time.UnixMilli(first).Add(-10 * time.Second)
-		v, err := e.CreateBackfill(ctx, "every2", BackfillRequest{From: from, To: now, Parallel: 8}, "test")
+		v, err := e.Backfills().Create(ctx, "every2", BackfillRequest{From: from, To: now, Parallel: 8}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,13 +546,13 @@ func TestBackfillOnAnExecutor(t *testing.T) {
 		}))
 		defer exec.Close()
 		e = startEngine(t, s)
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "bfapp", Address: exec.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		mustCreate(t, e, &wire.TaskSpec{Name: "onexec", Cron: "*/10 * * * *", Timezone: "UTC",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "bfapp", Handler: "job"}})
 		from := mustTime(t, "2026-05-01T00:00:00Z")
-		v, err := e.CreateBackfill(ctx, "onexec", BackfillRequest{From: from, To: from.Add(5 * time.Hour), Parallel: 3}, "test")
+		v, err := e.Backfills().Create(ctx, "onexec", BackfillRequest{From: from, To: from.Add(5 * time.Hour), Parallel: 3}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -592,7 +592,7 @@ func TestBackfillCountsInConcurrencyLimits(t *testing.T) {
 		spec.Cron, spec.Timezone, spec.Group = "* * * * *", "UTC", "narrow"
 		mustCreate(t, e, spec)
 		from := mustTime(t, "2026-03-01T00:00:00Z")
-		v, err := e.CreateBackfill(ctx, "limited", BackfillRequest{From: from, To: from.Add(29 * time.Minute), Parallel: 5}, "test")
+		v, err := e.Backfills().Create(ctx, "limited", BackfillRequest{From: from, To: from.Add(29 * time.Minute), Parallel: 5}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -619,7 +619,7 @@ func TestBackfillKeepsToTheRateLimit(t *testing.T) {
 		ctx := context.Background()
 		cronTask(t, e, "paced", "* * * * *", "UTC", srv.URL)
 		from := mustTime(t, "2026-03-01T00:00:00Z")
-		v, err := e.CreateBackfill(ctx, "paced", BackfillRequest{From: from, To: from.Add(19 * time.Minute), Parallel: 20}, "test")
+		v, err := e.Backfills().Create(ctx, "paced", BackfillRequest{From: from, To: from.Add(19 * time.Minute), Parallel: 20}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -180,7 +180,7 @@ func TestShardedConcurrencyLimitSurvivesADrop(t *testing.T) {
 		for _, f := range fa {
 			set.Add(f.Shard)
 		}
-		a.DropShards(set)
+		a.Ownership().Drop(set)
 		if err := s.(persist.ShardStore).ReleaseShards(ctx, "a", fa); err != nil {
 			t.Fatal(err)
 		}

@@ -47,7 +47,7 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		if tasks > 1 || armed != n+1 {
 			t.Fatalf("after the load: %d tasks in memory and %d entries armed, want at most the hot one and %d armed", tasks, armed, n+1)
 		}
-		if got := e.promo.queued.Load(); got != n {
+		if got := e.loader.promo.queued.Load(); got != n {
 			t.Fatalf("%d cold references, want %d", got, n)
 		}
 
@@ -107,7 +107,7 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 			t.Errorf("paused cold task = %+v, %v; want PAUSED", pt, err)
 		}
 		waitAdvancing(t, clk, 100*time.Millisecond, 5*time.Second, "every cold reference to be promoted", func() bool {
-			return e.promo.queued.Load() == 0
+			return e.loader.promo.queued.Load() == 0
 		})
 		// Promoted one-shot tasks leave memory once their runs are recorded.
 		waitFor(t, 5*time.Second, "finished tasks to leave memory", func() bool {

@@ -29,45 +29,53 @@ func (e *Engine) write(ctx context.Context, g *persist.Group) error {
 	}
 }
 
-// commitLocked makes nrt the task's runtime and puts it with runs and actions in the task's
-// outbox, to be submitted without waiting once the caller unlocks (e.unlock). Caller holds
-// t.mu.
-func (e *Engine) commitLocked(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) {
-	e.commitLockedThen(t, nrt, runs, acts, nil)
+// commitOpts is what a commit writes beside the runtime, and how its caller hears of it.
+type commitOpts struct {
+	// runs and acts are written in the same group as the runtime.
+	runs []model.Run
+	acts []model.Action
+	// def, when not nil, replaces the task's definition in the same group, so the
+	// definition and the runtime change together or not at all (an update, a pause; a
+	// pause on failure sets the paused flag with the run's end, core_pausefail.go).
+	def *model.TaskDef
+	// wait makes the call wait for the group to be durable, as the API's calls do: the
+	// submit and the wait happen without t.mu (core_submit.go), which the caller holds
+	// again when commit returns. Without it the group goes to the task's outbox, submitted
+	// without waiting once the caller unlocks (e.unlock).
+	wait bool
+	// then runs on its own goroutine once the write is durable (not with wait).
+	then func()
+	// notify hears, on a completion goroutine, how the write went (nil: durable; not with
+	// wait). It must not block: it delays the completions of the tasks sharing its lane.
+	notify func(error)
 }
 
-// commitLockedThen is commitLocked that also runs then, on its own goroutine, once the write
-// is durable.
-func (e *Engine) commitLockedThen(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func()) {
-	e.commitLockedNotify(t, nrt, runs, acts, then, nil)
-}
-
-// commitLockedNotify is commitLockedThen that also tells notify, on a completion goroutine,
-// how the write went (nil: durable). notify must not block: it delays the completions of
-// the tasks sharing its completion lane.
-func (e *Engine) commitLockedNotify(t *task, nrt model.Runtime, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
-	e.commitLockedDef(t, nrt, nil, runs, acts, then, notify)
-}
-
-// commitLockedDef is commitLockedNotify that also replaces the task's definition with def
-// (when not nil) in the same group, as commitWaitDef does: a pause on failure (core_pausefail.go)
-// sets the definition's paused flag with the run's end.
-func (e *Engine) commitLockedDef(t *task, nrt model.Runtime, def *model.TaskDef, runs []model.Run, acts []model.Action, then func(), notify func(error)) {
+// commit makes nrt the task's runtime and writes it with what o says, the one way a
+// task's transition is committed. Caller holds t.mu. Without o.wait it returns nil.
+//
+// With o.wait the group is decided in memory before it is submitted: should ctx end while
+// the call waits for room in the writer's queue or for the commit, the group is still
+// written, and the error says only that the call stopped waiting.
+func (e *Engine) commit(ctx context.Context, t *task, nrt model.Runtime, o commitOpts) error {
 	expect := t.rt.Version
 	nrt.Version = expect + 1
 	t.rt = nrt
 	t.pending++
-	e.place(t)
+	if !o.wait {
+		e.place(t)
+	}
 	var trans []persist.Transition
-	if !t.deleted {
+	if o.wait || !t.deleted {
 		// A deleted task has no runtime row: its run and action records still land.
 		trans = []persist.Transition{{ExpectVersion: expect, Runtime: nrt}}
 	}
-	g := &persist.Group{
-		Transitions: trans,
-		Runs:        runs,
-		Actions:     acts,
-		Done: func(err error) {
+	g := &persist.Group{Transitions: trans, Runs: o.runs, Actions: o.acts}
+	if o.def != nil {
+		g.DefUpdates = []model.TaskDef{*o.def}
+	}
+	if !o.wait {
+		then, notify := o.then, o.notify
+		g.Done = func(err error) {
 			e.writeDone(t, err)
 			if err == nil && then != nil {
 				go then()
@@ -75,48 +83,14 @@ func (e *Engine) commitLockedDef(t *task, nrt model.Runtime, def *model.TaskDef,
 			if notify != nil {
 				notify(err)
 			}
-		},
-	}
-	if def != nil {
-		g.DefUpdates = []model.TaskDef{*def}
-	}
-	e.commitGroupLocked(t, g, func(err error) {
-		t.pending--
-		if notify != nil {
-			notify(err)
 		}
-	})
-}
-
-// commitWait is commitLocked for API calls: it makes nrt the runtime and waits for it to be
-// durable. Caller holds t.mu; the submit and the wait happen without it (core_submit.go).
-func (e *Engine) commitWait(ctx context.Context, t *task, nrt model.Runtime, runs []model.Run, acts []model.Action) error {
-	return e.commitWaitDef(ctx, t, nrt, nil, runs, acts)
-}
-
-// commitWaitDef is commitWait that also replaces the task's definition with def (when not
-// nil) in the same group, so the definition and the runtime change together or not at all.
-//
-// The group is decided in memory before it is submitted: should ctx end while the call
-// waits for room in the writer's queue or for the commit, the group is still written, and
-// the error says only that the call stopped waiting.
-func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, def *model.TaskDef, runs []model.Run, acts []model.Action) error {
-	expect := t.rt.Version
-	nrt.Version = expect + 1
-	t.rt = nrt
-	t.pending++
-	done := make(chan error, 1)
-	g := &persist.Group{
-		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
-		Runs:        runs,
-		Actions:     acts,
-		Done: func(err error) {
-			e.writeDone(t, err)
-			done <- err
-		},
-	}
-	if def != nil {
-		g.DefUpdates = []model.TaskDef{*def}
+		e.commitGroupLocked(t, g, func(err error) {
+			t.pending--
+			if notify != nil {
+				notify(err)
+			}
+		})
+		return nil
 	}
 	if sink := bulkSinkOf(ctx); sink != nil {
 		// A bulk operation (api_bulk.go): queued without waiting, submitted when the caller
@@ -131,6 +105,11 @@ func (e *Engine) commitWaitDef(ctx context.Context, t *task, nrt model.Runtime, 
 		})
 		sink.submitted = true
 		return nil
+	}
+	done := make(chan error, 1)
+	g.Done = func(err error) {
+		e.writeDone(t, err)
+		done <- err
 	}
 	e.commitGroupLocked(t, g, func(err error) {
 		t.pending--
@@ -171,13 +150,8 @@ func (e *Engine) writeFailed(t *task, err error) {
 		}
 		e.m.conflicts.Inc()
 		t.stale = true
-	case errors.Is(err, model.ErrLeaseLost) && e.cfg.Sharded:
-		// Its shard moved to another node: the writer logged the shard once, and the engine
-		// drops the shard's tasks (core_shards.go).
-		e.log.Debug("write refused: the task's shard is another node's now", "task", t.def.Name, "shard", t.shard)
-		t.stale = true
 	case errors.Is(err, model.ErrLeaseLost):
-		e.log.Error("lease lost: this scheduler no longer owns the store", "task", t.def.Name)
+		e.own.leaseLost(t) // a shard moved to another node, or the primary's lease
 		t.stale = true
 	default:
 		e.log.Error("write failed", "task", t.def.Name, "error", err)

@@ -77,7 +77,7 @@ func (e *Engine) resolve(t *task, run model.Run, oc outcome) {
 		e.completeManual(t, run, oc)
 		return
 	case model.RunBackfill:
-		e.completeBackfill(t, run, oc) // core_backfill.go
+		e.completeBackfill(t, run, oc) // core_backfillruns.go
 		return
 	}
 	e.complete(t, run, oc)
@@ -111,16 +111,16 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 	name, group, id := t.def.Name, t.def.Group, t.id
 	var then func()
 	if d.ReleaseDownstream {
-		then = func() { e.upstreamDone(name) }
+		then = func() { e.deps.upstreamDone(name) }
 	}
 	if d.PausedOnFailure {
 		then = e.pausedOnFailureAlert(id, name, group, d.RT.ConsecutiveFailures)
 	}
-	e.commitLockedDef(t, d.RT, d.PausedDef, []model.Run{d.Run}, d.Acts, then, oc.durable)
+	e.commit(context.Background(), t, d.RT, commitOpts{def: d.PausedDef, runs: []model.Run{d.Run}, acts: d.Acts, then: then, notify: oc.durable})
 	e.unlock(t)
 	e.recordHealth(id, name, group, d.Breaker)
 	if d.FinalFailure != "" {
-		e.alertFor(context.Background(), AlertFinalFailure, id, name, group, d.FinalFailure)
+		e.alerts.raiseFor(context.Background(), AlertFinalFailure, id, name, group, d.FinalFailure)
 	}
 }
 
@@ -129,7 +129,7 @@ func (e *Engine) endInput(t *task, run model.Run, oc outcome, now int64) endInpu
 	return endInput{
 		ID: t.id, Def: t.def, Sched: t.sched, Loc: t.loc, RT: t.rt, RetryOf: t.retryOf, Deleted: t.deleted,
 		// Looked up for a success only, the one end that releases downstream tasks.
-		Upstream: oc.result == model.ResultSuccess && e.upstreams.has(t.def.Name),
+		Upstream: oc.result == model.ResultSuccess && e.deps.upstreams.has(t.def.Name),
 		Run:      run, Outcome: oc, Now: now,
 		RetryBackoffCap: e.cfg.RetryBackoffCap, MisfireThreshold: e.cfg.MisfireThreshold,
 		CatchupFrom: t.catchupFrom, CatchupUntil: t.catchupUntil,
@@ -194,10 +194,10 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 	act := e.action(t, run.Ticket, actName, "", "", actor, detail, now)
 	e.place(t)
 	t.mu.Unlock()
-	release := oc.result == model.ResultSuccess && e.upstreams.has(name)
+	release := oc.result == model.ResultSuccess && e.deps.upstreams.has(name)
 	g := &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}, Done: func(err error) {
 		if err == nil && release {
-			go e.upstreamDone(name)
+			go e.deps.upstreamDone(name)
 		}
 		oc.notify(err)
 	}}
@@ -219,7 +219,7 @@ func (e *Engine) cancelOther(id int64, ticket string, due int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	t, err := e.acquire(ctx, id)
+	t, err := e.acquire(ctx, id, acquireOpts{})
 	if err != nil {
 		return
 	}
@@ -250,8 +250,8 @@ func (e *Engine) killLocked(ctx context.Context, t *task, run model.Run, actor, 
 	t.runLeft(run.Ticket)
 	e.applyEnd(t, d)
 	nrt := d.RT
-	nrt.Version = t.rt.Version + 1 // as commitWait sets it
-	return nrt, e.commitWait(ctx, t, nrt, []model.Run{d.Run}, d.Acts)
+	nrt.Version = t.rt.Version + 1 // as commit sets it
+	return nrt, e.commit(ctx, t, nrt, commitOpts{wait: true, runs: []model.Run{d.Run}, acts: d.Acts})
 }
 
 // nextFire is fireAfter for t, counting a misfire. Caller holds t.mu.
@@ -297,7 +297,7 @@ func (e *Engine) misfire(t *task, now int64) {
 		detail = "due " + time.UnixMilli(due).In(t.loc).Format(time.RFC3339) + " (misfire: one-shot task fires now)"
 	}
 	act := e.action(t, "", ActMisfire, t.rt.State, nrt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, runs, []model.Action{act})
+	e.commit(context.Background(), t, nrt, commitOpts{runs: runs, acts: []model.Action{act}})
 }
 
 // catchup starts the catch-up of t's fires missed since due (decideCatchup): nrt, the
@@ -317,7 +317,7 @@ func (e *Engine) catchup(t *task, due, now int64, nrt model.Runtime) {
 		e.m.misfires.Inc() // fires passed over, as a skip misfire counts them
 	}
 	act := e.action(t, "", ActCatchup, from, nrt.State, ActorScheduler, p.Detail, now)
-	e.commitLocked(t, nrt, nil, []model.Action{act})
+	e.commit(context.Background(), t, nrt, commitOpts{acts: []model.Action{act}})
 }
 
 // recordHealth feeds a run's end to the task's breaker and raises its alerts. Caller must not
@@ -331,11 +331,11 @@ func (e *Engine) recordHealth(id int64, name, group string, feed breakerFeed) {
 		return
 	}
 	if open {
-		e.alertFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
+		e.alerts.raiseFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
 			"circuit breaker of %s opened: more than %.0f%% of its runs failed over %s; only one fire in %d is dispatched",
 			name, e.cfg.Breaker.FailureRate*100, e.cfg.Breaker.Window, e.cfg.Breaker.ProbeEvery))
 	} else {
-		e.alertFor(context.Background(), AlertBreakerClose, id, name, group,
+		e.alerts.raiseFor(context.Background(), AlertBreakerClose, id, name, group,
 			"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
 	}
 }

@@ -2,7 +2,7 @@ package engine
 
 // Runs on executors: the offer of a durable run to an executor of its app, its timeout, the
 // executor's reports of its end, and kills. The registry they rely on (registration,
-// heartbeats, lost executors) is in api_executors.go.
+// heartbeats, lost executors) is in executors.go.
 
 import (
 	"context"
@@ -303,7 +303,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 	if err != nil {
 		return false, err
 	}
-	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready && run.Result == model.ResultRunning {
+	if _, ready := e.own.State(model.ShardOf(run.TaskName)); !ready && run.Result == model.ResultRunning {
 		// A run of a shard this node is taking over (its recovery adopts the run) or does
 		// not schedule: the executor sends the result again, to the owner.
 		return false, fmt.Errorf("result of %s: task %q: %w", rep.Ticket, run.TaskName, model.ErrShardNotHeld)

@@ -27,11 +27,11 @@ package engine
 //	                                                                its own goroutine, notSent)
 //	Post to the callback or the executor;   dispatch worker (ants)  on the network, bounded by
 //	  the outcome → endRun → complete                               the run's deadline; on
-//	  → commitLockedNotify → unlock                                 Submit, without t.mu
-//	executor report, kill, run-now          API handler             on the writer (commitWait),
+//	  → commit → unlock                                             Submit, without t.mu
+//	executor report, kill, run-now          API handler             on the writer (commit, wait),
 //	                                                                without t.mu
 //	executor timeout                        clock timer (AfterFunc) on Submit only
-//	lost executor                           reapLoop                on Submit only
+//	lost executor                           reaper (executors.go)   on Submit only
 //	then (upstream released), reload        their own goroutines    on store reads
 //	  after a conflict
 //
@@ -119,7 +119,7 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 	for {
 		for ent := q.Pop(); ent != nil; ent = q.Pop() {
 			if ent.Value == nil { // a cold entry (armCold)
-				e.promo.push(int64(ent.Key))
+				e.loader.promo.push(int64(ent.Key))
 				continue
 			}
 			e.admit(ent)
@@ -142,8 +142,8 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	defer func() { e.conc.release(adm.slot) }() // the run took it, if it left (adm.slot emptied)
 	t := ent.Value
 	t.mu.Lock()
-	if e.cfg.Sharded && !t.evicted {
-		if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+	if !t.evicted {
+		if err := e.own.shardGate(t.shard, t.sepoch, true); err != nil {
 			if errors.Is(err, model.ErrLeaseDeadline) && t.ent == ent {
 				// The shard is still held but its renewal is overdue (a slow database): the
 				// fire waits for the renewal, armed again for the same nominal time, and
@@ -157,7 +157,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 			if t.ent == ent {
 				t.ent = nil
 			}
-			if !e.shardCurrent(t) {
+			if !e.own.current(t) {
 				e.evict(t)
 			}
 			t.mu.Unlock()
@@ -197,7 +197,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 		ok, closed := e.brk.allow(e.cfg.Breaker, t.id, now)
 		if closed {
 			name, group := t.def.Name, t.def.Group
-			defer e.alertFor(context.Background(), AlertBreakerClose, t.id, name, group,
+			defer e.alerts.raiseFor(context.Background(), AlertBreakerClose, t.id, name, group,
 				"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
 		}
 		if !ok {
@@ -284,7 +284,7 @@ func (e *Engine) skipByBreaker(t *task, sched, now int64) {
 	detail := "fire of " + time.UnixMilli(sched).In(t.loc).Format(time.RFC3339) + " skipped: circuit breaker open (one fire in " +
 		strconv.Itoa(e.cfg.Breaker.ProbeEvery) + " goes through)"
 	act := e.action(t, "", ActSkippedByBreaker, t.rt.State, t.rt.State, ActorScheduler, detail, now)
-	e.commitLocked(t, nrt, nil, []model.Action{act})
+	e.commit(context.Background(), t, nrt, commitOpts{acts: []model.Action{act}})
 }
 
 // downstreamOf names the downstream a run goes to, for run records and rate limits.

@@ -43,7 +43,7 @@ func (e *Engine) KillTask(ctx context.Context, name, reason, actor string) (*mod
 	if len(reason) > maxKillReason {
 		return nil, fieldErr("reason", "at most %d characters", maxKillReason)
 	}
-	t, err := e.acquireByName(ctx, name)
+	t, err := e.acquire(ctx, 0, acquireOpts{name: name})
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (
 	if ft == nil {
 		return nil, nil, e.notInFlight(ctx, ticket)
 	}
-	t, err := e.acquire(ctx, ft.id)
+	t, err := e.acquire(ctx, ft.id, acquireOpts{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -177,7 +177,7 @@ func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (
 // noteKilled sets the task's last result to killed after a run-now or backfill run's kill:
 // the operator sees on the task that its newest end was a kill.
 func (e *Engine) noteKilled(ctx context.Context, id int64) error {
-	t, err := e.acquire(ctx, id)
+	t, err := e.acquire(ctx, id, acquireOpts{})
 	if errors.Is(err, model.ErrTaskNotFound) {
 		return nil
 	}
@@ -191,7 +191,7 @@ func (e *Engine) noteKilled(ctx context.Context, id int64) error {
 	nrt := t.rt
 	nrt.LastResult = model.ResultKilled
 	nrt.LastEndTime = e.nowMS()
-	return e.commitWait(ctx, t, nrt, nil, nil)
+	return e.commit(ctx, t, nrt, commitOpts{wait: true})
 }
 
 // waitKill waits for a kill's record to be durable.
@@ -219,7 +219,7 @@ func (e *Engine) notInFlight(ctx context.Context, ticket string) error {
 	if run.Result != model.ResultRunning {
 		return fmt.Errorf("%w: run %s already ended as %s", ErrConflict, ticket, run.Result)
 	}
-	if _, ready := e.ShardState(model.ShardOf(run.TaskName)); !ready {
+	if _, ready := e.own.State(model.ShardOf(run.TaskName)); !ready {
 		return fmt.Errorf("run %s of task %q: %w", ticket, run.TaskName, model.ErrShardNotHeld)
 	}
 	return fmt.Errorf("%w: run %s is ending, or is not in flight on this scheduler (a previous one left it and it is being resolved)", ErrConflict, ticket)

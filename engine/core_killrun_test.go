@@ -65,7 +65,7 @@ func TestKillRunByTicketBackfill(t *testing.T) {
 		e := startEngine(t, s)
 		cronTask(t, e, "minutely", "* * * * *", "UTC", h.URL)
 		from := mustTime(t, "2026-01-01T00:00:00Z")
-		v, err := e.CreateBackfill(ctx, "minutely", BackfillRequest{From: from, To: from.Add(2 * time.Minute), Parallel: 1}, "test")
+		v, err := e.Backfills().Create(ctx, "minutely", BackfillRequest{From: from, To: from.Add(2 * time.Minute), Parallel: 1}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -171,8 +171,8 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 		// As a periodic success: the run row carries the end; no action record.
 		nrt.SuccessCount++
 		nrt.ConsecutiveFailures = 0
-		if e.upstreams.has(name) {
-			then = func() { e.upstreamDone(name) }
+		if e.deps.upstreams.has(name) {
+			then = func() { e.deps.upstreamDone(name) }
 		}
 	case run.Result == model.ResultLost:
 		// The scheduler's fault, not the task's: neither counted nor reset.
@@ -217,13 +217,13 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 		if pausedDef != nil {
 			t.def = pausedDef
 		}
-		e.commitLockedDef(t, nrt, pausedDef, runs, acts, then, oc.durable)
+		e.commit(context.Background(), t, nrt, commitOpts{def: pausedDef, runs: runs, acts: acts, then: then, notify: oc.durable})
 	}
 	feed := breakerFeedOf(run.Result)
 	return func() {
 		e.recordHealth(id, name, group, feed)
 		if finalFailure != "" {
-			e.alertFor(context.Background(), AlertFinalFailure, id, name, group, finalFailure)
+			e.alerts.raiseFor(context.Background(), AlertFinalFailure, id, name, group, finalFailure)
 		}
 	}
 }

@@ -63,7 +63,7 @@ func wantPauseRecords(t *testing.T, e *Engine, name string, n int) {
 	t.Helper()
 	sent := func() int {
 		k := 0
-		for _, d := range e.RecentAlerts() {
+		for _, d := range e.Alerts().Recent() {
 			if d.Kind == AlertPausedOnFailure && d.Task == name {
 				k++
 			}

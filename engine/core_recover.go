@@ -21,92 +21,12 @@ const errLostInRestart = "the scheduler stopped while the run was in flight; its
 // (its fire record refuses the second dispatch, and reload then adopts it).
 const openFireMargin = time.Minute
 
-// recoverInFlight resolves runs a previous process left running. Their outcome is unknown:
-// an HTTP callback's connection died with the process. They are recorded as "lost" and the
-// task goes on to its next cycle; they are never re-sent, because they may have executed
-// (unless the task says on_lost: resend). Executor runs are adopted and wait for the result
-// the executor re-sends.
-//
-// A periodic run in flight is found two ways. Its fire record is the durable RUNNING marker:
-// a run row still `running` whose task's runtime still holds the SCHEDULED or RETRYING state
-// the fire was made from (ListOpenFires). A runtime that says RUNNING (written by a pause or
-// a re-send during the run, or by an older build at every fire) names its run itself.
-func (e *Engine) recoverInFlight(ctx context.Context) error {
-	type inFlight struct {
-		t   *task
-		run model.Run
-	}
-	var found []inFlight
-	err := e.store.LoadByState(ctx, []model.State{model.StateRunning}, func(pt *model.Task) error {
-		t, err := newTask(pt)
-		if err != nil {
-			e.log.Error("cannot recover task", "task", pt.Def.Name, "error", err)
-			return nil
-		}
-		found = append(found, inFlight{t: t})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for i := range found {
-		t := found[i].t
-		run, err := e.store.GetRun(ctx, t.rt.CurrentTicket)
-		if err != nil {
-			if !errors.Is(err, model.ErrRunNotFound) {
-				return err
-			}
-			run = &model.Run{
-				Ticket: t.rt.CurrentTicket, TaskID: t.id, TaskName: t.def.Name, Kind: model.RunScheduled,
-				Attempt: t.rt.Attempt, ScheduledAt: t.rt.LastTriggerTime, DispatchedAt: t.rt.LastTriggerTime,
-			}
-		}
-		found[i].run = *run
-	}
-	open, err := e.store.ListOpenFires(ctx, e.nowMS()+openFireMargin.Milliseconds())
-	if err != nil {
-		return err
-	}
-	runOf := make(map[int64]model.Run, len(open))
-	ids := make([]int64, 0, len(open))
-	for _, r := range open {
-		runOf[r.TaskID] = r
-		ids = append(ids, r.TaskID)
-	}
-	err = e.store.LoadByIDs(ctx, ids, func(pt *model.Task) error {
-		t, err := newTask(pt)
-		if err != nil {
-			e.log.Error("cannot recover task", "task", pt.Def.Name, "error", err)
-			return nil
-		}
-		run := runOf[t.id]
-		if !t.adoptOpenFire(run) {
-			return nil // moved on since ListOpenFires read it: not this run's task any more
-		}
-		found = append(found, inFlight{t: t, run: run})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	recovered := 0
-	for _, f := range found {
-		if e.takeOverRun(f.t, f.run) {
-			recovered++
-		}
-	}
-	if recovered > 0 {
-		e.log.Warn("recovered periodic runs left in flight by the previous process or owner of their shards", "runs", recovered)
-	}
-	return e.recoverManualRuns(ctx)
-}
-
 // takeOverRun puts t, with its periodic run in flight that no part of this process sent,
 // into memory and resolves the run as recovery does: an executor run waits for its result,
 // an HTTP run is re-sent (on_lost: resend) or recorded lost. It reports false when a copy of
 // t is in memory already. t must be RUNNING with run as its current ticket.
 func (e *Engine) takeOverRun(t *task, run model.Run) bool {
-	if in, _ := e.insertTask(t, false); !in {
+	if in, _ := e.own.insert(t, false); !in {
 		return false // a copy is in memory, or the shard is not held
 	}
 	t.mu.Lock()
@@ -200,20 +120,6 @@ func (t *task) adoptOpenFire(run model.Run) bool {
 	return true
 }
 
-// recoverManualRuns does for run-now instances what recoverInFlight does for periodic runs.
-func (e *Engine) recoverManualRuns(ctx context.Context) error {
-	runs, err := e.store.ListRunningManual(ctx, 100000)
-	if err != nil {
-		return err
-	}
-	for _, run := range runs {
-		if err := e.adoptInstance(ctx, run, nil); err != nil {
-			return err
-		}
-	}
-	return e.recoverParallelRuns(ctx) // core_parallel.go
-}
-
 // adoptInstance takes over an independent instance (a run-now, a backfill run or a run of an
 // allow_all task) that a
 // previous process left running: with its task deleted meanwhile the run is closed lost;
@@ -221,7 +127,7 @@ func (e *Engine) recoverManualRuns(ctx context.Context) error {
 // run on an executor is awaited and an HTTP run is recorded lost, its slot held until its
 // deadline (holdLost). track, when set, runs before the run enters e.runs.
 func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func()) error {
-	t, err := e.acquire(ctx, run.TaskID)
+	t, err := e.acquire(ctx, run.TaskID, acquireOpts{})
 	if err != nil {
 		if !errors.Is(err, model.ErrTaskNotFound) {
 			return err
@@ -291,84 +197,6 @@ const (
 	ActLateResult = "late_result"
 )
 
-// recoverAtStart runs the recovery of Start in order, logging each step with how long it
-// took and, under HA (Config.Epoch > 0), recording it as an action:
-//
-//  1. reload the executor registry from the store, so results and dispatches find every
-//     executor at once;
-//  2. resolve the runs left RUNNING: an SDK executor's run is waited for under its own
-//     deadline (past it, it takes the timeout's retry/fail path at once); an HTTP run, whose
-//     answer went to the process that sent it, follows its task's on_lost;
-//  3. load the window from the store, applying the misfire policy to every fire that came
-//     due while no primary dispatched (each misfire is an action of its task);
-//  4. release dependency tasks whose upstreams succeeded meanwhile.
-//
-// Runs left RUNNING are resolved before the window is loaded so that their tasks' next
-// fires are decided (and misfires among them handled) by the same rules.
-func (e *Engine) recoverAtStart(ctx context.Context, now, horizon int64) error {
-	var detail string
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
-		{"reload the executor registry", func() error {
-			if err := e.restoreExecutors(ctx, false); err != nil {
-				return fmt.Errorf("cannot restore executors: %w", err)
-			}
-			detail = strconv.Itoa(len(e.registry.Snapshot())) + " executor(s)"
-			return nil
-		}},
-		{"resolve runs left running", func() error {
-			before := e.runs.count()
-			if err := e.recoverInFlight(ctx); err != nil {
-				return fmt.Errorf("cannot recover in-flight runs: %w", err)
-			}
-			detail = strconv.Itoa(e.runs.count()-before) + " run(s) still awaited; the others resolved"
-			return nil
-		}},
-		{"load the window and apply misfire policies", func() error {
-			misfires := e.m.misfires.Get()
-			n, err := e.loadRange(ctx, 1, horizon, now) // every past fire too: misfires
-			if err != nil {
-				return fmt.Errorf("cannot load the first window: %w", err)
-			}
-			detail = fmt.Sprintf("%d task(s) due within %s; %d misfire(s) handled by policy", n, e.cfg.Window, e.m.misfires.Get()-misfires)
-			return nil
-		}},
-		{"release dependents", func() error {
-			if err := e.loadDependencies(ctx); err != nil {
-				return fmt.Errorf("cannot load dependencies: %w", err)
-			}
-			detail = ""
-			return nil
-		}},
-	}
-	start := e.now()
-	for i, st := range steps {
-		t := e.now()
-		detail = ""
-		err := st.fn()
-		took := e.since(t)
-		e.log.Info("start: "+st.name, "step", i+1, "took", took, "detail", detail, "epoch", e.cfg.Epoch, "error", err)
-		if err != nil {
-			return err
-		}
-		if e.cfg.Epoch > 0 {
-			e.systemAction(ActPromotion, fmt.Sprintf("epoch %d, step %d: %s took %s; %s", e.cfg.Epoch, i+1, st.name, took.Round(time.Microsecond), detail))
-		}
-	}
-	e.log.Info("start: recovery done; dispatching", "took", e.since(start), "epoch", e.cfg.Epoch)
-	return nil
-}
-
-// systemAction records a task-less action without waiting.
-func (e *Engine) systemAction(name, detail string) {
-	act := model.Action{Action: name, Actor: ActorScheduler + ":" + e.cfg.NodeID, At: e.nowMS(), Detail: detail}
-	if err := e.submit(context.Background(), &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
-		e.log.Warn("cannot record action", "action", name, "error", err)
-	}
-}
-
 // fireRefused records a fire the database refused: it is not dispatched (docs/ha.md, "The fire
 // record").
 func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
@@ -388,7 +216,7 @@ func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 // recorded lost, and the same ticket goes out as attempt n+1 of the same fire, whose run
 // row has a ticket of its own, so no (task, fire time, attempt) is dispatched twice. The
 // endpoint sees X-Axe-Ticket of the first send and can de-duplicate on it. t is in memory
-// and RUNNING with run in flight (recoverInFlight).
+// and RUNNING with run in flight (Recovery.inFlight).
 func (e *Engine) resendLost(t *task, lost model.Run) {
 	now := e.nowMS()
 	if e.conc.cl != nil {
@@ -398,7 +226,7 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 		t.mu.Unlock()
 		e.holdRows(group, key, scheduledTicket(t.id, lost.ScheduledAt, lost.Attempt+1), shard, epoch)
 	}
-	// The lost run leaves e.runs (recoverInFlight added it); its re-send takes its place.
+	// The lost run leaves e.runs (Recovery.inFlight added it); its re-send takes its place.
 	e.runs.take(lost.Ticket, nil, func(*flight) {
 		t.mu.Lock()
 		t.runLeft(lost.Ticket)

@@ -77,7 +77,7 @@ func (e *Engine) place(t *task) {
 		e.disarm(t)
 		if t.pending == 0 && !t.writesRuntime() {
 			e.evict(t)
-			if !t.deleted && e.shardCurrent(t) {
+			if !t.deleted && e.own.current(t) {
 				// Read back while its shard is still this node's at its epoch; one of a
 				// shard gone (its write refused at the fence) is its new owner's.
 				go e.reload(t.id)
@@ -174,3 +174,19 @@ func (e *Engine) disarm(t *task) {
 		t.ent = nil
 	}
 }
+
+// advanceHorizon moves the horizon to to, and returns the old one, unless it is there
+// already (the loader's, loader.go).
+func (e *Engine) advanceHorizon(to int64) (from int64, moved bool) {
+	e.horizonMu.Lock()
+	defer e.horizonMu.Unlock()
+	from = e.horizon
+	if to <= from {
+		return from, false
+	}
+	e.horizon = to
+	return from, true
+}
+
+// inMemory tells whether the task id is held in full.
+func (e *Engine) inMemory(id int64) bool { return e.tasks.get(id) != nil }

@@ -2,8 +2,8 @@ package engine
 
 // Scheduling by shard (scale-out, docs/scale-out.md). An engine built with Config.Sharded
 // schedules only the shards it is given: the daemon's shard loop (ha.Shards) holds their
-// leases and tells the engine what it gained (GainShards), what it begins to hand over
-// (DrainShards) and what it no longer holds (DropShards). Without Sharded an engine
+// leases and tells the engine what it gained (Ownership().Gain), what it begins to hand over
+// (Drain) and what it no longer holds (Drop). Without Sharded an engine (soleOwner, ownership.go)
 // schedules every task, unfenced or under the primary's one epoch, as it always did.
 //
 // Invariants:
@@ -27,7 +27,7 @@ package engine
 //     runs in flight abandoned (their ends would be refused at the fence anyway); the node
 //     that takes the shard recovers them from the store, as a promotion does.
 //  5. A shard being handed over (draining) fires nothing new and starts no run; its runs in
-//     flight end and their ends are written under its epoch. ShardsInFlight reports it busy
+//     flight end and their ends are written under its epoch. InFlight reports it busy
 //     until they have and every write fenced by it is durable, so the lease is released
 //     only after (ha.ShardsConfig.InFlight).
 //
@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -64,13 +63,10 @@ type shardSlot struct {
 	writes atomic.Int64
 }
 
-// shardCurrent reports whether t's copy is of the epoch at which its shard is held now (on
+// current reports whether t's copy is of the epoch at which its shard is held now (on
 // an engine that is not sharded, always).
-func (e *Engine) shardCurrent(t *task) bool {
-	if !e.cfg.Sharded {
-		return true
-	}
-	s := &e.shards[t.shard]
+func (o *shardOwner) current(t *task) bool {
+	s := &o.shards[t.shard]
 	return s.phase.Load() != shardOff && s.epoch.Load() == t.sepoch
 }
 
@@ -78,33 +74,27 @@ func (e *Engine) shardCurrent(t *task) bool {
 // run decided before sent: the shard held at that epoch, not being handed over when firing,
 // and the shard loop's gate open (invariant 2). A run decided before a hand-over began is
 // still sent: the lease is still this node's, and its end is written under it.
-func (e *Engine) shardGate(shard uint8, epoch int64, firing bool) error {
-	if !e.cfg.Sharded {
-		return nil
-	}
-	s := &e.shards[shard]
+func (o *shardOwner) shardGate(shard uint8, epoch int64, firing bool) error {
+	s := &o.shards[shard]
 	switch ph := s.phase.Load(); {
 	case ph == shardOff || s.epoch.Load() != epoch:
 		return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, model.ErrShardNotHeld)
 	case ph == shardDraining && firing:
 		return fmt.Errorf("shard %d is being handed over: %w", shard, model.ErrShardNotHeld)
 	}
-	if e.cfg.ShardGate != nil {
-		return e.cfg.ShardGate(int(shard), epoch)
+	if o.cfg.ShardGate != nil {
+		return o.cfg.ShardGate(int(shard), epoch)
 	}
 	return nil
 }
 
-// insertTask puts t in the task map unless a copy of it is there, as tasks.insertIfAbsent
+// insert puts t in the task map unless a copy of it is there, as tasks.insertIfAbsent
 // does; on a sharded engine only while t's shard is held (invariant 1), stamping t with the
 // shard's epoch, and replacing a copy of an older epoch. api says the API asks: a shard
 // still being recovered or being handed over then refuses with model.ErrShardNotHeld, as does a
 // shard not held. It reports whether t went in.
-func (e *Engine) insertTask(t *task, api bool) (bool, error) {
-	if !e.cfg.Sharded {
-		return e.tasks.insertIfAbsent(t), nil
-	}
-	s := &e.shards[t.shard]
+func (o *shardOwner) insert(t *task, api bool) (bool, error) {
+	s := &o.shards[t.shard]
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	ph := s.phase.Load()
@@ -113,10 +103,10 @@ func (e *Engine) insertTask(t *task, api bool) (bool, error) {
 	}
 	t.sepoch = s.epoch.Load()
 	for {
-		if e.tasks.insertIfAbsent(t) {
+		if o.tasks.insertIfAbsent(t) {
 			return true, nil
 		}
-		old := e.tasks.get(t.id)
+		old := o.tasks.get(t.id)
 		if old == nil {
 			continue
 		}
@@ -130,19 +120,19 @@ func (e *Engine) insertTask(t *task, api bool) (bool, error) {
 		}
 		// A copy of an older epoch that a drop did not find (it went in while the shard was
 		// dropped and taken again): it goes, as the drop would have taken it.
-		e.evict(old)
+		o.evict(old)
 		old.mu.Unlock()
 	}
 }
 
-// GainShards schedules shards taken at the epochs given (invariant 3): they are held at once,
+// Gain schedules shards taken at the epochs given (invariant 3): they are held at once,
 // then recovered in order, each step logged with how long it took: the runs their previous
 // owner left in flight, the window (applying misfire policies), the dependents released
 // meanwhile, the backfills under way. It returns once they are recovered; a failed recovery
 // returns the error, and the caller must give the shards up (they are recovered again by
 // whoever takes them next).
-func (e *Engine) GainShards(ctx context.Context, fences []persist.ShardFence) error {
-	if !e.cfg.Sharded || len(fences) == 0 {
+func (o *shardOwner) Gain(ctx context.Context, fences []persist.ShardFence) error {
+	if len(fences) == 0 {
 		return nil
 	}
 	var set model.ShardSet
@@ -150,18 +140,18 @@ func (e *Engine) GainShards(ctx context.Context, fences []persist.ShardFence) er
 		if f.Shard < 0 || f.Shard >= model.ShardCount || f.Epoch <= 0 {
 			return fmt.Errorf("cannot gain shard %d at epoch %d", f.Shard, f.Epoch)
 		}
-		s := &e.shards[f.Shard]
+		s := &o.shards[f.Shard]
 		s.mu.Lock()
 		s.epoch.Store(f.Epoch)
 		s.phase.Store(shardLoading)
 		s.mu.Unlock()
 		set.Add(f.Shard)
 	}
-	e.updateRateShare()
-	start := e.now()
-	err := e.recoverShards(persist.WithShards(ctx, set), set)
+	o.updateRateShare()
+	start := o.now()
+	err := o.recovery.shards(persist.WithShards(ctx, set), set, fences)
 	for _, f := range fences {
-		s := &e.shards[f.Shard]
+		s := &o.shards[f.Shard]
 		s.mu.Lock()
 		if s.epoch.Load() == f.Epoch && s.phase.Load() == shardLoading {
 			if err == nil {
@@ -173,70 +163,32 @@ func (e *Engine) GainShards(ctx context.Context, fences []persist.ShardFence) er
 	if err != nil {
 		return fmt.Errorf("cannot recover shards %s: %w", set, err)
 	}
-	e.log.Info("shards recovered: scheduling them", "shards", set.String(), "took", e.since(start))
+	o.log.Info("shards recovered: scheduling them", "shards", set.String(), "took", o.since(start))
 	return nil
 }
 
-// recoverShards is recoverAtStart for the shards of set, with ctx carrying their filter.
-func (e *Engine) recoverShards(ctx context.Context, set model.ShardSet) error {
-	now := e.nowMS()
-	e.horizonMu.RLock()
-	h := e.horizon
-	e.horizonMu.RUnlock()
-	steps := []struct {
-		name string
-		fn   func() error
-	}{
-		{"resolve runs left running", func() error { return e.recoverInFlight(ctx) }},
-		// The slots the earlier owners' runs hold in the store: those of the runs adopted stay
-		// (core_clusterslots.go), the rest go back.
-		{"reconcile concurrency slots", func() error { return e.reconcileShards(ctx, e.fencesOf(set)) }},
-		{"load the window and apply misfire policies", func() error {
-			_, err := e.loadRange(ctx, 1, h, now)
-			return err
-		}},
-		{"release dependents", func() error { return e.loadDependencies(ctx) }},
-		{"resume backfills", func() error { return e.recoverBackfills(ctx) }},
-	}
-	for i, st := range steps {
-		t := e.now()
-		err := st.fn()
-		e.log.Info("shards taken: "+st.name, "shards", set.String(), "step", i+1, "took", e.since(t), "error", err)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// DrainShards begins handing shards over (invariant 5): from now on nothing of theirs fires
+// Drain begins handing shards over (invariant 5): from now on nothing of theirs fires
 // or starts, and their runs in flight end as usual.
-func (e *Engine) DrainShards(set model.ShardSet) {
-	if !e.cfg.Sharded {
-		return
-	}
+func (o *shardOwner) Drain(set model.ShardSet) {
 	for _, n := range set.List() {
-		s := &e.shards[n]
+		s := &o.shards[n]
 		s.mu.Lock()
 		if s.phase.Load() != shardOff {
 			s.phase.Store(shardDraining)
 		}
 		s.mu.Unlock()
 	}
-	e.updateRateShare()
+	o.updateRateShare()
 }
 
-// ShardsInFlight returns the shards of set with a run in flight on this node or a write
+// InFlight returns the shards of set with a run in flight on this node or a write
 // fenced by them not yet durable: a shard being handed over is released once it has neither.
-func (e *Engine) ShardsInFlight(set model.ShardSet) model.ShardSet {
+func (o *shardOwner) InFlight(set model.ShardSet) model.ShardSet {
 	var busy model.ShardSet
-	if !e.cfg.Sharded {
-		return busy
-	}
-	runs := e.runs.byShard()
+	runs := o.runs.byShard()
 	for _, n := range set.List() {
-		s := &e.shards[n]
-		// A shard whose hand-over this engine has not begun yet (DrainShards comes by the
+		s := &o.shards[n]
+		// A shard whose hand-over this engine has not begun yet (Drain comes by the
 		// daemon's channel) is busy too: its rate share and its fires stop first.
 		if runs[n] > 0 || s.writes.Load() > 0 || s.phase.Load() != shardDraining {
 			busy.Add(n)
@@ -247,80 +199,71 @@ func (e *Engine) ShardsInFlight(set model.ShardSet) model.ShardSet {
 
 // updateRateShare gives the rate gate this node's share of every rate limit: the shards it
 // schedules (being taken over included, being handed over not) out of all of them. A shard
-// handed over leaves the share before its lease is released (ShardsInFlight), and another
+// handed over leaves the share before its lease is released (InFlight), and another
 // node counts it only once it has taken it, so the shares of the live nodes never add up to
 // more than the whole (docs/scale-out.md). A node without shards keeps one shard's share: it
 // dispatches nothing anyway.
-func (e *Engine) updateRateShare() {
-	n := max(1, e.heldShards().Len())
-	if err := e.gate.lim.SetShare(float64(n) / model.ShardCount); err != nil {
-		e.log.Error("cannot set the rate share", "shards", n, "error", err)
+func (o *shardOwner) updateRateShare() {
+	n := max(1, o.heldShards().Len())
+	if err := o.gate.lim.SetShare(float64(n) / model.ShardCount); err != nil {
+		o.log.Error("cannot set the rate share", "shards", n, "error", err)
 	}
 }
 
-// DropShards forgets shards this node no longer holds (invariant 4): their gate closes, their
+// Drop forgets shards this node no longer holds (invariant 4): their gate closes, their
 // tasks leave memory and their runs in flight are abandoned, without writing anything.
-func (e *Engine) DropShards(set model.ShardSet) {
-	if !e.cfg.Sharded || set.Len() == 0 {
+func (o *shardOwner) Drop(set model.ShardSet) {
+	if set.Len() == 0 {
 		return
 	}
-	start := e.now()
+	start := o.now()
 	for _, n := range set.List() {
-		s := &e.shards[n]
+		s := &o.shards[n]
 		s.mu.Lock()
 		s.phase.Store(shardOff)
 		s.epoch.Store(0)
 		s.mu.Unlock()
 	}
-	abandoned := e.runs.abandon(set, func(f *flight) {
+	abandoned := o.runs.abandon(set, func(f *flight) {
 		f.t.mu.Lock()
 		f.t.runLeft(f.run.Ticket)
 		f.t.mu.Unlock()
 	})
 	evicted := 0
-	for _, t := range e.tasks.all(func(t *task) bool { return set.Has(int(t.shard)) }) {
+	for _, t := range o.tasks.all(func(t *task) bool { return set.Has(int(t.shard)) }) {
 		t.mu.Lock()
 		if !t.evicted {
-			e.evict(t)
+			o.evict(t)
 			evicted++
 		}
 		t.mu.Unlock()
 	}
-	e.backfills.dropShards(set)
-	e.updateRateShare()
-	e.log.Warn("shards dropped: their tasks left memory and their runs in flight are the next owner's",
-		"shards", set.String(), "tasks", evicted, "runs_abandoned", abandoned, "took", e.since(start))
+	o.backfills.set.dropShards(set)
+	o.updateRateShare()
+	o.log.Warn("shards dropped: their tasks left memory and their runs in flight are the next owner's",
+		"shards", set.String(), "tasks", evicted, "runs_abandoned", abandoned, "took", o.since(start))
 }
 
 // runEpoch is the epoch a run of t carries, and the shard whose it is: t's shard's on a
 // sharded engine; Config.Epoch (the primary's, or 0) and no shard otherwise.
-func (e *Engine) runEpoch(t *task) (int64, *int) {
-	if !e.cfg.Sharded {
-		return e.cfg.Epoch, nil
-	}
+func (o *shardOwner) runEpoch(t *task) (int64, *int) {
 	n := int(t.shard)
 	return t.sepoch, &n
 }
 
 // sendGate is the gate a request of a run of t asks just before it leaves (dispatch.Request
 // .Gate): nil on an engine that is not sharded, whose dispatcher asks Config.Dispatch.Gate.
-func (e *Engine) sendGate(t *task) func() error {
-	if !e.cfg.Sharded {
-		return nil
-	}
+func (o *shardOwner) sendGate(t *task) func() error {
 	shard, epoch := t.shard, t.sepoch
-	return func() error { return e.shardGate(shard, epoch, false) }
+	return func() error { return o.shardGate(shard, epoch, false) }
 }
 
-// shardsWhere returns the shards whose phase keep accepts: every shard on an engine that
+// where returns the shards whose phase keep accepts: every shard on an engine that
 // is not sharded.
-func (e *Engine) shardsWhere(keep func(phase uint32) bool) model.ShardSet {
-	if !e.cfg.Sharded {
-		return model.AllShards()
-	}
+func (o *shardOwner) where(keep func(phase uint32) bool) model.ShardSet {
 	var set model.ShardSet
 	for n := range model.ShardCount {
-		if keep(e.shards[n].phase.Load()) {
+		if keep(o.shards[n].phase.Load()) {
 			set.Add(n)
 		}
 	}
@@ -329,57 +272,57 @@ func (e *Engine) shardsWhere(keep func(phase uint32) bool) model.ShardSet {
 
 // fencesOf returns the shards of set with the epochs at which they are held, ascending (0
 // on an engine that is not sharded).
-func (e *Engine) fencesOf(set model.ShardSet) []persist.ShardFence {
+func (o *shardOwner) fencesOf(set model.ShardSet) []persist.ShardFence {
 	out := make([]persist.ShardFence, 0, set.Len())
 	for _, n := range set.List() {
-		out = append(out, persist.ShardFence{Shard: n, Epoch: e.shards[n].epoch.Load()})
+		out = append(out, persist.ShardFence{Shard: n, Epoch: o.shards[n].epoch.Load()})
 	}
 	return out
 }
 
 // heldShards returns the shards scheduled here, being taken over included and being handed
 // over not: every shard on an engine that is not sharded.
-func (e *Engine) heldShards() model.ShardSet {
-	return e.shardsWhere(func(ph uint32) bool { return ph == shardLoading || ph == shardReady })
+func (o *shardOwner) heldShards() model.ShardSet {
+	return o.where(func(ph uint32) bool { return ph == shardLoading || ph == shardReady })
+}
+
+// schedules reports whether this engine schedules shard n (loading, ready or being handed
+// over): every shard on an engine that is not sharded.
+func (o *shardOwner) schedules(n int) bool {
+	return o.shards[n].phase.Load() != shardOff
 }
 
 // Sharded reports whether this engine schedules by shard (Config.Sharded).
-func (e *Engine) Sharded() bool { return e.cfg.Sharded }
+func (o *shardOwner) Sharded() bool { return true }
 
-// ShardState tells how this engine holds shard n: held (loading, ready or being handed
+// State tells how this engine holds shard n: held (loading, ready or being handed
 // over: the results of its runs are taken here) and ready (the API's calls about its tasks
 // are served here). An engine that is not sharded holds every shard, ready.
-func (e *Engine) ShardState(n int) (held, ready bool) {
-	if !e.cfg.Sharded {
-		return true, true
-	}
+func (o *shardOwner) State(n int) (held, ready bool) {
 	if n < 0 || n >= model.ShardCount {
 		return false, false
 	}
-	ph := e.shards[n].phase.Load()
+	ph := o.shards[n].phase.Load()
 	return ph != shardOff, ph == shardReady
 }
 
-// ReadyShards returns the shards whose tasks this engine schedules and whose API calls it
+// Ready returns the shards whose tasks this engine schedules and whose API calls it
 // serves: every shard on an engine that is not sharded.
-func (e *Engine) ReadyShards() model.ShardSet {
-	return e.shardsWhere(func(ph uint32) bool { return ph == shardReady })
+func (o *shardOwner) Ready() model.ShardSet {
+	return o.where(func(ph uint32) bool { return ph == shardReady })
 }
 
-// Shards returns the shards this engine schedules (loading, ready or being handed over),
+// Held returns the shards this engine schedules (loading, ready or being handed over),
 // with their epochs, ascending; every shard at epoch 0 on an engine that is not sharded.
-func (e *Engine) Shards() []persist.ShardFence {
-	return e.fencesOf(e.shardsWhere(func(ph uint32) bool { return ph != shardOff }))
+func (o *shardOwner) Held() []persist.ShardFence {
+	return o.fencesOf(o.where(func(ph uint32) bool { return ph != shardOff }))
 }
 
 // apiFences returns the fences of the shards of names for a write the API asks for that
 // does not go through the batched writer (a batch of creates): each shard must be
 // scheduled here and not being taken over or handed over, else model.ErrShardNotHeld. It returns
 // nil on an engine that is not sharded.
-func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
-	if !e.cfg.Sharded {
-		return nil, nil
-	}
+func (o *shardOwner) apiFences(names []string) ([]persist.ShardFence, error) {
 	var seen model.ShardSet
 	var out []persist.ShardFence
 	for _, name := range names {
@@ -388,7 +331,7 @@ func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 			continue
 		}
 		seen.Add(n)
-		s := &e.shards[n]
+		s := &o.shards[n]
 		if s.phase.Load() != shardReady {
 			return nil, fmt.Errorf("task %q is in shard %d: %w", name, n, model.ErrShardNotHeld)
 		}
@@ -399,9 +342,9 @@ func (e *Engine) apiFences(names []string) ([]persist.ShardFence, error) {
 
 // heldFence is the fence of the shard of the task named name at the epoch held now, on a
 // sharded engine; model.ErrShardNotHeld when the shard is not held.
-func (e *Engine) heldFence(name string) (persist.ShardFence, error) {
+func (o *shardOwner) heldFence(name string) (persist.ShardFence, error) {
 	n := model.ShardOf(name)
-	s := &e.shards[n]
+	s := &o.shards[n]
 	epoch := s.epoch.Load()
 	if s.phase.Load() == shardOff || epoch == 0 {
 		return persist.ShardFence{}, fmt.Errorf("task %q is in shard %d: %w", name, n, model.ErrShardNotHeld)
@@ -413,24 +356,24 @@ func (e *Engine) heldFence(name string) (persist.ShardFence, error) {
 // held now (persist.WithShardFences), for a write the store makes outside the batched
 // writer about that task (a backfill's row); ctx as it is on an engine that is not sharded.
 // It reports model.ErrShardNotHeld when the shard is not held.
-func (e *Engine) fencedFor(ctx context.Context, name string) (context.Context, error) {
-	if !e.cfg.Sharded {
-		return ctx, nil
-	}
-	f, err := e.heldFence(name)
+func (o *shardOwner) fencedFor(ctx context.Context, name string) (context.Context, error) {
+	f, err := o.heldFence(name)
 	if err != nil {
 		return nil, err
 	}
 	return persist.WithShardFences(ctx, []persist.ShardFence{f}), nil
 }
 
+// readyFenced returns ctx fenced by the shards this engine schedules and serves, at their
+// epochs (persist.WithShardFences): ctx as it is on an engine that is not sharded.
+func (o *shardOwner) readyFenced(ctx context.Context) context.Context {
+	return persist.WithShardFences(ctx, o.fencesOf(o.Ready()))
+}
+
 // scheduling returns ctx with the filter of the shards this engine schedules, for the reads
 // that load tasks to arm (the window loader): none on an engine that is not sharded.
-func (e *Engine) scheduling(ctx context.Context) context.Context {
-	if !e.cfg.Sharded {
-		return ctx
-	}
-	return persist.WithShards(ctx, e.heldShards())
+func (o *shardOwner) scheduling(ctx context.Context) context.Context {
+	return persist.WithShards(ctx, o.heldShards())
 }
 
 // fenceGroup fences g by the shard of the task it writes (persist.Group.Fence), at t's epoch
@@ -438,8 +381,8 @@ func (e *Engine) scheduling(ctx context.Context) context.Context {
 // outside a task's lock). It reports model.ErrShardNotHeld for a group of a task whose shard is
 // not held. Groups of no task (system actions) stay unfenced, as does every group of an
 // engine that is not sharded.
-func (e *Engine) fenceGroup(g *persist.Group, t *task) error {
-	if !e.cfg.Sharded || g.Fence.Epoch > 0 {
+func (o *shardOwner) fenceGroup(g *persist.Group, t *task) error {
+	if g.Fence.Epoch > 0 {
 		return nil
 	}
 	if t != nil {
@@ -450,7 +393,7 @@ func (e *Engine) fenceGroup(g *persist.Group, t *task) error {
 	if name == "" {
 		return nil
 	}
-	f, err := e.heldFence(name)
+	f, err := o.heldFence(name)
 	if err != nil {
 		return fmt.Errorf("cannot write about it: %w", err)
 	}
@@ -478,22 +421,6 @@ func groupTaskName(g *persist.Group) string {
 // holdsShardZero reports whether this node runs the cluster's singleton duties (the pruner,
 // the executor registry's verdicts and their alerts): on a sharded engine the holder of
 // shard 0, ready; always on one that is not.
-func (e *Engine) holdsShardZero() bool {
-	return !e.cfg.Sharded || e.shards[0].phase.Load() == shardReady
-}
-
-// registryRefresh is how often a sharded engine reads the executor registry from the store:
-// executors register and heartbeat with any node, which writes their rows.
-const registryRefresh = time.Second
-
-// registryLoop keeps a sharded engine's executor registry as the store has it.
-func (e *Engine) registryLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	e.every(ctx, registryRefresh, func() {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := e.restoreExecutors(rctx, true); err != nil && ctx.Err() == nil {
-			e.log.Warn("cannot read the executor registry from the store", "error", err)
-		}
-	})
+func (o *shardOwner) holdsShardZero() bool {
+	return o.shards[0].phase.Load() == shardReady
 }

@@ -44,7 +44,7 @@ const (
 // engine lock (invariant 2); groups of a task decided under its lock go through the outbox
 // (commitGroupLocked) instead.
 func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) error {
-	if err := e.fenceGroup(g, nil); err != nil {
+	if err := e.own.fenceGroup(g, nil); err != nil {
 		return err
 	}
 	if done := g.Done; done != nil {
@@ -54,7 +54,7 @@ func (e *Engine) submit(ctx context.Context, g *persist.Group, mode submitMode) 
 	var fenced *shardSlot
 	if f := g.Fence; f.Epoch > 0 {
 		// Counted until durable or failed: a shard handed over is released only after
-		// (ShardsInFlight).
+		// (Ownership.InFlight).
 		s := &e.shards[f.Shard]
 		s.writes.Add(1)
 		fenced = s
@@ -108,7 +108,7 @@ type outgoing struct {
 // caller holds t.mu and must let go of it with e.unlock (or e.release, which places it first);
 // until then g is not submitted.
 func (e *Engine) commitGroupLocked(t *task, g *persist.Group, dropped func(error)) {
-	_ = e.fenceGroup(g, t) // by t's epoch: never fails with a task given
+	_ = e.own.fenceGroup(g, t) // by t's epoch: never fails with a task given
 	t.outbox = append(t.outbox, outgoing{g: g, dropped: dropped})
 }
 

@@ -21,7 +21,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
 		const addr, inc = "127.0.0.1:19100", "0123456789abcdef0123456789abcdef"
 		reg := wire.ExecutorRegistration{App: "billing", Address: addr, Handlers: []string{"charge"}, Version: 2, Incarnation: inc}
-		if err := a.RegisterExecutor(ctx, reg); err != nil {
+		if err := a.Executors().Register(ctx, reg); err != nil {
 			t.Fatal(err)
 		}
 		candidates := func(e *Engine) int { return len(e.registry.Candidates("billing", "charge", "", "t")) }
@@ -29,7 +29,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 			x := b.registry.Get("billing", addr)
 			return x != nil && x.Incarnation() == inc && candidates(b) == 1
 		})
-		if err := a.DeregisterExecutor(ctx, "billing", addr, inc); err != nil {
+		if err := a.Executors().Deregister(ctx, "billing", addr, inc); err != nil {
 			t.Fatal(err)
 		}
 		if candidates(a) != 0 {
@@ -38,7 +38,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 		waitFor(t, 10*time.Second, "the other node to stop routing to it", func() bool { return candidates(b) == 0 })
 		// It drains, heartbeating to the first node: no node routes to it.
 		for range 3 {
-			if err := a.ExecutorHeartbeat(ctx, "billing", addr, ""); err != nil {
+			if err := a.Executors().Heartbeat(ctx, "billing", addr, ""); err != nil {
 				t.Fatal(err)
 			}
 			beat := lastHeartbeat(a, addr)
@@ -48,7 +48,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 			}
 		}
 		reg.Incarnation = "fedcba9876543210fedcba9876543210"
-		if err := a.RegisterExecutor(ctx, reg); err != nil {
+		if err := a.Executors().Register(ctx, reg); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the other node to route to it again, for the new incarnation", func() bool {

@@ -4,22 +4,27 @@
 // The firing core (core_*.go) is the route of one fire (docs/design.md, "The route of one
 // fire"): the wheel's ready queues are consumed and each due task fired (core_fire.go,
 // through the rate gate core_rategate.go and the concurrency gate core_concgate.go); its
-// transition is committed (core_commit.go, core_submit.go, the state table core_states.go);
-// the run is sent by the dispatcher or offered to an executor (core_execruns.go); it is held
-// in flight (core_inflight.go, core_ending.go) until it ends (core_complete.go, with the pure
-// decision core_transition.go) and the end is recorded. Beside it: the task in memory
-// (core_task.go), its residency and arming (core_residency.go), cold entries
-// (core_cold.go), overlap and catch-up (core_overlap.go), jitter (core_jitter.go), parallel
-// runs (core_parallel.go), kills (core_killrun.go), the breaker (core_breaker.go),
-// dependents (core_deps.go), backfills (core_backfill.go), recovery at start and promotion
-// (core_recover.go) and the shards a node schedules under --ha (core_shards.go).
+// transition is committed (commit, core_commit.go; core_submit.go; the state table
+// core_states.go); the run is sent by the dispatcher or offered to an executor
+// (core_execruns.go); it is held in flight (core_inflight.go, core_ending.go) until it ends
+// (core_complete.go, with the pure decision core_transition.go) and the end is recorded.
+// Beside it: the task in memory (core_task.go) and its residency (core_residency.go),
+// overlap and catch-up (core_overlap.go), jitter (core_jitter.go), parallel runs
+// (core_parallel.go), kills (core_killrun.go), the breaker (core_breaker.go), the takeover
+// of runs left in flight (core_recover.go) and a backfill run (core_backfillruns.go).
 //
-// The services: the window loader and lifecycle (engine.go: Start, Stop, loadLoop), the
-// executor registry and its reaper (api_executors.go, api_deregister.go,
-// executor_bounds.go), retention (api_retention.go), alerts (alerts.go, api_alerts.go),
-// refused results (refusals.go), metrics and health (metrics.go, health.go). The api_*.go
-// files are what the HTTP API and the console call (tasks, bulk, groups, limits, backfills,
-// views); the request and response shapes are package wire's.
+// The ownership model (ownership.go, core_shards.go) tells the core what this node owns and
+// under which fence, for a single node, a primary or a node of a sharded cluster alike.
+//
+// The services (service.go), each a type in the file named for it with its own lifecycle
+// and a narrow interface to the core: the window loader (Loader, loader.go), the executor
+// registry (Executors, executors.go, api_deregister.go, executor_bounds.go), retention
+// (Retention, retention.go), alerts (Alerts, alerts.go, api_alerts.go), backfills
+// (Backfills, backfills.go, api_backfill.go), dependents (Dependents, dependents.go) and
+// recovery (Recovery, recovery.go). Refused results (refusals.go), metrics and health
+// (metrics.go, health.go) are the frame. The other api_*.go files are what the HTTP API and
+// the console call (tasks, bulk, groups, limits, views); the request and response shapes are
+// package wire's.
 //
 // The engine drives the wheel (timing), the dispatcher (sending) and the batched writer
 // (durability), and is the only writer of task_runtime rows once a task exists.
@@ -132,7 +137,7 @@ type Config struct {
 	// LoadInterval is how often the loader moves the window. Defaults to LoadIntervalDefault.
 	LoadInterval time.Duration
 	// PromoteLead: tasks due later than this when the window is loaded are held as cold
-	// references (48 B each) and read in full this long before they fire (core_cold.go).
+	// references (48 B each) and read in full this long before they fire (loader.go).
 	// Defaults to PromoteLeadDefault (10s), or half the window if that is shorter; it must be
 	// shorter than Window.
 	PromoteLead time.Duration
@@ -196,9 +201,9 @@ type Config struct {
 	// operator chose one (--cron-dialect). Defaults to "": unix, and a task whose expression
 	// unix cron and Quartz read differently must name its dialect (see NormalizeIn).
 	CronDialect string
-	// Retention bounds what the store keeps (api_retention.go, docs/retention.md).
+	// Retention bounds what the store keeps (retention.go, docs/retention.md).
 	Retention RetentionConfig
-	// Sharded makes the engine schedule only the shards it is given (GainShards), each write
+	// Sharded makes the engine schedule only the shards it is given (Ownership().Gain), each write
 	// about a task fenced by its shard's epoch (core_shards.go, docs/scale-out.md). Start
 	// then recovers nothing but the executor registry: every shard gained is recovered
 	// when it is. Defaults to false: every task, as one node or the primary.
@@ -209,7 +214,7 @@ type Config struct {
 	// of its shards decides.
 	ShardGate func(shard int, epoch int64) error
 	// ReleaseElsewhere, on a sharded engine, asks the node that schedules shard to release
-	// the dependents of upstream in it (ReleaseDependents there): the success of upstream
+	// the dependents of upstream in it (Dependents.Release there): the success of upstream
 	// was recorded here. Best effort: every sharded engine also sweeps its own waiting
 	// dependents every LoadInterval. Defaults to nil: the sweep alone.
 	ReleaseElsewhere func(shard int, upstream string)
@@ -343,19 +348,28 @@ type Engine struct {
 	log         *slog.Logger
 	m           *engineMetrics
 
-	tasks     taskMap
-	steps     StepSink                    // the workflow service (steps.go); nil: none
-	shards    [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
-	registry  *dispatch.Registry
-	runs      runsInFlight // every run sent and not yet ended
-	gate      *rateGate
-	conc      *concGate  // concurrency limits (core_concgate.go)
-	limitsMu  sync.Mutex // orders the limits' changes: the store's order is the gate's
-	brk       breakers
-	upstreams upstreamSet
-	promo     promoter
-	backfills backfillSet // core_backfill.go
-	alerts    *alerter
+	tasks    taskMap
+	steps    StepSink                    // the workflow service (steps.go); nil: none
+	shards   [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
+	own      ownership                   // what this node owns (ownership.go)
+	registry *dispatch.Registry
+	runs     runsInFlight // every run sent and not yet ended
+	gate     *rateGate
+	conc     *concGate  // concurrency limits (core_concgate.go)
+	limitsMu sync.Mutex // orders the limits' changes: the store's order is the gate's
+	brk      breakers
+	promo    promoter
+	alerts   *Alerts // alerts.go
+
+	// The services around the core (service.go), started in this order once the core runs
+	// and stopped in the reverse order first when it stops.
+	retention *Retention
+	executors *Executors  // executors.go
+	deps      *Dependents // dependents.go
+	backfills *Backfills  // backfills.go
+	loader    *Loader     // loader.go
+	recovery  *Recovery   // recovery.go
+	services  []service
 
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
@@ -372,10 +386,6 @@ type Engine struct {
 	ending endingResults
 	// refused aggregates the records of refused results (refusals.go).
 	refused refusals
-	// sweptAt is when the reaper last dropped executors deleted from the store (ms; reaper
-	// only), and gathered the executors lost or back not alerted yet (executor_bounds.go).
-	sweptAt  int64
-	gathered gatheredAlerts
 }
 
 // New builds an engine from cfg. Nothing runs until Start.
@@ -410,8 +420,6 @@ func New(cfg Config) (*Engine, error) {
 	e.initClusterSlots()
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
-	e.promo.init()
-	e.backfills.init()
 	if cfg.RateLimit.Clock == nil {
 		cfg.RateLimit.Clock = cfg.Clock
 	}
@@ -420,8 +428,19 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("cannot create engine: rate limits: %w", err)
 	}
 	e.m = newEngineMetrics(e)
-	e.alerts = newAlerter(cfg.AlertWebhooks, cfg.Dispatch.Guard, cfg.Clock, cfg.Logger,
+	e.own = newOwnership(e)
+	b := base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger, m: e.m, own: e.own}
+	e.alerts = newAlerts(b, e, cfg.AlertWebhooks, cfg.Dispatch.Guard,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
+	e.retention = &Retention{base: b, core: e, busy: w.Busy}
+	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: e.own.Sharded()}
+	e.deps = &Dependents{base: b, core: e, sweeps: e.own.Sharded()}
+	e.backfills = &Backfills{base: b, core: e}
+	e.backfills.set.init()
+	e.loader = &Loader{base: b, core: e, wheel: wh}
+	e.loader.promo.init()
+	e.recovery = &Recovery{base: b, core: e, runs: &e.runs, executors: e.executors, loader: e.loader, deps: e.deps, backfills: e.backfills}
+	e.services = []service{e.loader, e.executors, e.deps, e.backfills, e.retention}
 	return e, nil
 }
 
@@ -491,26 +510,13 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	if err := e.loadLimits(ctx); err != nil {
 		return err
 	}
-	if e.cfg.Sharded {
-		e.updateRateShare() // no shard yet
-		// Every shard is recovered when it is gained (GainShards); the registry is shared.
-		if err := e.restoreExecutors(ctx, false); err != nil {
-			return fmt.Errorf("cannot restore executors: %w", err)
-		}
-		e.loopsWG.Add(2)
-		go e.registryLoop(runCtx)
-		go e.depLoop(runCtx)
-		if e.conc.cl != nil {
-			e.loopsWG.Add(1)
-			go e.conc.cl.loop(runCtx)
-		}
-	} else {
-		if err := e.recoverAtStart(ctx, now, h); err != nil {
-			return err
-		}
-		if err := e.recoverBackfills(ctx); err != nil {
-			return err
-		}
+	if err := e.own.start(ctx, now, h); err != nil {
+		return err
+	}
+	if e.conc.cl != nil {
+		// The concurrency slots across nodes (core_clusterslots.go): a sharded node's loop.
+		e.loopsWG.Add(1)
+		go e.conc.cl.loop(runCtx)
 	}
 	// The wheel's driver is one of the engine's loops: it has no lifecycle of its own, and
 	// runCtx ends it with the others.
@@ -520,23 +526,23 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		e.loopsWG.Add(1)
 		go e.consume(runCtx, e.wheel.Ready(i))
 	}
-	e.alerts.start()
-	e.loopsWG.Add(6)
+	_ = e.alerts.start() // starts once, here
+	e.loopsWG.Add(2)
 	go e.concLoop(runCtx)
-	go e.pruneLoop(runCtx)
-	go e.promoteLoop(runCtx)
-	go e.loadLoop(runCtx)
-	go e.reapLoop(runCtx)
 	go e.gateLoop(runCtx)
-	e.loopsWG.Add(1)
-	go e.backfillLoop(runCtx)
+	for _, sv := range e.services {
+		if err := sv.start(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // Stop shuts the engine down in this order, logging how long each step took:
 //
-//  1. stop triggering: the loader and the wheel stop, consumers exit; armed entries stay
-//     armed in the store (their next_trigger_time is durable) and fire after a restart;
+//  1. stop triggering: the services stop (service.go), in the reverse of their start order,
+//     then the wheel and the gates, and consumers exit; armed entries stay armed in the
+//     store (their next_trigger_time is durable) and fire after a restart;
 //  2. drain dispatch: runs already sent are waited for until ctx expires — their results are
 //     recorded; a run still in flight when ctx expires stays RUNNING in the store and is
 //     resolved as "lost" by the next Start (never re-sent, so never run twice);
@@ -552,6 +558,9 @@ func (e *Engine) Stop(ctx context.Context) error {
 		if started {
 			steps = append(steps,
 				startstop.Step{Name: "stop triggering", Run: func(ctx context.Context) error {
+					for i := len(e.services) - 1; i >= 0; i-- {
+						_ = e.services[i].stop(ctx) // a service's stop fails not
+					}
 					e.cancel()
 					e.loopsWG.Wait()
 					return nil
@@ -570,38 +579,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 			startstop.Step{Name: "stop dispatcher", Run: e.disp.Stop},
 			startstop.Step{Name: "flush writer", Run: e.writer.Stop},
 			startstop.Step{Name: "deliver write completions", Run: e.completions.stop},
-			startstop.Step{Name: "deliver alerts", Run: func(ctx context.Context) error { e.alerts.stop(ctx); return nil }})
+			startstop.Step{Name: "deliver alerts", Run: e.alerts.stop})
 		return startstop.Steps(ctx, e.log, e.cfg.Clock, "engine stop: ", steps...)
 	})
 }
 
 // Running reports whether the engine is started and not stopping.
 func (e *Engine) Running() bool { return e.running.Load() }
-
-// loadLoop moves the window forward every LoadInterval (design.md, "Window and cold entries").
-func (e *Engine) loadLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	e.every(ctx, e.cfg.LoadInterval, func() {
-		if err := e.loadSlice(ctx); err != nil && ctx.Err() == nil {
-			e.log.Error("cannot load the next window slice; retrying next interval", "error", err)
-		}
-	})
-}
-
-// every calls fn every d, on the engine's clock, until ctx ends: the body of the engine's
-// periodic loops.
-func (e *Engine) every(ctx context.Context, d time.Duration, fn func()) {
-	t := e.cfg.Clock.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			fn()
-		}
-	}
-}
 
 // armableStates are the states whose next_trigger_time means "fire then".
 var armableStates = []model.State{model.StateScheduled, model.StateRetrying}
@@ -610,83 +594,10 @@ func armable(s model.State) bool {
 	return s == model.StateScheduled || s == model.StateRetrying
 }
 
-// loadSlice uncovers [old horizon, now+Window) and loads it.
-func (e *Engine) loadSlice(ctx context.Context) error {
-	now := e.nowMS()
-	e.horizonMu.Lock()
-	from := e.horizon
-	to := now + e.cfg.Window.Milliseconds()
-	if to <= from {
-		e.horizonMu.Unlock()
-		return nil
-	}
-	e.horizon = to
-	e.horizonMu.Unlock()
-	t := e.now()
-	// The shards held now: one gained after the horizon moved loads up to it itself.
-	n, err := e.loadRange(e.scheduling(ctx), from, to, now)
-	e.m.loadDuration.Update(e.since(t).Seconds())
-	if err != nil {
-		return err
-	}
-	e.log.Debug("window slice loaded", "tasks", n, "took", e.since(t))
-	return nil
-}
-
-// loadRange loads the tasks due in [from, to): in full those due within PromoteLead of
-// now (and every past fire, for the misfire policy), as cold references the rest.
-func (e *Engine) loadRange(ctx context.Context, from, to, now int64) (int, error) {
-	n := 0
-	hot := min(to, now+e.cfg.PromoteLead.Milliseconds())
-	if from < hot {
-		var err error
-		if n, err = e.loadFull(ctx, from, hot, now); err != nil {
-			return n, err
-		}
-	}
-	if hot < to {
-		m := 0
-		err := e.store.LoadDueRefs(ctx, max(from, hot), to, armableStates, func(r persist.DueRef) error {
-			m++
-			if e.tasks.get(r.TaskID) == nil {
-				e.armCold(r.TaskID, r.NextTriggerTime)
-			} else {
-				e.placeHeld(r.TaskID)
-			}
-			return nil
-		})
-		e.m.loaded.Add(m)
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
-// loadFull loads the tasks due in [from, to) in full.
-func (e *Engine) loadFull(ctx context.Context, from, to, now int64) (int, error) {
-	n := 0
-	err := e.store.LoadDue(ctx, from, to, armableStates, func(pt *model.Task) error {
-		n++
-		t, err := newTask(pt)
-		if err != nil {
-			// A definition that no longer parses (e.g. an unknown zone after a tzdata
-			// change) must not stop the loader: log it and leave the row as it is.
-			e.log.Error("cannot load task", "task", pt.Def.Name, "error", err)
-			return nil
-		}
-		e.adopt(t, now)
-		return nil
-	})
-	e.m.loaded.Add(n)
-	return n, err
-}
-
 // adopt puts a task read from the store into memory unless a newer copy is already there,
 // applying the misfire policy to a fire already too late at now (now 0: no policy).
 func (e *Engine) adopt(t *task, now int64) {
-	if in, err := e.insertTask(t, false); err != nil {
+	if in, err := e.own.insert(t, false); err != nil {
 		return // its shard is not held (any more): its owner loads it
 	} else if !in {
 		e.placeHeld(t.id)
@@ -709,30 +620,45 @@ func (e *Engine) adopt(t *task, now int64) {
 	e.place(t)
 }
 
+// acquireOpts says which task acquire finds, and for whom.
+type acquireOpts struct {
+	// api: a call of the API asks. On a sharded engine a task not in memory whose shard is
+	// not scheduled here, or is being recovered or handed over, is refused with
+	// model.ErrShardNotHeld (the call goes to the shard's owner, or is tried again); a task
+	// deleted meanwhile is refused with ErrTaskNotFound. Without it (the engine's own work: a
+	// release, a recovery, a backfill) a task of a shard being recovered is loaded too.
+	api bool
+	// name, when set, finds the task by name (the id is then unused); implies api.
+	name string
+	// row, when set, is the task's row just read (eachSelected): a task not in memory is
+	// built from it instead of being read again. Should that row be stale by now, its
+	// version is, and the write conflicts instead of landing (bulkApply then tries again).
+	row *model.Task
+}
+
 // acquire returns the task with id locked, loading it from the store when it is not in
-// memory, for the engine's own work (a release, a recovery, a backfill): on a sharded engine
-// a task of a shard being recovered is loaded too. The caller must call release.
-func (e *Engine) acquire(ctx context.Context, id int64) (*task, error) {
-	return e.acquireFrom(ctx, id, false, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
-}
-
-// acquireAPI is acquire for a call of the API: on a sharded engine it refuses, with
-// model.ErrShardNotHeld, a task not in memory whose shard is not scheduled here or is being
-// recovered or handed over (the call goes to the shard's owner, or is tried again).
-func (e *Engine) acquireAPI(ctx context.Context, id int64) (*task, error) {
-	return e.acquireFrom(ctx, id, true, func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) })
-}
-
-// acquireFrom is acquire with the task built from load's row when it is not in memory; api
-// says an API call asks (insertTask).
-func (e *Engine) acquireFrom(ctx context.Context, id int64, api bool, load func() (*model.Task, error)) (*task, error) {
-	for {
-		if t := e.tasks.get(id); t != nil {
-			t.mu.Lock()
-			if !t.evicted {
-				return t, nil
+// memory, as o says: the one way to hold a task. The caller must call release.
+func (e *Engine) acquire(ctx context.Context, id int64, o acquireOpts) (*task, error) {
+	if o.name != "" {
+		var err error
+		if id, err = e.lookup(ctx, o.name); err != nil {
+			return nil, err
+		}
+		o.api = true
+	}
+	load := func() (*model.Task, error) { return e.store.GetTaskByID(ctx, id) }
+	if o.row != nil {
+		load = func() (*model.Task, error) { return o.row, nil }
+	}
+	var t *task
+	for t == nil {
+		if in := e.tasks.get(id); in != nil {
+			in.mu.Lock()
+			if !in.evicted {
+				t = in
+				break
 			}
-			t.mu.Unlock()
+			in.mu.Unlock()
 			continue
 		}
 		if err := ctx.Err(); err != nil {
@@ -742,19 +668,23 @@ func (e *Engine) acquireFrom(ctx context.Context, id int64, api bool, load func(
 		if err != nil {
 			return nil, err
 		}
-		t, err := newTask(pt)
+		nt, err := newTask(pt)
 		if err != nil {
 			return nil, fmt.Errorf("cannot load task %q: %w", pt.Def.Name, err)
 		}
-		in, err := e.insertTask(t, api)
+		in, err := e.own.insert(nt, o.api)
 		if err != nil {
 			return nil, err
 		}
 		if in {
-			t.mu.Lock()
-			return t, nil
+			nt.mu.Lock()
+			t = nt
 		}
 	}
+	if o.api {
+		return live(t, nil)
+	}
+	return t, nil
 }
 
 // live unlocks and refuses a task acquired while it was being deleted.

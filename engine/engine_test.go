@@ -1082,7 +1082,7 @@ func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.maybeRelease(ctx, pt.Def.ID); err != nil {
+	if err := e.deps.maybeRelease(ctx, pt.Def.ID); err != nil {
 		t.Fatalf("release decision for %s: %v", downstream, err)
 	}
 	waitSettled(t, e)
@@ -1257,7 +1257,7 @@ func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
 		addr := exec.Listener.Addr().String()
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "mute", Callback: &model.Callback{Type: model.CallbackExecutor, App: "silent", Handler: "job"}}

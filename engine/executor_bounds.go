@@ -35,13 +35,13 @@ const lostAlertAddresses = 5
 
 // registerBounded registers reg within the configured bounds, and forgets in the store the
 // executors it took the place of.
-func (e *Engine) registerBounded(ctx context.Context, reg wire.ExecutorRegistration, key []byte, now int64) (x *dispatch.Executor, created, revived bool, err error) {
-	x, created, revived, evicted, err := e.registry.RegisterBounded(reg.App, reg.Address, reg.Protocol, reg.Handlers, now, key,
-		dispatch.Bounds{PerApp: e.cfg.MaxExecutorsPerApp, PerKey: e.cfg.MaxExecutorsPerToken})
+func (ex *Executors) registerBounded(ctx context.Context, reg wire.ExecutorRegistration, key []byte, now int64) (x *dispatch.Executor, created, revived bool, err error) {
+	x, created, revived, evicted, err := ex.reg.RegisterBounded(reg.App, reg.Address, reg.Protocol, reg.Handlers, now, key,
+		dispatch.Bounds{PerApp: ex.cfg.MaxExecutorsPerApp, PerKey: ex.cfg.MaxExecutorsPerToken})
 	for _, old := range evicted {
-		e.log.Info("executor forgotten to make room for a new one", "app", old.App, "address", old.Address, "for", reg.Address)
-		if derr := e.store.DeleteExecutor(ctx, old.App, old.Address); derr != nil {
-			e.log.Warn("cannot forget executor", "app", old.App, "address", old.Address, "error", derr)
+		ex.log.Info("executor forgotten to make room for a new one", "app", old.App, "address", old.Address, "for", reg.Address)
+		if derr := ex.store.DeleteExecutor(ctx, old.App, old.Address); derr != nil {
+			ex.log.Warn("cannot forget executor", "app", old.App, "address", old.Address, "error", derr)
 		}
 	}
 	return x, created, revived, err
@@ -49,33 +49,33 @@ func (e *Engine) registerBounded(ctx context.Context, reg wire.ExecutorRegistrat
 
 // forgetDeleted answers a heartbeat whose executor the store no longer holds (an operator
 // deleted its row): it leaves the registry too, and the executor is told to register again.
-func (e *Engine) forgetDeleted(app, addr string, err error) error {
+func (ex *Executors) forgetDeleted(app, addr string, err error) error {
 	if !errors.Is(err, model.ErrExecutorNotFound) {
 		return fmt.Errorf("cannot record heartbeat: %w", err)
 	}
-	e.registry.Remove(app, addr)
-	e.log.Info("executor no longer in the store; asked to register again", "app", app, "address", addr)
+	ex.reg.Remove(app, addr)
+	ex.log.Info("executor no longer in the store; asked to register again", "app", app, "address", addr)
 	return ErrUnknownExecutor
 }
 
 // sweepDeleted drops from the registry the lost executors whose rows were deleted from the
 // store, once every LostAfter (the reaper's; alive ones leave at their next heartbeat).
-func (e *Engine) sweepDeleted(ctx context.Context, now int64) {
-	if now-e.sweptAt < e.cfg.LostAfter.Milliseconds() {
+func (ex *Executors) sweepDeleted(ctx context.Context, now int64) {
+	if now-ex.sweptAt < ex.cfg.LostAfter.Milliseconds() {
 		return
 	}
-	e.sweptAt = now
-	list, err := e.store.ListExecutors(ctx)
+	ex.sweptAt = now
+	list, err := ex.store.ListExecutors(ctx)
 	if err != nil {
-		e.log.Warn("cannot list executors to drop deleted ones", "error", err)
+		ex.log.Warn("cannot list executors to drop deleted ones", "error", err)
 		return
 	}
 	stored := make(map[[2]string]bool, len(list))
 	for _, x := range list {
 		stored[[2]string{x.App, x.Address}] = true
 	}
-	for _, x := range e.registry.DropAbsent(func(app, addr string) bool { return stored[[2]string{app, addr}] }) {
-		e.log.Info("executor deleted from the store; dropped from the registry", "app", x.App, "address", x.Address)
+	for _, x := range ex.reg.DropAbsent(func(app, addr string) bool { return stored[[2]string{app, addr}] }) {
+		ex.log.Info("executor deleted from the store; dropped from the registry", "app", x.App, "address", x.Address)
 	}
 }
 
@@ -98,8 +98,8 @@ type gatherBatch struct {
 
 // noteAlert gathers one executor's loss or return (AlertExecutorLost, AlertExecutorBack)
 // for the reaper to raise.
-func (e *Engine) noteAlert(kind, app, addr string, now int64) {
-	g := &e.gathered
+func (ex *Executors) noteAlert(kind, app, addr string, now int64) {
+	g := &ex.gathered
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.pending == nil {
@@ -124,8 +124,8 @@ const maxGathered = 4096
 // raiseGathered raises the alert of every kind and app whose batch did not grow since the
 // last reap, or has waited LostAfter; all raises every one (at stop). One alert names a few
 // addresses and counts the rest.
-func (e *Engine) raiseGathered(ctx context.Context, now int64, all bool) {
-	g := &e.gathered
+func (ex *Executors) raiseGathered(ctx context.Context, now int64, all bool) {
+	g := &ex.gathered
 	g.mu.Lock()
 	type due struct {
 		gatherKey
@@ -134,7 +134,7 @@ func (e *Engine) raiseGathered(ctx context.Context, now int64, all bool) {
 	}
 	var out []due
 	for k, b := range g.pending {
-		if all || !b.grew || now-b.since >= e.cfg.LostAfter.Milliseconds() {
+		if all || !b.grew || now-b.since >= ex.cfg.LostAfter.Milliseconds() {
 			out = append(out, due{k, b.addrs, b.n})
 			delete(g.pending, k)
 			continue
@@ -149,7 +149,7 @@ func (e *Engine) raiseGathered(ctx context.Context, now int64, all bool) {
 		return out[i].app < out[j].app
 	})
 	for _, d := range out {
-		e.alert(ctx, d.kind, gatheredMessage(d.kind, d.app, d.addrs, d.n, e.cfg.LostAfter))
+		ex.alerts.raise(ctx, d.kind, gatheredMessage(d.kind, d.app, d.addrs, d.n, ex.cfg.LostAfter))
 	}
 }
 

@@ -199,7 +199,7 @@ func TestLateResultForALostRun(t *testing.T) {
 		pt := mustCreate(t, e, &wire.TaskSpec{Name: "late", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
 		// The executor the run was sent to: lost executors stay registered.
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
 			t.Fatal(err)
 		}
 		lost := model.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: model.RunScheduled, Attempt: 1,

@@ -86,7 +86,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		heldUnsent: s.NewCounter("axe_sends_held_total"),
 		// Fires the database's fire record refused (core_recover.go).
 		fireRefusals: s.NewCounter("axe_duplicate_fires_suppressed_total"),
-		// Rows retention deleted, by table (api_retention.go).
+		// Rows retention deleted, by table (retention.go).
 		prunedRuns:     s.NewCounter(`axe_pruned_rows_total{table="task_run"}`),
 		prunedActions:  s.NewCounter(`axe_pruned_rows_total{table="task_action"}`),
 		prunedFinished: s.NewCounter(`axe_pruned_rows_total{table="task_def"}`),
@@ -120,7 +120,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	})
 	s.NewGauge("axe_wheel_pending", func() float64 { return float64(e.wheel.Len()) })
 	s.NewGauge("axe_tasks_in_memory", func() float64 { return float64(e.tasks.len()) })
-	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.promo.queued.Load()) })
+	s.NewGauge("axe_tasks_cold", func() float64 { return float64(e.loader.promo.queued.Load()) })
 	s.NewGauge("axe_ready_queue_depth", func() float64 {
 		n := 0
 		for i := 0; i < e.wheel.Partitions(); i++ {

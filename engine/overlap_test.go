@@ -194,7 +194,7 @@ func TestCancelOtherKillsTheRunningRun(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
 		addr := x.Listener.Addr().String()
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "busy", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "busy", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "cover", Cron: "*/5 * * * * *", OverlapPolicy: model.OverlapCancelOther,
@@ -411,7 +411,7 @@ func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := startEngine(t, s, withFakeClock(clk))
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		if runs := e.RunsInFlight(); len(runs) != 1 || runs[0].Ticket != ticket {

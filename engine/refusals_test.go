@@ -83,15 +83,15 @@ func TestExecutorAlertsGathered(t *testing.T) {
 		e := startEngine(t, s, withFakeClock(clk))
 		now := e.nowMS()
 		for i := range 4 {
-			e.noteAlert(AlertExecutorBack, "a", fmt.Sprintf("10.0.0.%d:1", i), now)
+			e.executors.noteAlert(AlertExecutorBack, "a", fmt.Sprintf("10.0.0.%d:1", i), now)
 		}
-		e.noteAlert(AlertExecutorLost, "b", "10.0.1.1:1", now)
-		e.raiseGathered(ctx, now, false) // both grew in this pass: nothing yet
+		e.executors.noteAlert(AlertExecutorLost, "b", "10.0.1.1:1", now)
+		e.executors.raiseGathered(ctx, now, false) // both grew in this pass: nothing yet
 		for i := 4; i < 7; i++ {
-			e.noteAlert(AlertExecutorBack, "a", fmt.Sprintf("10.0.0.%d:1", i), now)
+			e.executors.noteAlert(AlertExecutorBack, "a", fmt.Sprintf("10.0.0.%d:1", i), now)
 		}
-		e.raiseGathered(ctx, now, false) // b is quiet: raised; a grew
-		e.raiseGathered(ctx, now, false) // a is quiet: raised
+		e.executors.raiseGathered(ctx, now, false) // b is quiet: raised; a grew
+		e.executors.raiseGathered(ctx, now, false) // a is quiet: raised
 		var got []string
 		waitFor(t, 10*time.Second, "two alerts recorded", func() bool {
 			acts, err := s.ListActions(ctx, 0, 0)

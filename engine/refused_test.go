@@ -127,7 +127,7 @@ func TestResultsMustNameTheirRun(t *testing.T) {
 		pt := mustCreate(t, e, &wire.TaskSpec{Name: "bill", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
 		for _, addr := range []string{"10.0.0.1:7", "10.0.0.2:7"} {
-			if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"h"}}); err != nil {
+			if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"h"}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -55,7 +55,7 @@ func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
 			_ = e.Stop(stop)
 		})
 		addr := exec.Listener.Addr().String()
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "cut", Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "job"}}
@@ -118,7 +118,7 @@ func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
 		defer exec.Close()
 		e := startEngine(t, s)
 		addr := exec.Listener.Addr().String()
-		if err := e.RegisterExecutor(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "slow", Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "job"}}

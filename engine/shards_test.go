@@ -31,7 +31,7 @@ func takeFor(t *testing.T, s persist.Store, e *Engine, holder string, shards []i
 	for i, l := range got {
 		fs[i] = persist.ShardFence{Shard: l.Shard, Epoch: l.Epoch}
 	}
-	if err := e.GainShards(ctx, fs); err != nil {
+	if err := e.Ownership().Gain(ctx, fs); err != nil {
 		t.Fatalf("GainShards(%s): %v", holder, err)
 	}
 	return fs
@@ -137,9 +137,9 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 
 		var set model.ShardSet
 		set.Add(shard)
-		a.DrainShards(set)
-		waitFor(t, 5*time.Second, "the drained shard to have nothing in flight", func() bool { return a.ShardsInFlight(set).Len() == 0 })
-		held := a.Shards()
+		a.Ownership().Drain(set)
+		waitFor(t, 5*time.Second, "the drained shard to have nothing in flight", func() bool { return a.Ownership().InFlight(set).Len() == 0 })
+		held := a.Ownership().Held()
 		var f persist.ShardFence
 		for _, h := range held {
 			if h.Shard == shard {
@@ -149,7 +149,7 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 		if err := s.(persist.ShardStore).ReleaseShards(ctx, "a", []persist.ShardFence{f}); err != nil {
 			t.Fatal(err)
 		}
-		a.DropShards(set)
+		a.Ownership().Drop(set)
 		before := len(cs.got("mover"))
 		fb := takeFor(t, s, b, "b", []int{shard}, time.Minute)
 		waitFor(t, 5*time.Second, "two fires on b", func() bool { return len(cs.got("mover")) >= before+2 })
@@ -251,7 +251,7 @@ func TestDependentInAnotherShard(t *testing.T) {
 					if asked {
 						c.ReleaseElsewhere = func(_ int, up string) {
 							calls.Add(1)
-							go func() { defer calls.Done(); _ = bp.ReleaseDependents(ctx, up) }()
+							go func() { defer calls.Done(); _ = bp.Dependents().Release(ctx, up) }()
 						}
 					}
 				})
@@ -312,11 +312,11 @@ func TestShardedRateShare(t *testing.T) {
 	for n := range 32 {
 		half.Add(n)
 	}
-	e.DrainShards(half)
+	e.Ownership().Drain(half)
 	if got := e.gate.lim.Share(); got != 32.0/model.ShardCount {
 		t.Errorf("share with 32 of 64 shards being handed over = %v, want 32/256", got)
 	}
-	e.DropShards(half)
+	e.Ownership().Drop(half)
 	if got := e.gate.lim.Share(); got != 32.0/model.ShardCount {
 		t.Errorf("share after dropping them = %v, want 32/256", got)
 	}

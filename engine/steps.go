@@ -95,13 +95,13 @@ func (e *Engine) StartStep(ctx context.Context, c StepCall) error {
 	var t *task
 	var err error
 	if c.Task != nil && c.Task.Def.Name == c.Def.Name && c.Task.Def.ID > 0 {
-		t, err = live(e.acquireFrom(ctx, c.Task.Def.ID, true, func() (*model.Task, error) { return c.Task, nil }))
+		t, err = live(e.acquire(ctx, c.Task.Def.ID, acquireOpts{api: true, row: c.Task}))
 		if err == nil && t.def.Name != c.Def.Name {
 			e.release(t)
 			err = fmt.Errorf("step task %q: %w", c.Def.Name, model.ErrTaskNotFound)
 		}
 	} else {
-		t, err = e.acquireByName(ctx, c.Def.Name)
+		t, err = live(e.acquire(ctx, 0, acquireOpts{name: c.Def.Name}))
 	}
 	if err != nil {
 		return err
@@ -190,12 +190,12 @@ func (e *Engine) completeStep(t *task, run model.Run, oc outcome) {
 // WriteWorkflow writes a group of workflow rows (runs, step runs) about workflow and waits
 // until it is durable, fenced by the workflow's shard on a sharded engine.
 func (e *Engine) WriteWorkflow(ctx context.Context, workflow string, g *persist.Group) error {
-	if e.cfg.Sharded {
-		f, err := e.heldFence(workflow)
-		if err != nil {
-			return err
-		}
-		g.Fence = f
+	fs, err := e.own.apiFences([]string{workflow})
+	if err != nil {
+		return err
+	}
+	if len(fs) > 0 {
+		g.Fence = fs[0]
 	}
 	return e.write(ctx, g)
 }
@@ -208,13 +208,11 @@ func (e *Engine) ApplyWorkflowBatch(ctx context.Context, workflow string, b *per
 	if err := e.checkRunning(); err != nil {
 		return err
 	}
-	if e.cfg.Sharded {
-		f, err := e.heldFence(workflow)
-		if err != nil {
-			return err
-		}
-		b.Shards = []persist.ShardFence{f}
+	fs, err := e.own.apiFences([]string{workflow})
+	if err != nil {
+		return err
 	}
+	b.Shards = fs
 	if err := e.store.ApplyBatch(ctx, b); err != nil {
 		return err
 	}
@@ -243,16 +241,13 @@ func (e *Engine) forgetStepTask(id int64) {
 	t.mu.Unlock()
 }
 
-// WorkflowOwned reports whether this node schedules workflow now: always on an engine that
-// is not sharded (it runs only where it schedules), else while it holds the workflow's shard.
+// WorkflowOwned reports whether this node schedules workflow now: while the engine runs
+// on a single node or a primary, else while the workflow's shard is held here and ready.
 func (e *Engine) WorkflowOwned(workflow string) bool {
-	if !e.cfg.Sharded {
-		return e.running.Load()
-	}
-	_, err := e.heldFence(workflow)
-	return err == nil
+	ready, _ := e.own.serves(workflow)
+	return ready && e.checkRunning() == nil
 }
 
 // SchedulingContext is ctx with the shard filter of what this engine schedules, for the
 // workflow service's reads of the workflows and runs it drives.
-func (e *Engine) SchedulingContext(ctx context.Context) context.Context { return e.scheduling(ctx) }
+func (e *Engine) SchedulingContext(ctx context.Context) context.Context { return e.own.scheduling(ctx) }

@@ -11,7 +11,7 @@ const (
 // Backfill is a request to run a cron task once for every fire time its schedule would have
 // produced in [From, To], each with that nominal time as its scheduled_at. It is a stored
 // row with a cursor, not a list of runs: the runs are created in small batches as its
-// parallelism allows (engine/core_backfill.go).
+// parallelism allows (engine/backfills.go).
 type Backfill struct {
 	ID       int64  `json:"id"`
 	TaskID   int64  `json:"task_id"`

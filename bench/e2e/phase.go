@@ -242,7 +242,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 func waitExecutors(ctx context.Context, eng *engine.Engine, n int) error {
 	for {
 		alive := 0
-		for _, x := range eng.Executors() {
+		for _, x := range eng.Executors().List() {
 			if x.App == benchApp && x.Status == dispatch.StatusAlive {
 				alive++
 			}

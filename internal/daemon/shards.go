@@ -149,7 +149,7 @@ func serveShards(ctx context.Context, cfg Config) error {
 		cfg.Advertise = cfg.scheme() + "://" + srv.Addr()
 	}
 	loop, err := ha.NewShards(ha.ShardsConfig{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
-		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own, InFlight: eng.ShardsInFlight})
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own, InFlight: eng.Ownership().InFlight})
 	if err != nil {
 		return undo(err)
 	}
@@ -202,14 +202,14 @@ func followShards(loop *ha.Shards, eng *engine.Engine, log interface {
 	defer close(done)
 	for ch := range loop.Changes() {
 		if ch.Lost.Len() > 0 {
-			eng.DropShards(ch.Lost)
+			eng.Ownership().Drop(ch.Lost)
 		}
 		if ch.Draining.Len() > 0 {
-			eng.DrainShards(ch.Draining)
+			eng.Ownership().Drain(ch.Draining)
 		}
 		if len(ch.Gained) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			err := eng.GainShards(ctx, ch.Gained)
+			err := eng.Ownership().Gain(ctx, ch.Gained)
 			cancel()
 			if err != nil {
 				log.Error("cannot recover the shards taken; giving them up for another node", "error", err)

@@ -14,6 +14,65 @@ import (
 	"github.com/axe-sched/axe/wire"
 )
 
+// executorsCore is what the executor registry asks of the core.
+type executorsCore interface {
+	// loseRunsOn resolves as lost the runs in flight on x, lost.
+	loseRunsOn(x *dispatch.Executor)
+	// flushRefusals records the refused results counted (refusals.go).
+	flushRefusals(ctx context.Context, all bool)
+}
+
+// Executors is the executor registry service: registrations, heartbeats and
+// deregistrations (api_deregister.go) within their bounds (executor_bounds.go), the reaper
+// that finds executors lost, and on a sharded engine the refresh of the registry from the
+// store (the executors register and heartbeat with any node).
+type Executors struct {
+	base
+	core   executorsCore
+	reg    *dispatch.Registry
+	alerts *Alerts
+	// refresh: the registry is read from the store every registryRefresh (sharded).
+	refresh   bool
+	reaper    loop
+	refresher loop
+	// sweptAt is when the reaper last dropped executors deleted from the store (ms; reaper
+	// only), and gathered the executors lost or back not alerted yet (executor_bounds.go).
+	sweptAt  int64
+	gathered gatheredAlerts
+}
+
+// Executors is the executor registry service, which the API's executor endpoints call.
+func (e *Engine) Executors() *Executors { return e.executors }
+
+func (ex *Executors) start() error {
+	if ex.refresh {
+		if err := ex.refresher.start(ex.refreshLoop); err != nil {
+			return err
+		}
+	}
+	return ex.reaper.start(ex.run)
+}
+
+func (ex *Executors) stop(ctx context.Context) error {
+	err := ex.reaper.stop(ctx)
+	return errors.Join(err, ex.refresher.stop(ctx))
+}
+
+// registryRefresh is how often a sharded engine reads the executor registry from the store:
+// executors register and heartbeat with any node, which writes their rows.
+const registryRefresh = time.Second
+
+// refreshLoop keeps a sharded engine's executor registry as the store has it.
+func (ex *Executors) refreshLoop(ctx context.Context) {
+	ex.every(ctx, registryRefresh, func() {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := ex.restore(rctx, true); err != nil && ctx.Err() == nil {
+			ex.log.Warn("cannot read the executor registry from the store", "error", err)
+		}
+	})
+}
+
 // Executor protocol defaults (docs/protocol.md).
 const (
 	HeartbeatIntervalDefault = 10 * time.Second
@@ -93,16 +152,16 @@ func validateRegistration(reg *wire.ExecutorRegistration, guard *dispatch.Guard)
 const maxHandlersBytes = 65535
 
 // RegisterExecutor registers an executor, idempotent by (app, address) (docs/protocol.md).
-func (e *Engine) RegisterExecutor(ctx context.Context, reg wire.ExecutorRegistration) error {
-	if err := validateRegistration(&reg, e.cfg.Dispatch.Guard); err != nil {
+func (ex *Executors) Register(ctx context.Context, reg wire.ExecutorRegistration) error {
+	if err := validateRegistration(&reg, ex.cfg.Dispatch.Guard); err != nil {
 		return err
 	}
-	key, err := e.dispatchKeyOf(reg)
+	key, err := ex.dispatchKeyOf(reg)
 	if err != nil {
 		return err
 	}
-	now := e.nowMS()
-	x, created, revived, err := e.registerBounded(ctx, reg, key, now) // executor_bounds.go
+	now := ex.nowMS()
+	x, created, revived, err := ex.registerBounded(ctx, reg, key, now) // executor_bounds.go
 	if err != nil {
 		return err
 	}
@@ -110,14 +169,14 @@ func (e *Engine) RegisterExecutor(ctx context.Context, reg wire.ExecutorRegistra
 	row := &model.Executor{App: reg.App, Address: reg.Address, Protocol: reg.Protocol, Handlers: reg.Handlers,
 		RegisteredAt: x.RegisteredAt, LastHeartbeat: now, Status: dispatch.StatusAlive, DispatchKey: hex.EncodeToString(key),
 		Incarnation: reg.Incarnation}
-	if err := e.store.UpsertExecutor(ctx, row); err != nil {
+	if err := ex.store.UpsertExecutor(ctx, row); err != nil {
 		return fmt.Errorf("cannot record executor: %w", err)
 	}
 	switch {
 	case created:
-		e.log.Info("executor registered", "app", reg.App, "address", reg.Address, "protocol", reg.Protocol, "handlers", reg.Handlers)
+		ex.log.Info("executor registered", "app", reg.App, "address", reg.Address, "protocol", reg.Protocol, "handlers", reg.Handlers)
 	case revived:
-		e.noteAlert(AlertExecutorBack, reg.App, reg.Address, now) // raised by the reaper (executor_bounds.go)
+		ex.noteAlert(AlertExecutorBack, reg.App, reg.Address, now) // raised by the reaper (executor_bounds.go)
 	}
 	return nil
 }
@@ -132,13 +191,13 @@ const predatesSigning = "this executor predates signed calls and expects axe to 
 // the token it presented when it asks for signed calls (protocol.AuthSigned), none when it
 // does not. An executor that presented a token without asking expects the legacy bearer
 // token, and is refused unless Config.ExecutorToken is set.
-func (e *Engine) dispatchKeyOf(reg wire.ExecutorRegistration) ([]byte, error) {
+func (ex *Executors) dispatchKeyOf(reg wire.ExecutorRegistration) ([]byte, error) {
 	switch {
 	case reg.Auth == protocol.AuthSigned && reg.Token == "":
 		return nil, fieldErr("auth", "signed calls are keyed by the executor's token, and it presented none")
 	case reg.Auth == protocol.AuthSigned:
 		return protocol.DispatchKey(reg.Token), nil
-	case reg.Token != "" && e.cfg.ExecutorToken == "":
+	case reg.Token != "" && ex.cfg.ExecutorToken == "":
 		return nil, fieldErr("auth", predatesSigning, protocol.AuthSigned)
 	}
 	return nil, nil
@@ -149,33 +208,33 @@ func (e *Engine) dispatchKeyOf(reg wire.ExecutorRegistration) ([]byte, error) {
 // does one registered without signed calls that presents a token while no
 // Config.ExecutorToken is set (as it was before the scheduler was upgraded): its
 // registration then tells it why it is refused.
-func (e *Engine) ExecutorHeartbeat(ctx context.Context, app, addr, token string) error {
-	if x := e.registry.Get(app, addr); x != nil && token != "" && !x.Signed() && e.cfg.ExecutorToken == "" {
+func (ex *Executors) Heartbeat(ctx context.Context, app, addr, token string) error {
+	if x := ex.reg.Get(app, addr); x != nil && token != "" && !x.Signed() && ex.cfg.ExecutorToken == "" {
 		return ErrUnknownExecutor
 	}
-	now := e.nowMS()
-	revived, err := e.registry.Heartbeat(app, addr, now)
+	now := ex.nowMS()
+	revived, err := ex.reg.Heartbeat(app, addr, now)
 	if err != nil {
 		return err
 	}
-	if err := e.store.Heartbeat(ctx, app, addr, now); err != nil {
-		return e.forgetDeleted(app, addr, err) // executor_bounds.go
+	if err := ex.store.Heartbeat(ctx, app, addr, now); err != nil {
+		return ex.forgetDeleted(app, addr, err) // executor_bounds.go
 	}
 	if revived {
-		e.noteAlert(AlertExecutorBack, app, addr, now) // raised by the reaper (executor_bounds.go)
+		ex.noteAlert(AlertExecutorBack, app, addr, now) // raised by the reaper (executor_bounds.go)
 	}
 	return nil
 }
 
 // ExecutorTimings returns the heartbeat interval executors are asked to keep and the silence
 // after which they are lost.
-func (e *Engine) ExecutorTimings() (heartbeat, lostAfter time.Duration) {
-	return e.cfg.HeartbeatInterval, e.cfg.LostAfter
+func (ex *Executors) Timings() (heartbeat, lostAfter time.Duration) {
+	return ex.cfg.HeartbeatInterval, ex.cfg.LostAfter
 }
 
 // Executors lists the registry.
-func (e *Engine) Executors() []model.Executor {
-	snap := e.registry.Snapshot()
+func (ex *Executors) List() []model.Executor {
+	snap := ex.reg.Snapshot()
 	out := make([]model.Executor, 0, len(snap))
 	for _, x := range snap {
 		out = append(out, model.Executor{App: x.App, Address: x.Address, Protocol: x.Protocol, Handlers: x.Handlers,
@@ -184,20 +243,20 @@ func (e *Engine) Executors() []model.Executor {
 	return out
 }
 
-// restoreExecutors loads the registry from the store at start. Executors keep their last
+// restore loads the registry from the store at start. Executors keep their last
 // heartbeat, so one that died with the previous scheduler is reaped after LostAfter. With
 // merge (a sharded engine's refresh, core_shards.go) an executor held already keeps the
 // newer heartbeat of the two (dispatch.Registry.Merge), and one whose key does not read is
 // skipped rather than failing the refresh.
-func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
-	list, err := e.store.ListExecutors(ctx)
+func (ex *Executors) restore(ctx context.Context, merge bool) error {
+	list, err := ex.store.ListExecutors(ctx)
 	if err != nil {
 		return err
 	}
 	for _, x := range list {
 		key, err := hex.DecodeString(x.DispatchKey)
 		if err != nil && merge {
-			e.log.Warn("cannot read the dispatch key of an executor; keeping the one held", "app", x.App, "address", x.Address, "error", err)
+			ex.log.Warn("cannot read the dispatch key of an executor; keeping the one held", "app", x.App, "address", x.Address, "error", err)
 			continue
 		}
 		if err != nil {
@@ -205,67 +264,61 @@ func (e *Engine) restoreExecutors(ctx context.Context, merge bool) error {
 		}
 		alive := x.Status != dispatch.StatusLost
 		if merge {
-			got, _ := e.registry.Merge(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
+			got, _ := ex.reg.Merge(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
 			if !bytes.Equal(got.DispatchKey(), key) {
 				got.SetDispatchKey(key)
 			}
 			got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft)
 			continue
 		}
-		e.registry.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
-		got := e.registry.Get(x.App, x.Address)
+		ex.reg.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
+		got := ex.reg.Get(x.App, x.Address)
 		got.SetDispatchKey(key)
 		got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft)
 	}
 	return nil
 }
 
-// reapLoop marks silent executors lost.
-func (e *Engine) reapLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	e.every(ctx, max(e.cfg.LostAfter/10, 50*time.Millisecond), func() {
-		e.reap(ctx)
-		e.sweepDeleted(ctx, e.nowMS())
-		e.flushRefusals(ctx, false)
+// run marks silent executors lost.
+func (ex *Executors) run(ctx context.Context) {
+	ex.every(ctx, max(ex.cfg.LostAfter/10, 50*time.Millisecond), func() {
+		ex.reap(ctx)
+		ex.sweepDeleted(ctx, ex.nowMS())
+		ex.core.flushRefusals(ctx, false)
 	})
 	// The refusals counted since their windows opened, and the lost executors not alerted
 	// yet, are recorded before the writer stops.
 	fctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 	defer cancel()
-	e.flushRefusals(fctx, true)
-	e.raiseGathered(fctx, e.nowMS(), true)
+	ex.core.flushRefusals(fctx, true)
+	ex.raiseGathered(fctx, ex.nowMS(), true)
 }
 
-func (e *Engine) reap(ctx context.Context) {
-	now := e.nowMS()
-	lost := e.registry.Reap(now - e.cfg.LostAfter.Milliseconds())
-	if e.holdsShardZero() {
+func (ex *Executors) reap(ctx context.Context) {
+	now := ex.nowMS()
+	lost := ex.reg.Reap(now - ex.cfg.LostAfter.Milliseconds())
+	if ex.own.holdsShardZero() {
 		// Every sharded node judges an executor by the heartbeats in the store and
 		// resolves its own runs on it; the verdict is recorded, and alerted, once: by the
 		// holder of shard 0 (core_shards.go). One alert per app for executors lost
 		// together (executor_bounds.go); none for one that deregistered, drained and went.
 		for _, x := range lost {
 			if x.Left() {
-				e.log.Info("deregistered executor went silent", "app", x.App, "address", x.Address)
+				ex.log.Info("deregistered executor went silent", "app", x.App, "address", x.Address)
 				continue
 			}
-			e.noteAlert(AlertExecutorLost, x.App, x.Address, now)
+			ex.noteAlert(AlertExecutorLost, x.App, x.Address, now)
 		}
 	}
-	e.raiseGathered(ctx, now, false)
+	ex.raiseGathered(ctx, now, false)
 	for _, x := range lost {
 		// A deregistered executor's row stays "left" (every node judges it silent by its
 		// heartbeats); its runs still in flight, if any, are lost below.
-		if e.holdsShardZero() && !x.Left() {
-			if err := e.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
-				e.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
+		if ex.own.holdsShardZero() && !x.Left() {
+			if err := ex.store.SetExecutorStatus(ctx, x.App, x.Address, dispatch.StatusLost); err != nil {
+				ex.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 			}
 		}
-		for _, ticket := range e.runs.on(x) {
-			e.runs.take(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
-				e.resolve(f.t, f.run, outcome{result: model.ResultLost, executor: x.Address,
-					errText: "executor " + x.Address + " was lost with the run in flight"})
-			})
-		}
+		ex.core.loseRunsOn(x)
 	}
 }

@@ -2,7 +2,7 @@ package engine
 
 // Backfills: one run of a cron task for every fire time its schedule would have produced in
 // a past range (api_backfill.go makes and reads them). A backfill is a stored row with a
-// cursor (persist/backfill.go), never a list of runs: backfillLoop, which runs only on the
+// cursor (persist/backfill.go), never a list of runs: the loop of Backfills, which runs only on the
 // lease holder because an engine runs only there, creates its runs a few at a time as its
 // parallelism frees slots.
 //
@@ -19,7 +19,7 @@ package engine
 //
 // Progress. The row's cursor (Next) and counters are saved at most every
 // backfillSaveEvery, and at every change of status. A crash loses at most the counts since
-// the last save: recoverBackfills recounts the backfill's runs before its saved cursor from
+// the last save: recover recounts the backfill's runs before its saved cursor from
 // the run rows, re-attaches its runs still in flight (found from Low on) as run-now
 // instances are re-attached (lost for an HTTP callback, awaited for an executor), and the
 // cursor then meets again the fire times started after the last save, each already
@@ -57,7 +57,7 @@ const (
 	backfillBatch = 64
 	// backfillSaveEvery is how often a backfill's cursor and counters are saved while it runs.
 	backfillSaveEvery = 250 * time.Millisecond
-	// backfillPoll is how often backfillLoop looks at its backfills without being woken.
+	// backfillPoll is how often the backfills' loop looks at its backfills without being woken.
 	backfillPoll = time.Second
 	// backfillRetry is how long a backfill waits after a failed read or write.
 	backfillRetry = time.Second
@@ -93,6 +93,37 @@ type backfill struct {
 	savedAt time.Time
 	retryAt time.Time
 }
+
+// backfillsCore is what the backfills ask of the core: the task to hold, and a run to
+// admit, start or give back (core_backfillruns.go).
+type backfillsCore interface {
+	checkRunning() error
+	lookup(ctx context.Context, name string) (int64, error)
+	acquire(ctx context.Context, id int64, o acquireOpts) (*task, error)
+	release(t *task)
+	write(ctx context.Context, g *persist.Group) error
+	submit(ctx context.Context, g *persist.Group, mode submitMode) error
+	adoptInstance(ctx context.Context, run model.Run, track func()) error
+	admitBackfill(def *model.TaskDef, ticket string, shard uint8, epoch int64) (slot concSlot, wait time.Duration, ok bool)
+	startBackfill(t *task, def *model.TaskDef, run model.Run, slot concSlot)
+	unstartBackfill(t *task, slot concSlot)
+}
+
+// Backfills is the backfill service: the API's backfills (api_backfill.go), their loop
+// that starts their runs (run, feed) and saves their progress, and their recovery.
+type Backfills struct {
+	base
+	core backfillsCore
+	set  backfillSet
+	loop loop
+}
+
+// Backfills is the backfill service, which the API's backfill endpoints call.
+func (e *Engine) Backfills() *Backfills { return e.backfills }
+
+func (bf *Backfills) start() error { return bf.loop.start(bf.run) }
+
+func (bf *Backfills) stop(ctx context.Context) error { return bf.loop.stop(ctx) }
 
 // backfillSet is the engine's backfills in memory.
 type backfillSet struct {
@@ -139,7 +170,7 @@ func (s *backfillSet) list() []*backfill {
 }
 
 // dropShards forgets the backfills of the tasks of set and their runs in flight: the node
-// that takes the shards resumes them from their rows (recoverBackfills).
+// that takes the shards resumes them from their rows (Backfills.recover).
 func (s *backfillSet) dropShards(set model.ShardSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -262,41 +293,40 @@ func periodicFloor(t *task) int64 {
 	return 0
 }
 
-// backfillLoop feeds the backfills this engine holds until ctx ends.
-func (e *Engine) backfillLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	tick := e.cfg.Clock.NewTicker(backfillPoll)
+// run feeds the backfills this engine holds until ctx ends.
+func (bf *Backfills) run(ctx context.Context) {
+	tick := bf.clk.NewTicker(backfillPoll)
 	defer tick.Stop()
 	for {
-		for _, b := range e.backfills.list() {
+		for _, b := range bf.set.list() {
 			if ctx.Err() != nil {
 				break
 			}
-			if e.feedBackfill(ctx, b) {
-				e.backfills.poke() // more may be passed or started at once
+			if bf.feed(ctx, b) {
+				bf.set.poke() // more may be passed or started at once
 			}
-			e.saveBackfill(ctx, b, false)
+			bf.save(ctx, b, false)
 		}
 		select {
 		case <-ctx.Done():
 			// The last progress, so that a clean restart resumes from it; a crash loses
 			// it, and recovery recounts (see the top of this file).
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			for _, b := range e.backfills.list() {
-				e.saveBackfill(sctx, b, true)
+			for _, b := range bf.set.list() {
+				bf.save(sctx, b, true)
 			}
 			cancel()
 			return
 		case <-tick.C():
-		case <-e.backfills.wake:
+		case <-bf.set.wake:
 		}
 	}
 }
 
-// saveBackfill writes b's progress when it changed and the last save is older than
+// save writes b's progress when it changed and the last save is older than
 // backfillSaveEvery (or now, when force), and lets go of a backfill that has ended and
 // has no run in flight.
-func (e *Engine) saveBackfill(ctx context.Context, b *backfill, force bool) {
+func (bf *Backfills) save(ctx context.Context, b *backfill, force bool) {
 	b.mu.Lock()
 	finished := b.row.Status != model.BackfillRunning && len(b.inflight) == 0
 	if finished {
@@ -304,45 +334,45 @@ func (e *Engine) saveBackfill(ctx context.Context, b *backfill, force bool) {
 	} else {
 		b.row.Low = b.low()
 	}
-	if !b.dirty || (!force && !finished && e.since(b.savedAt) < backfillSaveEvery) {
+	if !b.dirty || (!force && !finished && bf.since(b.savedAt) < backfillSaveEvery) {
 		b.mu.Unlock()
 		return
 	}
 	row := b.row
-	row.UpdatedAt = e.nowMS()
+	row.UpdatedAt = bf.nowMS()
 	b.dirty = false
-	b.savedAt = e.now()
+	b.savedAt = bf.clk.Now()
 	b.mu.Unlock()
-	fctx, err := e.fencedFor(ctx, row.TaskName) // under the task's shard's fence
+	fctx, err := bf.own.fencedFor(ctx, row.TaskName) // under the task's shard's fence
 	if err == nil {
-		err = e.store.SaveBackfill(fctx, &row)
+		err = bf.store.SaveBackfill(fctx, &row)
 	}
 	if err != nil {
-		e.log.Warn("cannot save backfill progress; retrying", "backfill", row.ID, "error", err)
+		bf.log.Warn("cannot save backfill progress; retrying", "backfill", row.ID, "error", err)
 		b.mu.Lock()
 		b.dirty = true
 		b.mu.Unlock()
 		return
 	}
 	if finished {
-		e.backfills.remove(b)
+		bf.set.remove(b)
 	}
 }
 
-// feedBackfill moves b's cursor over its next fire times (at most backfillBatch): those
+// feed moves b's cursor over its next fire times (at most backfillBatch): those
 // with a run already are passed as found, the others start as b's free slots allow; and it
 // ends b when its range is done. It reports whether the cursor moved. It waits for the fire
 // records it submitted, so the cursor moves only past fire times whose record is durable
 // or found.
-func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
+func (bf *Backfills) feed(ctx context.Context, b *backfill) bool {
 	b.mu.Lock()
-	if b.row.Status != model.BackfillRunning || e.now().Before(b.retryAt) {
+	if b.row.Status != model.BackfillRunning || bf.clk.Now().Before(b.retryAt) {
 		b.mu.Unlock()
 		return false
 	}
 	if b.row.Next == 0 {
 		if len(b.inflight) == 0 {
-			e.endBackfillLocked(b, model.BackfillDone, ActorScheduler, "")
+			bf.endLocked(b, model.BackfillDone, ActorScheduler, "")
 		}
 		b.mu.Unlock()
 		return false
@@ -360,9 +390,9 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	b.mu.Unlock()
 
 	retry := func(what string, err error) bool {
-		e.log.Warn("cannot "+what+" of a backfill; retrying", "backfill", b.row.ID, "error", err)
+		bf.log.Warn("cannot "+what+" of a backfill; retrying", "backfill", b.row.ID, "error", err)
 		b.mu.Lock()
-		b.retryAt = e.now().Add(backfillRetry)
+		b.retryAt = bf.clk.Now().Add(backfillRetry)
 		b.mu.Unlock()
 		return false
 	}
@@ -372,7 +402,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	}
 	// The fire times that have a record already are passed without a write: one read for
 	// the batch, so a range asked for again is walked at the speed of reads.
-	found, err := e.store.RunsByTicket(ctx, tickets)
+	found, err := bf.store.RunsByTicket(ctx, tickets)
 	if err != nil {
 		return retry("read the runs", err)
 	}
@@ -380,10 +410,10 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	for _, r := range found {
 		stored[r.Ticket] = r
 	}
-	t, err := e.acquire(ctx, taskID)
+	t, err := bf.core.acquire(ctx, taskID, acquireOpts{})
 	if errors.Is(err, model.ErrTaskNotFound) {
 		b.mu.Lock()
-		e.endBackfillLocked(b, model.BackfillAborted, ActorScheduler, "the task was deleted")
+		bf.endLocked(b, model.BackfillAborted, ActorScheduler, "the task was deleted")
 		b.mu.Unlock()
 		return false
 	}
@@ -393,20 +423,20 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	if err != nil {
 		return retry("load the task", err)
 	}
-	if e.shardGate(t.shard, t.sepoch, true) != nil {
-		e.release(t) // being handed over: no new run; the next owner resumes the backfill
+	if bf.own.shardGate(t.shard, t.sepoch, true) != nil {
+		bf.core.release(t) // being handed over: no new run; the next owner resumes the backfill
 		return false
 	}
 	def := t.def
 	if t.deleted {
-		e.release(t)
+		bf.core.release(t)
 		b.mu.Lock()
-		e.endBackfillLocked(b, model.BackfillAborted, ActorScheduler, "the task was deleted")
+		bf.endLocked(b, model.BackfillAborted, ActorScheduler, "the task was deleted")
 		b.mu.Unlock()
 		return false
 	}
 	floor := periodicFloor(t)
-	now := e.nowMS()
+	now := bf.nowMS()
 	var runs []model.Run
 	var concSlots []concSlot
 	runAt := make(map[int]int) // index in times → index in runs
@@ -425,24 +455,17 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		}
 		// A backfill run counts in its group's and key's concurrency limits as a run-now
 		// does; over a limit, the cursor stops here until a later pass finds room.
-		slot, _, _, _, ok := e.tryAcquireRun(def.Group, def.ConcurrencyKey, tickets[i], t.shard, t.sepoch)
-		if !ok {
-			passed = i
-			break
-		}
 		// And it takes a token of its downstream's rate limit (and the global one), as every
 		// fire does: without a token the cursor stops here too, and a later pass (each run's
 		// end or the poll) asks again. The rate is never exceeded; a backfill run may take a
 		// token ahead of a fire the rate gate holds, which then waits for the next one.
-		if e.gate.limited.Load() {
-			if ok, wait := e.gate.lim.Take(downstreamOf(def)); !ok {
-				e.conc.release(slot)
-				passed = i
-				if wait < backfillPoll { // the next pass when the token is due, not at the poll
-					e.cfg.Clock.AfterFunc(wait, e.backfills.poke)
-				}
-				break
+		slot, wait, ok := bf.core.admitBackfill(def, tickets[i], t.shard, t.sepoch)
+		if !ok {
+			passed = i
+			if wait > 0 && wait < backfillPoll { // the next pass when the token is due, not at the poll
+				bf.clk.AfterFunc(wait, bf.set.poke)
 			}
+			break
 		}
 		concSlots = append(concSlots, slot)
 		runAt[i] = len(runs)
@@ -453,7 +476,7 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		})
 	}
 	t.flying += len(runs) // keeps t in memory while the records are written
-	e.release(t)
+	bf.core.release(t)
 
 	type written struct {
 		i   int
@@ -465,26 +488,16 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		g := &persist.Group{Fires: []model.Run{run}, Done: func(err error) {
 			if err == nil {
 				b.mu.Lock()
-				e.backfills.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: true})
+				bf.set.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: true})
 				b.mu.Unlock()
-				e.runs.add(t, run, slot)
-				e.m.triggers.Inc()
-				e.send(t, def, run, def.Params)
+				bf.core.startBackfill(t, def, run, slot)
 			} else {
-				e.conc.release(slot)
-				t.mu.Lock()
-				t.flying--
-				e.place(t)
-				t.mu.Unlock()
+				bf.core.unstartBackfill(t, slot)
 			}
 			results <- written{i, err}
 		}}
-		if err := e.submit(ctx, g, submitWait); err != nil {
-			e.conc.release(slot)
-			t.mu.Lock()
-			t.flying--
-			e.place(t)
-			t.mu.Unlock()
+		if err := bf.core.submit(ctx, g, submitWait); err != nil {
+			bf.core.unstartBackfill(t, slot)
 			results <- written{i, err}
 		}
 	}
@@ -513,9 +526,9 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 		}
 	}
 	if len(refused) > 0 {
-		more, err := e.store.RunsByTicket(ctx, refused)
+		more, err := bf.store.RunsByTicket(ctx, refused)
 		if err != nil {
-			e.log.Warn("cannot read the runs a backfill met; retrying", "backfill", b.row.ID, "error", err)
+			bf.log.Warn("cannot read the runs a backfill met; retrying", "backfill", b.row.ID, "error", err)
 			failedAt = 0
 		}
 		for _, r := range more {
@@ -526,8 +539,8 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	defer b.mu.Unlock()
 	if failedAt >= 0 {
 		passed, owned = failedAt, false
-		b.retryAt = e.now().Add(backfillRetry)
-		e.log.Warn("cannot write a backfill's fire record; retrying", "backfill", b.row.ID)
+		b.retryAt = bf.clk.Now().Add(backfillRetry)
+		bf.log.Warn("cannot write a backfill's fire record; retrying", "backfill", b.row.ID)
 	}
 	for i := range times {
 		ticket := tickets[i]
@@ -578,9 +591,9 @@ func (e *Engine) feedBackfill(ctx context.Context, b *backfill) bool {
 	return passed > 0 || owned
 }
 
-// endBackfillLocked ends b as status says and records it. Caller holds b.mu.
-func (e *Engine) endBackfillLocked(b *backfill, status, actor, note string) {
-	now := e.nowMS()
+// endLocked ends b as status says and records it. Caller holds b.mu.
+func (bf *Backfills) endLocked(b *backfill, status, actor, note string) {
+	now := bf.nowMS()
 	b.row.Status, b.row.EndedAt, b.dirty = status, now, true
 	if note != "" {
 		b.row.Note = note
@@ -599,52 +612,24 @@ func (e *Engine) endBackfillLocked(b *backfill, status, actor, note string) {
 	}
 	act := model.Action{TaskID: b.row.TaskID, TaskName: b.row.TaskName, Action: name, Actor: actor,
 		At: now, Detail: detail}
-	if err := e.submit(context.Background(), &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
-		e.log.Warn("cannot record the end of a backfill", "backfill", b.row.ID, "error", err)
+	if err := bf.core.submit(context.Background(), &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
+		bf.log.Warn("cannot record the end of a backfill", "backfill", b.row.ID, "error", err)
 	}
 }
 
-// completeBackfill records the end of a backfill run: its run row, as run-now's end does,
-// without an action record (the run row is its record) and without the breaker, retries
-// or dependents (see the top of this file). The caller has taken the run from e.runs.
-func (e *Engine) completeBackfill(t *task, run model.Run, oc outcome) {
-	// An outcome without a duration (a lost run) lasted from its dispatch until now.
-	run = endedRun(run, oc, e.nowMS())
-	e.m.results.result(oc.result).Inc()
-	var acts []model.Action
-	t.mu.Lock()
-	t.runLeft(run.Ticket)
-	if oc.killedBy != "" {
-		// An operator's kill is on record as every kill is (core_killrun.go).
-		e.m.kills.Inc()
-		acts = append(acts, e.action(t, run.Ticket, ActKill, "", "", oc.killedBy, joinNote("backfill run killed", oc.killReason), run.EndedAt))
-	}
-	e.place(t)
-	t.mu.Unlock()
-	g := &persist.Group{Runs: []model.Run{run}, Actions: acts, Done: func(err error) {
-		oc.notify(err)
-		e.backfills.ended(run.Ticket, run.Result, err)
-	}}
-	if err := e.submit(context.Background(), g, submitWait); err != nil {
-		e.log.Warn("backfill run's result not recorded: writer closed", "ticket", run.Ticket, "error", err)
-		oc.notify(err)
-		e.backfills.ended(run.Ticket, run.Result, err)
-	}
-}
-
-// recoverBackfills takes over the backfills a previous primary left open: their counters
+// recover takes over the backfills a previous primary left open: their counters
 // recounted from the run rows before their saved cursor, their runs still in flight
-// re-attached as run-now instances are (recoverManualRuns). Called at start, before
-// backfillLoop.
-func (e *Engine) recoverBackfills(ctx context.Context) error {
-	open, err := e.store.ListOpenBackfills(ctx)
+// re-attached as run-now instances are (Recovery.manualRuns). Called at start, before
+// run.
+func (bf *Backfills) recover(ctx context.Context) error {
+	open, err := bf.store.ListOpenBackfills(ctx)
 	if err != nil {
 		return fmt.Errorf("cannot list open backfills: %w", err)
 	}
 	for _, row := range open {
 		b, err := newBackfill(row)
 		if err != nil {
-			e.log.Error("cannot resume backfill", "backfill", row.ID, "error", err)
+			bf.log.Error("cannot resume backfill", "backfill", row.ID, "error", err)
 			continue
 		}
 		if row.Status == model.BackfillRunning {
@@ -652,7 +637,7 @@ func (e *Engine) recoverBackfills(ctx context.Context) error {
 			if row.Next > 0 {
 				upTo = row.Next - 1
 			}
-			counts, err := e.store.CountBackfillRuns(ctx, row.TaskID, row.From, upTo, b.detail)
+			counts, err := bf.store.CountBackfillRuns(ctx, row.TaskID, row.From, upTo, b.detail)
 			if err != nil {
 				return fmt.Errorf("cannot recount backfill %d: %w", row.ID, err)
 			}
@@ -671,28 +656,28 @@ func (e *Engine) recoverBackfills(ctx context.Context) error {
 			b.row.Skipped = max(0, b.row.Started-ours)
 			b.dirty = true
 		}
-		runs, err := e.store.ListBackfillOpenRuns(ctx, row.TaskID, row.Low, row.To)
+		runs, err := bf.store.ListBackfillOpenRuns(ctx, row.TaskID, row.Low, row.To)
 		if err != nil {
 			return fmt.Errorf("cannot list the open runs of backfill %d: %w", row.ID, err)
 		}
-		e.backfills.add(b)
+		bf.set.add(b)
 		for _, run := range runs {
 			if run.Detail != b.detail {
 				continue // another backfill's, which recovers it
 			}
 			track := func() {
 				b.mu.Lock()
-				e.backfills.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: row.Next == 0 || run.ScheduledAt < row.Next})
+				bf.set.track(b, run.Ticket, bfFlight{sched: run.ScheduledAt, count: row.Next == 0 || run.ScheduledAt < row.Next})
 				b.mu.Unlock()
 			}
 			// As a run-now's (adoptInstance): an HTTP run lost in the restart holds its
 			// concurrency slot until its deadline, since its endpoint may still be running it.
-			if err := e.adoptInstance(ctx, run, track); err != nil {
+			if err := bf.core.adoptInstance(ctx, run, track); err != nil {
 				return err
 			}
 		}
 		if len(runs) > 0 || row.Status == model.BackfillRunning {
-			e.log.Info("resuming backfill", "backfill", row.ID, "task", row.TaskName, "next", row.Next, "status", row.Status)
+			bf.log.Info("resuming backfill", "backfill", row.ID, "task", row.TaskName, "next", row.Next, "status", row.Status)
 		}
 	}
 	return nil

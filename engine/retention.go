@@ -76,19 +76,37 @@ func (c RetentionConfig) validate() error {
 // errNoPruner: the store cannot prune.
 var errNoPruner = errors.New("the store does not support pruning")
 
-// pruneLoop runs a pass every Interval, off the firing path: it deletes in batches and
-// waits between them, longer while the writer is busy.
-func (e *Engine) pruneLoop(ctx context.Context) {
-	defer e.loopsWG.Done()
-	rc := e.cfg.Retention
-	if _, ok := e.store.(persist.Pruner); !ok || (rc.History < 0 && rc.Finished < 0) {
+// retentionCore is what retention asks of the core.
+type retentionCore interface {
+	checkRunning() error
+	// forgetReplaced drops the copy in memory of a task pruned.
+	forgetReplaced(id int64)
+}
+
+// Retention is the pruner (docs/retention.md): a pass every Interval, off the firing path,
+// and the passes axe prune asks for (Prune).
+type Retention struct {
+	base
+	core retentionCore
+	busy func() float64 // the writer's queue fill
+	loop loop
+}
+
+func (r *Retention) start() error                   { return r.loop.start(r.run) }
+func (r *Retention) stop(ctx context.Context) error { return r.loop.stop(ctx) }
+
+// run runs a pass every Interval: it deletes in batches and waits between them, longer
+// while the writer is busy.
+func (r *Retention) run(ctx context.Context) {
+	rc := r.cfg.Retention
+	if _, ok := r.store.(persist.Pruner); !ok || (rc.History < 0 && rc.Finished < 0) {
 		return
 	}
-	e.every(ctx, rc.Interval, func() {
+	r.every(ctx, rc.Interval, func() {
 		if rc.Primary != nil && !rc.Primary() {
 			return
 		}
-		now := e.nowMS()
+		now := r.nowMS()
 		var hist, fin int64 = -1, -1
 		if rc.History > 0 {
 			hist = now - rc.History.Milliseconds()
@@ -96,44 +114,45 @@ func (e *Engine) pruneLoop(ctx context.Context) {
 		if rc.Finished > 0 {
 			fin = now - rc.Finished.Milliseconds()
 		}
-		start := e.now()
-		res, err := e.prune(ctx, hist, fin, false, true)
+		start := r.clk.Now()
+		res, err := r.prune(ctx, hist, fin, false, true)
 		if err != nil && ctx.Err() == nil {
-			e.log.Warn("prune pass failed", "error", err)
+			r.log.Warn("prune pass failed", "error", err)
 		}
 		if res.Runs+res.Actions+res.Finished > 0 {
-			e.log.Info("pruned", "task_run", res.Runs, "task_action", res.Actions, "task_def", res.Finished,
-				"took", e.since(start))
+			r.log.Info("pruned", "task_run", res.Runs, "task_action", res.Actions, "task_def", res.Finished,
+				"took", r.since(start))
 		}
 	})
 }
 
+// Retention is the pruner, for the passes axe prune asks for.
+func (e *Engine) Retention() *Retention { return e.retention }
+
 // Prune deletes runs and actions from before historyBefore and finished one-shot tasks that
 // ended before finishedBefore (Unix ms; -1 skips that kind), in bounded batches; with dryRun
 // it only counts. It is what axe prune calls.
-func (e *Engine) Prune(ctx context.Context, historyBefore, finishedBefore int64, dryRun bool) (wire.PruneResult, error) {
-	if err := e.checkRunning(); err != nil {
+func (r *Retention) Prune(ctx context.Context, historyBefore, finishedBefore int64, dryRun bool) (wire.PruneResult, error) {
+	if err := r.core.checkRunning(); err != nil {
 		return wire.PruneResult{}, err
 	}
-	return e.prune(ctx, historyBefore, finishedBefore, dryRun, false)
+	return r.prune(ctx, historyBefore, finishedBefore, dryRun, false)
 }
 
-func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool) (wire.PruneResult, error) {
+func (r *Retention) prune(ctx context.Context, hist, fin int64, dryRun, paced bool) (wire.PruneResult, error) {
 	var res wire.PruneResult
-	p, ok := e.store.(persist.Pruner)
+	p, ok := r.store.(persist.Pruner)
 	if !ok {
 		return res, errNoPruner
 	}
-	now := e.nowMS()
-	batch := e.cfg.Retention.Batch
-	if e.cfg.Sharded {
-		// A sharded node prunes the finished tasks of the shards it schedules, their deletes
-		// fenced by them; the history (runs and actions, of no shard's state) only the holder
-		// of shard 0 prunes on its own, so that one pruner at a time walks it.
-		ctx = persist.WithShardFences(ctx, e.fencesOf(e.ReadyShards()))
-		if paced && !e.holdsShardZero() {
-			hist = -1
-		}
+	now := r.nowMS()
+	batch := r.cfg.Retention.Batch
+	// A sharded node prunes the finished tasks of the shards it schedules, their deletes
+	// fenced by them; the history (runs and actions, of no shard's state) only the holder
+	// of shard 0 prunes on its own, so that one pruner at a time walks it.
+	ctx = r.own.readyFenced(ctx)
+	if paced && !r.own.holdsShardZero() {
+		hist = -1
 	}
 	// Finished tasks first: their runs and actions then age out with the rest.
 	if fin >= 0 {
@@ -150,11 +169,11 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 					return res, err
 				}
 				for _, id := range ids {
-					e.forgetReplaced(id)
+					r.core.forgetReplaced(id)
 				}
 				res.Finished += n
-				e.m.prunedFinished.Add(int(n))
-				if int(n) < batch || !e.prunePause(ctx, paced) {
+				r.m.prunedFinished.Add(int(n))
+				if int(n) < batch || !r.pause(ctx, paced) {
 					break
 				}
 			}
@@ -167,7 +186,7 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 		fn  func(context.Context, int64, int64, int, bool) (int64, error)
 		sum *int64
 		m   *metrics.Counter
-	}{{p.PruneRuns, &res.Runs, e.m.prunedRuns}, {p.PruneActions, &res.Actions, e.m.prunedActions}} {
+	}{{p.PruneRuns, &res.Runs, r.m.prunedRuns}, {p.PruneActions, &res.Actions, r.m.prunedActions}} {
 		for {
 			n, err := kind.fn(ctx, hist, now, batch, dryRun)
 			if err != nil {
@@ -178,7 +197,7 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 				break
 			}
 			kind.m.Add(int(n))
-			if int(n) < batch || !e.prunePause(ctx, paced) {
+			if int(n) < batch || !r.pause(ctx, paced) {
 				break
 			}
 		}
@@ -186,9 +205,9 @@ func (e *Engine) prune(ctx context.Context, hist, fin int64, dryRun, paced bool)
 	return res, nil
 }
 
-// prunePause waits between two prune batches: briefly, and backing off up to a second while
+// pause waits between two prune batches: briefly, and backing off up to a second while
 // the writer is busy. It returns false when ctx ended.
-func (e *Engine) prunePause(ctx context.Context, paced bool) bool {
+func (r *Retention) pause(ctx context.Context, paced bool) bool {
 	wait := time.Millisecond
 	if paced {
 		wait = 10 * time.Millisecond
@@ -197,9 +216,9 @@ func (e *Engine) prunePause(ctx context.Context, paced bool) bool {
 		select {
 		case <-ctx.Done():
 			return false
-		case <-e.cfg.Clock.After(wait):
+		case <-r.clk.After(wait):
 		}
-		if !paced || e.writer.Busy() <= pruneBusy {
+		if !paced || r.busy() <= pruneBusy {
 			return true
 		}
 		wait = min(2*wait, time.Second)
