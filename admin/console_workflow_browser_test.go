@@ -399,7 +399,7 @@ func TestConsoleWorkflows(t *testing.T) {
 	if killed.Result != "killed" {
 		t.Errorf("the killed attempt %s has result %q", ticket, killed.Result)
 	}
-	if v := wfRun(t, d, slowID); wfStep(v, "slow").State != "failed" || wfStep(v, "after").State != "skipped" {
+	if v := wfRun(t, d, slowID); wfStep(v, "slow").State != "cancelled" || wfStep(v, "after").State != "skipped" {
 		t.Errorf("after the kill: slow %s, after %s", wfStep(v, "slow").State, wfStep(v, "after").State)
 	}
 
