@@ -279,6 +279,7 @@ func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist
 	for i := range views {
 		rows[i] = taskRow{TaskView: views[i], BreakerOpen: s.cfg.Engine.BreakerOpen(list[i].Def.ID)}
 		if r, ok := lastRuns[list[i].Def.ID]; ok {
+			r.Params = "" // as in the run lists: GET /api/v1/runs/{ticket} shows them, masked
 			rows[i].LastRun = &r
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -449,6 +451,21 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor strin
 	return e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act})
 }
 
+// paramsGivenNote is what a run-now's action record says of the params it was given: that
+// it had some, and an object's top-level keys (never a value: a key may be sensitive).
+func paramsGivenNote(params json.RawMessage) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(params, &obj) != nil || len(obj) == 0 {
+		return "params given, stored on the run"
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return "params given (" + strings.Join(keys, ", ") + "), stored on the run"
+}
+
 func joinNote(a, note string) string {
 	if note == "" {
 		return a
@@ -567,13 +584,20 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	}
 	now := e.nowMS()
 	def := t.def
-	if len(params) == 0 {
+	// Params given are stored on the run and named by its action record; without them the
+	// run gets the task's, which its definition holds.
+	what := "independent instance"
+	var given model.RunParams
+	if len(params) > 0 {
+		given = model.RunParams(params)
+		what += "; " + paramsGivenNote(params)
+	} else {
 		params = def.Params
 	}
 	run := model.Run{
 		Ticket: manualTicket(t.id, now), TaskID: t.id, TaskName: def.Name, Kind: model.RunManual,
 		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: model.ResultRunning,
-		Executor: downstreamOf(def),
+		Executor: downstreamOf(def), Params: given,
 	}
 	// A run-now counts in its group's and key's limits as any run does, and does not wait:
 	// it is an operator's "now", answered at once, and a waiting one would have to survive a
@@ -584,7 +608,7 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 		return nil, fmt.Errorf("%w: concurrency limit %s is full (%d of %d runs in flight); a run-now does not wait, try again when one ends",
 			ErrConcurrencyLimit, full, used, max)
 	}
-	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote("independent instance", note), now)
+	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote(what, note), now)
 	t.flying++ // keeps t in memory while the row is written
 	t.mu.Unlock()
 	if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {

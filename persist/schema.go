@@ -386,6 +386,19 @@ var mysqlMigrations = []migration{{
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN paused_by VARCHAR(300) NOT NULL DEFAULT ''`,
 	},
+}, {
+	// Step 18 is another change's; Migrate applies every step a database lacks, whatever its
+	// newest (the v6-without-5 fixture checks it), so the gap costs nothing.
+	version: 19,
+	name:    "run params",
+	// The params a run-now was given (model.Run.Params), JSON, written with the run's first
+	// row and never changed by its later upserts. NULL for every other run: a fire runs
+	// with its task's params, which its definition holds. A nullable column needs no
+	// default, and ADD COLUMN of one is instant on MariaDB 10.3+ and MySQL 8; a re-run meets
+	// "duplicate column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_run ADD COLUMN params MEDIUMTEXT NULL`,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -653,6 +666,13 @@ var sqliteMigrations = []migration{{
 	// As on MySQL.
 	stmts: []string{
 		`ALTER TABLE task_runtime ADD COLUMN paused_by TEXT NOT NULL DEFAULT ''`,
+	},
+}, {
+	version: 19,
+	name:    "run params",
+	// As on MySQL (step 18 is another change's).
+	stmts: []string{
+		`ALTER TABLE task_run ADD COLUMN params TEXT NULL`,
 	},
 }}
 
