@@ -183,7 +183,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 	if old.Priority != def.Priority && t.ent != nil {
 		e.disarm(t) // place re-arms it with the new priority
 	}
-	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
+	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail+"; "+defDiff(old, &def), now)
 	if err := e.commitWaitDef(ctx, t, nrt, &def, nil, []model.Action{act}); err != nil {
 		// The edit failed whole (a refused one fails alone, persist.RejectedError) and the
 		// store kept the old row: memory goes back to it, unless something has changed the

@@ -259,7 +259,7 @@ export async function render(main, args) {
       h('strong', {class: 'kind'}, a.action), ' ',
       a.from || a.to ? h('span', {class: 'trans'}, `${a.from || '·'} → ${a.to || '·'}`) : '', ' ',
       h('span', {class: 'actor'}, 'by ' + a.actor), a.ticket ? [' ', h('a', {class: 'mono', href: '#/run/' + encodeURIComponent(a.ticket)}, a.ticket)] : '',
-      a.detail ? h('div', {class: 'detail'}, a.detail) : '')));
+      a.detail ? detailOf(a) : '')));
     if (!acts.actions.length) update(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
     update(tlPager,
       h('button', {type: 'button', id: 'timeline-newer', disabled: tlPage === 0, onclick: () => { tlPage--; loadTimeline(); }}, '← Newer'),
@@ -316,6 +316,27 @@ export async function render(main, args) {
 
   await load();
   return {refresh: load};
+}
+
+// DIFF_MARKER starts the changed fields in an update record's detail (engine.DiffMarker):
+// a JSON object of field → [before, after].
+const DIFF_MARKER = 'changed: {';
+
+// detailOf shows an action's detail; an edit's changed fields become a table of field,
+// before and after (a value as JSON, absent as —, a sensitive param as ***).
+export function detailOf(a) {
+  const at = a.action === 'update' ? a.detail.indexOf(DIFF_MARKER) : -1;
+  let changes = null;
+  if (at >= 0) {
+    try { changes = JSON.parse(a.detail.slice(at + DIFF_MARKER.length - 1)); } catch { changes = null; }
+  }
+  if (!changes) return h('div', {class: 'detail'}, a.detail);
+  const val = v => (v === null || v === undefined ? '—' : JSON.stringify(v));
+  const rest = a.detail.slice(0, at).replace(/;\s*$/, '');
+  return h('div', {class: 'detail'}, rest,
+    table(['Field', 'Before', 'After'], Object.entries(changes).map(([k, [b, v]]) => h('tr', {dataset: {field: k}},
+      h('td', {class: 'mono'}, k), h('td', {class: 'mono before'}, val(b)), h('td', {class: 'mono after'}, val(v)))),
+    {class: 'diff'}));
 }
 
 // firesTable shows a cron/next answer: each fire in the zone with its offset and DST mark,
