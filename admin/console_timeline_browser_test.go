@@ -1,8 +1,10 @@
 package admin_test
 
 import (
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -55,4 +57,30 @@ func TestConsoleEditDiff(t *testing.T) {
 	if v := mustEval(t, ctx, `[...document.querySelectorAll('#task-timeline li[data-action=update]')].map(li => li.querySelectorAll("table.diff tbody tr").length).join(",")`); v != "1,2" {
 		t.Errorf("the two update records list %s changed fields, want 1 (the token) and 2 (cron, timeout)", v)
 	}
+}
+
+// TestConsoleLimitWaits: a run that waited for a concurrency slot, and one that waited for
+// its downstream's rate limit, say on their page how long and for which limit, and so does
+// the dispatch event of their task's timeline; a run that did not wait says so.
+func TestConsoleLimitWaits(t *testing.T) {
+	ctx := browser(t)
+	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
+	url := d.Base + "/"
+	conc, rate, downstream := limitWaits(t, d)
+	for _, c := range []struct {
+		run  string
+		task string
+		re   string
+	}{
+		{conc.Ticket, "db-next", `^[0-9.]+m?s for concurrency limit key db \(1\)$`},
+		{rate.Ticket, "rl-second", `^[0-9.]+m?s for rate limit ` + regexp.QuoteMeta(downstream) + `$`},
+	} {
+		run(t, ctx, "open "+c.task+"'s run", chromedp.Navigate(url+"#/run/"+c.run))
+		waitJS(t, ctx, c.task+"'s wait on its page", fmt.Sprintf(`new RegExp(%q).test((document.querySelector("#run-waits") || {}).textContent || "")`, c.re))
+		run(t, ctx, "open "+c.task, chromedp.Navigate(url+"#/tasks/"+c.task))
+		waitJS(t, ctx, c.task+"'s wait in its timeline", fmt.Sprintf(`[...document.querySelectorAll("#task-timeline li[data-action=dispatch] .detail")].some(e => new RegExp(%q).test(e.textContent.replace(/^attempt 1; waited /, "")))`, c.re))
+	}
+	first := d.Runs(t, "rl-first")[0]
+	run(t, ctx, "open a run that did not wait", chromedp.Navigate(url+"#/run/"+first.Ticket))
+	waitJS(t, ctx, "no wait", `(document.querySelector("#run-waits") || {}).textContent === "no wait for a limit"`)
 }

@@ -48,6 +48,9 @@ export async function render(main, args) {
         ['Params', r.params !== undefined
           ? h('pre', {id: 'run-params-given', class: 'block'}, JSON.stringify(r.params, null, 2))
           : h('span', {id: 'run-params-given', class: 'muted'}, r.kind === 'manual' ? 'the task\'s (none given)' : 'the task\'s')],
+        // A fire that waited for a concurrency slot or the rate limit says how long and for
+        // which limit in its detail ("waited 1.2s for …").
+        ['Waited', h('span', {id: 'run-waits'}, waitsOf(r.detail).join('; ') || 'no wait for a limit')],
         ['Detail', r.detail || '—'],
       ]),
       h('h2', {}, 'Error'), h('pre', {id: 'run-error', class: 'block'}, r.error || '(none)'),
@@ -55,6 +58,11 @@ export async function render(main, args) {
   }
   await load();
   return view;
+}
+
+// waitsOf lists a run detail's waits for a limit, each without its "waited ".
+export function waitsOf(detail) {
+  return (detail || '').split('; ').filter(p => p.startsWith('waited ')).map(p => p.slice('waited '.length));
 }
 
 // killRun asks for a reason and kills one run in flight by its ticket (any kind: periodic,
