@@ -250,6 +250,8 @@ func cursorAfter(order string, t *model.Task) string {
 		key = t.Def.Group
 	case persist.OrderNext:
 		key = strconv.FormatInt(t.Runtime.NextTriggerTime, 10)
+	case persist.OrderFailed:
+		key = strconv.FormatInt(t.Runtime.LastFailureAt, 10)
 	}
 	return base64.RawURLEncoding.EncodeToString([]byte(key + "\x00" + strconv.FormatInt(t.Def.ID, 10)))
 }
