@@ -112,4 +112,15 @@ func TestConsoleChartMinuteRuns(t *testing.T) {
 			t.Errorf("%s opened %q", c.whichLabel, v)
 		}
 	}
+
+	// The day chart: a click at the backfill's minute opens its runs.
+	run(t, ctx, "open the overview", chromedp.Navigate(url+"#/overview"))
+	waitJS(t, ctx, "the day chart", `!!document.querySelector("#overview-day svg") && !!document.querySelector("#overview-day").dataset.first`)
+	run(t, ctx, "click the backfill's minute in the day chart", chromedp.Evaluate(fmt.Sprintf(`(() => {
+		const fig = document.querySelector("#overview-day"), el = fig.querySelector("svg"), box = el.getBoundingClientRect();
+		const i = (%d - Number(fig.dataset.first)) / 60000, n = 24 * 60;
+		const x = 30 + (i / (n - 1)) * (900 - 30 - 40);
+		el.dispatchEvent(new MouseEvent("click", {bubbles: true, clientX: box.left + x * box.width / 900, clientY: box.top + box.height / 2}));
+		return true; })()`, past), nil))
+	waitJS(t, ctx, "the backfill's runs", fmt.Sprintf(`location.hash.includes("from=%d") && %s.includes(%q)`, past, listed, bf.Ticket))
 }

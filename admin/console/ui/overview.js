@@ -134,6 +134,7 @@ export async function render(main) {
       h('figcaption', {id: 'day-caption'}, `Area: fires (${total.toLocaleString('en')}); red: failures (${fails.toLocaleString('en')}); dashed: mean lateness of the minute's fires (right scale). ` +
         `${pts.length} minutes, ${show(pts[0].at)} to ${show(pts[pts.length - 1].at)}.`));
     day.dataset.fires = String(total);
+    day.dataset.first = String(pts[0].at);
     dayPts = pts;
   }
 
