@@ -46,6 +46,8 @@ var upgradeFixtures = []struct {
 	{name: "v15"},
 	{name: "v16"},
 	{name: "v17"},
+	// Steps 1-17 and 19: step 18 is another change's, merged apart from this one.
+	{name: "v19"},
 }
 
 // bufferOne is what migration 15 does to a task written before overlap policies: it stores
