@@ -250,6 +250,8 @@ func cursorAfter(order string, t *model.Task) string {
 		key = t.Def.Group
 	case persist.OrderNext:
 		key = strconv.FormatInt(t.Runtime.NextTriggerTime, 10)
+	case persist.OrderFailed:
+		key = strconv.FormatInt(t.Runtime.LastFailureAt, 10)
 	}
 	return base64.RawURLEncoding.EncodeToString([]byte(key + "\x00" + strconv.FormatInt(t.Def.ID, 10)))
 }
@@ -279,6 +281,7 @@ func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist
 	for i := range views {
 		rows[i] = taskRow{TaskView: views[i], BreakerOpen: s.cfg.Engine.BreakerOpen(list[i].Def.ID)}
 		if r, ok := lastRuns[list[i].Def.ID]; ok {
+			r.Params = "" // as in the run lists: GET /api/v1/runs/{ticket} shows them, masked
 			rows[i].LastRun = &r
 		}
 	}

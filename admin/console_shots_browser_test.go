@@ -79,6 +79,9 @@ func TestConsoleScreenshots(t *testing.T) {
 	d.Create(t, map[string]any{"name": "charge-cards", "trigger": "manual", "group": "billing",
 		"callback": map[string]any{"type": "executor", "app": "billing", "handler": "charge"}})
 	d.WaitRun(t, "charge-cards", d.RunNow(t, "charge-cards", nil))
+	// A run now given params, which its page shows.
+	withParams := d.RunNow(t, "charge-cards", map[string]any{"params": map[string]any{"batch": "2026-12-06", "currency": "EUR", "dry_run": true}})
+	d.WaitRun(t, "charge-cards", withParams)
 	d.MustJSON(t, http.StatusOK, http.MethodPut, "/api/v1/ratelimits", map[string]any{"downstream": "billing", "rate": 20, "burst": 5}, nil)
 	h.WaitCalls(t, "flaky-sync", 3, daemontest.WaitTimeout)
 	var runs struct{ Runs []model.Run }
@@ -87,12 +90,13 @@ func TestConsoleScreenshots(t *testing.T) {
 	pages := []struct{ name, hash, ready string }{
 		{"overview", "#/overview", `document.querySelector("#ov-failing .value").textContent !== "" && Number(document.querySelector("#overview-day").dataset.fires) > 0`},
 		{"tasks", "#/tasks", `document.querySelectorAll("#task-table tbody tr").length > 10`},
-		{"tasks-failing", "#/tasks?failed_within=1h", `document.querySelectorAll("#task-table tbody tr").length === 1`},
+		{"tasks-failing", "#/tasks?failed_within=1h&sort=failed", `document.querySelectorAll("#task-table tbody tr").length === 1`},
 		{"task", "#/tasks/nightly-dst", `document.querySelectorAll("#fires-table tbody tr").length === 10`},
 		{"task-failing", "#/tasks/flaky-sync", `document.querySelectorAll("#runs-table tbody tr").length > 1`},
 		{"form", "#/new", `!!document.querySelector("#cron-preview #fires-table")`},
 		{"runs", "#/runs?result=failure", `document.querySelectorAll("#all-runs-table tbody tr").length > 1`},
 		{"run", "#/run/" + runs.Runs[0].Ticket, `document.querySelector("#run-error").textContent.length > 5`},
+		{"run-params", "#/run/" + withParams, `document.querySelector("#run-params-given").textContent.includes("EUR")`},
 		{"executors", "#/executors", `!!document.querySelector('#executors-table tr[data-status="alive"]')`},
 		{"groups", "#/groups", `document.querySelectorAll("#groups-table tbody tr").length >= 7`},
 		{"alerts", "#/alerts", `!!document.querySelector('#deliveries-table tr[data-delivery="delivered"]')`},

@@ -12,5 +12,6 @@ func (s *Server) getRun(c *fasthttp.RequestCtx) {
 		s.fail(c, err)
 		return
 	}
+	s.maskRunParams(ctx, run)
 	writeJSON(c, 200, run)
 }

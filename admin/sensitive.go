@@ -43,16 +43,23 @@ func maskParams(params json.RawMessage, keys []string) json.RawMessage {
 // unmaskSpec puts the stored values back where an update sends SensitiveMask for a
 // sensitive key, so that saving a definition read through the API keeps its secrets.
 func (s *Server) unmaskSpec(ctx context.Context, name string, spec *wire.TaskSpec) {
-	if len(spec.Params) == 0 || !bytes.Contains(spec.Params, []byte(SensitiveMask)) {
-		return
+	spec.Params = s.unmaskParams(ctx, name, spec.Params)
+}
+
+// unmaskParams returns params with the task's stored value put back for each sensitive key
+// whose value is SensitiveMask: a definition read through the API and saved, or a run-now
+// sent with the task's params as the console pre-fills them, keeps the secrets.
+func (s *Server) unmaskParams(ctx context.Context, name string, params json.RawMessage) json.RawMessage {
+	if len(params) == 0 || !bytes.Contains(params, []byte(SensitiveMask)) {
+		return params
 	}
 	cur, err := s.cfg.Engine.GetTask(ctx, name)
 	if err != nil || len(cur.Def.SensitiveParams) == 0 {
-		return
+		return params
 	}
 	var in, old map[string]json.RawMessage
-	if json.Unmarshal(spec.Params, &in) != nil || json.Unmarshal(cur.Def.Params, &old) != nil {
-		return
+	if json.Unmarshal(params, &in) != nil || json.Unmarshal(cur.Def.Params, &old) != nil {
+		return params
 	}
 	mask, _ := json.Marshal(SensitiveMask)
 	for _, k := range cur.Def.SensitiveParams {
@@ -63,8 +70,24 @@ func (s *Server) unmaskSpec(ctx context.Context, name string, spec *wire.TaskSpe
 		}
 	}
 	if b, err := json.Marshal(in); err == nil {
-		spec.Params = b
+		return b
 	}
+	return params
+}
+
+// maskRunParams masks the params stored on a run (a run-now's) by its task's sensitive keys
+// as they are now. When the task cannot be read the params are left out: a read never shows
+// a value it cannot tell is not secret.
+func (s *Server) maskRunParams(ctx context.Context, run *model.Run) {
+	if run.Params == "" {
+		return
+	}
+	t, err := s.cfg.Engine.GetTask(ctx, run.TaskName)
+	if err != nil || t.Def.ID != run.TaskID {
+		run.Params = ""
+		return
+	}
+	run.Params = model.RunParams(maskParams(json.RawMessage(run.Params), t.Def.SensitiveParams))
 }
 
 // maskDef masks a definition's sensitive params for a read.

@@ -171,7 +171,7 @@ func (s *Server) runTask(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	run, err := s.cfg.Engine.RunNow(ctx, param(c, "name"), b.Params, actor(c))
+	run, err := s.cfg.Engine.RunNow(ctx, param(c, "name"), s.unmaskParams(ctx, param(c, "name"), b.Params), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -171,7 +173,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 	if old.Priority != def.Priority && t.ent != nil {
 		e.disarm(t) // place re-arms it with the new priority
 	}
-	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail, now)
+	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail+"; "+defDiff(old, &def), now)
 	if err := e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}}); err != nil {
 		// The edit failed whole (a refused one fails alone, persist.RejectedError) and the
 		// store kept the old row: memory goes back to it, unless something has changed the
@@ -439,6 +441,21 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor strin
 	return e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}})
 }
 
+// paramsGivenNote is what a run-now's action record says of the params it was given: that
+// it had some, and an object's top-level keys (never a value: a key may be sensitive).
+func paramsGivenNote(params json.RawMessage) string {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(params, &obj) != nil || len(obj) == 0 {
+		return "params given, stored on the run"
+	}
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return "params given (" + strings.Join(keys, ", ") + "), stored on the run"
+}
+
 func joinNote(a, note string) string {
 	if note == "" {
 		return a
@@ -557,13 +574,20 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	}
 	now := e.nowMS()
 	def := t.def
-	if len(params) == 0 {
+	// Params given are stored on the run and named by its action record; without them the
+	// run gets the task's, which its definition holds.
+	what := "independent instance"
+	var given model.RunParams
+	if len(params) > 0 {
+		given = model.RunParams(params)
+		what += "; " + paramsGivenNote(params)
+	} else {
 		params = def.Params
 	}
 	run := model.Run{
 		Ticket: manualTicket(t.id, now), TaskID: t.id, TaskName: def.Name, Kind: model.RunManual,
 		Attempt: 1, ScheduledAt: now, DispatchedAt: now, Result: model.ResultRunning,
-		Executor: downstreamOf(def),
+		Executor: downstreamOf(def), Params: given,
 	}
 	// A run-now counts in its group's and key's limits as any run does, and does not wait:
 	// it is an operator's "now", answered at once, and a waiting one would have to survive a
@@ -574,7 +598,7 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 		return nil, fmt.Errorf("%w: concurrency limit %s is full (%d of %d runs in flight); a run-now does not wait, try again when one ends",
 			ErrConcurrencyLimit, full, used, max)
 	}
-	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote("independent instance", note), now)
+	act := e.action(t, run.Ticket, ActRunNow, t.rt.State, t.rt.State, actor, joinNote(what, note), now)
 	t.flying++ // keeps t in memory while the row is written
 	t.mu.Unlock()
 	if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {

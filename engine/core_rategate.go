@@ -24,6 +24,7 @@ type rateGate struct {
 
 	mu       sync.Mutex
 	queues   map[string]*entryHeap
+	heldBy   map[string]bool // per downstream buffer: whether the global limit held it last
 	buffered atomic.Int64
 	seq      uint64
 	wake     chan struct{}
@@ -68,7 +69,7 @@ func newRateGate(cfg ratelimit.Config, clk clock.Clock) (*rateGate, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &rateGate{lim: lim, clk: clk, queues: make(map[string]*entryHeap), wake: make(chan struct{}, 1),
+	g := &rateGate{lim: lim, clk: clk, queues: make(map[string]*entryHeap), heldBy: make(map[string]bool), wake: make(chan struct{}, 1),
 		deflt: cfg.Default, global: cfg.Global, perKeyN: len(cfg.PerKey)}
 	g.refresh()
 	return g, nil
@@ -87,9 +88,11 @@ func (g *rateGate) offer(key string, ent *wheel.Entry[*task], adm admission) boo
 	q := g.queues[key]
 	if q == nil || q.Len() == 0 {
 		// Nothing of this downstream waits: take a token if there is one.
-		if ok, _ := g.lim.Take(key); ok {
+		ok, _, global := g.lim.TakeBy(key)
+		if ok {
 			return true
 		}
+		g.heldBy[key] = global
 	}
 	if q == nil {
 		q = &entryHeap{}
@@ -116,6 +119,7 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task], admission), waited func(
 		for k, q := range g.queues {
 			if q.Len() == 0 {
 				delete(g.queues, k)
+				delete(g.heldBy, k)
 				continue
 			}
 			keys = append(keys, k)
@@ -130,8 +134,9 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task], admission), waited func(
 		progressed := false
 		for _, k := range keys {
 			q := g.queues[k]
-			ok, wait := g.lim.Take(k)
+			ok, wait, global := g.lim.TakeBy(k)
 			if !ok {
+				g.heldBy[k] = global
 				if next < 0 || wait < next {
 					next = wait
 				}
@@ -139,7 +144,11 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task], admission), waited func(
 			}
 			x := heap.Pop(q).(gated)
 			g.buffered.Add(-1)
-			waited(clock.Since(g.clk, x.at))
+			d := clock.Since(g.clk, x.at)
+			waited(d)
+			// The run's detail says how long it waited and for which limit (the one that
+			// held its downstream's buffer last), after a wait for a concurrency slot.
+			x.adm.waited = joinWait(x.adm.waited, rateWaitNote(d, k, g.heldBy[k]))
 			ready = append(ready, x)
 			progressed = true
 			break // re-rank: the next head may outrank this downstream's
@@ -157,6 +166,23 @@ func (g *rateGate) drain(fire func(*wheel.Entry[*task], admission), waited func(
 		fire(x.ent, x.adm)
 	}
 	return next
+}
+
+// rateWaitNote is a run's detail of a wait of d in the rate gate for downstream key's
+// limit, or for the global one.
+func rateWaitNote(d time.Duration, key string, global bool) string {
+	if global {
+		return "waited " + d.Round(time.Millisecond).String() + " for the global rate limit"
+	}
+	return "waited " + d.Round(time.Millisecond).String() + " for rate limit " + key
+}
+
+// joinWait appends a wait's note to the notes before it.
+func joinWait(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // loop drains the buffers as tokens come.

@@ -252,6 +252,34 @@ type Run struct {
 	DurationMS   int64  `json:"duration_ms"`
 	Output       string `json:"output,omitempty"` // bounded output tail reported by an executor
 	Detail       string `json:"detail,omitempty"` // e.g. which upstream runs released a dependency fire
+	// Params are the params a run-now was given, stored with the run (schema step 19);
+	// empty for a run that ran with its task's params (every fire, a run-now given none).
+	Params RunParams `json:"params,omitempty"`
+}
+
+// RunParams is a run's params, the JSON text itself: JSON reads and writes it as the value
+// it holds, not as a string. A string, so that a Run stays comparable.
+type RunParams string
+
+// MarshalJSON writes the params as the JSON they are (null when empty).
+func (p RunParams) MarshalJSON() ([]byte, error) {
+	if p == "" {
+		return []byte("null"), nil
+	}
+	if !json.Valid([]byte(p)) {
+		return nil, errors.New("run params are not valid JSON")
+	}
+	return []byte(p), nil
+}
+
+// UnmarshalJSON keeps the JSON value as it is; null reads as none.
+func (p *RunParams) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*p = ""
+		return nil
+	}
+	*p = RunParams(b)
+	return nil
 }
 
 // Action is one audit record (docs/operations.md, "Action records and the timeline").

@@ -130,7 +130,16 @@ func appendRunArgs(args []any, r *model.Run) []any {
 	return append(args, clip(r.Ticket, ticketLen), r.TaskID, clip(r.TaskName, nameLen),
 		clip(r.Kind, shortLen), r.Attempt, r.ScheduledAt, r.DispatchedAt, clip(r.Executor, nameLen),
 		r.EndedAt, clip(r.Result, shortLen), clip(r.Error, textLen), r.DurationMS,
-		clip(r.Output, textLen), clip(r.Detail, textLen))
+		clip(r.Output, textLen), clip(r.Detail, textLen), runParams(r))
+}
+
+// runParams is the params column of r's row: NULL when the run was given none (a fire runs
+// with its task's params, which the definition holds).
+func runParams(r *model.Run) any {
+	if len(r.Params) == 0 {
+		return nil
+	}
+	return string(r.Params)
 }
 
 // ListOpenFires returns the periodic runs still running whose task's runtime does not say

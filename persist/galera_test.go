@@ -793,8 +793,10 @@ func testGaleraMigrateAcrossNodes(t *testing.T, ctx context.Context, c *galerate
 		if err := conn.QueryRowContext(ctx, "SELECT COUNT(*), MAX(version) FROM "+db+".schema_migrations").Scan(&steps, &newest); err != nil {
 			t.Fatal(err)
 		}
-		if newest != persist.SchemaVersion() || steps != persist.SchemaVersion() {
-			t.Fatalf("round %d: schema_migrations has %d steps up to %d, want %d", round, steps, newest, persist.SchemaVersion())
+		// Every step once: as many as the code has, which may skip a number (a step number
+		// taken by a change merged later).
+		if want := len(persist.MigrationStatements(persist.SchemeMySQL)); newest != persist.SchemaVersion() || steps != want {
+			t.Fatalf("round %d: schema_migrations has %d steps up to %d, want %d up to %d", round, steps, newest, want, persist.SchemaVersion())
 		}
 		var holder string
 		if err := conn.QueryRowContext(ctx, "SELECT holder FROM "+db+".schema_lock WHERE name = 'migrate'").Scan(&holder); err != nil || holder != "" {

@@ -146,7 +146,8 @@ type TaskFilter struct {
 	// engine knows); an empty IDs matches nothing.
 	IDs []int64
 	// After is the sort key of the previous page's last row for OrderName (a name),
-	// OrderGroup (a group) and OrderNext (Unix ms, decimal); AfterID breaks its ties.
+	// OrderGroup (a group), OrderNext and OrderFailed (Unix ms, decimal); AfterID breaks
+	// its ties.
 	// Empty starts at the first page.
 	After string
 }
@@ -157,6 +158,9 @@ const (
 	OrderName  = "name"
 	OrderGroup = "group"
 	OrderNext  = "next"
+	// OrderFailed is newest failure first (model.Runtime.LastFailureAt, then id, both
+	// descending); the tasks that never failed come last.
+	OrderFailed = "failed"
 )
 
 // Store is the durable state of axe. Implementations: MySQL and embedded SQLite; both pass

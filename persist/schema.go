@@ -438,6 +438,17 @@ var mysqlMigrations = []migration{{
 		)` + mysqlTableOpts,
 	},
 }, {
+	version: 19,
+	name:    "run params",
+	// The params a run-now was given (model.Run.Params), JSON, written with the run's first
+	// row and never changed by its later upserts. NULL for every other run: a fire runs
+	// with its task's params, which its definition holds. A nullable column needs no
+	// default, and ADD COLUMN of one is instant on MariaDB 10.3+ and MySQL 8; a re-run meets
+	// "duplicate column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_run ADD COLUMN params MEDIUMTEXT NULL`,
+	},
+}, {
 	version: 20,
 	name:    "concurrency slots across nodes",
 	// The slots a sharded cluster's runs hold of the concurrency limits (persist/slots.go):
@@ -789,6 +800,13 @@ var sqliteMigrations = []migration{{
 			items INTEGER NOT NULL DEFAULT 0,
 			PRIMARY KEY (run_id, step, idx, attempt)
 		)`,
+	},
+}, {
+	version: 19,
+	name:    "run params",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_run ADD COLUMN params TEXT NULL`,
 	},
 }, {
 	version: 20,

@@ -404,10 +404,7 @@ func (s *sqlStore) writeRuns(ctx context.Context, tx batchTx, runs []model.Run) 
 		if lastOf[r.Ticket] != i {
 			continue
 		}
-		args = append(args, clip(r.Ticket, ticketLen), r.TaskID, clip(r.TaskName, nameLen),
-			clip(r.Kind, shortLen), r.Attempt, r.ScheduledAt, r.DispatchedAt, clip(r.Executor, nameLen),
-			r.EndedAt, clip(r.Result, shortLen), clip(r.Error, textLen), r.DurationMS,
-			clip(r.Output, textLen), clip(r.Detail, textLen))
+		args = appendRunArgs(args, r)
 	}
 	if _, err := s.execRows(ctx, tx, s.insertRun, s.upsertRun, len(runCols), args); err != nil {
 		return fmt.Errorf("cannot write runs: %w", err)

@@ -123,7 +123,8 @@ var (
 		"paused_by",            // schema step 17
 		"version"}              // last: the guarded upsert assigns it after the columns it guards
 	runCols = []string{"ticket", "task_id", "task_name", "kind", "attempt", "scheduled_at",
-		"dispatched_at", "executor", "ended_at", "result", "error", "duration_ms", "output", "detail"}
+		"dispatched_at", "executor", "ended_at", "result", "error", "duration_ms", "output", "detail",
+		"params"} // schema step 19; last: the run upsert leaves it as the first row wrote it
 	actionCols = []string{"task_id", "task_name", "ticket", "action", "from_state", "to_state",
 		"actor", "at", "detail"}
 	executorCols = []string{"app", "address", "protocol", "handlers", "registered_at",
@@ -196,7 +197,7 @@ func newSQLStore(db *sql.DB, d *dialect) *sqlStore {
 		upsertRuntime: d.upsert(runtimeCols[:1], runtimeCols[1:]),
 		casRuntime:    casRuntime(d),
 		insertRun:     "INSERT INTO task_run (" + strings.Join(runCols, ", ") + ") VALUES ",
-		upsertRun:     d.upsert(runCols[:1], runCols[1:]),
+		upsertRun:     d.upsert(runCols[:1], runCols[1:len(runCols)-1]),
 		insertAction:  "INSERT INTO task_action (" + strings.Join(actionCols, ", ") + ") VALUES ",
 		upsertExecutor: "INSERT INTO executor (" + strings.Join(executorCols, ", ") + ") VALUES " +
 			valuesList(len(executorCols), 1) +
@@ -736,10 +737,14 @@ func (s *sqlStore) queryRuns(ctx context.Context, q string, args ...any) ([]mode
 	var out []model.Run
 	for rows.Next() {
 		var r model.Run
+		var params sql.NullString
 		if err := rows.Scan(&r.Ticket, &r.TaskID, &r.TaskName, &r.Kind, &r.Attempt, &r.ScheduledAt,
 			&r.DispatchedAt, &r.Executor, &r.EndedAt, &r.Result, &r.Error, &r.DurationMS,
-			&r.Output, &r.Detail); err != nil {
+			&r.Output, &r.Detail, &params); err != nil {
 			return nil, fmt.Errorf("cannot scan run: %w", err)
+		}
+		if params.Valid && params.String != "" {
+			r.Params = model.RunParams(params.String)
 		}
 		out = append(out, r)
 	}

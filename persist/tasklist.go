@@ -60,8 +60,20 @@ func (f TaskFilter) keyset(where []string, args []any) ([]string, []any, string,
 			args = append(args, at, at, f.AfterID)
 		}
 		return where, args, "r.next_trigger_time, r.task_id", nil
+	case OrderFailed:
+		// Newest failure first, walking idx_task_runtime_failed backwards; the tasks that
+		// never failed (0) come last.
+		if f.After != "" || f.AfterID > 0 {
+			at, err := strconv.ParseInt(f.After, 10, 64)
+			if err != nil {
+				return nil, nil, "", fmt.Errorf("%w: cursor: the failure-time key must be an integer, got %q", ErrBadFilter, f.After)
+			}
+			where = append(where, "(r.last_failure_at < ? OR (r.last_failure_at = ? AND r.task_id < ?))")
+			args = append(args, at, at, f.AfterID)
+		}
+		return where, args, "r.last_failure_at DESC, r.task_id DESC", nil
 	}
-	return nil, nil, "", fmt.Errorf("%w: sort: must be id, name, group or next, got %q", ErrBadFilter, f.Order)
+	return nil, nil, "", fmt.Errorf("%w: sort: must be id, name, group, next or failed, got %q", ErrBadFilter, f.Order)
 }
 
 // GroupCount is how many tasks of a group are in one state.

@@ -3,6 +3,7 @@ package persist
 import (
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/axe-sched/axe/model"
 )
@@ -85,7 +86,7 @@ func Timeline(acts []model.Action, runs []model.Run, limit int) []model.Action {
 			evs = append(evs, derived{a: model.Action{
 				TaskID: r.TaskID, TaskName: r.TaskName, Ticket: r.Ticket, Action: timelineDispatch,
 				From: from, To: model.StateRunning, Actor: timelineActor, At: r.DispatchedAt,
-				Detail: "attempt " + strconv.Itoa(r.Attempt),
+				Detail: "attempt " + strconv.Itoa(r.Attempt) + waitsOf(r.Detail),
 			}, pos: pd, run: k})
 		}
 		if r.Result == model.ResultSuccess && r.EndedAt > 0 && bits&hasResult == 0 {
@@ -126,6 +127,18 @@ func Timeline(acts []model.Action, runs []model.Run, limit int) []model.Action {
 	slices.Reverse(out)
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]
+	}
+	return out
+}
+
+// waitsOf is what a run's detail says of its waits before its dispatch (for a concurrency
+// slot, for the rate limit: "waited 1.2s for …"), each after "; ", for its dispatch event.
+func waitsOf(detail string) string {
+	out := ""
+	for part := range strings.SplitSeq(detail, "; ") {
+		if strings.HasPrefix(part, "waited ") {
+			out += "; " + part
+		}
 	}
 	return out
 }

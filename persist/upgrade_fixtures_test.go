@@ -46,8 +46,7 @@ var upgradeFixtures = []struct {
 	{name: "v15"},
 	{name: "v16"},
 	{name: "v17"},
-	// Steps 18 and 19 are other changes'; this fixture was written by the tree that added
-	// step 20 alone (write it again once they are merged below it).
+	{name: "v19"},
 	{name: "v20"},
 }
 

@@ -221,6 +221,14 @@ func (l *Limiter) Share() float64 { return math.Float64frombits(l.share.Load()) 
 // could be, assuming nobody else takes them first. A refusal by one bucket never
 // consumes a token of the other.
 func (l *Limiter) Take(key string) (ok bool, wait time.Duration) {
+	ok, wait, _ = l.TakeBy(key)
+	return ok, wait
+}
+
+// TakeBy is Take that also says, on a refusal, whether the global bucket held it back
+// (global true) or key's own (false). When both are short, the one with the longer wait
+// is named.
+func (l *Limiter) TakeBy(key string) (ok bool, wait time.Duration, global bool) {
 	now := l.clock.Now()
 	sh := l.shardFor(key)
 	sh.mu.Lock()
@@ -239,25 +247,25 @@ func (l *Limiter) Take(key string) (ok bool, wait time.Duration) {
 
 	if !l.globalLimited.Load() {
 		if keyWait > 0 {
-			return false, keyWait
+			return false, keyWait, false
 		}
 		if e != nil {
 			e.commit(keyNext)
 		}
-		return true, 0
+		return true, 0, false
 	}
 
 	l.globalMu.Lock()
 	defer l.globalMu.Unlock()
 	globalNext, globalWait := l.global.reserve(now)
 	if keyWait > 0 || globalWait > 0 {
-		return false, max(keyWait, globalWait)
+		return false, max(keyWait, globalWait), globalWait > keyWait
 	}
 	l.global.commit(globalNext)
 	if e != nil {
 		e.commit(keyNext)
 	}
-	return true, 0
+	return true, 0, false
 }
 
 // SetGlobal changes the global limit, keeping the tokens accrued so far capped at the

@@ -124,7 +124,8 @@ export function table(cols, rows, attrs) {
 export function toast(msg, kind) {
   const t = h('div', {class: 'toast ' + (kind || '')}, msg);
   document.getElementById('toasts').appendChild(t);
-  setTimeout(() => t.remove(), kind === 'error' ? 8000 : 4000);
+  // A toast with a link (a new run's ticket) stays long enough to be clicked.
+  setTimeout(() => t.remove(), kind === 'error' || t.querySelector('a') ? 8000 : 4000);
 }
 
 // confirmAction asks before a destructive action; resolves true on Confirm.

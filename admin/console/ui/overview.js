@@ -8,6 +8,9 @@ import {show} from './time.js';
 // RANGES are the quick time ranges of the history views.
 export const RANGES = [['15m', '15 min', 15 * 60000], ['1h', '1 h', 3600000], ['24h', '24 h', 86400000], ['168h', '7 d', 7 * 86400000]];
 
+// minuteRuns is the Runs list of the runs scheduled in the minute that starts at at (ms).
+export function minuteRuns(at) { return '#/runs?' + new URLSearchParams({from: String(at), to: String(at + 60000)}).toString(); }
+
 export async function render(main) {
   const cards = h('div', {class: 'cards', id: 'overview-cards'});
   const chart = h('figure', {class: 'chart', id: 'overview-chart'});
@@ -61,7 +64,7 @@ export async function render(main) {
     const role = api.roleText(r);
     const others = Array.isArray(r.nodes) ? r.nodes.filter(n => n.node !== o.node) : null;
     update(cards,
-      card('Tasks failing in the last hour', failing, 'ov-failing', failing !== '0', '#/tasks?failed_within=1h'),
+      card('Tasks failing in the last hour', failing, 'ov-failing', failing !== '0', '#/tasks?failed_within=1h&sort=failed'),
       card('Breakers open', o.breakers_open, 'ov-breakers', o.breakers_open > 0, '#/tasks?breaker=open'),
       card('Executors alive', o.executors_alive, 'ov-alive', false, '#/executors'),
       card('Executors lost', o.executors_lost, 'ov-lost', o.executors_lost > 0, '#/executors'),
@@ -84,16 +87,26 @@ export async function render(main) {
     const max = Math.max(1, ...pts.map(p => p.fires), ...pts.map(p => p.failures));
     const bw = (W - pad) / pts.length;
     const y = v => H - pad - (v / max) * (H - 2 * pad);
-    const bars = pts.map((p, i) => svg('rect', {x: pad + i * bw, y: y(p.fires), width: Math.max(1, bw - 1), height: H - pad - y(p.fires), class: 'bar'},
-      svg('title', {}, `${show(p.at)}: ${p.fires} fires, ${p.failures} failures`)));
+    // Each minute is a link to the runs scheduled in it (its whole column, so a minute
+    // without fires can be opened too).
+    const bars = pts.map((p, i) => svg('a', {href: minuteRuns(p.at), class: 'minute', 'data-minute': String(p.at),
+      'aria-label': `${show(p.at)}: ${p.fires} fires, ${p.failures} failures; open its runs`},
+    svg('rect', {x: pad + i * bw, y: pad / 2, width: Math.max(1, bw), height: H - pad - pad / 2, class: 'hit'}),
+    svg('rect', {x: pad + i * bw, y: y(p.fires), width: Math.max(1, bw - 1), height: H - pad - y(p.fires), class: 'bar'}),
+    svg('title', {}, `${show(p.at)}: ${p.fires} fires, ${p.failures} failures (click: its runs)`)));
+    // A time axis: a tick every 15 minutes.
+    const ticks = [];
+    pts.forEach((p, i) => {
+      if (Math.floor(p.at / 60000) % 15 === 0) ticks.push(svg('text', {x: pad + i * bw, y: H - 8, class: 'tick'}, show(p.at).slice(11, 16)));
+    });
     const line = pts.map((p, i) => `${i ? 'L' : 'M'}${pad + i * bw + bw / 2},${y(p.failures)}`).join(' ');
     const total = pts.reduce((a, p) => a + p.fires, 0), fails = pts.reduce((a, p) => a + p.failures, 0);
     update(chart,
       svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${total} fires and ${fails} failures in the last hour`, class: 'spark'},
         svg('line', {x1: pad, y1: H - pad, x2: W, y2: H - pad, class: 'axis'}),
         svg('text', {x: 0, y: pad, class: 'tick'}, String(max)), svg('text', {x: 0, y: H - pad, class: 'tick'}, '0'),
-        ...bars, svg('path', {d: line, class: 'fail'})),
-      h('figcaption', {id: 'chart-caption'}, `Bars: fires (${total}); line: failures (${fails}). One bar per minute, ending ${show(pts[pts.length - 1].at)}.`));
+        ...ticks, ...bars, svg('path', {d: line, class: 'fail'})),
+      h('figcaption', {id: 'chart-caption'}, `Bars: fires (${total}); line: failures (${fails}). One bar per minute, ending ${show(pts[pts.length - 1].at)}; click a minute for its runs.`));
   }
 
   function drawDay(pts) {
@@ -121,7 +134,22 @@ export async function render(main) {
       h('figcaption', {id: 'day-caption'}, `Area: fires (${total.toLocaleString('en')}); red: failures (${fails.toLocaleString('en')}); dashed: mean lateness of the minute's fires (right scale). ` +
         `${pts.length} minutes, ${show(pts[0].at)} to ${show(pts[pts.length - 1].at)}.`));
     day.dataset.fires = String(total);
+    day.dataset.first = String(pts[0].at);
+    dayPts = pts;
   }
+
+  // A click on the day chart opens the runs of the minute under the pointer.
+  let dayPts = [];
+  day.addEventListener('click', ev => {
+    const el = day.querySelector('svg');
+    if (!el || !dayPts.length) return;
+    const box = el.getBoundingClientRect();
+    const W = 900, pad = 30, right = 40;
+    const vx = (ev.clientX - box.left) * (W / box.width);
+    const i = Math.round(((vx - pad) / (W - pad - right)) * Math.max(1, dayPts.length - 1));
+    if (i < 0 || i >= dayPts.length) return;
+    location.hash = minuteRuns(dayPts[i].at);
+  });
 
   await load();
   return {refresh: load};

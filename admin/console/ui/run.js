@@ -14,7 +14,8 @@ export async function render(main, args) {
     onclick: () => killRun(ticket, load)}, 'Kill');
   let task = '';
   const retryBtn = h('button', {type: 'button', id: 'run-retry', class: 'needs-write', hidden: true,
-    onclick: () => retryRun(task, ticket)}, 'Retry');
+    onclick: () => retryRun(task, ticket, given)}, 'Retry');
+  let given;
   main.append(h('h1', {}, 'Run ', h('span', {class: 'mono'}, ticket)), h('div', {class: 'actions'}, killBtn, retryBtn), box);
   let zone = '';
   const view = {refresh: load, done: false};
@@ -25,6 +26,7 @@ export async function render(main, args) {
       zone = await api.get('tasks/' + api.enc(r.task)).then(t => t.timezone, () => 'UTC');
     }
     task = r.task;
+    given = r.params;
     killBtn.hidden = r.result !== 'running';
     retryBtn.hidden = !RETRYABLE.has(r.result);
     view.done = r.result !== 'running';
@@ -41,13 +43,26 @@ export async function render(main, args) {
         ['Duration', r.result === 'running'
           ? h('span', {id: 'run-elapsed'}, 'running ' + fmtDuration(Math.max(0, Date.now() - (r.dispatched_at || r.scheduled_at))))
           : fmtDuration(r.duration_ms)],
-        ['Executor', r.executor || '—'], ['Detail', r.detail || '—'],
+        ['Executor', r.executor || '—'],
+        // A run-now's params given are stored with it; every other run had its task's.
+        ['Params', r.params !== undefined
+          ? h('pre', {id: 'run-params-given', class: 'block'}, JSON.stringify(r.params, null, 2))
+          : h('span', {id: 'run-params-given', class: 'muted'}, r.kind === 'manual' ? 'the task\'s (none given)' : 'the task\'s')],
+        // A fire that waited for a concurrency slot or the rate limit says how long and for
+        // which limit in its detail ("waited 1.2s for …").
+        ['Waited', h('span', {id: 'run-waits'}, waitsOf(r.detail).join('; ') || 'no wait for a limit')],
+        ['Detail', r.detail || '—'],
       ]),
       h('h2', {}, 'Error'), h('pre', {id: 'run-error', class: 'block'}, r.error || '(none)'),
       h('h2', {}, 'Output'), h('pre', {id: 'run-output', class: 'block'}, r.output || '(none)'));
   }
   await load();
   return view;
+}
+
+// waitsOf lists a run detail's waits for a limit, each without its "waited ".
+export function waitsOf(detail) {
+  return (detail || '').split('; ').filter(p => p.startsWith('waited ')).map(p => p.slice('waited '.length));
 }
 
 // killRun asks for a reason and kills one run in flight by its ticket (any kind: periodic,
@@ -64,13 +79,17 @@ export async function killRun(ticket, done) {
   if (done) await done();
 }
 
-// retryRun runs the failed run's task now, once asked. A run record does not keep the params
-// it ran with, so the retry runs with the task's params as they are now, and says so. On
-// success the new run's page opens.
-export async function retryRun(task, ticket) {
-  if (!await confirmAction(`Run ${task} now again? The run record does not keep the params run ${ticket} had: the new run gets the task's params as they are now.`, 'Retry')) return;
+// retryRun runs the failed run's task now, once asked: with the params given to it when it
+// was a run-now given some (a sensitive value, shown ***, takes the task's stored one),
+// else with the task's params as they are now, and says which. On success the new run's
+// page opens.
+export async function retryRun(task, ticket, given) {
+  const which = given !== undefined
+    ? `The new run gets the params run ${ticket} was given.`
+    : `Run ${ticket} was given no params of its own: the new run gets the task's params as they are now.`;
+  if (!await confirmAction(`Run ${task} now again? ${which}`, 'Retry')) return;
   try {
-    const r = await api.post('tasks/' + api.enc(task) + '/run', {});
+    const r = await api.post('tasks/' + api.enc(task) + '/run', given !== undefined ? {params: given} : {});
     toast(`Retry of ${ticket}: run ${r.ticket}`);
     location.hash = '#/run/' + encodeURIComponent(r.ticket);
   } catch (e) {

@@ -52,7 +52,15 @@ export async function render(main, args) {
   // The action bar, built once.
   const note = h('input', {id: 'pause-note', type: 'text', placeholder: 'note (why)', 'aria-label': 'Pause note', maxlength: 1024});
   const resumeNote = h('input', {id: 'resume-note', type: 'text', placeholder: 'note', 'aria-label': 'Resume note', maxlength: 1024});
-  const params = h('textarea', {id: 'run-params', rows: 2, placeholder: 'params JSON (optional)', 'aria-label': 'Run-now params'});
+  // Run now's params: pre-filled with the task's (a sensitive value shows as ***, which the
+  // server replaces with the stored one), editable for this run alone. What the box holds
+  // is sent and stored on the run; emptied, the run gets the task's params. A refresh
+  // leaves the box alone once it was edited; "task's params" fills it again.
+  const params = h('textarea', {id: 'run-params', rows: 3, placeholder: 'params JSON (empty: the task\'s)', 'aria-label': 'Run-now params'});
+  let filled = ''; // what the box was last filled with: another value is the user's
+  const taskParamsText = () => (t && t.params !== undefined && t.params !== null ? JSON.stringify(t.params, null, 2) : '');
+  const fillParams = () => { params.value = filled = taskParamsText(); };
+  const paramsReset = h('button', {type: 'button', class: 'link', id: 'run-params-reset', onclick: fillParams}, 'task\'s params');
   const paramsErr = h('span', {class: 'error', id: 'run-params-error', role: 'alert'});
   const pauseBtn = h('button', {type: 'button', id: 'act-pause', onclick: async () => {
     if (await act('Pause', () => api.post(path + '/pause', {note: note.value}))) note.value = '';
@@ -69,15 +77,26 @@ export async function render(main, args) {
     }}, 'Kill');
   const actions = h('div', {class: 'actions needs-write', id: 'task-actions'},
     pauseGroup, resumeGroup,
-    h('span', {class: 'group'}, params, h('button', {type: 'button', id: 'act-run', onclick: async () => {
+    h('span', {class: 'group run-now'}, h('label', {class: 'stack'}, 'Params for this run ', params), h('button', {type: 'button', id: 'act-run', onclick: async () => {
       let body = {};
       const raw = params.value.trim();
       if (raw) {
         try { body = {params: JSON.parse(raw)}; } catch (e) { paramsErr.textContent = 'params: ' + e.message; return; }
       }
       paramsErr.textContent = '';
-      if (await act('Run now', () => api.post(path + '/run', body))) params.value = '';
-    }}, 'Run now'), paramsErr),
+      let r;
+      try {
+        r = await api.post(path + '/run', body);
+      } catch (e) {
+        toast('Run now: ' + e.message, 'error');
+        return;
+      }
+      // The new run's ticket, linked to its page.
+      toast(h('span', {}, 'Run now: ', h('a', {href: '#/run/' + encodeURIComponent(r.ticket), class: 'mono', id: 'run-now-ticket'}, r.ticket),
+        raw ? ' with the params given' : ' with the task\'s params'));
+      fillParams();
+      await load();
+    }}, 'Run now'), paramsReset, paramsErr),
     h('span', {class: 'group'}, killBtn,
       h('a', {href: '#/tasks/' + encodeURIComponent(name) + '/edit', class: 'button', id: 'act-edit'}, 'Edit'),
       h('button', {type: 'button', id: 'act-delete', class: 'danger', onclick: async () => {
@@ -240,7 +259,7 @@ export async function render(main, args) {
       h('strong', {class: 'kind'}, a.action), ' ',
       a.from || a.to ? h('span', {class: 'trans'}, `${a.from || '·'} → ${a.to || '·'}`) : '', ' ',
       h('span', {class: 'actor'}, 'by ' + a.actor), a.ticket ? [' ', h('a', {class: 'mono', href: '#/run/' + encodeURIComponent(a.ticket)}, a.ticket)] : '',
-      a.detail ? h('div', {class: 'detail'}, a.detail) : '')));
+      a.detail ? detailOf(a) : '')));
     if (!acts.actions.length) update(timeline, h('li', {class: 'muted'}, tlKind.value ? 'No such events.' : 'No action records yet.'));
     update(tlPager,
       h('button', {type: 'button', id: 'timeline-newer', disabled: tlPage === 0, onclick: () => { tlPage--; loadTimeline(); }}, '← Newer'),
@@ -289,6 +308,7 @@ export async function render(main, args) {
     t.breaker_open = row ? row.breaker_open : false;
     renderDef();
     updateActions();
+    if (params.value === filled && document.activeElement !== params) fillParams();
     renderFires();
     // Pages past the first stay as they are until paged: a refresh must not move them.
     await Promise.all([runPage === 0 ? loadRuns() : null, tlPage === 0 ? loadTimeline() : null, loadBackfills()]);
@@ -296,6 +316,27 @@ export async function render(main, args) {
 
   await load();
   return {refresh: load};
+}
+
+// DIFF_MARKER starts the changed fields in an update record's detail (engine.DiffMarker):
+// a JSON object of field → [before, after].
+const DIFF_MARKER = 'changed: {';
+
+// detailOf shows an action's detail; an edit's changed fields become a table of field,
+// before and after (a value as JSON, absent as —, a sensitive param as ***).
+export function detailOf(a) {
+  const at = a.action === 'update' ? a.detail.indexOf(DIFF_MARKER) : -1;
+  let changes = null;
+  if (at >= 0) {
+    try { changes = JSON.parse(a.detail.slice(at + DIFF_MARKER.length - 1)); } catch { changes = null; }
+  }
+  if (!changes) return h('div', {class: 'detail'}, a.detail);
+  const val = v => (v === null || v === undefined ? '—' : JSON.stringify(v));
+  const rest = a.detail.slice(0, at).replace(/;\s*$/, '');
+  return h('div', {class: 'detail'}, rest,
+    table(['Field', 'Before', 'After'], Object.entries(changes).map(([k, [b, v]]) => h('tr', {dataset: {field: k}},
+      h('td', {class: 'mono'}, k), h('td', {class: 'mono before'}, val(b)), h('td', {class: 'mono after'}, val(v)))),
+    {class: 'diff'}));
 }
 
 // firesTable shows a cron/next answer: each fire in the zone with its offset and DST mark,

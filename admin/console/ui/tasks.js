@@ -13,6 +13,15 @@ const PAGE = 50;
 // run-now's (task-m<time>-hex) or a skipped fire's (skip-task-time).
 const TICKET = /^(?:skip-)?\d+-[a-z]?\d+(?:-[0-9a-f]+)?$/i;
 
+// failCount says how many of a task's runs failed in a row (now) and in all (its scheduled
+// runs since created).
+export function failCount(rt) {
+  const parts = [];
+  if (rt.consecutive_failures) parts.push(`${rt.consecutive_failures} in a row`);
+  if (rt.failure_count) parts.push(`${rt.failure_count.toLocaleString('en')} failed in all`);
+  return parts.length ? ' · ' + parts.join(', ') : '';
+}
+
 export function stateBadge(state) {
   return h('span', {class: 'state state-' + String(state).toLowerCase()}, state);
 }
@@ -47,7 +56,7 @@ export async function render(main, args, session) {
     h('label', {}, 'Search ', search), h('label', {}, 'Group ', group), h('label', {}, 'State ', state), h('label', {}, 'Name ', prefix),
     h('label', {}, 'Last result ', lastResult), h('label', {}, 'Failed within ', failedWithin), h('label', {}, 'Breaker ', breaker),
     h('button', {type: 'submit', id: 'f-apply'}, 'Filter'),
-    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire — each served by an index. Name filters by prefix. Search finds the tasks whose name, group or callback holds every word, in any case; a run\'s ticket opens that run. A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
+    h('span', {class: 'hint'}, 'Sortable columns (▲): name, group, next fire, newest failure first — each served by an index. Name filters by prefix. Search finds the tasks whose name, group or callback holds every word, in any case; a run\'s ticket opens that run. A periodic task that fails stays SCHEDULED: find it by last result or failed within.'));
   const bulkBar = h('div', {class: 'bulk needs-write', id: 'bulk'});
   const status = h('p', {class: 'muted', id: 'list-status', 'aria-live': 'polite'});
   const tableBox = h('div', {class: 'scroll'});
@@ -197,13 +206,15 @@ export async function render(main, args, session) {
         h('td', {class: 'time'}, rt.state === 'PAUSED' ? 'paused' : rt.next_trigger_time ? show(rt.next_trigger_time, t.timezone) : '—'),
         h('td', {}, lr ? h('a', {href: '#/run/' + encodeURIComponent(lr.ticket), class: 'result result-' + lr.result}, lr.result) : '—',
           lr && lr.duration_ms ? ' · ' + fmtDuration(lr.duration_ms) : '',
-          rt.last_failure_at ? h('div', {class: 'muted small'}, 'failed ' + show(rt.last_failure_at, t.timezone)) : ''),
+          // The newest failure, with how many failed in a row and in all (scheduled runs).
+          rt.last_failure_at ? h('div', {class: 'muted small failed-at', dataset: {at: String(rt.last_failure_at)}}, 'failed ' + show(rt.last_failure_at, t.timezone),
+            h('span', {class: 'fail-count'}, failCount(rt))) : ''),
         h('td', {class: 'num phone-hide'}, t.priority),
         h('td', {class: t.breaker_open ? null : 'phone-hide'}, t.breaker_open ? h('span', {class: 'state state-failed'}, 'open') : 'closed'),
         h('td', {class: 'note'}, rt.note || ''));
     });
     update(tableBox, table([h('span', {class: 'needs-write'}, 'Sel'), sortHeader('name', 'Name'), sortHeader('group', 'Group'), 'State',
-      sortHeader('next', 'Next fire'), 'Last result', 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table', class: 'compact sortable'}));
+      sortHeader('next', 'Next fire'), sortHeader('failed', 'Last result, newest failure'), 'Priority', 'Breaker', 'Note'], rows, {id: 'task-table', class: 'compact sortable'}));
     if (!data.tasks.length) update(tableBox, h('p', {class: 'muted', id: 'task-table'}, 'No task matches.'));
     update(pager,
       h('button', {type: 'button', id: 'page-prev', disabled: page === 0, onclick: () => { page--; load(); }}, '← Previous'),
