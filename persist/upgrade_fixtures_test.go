@@ -46,7 +46,6 @@ var upgradeFixtures = []struct {
 	{name: "v15"},
 	{name: "v16"},
 	{name: "v17"},
-	{name: "v19"},
 	{name: "v20"},
 }
 
