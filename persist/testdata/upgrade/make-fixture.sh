@@ -14,7 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git -C "$repo" archive "$commit" | tar -x -C "$work"
 cp "$persist/upgrade_test.go" "$persist/upgrade_gen_test.go" "$persist"/upgrade_fill*_test.go "$work/persist/"
-rm -f "$work/persist/upgrade_fixtures_test.go" "$work/persist/upgrade_kill_test.go"
+rm -f "$work/persist/upgrade_fixtures_test.go" "$work/persist/upgrade_kill_test.go" "$work/persist/upgrade_runparams_test.go"
 cd "$work"
 AXE_REQUIRE_MYSQL=1 AXE_WRITE_UPGRADE_FIXTURE=$version AXE_UPGRADE_FIXTURE_NAME=$name \
   go test -count=1 ${tag:+-tags "$tag"} -run '^TestWriteUpgradeFixture$' ./persist/
