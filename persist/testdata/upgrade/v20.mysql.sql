@@ -180,6 +180,7 @@ CREATE TABLE `task_run` (
   `output` text NOT NULL,
   `detail` text NOT NULL,
   `open_manual` bigint(20) GENERATED ALWAYS AS (if(`result` = 'running' and `kind` = 'manual',`scheduled_at`,NULL)) STORED,
+  `params` mediumtext DEFAULT NULL,
   PRIMARY KEY (`ticket`),
   KEY `idx_task_run_task` (`task_id`,`scheduled_at`),
   KEY `idx_task_run_open_sched` (`open_manual`,`scheduled_at`)
@@ -207,6 +208,56 @@ CREATE TABLE `task_runtime` (
   KEY `idx_task_runtime_failed` (`last_failure_at`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
+CREATE TABLE `workflow` (
+  `name` varchar(255) NOT NULL,
+  `version` int(11) NOT NULL,
+  `grp` varchar(255) NOT NULL DEFAULT '',
+  `paused` tinyint(4) NOT NULL DEFAULT 0,
+  `next_fire` bigint(20) NOT NULL DEFAULT 0,
+  `created_at` bigint(20) NOT NULL,
+  `updated_at` bigint(20) NOT NULL,
+  PRIMARY KEY (`name`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE `workflow_run` (
+  `id` varchar(128) NOT NULL,
+  `workflow` varchar(255) NOT NULL,
+  `version` int(11) NOT NULL,
+  `scheduled_at` bigint(20) NOT NULL,
+  `trig` varchar(32) NOT NULL,
+  `params` mediumtext NOT NULL,
+  `state` varchar(32) NOT NULL,
+  `created_at` bigint(20) NOT NULL,
+  `ended_at` bigint(20) NOT NULL DEFAULT 0,
+  `error` text NOT NULL,
+  PRIMARY KEY (`id`),
+  KEY `idx_workflow_run_sched` (`workflow`,`scheduled_at`),
+  KEY `idx_workflow_run_state` (`state`,`created_at`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE `workflow_step` (
+  `run_id` varchar(128) NOT NULL,
+  `step` varchar(255) NOT NULL,
+  `idx` int(11) NOT NULL,
+  `attempt` int(11) NOT NULL,
+  `state` varchar(32) NOT NULL,
+  `ticket` varchar(128) NOT NULL DEFAULT '',
+  `started_at` bigint(20) NOT NULL DEFAULT 0,
+  `ended_at` bigint(20) NOT NULL DEFAULT 0,
+  `output` mediumtext NOT NULL,
+  `error` text NOT NULL,
+  `items` int(11) NOT NULL DEFAULT 0,
+  PRIMARY KEY (`run_id`,`step`,`idx`,`attempt`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE `workflow_version` (
+  `name` varchar(255) NOT NULL,
+  `version` int(11) NOT NULL,
+  `spec` mediumtext NOT NULL,
+  `created_at` bigint(20) NOT NULL,
+  PRIMARY KEY (`name`,`version`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
 
 
 
@@ -214,7 +265,7 @@ CREATE TABLE `task_runtime` (
 INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`, `incarnation`) VALUES ('billing', '10.0.0.7:9100', 'http', '["invoice","refund"]', 1767513600000, 1767599999000, 'alive', '5f0c2b8e9d4a7f6e1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e2f4a', '3f9a0c1d2e4b5a6978f0e1d2c3b4a596');
 INSERT INTO `executor` (`app`, `address`, `protocol`, `handlers`, `registered_at`, `last_heartbeat`, `status`, `dispatch_key`, `incarnation`) VALUES ('billing', '10.0.0.9:9100', 'http', '["invoice"]', 1767596400000, 1767599670000, 'lost', '', '');
 
-INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-06 09:13:00.570001');
+INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary', 'axe-b:8080', 2, '2026-12-06 10:38:26.265987');
 INSERT INTO `lease` (`name`, `holder`, `epoch`, `expiry`) VALUES ('primary#fence', '', 2, '1970-01-01 00:00:00.000000');
 
 
@@ -236,6 +287,8 @@ INSERT INTO `schema_migrations` (`version`, `name`) VALUES (14, 'backfills');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (15, 'overlap and catch-up');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (16, 'executor incarnations');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (17, 'pause origin');
+INSERT INTO `schema_migrations` (`version`, `name`) VALUES (18, 'workflows');
+INSERT INTO `schema_migrations` (`version`, `name`) VALUES (19, 'run params');
 INSERT INTO `schema_migrations` (`version`, `name`) VALUES (20, 'concurrency slots across nodes');
 
 INSERT INTO `task_action` (`id`, `task_id`, `task_name`, `ticket`, `action`, `from_state`, `to_state`, `actor`, `at`, `detail`) VALUES (1, 1, 'nightly-report', 'fx-nightly-1', 'fire', 'SCHEDULED', 'RUNNING', 'scheduler', 1767578400000, '');
@@ -260,18 +313,18 @@ INSERT INTO `task_dep` (`task_id`, `upstream_name`) VALUES (7, 'nightly-report')
 INSERT INTO `task_dep` (`task_id`, `upstream_name`) VALUES (7, 'welcome-mail');
 INSERT INTO `task_dep` (`task_id`, `upstream_name`) VALUES (8, 'invoice-run');
 
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-export-1', 4, 'retry-export', 'scheduled', 1, 1767600005000, 1767600005004, 'billing@10.0.0.7:9100', 1767600015004, 'failed', 'exit status 3', 10000, 'line 1\nline 2: it\'s "quoted" \\ and ; ends here;\nexport failed', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-export-2', 4, 'retry-export', 'scheduled', 2, 1767600035000, 1767600035004, 'billing@10.0.0.7:9100', 1767600035816, 'failed', 'HTTP 500: upstream said no', 812, '', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-import-1', 9, 'long-import', 'scheduled', 1, 1767596400000, 1767596400004, 'billing@10.0.0.7:9100', 1767598200004, 'killed', 'executor: run killed', 1800000, 'imported 120000 rows, then a tab	 and ünïcödé', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-invoice-2', 2, 'invoice-run', 'scheduled', 1, 1767599700000, 1767599700004, 'billing@10.0.0.7:9100', 1767599700004, 'lost', 'executor billing@10.0.0.7:9100 lost with the run in flight', 0, '', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-invoice-3', 2, 'invoice-run', 'scheduled', 1, 1767600000000, 1767600000004, 'billing@10.0.0.7:9100', 0, 'running', '', 0, '', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-nightly-0', 1, 'nightly-report', 'scheduled', 1, 1767492000000, 1767492000004, '', 1767492600004, 'timeout', 'deadline exceeded after 600s', 600000, '', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-nightly-1', 1, 'nightly-report', 'scheduled', 1, 1767578400000, 1767578400004, '', 1767578404200, 'success', '', 4196, '', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-notify-1', 8, 'notify-finance', 'scheduled', 1, 1767599700000, 1767599700004, 'billing@10.0.0.7:9100', 1767599701004, 'failed', 'connection refused', 1000, '', 'released by fx-invoice-2');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-purge-1', 6, 'purge-cache', 'scheduled', 1, 1767592800000, 1767592800004, '', 1767592800004, 'skipped', '', 0, '', 'misfire: skipped');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-rebuild-m0', 5, 'rebuild-index', 'manual', 1, 1767513600000, 1767513600004, 'billing@10.0.0.7:9100', 1767516700004, 'success', '', 3100000, '', '');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-rebuild-m1', 5, 'rebuild-index', 'manual', 1, 1767600001000, 1767600001004, 'billing@10.0.0.7:9100', 0, 'running', '', 0, '', 'started by carol');
-INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`) VALUES ('fx-welcome-1', 3, 'welcome-mail', 'scheduled', 1, 1767600090000, 1767600090004, '', 1767600091250, 'success', '', 1246, '', '');
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-export-1', 4, 'retry-export', 'scheduled', 1, 1767600005000, 1767600005004, 'billing@10.0.0.7:9100', 1767600015004, 'failed', 'exit status 3', 10000, 'line 1\nline 2: it\'s "quoted" \\ and ; ends here;\nexport failed', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-export-2', 4, 'retry-export', 'scheduled', 2, 1767600035000, 1767600035004, 'billing@10.0.0.7:9100', 1767600035816, 'failed', 'HTTP 500: upstream said no', 812, '', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-import-1', 9, 'long-import', 'scheduled', 1, 1767596400000, 1767596400004, 'billing@10.0.0.7:9100', 1767598200004, 'killed', 'executor: run killed', 1800000, 'imported 120000 rows, then a tab	 and ünïcödé', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-invoice-2', 2, 'invoice-run', 'scheduled', 1, 1767599700000, 1767599700004, 'billing@10.0.0.7:9100', 1767599700004, 'lost', 'executor billing@10.0.0.7:9100 lost with the run in flight', 0, '', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-invoice-3', 2, 'invoice-run', 'scheduled', 1, 1767600000000, 1767600000004, 'billing@10.0.0.7:9100', 0, 'running', '', 0, '', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-nightly-0', 1, 'nightly-report', 'scheduled', 1, 1767492000000, 1767492000004, '', 1767492600004, 'timeout', 'deadline exceeded after 600s', 600000, '', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-nightly-1', 1, 'nightly-report', 'scheduled', 1, 1767578400000, 1767578400004, '', 1767578404200, 'success', '', 4196, '', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-notify-1', 8, 'notify-finance', 'scheduled', 1, 1767599700000, 1767599700004, 'billing@10.0.0.7:9100', 1767599701004, 'failed', 'connection refused', 1000, '', 'released by fx-invoice-2', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-purge-1', 6, 'purge-cache', 'scheduled', 1, 1767592800000, 1767592800004, '', 1767592800004, 'skipped', '', 0, '', 'misfire: skipped', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-rebuild-m0', 5, 'rebuild-index', 'manual', 1, 1767513600000, 1767513600004, 'billing@10.0.0.7:9100', 1767516700004, 'success', '', 3100000, '', '', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-rebuild-m1', 5, 'rebuild-index', 'manual', 1, 1767600001000, 1767600001004, 'billing@10.0.0.7:9100', 0, 'running', '', 0, '', 'started by carol', NULL);
+INSERT INTO `task_run` (`ticket`, `task_id`, `task_name`, `kind`, `attempt`, `scheduled_at`, `dispatched_at`, `executor`, `ended_at`, `result`, `error`, `duration_ms`, `output`, `detail`, `params`) VALUES ('fx-welcome-1', 3, 'welcome-mail', 'scheduled', 1, 1767600090000, 1767600090004, '', 1767600091250, 'success', '', 1246, '', '', NULL);
 
 INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (1, 'SCHEDULED', '', 0, 1767664800000, 1767578400000, 1767578404200, '', 41, 2, '', 2, 'success', 1765008000000, 0, '');
 INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (2, 'RUNNING', 'fx-invoice-3', 1, 1767600000000, 1767600000000, 0, 'billing@10.0.0.7:9100', 2, 0, '', 2, '', 0, 0, '');
@@ -282,4 +335,8 @@ INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `ne
 INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (7, 'WAITING', '', 0, 0, 0, 0, '', 0, 0, '', 1, '', 0, 0, '');
 INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (8, 'FAILED', '', 1, 0, 1767599700000, 1767599701000, 'billing@10.0.0.7:9100', 0, 3, '', 2, 'failed', 1767599701000, 2, '');
 INSERT INTO `task_runtime` (`task_id`, `state`, `current_ticket`, `attempt`, `next_trigger_time`, `last_trigger_time`, `last_end_time`, `last_executor`, `success_count`, `failure_count`, `note`, `version`, `last_result`, `last_failure_at`, `consecutive_failures`, `paused_by`) VALUES (9, 'KILLED', '', 0, 1768204800000, 1767596400000, 1767598200000, 'billing@10.0.0.8:9100', 0, 0, 'killed by an operator', 2, 'killed', 0, 0, '');
+
+
+
+
 
