@@ -167,8 +167,8 @@ func (e *Engine) applyEnd(t *task, d endDecision) {
 
 // completeManual records the end of a run-now instance: its run row and an action record.
 func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
-	if e.steps != nil && IsStepTask(run.TaskName) {
-		e.completeStep(t, run, oc) // steps.go
+	if e.steps.sink != nil && IsStepTask(run.TaskName) {
+		e.steps.complete(t, run, oc) // steps.go
 		return
 	}
 	now := e.nowMS()

@@ -349,7 +349,7 @@ type Engine struct {
 	m           *engineMetrics
 
 	tasks    taskMap
-	steps    StepSink                    // the workflow service (steps.go); nil: none
+	steps    Steps                       // the port of the workflow service (steps.go)
 	shards   [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
 	own      ownership                   // what this node owns (ownership.go)
 	registry *dispatch.Registry
@@ -416,6 +416,7 @@ func New(cfg Config) (*Engine, error) {
 		registry: dispatch.NewRegistry(),
 	}
 	e.tasks.init()
+	e.steps.e = e
 	e.conc = newConcGate(cfg.Clock)
 	e.initClusterSlots()
 	e.runs.init(cfg.Clock, e.conc)

@@ -78,14 +78,26 @@ type StepSink interface {
 // IsStepTask reports whether name is a workflow step's task (WORKFLOW/STEP).
 func IsStepTask(name string) bool { return strings.IndexByte(name, '/') > 0 }
 
-// SetStepSink connects the workflow service. Set before the engine starts.
-func (e *Engine) SetStepSink(s StepSink) { e.steps = s }
+// Steps is the engine's port for the workflow service: what it asks of the core (start a
+// step attempt, write its rows under the workflow's fence, whether this node schedules a
+// workflow) and where the core tells it of an attempt's end (the sink).
+type Steps struct {
+	e    *Engine
+	sink StepSink
+}
 
-// StartStep records a step attempt's fire record and step row in one group and sends it.
+// Steps is the engine's port for the workflow service.
+func (e *Engine) Steps() *Steps { return &e.steps }
+
+// SetSink connects the workflow service. Set before the engine starts.
+func (s *Steps) SetSink(k StepSink) { s.sink = k }
+
+// Start records a step attempt's fire record and step row in one group and sends it.
 // It reports persist.ErrDuplicateFire when the attempt was started before (by this node or
 // any other), a *StepWaitError when a limit keeps it from starting now, and
 // model.ErrShardNotHeld when this node does not schedule the workflow's shard.
-func (e *Engine) StartStep(ctx context.Context, c StepCall) error {
+func (s *Steps) Start(ctx context.Context, c StepCall) error {
+	e := s.e
 	if err := e.checkRunning(); err != nil {
 		return err
 	}
@@ -148,10 +160,11 @@ func (e *Engine) StartStep(ctx context.Context, c StepCall) error {
 	return nil
 }
 
-// completeStep records the end of a step attempt with the step run's end, as completeManual
+// complete records the end of a step attempt with the step run's end, as completeManual
 // records a run-now's: no action record (the workflow run is the record), no circuit
 // breaker, no dependents.
-func (e *Engine) completeStep(t *task, run model.Run, oc outcome) {
+func (s *Steps) complete(t *task, run model.Run, oc outcome) {
+	e := s.e
 	now := e.nowMS()
 	output := oc.output
 	oc.output = tail(output, maxOutput)
@@ -168,10 +181,10 @@ func (e *Engine) completeStep(t *task, run model.Run, oc outcome) {
 	t.runLeft(run.Ticket)
 	e.place(t)
 	t.mu.Unlock()
-	row, ok := e.steps.StepEnded(run, output)
+	row, ok := s.sink.StepEnded(run, output)
 	g := &persist.Group{Runs: []model.Run{run}, Done: func(err error) {
 		if ok {
-			e.steps.StepRecorded(run, row, err)
+			s.sink.StepRecorded(run, row, err)
 		}
 		oc.notify(err)
 	}}
@@ -181,15 +194,16 @@ func (e *Engine) completeStep(t *task, run model.Run, oc outcome) {
 	if err := e.submit(context.Background(), g, submitWait); err != nil {
 		e.log.Warn("step result not recorded: writer closed", "ticket", run.Ticket, "error", err)
 		if ok {
-			e.steps.StepRecorded(run, row, err)
+			s.sink.StepRecorded(run, row, err)
 		}
 		oc.notify(err)
 	}
 }
 
-// WriteWorkflow writes a group of workflow rows (runs, step runs) about workflow and waits
+// Write writes a group of workflow rows (runs, step runs) about workflow and waits
 // until it is durable, fenced by the workflow's shard on a sharded engine.
-func (e *Engine) WriteWorkflow(ctx context.Context, workflow string, g *persist.Group) error {
+func (s *Steps) Write(ctx context.Context, workflow string, g *persist.Group) error {
+	e := s.e
 	fs, err := e.own.apiFences([]string{workflow})
 	if err != nil {
 		return err
@@ -200,11 +214,12 @@ func (e *Engine) WriteWorkflow(ctx context.Context, workflow string, g *persist.
 	return e.write(ctx, g)
 }
 
-// ApplyWorkflowBatch applies a batch of workflow definitions and their step tasks in one
+// ApplyBatch applies a batch of workflow definitions and their step tasks in one
 // transaction of its own, fenced by the workflow's shard on a sharded engine (and by the
 // lease epoch through the engine's store as primary). Step tasks it updated or deleted
 // leave memory, to be read again when next used.
-func (e *Engine) ApplyWorkflowBatch(ctx context.Context, workflow string, b *persist.Batch) error {
+func (s *Steps) ApplyBatch(ctx context.Context, workflow string, b *persist.Batch) error {
+	e := s.e
 	if err := e.checkRunning(); err != nil {
 		return err
 	}
@@ -217,17 +232,18 @@ func (e *Engine) ApplyWorkflowBatch(ctx context.Context, workflow string, b *per
 		return err
 	}
 	for _, d := range b.DefUpdates {
-		e.forgetStepTask(d.ID)
+		s.forgetTask(d.ID)
 	}
 	for _, id := range b.Deletes {
-		e.forgetStepTask(id)
+		s.forgetTask(id)
 	}
 	return nil
 }
 
-// forgetStepTask drops a step task's copy from memory unless a run of it is in flight
-// (then the next StartStep replaces its definition anyway).
-func (e *Engine) forgetStepTask(id int64) {
+// forgetTask drops a step task's copy from memory unless a run of it is in flight
+// (then the next Start replaces its definition anyway).
+func (s *Steps) forgetTask(id int64) {
+	e := s.e
 	t := e.tasks.get(id)
 	if t == nil {
 		return
@@ -241,13 +257,13 @@ func (e *Engine) forgetStepTask(id int64) {
 	t.mu.Unlock()
 }
 
-// WorkflowOwned reports whether this node schedules workflow now: while the engine runs
+// Owned reports whether this node schedules workflow now: while the engine runs
 // on a single node or a primary, else while the workflow's shard is held here and ready.
-func (e *Engine) WorkflowOwned(workflow string) bool {
-	ready, _ := e.own.serves(workflow)
-	return ready && e.checkRunning() == nil
+func (s *Steps) Owned(workflow string) bool {
+	ready, _ := s.e.own.serves(workflow)
+	return ready && s.e.checkRunning() == nil
 }
 
-// SchedulingContext is ctx with the shard filter of what this engine schedules, for the
+// Scheduling is ctx with the shard filter of what this engine schedules, for the
 // workflow service's reads of the workflows and runs it drives.
-func (e *Engine) SchedulingContext(ctx context.Context) context.Context { return e.own.scheduling(ctx) }
+func (s *Steps) Scheduling(ctx context.Context) context.Context { return s.e.own.scheduling(ctx) }

@@ -149,7 +149,7 @@ func (s *Service) advance(rs *runState) {
 		rs.mu.Unlock()
 		if len(rows) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-			err := s.eng.WriteWorkflow(ctx, rs.run.Workflow, &persist.Group{StepRuns: rows})
+			err := s.eng.Steps().Write(ctx, rs.run.Workflow, &persist.Group{StepRuns: rows})
 			cancel()
 			if err != nil {
 				s.lost(rs, "cannot record a step's decision", err)
@@ -271,7 +271,7 @@ func (s *Service) startItem(rs *runState, x start) {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	call := engine.StepCall{Def: tdef, Task: s.stepTaskOf(ctx, tdef.Name), Ticket: ticket, Params: params, ScheduledAt: run.ScheduledAt,
 		Row: row, Detail: fmt.Sprintf("workflow %s run %s step %s item %d", run.Workflow, run.ID, def.Name, x.idx)}
-	err := s.eng.StartStep(ctx, call)
+	err := s.eng.Steps().Start(ctx, call)
 	cancel()
 	rs.mu.Lock()
 	it := &st.items[x.idx]
@@ -361,7 +361,7 @@ func (s *Service) endRun(rs *runState, state string) {
 	}
 	rs.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	err := s.eng.WriteWorkflow(ctx, run.Workflow, &persist.Group{WorkflowRuns: []model.WorkflowRun{run}})
+	err := s.eng.Steps().Write(ctx, run.Workflow, &persist.Group{WorkflowRuns: []model.WorkflowRun{run}})
 	cancel()
 	if err != nil {
 		rs.mu.Lock()

@@ -35,7 +35,7 @@ func (s *Service) action(workflow, run, name, actor, detail string) model.Action
 }
 
 func (s *Service) owned(name string) error {
-	if !s.eng.WorkflowOwned(name) {
+	if !s.eng.Steps().Owned(name) {
 		return fmt.Errorf("workflow %q is in shard %d: %w", name, model.ShardOf(name), model.ErrShardNotHeld)
 	}
 	return nil
@@ -77,7 +77,7 @@ func (s *Service) Create(ctx context.Context, d model.WorkflowDef, actor string)
 		return nil, err
 	}
 	s.forgetStepTasks(d.Name)
-	if err := s.eng.ApplyWorkflowBatch(ctx, d.Name, b); err != nil {
+	if err := s.eng.Steps().ApplyBatch(ctx, d.Name, b); err != nil {
 		if errors.Is(err, persist.ErrWorkflowExists) {
 			return nil, fmt.Errorf("workflow %q exists: %w", d.Name, ErrConflict)
 		}
@@ -151,7 +151,7 @@ func (s *Service) Update(ctx context.Context, name string, d model.WorkflowDef, 
 		return nil, err
 	}
 	s.forgetStepTasks(name)
-	if err := s.eng.ApplyWorkflowBatch(ctx, name, b); err != nil {
+	if err := s.eng.Steps().ApplyBatch(ctx, name, b); err != nil {
 		if errors.Is(err, model.ErrVersionConflict) {
 			return nil, fmt.Errorf("workflow %q changed meanwhile; read it and try again: %w", name, ErrConflict)
 		}
@@ -188,7 +188,7 @@ func (s *Service) Delete(ctx context.Context, name, actor string) error {
 		}
 	}
 	s.forgetStepTasks(name)
-	if err := s.eng.ApplyWorkflowBatch(ctx, name, b); err != nil {
+	if err := s.eng.Steps().ApplyBatch(ctx, name, b); err != nil {
 		return err
 	}
 	s.forgetStepTasks(name)
@@ -224,7 +224,7 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool, note,
 	w.Def.Paused, w.NextFire = paused, next
 	b := &persist.Batch{WorkflowPuts: []persist.WorkflowPut{{Def: w.Def, NextFire: next, ExpectVersion: w.Def.Version}},
 		Actions: []model.Action{s.action(name, "", act, actor, note)}}
-	if err := s.eng.ApplyWorkflowBatch(ctx, name, b); err != nil {
+	if err := s.eng.Steps().ApplyBatch(ctx, name, b); err != nil {
 		return nil, err
 	}
 	s.poke()
@@ -270,7 +270,7 @@ func (s *Service) create(ctx context.Context, w *model.Workflow, id string, at i
 		Params: params, State: model.WorkflowRunning, CreatedAt: s.clk.Now().UnixMilli()}
 	b := &persist.Batch{NewWorkflowRuns: []model.WorkflowRun{run},
 		Actions: []model.Action{s.action(w.Def.Name, id, act, actor, trigger+" run of "+time.UnixMilli(at).UTC().Format(time.RFC3339))}}
-	if err := s.eng.ApplyWorkflowBatch(ctx, w.Def.Name, b); err != nil {
+	if err := s.eng.Steps().ApplyBatch(ctx, w.Def.Name, b); err != nil {
 		return nil, err
 	}
 	if c := s.m.started[trigger]; c != nil {
@@ -448,7 +448,7 @@ func (s *Service) Cancel(ctx context.Context, id, reason, actor string) (*model.
 	rs.run.State = model.WorkflowCancelled // no decision from here on
 	rs.mu.Unlock()
 	g := &persist.Group{WorkflowRuns: []model.WorkflowRun{run}, Actions: []model.Action{s.action(run.Workflow, id, ActCancel, actor, reason)}}
-	if err := s.eng.WriteWorkflow(ctx, run.Workflow, g); err != nil {
+	if err := s.eng.Steps().Write(ctx, run.Workflow, g); err != nil {
 		rs.mu.Lock()
 		rs.run.State = model.WorkflowRunning
 		rs.mu.Unlock()
@@ -547,7 +547,7 @@ func (rs *runState) resetRows(steps []int, onlyFailed bool) []model.StepRun {
 // reopen writes a run running again with rows, and takes it up.
 func (s *Service) reopen(ctx context.Context, run model.WorkflowRun, rows []model.StepRun, act model.Action) (*model.WorkflowRun, error) {
 	g := &persist.Group{WorkflowRuns: []model.WorkflowRun{run}, StepRuns: rows, Actions: []model.Action{act}}
-	if err := s.eng.WriteWorkflow(ctx, run.Workflow, g); err != nil {
+	if err := s.eng.Steps().Write(ctx, run.Workflow, g); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

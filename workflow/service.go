@@ -31,15 +31,11 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// Engine is what the service asks of the engine.
+// Engine is what the service asks of the engine: its port for workflows (engine.Steps),
+// a kill by ticket, and the metric set its series join.
 type Engine interface {
-	StartStep(ctx context.Context, c engine.StepCall) error
-	WriteWorkflow(ctx context.Context, workflow string, g *persist.Group) error
-	ApplyWorkflowBatch(ctx context.Context, workflow string, b *persist.Batch) error
-	WorkflowOwned(workflow string) bool
-	SchedulingContext(ctx context.Context) context.Context
+	Steps() *engine.Steps
 	KillRun(ctx context.Context, ticket, reason, actor string) (*model.Run, error)
-	SetStepSink(engine.StepSink)
 	Metrics() *metrics.Set
 }
 
@@ -133,7 +129,7 @@ func New(cfg Config) *Service {
 		runs: map[string]*runState{}, versions: map[string]*compiled{}, schedules: map[string]*schedule{},
 		backfills: map[string]*backfill{}, followed: map[string]bool{}, tasks: map[string]*model.Task{}, wake: make(chan struct{}, 1)}
 	s.m = newWFMetrics(cfg.Engine.Metrics())
-	cfg.Engine.SetStepSink(s)
+	cfg.Engine.Steps().SetSink(s)
 	return s
 }
 
@@ -199,7 +195,7 @@ func (s *Service) loop(ctx context.Context) {
 // scan reads the workflows and open runs this node schedules: it takes up what it does not
 // hold yet and lets go of what another node schedules now.
 func (s *Service) scan(ctx context.Context) error {
-	sctx := s.eng.SchedulingContext(ctx)
+	sctx := s.eng.Steps().Scheduling(ctx)
 	wfs, err := s.st.ListWorkflows(sctx)
 	if err != nil {
 		return err
@@ -210,7 +206,7 @@ func (s *Service) scan(ctx context.Context) error {
 	}
 	seen := map[string]bool{}
 	for _, w := range wfs {
-		if !s.eng.WorkflowOwned(w.Def.Name) {
+		if !s.eng.Steps().Owned(w.Def.Name) {
 			continue
 		}
 		seen[w.Def.Name] = true
@@ -227,7 +223,7 @@ func (s *Service) scan(ctx context.Context) error {
 	}
 	var drop []*runState
 	for id, rs := range s.runs {
-		if !s.eng.WorkflowOwned(rs.run.Workflow) {
+		if !s.eng.Steps().Owned(rs.run.Workflow) {
 			drop = append(drop, rs)
 			delete(s.runs, id)
 		}
@@ -239,7 +235,7 @@ func (s *Service) scan(ctx context.Context) error {
 		rs.mu.Unlock()
 	}
 	for _, r := range open {
-		if !s.eng.WorkflowOwned(r.Workflow) {
+		if !s.eng.Steps().Owned(r.Workflow) {
 			continue
 		}
 		s.mu.Lock()

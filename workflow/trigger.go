@@ -46,7 +46,7 @@ func (s *Service) fireDue(ctx context.Context) {
 }
 
 func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
-	if !s.eng.WorkflowOwned(sc.name) {
+	if !s.eng.Steps().Owned(sc.name) {
 		return nil
 	}
 	w, err := s.st.GetWorkflow(ctx, sc.name)
@@ -111,7 +111,7 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 		b.NewWorkflowRuns = append(b.NewWorkflowRuns, model.WorkflowRun{ID: timeRunID(sc.name, t), Workflow: sc.name, Version: w.Def.Version,
 			ScheduledAt: t, Trigger: model.TriggerCron, Params: w.Def.Params, State: model.WorkflowRunning, CreatedAt: now.UnixMilli()})
 	}
-	err = s.eng.ApplyWorkflowBatch(ctx, sc.name, b)
+	err = s.eng.Steps().ApplyBatch(ctx, sc.name, b)
 	for errors.Is(err, persist.ErrWorkflowRunExists) && len(b.NewWorkflowRuns) > 0 {
 		// A backfill ran one of these logical times: leave out the ones that have a run.
 		var keep []model.WorkflowRun
@@ -124,7 +124,7 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 			break
 		}
 		b.NewWorkflowRuns = keep
-		err = s.eng.ApplyWorkflowBatch(ctx, sc.name, b)
+		err = s.eng.Steps().ApplyBatch(ctx, sc.name, b)
 	}
 	if err != nil {
 		return err
@@ -247,7 +247,7 @@ func (s *Service) Backfill(ctx context.Context, name string, from, to time.Time,
 	s.mu.Unlock()
 	act := s.action(name, "", ActBackfill, actor, fmt.Sprintf("%d fire times from %s to %s, %d at once", len(times),
 		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), parallel))
-	if err := s.eng.WriteWorkflow(ctx, name, &persist.Group{Actions: []model.Action{act}}); err != nil {
+	if err := s.eng.Steps().Write(ctx, name, &persist.Group{Actions: []model.Action{act}}); err != nil {
 		return nil, err
 	}
 	s.poke()
@@ -284,7 +284,7 @@ func (s *Service) pumpBackfills(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, b := range list {
-		if !s.eng.WorkflowOwned(b.workflow) {
+		if !s.eng.Steps().Owned(b.workflow) {
 			continue
 		}
 		w, err := s.st.GetWorkflow(ctx, b.workflow)
