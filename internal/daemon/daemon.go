@@ -175,7 +175,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log,
 		Minutes: rec.points, Workflows: wf}))
 	if err != nil {
-		return errors.Join(err, eng.Stop(context.Background()), store.Close())
+		return errors.Join(err, wf.Stop(context.Background()), eng.Stop(context.Background()), store.Close())
 	}
 	var stopping atomic.Bool
 	srv.SetReady(func() error {
@@ -188,7 +188,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	if err := srv.Start(ctx); err != nil {
-		return errors.Join(err, eng.Stop(context.Background()), store.Close())
+		return errors.Join(err, wf.Stop(context.Background()), eng.Stop(context.Background()), store.Close())
 	}
 	rec.start()
 	log.Info("axe listening", "addr", cfg.scheme()+"://"+srv.Addr(), "console", cfg.scheme()+"://"+srv.Addr()+cfg.BasePath+"/",
