@@ -186,11 +186,29 @@ func serveShards(ctx context.Context, cfg Config) error {
 		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
 		startstop.Step{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {
 			err := loop.Stop(ctx, true)
-			<-changesDone
+			// The loop's last changes reach the engine (stopped by now) before the stores
+			// close; a change stuck on a stopped engine does not hold the process past its
+			// shutdown bound.
+			select {
+			case <-changesDone:
+			case <-ctx.Done():
+				err = errors.Join(err, fmt.Errorf("the shard loop's last changes were not all applied: %w", ctx.Err()))
+			}
 			return err
 		}},
 		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
-		startstop.Step{Name: "close stores", Run: func(context.Context) error { return closeStores() }})
+		startstop.Step{Name: "close stores", Run: func(ctx context.Context) error {
+			// Closing waits for the queries in flight; one stuck on a database node that went
+			// away does not hold the process past its shutdown bound.
+			done := make(chan error, 1)
+			go func() { done <- closeStores() }()
+			select {
+			case err := <-done:
+				return err
+			case <-ctx.Done():
+				return fmt.Errorf("the stores did not close: %w", ctx.Err())
+			}
+		}})
 }
 
 // followShards hands the shard loop's changes to the engine, in order, until the loop closes
