@@ -340,5 +340,3 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
-
-func compileCron(d *model.WorkflowDef) (cron.Schedule, error) { return cron.Parse(d.Cron) }

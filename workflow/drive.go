@@ -28,9 +28,7 @@ type stepRequest struct {
 	ScheduledAt int64                      `json:"scheduled_at"`
 	Params      json.RawMessage            `json:"params,omitempty"`
 	Inputs      map[string]json.RawMessage `json:"inputs"`
-	Item        json.RawMessage            `json:"item,omitempty"`
-	Index       *int                       `json:"index,omitempty"`
-	Items       int                        `json:"items,omitempty"`
+	// A fan-out item's "index", "items" and "item" follow, appended by startItem.
 }
 
 // start is one item attempt advance decided to start.
@@ -74,13 +72,7 @@ func (s *Service) advance(rs *runState) {
 				if def.FanOut == "" {
 					st.resolved, st.items = true, []item{{}}
 				} else {
-					items, err := fanItems(def.FanOut, rs.run.Params, func(step string) (json.RawMessage, bool) {
-						up := &rs.steps[rs.c.index[step]]
-						if !up.succeeded() {
-							return nil, false
-						}
-						return up.output(rs.c.def.Steps[rs.c.index[step]].FanOut != ""), true
-					})
+					items, err := fanItems(def.FanOut, rs.run.Params, rs.upOutput)
 					if err != nil {
 						st.level, st.levelErr = model.StepFailed, err.Error()
 						rows = append(rows, model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: levelIndex, Attempt: st.base,
@@ -94,10 +86,7 @@ func (s *Service) advance(rs *runState) {
 			}
 			if def.FanOut != "" && st.fan == nil && len(st.items) > 0 {
 				// Resolved before a restart: the items come again from the same source.
-				items, err := fanItems(def.FanOut, rs.run.Params, func(step string) (json.RawMessage, bool) {
-					up := &rs.steps[rs.c.index[step]]
-					return up.output(rs.c.def.Steps[rs.c.index[step]].FanOut != ""), up.succeeded()
-				})
+				items, err := fanItems(def.FanOut, rs.run.Params, rs.upOutput)
 				if err != nil || len(items) != len(st.items) {
 					s.log.Error("a fan-out resolves differently than it did; its items wait", "run", rs.run.ID, "step", def.Name)
 					continue
@@ -185,6 +174,17 @@ func (s *Service) advance(rs *runState) {
 	}
 }
 
+// upOutput is the output of the step named step as the steps after it see it, and whether
+// it succeeded (an output exists only then).
+func (rs *runState) upOutput(step string) (json.RawMessage, bool) {
+	i := rs.c.index[step]
+	up := &rs.steps[i]
+	if !up.succeeded() {
+		return nil, false
+	}
+	return up.output(rs.c.def.Steps[i].FanOut != ""), true
+}
+
 // condition decides whether an unstarted step runs: decided is false while an upstream
 // has not ended.
 func (rs *runState) condition(i int) (run, decided bool) {
@@ -243,9 +243,8 @@ func (s *Service) startItem(rs *runState, x start) {
 		req := stepRequest{Workflow: rs.run.Workflow, RunID: rs.run.ID, Step: def.Name, ScheduledAt: rs.run.ScheduledAt,
 			Params: rs.run.Params, Inputs: map[string]json.RawMessage{}}
 		for _, n := range def.Needs {
-			up := &rs.steps[rs.c.index[n]]
-			if up.succeeded() {
-				req.Inputs[n] = up.output(rs.c.def.Steps[rs.c.index[n]].FanOut != "")
+			if out, ok := rs.upOutput(n); ok {
+				req.Inputs[n] = out
 			} else {
 				req.Inputs[n] = json.RawMessage("null")
 			}

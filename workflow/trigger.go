@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -216,7 +217,7 @@ func (s *Service) Backfill(ctx context.Context, name string, from, to time.Time,
 	if parallel < 1 || parallel > BackfillParallelMax {
 		return nil, &FieldError{Field: "parallel", Msg: fmt.Sprintf("must be 1-%d, got %d", BackfillParallelMax, parallel)}
 	}
-	sc, err := compileCron(&w.Def)
+	sc, err := cron.Parse(w.Def.Cron)
 	if err != nil {
 		return nil, err
 	}
