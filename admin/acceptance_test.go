@@ -10,12 +10,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestNewUserAcceptance walks through what a new user tries first (the acceptance issue):
 // health, a delay task, a per-second cron task, validation errors, conflicts, unknown tasks
 // and the cron preview.
+
+// lateBound is how late a fire may reach its endpoint: far below a misplaced fire's minute
+// (a later window, a lost entry), far above a loaded box's delay.
+const lateBound = 5 * time.Second
+
 func TestNewUserAcceptance(t *testing.T) {
 	t.Parallel()
 	daemontest.EachStore(t, func(t *testing.T, dsn string) {
@@ -48,9 +53,10 @@ func TestNewUserAcceptance(t *testing.T) {
 			t.Logf("delay task arrived %s after its due time", late)
 			// Never early. The upper bound catches a fire armed in the wrong place (a later
 			// window, a lost entry), not speed, which the benchmarks measure: with -race on two
-			// cores shared with other packages' tests the HTTP call alone took over 100 ms.
-			if late < 0 || late > time.Second {
-				t.Errorf("delay task arrived %s after its due time %s, want 0..1s", late, due.Format(time.RFC3339Nano))
+			// cores shared with other packages' tests the HTTP call alone took over 100 ms,
+			// and beside a CPU hog a fire arrived 1.9 s late.
+			if late < 0 || late > lateBound {
+				t.Errorf("delay task arrived %s after its due time %s, want 0..%s", late, due.Format(time.RFC3339Nano), lateBound)
 			}
 		})
 
@@ -73,19 +79,22 @@ func TestNewUserAcceptance(t *testing.T) {
 					t.Errorf("call %d scheduled_at %d is not on a second", i, b.ScheduledAt)
 				}
 				// Deadline is the dispatch time plus the default timeout of 300 s.
-				if dl := b.Deadline - b.ScheduledAt; dl < 300_000 || dl > 302_000 {
+				if dl := b.Deadline - b.ScheduledAt; dl < 300_000 || dl > 300_000+lateBound.Milliseconds() {
 					t.Errorf("call %d deadline is %d ms after scheduled_at, want about 300 s", i, dl)
 				}
 				var params map[string]any
 				if err := json.Unmarshal(b.Params, &params); err != nil || params["k"] != "v" || params["n"] != 1.0 {
 					t.Errorf("call %d params %s, want {\"k\":\"v\",\"n\":1}", i, b.Params)
 				}
-				if late := c.At.Sub(time.UnixMilli(b.ScheduledAt)); late < 0 || late > time.Second {
-					t.Errorf("call %d arrived %s after scheduled_at, want 0..1s (bounds as for the delay task)", i, late)
+				if late := c.At.Sub(time.UnixMilli(b.ScheduledAt)); late < 0 || late > lateBound {
+					t.Errorf("call %d arrived %s after scheduled_at, want 0..%s (bounds as for the delay task)", i, late, lateBound)
 				}
 				if i > 0 {
-					if gap := b.ScheduledAt - calls[i-1].Body.ScheduledAt; gap != 1000 {
-						t.Errorf("calls %d and %d are %d ms apart, want 1000", i-1, i, gap)
+					// A second apart; more only where the overlap policy (buffer_one)
+					// recorded passing over a fire that fell due while a run was in
+					// flight, which a loaded box's slower runs allow.
+					if gap := b.ScheduledAt - calls[i-1].Body.ScheduledAt; gap != 1000 && (gap%1000 != 0 || gap < 1000 || !overlapRecorded(t, d, "every-second")) {
+						t.Errorf("calls %d and %d are %d ms apart, want 1000 (or whole seconds with an overlap recorded)", i-1, i, gap)
 					}
 				}
 			}
@@ -226,4 +235,16 @@ func jsonEqual(a, b []byte) bool {
 	ca, _ := json.Marshal(x)
 	cb, _ := json.Marshal(y)
 	return bytes.Equal(ca, cb)
+}
+
+// overlapRecorded reports whether task has an overlap action: a fire its overlap policy
+// passed over while a run was in flight.
+func overlapRecorded(t *testing.T, d *daemontest.Daemon, task string) bool {
+	t.Helper()
+	for _, a := range d.Actions(t, task) {
+		if a.Action == "overlap" {
+			return true
+		}
+	}
+	return false
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/protocol"
 )
 
@@ -20,6 +20,7 @@ import (
 // kind filter lists only the kind chosen, so a flood of refused results does not hide an
 // executor's loss.
 func TestConsoleBrowserAlertKinds(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.Engine.LostAfter, c.Engine.HeartbeatInterval = 3*time.Second, 200*time.Millisecond

@@ -92,7 +92,7 @@ func runFilterArgs(c *fasthttp.RequestCtx) (persist.RunFilter, error) {
 
 // runsAnswer is the answer of the run listings.
 func (s *Server) runsAnswer(ctx context.Context, c *fasthttp.RequestCtx, name string, f persist.RunFilter) {
-	page, err := s.cfg.Engine.RunsPage(ctx, name, f)
+	page, err := s.cfg.Engine.API().RunsPage(ctx, name, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -111,7 +111,7 @@ func (s *Server) runsAnswer(ctx context.Context, c *fasthttp.RequestCtx, name st
 		out["next_cursor"] = base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(page.NextAt, 10) + "\x00" + page.NextTicket))
 	}
 	if string(c.QueryArgs().Peek("total")) == "1" {
-		n, err := s.cfg.Engine.CountRuns(ctx, name, f, CountBound)
+		n, err := s.cfg.Engine.API().CountRuns(ctx, name, f, CountBound)
 		if err != nil {
 			s.fail(c, err)
 			return
@@ -168,7 +168,7 @@ func (s *Server) taskActionsPage(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	page, err := s.cfg.Engine.ActionsPage(ctx, param(c, "name"), int64(before), kinds, limit)
+	page, err := s.cfg.Engine.API().ActionsPage(ctx, param(c, "name"), int64(before), kinds, limit)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -212,7 +212,7 @@ func (s *Server) findArgs(c *fasthttp.RequestCtx, f *persist.TaskFilter) error {
 	switch b := string(args.Peek("breaker")); b {
 	case "":
 	case "open":
-		f.IDs = s.cfg.Engine.OpenBreakerIDs()
+		f.IDs = s.cfg.Engine.API().OpenBreakerIDs()
 	default:
 		return fmt.Errorf("%w: breaker: must be open, got %q", ErrBadRequest, protocol.ClipText(b, 64))
 	}
@@ -221,7 +221,7 @@ func (s *Server) findArgs(c *fasthttp.RequestCtx, f *persist.TaskFilter) error {
 
 // taskTotal adds the bounded total of f to a task list answer.
 func (s *Server) taskTotal(ctx context.Context, f persist.TaskFilter, out map[string]any) error {
-	n, err := s.cfg.Engine.CountTasks(ctx, f, CountBound)
+	n, err := s.cfg.Engine.API().CountTasks(ctx, f, CountBound)
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ func (s *Server) alertsAnswer(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	acts, counts, err := s.cfg.Engine.Alerts().Records(ctx, f)
+	acts, counts, err := s.cfg.Engine.API().Alerts().Records(ctx, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -262,7 +262,7 @@ func (s *Server) alertsAnswer(c *fasthttp.RequestCtx) {
 	if acts == nil {
 		acts = []model.Action{}
 	}
-	out := map[string]any{"actions": acts, "count": len(acts), "deliveries": s.cfg.Engine.Alerts().Recent()}
+	out := map[string]any{"actions": acts, "count": len(acts), "deliveries": s.cfg.Engine.API().Alerts().Recent()}
 	if f.Counts {
 		out["counts"] = counts
 	}
@@ -303,7 +303,7 @@ func (s *Server) storedMinutes(c *fasthttp.RequestCtx) {
 	now := time.Now().UnixMilli()
 	to := now - now%60000 + 60000
 	from := to - int64(hours)*60*60000
-	rows, err := s.cfg.Engine.StoredMinutes(ctx, from, to)
+	rows, err := s.cfg.Engine.API().StoredMinutes(ctx, from, to)
 	if err != nil {
 		s.fail(c, err)
 		return

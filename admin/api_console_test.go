@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -227,7 +227,10 @@ func TestMinuteStatsSurviveRestart(t *testing.T) {
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	fired := len(h.CallsOf("tick")) + len(h.CallsOf("bad"))
+	// Counted before the second daemon starts: its own fires reach the same hook, and on a
+	// loaded box they may before the statistics are read.
+	failing := len(h.CallsOf("bad"))
+	fired := len(h.CallsOf("tick")) + failing
 	d2 := daemontest.Start(t, dsn, nil)
 	var got struct {
 		Minutes []struct {
@@ -247,9 +250,9 @@ func TestMinuteStatsSurviveRestart(t *testing.T) {
 		failures += m.Failures
 	}
 	// The first daemon's fires, all of them: the callbacks seen are at most the fires.
-	if fires < int64(fired) || failures < int64(len(h.CallsOf("bad"))) || failures > fires {
-		t.Errorf("after the restart the store holds %d fires and %d failures; the callbacks saw %d fires, %d failing",
-			fires, failures, fired, len(h.CallsOf("bad")))
+	if fires < int64(fired) || failures < int64(failing) || failures > fires {
+		t.Errorf("after the restart the store holds %d fires and %d failures; the first daemon's callbacks saw %d fires, %d failing",
+			fires, failures, fired, failing)
 	}
 	if last := got.Minutes[len(got.Minutes)-1].At; time.Since(time.UnixMilli(last)) > 2*time.Minute {
 		t.Errorf("the newest minute is %s", time.UnixMilli(last))

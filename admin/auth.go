@@ -127,17 +127,32 @@ func NewTokens(single string, entries []TokenEntry) (*Tokens, error) {
 			hash: sha256.Sum256([]byte(single))})
 		names[DefaultTokenName] = true
 	}
+	// An error names an entry by its name and shows a bad scope, unless either holds a token
+	// of the file (a name written equal to its token): no error ever repeats a token.
+	holdsToken := func(s string) bool {
+		for _, x := range entries {
+			if x.Token != "" && strings.Contains(s, x.Token) {
+				return true
+			}
+		}
+		return single != "" && strings.Contains(s, single)
+	}
 	for i, e := range entries {
 		where := fmt.Sprintf("tokens[%d]", i)
 		if !tokenNamePattern.MatchString(e.Name) {
 			return nil, fmt.Errorf("%s.name: must be 1-64 letters, digits, '.', '_', ':' or '-'", where)
 		}
-		where = fmt.Sprintf("tokens[%d] (%s)", i, e.Name)
+		if !holdsToken(e.Name) {
+			where = fmt.Sprintf("tokens[%d] (%s)", i, e.Name)
+		}
 		if names[e.Name] {
 			return nil, fmt.Errorf("%s.name: used twice", where)
 		}
 		names[e.Name] = true
 		if e.Scope != ScopeRead && e.Scope != ScopeWrite && e.Scope != ScopeExecutor {
+			if holdsToken(e.Scope) {
+				return nil, fmt.Errorf("%s.scope: must be read, write or executor", where)
+			}
 			return nil, fmt.Errorf("%s.scope: must be read, write or executor, got %q", where, e.Scope)
 		}
 		p := principal{name: e.Name, scopes: []string{e.Scope}}

@@ -66,7 +66,7 @@ func (s *Server) createBackfill(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	v, err := s.cfg.Engine.Backfills().Create(ctx, param(c, "name"), engine.BackfillRequest{From: from, To: to, Parallel: parallel}, actor(c))
+	v, err := s.cfg.Engine.API().Backfills().Create(ctx, param(c, "name"), engine.BackfillRequest{From: from, To: to, Parallel: parallel}, actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -90,7 +90,7 @@ func (s *Server) getBackfill(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	v, err := s.cfg.Engine.Backfills().Get(ctx, param(c, "name"), id)
+	v, err := s.cfg.Engine.API().Backfills().Get(ctx, param(c, "name"), id)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -106,7 +106,7 @@ func (s *Server) cancelBackfill(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	v, err := s.cfg.Engine.Backfills().Cancel(ctx, param(c, "name"), id, actor(c))
+	v, err := s.cfg.Engine.API().Backfills().Cancel(ctx, param(c, "name"), id, actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -122,7 +122,7 @@ func (s *Server) listBackfills(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	out, err := s.cfg.Engine.Backfills().List(ctx, param(c, "name"), limit)
+	out, err := s.cfg.Engine.API().Backfills().List(ctx, param(c, "name"), limit)
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -8,13 +8,14 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleBrowserBackfill: the task page of a cron task starts a backfill from its form,
 // shows its refusal naming the field, lists the running backfill with its progress and
 // cancels it with its Cancel button; the runs in flight finish and no other starts.
 func TestConsoleBrowserBackfill(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestBackfillFromTheUnixEpoch: a backfill's fire times are Unix milliseconds in which 0

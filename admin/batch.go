@@ -65,7 +65,7 @@ func (s *Server) prune(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
 	defer cancel()
-	res, err := s.cfg.Engine.Retention().Prune(ctx, before, before, b.DryRun)
+	res, err := s.cfg.Engine.API().Retention().Prune(ctx, before, before, b.DryRun)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -263,7 +263,7 @@ func (s *Server) createBatch(c *fasthttp.RequestCtx) {
 		// checked against the whole batch: some are items of the other parts.
 		opts = append(opts, engine.UpstreamsChecked())
 	}
-	res, err := s.cfg.Engine.CreateTasks(ctx, specs, onConflict, actor(c), opts...)
+	res, err := s.cfg.Engine.API().CreateTasks(ctx, specs, onConflict, actor(c), opts...)
 	if err != nil {
 		s.failBatch(c, bad, err)
 		return
@@ -305,7 +305,7 @@ func (s *Server) bulkOp(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), bulkTimeout)
 	defer cancel()
-	n, err := s.cfg.Engine.Bulk(ctx, param(c, "op"), sel, dry, actor(c))
+	n, err := s.cfg.Engine.API().Bulk(ctx, param(c, "op"), sel, dry, actor(c))
 	if err != nil {
 		if n > 0 {
 			err = fmt.Errorf("%w (after %d tasks)", err, n)

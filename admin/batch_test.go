@@ -14,9 +14,9 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -308,7 +308,7 @@ func TestRunAt(t *testing.T) {
 		if s.Runtime.State != model.StateWaiting || s.Runtime.NextTriggerTime != 0 {
 			t.Errorf("past-skip = %+v, want WAITING with no fire", s.Runtime)
 		}
-		testwait.For(t, 5*time.Second, "a skipped run of past-skip", func() bool {
+		testwait.For(t, daemontest.WaitTimeout, "a skipped run of past-skip", func() bool {
 			runs := d.Runs(t, "past-skip")
 			return len(runs) == 1 && runs[0].Result == model.ResultSkipped
 		})

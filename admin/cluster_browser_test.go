@@ -7,7 +7,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -16,6 +16,7 @@ import (
 // ranges and epochs in the table, the unowned shards named, and every one of the 256 cells of
 // the map showing its holder.
 func TestConsoleBrowserShards(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "axe.db")
 	d := daemontest.Start(t, dsn, nil)

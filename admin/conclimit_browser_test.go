@@ -8,13 +8,14 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleBrowserConcurrencyLimits: the Concurrency page sets a limit, shows a fire waiting
 // for it beside the run in flight, refuses a bad max naming the field, and removes the limit,
 // which starts the waiting fire; the task page names the task's group and key.
 func TestConsoleBrowserConcurrencyLimits(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	h := daemontest.NewHook(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)

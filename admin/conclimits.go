@@ -14,7 +14,7 @@ import (
 func (s *Server) listConcurrencyLimits(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	ls, err := s.cfg.Engine.ConcurrencyLimits(ctx)
+	ls, err := s.cfg.Engine.API().ConcurrencyLimits(ctx)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -25,7 +25,7 @@ func (s *Server) listConcurrencyLimits(c *fasthttp.RequestCtx) {
 func (s *Server) getConcurrencyLimit(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	v, err := s.cfg.Engine.ConcurrencyLimit(ctx, param(c, "kind"), param(c, "name"))
+	v, err := s.cfg.Engine.API().ConcurrencyLimit(ctx, param(c, "kind"), param(c, "name"))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -46,7 +46,7 @@ func (s *Server) putConcurrencyLimit(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	v, err := s.cfg.Engine.SetConcurrencyLimit(ctx, param(c, "kind"), param(c, "name"), *b.Max, actor(c))
+	v, err := s.cfg.Engine.API().SetConcurrencyLimit(ctx, param(c, "kind"), param(c, "name"), *b.Max, actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -58,7 +58,7 @@ func (s *Server) deleteConcurrencyLimit(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	kind, name := param(c, "kind"), param(c, "name")
-	if err := s.cfg.Engine.DeleteConcurrencyLimit(ctx, kind, name, actor(c)); err != nil {
+	if err := s.cfg.Engine.API().DeleteConcurrencyLimit(ctx, kind, name, actor(c)); err != nil {
 		s.fail(c, err)
 		return
 	}

@@ -167,10 +167,10 @@ func noMinutes(now time.Time) []MinutePoint {
 func (s *Server) overview(c *fasthttp.RequestCtx) {
 	e := s.cfg.Engine
 	now := time.Now()
-	v := overviewJSON{Node: e.NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(), Timezone: e.DefaultTimezone(),
-		BreakersOpen: e.BreakersOpen(), Minutes: s.cfg.Minutes(now)}
-	v.TasksInMemory, v.Armed = e.InMemory()
-	for _, x := range e.ExecutorViews() {
+	v := overviewJSON{Node: e.API().NodeID(), Version: s.cfg.Version, Now: now.UnixMilli(), Timezone: e.API().DefaultTimezone(),
+		BreakersOpen: e.API().BreakersOpen(), Minutes: s.cfg.Minutes(now)}
+	v.TasksInMemory, v.Armed = e.API().InMemory()
+	for _, x := range e.API().ExecutorViews() {
 		if x.Status == "lost" {
 			v.ExecutorLost++
 		} else {
@@ -198,7 +198,7 @@ type groupJSON struct {
 func (s *Server) listGroups(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	counts, err := s.cfg.Engine.GroupCounts(ctx)
+	counts, err := s.cfg.Engine.API().GroupCounts(ctx)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -274,12 +274,12 @@ func (s *Server) taskPage(ctx context.Context, c *fasthttp.RequestCtx, f persist
 			ids[i] = list[i].Def.ID
 		}
 		var err error
-		if lastRuns, err = s.cfg.Engine.LastRuns(ctx, ids); err != nil {
+		if lastRuns, err = s.cfg.Engine.API().LastRuns(ctx, ids); err != nil {
 			s.log.Warn("cannot read the last runs of a task page", "error", err)
 		}
 	}
 	for i := range views {
-		rows[i] = taskRow{TaskView: views[i], BreakerOpen: s.cfg.Engine.BreakerOpen(list[i].Def.ID)}
+		rows[i] = taskRow{TaskView: views[i], BreakerOpen: s.cfg.Engine.API().BreakerOpen(list[i].Def.ID)}
 		if r, ok := lastRuns[list[i].Def.ID]; ok {
 			r.Params = "" // as in the run lists: GET /api/v1/runs/{ticket} shows them, masked
 			rows[i].LastRun = &r

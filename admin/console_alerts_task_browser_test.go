@@ -9,14 +9,15 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 
 // TestConsoleAlertsByTask: the Alerts page narrowed to one task lists that task's recent
 // alerts and stored records only, newest first, and says so; an unknown task says so too.
 func TestConsoleAlertsByTask(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
@@ -43,7 +44,14 @@ func TestConsoleAlertsByTask(t *testing.T) {
 		for _, x := range a.Deliveries {
 			tasks[x.Task] = true
 		}
-		return len(a.Actions) >= 2 && tasks["fail-a"] && tasks["fail-b"]
+		// The records a pause writes land after the task's state does: wait for every
+		// one of them, or the page may list more rows than this answer counted.
+		kinds := map[string]int{}
+		for _, x := range a.Actions {
+			kinds[x.Action]++
+		}
+		return kinds["paused_on_failure"] == 1 && kinds["pause"] == 1 && kinds["final_failure"] == 2 &&
+			kinds["result"] == 2 && tasks["fail-a"] && tasks["fail-b"]
 	})
 	d.MustJSON(t, http.StatusOK, "GET", "/api/v1/alerts?task=fail-a", nil, &a)
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/axe-sched/axe/admin"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // TestTaskListPages walks the task list by cursor in every indexed order, with and without

@@ -21,7 +21,7 @@ import (
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -177,6 +177,15 @@ func setField(sel, value string) chromedp.Action {
 		sel, value), nil)
 }
 
+// openEditForm opens a task's edit form and waits until its preview has rendered (the
+// fire table of a cron task, a line for any other). The preview arrives 200 ms after the
+// form and pushes the fields below it down, so a click aimed before that misses.
+func openEditForm(t *testing.T, ctx context.Context, target string) {
+	t.Helper()
+	run(t, ctx, "open the edit form", chromedp.Navigate(target), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	waitJS(t, ctx, "the form's preview", `(document.querySelector("#cron-preview") || {}).childElementCount > 0`)
+}
+
 func rowsText(sel string) string {
 	return fmt.Sprintf(`[...document.querySelectorAll(%q)].map(e => e.textContent).join("\n")`, sel)
 }
@@ -186,6 +195,7 @@ func rowsText(sel string) string {
 // both in the timeline, kill a hung run, watch a stopped executor turn lost, and filter
 // the task list.
 func TestConsoleBrowser(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	dir := artifacts(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
@@ -369,6 +379,7 @@ func getAt(t *testing.T, d *daemontest.Daemon, api, name string) client.TaskView
 // a wrong one, and after the right one shows the caller's scope; the token is kept for the
 // tab (sessionStorage), not in localStorage or a cookie.
 func TestConsoleBrowserLogin(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.Token = "open-sesame-0123456" })
 	run(t, ctx, "open the console", chromedp.Navigate(d.Base+"/#/tasks"), chromedp.WaitVisible("#login-token", chromedp.ByQuery))
@@ -386,6 +397,7 @@ func TestConsoleBrowserLogin(t *testing.T) {
 // TestConsoleBrowserText checks that data is rendered as text: a task whose params and
 // group look like markup shows the characters, and no element is created from them.
 func TestConsoleBrowserText(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	d.Create(t, daemontest.Spec("markup", "http://127.0.0.1:1/x", "trigger", "manual",
@@ -406,6 +418,7 @@ func TestConsoleBrowserText(t *testing.T) {
 // and filtered pages, in headless Chromium. It logs the times and asserts only what was
 // shown, never how fast (the machine is shared).
 func TestConsoleList100K(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	if testing.Short() {
 		t.Skip("loads 100,000 tasks")
 	}
@@ -421,7 +434,7 @@ func list100K(t *testing.T, kind string) {
 		raw = filepath.Join(t.TempDir(), "axe.db")
 		dsn, driver = "sqlite:"+raw, "sqlite"
 	} else {
-		dsn = persisttest.MySQLDSN(t)
+		dsn = persisttest.MySQLSchemaDSN(t)
 		raw, driver = strings.TrimPrefix(dsn, "mysql:"), "mysql"
 	}
 	ctx := browser(t)
@@ -513,13 +526,14 @@ func list100K(t *testing.T, kind string) {
 // TestConsoleBrowserEdit edits a task from the form: the change is saved, the masked
 // sensitive param keeps its real value, and fields the form does not show are kept.
 func TestConsoleBrowserEdit(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
 	d.Create(t, daemontest.Spec("upstream", h.URL("/ok/up"), "trigger", "manual"))
 	d.Create(t, daemontest.Spec("sync", h.URL("/ok/sync"), "trigger", "dependency", "depends_on", []string{"upstream"}, "depends_mode", "any", "timeout_sec", 30,
 		"params", map[string]any{"token": "real-secret", "batch": 10}, "sensitive_params", []string{"token"}))
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/sync/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	openEditForm(t, ctx, d.Base+"/#/tasks/sync/edit")
 	var shown string
 	run(t, ctx, "read the params", chromedp.Value("#params", &shown, chromedp.ByQuery))
 	if strings.Contains(shown, "real-secret") || !strings.Contains(shown, `"***"`) {

@@ -17,8 +17,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
@@ -58,6 +58,7 @@ func recordRequests(t *testing.T, ctx context.Context) func() []apiRequest {
 // selection as {"names": [...]}, "all matching the filter" as the filter's selector whose
 // dry-run count the confirmation shows; a cancelled confirmation changes nothing.
 func TestConsoleBrowserBulk(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	dir := artifacts(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) { c.BasePath = consoleBase })
@@ -175,7 +176,8 @@ func TestConsoleBrowserBulk(t *testing.T) {
 // banner names the primary, and a pause from the backup's console (task page and bulk) is
 // done by the primary, recorded with the console's actor.
 func TestConsoleBrowserBackup(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel() // its own daemon, database and browser
+	dsn := persisttest.MySQLSchemaDSN(t)
 	ctx := browser(t)
 	dir := artifacts(t)
 	mod := func(c *axedaemon.Config) { c.BasePath = consoleBase }
@@ -195,10 +197,13 @@ func TestConsoleBrowserBackup(t *testing.T) {
 	run(t, ctx, "open the backup's console", chromedp.Navigate(b.Base+consoleBase+"/#/tasks/report-a"))
 	waitJS(t, ctx, "the backup banner", fmt.Sprintf(`(document.querySelector("#banner-primary") || {}).textContent === %q &&
 		!document.querySelector("#banner").hidden`, a.Base))
+	// The button is clicked as an element, not at a point: on a loaded machine the page may
+	// still be laying out the sections that load after it, and a click at the point chromedp
+	// measured meets another element (the task stayed WAITING).
 	run(t, ctx, "pause with a note on the backup",
 		chromedp.WaitVisible("#pause-note", chromedp.ByQuery),
 		chromedp.SetValue("#pause-note", "paused on the backup", chromedp.ByQuery),
-		chromedp.Click("#act-pause", chromedp.ByQuery))
+		chromedp.Evaluate(`document.querySelector("#act-pause").click()`, nil))
 	waitJS(t, ctx, "the note on the page", `(document.querySelector("#task-note") || {}).textContent === "Note: paused on the backup"`)
 	shot(t, ctx, dir, "backup-console.png")
 	if v := getAt(t, a, api, "report-a"); v.Runtime.State != "PAUSED" || v.Runtime.Note != "paused on the backup" {

@@ -6,12 +6,13 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleDependencyLinks: a task's page names the tasks it depends on as links, and a
 // click on one opens that task's page (a name with ':' and '.' too).
 func TestConsoleDependencyLinks(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)

@@ -3,15 +3,17 @@ package admin_test
 import (
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -19,6 +21,7 @@ import (
 // failing tasks newest failure first (one click), each with its failure time and how many of
 // its runs failed in a row and in all; the sort is a column of the list, kept in the address.
 func TestConsoleFailingNewestFirst(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
@@ -67,6 +70,7 @@ func TestConsoleFailingNewestFirst(t *testing.T) {
 // runs scheduled in that minute: the run of that minute is listed, a run of another minute
 // (a backfill's, ten minutes before) is not, and the other way round.
 func TestConsoleChartMinuteRuns(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
@@ -120,7 +124,22 @@ func TestConsoleChartMinuteRuns(t *testing.T) {
 		const fig = document.querySelector("#overview-day"), el = fig.querySelector("svg"), box = el.getBoundingClientRect();
 		const i = (%d - Number(fig.dataset.first)) / 60000, n = 24 * 60;
 		const x = 30 + (i / (n - 1)) * (900 - 30 - 40);
-		el.dispatchEvent(new MouseEvent("click", {bubbles: true, clientX: box.left + x * box.width / 900, clientY: box.top + box.height / 2}));
+		// A whole pixel, as a mouse gives: on this viewport a pixel spans more than one minute.
+		el.dispatchEvent(new MouseEvent("click", {bubbles: true, clientX: Math.round(box.left + x * box.width / 900), clientY: Math.round(box.top + box.height / 2)}));
 		return true; })()`, past), nil))
-	waitJS(t, ctx, "the backfill's runs", fmt.Sprintf(`location.hash.includes("from=%d") && %s.includes(%q)`, past, listed, bf.Ticket))
+	// The pixel's minutes: the backfill's among them, the run-now's ten minutes later not.
+	waitJS(t, ctx, "the backfill's runs", fmt.Sprintf(`%s.includes(%q)`, listed, bf.Ticket))
+	q := mustEval(t, ctx, `location.hash`)
+	u, err := neturl.Parse(strings.TrimPrefix(q, "#"))
+	if err != nil {
+		t.Fatalf("the day chart opened %q: %v", q, err)
+	}
+	from, _ := strconv.ParseInt(u.Query().Get("from"), 10, 64)
+	to, _ := strconv.ParseInt(u.Query().Get("to"), 10, 64)
+	if from%60000 != 0 || to%60000 != 0 || from > past || to <= past || to-from > 5*60000 {
+		t.Errorf("the day chart's click at the backfill's minute %d opened %q: want whole minutes around it, at most 5", past, q)
+	}
+	if v := mustEval(t, ctx, listed+`.join(",")`); strings.Contains(v, now) {
+		t.Errorf("the day chart's pixel lists %s, a run ten minutes later", v)
+	}
 }

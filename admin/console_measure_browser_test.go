@@ -16,6 +16,7 @@ import (
 // http://127.0.0.1:7070/ with 50,000 tasks loaded; AXE_CONSOLE_MEASURE_PAGES limits it to
 // the pages named (comma-separated), for a build that has fewer.
 func TestConsoleMeasurePages(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	base := os.Getenv("AXE_CONSOLE_MEASURE")
 	if base == "" {
 		t.Skip("AXE_CONSOLE_MEASURE is not set")

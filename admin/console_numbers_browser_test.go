@@ -16,7 +16,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"
 )
@@ -28,6 +28,7 @@ import (
 // run-now runs; after a bulk pause empties the filter the page says 0 match; the New-task
 // form starts in the server's zone.
 func TestConsoleBrowserNumbers(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {
 		c.Timezone = "Asia/Tokyo"

@@ -7,7 +7,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // phoneOverflow is a script that answers "" when the page is no wider than the screen,
@@ -27,6 +27,7 @@ const phoneOverflow = `(() => {
 // a task, its edit form, the new-task form, runs, a run) is wider than the screen; the nav
 // is one Menu button until opened; a row of the runs list is at most four short lines high.
 func TestConsoleBrowserPhone(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)

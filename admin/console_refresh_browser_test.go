@@ -13,13 +13,14 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleETag: the API's GETs carry an ETag of their answer; a request holding it is
 // answered 304 with no body until the answer changes; the overview's ETag leaves out its
 // clock; writes and errors carry none.
 func TestConsoleETag(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
 	d.Create(t, daemontest.Spec("etag-a", h.URL("/ok/a"), "trigger", "manual"))
@@ -79,6 +80,7 @@ func TestConsoleETag(t *testing.T) {
 // revalidated (304) rather than sent again; a run page refreshes while its run is in flight
 // and stops once it ended.
 func TestConsoleBrowserRefreshInPlace(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)

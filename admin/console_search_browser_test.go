@@ -9,13 +9,14 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleBrowserSearch: the task search ignores case, needs every word it is given,
 // applies as one types (no Enter, no Filter click), and a ticket typed into it opens that
 // run. More than eight words is a 400 naming q.
 func TestConsoleBrowserSearch(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)

@@ -10,13 +10,14 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleEditDiff: an edit made in the console's form shows in the task's timeline as a
 // table of the fields it changed, each with its value before and after; a sensitive param's
 // values read ***.
 func TestConsoleEditDiff(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
@@ -25,7 +26,7 @@ func TestConsoleEditDiff(t *testing.T) {
 		"params", map[string]any{"day": "mon", "token": "s3cret"}, "sensitive_params", []string{"token"}))
 
 	// The edit, through the console's form.
-	run(t, ctx, "open the edit form", chromedp.Navigate(url+"#/tasks/report/edit"))
+	openEditForm(t, ctx, url+"#/tasks/report/edit")
 	waitJS(t, ctx, "the form filled", `(document.querySelector("#cron") || {}).value === "0 */5 * * * *"`)
 	run(t, ctx, "change the cron and the timeout", setField("#cron", "0 0 * * * *"), setField("#timeout_sec", "90"))
 	run(t, ctx, "save", chromedp.Click("#save", chromedp.ByQuery))
@@ -63,6 +64,7 @@ func TestConsoleEditDiff(t *testing.T) {
 // its downstream's rate limit, say on their page how long and for which limit, and so does
 // the dispatch event of their task's timeline; a run that did not wait says so.
 func TestConsoleLimitWaits(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	url := d.Base + "/"

@@ -9,14 +9,15 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // TestConsoleBrowserTriage: the overview groups the last hour's failures by task and by
 // error text, with the counts GET /api/v1/triage gives; a task's count opens its failed
 // runs; the quick ranges change the window; the runs list's quick ranges set From.
 func TestConsoleBrowserTriage(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)

@@ -15,8 +15,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/wire"
 )
 
@@ -134,6 +134,7 @@ func wfStep(v wire.WorkflowRunView, name string) wire.WorkflowStepView {
 // started from the form. Screenshots of the three pages at desktop and phone width go to
 // $AXE_DOCS_IMG (else the artifacts folder), and no page is wider than a phone's screen.
 func TestConsoleWorkflows(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	dir := os.Getenv("AXE_DOCS_IMG")
 	if dir == "" {
@@ -287,7 +288,7 @@ func TestConsoleWorkflows(t *testing.T) {
 			run(t, ctx, "settle", chromedp.Evaluate(`localStorage.setItem("axe.refreshPaused", "1")`, nil), chromedp.Sleep(300*time.Millisecond))
 			var raw []byte
 			run(t, ctx, "screenshot "+name, chromedp.CaptureScreenshot(&raw))
-			small, err := shrinkPNG(raw)
+			small, err := docsPNG(raw)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testproxy"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testproxy"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
@@ -24,7 +24,7 @@ import (
 // succeeds when sent again. Not parallel: it reads the writer's queue depth, which every
 // daemon of the process adds to.
 func TestCreateRefusedWhileWriterSaturated(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	proxy, err := testproxy.New("127.0.0.1:3306")
 	if err != nil {
 		t.Fatal(err)

@@ -73,12 +73,12 @@ func (s *Server) cronNext(c *fasthttp.RequestCtx) {
 		return
 	}
 	task := string(args.Peek("task"))
-	fires, loc, err := s.cfg.Engine.PreviewFires(expr, string(args.Peek("tz")), dialect, from, n)
+	fires, loc, err := s.cfg.Engine.API().PreviewFires(expr, string(args.Peek("tz")), dialect, from, n)
 	if err != nil {
 		s.fail(c, err)
 		return
 	}
-	if err := s.cfg.Engine.ApplyJitter(task, jitter, expr, loc.String(), dialect, fires); err != nil {
+	if err := s.cfg.Engine.API().ApplyJitter(task, jitter, expr, loc.String(), dialect, fires); err != nil {
 		s.fail(c, err)
 		return
 	}

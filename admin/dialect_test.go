@@ -9,7 +9,7 @@ import (
 
 	"github.com/axe-sched/axe/client"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestCronDialect is the acceptance as a new user meets it: a Quartz expression

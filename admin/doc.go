@@ -40,6 +40,7 @@
 //     and prune; backfill.go: backfills.
 //   - ratelimits.go: the rate limits per downstream; conclimits.go: the concurrency limits.
 //   - cronnext.go: the cron preview, GET /cron/next.
+//   - workflows.go: the REST paths of package workflow's service.
 //   - api_console.go and triage.go: the console's listings (runs across tasks, paged
 //     history, alerts, triage); console.go: the console itself.
 //   - auth.go (tokens, scopes, whoami), origin.go, peersig.go, bodylimit.go, etag.go,

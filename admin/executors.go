@@ -12,7 +12,7 @@ import (
 )
 
 func (s *Server) listExecutors(c *fasthttp.RequestCtx) {
-	list := s.cfg.Engine.ExecutorViews()
+	list := s.cfg.Engine.API().ExecutorViews()
 	writeJSON(c, 200, map[string]any{"executors": list, "count": len(list)})
 }
 
@@ -40,11 +40,11 @@ func (s *Server) registerExecutor(c *fasthttp.RequestCtx) {
 	defer cancel()
 	reg := wire.ExecutorRegistration{App: msg.App, Address: msg.Address, Protocol: msg.Protocol, Handlers: msg.Handlers,
 		Auth: msg.Auth, Version: msg.Version, Incarnation: msg.Incarnation, Token: presentedToken(c)}
-	if err := s.cfg.Engine.Executors().Register(ctx, reg); err != nil {
+	if err := s.cfg.Engine.API().Executors().Register(ctx, reg); err != nil {
 		s.fail(c, err)
 		return
 	}
-	hb, lost := s.cfg.Engine.Executors().Timings()
+	hb, lost := s.cfg.Engine.API().Executors().Timings()
 	writeJSON(c, 200, protocol.RegisterAnswer{HeartbeatIntervalMS: hb.Milliseconds(), LostAfterMS: lost.Milliseconds(),
 		Version: protocol.Version})
 }
@@ -68,13 +68,13 @@ func (s *Server) executorHeartbeat(c *fasthttp.RequestCtx) {
 	if !s.allowApp(c, hb.App) {
 		return
 	}
-	if err := s.cfg.Engine.Executors().CheckIncarnation(hb.App, hb.Address, hb.Incarnation); err != nil {
+	if err := s.cfg.Engine.API().Executors().CheckIncarnation(hb.App, hb.Address, hb.Incarnation); err != nil {
 		s.fail(c, err)
 		return
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.Executors().Heartbeat(ctx, hb.App, hb.Address, presentedToken(c)); err != nil {
+	if err := s.cfg.Engine.API().Executors().Heartbeat(ctx, hb.App, hb.Address, presentedToken(c)); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -96,7 +96,7 @@ func (s *Server) deregisterExecutor(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.Executors().Deregister(ctx, msg.App, msg.Address, msg.Incarnation); err != nil {
+	if err := s.cfg.Engine.API().Executors().Deregister(ctx, msg.App, msg.Address, msg.Incarnation); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -117,7 +117,7 @@ func (s *Server) callback(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	dup, err := s.cfg.Engine.ReportResult(ctx, rep)
+	dup, err := s.cfg.Engine.API().ReportResult(ctx, rep)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -157,7 +157,7 @@ func (s *Server) callbackBatch(c *fasthttp.RequestCtx) {
 			out[i] = protocol.CallbackItem{Status: fasthttp.StatusForbidden, Error: fmt.Sprintf("token %q may not act for executor app %q", p.name, rep.App)}
 			continue
 		}
-		waits[i] = s.cfg.Engine.BeginReport(ctx, rep)
+		waits[i] = s.cfg.Engine.API().BeginReport(ctx, rep)
 	}
 	for i, wait := range waits {
 		if wait == nil {

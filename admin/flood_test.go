@@ -14,9 +14,10 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/axe-sched/axe/admin"
+	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
@@ -45,7 +46,9 @@ func execSQL(t *testing.T, dsn, stmt string) {
 	)
 	switch {
 	case strings.HasPrefix(dsn, persist.SchemeSQLite+":"):
-		db, err = sql.Open("sqlite", strings.TrimPrefix(dsn, persist.SchemeSQLite+":"))
+		// Waits for the daemon's write lock, as the store's own connections do, rather than
+		// failing with SQLITE_BUSY while a batch commits.
+		db, err = sql.Open("sqlite", strings.TrimPrefix(dsn, persist.SchemeSQLite+":")+"?_pragma=busy_timeout(30000)")
 	default:
 		var cfg *mysql.Config
 		if cfg, err = mysql.ParseDSN(strings.TrimPrefix(dsn, persist.SchemeMySQL+":")); err == nil {
@@ -116,14 +119,46 @@ func TestExecutorTokenCannotFloodTheAuditTrail(t *testing.T) {
 		for i := range results {
 			results[i] = map[string]any{"ticket": fmt.Sprintf("999999-%d-0", i), "app": "flood", "address": "127.0.0.1:1001", "status": "success"}
 		}
-		var ans protocol.CallbackBatchAnswer
-		d.MustJSON(t, http.StatusOK, http.MethodPost, protocol.PathCallbackBatch, map[string]any{"results": results}, &ans, bearer(floodTok)...)
-		if len(ans.Results) != 1000 || ans.Results[0].Status != http.StatusNotFound || ans.Results[999].Status != http.StatusNotFound {
-			t.Fatalf("batch answer: %d results, first %+v", len(ans.Results), ans.Results[0])
+		// A result answered 503 (the store did not answer its lookup in time, on a loaded
+		// box) is sent again, as an executor does; every one must end refused 404.
+		refused, sends, floodAt := 0, 0, time.Now()
+		for pending := results; len(pending) > 0; sends++ {
+			if sends == 20 {
+				t.Fatalf("after %d sends %d results are still answered 503; %d refused 404", sends, len(pending), refused)
+			}
+			var ans protocol.CallbackBatchAnswer
+			d.MustJSON(t, http.StatusOK, http.MethodPost, protocol.PathCallbackBatch, map[string]any{"results": pending}, &ans, bearer(floodTok)...)
+			byStatus := map[int]int{}
+			var again []map[string]any
+			for i, r := range ans.Results {
+				byStatus[r.Status]++
+				if r.Status == http.StatusServiceUnavailable && i < len(pending) {
+					again = append(again, pending[i])
+				}
+			}
+			if len(ans.Results) != len(pending) || byStatus[http.StatusNotFound]+byStatus[http.StatusServiceUnavailable] != len(pending) {
+				t.Fatalf("batch answer: %d results for %d, by status %v (first %+v); want each refused 404 (or 503: again)", len(ans.Results), len(pending), byStatus, ans.Results[0])
+			}
+			refused += byStatus[http.StatusNotFound]
+			if len(again) > 0 {
+				time.Sleep(time.Second)
+			}
+			pending = again
 		}
+		if refused != 1000 {
+			t.Fatalf("%d of 1000 results refused 404", refused)
+		}
+		// One key writes its first refusal of a window at once and sums the others up when
+		// the window (a minute) closes: one record while the flood is inside a window, at most
+		// two a window it spans when a loaded box stretched it (results sent again) past one.
 		all := getAlerts(t, d, "?limit=100&counts=1")
-		if all.Counts["refused_result"] != 1 || all.Counts["executor_lost"] != 1 {
-			t.Errorf("counts after the flood: %v; want 1 refused_result record (the others summed up later) and the lost alert", all.Counts)
+		most := int64(1)
+		if took := time.Since(floodAt); took >= engine.RefusalWindowDefault {
+			most = 2 * int64(took/engine.RefusalWindowDefault+2)
+		}
+		if n := all.Counts["refused_result"]; n < 1 || n > most || all.Counts["executor_lost"] != 1 {
+			t.Errorf("counts after the flood (%d sends over %s): %v; want 1 to %d refused_result records (the others summed up later) and the lost alert",
+				sends, time.Since(floodAt).Round(time.Second), all.Counts, most)
 		}
 		if !hasKind(all.Actions, "executor_lost") {
 			t.Errorf("the first page of alerts lost the executor_lost alert under the flood: %d records", len(all.Actions))

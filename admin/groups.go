@@ -39,10 +39,10 @@ func (s *Server) groupOp(c *fasthttp.RequestCtx, pause bool) {
 	var err error
 	out := map[string]any{"group": group}
 	if pause {
-		res, err = s.cfg.Engine.PauseGroup(ctx, group, b.Note, actor(c))
+		res, err = s.cfg.Engine.API().PauseGroup(ctx, group, b.Note, actor(c))
 		out["already_paused"] = res.AlreadyPaused
 	} else {
-		res, err = s.cfg.Engine.ResumeGroup(ctx, group, b.Note, actor(c))
+		res, err = s.cfg.Engine.API().ResumeGroup(ctx, group, b.Note, actor(c))
 		left := res.LeftPaused
 		if left == nil {
 			left = []wire.PausedTask{}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -20,6 +20,7 @@ import (
 // and lists it with who paused it. A run-now run is killed with a reason from its run page,
 // another from its running row on the task page.
 func TestConsoleBrowserGroupsAndKill(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	dir := artifacts(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), func(c *axedaemon.Config) {

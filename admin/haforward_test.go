@@ -11,9 +11,9 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testpki"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testpki"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -31,8 +31,10 @@ func haConsoleNode(t *testing.T, dsn, id string, mod func(*axedaemon.Config)) *d
 		c.HA = true
 		c.HAMode = axedaemon.HAModePrimary
 		c.NodeID = id
-		c.LeaseTTL = 3 * time.Second
-		c.LeaseRenew = time.Second
+		// Leases long enough that a renewal late on a loaded box does not depose the
+		// primary mid-test; no test here waits for a takeover by expiry.
+		c.LeaseTTL = 10 * time.Second
+		c.LeaseRenew = 2 * time.Second
 		c.Token = fwdToken
 		c.BasePath = consoleBase
 		if mod != nil {
@@ -73,7 +75,7 @@ func errBody(t *testing.T, a fwdAnswer) (msg, primary string) {
 // done by the primary with the caller's token and actor; unmarked writes and the executor
 // protocol keep the backup's 503; a refused token is refused by the backup itself.
 func TestHABackupForwardsConsoleWrites(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	a := haConsoleNode(t, dsn, "a", nil)
 	a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	b := haConsoleNode(t, dsn, "b", nil)
@@ -172,7 +174,7 @@ func TestHABackupForwardsConsoleWrites(t *testing.T) {
 // forwarded write is a 503 saying no primary is known; with an address nothing answers at,
 // a 502 naming it. Nothing is written either way.
 func TestHABackupForwardWithoutPrimary(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	// A first start creates the schema and the lease row; the graceful stop releases it.
 	x := haConsoleNode(t, dsn, "x", nil)
 	x.WaitRole(t, "primary", daemontest.WaitTimeout)
@@ -253,7 +255,7 @@ func httpsConsoleNode(t *testing.T, dsn, id string, ca *testpki.CA, peerCA bool)
 // console's writes to the primary over TLS. A backup without it answers 502 with the
 // certificate error and the write is not done.
 func TestHABackupForwardsToAnHTTPSPrimary(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	ca := testpki.NewCA(t, t.TempDir(), "private-ca")
 	a := httpsConsoleNode(t, dsn, "a", ca, true)
 	a.WaitRole(t, "primary", daemontest.WaitTimeout)

@@ -205,10 +205,10 @@ func (f *haFront) readyz(c *fasthttp.RequestCtx) {
 		ans.Status, ans.Error = "not_ready", "claiming the node id"
 	case f.node.Promoting():
 		ans.Status, ans.Error = "not_ready", "promotion in progress"
-	case t.Primary && !t.Engine.Running():
+	case t.Primary && !t.Engine.API().Running():
 		ans.Status, ans.Error = "not_ready", "engine stopping"
 	case t.Primary:
-		if err := t.Engine.WriteStalled(); err != nil {
+		if err := t.Engine.API().WriteStalled(); err != nil {
 			ans.Status, ans.Error = "not_ready", err.Error()
 		}
 	}

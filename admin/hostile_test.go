@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/admin"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/rawhttp"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/rawhttp"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 )

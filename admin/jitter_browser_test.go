@@ -10,7 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleBrowserJitter: the task form reads and writes jitter_sec, previews when each fire
@@ -18,12 +18,13 @@ import (
 // refuses; the task page shows the bound, the next fire's jitter and the preview's jitter
 // and leave time, as the engine computes them.
 func TestConsoleBrowserJitter(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
 	d.Create(t, daemontest.Spec("spread", h.URL("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "paused", true, "jitter_sec", 600))
 
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/spread/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	openEditForm(t, ctx, d.Base+"/#/tasks/spread/edit")
 	var shown string
 	run(t, ctx, "read the bound", chromedp.Value("#jitter_sec", &shown, chromedp.ByQuery))
 	if shown != "600" {
@@ -37,7 +38,12 @@ func TestConsoleBrowserJitter(t *testing.T) {
 	if v := d.Get(t, "spread"); v.JitterSec != 600 || v.Cron != "0 3 * * *" {
 		t.Errorf("after the refused edit: jitter %d, cron %q; want 600 and the old cron", v.JitterSec, v.Cron)
 	}
-	run(t, ctx, "save 45", setField("#jitter_sec", "45"), chromedp.Click("#save", chromedp.ByQuery))
+	// The preview re-renders its table (ten rows where "No preview." stood) 200 ms after the
+	// edit, moving the Save button down; a click aimed before that lands elsewhere, so the
+	// save waits for the preview to settle.
+	run(t, ctx, "set 45", setField("#jitter_sec", "45"))
+	waitJS(t, ctx, "the preview with 45", `document.querySelectorAll("#cron-preview td.leaves").length === 10 && document.querySelector("#jitter_sec-error").textContent === ""`)
+	run(t, ctx, "save 45", chromedp.Click("#save", chromedp.ByQuery))
 	waitJS(t, ctx, "the task page", `location.hash === "#/tasks/spread" && !!document.querySelector("#task-jitter")`)
 	v := d.Get(t, "spread")
 	if v.JitterSec != 45 || v.Cron != "*/1 * * * *" {

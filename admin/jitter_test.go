@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 

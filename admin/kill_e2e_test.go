@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/executor"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -47,7 +48,7 @@ func TestKillReachesTheExecutor(t *testing.T) {
 		defer cancel()
 		_ = exe.Stop(sctx)
 	})
-	testwait.For(t, 5*time.Second, "the executor registered", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "the executor registered", func() bool {
 		list, err := c.Executors(ctx)
 		return err == nil && len(list) == 1
 	})
@@ -73,7 +74,7 @@ func TestKillReachesTheExecutor(t *testing.T) {
 		t.Fatal("the executor's handler was never cancelled: the kill did not reach it")
 	}
 	// The run is recorded killed; the one-shot task passes KILLED and waits for nothing more.
-	testwait.For(t, 5*time.Second, "the run recorded killed", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "the run recorded killed", func() bool {
 		runs, err := c.Runs(ctx, "stuck", 10)
 		return err == nil && len(runs) == 1 && runs[0].Ticket == ticket && runs[0].Result == model.ResultKilled
 	})

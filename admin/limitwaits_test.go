@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 )
 

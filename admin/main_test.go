@@ -3,7 +3,7 @@ package admin_test
 import (
 	"testing"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 func TestMain(m *testing.M) { daemontest.Main(m) }

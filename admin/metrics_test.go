@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // Not parallel: metrics are process-wide, and this test must see one daemon's series.

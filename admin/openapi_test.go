@@ -13,7 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/workflow"
 )
@@ -66,7 +66,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = eng.Stop(context.Background()) })
 	srv, err := admin.NewServer(admin.ServerConfig{Engine: eng, Store: store, Pprof: true,
-		Workflows: workflow.New(workflow.Config{Engine: eng, Store: store})})
+		Workflows: workflow.New(workflow.Config{Engine: eng.API(), Store: store})})
 	if err != nil {
 		t.Fatal(err)
 	}

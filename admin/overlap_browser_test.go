@@ -7,7 +7,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestConsoleBrowserOverlap: the task form reads and writes overlap_policy and
@@ -15,13 +15,14 @@ import (
 // policy skip names misfire_policy), and the task page shows both where jitter and pause on
 // failure are shown.
 func TestConsoleBrowserOverlap(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
 	d.Create(t, daemontest.Spec("nightly", h.URL("/ok"), "cron", "0 3 * * *", "timezone", "UTC", "paused", true,
 		"overlap_policy", "buffer_all", "catchup_window_sec", 600))
 
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/nightly/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	openEditForm(t, ctx, d.Base+"/#/tasks/nightly/edit")
 	var policy, window string
 	run(t, ctx, "read the fields", chromedp.Value("#overlap_policy", &policy, chromedp.ByQuery),
 		chromedp.Value("#catchup_window_sec", &window, chromedp.ByQuery))
@@ -46,7 +47,7 @@ func TestConsoleBrowserOverlap(t *testing.T) {
 		t.Errorf("overlap row %q, catch-up row %q", ov, cu)
 	}
 	// allow_all: its runs are in flight while the task rests, so Kill stays offered.
-	run(t, ctx, "open the edit form again", chromedp.Navigate(d.Base+"/#/tasks/nightly/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	openEditForm(t, ctx, d.Base+"/#/tasks/nightly/edit")
 	run(t, ctx, "allow_all", chromedp.SetValue("#overlap_policy", "allow_all", chromedp.ByQuery), chromedp.Click("#save", chromedp.ByQuery))
 	waitJS(t, ctx, "the task page under allow_all", `location.hash === "#/tasks/nightly" && !!document.querySelector("#task-overlap") &&
 		document.querySelector("#task-overlap").textContent.startsWith("allow_all: every fire runs at its time")`)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -16,13 +16,14 @@ import (
 // and shows the server's error naming the field; the task page shows the bound, the count,
 // and the note of a pause on failure; the timeline's alerts filter finds its alert.
 func TestConsoleBrowserPauseAfterFailures(t *testing.T) {
+	t.Parallel() // its own daemon, database and browser
 	ctx := browser(t)
 	d := daemontest.Start(t, "sqlite:"+filepath.Join(t.TempDir(), "axe.db"), nil)
 	h := daemontest.NewHook(t)
 	d.Create(t, daemontest.Spec("flaky", h.URL("/fail/flaky"), "cron", "* * * * * *", "timezone", "UTC", "paused", true,
 		"pause_after_failures", 5))
 
-	run(t, ctx, "open the edit form", chromedp.Navigate(d.Base+"/#/tasks/flaky/edit"), chromedp.WaitVisible("#task-form", chromedp.ByQuery))
+	openEditForm(t, ctx, d.Base+"/#/tasks/flaky/edit")
 	var shown string
 	run(t, ctx, "read the bound", chromedp.Value("#pause_after_failures", &shown, chromedp.ByQuery))
 	if shown != "5" {

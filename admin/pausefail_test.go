@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 

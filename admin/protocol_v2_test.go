@@ -12,8 +12,8 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"
 )

@@ -11,7 +11,7 @@ import (
 )
 
 func (s *Server) getRateLimits(c *fasthttp.RequestCtx) {
-	writeJSON(c, 200, s.cfg.Engine.RateLimits())
+	writeJSON(c, 200, s.cfg.Engine.API().RateLimits())
 }
 
 func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
@@ -33,9 +33,9 @@ func (s *Server) setRateLimit(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.SetRateLimit(ctx, b.Downstream, ratelimit.Limit{Rate: b.Rate, Burst: b.Burst}, actor(c)); err != nil {
+	if err := s.cfg.Engine.API().SetRateLimit(ctx, b.Downstream, ratelimit.Limit{Rate: b.Rate, Burst: b.Burst}, actor(c)); err != nil {
 		s.fail(c, err)
 		return
 	}
-	writeJSON(c, 200, s.cfg.Engine.RateLimits())
+	writeJSON(c, 200, s.cfg.Engine.API().RateLimits())
 }

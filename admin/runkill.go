@@ -30,7 +30,7 @@ func (s *Server) killRun(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	run, err := s.cfg.Engine.KillRun(ctx, param(c, "ticket"), killReason(b), actor(c))
+	run, err := s.cfg.Engine.API().KillRun(ctx, param(c, "ticket"), killReason(b), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return

@@ -13,7 +13,8 @@ import (
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -31,7 +32,7 @@ func TestKillRunByTicket(t *testing.T) {
 		dsn  func(t *testing.T) string
 	}{
 		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "axe.db") }},
-		{"mysql", func(t *testing.T) string { return persisttest.MySQLDSN(t) }},
+		{"mysql", func(t *testing.T) string { return persisttest.MySQLSchemaDSN(t) }},
 	} {
 		t.Run(store.name, func(t *testing.T) { testKillRunByTicket(t, store.dsn(t)) })
 	}
@@ -67,7 +68,7 @@ func testKillRunByTicket(t *testing.T, dsn string) {
 			_ = exe.Stop(sctx)
 		})
 	}
-	testwait.For(t, 10*time.Second, "the executor registered", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "the executor registered", func() bool {
 		list, err := c.Executors(ctx)
 		return err == nil && len(list) == 2
 	})

@@ -7,7 +7,7 @@ import (
 func (s *Server) getRun(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	run, err := s.cfg.Engine.Run(ctx, param(c, "ticket"))
+	run, err := s.cfg.Engine.API().Run(ctx, param(c, "ticket"))
 	if err != nil {
 		s.fail(c, err)
 		return

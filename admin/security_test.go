@@ -14,7 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/persist"
 )
 

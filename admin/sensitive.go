@@ -53,7 +53,7 @@ func (s *Server) unmaskParams(ctx context.Context, name string, params json.RawM
 	if len(params) == 0 || !bytes.Contains(params, []byte(SensitiveMask)) {
 		return params
 	}
-	cur, err := s.cfg.Engine.GetTask(ctx, name)
+	cur, err := s.cfg.Engine.API().GetTask(ctx, name)
 	if err != nil || len(cur.Def.SensitiveParams) == 0 {
 		return params
 	}
@@ -82,7 +82,7 @@ func (s *Server) maskRunParams(ctx context.Context, run *model.Run) {
 	if run.Params == "" {
 		return
 	}
-	t, err := s.cfg.Engine.GetTask(ctx, run.TaskName)
+	t, err := s.cfg.Engine.API().GetTask(ctx, run.TaskName)
 	if err != nil || t.Def.ID != run.TaskID {
 		run.Params = ""
 		return

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // TestSensitiveParams checks that the keys a task names in sensitive_params are masked in

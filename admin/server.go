@@ -16,7 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/axe-sched/axe/workflow"
@@ -96,7 +96,7 @@ func (c ServerConfig) WithDefaults() ServerConfig {
 	}
 	if c.Metrics == nil && c.Engine != nil {
 		eng := c.Engine
-		c.Metrics = func() []*metrics.Set { return []*metrics.Set{eng.Metrics()} }
+		c.Metrics = func() []*metrics.Set { return []*metrics.Set{eng.API().Metrics()} }
 	}
 	return c
 }

@@ -155,7 +155,7 @@ func moving(c *fasthttp.RequestCtx, shard int, why string) {
 // route serves c here when this node schedules shard (results also while it takes the
 // shard over or hands it over: held), and otherwise passes it on to the shard's owner.
 func (f *shardFront) route(c *fasthttp.RequestCtx, shard int, held bool, next fasthttp.RequestHandler) {
-	h, ready := f.s.cfg.Engine.Ownership().State(shard)
+	h, ready := f.s.cfg.Engine.API().Ownership().State(shard)
 	if ready || (held && h) {
 		next(c)
 		return
@@ -358,7 +358,7 @@ func (s *Server) routeCallbackBatch(next fasthttp.RequestHandler) fasthttp.Reque
 			if json.Unmarshal(raw, &rep) == nil && rep.Ticket != "" {
 				n = s.resultShard(ctx, rep)
 			}
-			if held, _ := eng.Ownership().State(n); n < 0 || held {
+			if held, _ := eng.API().Ownership().State(n); n < 0 || held {
 				local = append(local, i)
 				continue
 			}
@@ -493,11 +493,11 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 	return func(c *fasthttp.RequestCtx) {
 		eng := s.cfg.Engine
 		if routed(c) {
-			before := eng.Ownership().Ready()
+			before := eng.API().Ownership().Ready()
 			next(c)
 			if counted {
 				done := before
-				after := eng.Ownership().Ready()
+				after := eng.API().Ownership().Ready()
 				for i := range done {
 					done[i] &= after[i]
 				}
@@ -535,9 +535,9 @@ func (s *Server) fanOut(next fasthttp.RequestHandler, sum ...string) fasthttp.Re
 				answers[i] = a
 			}()
 		}
-		before := eng.Ownership().Ready()
+		before := eng.API().Ownership().Ready()
 		next(c)
-		after := eng.Ownership().Ready()
+		after := eng.API().Ownership().Ready()
 		wg.Wait()
 		done := before
 		for i := range done {
@@ -628,7 +628,7 @@ func (s *Server) releaseDependents(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	if err := s.cfg.Engine.Dependents().Release(ctx, b.Upstream); err != nil {
+	if err := s.cfg.Engine.API().Dependents().Release(ctx, b.Upstream); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -679,8 +679,8 @@ func (s *Server) shardReadyz(c *fasthttp.RequestCtx) {
 	eng := s.cfg.Engine
 	ans := readyzJSON{Status: "ready", Role: RoleIdle, Node: s.shards.cfg.NodeID}
 	var held, notServing model.ShardSet
-	ready := eng.Ownership().Ready()
-	for _, f := range eng.Ownership().Held() {
+	ready := eng.API().Ownership().Ready()
+	for _, f := range eng.API().Ownership().Held() {
 		held.Add(f.Shard)
 		if !ready.Has(f.Shard) {
 			notServing.Add(f.Shard)
@@ -698,10 +698,10 @@ func (s *Server) shardReadyz(c *fasthttp.RequestCtx) {
 		ans.Status, ans.Error = "not_ready", "store unreachable: "+err.Error()
 	case s.shards.cfg.Stopping != nil && s.shards.cfg.Stopping():
 		ans.Status, ans.Error = "not_ready", "shutting down"
-	case !eng.Running():
+	case !eng.API().Running():
 		ans.Status, ans.Error = "not_ready", "engine not running"
 	default:
-		if err := eng.WriteStalled(); err != nil {
+		if err := eng.API().WriteStalled(); err != nil {
 			ans.Status, ans.Error = "not_ready", err.Error()
 		}
 	}
@@ -754,37 +754,12 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if err := s.cfg.Engine.CheckTasks(ctx, specs, onConflict); err != nil {
+		if err := s.cfg.Engine.API().CheckTasks(ctx, specs, onConflict); err != nil {
 			s.failBatch(c, bad, err)
 			return
 		}
 		if len(bad) > 0 {
 			s.writeBatchError(c, fasthttp.StatusBadRequest, bad)
-			return
-		}
-		owner, _, _, err := s.shards.table(ctx, true)
-		if err != nil {
-			writeErr(c, fasthttp.StatusServiceUnavailable, "cannot read the shards' owners: "+err.Error())
-			return
-		}
-		parts := map[string][]int{}
-		var homeless []int
-		eng := s.cfg.Engine
-		for i, spec := range specs {
-			n := model.ShardOf(spec.Name)
-			switch _, ready := eng.Ownership().State(n); {
-			case ready:
-				parts[""] = append(parts[""], i)
-			case owner[n] == "":
-				homeless = append(homeless, i)
-			default:
-				parts[owner[n]] = append(parts[owner[n]], i)
-			}
-		}
-		if len(homeless) > 0 {
-			c.Response.Header.Set("Retry-After", "1")
-			writeErr(c, fasthttp.StatusServiceUnavailable, fmt.Sprintf("%d item(s) are in shards moving between nodes (item %d first); nothing was created: try again: %s",
-				len(homeless), homeless[0], model.ErrShardNotHeld))
 			return
 		}
 		type result struct {
@@ -793,58 +768,117 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 			body   []byte
 			err    error
 		}
-		results := make(chan result, len(parts))
+		eng := s.cfg.Engine
 		who := actor(c)
 		o, uri := s.shards.outgoing(c, upstreamsCheckedHeader, "1", fasthttp.HeaderContentType, "application/json"), requestTarget(c)
-		for base, idx := range parts {
-			body := arrayOf(raws, idx)
-			if base == "" {
-				go func() {
-					res, err := eng.CreateTasks(ctx, pick(specs, idx), onConflict, who, engine.UpstreamsChecked())
-					b, _ := json.Marshal(res)
-					status := 200
-					if err != nil {
-						status, b = s.batchErrorBody(c, err, idx)
-					}
-					results <- result{idx: idx, status: status, body: b}
-				}()
-				continue
-			}
-			go func() {
-				status, _, b, err := o.call(base, uri, body)
-				results <- result{idx: idx, status: status, body: b, err: err}
-			}()
-		}
 		var total wire.BatchResult
 		var failures []string
 		var items []wire.BatchItemError
 		created := 0
-		for range parts {
-			r := <-results
-			if r.err == nil && r.status == 200 {
-				var res wire.BatchResult
-				if json.Unmarshal(r.body, &res) == nil {
-					total.Created += res.Created
-					total.Skipped += res.Skipped
-					total.Replaced += res.Replaced
+		// Rounds: a part its node refused because the part's shard moved (503: refused before
+		// anything of it was written) is split again over the owners read afresh, until
+		// batchRerouteFor has passed; every other answer is final. A shard moving while a
+		// cluster settles is no failure of the caller's batch.
+		pending := make([]int, len(specs))
+		for i := range pending {
+			pending[i] = i
+		}
+		reroute := time.Now().Add(batchRerouteFor)
+		for round := 0; len(pending) > 0; round++ {
+			if round > 0 {
+				time.Sleep(batchRerouteWait)
+			}
+			last := time.Now().After(reroute)
+			owner, _, _, err := s.shards.table(ctx, true)
+			if err != nil {
+				if !last {
+					continue
 				}
-				created += len(r.idx)
-				continue
+				if created == 0 && len(items) == 0 && len(failures) == 0 {
+					writeErr(c, fasthttp.StatusServiceUnavailable, "cannot read the shards' owners: "+err.Error())
+					return
+				}
+				failures = append(failures, fmt.Sprintf("items %v: cannot read the shards' owners: %v", pending, err))
+				break
 			}
-			if r.err != nil {
-				failures = append(failures, fmt.Sprintf("items %v: %v", r.idx, r.err))
-				continue
+			parts := map[string][]int{}
+			var homeless []int
+			for _, i := range pending {
+				n := model.ShardOf(specs[i].Name)
+				switch _, ready := eng.API().Ownership().State(n); {
+				case ready:
+					parts[""] = append(parts[""], i)
+				case owner[n] == "":
+					homeless = append(homeless, i)
+				default:
+					parts[owner[n]] = append(parts[owner[n]], i)
+				}
 			}
-			var be wire.BatchRefusal
-			if json.Unmarshal(r.body, &be) == nil && len(be.Errors) > 0 {
-				for _, it := range be.Errors {
-					if it.Index >= 0 && it.Index < len(r.idx) {
-						items = append(items, wire.BatchItemError{Index: r.idx[it.Index], Error: it.Error})
+			if len(homeless) > 0 && !last {
+				continue // nothing sent this round: the shards settle first
+			}
+			if len(homeless) > 0 && created == 0 && len(items) == 0 && len(failures) == 0 {
+				c.Response.Header.Set("Retry-After", "1")
+				writeErr(c, fasthttp.StatusServiceUnavailable, fmt.Sprintf("%d item(s) are in shards moving between nodes (item %d first); nothing was created: try again: %s",
+					len(homeless), homeless[0], model.ErrShardNotHeld))
+				return
+			}
+			if len(homeless) > 0 {
+				failures = append(failures, fmt.Sprintf("items %v: in shards moving between nodes: %s", homeless, model.ErrShardNotHeld))
+			}
+			results := make(chan result, len(parts))
+			for base, idx := range parts {
+				body := arrayOf(raws, idx)
+				if base == "" {
+					go func() {
+						res, err := eng.API().CreateTasks(ctx, pick(specs, idx), onConflict, who, engine.UpstreamsChecked())
+						b, _ := json.Marshal(res)
+						status := 200
+						if err != nil {
+							status, b = s.batchErrorBody(c, err, idx)
+						}
+						results <- result{idx: idx, status: status, body: b}
+					}()
+					continue
+				}
+				go func() {
+					status, _, b, err := o.call(base, uri, body)
+					results <- result{idx: idx, status: status, body: b, err: err}
+				}()
+			}
+			pending = pending[:0:0]
+			for range parts {
+				r := <-results
+				if r.err == nil && r.status == 200 {
+					var res wire.BatchResult
+					if json.Unmarshal(r.body, &res) == nil {
+						total.Created += res.Created
+						total.Skipped += res.Skipped
+						total.Replaced += res.Replaced
 					}
+					created += len(r.idx)
+					continue
 				}
-				continue
+				if r.err != nil {
+					failures = append(failures, fmt.Sprintf("items %v: %v", r.idx, r.err))
+					continue
+				}
+				if r.status == fasthttp.StatusServiceUnavailable && !last {
+					pending = append(pending, r.idx...) // refused whole: its shard moved
+					continue
+				}
+				var be wire.BatchRefusal
+				if json.Unmarshal(r.body, &be) == nil && len(be.Errors) > 0 {
+					for _, it := range be.Errors {
+						if it.Index >= 0 && it.Index < len(r.idx) {
+							items = append(items, wire.BatchItemError{Index: r.idx[it.Index], Error: it.Error})
+						}
+					}
+					continue
+				}
+				failures = append(failures, fmt.Sprintf("items %v: %d %s", r.idx, r.status, errorText(r.body)))
 			}
-			failures = append(failures, fmt.Sprintf("items %v: %d %s", r.idx, r.status, errorText(r.body)))
+			slices.Sort(pending)
 		}
 		if len(failures) == 0 && len(items) == 0 {
 			writeJSON(c, 200, total)
@@ -856,10 +890,18 @@ func (s *Server) splitBatch(next fasthttp.RequestHandler) fasthttp.RequestHandle
 			msg += ": " + strings.Join(failures, "; ")
 		}
 		c.Response.Header.Set("Retry-After", "1")
-		writeJSON(c, fasthttp.StatusConflict, map[string]any{"error": msg, "errors": items, "created": total.Created,
-			"skipped": total.Skipped, "replaced": total.Replaced})
+		writeJSON(c, fasthttp.StatusConflict, wire.BatchRefusal{Error: msg, Errors: items, Created: total.Created,
+			Skipped: total.Skipped, Replaced: total.Replaced})
 	}
 }
+
+// batchRerouteFor bounds how long a sharded node's batch create keeps routing again the
+// parts refused because their shard moved (a cluster settling, a node leaving), and
+// batchRerouteWait is the pause between rounds: about a renew interval's look at the leases.
+const (
+	batchRerouteFor  = 20 * time.Second
+	batchRerouteWait = 250 * time.Millisecond
+)
 
 // upstreamsCheckedHeader marks a part of a batch whose upstreams the node that split it
 // checked against the whole batch; only a call another node signed may carry it

@@ -16,8 +16,8 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/executor"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
@@ -199,7 +199,7 @@ func TestExecutorThatPredatesSigningIsToldWhy(t *testing.T) {
 // executor's token and carries the new epoch.
 func TestHASignsForExecutorsAfterHandover(t *testing.T) {
 	const billingTok = "billing-exec-0123456789"
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	file := filepath.Join(t.TempDir(), "tokens.json")
 	writeTokenFile(t, file, []admin.TokenEntry{
 		{Name: "ops", Scope: "write", Token: writeTok},

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // failOnce creates a one-shot task whose only run fails, and waits until its runtime holds
@@ -22,6 +22,20 @@ func failOnce(t *testing.T, d *daemontest.Daemon, h *daemontest.Hook, name, grou
 	testwait.For(t, daemontest.WaitTimeout, name+"'s failure recorded", func() bool {
 		at = d.Get(t, name).Runtime.LastFailureAt
 		return at > 0
+	})
+	// The task lists read the store, and a run's end is written behind it (design.md, "What
+	// is not waited for"): wait until the list's failed_within filter finds the failure.
+	testwait.For(t, daemontest.WaitTimeout, name+"'s failure in the store", func() bool {
+		var page struct {
+			Tasks []client.TaskView `json:"tasks"`
+		}
+		d.MustJSON(t, http.StatusOK, http.MethodGet, "/api/v1/tasks?failed_within=1h&q="+url.QueryEscape(name)+"&limit=100", nil, &page)
+		for _, tv := range page.Tasks {
+			if tv.Name == name {
+				return true
+			}
+		}
+		return false
 	})
 	return at
 }

@@ -21,7 +21,7 @@ func (s *Server) createTask(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	t, err := s.cfg.Engine.CreateTask(ctx, spec, actor(c))
+	t, err := s.cfg.Engine.API().CreateTask(ctx, spec, actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -38,7 +38,7 @@ func (s *Server) updateTask(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	s.unmaskSpec(ctx, param(c, "name"), spec)
-	t, err := s.cfg.Engine.UpdateTask(ctx, param(c, "name"), spec, actor(c))
+	t, err := s.cfg.Engine.API().UpdateTask(ctx, param(c, "name"), spec, actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -49,7 +49,7 @@ func (s *Server) updateTask(c *fasthttp.RequestCtx) {
 func (s *Server) getTask(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	t, err := s.cfg.Engine.GetTask(ctx, param(c, "name"))
+	t, err := s.cfg.Engine.API().GetTask(ctx, param(c, "name"))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -61,7 +61,7 @@ func (s *Server) deleteTask(c *fasthttp.RequestCtx) {
 	ctx, cancel := reqCtx(c)
 	defer cancel()
 	name := param(c, "name")
-	if err := s.cfg.Engine.DeleteTask(ctx, name, actor(c)); err != nil {
+	if err := s.cfg.Engine.API().DeleteTask(ctx, name, actor(c)); err != nil {
 		s.fail(c, err)
 		return
 	}
@@ -110,7 +110,7 @@ func (s *Server) listTasks(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	list, last, err := s.cfg.Engine.ListTasksPage(ctx, f)
+	list, last, err := s.cfg.Engine.API().ListTasksPage(ctx, f)
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -152,9 +152,9 @@ func (s *Server) pauseResume(c *fasthttp.RequestCtx, pause bool) {
 	var t *model.Task
 	var err error
 	if pause {
-		t, err = s.cfg.Engine.Pause(ctx, param(c, "name"), b.Note, actor(c))
+		t, err = s.cfg.Engine.API().Pause(ctx, param(c, "name"), b.Note, actor(c))
 	} else {
-		t, err = s.cfg.Engine.Resume(ctx, param(c, "name"), b.Note, actor(c))
+		t, err = s.cfg.Engine.API().Resume(ctx, param(c, "name"), b.Note, actor(c))
 	}
 	if err != nil {
 		s.fail(c, err)
@@ -171,7 +171,7 @@ func (s *Server) runTask(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	run, err := s.cfg.Engine.RunNow(ctx, param(c, "name"), s.unmaskParams(ctx, param(c, "name"), b.Params), actor(c))
+	run, err := s.cfg.Engine.API().RunNow(ctx, param(c, "name"), s.unmaskParams(ctx, param(c, "name"), b.Params), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return
@@ -189,7 +189,7 @@ func (s *Server) killTask(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	t, err := s.cfg.Engine.KillTask(ctx, param(c, "name"), killReason(b), actor(c))
+	t, err := s.cfg.Engine.API().KillTask(ctx, param(c, "name"), killReason(b), actor(c))
 	if err != nil {
 		s.fail(c, err)
 		return

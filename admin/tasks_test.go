@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )

@@ -15,7 +15,8 @@ import (
 
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/executor"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
@@ -34,7 +35,7 @@ func TestExecutorDeadlineIsATimeout(t *testing.T) {
 		dsn  func(t *testing.T) string
 	}{
 		{"sqlite", func(t *testing.T) string { return "sqlite:" + filepath.Join(t.TempDir(), "axe.db") }},
-		{"mysql", func(t *testing.T) string { return persisttest.MySQLDSN(t) }},
+		{"mysql", func(t *testing.T) string { return persisttest.MySQLSchemaDSN(t) }},
 	} {
 		t.Run(store.name, func(t *testing.T) { testExecutorDeadlineIsATimeout(t, store.dsn(t)) })
 	}
@@ -67,7 +68,7 @@ func testExecutorDeadlineIsATimeout(t *testing.T, dsn string) {
 		defer cancel()
 		_ = exe.Stop(sctx)
 	})
-	testwait.For(t, 10*time.Second, "the executor registered", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "the executor registered", func() bool {
 		list, err := c.Executors(ctx)
 		return err == nil && len(list) == 1
 	})
@@ -131,7 +132,7 @@ func testExecutorDeadlineIsATimeout(t *testing.T, dsn string) {
 	if !found {
 		t.Errorf("slow's actions %+v lack a timeout record", acts)
 	}
-	testwait.For(t, 10*time.Second, "axe_timeouts_total to count the timeout", func() bool {
+	testwait.For(t, daemontest.WaitTimeout, "axe_timeouts_total to count the timeout", func() bool {
 		return timeoutsTotal(t, base) == before+1
 	})
 }

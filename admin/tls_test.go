@@ -20,7 +20,7 @@ import (
 	"time"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/persist"
 )
 

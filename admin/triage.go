@@ -69,7 +69,7 @@ func (s *Server) triage(c *fasthttp.RequestCtx) {
 	complete := true
 	for {
 		f.ScanMax = TriageScanMax - examined
-		page, err := s.cfg.Engine.RunsPage(ctx, "", f)
+		page, err := s.cfg.Engine.API().RunsPage(ctx, "", f)
 		if err != nil {
 			s.fail(c, err)
 			return

@@ -38,7 +38,7 @@ func (s *Server) workflowRoutes(api interface {
 	api.POST("/workflows/{name}/pause", h(wf(s.pauseWorkflow(true))))
 	api.POST("/workflows/{name}/resume", h(wf(s.pauseWorkflow(false))))
 	api.POST("/workflows/{name}/backfill", h(wf(s.backfillWorkflow)))
-	api.GET("/workflows/{name}/backfill", h(wf(s.backfillWorkflowStatus)))
+	api.GET("/workflows/{name}/backfill", h(s.backfillWorkflowStatus)) // read from the store: any node answers
 	api.GET("/workflows/{name}/runs", h(s.workflowRuns))
 	api.GET("/workflow-runs/{id}", h(s.workflowRun))
 	api.POST("/workflow-runs/{id}/cancel", h(run(s.cancelWorkflowRun)))
@@ -268,9 +268,11 @@ func (s *Server) backfillWorkflow(c *fasthttp.RequestCtx) {
 }
 
 func (s *Server) backfillWorkflowStatus(c *fasthttp.RequestCtx) {
-	st := s.cfg.Workflows.BackfillStatus(param(c, "name"))
-	if st == nil {
-		writeErr(c, fasthttp.StatusNotFound, "no backfill of this workflow on the node that schedules it")
+	ctx, cancel := reqCtx(c)
+	defer cancel()
+	st, err := s.cfg.Workflows.BackfillStatus(ctx, param(c, "name"))
+	if err != nil {
+		s.wfFail(c, err)
 		return
 	}
 	writeJSON(c, fasthttp.StatusOK, wire.WorkflowBackfillStatus(*st))

@@ -75,13 +75,13 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	}()
 	cbk := &model.Callback{Type: model.CallbackHTTP, URL: noop.URL()}
 	for i := 0; i < backfillSecondTasks; i++ {
-		_, err := eng.CreateTask(ctx, &wire.TaskSpec{Name: fmt.Sprintf("second-%02d", i), Cron: "* * * * * *",
+		_, err := eng.API().CreateTask(ctx, &wire.TaskSpec{Name: fmt.Sprintf("second-%02d", i), Cron: "* * * * * *",
 			Timezone: "UTC", Callback: cbk}, "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	if _, err := eng.CreateTask(ctx, &wire.TaskSpec{Name: "year", Cron: "* * * * *", Timezone: "UTC", Callback: cbk}, "bench"); err != nil {
+	if _, err := eng.API().CreateTask(ctx, &wire.TaskSpec{Name: "year", Cron: "* * * * *", Timezone: "UTC", Callback: cbk}, "bench"); err != nil {
 		b.Fatal(err)
 	}
 
@@ -120,7 +120,7 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	from := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	to := from.AddDate(1, 0, 0).Add(-time.Minute)
 	t0 := time.Now()
-	bf, err := eng.Backfills().Create(ctx, "year", engine.BackfillRequest{From: from, To: to, Parallel: parallel}, "bench")
+	bf, err := eng.API().Backfills().Create(ctx, "year", engine.BackfillRequest{From: from, To: to, Parallel: parallel}, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	var v *wire.BackfillView
 	for {
 		time.Sleep(200 * time.Millisecond)
-		if v, err = eng.Backfills().Get(ctx, "year", bf.ID); err != nil {
+		if v, err = eng.API().Backfills().Get(ctx, "year", bf.ID); err != nil {
 			b.Fatal(err)
 		}
 		if v.Status != model.BackfillRunning || (!full && time.Since(busyFrom) >= span) {
@@ -139,7 +139,7 @@ func runBackfillBench(b *testing.B, span time.Duration, parallel int, full bool)
 	busyTo := time.Now()
 	elapsed := busyTo.Sub(busyFrom)
 	if v.Status == model.BackfillRunning {
-		if v, err = eng.Backfills().Cancel(ctx, "year", bf.ID, "bench"); err != nil {
+		if v, err = eng.API().Backfills().Cancel(ctx, "year", bf.ID, "bench"); err != nil {
 			b.Fatal(err)
 		}
 	}

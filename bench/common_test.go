@@ -194,13 +194,13 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // successes is how many runs of eng have ended in success (its axe_results_total counter).
 func successes(eng *engine.Engine) int {
-	return int(eng.Metrics().GetOrCreateCounter(`axe_results_total{result="success"}`).Get())
+	return int(eng.API().Metrics().GetOrCreateCounter(`axe_results_total{result="success"}`).Get())
 }
 
 // writerQueued is how many groups the batched writers of eng still hold (the
 // axe_writer_queue_depth gauge in its metric set).
 func writerQueued(eng *engine.Engine) int {
-	return int(eng.Metrics().GetOrCreateGauge("axe_writer_queue_depth", nil).Get())
+	return int(eng.API().Metrics().GetOrCreateGauge("axe_writer_queue_depth", nil).Get())
 }
 
 // writerCommits is the count of batches the writers registered in s have committed.

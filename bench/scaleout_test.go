@@ -63,8 +63,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
-	"github.com/axe-sched/axe/internal/galeratest"
+	"github.com/axe-sched/axe/internal/test/galeratest"
 	"github.com/axe-sched/axe/model"
+
+	"github.com/axe-sched/axe/lib/freeport"
 )
 
 const (
@@ -80,6 +82,10 @@ const (
 	// envScaleLimit, when > 0, puts every task of the burst under one concurrency key with a
 	// limit of that many runs in flight (issue 46: what a limit costs the drain).
 	envScaleLimit = "AXE_BENCH_SCALE_LIMIT"
+	// envScalePprof, when set to a directory, starts the nodes with --pprof and writes a CPU
+	// profile of each node over every burst's first seconds there (envScalePprofSec, 5 s).
+	envScalePprof    = "AXE_BENCH_SCALE_PPROF"
+	envScalePprofSec = "AXE_BENCH_SCALE_PPROF_SEC"
 )
 
 // The daemons' lease settings, as the failover suite runs them.
@@ -113,6 +119,9 @@ func (n *scaleNode) start(tb testing.TB) {
 	cmd := exec.Command(n.bin, "serve", "--addr", n.addr, "--db", n.dsn, "--ha", "--node-id", n.id,
 		"--advertise", n.url, "--lease-ttl", scaleTTL.String(), "--lease-renew", scaleRenew.String(),
 		"--log-format", "json")
+	if os.Getenv(envScalePprof) != "" {
+		cmd.Args = append(cmd.Args, "--pprof")
+	}
 	// Without the developer's AXE_ settings, which the daemon reads as flags.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "AXE_") {
@@ -220,12 +229,7 @@ func fileTail(path string, n int) string {
 // freeLoopbackAddr returns a loopback address nothing listens on now.
 func freeLoopbackAddr(tb testing.TB) string {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeport.MustAddr(tb)
 }
 
 // scaleReceipt is one callback the sink received.
@@ -243,8 +247,9 @@ type scaleSink struct {
 	ln     net.Listener
 	served chan struct{}
 
-	mu   sync.Mutex
-	recs []scaleReceipt
+	mu    sync.Mutex
+	recs  []scaleReceipt
+	holds []holdCall // the calls of /hold, which the sink works on before it answers
 	// burstCount counts the receipts of the burst's tasks (b-…), for waitBurst.
 	burstCount atomic.Int64
 }
@@ -287,10 +292,27 @@ func (s *scaleSink) handle(rc *fasthttp.RequestCtx) {
 	s.mu.Lock()
 	s.recs = append(s.recs, r)
 	s.mu.Unlock()
+	if bytes.HasPrefix(rc.Path(), []byte("/hold")) {
+		time.Sleep(time.Duration(rc.QueryArgs().GetUintOrZero("ms")) * time.Millisecond)
+		end := time.Now().UnixNano()
+		s.mu.Lock()
+		s.holds = append(s.holds, holdCall{at: r.at, end: end})
+		s.mu.Unlock()
+	}
 	if strings.HasPrefix(r.task, "b-") {
 		s.burstCount.Add(1)
 	}
 	rc.SetStatusCode(fasthttp.StatusOK)
+}
+
+// holdCall is one call of /hold: when it arrived and when the sink had worked on it, Unix ns.
+type holdCall struct{ at, end int64 }
+
+// held returns the calls of /hold so far.
+func (s *scaleSink) held() []holdCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.holds)
 }
 
 func (s *scaleSink) url() string { return "http://" + s.ln.Addr().String() + "/hook" }
@@ -409,6 +431,8 @@ type scaleCluster struct {
 	sink   *scaleSink
 	api    *http.Client // creates
 	poll   *http.Client // cluster views and metrics
+	// lead is added to the lead time of a burst's creates (a loaded machine creates slower).
+	lead time.Duration
 }
 
 func newScaleCluster(tb testing.TB, bin, dir, where string, dsns []string, auditDSN string, dbPIDs []int) *scaleCluster {
@@ -877,32 +901,18 @@ func (c *scaleCluster) waitBurst(n int, due time.Time) (time.Duration, string) {
 }
 
 // runBurst is phase 1: n one-shot tasks due at one instant.
-func (c *scaleCluster) runBurst(res *scaleResult, n int) {
+func (c *scaleCluster) runBurst(res *scaleResult, n, limit int) {
 	c.tb.Helper()
 	// Lead time for the creates: about 8K tasks/s through the batch split on this machine,
 	// with room to spare.
-	lead := 3*time.Second + time.Duration(n)*250*time.Microsecond
+	lead := 3*time.Second + time.Duration(n)*250*time.Microsecond + c.lead
 	due := time.Now().Add(lead).Truncate(time.Millisecond)
 	runAt := due.UTC().Format(time.RFC3339Nano)
 	key := ""
-	if lim, _ := strconv.Atoi(os.Getenv(envScaleLimit)); lim > 0 {
+	if limit > 0 {
 		key = `,"concurrency_key":"bench"`
-		body := fmt.Sprintf(`{"max":%d}`, lim)
-		req, err := http.NewRequest(http.MethodPut, c.nodes[0].url+"/api/v1/concurrency-limits/key/bench", strings.NewReader(body))
-		if err != nil {
-			c.tb.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := c.api.Do(req)
-		if err != nil {
-			c.tb.Fatal(err)
-		}
-		text, _ := io.ReadAll(resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			c.tb.Fatalf("%s: PUT the burst's limit: %d %s", c.where, resp.StatusCode, text)
-		}
-		c.tb.Logf("%s, %d node(s): every burst task under concurrency key bench, limit %d", c.where, len(c.nodes), lim)
+		c.setLimit("bench", limit)
+		c.tb.Logf("%s, %d node(s): every burst task under concurrency key bench, limit %d", c.where, len(c.nodes), limit)
 	}
 	items := make([][]byte, n)
 	for i := range items {
@@ -916,6 +926,7 @@ func (c *scaleCluster) runBurst(res *scaleResult, n int) {
 			c.where, n, res.createTook.Round(time.Millisecond), left.Round(time.Millisecond))
 	}
 	sleepUntil(due.Add(-100 * time.Millisecond))
+	c.profileBurst(limit)
 	p := c.probe()
 	res.drain, res.burstOther = c.waitBurst(n, due)
 	res.burstCost = p.end()
@@ -927,6 +938,45 @@ func (c *scaleCluster) runBurst(res *scaleResult, n int) {
 	c.tb.Logf("%s, %d node(s): burst of %d created in %s (%.0f tasks/s), drained %s after its due time: %.0f recorded/s; lateness p50 %d ms, p99 %d ms, max %d ms",
 		c.where, len(c.nodes), n, res.createTook.Round(time.Millisecond), float64(n)/res.createTook.Seconds(),
 		res.drain.Round(time.Millisecond), res.burstRate(), res.burstLate[0], res.burstLate[1], res.burstLate[2])
+}
+
+// profileBurst takes a CPU profile of every node over the burst's first seconds, in the
+// background, when AXE_BENCH_SCALE_PPROF names a directory (one file a node and burst).
+func (c *scaleCluster) profileBurst(limit int) {
+	dir := os.Getenv(envScalePprof)
+	if dir == "" {
+		return
+	}
+	secs, _ := strconv.Atoi(os.Getenv(envScalePprofSec))
+	if secs <= 0 {
+		secs = 5
+	}
+	stamp := time.Now().Format("150405")
+	for i, n := range c.nodes {
+		file := fmt.Sprintf("%s/%s-lim%d-n%d-%d.pprof", dir, stamp, limit, len(c.nodes), i)
+		go profileCPU(c.tb, strings.TrimPrefix(n.url, "http://"), file, 0, time.Duration(secs)*time.Second)
+	}
+}
+
+// setLimit sets the concurrency limit of key to max through the first node (which fans it out
+// to the others).
+func (c *scaleCluster) setLimit(key string, max int) {
+	c.tb.Helper()
+	body := fmt.Sprintf(`{"max":%d}`, max)
+	req, err := http.NewRequest(http.MethodPut, c.nodes[0].url+"/api/v1/concurrency-limits/key/"+key, strings.NewReader(body))
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.api.Do(req)
+	if err != nil {
+		c.tb.Fatal(err)
+	}
+	text, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.tb.Fatalf("%s: PUT the limit of key %s: %d %s", c.where, key, resp.StatusCode, text)
+	}
 }
 
 // cronItems are m tasks that fire every second.
@@ -983,7 +1033,8 @@ func runScaleConfig(b *testing.B, c *scaleCluster, burst, cron int, span time.Du
 	res := scaleResult{nodes: len(c.nodes), where: c.where}
 	c.boot()
 	res.idle = c.idleCost(3 * time.Second)
-	c.runBurst(&res, burst)
+	lim, _ := strconv.Atoi(os.Getenv(envScaleLimit))
+	c.runBurst(&res, burst, lim)
 	c.runCron(&res, cron, span)
 	// The burst's receipts are audited last, so a late duplicate has had the cron phase to
 	// arrive.
@@ -1160,30 +1211,8 @@ func BenchmarkScaleOut(b *testing.B) {
 
 	b.ResetTimer()
 	var results []scaleResult
-	// singleServer is n nodes on a fresh database of the MariaDB server; done stops them and
-	// drops the database.
-	singleServer := func(n int, where string) (c *scaleCluster, done func()) {
-		dsn, drop := scratchDB(b, server)
-		dbPID := 0
-		if db, err := benchkit.OpenSQL(dsn, 1); err == nil {
-			pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
-			dbPID = benchkit.ServerPID(pctx, db)
-			pcancel()
-			_ = db.Close()
-		}
-		if dbPID == 0 {
-			b.Logf("cannot find the MariaDB server's process: no DB CPU figures")
-		}
-		var pids []int
-		if dbPID > 0 {
-			pids = []int{dbPID}
-		}
-		dsns := make([]string, n)
-		for i := range dsns {
-			dsns[i] = dsn
-		}
-		c = newScaleCluster(b, bin, dir, where, dsns, dsn, pids)
-		return c, func() { c.close(); drop() }
+	singleServer := func(n int, where string) (*scaleCluster, func()) {
+		return singleServerCluster(b, server, bin, dir, n, where)
 	}
 	for _, n := range counts {
 		c, done := singleServer(n, "MariaDB")
@@ -1208,6 +1237,33 @@ func BenchmarkScaleOut(b *testing.B) {
 	reportScale(b, results, galera, to, kills)
 	b.Logf("WARN and ERROR lines of the nodes' logs, by message:\n%s", logSummary(dir))
 	b.Logf("load average at the end %s", benchkit.LoadAverage())
+}
+
+// singleServerCluster is n nodes on a fresh database of the MariaDB server at server; done
+// stops them and drops the database.
+func singleServerCluster(b *testing.B, server, bin, dir string, n int, where string) (c *scaleCluster, done func()) {
+	b.Helper()
+	dsn, drop := scratchDB(b, server)
+	dbPID := 0
+	if db, err := benchkit.OpenSQL(dsn, 1); err == nil {
+		pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		dbPID = benchkit.ServerPID(pctx, db)
+		pcancel()
+		_ = db.Close()
+	}
+	if dbPID == 0 {
+		b.Logf("cannot find the MariaDB server's process: no DB CPU figures")
+	}
+	var pids []int
+	if dbPID > 0 {
+		pids = []int{dbPID}
+	}
+	dsns := make([]string, n)
+	for i := range dsns {
+		dsns[i] = dsn
+	}
+	c = newScaleCluster(b, bin, dir, where, dsns, dsn, pids)
+	return c, func() { c.close(); drop() }
 }
 
 // runScaleGalera is phase 5: phases 1 and 2 with 3 nodes on a three-node Galera cluster.
@@ -1478,4 +1534,217 @@ func reportScale(b *testing.B, results []scaleResult, galera *scaleResult, to sc
 		b.ReportMetric(float64(to.expected-to.fires), "takeover_missed_fires")
 	}
 	summarize(b, "%s", text)
+}
+
+// Knobs of BenchmarkScaleOutLimit.
+const (
+	envScaleLimitMax     = "AXE_BENCH_SCALE_LIMIT_MAX"     // the burst's limit (default the burst's size)
+	envScaleLimitRounds  = "AXE_BENCH_SCALE_LIMIT_ROUNDS"  // bursts with and without, each (default 2)
+	envScaleHandoff      = "AXE_BENCH_SCALE_HANDOFF"       // tasks of the hand-off phase (default 2000)
+	envScaleHandoffLimit = "AXE_BENCH_SCALE_HANDOFF_LIMIT" // its limit (default 20)
+	envScaleLimitLead    = "AXE_BENCH_SCALE_LIMIT_LEAD"    // added to the creates' lead time (default 10s)
+)
+
+// handoffWork is how long the sink works on a call of the hand-off phase.
+const handoffWork = 20 * time.Millisecond
+
+// handoff is what runHandoff measured.
+type handoff struct {
+	calls int
+	drain time.Duration
+	gaps  []int64 // µs from a slot freeing at the sink to the next waiting fire's arrival
+	over  int     // calls that arrived while the limit's every slot was still worked on
+}
+
+// runHandoff measures how soon a fire waiting for a concurrency slot starts once a slot frees:
+// n one-shot tasks under key handoff limited to lim, all due at one instant, each worked on
+// for handoffWork by the sink. The sink's ends and arrivals are paired in order: with every
+// slot full and fires waiting, the k-th call to end frees the slot the (lim+k)-th call to
+// arrive takes, so arrival[lim+k] − end[k] is the hand-off (end, its record, the slot given
+// back, another fire's claim, its fire record, the call), and a negative one a call that
+// came while lim were still worked on.
+func (c *scaleCluster) runHandoff(n, lim int) handoff {
+	c.tb.Helper()
+	c.setLimit("handoff", lim)
+	before := len(c.sink.held())
+	due := time.Now().Add(3*time.Second + time.Duration(n)*250*time.Microsecond + c.lead).Truncate(time.Millisecond)
+	runAt := due.UTC().Format(time.RFC3339Nano)
+	url := strings.TrimSuffix(c.sink.url(), "/hook") + fmt.Sprintf("/hold?ms=%d", handoffWork.Milliseconds())
+	items := make([][]byte, n)
+	for i := range items {
+		items[i] = []byte(fmt.Sprintf(`{"name":"h-%06d","trigger":"delay","run_at":%q,"callback":{"type":"http","url":%q},"timeout_sec":30,"concurrency_key":"handoff"}`,
+			i, runAt, url))
+	}
+	c.create(items)
+	deadline := due.Add(3*time.Minute + time.Duration(n)*time.Millisecond)
+	for len(c.sink.held())-before < n {
+		if time.Now().After(deadline) {
+			c.tb.Fatalf("%s, %d node(s): %d of %d hand-off calls by %s", c.where, len(c.nodes), len(c.sink.held())-before, n, deadline.Format(time.TimeOnly))
+		}
+		time.Sleep(scalePoll)
+	}
+	calls := c.sink.held()[before:]
+	ats := make([]int64, len(calls))
+	ends := make([]int64, len(calls))
+	last := int64(0)
+	for i, h := range calls {
+		ats[i], ends[i] = h.at, h.end
+		last = max(last, h.end)
+	}
+	slices.Sort(ats)
+	slices.Sort(ends)
+	out := handoff{calls: len(calls), drain: time.Duration(last - due.UnixNano())}
+	for k := 0; lim+k < len(ats); k++ {
+		g := ats[lim+k] - ends[k]
+		if g < 0 {
+			out.over++
+		}
+		out.gaps = append(out.gaps, g/1000)
+	}
+	slices.Sort(out.gaps)
+	c.tb.Logf("%s, %d node(s): hand-off of %d calls under a limit of %d (%s each): drained %s after due; from a slot freeing to the next call p50 %.1f ms, p99 %.1f ms; %d calls over the limit",
+		c.where, len(c.nodes), n, lim, handoffWork, out.drain.Round(time.Millisecond),
+		float64(benchkit.Percentile(out.gaps, 0.5))/1000, float64(benchkit.Percentile(out.gaps, 0.99))/1000, out.over)
+	return out
+}
+
+// limitRound is one burst of BenchmarkScaleOutLimit.
+type limitRound struct {
+	nodes   int
+	limited bool
+	res     scaleResult
+	load    string
+}
+
+// BenchmarkScaleOutLimit is what a concurrency limit costs a sharded cluster (issue 46): the
+// burst of phase 1 (20,000 one-shot tasks due at one instant) with every task under one
+// concurrency key of a generous limit (the burst's size: never full), against the same
+// burst without, on 1 and 3 nodes; the bursts alternate without, with, with, without … (a fresh database each), so
+// that a machine whose load drifts weighs on both alike, and the figure is the ratio of their
+// median drain rates. After each limited burst, on the same nodes, the hand-off phase
+// (runHandoff): how soon a waiting fire starts after a slot frees.
+//
+//	AXE_TEST_MYSQL_DSN='root:@tcp(127.0.0.1:3306)/' \
+//	  go test -run '^$' -bench ScaleOutLimit -benchtime 1x -timeout 60m -v ./bench/
+//
+// Knobs: AXE_BENCH_SCALE_BURST (2e4), AXE_BENCH_SCALE_NODES (1,3), AXE_BENCH_SCALE_LIMIT_MAX
+// (the burst's size), AXE_BENCH_SCALE_LIMIT_ROUNDS (2 bursts each way), AXE_BENCH_SCALE_HANDOFF (2000
+// tasks), AXE_BENCH_SCALE_HANDOFF_LIMIT (20), AXE_BENCH_SCALE_LIMIT_LEAD (10s more for the
+// creates before the burst is due, on a loaded machine), AXE_BENCH_SCALE_BIN,
+// AXE_BENCH_SCALE_KEEP_LOGS.
+func BenchmarkScaleOutLimit(b *testing.B) {
+	server := serverDSN(b)
+	burst := sizeParam(b, noFlag, envScaleBurst, 20000)
+	limit := sizeParam(b, noFlag, envScaleLimitMax, burst) // never full: the mechanism's cost
+	rounds := sizeParam(b, noFlag, envScaleLimitRounds, 2)
+	hn := sizeParam(b, noFlag, envScaleHandoff, 2000)
+	hlim := sizeParam(b, noFlag, envScaleHandoffLimit, 20)
+	lead := durationParam(b, noFlag, envScaleLimitLead, 10*time.Second)
+	counts := []int{1, 3}
+	if os.Getenv(envScaleNodes) != "" {
+		counts = scaleNodeCounts(b)
+	}
+	dir, err := os.MkdirTemp("", "axe-scaleout-limit-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if b.Failed() || os.Getenv(envScaleKeepLogs) == "1" {
+			b.Logf("the nodes' logs are in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	bin := buildScaleAxe(b, dir)
+	b.Logf("scale-out limit: axe %s (tree at %s); burst %d, limit %d, %d bursts each way; hand-off %d tasks under a limit of %d; load average %s",
+		bin, treeCommit(), burst, limit, rounds, hn, hlim, benchkit.LoadAverage())
+
+	b.ResetTimer()
+	var out []limitRound
+	handoffs := map[int][]handoff{}
+	for _, n := range counts {
+		for r := range 2 * rounds {
+			limited := r%4 == 1 || r%4 == 2 // without, with, with, without, …
+			where := "MariaDB"
+			if limited {
+				where = "MariaDB limited"
+			}
+			c, done := singleServerCluster(b, server, bin, dir, n, where)
+			c.lead = lead
+			c.boot()
+			load := benchkit.LoadAverage()
+			res := scaleResult{nodes: n, where: where}
+			lim := 0
+			if limited {
+				lim = limit
+			}
+			c.runBurst(&res, burst, lim)
+			res.burstAudit = auditReceipts(c.sink.receipts("b-", 0, 0))
+			if a := res.burstAudit; a.tasks != burst || a.dupTickets > 0 || a.dupFires > 0 {
+				b.Errorf("%s, %d node(s): burst sink: %d of %d tasks, %d duplicate tickets, %d duplicate fires", where, n, a.tasks, burst, a.dupTickets, a.dupFires)
+			}
+			out = append(out, limitRound{nodes: n, limited: limited, res: res, load: load})
+			if limited {
+				h := c.runHandoff(hn, hlim)
+				if h.over > 0 {
+					b.Errorf("%s, %d node(s): %d hand-off calls arrived while the limit's %d slots were all worked on", where, n, h.over, hlim)
+				}
+				handoffs[n] = append(handoffs[n], h)
+			}
+			done()
+		}
+	}
+	b.StopTimer()
+
+	var rows strings.Builder
+	rows.WriteString("| nodes | drains without (recorded/s) | drains with a limit of " + strconv.Itoa(limit) + " (recorded/s) | median with ÷ without | hand-off p50 / p99 | load average at each burst | CPU a fire without / with: axe, MariaDB (µs, medians) |\n|---|---|---|---|---|---|---|\n")
+	for _, n := range counts {
+		var with, without []float64
+		var cpuWith, cpuWithout, dbWith, dbWithout []float64 // µs a fire
+		var dw, dwo, loads []string
+		for _, r := range out {
+			if r.nodes != n {
+				continue
+			}
+			d := fmt.Sprintf("%.2f s (%.0f)", r.res.drain.Seconds(), r.res.burstRate())
+			loads = append(loads, strings.Fields(r.load + " -")[0])
+			cost := r.res.burstCost
+			if r.limited {
+				with = append(with, r.res.burstRate())
+				dw = append(dw, d)
+				cpuWith = append(cpuWith, cost.usPerFire())
+				dbWith = append(dbWith, usPer(cost.db, cost.totalFires))
+			} else {
+				without = append(without, r.res.burstRate())
+				dwo = append(dwo, d)
+				cpuWithout = append(cpuWithout, cost.usPerFire())
+				dbWithout = append(dbWithout, usPer(cost.db, cost.totalFires))
+			}
+		}
+		var gaps []int64
+		for _, h := range handoffs[n] {
+			gaps = append(gaps, h.gaps...)
+		}
+		slices.Sort(gaps)
+		ratioWith := medianF(with) / medianF(without)
+		fmt.Fprintf(&rows, "| %d | %s | %s | %.2f× (cost %.0f%%) | %.1f / %.1f ms | %s | %.0f, %.0f / %.0f, %.0f |\n", n, strings.Join(dwo, ", "), strings.Join(dw, ", "),
+			ratioWith, 100*(1-ratioWith), float64(benchkit.Percentile(gaps, 0.5))/1000, float64(benchkit.Percentile(gaps, 0.99))/1000, strings.Join(loads, ", "),
+			medianF(cpuWithout), medianF(dbWithout), medianF(cpuWith), medianF(dbWith))
+	}
+	b.Logf("concurrency limit on a burst of %d, alternating runs:\n%s", burst, rows.String())
+	b.Logf("WARN and ERROR lines of the nodes' logs, by message:\n%s", logSummary(dir))
+	b.Logf("load average at the end %s", benchkit.LoadAverage())
+}
+
+// medianF is the median of xs (0 for none).
+func medianF(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/ha"
-	"github.com/axe-sched/axe/internal/galeratest"
+	"github.com/axe-sched/axe/internal/test/galeratest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"

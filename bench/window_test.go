@@ -13,7 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -188,7 +188,7 @@ func (f *windowFixture) startEngine(ctx context.Context) (engineLoad, error) {
 		return l, err
 	}
 	l.rssGrowth = rss1 - rss0
-	l.tasks, l.armed = eng.InMemory()
+	l.tasks, l.armed = eng.API().InMemory()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if path := os.Getenv(envHeapProfile); path != "" {

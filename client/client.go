@@ -27,6 +27,9 @@ type APIError struct {
 	Message string
 	// Items are the refused items of a batch (POST /api/v1/tasks/batch), by index.
 	Items []BatchItemError
+	// Done is what was done of a batch all the same (a sharded cluster's owners each create
+	// their part): its created, skipped and replaced counts; zero for every other error.
+	Done BatchResult
 }
 
 func (e *APIError) Error() string { return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status) }
@@ -186,7 +189,8 @@ func (c *Client) prefer(base string) {
 func apiErr(status int, data []byte) error {
 	var e wire.BatchRefusal
 	if json.Unmarshal(data, &e) == nil && e.Error != "" {
-		return &APIError{Status: status, Message: e.Error, Items: e.Errors}
+		return &APIError{Status: status, Message: e.Error, Items: e.Errors,
+			Done: BatchResult{Created: e.Created, Skipped: e.Skipped, Replaced: e.Replaced}}
 	}
 	return &APIError{Status: status, Message: strings.TrimSpace(string(data))}
 }

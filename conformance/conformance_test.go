@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/axe-sched/axe/conformance"
-	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/test/leaktest"
 )
 
 // Binaries the tests build once: the Go SDK's echo example, axe (for the command and for

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/protocol"
+
+	"github.com/axe-sched/axe/lib/freeport"
 )
 
 // aCase is one named check of the suite. It returns what it saw when it passes, a skipped
@@ -201,12 +203,10 @@ func (s *suite) await(ctx context.Context) error {
 
 // freeAddress is a loopback host:port nothing listens on, for AXE_LISTEN.
 func freeAddress() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return "", fmt.Errorf("cannot find a free port for the executor: %w", err)
 	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	return addr, nil
 }
 

@@ -17,7 +17,8 @@ import (
 // fasthttp writes the request into it, reads end of file, and fails with ErrConnectionClosed,
 // which cannot tell "never delivered" from "delivered, answer lost". watchedConn tells them
 // apart where it can: before the first write of a request on a connection that has carried
-// one already, it asks the kernel whether the peer has closed it, and if so it fails the
+// one already, it asks the kernel whether the peer has closed it (a non-blocking peek,
+// conn_linux.go), and if so it fails the
 // write with errStaleConn without sending a byte. The client's RetryIfErr retries exactly
 // that error, on the next idle connection or a new one, so a run is never counted against a
 // connection it never left on. A connection that dies after the request went out is in doubt
@@ -27,7 +28,7 @@ import (
 // peer has closed (see above).
 type watchedConn struct {
 	net.Conn
-	raw syscall.RawConn // nil: the state cannot be asked; every write goes through
+	probe *probe // nil: the state cannot be asked; every write goes through
 	// between is set by a read and cleared by the next write: the connection has carried a
 	// request and its answer, and the next write begins another request.
 	between atomic.Bool
@@ -42,7 +43,7 @@ func watch(c net.Conn, gate func() error) net.Conn {
 	w := &watchedConn{Conn: c, gate: gate}
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
-			w.raw = raw
+			w.probe = newProbe(raw)
 		}
 	}
 	return w
@@ -63,7 +64,7 @@ func (c *watchedConn) Write(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if reused && c.raw != nil && peerClosed(c.raw) {
+	if reused && c.probe != nil && c.probe.peerClosed() {
 		return 0, errStaleConn
 	}
 	return c.Conn.Write(b)

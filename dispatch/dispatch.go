@@ -1,5 +1,5 @@
-// Package dispatch sends runs to where they execute: an ants goroutine pool bounds the
-// concurrency, a fasthttp client carries the requests. It owns the wire (headers, bodies,
+// Package dispatch sends runs to where they execute: a pool of long-lived workers (pool.go)
+// bounds the concurrency, a fasthttp client carries the requests. It owns the wire (headers, bodies,
 // deadlines, connection reuse) and nothing of a task's state: it never reads or writes the
 // store and never decides whether a run may be sent — the engine does that, and calls Send
 // only after the run's SCHEDULED→RUNNING transition is durable (docs/design.md, "Write path").
@@ -12,13 +12,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/protocol"
-	"github.com/panjf2000/ants/v2"
 	"github.com/valyala/fasthttp"
 )
 
@@ -239,18 +238,15 @@ func (o Outcome) OK() bool { return o.Err == nil && o.Status >= 200 && o.Status 
 type Dispatcher struct {
 	cfg    Config
 	m      *dispatchMetrics
-	pool   *ants.Pool
+	pool   *pool
 	client *fasthttp.Client
 	// callbacks carries HTTP-callback runs: the same settings as client, dialling through
 	// cfg.Guard. A separate client, so executors are never judged by the callback allowlist.
 	callbacks *fasthttp.Client
+	// offersOut counts the offers made with OfferFunc not yet answered, which Stop waits for.
+	offersOut atomic.Int64
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	queue   []func()
-	stopped bool // under mu: Go refuses work; set by Stop
-	pumpWG  sync.WaitGroup
-	life    startstop.Lifecycle
+	life startstop.Lifecycle
 }
 
 // New creates a Dispatcher. Call Start before Send.
@@ -259,17 +255,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("cannot create dispatcher: %w", err)
 	}
-	pool, err := ants.NewPool(cfg.PoolSize, ants.WithPanicHandler(func(p any) {
-		cfg.Logger.Error("dispatch worker panicked", "panic", p)
-	}))
-	if err != nil {
-		return nil, fmt.Errorf("cannot create dispatch pool: %w", err)
-	}
 	d := &Dispatcher{
-		cfg:  cfg,
-		m:    newDispatchMetrics(cfg.Metrics),
-		pool: pool,
+		cfg: cfg,
+		m:   newDispatchMetrics(cfg.Metrics),
 	}
+	d.pool = newPool(cfg.PoolSize, cfg.MaxConnsPerHost, d.run, cfg.Logger)
 	d.client = newClient(cfg, cfg.Guard.DialExecutor, d.connGate())
 	if cfg.ExecutorTLS != nil {
 		d.client.TLSConfig = cfg.ExecutorTLS.Clone()
@@ -279,7 +269,6 @@ func New(cfg Config) (*Dispatcher, error) {
 		callbackDial = cfg.Guard.dialTimeout
 	}
 	d.callbacks = newClient(cfg, callbackDial, d.connGate())
-	d.cond = sync.NewCond(&d.mu)
 	return d, nil
 }
 
@@ -316,11 +305,10 @@ func newClient(cfg Config, dial fasthttp.DialFuncWithTimeout, gate func() error)
 	}
 }
 
-// Start starts the pump that feeds the pool.
+// Start starts the pool's workers; what was queued before runs now.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	err := d.life.StartOnce(func() error {
-		d.pumpWG.Add(1)
-		go d.pump()
+		d.pool.start()
 		return nil
 	})
 	if errors.Is(err, startstop.ErrStarted) || errors.Is(err, startstop.ErrStopped) {
@@ -330,17 +318,15 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 }
 
 // Go runs fn on the pool. It never blocks; fn is queued until a worker is free.
-func (d *Dispatcher) Go(fn func()) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped {
-		return ErrStopped
+func (d *Dispatcher) Go(fn func()) error { return d.pool.submit(job{fn: fn}) }
+
+// run is the pool's work: a job is a function or a callback send.
+func (d *Dispatcher) run(j job) {
+	if j.fn != nil {
+		j.fn()
+		return
 	}
-	d.queue = append(d.queue, fn)
-	if len(d.queue) == 1 {
-		d.cond.Signal()
-	}
-	return nil
+	j.done(d.post(d.callbacks, j.req, d.cfg.CallbackSecret, j.req.ResendInDoubt))
 }
 
 // Send posts an HTTP-callback run on the pool, through the Guard and signed when a secret is
@@ -348,7 +334,7 @@ func (d *Dispatcher) Go(fn func()) error {
 // not followed: a 3xx is the call's answer, and not a 2xx. A call whose connection failed
 // after the request was sent is sent once more only when req.ResendInDoubt says so.
 func (d *Dispatcher) Send(req *Request, done func(Outcome)) error {
-	return d.Go(func() { done(d.post(d.callbacks, req, d.cfg.CallbackSecret, req.ResendInDoubt)) })
+	return d.pool.submit(job{req: req, done: done, host: hostKey(req.URL)})
 }
 
 // Post performs req on the calling goroutine, unguarded and unsigned (executor calls). A call
@@ -437,39 +423,11 @@ func (d *Dispatcher) do(client *fasthttp.Client, r *fasthttp.Request, resp *fast
 	return nil
 }
 
-func (d *Dispatcher) pump() {
-	defer d.pumpWG.Done()
-	for {
-		d.mu.Lock()
-		for len(d.queue) == 0 && !d.stopped {
-			d.cond.Wait()
-		}
-		if len(d.queue) == 0 && d.stopped {
-			d.mu.Unlock()
-			return
-		}
-		batch := d.queue
-		d.queue = nil
-		d.mu.Unlock()
-		for _, fn := range batch {
-			// Submit blocks while every worker is busy: that is the pool's bound at work.
-			if err := d.pool.Submit(fn); err != nil {
-				d.cfg.Logger.Error("cannot submit to dispatch pool", "error", err)
-				fn() // the pool is closing; run it here rather than lose a result
-			}
-		}
-	}
-}
-
 // Running reports the number of busy workers.
-func (d *Dispatcher) Running() int { return d.pool.Running() }
+func (d *Dispatcher) Running() int { return d.pool.running() }
 
 // Queued reports the number of sends waiting for a worker.
-func (d *Dispatcher) Queued() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.queue)
-}
+func (d *Dispatcher) Queued() int { return d.pool.queued() }
 
 // Stop stops accepting sends, lets every queued and in-flight send finish (each is bounded by
 // its own deadline) or ctx expire, and releases the pool. Idempotent; safe without Start.
@@ -477,32 +435,28 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 	return d.life.StopOnce(ctx, func(started bool) error { return d.stop(ctx, started) })
 }
 
-func (d *Dispatcher) stop(ctx context.Context, started bool) error {
-	d.mu.Lock()
-	d.stopped = true
-	d.cond.Broadcast()
-	d.mu.Unlock()
+func (d *Dispatcher) stop(ctx context.Context, _ bool) error {
 	defer d.client.CloseIdleConnections()
 	defer d.callbacks.CloseIdleConnections()
-	if started {
-		done := make(chan struct{})
-		go func() { d.pumpWG.Wait(); close(done) }()
+	// The offers' answers may go on on the pool (a refused run to the next executor), and the
+	// pool's workers may make offers: wait for both, the offers again after the workers.
+	if err := d.waitOffers(ctx); err != nil {
+		return err
+	}
+	if err := d.pool.stop(ctx); err != nil {
+		return err
+	}
+	return d.waitOffers(ctx)
+}
+
+// waitOffers waits until every offer made with OfferFunc has been answered.
+func (d *Dispatcher) waitOffers(ctx context.Context) error {
+	for d.offersOut.Load() > 0 {
 		select {
-		case <-done:
 		case <-ctx.Done():
-			// Close the pool anyway: the pump then runs what is left itself (each send is
-			// bounded by its own deadline) and exits.
-			d.pool.Release()
-			return fmt.Errorf("cannot drain dispatch queue: %w", ctx.Err())
+			return fmt.Errorf("cannot stop the dispatcher: %d run offers unanswered: %w", d.offersOut.Load(), ctx.Err())
+		case <-time.After(time.Millisecond):
 		}
-	}
-	timeout := time.Minute
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	if err := d.pool.ReleaseTimeout(timeout); err != nil {
-		d.pool.Release()
-		return fmt.Errorf("cannot drain dispatch pool: %w", err)
 	}
 	return nil
 }

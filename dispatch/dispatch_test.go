@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/test/leaktest"
 )
 
 func TestMain(m *testing.M) {

@@ -39,10 +39,21 @@ type offerQueue struct {
 	single  bool // the executor answered RunsPath with 404/405/501: offer runs one by one
 }
 
-// offer is one run waiting for its answer.
+// offer is one run waiting for its answer: on done (Offer) or given to then (OfferFunc).
 type offer struct {
 	req  *Request
 	done chan Outcome
+	then func(Outcome)
+}
+
+// answer hands o its outcome.
+func (d *Dispatcher) answer(o *offer, out Outcome) {
+	if o.then == nil {
+		o.done <- out
+		return
+	}
+	defer d.offersOut.Add(-1)
+	o.then(out)
 }
 
 // Offer sends req (a run's JSON) to the SDK executor x and returns the executor's answer
@@ -51,6 +62,23 @@ type offer struct {
 // the URLs come from x (its scheme and address).
 func (d *Dispatcher) Offer(x *Executor, req *Request) Outcome {
 	o := &offer{req: req, done: make(chan Outcome, 1)}
+	d.queueOffer(x, o)
+	return <-o.done
+}
+
+// OfferFunc is Offer without the wait: it queues req for x and returns at once, and then
+// gets the answer on the goroutine that got it (one of x's senders, which answers the
+// other runs of its batch after it). then must not block: a run refused goes on on a
+// worker (Go). No goroutine waits for the offer meanwhile, where Offer holds its caller
+// (a dispatch worker in a burst) until the batch that carries the run is answered. Stop
+// waits for every offer made to be answered.
+func (d *Dispatcher) OfferFunc(x *Executor, req *Request, then func(Outcome)) {
+	d.offersOut.Add(1)
+	d.queueOffer(x, &offer{req: req, then: then})
+}
+
+// queueOffer queues o for x, starting a sender unless offerSenders run.
+func (d *Dispatcher) queueOffer(x *Executor, o *offer) {
 	q := &x.offers
 	q.mu.Lock()
 	q.waiting = append(q.waiting, o)
@@ -62,7 +90,6 @@ func (d *Dispatcher) Offer(x *Executor, req *Request) Outcome {
 	if start {
 		go d.sendOffers(x)
 	}
-	return <-o.done
 }
 
 // sendOffers is one sender for x: it answers waiting offers until none is left.
@@ -107,7 +134,7 @@ func (d *Dispatcher) offerOne(x *Executor, o *offer) {
 	req := *o.req
 	req.URL = x.URL(RunPath)
 	req.Key, req.Address, req.Incarnation = x.DispatchKey(), x.Address, x.Incarnation()
-	o.done <- d.Post(&req)
+	d.answer(o, d.Post(&req))
 }
 
 // offerBatch sends batch to RunsPath and hands each offer its own answer. An executor
@@ -118,14 +145,14 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 	deadline := time.Time{}
 	for _, o := range batch {
 		if !o.req.Deadline.After(now) {
-			o.done <- Outcome{Err: ErrTimeout, Started: now}
+			d.answer(o, Outcome{Err: ErrTimeout, Started: now})
 			continue
 		}
 		if o.req.Gate != nil {
 			// The runs of one batch may be of different shards, each with its gate: one
 			// closed keeps only its own run back.
 			if err := d.gate(o.req.Gate); err != nil {
-				o.done <- Outcome{Err: err, Started: now}
+				d.answer(o, Outcome{Err: err, Started: now})
 				continue
 			}
 		}
@@ -217,14 +244,14 @@ func (d *Dispatcher) offerBatch(x *Executor, batch []*offer) {
 				out := whole
 				out.Status = ans.Results[i].Code
 				out.Body = d.tail(ans.Results[i].Body)
-				o.done <- out
+				d.answer(o, out)
 			}
 			return
 		}
 	}
 	// The call failed as a whole: every run gets what a lone call would have got.
 	for _, o := range live {
-		o.done <- whole
+		d.answer(o, whole)
 	}
 }
 

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // fakeExecutor serves RunPath and RunsPath on loopback like an SDK executor: a run whose
@@ -346,5 +347,63 @@ func TestOfferBatchFailures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestOfferFuncAnswersWithoutAWaiter offers runs with OfferFunc while the executor holds
+// every sender: each gets its own answer through its callback once released, the runs
+// queued meanwhile travel in one batch, and Stop, called while answers are still owed,
+// returns only after every callback has run.
+func TestOfferFuncAnswersWithoutAWaiter(t *testing.T) {
+	hold := make(chan struct{})
+	f := startFakeExecutor(t, hold, 0)
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	x := &Executor{App: "a", Address: f.addr()}
+	const n = offerSenders + 40
+	var (
+		mu  sync.Mutex
+		got = map[string]Outcome{}
+	)
+	for i := range n {
+		ticket := "func-" + strconv.Itoa(i)
+		d.OfferFunc(x, &Request{Ticket: ticket, Body: fmt.Appendf(nil, `{"ticket":%q}`, ticket),
+			Deadline: time.Now().Add(10 * time.Second)}, func(o Outcome) {
+			time.Sleep(time.Millisecond) // an answer still being handled when Stop is called
+			mu.Lock()
+			got[ticket] = o
+			mu.Unlock()
+		})
+		if i < offerSenders {
+			f.waitArrived(t, i+1) // one run a sender, each held by the executor
+		}
+	}
+	waitWaiting(t, x, n-offerSenders)
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.Stop(context.Background()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("Stop returned (%v) while %d offers were unanswered", err, n)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.release()
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != n {
+		t.Fatalf("Stop returned with %d answers given of %d", len(got), n)
+	}
+	checkOwnAnswers(t, got)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !slices.Equal(f.batches, []int{n - offerSenders}) {
+		t.Errorf("batches %v, want the %d queued runs in one", f.batches, n-offerSenders)
 	}
 }

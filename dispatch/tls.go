@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/axe-sched/axe/internal/tlsfiles"
+	"github.com/axe-sched/axe/lib/tlsfiles"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
 )

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testpki"
+	"github.com/axe-sched/axe/internal/test/testpki"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/valyala/fasthttp"
 )

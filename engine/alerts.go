@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/wire"
@@ -43,9 +43,6 @@ type queuedAlert struct {
 type alertsCore interface {
 	// submit records an alert's action.
 	submit(ctx context.Context, g *persist.Group, mode submitMode) error
-	// browser and lookup read the stored records (Records).
-	browser() (persist.Browser, error)
-	lookup(ctx context.Context, name string) (int64, error)
 }
 
 // Alerts is the alerts service: it raises operator alerts (log, metric, action record) and
@@ -206,3 +203,24 @@ func (a *Alerts) raiseFor(ctx context.Context, kind string, taskID int64, task, 
 
 // raise raises an alert about no task.
 func (a *Alerts) raise(ctx context.Context, kind, msg string) { a.raiseFor(ctx, kind, 0, "", "", msg) }
+
+// recordHealth feeds a run's end to the task's breaker (brk) and raises the alerts of its
+// opening and closing. Caller must not
+// hold t.mu.
+func (a *Alerts) recordHealth(brk *breakers, id int64, name, group string, feed breakerFeed) {
+	if a.cfg.Breaker.Disabled || feed == feedNone {
+		return // killed and lost say nothing about the task's health
+	}
+	changed, open := brk.record(a.cfg.Breaker, id, a.nowMS(), feed == feedOK)
+	if !changed {
+		return
+	}
+	if open {
+		a.raiseFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
+			"circuit breaker of %s opened: more than %.0f%% of its runs failed over %s; only one fire in %d is dispatched",
+			name, a.cfg.Breaker.FailureRate*100, a.cfg.Breaker.Window, a.cfg.Breaker.ProbeEvery))
+	} else {
+		a.raiseFor(context.Background(), AlertBreakerClose, id, name, group,
+			"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
+	}
+}

@@ -75,7 +75,7 @@ func (l *alertLog) recent() []wire.AlertDelivery {
 }
 
 // Alerts is the alerts service, for what the console shows of them.
-func (e *Engine) Alerts() *Alerts { return e.alerts }
+func (e *API) Alerts() *Alerts { return e.alerts }
 
 // Recent returns this node's newest alerts (at most 200, since it started) with their
 // webhook delivery state, newest first.
@@ -99,13 +99,13 @@ type AlertFilter struct {
 // Records returns the stored action records f selects, newest first, and with f.Counts
 // their counts by kind.
 func (a *Alerts) Records(ctx context.Context, f AlertFilter) ([]model.Action, map[string]int64, error) {
-	b, err := a.core.browser()
+	b, err := a.browser()
 	if err != nil {
 		return nil, nil, err
 	}
 	var id int64
 	if f.Task != "" {
-		if id, err = a.core.lookup(ctx, f.Task); err != nil {
+		if id, err = a.lookup(ctx, f.Task); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 // first with their settled states; an outcome for an alert pushed out is dropped, and a
 // failure among several webhooks stands over a later delivery.
 func TestAlertLogKeepsTheNewest(t *testing.T) {
+	t.Parallel()
 	var l alertLog
 	if got := l.recent(); len(got) != 0 {
 		t.Fatalf("an empty log lists %d", len(got))

@@ -157,7 +157,7 @@ func (bf *Backfills) Get(ctx context.Context, name string, id int64) (*wire.Back
 
 // List returns the task's backfills, newest first, at most limit (0: 100).
 func (bf *Backfills) List(ctx context.Context, name string, limit int) ([]wire.BackfillView, error) {
-	id, err := bf.core.lookup(ctx, name)
+	id, err := bf.lookup(ctx, name)
 	if err != nil {
 		return nil, err
 	}

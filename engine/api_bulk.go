@@ -37,7 +37,7 @@ const (
 // would. Each task gets its own action record with sel.Note. The work goes a page at a
 // time, and waits while the writer is busy, so a bulk call over 100K tasks never starves
 // the firing path.
-func (e *Engine) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun bool, actor string) (n int, err error) {
+func (e *API) Bulk(ctx context.Context, op string, sel wire.Selector, dryRun bool, actor string) (n int, err error) {
 	if err := e.checkRunning(); err != nil {
 		return 0, err
 	}
@@ -144,7 +144,7 @@ func validState(s model.State) bool {
 
 // eachSelected hands the selected tasks to fn a page at a time, with the in-memory runtime
 // overlaid (the state filter applies to what the API shows).
-func (e *Engine) eachSelected(ctx context.Context, sel wire.Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
+func (e *API) eachSelected(ctx context.Context, sel wire.Selector, match func(*model.Task) bool, fn func([]model.Task) error) error {
 	if len(sel.Names) > 0 {
 		page := make([]model.Task, 0, bulkPage)
 		seen := make(map[string]bool, len(sel.Names))
@@ -207,7 +207,7 @@ func (e *Engine) eachSelected(ctx context.Context, sel wire.Selector, match func
 // bulkPage runs do on each task of page, bulkWorkers at a time, each start waiting while
 // the writer is busy. A task deleted meanwhile is not counted; the first other error stops
 // the operation once the tasks in flight finish.
-func (e *Engine) bulkPage(ctx context.Context, page []model.Task, do func(context.Context, string) error) (int, error) {
+func (e *API) bulkPage(ctx context.Context, page []model.Task, do func(context.Context, string) error) (int, error) {
 	var (
 		mu       sync.Mutex
 		n        int
@@ -285,7 +285,7 @@ const bulkMaxTries = 3
 // version, so that task's write conflicts and the task is done again from the store
 // (bulkRetry). Without listed (delete, whose group has no version to check) such a task is
 // read afresh. A task deleted meanwhile is not counted.
-func (e *Engine) bulkApply(ctx context.Context, page []model.Task, match func(*model.Task) bool, apply func(context.Context, *task) error, listed bool) (int, error) {
+func (e *API) bulkApply(ctx context.Context, page []model.Task, match func(*model.Task) bool, apply func(context.Context, *task) error, listed bool) (int, error) {
 	type result struct {
 		id   int64
 		name string
@@ -375,7 +375,7 @@ func (e *Engine) bulkApply(ctx context.Context, page []model.Task, match func(*m
 // bulkRetry does a task whose bulk write conflicted again, as a single API call would: read
 // afresh, checked against the selector, written and waited for; again while it conflicts.
 // ok is false when it no longer matches.
-func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task) bool, apply func(context.Context, *task) error) (ok bool, err error) {
+func (e *API) bulkRetry(ctx context.Context, id int64, match func(*model.Task) bool, apply func(context.Context, *task) error) (ok bool, err error) {
 	for try := 0; try < bulkMaxTries; try++ {
 		if err = e.waitNotBusy(ctx); err != nil {
 			return false, err
@@ -401,12 +401,12 @@ func (e *Engine) bulkRetry(ctx context.Context, id int64, match func(*model.Task
 // bulkDeleteLocked is deleteTask's write for bulkApply: the definition, runtime, edges and
 // action record in one group, submitted without waiting when ctx carries a sink. Caller
 // holds t.mu.
-func (e *Engine) bulkDeleteLocked(ctx context.Context, t *task, note, actor string) error {
+func (e *API) bulkDeleteLocked(ctx context.Context, t *task, note, actor string) error {
 	sink := bulkSinkOf(ctx)
 	act := e.action(t, "", ActDelete, t.rt.State, "", actor, note, e.nowMS())
 	// Marked deleted first, as deleteTask does, so that no fire is decided meanwhile.
 	t.deleted = true
-	e.disarm(t)
+	e.loader.disarm(t)
 	e.brk.forget(t.id)
 	g := &persist.Group{Deletes: []int64{t.id}, Actions: []model.Action{act}}
 	if sink == nil { // written and waited for, as deleteTask does
@@ -423,7 +423,7 @@ func (e *Engine) bulkDeleteLocked(ctx context.Context, t *task, note, actor stri
 }
 
 // waitNotBusy waits while the writer's queue is over bulkBusy full: the firing path first.
-func (e *Engine) waitNotBusy(ctx context.Context) error {
+func (e *API) waitNotBusy(ctx context.Context) error {
 	for e.writer.Busy() > bulkBusy {
 		select {
 		case <-ctx.Done():

@@ -40,7 +40,7 @@ func BenchmarkBulkPause(b *testing.B) {
 			sp.Trigger, sp.DelayMS = "delay", ptr(int64(24*time.Hour/time.Millisecond))
 			specs = append(specs, sp)
 		}
-		if _, err := e.CreateTasks(ctx, specs, "", "bench"); err != nil {
+		if _, err := e.API().CreateTasks(ctx, specs, "", "bench"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -49,14 +49,14 @@ func BenchmarkBulkPause(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		c0, t0 := cpuTime(), time.Now()
-		got, err := e.Bulk(ctx, BulkPause, sel, false, "bench")
+		got, err := e.API().Bulk(ctx, BulkPause, sel, false, "bench")
 		elapsed += time.Since(t0)
 		cpu += cpuTime() - c0
 		if err != nil || got != n {
 			b.Fatalf("bulk pause = %d, %v; want %d", got, err, n)
 		}
 		b.StopTimer()
-		if got, err := e.Bulk(ctx, BulkResume, sel, false, "bench"); err != nil || got != n {
+		if got, err := e.API().Bulk(ctx, BulkResume, sel, false, "bench"); err != nil || got != n {
 			b.Fatalf("bulk resume = %d, %v; want %d", got, err, n)
 		}
 		b.StartTimer()

@@ -21,7 +21,7 @@ func createDayLater(t *testing.T, e *Engine, prefix string, n int) {
 		specs[i] = httpSpec(fmt.Sprintf("%s-%05d", prefix, i), "http://127.0.0.1:1/never")
 		specs[i].DelayMS = ptr(int64(24 * time.Hour / time.Millisecond))
 	}
-	if _, err := e.CreateTasks(context.Background(), specs, "", "test"); err != nil {
+	if _, err := e.API().CreateTasks(context.Background(), specs, "", "test"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -55,6 +55,7 @@ func bulkID(t *testing.T, e *Engine, name string) int64 {
 // count is exact, dry runs change nothing, and each task gets its own action record with
 // the note, its definition and runtime changed together.
 func TestBulkOverSeveralPages(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
@@ -63,13 +64,13 @@ func TestBulkOverSeveralPages(t *testing.T) {
 		createDayLater(t, e, "other", 3)
 		sel := wire.Selector{NamePrefix: "pg-", Note: "maint"}
 
-		if got, err := e.Bulk(ctx, BulkPause, sel, true, "test"); err != nil || got != n {
+		if got, err := e.API().Bulk(ctx, BulkPause, sel, true, "test"); err != nil || got != n {
 			t.Fatalf("dry-run pause = %d, %v; want %d", got, err, n)
 		}
-		if pt, _ := e.GetTask(ctx, "pg-00000"); pt.Runtime.State != model.StateScheduled || pt.Def.Paused {
+		if pt, _ := e.API().GetTask(ctx, "pg-00000"); pt.Runtime.State != model.StateScheduled || pt.Def.Paused {
 			t.Fatalf("after a dry run: %s paused=%v, want SCHEDULED", pt.Runtime.State, pt.Def.Paused)
 		}
-		if got, err := e.Bulk(ctx, BulkPause, sel, false, "test"); err != nil || got != n {
+		if got, err := e.API().Bulk(ctx, BulkPause, sel, false, "test"); err != nil || got != n {
 			t.Fatalf("pause = %d, %v; want %d", got, err, n)
 		}
 		for _, name := range []string{"pg-00000", "pg-00499", "pg-00500", fmt.Sprintf("pg-%05d", n-1)} {
@@ -84,33 +85,33 @@ func TestBulkOverSeveralPages(t *testing.T) {
 				t.Errorf("%s has %d pause actions with the note, want 1", name, c)
 			}
 		}
-		if pt, _ := e.GetTask(ctx, "other-00000"); pt.Runtime.State != model.StateScheduled {
+		if pt, _ := e.API().GetTask(ctx, "other-00000"); pt.Runtime.State != model.StateScheduled {
 			t.Errorf("a task outside the selector is %s", pt.Runtime.State)
 		}
-		paused, err := e.ListTasks(ctx, persist.TaskFilter{State: model.StatePaused})
+		paused, err := e.API().ListTasks(ctx, persist.TaskFilter{State: model.StatePaused})
 		if err != nil || len(paused) != n {
 			t.Fatalf("stored paused tasks = %d, %v; want %d", len(paused), err, n)
 		}
 
 		// Pausing paused tasks writes nothing more, and still counts them.
-		if got, err := e.Bulk(ctx, BulkPause, sel, false, "test"); err != nil || got != n {
+		if got, err := e.API().Bulk(ctx, BulkPause, sel, false, "test"); err != nil || got != n {
 			t.Fatalf("pause again = %d, %v; want %d", got, err, n)
 		}
 		if c := countActions(t, e, "pg-00007", ActPause, "maint"); c != 1 {
 			t.Errorf("pausing again wrote %d pause actions in all, want 1", c)
 		}
 
-		if got, err := e.Bulk(ctx, BulkResume, wire.Selector{NamePrefix: "pg-", State: "paused"}, false, "test"); err != nil || got != n {
+		if got, err := e.API().Bulk(ctx, BulkResume, wire.Selector{NamePrefix: "pg-", State: "paused"}, false, "test"); err != nil || got != n {
 			t.Fatalf("resume = %d, %v; want %d", got, err, n)
 		}
 		if pt, _ := s.GetTask(ctx, "pg-00600"); pt.Runtime.State != model.StateScheduled || pt.Def.Paused {
 			t.Errorf("resumed task stored as %s paused=%v", pt.Runtime.State, pt.Def.Paused)
 		}
 
-		if got, err := e.Bulk(ctx, BulkDelete, wire.Selector{NamePrefix: "pg-", Note: "gone"}, false, "test"); err != nil || got != n {
+		if got, err := e.API().Bulk(ctx, BulkDelete, wire.Selector{NamePrefix: "pg-", Note: "gone"}, false, "test"); err != nil || got != n {
 			t.Fatalf("delete = %d, %v; want %d", got, err, n)
 		}
-		left, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "pg-"})
+		left, err := e.API().ListTasks(ctx, persist.TaskFilter{NamePrefix: "pg-"})
 		if err != nil || len(left) != 0 {
 			t.Errorf("after bulk delete %d tasks left, %v", len(left), err)
 		}
@@ -121,7 +122,7 @@ func TestBulkOverSeveralPages(t *testing.T) {
 		if len(acts) == 0 || acts[0].Action != ActDelete || acts[0].Detail != "gone" {
 			t.Errorf("newest action of a deleted task = %+v, want a delete with the note", acts)
 		}
-		if got, err := e.Bulk(ctx, BulkDelete, sel, false, "test"); err != nil || got != 0 {
+		if got, err := e.API().Bulk(ctx, BulkDelete, sel, false, "test"); err != nil || got != 0 {
 			t.Errorf("delete of nothing = %d, %v; want 0", got, err)
 		}
 	})
@@ -142,6 +143,7 @@ func mustIDOf(t *testing.T, list []model.Task, name string) int64 {
 // an edit: its write conflicts on the version, and the task is paused afresh from the store,
 // the edit kept.
 func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
@@ -153,7 +155,7 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 		spec := httpSpec("st-00000", "http://127.0.0.1:1/edited")
 		spec.DelayMS = ptr(int64(24 * time.Hour / time.Millisecond))
 		spec.Priority = ptr(3)
-		if _, err := e.UpdateTask(ctx, "st-00000", spec, "test"); err != nil {
+		if _, err := e.API().UpdateTask(ctx, "st-00000", spec, "test"); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "the edited task to leave memory", func() bool {
@@ -164,9 +166,9 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 			t.Fatal(err)
 		}
 		apply := func(ctx context.Context, t *task) error {
-			return e.pauseLocked(ctx, t, "n", model.PausedByBulk, "test")
+			return e.API().pauseLocked(ctx, t, "n", model.PausedByBulk, "test")
 		}
-		got, err := e.bulkApply(ctx, listed, match, apply, true)
+		got, err := e.API().bulkApply(ctx, listed, match, apply, true)
 		if err != nil || got != 2 {
 			t.Fatalf("bulkApply = %d, %v; want 2", got, err)
 		}
@@ -192,6 +194,7 @@ func TestBulkStaleListedTaskIsRetriedNotClobbered(t *testing.T) {
 // TestBulkSkipsTaskThatNoLongerMatches: a task that left the selector after its page was
 // read (here paused, against a selector of scheduled tasks) is skipped and not counted.
 func TestBulkSkipsTaskThatNoLongerMatches(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
@@ -201,19 +204,19 @@ func TestBulkSkipsTaskThatNoLongerMatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		listed, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
+		listed, err := e.API().ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
 		if err != nil || len(listed) != 3 {
 			t.Fatalf("list = %d, %v", len(listed), err)
 		}
-		if _, err := e.Pause(ctx, "sk-00001", "by hand", "test"); err != nil {
+		if _, err := e.API().Pause(ctx, "sk-00001", "by hand", "test"); err != nil {
 			t.Fatal(err)
 		}
-		apply := func(ctx context.Context, t *task) error { return e.bulkDeleteLocked(ctx, t, "bulk", "test") }
-		got, err := e.bulkApply(ctx, listed, match, apply, false)
+		apply := func(ctx context.Context, t *task) error { return e.API().bulkDeleteLocked(ctx, t, "bulk", "test") }
+		got, err := e.API().bulkApply(ctx, listed, match, apply, false)
 		if err != nil || got != 2 {
 			t.Fatalf("bulkApply = %d, %v; want 2", got, err)
 		}
-		left, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
+		left, err := e.API().ListTasks(ctx, persist.TaskFilter{NamePrefix: "sk-"})
 		if err != nil || len(left) != 1 || left[0].Def.Name != "sk-00001" || left[0].Runtime.State != model.StatePaused {
 			t.Errorf("left = %+v, %v; want only sk-00001, paused", left, err)
 		}
@@ -225,6 +228,7 @@ func TestBulkSkipsTaskThatNoLongerMatches(t *testing.T) {
 // conflicts; tried again from the store it no longer matches, and is neither written nor
 // counted.
 func TestBulkStaleListedTaskThatNoLongerMatches(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
@@ -233,20 +237,20 @@ func TestBulkStaleListedTaskThatNoLongerMatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		listed, err := e.ListTasks(ctx, persist.TaskFilter{NamePrefix: "sm-"})
+		listed, err := e.API().ListTasks(ctx, persist.TaskFilter{NamePrefix: "sm-"})
 		if err != nil || len(listed) != 2 {
 			t.Fatalf("list = %d, %v", len(listed), err)
 		}
-		if _, err := e.Pause(ctx, "sm-00000", "by hand", "test"); err != nil {
+		if _, err := e.API().Pause(ctx, "sm-00000", "by hand", "test"); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 5*time.Second, "the paused task to leave memory", func() bool {
 			return e.tasks.get(listed[0].Def.ID) == nil
 		})
 		apply := func(ctx context.Context, t *task) error {
-			return e.pauseLocked(ctx, t, "bulk", model.PausedByBulk, "test")
+			return e.API().pauseLocked(ctx, t, "bulk", model.PausedByBulk, "test")
 		}
-		got, err := e.bulkApply(ctx, listed, match, apply, true)
+		got, err := e.API().bulkApply(ctx, listed, match, apply, true)
 		if err != nil || got != 1 {
 			t.Fatalf("bulkApply = %d, %v; want 1", got, err)
 		}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/wire"
@@ -31,7 +31,7 @@ type Fire struct {
 // would be delayed (JitterOffset), after checking jitterSec as a create would against expr in
 // zone tz (the default zone when empty): 0..MaxJitterSec and below the smallest gap between
 // fires. The offsets derive from the name, so task is required with a bound.
-func (e *Engine) ApplyJitter(task string, jitterSec int, expr, tz, dialect string, fires []Fire) error {
+func (e *API) ApplyJitter(task string, jitterSec int, expr, tz, dialect string, fires []Fire) error {
 	if jitterSec == 0 {
 		return nil
 	}
@@ -60,7 +60,7 @@ func (e *Engine) ApplyJitter(task string, jitterSec int, expr, tz, dialect strin
 
 // PreviewFires is NextFireTimes from any instant, with each fire's DST mark: the next n
 // fires of expr strictly after from, in zone tz (the default zone when empty).
-func (e *Engine) PreviewFires(expr, tz, dialect string, from time.Time, n int) ([]Fire, *time.Location, error) {
+func (e *API) PreviewFires(expr, tz, dialect string, from time.Time, n int) ([]Fire, *time.Location, error) {
 	if tz == "" {
 		tz = e.cfg.DefaultTimezone
 	}
@@ -99,7 +99,7 @@ func (e *Engine) PreviewFires(expr, tz, dialect string, from time.Time, n int) (
 }
 
 // GroupCounts counts the tasks by group and durable state.
-func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) {
+func (e *API) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) {
 	gc, ok := e.store.(persist.GroupCounter)
 	if !ok {
 		return nil, ErrNoGroupCounts
@@ -108,7 +108,7 @@ func (e *Engine) GroupCounts(ctx context.Context) ([]persist.GroupCount, error) 
 }
 
 // ExecutorViews lists the registry with each executor's runs in flight.
-func (e *Engine) ExecutorViews() []wire.ExecutorView {
+func (e *API) ExecutorViews() []wire.ExecutorView {
 	snap := e.registry.Snapshot()
 	out := make([]wire.ExecutorView, 0, len(snap))
 	for _, x := range snap {
@@ -127,7 +127,7 @@ type Counts struct {
 
 // Totals returns the engine's running totals; two readings a minute apart give that
 // minute's fires and failures.
-func (e *Engine) Totals() Counts {
+func (e *API) Totals() Counts {
 	r := e.m.results
 	return Counts{
 		Fires: e.m.triggers.Get(),
@@ -137,10 +137,10 @@ func (e *Engine) Totals() Counts {
 }
 
 // BreakersOpen is the number of tasks whose circuit breaker is open.
-func (e *Engine) BreakersOpen() int { return e.brk.openCount() }
+func (e *API) BreakersOpen() int { return e.brk.openCount() }
 
 // BreakerOpen reports whether task id's circuit breaker is open.
-func (e *Engine) BreakerOpen(id int64) bool {
+func (e *API) BreakerOpen(id int64) bool {
 	e.brk.mu.Lock()
 	defer e.brk.mu.Unlock()
 	b := e.brk.m[id]
@@ -149,7 +149,7 @@ func (e *Engine) BreakerOpen(id int64) bool {
 
 // LastRuns returns the newest run of each task id that has one (one index read per task on
 // idx_task_run_task), for a page of the task list.
-func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]model.Run, error) {
+func (e *API) LastRuns(ctx context.Context, ids []int64) (map[int64]model.Run, error) {
 	out := make(map[int64]model.Run, len(ids))
 	for _, id := range ids {
 		runs, err := e.store.ListRuns(ctx, id, 1)
@@ -164,16 +164,16 @@ func (e *Engine) LastRuns(ctx context.Context, ids []int64) (map[int64]model.Run
 }
 
 // NodeID is this scheduler's name.
-func (e *Engine) NodeID() string { return e.cfg.NodeID }
+func (e *API) NodeID() string { return e.cfg.NodeID }
 
 // DefaultTimezone is the zone of a task created without one (the server's --timezone).
-func (e *Engine) DefaultTimezone() string { return e.cfg.DefaultTimezone }
+func (e *API) DefaultTimezone() string { return e.cfg.DefaultTimezone }
 
 // ListTasksPage is ListTasks for one page of f.Limit rows: with them it returns the last
 // row the store read (nil when the store had no more than these), from which the next
 // page's cursor is made. The state filter is applied again to the in-memory runtime and
 // may drop rows, so a page can be short and still be followed by another.
-func (e *Engine) ListTasksPage(ctx context.Context, f persist.TaskFilter) ([]model.Task, *model.Task, error) {
+func (e *API) ListTasksPage(ctx context.Context, f persist.TaskFilter) ([]model.Task, *model.Task, error) {
 	state := f.State
 	list, err := e.store.ListTasks(ctx, f)
 	if err != nil {

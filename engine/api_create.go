@@ -62,7 +62,7 @@ func (e *BatchError) Unwrap() error {
 // task starts in (SCHEDULED, WAITING or PAUSED), whose detail names the trigger and the
 // first fire: the WAITING→SCHEDULED step of a new task is not a second record, so a one-shot
 // task's life costs one create action beside its run row (docs/retention.md).
-func (e *Engine) newTaskCreate(spec *wire.TaskSpec, actor string, now int64) (*task, *persist.TaskCreate, []model.Run, error) {
+func (e *API) newTaskCreate(spec *wire.TaskSpec, actor string, now int64) (*task, *persist.TaskCreate, []model.Run, error) {
 	def, runAt, err := e.normalizeCreate(spec)
 	if err != nil {
 		return nil, nil, nil, err
@@ -109,7 +109,7 @@ func createDetail(trigger string, state model.State, note, first string) string 
 // createGrouped is CreateTask: the definition, runtime and action records go to the batched
 // writer as one group, committed with other groups in one transaction. When the writer is
 // saturated the create is refused with persist.ErrWriterBusy rather than queued.
-func (e *Engine) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor string) (*model.Task, error) {
+func (e *API) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (e *Engine) createGrouped(ctx context.Context, spec *wire.TaskSpec, actor s
 
 // created takes a durable create into memory: it arms the task when it is due within the
 // window, and records a skipped run_at fire.
-func (e *Engine) created(t *task, tc *persist.TaskCreate, runs []model.Run, now int64) {
+func (e *API) created(t *task, tc *persist.TaskCreate, runs []model.Run, now int64) {
 	t.id = tc.Def.ID
 	t.rt = tc.Runtime
 	e.deps.upstreams.add(t.def.DependsOn...)
@@ -191,7 +191,7 @@ func skipTicket(id, due int64) string {
 // are refused. onConflict says what a name taken by an existing task does (OnConflict*).
 // A nil spec is an item the caller already found bad (it did not decode): the others are
 // still checked, so that every bad item is named, and nothing is written.
-func (e *Engine) CreateTasks(ctx context.Context, specs []*wire.TaskSpec, onConflict, actor string, opts ...CreateOption) (wire.BatchResult, error) {
+func (e *API) CreateTasks(ctx context.Context, specs []*wire.TaskSpec, onConflict, actor string, opts ...CreateOption) (wire.BatchResult, error) {
 	var res wire.BatchResult
 	if err := e.checkRunning(); err != nil {
 		return res, err
@@ -243,23 +243,23 @@ func (e *Engine) CreateTasks(ctx context.Context, specs []*wire.TaskSpec, onConf
 
 // forgetReplaced drops the in-memory copy of a task a batch replaced: its armed entry is
 // cancelled. A write of it still queued fails as a conflict (its runtime row is gone).
-func (e *Engine) forgetReplaced(id int64) {
+func (e *API) forgetReplaced(id int64) {
 	t := e.tasks.get(id)
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
 	t.deleted = true
-	e.disarm(t)
+	e.loader.disarm(t)
 	e.brk.forget(id)
-	e.place(t)
+	e.loader.place(t)
 	t.mu.Unlock()
 }
 
 // checkBatchDeps checks the depends_on of a batch's tasks: each upstream is an item of the
 // batch or an existing task, and the edges (those of the batch over those stored) make no
 // cycle. It returns one ItemError per bad item.
-func (e *Engine) checkBatchDeps(ctx context.Context, tasks []*task, byName map[string]int) ([]ItemError, error) {
+func (e *API) checkBatchDeps(ctx context.Context, tasks []*task, byName map[string]int) ([]ItemError, error) {
 	stored := map[string][]string{} // depends_on of existing tasks, nil for none
 	exists := map[string]bool{}
 	lookup := func(name string) ([]string, bool, error) {
@@ -353,7 +353,7 @@ func sortItems(items []ItemError) {
 // the past fires at once under fire_once (the misfire path of adopt handles one more than
 // MisfireThreshold late); under skip the fire is recorded as a skipped run, and the task
 // rests finished without firing.
-func (e *Engine) runAtRuntime(t *task, runAt, now int64) (model.Runtime, string, []model.Run) {
+func (e *API) runAtRuntime(t *task, runAt, now int64) (model.Runtime, string, []model.Run) {
 	rt := model.Runtime{State: model.StateScheduled, Version: 1, NextTriggerTime: runAt}
 	when := time.UnixMilli(runAt).In(t.loc).Format(time.RFC3339Nano)
 	late := runAt < now-e.cfg.MisfireThreshold.Milliseconds()
@@ -373,7 +373,7 @@ func (e *Engine) runAtRuntime(t *task, runAt, now int64) (model.Runtime, string,
 
 // normalizeCreate is Normalize for a new task, with what only a create takes: run_at (an
 // absolute one-shot time, returned as Unix ms; 0 for none) and the retention overrides.
-func (e *Engine) normalizeCreate(spec *wire.TaskSpec) (model.TaskDef, int64, error) {
+func (e *API) normalizeCreate(spec *wire.TaskSpec) (model.TaskDef, int64, error) {
 	var runAt int64
 	if spec.RunAt != "" {
 		if spec.DelayMS != nil {
@@ -395,7 +395,7 @@ func (e *Engine) normalizeCreate(spec *wire.TaskSpec) (model.TaskDef, int64, err
 		s.DelayMS, s.Trigger = &zero, model.TriggerDelay
 		spec = &s
 	}
-	def, err := NormalizeIn(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect)
+	def, err := normalizeAt(spec, e.cfg.DefaultTimezone, e.cfg.CronDialect, e.now())
 	if err != nil {
 		return def, 0, err
 	}
@@ -470,7 +470,7 @@ func UpstreamsChecked() CreateOption { return func(o *createOptions) { o.upstrea
 
 // prepareBatch checks and prepares the creates of a batch, as CreateTasks takes them: every
 // bad item is named in a *BatchError, and nothing is returned then.
-func (e *Engine) prepareBatch(ctx context.Context, specs []*wire.TaskSpec, onConflict, actor string, now int64, checkUpstreams bool) ([]*task, []*persist.TaskCreate, [][]model.Run, error) {
+func (e *API) prepareBatch(ctx context.Context, specs []*wire.TaskSpec, onConflict, actor string, now int64, checkUpstreams bool) ([]*task, []*persist.TaskCreate, [][]model.Run, error) {
 	ifExists := persist.CreateFail
 	switch onConflict {
 	case "", OnConflictError:
@@ -530,7 +530,7 @@ func (e *Engine) prepareBatch(ctx context.Context, specs []*wire.TaskSpec, onCon
 // upstreams known, no cycle) and, with onConflict "" or error, that no item's name is taken,
 // and writes nothing: a *BatchError names every item refused. A sharded node checks a batch
 // so before it splits it among the nodes that schedule its items.
-func (e *Engine) CheckTasks(ctx context.Context, specs []*wire.TaskSpec, onConflict string) error {
+func (e *API) CheckTasks(ctx context.Context, specs []*wire.TaskSpec, onConflict string) error {
 	if err := e.checkRunning(); err != nil {
 		return err
 	}

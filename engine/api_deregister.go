@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/protocol"
 )
@@ -48,28 +49,28 @@ func (ex *Executors) CheckIncarnation(app, addr, incarnation string) error {
 	return nil
 }
 
-// offerToIncarnation makes an offer to x and, when x refuses it as signed for another
-// incarnation of itself (401, protocol.IsOtherIncarnation), makes it once more after x
-// registered again, waiting at most until by. Such a refusal means x restarted and the call
-// went out signed for its previous process: the executor read nothing of it, so the run was
-// not delivered, and it is no failure of the task. The new process registers at its start;
-// once it has, the offer is signed for it. If it does not register by then, the refusal
-// stands and the run goes on to the next candidate, as after any refusal.
-func offerToIncarnation(x *dispatch.Executor, by time.Time, offer func() dispatch.Outcome) dispatch.Outcome {
-	registered := x.Registered()
-	signedFor := x.Incarnation()
-	o := offer()
+// offerAgainToIncarnation takes the answer o to an offer made to x while x was registered
+// as signedFor (registered: x.Registered() read before the offer) and, when x refused it as
+// signed for another incarnation of itself (401, protocol.IsOtherIncarnation), makes it once
+// more with offer after x registered again, waiting at most until by. Such a refusal means x
+// restarted and the call went out signed for its previous process: the executor read nothing
+// of it, so the run was not delivered, and it is no failure of the task. The new process
+// registers at its start; once it has, the offer is signed for it. If it does not register
+// by then, the refusal stands and the run goes on to the next candidate, as after any
+// refusal.
+func offerAgainToIncarnation(x *dispatch.Executor, by time.Time, registered <-chan struct{}, signedFor string,
+	o dispatch.Outcome, offer func() dispatch.Outcome) dispatch.Outcome {
 	if o.Err != nil || o.Status != 401 || signedFor == "" || !protocol.IsOtherIncarnation(o.Body) {
 		return o
 	}
 	if x.Incarnation() == signedFor {
 		// by is the offer's deadline, which the dispatcher enforces in real time, so the wait
-		// is on the wall clock too (design.md, "Time").
-		wait := time.NewTimer(time.Until(by))
+		// is on clock.Real too (design.md, "Time").
+		wait := clock.Real.NewTimer(clock.Until(clock.Real, by))
 		defer wait.Stop()
 		select {
 		case <-registered:
-		case <-wait.C:
+		case <-wait.C():
 			return o
 		}
 	}

@@ -54,7 +54,7 @@ func pausedByText(by string) string {
 // asks every node and adds up the answers, docs/scale-out.md); a task of a shard moving
 // between nodes is left for a call made again, and the error says how many (model.ErrShardNotHeld),
 // with what was done counted in the result.
-func (e *Engine) PauseGroup(ctx context.Context, group, note, actor string) (GroupResult, error) {
+func (e *API) PauseGroup(ctx context.Context, group, note, actor string) (GroupResult, error) {
 	var res GroupResult
 	by := model.PausedByGroup(group)
 	listed := func(pt *model.Task) bool {
@@ -80,7 +80,7 @@ func (e *Engine) PauseGroup(ctx context.Context, group, note, actor string) (Gro
 // pause, pause-after-failures, or a pause from before origins were kept) stay paused with
 // their notes and are named in LeftPaused. note goes into each resumed task's action record. On a
 // node that schedules by shard it works as PauseGroup does.
-func (e *Engine) ResumeGroup(ctx context.Context, group, note, actor string) (GroupResult, error) {
+func (e *API) ResumeGroup(ctx context.Context, group, note, actor string) (GroupResult, error) {
 	var res GroupResult
 	by := model.PausedByGroup(group)
 	mine := func(pt *model.Task) bool {
@@ -111,7 +111,7 @@ func (e *Engine) ResumeGroup(ctx context.Context, group, note, actor string) (Gr
 // groupApply lists group's tasks a page at a time, keeps those listed picks among the
 // shards this node schedules, and applies apply to each under its lock when locked still
 // holds (bulkApply). It returns how many it applied to.
-func (e *Engine) groupApply(ctx context.Context, group, note string, listed, locked func(*model.Task) bool,
+func (e *API) groupApply(ctx context.Context, group, note string, listed, locked func(*model.Task) bool,
 	apply func(context.Context, *task) error) (n int, err error) {
 	if err := e.checkRunning(); err != nil {
 		return 0, err
@@ -147,7 +147,7 @@ func (e *Engine) groupApply(ctx context.Context, group, note string, listed, loc
 
 // ownShards narrows match, on a node that schedules by shard, to the tasks of the shards
 // this node schedules. Without shards it is match.
-func (e *Engine) ownShards(match func(*model.Task) bool) func(*model.Task) bool {
+func (e *API) ownShards(match func(*model.Task) bool) func(*model.Task) bool {
 	return func(pt *model.Task) bool {
 		ready, _ := e.own.serves(pt.Def.Name)
 		return ready && match(pt)

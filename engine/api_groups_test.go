@@ -20,6 +20,7 @@ import (
 // own (before the group's pause, or after it), so an incident's pause survives a group's
 // maintenance window. Each origin is durable: read back from the store.
 func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -36,21 +37,21 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 			}
 			mustCreate(t, e, spec)
 		}
-		if _, err := e.Pause(ctx, "a2", "INC-4411", "oncall"); err != nil {
+		if _, err := e.API().Pause(ctx, "a2", "INC-4411", "oncall"); err != nil {
 			t.Fatal(err)
 		}
-		res, err := e.PauseGroup(ctx, "g", "deploy 7", "ops")
+		res, err := e.API().PauseGroup(ctx, "g", "deploy 7", "ops")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Changed != 3 || res.AlreadyPaused != 2 {
 			t.Fatalf("group pause = %+v; want 3 paused, 2 paused already", res)
 		}
-		if _, err := e.PauseGroup(ctx, "h", "", "ops"); err != nil {
+		if _, err := e.API().PauseGroup(ctx, "h", "", "ops"); err != nil {
 			t.Fatal(err)
 		}
 		// a3 paused by the group, then paused on its own: the pause is now its own.
-		if _, err := e.Pause(ctx, "a3", "keep until vendor fix", "oncall"); err != nil {
+		if _, err := e.API().Pause(ctx, "a3", "keep until vendor fix", "oncall"); err != nil {
 			t.Fatal(err)
 		}
 		want := map[string][2]string{
@@ -67,7 +68,7 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 			}
 		}
 
-		res, err = e.ResumeGroup(ctx, "g", "deploy done", "ops")
+		res, err = e.API().ResumeGroup(ctx, "g", "deploy done", "ops")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,16 +93,16 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 			t.Errorf("a2's note after the group's resume = %+v", pt)
 		}
 		// A second resume finds nothing of the group's own; a task's own resume still works.
-		if res, err = e.ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != 0 || res.LeftPausedCount != 2 {
+		if res, err = e.API().ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != 0 || res.LeftPausedCount != 2 {
 			t.Errorf("second group resume = %+v, %v", res, err)
 		}
-		if _, err := e.Resume(ctx, "a2", "INC-4411 closed", "oncall"); err != nil {
+		if _, err := e.API().Resume(ctx, "a2", "INC-4411 closed", "oncall"); err != nil {
 			t.Fatal(err)
 		}
 		if pt, _ := s.GetTask(ctx, "a2"); pt == nil || pt.Def.Paused || pt.Runtime.PausedBy != "" {
 			t.Errorf("a2 after its own resume = %+v", pt)
 		}
-		if _, err := e.PauseGroup(ctx, "", "", "ops"); err == nil {
+		if _, err := e.API().PauseGroup(ctx, "", "", "ops"); err == nil {
 			t.Error("a group pause without a group was accepted")
 		}
 	})
@@ -113,6 +114,7 @@ func TestGroupResumeResumesOnlyWhatItsPausePaused(t *testing.T) {
 // answer says so with model.ErrShardNotHeld beside what was done; once the shard is settled the call
 // made again does the rest.
 func TestGroupPauseOnShardedEngines(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -129,7 +131,7 @@ func TestGroupPauseOnShardedEngines(t *testing.T) {
 			}
 		}
 		for _, e := range []*Engine{a, b} {
-			res, err := e.PauseGroup(ctx, "g", "deploy", "ops")
+			res, err := e.API().PauseGroup(ctx, "g", "deploy", "ops")
 			if err != nil || res.Changed != 6 || res.AlreadyPaused != 0 {
 				t.Fatalf("group pause on one engine = %+v, %v; want its 6 tasks", res, err)
 			}
@@ -144,7 +146,7 @@ func TestGroupPauseOnShardedEngines(t *testing.T) {
 		// One of b's shards starts moving away.
 		moving := model.ShardOf(mine[b][0])
 		b.shards[moving].phase.Store(shardDraining)
-		res, err := b.ResumeGroup(ctx, "g", "", "ops")
+		res, err := b.API().ResumeGroup(ctx, "g", "", "ops")
 		inMoving := 0
 		for _, n := range mine[b] {
 			if model.ShardOf(n) == moving {
@@ -155,10 +157,10 @@ func TestGroupPauseOnShardedEngines(t *testing.T) {
 			t.Fatalf("group resume with a shard moving = %+v, %v; want %d resumed and %d named as moving", res, err, 6-inMoving, inMoving)
 		}
 		b.shards[moving].phase.Store(shardReady)
-		if res, err = b.ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != inMoving {
+		if res, err = b.API().ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != inMoving {
 			t.Fatalf("group resume made again = %+v, %v; want the %d left", res, err, inMoving)
 		}
-		if res, err = a.ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != 6 {
+		if res, err = a.API().ResumeGroup(ctx, "g", "", "ops"); err != nil || res.Changed != 6 {
 			t.Fatalf("group resume on the other engine = %+v, %v", res, err)
 		}
 	})

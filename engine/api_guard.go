@@ -10,7 +10,7 @@ import (
 // checkCallback refuses, at create and update, an HTTP callback whose URL the outbound guard
 // (Config.Dispatch.Guard) refuses. The dispatcher judges the resolved address again at every
 // dial, so this check is the early, named error, not the only one.
-func (e *Engine) checkCallback(def *model.TaskDef) error {
+func (e *API) checkCallback(def *model.TaskDef) error {
 	g := e.cfg.Dispatch.Guard
 	if g == nil || def.Callback.Type != model.CallbackHTTP {
 		return nil

@@ -19,7 +19,7 @@ import (
 )
 
 // RateLimits returns the limits in force. Rate 0 means unlimited.
-func (e *Engine) RateLimits() wire.RateLimits {
+func (e *API) RateLimits() wire.RateLimits {
 	g := e.gate
 	global, per := g.lim.Limits()
 	g.mu2.Lock()
@@ -34,9 +34,9 @@ func (e *Engine) RateLimits() wire.RateLimits {
 // SetRateLimit changes a limit at runtime: key "" is the global bucket; otherwise the
 // downstream's (an executor app name or a callback host:port). A zero Rate removes the
 // downstream's explicit limit (or lifts the global one).
-func (e *Engine) SetRateLimit(ctx context.Context, key string, l ratelimit.Limit, actor string) error {
+func (e *API) SetRateLimit(ctx context.Context, key string, l ratelimit.Limit, actor string) error {
 	if !validDownstream(key) {
-		return fieldErr("downstream", "must be \"\" (the global bucket), an executor app or a callback host[:port] of at most "+
+		return fieldErr("downstream", "must be \"\" (the global bucket), an executor app, a callback host[:port], a rate key or a pattern of rate keys (tenant:*) of at most "+
 			"%d bytes of letters, digits, '.', '-', '_', ':', '[', ']' or '%%', got %q", maxDownstreamBytes, protocol.ClipText(key, 64))
 	}
 	if l.Rate > MaxRateLimit {
@@ -98,6 +98,14 @@ const (
 func validDownstream(key string) bool {
 	if len(key) > maxDownstreamBytes || !utf8.ValidString(key) {
 		return false
+	}
+	// A pattern (tenant:*) limits each key that starts with its prefix and has no limit of
+	// its own: the rate keys rendered from tasks' rate_key templates (core_keys.go).
+	if p, ok := strings.CutSuffix(key, "*"); ok {
+		if p == "" {
+			return false // every key: that is the default limit
+		}
+		key = p
 	}
 	for _, r := range key {
 		switch {

@@ -24,7 +24,7 @@ func isFailure(result string) bool {
 	return result == model.ResultFailed || result == model.ResultTimeout || result == model.ResultLost
 }
 
-func (e *Engine) browser() (persist.Browser, error) {
+func (e *base) browser() (persist.Browser, error) {
 	b, ok := e.store.(persist.Browser)
 	if !ok {
 		return nil, ErrNoBrowser
@@ -34,7 +34,7 @@ func (e *Engine) browser() (persist.Browser, error) {
 
 // CountTasks counts the tasks f matches by their durable state, up to bound+1 (see
 // persist.Browser.CountMatching).
-func (e *Engine) CountTasks(ctx context.Context, f persist.TaskFilter, bound int) (int64, error) {
+func (e *API) CountTasks(ctx context.Context, f persist.TaskFilter, bound int) (int64, error) {
 	b, err := e.browser()
 	if err != nil {
 		return 0, err
@@ -43,7 +43,7 @@ func (e *Engine) CountTasks(ctx context.Context, f persist.TaskFilter, bound int
 }
 
 // OpenBreakerIDs returns the ids of the tasks whose circuit breaker is open, ascending.
-func (e *Engine) OpenBreakerIDs() []int64 {
+func (e *API) OpenBreakerIDs() []int64 {
 	e.brk.mu.Lock()
 	ids := make([]int64, 0, len(e.brk.m))
 	for id, b := range e.brk.m {
@@ -58,7 +58,7 @@ func (e *Engine) OpenBreakerIDs() []int64 {
 
 // RunsPage returns a page of runs across tasks, or of the task named by name when it is
 // not "" (f.TaskID is then set from it).
-func (e *Engine) RunsPage(ctx context.Context, name string, f persist.RunFilter) (persist.RunPage, error) {
+func (e *API) RunsPage(ctx context.Context, name string, f persist.RunFilter) (persist.RunPage, error) {
 	b, err := e.browser()
 	if err != nil {
 		return persist.RunPage{}, err
@@ -76,7 +76,7 @@ func (e *Engine) RunsPage(ctx context.Context, name string, f persist.RunFilter)
 }
 
 // CountRuns counts what RunsPage would list, up to bound+1 (persist.Browser.CountRuns).
-func (e *Engine) CountRuns(ctx context.Context, name string, f persist.RunFilter, bound int) (int64, error) {
+func (e *API) CountRuns(ctx context.Context, name string, f persist.RunFilter, bound int) (int64, error) {
 	b, err := e.browser()
 	if err != nil {
 		return 0, err
@@ -104,7 +104,7 @@ var derivedKinds = []string{ActDispatch, ActResult}
 // before before (0: from the newest), of the kinds in kinds (none: all). A page ends on a
 // millisecond boundary, so the next page, of the events before Before, repeats and skips
 // nothing even where several events share a millisecond.
-func (e *Engine) ActionsPage(ctx context.Context, name string, before int64, kinds []string, limit int) (TimelinePage, error) {
+func (e *API) ActionsPage(ctx context.Context, name string, before int64, kinds []string, limit int) (TimelinePage, error) {
 	b, err := e.browser()
 	if err != nil {
 		return TimelinePage{}, err
@@ -171,7 +171,7 @@ var (
 
 // MinuteTotals reads Totals and the lateness histogram's sum and count. The histogram
 // keeps them privately; its exposition text is read, once per sample, off the firing path.
-func (e *Engine) MinuteTotals() MinuteTotals {
+func (e *API) MinuteTotals() MinuteTotals {
 	t := MinuteTotals{Counts: e.Totals()}
 	var buf bytes.Buffer
 	e.m.set.WritePrometheus(&buf)
@@ -191,7 +191,7 @@ func (e *Engine) MinuteTotals() MinuteTotals {
 
 // SaveMinutes adds rows to the store's minute statistics and drops the minutes before
 // dropBefore.
-func (e *Engine) SaveMinutes(ctx context.Context, rows []persist.MinuteStat, dropBefore int64) error {
+func (e *API) SaveMinutes(ctx context.Context, rows []persist.MinuteStat, dropBefore int64) error {
 	b, err := e.browser()
 	if err != nil {
 		return err
@@ -200,7 +200,7 @@ func (e *Engine) SaveMinutes(ctx context.Context, rows []persist.MinuteStat, dro
 }
 
 // StoredMinutes returns the store's minute statistics in [from, to), summed over nodes.
-func (e *Engine) StoredMinutes(ctx context.Context, from, to int64) ([]persist.MinuteStat, error) {
+func (e *API) StoredMinutes(ctx context.Context, from, to int64) ([]persist.MinuteStat, error) {
 	b, err := e.browser()
 	if err != nil {
 		return nil, err

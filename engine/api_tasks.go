@@ -20,7 +20,7 @@ import (
 // returns after its writes are durable.
 
 // initialRuntime is the runtime of a new task.
-func (e *Engine) initialRuntime(t *task, now int64) (model.Runtime, string) {
+func (e *API) initialRuntime(t *task, now int64) (model.Runtime, string) {
 	rt := model.Runtime{State: model.StateWaiting, Version: 1}
 	next := int64(0)
 	switch t.def.Trigger {
@@ -47,12 +47,12 @@ func (e *Engine) initialRuntime(t *task, now int64) (model.Runtime, string) {
 // CreateTask validates spec and stores the task, its runtime and its action records as one
 // group of the batched writer, then arms it when it is due within the window. When the writer
 // is saturated it fails at once with persist.ErrWriterBusy (the API answers 429).
-func (e *Engine) CreateTask(ctx context.Context, spec *wire.TaskSpec, actor string) (*model.Task, error) {
+func (e *API) CreateTask(ctx context.Context, spec *wire.TaskSpec, actor string) (*model.Task, error) {
 	return e.createGrouped(ctx, spec, actor)
 }
 
 // checkDeps verifies that every upstream exists and that the edges make no cycle.
-func (e *Engine) checkDeps(ctx context.Context, def *model.TaskDef) error {
+func (e *API) checkDeps(ctx context.Context, def *model.TaskDef) error {
 	if len(def.DependsOn) == 0 {
 		return nil
 	}
@@ -94,7 +94,7 @@ func contains(list []string, s string) bool {
 }
 
 // lookup finds a task's id by name.
-func (e *Engine) lookup(ctx context.Context, name string) (int64, error) {
+func (e *base) lookup(ctx context.Context, name string) (int64, error) {
 	pt, err := e.store.GetTask(ctx, name)
 	if err != nil {
 		return 0, err
@@ -109,7 +109,7 @@ func snapshot(t *task) *model.Task {
 // UpdateTask replaces a task's definition. The trigger type cannot change (delete and
 // re-create instead). A changed schedule re-arms the in-memory entry at once; a run in
 // flight finishes under the old definition.
-func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpec, actor string) (*model.Task, error) {
+func (e *API) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpec, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -171,7 +171,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 		detail += "; next fire " + time.UnixMilli(nrt.NextTriggerTime).In(t.loc).Format(time.RFC3339Nano)
 	}
 	if old.Priority != def.Priority && t.ent != nil {
-		e.disarm(t) // place re-arms it with the new priority
+		e.loader.disarm(t) // place re-arms it with the new priority
 	}
 	act := e.action(t, "", ActUpdate, t.rt.State, t.rt.State, actor, detail+"; "+defDiff(old, &def), now)
 	if err := e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}}); err != nil {
@@ -180,7 +180,7 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 		// task since. A wait cut short by ctx proves nothing: the edit may still land.
 		if ctx.Err() == nil && t.def == &def && t.rt.Version == oldRT.Version+1 {
 			t.def, t.sched, t.loc, t.rt = old, oldSched, oldLoc, oldRT
-			e.place(t)
+			e.loader.place(t)
 		}
 		return nil, err
 	}
@@ -199,12 +199,12 @@ func (e *Engine) UpdateTask(ctx context.Context, name string, spec *wire.TaskSpe
 
 // DeleteTask removes a task. Its armed entry is cancelled at once; a run in flight finishes
 // and its result is recorded in the run history only. Runs and actions stay.
-func (e *Engine) DeleteTask(ctx context.Context, name, actor string) error {
+func (e *API) DeleteTask(ctx context.Context, name, actor string) error {
 	return e.deleteTask(ctx, name, "", actor)
 }
 
 // deleteTask is DeleteTask with an operator note for the action record.
-func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error {
+func (e *API) deleteTask(ctx context.Context, name, note, actor string) error {
 	if err := e.checkRunning(); err != nil {
 		return err
 	}
@@ -219,7 +219,7 @@ func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error
 	// marked deleted first, so that no fire is decided while the group is in flight; a
 	// write of it already queued conflicts once the rows are gone.
 	t.deleted = true
-	e.disarm(t)
+	e.loader.disarm(t)
 	e.brk.forget(t.id)
 	t.mu.Unlock()
 	err = e.write(ctx, &persist.Group{Deletes: []int64{t.id}, Actions: []model.Action{act}})
@@ -229,13 +229,13 @@ func (e *Engine) deleteTask(ctx context.Context, name, note, actor string) error
 
 // overlay replaces the stored runtime with the in-memory one, which may be a few
 // milliseconds ahead of what is durable.
-func (e *Engine) overlay(pt *model.Task) {
+func (e *API) overlay(pt *model.Task) {
 	e.overlayHeld(pt)
 }
 
 // overlayHeld is overlay; it reports whether the task is held in memory (pt is then that
 // copy).
-func (e *Engine) overlayHeld(pt *model.Task) bool {
+func (e *API) overlayHeld(pt *model.Task) bool {
 	if t := e.tasks.get(pt.Def.ID); t != nil {
 		t.mu.Lock()
 		held := !t.evicted && !t.deleted
@@ -256,7 +256,7 @@ func (e *Engine) overlayHeld(pt *model.Task) bool {
 // backup's reader), or by a sharded engine that does not schedule its shard, as RUNNING when
 // its fire record is
 // open: the runtime row says RUNNING only once the run's end is written (core_fire.go).
-func (e *Engine) overlayOpenFire(pt *model.Task) {
+func (e *API) overlayOpenFire(pt *model.Task) {
 	rt := &pt.Runtime
 	if held, _ := e.own.State(model.ShardOf(pt.Def.Name)); held && e.running.Load() {
 		// A running engine holds every run in flight of its shards in memory
@@ -283,23 +283,23 @@ func (e *Engine) overlayOpenFire(pt *model.Task) {
 }
 
 // GetTask returns a task's definition and runtime.
-func (e *Engine) GetTask(ctx context.Context, name string) (*model.Task, error) {
+func (e *API) GetTask(ctx context.Context, name string) (*model.Task, error) {
 	for try := 0; ; try++ {
-		gen := e.evictions.Load()
+		gen := e.loader.evictions.Load()
 		pt, err := e.store.GetTask(ctx, name)
 		if err != nil {
 			return nil, err
 		}
 		// A copy evicted while the row was read (once its last write was durable, maybe
 		// after the read) leaves an older row than memory showed a moment ago: read again.
-		if e.overlayHeld(pt) || e.evictions.Load() == gen || try == 2 {
+		if e.overlayHeld(pt) || e.loader.evictions.Load() == gen || try == 2 {
 			return pt, nil
 		}
 	}
 }
 
 // ListTasks lists tasks, filtered by group and state.
-func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]model.Task, error) {
+func (e *API) ListTasks(ctx context.Context, f persist.TaskFilter) ([]model.Task, error) {
 	// The store filters by the durable state; the overlay may be a few milliseconds newer,
 	// so the filter is applied again to what is shown.
 	state := f.State
@@ -318,7 +318,7 @@ func (e *Engine) ListTasks(ctx context.Context, f persist.TaskFilter) ([]model.T
 }
 
 // Runs returns a task's recent runs, newest first.
-func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]model.Run, error) {
+func (e *API) Runs(ctx context.Context, name string, limit int) ([]model.Run, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -329,7 +329,7 @@ func (e *Engine) Runs(ctx context.Context, name string, limit int) ([]model.Run,
 // Actions returns a task's timeline, newest first: its action records merged with the
 // dispatch and success events its run rows carry (persist.Timeline), which a fire no longer
 // writes as action records of their own (design.md, "Write path").
-func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]model.Action, error) {
+func (e *API) Actions(ctx context.Context, name string, limit int) ([]model.Action, error) {
 	id, err := e.lookup(ctx, name)
 	if err != nil {
 		return nil, err
@@ -346,7 +346,7 @@ func (e *Engine) Actions(ctx context.Context, name string, limit int) ([]model.A
 }
 
 // Run returns one run by ticket.
-func (e *Engine) Run(ctx context.Context, ticket string) (*model.Run, error) {
+func (e *API) Run(ctx context.Context, ticket string) (*model.Run, error) {
 	run, err := e.store.GetRun(ctx, ticket)
 	if run != nil {
 		e.runs.showHolder(run)
@@ -357,7 +357,7 @@ func (e *Engine) Run(ctx context.Context, ticket string) (*model.Run, error) {
 // NextFireTimes previews a cron expression: the next n fires after now in zone tz (the
 // server's default zone when empty), read in dialect (the server's when empty, with the same
 // ambiguity rule as a task's). It is PreviewFires without the DST marks.
-func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *time.Location, error) {
+func (e *API) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *time.Location, error) {
 	fires, loc, err := e.PreviewFires(expr, tz, dialect, time.Time{}, n)
 	if err != nil {
 		return nil, nil, err
@@ -372,12 +372,12 @@ func (e *Engine) NextFireTimes(expr, tz, dialect string, n int) ([]time.Time, *t
 // Pause stops a task's future triggers at once, including an entry already armed. A
 // run in flight finishes; the task then rests in PAUSED. note is kept in the action record
 // and on the task. Pausing a paused task changes nothing.
-func (e *Engine) Pause(ctx context.Context, name, note, actor string) (*model.Task, error) {
+func (e *API) Pause(ctx context.Context, name, note, actor string) (*model.Task, error) {
 	return e.withTask(ctx, name, func(t *task) error { return e.pauseLocked(ctx, t, note, model.PausedByTask, actor) })
 }
 
 // withTask runs op on the named task under its lock and returns the task as op left it.
-func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) error) (*model.Task, error) {
+func (e *API) withTask(ctx context.Context, name string, op func(t *task) error) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -396,7 +396,7 @@ func (e *Engine) withTask(ctx context.Context, name string, op func(t *task) err
 // as it is, but for a task's own pause of a task something else paused (a group, a bulk
 // pause, pause-after-failures): that makes the pause the task's own, with its note, so that
 // a group's resume no longer resumes it. Caller holds t.mu.
-func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor string) error {
+func (e *API) pauseLocked(ctx context.Context, t *task, note, by, actor string) error {
 	if t.def.Paused {
 		if by != model.PausedByTask || t.rt.PausedBy == model.PausedByTask {
 			return nil
@@ -436,7 +436,7 @@ func (e *Engine) pauseLocked(ctx context.Context, t *task, note, by, actor strin
 			nrt.NextTriggerTime = t.nextCron(now)
 		}
 	}
-	e.disarm(t)
+	e.loader.disarm(t)
 	act := e.action(t, "", ActPause, from, nrt.State, actor, detail, now)
 	return e.commit(ctx, t, nrt, commitOpts{wait: true, def: &def, acts: []model.Action{act}})
 }
@@ -467,11 +467,11 @@ func joinNote(a, note string) string {
 // was paused follow its catch-up window when it has one (each missed fire within the window
 // runs once, oldest first, with its own time; older ones are skipped), else its misfire
 // policy (fire_once: one fire now; skip: the next one after now).
-func (e *Engine) Resume(ctx context.Context, name, note, actor string) (*model.Task, error) {
+func (e *API) Resume(ctx context.Context, name, note, actor string) (*model.Task, error) {
 	return e.withTask(ctx, name, func(t *task) error { return e.resumeLocked(ctx, t, note, actor) })
 }
 
-func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) error {
+func (e *API) resumeLocked(ctx context.Context, t *task, note, actor string) error {
 	if !t.def.Paused && t.rt.State != model.StatePaused {
 		return nil
 	}
@@ -500,7 +500,7 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 				if p.Next != due {
 					e.m.misfires.Inc()
 				}
-				t.catchupFrom, t.catchupUntil = p.CatchupFrom, p.CatchupUntil
+				t.catchupFrom, t.catchupUntil, t.catchupFollow = p.CatchupFrom, p.CatchupUntil, 0
 				due, detail = p.Next, " ("+p.Detail+")"
 			} else if due != 0 && due <= now {
 				next, d := e.nextFire(t, due-1, now)
@@ -549,12 +549,12 @@ func (e *Engine) resumeLocked(ctx context.Context, t *task, note, actor string) 
 // touch the periodic state machine: it works while the periodic run is RUNNING and while the
 // task is PAUSED. params, when given, replace the task's params for this run only. It returns
 // once the run is durably recorded and handed to the dispatcher.
-func (e *Engine) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*model.Run, error) {
+func (e *API) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*model.Run, error) {
 	return e.runNow(ctx, name, params, "", actor)
 }
 
 // runNow is RunNow with an operator note for the action record.
-func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage, note, actor string) (*model.Run, error) {
+func (e *API) runNow(ctx context.Context, name string, params json.RawMessage, note, actor string) (*model.Run, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -592,7 +592,14 @@ func (e *Engine) runNow(ctx context.Context, name string, params json.RawMessage
 	// A run-now counts in its group's and key's limits as any run does, and does not wait:
 	// it is an operator's "now", answered at once, and a waiting one would have to survive a
 	// restart (docs/design.md, Concurrency limits).
-	slot, full, used, max, ok := e.tryAcquireRun(def.Group, def.ConcurrencyKey, run.Ticket, t.shard, t.sepoch)
+	// Its key is rendered over the params it runs with: a template they do not render is
+	// refused here, before anything is written (docs/design.md, Keyed limits).
+	key, kerr := model.RenderKey(def.ConcurrencyKey, params)
+	if kerr != nil {
+		e.release(t)
+		return nil, fieldErr("params", "do not render the task's concurrency_key %q: %v", def.ConcurrencyKey, kerr)
+	}
+	slot, full, used, max, ok := e.gates.tryAcquireRun(def.Group, key, run.Ticket, t.shard, t.sepoch)
 	if !ok {
 		e.release(t)
 		return nil, fmt.Errorf("%w: concurrency limit %s is full (%d of %d runs in flight); a run-now does not wait, try again when one ends",

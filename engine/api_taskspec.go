@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
@@ -78,26 +79,9 @@ func DecodeTaskSpec(data []byte) (*wire.TaskSpec, error) {
 	return &s, nil
 }
 
-// validName reports whether s is a valid task, group, app or upstream name: 1 to 128
-// characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit (the
-// pattern ^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$, which FuzzValidName holds it to). A loop
-// rather than a regexp: every create checks two names, and the regexp was 2% of the
-// daemon's CPU under single creates (BENCHMARKS.md, B6).
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == ':' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+// validName is the one rule of a name (model.ValidName): tasks, groups, apps, upstreams,
+// and the workflow service's workflows and steps.
+var validName = model.ValidName
 
 // Normalize validates s and returns the definition with defaults applied. defaultTZ is the
 // server's default zone; the cron dialect default is unix, chosen by no one (see
@@ -110,7 +94,16 @@ func Normalize(s *wire.TaskSpec, defaultTZ string) (model.TaskDef, error) {
 // "quartz" when the operator chose one, "" when nobody did. In that last case a task that
 // names no dialect reads as unix, and an expression that unix and Quartz read differently
 // (cron.CheckAmbiguous) is refused rather than guessed at.
+//
+// The jitter check measures the schedule's shortest gap over the year from now; with no
+// engine to ask, NormalizeIn reads now on clock.Real. The engine's API normalizes on its own
+// clock (normalizeAt).
 func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskDef, error) {
+	return normalizeAt(s, defaultTZ, serverDialect, clock.Real.Now())
+}
+
+// normalizeAt is NormalizeIn at now, the instant the jitter check's year starts from.
+func normalizeAt(s *wire.TaskSpec, defaultTZ, serverDialect string, now time.Time) (model.TaskDef, error) {
 	var d model.TaskDef
 	if s.Name == "" {
 		return d, fieldErr("name", "is required")
@@ -132,10 +125,14 @@ func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskD
 	if !validName(d.Group) {
 		return d, fieldErr("group", "must be 1-128 characters of letters, digits, '.', '_', ':' or '-'")
 	}
-	if s.ConcurrencyKey != "" && !validName(s.ConcurrencyKey) {
-		return d, fieldErr("concurrency_key", "must be empty or 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	if err := checkKeyTemplate("concurrency_key", s.ConcurrencyKey); err != nil {
+		return d, err
 	}
 	d.ConcurrencyKey = s.ConcurrencyKey
+	if err := checkKeyTemplate("rate_key", s.RateKey); err != nil {
+		return d, err
+	}
+	d.RateKey = s.RateKey
 
 	d.Trigger = s.Trigger
 	if d.Trigger == "" {
@@ -352,6 +349,9 @@ func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskD
 			d.Params = buf.Bytes()
 		}
 	}
+	if err := checkKeyParams(&d); err != nil {
+		return d, err
+	}
 	switch s.MisfirePolicy {
 	case "":
 		d.MisfirePolicy = model.MisfireFireOnce
@@ -366,9 +366,9 @@ func NormalizeIn(s *wire.TaskSpec, defaultTZ, serverDialect string) (model.TaskD
 	}
 	d.PauseAfterFailures = s.PauseAfterFailures
 	d.JitterSec = s.JitterSec
-	// The gap is that of the year from now; the zone's rules, not the clock, decide it, so this
-	// reads the wall clock, not Config.Clock (design.md, "Time").
-	if err := checkJitter(&d, time.Now()); err != nil {
+	// The gap is that of the year from now: the zone's rules decide it, and the result is
+	// cached per (cron, dialect, zone).
+	if err := checkJitter(&d, now); err != nil {
 		return d, err
 	}
 	if err := checkOverlap(s, &d); err != nil {
@@ -471,5 +471,42 @@ func checkOverlap(s *wire.TaskSpec, d *model.TaskDef) error {
 			"leave misfire_policy out (or fire_once), or set catchup_window_sec 0", w)
 	}
 	d.CatchupWindowSec = w
+	return nil
+}
+
+// checkKeyTemplate validates a concurrency_key or rate_key (field): empty, a static name,
+// or a template over the run's params (model.ParseKeyTemplate; docs/design.md, Keyed
+// limits).
+func checkKeyTemplate(field, k string) error {
+	if k == "" {
+		return nil
+	}
+	if model.IsKeyTemplate(k) {
+		if _, err := model.ParseKeyTemplate(k); err != nil {
+			return fieldErr(field, "%v", err)
+		}
+		return nil
+	}
+	if !validName(k) {
+		return fieldErr(field, "must be empty, a template such as tenant:{params.tenant_id}, or 1-128 characters of letters, digits, '.', '_', ':' or '-', starting with a letter or digit")
+	}
+	return nil
+}
+
+// checkKeyParams refuses a keyed task whose own params do not render its keys: every fire of
+// it runs with those params, so it would have no key at every fire. A manual task is fired
+// by run-now, which may give params of its own, and is checked then.
+func checkKeyParams(d *model.TaskDef) error {
+	if d.Trigger == model.TriggerManual {
+		return nil
+	}
+	for _, k := range []struct{ field, tmpl string }{{"concurrency_key", d.ConcurrencyKey}, {"rate_key", d.RateKey}} {
+		if !model.IsKeyTemplate(k.tmpl) {
+			continue
+		}
+		if _, err := model.RenderKey(k.tmpl, d.Params); err != nil {
+			return fieldErr(k.field, "%v with the task's params (every fire runs with them)", err)
+		}
+	}
 	return nil
 }

@@ -41,7 +41,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -88,25 +88,26 @@ type backfill struct {
 	inflight map[string]bfFlight
 	// ahead holds the tickets started here past a cursor a failed write moved back: when
 	// the cursor meets their records again, they were counted already.
-	ahead   map[string]bool
-	dirty   bool // row differs from the saved one
-	savedAt time.Time
-	retryAt time.Time
+	ahead map[string]bool
+	// endedAhead holds the results of runs re-attached after a restart past the saved
+	// cursor (not counted at their end: the cursor counts them when it meets their records)
+	// that ended before the cursor met them: a record the cursor read as running may have
+	// ended since, and its end is counted from here.
+	endedAhead map[string]string
+	dirty      bool // row differs from the saved one
+	savedAt    time.Time
+	retryAt    time.Time
 }
 
 // backfillsCore is what the backfills ask of the core: the task to hold, and a run to
 // admit, start or give back (core_backfillruns.go).
 type backfillsCore interface {
 	checkRunning() error
-	lookup(ctx context.Context, name string) (int64, error)
 	acquire(ctx context.Context, id int64, o acquireOpts) (*task, error)
 	release(t *task)
 	write(ctx context.Context, g *persist.Group) error
 	submit(ctx context.Context, g *persist.Group, mode submitMode) error
-	adoptInstance(ctx context.Context, run model.Run, track func()) error
-	admitBackfill(def *model.TaskDef, ticket string, shard uint8, epoch int64) (slot concSlot, wait time.Duration, ok bool)
 	startBackfill(t *task, def *model.TaskDef, run model.Run, slot concSlot)
-	unstartBackfill(t *task, slot concSlot)
 }
 
 // Backfills is the backfill service: the API's backfills (api_backfill.go), their loop
@@ -114,12 +115,18 @@ type backfillsCore interface {
 type Backfills struct {
 	base
 	core backfillsCore
-	set  backfillSet
-	loop loop
+	// recovery takes over a backfill run left in flight, as a run-now's (core_recover.go).
+	recovery *Recovery
+	// gates admit a backfill run (its slot and rate token); the loader places its task
+	// again when a run did not start (core_backfillruns.go).
+	gates  *gates
+	loader *Loader
+	set    backfillSet
+	loop   loop
 }
 
 // Backfills is the backfill service, which the API's backfill endpoints call.
-func (e *Engine) Backfills() *Backfills { return e.backfills }
+func (e *API) Backfills() *Backfills { return e.backfills }
 
 func (bf *Backfills) start() error { return bf.loop.start(bf.run) }
 
@@ -213,8 +220,11 @@ func (s *backfillSet) ended(ticket, result string, err error) {
 	b.mu.Lock()
 	f, ok := b.inflight[ticket]
 	delete(b.inflight, ticket)
-	if ok && f.count && err == nil {
+	switch {
+	case ok && f.count && err == nil:
 		b.countResult(result)
+	case ok && err == nil:
+		b.endedAhead[ticket] = result // the cursor counts it when it meets its record
 	}
 	b.dirty = true
 	b.mu.Unlock()
@@ -243,7 +253,7 @@ func newBackfill(row model.Backfill) (*backfill, error) {
 		return nil, fmt.Errorf("cannot load the time zone of backfill %d: %w", row.ID, err)
 	}
 	return &backfill{row: row, sched: sched, loc: loc, detail: backfillDetail(row.ID),
-		inflight: make(map[string]bfFlight), ahead: make(map[string]bool)}, nil
+		inflight: make(map[string]bfFlight), ahead: make(map[string]bool), endedAhead: make(map[string]string)}, nil
 }
 
 // fireAfter returns the first fire time of sched strictly after after (ms), 0 when none.
@@ -459,7 +469,7 @@ func (bf *Backfills) feed(ctx context.Context, b *backfill) bool {
 		// fire does: without a token the cursor stops here too, and a later pass (each run's
 		// end or the poll) asks again. The rate is never exceeded; a backfill run may take a
 		// token ahead of a fire the rate gate holds, which then waits for the next one.
-		slot, wait, ok := bf.core.admitBackfill(def, tickets[i], t.shard, t.sepoch)
+		slot, wait, ok := bf.admitBackfill(def, tickets[i], t.shard, t.sepoch)
 		if !ok {
 			passed = i
 			if wait > 0 && wait < backfillPoll { // the next pass when the token is due, not at the poll
@@ -492,12 +502,12 @@ func (bf *Backfills) feed(ctx context.Context, b *backfill) bool {
 				b.mu.Unlock()
 				bf.core.startBackfill(t, def, run, slot)
 			} else {
-				bf.core.unstartBackfill(t, slot)
+				bf.unstartBackfill(t, slot)
 			}
 			results <- written{i, err}
 		}}
 		if err := bf.core.submit(ctx, g, submitWait); err != nil {
-			bf.core.unstartBackfill(t, slot)
+			bf.unstartBackfill(t, slot)
 			results <- written{i, err}
 		}
 	}
@@ -562,6 +572,13 @@ func (bf *Backfills) feed(ctx context.Context, b *backfill) bool {
 		}
 		b.row.Started++
 		r, ok := stored[ticket]
+		if result, ended := b.endedAhead[ticket]; ended {
+			// Its own run re-attached after a restart, which ended after the read above
+			// (that may still say running) and before the cursor met it.
+			delete(b.endedAhead, ticket)
+			b.countResult(result)
+			continue
+		}
 		switch {
 		case !ok || r.Kind != model.RunBackfill || r.Detail != b.detail:
 			b.row.Skipped++ // another's record (or one pruned since)
@@ -672,7 +689,7 @@ func (bf *Backfills) recover(ctx context.Context) error {
 			}
 			// As a run-now's (adoptInstance): an HTTP run lost in the restart holds its
 			// concurrency slot until its deadline, since its endpoint may still be running it.
-			if err := bf.core.adoptInstance(ctx, run, track); err != nil {
+			if err := bf.recovery.adoptInstance(ctx, run, track); err != nil {
 				return err
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -20,6 +20,7 @@ import (
 var coalescedNote = regexp.MustCompile(`(\d+) fire\(s\) \([^)]*\) before it skipped`)
 
 func TestClockStepForwardAndBack(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	cs := newCallbackServer(t)
 	clk := clock.NewFake(time.Now())
@@ -74,7 +75,7 @@ func TestClockStepForwardAndBack(t *testing.T) {
 			t.Errorf("%s ran %d times in the 6 s after an hour's step, want at most the late fire, the coalesced one and two regular ones", name, d)
 		}
 		coalesced := false
-		acts, err := e.Actions(ctx, name, 100)
+		acts, err := e.API().Actions(ctx, name, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func TestClockStepForwardAndBack(t *testing.T) {
 		if got := fires(name); got != n {
 			t.Errorf("%s fired %d times in the 10 s after the clock stepped back an hour, want 0: those times were fired already", name, got-n)
 		}
-		pt, err := e.GetTask(ctx, name)
+		pt, err := e.API().GetTask(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,12 @@
 package engine
 
 import (
+	"container/heap"
 	"context"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wheel"
 )
 
 // busyServer answers each call after hold (or, while hung, once released), and counts the
@@ -91,6 +95,7 @@ func slotsHeld(t *testing.T, s persist.Store, r persist.SlotRef) int {
 // the shards, keep one limit of 3 together: the downstream never has more than 3 runs of the
 // group at once, every task runs once, and every slot row is gone once they end.
 func TestShardedConcurrencyLimitAcrossEngines(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		bs := newBusyServer(t, 150*time.Millisecond)
@@ -99,7 +104,7 @@ func TestShardedConcurrencyLimitAcrossEngines(t *testing.T) {
 		takeFor(t, s, b, "b", shardRange(128, 255), time.Minute)
 		// The API sets a limit on every node at once (admin's fan-out).
 		for _, e := range []*Engine{a, b} {
-			if _, err := e.SetConcurrencyLimit(ctx, model.LimitGroup, "etl", 3, "test"); err != nil {
+			if _, err := e.API().SetConcurrencyLimit(ctx, model.LimitGroup, "etl", 3, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -129,7 +134,7 @@ func TestShardedConcurrencyLimitAcrossEngines(t *testing.T) {
 		}
 		ref := persist.SlotRef{Kind: model.LimitGroup, Name: "etl"}
 		waitFor(t, 10*time.Second, "every slot row to go", func() bool { return slotsHeld(t, s, ref) == 0 })
-		v, err := a.ConcurrencyLimit(ctx, model.LimitGroup, "etl")
+		v, err := a.API().ConcurrencyLimit(ctx, model.LimitGroup, "etl")
 		if err != nil || v.InUse != 0 || v.Max != 3 {
 			t.Errorf("the limit after every run ended = %+v, %v", v, err)
 		}
@@ -142,6 +147,7 @@ func TestShardedConcurrencyLimitAcrossEngines(t *testing.T) {
 // b, taking the shards, records the HTTP runs lost and holds their slots until their
 // deadline, so b's own waiting fire starts only then, and every row is gone at the end.
 func TestShardedConcurrencyLimitSurvivesADrop(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		bs := newBusyServer(t, 0)
@@ -150,7 +156,7 @@ func TestShardedConcurrencyLimitSurvivesADrop(t *testing.T) {
 		fa := takeFor(t, s, a, "a", shardRange(0, 127), time.Minute)
 		takeFor(t, s, b, "b", shardRange(128, 255), time.Minute)
 		for _, e := range []*Engine{a, b} {
-			if _, err := e.SetConcurrencyLimit(ctx, model.LimitKey, "db", 2, "test"); err != nil {
+			if _, err := e.API().SetConcurrencyLimit(ctx, model.LimitKey, "db", 2, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -180,7 +186,7 @@ func TestShardedConcurrencyLimitSurvivesADrop(t *testing.T) {
 		for _, f := range fa {
 			set.Add(f.Shard)
 		}
-		a.Ownership().Drop(set)
+		a.API().Ownership().Drop(set)
 		if err := s.(persist.ShardStore).ReleaseShards(ctx, "a", fa); err != nil {
 			t.Fatal(err)
 		}
@@ -212,6 +218,62 @@ func TestShardedConcurrencyLimitSurvivesADrop(t *testing.T) {
 			if err != nil || len(runs) != 1 || runs[0].Result != model.ResultLost {
 				t.Errorf("%s's runs = %+v, %v; want one, recorded lost by b", n, runs, err)
 			}
+		}
+	})
+}
+
+// TestWaitHeapBest: the k best waiters of a heap, read without touching it, are the first k
+// of the whole queue sorted, in that order, for any k, with ties of priority and fire time.
+func TestWaitHeapBest(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(7, 46))
+	for round := range 50 {
+		var h waitHeap
+		n := r.IntN(300)
+		for i := range n {
+			w := &concWaiter{ent: &wheel.Entry[*task]{Priority: uint8(r.IntN(3)), When: int64(r.IntN(20))}, seq: uint64(i)}
+			heap.Push(&h, w)
+		}
+		orig := slices.Clone(h)
+		sorted := slices.Clone(h)
+		slices.SortFunc(sorted, func(a, b *concWaiter) int {
+			if before(a, b) {
+				return -1
+			}
+			return 1
+		})
+		for _, k := range []int{0, 1, 5, n / 2, n, n + 3} {
+			got := h.best(k)
+			if want := sorted[:min(max(k, 0), n)]; !slices.Equal(got, want) {
+				t.Fatalf("round %d, %d waiters: best(%d) differs from the sorted queue's first %d", round, n, k, len(want))
+			}
+		}
+		if !slices.Equal(h, orig) {
+			t.Fatalf("round %d: best changed the heap", round)
+		}
+	}
+}
+
+// TestHoldRowsWrittenTogether: the holds a recovery queues (holdRows) are written by the slot
+// loop, those of a shard no longer held at their epoch left out and the others written.
+func TestHoldRowsWrittenTogether(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		a := startEngine(t, s, sharded)
+		fa := takeFor(t, s, a, "a", shardRange(0, 3), time.Minute)
+		if _, err := a.API().SetConcurrencyLimit(ctx, model.LimitKey, "db", 2, "test"); err != nil {
+			t.Fatal(err)
+		}
+		ref := persist.SlotRef{Kind: model.LimitKey, Name: "db"}
+		a.gates.holdRows("", "db", persist.HoldTicket("1-1-1", time.Now().Add(time.Hour).UnixMilli()), uint8(fa[0].Shard), fa[0].Epoch)
+		a.gates.holdRows("", "db", "2-1-1", uint8(fa[0].Shard), fa[0].Epoch)
+		a.gates.holdRows("", "db", "3-1-1", uint8(fa[1].Shard), fa[1].Epoch+1) // an epoch not held
+		a.gates.holdRows("", "db", "4-1-1", uint8(fa[2].Shard), fa[2].Epoch)
+		waitFor(t, 20*time.Second, "the holds of the shards held to be written", func() bool { return slotsHeld(t, s, ref) == 3 })
+		time.Sleep(200 * time.Millisecond) // a pass or more later, nothing more was written
+		if n := slotsHeld(t, s, ref); n != 3 {
+			t.Fatalf("%d slot rows, want the 3 of the shards held at their epoch", n)
 		}
 	})
 }

@@ -121,11 +121,12 @@ func allRuns(m map[string][]model.Run) []model.Run {
 // ran exactly once, the fires that waited started best priority first and their runs say
 // that they waited.
 func TestConcurrencyLimitGroup(t *testing.T) {
+	t.Parallel()
 	ep := newSlowEndpoint(t, 300*time.Millisecond)
 	s := persisttest.SQLite(t)
 	e := startEngine(t, s)
 	ctx := context.Background()
-	if _, err := e.SetConcurrencyLimit(ctx, model.LimitGroup, "g", 3, "test"); err != nil {
+	if _, err := e.API().SetConcurrencyLimit(ctx, model.LimitGroup, "g", 3, "test"); err != nil {
 		t.Fatal(err)
 	}
 	const n = 20
@@ -188,7 +189,7 @@ func TestConcurrencyLimitGroup(t *testing.T) {
 			t.Errorf("%s (priority %d) started before %s (priority %d) after waiting", a.TaskName, prio(a), b.TaskName, prio(b))
 		}
 	}
-	v, err := e.ConcurrencyLimit(ctx, model.LimitGroup, "g")
+	v, err := e.API().ConcurrencyLimit(ctx, model.LimitGroup, "g")
 	if err != nil || v.InUse != 0 || v.Waiting != 0 || v.Max != 3 {
 		t.Errorf("limit after the runs: %+v, %v", v, err)
 	}
@@ -197,11 +198,12 @@ func TestConcurrencyLimitGroup(t *testing.T) {
 // TestConcurrencyLimitKey: a key limits the runs of tasks of different groups; a task's
 // group limit and its key limit both hold; lifting the key's limit starts its waiters.
 func TestConcurrencyLimitKey(t *testing.T) {
+	t.Parallel()
 	ep := newSlowEndpoint(t, 200*time.Millisecond)
 	s := persisttest.SQLite(t)
 	e := startEngine(t, s)
 	ctx := context.Background()
-	if _, err := e.SetConcurrencyLimit(ctx, model.LimitKey, "db", 2, "test"); err != nil {
+	if _, err := e.API().SetConcurrencyLimit(ctx, model.LimitKey, "db", 2, "test"); err != nil {
 		t.Fatal(err)
 	}
 	const n = 8
@@ -236,12 +238,13 @@ func maxEnded(runs []model.Run) bool {
 // TestConcurrencyLimitLiftAndRunNow: fires waiting for a limit all start when it is removed;
 // a run-now over a limit is refused at once with ErrConcurrencyLimit and records nothing.
 func TestConcurrencyLimitLiftAndRunNow(t *testing.T) {
+	t.Parallel()
 	cs := newCallbackServer(t)
 	cs.hang = make(chan struct{})
 	s := persisttest.SQLite(t)
 	e := startEngine(t, s)
 	ctx := context.Background()
-	if _, err := e.SetConcurrencyLimit(ctx, model.LimitGroup, "g", 1, "test"); err != nil {
+	if _, err := e.API().SetConcurrencyLimit(ctx, model.LimitGroup, "g", 1, "test"); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
@@ -254,10 +257,10 @@ func TestConcurrencyLimitLiftAndRunNow(t *testing.T) {
 	manual.Group, manual.Trigger = "g", model.TriggerManual
 	mustCreate(t, e, manual)
 	waitFor(t, 30*time.Second, "one run in flight and three waiting", func() bool {
-		v, _ := e.ConcurrencyLimit(ctx, model.LimitGroup, "g")
+		v, _ := e.API().ConcurrencyLimit(ctx, model.LimitGroup, "g")
 		return v.InUse == 1 && v.Waiting == 3
 	})
-	if _, err := e.RunNow(ctx, "l-manual", nil, "test"); !errors.Is(err, ErrConcurrencyLimit) ||
+	if _, err := e.API().RunNow(ctx, "l-manual", nil, "test"); !errors.Is(err, ErrConcurrencyLimit) ||
 		!strings.Contains(err.Error(), "group g is full (1 of 1") {
 		t.Fatalf("run-now over the limit: %v, want ErrConcurrencyLimit naming group g", err)
 	}
@@ -266,11 +269,11 @@ func TestConcurrencyLimitLiftAndRunNow(t *testing.T) {
 		t.Fatalf("a refused run-now left runs %+v", runs)
 	}
 	// Lowering to the same count changes nothing; removing the limit starts the three.
-	if err := e.DeleteConcurrencyLimit(ctx, model.LimitGroup, "g", "test"); err != nil {
+	if err := e.API().DeleteConcurrencyLimit(ctx, model.LimitGroup, "g", "test"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "all four in flight", func() bool { return len(cs.got("")) == 4 })
-	if err := e.DeleteConcurrencyLimit(ctx, model.LimitGroup, "g", "test"); !errors.Is(err, ErrLimitNotFound) {
+	if err := e.API().DeleteConcurrencyLimit(ctx, model.LimitGroup, "g", "test"); !errors.Is(err, ErrLimitNotFound) {
 		t.Fatalf("second delete: %v, want ErrLimitNotFound", err)
 	}
 	cs.release()
@@ -280,16 +283,16 @@ func TestConcurrencyLimitLiftAndRunNow(t *testing.T) {
 		max        int
 		field      string
 	}{{"team", "g", 1, "kind"}, {"group", "", 1, "name"}, {"group", "a b", 1, "name"}, {"key", "k", 0, "max"}, {"key", "k", MaxConcurrencyLimit + 1, "max"}} {
-		if _, err := e.SetConcurrencyLimit(ctx, bad.kind, bad.name, bad.max, "test"); !errors.As(err, &fe) || fe.Field != bad.field {
+		if _, err := e.API().SetConcurrencyLimit(ctx, bad.kind, bad.name, bad.max, "test"); !errors.As(err, &fe) || fe.Field != bad.field {
 			t.Errorf("SetConcurrencyLimit(%q, %q, %d) = %v, want a FieldError on %s", bad.kind, bad.name, bad.max, err, bad.field)
 		}
 	}
-	if ls, err := e.ConcurrencyLimits(ctx); err != nil || len(ls) != 0 {
+	if ls, err := e.API().ConcurrencyLimits(ctx); err != nil || len(ls) != 0 {
 		t.Errorf("limits after the bad puts: %+v, %v; want none", ls, err)
 	}
 	bad := httpSpec("bad-key", cs.URL)
 	bad.ConcurrencyKey = "no spaces"
-	if _, err := e.CreateTask(ctx, bad, "test"); !errors.As(err, &fe) || fe.Field != "concurrency_key" {
+	if _, err := e.API().CreateTask(ctx, bad, "test"); !errors.As(err, &fe) || fe.Field != "concurrency_key" {
 		t.Errorf("create with a bad concurrency_key: %v", err)
 	}
 }
@@ -300,6 +303,7 @@ func TestConcurrencyLimitLiftAndRunNow(t *testing.T) {
 // their slots to their deadline (timeout_sec 3), and the two other tasks of g start only
 // then: the endpoint never has more than 3 calls of g at once, and each task ran once.
 func TestConcurrencyLimitRestart(t *testing.T) {
+	t.Parallel()
 	ep := newSlowEndpoint(t, 1500*time.Millisecond)
 	s := persisttest.SQLite(t)
 	ctx := context.Background()
@@ -310,7 +314,7 @@ func TestConcurrencyLimitRestart(t *testing.T) {
 	if err := e1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e1.SetConcurrencyLimit(ctx, model.LimitGroup, "g", 3, "test"); err != nil {
+	if _, err := e1.API().SetConcurrencyLimit(ctx, model.LimitGroup, "g", 3, "test"); err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
@@ -324,7 +328,7 @@ func TestConcurrencyLimitRestart(t *testing.T) {
 	_ = e1.Stop(sctx) // the drain gives up: the three runs stay open in the store
 	cancel()
 	e2 := startEngine(t, s)
-	if v, err := e2.ConcurrencyLimit(ctx, model.LimitGroup, "g"); err != nil || v.InUse < 3 || v.Max != 3 {
+	if v, err := e2.API().ConcurrencyLimit(ctx, model.LimitGroup, "g"); err != nil || v.InUse < 3 || v.Max != 3 {
 		t.Fatalf("after the restart the limit is %+v, %v; want 3 of 3 in use", v, err)
 	}
 	waitFor(t, 30*time.Second, "every task ran", func() bool {

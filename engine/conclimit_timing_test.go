@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/wheel"
@@ -61,7 +61,7 @@ func BenchmarkFireThroughput(b *testing.B) {
 				sp.Trigger, sp.RunAt = model.TriggerDelay, at.Format(time.RFC3339)
 				specs = append(specs, sp)
 			}
-			if _, err := e.CreateTasks(ctx, specs, "", "bench"); err != nil {
+			if _, err := e.API().CreateTasks(ctx, specs, "", "bench"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -74,13 +74,13 @@ func BenchmarkFireThroughput(b *testing.B) {
 	}
 	limit := func(b *testing.B, on bool) {
 		if !on {
-			_ = e.DeleteConcurrencyLimit(ctx, model.LimitGroup, "bench", "bench")
-			_ = e.DeleteConcurrencyLimit(ctx, model.LimitKey, "bench-key", "bench")
+			_ = e.API().DeleteConcurrencyLimit(ctx, model.LimitGroup, "bench", "bench")
+			_ = e.API().DeleteConcurrencyLimit(ctx, model.LimitKey, "bench-key", "bench")
 			return
 		}
 		for _, kind := range []string{model.LimitGroup, model.LimitKey} {
 			name := map[string]string{model.LimitGroup: "bench", model.LimitKey: "bench-key"}[kind]
-			if _, err := e.SetConcurrencyLimit(ctx, kind, name, 10*n, "bench"); err != nil {
+			if _, err := e.API().SetConcurrencyLimit(ctx, kind, name, 10*n, "bench"); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -16,14 +16,18 @@ import (
 // of its downstream's rate limit (and the global one), as every fire does. Without either
 // it reports !ok, with the wait until the token is due when the rate refused. ticket,
 // shard and epoch name the run's slot rows on a sharded cluster (core_clusterslots.go).
-func (e *Engine) admitBackfill(def *model.TaskDef, ticket string, shard uint8, epoch int64) (slot concSlot, wait time.Duration, ok bool) {
-	slot, _, _, _, ok = e.tryAcquireRun(def.Group, def.ConcurrencyKey, ticket, shard, epoch)
+func (bf *Backfills) admitBackfill(def *model.TaskDef, ticket string, shard uint8, epoch int64) (slot concSlot, wait time.Duration, ok bool) {
+	key, err := model.RenderKey(def.ConcurrencyKey, def.Params)
+	if err != nil {
+		key = def.ConcurrencyKey // as concKey: counted in the template's own key
+	}
+	slot, _, _, _, ok = bf.gates.tryAcquireRun(def.Group, key, ticket, shard, epoch)
 	if !ok {
 		return slot, 0, false
 	}
-	if e.gate.limited.Load() {
-		if ok, wait := e.gate.lim.Take(downstreamOf(def)); !ok {
-			e.conc.release(slot)
+	if bf.gates.gate.limited.Load() {
+		if ok, wait := bf.gates.gate.lim.Take(rateKeyOf(def, def.Params)); !ok {
+			bf.gates.conc.release(slot)
 			return slot, wait, false
 		}
 	}
@@ -38,11 +42,11 @@ func (e *Engine) startBackfill(t *task, def *model.TaskDef, run model.Run, slot 
 }
 
 // unstartBackfill gives back what a backfill run whose fire record was not written held.
-func (e *Engine) unstartBackfill(t *task, slot concSlot) {
-	e.conc.release(slot)
+func (bf *Backfills) unstartBackfill(t *task, slot concSlot) {
+	bf.gates.conc.release(slot)
 	t.mu.Lock()
 	t.flying--
-	e.place(t)
+	bf.loader.place(t)
 	t.mu.Unlock()
 }
 
@@ -61,7 +65,7 @@ func (e *Engine) completeBackfill(t *task, run model.Run, oc outcome) {
 		e.m.kills.Inc()
 		acts = append(acts, e.action(t, run.Ticket, ActKill, "", "", oc.killedBy, joinNote("backfill run killed", oc.killReason), run.EndedAt))
 	}
-	e.place(t)
+	e.loader.place(t)
 	t.mu.Unlock()
 	g := &persist.Group{Runs: []model.Run{run}, Actions: acts, Done: func(err error) {
 		oc.notify(err)

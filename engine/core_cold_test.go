@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -17,6 +17,7 @@ import (
 // fire, and each fires exactly once at its time. Tasks paused, deleted or run by hand while
 // cold behave as if they had been in memory all along.
 func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -31,7 +32,9 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		}
 		for i := range n {
 			spec := httpSpec(fmt.Sprintf("cold-%02d", i), cs.URL)
-			spec.DelayMS = ptr(int64(4000))
+			// Due well past the promotion lead even when creating them takes seconds on a
+			// loaded box: the second engine's clock starts when it does.
+			spec.DelayMS = ptr(int64(20_000))
 			mustCreate(t, e0, spec)
 		}
 		hot := httpSpec("hot", cs.URL)
@@ -42,8 +45,11 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		}
 
 		clk := clock.NewFake(time.Now())
-		e := startEngine(t, s, withFakeClock(clk), func(c *Config) { c.PromoteLead = time.Second })
-		tasks, armed := e.InMemory()
+		e := startEngine(t, s, withFakeClock(clk), func(c *Config) {
+			c.PromoteLead = time.Second
+			c.Window = time.Minute // the cold tasks' fires are in it, armed as cold references
+		})
+		tasks, armed := e.API().InMemory()
 		if tasks > 1 || armed != n+1 {
 			t.Fatalf("after the load: %d tasks in memory and %d entries armed, want at most the hot one and %d armed", tasks, armed, n+1)
 		}
@@ -52,18 +58,18 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		}
 
 		// While cold: pause one, delete one, run one by hand.
-		if _, err := e.Pause(ctx, "cold-00", "while cold", "test"); err != nil {
+		if _, err := e.API().Pause(ctx, "cold-00", "while cold", "test"); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.DeleteTask(ctx, "cold-01", "test"); err != nil {
+		if err := e.API().DeleteTask(ctx, "cold-01", "test"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.RunNow(ctx, "cold-02", nil, "test"); err != nil {
+		if _, err := e.API().RunNow(ctx, "cold-02", nil, "test"); err != nil {
 			t.Fatal(err)
 		}
 
 		// Promotion and the fires follow the engine's clock: 50 ms a poll.
-		waitAdvancing(t, clk, 50*time.Millisecond, 15*time.Second, "the cold tasks to fire", func() bool {
+		waitAdvancing(t, clk, 50*time.Millisecond, 60*time.Second, "the cold tasks to fire", func() bool {
 			return len(cs.got("cold-29")) == 1 && len(cs.got("cold-03")) == 1
 		})
 		waitSettled(t, e) // a duplicate would be queued or in flight until then
@@ -102,16 +108,16 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 		if len(cs.got("hot")) != 1 {
 			t.Errorf("the task due within the lead received %d runs, want 1", len(cs.got("hot")))
 		}
-		pt, err := e.GetTask(ctx, "cold-00")
+		pt, err := e.API().GetTask(ctx, "cold-00")
 		if err != nil || pt.Runtime.State != model.StatePaused {
 			t.Errorf("paused cold task = %+v, %v; want PAUSED", pt, err)
 		}
-		waitAdvancing(t, clk, 100*time.Millisecond, 5*time.Second, "every cold reference to be promoted", func() bool {
+		waitAdvancing(t, clk, 100*time.Millisecond, 30*time.Second, "every cold reference to be promoted", func() bool {
 			return e.loader.promo.queued.Load() == 0
 		})
 		// Promoted one-shot tasks leave memory once their runs are recorded.
-		waitFor(t, 5*time.Second, "finished tasks to leave memory", func() bool {
-			tasks, _ := e.InMemory()
+		waitFor(t, 30*time.Second, "finished tasks to leave memory", func() bool {
+			tasks, _ := e.API().InMemory()
 			return tasks == 0
 		})
 	})
@@ -119,6 +125,7 @@ func TestColdTasksArePromotedAndFireOnce(t *testing.T) {
 
 // TestPromoteLeadValidation refuses a lead the window cannot hold.
 func TestPromoteLeadValidation(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	for _, lead := range []time.Duration{time.Microsecond, 10 * time.Second, time.Minute} {
 		_, err := New(Config{Store: s, Window: 10 * time.Second, LoadInterval: 2 * time.Second, PromoteLead: lead})
@@ -131,6 +138,7 @@ func TestPromoteLeadValidation(t *testing.T) {
 // TestPromoterQueueOrder checks the promoter's queue: ids come out oldest first in batches
 // of at most promoteBatch, and a batch put back after a failed read comes out first again.
 func TestPromoterQueueOrder(t *testing.T) {
+	t.Parallel()
 	var p promoter
 	p.init()
 	const n = 2*promoteBatch + 17

@@ -62,7 +62,7 @@ func (e *Engine) commit(ctx context.Context, t *task, nrt model.Runtime, o commi
 	t.rt = nrt
 	t.pending++
 	if !o.wait {
-		e.place(t)
+		e.loader.place(t)
 	}
 	var trans []persist.Transition
 	if o.wait || !t.deleted {
@@ -136,7 +136,7 @@ func (e *Engine) writeDone(t *task, err error) {
 	if err != nil {
 		e.writeFailed(t, err)
 	}
-	e.place(t)
+	e.loader.place(t)
 	t.mu.Unlock()
 }
 
@@ -190,7 +190,7 @@ func (e *Engine) reload(id int64) {
 			return
 		}
 		e.log.Warn("adopting a run in flight found on reload", "task", t.def.Name, "ticket", run.Ticket)
-		e.takeOverRun(t, run)
+		e.recovery.takeOverRun(t, run)
 		return
 	}
 	e.adopt(t, e.nowMS())

@@ -99,7 +99,7 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 		if t.periodic == ticket {
 			t.runLeft(ticket)
 		}
-		e.place(t)
+		e.loader.place(t)
 		t.mu.Unlock()
 		e.lateResult(run.TaskName, ticket, oc)
 		oc.notify(fmt.Errorf("%w: run %s is no longer the task's run in flight", ErrStaleTicket, ticket))
@@ -114,11 +114,11 @@ func (e *Engine) complete(t *task, run model.Run, oc outcome) {
 		then = func() { e.deps.upstreamDone(name) }
 	}
 	if d.PausedOnFailure {
-		then = e.pausedOnFailureAlert(id, name, group, d.RT.ConsecutiveFailures)
+		then = e.alerts.pausedOnFailureAlert(id, name, group, d.RT.ConsecutiveFailures)
 	}
 	e.commit(context.Background(), t, d.RT, commitOpts{def: d.PausedDef, runs: []model.Run{d.Run}, acts: d.Acts, then: then, notify: oc.durable})
 	e.unlock(t)
-	e.recordHealth(id, name, group, d.Breaker)
+	e.alerts.recordHealth(&e.brk, id, name, group, d.Breaker)
 	if d.FinalFailure != "" {
 		e.alerts.raiseFor(context.Background(), AlertFinalFailure, id, name, group, d.FinalFailure)
 	}
@@ -132,8 +132,21 @@ func (e *Engine) endInput(t *task, run model.Run, oc outcome, now int64) endInpu
 		Upstream: oc.result == model.ResultSuccess && e.deps.upstreams.has(t.def.Name),
 		Run:      run, Outcome: oc, Now: now,
 		RetryBackoffCap: e.cfg.RetryBackoffCap, MisfireThreshold: e.cfg.MisfireThreshold,
-		CatchupFrom: t.catchupFrom, CatchupUntil: t.catchupUntil,
+		CatchupFrom: t.catchupFrom, CatchupUntil: e.endCatchupBound(t, now),
 	}
+}
+
+// endCatchupBound is the end of the catch-up a run's end at now decides by (nextInput
+// .CatchupUntil). On a node handing t's shard over (core_shards.go, invariant 6) the fires
+// due by now are the taker's: the end arms the first of them, which this node no longer
+// fires, and the taker catches them all up from it, where the overlap policy would have
+// consumed all but the latest. Caller holds t.mu.
+func (e *Engine) endCatchupBound(t *task, now int64) int64 {
+	b := t.catchupBound(now)
+	if e.own.HandOverPoint(int(t.shard)) > 0 {
+		return max(b, now)
+	}
+	return b
 }
 
 // applyEnd applies the parts of d that stay in memory: the counters, the task's retryOf and
@@ -158,7 +171,7 @@ func (e *Engine) applyEnd(t *task, d endDecision) {
 	}
 	t.retryOf = d.RetryOf
 	if d.CatchupDone {
-		t.catchupFrom, t.catchupUntil = 0, 0
+		t.clearCatchup()
 	}
 	if d.PausedDef != nil {
 		t.def = d.PausedDef
@@ -192,7 +205,7 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 		e.m.kills.Inc()
 	}
 	act := e.action(t, run.Ticket, actName, "", "", actor, detail, now)
-	e.place(t)
+	e.loader.place(t)
 	t.mu.Unlock()
 	release := oc.result == model.ResultSuccess && e.deps.upstreams.has(name)
 	g := &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}, Done: func(err error) {
@@ -205,7 +218,7 @@ func (e *Engine) completeManual(t *task, run model.Run, oc outcome) {
 		e.log.Warn("run-now result not recorded: writer closed", "ticket", run.Ticket, "error", err)
 		oc.notify(err)
 	}
-	e.recordHealth(t.id, name, group, breakerFeedOf(oc.result))
+	e.alerts.recordHealth(&e.brk, t.id, name, group, breakerFeedOf(oc.result))
 }
 
 // cancelOther kills the periodic run ticket of task id because the fire due came due while
@@ -309,7 +322,7 @@ func (e *Engine) catchup(t *task, due, now int64, nrt model.Runtime) {
 	if p.Next == 0 {
 		return // the schedule fires no more: its last due fire fires, as misfire leaves it
 	}
-	t.catchupFrom, t.catchupUntil = p.CatchupFrom, p.CatchupUntil
+	t.catchupFrom, t.catchupUntil, t.catchupFollow = p.CatchupFrom, p.CatchupUntil, 0
 	from := nrt.State
 	nrt.State = model.StateScheduled
 	nrt.NextTriggerTime = p.Next
@@ -318,24 +331,4 @@ func (e *Engine) catchup(t *task, due, now int64, nrt model.Runtime) {
 	}
 	act := e.action(t, "", ActCatchup, from, nrt.State, ActorScheduler, p.Detail, now)
 	e.commit(context.Background(), t, nrt, commitOpts{acts: []model.Action{act}})
-}
-
-// recordHealth feeds a run's end to the task's breaker and raises its alerts. Caller must not
-// hold t.mu.
-func (e *Engine) recordHealth(id int64, name, group string, feed breakerFeed) {
-	if e.cfg.Breaker.Disabled || feed == feedNone {
-		return // killed and lost say nothing about the task's health
-	}
-	changed, open := e.brk.record(e.cfg.Breaker, id, e.nowMS(), feed == feedOK)
-	if !changed {
-		return
-	}
-	if open {
-		e.alerts.raiseFor(context.Background(), AlertBreakerOpen, id, name, group, fmt.Sprintf(
-			"circuit breaker of %s opened: more than %.0f%% of its runs failed over %s; only one fire in %d is dispatched",
-			name, e.cfg.Breaker.FailureRate*100, e.cfg.Breaker.Window, e.cfg.Breaker.ProbeEvery))
-	} else {
-		e.alerts.raiseFor(context.Background(), AlertBreakerClose, id, name, group,
-			"circuit breaker of "+name+" closed: the failure rate fell back; full trigger rate restored")
-	}
 }

@@ -7,12 +7,14 @@ package engine
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/wheel"
 )
@@ -52,9 +54,28 @@ type concState struct {
 	max  int // 0: no limit, only counted
 	used int // slots held: runs in flight, and fires admitted and not yet sent
 	q    waitHeap
+	// own is set when max is the limit's own (a limit of this group or key); pat names the
+	// pattern limit (kind key, "tenant:*") whose max a key without one of its own has, ""
+	// for none (core_keys.go, Keyed limits).
+	own bool
+	pat string
 }
 
-func (s *concState) room() bool { return s.max == 0 || s.used < s.max }
+// MaxLiveKeys bounds the keys of one pattern limit with runs in flight at once (live keys):
+// past it a fire of a key of the pattern that has none in flight waits, as over a full limit,
+// until a key of the pattern has no run in flight any more; it never runs unlimited. Each
+// live key is a row of the gate's map and of the limits page; 10,000 customers with runs in
+// flight at once is far more than one limit's tenants usually are.
+const MaxLiveKeys = 10_000
+
+// roomLocked reports whether s has a slot free: under its max, and, for a key of a pattern
+// with no run in flight, under the pattern's bound of live keys. Caller holds g.mu.
+func (g *concGate) roomLocked(s *concState) bool {
+	if s.max > 0 && s.used >= s.max {
+		return false
+	}
+	return s.pat == "" || s.used > 0 || g.live[s.pat] < MaxLiveKeys
+}
 
 // concWaiter is one fire waiting for a slot: the task's wheel entry itself, already in
 // memory, and where it waits.
@@ -135,6 +156,10 @@ type concGate struct {
 	waiting map[limitRef]*concState // the states whose queue is not empty
 	byTask  map[int64]*concWaiter
 	seq     uint64
+	// pats are the pattern limits of kind key, by prefix ("tenant:" for "tenant:*"), and
+	// live the keys of each with runs in flight (core_keys.go).
+	pats map[string]int
+	live map[string]int
 
 	nwait atomic.Int64 // waiters now
 	nused atomic.Int64 // slots held now, over all groups (a run counts once here)
@@ -147,7 +172,7 @@ type concGate struct {
 
 func newConcGate(clk clock.Clock) *concGate {
 	return &concGate{clk: clk, st: make(map[limitRef]*concState), waiting: make(map[limitRef]*concState),
-		byTask: make(map[int64]*concWaiter), wake: make(chan struct{}, 1)}
+		byTask: make(map[int64]*concWaiter), wake: make(chan struct{}, 1), pats: make(map[string]int), live: make(map[string]int)}
 }
 
 func (g *concGate) signal() {
@@ -166,6 +191,9 @@ func (g *concGate) state(r limitRef) *concState {
 	s := g.st[r]
 	if s == nil {
 		s = &concState{}
+		if r.kind == model.LimitKey && len(g.pats) > 0 {
+			s.pat, s.max = g.patternLocked(r.name)
+		}
 		g.st[r] = s
 	}
 	return s
@@ -174,7 +202,7 @@ func (g *concGate) state(r limitRef) *concState {
 // forgetIdle drops a state that counts nothing, limits nothing and holds no waiter, so the
 // map holds only the groups and keys with runs in flight or a limit.
 func (g *concGate) forgetIdle(r limitRef, s *concState) {
-	if s.used == 0 && s.max == 0 && s.q.Len() == 0 {
+	if s.used == 0 && !s.own && s.q.Len() == 0 {
 		delete(g.st, r)
 	}
 }
@@ -184,9 +212,12 @@ func (g *concGate) forgetIdle(r limitRef, s *concState) {
 func (g *concGate) blockedLocked(r limitRef, w *concWaiter) bool {
 	s := g.st[r]
 	if s == nil {
-		return false
+		if r.kind != model.LimitKey || len(g.pats) == 0 {
+			return false
+		}
+		s = g.state(r) // a key of a pattern: its limit is the pattern's; kept by the caller's take or queue
 	}
-	if s.max > 0 && s.used >= s.max {
+	if !g.roomLocked(s) {
 		return true
 	}
 	return s.q.Len() > 0 && (w == nil || before(s.q[0], w))
@@ -196,7 +227,11 @@ func (g *concGate) takeLocked(group, key string) concSlot {
 	gr, kr, hasKey := refs(group, key)
 	g.state(gr).used++
 	if hasKey {
-		g.state(kr).used++
+		s := g.state(kr)
+		s.used++
+		if s.pat != "" && s.used == 1 {
+			g.live[s.pat]++
+		}
 	}
 	g.nused.Add(1)
 	return concSlot{group: group, key: key, held: true}
@@ -236,7 +271,7 @@ func (g *concGate) queueLocked(w *concWaiter, on limitRef) {
 		g.nwait.Add(1)
 	}
 	g.byTask[w.id] = w
-	if s.room() {
+	if g.roomLocked(s) {
 		g.signal() // queued behind waiters the drain has not reached yet
 	}
 }
@@ -280,8 +315,15 @@ func (g *concGate) tryAcquire(group, key string) (concSlot, limitRef, int, int, 
 		if r == kr && !hasKey {
 			break
 		}
-		if s := g.st[r]; s != nil && !s.room() {
+		if s := g.st[r]; s != nil && !g.roomLocked(s) {
 			return concSlot{}, r, s.used, s.max, false
+		}
+		if r == kr && g.st[r] == nil && len(g.pats) > 0 {
+			if s := g.state(r); !g.roomLocked(s) {
+				used, max := s.used, s.max
+				g.forgetIdle(r, s)
+				return concSlot{}, r, used, max, false
+			}
 		}
 	}
 	return g.takeLocked(group, key), limitRef{}, 0, 0, true
@@ -322,7 +364,13 @@ func (g *concGate) releaseLocked(r limitRef) bool {
 		return false // cannot happen: a held slot counts in its states
 	}
 	s.used--
-	wake := s.q.Len() > 0 && s.room()
+	wake := s.q.Len() > 0 && g.roomLocked(s)
+	if s.pat != "" && s.used == 0 {
+		// A live key of the pattern less: a waiter held by the bound may go.
+		if g.live[s.pat]--; g.live[s.pat] == MaxLiveKeys-1 {
+			wake = true
+		}
+	}
 	g.forgetIdle(r, s)
 	return wake
 }
@@ -346,26 +394,52 @@ func (g *concGate) releaseAt(sl concSlot, deadline time.Time) {
 // once.
 func (g *concGate) setMax(r limitRef, max int) {
 	g.mu.Lock()
-	s := g.state(r)
-	s.max = max
-	wake := s.q.Len() > 0 && s.room()
-	g.forgetIdle(r, s)
+	wake := g.setMaxLocked(r, max)
 	g.mu.Unlock()
 	if wake {
 		g.signal()
 	}
 }
 
+func (g *concGate) setMaxLocked(r limitRef, max int) bool {
+	if prefix, ok := model.KeyPattern(r.name); ok && r.kind == model.LimitKey {
+		if max > 0 {
+			g.pats[prefix] = max
+		} else {
+			delete(g.pats, prefix)
+		}
+		return g.repatternLocked()
+	}
+	s := g.state(r)
+	s.max, s.own = max, max > 0
+	if !s.own && r.kind == model.LimitKey {
+		g.setPatLocked(s, r.name)
+	} else if s.own && s.pat != "" {
+		g.setPatLocked(s, "")
+	}
+	wake := s.q.Len() > 0 && g.roomLocked(s)
+	g.forgetIdle(r, s)
+	return wake
+}
+
 // setAll replaces every limit with ls (at start, from the store).
 func (g *concGate) setAll(ls []model.ConcurrencyLimit) {
 	g.mu.Lock()
+	clear(g.pats)
 	for r, s := range g.st {
-		s.max = 0
+		s.max, s.own = 0, false
+		g.setPatLocked(s, "")
 		g.forgetIdle(r, s)
 	}
 	for _, l := range ls {
-		g.state(limitRef{l.Kind, l.Name}).max = l.Max
+		if prefix, ok := model.KeyPattern(l.Name); ok && l.Kind == model.LimitKey {
+			g.pats[prefix] = l.Max
+			continue
+		}
+		s := g.state(limitRef{l.Kind, l.Name})
+		s.max, s.own = l.Max, l.Max > 0
 	}
+	g.repatternLocked()
 	g.mu.Unlock()
 	g.signal()
 }
@@ -389,7 +463,7 @@ func (g *concGate) drain() ([]*wheel.Entry[*task], []admission, []time.Duration)
 		// The best head among the limits with room.
 		var best *concWaiter
 		for _, s := range g.waiting {
-			if s.q.Len() > 0 && s.room() && (best == nil || before(s.q[0], best)) {
+			if s.q.Len() > 0 && g.roomLocked(s) && (best == nil || before(s.q[0], best)) {
 				best = s.q[0]
 			}
 		}
@@ -427,6 +501,14 @@ type limitView struct {
 
 // view returns the count and the waiters of r.
 func (g *concGate) view(r limitRef) limitView {
+	if _, ok := model.KeyPattern(r.name); ok && r.kind == model.LimitKey {
+		var v limitView // a pattern: the sums of its keys
+		for _, k := range g.keysOf(r.name) {
+			v.used += k.used
+			v.waiting += k.waiting
+		}
+		return v
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s := g.st[r]
@@ -440,6 +522,9 @@ func (g *concGate) view(r limitRef) limitView {
 func (g *concGate) maxOf(r limitRef) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if p, ok := model.KeyPattern(r.name); ok && r.kind == model.LimitKey {
+		return g.pats[p]
+	}
 	if s := g.st[r]; s != nil {
 		return s.max
 	}
@@ -447,7 +532,7 @@ func (g *concGate) maxOf(r limitRef) int {
 }
 
 // concLoop fires the waiters the gate admits as slots free.
-func (e *Engine) concLoop(ctx context.Context) {
+func (e *gates) concLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
 	g := e.conc
 	for {
@@ -465,4 +550,83 @@ func (e *Engine) concLoop(ctx context.Context) {
 		case <-g.wake:
 		}
 	}
+}
+
+// patternLocked returns the pattern limit of key (the longest prefix of the pattern limits
+// that key starts with) and its max, or "" and 0. Caller holds g.mu.
+func (g *concGate) patternLocked(key string) (string, int) {
+	best, found := "", false
+	for p := range g.pats {
+		if strings.HasPrefix(key, p) && (!found || len(p) > len(best)) {
+			best, found = p, true
+		}
+	}
+	if !found {
+		return "", 0
+	}
+	return best + "*", g.pats[best]
+}
+
+// setPatLocked makes s, the state of key, count in the pattern that matches key now ("" for
+// none), moving its live count. Caller holds g.mu.
+func (g *concGate) setPatLocked(s *concState, key string) {
+	pat, max := "", 0
+	if key != "" {
+		pat, max = g.patternLocked(key)
+	}
+	if s.pat != pat && s.used > 0 {
+		if s.pat != "" {
+			g.live[s.pat]--
+		}
+		if pat != "" {
+			g.live[pat]++
+		}
+	}
+	s.pat = pat
+	if !s.own {
+		s.max = max
+	}
+}
+
+// repatternLocked gives every key without a limit of its own the pattern limit that matches
+// it now, after a pattern changed, and reports whether a waiter may have room. Caller holds
+// g.mu.
+func (g *concGate) repatternLocked() bool {
+	wake := false
+	for r, s := range g.st {
+		if r.kind != model.LimitKey || s.own {
+			continue
+		}
+		g.setPatLocked(s, r.name)
+		if s.q.Len() > 0 && g.roomLocked(s) {
+			wake = true
+		}
+		g.forgetIdle(r, s)
+	}
+	for p, n := range g.live {
+		if n <= 0 {
+			delete(g.live, p)
+		}
+	}
+	return wake
+}
+
+// keyView is one key of a pattern limit in use: its runs in flight and fires waiting.
+type keyView struct {
+	key           string
+	used, waiting int
+}
+
+// keysOf returns the keys of pattern (a limit's name, "tenant:*") in use, by key.
+func (g *concGate) keysOf(pattern string) []keyView {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []keyView
+	for r, s := range g.st {
+		if r.kind == model.LimitKey && s.pat == pattern && (s.used > 0 || s.q.Len() > 0) {
+			out = append(out, keyView{key: r.name, used: s.used, waiting: s.q.Len()})
+		}
+	}
+	slices.SortFunc(out, func(a, b keyView) int { return strings.Compare(a.key, b.key) })
+	return out
 }

@@ -6,7 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/wheel"
 )
@@ -66,6 +66,7 @@ func (m *gateModel) entOf(sl concSlot) *wheel.Entry[*task] {
 // stays waiting after a drain has a full limit, and a drain never passes over a better waiter
 // for a worse one unless the better one waits for a limit the worse one does not count in.
 func TestConcGateProperty(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(rt *rapid.T) {
 		clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 		g := newConcGate(clk)
@@ -198,6 +199,7 @@ func TestConcGateProperty(t *testing.T) {
 // TestConcGateOrder: with a limit of one, the waiters start one per freed slot, best priority
 // first, then earliest fire time.
 func TestConcGateOrder(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	g := newConcGate(clk)
 	g.setMax(limitRef{model.LimitGroup, "g"}, 1)
@@ -236,6 +238,7 @@ func TestConcGateOrder(t *testing.T) {
 // TestConcGateLowered: a limit lowered below the count lets nothing start until the count is
 // under it; removing it starts every waiter.
 func TestConcGateLowered(t *testing.T) {
+	t.Parallel()
 	g := newConcGate(clock.NewFake(time.Unix(1_700_000_000, 0)))
 	r := limitRef{model.LimitKey, "db"}
 	g.setMax(r, 3)

@@ -8,6 +8,7 @@ import (
 // TestEndingResultsExpire: a settled result is remembered with its status for endingKeep,
 // and forgotten after, so the map stays bounded by the results of the last minute.
 func TestEndingResultsExpire(t *testing.T) {
+	t.Parallel()
 	var r endingResults
 	t0 := time.Unix(1_700_000_000, 0)
 	r.add("a", "success", t0)

@@ -19,9 +19,11 @@ import (
 )
 
 // sendToExecutor offers a durable run to the executors of its app, in the order its route
-// prefers, until one accepts. It runs on a dispatch worker. again sends the run anew (with
-// a fresh deadline) once a gate that held it back because of an overdue lease renewal opens
-// (holdUnsent).
+// prefers, until one accepts. It runs on a dispatch worker, which it leaves as soon as the
+// first offer is queued: no goroutine waits for the offer (dispatch.OfferFunc), whose
+// answer arms the run's timeout on the sender that got it, and only a refusal goes on on a
+// worker, to the next executor. again sends the run anew (with a fresh deadline) once a
+// gate that held it back because of an overdue lease renewal opens (holdUnsent).
 func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time, again func()) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
@@ -29,49 +31,97 @@ func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body
 			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
 		return
 	}
-	var refusals []string
-	for _, x := range cands {
-		offerBy := e.now().Add(offerTimeout)
-		if deadline.Before(offerBy) {
-			offerBy = deadline
-		}
-		// Assign the run before offering it: the executor may call back before Post returns.
-		if !e.runs.assign(run.Ticket, x) {
-			return // killed meanwhile
-		}
-		epoch, _ := e.runEpoch(t)
-		offer := func() dispatch.Outcome {
-			return e.disp.Offer(x, &dispatch.Request{
-				Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
-				Body: body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
-				Epoch: epoch, Gate: e.sendGate(t),
-			})
-		}
-		o := offerToIncarnation(x, offerBy, offer)
-		if o.Err == nil && (o.Status == 202 || o.Status == 200) {
-			e.armExecTimeout(run.Ticket, deadline, x.Address)
-			return
-		}
-		if !e.runs.unassign(run.Ticket, x) {
-			// Resolved meanwhile (a result raced the refusal): nothing more to do.
-			return
-		}
-		if again != nil && e.holdUnsent(t, run, o.Err, again) {
-			return // the gate refused it before it left; the other executors would be refused alike
-		}
-		why := strconv.Itoa(o.Status)
-		if o.Err != nil {
-			why = o.Err.Error()
-		} else if len(o.Body) > 0 {
-			why += " " + strings.TrimSpace(string(o.Body))
-		}
-		if o.Status == 401 && !x.Signed() {
-			why += "; it registered without signed calls: upgrade it, or give axe --executor-token set to its scheduler_token"
-		}
-		refusals = append(refusals, x.Address+": "+why)
+	(&execOffer{e: e, t: t, def: def, run: run, body: body, deadline: deadline, again: again, cands: cands}).offer()
+}
+
+// execOffer is a run being offered to its candidate executors, cands[next] the one to ask
+// next, refusals what those asked before answered.
+type execOffer struct {
+	e        *Engine
+	t        *task
+	def      *model.TaskDef
+	run      model.Run
+	body     []byte
+	deadline time.Time
+	again    func()
+	cands    []*dispatch.Executor
+	next     int
+	refusals []string
+}
+
+// offer offers the run to its next candidate; with none left it ends the run failed.
+func (r *execOffer) offer() {
+	e := r.e
+	if r.next >= len(r.cands) {
+		e.endRun(r.t, r.run, outcome{result: model.ResultFailed,
+			errText: "no executor accepted the run (" + strings.Join(r.refusals, "; ") + ")"})
+		return
 	}
-	e.endRun(t, run, outcome{result: model.ResultFailed,
-		errText: "no executor accepted the run (" + strings.Join(refusals, "; ") + ")"})
+	x := r.cands[r.next]
+	r.next++
+	offerBy := e.now().Add(offerTimeout)
+	if r.deadline.Before(offerBy) {
+		offerBy = r.deadline
+	}
+	// Assign the run before offering it: the executor may call back before the answer.
+	if !e.runs.assign(r.run.Ticket, x) {
+		return // killed meanwhile
+	}
+	epoch, _ := e.own.runEpoch(r.t)
+	req := &dispatch.Request{
+		Task: r.def.Name, Ticket: r.run.Ticket, Attempt: r.run.Attempt,
+		Body: r.body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
+		Epoch: epoch, Gate: e.own.sendGate(r.t),
+	}
+	registered, signedFor := x.Registered(), x.Incarnation()
+	e.disp.OfferFunc(x, req, func(o dispatch.Outcome) {
+		if accepted(o) {
+			e.armExecTimeout(r.run.Ticket, r.deadline, x.Address)
+			return
+		}
+		// Not on the sender, which answers the rest of its batch: the refusal may wait for
+		// the executor to register again (offerAgainToIncarnation) or for the writer.
+		refused := func() {
+			o := offerAgainToIncarnation(x, offerBy, registered, signedFor, o, func() dispatch.Outcome { return e.disp.Offer(x, req) })
+			if accepted(o) {
+				e.armExecTimeout(r.run.Ticket, r.deadline, x.Address)
+				return
+			}
+			if r.refusedBy(x, o) {
+				r.offer()
+			}
+		}
+		if err := e.disp.Go(refused); err != nil {
+			refused() // the pool has stopped
+		}
+	})
+}
+
+// accepted reports whether an executor took the run offered.
+func accepted(o dispatch.Outcome) bool { return o.Err == nil && (o.Status == 202 || o.Status == 200) }
+
+// refusedBy notes that x refused r's run (o) and reports whether the run goes on to the next
+// candidate: not when it was resolved meanwhile or is held back by the gate.
+func (r *execOffer) refusedBy(x *dispatch.Executor, o dispatch.Outcome) bool {
+	e := r.e
+	if !e.runs.unassign(r.run.Ticket, x) {
+		// Resolved meanwhile (a result raced the refusal): nothing more to do.
+		return false
+	}
+	if r.again != nil && e.own.holdUnsent(r.t, r.run, o.Err, r.again) {
+		return false // the gate refused it before it left; the other executors would be refused alike
+	}
+	why := strconv.Itoa(o.Status)
+	if o.Err != nil {
+		why = o.Err.Error()
+	} else if len(o.Body) > 0 {
+		why += " " + strings.TrimSpace(string(o.Body))
+	}
+	if o.Status == 401 && !x.Signed() {
+		why += "; it registered without signed calls: upgrade it, or give axe --executor-token set to its scheduler_token"
+	}
+	r.refusals = append(r.refusals, x.Address+": "+why)
+	return true
 }
 
 // armExecTimeout sets the scheduler's timeout of a run an executor holds (at addr): the
@@ -126,7 +176,7 @@ const maxOutput = 8 << 10
 // ReportResult records an executor's result (docs/protocol.md). It is idempotent by ticket: a repeated
 // report of the recorded result returns duplicate=true and changes nothing; a report for a
 // run that ended another way returns ErrStaleTicket; an unknown ticket ErrRunNotFound.
-func (e *Engine) ReportResult(ctx context.Context, rep Report) (duplicate bool, err error) {
+func (e *API) ReportResult(ctx context.Context, rep Report) (duplicate bool, err error) {
 	return e.BeginReport(ctx, rep)(ctx)
 }
 
@@ -137,7 +187,7 @@ type ReportWait func(ctx context.Context) (duplicate bool, err error)
 // for a run in flight here is acknowledged only once its end is durable, so many results of
 // one batch call are begun together and share group commits. The wait returns an error when
 // the end could not be recorded (the executor then re-sends it) or ctx ends first.
-func (e *Engine) BeginReport(ctx context.Context, rep Report) ReportWait {
+func (e *API) BeginReport(ctx context.Context, rep Report) ReportWait {
 	if rep.Ticket == "" {
 		return failedReport(fieldErr("ticket", "is required"))
 	}
@@ -297,7 +347,7 @@ func failedReport(err error) ReportWait {
 func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, err error) {
 	run, err := e.store.GetRun(ctx, rep.Ticket)
 	if errors.Is(err, model.ErrRunNotFound) {
-		e.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, refusalUnknownTicket, "unknown ticket")
+		e.refused.recordRefusedResult(ctx, model.Run{Ticket: rep.Ticket, TaskName: rep.Task}, rep, refusalUnknownTicket, "unknown ticket")
 		return false, fmt.Errorf("%w: %s", err, rep.Ticket)
 	}
 	if err != nil {
@@ -313,7 +363,7 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		return true, nil // the same report again (one judged a timeout reads as recorded)
 	}
 	if run.Result == model.ResultLost {
-		return false, e.recordLateResult(ctx, *run, rep) // core_recover.go
+		return false, e.recovery.recordLateResult(ctx, *run, rep) // recovery.go
 	}
 	if run.Result == model.ResultKilled && run.Output == "" && rep.Output != "" {
 		// The handler's result after a kill carries what it printed before it was
@@ -329,10 +379,10 @@ func (e *Engine) reportUnheld(ctx context.Context, rep Report) (duplicate bool, 
 		// recorded (the lease went, the write was refused), or it is being resolved right
 		// now. Not a final refusal, which would end the executor's re-sends and leave the
 		// run to time out under the scheduler that adopts it: the executor sends it again.
-		e.recordRefusedResult(ctx, *run, rep, refusalNotWaiting, "the run is not waiting for a result here")
+		e.refused.recordRefusedResult(ctx, *run, rep, refusalNotWaiting, "the run is not waiting for a result here")
 		return false, fmt.Errorf("%w: run %s; send it again", ErrRunNotWaiting, rep.Ticket)
 	}
-	e.recordRefusedResult(ctx, *run, rep, refusalEnded, "the run already ended as "+run.Result)
+	e.refused.recordRefusedResult(ctx, *run, rep, refusalEnded, "the run already ended as "+run.Result)
 	return false, fmt.Errorf("%w: run %s already ended as %s", ErrStaleTicket, rep.Ticket, run.Result)
 }
 
@@ -360,7 +410,7 @@ func (e *Engine) killSender(ticket string) func() {
 
 func (e *Engine) sendKill(x *dispatch.Executor, t *task, ticket string) {
 	k := protocol.Kill{Ticket: ticket}
-	k.Epoch, k.Shard = e.runEpoch(t)
+	k.Epoch, k.Shard = e.own.runEpoch(t)
 	_ = e.disp.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 		defer cancel()

@@ -9,12 +9,15 @@ package engine
 //	wheel driver moves due entries          wheel driver (wheel/)   no: it is the clock tick
 //	  to a partition's ready queue
 //	consume → admit → fire                  consumer per partition  on the writer's backpressure
-//	  (the rate gate may buffer the entry;  gateLoop or concLoop    (Submit, in unlock), which is
-//	  gateLoop fires it when a token comes;                         fine: it slows firing, and
-//	  fire asks the concurrency gate, where                         it holds no lock meanwhile
-//	  a fire without a slot waits; concLoop
-//	  brings it back when a run of its
-//	  limit ends, core_concgate.go)
+//	  (the rate gate may buffer the entry;  gateLoop or concLoop    (Submit, in unlock) and on
+//	  gateLoop fires it when a token comes;                         the send pace (core_pace.go),
+//	  fire asks the concurrency gate, where                         which is fine: it slows
+//	  a fire without a slot waits; concLoop                         firing, and it holds no lock
+//	  brings it back when a run of its                              meanwhile
+//	  limit ends, core_concgate.go; a fire  or the pace's runner
+//	  whose downstream holds its share of   (a fire parked in the
+//	  the send pace is parked there and     send pace, runParked)
+//	  fired with the permit it gives back)
 //	fire: RUNNING in memory, run added to   consumer                holds t.mu only to decide;
 //	  e.runs, group put in t's outbox and                           submits after unlocking
 //	  submitted after unlock
@@ -50,6 +53,7 @@ import (
 	"errors"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
@@ -122,7 +126,7 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 				e.loader.promo.push(int64(ent.Key))
 				continue
 			}
-			e.admit(ent)
+			e.gates.admit(ent)
 		}
 		select {
 		case <-ctx.Done():
@@ -138,8 +142,13 @@ func (e *Engine) consume(ctx context.Context, q *wheel.ReadyQueue[*task]) {
 // asks the concurrency gate for (core_concgate.go); a fire without room waits there, and
 // concLoop brings it back with its slot. A slot that fire does not hand on to a run is given
 // back.
-func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
+//
+// pm is its room in the pace of records to sends (core_pace.go), taken before t.mu (the
+// gates' fire, set at New, waits for it or parks the entry with its downstream): given back
+// here unless a run took it (pm emptied).
+func (e *Engine) fire(ent *wheel.Entry[*task], adm admission, pm *permit) {
 	defer func() { e.conc.release(adm.slot) }() // the run took it, if it left (adm.slot emptied)
+	defer func() { pm.release() }()
 	t := ent.Value
 	t.mu.Lock()
 	if !t.evicted {
@@ -148,7 +157,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 				// The shard is still held but its renewal is overdue (a slow database): the
 				// fire waits for the renewal, armed again for the same nominal time, and
 				// goes once the gate opens, or leaves with the task if the shard is dropped.
-				e.armAt(t, t.entDue, e.nowMS()+gateRetry.Milliseconds())
+				e.loader.armAt(t, t.entDue, e.nowMS()+gateRetry.Milliseconds())
 				t.mu.Unlock()
 				return
 			}
@@ -158,7 +167,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 				t.ent = nil
 			}
 			if !e.own.current(t) {
-				e.evict(t)
+				e.loader.evict(t)
 			}
 			t.mu.Unlock()
 			return
@@ -206,7 +215,7 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 			return
 		}
 	}
-	if !e.offerFire(t, ent, sched, &adm) { // core_clusterslots.go
+	if !e.gates.offerFire(t, ent, sched, &adm) { // core_clusterslots.go
 		// Its group or key is at its limit (on a sharded engine: is limited, and its slot is
 		// claimed in the store): the entry waits in the gate, still the task's armed entry
 		// (t.ent), and fires when a run of it ends.
@@ -239,18 +248,22 @@ func (e *Engine) fire(ent *wheel.Entry[*task], adm admission) {
 	e.runs.add(t, run, adm.slot)
 	adm.slot = concSlot{} // the run holds it now; runsInFlight.take releases it
 	def := t.def
-	g := &persist.Group{
-		Fires: []model.Run{run}, // the fire record (docs/ha.md): refused if this fire was dispatched
-		Done:  func(err error) { e.dispatchDurable(t, def, run, err) },
-	}
+	paced := pm
+	pm = nil // the run holds it now, until its request is handed to the wire
+	// The fire record (docs/ha.md): refused if this fire was dispatched. Done sends the run
+	// the record holds (the writer only reads it), so that the run is not copied to the heap
+	// once more for the closure.
+	g := &persist.Group{Fires: []model.Run{run}}
+	g.Done = func(err error) { e.dispatchPaced(t, def, g.Fires[0], def.Params, err, paced) }
 	// Submitted by e.unlock, after the task's earlier groups (the end of its last run).
 	e.commitGroupLocked(t, g, func(error) {
 		// Only when the writer has stopped: the fire record never reached the store, so the
 		// store still says SCHEDULED and the fire happens after a restart.
+		paced.release()
 		e.runs.take(ticket, nil, nil)
 	})
 	e.m.triggers.Inc()
-	e.place(t) // cancel_other arms the next fire while this run is in flight
+	e.loader.place(t) // cancel_other arms the next fire while this run is in flight
 	e.unlock(t)
 }
 
@@ -270,6 +283,9 @@ func (t *task) fireDetail(from model.State, jitter int64, waited string) string 
 			detail += "; "
 		}
 		detail += waited
+	}
+	if n := t.keyNote(); n != "" {
+		detail = joinWait(detail, n)
 	}
 	return detail
 }
@@ -292,16 +308,67 @@ func downstreamOf(def *model.TaskDef) string {
 	if def.Callback.Type == model.CallbackExecutor {
 		return def.Callback.App
 	}
+	if h, ok := plainHost(def.Callback.URL); ok {
+		return h
+	}
 	if u, err := url.Parse(def.Callback.URL); err == nil {
 		return u.Host
 	}
 	return ""
 }
 
+// plainHost is url.Parse(raw).Host without parsing, for the URLs callbacks have: http or
+// https, a host of letters, digits, dots and dashes with an optional numeric port, and
+// nothing after it that url.Parse could refuse (a percent escape or a control byte). It
+// reports false for anything else, which the caller parses. Every fire names its downstream
+// (the run row, the rate limit), and url.Parse allocated a URL for it each time.
+func plainHost(raw string) (string, bool) {
+	rest, ok := strings.CutPrefix(raw, "http://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(raw, "https://"); !ok {
+			return "", false
+		}
+	}
+	end, port := len(rest), -1
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if c == '/' || c == '?' || c == '#' {
+			end = i
+			break
+		}
+		switch {
+		case c == ':' && port < 0:
+			port = i
+		case c >= '0' && c <= '9':
+		case port < 0 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-'):
+		default:
+			return "", false
+		}
+	}
+	if end == 0 || port == 0 || port == end-1 {
+		return "", false
+	}
+	for i := end; i < len(rest); i++ {
+		if c := rest[i]; c == '%' || c < ' ' || c == 0x7f {
+			return "", false
+		}
+	}
+	return rest[:end], true
+}
+
 // dispatchDurable runs on a completion goroutine (core_submit.go) when the fire record is durable
-// (or failed). It must not block: it delays the completions of the tasks sharing its lane.
-func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err error) {
+// (or failed), and sends run with params. It must not block: it delays the completions of
+// the tasks sharing its lane.
+func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, params json.RawMessage, err error) {
+	e.dispatchPaced(t, def, run, params, err, nil)
+}
+
+// dispatchPaced is dispatchDurable for a fire that holds pm, its place in the pace of
+// records to sends (core_pace.go): released as the request is handed to the wire, or here
+// when it is not sent.
+func (e *Engine) dispatchPaced(t *task, def *model.TaskDef, run model.Run, params json.RawMessage, err error, pm *permit) {
 	if err != nil {
+		pm.release()
 		duplicate := errors.Is(err, persist.ErrDuplicateFire)
 		failed := func() { // caller holds t.mu
 			if duplicate {
@@ -309,7 +376,7 @@ func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err
 			} else {
 				e.writeFailed(t, err)
 			}
-			e.place(t)
+			e.loader.place(t)
 		}
 		taken := e.runs.take(run.Ticket, nil, func(*flight) {
 			t.mu.Lock()
@@ -334,14 +401,14 @@ func (e *Engine) dispatchDurable(t *task, def *model.TaskDef, run model.Run, err
 	t.mu.Lock()
 	t.pending--
 	t.mu.Unlock()
-	e.send(t, def, run, def.Params)
+	e.sendPaced(t, def, run, params, pm)
 }
 
 // runBody is the JSON a run carries to its callback (docs/protocol.md).
 type runBody = protocol.Run
 
 // dedupTTL is the longest span over which runs of one fire can arrive, plus five minutes.
-func (e *Engine) dedupTTL(def *model.TaskDef) time.Duration {
+func (e *base) dedupTTL(def *model.TaskDef) time.Duration {
 	timeout := time.Duration(def.TimeoutSec) * time.Second
 	span := timeout
 	for k := 1; k <= def.RetryCount; k++ {
@@ -356,13 +423,20 @@ func (e *Engine) dedupTTL(def *model.TaskDef) time.Duration {
 
 // send delivers a durable run to its callback.
 func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.RawMessage) {
+	e.sendPaced(t, def, run, params, nil)
+}
+
+// sendPaced is send for a run that holds pm, its place in the pace of records to sends
+// (core_pace.go): released when its request is handed to the wire (the send gate is asked),
+// when its executor call begins, or when it is not sent at all.
+func (e *Engine) sendPaced(t *task, def *model.TaskDef, run model.Run, params json.RawMessage, pm *permit) {
 	// The deadline counts from the send, not from the decision: a slow commit must not eat
 	// the run's time, let alone time it out before it is sent.
 	sentAt := e.now()
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()
-	epoch, shard := e.runEpoch(t)
-	gate := e.sendGate(t)
+	epoch, shard := e.own.runEpoch(t)
+	gate := e.own.sendGate(t)
 	if run.ScheduledAt > 0 && run.Kind != model.RunBackfill {
 		// Late against when the fire was meant to leave: its nominal time plus its jitter.
 		// A backfill's runs are of past fire times by design: their lag says nothing.
@@ -381,65 +455,36 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 		req := &dispatch.Request{
 			URL: def.Callback.URL, Task: def.Name, Ticket: run.Ticket, Attempt: run.Attempt,
 			Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend,
-			Epoch: epoch, Gate: gate,
+			Epoch: epoch, Gate: onWire(pm, gate),
 		}
 		if IsStepTask(def.Name) {
 			req.KeepBody = StepOutputMax // a step's output is its response body (steps.go)
 		}
 		err := e.disp.Send(req, func(o dispatch.Outcome) {
-			if e.holdUnsent(t, run, o.Err, func() { e.send(t, def, run, params) }) {
+			pm.release() // a request refused before its gate was asked
+			// o.Err first: the retry closure is built (and allocated) only for a run held back.
+			if o.Err != nil && e.own.holdUnsent(t, run, o.Err, func() { e.send(t, def, run, params) }) {
 				return
 			}
 			e.endRun(t, run, httpOutcome(o, run.Executor))
 		})
 		if err != nil {
+			pm.release()
 			e.notSent(t, run, "not sent: "+err.Error())
 		}
 	case model.CallbackExecutor:
-		err := e.disp.Go(func() { e.sendToExecutor(t, def, run, body, deadline, func() { e.send(t, def, run, params) }) })
+		err := e.disp.Go(func() {
+			pm.release() // its offer begins
+			e.sendToExecutor(t, def, run, body, deadline, func() { e.send(t, def, run, params) })
+		})
 		if err != nil {
+			pm.release()
 			e.notSent(t, run, "not sent: "+err.Error())
 		}
 	default:
+		pm.release()
 		e.notSent(t, run, "unknown callback type "+def.Callback.Type)
 	}
-}
-
-// gateRetry is how often a fire or a send held back by an overdue lease renewal asks the
-// gate again.
-const gateRetry = 100 * time.Millisecond
-
-// holdUnsent keeps a run that the shard gate kept from being sent (err) because the shard's
-// lease renewal is overdue, while the shard is still this node's at the run's epoch: such a
-// run provably never left, and failing it would fail work that was never tried (a database
-// that stalls for a few seconds, as a Galera view change does). It asks the gate again every
-// gateRetry and sends the run (again) once it opens; it lets go once the run is no longer in
-// flight here (the shard dropped and its runs abandoned for the next owner, a kill). It
-// reports whether it holds the run; on any other error the caller ends the run as before.
-func (e *Engine) holdUnsent(t *task, run model.Run, err error, again func()) bool {
-	if !e.cfg.Sharded || !errors.Is(err, dispatch.ErrGated) || !errors.Is(err, model.ErrLeaseDeadline) {
-		return false
-	}
-	shard, epoch := t.shard, t.sepoch
-	e.m.heldUnsent.Inc()
-	go func() {
-		for {
-			<-e.cfg.Clock.After(gateRetry)
-			if !e.runs.has(run.Ticket) {
-				return // abandoned with its shard, or ended another way
-			}
-			switch err := e.shardGate(shard, epoch, false); {
-			case err == nil:
-				again()
-				return
-			case !errors.Is(err, model.ErrLeaseDeadline):
-				// The shard left this node: DropShards abandons the run (the next owner
-				// recovers it from its fire record); nothing more to do here.
-				return
-			}
-		}
-	}()
-	return true
 }
 
 // notSent records a run the dispatcher refused as failed. It does so on its own goroutine:

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -373,14 +373,4 @@ func (r *runsInFlight) wait(ctx context.Context) error {
 
 // RunsInFlight lists the runs this engine has sent and not yet ended: periodic, run-now and
 // executor runs, including those adopted from the store at start.
-func (e *Engine) RunsInFlight() []model.Run { return e.runs.list() }
-
-// loseRunsOn resolves as lost the runs in flight on x, an executor found lost.
-func (e *Engine) loseRunsOn(x *dispatch.Executor) {
-	for _, ticket := range e.runs.on(x) {
-		e.runs.take(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
-			e.resolve(f.t, f.run, outcome{result: model.ResultLost, executor: x.Address,
-				errText: "executor " + x.Address + " was lost with the run in flight"})
-		})
-	}
-}
+func (e *API) RunsInFlight() []model.Run { return e.runs.list() }

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 )
 
 // TestRunsInFlightSettleOnce races a result against the timeout for many runs: exactly one
 // of them ends each run, and the drain count reaches zero only after both returned.
 func TestRunsInFlightSettleOnce(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	var r runsInFlight
 	r.init(clk, newConcGate(clk))
@@ -62,6 +63,7 @@ func TestRunsInFlightSettleOnce(t *testing.T) {
 // TestRunsInFlightTimeoutFromTheClock: the timeout fires when the engine's clock reaches the
 // deadline, not before, and a refused executor's report can no longer end the run.
 func TestRunsInFlightTimeoutFromTheClock(t *testing.T) {
+	t.Parallel()
 	clk := clock.NewFake(time.UnixMilli(1_700_000_000_000))
 	var r runsInFlight
 	r.init(clk, newConcGate(clk))

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -19,6 +19,7 @@ import (
 // TestJitterOffset: the offset is a function of (name, nominal time, bound) alone, within
 // [0, bound], 0 without a bound, and spread over the bound rather than stuck at one value.
 func TestJitterOffset(t *testing.T) {
+	t.Parallel()
 	const bound = 30
 	base := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC).UnixMilli()
 	seen := map[int64]bool{}
@@ -106,6 +107,7 @@ func advanceTo(clk *clock.Fake, at time.Time, step time.Duration) {
 // that falls between a fire's nominal time and its offset (past the misfire threshold from
 // the nominal time) the new engine arms the same instant: no misfire, no early fire.
 func TestJitteredFiresLeaveAtTheirOffset(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -199,6 +201,7 @@ func TestJitteredFiresLeaveAtTheirOffset(t *testing.T) {
 // instant plus the threshold it follows the misfire policy (skip records the skipped run
 // under its nominal time), and before it, it does not.
 func TestJitterMisfireJudgesTheOffset(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		clk := clock.NewFake(time.Now())
@@ -244,6 +247,7 @@ func TestJitterMisfireJudgesTheOffset(t *testing.T) {
 // fire leaves at its nominal time plus its own offset, below the bound, in order; the
 // schedule's smallest gap there is the half hour, which is what jitter_sec must stay below.
 func TestJitterAcrossDST(t *testing.T) {
+	t.Parallel()
 	ny, err := cron.LoadLocation("America/New_York")
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +313,7 @@ func isFieldErr(err error, field string) bool {
 // TestJitterValidation: jitter_sec is 0..MaxJitterSec, cron only, and below the schedule's
 // smallest gap between fires; every refusal names the field.
 func TestJitterValidation(t *testing.T) {
+	t.Parallel()
 	base := func() *wire.TaskSpec {
 		s := httpSpec("v", "http://127.0.0.1:1/")
 		s.Cron, s.Timezone = "0 3 * * *", "UTC"

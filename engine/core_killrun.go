@@ -29,14 +29,14 @@ func killText(by, reason string) string {
 const maxKillReason = 1024
 
 // Kill ends every run of the named task in flight (KillTask without a reason).
-func (e *Engine) Kill(ctx context.Context, name, actor string) (*model.Task, error) {
+func (e *API) Kill(ctx context.Context, name, actor string) (*model.Task, error) {
 	return e.KillTask(ctx, name, "", actor)
 }
 
 // KillTask ends every run of the named task in flight here: its periodic run, its allow_all
 // runs, its run-now and backfill runs. It answers ErrConflict when none is in flight (or all
 // were ending already), and returns the task as the kills left it.
-func (e *Engine) KillTask(ctx context.Context, name, reason, actor string) (*model.Task, error) {
+func (e *API) KillTask(ctx context.Context, name, reason, actor string) (*model.Task, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -86,7 +86,7 @@ func (e *Engine) KillTask(ctx context.Context, name, reason, actor string) (*mod
 // no run has is ErrRunNotFound; a run that has ended, or is not in flight here, ErrConflict;
 // a run of a shard this node does not schedule, model.ErrShardNotHeld (the API passes the call on
 // to the shard's owner).
-func (e *Engine) KillRun(ctx context.Context, ticket, reason, actor string) (*model.Run, error) {
+func (e *API) KillRun(ctx context.Context, ticket, reason, actor string) (*model.Run, error) {
 	if err := e.checkRunning(); err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func (e *Engine) KillRun(ctx context.Context, ticket, reason, actor string) (*mo
 
 // killTicket kills the run with ticket and returns its record; for a periodic run also the
 // task's runtime as the kill committed it.
-func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (*model.Run, *model.Runtime, error) {
+func (e *API) killTicket(ctx context.Context, ticket, reason, actor string) (*model.Run, *model.Runtime, error) {
 	ft := e.runs.taskOf(ticket)
 	if ft == nil {
 		return nil, nil, e.notInFlight(ctx, ticket)
@@ -176,7 +176,7 @@ func (e *Engine) killTicket(ctx context.Context, ticket, reason, actor string) (
 
 // noteKilled sets the task's last result to killed after a run-now or backfill run's kill:
 // the operator sees on the task that its newest end was a kill.
-func (e *Engine) noteKilled(ctx context.Context, id int64) error {
+func (e *API) noteKilled(ctx context.Context, id int64) error {
 	t, err := e.acquire(ctx, id, acquireOpts{})
 	if errors.Is(err, model.ErrTaskNotFound) {
 		return nil
@@ -208,7 +208,7 @@ func waitKill(ctx context.Context, done <-chan error) error {
 }
 
 // notInFlight says why ticket, not in flight here, cannot be killed.
-func (e *Engine) notInFlight(ctx context.Context, ticket string) error {
+func (e *API) notInFlight(ctx context.Context, ticket string) error {
 	run, err := e.store.GetRun(ctx, ticket)
 	if errors.Is(err, model.ErrRunNotFound) {
 		return fmt.Errorf("%w: %s", model.ErrRunNotFound, ticket)

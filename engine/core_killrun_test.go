@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -15,6 +15,7 @@ import (
 // TestKillRunByTicketAllowAll: one of two allow_all runs in flight is killed by its ticket
 // with a reason; the other goes on; the task's last result is killed.
 func TestKillRunByTicketAllowAll(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(time.Now())
@@ -29,27 +30,27 @@ func TestKillRunByTicketAllowAll(t *testing.T) {
 			in, _ := h.inside()
 			return in == 2
 		})
-		flying := e.RunsInFlight()
+		flying := e.API().RunsInFlight()
 		if len(flying) != 2 {
 			t.Fatalf("%d runs in flight, want 2", len(flying))
 		}
-		run, err := e.KillRun(ctx, flying[0].Ticket, "INC-9", "ops")
+		run, err := e.API().KillRun(ctx, flying[0].Ticket, "INC-9", "ops")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if run.Ticket != flying[0].Ticket || run.Result != model.ResultKilled || run.Error != "killed by ops: INC-9" {
 			t.Errorf("the killed run = %+v", run)
 		}
-		if left := e.RunsInFlight(); len(left) != 1 || left[0].Ticket != flying[1].Ticket {
+		if left := e.API().RunsInFlight(); len(left) != 1 || left[0].Ticket != flying[1].Ticket {
 			t.Errorf("runs in flight after one kill = %+v, want only %s", left, flying[1].Ticket)
 		}
-		if pt, _ := e.GetTask(ctx, "beside"); pt == nil || pt.Runtime.LastResult != model.ResultKilled {
+		if pt, _ := e.API().GetTask(ctx, "beside"); pt == nil || pt.Runtime.LastResult != model.ResultKilled {
 			t.Errorf("the task after the kill = %+v", pt)
 		}
-		if _, err := e.KillRun(ctx, flying[0].Ticket, "", "ops"); !errors.Is(err, ErrConflict) {
+		if _, err := e.API().KillRun(ctx, flying[0].Ticket, "", "ops"); !errors.Is(err, ErrConflict) {
 			t.Errorf("a second kill = %v, want ErrConflict", err)
 		}
-		if _, err := e.KillRun(ctx, "nope", "", "ops"); !errors.Is(err, ErrRunNotFound) {
+		if _, err := e.API().KillRun(ctx, "nope", "", "ops"); !errors.Is(err, ErrRunNotFound) {
 			t.Errorf("a kill of an unknown ticket = %v, want ErrRunNotFound", err)
 		}
 		h.release()
@@ -59,19 +60,20 @@ func TestKillRunByTicketAllowAll(t *testing.T) {
 // TestKillRunByTicketBackfill: a backfill's run in flight is killed by its ticket; the
 // backfill counts it and goes on with its next fire time.
 func TestKillRunByTicketBackfill(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		h := newHangingServer(t, clock.Real)
 		e := startEngine(t, s)
 		cronTask(t, e, "minutely", "* * * * *", "UTC", h.URL)
 		from := mustTime(t, "2026-01-01T00:00:00Z")
-		v, err := e.Backfills().Create(ctx, "minutely", BackfillRequest{From: from, To: from.Add(2 * time.Minute), Parallel: 1}, "test")
+		v, err := e.API().Backfills().Create(ctx, "minutely", BackfillRequest{From: from, To: from.Add(2 * time.Minute), Parallel: 1}, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
 		var first model.Run
 		waitFor(t, 30*time.Second, "a backfill run in flight", func() bool {
-			for _, r := range e.RunsInFlight() {
+			for _, r := range e.API().RunsInFlight() {
 				if r.Kind == model.RunBackfill {
 					first = r
 					return true
@@ -79,7 +81,7 @@ func TestKillRunByTicketBackfill(t *testing.T) {
 			}
 			return false
 		})
-		run, err := e.KillRun(ctx, first.Ticket, "wrong range", "ops")
+		run, err := e.API().KillRun(ctx, first.Ticket, "wrong range", "ops")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +89,7 @@ func TestKillRunByTicketBackfill(t *testing.T) {
 			t.Errorf("the killed backfill run = %+v", run)
 		}
 		waitFor(t, 30*time.Second, "the backfill's next run", func() bool {
-			for _, r := range e.RunsInFlight() {
+			for _, r := range e.API().RunsInFlight() {
 				if r.Kind == model.RunBackfill && r.Ticket != first.Ticket {
 					return true
 				}

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -45,6 +45,7 @@ type nextRow struct {
 }
 
 func TestDecideNext(t *testing.T) {
+	t.Parallel()
 	hourly := "0 * * * *"
 	rows := []nextRow{
 		{name: "skip: fires due while the run was in flight are skipped, counted and named", expr: hourly,
@@ -161,6 +162,7 @@ func checkNextRows(t *testing.T, rows []nextRow, decide func(nextInput) nextPlan
 // TestDecideParallel: under allow_all the next fire is decided when a fire leaves, and no run
 // in flight ever holds one back.
 func TestDecideParallel(t *testing.T) {
+	t.Parallel()
 	hourly := "0 * * * *"
 	checkNextRows(t, []nextRow{
 		{name: "the schedule's next fire, whatever is in flight", expr: hourly, overlap: model.OverlapAllowAll,
@@ -184,6 +186,7 @@ func TestDecideParallel(t *testing.T) {
 }
 
 func TestDecideCatchup(t *testing.T) {
+	t.Parallel()
 	hourly := "0 * * * *"
 	rows := []struct {
 		name        string
@@ -245,6 +248,7 @@ func TestDecideCatchup(t *testing.T) {
 // decideNext, as the ends of its runs do: every missed fire within the window runs once, in
 // order, and the fire after the catch-up is the overlap policy's.
 func TestCatchupPacesOneFireAtATime(t *testing.T) {
+	t.Parallel()
 	span := testSpan(t, "*/10 * * * *", "America/New_York", 0)
 	// An outage over New York's spring-forward night (2026-03-08 02:00 EST → 03:00 EDT).
 	due, now := utc("2026-03-08T05:00:00Z"), utc("2026-03-08T08:05:00Z")

@@ -55,10 +55,10 @@ func (e *Engine) fireParallel(t *task, sched, now int64, slot concSlot, detail s
 	}
 	p := decideParallel(nextInput{
 		Span: t.span(), Overlap: t.def.OverlapPolicy, Misfire: t.def.MisfirePolicy, Threshold: e.cfg.MisfireThreshold,
-		CatchupFrom: t.catchupFrom, CatchupUntil: t.catchupUntil, Last: sched, Now: now,
+		CatchupFrom: t.catchupFrom, CatchupUntil: t.catchupBound(now), Last: sched, Now: now,
 	})
 	if p.CatchupDone {
-		t.catchupFrom, t.catchupUntil = 0, 0
+		t.clearCatchup()
 	}
 	var acts []model.Action
 	for _, r := range p.Records {
@@ -98,7 +98,7 @@ func (e *Engine) fireParallel(t *task, sched, now int64, slot concSlot, detail s
 		e.runs.take(ticket, nil, nil)
 	})
 	e.m.triggers.Inc()
-	e.place(t) // arms the next fire now: it does not wait for this run
+	e.loader.place(t) // arms the next fire now: it does not wait for this run
 	e.unlock(t)
 }
 
@@ -128,7 +128,7 @@ func (e *Engine) parallelDurable(t *task, def *model.TaskDef, run model.Run, err
 	} else {
 		e.writeFailed(t, err)
 	}
-	e.place(t)
+	e.loader.place(t)
 	t.mu.Unlock()
 	if duplicate {
 		e.fireRefused(t, def, run)
@@ -199,7 +199,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 			nrt.State, nrt.Note, nrt.PausedBy = model.StatePaused, note, model.PausedByFailures
 			acts = append(acts, e.action(t, "", ActPause, st, model.StatePaused, ActorScheduler, note, now))
 			pausedDef = &def
-			then = e.pausedOnFailureAlert(id, name, group, nrt.ConsecutiveFailures)
+			then = e.alerts.pausedOnFailureAlert(id, name, group, nrt.ConsecutiveFailures)
 		}
 	}
 	runs := []model.Run{run}
@@ -221,7 +221,7 @@ func (e *Engine) endParallelLocked(t *task, run model.Run, oc outcome, killedBy 
 	}
 	feed := breakerFeedOf(run.Result)
 	return func() {
-		e.recordHealth(id, name, group, feed)
+		e.alerts.recordHealth(&e.brk, id, name, group, feed)
 		if finalFailure != "" {
 			e.alerts.raiseFor(context.Background(), AlertFinalFailure, id, name, group, finalFailure)
 		}
@@ -234,28 +234,4 @@ func (e *Engine) completeParallel(t *task, run model.Run, oc outcome) {
 	after := e.endParallelLocked(t, run, oc, "")
 	e.unlock(t)
 	after()
-}
-
-// recoverParallelRuns adopts the runs of allow_all tasks that a previous process left in
-// flight (ListOpenParallelRuns), as run-now instances are adopted; a run recovered already as
-// a periodic one is skipped.
-func (e *Engine) recoverParallelRuns(ctx context.Context) error {
-	runs, err := e.store.ListOpenParallelRuns(ctx)
-	if err != nil {
-		return err
-	}
-	n := 0
-	for _, run := range runs {
-		if e.runs.has(run.Ticket) {
-			continue
-		}
-		if err := e.adoptInstance(ctx, run, nil); err != nil {
-			return err
-		}
-		n++
-	}
-	if n > 0 {
-		e.log.Warn("recovered allow_all runs left in flight by the previous process", "runs", n)
-	}
-	return nil
 }

@@ -35,9 +35,9 @@ func pausedOnFailureNote(count, bound int) string {
 // pausedOnFailureAlert returns the alert of a pause on failure, raised once the pause is
 // durable (a then of commit, on its own goroutine): a pause the store refused
 // raises none.
-func (e *Engine) pausedOnFailureAlert(id int64, name, group string, count int) func() {
+func (e *Alerts) pausedOnFailureAlert(id int64, name, group string, count int) func() {
 	return func() {
-		e.alerts.raiseFor(context.Background(), AlertPausedOnFailure, id, name, group,
+		e.raiseFor(context.Background(), AlertPausedOnFailure, id, name, group,
 			fmt.Sprintf("%s paused after %d consecutive failed runs", name, count))
 	}
 }

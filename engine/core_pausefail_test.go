@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -49,7 +49,7 @@ func waitPaused(t *testing.T, e *Engine, clk *clock.Fake, name string) *model.Ta
 	var pt *model.Task
 	waitAdvancing(t, clk, 100*time.Millisecond, 20*time.Second, name+" to pause", func() bool {
 		var err error
-		pt, err = e.GetTask(context.Background(), name)
+		pt, err = e.API().GetTask(context.Background(), name)
 		return err == nil && pt.Runtime.State == model.StatePaused
 	})
 	waitSettled(t, e)
@@ -63,7 +63,7 @@ func wantPauseRecords(t *testing.T, e *Engine, name string, n int) {
 	t.Helper()
 	sent := func() int {
 		k := 0
-		for _, d := range e.Alerts().Recent() {
+		for _, d := range e.API().Alerts().Recent() {
 			if d.Kind == AlertPausedOnFailure && d.Task == name {
 				k++
 			}
@@ -104,6 +104,7 @@ func pauseRecords(t *testing.T, e *Engine, name string) (pauses, alerts int) {
 // pause record and one alert; nothing fires while it is paused; resumed, it fails the bound
 // again before the next pause.
 func TestPauseAfterConsecutiveFailures(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.status = func(call) int { return 500 }
@@ -138,7 +139,7 @@ func TestPauseAfterConsecutiveFailures(t *testing.T) {
 		}
 
 		// Resumed: three more failures, not one, before the next pause.
-		pt, err = e.Resume(context.Background(), "pf", "", "test")
+		pt, err = e.API().Resume(context.Background(), "pf", "", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,6 +156,7 @@ func TestPauseAfterConsecutiveFailures(t *testing.T) {
 
 // TestPauseOnFailureSuccessResets: a success between failures starts the count again.
 func TestPauseOnFailureSuccessResets(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		// fail, fail, success, fail, fail, fail: paused after the sixth run, not the fourth.
@@ -166,7 +168,7 @@ func TestPauseOnFailureSuccessResets(t *testing.T) {
 		mustCreate(t, e, pauseFailSpec("pf-reset", cs.URL, 3))
 		var seen model.Runtime
 		waitAdvancing(t, clk, 100*time.Millisecond, 20*time.Second, "the success", func() bool {
-			pt, err := e.GetTask(context.Background(), "pf-reset")
+			pt, err := e.API().GetTask(context.Background(), "pf-reset")
 			if err == nil {
 				seen = pt.Runtime
 			}
@@ -191,6 +193,7 @@ func TestPauseOnFailureSuccessResets(t *testing.T) {
 
 // TestPauseOnFailureCountsARunOnce: the attempts of one run (its retries) are one failure.
 func TestPauseOnFailureCountsARunOnce(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.status = func(call) int { return 500 }
@@ -204,10 +207,10 @@ func TestPauseOnFailureCountsARunOnce(t *testing.T) {
 		mustCreate(t, e, spec)
 		// The first run: three attempts, one failure, no pause.
 		waitAdvancing(t, clk, 100*time.Millisecond, 20*time.Second, "the first run's end", func() bool {
-			pt, err := e.GetTask(context.Background(), "pf-retry")
+			pt, err := e.API().GetTask(context.Background(), "pf-retry")
 			return err == nil && pt.Runtime.FailureCount == 1
 		})
-		pt, err := e.GetTask(context.Background(), "pf-retry")
+		pt, err := e.API().GetTask(context.Background(), "pf-retry")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,6 +229,7 @@ func TestPauseOnFailureCountsARunOnce(t *testing.T) {
 // engine (a restart, or a promotion, which starts an engine the same way): two failures
 // before the restart and one after pause a task whose bound is 3, and not earlier.
 func TestPauseOnFailureCountSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.status = func(call) int { return 500 }
@@ -234,7 +238,7 @@ func TestPauseOnFailureCountSurvivesRestart(t *testing.T) {
 		a := startEngine(t, s, withFakeClock(clk))
 		mustCreate(t, a, pauseFailSpec("pf-restart", cs.URL, 3))
 		waitAdvancing(t, clk, 100*time.Millisecond, 20*time.Second, "two failures", func() bool {
-			pt, err := a.GetTask(context.Background(), "pf-restart")
+			pt, err := a.API().GetTask(context.Background(), "pf-restart")
 			return err == nil && pt.Runtime.FailureCount >= 2
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -256,7 +260,7 @@ func TestPauseOnFailureCountSurvivesRestart(t *testing.T) {
 		}
 
 		b := startEngine(t, s, withFakeClock(clk))
-		pt, err := b.GetTask(ctx, "pf-restart")
+		pt, err := b.API().GetTask(ctx, "pf-restart")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,6 +278,7 @@ func TestPauseOnFailureCountSurvivesRestart(t *testing.T) {
 // TestPauseAfterFailuresValidation: the bound is 0..MaxPauseAfterFailures, and an error
 // names the field.
 func TestPauseAfterFailuresValidation(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{-1, MaxPauseAfterFailures + 1} {
 		spec := pauseFailSpec("v", "http://127.0.0.1:1/", n)
 		_, err := Normalize(spec, "UTC")

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/ratelimit"
 	"github.com/axe-sched/axe/wheel"
 )
@@ -186,7 +186,7 @@ func joinWait(a, b string) string {
 }
 
 // loop drains the buffers as tokens come.
-func (e *Engine) gateLoop(ctx context.Context) {
+func (e *gates) gateLoop(ctx context.Context) {
 	defer e.loopsWG.Done()
 	g := e.gate
 	timer := e.cfg.Clock.NewTimer(time.Hour)
@@ -214,17 +214,17 @@ func (e *Engine) gateLoop(ctx context.Context) {
 
 // admit passes an entry popped from a ready queue through the rate gate to fire, which asks
 // the concurrency gate (core_concgate.go).
-func (e *Engine) admit(ent *wheel.Entry[*task]) { e.admitRate(ent, admission{}) }
+func (e *gates) admit(ent *wheel.Entry[*task]) { e.admitRate(ent, admission{}) }
 
 // admitRate passes an entry, with what the concurrency gate gave it, through the rate gate.
-func (e *Engine) admitRate(ent *wheel.Entry[*task], adm admission) {
+func (e *gates) admitRate(ent *wheel.Entry[*task], adm admission) {
 	if !e.gate.limited.Load() {
 		e.fire(ent, adm)
 		return
 	}
 	t := ent.Value
 	t.mu.Lock()
-	key := downstreamOf(t.def)
+	key := t.rateKey()
 	t.mu.Unlock()
 	if e.gate.offer(key, ent, adm) {
 		e.fire(ent, adm)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -25,57 +24,72 @@ const openFireMargin = time.Minute
 // into memory and resolves the run as recovery does: an executor run waits for its result,
 // an HTTP run is re-sent (on_lost: resend) or recorded lost. It reports false when a copy of
 // t is in memory already. t must be RUNNING with run as its current ticket.
-func (e *Engine) takeOverRun(t *task, run model.Run) bool {
-	if in, _ := e.own.insert(t, false); !in {
+func (r *Recovery) takeOverRun(t *task, run model.Run) bool {
+	if in, _ := r.own.insert(t, false); !in {
 		return false // a copy is in memory, or the shard is not held
 	}
 	t.mu.Lock()
 	t.periodic = run.Ticket
 	t.flying++
 	// It counts in its group and key before anything fires (design.md, Concurrency limits).
-	slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey)
-	if w := t.catchupWindow(); w > 0 {
+	slot := r.gates.conc.force(t.def.Group, t.runKey(run))
+	now := r.nowMS()
+	if r.own.handedOver(t.shard) > 0 && t.def.Trigger == model.TriggerCron && t.sched != nil {
+		// Its shard was handed over (core_shards.go, invariant 6) while this run outlived the
+		// giver's drain: the fires due since are a catch-up, decided at the end of this run
+		// (decideNext), each run once, as adopt decides those of a task not in flight.
+		late := max(0, now-t.fireAt(run.ScheduledAt))
+		t.catchupFrom, t.catchupUntil = run.ScheduledAt, now
+		t.catchupFollow = now + 2*late + r.cfg.MisfireThreshold.Milliseconds()
+	} else if w := t.catchupWindow(); w > 0 {
 		// Taken up after downtime: the fires missed up to now are the catch-up's, decided at
 		// the end of this run (decideNext), as adopt decides those of a task not in flight.
-		now := e.nowMS()
 		t.catchupFrom, t.catchupUntil = now-int64(w)*1000, now
 	}
 	t.mu.Unlock()
-	e.runs.add(t, run, slot)
+	r.runs.add(t, run, slot)
 	t.mu.Lock()
-	e.place(t) // cancel_other arms the next fire while the run is in flight
+	r.loader.place(t) // cancel_other arms the next fire while the run is in flight
 	t.mu.Unlock()
+	if heldBack(run) {
+		// Its previous owner held it back unsent and recorded so: never sent, it is sent
+		// now under its fire record, whatever on_lost says (core_heldback.go).
+		r.core.refireHeld(t, run, nil)
+		return true
+	}
 	if t.def.Callback.Type == model.CallbackExecutor {
 		// An SDK executor re-sends its result until acknowledged: wait for it, under the
 		// run's own deadline, as if this process had sent the run.
-		e.adoptExecRun(t, run, e.registry.Get(t.def.Callback.App, run.Executor))
+		r.adoptExecRun(t, run, r.executors.reg.Get(t.def.Callback.App, run.Executor))
 		return true
 	}
 	if t.def.OnLost == persist.OnLostResend { // an HTTP run: executor runs were adopted above
-		e.resendLost(t, run)
+		r.resendLost(t, run)
 		return true
 	}
-	e.holdLost(t, run)
-	e.endRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
+	r.holdLost(t, run)
+	r.core.endRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return true
 }
 
 // holdLost keeps a slot of t's group and key for an HTTP run recorded lost at start until
 // the run's deadline: its end is recorded, but the endpoint may still be running it, and a
 // new run must not start beside it over the limit.
-func (e *Engine) holdLost(t *task, run model.Run) {
+func (r *Recovery) holdLost(t *task, run model.Run) {
 	t.mu.Lock()
-	group, key, timeout := t.def.Group, t.def.ConcurrencyKey, time.Duration(t.def.TimeoutSec)*time.Second
+	group, key, timeout := t.def.Group, t.runKey(run), time.Duration(t.def.TimeoutSec)*time.Second
 	shard, epoch := t.shard, t.sepoch
 	t.mu.Unlock()
-	sl := e.conc.force(group, key)
-	if e.conc.cl != nil {
+	sl := r.gates.conc.force(group, key)
+	deadline := time.UnixMilli(run.DispatchedAt).Add(timeout)
+	if r.gates.conc.cl != nil {
 		// On a sharded engine the hold has rows of its own, written before the run's end
-		// deletes the run's (core_clusterslots.go).
-		sl.ticket, sl.epoch = run.Ticket+"~lost", epoch
-		e.holdRows(group, key, sl.ticket, shard, epoch)
+		// deletes the run's, and named with its deadline, so that a next owner of the shard
+		// keeps them until then (core_clusterslots.go).
+		sl.ticket, sl.epoch = persist.HoldTicket(run.Ticket, deadline.UnixMilli()), epoch
+		r.gates.holdRows(group, key, sl.ticket, shard, epoch)
 	}
-	e.conc.releaseAt(sl, time.UnixMilli(run.DispatchedAt).Add(timeout))
+	r.gates.conc.releaseAt(sl, deadline)
 }
 
 // openFire returns the open fire of t as read from the store, if there is one: its run row
@@ -126,17 +140,23 @@ func (t *task) adoptOpenFire(run model.Run) bool {
 // otherwise it takes its concurrency slot (it counts, over the limit if need be), then a
 // run on an executor is awaited and an HTTP run is recorded lost, its slot held until its
 // deadline (holdLost). track, when set, runs before the run enters e.runs.
-func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func()) error {
-	t, err := e.acquire(ctx, run.TaskID, acquireOpts{})
+func (r *Recovery) adoptInstance(ctx context.Context, run model.Run, track func()) error {
+	// A workflow step attempt held back unsent: its workflow makes its call (the step as
+	// its run's version defines it, and the params it built) again from the stored rows.
+	var step *StepCall
+	if heldBack(run) && IsStepTask(run.TaskName) {
+		step = r.steps.heldCall(ctx, run)
+	}
+	t, err := r.core.acquire(ctx, run.TaskID, acquireOpts{})
 	if err != nil {
 		if !errors.Is(err, model.ErrTaskNotFound) {
 			return err
 		}
 		// The task is gone; close the record so it does not stay "running" forever.
-		run.Result, run.EndedAt = model.ResultLost, e.nowMS()
+		run.Result, run.EndedAt = model.ResultLost, r.nowMS()
 		run.DurationMS = run.EndedAt - run.DispatchedAt
 		run.Error = "the scheduler stopped while the run was in flight and the task was deleted"
-		return e.write(ctx, &persist.Group{Runs: []model.Run{run}})
+		return r.core.write(ctx, &persist.Group{Runs: []model.Run{run}})
 	}
 	t.flying++
 	if run.Kind == model.RunScheduled {
@@ -146,20 +166,44 @@ func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func())
 		}
 		t.parallel[run.Ticket] = struct{}{}
 	}
-	x := e.registry.Get(t.def.Callback.App, run.Executor)
+	key := t.runKey(run)
+	if step != nil {
+		// The step as its run's version defines it replaces the stored definition in
+		// memory, as a start does (Steps.Start), and its key renders over its params.
+		def := t.useStepDef(step.Def)
+		key = t.concKey()
+		if k, err := model.RenderKey(def.ConcurrencyKey, step.Params); err == nil {
+			key = k
+		}
+	}
+	x := r.executors.reg.Get(t.def.Callback.App, run.Executor)
 	isExec := t.def.Callback.Type == model.CallbackExecutor
-	slot := e.conc.force(t.def.Group, t.def.ConcurrencyKey)
+	slot := r.gates.conc.force(t.def.Group, key)
 	t.mu.Unlock()
 	if track != nil {
 		track()
 	}
-	e.runs.add(t, run, slot)
-	if isExec {
-		e.adoptExecRun(t, run, x)
+	r.runs.add(t, run, slot)
+	if heldBack(run) && (step != nil || !IsStepTask(run.TaskName)) {
+		// Its previous owner held it back unsent and recorded so: a run-now, a backfill run
+		// or an allow_all run is sent now under its record, with the params it was fired
+		// with (its row holds them), as a periodic one is (takeOverRun), whatever on_lost
+		// says (core_heldback.go). A workflow step attempt is too, with the params its
+		// workflow made again above; one whose call could not be made again is resolved
+		// per on_lost, as a run in doubt is.
+		var params json.RawMessage
+		if step != nil {
+			params = step.Params
+		}
+		r.core.refireHeld(t, run, params)
 		return nil
 	}
-	e.holdLost(t, run)
-	e.endRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
+	if isExec {
+		r.adoptExecRun(t, run, x)
+		return nil
+	}
+	r.holdLost(t, run)
+	r.core.endRun(t, run, outcome{result: model.ResultLost, errText: errLostInRestart})
 	return nil
 }
 
@@ -167,13 +211,13 @@ func (e *Engine) adoptInstance(ctx context.Context, run model.Run, track func())
 // when the run row names a registered one, else nil (the address an executor accepted a
 // run at is only written with its result), in which case only the result or the deadline
 // resolves it.
-func (e *Engine) adoptExecRun(t *task, run model.Run, x *dispatch.Executor) {
+func (r *Recovery) adoptExecRun(t *task, run model.Run, x *dispatch.Executor) {
 	t.mu.Lock()
 	deadline := time.UnixMilli(run.DispatchedAt).Add(time.Duration(t.def.TimeoutSec) * time.Second)
 	t.mu.Unlock()
-	e.runs.assign(run.Ticket, x)
-	e.armExecTimeout(run.Ticket, deadline, run.Executor)
-	e.log.Info("waiting for the result of a run sent before the restart", "task", run.TaskName, "ticket", run.Ticket)
+	r.runs.assign(run.Ticket, x)
+	r.core.armExecTimeout(run.Ticket, deadline, run.Executor)
+	r.log.Info("waiting for the result of a run sent before the restart", "task", run.TaskName, "ticket", run.Ticket)
 }
 
 // ---- the recovery steps of a start, refused fires, re-sends ----
@@ -217,17 +261,17 @@ func (e *Engine) fireRefused(t *task, def *model.TaskDef, run model.Run) {
 // row has a ticket of its own, so no (task, fire time, attempt) is dispatched twice. The
 // endpoint sees X-Axe-Ticket of the first send and can de-duplicate on it. t is in memory
 // and RUNNING with run in flight (Recovery.inFlight).
-func (e *Engine) resendLost(t *task, lost model.Run) {
-	now := e.nowMS()
-	if e.conc.cl != nil {
+func (r *Recovery) resendLost(t *task, lost model.Run) {
+	now := r.nowMS()
+	if r.gates.conc.cl != nil {
 		// Its re-send's slot rows are written before the lost run's go (core_clusterslots.go).
 		t.mu.Lock()
-		group, key, shard, epoch := t.def.Group, t.def.ConcurrencyKey, t.shard, t.sepoch
+		group, key, shard, epoch := t.def.Group, t.runKey(lost), t.shard, t.sepoch
 		t.mu.Unlock()
-		e.holdRows(group, key, scheduledTicket(t.id, lost.ScheduledAt, lost.Attempt+1), shard, epoch)
+		r.gates.holdRows(group, key, scheduledTicket(t.id, lost.ScheduledAt, lost.Attempt+1), shard, epoch)
 	}
-	// The lost run leaves e.runs (Recovery.inFlight added it); its re-send takes its place.
-	e.runs.take(lost.Ticket, nil, func(*flight) {
+	// The lost run leaves r.runs (Recovery.inFlight added it); its re-send takes its place.
+	r.runs.take(lost.Ticket, nil, func(*flight) {
 		t.mu.Lock()
 		t.runLeft(lost.Ticket)
 		t.mu.Unlock()
@@ -252,10 +296,10 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 	t.pending++
 	t.periodic = re.Ticket
 	t.flying++
-	e.runs.add(t, re, e.conc.force(def.Group, def.ConcurrencyKey)) // in the lost run's place
+	r.runs.add(t, re, r.gates.conc.force(def.Group, t.runKey(lost))) // in the lost run's place
 	acts := []model.Action{
-		e.action(t, lost.Ticket, ActLost, model.StateRunning, model.StateRunning, ActorScheduler, lost.Error, now),
-		e.action(t, re.Ticket, ActResend, model.StateRunning, model.StateRunning, ActorScheduler, re.Detail, now),
+		r.core.action(t, lost.Ticket, ActLost, model.StateRunning, model.StateRunning, ActorScheduler, lost.Error, now),
+		r.core.action(t, re.Ticket, ActResend, model.StateRunning, model.StateRunning, ActorScheduler, re.Detail, now),
 	}
 	g := &persist.Group{
 		Transitions: []persist.Transition{{ExpectVersion: expect, Runtime: nrt}},
@@ -264,29 +308,29 @@ func (e *Engine) resendLost(t *task, lost model.Run) {
 		Actions:     acts,
 		Done: func(err error) {
 			if err != nil {
-				e.dispatchDurable(t, def, re, err)
+				r.core.dispatchDurable(t, def, re, def.Params, err)
 				return
 			}
 			t.mu.Lock()
 			t.pending--
 			t.mu.Unlock()
-			e.sendAs(t, def, re, lost.Ticket)
+			r.core.sendAs(t, def, re, lost.Ticket)
 		},
 	}
-	e.commitGroupLocked(t, g, func(error) { e.runs.take(re.Ticket, nil, nil) })
-	e.m.triggers.Inc()
-	e.unlock(t)
+	r.core.commitGroupLocked(t, g, func(error) { r.runs.take(re.Ticket, nil, nil) })
+	r.m.triggers.Inc()
+	r.core.unlock(t)
 }
 
 // sendAs posts the HTTP run as send does, but under the wire ticket of an earlier attempt.
 func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket string) {
 	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
-	epoch, shard := e.runEpoch(t)
+	epoch, shard := e.own.runEpoch(t)
 	body := e.runJSON(def, run, wireTicket, deadline, epoch, shard)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
-		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.sendGate(t)}
+		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.own.sendGate(t)}
 	if err := e.disp.Send(req, func(o dispatch.Outcome) {
-		if e.holdUnsent(t, run, o.Err, func() { e.sendAs(t, def, run, wireTicket) }) {
+		if o.Err != nil && e.own.holdUnsent(t, run, o.Err, func() { e.sendAs(t, def, run, wireTicket) }) {
 			return
 		}
 		e.endRun(t, run, httpOutcome(o, run.Executor))
@@ -296,45 +340,11 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 }
 
 // runJSON is the run body send posts, with ticket as its ticket.
-func (e *Engine) runJSON(def *model.TaskDef, run model.Run, ticket string, deadline time.Time, epoch int64, shard *int) []byte {
+func (e *base) runJSON(def *model.TaskDef, run model.Run, ticket string, deadline time.Time, epoch int64, shard *int) []byte {
 	body, _ := json.Marshal(runBody{
 		Task: def.Name, Handler: def.Callback.Handler, Group: def.Group, Ticket: ticket, Attempt: run.Attempt,
 		Kind: run.Kind, ScheduledAt: run.ScheduledAt, Deadline: deadline.UnixMilli(), Params: def.Params,
 		DedupTTLMS: e.dedupTTL(def).Milliseconds(), Epoch: epoch, Shard: shard,
 	})
 	return body
-}
-
-// recordLateResult records an executor's result for a run already marked lost (its
-// executor was reaped, or the scheduler failed over while it ran): the run row takes the
-// result, keeping in its detail when and why it was marked lost, and an action says so.
-// The task's state is not changed: it moved on when the run was marked lost.
-func (e *Engine) recordLateResult(ctx context.Context, run model.Run, rep Report) error {
-	now := e.nowMS()
-	lostAt, lostWhy := run.EndedAt, run.Error
-	run.Result = rep.Status
-	run.Error = rep.Error
-	run.Output = tail(rep.Output, maxOutput)
-	if rep.Address != "" {
-		run.Executor = rep.Address
-	}
-	run.EndedAt = now
-	if rep.EndedAt > 0 {
-		run.EndedAt = rep.EndedAt
-	}
-	run.DurationMS = rep.DurationMS
-	note := "marked lost at " + time.UnixMilli(lostAt).UTC().Format(time.RFC3339Nano) + " (" + lostWhy + "); this result arrived later"
-	if run.Detail != "" {
-		note = run.Detail + "; " + note
-	}
-	run.Detail = note
-	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: run.Ticket, Action: ActLateResult,
-		Actor: "executor:" + rep.Address, At: now,
-		Detail: rep.Status + " result for a run marked lost: recorded; the task had moved on and is not changed"}
-	e.m.results.result("late").Inc()
-	if err := e.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {
-		return fmt.Errorf("cannot record the late result of %s: %w", run.Ticket, err)
-	}
-	e.log.Info("late result recorded for a run marked lost", "task", run.TaskName, "ticket", run.Ticket, "result", rep.Status)
-	return nil
 }

@@ -69,68 +69,68 @@ func (r *residency) runLeft(ticket string) {
 //   - otherwise disarmed, and evicted unless held.
 //
 // Caller holds t.mu.
-func (e *Engine) place(t *task) {
+func (l *Loader) place(t *task) {
 	if t.evicted {
 		return
 	}
 	if t.stale {
-		e.disarm(t)
+		l.disarm(t)
 		if t.pending == 0 && !t.writesRuntime() {
-			e.evict(t)
-			if !t.deleted && e.own.current(t) {
+			l.evict(t)
+			if !t.deleted && l.own.current(t) {
 				// Read back while its shard is still this node's at its epoch; one of a
 				// shard gone (its write refused at the fence) is its new owner's.
-				go e.reload(t.id)
+				go l.core.reload(t.id)
 			}
 		}
 		return
 	}
 	want := !t.deleted && armable(t.rt.State) && t.rt.NextTriggerTime > 0
 	if want {
-		e.horizonMu.RLock()
-		want = t.rt.NextTriggerTime < e.horizon
-		e.horizonMu.RUnlock()
+		l.horizonMu.RLock()
+		want = t.rt.NextTriggerTime < l.horizon
+		l.horizonMu.RUnlock()
 	}
 	if want {
 		// The window is one of nominal times; the entry fires at the nominal time plus the
 		// fire's jitter (core_jitter.go), which may lie beyond the horizon.
 		due := t.rt.NextTriggerTime
-		e.armAt(t, due, due+t.jitterOf(t.rt.State, due))
+		l.armAt(t, due, due+t.jitterOf(t.rt.State, due))
 		return
 	}
 	if due, ok := t.cancelDue(); ok {
 		// cancel_other: the task's next fire is armed while its run is in flight, to kill
 		// that run when the fire comes due (fire, cancelOther). The task is in memory while
 		// the run is (flying), so the horizon does not bound this entry.
-		e.armAt(t, due, t.fireAt(due))
+		l.armAt(t, due, t.fireAt(due))
 		return
 	}
-	e.disarm(t)
+	l.disarm(t)
 	if !t.held() {
-		e.evict(t)
+		l.evict(t)
 	}
 }
 
 // evict takes t out of memory: out of the wheel and the task map. Caller holds t.mu.
-func (e *Engine) evict(t *task) {
-	e.disarm(t)
+func (l *Loader) evict(t *task) {
+	l.disarm(t)
 	t.evicted = true
-	e.evictions.Add(1)
-	e.tasks.remove(t)
+	l.evictions.Add(1)
+	l.tasks.remove(t)
 }
 
 // placeHeld places the copy of task id in memory, if there is one, when the window reaches
 // the task: that copy is the newest, and one kept in memory unarmed, because its next fire
 // lay beyond the horizon while a run kept it there (run-now, backfill, allow_all), is armed
 // now rather than at that run's end.
-func (e *Engine) placeHeld(id int64) {
-	t := e.tasks.get(id)
+func (l *Loader) placeHeld(id int64) {
+	t := l.tasks.get(id)
 	if t == nil {
 		return
 	}
 	t.mu.Lock()
-	e.place(t) // does nothing to an evicted copy
-	e.unlock(t)
+	l.place(t) // does nothing to an evicted copy
+	l.core.unlock(t)
 }
 
 // cancelDue is the fire whose coming due kills t's periodic run in flight under cancel_other,
@@ -155,38 +155,38 @@ func (t *task) cancelDue() (int64, bool) {
 
 // armAt arms t's entry for the fire of nominal time due, leaving at at; an entry armed for
 // exactly that already stays. Caller holds t.mu.
-func (e *Engine) armAt(t *task, due, at int64) {
+func (l *Loader) armAt(t *task, due, at int64) {
 	if t.ent != nil && t.ent.When == at && t.entDue == due {
 		return
 	}
-	e.disarm(t)
+	l.disarm(t)
 	t.ent = &wheel.Entry[*task]{When: at, Key: uint64(t.id), Priority: uint8(t.def.Priority), Value: t}
 	t.entDue = due
-	e.wheel.Add(t.ent)
+	l.wheel.Add(t.ent)
 }
 
 // disarm takes t's entry out of the wheel. An entry already moved to a ready queue cannot be
 // cancelled; fire recognises it as stale because t.ent no longer points at it.
-func (e *Engine) disarm(t *task) {
+func (l *Loader) disarm(t *task) {
 	if t.ent != nil {
-		e.conc.forget(t.id, t.ent) // an entry waiting for a concurrency slot waits no more
-		e.wheel.Cancel(t.ent)
+		l.conc.forget(t.id, t.ent) // an entry waiting for a concurrency slot waits no more
+		l.wheel.Cancel(t.ent)
 		t.ent = nil
 	}
 }
 
 // advanceHorizon moves the horizon to to, and returns the old one, unless it is there
 // already (the loader's, loader.go).
-func (e *Engine) advanceHorizon(to int64) (from int64, moved bool) {
-	e.horizonMu.Lock()
-	defer e.horizonMu.Unlock()
-	from = e.horizon
+func (l *Loader) advanceHorizon(to int64) (from int64, moved bool) {
+	l.horizonMu.Lock()
+	defer l.horizonMu.Unlock()
+	from = l.horizon
 	if to <= from {
 		return from, false
 	}
-	e.horizon = to
+	l.horizon = to
 	return from, true
 }
 
 // inMemory tells whether the task id is held in full.
-func (e *Engine) inMemory(id int64) bool { return e.tasks.get(id) != nil }
+func (l *Loader) inMemory(id int64) bool { return l.tasks.get(id) != nil }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -16,6 +16,7 @@ import (
 // checks where it stands: armed, held unarmed, evicted, and whether it was read back from the
 // store. The fake clock never moves, so nothing fires meanwhile.
 func TestPlaceDecidesResidency(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
@@ -54,10 +55,10 @@ func TestPlaceDecidesResidency(t *testing.T) {
 				if tk == nil || tk.ent == nil {
 					tt.Fatalf("task due in 5 s: in memory %v, want armed", tk != nil)
 				}
-				before := e.evictions.Load()
+				before := e.loader.evictions.Load()
 				tk.mu.Lock()
 				c.set(tk)
-				e.place(tk)
+				e.loader.place(tk)
 				armed, evicted := tk.ent != nil, tk.evicted
 				tk.mu.Unlock()
 				if armed != c.want.armed || evicted != c.want.evicted {
@@ -66,7 +67,7 @@ func TestPlaceDecidesResidency(t *testing.T) {
 				if inMap := e.tasks.get(id) == tk; inMap == evicted && !c.want.armed {
 					tt.Fatalf("the task map holds the copy: %v, evicted %v", inMap, evicted)
 				}
-				if n := e.evictions.Load() - before; evicted && !c.want.armed && n != 1 {
+				if n := e.loader.evictions.Load() - before; evicted && !c.want.armed && n != 1 {
 					tt.Fatalf("evictions counted %d, want 1", n)
 				}
 				if c.want.readBack {

@@ -30,6 +30,15 @@ package engine
 //     flight end and their ends are written under its epoch. InFlight reports it busy
 //     until they have and every write fenced by it is durable, so the lease is released
 //     only after (ha.ShardsConfig.InFlight).
+//  6. A hand-over is no misfire. The giver fires nothing of a shard from its hand-over point
+//     (HandOverPoint: the drain's start, or the engine's stop), and the shard loop writes
+//     that point with the release. The taker recovers the shard applying no misfire policy
+//     (handedOver, adopt: the fires were held in a window up to the point, and such a fire
+//     is only ever late) and catches up every fire due, each once with its own time, oldest
+//     first (catchupFollow): late by the hand-over's length, never consumed by a misfire or
+//     overlap policy. Each fire is still made once: the giver's last fires are durable
+//     before its release (InFlight), the taker's first are fenced by its new epoch, and the
+//     fire record is unique.
 //
 // Lock order: a shard's insertion lock (shardSlot.mu) is taken before the task map's lock
 // and never while holding a task's lock.
@@ -61,6 +70,12 @@ type shardSlot struct {
 	phase atomic.Uint32
 	// writes counts the groups fenced by the shard and not yet done.
 	writes atomic.Int64
+	// drainedAt is when its hand-over began (ms): nothing of it fired from then on. 0 while
+	// it is not being handed over.
+	drainedAt atomic.Int64
+	// handedOver is, while it is being recovered after a graceful hand-over, the point its
+	// previous holder handed it over at (ms); else 0.
+	handedOver atomic.Int64
 }
 
 // current reports whether t's copy is of the epoch at which its shard is held now (on
@@ -120,7 +135,7 @@ func (o *shardOwner) insert(t *task, api bool) (bool, error) {
 		}
 		// A copy of an older epoch that a drop did not find (it went in while the shard was
 		// dropped and taken again): it goes, as the drop would have taken it.
-		o.evict(old)
+		o.loader.evict(old)
 		old.mu.Unlock()
 	}
 }
@@ -131,7 +146,11 @@ func (o *shardOwner) insert(t *task, api bool) (bool, error) {
 // meanwhile, the backfills under way. It returns once they are recovered; a failed recovery
 // returns the error, and the caller must give the shards up (they are recovered again by
 // whoever takes them next).
-func (o *shardOwner) Gain(ctx context.Context, fences []persist.ShardFence) error {
+//
+// A shard of handedOver was handed over by its previous holder, which fired nothing of it
+// from the point given (invariant 6): its recovery applies no misfire policy, so the time the
+// hand-over took is no misfire, and every fire due runs, late.
+func (o *shardOwner) Gain(ctx context.Context, fences []persist.ShardFence, handedOver map[int]int64) error {
 	if len(fences) == 0 {
 		return nil
 	}
@@ -144,6 +163,8 @@ func (o *shardOwner) Gain(ctx context.Context, fences []persist.ShardFence) erro
 		s.mu.Lock()
 		s.epoch.Store(f.Epoch)
 		s.phase.Store(shardLoading)
+		s.drainedAt.Store(0)
+		s.handedOver.Store(max(0, handedOver[f.Shard]))
 		s.mu.Unlock()
 		set.Add(f.Shard)
 	}
@@ -157,24 +178,52 @@ func (o *shardOwner) Gain(ctx context.Context, fences []persist.ShardFence) erro
 			if err == nil {
 				s.phase.Store(shardReady)
 			}
+			s.handedOver.Store(0)
 		}
 		s.mu.Unlock()
 	}
 	if err != nil {
 		return fmt.Errorf("cannot recover shards %s: %w", set, err)
 	}
-	o.log.Info("shards recovered: scheduling them", "shards", set.String(), "took", o.since(start))
+	o.log.Info("shards recovered: scheduling them", "shards", set.String(), "handed_over", len(handedOver), "took", o.since(start))
 	return nil
+}
+
+// handedOver is the hand-over point of shard while it is being recovered after a graceful
+// hand-over (Gain), else 0.
+func (o *shardOwner) handedOver(shard uint8) int64 {
+	s := &o.shards[shard]
+	if s.phase.Load() != shardLoading {
+		return 0
+	}
+	return s.handedOver.Load()
+}
+
+// HandOverPoint is the instant (ms) from which this node fires nothing of shard n: when its
+// hand-over began, or when the engine began to stop (a graceful stop hands every shard
+// over); 0 while the node may still fire it. The shard loop writes it with the release
+// (ha.ShardsConfig.HandOverPoint).
+func (o *shardOwner) HandOverPoint(n int) int64 {
+	if n < 0 || n >= model.ShardCount {
+		return 0
+	}
+	at := o.shards[n].drainedAt.Load()
+	if stop := o.stoppedAt.Load(); stop > 0 && (at == 0 || stop < at) {
+		at = stop
+	}
+	return at
 }
 
 // Drain begins handing shards over (invariant 5): from now on nothing of theirs fires
 // or starts, and their runs in flight end as usual.
 func (o *shardOwner) Drain(set model.ShardSet) {
+	now := o.nowMS()
 	for _, n := range set.List() {
 		s := &o.shards[n]
 		s.mu.Lock()
 		if s.phase.Load() != shardOff {
 			s.phase.Store(shardDraining)
+			s.drainedAt.CompareAndSwap(0, now)
 		}
 		s.mu.Unlock()
 	}
@@ -222,6 +271,8 @@ func (o *shardOwner) Drop(set model.ShardSet) {
 		s.mu.Lock()
 		s.phase.Store(shardOff)
 		s.epoch.Store(0)
+		s.drainedAt.Store(0)
+		s.handedOver.Store(0)
 		s.mu.Unlock()
 	}
 	abandoned := o.runs.abandon(set, func(f *flight) {
@@ -233,7 +284,7 @@ func (o *shardOwner) Drop(set model.ShardSet) {
 	for _, t := range o.tasks.all(func(t *task) bool { return set.Has(int(t.shard)) }) {
 		t.mu.Lock()
 		if !t.evicted {
-			o.evict(t)
+			o.loader.evict(t)
 			evicted++
 		}
 		t.mu.Unlock()

@@ -7,7 +7,7 @@ import (
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -52,6 +52,12 @@ type task struct {
 	// the runtime's due time, and a scheduler that takes the task up again starts the
 	// catch-up again from it (adopt, takeOverRun).
 	catchupFrom, catchupUntil int64
+	// catchupFollow, during the catch-up of a shard's hand-over (handOverCatchup), is the
+	// instant up to which the catch-up's end follows the clock: the fires that come due
+	// while it runs join it. 0 otherwise. Not persisted, as the catch-up's bounds are not.
+	catchupFollow int64
+	// keys is the concurrency key of def rendered over its params (core_keys.go).
+	keys keyCache
 }
 
 func newTask(pt *model.Task) (*task, error) {
@@ -128,6 +134,19 @@ func (t *task) catchupWindow() int {
 	}
 	return t.def.CatchupWindowSec
 }
+
+// catchupBound is the end of the catch-up under way for a decision at now: catchupUntil,
+// or now itself up to catchupFollow while a hand-over's catch-up follows the clock
+// (handOverCatchup). Caller holds t.mu.
+func (t *task) catchupBound(now int64) int64 {
+	if t.catchupUntil > 0 && t.catchupFollow > 0 {
+		return max(t.catchupUntil, min(now, t.catchupFollow))
+	}
+	return t.catchupUntil
+}
+
+// clearCatchup ends the catch-up under way.
+func (t *task) clearCatchup() { t.catchupFrom, t.catchupUntil, t.catchupFollow = 0, 0, 0 }
 
 // nextCron returns the first cron fire strictly after `after` (ms), or 0 when none.
 func (t *task) nextCron(after int64) int64 {

@@ -453,6 +453,7 @@ var endRows = []endRow{
 }
 
 func TestDecideEnd(t *testing.T) {
+	t.Parallel()
 	for _, row := range endRows {
 		t.Run(row.name, func(t *testing.T) {
 			in := baseEnd(t, row)
@@ -568,6 +569,7 @@ func checkEnd(t *testing.T, in endInput, d endDecision, w endWant) {
 // shows the newest end was a kill) and leaves the executor and failure time of the run
 // before: a kill is no failure.
 func TestDecideEndKeepsKilledRuntime(t *testing.T) {
+	t.Parallel()
 	in := baseEnd(t, endRow{in: killBy("alice")})
 	in.RT.LastResult, in.RT.LastFailureAt = model.ResultFailed, e0-eHr
 	d := decideEnd(in)
@@ -578,6 +580,7 @@ func TestDecideEndKeepsKilledRuntime(t *testing.T) {
 
 // TestBreakerFeedOf: only runs that say something about the task's health feed its breaker.
 func TestBreakerFeedOf(t *testing.T) {
+	t.Parallel()
 	for result, want := range map[string]breakerFeed{
 		model.ResultSuccess: feedOK, model.ResultFailed: feedFail, model.ResultTimeout: feedFail,
 		model.ResultLost: feedNone, model.ResultKilled: feedNone, model.ResultSkipped: feedNone,
@@ -591,6 +594,7 @@ func TestBreakerFeedOf(t *testing.T) {
 // TestDecideFire: a periodic fire, case by case: the fire record it writes and the runtime it
 // leaves in memory, or the state machine's refusal.
 func TestDecideFire(t *testing.T) {
+	t.Parallel()
 	def := &model.TaskDef{ID: 7, Name: "nightly", Trigger: model.TriggerCron, Cron: "0 * * * *",
 		Callback: model.Callback{Type: model.CallbackHTTP, URL: "http://hooks.example:8080/run"}}
 	exec := &model.TaskDef{ID: 7, Name: "nightly", Trigger: model.TriggerCron, Cron: "0 * * * *",

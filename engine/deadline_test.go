@@ -11,6 +11,7 @@ import (
 // the deadline (an executor ahead of the scheduler cancels early by its clock); else, whatever
 // its text, a failure.
 func TestDeadlineEnded(t *testing.T) {
+	t.Parallel()
 	sent := time.UnixMilli(1_700_000_000_000)
 	long := sent.Add(60 * time.Second) // timeout 60 s: allowance 500 ms
 	short := sent.Add(time.Second)     // timeout 1 s: allowance 100 ms

@@ -62,7 +62,7 @@ type Dependents struct {
 }
 
 // Dependents is the dependents service, which another node's release reaches.
-func (e *Engine) Dependents() *Dependents { return e.deps }
+func (e *API) Dependents() *Dependents { return e.deps }
 
 func (d *Dependents) start() error {
 	if !d.sweeps {

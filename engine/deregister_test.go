@@ -16,12 +16,13 @@ import (
 // it deregistered, keeps it so through its heartbeats (to the first node), and routes to it
 // again after it registers again.
 func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
 		const addr, inc = "127.0.0.1:19100", "0123456789abcdef0123456789abcdef"
 		reg := wire.ExecutorRegistration{App: "billing", Address: addr, Handlers: []string{"charge"}, Version: 2, Incarnation: inc}
-		if err := a.Executors().Register(ctx, reg); err != nil {
+		if err := a.API().Executors().Register(ctx, reg); err != nil {
 			t.Fatal(err)
 		}
 		candidates := func(e *Engine) int { return len(e.registry.Candidates("billing", "charge", "", "t")) }
@@ -29,7 +30,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 			x := b.registry.Get("billing", addr)
 			return x != nil && x.Incarnation() == inc && candidates(b) == 1
 		})
-		if err := a.Executors().Deregister(ctx, "billing", addr, inc); err != nil {
+		if err := a.API().Executors().Deregister(ctx, "billing", addr, inc); err != nil {
 			t.Fatal(err)
 		}
 		if candidates(a) != 0 {
@@ -38,7 +39,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 		waitFor(t, 10*time.Second, "the other node to stop routing to it", func() bool { return candidates(b) == 0 })
 		// It drains, heartbeating to the first node: no node routes to it.
 		for range 3 {
-			if err := a.Executors().Heartbeat(ctx, "billing", addr, ""); err != nil {
+			if err := a.API().Executors().Heartbeat(ctx, "billing", addr, ""); err != nil {
 				t.Fatal(err)
 			}
 			beat := lastHeartbeat(a, addr)
@@ -48,7 +49,7 @@ func TestShardedNodesShareIncarnationAndDeregistration(t *testing.T) {
 			}
 		}
 		reg.Incarnation = "fedcba9876543210fedcba9876543210"
-		if err := a.Executors().Register(ctx, reg); err != nil {
+		if err := a.API().Executors().Register(ctx, reg); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the other node to route to it again, for the new incarnation", func() bool {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestNormalizeDialect(t *testing.T) {
+	t.Parallel()
 	cb := `"callback":{"url":"http://127.0.0.1:1/"}`
 	norm := func(body, server string) (string, error) {
 		t.Helper()

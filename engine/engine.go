@@ -1,30 +1,38 @@
 // Package engine decides when every task runs. It is a firing core with services around
 // it, in one package; the file names say which is which (docs/design.md, "Files").
 //
-// The firing core (core_*.go) is the route of one fire (docs/design.md, "The route of one
-// fire"): the wheel's ready queues are consumed and each due task fired (core_fire.go,
-// through the rate gate core_rategate.go and the concurrency gate core_concgate.go); its
-// transition is committed (commit, core_commit.go; core_submit.go; the state table
-// core_states.go); the run is sent by the dispatcher or offered to an executor
-// (core_execruns.go); it is held in flight (core_inflight.go, core_ending.go) until it ends
-// (core_complete.go, with the pure decision core_transition.go) and the end is recorded.
-// Beside it: the task in memory (core_task.go) and its residency (core_residency.go),
+// The firing core (core_*.go, *Engine) is the route of one fire (docs/design.md, "The route
+// of one fire"): the wheel's ready queues are consumed and each due task, once the gates
+// admit it, fired (core_fire.go); its transition is committed (commit, core_commit.go;
+// core_submit.go; the state table core_states.go); the run is sent by the dispatcher or
+// offered to an executor (core_execruns.go); it is held in flight (core_inflight.go,
+// core_ending.go) until it ends (core_complete.go, with the pure decision
+// core_transition.go) and the end is recorded. Beside it: the task in memory (core_task.go),
 // overlap and catch-up (core_overlap.go), jitter (core_jitter.go), parallel runs
-// (core_parallel.go), kills (core_killrun.go), the breaker (core_breaker.go), the takeover
-// of runs left in flight (core_recover.go) and a backfill run (core_backfillruns.go).
+// (core_parallel.go), the breaker (core_breaker.go), refused fires and re-sends
+// (core_recover.go) and the send and end of a backfill run (core_backfillruns.go).
 //
-// The ownership model (ownership.go, core_shards.go) tells the core what this node owns and
-// under which fence, for a single node, a primary or a node of a sharded cluster alike.
+// The ownership model (ownership.go) tells the core what this node owns and under which
+// fence: one interface, answered for a single node and a primary (soleOwner) and for a node
+// of a sharded cluster (shardOwner, core_shards.go, with the runs its shard gate held back,
+// core_heldback.go). No other file asks which mode the engine runs in; the services that
+// count what other nodes count too are told so at New. Time is read on Config.Clock only
+// (docs/design.md, "Time", for the two reads on clock.Real).
 //
-// The services (service.go), each a type in the file named for it with its own lifecycle
-// and a narrow interface to the core: the window loader (Loader, loader.go), the executor
-// registry (Executors, executors.go, api_deregister.go, executor_bounds.go), retention
+// The services (service.go), each a type with a narrow interface to the core and, where it
+// runs a loop, a lifecycle of its own: the gates (gates, gates.go: the rate gate
+// core_rategate.go, the concurrency gate core_concgate.go, the slots across nodes
+// core_clusterslots.go), the window loader and the residency of tasks in memory (Loader,
+// loader.go, core_residency.go), the executor registry (Executors, executors.go,
+// api_deregister.go, executor_bounds.go, with refused results refusals.go), retention
 // (Retention, retention.go), alerts (Alerts, alerts.go, api_alerts.go), backfills
 // (Backfills, backfills.go, api_backfill.go), dependents (Dependents, dependents.go) and
-// recovery (Recovery, recovery.go). Refused results (refusals.go), metrics and health
-// (metrics.go, health.go) are the frame. The other api_*.go files are what the HTTP API and
-// the console call (tasks, bulk, groups, limits, views); the request and response shapes are
-// package wire's.
+// recovery with the takeover of runs left in flight (Recovery, recovery.go,
+// core_recover.go). Metrics and health (metrics.go, health.go) are the frame.
+//
+// What callers outside the engine use is API (api.go, Engine.API): the api_*.go operations
+// (tasks, bulk, groups, limits, views), the kills (core_killrun.go), executors' results and
+// the services it hands out. The request and response shapes are package wire's.
 //
 // The engine drives the wheel (timing), the dispatcher (sending) and the batched writer
 // (durability), and is the only writer of task_runtime rows once a task exists.
@@ -61,9 +69,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/engine/cron"
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/cron"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/ratelimit"
@@ -112,6 +120,9 @@ var (
 	ErrConcurrencyLimit = errors.New("concurrency limit reached")
 	// ErrLimitNotFound: no concurrency limit has that kind and name.
 	ErrLimitNotFound = errors.New("concurrency limit not found")
+	// ErrKeyNotRendered: a workflow step's concurrency_key template is not rendered by the
+	// step's params (model.RenderKey); the attempt does not start.
+	ErrKeyNotRendered = errors.New("concurrency key not rendered")
 )
 
 // Clock tells the time and arms timers: every time the engine reads and every timer it arms
@@ -157,6 +168,13 @@ type Config struct {
 	WriterLanes int
 	// Dispatch configures the dispatcher.
 	Dispatch dispatch.Config
+	// SendAhead bounds the fires whose record is committed (or being committed) and whose
+	// request is not yet handed to the dispatcher's HTTP client, or whose executor call has
+	// not begun: the fire loop waits for room (core_pace.go), and one downstream takes at
+	// most three quarters of it (a fire over that share waits parked with its downstream).
+	// It bounds what a crash leaves in doubt that never left. Defaults to SendAheadDefault;
+	// negative: no bound.
+	SendAhead int
 	// LostAfter: an executor silent this long gets no new dispatch and its runs in flight are
 	// resolved as lost. Defaults to LostAfterDefault.
 	LostAfter time.Duration
@@ -208,6 +226,11 @@ type Config struct {
 	// then recovers nothing but the executor registry: every shard gained is recovered
 	// when it is. Defaults to false: every task, as one node or the primary.
 	Sharded bool
+	// RateShareByShards makes a sharded engine give itself the share of every rate limit its
+	// shards are of all, as before rate demand was exchanged (core_rateshares.go): for
+	// comparison in tests and benchmarks. Defaults to false: downstreams' rates are shared by
+	// the nodes' demand.
+	RateShareByShards bool
 	// ShardGate, on a sharded engine, is asked before each fire and just before each send of
 	// a task of shard at epoch: nil while this node holds the shard's lease at epoch and its
 	// local deadline has not passed (ha.Shards.Holds). Defaults to nil: the engine's own view
@@ -278,6 +301,9 @@ func (c Config) WithDefaults() Config {
 	if c.WriterLanes == 0 {
 		c.WriterLanes = WriterLanesDefault
 	}
+	if c.SendAhead == 0 {
+		c.SendAhead = SendAheadDefault
+	}
 	if c.Writer.Logger == nil {
 		c.Writer.Logger = c.Logger
 	}
@@ -338,6 +364,9 @@ func (c Config) validate() error {
 
 // Engine is the scheduler core. Create with New, then Start; Stop drains it.
 type Engine struct {
+	// base is what the core shares with the services (service.go): the clock's now, nowMS and
+	// since are its.
+	base
 	cfg    Config
 	store  persist.Store
 	writer *persist.Lanes
@@ -353,10 +382,15 @@ type Engine struct {
 	shards   [model.ShardCount]shardSlot // the shards held, on a sharded engine (core_shards.go)
 	own      ownership                   // what this node owns (ownership.go)
 	registry *dispatch.Registry
-	runs     runsInFlight // every run sent and not yet ended
+	runs     runsInFlight    // every run sent and not yet ended
+	pace     sendPace        // fires recorded and not yet handed to the wire (core_pace.go)
+	stopping <-chan struct{} // closed when Stop begins: a fire waiting on pace gives up
+	refires  atomic.Int64    // runs held back unsent by a shard's previous owner, sent here
 	gate     *rateGate
-	conc     *concGate  // concurrency limits (core_concgate.go)
-	limitsMu sync.Mutex // orders the limits' changes: the store's order is the gate's
+	gates    *gates      // the rate and concurrency gates as the core asks them (gates.go)
+	rshare   *rateShares // a sharded node's demand exchange (core_rateshares.go); nil otherwise
+	conc     *concGate   // concurrency limits (core_concgate.go)
+	limitsMu sync.Mutex  // orders the limits' changes: the store's order is the gate's
 	brk      breakers
 	promo    promoter
 	alerts   *Alerts // alerts.go
@@ -371,16 +405,15 @@ type Engine struct {
 	recovery  *Recovery   // recovery.go
 	services  []service
 
-	horizonMu sync.RWMutex
-	horizon   int64 // ms; tasks due before it are in memory
+	api *API // the operations callers outside the engine use (api.go)
 
 	life    startstop.Lifecycle
 	cancel  context.CancelFunc
 	loopsWG sync.WaitGroup
 	running atomic.Bool
-	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
-	// evicted while it read).
-	evictions atomic.Int64
+	// stoppedAt is when Stop began (ms), from which nothing fires any more: the hand-over
+	// point of every shard a graceful stop releases (core_shards.go, invariant 6). 0 until.
+	stoppedAt atomic.Int64
 	// ending remembers executor results that ended runs in memory and not yet durable
 	// (core_ending.go).
 	ending endingResults
@@ -415,10 +448,12 @@ func New(cfg Config) (*Engine, error) {
 		log:      cfg.Logger,
 		registry: dispatch.NewRegistry(),
 	}
+	e.base = base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger}
+	e.api = &API{Engine: e}
 	e.tasks.init()
+	e.pace.init(cfg.SendAhead)
 	e.steps.e = e
 	e.conc = newConcGate(cfg.Clock)
-	e.initClusterSlots()
 	e.runs.init(cfg.Clock, e.conc)
 	e.completions.init(cfg.WriterLanes)
 	if cfg.RateLimit.Clock == nil {
@@ -430,25 +465,33 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.m = newEngineMetrics(e)
 	e.own = newOwnership(e)
-	b := base{cfg: &e.cfg, store: cfg.Store, clk: cfg.Clock, log: cfg.Logger, m: e.m, own: e.own}
+	e.base.m, e.base.own = e.m, e.own
+	b := e.base
+	// Other nodes schedule beside this one: what it counts alone (the runs under a limit, the
+	// tokens of a downstream) is counted across the nodes, through the store.
+	acrossNodes := e.own.Sharded()
+	e.rshare = newRateShares(e, acrossNodes)
+	// What the gates admit fires once it has room in the pace of records to sends (core_pace.go).
+	fire := func(ent *wheel.Entry[*task], adm admission) {
+		e.pace.admit(ent.Value, ent.Priority, e.stopping, func(pm *permit) { e.fire(ent, adm, pm) })
+	}
+	e.gates = &gates{base: b, fire: fire, gate: e.gate, conc: e.conc, runs: &e.runs, loopsWG: &e.loopsWG, acrossNodes: acrossNodes}
+	e.gates.initClusterSlots()
 	e.alerts = newAlerts(b, e, cfg.AlertWebhooks, cfg.Dispatch.Guard,
 		func() { e.m.alertDrops.Inc() }, func() { e.m.alertFails.Inc() })
-	e.retention = &Retention{base: b, core: e, busy: w.Busy}
-	e.executors = &Executors{base: b, core: e, reg: e.registry, alerts: e.alerts, refresh: e.own.Sharded()}
-	e.deps = &Dependents{base: b, core: e, sweeps: e.own.Sharded()}
-	e.backfills = &Backfills{base: b, core: e}
+	e.retention = &Retention{base: b, core: e.api, busy: w.Busy}
+	e.refused.base, e.refused.submit = b, e.submit
+	e.executors = &Executors{base: b, core: e, runs: &e.runs, refused: &e.refused, reg: e.registry, alerts: e.alerts, refresh: acrossNodes}
+	e.deps = &Dependents{base: b, core: e, sweeps: acrossNodes}
+	e.backfills = &Backfills{base: b, core: e, gates: e.gates}
 	e.backfills.set.init()
-	e.loader = &Loader{base: b, core: e, wheel: wh}
+	e.loader = &Loader{base: b, core: e, wheel: wh, tasks: &e.tasks, conc: e.conc}
 	e.loader.promo.init()
-	e.recovery = &Recovery{base: b, core: e, runs: &e.runs, executors: e.executors, loader: e.loader, deps: e.deps, backfills: e.backfills}
+	e.recovery = &Recovery{base: b, core: e, gates: e.gates, runs: &e.runs, executors: e.executors, loader: e.loader, deps: e.deps, backfills: e.backfills, steps: &e.steps}
+	e.backfills.recovery, e.backfills.loader = e.recovery, e.loader
 	e.services = []service{e.loader, e.executors, e.deps, e.backfills, e.retention}
 	return e, nil
 }
-
-func (e *Engine) now() time.Time { return e.cfg.Clock.Now() }
-func (e *Engine) nowMS() int64   { return e.cfg.Clock.Now().UnixMilli() }
-
-func (e *Engine) since(t time.Time) time.Duration { return clock.Since(e.cfg.Clock, t) }
 
 // startUndoTimeout bounds how long a failed Start spends stopping what it had started
 // (flushing the writer): the failure is often the store's, which a flush cannot outwait.
@@ -499,16 +542,17 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	e.running.Store(true)
 	runCtx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
+	e.stopping = runCtx.Done()
 	undo.Push("stop loops", func(context.Context) error { cancel(); return nil })
 
 	now := e.nowMS()
-	e.horizonMu.Lock()
-	e.horizon = now + e.cfg.Window.Milliseconds()
-	h := e.horizon
-	e.horizonMu.Unlock()
+	e.loader.horizonMu.Lock()
+	e.loader.horizon = now + e.cfg.Window.Milliseconds()
+	h := e.loader.horizon
+	e.loader.horizonMu.Unlock()
 	// The limits, then recovery, which counts the runs it finds in flight in them, before the
 	// wheel starts and so before any dispatch (core_recover.go; docs/ha.md, "Promotion").
-	if err := e.loadLimits(ctx); err != nil {
+	if err := e.gates.loadLimits(ctx); err != nil {
 		return err
 	}
 	if err := e.own.start(ctx, now, h); err != nil {
@@ -518,6 +562,11 @@ func (e *Engine) start(ctx context.Context) (err error) {
 		// The concurrency slots across nodes (core_clusterslots.go): a sharded node's loop.
 		e.loopsWG.Add(1)
 		go e.conc.cl.loop(runCtx)
+	}
+	if e.rshare != nil {
+		// Rate limits shared by demand across nodes (core_rateshares.go).
+		e.loopsWG.Add(1)
+		go e.rshare.loop(runCtx)
 	}
 	// The wheel's driver is one of the engine's loops: it has no lifecycle of its own, and
 	// runCtx ends it with the others.
@@ -529,8 +578,8 @@ func (e *Engine) start(ctx context.Context) (err error) {
 	}
 	_ = e.alerts.start() // starts once, here
 	e.loopsWG.Add(2)
-	go e.concLoop(runCtx)
-	go e.gateLoop(runCtx)
+	go e.gates.concLoop(runCtx)
+	go e.gates.gateLoop(runCtx)
 	for _, sv := range e.services {
 		if err := sv.start(); err != nil {
 			return err
@@ -554,6 +603,7 @@ func (e *Engine) start(ctx context.Context) (err error) {
 // a second Stop waits for the first.
 func (e *Engine) Stop(ctx context.Context) error {
 	return e.life.StopOnce(ctx, func(started bool) error {
+		e.stoppedAt.CompareAndSwap(0, e.nowMS())
 		e.running.Store(false)
 		var steps []startstop.Step
 		if started {
@@ -586,7 +636,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 }
 
 // Running reports whether the engine is started and not stopping.
-func (e *Engine) Running() bool { return e.running.Load() }
+func (e *API) Running() bool { return e.running.Load() }
 
 // armableStates are the states whose next_trigger_time means "fire then".
 var armableStates = []model.State{model.StateScheduled, model.StateRetrying}
@@ -601,7 +651,7 @@ func (e *Engine) adopt(t *task, now int64) {
 	if in, err := e.own.insert(t, false); err != nil {
 		return // its shard is not held (any more): its owner loads it
 	} else if !in {
-		e.placeHeld(t.id)
+		e.loader.placeHeld(t.id)
 		return
 	}
 	t.mu.Lock()
@@ -614,11 +664,37 @@ func (e *Engine) adopt(t *task, now int64) {
 	if t.catchupWindow() > 0 {
 		late = now
 	}
+	if now > 0 && e.handOverCatchup(t, now) {
+		e.loader.place(t)
+		return
+	}
 	if now > 0 && t.rt.State == model.StateScheduled &&
 		t.rt.NextTriggerTime+t.jitterOf(t.rt.State, t.rt.NextTriggerTime) < late {
 		e.misfire(t, now)
 	}
-	e.place(t)
+	e.loader.place(t)
+}
+
+// handOverCatchup decides the fire of t, loaded at now, of a shard being recovered after a
+// graceful hand-over (core_shards.go, invariant 6). A hand-over is no misfire: a scheduler
+// held the shard up to the hand-over point and one holds it again now, and a fire held in a
+// scheduler's window is only ever late, never a misfire (even when the giver was late for it,
+// catching up an earlier hand-over of its own). So a fire due is the start of a catch-up of
+// every fire due since, each run once with its own time, oldest first; while it runs the
+// fires that come due join it (catchupFollow) rather than meet the overlap policy, until it
+// has caught up or for twice as long as it was late plus the misfire threshold. It reports
+// whether it decided (else the misfire policy decides as usual). Caller holds t.mu.
+func (e *Engine) handOverCatchup(t *task, now int64) bool {
+	if e.own.handedOver(t.shard) == 0 || t.rt.State != model.StateScheduled || t.rt.NextTriggerTime <= 0 {
+		return false
+	}
+	due := t.rt.NextTriggerTime
+	leaves := due + t.jitterOf(t.rt.State, due)
+	if t.def.Trigger == model.TriggerCron && t.sched != nil && leaves <= now {
+		t.catchupFrom, t.catchupUntil = due, now
+		t.catchupFollow = now + 2*(now-leaves) + e.cfg.MisfireThreshold.Milliseconds()
+	}
+	return true
 }
 
 // acquireOpts says which task acquire finds, and for whom.
@@ -702,19 +778,19 @@ func live(t *task, err error) (*task, error) {
 
 // release places and unlocks a task obtained from acquire.
 func (e *Engine) release(t *task) {
-	e.place(t)
+	e.loader.place(t)
 	e.unlock(t)
 }
 
 // InMemory reports how many tasks are held in memory in full and how many entries are armed
 // (cold references included).
-func (e *Engine) InMemory() (tasks, armed int) { return e.tasks.len(), e.wheel.Len() }
+func (e *API) InMemory() (tasks, armed int) { return e.tasks.len(), e.wheel.Len() }
 
 // Horizon returns the time up to which tasks are held in memory.
-func (e *Engine) Horizon() time.Time {
-	e.horizonMu.RLock()
-	defer e.horizonMu.RUnlock()
-	return time.UnixMilli(e.horizon)
+func (l *Loader) Horizon() time.Time {
+	l.horizonMu.RLock()
+	defer l.horizonMu.RUnlock()
+	return time.UnixMilli(l.horizon)
 }
 
 // errStopping is returned by writes attempted while the engine stops.

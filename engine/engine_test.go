@@ -19,8 +19,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/test/leaktest"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -203,7 +203,7 @@ func httpSpec(name, url string) *wire.TaskSpec {
 
 func mustCreate(t *testing.T, e *Engine, s *wire.TaskSpec) *model.Task {
 	t.Helper()
-	pt, err := e.CreateTask(context.Background(), s, "test")
+	pt, err := e.API().CreateTask(context.Background(), s, "test")
 	if err != nil {
 		t.Fatalf("create %s: %v", s.Name, err)
 	}
@@ -212,7 +212,7 @@ func mustCreate(t *testing.T, e *Engine, s *wire.TaskSpec) *model.Task {
 
 func actionNames(t *testing.T, e *Engine, task string) []string {
 	t.Helper()
-	acts, err := e.Actions(context.Background(), task, 1000)
+	acts, err := e.API().Actions(context.Background(), task, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +224,7 @@ func actionNames(t *testing.T, e *Engine, task string) []string {
 }
 
 func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		e := startEngine(t, s)
@@ -235,13 +236,13 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 			t.Fatalf("state after create = %s, want SCHEDULED", created.Runtime.State)
 		}
 		waitFor(t, 5*time.Second, "the delay task to run", func() bool {
-			pt, err := e.GetTask(context.Background(), "once")
+			pt, err := e.API().GetTask(context.Background(), "once")
 			return err == nil && pt.Runtime.State == model.StateSuccess
 		})
 		// A second call would be in flight or queued until the engine settles, or armed to
 		// come later.
 		waitSettled(t, e)
-		if _, armed := e.InMemory(); armed != 0 {
+		if _, armed := e.API().InMemory(); armed != 0 {
 			t.Errorf("%d entries still armed after the one-shot task ran", armed)
 		}
 		calls := cs.got("once")
@@ -255,7 +256,7 @@ func TestDelayTaskFiresOnceAndIsRecorded(t *testing.T) {
 		if c.attempt != 1 || c.ticket == "" || c.body.Ticket != c.ticket || string(c.body.Params) != `{"k":1}` {
 			t.Errorf("request = %+v", c)
 		}
-		runs, err := e.Runs(context.Background(), "once", 10)
+		runs, err := e.API().Runs(context.Background(), "once", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,6 +292,7 @@ func equalStrings(a, b []string) bool {
 }
 
 func TestCronFiresEverySecondWithDistinctTickets(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		clk := clock.NewFake(time.Now())
@@ -317,6 +319,7 @@ func TestCronFiresEverySecondWithDistinctTickets(t *testing.T) {
 }
 
 func TestRestartOnSameStoreKeepsFiring(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		e1, err := New(Config{Store: s})
@@ -349,6 +352,7 @@ func TestRestartOnSameStoreKeepsFiring(t *testing.T) {
 // TestTwoEnginesNeverDispatchTheSameFireTwice runs two engines on one store, both holding
 // the same task in their windows: only the fire record decides who dispatches each fire (design.md, "Write path").
 func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		clk := clock.NewFake(time.Now()) // one clock for both engines
@@ -357,12 +361,12 @@ func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
 		spec.Cron = "*/1 * * * * *"
 		mustCreate(t, a, spec)
 		b := startEngine(t, s, withFakeClock(clk)) // loads the same task from the store
-		if n, _ := b.InMemory(); n != 1 {
+		if n, _ := b.API().InMemory(); n != 1 {
 			t.Fatalf("second engine holds %d tasks, want 1", n)
 		}
 		runFor(clk, 3500*time.Millisecond, 50*time.Millisecond)
 		waitFor(t, 5*time.Second, "the runs to end", func() bool {
-			return len(a.RunsInFlight()) == 0 && len(b.RunsInFlight()) == 0
+			return len(a.API().RunsInFlight()) == 0 && len(b.API().RunsInFlight()) == 0
 		})
 		calls := cs.got("contended")
 		if len(calls) < 3 {
@@ -379,6 +383,7 @@ func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
 }
 
 func TestMisfirePolicies(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
@@ -409,7 +414,7 @@ func TestMisfirePolicies(t *testing.T) {
 			t.Errorf("skip fired %d times, want 0", n)
 		}
 		for _, name := range []string{"mf-fire_once", "mf-skip"} {
-			pt, err := e.GetTask(ctx, name)
+			pt, err := e.API().GetTask(ctx, name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -423,19 +428,20 @@ func TestMisfirePolicies(t *testing.T) {
 		// The skipped fire is in the run history as skipped; the fired one is not.
 		var runs []model.Run
 		waitFor(t, 2*time.Second, "the skipped run recorded", func() bool {
-			runs, _ = e.Runs(ctx, "mf-skip", 10)
+			runs, _ = e.API().Runs(ctx, "mf-skip", 10)
 			return len(runs) == 1
 		})
 		if r := runs[0]; r.Result != model.ResultSkipped || r.ScheduledAt != past || r.EndedAt == 0 {
 			t.Errorf("skipped fire recorded as %+v, want result skipped for the fire due %d", r, past)
 		}
-		if runs, _ := e.Runs(ctx, "mf-fire_once", 10); len(runs) != 1 || runs[0].Result == model.ResultSkipped {
+		if runs, _ := e.API().Runs(ctx, "mf-fire_once", 10); len(runs) != 1 || runs[0].Result == model.ResultSkipped {
 			t.Errorf("fire_once runs = %+v, want its one fired run", runs)
 		}
 	})
 }
 
 func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
@@ -458,7 +464,7 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 			r, err := s.GetRun(ctx, "t-lost")
 			return err == nil && r.Result == model.ResultLost
 		})
-		pt, err := e.GetTask(ctx, "inflight")
+		pt, err := e.API().GetTask(ctx, "inflight")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,6 +481,7 @@ func TestRunLeftInFlightIsResolvedLostNotResent(t *testing.T) {
 // recovery"). The next start must find that run, record it lost without sending it again,
 // and move the task on; a one-shot task must not fire a second time.
 func TestOpenFireLeftInFlightIsResolvedLost(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
@@ -508,7 +515,7 @@ func TestOpenFireLeftInFlightIsResolvedLost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pt, err := reader.GetTask(ctx, "open-once")
+		pt, err := reader.API().GetTask(ctx, "open-once")
 		_ = reader.Stop(ctx) // never started: releases what New made
 		if err != nil || pt.Runtime.State != model.StateRunning || pt.Runtime.CurrentTicket != onceTicket {
 			t.Fatalf("backup view of an open fire = %+v, %v; want RUNNING with ticket %s", pt, err, onceTicket)
@@ -555,6 +562,7 @@ func wantNotResent(t *testing.T, e *Engine, cs *callbackServer) {
 // are found at start (they have no runtime state of their own) and recorded lost, never
 // re-sent, also when their task was deleted meanwhile; finished ones are left alone.
 func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
@@ -597,6 +605,7 @@ func TestManualRunLeftInFlightIsResolvedLost(t *testing.T) {
 // time of that fire (one window-index move per cycle, not two); the run's end, by result or
 // by kill, replaces it with the next fire, and the kept due is never fired again.
 func TestRunningKeepsItsDueTime(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.hang = make(chan struct{})
@@ -622,7 +631,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		if r, err := s.GetRun(ctx, first.ticket); err != nil || r.Result != model.ResultRunning || r.ScheduledAt != first.body.ScheduledAt {
 			t.Fatalf("fire record of the run in flight = %+v, %v", r, err)
 		}
-		if pt, err := e.GetTask(ctx, "slowcron"); err != nil || pt.Runtime.State != model.StateRunning || pt.Runtime.CurrentTicket != first.ticket {
+		if pt, err := e.API().GetTask(ctx, "slowcron"); err != nil || pt.Runtime.State != model.StateRunning || pt.Runtime.CurrentTicket != first.ticket {
 			t.Fatalf("engine's view during the run = %+v, %v; want RUNNING with ticket %s", pt, err, first.ticket)
 		}
 		// Overrunning its next fires must not fire the kept due (or any other) again.
@@ -631,7 +640,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 			t.Fatalf("%d calls while the first run hung, want 1", n)
 		}
 
-		pt, err := e.Kill(ctx, "slowcron", "test")
+		pt, err := e.API().Kill(ctx, "slowcron", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -640,7 +649,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 		}
 		cs.release()
 		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "a fire that ends with a result", func() bool {
-			pt, err := e.GetTask(ctx, "slowcron")
+			pt, err := e.API().GetTask(ctx, "slowcron")
 			return err == nil && pt.Runtime.SuccessCount >= 1
 		})
 		waitFor(t, 3*time.Second, "the stored runtime after the result", func() bool {
@@ -659,6 +668,7 @@ func TestRunningKeepsItsDueTime(t *testing.T) {
 }
 
 func TestRetriesWithBackoffThenFailed(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.status = func(call) int { return 500 }
@@ -672,7 +682,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 		mustCreate(t, e, spec)
 		// The retries come due as the engine's clock moves: 100 ms per poll.
 		waitAdvancing(t, clk, 100*time.Millisecond, 10*time.Second, "the final failure", func() bool {
-			pt, err := e.GetTask(context.Background(), "flaky")
+			pt, err := e.API().GetTask(context.Background(), "flaky")
 			return err == nil && pt.Runtime.State == model.StateFailed
 		})
 		calls := cs.got("flaky")
@@ -690,7 +700,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 		// The in-memory state leads the durable records by at most a writer flush.
 		want := []string{ActCreate, ActDispatch, ActRetry, ActDispatch, ActRetry, ActDispatch, ActResult, AlertFinalFailure}
 		var got []string
-		waitFor(t, time.Second, "the action records", func() bool {
+		waitFor(t, 15*time.Second, "the action records", func() bool {
 			got = actionNames(t, e, "flaky")
 			return len(got) >= len(want)
 		})
@@ -701,6 +711,7 @@ func TestRetriesWithBackoffThenFailed(t *testing.T) {
 }
 
 func TestTimeoutFailsTheRun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		cs.hang = make(chan struct{})
@@ -711,7 +722,7 @@ func TestTimeoutFailsTheRun(t *testing.T) {
 		mustCreate(t, e, spec)
 		var runs []model.Run
 		waitFor(t, 5*time.Second, "the run to end", func() bool {
-			runs, _ = e.Runs(context.Background(), "slow", 1)
+			runs, _ = e.API().Runs(context.Background(), "slow", 1)
 			return len(runs) == 1 && runs[0].EndedAt > 0
 		})
 		r := runs[0]
@@ -732,6 +743,7 @@ func TestTimeoutFailsTheRun(t *testing.T) {
 }
 
 func TestPauseResumeAndDelete(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -744,13 +756,13 @@ func TestPauseResumeAndDelete(t *testing.T) {
 			mustCreate(t, e, spec)
 		}
 		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "both firing", func() bool { return len(cs.got("p1")) > 0 && len(cs.got("p2")) > 0 })
-		pt, err := e.Pause(ctx, "p1", "maintenance", "test")
+		pt, err := e.API().Pause(ctx, "p1", "maintenance", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A run in flight finishes first; then the task rests in PAUSED.
 		waitFor(t, 2*time.Second, "p1 to rest in PAUSED", func() bool {
-			pt, err = e.GetTask(ctx, "p1")
+			pt, err = e.API().GetTask(ctx, "p1")
 			return err == nil && pt.Runtime.State == model.StatePaused
 		})
 		n1, n2 := len(cs.got("p1")), len(cs.got("p2"))
@@ -761,28 +773,29 @@ func TestPauseResumeAndDelete(t *testing.T) {
 		if got := len(cs.got("p2")); got < n2+2 {
 			t.Errorf("p2 fired %d times while p1 was paused, want >= 2", got-n2)
 		}
-		if _, err := e.Resume(ctx, "p1", "", "test"); err != nil {
+		if _, err := e.API().Resume(ctx, "p1", "", "test"); err != nil {
 			t.Fatal(err)
 		}
 		waitAdvancing(t, clk, 50*time.Millisecond, 5*time.Second, "p1 firing again", func() bool { return len(cs.got("p1")) > n1 })
 
-		if err := e.DeleteTask(ctx, "p2", "test"); err != nil {
+		if err := e.API().DeleteTask(ctx, "p2", "test"); err != nil {
 			t.Fatal(err)
 		}
 		// Let a run in flight at delete time finish (the clock stands still: nothing new fires).
-		waitFor(t, 5*time.Second, "the runs in flight to end", func() bool { return len(e.RunsInFlight()) == 0 })
+		waitFor(t, 5*time.Second, "the runs in flight to end", func() bool { return len(e.API().RunsInFlight()) == 0 })
 		n2 = len(cs.got("p2"))
 		runFor(clk, 1500*time.Millisecond, 50*time.Millisecond)
 		if got := len(cs.got("p2")); got != n2 {
 			t.Errorf("deleted p2 fired %d more times", got-n2)
 		}
-		if _, err := e.GetTask(ctx, "p2"); !errors.Is(err, ErrTaskNotFound) {
+		if _, err := e.API().GetTask(ctx, "p2"); !errors.Is(err, ErrTaskNotFound) {
 			t.Errorf("get deleted = %v, want ErrTaskNotFound", err)
 		}
 	})
 }
 
 func TestUpdateReArmsAtOnce(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -791,7 +804,7 @@ func TestUpdateReArmsAtOnce(t *testing.T) {
 		spec.Cron = "0 0 0 1 1 ?" // new year only
 		mustCreate(t, e, spec)
 		spec.Cron = "*/1 * * * * *"
-		pt, err := e.UpdateTask(ctx, "edit", spec, "test")
+		pt, err := e.API().UpdateTask(ctx, "edit", spec, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -803,13 +816,14 @@ func TestUpdateReArmsAtOnce(t *testing.T) {
 		spec.Cron = ""
 		spec.DelayMS = ptr(int64(10))
 		var fe *FieldError
-		if _, err := e.UpdateTask(ctx, "edit", spec, "test"); !errors.As(err, &fe) || fe.Field != "trigger" {
+		if _, err := e.API().UpdateTask(ctx, "edit", spec, "test"); !errors.As(err, &fe) || fe.Field != "trigger" {
 			t.Errorf("changing the trigger type = %v, want a trigger field error", err)
 		}
 	})
 }
 
 func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -820,7 +834,7 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 		spec.TimeoutSec = ptr(30)
 		mustCreate(t, e, spec)
 		waitFor(t, 3*time.Second, "the periodic run in flight", func() bool { return len(cs.got("long")) == 1 })
-		run, err := e.RunNow(ctx, "long", json.RawMessage(`{"override":true}`), "test")
+		run, err := e.API().RunNow(ctx, "long", json.RawMessage(`{"override":true}`), "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -830,7 +844,7 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 			t.Errorf("run-now call = %+v (periodic %s)", calls[1], calls[0].ticket)
 		}
 		// The task's kill ends every run of it in flight: the periodic run and the run-now.
-		pt, err := e.Kill(ctx, "long", "test")
+		pt, err := e.API().Kill(ctx, "long", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -843,12 +857,12 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 				t.Errorf("killed run %s = %+v, %v", ticket, r, err)
 			}
 		}
-		if _, err := e.Kill(ctx, "long", "test"); !errors.Is(err, ErrConflict) {
+		if _, err := e.API().Kill(ctx, "long", "test"); !errors.Is(err, ErrConflict) {
 			t.Errorf("second kill = %v, want ErrConflict", err)
 		}
 		// Let the downstream answer: the killed runs' late successes change nothing.
 		cs.release()
-		waitFor(t, 3*time.Second, "the runs in flight to end", func() bool { return len(e.RunsInFlight()) == 0 })
+		waitFor(t, 3*time.Second, "the runs in flight to end", func() bool { return len(e.API().RunsInFlight()) == 0 })
 		for _, ticket := range []string{calls[0].ticket, run.Ticket} {
 			if r, _ := s.GetRun(ctx, ticket); r == nil || r.Result != model.ResultKilled {
 				t.Errorf("a late answer changed the killed run: %+v", r)
@@ -858,6 +872,7 @@ func TestRunNowIsIndependentAndKillEndsRun(t *testing.T) {
 }
 
 func TestStateTable(t *testing.T) {
+	t.Parallel()
 	seed := map[model.State][]model.State{
 		model.StateWaiting:   {model.StateScheduled, model.StatePaused},
 		model.StateScheduled: {model.StateRunning, model.StateFailed},
@@ -889,6 +904,7 @@ func TestStateTable(t *testing.T) {
 }
 
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	iv := 30 * time.Second
 	want := []time.Duration{30 * time.Second, 30 * time.Second, 60 * time.Second, 120 * time.Second,
 		240 * time.Second, 480 * time.Second, 600 * time.Second, 600 * time.Second}
@@ -908,6 +924,7 @@ func TestRetryDelay(t *testing.T) {
 // TestRateLimitedBurstRunsAllInPriorityOrder puts 1,000 fires due at the same instant
 // behind a 100/s bucket: all run, none dropped, spread over >= 9 s, best priority first.
 func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("creates and checks 1,000 tasks per store")
 	}
@@ -995,6 +1012,7 @@ func TestRateLimitedBurstRunsAllInPriorityOrder(t *testing.T) {
 }
 
 func TestDependencyFanIn(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -1012,21 +1030,21 @@ func TestDependencyFanIn(t *testing.T) {
 		var fe *FieldError
 		cyc := httpSpec("extract", cs.URL)
 		cyc.DependsOn = []string{"report"}
-		if _, err := e.UpdateTask(ctx, "extract", cyc, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
+		if _, err := e.API().UpdateTask(ctx, "extract", cyc, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
 			t.Errorf("cycle accepted: %v", err)
 		}
 		self := httpSpec("selfish", cs.URL)
 		self.DependsOn = []string{"selfish"}
-		if _, err := e.CreateTask(ctx, self, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
+		if _, err := e.API().CreateTask(ctx, self, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
 			t.Errorf("self-dependency accepted: %v", err)
 		}
 		ghost := httpSpec("orphan", cs.URL)
 		ghost.DependsOn = []string{"nope"}
-		if _, err := e.CreateTask(ctx, ghost, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
+		if _, err := e.API().CreateTask(ctx, ghost, "test"); !errors.As(err, &fe) || fe.Field != "depends_on" {
 			t.Errorf("unknown upstream accepted: %v", err)
 		}
 
-		if _, err := e.RunNow(ctx, "extract", nil, "test"); err != nil {
+		if _, err := e.API().RunNow(ctx, "extract", nil, "test"); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 3*time.Second, "extract to run", func() bool { return len(cs.got("extract")) == 1 })
@@ -1034,24 +1052,24 @@ func TestDependencyFanIn(t *testing.T) {
 		if n := len(cs.got("report")); n != 0 {
 			t.Fatalf("report fired after one of two upstreams")
 		}
-		if _, err := e.RunNow(ctx, "load", nil, "test"); err != nil {
+		if _, err := e.API().RunNow(ctx, "load", nil, "test"); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 3*time.Second, "report to fire after both upstreams", func() bool { return len(cs.got("report")) == 1 })
 		var runs []model.Run
 		waitFor(t, 2*time.Second, "report's run recorded", func() bool {
-			runs, _ = e.Runs(ctx, "report", 10)
+			runs, _ = e.API().Runs(ctx, "report", 10)
 			return len(runs) == 1 && runs[0].Result == model.ResultSuccess
 		})
 		if d := runs[0].Detail; !strings.Contains(d, "extract (") || !strings.Contains(d, "load (") {
 			t.Errorf("run detail %q does not name the upstream runs that released it", d)
 		}
 		waitFor(t, 2*time.Second, "report waiting again", func() bool {
-			pt, err := e.GetTask(ctx, "report")
+			pt, err := e.API().GetTask(ctx, "report")
 			return err == nil && pt.Runtime.State == model.StateWaiting
 		})
 		// One more upstream success is not enough: fan-in needs both again.
-		if _, err := e.RunNow(ctx, "load", nil, "test"); err != nil {
+		if _, err := e.API().RunNow(ctx, "load", nil, "test"); err != nil {
 			t.Fatal(err)
 		}
 		decideRelease(t, e, "load", 2, "report")
@@ -1069,7 +1087,7 @@ func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream s
 	t.Helper()
 	ctx := context.Background()
 	waitFor(t, 3*time.Second, fmt.Sprintf("%s's success number %d recorded", upstream, n), func() bool {
-		runs, err := e.Runs(ctx, upstream, 10)
+		runs, err := e.API().Runs(ctx, upstream, 10)
 		ok := 0
 		for _, r := range runs {
 			if r.Result == model.ResultSuccess {
@@ -1078,7 +1096,7 @@ func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream s
 		}
 		return err == nil && ok >= n
 	})
-	pt, err := e.GetTask(ctx, downstream)
+	pt, err := e.API().GetTask(ctx, downstream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1089,6 +1107,7 @@ func decideRelease(t *testing.T, e *Engine, upstream string, n int, downstream s
 }
 
 func TestBreakerOpensAlertsAndSkips(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -1143,6 +1162,7 @@ func TestBreakerOpensAlertsAndSkips(t *testing.T) {
 }
 
 func TestBreakerWindow(t *testing.T) {
+	t.Parallel()
 	cfg := BreakerConfig{Window: time.Minute, MinSamples: 4, FailureRate: 0.5, ProbeEvery: 3}.WithDefaults()
 	var b breaker
 	now := int64(1_000_000)
@@ -1184,6 +1204,7 @@ func TestBreakerWindow(t *testing.T) {
 }
 
 func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -1194,7 +1215,7 @@ func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
 		mustCreate(t, e, spec)
 		waitFor(t, 3*time.Second, "the run in flight", func() bool { return len(cs.got("doomed")) == 1 })
 		ticket := cs.got("doomed")[0].ticket
-		if err := e.DeleteTask(ctx, "doomed", "test"); err != nil {
+		if err := e.API().DeleteTask(ctx, "doomed", "test"); err != nil {
 			t.Fatal(err)
 		}
 		cs.release()
@@ -1206,6 +1227,7 @@ func TestDeleteWhileRunningStillRecordsTheRun(t *testing.T) {
 }
 
 func TestEditingAPausedTask(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
@@ -1219,7 +1241,7 @@ func TestEditingAPausedTask(t *testing.T) {
 		// An edit that does not mention "paused" keeps the task paused, with the new schedule.
 		spec.Paused = nil
 		spec.Cron = "0 0 * * * *"
-		pt, err := e.UpdateTask(ctx, "sleeper", spec, "test")
+		pt, err := e.API().UpdateTask(ctx, "sleeper", spec, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1227,7 +1249,7 @@ func TestEditingAPausedTask(t *testing.T) {
 		if pt.Runtime.State != model.StatePaused || pt.Runtime.NextTriggerTime != nextHour {
 			t.Fatalf("after edit: %s next %d, want PAUSED next %d", pt.Runtime.State, pt.Runtime.NextTriggerTime, nextHour)
 		}
-		pt, err = e.Resume(ctx, "sleeper", "", "test")
+		pt, err = e.API().Resume(ctx, "sleeper", "", "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -1236,7 +1258,7 @@ func TestEditingAPausedTask(t *testing.T) {
 		}
 		// An explicit "paused": true pauses through the edit.
 		spec.Paused = ptr(true)
-		if pt, err = e.UpdateTask(ctx, "sleeper", spec, "test"); err != nil || pt.Runtime.State != model.StatePaused {
+		if pt, err = e.API().UpdateTask(ctx, "sleeper", spec, "test"); err != nil || pt.Runtime.State != model.StatePaused {
 			t.Errorf("edit with paused true: %v, %+v", err, pt)
 		}
 	})
@@ -1246,6 +1268,7 @@ func TestEditingAPausedTask(t *testing.T) {
 // timed out by the scheduler when the engine's clock passes its deadline plus the grace, and
 // not before; the fake clock moves, nobody sleeps through the timeout.
 func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		offers := make(chan string, 4)
@@ -1257,7 +1280,7 @@ func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
 		addr := exec.Listener.Addr().String()
-		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "silent", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "mute", Callback: &model.Callback{Type: model.CallbackExecutor, App: "silent", Handler: "job"}}
@@ -1273,17 +1296,17 @@ func TestExecutorRunTimesOutOnTheEngineClock(t *testing.T) {
 			t.Fatal("the run was never offered")
 		}
 		waitFor(t, 5*time.Second, "the executor to hold the run", func() bool {
-			runs := e.RunsInFlight()
+			runs := e.API().RunsInFlight()
 			return len(runs) == 1 && runs[0].Executor == addr
 		})
 		clk.Advance(5*time.Second + timeoutGrace - 10*time.Millisecond)
-		if runs, _ := e.Runs(ctx, "mute", 1); len(runs) != 1 || runs[0].EndedAt != 0 || len(e.RunsInFlight()) != 1 {
-			t.Fatalf("before the deadline and grace: runs %+v, in flight %d", runs, len(e.RunsInFlight()))
+		if runs, _ := e.API().Runs(ctx, "mute", 1); len(runs) != 1 || runs[0].EndedAt != 0 || len(e.API().RunsInFlight()) != 1 {
+			t.Fatalf("before the deadline and grace: runs %+v, in flight %d", runs, len(e.API().RunsInFlight()))
 		}
 		clk.Advance(20 * time.Millisecond)
 		var runs []model.Run
 		waitFor(t, 5*time.Second, "the timeout to be recorded", func() bool {
-			runs, _ = e.Runs(ctx, "mute", 1)
+			runs, _ = e.API().Runs(ctx, "mute", 1)
 			return len(runs) == 1 && runs[0].EndedAt > 0
 		})
 		r := runs[0]

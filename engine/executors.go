@@ -16,10 +16,9 @@ import (
 
 // executorsCore is what the executor registry asks of the core.
 type executorsCore interface {
-	// loseRunsOn resolves as lost the runs in flight on x, lost.
-	loseRunsOn(x *dispatch.Executor)
-	// flushRefusals records the refused results counted (refusals.go).
-	flushRefusals(ctx context.Context, all bool)
+	// resolve ends a run in flight, taken from the runs in flight, with oc
+	// (core_complete.go).
+	resolve(t *task, run model.Run, oc outcome)
 }
 
 // Executors is the executor registry service: registrations, heartbeats and
@@ -28,9 +27,12 @@ type executorsCore interface {
 // store (the executors register and heartbeat with any node).
 type Executors struct {
 	base
-	core   executorsCore
-	reg    *dispatch.Registry
-	alerts *Alerts
+	core executorsCore
+	runs *runsInFlight // the runs sent and not ended, of which those on a lost executor end lost
+	// refused records the refused results counted (refusals.go); its loop flushes them.
+	refused *refusals
+	reg     *dispatch.Registry
+	alerts  *Alerts
 	// refresh: the registry is read from the store every registryRefresh (sharded).
 	refresh   bool
 	reaper    loop
@@ -42,7 +44,7 @@ type Executors struct {
 }
 
 // Executors is the executor registry service, which the API's executor endpoints call.
-func (e *Engine) Executors() *Executors { return e.executors }
+func (e *API) Executors() *Executors { return e.executors }
 
 func (ex *Executors) start() error {
 	if ex.refresh {
@@ -284,13 +286,13 @@ func (ex *Executors) run(ctx context.Context) {
 	ex.every(ctx, max(ex.cfg.LostAfter/10, 50*time.Millisecond), func() {
 		ex.reap(ctx)
 		ex.sweepDeleted(ctx, ex.nowMS())
-		ex.core.flushRefusals(ctx, false)
+		ex.refused.flushRefusals(ctx, false)
 	})
 	// The refusals counted since their windows opened, and the lost executors not alerted
 	// yet, are recorded before the writer stops.
 	fctx, cancel := context.WithTimeout(context.Background(), offerTimeout)
 	defer cancel()
-	ex.core.flushRefusals(fctx, true)
+	ex.refused.flushRefusals(fctx, true)
 	ex.raiseGathered(fctx, ex.nowMS(), true)
 }
 
@@ -319,6 +321,16 @@ func (ex *Executors) reap(ctx context.Context) {
 				ex.log.Error("cannot record lost executor", "app", x.App, "address", x.Address, "error", err)
 			}
 		}
-		ex.core.loseRunsOn(x)
+		ex.loseRunsOn(x)
+	}
+}
+
+// loseRunsOn resolves as lost the runs in flight on x, an executor found lost.
+func (ex *Executors) loseRunsOn(x *dispatch.Executor) {
+	for _, ticket := range ex.runs.on(x) {
+		ex.runs.take(ticket, func(f *flight) bool { return f.exec == x }, func(f *flight) {
+			ex.core.resolve(f.t, f.run, outcome{result: model.ResultLost, executor: x.Address,
+				errText: "executor " + x.Address + " was lost with the run in flight"})
+		})
 	}
 }

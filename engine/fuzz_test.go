@@ -12,7 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/internal/test/jsonkeys"
 	"github.com/axe-sched/axe/wire"
 )
 

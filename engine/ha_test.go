@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -55,6 +55,7 @@ func (c lagClock) Now() time.Time { return time.Now().Add(-c.lag) }
 // dispatches; each (task, fire time, attempt) must reach the endpoint exactly once, and every
 // refusal must be counted and recorded (docs/ha.md, "The fire record").
 func TestFireRecordStopsWhatTheCASLetThrough(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		a := startEngine(t, s, func(c *Config) { c.NodeID = "a" })
@@ -106,7 +107,7 @@ func TestFireRecordStopsWhatTheCASLetThrough(t *testing.T) {
 
 func contendedID(t *testing.T, e *Engine) int64 {
 	t.Helper()
-	pt, err := e.GetTask(context.Background(), "contended")
+	pt, err := e.API().GetTask(context.Background(), "contended")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +118,7 @@ func contendedID(t *testing.T, e *Engine) int64 {
 // on_lost: resend, is recorded lost and sent again once, with the same X-Axe-Ticket, as
 // attempt 2 of the same fire under a run record of its own.
 func TestOnLostResend(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		cs := newCallbackServer(t)
 		ctx := context.Background()
@@ -162,7 +164,7 @@ func TestOnLostResend(t *testing.T) {
 		if !slices.Contains(acts, ActLost) || !slices.Contains(acts, ActResend) {
 			t.Fatalf("actions %v lack %s and %s", acts, ActLost, ActResend)
 		}
-		pt, err := e.GetTask(ctx, "doubt")
+		pt, err := e.API().GetTask(ctx, "doubt")
 		if err != nil || pt.Runtime.State != model.StateScheduled || pt.Runtime.SuccessCount != 1 {
 			t.Fatalf("task = %+v, %v; want SCHEDULED after one success", pt, err)
 		}
@@ -171,6 +173,7 @@ func TestOnLostResend(t *testing.T) {
 
 // TestOnLostValidation: on_lost is fail or resend, and resend only for HTTP callbacks.
 func TestOnLostValidation(t *testing.T) {
+	t.Parallel()
 	base := func(onLost string, cb model.Callback) *wire.TaskSpec {
 		return &wire.TaskSpec{Name: "v", Cron: "@hourly", Callback: &cb, OnLost: onLost}
 	}
@@ -193,13 +196,14 @@ func TestOnLostValidation(t *testing.T) {
 // TestLateResultForALostRun: a result for a run already marked lost is recorded, and the
 // run's record and actions show both; a repeat is a duplicate.
 func TestLateResultForALostRun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
 		pt := mustCreate(t, e, &wire.TaskSpec{Name: "late", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
 		// The executor the run was sent to: lost executors stay registered.
-		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
+		if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: "1.2.3.4:5", Handlers: []string{"h"}}); err != nil {
 			t.Fatal(err)
 		}
 		lost := model.Run{Ticket: "late-1", TaskID: pt.Def.ID, TaskName: "late", Kind: model.RunScheduled, Attempt: 1,
@@ -209,7 +213,7 @@ func TestLateResultForALostRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		rep := Report{Ticket: "late-1", Task: "late", Address: "1.2.3.4:5", Status: model.ResultSuccess, Output: "done", DurationMS: 7}
-		if dup, err := e.ReportResult(ctx, rep); err != nil || dup {
+		if dup, err := e.API().ReportResult(ctx, rep); err != nil || dup {
 			t.Fatalf("late result = %v, %v; want recorded", dup, err)
 		}
 		got, err := s.GetRun(ctx, "late-1")
@@ -220,7 +224,7 @@ func TestLateResultForALostRun(t *testing.T) {
 		if !slices.Contains(actionNames(t, e, "late"), ActLateResult) {
 			t.Fatalf("no %s action", ActLateResult)
 		}
-		if dup, err := e.ReportResult(ctx, rep); err != nil || !dup {
+		if dup, err := e.API().ReportResult(ctx, rep); err != nil || !dup {
 			t.Fatalf("repeated late result = %v, %v; want a duplicate", dup, err)
 		}
 	})

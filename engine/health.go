@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 )
 
 // WriteStallReady is how long commits may keep failing before the engine reports itself not
@@ -16,7 +16,7 @@ const WriteStallReady = time.Second
 // for at least WriteStallReady; nil while they land. Transitions submitted meanwhile wait in
 // the writer (none is dropped) and no run is dispatched before its transition is durable, so
 // a stalled engine fires nothing: it is not ready.
-func (e *Engine) WriteStalled() error {
+func (e *API) WriteStalled() error {
 	s := e.writer.Stalled()
 	if s == nil {
 		return nil

@@ -15,7 +15,7 @@ import (
 // package's goleak check then finds none of their goroutines left.
 func failedStartLeavesNothingRunning(t *testing.T, e *Engine) {
 	t.Helper()
-	if e.Running() {
+	if e.API().Running() {
 		t.Error("a failed Start left the engine running")
 	}
 	if err := e.writer.Submit(context.Background(), &persist.Group{}); !errors.Is(err, persist.ErrWriterClosed) {
@@ -33,6 +33,7 @@ func failedStartLeavesNothingRunning(t *testing.T, e *Engine) {
 }
 
 func TestFailedRecoveryStopsWhatStarted(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	e, err := New(Config{Store: s})
 	if err != nil {
@@ -48,6 +49,7 @@ func TestFailedRecoveryStopsWhatStarted(t *testing.T) {
 }
 
 func TestStopWithoutStartAndTwice(t *testing.T) {
+	t.Parallel()
 	e, err := New(Config{Store: persisttest.SQLite(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +67,7 @@ func TestStopWithoutStartAndTwice(t *testing.T) {
 // A Start whose writer cannot start (its context is already done) never started the
 // dispatcher, whose worker pool dispatch.New had made: the failed Start releases it too.
 func TestFailedWriterStartReleasesDispatcher(t *testing.T) {
+	t.Parallel()
 	e, err := New(Config{Store: persisttest.SQLite(t)})
 	if err != nil {
 		t.Fatal(err)

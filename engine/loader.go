@@ -80,14 +80,13 @@ func (p *promoter) putBack(ids []int64) {
 
 // loaderCore is what the loader asks of the core.
 type loaderCore interface {
-	// advanceHorizon moves the horizon to to, and returns the old one, unless it is there.
-	advanceHorizon(to int64) (from int64, moved bool)
-	// inMemory tells whether the task id is held in full.
-	inMemory(id int64) bool
 	// adopt puts a task read from the store into memory (applying the misfire policy at
-	// now > 0); placeHeld arms again a task held already.
+	// now > 0).
 	adopt(t *task, now int64)
-	placeHeld(id int64)
+	// reload reads task id back from the store once the residency evicted a stale copy.
+	reload(id int64)
+	// unlock releases t.mu after a change the residency placed (core_submit.go).
+	unlock(t *task)
 }
 
 // Loader is the window loader (design.md, "Window and cold entries"): it moves the horizon
@@ -96,11 +95,21 @@ type loaderCore interface {
 // before they are due.
 type Loader struct {
 	base
-	core     loaderCore
-	wheel    *wheel.Sharded[*task]
-	promo    promoter
-	loads    loop
-	promotes loop
+	core  loaderCore
+	wheel *wheel.Sharded[*task]
+	promo promoter
+
+	// The residency (core_residency.go): the tasks in memory, armed in the wheel while their
+	// next fire is below the horizon.
+	tasks     *taskMap
+	conc      *concGate // an entry disarmed waits for a slot no more
+	horizonMu sync.RWMutex
+	horizon   int64 // ms; tasks due before it are in memory
+	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
+	// evicted while it read).
+	evictions atomic.Int64
+	loads     loop
+	promotes  loop
 }
 
 func (l *Loader) start() error {
@@ -127,7 +136,7 @@ func (l *Loader) run(ctx context.Context) {
 func (l *Loader) loadSlice(ctx context.Context) error {
 	now := l.nowMS()
 	to := now + l.cfg.Window.Milliseconds()
-	from, moved := l.core.advanceHorizon(to)
+	from, moved := l.advanceHorizon(to)
 	if !moved {
 		return nil
 	}
@@ -157,10 +166,10 @@ func (l *Loader) loadRange(ctx context.Context, from, to, now int64) (int, error
 		m := 0
 		err := l.store.LoadDueRefs(ctx, max(from, hot), to, armableStates, func(r persist.DueRef) error {
 			m++
-			if !l.core.inMemory(r.TaskID) {
+			if !l.inMemory(r.TaskID) {
 				l.armCold(r.TaskID, r.NextTriggerTime)
 			} else {
-				l.core.placeHeld(r.TaskID)
+				l.placeHeld(r.TaskID)
 			}
 			return nil
 		})
@@ -237,7 +246,7 @@ func (l *Loader) promote(ctx context.Context, ids []int64) error {
 	// Skip tasks already in memory before reading them.
 	keep := ids[:0:0]
 	for _, id := range ids {
-		if !l.core.inMemory(id) {
+		if !l.inMemory(id) {
 			keep = append(keep, id)
 		}
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -47,10 +48,23 @@ type labelled struct {
 	set   *metrics.Set
 	name  string
 	label string
+	// counters caches the counter of each value: every run's end counts its result, and
+	// formatting the series name and looking it up in the set each time was two
+	// allocations and a lock a fire. The values are bounded (results, reasons).
+	counters *sync.Map // string → *metrics.Counter
+}
+
+func newLabelled(set *metrics.Set, name, label string) labelled {
+	return labelled{set: set, name: name, label: label, counters: new(sync.Map)}
 }
 
 func (l labelled) result(v string) *metrics.Counter {
-	return l.set.GetOrCreateCounter(fmt.Sprintf(`%s{%s=%q}`, l.name, l.label, v))
+	if c, ok := l.counters.Load(v); ok {
+		return c.(*metrics.Counter)
+	}
+	c := l.set.GetOrCreateCounter(fmt.Sprintf(`%s{%s=%q}`, l.name, l.label, v))
+	l.counters.Store(v, c)
+	return c
 }
 
 // latenessBuckets resolve the fire lateness around the tick (10ms) and the targets (2 ticks,
@@ -75,8 +89,8 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		alertFails:   s.NewCounter("axe_alert_webhook_failures_total"),
 		skipped:      s.NewCounter("axe_breaker_skipped_fires_total"),
 		rateWait:     s.NewPrometheusHistogram("axe_ratelimit_wait_seconds"),
-		dispatches:   labelled{set: s, name: "axe_dispatch_failures_total", label: "reason"},
-		results:      labelled{set: s, name: "axe_results_total", label: "result"},
+		dispatches:   newLabelled(s, "axe_dispatch_failures_total", "reason"),
+		results:      newLabelled(s, "axe_results_total", "result"),
 		sent:         s.NewCounter("axe_dispatches_total"),
 		dispatchLag:  s.NewPrometheusHistogramExt("axe_dispatch_latency_seconds", latenessBuckets),
 		kills:        s.NewCounter("axe_kills_total"),
@@ -93,6 +107,10 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		concWaits:      s.NewCounter("axe_concurrency_waits_total"),
 		concWait:       s.NewPrometheusHistogram("axe_concurrency_wait_seconds"),
 	}
+	// The pace of fire records to sends (core_pace.go).
+	s.NewGauge("axe_sends_ahead", func() float64 { return float64(e.pace.ahead()) })
+	s.NewGauge("axe_send_pace_waits_total", func() float64 { return float64(e.pace.waits.Load()) })
+	s.NewGauge("axe_heldback_refires_total", func() float64 { return float64(e.refires.Load()) })
 	s.NewGauge("axe_concurrency_waiting", func() float64 { return float64(e.conc.nwait.Load()) })
 	s.NewGauge("axe_concurrency_slots_in_use", func() float64 { return float64(e.conc.nused.Load()) })
 	for p := 0; p <= wheel.MaxPriority; p++ {
@@ -134,7 +152,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 	s.NewGauge("axe_breakers_open", func() float64 { return float64(e.brk.openCount()) })
 	s.NewGauge("axe_executors_alive", func() float64 { return float64(e.registry.AliveCount()) })
 	s.NewGauge("axe_window_horizon_seconds", func() float64 {
-		return float64(e.Horizon().Sub(e.now()).Seconds())
+		return float64(e.loader.Horizon().Sub(e.now()).Seconds())
 	})
 	return m
 }
@@ -151,4 +169,4 @@ func (m *engineMetrics) alerts(kind string) *metrics.Counter {
 }
 
 // Metrics returns the engine's metric set (Config.Metrics), for the daemon to write.
-func (e *Engine) Metrics() *metrics.Set { return e.m.set }
+func (e *API) Metrics() *metrics.Set { return e.m.set }

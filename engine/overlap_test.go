@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -35,7 +35,7 @@ func scheduledOf(runs []model.Run) []int64 {
 // actionDetails returns the details of the task's action records named name, oldest first.
 func actionDetails(t *testing.T, e *Engine, task, name string) []model.Action {
 	t.Helper()
-	acts, err := e.Actions(context.Background(), task, 1000)
+	acts, err := e.API().Actions(context.Background(), task, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +68,7 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 // at once, buffer_all runs all three, oldest first, each with its own scheduled_at and
 // ticket; each records the decision.
 func TestOverlapPoliciesOnASlowRun(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		policy  string
 		after   []time.Duration // scheduled_at of the runs after the slow one, from its fire
@@ -79,6 +80,7 @@ func TestOverlapPoliciesOnASlowRun(t *testing.T) {
 			"buffer_all: 3 fire(s) due while runs were in flight are buffered (bound 100)"},
 	} {
 		t.Run(tc.policy, func(t *testing.T) {
+			t.Parallel() // each its own engine, clock and endpoint
 			persisttest.Each(t, func(t *testing.T, s persist.Store) {
 				ctx := context.Background()
 				cs := newCallbackServer(t)
@@ -116,10 +118,10 @@ func TestOverlapPoliciesOnASlowRun(t *testing.T) {
 				once.Do(func() { close(hang) })
 				want := len(tc.after) + 1
 				waitAdvancing(t, clk, 10*time.Millisecond, 30*time.Second, "the runs after the slow one", func() bool {
-					runs, _ := e.Runs(ctx, name, 100)
+					runs, _ := e.API().Runs(ctx, name, 100)
 					return len(runs) >= want && runs[0].EndedAt > 0
 				})
-				runs, err := e.Runs(ctx, name, 100)
+				runs, err := e.API().Runs(ctx, name, 100)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -188,13 +190,14 @@ func (x *killingExecutor) seen() (runs, killed []string) {
 // run is in flight kills that run as an operator's kill would (a kill sent to the executor,
 // the run ended KILLED by "overlap") and starts the new fire, with its own ticket.
 func TestCancelOtherKillsTheRunningRun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		x := newKillingExecutor(t)
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk))
 		addr := x.Listener.Addr().String()
-		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "busy", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "busy", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "cover", Cron: "*/5 * * * * *", OverlapPolicy: model.OverlapCancelOther,
@@ -214,7 +217,7 @@ func TestCancelOtherKillsTheRunningRun(t *testing.T) {
 		if killed[0] != first || runs[1] == first {
 			t.Fatalf("killed %v, offered %v: want the first run killed and a second ticket", killed, runs)
 		}
-		stored, err := e.Runs(ctx, "cover", 10)
+		stored, err := e.API().Runs(ctx, "cover", 10)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +236,7 @@ func TestCancelOtherKillsTheRunningRun(t *testing.T) {
 			t.Errorf("overlap actions %+v, want one cancel_other record", ov)
 		}
 		// The executor never reports: end the second run so the engine can stop.
-		if _, err := e.Kill(ctx, "cover", "test"); err != nil {
+		if _, err := e.API().Kill(ctx, "cover", "test"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -244,6 +247,7 @@ func TestCancelOtherKillsTheRunningRun(t *testing.T) {
 // fires missed runs once, oldest first, with its own scheduled_at, one after another (each
 // dispatched after the one before ended), and the catch-up is recorded.
 func TestCatchupAfterOutage(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -261,11 +265,11 @@ func TestCatchupAfterOutage(t *testing.T) {
 		cs.clk = clkB
 		b := startEngine(t, s, withFakeClock(clkB))
 		waitAdvancing(t, clkB, time.Millisecond, 60*time.Second, "11 catch-up runs", func() bool {
-			runs, _ := b.Runs(ctx, "minutely", 100)
+			runs, _ := b.API().Runs(ctx, "minutely", 100)
 			return len(runs) == 11 && runs[0].EndedAt > 0
 		})
 		waitSettled(t, b)
-		runs, err := b.Runs(ctx, "minutely", 100)
+		runs, err := b.API().Runs(ctx, "minutely", 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +278,7 @@ func TestCatchupAfterOutage(t *testing.T) {
 		if len(acts) != 1 || !strings.Contains(acts[0].Detail, "11 fire(s)") || !strings.Contains(acts[0].Detail, "run one after another") {
 			t.Errorf("catch-up actions %+v, want one naming the 11 missed fires", acts)
 		}
-		got, err := b.GetTask(ctx, "minutely")
+		got, err := b.API().GetTask(ctx, "minutely")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -318,6 +322,7 @@ func stopEngine(t *testing.T, e *Engine) {
 // later. The catch-up goes on from the first fire not run, nothing runs twice, and the minute
 // of the second outage is caught up too.
 func TestRestartDuringCatchupRunsNothingTwice(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -363,11 +368,11 @@ func TestRestartDuringCatchupRunsNothingTwice(t *testing.T) {
 		cs.clk = clkC
 		c := startEngine(t, s, withFakeClock(clkC))
 		waitAdvancing(t, clkC, time.Millisecond, 60*time.Second, "the catch-up to end", func() bool {
-			runs, _ := c.Runs(ctx, "minutely", 100)
+			runs, _ := c.API().Runs(ctx, "minutely", 100)
 			return len(runs) == 12 && runs[0].EndedAt > 0
 		})
 		waitSettled(t, c)
-		runs, err := c.Runs(ctx, "minutely", 100)
+		runs, err := c.API().Runs(ctx, "minutely", 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,6 +391,7 @@ func TestRestartDuringCatchupRunsNothingTwice(t *testing.T) {
 // by the next one, which arms the task's next fire again: when it comes due the recovered
 // run is killed by "overlap" and the new fire starts.
 func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		x := newKillingExecutor(t)
@@ -411,10 +417,10 @@ func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := startEngine(t, s, withFakeClock(clk))
-		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
+		if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "busy", Address: x.Listener.Addr().String(), Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
-		if runs := e.RunsInFlight(); len(runs) != 1 || runs[0].Ticket != ticket {
+		if runs := e.API().RunsInFlight(); len(runs) != 1 || runs[0].Ticket != ticket {
 			t.Fatalf("in flight after the start: %+v, want the recovered run %s", runs, ticket)
 		}
 		next := scheduledTicket(def.ID, due+5000, 1)
@@ -426,7 +432,7 @@ func TestCancelOtherArmedForARunRecoveredInFlight(t *testing.T) {
 		if err != nil || r.Result != model.ResultKilled || r.Error != "killed by overlap" {
 			t.Errorf("the recovered run = %+v, %v; want KILLED by overlap", r, err)
 		}
-		if _, err := e.Kill(ctx, "cover", "test"); err != nil {
+		if _, err := e.API().Kill(ctx, "cover", "test"); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -36,10 +36,15 @@ type Ownership interface {
 	// Held returns the shards the node schedules (loading, ready or being handed over),
 	// with their epochs, ascending.
 	Held() []persist.ShardFence
-	// Gain schedules the shards taken at the epochs given, once they are recovered.
-	Gain(ctx context.Context, fences []persist.ShardFence) error
+	// Gain schedules the shards taken at the epochs given, once they are recovered. The
+	// shards of handedOver were handed over by their previous holder at the point (ms)
+	// given: the fires due from it are fired, late, rather than judged misfires.
+	Gain(ctx context.Context, fences []persist.ShardFence, handedOver map[int]int64) error
 	// Drain begins handing shards over: nothing of theirs fires or starts any more.
 	Drain(set model.ShardSet)
+	// HandOverPoint is the instant (ms) from which the node fires nothing of shard n: the
+	// start of its drain, or of the engine's stop; 0 while the node may still fire it.
+	HandOverPoint(n int) int64
 	// InFlight returns the shards of set with a run in flight or a write not yet durable.
 	InFlight(set model.ShardSet) model.ShardSet
 	// Drop forgets shards the node no longer holds, writing nothing.
@@ -78,15 +83,22 @@ type ownership interface {
 	scheduling(ctx context.Context) context.Context
 	// fenceGroup fences g by the shard of the task it writes.
 	fenceGroup(g *persist.Group, t *task) error
+	// handedOver is the hand-over point of shard while the node recovers it after a
+	// graceful hand-over, else 0.
+	handedOver(shard uint8) int64
 	// holdsShardZero: this node runs the cluster's singleton duties.
 	holdsShardZero() bool
 	// leaseLost logs a write of t refused because the lease it was fenced by is lost.
 	leaseLost(t *task)
+	// holdUnsent keeps a run of t whose send the shard gate held back (err) while the
+	// shard's lease renewal is overdue, and sends it (again) once the gate opens; false: the
+	// caller ends the run as it would any refused send (core_heldback.go).
+	holdUnsent(t *task, run model.Run, err error, again func()) bool
 }
 
 // Ownership is this node's ownership model, which the daemon's shard loop and the API's
 // shard front ask.
-func (e *Engine) Ownership() Ownership { return e.own }
+func (e *API) Ownership() Ownership { return e.own }
 
 // soleOwner is a node that owns every task: a single node (epoch 0) or the primary of a
 // pair (its term's epoch).
@@ -95,11 +107,15 @@ type soleOwner struct {
 	epoch int64
 }
 
-func (o *soleOwner) Sharded() bool                                    { return false }
-func (o *soleOwner) State(int) (held, ready bool)                     { return true, true }
-func (o *soleOwner) Ready() model.ShardSet                            { return model.AllShards() }
-func (o *soleOwner) Gain(context.Context, []persist.ShardFence) error { return nil }
+func (o *soleOwner) Sharded() bool                { return false }
+func (o *soleOwner) State(int) (held, ready bool) { return true, true }
+func (o *soleOwner) Ready() model.ShardSet        { return model.AllShards() }
+func (o *soleOwner) Gain(context.Context, []persist.ShardFence, map[int]int64) error {
+	return nil
+}
 func (o *soleOwner) Drain(model.ShardSet)                             {}
+func (o *soleOwner) HandOverPoint(int) int64                          { return 0 }
+func (o *soleOwner) handedOver(uint8) int64                           { return 0 }
 func (o *soleOwner) InFlight(model.ShardSet) (none model.ShardSet)    { return none }
 func (o *soleOwner) Drop(model.ShardSet)                              {}
 func (o *soleOwner) current(*task) bool                               { return true }
@@ -114,6 +130,7 @@ func (o *soleOwner) readyFenced(ctx context.Context) context.Context  { return c
 func (o *soleOwner) scheduling(ctx context.Context) context.Context   { return ctx }
 func (o *soleOwner) fenceGroup(*persist.Group, *task) error           { return nil }
 func (o *soleOwner) holdsShardZero() bool                             { return true }
+func (o *soleOwner) holdUnsent(*task, model.Run, error, func()) bool  { return false }
 func (o *soleOwner) fencedFor(ctx context.Context, _ string) (context.Context, error) {
 	return ctx, nil
 }
@@ -175,12 +192,4 @@ func newOwnership(e *Engine) ownership {
 		return &shardOwner{e}
 	}
 	return &soleOwner{e: e, epoch: e.cfg.Epoch}
-}
-
-// The send path (core_fire.go) asks the ownership model through these.
-
-func (e *Engine) runEpoch(t *task) (int64, *int) { return e.own.runEpoch(t) }
-func (e *Engine) sendGate(t *task) func() error  { return e.own.sendGate(t) }
-func (e *Engine) shardGate(shard uint8, epoch int64, firing bool) error {
-	return e.own.shardGate(shard, epoch, firing)
 }

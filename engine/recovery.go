@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -11,16 +12,22 @@ import (
 	"github.com/axe-sched/axe/persist"
 )
 
-// recoveryCore is what recovery asks of the core: to take over the runs it finds.
+// recoveryCore is what recovery asks of the core to take over the runs it finds
+// (core_recover.go): to hold a task, record, end or re-send a run as the core does.
 type recoveryCore interface {
-	takeOverRun(t *task, run model.Run) bool
-	adoptInstance(ctx context.Context, run model.Run, track func()) error
-	recoverParallelRuns(ctx context.Context) error
-	// reconcileShards settles the concurrency slots the earlier owners' runs of the
-	// shards of fences hold in the store (core_clusterslots.go).
-	reconcileShards(ctx context.Context, fences []persist.ShardFence) error
+	acquire(ctx context.Context, id int64, o acquireOpts) (*task, error)
+	unlock(t *task)
+	write(ctx context.Context, g *persist.Group) error
+	commitGroupLocked(t *task, g *persist.Group, dropped func(error))
+	action(t *task, ticket, name string, from, to model.State, actor, detail string, at int64) model.Action
+	dispatchDurable(t *task, def *model.TaskDef, run model.Run, params json.RawMessage, err error)
+	sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket string)
+	armExecTimeout(ticket string, deadline time.Time, addr string)
+	endRun(t *task, run model.Run, oc outcome)
+	// refireHeld sends a run its previous owner held back unsent (core_heldback.go).
+	// params nil: the run's own, else its task's.
+	refireHeld(t *task, run model.Run, params json.RawMessage)
 	submit(ctx context.Context, g *persist.Group, mode submitMode) error
-	Horizon() time.Time
 }
 
 // Recovery is the recovery of what a previous process (or the previous owner of a shard)
@@ -31,11 +38,13 @@ type recoveryCore interface {
 type Recovery struct {
 	base
 	core      recoveryCore
+	gates     *gates // reconciles the slots the earlier owners' runs hold (core_clusterslots.go)
 	runs      *runsInFlight
 	executors *Executors
 	loader    *Loader
 	deps      *Dependents
 	backfills *Backfills
+	steps     *Steps // makes a held-back step attempt's call again (adoptInstance)
 }
 
 // inFlight resolves runs a previous process left running. Their outcome is unknown:
@@ -108,7 +117,7 @@ func (r *Recovery) inFlight(ctx context.Context) error {
 	}
 	recovered := 0
 	for _, f := range found {
-		if r.core.takeOverRun(f.t, f.run) {
+		if r.takeOverRun(f.t, f.run) {
 			recovered++
 		}
 	}
@@ -125,11 +134,11 @@ func (r *Recovery) manualRuns(ctx context.Context) error {
 		return err
 	}
 	for _, run := range runs {
-		if err := r.core.adoptInstance(ctx, run, nil); err != nil {
+		if err := r.adoptInstance(ctx, run, nil); err != nil {
 			return err
 		}
 	}
-	return r.core.recoverParallelRuns(ctx) // core_parallel.go
+	return r.recoverParallelRuns(ctx)
 }
 
 // atStart runs the recovery of Start in order, logging each step with how long it
@@ -213,7 +222,7 @@ func (r *Recovery) systemAction(name, detail string) {
 // shards is atStart for the shards of set, with ctx carrying their filter.
 func (r *Recovery) shards(ctx context.Context, set model.ShardSet, fences []persist.ShardFence) error {
 	now := r.nowMS()
-	h := r.core.Horizon().UnixMilli()
+	h := r.loader.Horizon().UnixMilli()
 	steps := []struct {
 		name string
 		fn   func() error
@@ -221,7 +230,7 @@ func (r *Recovery) shards(ctx context.Context, set model.ShardSet, fences []pers
 		{"resolve runs left running", func() error { return r.inFlight(ctx) }},
 		// The slots the earlier owners' runs hold in the store: those of the runs adopted stay
 		// (core_clusterslots.go), the rest go back.
-		{"reconcile concurrency slots", func() error { return r.core.reconcileShards(ctx, fences) }},
+		{"reconcile concurrency slots", func() error { return r.gates.reconcileShards(ctx, fences) }},
 		{"load the window and apply misfire policies", func() error {
 			_, err := r.loader.loadRange(ctx, 1, h, now)
 			return err
@@ -237,5 +246,63 @@ func (r *Recovery) shards(ctx context.Context, set model.ShardSet, fences []pers
 			return err
 		}
 	}
+	return nil
+}
+
+// recoverParallelRuns adopts the runs of allow_all tasks that a previous process left in
+// flight (ListOpenParallelRuns), as run-now instances are adopted; a run recovered already as
+// a periodic one is skipped.
+func (r *Recovery) recoverParallelRuns(ctx context.Context) error {
+	runs, err := r.store.ListOpenParallelRuns(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, run := range runs {
+		if r.runs.has(run.Ticket) {
+			continue
+		}
+		if err := r.adoptInstance(ctx, run, nil); err != nil {
+			return err
+		}
+		n++
+	}
+	if n > 0 {
+		r.log.Warn("recovered allow_all runs left in flight by the previous process", "runs", n)
+	}
+	return nil
+}
+
+// recordLateResult records an executor's result for a run already marked lost (its
+// executor was reaped, or the scheduler failed over while it ran): the run row takes the
+// result, keeping in its detail when and why it was marked lost, and an action says so.
+// The task's state is not changed: it moved on when the run was marked lost.
+func (r *Recovery) recordLateResult(ctx context.Context, run model.Run, rep Report) error {
+	now := r.nowMS()
+	lostAt, lostWhy := run.EndedAt, run.Error
+	run.Result = rep.Status
+	run.Error = rep.Error
+	run.Output = tail(rep.Output, maxOutput)
+	if rep.Address != "" {
+		run.Executor = rep.Address
+	}
+	run.EndedAt = now
+	if rep.EndedAt > 0 {
+		run.EndedAt = rep.EndedAt
+	}
+	run.DurationMS = rep.DurationMS
+	note := "marked lost at " + time.UnixMilli(lostAt).UTC().Format(time.RFC3339Nano) + " (" + lostWhy + "); this result arrived later"
+	if run.Detail != "" {
+		note = run.Detail + "; " + note
+	}
+	run.Detail = note
+	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: run.Ticket, Action: ActLateResult,
+		Actor: "executor:" + rep.Address, At: now,
+		Detail: rep.Status + " result for a run marked lost: recorded; the task had moved on and is not changed"}
+	r.m.results.result("late").Inc()
+	if err := r.core.write(ctx, &persist.Group{Runs: []model.Run{run}, Actions: []model.Action{act}}); err != nil {
+		return fmt.Errorf("cannot record the late result of %s: %w", run.Ticket, err)
+	}
+	r.log.Info("late result recorded for a run marked lost", "task", run.TaskName, "ticket", run.Ticket, "result", rep.Status)
 	return nil
 }

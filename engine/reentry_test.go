@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -18,6 +18,7 @@ import (
 // writer goroutine that reported the fire durable: on a full lane the submit would wait for
 // the very goroutine making it, and no write would complete again.
 func TestStoppedDispatcherDoesNotBlockTheWriter(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	ctx := context.Background()
 	e := startEngine(t, s, func(c *Config) {
@@ -34,7 +35,7 @@ func TestStoppedDispatcherDoesNotBlockTheWriter(t *testing.T) {
 		// A one-slot writer queue refuses creates while it is busy (the API answers 429):
 		// retry, as a client would.
 		testwait.For(t, 20*time.Second, "the writer to take the create of "+spec.Name, func() bool {
-			_, err := e.CreateTask(ctx, spec, "test")
+			_, err := e.API().CreateTask(ctx, spec, "test")
 			if err != nil && !errors.Is(err, persist.ErrWriterBusy) {
 				t.Fatalf("create %s: %v", spec.Name, err)
 			}

@@ -52,8 +52,11 @@ type refusalWindow struct {
 
 // refusals holds the open windows. The zero value is ready.
 type refusals struct {
-	mu   sync.Mutex
-	open map[refusalKey]*refusalWindow
+	base
+	// submit is the core's: it records the refusals' actions (core_submit.go).
+	submit func(ctx context.Context, g *persist.Group, mode submitMode) error
+	mu     sync.Mutex
+	open   map[refusalKey]*refusalWindow
 }
 
 // note counts one refusal and reports whether it is the first of its window, to be
@@ -114,31 +117,31 @@ func (r *refusals) due(cutoff int64, now int64) []model.Action {
 // recordRefusedResult counts a result that was not accepted and, when it is the first of
 // its key's window, leaves an action record for it, on the run's task when it is known: an
 // executor reporting into the void is worth seeing, and a flood of them is one summary.
-func (e *Engine) recordRefusedResult(ctx context.Context, run model.Run, rep Report, reason, why string) {
-	e.m.refusedResults(reason).Inc()
+func (r *refusals) recordRefusedResult(ctx context.Context, run model.Run, rep Report, reason, why string) {
+	r.m.refusedResults(reason).Inc()
 	act := model.Action{TaskID: run.TaskID, TaskName: run.TaskName, Ticket: rep.Ticket, Action: ActRefusedResult,
-		Actor: "executor:" + rep.Address, At: e.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
-	if !e.refused.note(refusalKey{app: rep.App, reason: reason, taskID: run.TaskID}, act, why) {
+		Actor: "executor:" + rep.Address, At: r.nowMS(), Detail: fmt.Sprintf("%s result from %s refused: %s", rep.Status, rep.Address, why)}
+	if !r.note(refusalKey{app: rep.App, reason: reason, taskID: run.TaskID}, act, why) {
 		return
 	}
-	if err := e.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
-		e.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
+	if err := r.submit(ctx, &persist.Group{Actions: []model.Action{act}}, submitWait); err != nil {
+		r.log.Warn("cannot record refused result", "ticket", rep.Ticket, "error", err)
 	}
 }
 
 // flushRefusals records the summaries of the windows older than RefusalWindow; all closes
 // every window (at stop).
-func (e *Engine) flushRefusals(ctx context.Context, all bool) {
-	now := e.nowMS()
-	cutoff := now - e.cfg.RefusalWindow.Milliseconds()
+func (r *refusals) flushRefusals(ctx context.Context, all bool) {
+	now := r.nowMS()
+	cutoff := now - r.cfg.RefusalWindow.Milliseconds()
 	if all {
 		cutoff = -1
 	}
-	acts := e.refused.due(cutoff, now)
+	acts := r.due(cutoff, now)
 	if len(acts) == 0 {
 		return
 	}
-	if err := e.submit(ctx, &persist.Group{Actions: acts}, submitWait); err != nil {
-		e.log.Warn("cannot record refused results", "summaries", len(acts), "error", err)
+	if err := r.submit(ctx, &persist.Group{Actions: acts}, submitWait); err != nil {
+		r.log.Warn("cannot record refused results", "summaries", len(acts), "error", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -19,12 +19,13 @@ import (
 // window closes; another app's refusals have their own record. Every refusal is counted
 // in axe_refused_results_total.
 func TestRefusedResultsAreFoldedPerWindow(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(time.Now())
 		e := startEngine(t, s, withFakeClock(clk), func(c *Config) { c.RefusalWindow = time.Minute })
 		report := func(app string, i int) {
-			_, err := e.ReportResult(ctx, Report{Ticket: fmt.Sprintf("999999-%s%d-0", app, i), App: app, Address: "127.0.0.1:9", Status: "success"})
+			_, err := e.API().ReportResult(ctx, Report{Ticket: fmt.Sprintf("999999-%s%d-0", app, i), App: app, Address: "127.0.0.1:9", Status: "success"})
 			if !errors.Is(err, model.ErrRunNotFound) {
 				t.Fatalf("result for an unknown ticket: %v, want ErrRunNotFound", err)
 			}
@@ -34,7 +35,7 @@ func TestRefusedResultsAreFoldedPerWindow(t *testing.T) {
 		}
 		// Naming another task for each made-up ticket does not make records either.
 		for i := range 100 {
-			if _, err := e.ReportResult(ctx, Report{Ticket: fmt.Sprintf("888888-%d-0", i), Task: fmt.Sprintf("t%d", i), App: "flood",
+			if _, err := e.API().ReportResult(ctx, Report{Ticket: fmt.Sprintf("888888-%d-0", i), Task: fmt.Sprintf("t%d", i), App: "flood",
 				Address: "127.0.0.1:9", Status: "failed"}); !errors.Is(err, model.ErrRunNotFound) {
 				t.Fatalf("result naming a task for an unknown ticket: %v", err)
 			}
@@ -77,6 +78,7 @@ func TestRefusedResultsAreFoldedPerWindow(t *testing.T) {
 // one alert once a pass adds none, naming five and counting the rest; a lone one keeps its
 // own message.
 func TestExecutorAlertsGathered(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		clk := clock.NewFake(time.Now())

@@ -18,6 +18,7 @@ import (
 // task stays what the store holds, in memory too: the edit does not change what reads
 // show, nor when the task fires. The writer is not stalled; the next create and edit land.
 func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
+	t.Parallel()
 	persisttest.EachDSN(t, func(t *testing.T, s persist.Store, dsn string) {
 		ctx := context.Background()
 		e := startEngine(t, s)
@@ -27,12 +28,12 @@ func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
 		persisttest.RefuseParams(t, dsn, "poison")
 
 		later := int64(9000)
-		_, err := e.UpdateTask(ctx, "kept", &wire.TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":"poison"}`)}, "test")
+		_, err := e.API().UpdateTask(ctx, "kept", &wire.TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":"poison"}`)}, "test")
 		if !errors.Is(err, persist.ErrRejected) {
 			t.Fatalf("refused edit = %v, want ErrRejected", err)
 		}
 		for _, read := range []func() (*model.Task, error){
-			func() (*model.Task, error) { return e.GetTask(ctx, "kept") },
+			func() (*model.Task, error) { return e.API().GetTask(ctx, "kept") },
 			func() (*model.Task, error) { return s.GetTask(ctx, "kept") },
 		} {
 			got, err := read()
@@ -41,17 +42,17 @@ func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
 				t.Fatalf("after the refused edit: %+v, %v; want the task as it was", got, err)
 			}
 		}
-		if _, err := e.CreateTask(ctx, &wire.TaskSpec{Name: "refused", Trigger: "manual", Callback: cb, Params: json.RawMessage(`["poison"]`)}, "test"); !errors.Is(err, persist.ErrRejected) {
+		if _, err := e.API().CreateTask(ctx, &wire.TaskSpec{Name: "refused", Trigger: "manual", Callback: cb, Params: json.RawMessage(`["poison"]`)}, "test"); !errors.Is(err, persist.ErrRejected) {
 			t.Fatalf("refused create = %v, want ErrRejected", err)
 		}
-		if _, err := e.GetTask(ctx, "refused"); !errors.Is(err, ErrTaskNotFound) {
+		if _, err := e.API().GetTask(ctx, "refused"); !errors.Is(err, ErrTaskNotFound) {
 			t.Fatalf("the refused create: %v, want no such task", err)
 		}
-		if err := e.WriteStalled(); err != nil {
+		if err := e.API().WriteStalled(); err != nil {
 			t.Fatalf("writer stalled after refusals: %v", err)
 		}
 		mustCreate(t, e, &wire.TaskSpec{Name: "next", Trigger: "manual", Callback: cb})
-		got, err := e.UpdateTask(ctx, "kept", &wire.TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":2}`)}, "test")
+		got, err := e.API().UpdateTask(ctx, "kept", &wire.TaskSpec{Name: "kept", DelayMS: &later, Callback: cb, Params: json.RawMessage(`{"v":2}`)}, "test")
 		if err != nil || string(got.Def.Params) != `{"v":2}` {
 			t.Fatalf("an edit after the refused one = %+v, %v", got, err)
 		}
@@ -64,6 +65,7 @@ func TestRefusedWritesLeaveMemoryAsTheStore(t *testing.T) {
 // TestNormalizeRefusesWhatTheStoreCannotHold: each field the store would refuse, or that the
 // API bounds below its column, is refused by name before anything is written.
 func TestNormalizeRefusesWhatTheStoreCannotHold(t *testing.T) {
+	t.Parallel()
 	cb := func(c model.Callback) *model.Callback { return &c }
 	long := func(n int) string { return strings.Repeat("k", n) }
 	keys := make([]string, maxSensitiveParams)
@@ -100,12 +102,13 @@ func TestNormalizeRefusesWhatTheStoreCannotHold(t *testing.T) {
 
 // TestRunNowParamsAreBounded: run-now params are held to what a task's params are.
 func TestRunNowParamsAreBounded(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	e := startEngine(t, s)
 	mustCreate(t, e, &wire.TaskSpec{Name: "m", Trigger: "manual", Callback: &model.Callback{URL: "http://127.0.0.1:9/x"}})
 	big := json.RawMessage(`{"x":"` + strings.Repeat("p", MaxParamsBytes) + `"}`)
 	for _, p := range []json.RawMessage{big, json.RawMessage("{\"x\":\"\xff\"}")} {
-		_, err := e.RunNow(context.Background(), "m", p, "test")
+		_, err := e.API().RunNow(context.Background(), "m", p, "test")
 		var fe *FieldError
 		if !errors.As(err, &fe) || fe.Field != "params" {
 			t.Errorf("run-now with params of %d bytes: %v, want a FieldError on params", len(p), err)
@@ -121,13 +124,14 @@ func TestRunNowParamsAreBounded(t *testing.T) {
 // another executor of the same app, an address no executor registered, or another task's
 // name is refused, and the run keeps its record.
 func TestResultsMustNameTheirRun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		e := startEngine(t, s)
 		pt := mustCreate(t, e, &wire.TaskSpec{Name: "bill", Cron: "@hourly",
 			Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "h"}})
 		for _, addr := range []string{"10.0.0.1:7", "10.0.0.2:7"} {
-			if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"h"}}); err != nil {
+			if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"h"}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -145,7 +149,7 @@ func TestResultsMustNameTheirRun(t *testing.T) {
 			{Report{Ticket: "bill-1", App: "app", Address: "10.9.9.9:1", Status: model.ResultSuccess}, ErrForeignExecutor},
 			{Report{Ticket: "bill-1", Task: "other", Address: "10.0.0.1:7", Status: model.ResultSuccess}, ErrInvalidTask},
 		} {
-			if _, err := e.ReportResult(ctx, c.rep); !errors.Is(err, c.want) {
+			if _, err := e.API().ReportResult(ctx, c.rep); !errors.Is(err, c.want) {
 				t.Errorf("%+v: %v, want %v", c.rep, err, c.want)
 			}
 			if got, err := s.GetRun(ctx, "bill-1"); err != nil || got.Result != model.ResultLost || got.Executor != "10.0.0.1:7" {
@@ -153,7 +157,7 @@ func TestResultsMustNameTheirRun(t *testing.T) {
 			}
 		}
 		rep := Report{Ticket: "bill-1", Task: "bill", App: "app", Address: "10.0.0.1:7", Status: model.ResultSuccess, Output: "ok"}
-		if _, err := e.ReportResult(ctx, rep); err != nil {
+		if _, err := e.API().ReportResult(ctx, rep); err != nil {
 			t.Fatalf("the result from the run's own executor: %v", err)
 		}
 		if got, err := s.GetRun(ctx, "bill-1"); err != nil || got.Result != model.ResultSuccess || got.Executor != "10.0.0.1:7" {

@@ -22,6 +22,7 @@ import (
 // primary, would wait for a result that never comes and time out (issue 42, the partition
 // scenarios' "executor results lost").
 func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		const lease = "primary"
@@ -55,7 +56,7 @@ func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
 			_ = e.Stop(stop)
 		})
 		addr := exec.Listener.Addr().String()
-		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "cut", Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "job"}}
@@ -69,7 +70,7 @@ func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
 		}
 		var ticket string
 		waitFor(t, 30*time.Second, "the executor to hold the run", func() bool {
-			runs := e.RunsInFlight()
+			runs := e.API().RunsInFlight()
 			if len(runs) == 1 && runs[0].Executor == addr {
 				ticket = runs[0].Ticket
 				return true
@@ -87,11 +88,11 @@ func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
 		rep := Report{Ticket: ticket, Task: "cut", Address: addr, Status: model.ResultSuccess, Output: "done"}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if dup, err := e.ReportResult(rctx, rep); err == nil {
+		if dup, err := e.API().ReportResult(rctx, rep); err == nil {
 			t.Fatalf("the result whose record was refused = duplicate %v, nil error; want an error", dup)
 		}
 		for i := range 3 {
-			dup, err := e.ReportResult(rctx, rep)
+			dup, err := e.API().ReportResult(rctx, rep)
 			if err == nil || errors.Is(err, ErrStaleTicket) || errors.Is(err, ErrRunNotFound) {
 				t.Fatalf("re-send %d of the result whose record was refused = duplicate %v, %v; want an error that is not final, so that the executor sends it again", i+1, dup, err)
 			}
@@ -108,6 +109,7 @@ func TestAResultNotRecordedIsNotAcknowledgedOnItsResend(t *testing.T) {
 // is not acknowledged before that record is durable: a 200 then, and a record that failed
 // after, lost the result for good. Once the record lands, the repeat is a duplicate.
 func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
+	t.Parallel()
 	persisttest.EachDSN(t, func(t *testing.T, s persist.Store, dsn string) {
 		ctx := context.Background()
 		offers := make(chan string, 4)
@@ -118,7 +120,7 @@ func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
 		defer exec.Close()
 		e := startEngine(t, s)
 		addr := exec.Listener.Addr().String()
-		if err := e.Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
+		if err := e.API().Executors().Register(ctx, wire.ExecutorRegistration{App: "app", Address: addr, Handlers: []string{"job"}}); err != nil {
 			t.Fatal(err)
 		}
 		spec := &wire.TaskSpec{Name: "slow", Callback: &model.Callback{Type: model.CallbackExecutor, App: "app", Handler: "job"}}
@@ -132,7 +134,7 @@ func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
 		}
 		var ticket string
 		waitFor(t, 30*time.Second, "the executor to hold the run", func() bool {
-			runs := e.RunsInFlight()
+			runs := e.API().RunsInFlight()
 			if len(runs) == 1 && runs[0].Executor == addr {
 				ticket = runs[0].Ticket
 				return true
@@ -141,9 +143,9 @@ func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
 		})
 		release := persisttest.HoldWrites(t, dsn)
 		rep := Report{Ticket: ticket, Task: "slow", Address: addr, Status: model.ResultSuccess, Output: "done"}
-		first := e.BeginReport(ctx, rep)
+		first := e.API().BeginReport(ctx, rep)
 		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		dup, err := e.ReportResult(short, rep)
+		dup, err := e.API().ReportResult(short, rep)
 		cancel()
 		if err == nil {
 			t.Fatalf("a repeat while the first record waits on the store = duplicate %v, nil error; want no acknowledgement before it is durable", dup)
@@ -154,7 +156,7 @@ func TestARepeatedResultIsAcknowledgedOnlyOnceRecorded(t *testing.T) {
 		if dup, err := first(wctx); err != nil || dup {
 			t.Fatalf("the first delivery = duplicate %v, %v; want recorded", dup, err)
 		}
-		if dup, err := e.ReportResult(wctx, rep); err != nil || !dup {
+		if dup, err := e.API().ReportResult(wctx, rep); err != nil || !dup {
 			t.Fatalf("a repeat once recorded = duplicate %v, %v; want a duplicate", dup, err)
 		}
 		got, err := s.GetRun(ctx, ticket)

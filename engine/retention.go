@@ -127,7 +127,7 @@ func (r *Retention) run(ctx context.Context) {
 }
 
 // Retention is the pruner, for the passes axe prune asks for.
-func (e *Engine) Retention() *Retention { return e.retention }
+func (e *API) Retention() *Retention { return e.retention }
 
 // Prune deletes runs and actions from before historyBefore and finished one-shot tasks that
 // ended before finishedBefore (Unix ms; -1 skips that kind), in bounded batches; with dryRun

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
@@ -13,6 +13,7 @@ import (
 // the regular fire it spanned is run once (coalesced, as for an overrunning run) instead of
 // being dropped without a record because the retry's run carries its own, later, time.
 func TestRetryChainCountsFiresFromTheOriginalFire(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	cs := newCallbackServer(t)
 	cs.status = func(c call) int {

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -15,7 +15,7 @@ import (
 // the executor registry (executors.go), backfills (backfills.go), dependents
 // (dependents.go) and recovery (recovery.go). Each sees the core through a narrow interface
 // declared beside it, and the shared parts every service reads (base), never the whole
-// engine. The periodic ones run a loop under a lifecycle of their own (internal/startstop):
+// engine. The periodic ones run a loop under a lifecycle of their own (lib/startstop):
 // the engine starts them once the core runs and stops them first when it stops.
 
 // service is one service's lifecycle as the engine drives it.
@@ -35,6 +35,7 @@ type base struct {
 	own   ownership // what this node owns (ownership.go)
 }
 
+func (b *base) now() time.Time                                        { return b.clk.Now() }
 func (b *base) nowMS() int64                                          { return b.clk.Now().UnixMilli() }
 func (b *base) since(t time.Time) time.Duration                       { return clock.Since(b.clk, t) }
 func (b *base) every(ctx context.Context, d time.Duration, fn func()) { every(ctx, b.clk, d, fn) }

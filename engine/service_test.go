@@ -6,12 +6,13 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 )
 
 // TestServiceLoop: a service's loop runs once started, its stop ends it and waits for it, a
 // second start is refused, and a stop without start is harmless.
 func TestServiceLoop(t *testing.T) {
+	t.Parallel()
 	var l loop
 	var ran, ended atomic.Bool
 	started := make(chan struct{})
@@ -45,6 +46,7 @@ func TestServiceLoop(t *testing.T) {
 // TestOwnershipModes: the engine's ownership model is the one its configuration asks for,
 // and a single node owns every shard, ready, under no fence.
 func TestOwnershipModes(t *testing.T) {
+	t.Parallel()
 	sole := newOwnership(&Engine{cfg: Config{Epoch: 3}})
 	if sole.Sharded() {
 		t.Fatal("an engine that is not sharded reports sharded")

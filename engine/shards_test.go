@@ -28,10 +28,14 @@ func takeFor(t *testing.T, s persist.Store, e *Engine, holder string, shards []i
 		t.Fatalf("TakeShards(%s, %d shards) = %d, %v", holder, len(shards), len(got), err)
 	}
 	fs := make([]persist.ShardFence, len(got))
+	handedOver := map[int]int64{}
 	for i, l := range got {
 		fs[i] = persist.ShardFence{Shard: l.Shard, Epoch: l.Epoch}
+		if l.HandedOver > 0 {
+			handedOver[l.Shard] = l.HandedOver
+		}
 	}
-	if err := e.Ownership().Gain(ctx, fs); err != nil {
+	if err := e.API().Ownership().Gain(ctx, fs, handedOver); err != nil {
 		t.Fatalf("GainShards(%s): %v", holder, err)
 	}
 	return fs
@@ -62,6 +66,7 @@ func namesIn(prefix string, lo, hi, count int) []string {
 // refuses, with model.ErrShardNotHeld, a create or a change of a task whose shard it does not
 // schedule; it reads every task.
 func TestShardedEnginesSplitTheWork(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -102,19 +107,19 @@ func TestShardedEnginesSplitTheWork(t *testing.T) {
 		for model.ShardOf(spec.Name) < 128 {
 			spec.Name += "x"
 		}
-		if _, err := a.CreateTask(ctx, spec, "test"); !errors.Is(err, model.ErrShardNotHeld) {
+		if _, err := a.API().CreateTask(ctx, spec, "test"); !errors.Is(err, model.ErrShardNotHeld) {
 			t.Errorf("a create on the node that does not schedule its shard = %v, want model.ErrShardNotHeld", err)
 		}
-		if _, err := a.Pause(ctx, other, "", "test"); !errors.Is(err, model.ErrShardNotHeld) {
+		if _, err := a.API().Pause(ctx, other, "", "test"); !errors.Is(err, model.ErrShardNotHeld) {
 			t.Errorf("a pause on the node that does not schedule the task's shard = %v, want model.ErrShardNotHeld", err)
 		}
-		if _, err := a.RunNow(ctx, other, nil, "test"); !errors.Is(err, model.ErrShardNotHeld) {
+		if _, err := a.API().RunNow(ctx, other, nil, "test"); !errors.Is(err, model.ErrShardNotHeld) {
 			t.Errorf("a run-now on the node that does not schedule the task's shard = %v, want model.ErrShardNotHeld", err)
 		}
-		if pt, err := a.GetTask(ctx, other); err != nil || pt.Def.Name != other {
+		if pt, err := a.API().GetTask(ctx, other); err != nil || pt.Def.Name != other {
 			t.Errorf("a read of another node's task = %v, %v", pt, err)
 		}
-		if n, _ := a.InMemory(); n != 0 {
+		if n, _ := a.API().InMemory(); n != 0 {
 			t.Errorf("engine a holds %d tasks in memory after reading and refusing another node's, want 0", n)
 		}
 	})
@@ -124,6 +129,7 @@ func TestShardedEnginesSplitTheWork(t *testing.T) {
 // drop; take, gain): its cron task fires on the giver until the hand-over and on the taker
 // after, under the taker's epoch, each fire time once.
 func TestShardMovesBetweenEngines(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -137,9 +143,9 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 
 		var set model.ShardSet
 		set.Add(shard)
-		a.Ownership().Drain(set)
-		waitFor(t, 5*time.Second, "the drained shard to have nothing in flight", func() bool { return a.Ownership().InFlight(set).Len() == 0 })
-		held := a.Ownership().Held()
+		a.API().Ownership().Drain(set)
+		waitFor(t, 5*time.Second, "the drained shard to have nothing in flight", func() bool { return a.API().Ownership().InFlight(set).Len() == 0 })
+		held := a.API().Ownership().Held()
 		var f persist.ShardFence
 		for _, h := range held {
 			if h.Shard == shard {
@@ -149,7 +155,7 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 		if err := s.(persist.ShardStore).ReleaseShards(ctx, "a", []persist.ShardFence{f}); err != nil {
 			t.Fatal(err)
 		}
-		a.Ownership().Drop(set)
+		a.API().Ownership().Drop(set)
 		before := len(cs.got("mover"))
 		fb := takeFor(t, s, b, "b", []int{shard}, time.Minute)
 		waitFor(t, 5*time.Second, "two fires on b", func() bool { return len(cs.got("mover")) >= before+2 })
@@ -164,11 +170,184 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 		if last := calls[len(calls)-1].body; last.Epoch != fb[0].Epoch {
 			t.Errorf("after the hand-over a fire carries epoch %d, want b's %d", last.Epoch, fb[0].Epoch)
 		}
-		if n, _ := a.InMemory(); n != 0 {
+		if n, _ := a.API().InMemory(); n != 0 {
 			t.Errorf("engine a still holds %d tasks after dropping their shard", n)
 		}
-		if _, err := a.Pause(ctx, "mover", "", "test"); !errors.Is(err, model.ErrShardNotHeld) {
+		if _, err := a.API().Pause(ctx, "mover", "", "test"); !errors.Is(err, model.ErrShardNotHeld) {
 			t.Errorf("a pause on the giver after the hand-over = %v, want model.ErrShardNotHeld", err)
+		}
+	})
+}
+
+// TestHandOverIsNoMisfire hands two shards over as the shard loop does (drain, release with
+// the giver's hand-over point, drop; take, gain with the point) and leaves them unheld for
+// three times the misfire threshold, as a hand-over on a loaded box can take: the taker fires
+// every second's fire of the every-second tasks, under misfire_policy skip and fire_once
+// alike, each once, late, and counts no misfire. The same hand-over released without the
+// point (what a crash leaves) has the gap's fires consumed by the misfire and overlap
+// policies: the point is what makes the difference.
+func TestHandOverIsNoMisfire(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		for _, withPoint := range []bool{true, false} {
+			ctx := context.Background()
+			cs := newCallbackServer(t)
+			threshold := func(c *Config) { c.MisfireThreshold = time.Second }
+			a, b := startEngine(t, s, sharded, threshold), startEngine(t, s, sharded, threshold)
+			prefix := fmt.Sprintf("handover-%v", withPoint)
+			names := []string{prefix + "-skip", prefix + "-once"}
+			for model.ShardOf(names[1]) == model.ShardOf(names[0]) {
+				names[1] += "x"
+			}
+			var set model.ShardSet
+			var shards []int
+			for _, n := range names {
+				set.Add(model.ShardOf(n))
+				shards = append(shards, model.ShardOf(n))
+			}
+			takeFor(t, s, a, "a-"+prefix, shards, time.Minute)
+			for i, n := range names {
+				spec := httpSpec(n, cs.URL+"/hook")
+				spec.Trigger, spec.Cron, spec.CronDialect = model.TriggerCron, "* * * * * ?", "quartz"
+				spec.MisfirePolicy = []string{model.MisfireSkip, model.MisfireFireOnce}[i]
+				mustCreate(t, a, spec)
+			}
+			waitFor(t, 10*time.Second, "two fires of each task on the giver", func() bool {
+				return len(cs.got(names[0])) >= 2 && len(cs.got(names[1])) >= 2
+			})
+
+			before := time.Now().UnixMilli()
+			a.API().Ownership().Drain(set)
+			after := time.Now().UnixMilli()
+			waitFor(t, 10*time.Second, "the drained shards to have nothing in flight", func() bool { return a.API().Ownership().InFlight(set).Len() == 0 })
+			points := map[int]int64{}
+			for _, n := range shards {
+				at := a.API().Ownership().HandOverPoint(n)
+				if at < before || at > after {
+					t.Fatalf("the hand-over point of shard %d is %d, want the drain's start, within [%d, %d]", n, at, before, after)
+				}
+				points[n] = at
+			}
+			var held []persist.ShardFence
+			for _, f := range a.API().Ownership().Held() {
+				if set.Has(f.Shard) {
+					held = append(held, f)
+				}
+			}
+			if withPoint {
+				if err := s.(persist.ShardStore).HandOverShards(ctx, "a-"+prefix, held, points); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := s.(persist.ShardStore).ReleaseShards(ctx, "a-"+prefix, held); err != nil {
+				t.Fatal(err)
+			}
+			a.API().Ownership().Drop(set)
+			// The shards stay unheld for three misfire thresholds: a hand-over as long as a
+			// loaded box's.
+			time.Sleep(3 * time.Second)
+			misfires := b.m.misfires.Get()
+			gained := time.Now()
+			takeFor(t, s, b, "b-"+prefix, shards, time.Minute)
+			// Every fire due until two seconds after the take, caught up or on time.
+			upTo := gained.Add(2 * time.Second).Truncate(time.Second).UnixMilli()
+			waitFor(t, 20*time.Second, "the taker's fires up to two seconds after the take", func() bool {
+				for _, n := range names {
+					calls := cs.got(n)
+					if len(calls) == 0 || calls[len(calls)-1].body.ScheduledAt < upTo {
+						return false
+					}
+				}
+				return true
+			})
+			missed := 0
+			for _, n := range names {
+				seen := map[int64]int{}
+				first, last := int64(0), int64(0)
+				for _, c := range cs.got(n) {
+					at := c.body.ScheduledAt
+					seen[at]++
+					if seen[at] > 1 {
+						t.Errorf("%s: the fire of %d was dispatched twice across the hand-over", n, at)
+					}
+					if first == 0 || at < first {
+						first = at
+					}
+					last = max(last, at)
+				}
+				for at := first; at <= last; at += 1000 {
+					if seen[at] == 0 {
+						missed++
+						if withPoint {
+							t.Errorf("%s: the fire of %s was not dispatched: a hand-over consumed it", n, time.UnixMilli(at).UTC().Format("15:04:05"))
+						}
+					}
+				}
+			}
+			got := b.m.misfires.Get() - misfires
+			switch {
+			case withPoint && got != 0:
+				t.Errorf("with the hand-over point the taker counted %d misfires, want 0", got)
+			case !withPoint && missed == 0:
+				t.Errorf("without the hand-over point the taker missed no fire: the gap's fires should have met the misfire or overlap policy (the test proves nothing)")
+			}
+			t.Logf("hand-over point %v: %d fires missed, %d misfires counted by the taker", withPoint, missed, got)
+		}
+	})
+}
+
+// TestHandOverRunEndingOnTheGiver: a run in flight when its shard's hand-over begins ends on
+// the giver after two more fires came due. Its end arms the first of them, not the latest
+// (buffer_one would pass over the other), and the taker catches both up: every second's fire
+// runs once across the hand-over.
+func TestHandOverRunEndingOnTheGiver(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		a, b := startEngine(t, s, sharded), startEngine(t, s, sharded)
+		name := "giver-end"
+		shard := model.ShardOf(name)
+		var set model.ShardSet
+		set.Add(shard)
+		takeFor(t, s, a, "a", []int{shard}, time.Minute)
+		cs.mu.Lock()
+		cs.hang = make(chan struct{}) // the first run stays in flight
+		cs.mu.Unlock()
+		spec := httpSpec(name, cs.URL+"/hook")
+		spec.Trigger, spec.Cron, spec.CronDialect = model.TriggerCron, "* * * * * ?", "quartz"
+		spec.MisfirePolicy = model.MisfireSkip
+		mustCreate(t, a, spec)
+		waitFor(t, 10*time.Second, "the first fire on the giver", func() bool { return len(cs.got(name)) >= 1 })
+		first := cs.got(name)[0].body.ScheduledAt
+		a.API().Ownership().Drain(set)
+		time.Sleep(time.Until(time.UnixMilli(first + 2500))) // two more fires come due meanwhile
+		cs.release()
+		waitFor(t, 10*time.Second, "the run to end on the giver", func() bool { return a.API().Ownership().InFlight(set).Len() == 0 })
+		var held []persist.ShardFence
+		for _, f := range a.API().Ownership().Held() {
+			if f.Shard == shard {
+				held = append(held, f)
+			}
+		}
+		if err := s.(persist.ShardStore).HandOverShards(ctx, "a", held, map[int]int64{shard: a.API().Ownership().HandOverPoint(shard)}); err != nil {
+			t.Fatal(err)
+		}
+		a.API().Ownership().Drop(set)
+		takeFor(t, s, b, "b", []int{shard}, time.Minute)
+		waitFor(t, 20*time.Second, "the taker's fires up to two seconds after the hand-over", func() bool {
+			calls := cs.got(name)
+			return calls[len(calls)-1].body.ScheduledAt >= first+4000
+		})
+		seen := map[int64]int{}
+		last := first
+		for _, c := range cs.got(name) {
+			seen[c.body.ScheduledAt]++
+			last = max(last, c.body.ScheduledAt)
+		}
+		for at := first; at <= last; at += 1000 {
+			if seen[at] != 1 {
+				t.Errorf("the fire of %s was dispatched %d times, want once", time.UnixMilli(at).UTC().Format("15:04:05"), seen[at])
+			}
 		}
 	})
 }
@@ -178,6 +357,7 @@ func TestShardMovesBetweenEngines(t *testing.T) {
 // it, the writer says which shard it lost, and the run stays as the new owner resolved it
 // (an HTTP run left in doubt: lost). The run was sent once.
 func TestShardTakenFromUnderARun(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		cs := newCallbackServer(t)
@@ -197,7 +377,7 @@ func TestShardTakenFromUnderARun(t *testing.T) {
 		spec := httpSpec("stuck", cs.URL+"/hook")
 		spec.Trigger = model.TriggerManual
 		mustCreate(t, a, spec)
-		run, err := a.RunNow(ctx, "stuck", nil, "test")
+		run, err := a.API().RunNow(ctx, "stuck", nil, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,6 +420,7 @@ func TestShardTakenFromUnderARun(t *testing.T) {
 // released by its own engine, once: asked by the upstream's (ReleaseElsewhere) or, when that
 // call never comes, by its own sweep of its waiting dependents.
 func TestDependentInAnotherShard(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		for _, asked := range []bool{true, false} {
 			t.Run(fmt.Sprintf("asked=%v", asked), func(t *testing.T) {
@@ -251,7 +432,7 @@ func TestDependentInAnotherShard(t *testing.T) {
 					if asked {
 						c.ReleaseElsewhere = func(_ int, up string) {
 							calls.Add(1)
-							go func() { defer calls.Done(); _ = bp.Dependents().Release(ctx, up) }()
+							go func() { defer calls.Done(); _ = bp.API().Dependents().Release(ctx, up) }()
 						}
 					}
 				})
@@ -267,7 +448,7 @@ func TestDependentInAnotherShard(t *testing.T) {
 				d := httpSpec(down, cs.URL)
 				d.DependsOn = []string{up}
 				mustCreate(t, b, d)
-				if _, err := a.RunNow(ctx, up, nil, "test"); err != nil {
+				if _, err := a.API().RunNow(ctx, up, nil, "test"); err != nil {
 					t.Fatal(err)
 				}
 				// Asked, the release is at once; left to the sweep, within a load interval
@@ -278,7 +459,7 @@ func TestDependentInAnotherShard(t *testing.T) {
 				if n := len(cs.got(down)); n != 1 {
 					t.Errorf("the downstream fired %d times after one upstream success, want once", n)
 				}
-				acts, err := b.Actions(ctx, down, 100)
+				acts, err := b.API().Actions(ctx, down, 100)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -299,6 +480,7 @@ func TestDependentInAnotherShard(t *testing.T) {
 // TestShardedRateShare: a sharded engine gives out the share of every rate limit that its
 // shards are of all (being handed over not counted), and one shard's when it holds none.
 func TestShardedRateShare(t *testing.T) {
+	t.Parallel()
 	s := persisttest.SQLite(t)
 	e := startEngine(t, s, sharded)
 	if got := e.gate.lim.Share(); got != 1.0/model.ShardCount {
@@ -312,11 +494,11 @@ func TestShardedRateShare(t *testing.T) {
 	for n := range 32 {
 		half.Add(n)
 	}
-	e.Ownership().Drain(half)
+	e.API().Ownership().Drain(half)
 	if got := e.gate.lim.Share(); got != 32.0/model.ShardCount {
 		t.Errorf("share with 32 of 64 shards being handed over = %v, want 32/256", got)
 	}
-	e.Ownership().Drop(half)
+	e.API().Ownership().Drop(half)
 	if got := e.gate.lim.Share(); got != 32.0/model.ShardCount {
 		t.Errorf("share after dropping them = %v, want 32/256", got)
 	}

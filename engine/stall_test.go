@@ -32,6 +32,7 @@ const stallDeadline = 60 * time.Second
 // submitter waiting for room in the writer's queue) never drains: the test then prints
 // every goroutine's stack and exits, since an engine stuck that way cannot be stopped.
 func TestStoreStallWithFullWriterQueueDoesNotDeadlock(t *testing.T) {
+	t.Parallel()
 	persisttest.EachDSN(t, func(t *testing.T, s persist.Store, dsn string) {
 		const n = 24
 		cs := newCallbackServer(t)
@@ -65,7 +66,7 @@ func TestStoreStallWithFullWriterQueueDoesNotDeadlock(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := e.Pause(ctx, fmt.Sprintf("stall-%02d", i), "store outage", "test"); err != nil {
+				if _, err := e.API().Pause(ctx, fmt.Sprintf("stall-%02d", i), "store outage", "test"); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -143,7 +144,7 @@ func createRetrying(t *testing.T, e *Engine, spec *wire.TaskSpec) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err := e.CreateTask(context.Background(), spec, "test")
+		_, err := e.API().CreateTask(context.Background(), spec, "test")
 		if err == nil {
 			return
 		}

@@ -73,6 +73,11 @@ type StepSink interface {
 	// StepRecorded tells how writing that end went: nil once it is durable. It must not
 	// block.
 	StepRecorded(run model.Run, row model.StepRun, err error)
+	// StepCallOf makes the call of the step attempt run, in flight, again from what is
+	// stored (Def and Params as Start was given them): the shard's next owner sends an
+	// attempt its previous owner held back unsent with it (core_heldback.go). An error
+	// when the attempt is no longer in flight in its workflow run's rows.
+	StepCallOf(ctx context.Context, run model.Run) (StepCall, error)
 }
 
 // IsStepTask reports whether name is a workflow step's task (WORKFLOW/STEP).
@@ -87,7 +92,7 @@ type Steps struct {
 }
 
 // Steps is the engine's port for the workflow service.
-func (e *Engine) Steps() *Steps { return &e.steps }
+func (e *API) Steps() *Steps { return &e.steps }
 
 // SetSink connects the workflow service. Set before the engine starts.
 func (s *Steps) SetSink(k StepSink) { s.sink = k }
@@ -118,30 +123,40 @@ func (s *Steps) Start(ctx context.Context, c StepCall) error {
 	if err != nil {
 		return err
 	}
-	if err := e.shardGate(t.shard, t.sepoch, true); err != nil {
+	if err := e.own.shardGate(t.shard, t.sepoch, true); err != nil {
 		e.release(t)
 		return err
 	}
-	def := *c.Def
-	def.ID, def.CreatedAt, def.UpdatedAt = t.def.ID, t.def.CreatedAt, t.def.UpdatedAt
-	t.def = &def
-	slot, full, used, most, ok := e.conc.tryAcquire(def.Group, def.ConcurrencyKey)
+	def := t.useStepDef(c.Def)
+	// A step's key is rendered over its own params, known only now: one that does not
+	// render fails the attempt, with the reason, rather than run it outside its limit.
+	key, kerr := model.RenderKey(def.ConcurrencyKey, c.Params)
+	if kerr != nil {
+		e.release(t)
+		return fmt.Errorf("%w: concurrency_key %q: %v", ErrKeyNotRendered, def.ConcurrencyKey, kerr)
+	}
+	if _, err := model.RenderKey(def.RateKey, c.Params); err != nil {
+		e.release(t)
+		return fmt.Errorf("%w: rate_key %q: %v", ErrKeyNotRendered, def.RateKey, err)
+	}
+	slot, full, used, most, ok := e.conc.tryAcquire(def.Group, key)
 	if !ok {
 		e.release(t)
 		return &StepWaitError{After: time.Second, On: fmt.Sprintf("concurrency limit %s (%d of %d runs in flight)", full, used, most)}
 	}
 	if e.gate.limited.Load() {
-		if ok, wait := e.gate.lim.Take(downstreamOf(&def)); !ok {
+		rk := rateKeyOf(def, c.Params)
+		if ok, wait := e.gate.lim.Take(rk); !ok {
 			e.conc.release(slot)
 			e.release(t)
-			return &StepWaitError{After: max(wait, 10*time.Millisecond), On: "rate limit of " + downstreamOf(&def)}
+			return &StepWaitError{After: max(wait, 10*time.Millisecond), On: "rate limit of " + rk}
 		}
 	}
 	now := e.nowMS()
 	run := model.Run{
 		Ticket: c.Ticket, TaskID: t.id, TaskName: def.Name, Kind: model.RunManual,
 		Attempt: c.Row.Attempt, ScheduledAt: c.ScheduledAt, DispatchedAt: now, Result: model.ResultRunning,
-		Executor: downstreamOf(&def), Detail: c.Detail,
+		Executor: downstreamOf(def), Detail: c.Detail,
 	}
 	row := c.Row
 	row.Ticket, row.State, row.StartedAt = c.Ticket, model.StepRunning, now
@@ -156,8 +171,37 @@ func (s *Steps) Start(ctx context.Context, c StepCall) error {
 	}
 	e.runs.add(t, run, slot)
 	e.m.triggers.Inc()
-	e.send(t, &def, run, c.Params)
+	e.send(t, def, run, c.Params)
 	return nil
+}
+
+// useStepDef makes d, the step as its workflow run's version defines it, t's definition in
+// memory; the stored row keeps its id and times. Caller holds t.mu.
+func (t *task) useStepDef(d *model.TaskDef) *model.TaskDef {
+	def := *d
+	def.ID, def.CreatedAt, def.UpdatedAt = t.def.ID, t.def.CreatedAt, t.def.UpdatedAt
+	t.def = &def
+	return &def
+}
+
+// heldCall is the call of a step attempt its shard's previous owner held back unsent, made
+// again by the workflow service (StepSink.StepCallOf); nil when it cannot be (no service,
+// the attempt no longer in flight in its run's rows, a store error), and the attempt is
+// then resolved per on_lost as a run in doubt is.
+func (s *Steps) heldCall(ctx context.Context, run model.Run) *StepCall {
+	if s.sink == nil {
+		return nil
+	}
+	c, err := s.sink.StepCallOf(ctx, run)
+	if err == nil && (c.Def == nil || c.Def.Name != run.TaskName || c.Ticket != run.Ticket) {
+		err = fmt.Errorf("the call made again is of %q, not of the attempt", c.Ticket)
+	}
+	if err != nil {
+		s.e.log.Warn("cannot make a held-back step attempt's call again; it is resolved as a run in doubt",
+			"ticket", run.Ticket, "error", err)
+		return nil
+	}
+	return &c
 }
 
 // complete records the end of a step attempt with the step run's end, as completeManual
@@ -179,7 +223,7 @@ func (s *Steps) complete(t *task, run model.Run, oc outcome) {
 	}
 	t.mu.Lock()
 	t.runLeft(run.Ticket)
-	e.place(t)
+	e.loader.place(t)
 	t.mu.Unlock()
 	row, ok := s.sink.StepEnded(run, output)
 	g := &persist.Group{Runs: []model.Run{run}, Done: func(err error) {
@@ -251,7 +295,7 @@ func (s *Steps) forgetTask(id int64) {
 	t.mu.Lock()
 	if t.flying == 0 && t.pending == 0 {
 		t.deleted = true
-		e.disarm(t)
+		e.loader.disarm(t)
 		e.tasks.remove(t)
 	}
 	t.mu.Unlock()
@@ -262,6 +306,24 @@ func (s *Steps) forgetTask(id int64) {
 func (s *Steps) Owned(workflow string) bool {
 	ready, _ := s.e.own.serves(workflow)
 	return ready && s.e.checkRunning() == nil
+}
+
+// Epoch reports whether this node schedules workflow now (Owned) and the epoch at which
+// it holds the workflow's shard (0 on a single node or a primary). What the service knows
+// of a run taken up at one epoch is stale at another: the shard went and came back, and
+// another node may have moved the run on meanwhile.
+func (s *Steps) Epoch(workflow string) (epoch int64, ok bool) {
+	if !s.Owned(workflow) {
+		return 0, false
+	}
+	fs, err := s.e.own.apiFences([]string{workflow})
+	if err != nil {
+		return 0, false
+	}
+	if len(fs) == 0 {
+		return 0, true
+	}
+	return fs[0].Epoch, true
 }
 
 // Scheduling is ctx with the shard filter of what this engine schedules, for the

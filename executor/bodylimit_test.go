@@ -10,7 +10,7 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/rawhttp"
+	"github.com/axe-sched/axe/internal/test/rawhttp"
 	"github.com/axe-sched/axe/protocol"
 )
 

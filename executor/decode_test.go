@@ -12,7 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/protocol"
 
-	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/internal/test/jsonkeys"
 )
 
 func TestDecodeRun(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/protocol"
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/panjf2000/ants/v2"

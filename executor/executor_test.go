@@ -18,8 +18,8 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
+	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/protocol"
 )
 

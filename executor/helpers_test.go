@@ -3,7 +3,6 @@ package executor_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -11,7 +10,9 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/test/leaktest"
+
+	"github.com/axe-sched/axe/lib/freeport"
 )
 
 func TestMain(m *testing.M) {
@@ -136,13 +137,7 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 // freeAddr returns a loopback address nothing listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
+	return freeport.MustAddr(t)
 }
 
 func okHandler(output string) executor.HandlerFunc {

@@ -4,7 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 
-	"github.com/axe-sched/axe/internal/tlsfiles"
+	"github.com/axe-sched/axe/lib/tlsfiles"
 	"github.com/axe-sched/axe/protocol"
 )
 

@@ -14,7 +14,7 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/testpki"
+	"github.com/axe-sched/axe/internal/test/testpki"
 	"github.com/axe-sched/axe/protocol"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/axe-sched/axe/executor"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/testpki"
+	"github.com/axe-sched/axe/internal/test/testpki"
 )
 
 // BenchmarkRunRoundTripTLS measures one run through a real executor on loopback, as

@@ -31,8 +31,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )

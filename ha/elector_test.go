@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/leaktest"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/internal/test/leaktest"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -76,6 +76,7 @@ func nextChange(t *testing.T, e *Elector, within time.Duration) Change {
 // database still counts the lease as its own: before any other node could take over. Then
 // the backup takes it with epoch+1, and the old primary's renewal at its epoch is refused.
 func TestPrimaryGivesUpBeforeTheLeaseExpires(t *testing.T) {
+	t.Parallel()
 	s := &hangingStore{Store: persisttest.MySQL(t)}
 	const ttl, renew = 4 * time.Second, time.Second
 	a := newElector(t, s, "a", ttl, renew)
@@ -127,6 +128,7 @@ func TestPrimaryGivesUpBeforeTheLeaseExpires(t *testing.T) {
 // TestLostRenewalDemotesAtOnce: a renewal that changes no row gives up leadership at the
 // next renewal, without waiting for any deadline.
 func TestLostRenewalDemotesAtOnce(t *testing.T) {
+	t.Parallel()
 	s := persisttest.MySQL(t)
 	const ttl, renew = 30 * time.Second, 200 * time.Millisecond
 	a := newElector(t, s, "a", ttl, renew)
@@ -149,6 +151,7 @@ func TestLostRenewalDemotesAtOnce(t *testing.T) {
 // TestRefusals: a read-only server is refused (by its @@read_only), and so is a second live
 // node with the same id.
 func TestRefusals(t *testing.T) {
+	t.Parallel()
 	s := persisttest.MySQL(t)
 	newElector(t, s, "dup", 3*time.Second, 500*time.Millisecond)
 	e, err := New(Config{Store: s, NodeID: "dup", Advertise: "http://other", TTL: 3 * time.Second, Renew: 500 * time.Millisecond,
@@ -182,6 +185,7 @@ func (readOnlyStore) ReadOnly(context.Context) (bool, error) { return true, nil 
 // that succeeded was sent, by the elector's own clock, and closes then, though no database
 // call returned.
 func TestWatchdogRunsOnTheElectorsClock(t *testing.T) {
+	t.Parallel()
 	s := &hangingStore{Store: persisttest.MySQL(t)}
 	clk := clock.NewFake(time.Now())
 	const ttl, renew = 4 * time.Second, time.Second

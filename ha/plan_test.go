@@ -70,6 +70,7 @@ func (c *cluster) step(t *rapid.T, me string, live []string) (changed bool) {
 // leave, once the live set stays put the nodes settle, within a few steps each, on every
 // shard held by a live node, each node at its quota, and no further change.
 func TestPlanConverges(t *testing.T) {
+	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		names := []string{"n1", "n2", "n3", "n4", "n5", "n6"}
 		live := rapid.SliceOfNDistinct(rapid.SampledFrom(names), 1, 6, rapid.ID[string]).Draw(t, "live")
@@ -129,6 +130,7 @@ func TestPlanConverges(t *testing.T) {
 // TestPlanFreshStartIsContiguous: nodes that start on a store with no shard held settle on
 // their home ranges, whatever order they step in.
 func TestPlanFreshStartIsContiguous(t *testing.T) {
+	t.Parallel()
 	for n := 1; n <= 7; n++ {
 		live := make([]string, n)
 		for i := range live {
@@ -157,6 +159,7 @@ func TestPlanFreshStartIsContiguous(t *testing.T) {
 // TestPlanJoinHandsOver: two nodes holding 128 shards each and a third joining: the two hand
 // over exactly what the third's quota needs, no more, and none of it twice.
 func TestPlanJoinHandsOver(t *testing.T) {
+	t.Parallel()
 	live := []string{"a", "b", "c"}
 	var v shardView
 	for n := range v.owner {

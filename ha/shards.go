@@ -11,8 +11,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -40,7 +40,24 @@ type ShardsConfig struct {
 	InFlight func(model.ShardSet) model.ShardSet
 	// DrainTimeout bounds a hand-over. Defaults to TTL.
 	DrainTimeout time.Duration
+	// HandOverPoint is, for a shard this node releases after handing it over (or at a
+	// graceful stop), the instant (ms) from which it fired nothing of it: the hand-over
+	// point, written with the release so that the taker fires every fire due from it, late
+	// but not judged a misfire (docs/scale-out.md, "Hand-over point"). 0, or a nil func,
+	// releases without a point: the taker applies the misfire policies as after a crash.
+	HandOverPoint func(shard int) int64
+	// HandOverWithin is how soon after its release a shard must be taken for its hand-over
+	// point to count: a shard left unheld longer (the last node stopped, nobody took it) was
+	// not handed over to anyone, and the fires due meanwhile are misfires. Defaults to
+	// HandOverWithinDefault.
+	HandOverWithin time.Duration
 }
+
+// HandOverWithinDefault is ShardsConfig.HandOverWithin's default: well above the tenth of a
+// renew interval in which a node below its share takes a shard released, even on a box
+// loaded enough to delay that by seconds, and short enough that a cluster stopped for good
+// does not fire its downtime's fires when it comes back.
+const HandOverWithinDefault = 30 * time.Second
 
 func (c ShardsConfig) withDefaults() ShardsConfig {
 	base := Config{Store: c.Store, NodeID: c.NodeID, Advertise: c.Advertise, TTL: c.TTL, Renew: c.Renew,
@@ -48,6 +65,9 @@ func (c ShardsConfig) withDefaults() ShardsConfig {
 	c.TTL, c.Renew, c.Logger, c.Clock, c.Metrics = base.TTL, base.Renew, base.Logger, base.Clock, base.Metrics
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = c.TTL
+	}
+	if c.HandOverWithin == 0 {
+		c.HandOverWithin = HandOverWithinDefault
 	}
 	return c
 }
@@ -63,6 +83,10 @@ func (c ShardsConfig) validate() error {
 type ShardChange struct {
 	// Gained are the shards taken, at their new epochs; the node may schedule them now.
 	Gained []persist.ShardFence
+	// HandedOver holds, for the shards of Gained that their previous holder handed over
+	// within HandOverWithin of the take, the hand-over point (ms) it released them with:
+	// every fire due from it is this node's to fire, however late.
+	HandedOver map[int]int64
 	// Draining are shards the node begins to hand over: it must stop dispatching their
 	// fires and let the runs in flight finish.
 	Draining model.ShardSet
@@ -208,12 +232,13 @@ func (s *Shards) Stop(ctx context.Context, release bool) error {
 		s.cancel()
 		<-s.done
 		held := s.Held()
+		points := s.handOverPoints(held)
 		s.drop(heldSet(held), "stopping")
 		var errs []error
 		if release && len(held) > 0 {
 			t := s.clk.Now()
-			err := s.cfg.Store.ReleaseShards(ctx, s.cfg.NodeID, held)
-			s.log.Info("shards released", "shards", heldSet(held).String(), "took", s.clk.Now().Sub(t), "error", err)
+			err := s.cfg.Store.HandOverShards(ctx, s.cfg.NodeID, held, points)
+			s.log.Info("shards released", "shards", heldSet(held).String(), "handed_over", len(points), "took", s.clk.Now().Sub(t), "error", err)
 			errs = append(errs, err)
 		}
 		errs = append(errs, s.cfg.Store.TouchNode(ctx, s.cfg.NodeID, s.instance, persist.RoleStopped))
@@ -586,6 +611,15 @@ func (s *Shards) take(ctx context.Context, shards []int) int {
 		return 0
 	}
 	gained := make([]persist.ShardFence, len(taken))
+	var handedOver map[int]int64
+	for _, l := range taken {
+		if l.HandedOver > 0 && l.HandedOverAgo <= s.cfg.HandOverWithin {
+			if handedOver == nil {
+				handedOver = map[int]int64{}
+			}
+			handedOver[l.Shard] = l.HandedOver
+		}
+	}
 	s.mu.Lock()
 	if len(s.held) == 0 {
 		s.armLocked(sent) // else the older renewal's deadline holds for all
@@ -598,8 +632,8 @@ func (s *Shards) take(ctx context.Context, shards []int) int {
 	s.mu.Unlock()
 	s.m.takes.Add(len(taken))
 	s.m.held.Set(float64(left))
-	s.log.Info("shards taken", "shards", heldSet(gained).String(), "held", left)
-	s.send(ShardChange{Gained: gained, Reason: "shards taken", At: sent})
+	s.log.Info("shards taken", "shards", heldSet(gained).String(), "held", left, "handed_over", len(handedOver))
+	s.send(ShardChange{Gained: gained, HandedOver: handedOver, Reason: "shards taken", At: sent})
 	return len(taken)
 }
 
@@ -661,13 +695,29 @@ func (s *Shards) releaseDrained(ctx context.Context) {
 	}
 	// Forget first, then release: once released another node may take them, and this one
 	// must be done with them by then.
+	points := s.handOverPoints(out)
 	s.drop(set, "handed over")
 	ctx, cancel := s.call(ctx)
 	defer cancel()
-	if err := s.cfg.Store.ReleaseShards(ctx, s.cfg.NodeID, out); err != nil {
+	if err := s.cfg.Store.HandOverShards(ctx, s.cfg.NodeID, out, points); err != nil {
 		// Not released: the leases run out after the TTL and are taken then.
 		s.log.Warn("cannot release the shards handed over; they are taken once their leases run out", "shards", set.String(), "error", err)
 		return
 	}
 	s.m.handovers.Add(len(out))
+}
+
+// handOverPoints asks the engine for the hand-over points of shards about to be released:
+// the shards without one are released unmarked.
+func (s *Shards) handOverPoints(shards []persist.ShardFence) map[int]int64 {
+	if s.cfg.HandOverPoint == nil {
+		return nil
+	}
+	out := make(map[int]int64, len(shards))
+	for _, f := range shards {
+		if at := s.cfg.HandOverPoint(f.Shard); at > 0 {
+			out[f.Shard] = at
+		}
+	}
+	return out
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/galeratest"
+	"github.com/axe-sched/axe/internal/test/galeratest"
 	"github.com/axe-sched/axe/persist"
 )
 
@@ -18,6 +18,7 @@ import (
 // crashes and the other two take its shards once its leases run out by the cluster's clock.
 // No shard's gate is ever open on two loops at once, and the shards end up shared fairly.
 func TestShardsOnGalera(t *testing.T) {
+	t.Parallel()
 	c := galeratest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

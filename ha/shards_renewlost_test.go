@@ -61,6 +61,7 @@ func (h gateProbe) WithAttrs(as []slog.Attr) slog.Handler {
 // of the one it lost: a send of that shard asked then would leave at the old epoch, after
 // another node took over (a node woken from SIGSTOP renews first thing).
 func TestShardsRenewalNeverOpensALostShard(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, base persist.Store) {
 		s := &stealingStore{Store: base}
 		var sh atomic.Pointer[Shards]
@@ -138,6 +139,7 @@ func (s *stallingStore) RenewShards(ctx context.Context, holder string, held []p
 // shards still held), and open again once a renewal succeeds; a node that holds nothing has
 // nothing to keep back.
 func TestShardsRenewedClosesAtTheDeadline(t *testing.T) {
+	t.Parallel()
 	s := &stallingStore{Store: persisttest.SQLite(t)}
 	loop, err := NewShards(ShardsConfig{Store: s, NodeID: "a", Advertise: "http://a", TTL: shardTTL,
 		Renew: shardRenew, Logger: testShardLogger()})

@@ -149,7 +149,7 @@ type TaskDef struct {
 	// "fail" ("" too: recorded lost, at most once) or "resend" (the same ticket sent again
 	// as a new attempt of the fire).
 	OnLost string `json:"on_lost,omitempty"`
-	// CronDialect is how Cron reads ("unix" or "quartz"; engine/cron.Dialect). Stored
+	// CronDialect is how Cron reads ("unix" or "quartz"; lib/cron.Dialect). Stored
 	// resolved, so a change of the server's default never changes a stored task; "" (a
 	// row written before the column existed, or a non-cron task) reads as unix.
 	CronDialect string `json:"cron_dialect,omitempty"`
@@ -170,6 +170,11 @@ type TaskDef struct {
 	// ConcurrencyKey names the concurrency limit of kind "key" this task's runs count in,
 	// beside its group's ("": none; docs/design.md, Concurrency limits).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateKey names the rate limit this task's runs take a token of in place of their
+	// downstream's: a name, or a template over the run's params (tenant:{params.tenant_id};
+	// model.RenderKey) limited by a pattern (tenant:*). "": the downstream (docs/design.md,
+	// Keyed limits).
+	RateKey string `json:"rate_key,omitempty"`
 	// OverlapPolicy decides the cron fires due while the task's run is in flight (one of
 	// the Overlap* constants; "" reads as buffer_one, the stored default).
 	OverlapPolicy string `json:"overlap_policy,omitempty"`

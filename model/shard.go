@@ -33,7 +33,14 @@ func ShardKey(name string) uint32 {
 	if i := strings.IndexByte(name, '/'); i >= 0 {
 		name = name[:i]
 	}
-	return crc32.ChecksumIEEE([]byte(name))
+	// The table-driven CRC over the string itself: crc32.ChecksumIEEE would take a copy of
+	// the name as []byte on the heap (it escapes into the assembly), an allocation for every
+	// task loaded; names are short enough that the byte-at-a-time loop costs no more.
+	crc := ^uint32(0)
+	for i := 0; i < len(name); i++ {
+		crc = crc32.IEEETable[byte(crc)^name[i]] ^ crc>>8
+	}
+	return ^crc
 }
 
 // ShardOfKey is the shard of a key: its top ShardBits bits.
@@ -43,7 +50,19 @@ func ShardOfKey(key uint32) int { return int(key >> (32 - ShardBits)) }
 func ShardOf(name string) int { return ShardOfKey(ShardKey(name)) }
 
 // ShardLeaseName is the name of shard n's lease row: "shard/007".
-func ShardLeaseName(n int) string { return fmt.Sprintf("shard/%03d", n) }
+func ShardLeaseName(n int) string {
+	if n >= 0 && n < ShardCount {
+		return shardLeaseNames[n] // the renewals and fences of every shard name them often
+	}
+	return fmt.Sprintf("shard/%03d", n)
+}
+
+var shardLeaseNames = func() (out [ShardCount]string) {
+	for n := range out {
+		out[n] = fmt.Sprintf("shard/%03d", n)
+	}
+	return out
+}()
 
 // ParseShardLeaseName is ShardLeaseName's inverse; ok is false for any other name.
 func ParseShardLeaseName(name string) (int, bool) {

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"hash/crc32"
 	"math"
 	"strings"
 	"testing"
@@ -138,4 +139,19 @@ func FuzzParseShardSet(f *testing.F) {
 			t.Fatalf("%q: %q does not read back: %v", text, s.String(), err)
 		}
 	})
+}
+
+// TestShardKeyIsCRC32 checks the loop against the library's CRC-32 on names of every length
+// up to past the sizes where the library switches to its vector code.
+func TestShardKeyIsCRC32(t *testing.T) {
+	name := ""
+	for n := 0; n < 200; n++ {
+		if got, want := ShardKey(name), crc32.ChecksumIEEE([]byte(name)); got != want {
+			t.Fatalf("ShardKey of a %d-byte name = %#x, want %#x", n, got, want)
+		}
+		name += string(rune('a' + n%26))
+	}
+	if n := testing.AllocsPerRun(100, func() { ShardKey("a-task-name-well-past-thirty-two-bytes") }); n != 0 {
+		t.Errorf("ShardKey allocates %v times", n)
+	}
 }

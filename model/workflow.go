@@ -40,6 +40,7 @@ type WorkflowStep struct {
 	RetryIntervalSec int      `json:"retry_interval_sec,omitempty"`
 	Priority         int      `json:"priority,omitempty"`
 	ConcurrencyKey   string   `json:"concurrency_key,omitempty"`
+	RateKey          string   `json:"rate_key,omitempty"`
 	Needs            []string `json:"needs,omitempty"`
 	Condition        string   `json:"condition,omitempty"`
 	// FanOut names a JSON array the step runs once per item of: "params.KEY" or
@@ -51,10 +52,13 @@ type WorkflowStep struct {
 
 // WorkflowDef is a workflow definition: one version of it.
 type WorkflowDef struct {
-	Name     string          `json:"name"`
-	Group    string          `json:"group,omitempty"`
-	Trigger  string          `json:"trigger"` // cron, manual or workflow (After)
-	Cron     string          `json:"cron,omitempty"`
+	Name    string `json:"name"`
+	Group   string `json:"group,omitempty"`
+	Trigger string `json:"trigger"` // cron, delay (DelayMS), manual or workflow (After)
+	Cron    string `json:"cron,omitempty"`
+	// DelayMS starts one run (trigger delay) this long after the workflow is created, or
+	// resumed before that run started; once.
+	DelayMS  int64           `json:"delay_ms,omitempty"`
 	Timezone string          `json:"timezone,omitempty"`
 	Params   json.RawMessage `json:"params,omitempty"`
 	Steps    []WorkflowStep  `json:"steps"`
@@ -95,12 +99,34 @@ type WorkflowRun struct {
 	Workflow    string          `json:"workflow"`
 	Version     int             `json:"version"`
 	ScheduledAt int64           `json:"scheduled_at"` // the logical time
-	Trigger     string          `json:"trigger"`      // cron, manual or backfill
+	Trigger     string          `json:"trigger"`      // cron, delay, manual, workflow or backfill
 	Params      json.RawMessage `json:"params,omitempty"`
 	State       string          `json:"state"`
 	CreatedAt   int64           `json:"created_at"`
 	EndedAt     int64           `json:"ended_at,omitempty"`
 	Error       string          `json:"error,omitempty"`
+}
+
+// WorkflowBackfill is a workflow's backfill: runs for each cron fire time in [From, To),
+// at most Parallel at once, started in order from the cursor Next (0 once every time has
+// a run). It is stored, one row per workflow, so the node that schedules the workflow's
+// shard pumps it, whichever node that is.
+type WorkflowBackfill struct {
+	Workflow  string `json:"workflow"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
+	Parallel  int    `json:"parallel"`
+	Cron      string `json:"cron"`
+	Timezone  string `json:"timezone"`
+	Total     int    `json:"total"`
+	Next      int64  `json:"next"`
+	Started   int    `json:"started"`
+	Skipped   int    `json:"skipped"`
+	State     string `json:"state"` // BackfillRunning until the cursor is spent, then BackfillDone
+	Actor     string `json:"actor"`
+	CreatedAt int64  `json:"created_at"`
+	UpdatedAt int64  `json:"updated_at"`
+	EndedAt   int64  `json:"ended_at,omitempty"`
 }
 
 // StepRun is one attempt of one item of one step of a workflow run. (RunID, Step, Index,

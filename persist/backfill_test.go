@@ -15,6 +15,7 @@ import (
 // save, it is open while running or while its runs may be in flight, and the run queries
 // of its recovery see only its own runs in its range.
 func TestBackfillRows(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -91,6 +92,7 @@ func TestBackfillRows(t *testing.T) {
 // context (persist.WithShardFences) lands while the shard is at that epoch, and is refused,
 // with ErrLeaseLost and nothing written, once another node took the shard.
 func TestBackfillRowsFencedByShard(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

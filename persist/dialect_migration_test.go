@@ -17,6 +17,7 @@ import (
 // afterwards (so "0 0 12 ? * 2" still means Tuesday) and that new tasks keep their own
 // dialect, on both stores.
 func TestMigrationCronDialect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string

@@ -113,11 +113,12 @@ func (s *sqlStore) writeFires(ctx context.Context, tx batchTx, fires []model.Run
 	if len(fires) == 0 {
 		return nil
 	}
-	args := make([]any, 0, len(fires)*len(runCols))
+	buf := batchArgs(len(fires) * len(runCols))
+	defer buf.release()
 	for i := range fires {
-		args = appendRunArgs(args, &fires[i])
+		buf.args = appendRunArgs(buf.args, &fires[i])
 	}
-	if _, err := s.execRows(ctx, tx, s.insertRun, "", len(runCols), args); err != nil {
+	if _, err := s.execRows(ctx, tx, s.insertRun, "", len(runCols), buf.args); err != nil {
 		if s.d.isUniqueViolation(err) {
 			return errFireExists
 		}
@@ -128,8 +129,8 @@ func (s *sqlStore) writeFires(ctx context.Context, tx batchTx, fires []model.Run
 
 func appendRunArgs(args []any, r *model.Run) []any {
 	return append(args, clip(r.Ticket, ticketLen), r.TaskID, clip(r.TaskName, nameLen),
-		clip(r.Kind, shortLen), r.Attempt, r.ScheduledAt, r.DispatchedAt, clip(r.Executor, nameLen),
-		r.EndedAt, clip(r.Result, shortLen), clip(r.Error, textLen), r.DurationMS,
+		shortArg(r.Kind), r.Attempt, r.ScheduledAt, r.DispatchedAt, clip(r.Executor, nameLen),
+		r.EndedAt, shortArg(r.Result), clip(r.Error, textLen), r.DurationMS,
 		clip(r.Output, textLen), clip(r.Detail, textLen), runParams(r))
 }
 

@@ -22,6 +22,7 @@ func asFire(g *persist.Group) *persist.Group {
 // good groups of one batch: only its group fails, with a *FireRefusedError naming its own
 // record, and the other two land (docs/ha.md, "The fire record").
 func TestWriterRefusedFireIsolation(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		a, b, c := newTask(t, s, "a"), newTask(t, s, "b"), newTask(t, s, "c")
@@ -69,6 +70,7 @@ func TestWriterRefusedFireIsolation(t *testing.T) {
 // store's RUNNING filter lists the open ones (whatever their due) with the RUNNING
 // runtimes, and no other.
 func TestListOpenFires(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		const due = 1_000_000

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/axe-sched/axe/internal/galeratest"
+	"github.com/axe-sched/axe/internal/test/galeratest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -37,6 +37,7 @@ const galeraTimeout = 4 * time.Minute
 const galeraOpTimeout = 15 * time.Second
 
 func TestGalera(t *testing.T) {
+	t.Parallel()
 	c := galeratest.Start(t)
 	for _, tc := range []struct {
 		name string
@@ -77,6 +78,7 @@ func TestGalera(t *testing.T) {
 // TestMySQLSeveralHostsNeedGalera: a DSN of several addresses on servers that are not Galera
 // nodes (here the one MariaDB twice, under two names) is refused at Open, naming why.
 func TestMySQLSeveralHostsNeedGalera(t *testing.T) {
+	t.Parallel()
 	dsn := persisttest.MySQLDSN(t)
 	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
 	if err != nil {
@@ -150,7 +152,7 @@ func galeraStore(t *testing.T, c *galeratest.Cluster, db string, nodes ...int) p
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := persist.OpenWith(ctx, persist.SchemeMySQL+":"+c.ServerDSN(nodes...)+db, persist.OpenOptions{Metrics: testMetrics})
+	s, err := persist.OpenWith(ctx, persist.SchemeMySQL+":"+c.ServerDSN(nodes...)+db, persist.OpenOptions{Metrics: testMetrics(t)})
 	if err != nil {
 		t.Fatalf("cannot open a store through nodes %v: %v", nodes, err)
 	}
@@ -397,7 +399,7 @@ func testGaleraFailover(t *testing.T, ctx context.Context, c *galeratest.Cluster
 	if node, err := storeNode(ctx, s); err != nil || node != "n1" {
 		t.Fatalf("the store is on node %q (%v), want n1, the first listed", node, err)
 	}
-	switches := counterValue("axe_store_db_node_switches_total")
+	switches := counterValue(t, "axe_store_db_node_switches_total")
 	ws, at := runWriters(t, ctx, s, 4, func() error { return fault(c.Node(0)) })
 	for i, w := range ws {
 		if len(w.failed) > 1 {
@@ -410,7 +412,7 @@ func testGaleraFailover(t *testing.T, ctx context.Context, c *galeratest.Cluster
 	if node, err := storeNode(ctx, s); err != nil || node != "n2" {
 		t.Errorf("after the fault the store is on node %q (%v), want n2, the next listed", node, err)
 	}
-	if counterValue("axe_store_db_node_switches_total") == switches {
+	if counterValue(t, "axe_store_db_node_switches_total") == switches {
 		t.Error("axe_store_db_node_switches_total did not move")
 	}
 	checkWriters(t, ctx, galeraStore(t, c, db, 2), ws)

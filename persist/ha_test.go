@@ -16,6 +16,7 @@ import (
 // transaction: after a takeover each one fails with ErrLeaseLost, writes nothing and calls
 // onLost (docs/ha.md, "Fencing").
 func TestFencedStore(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, testFencedStore)
 }
 
@@ -24,6 +25,7 @@ func TestFencedStore(t *testing.T) {
 // the same writes are refused the same way. On a real cluster the conformance suite and
 // TestGalera run it.
 func TestFencedStoreGaleraFence(t *testing.T) {
+	t.Parallel()
 	s := persisttest.MySQL(t)
 	persist.SetGalera(s, true)
 	testFencedStore(t, s)
@@ -110,6 +112,7 @@ func batchOf(g *persist.Group) *persist.Batch {
 // on who holds the lease and how long ago a node was seen, because every statement uses
 // the database's UTC clock and no node passes a time.
 func TestLeaseIgnoresSessionTimeZones(t *testing.T) {
+	t.Parallel()
 	dsn := persisttest.MySQLDSN(t)
 	open := func(zone string) persist.Store {
 		sep := "?"

@@ -15,6 +15,7 @@ import (
 // concurrently: every chain lands in order (each transition expects the previous one's
 // version, so a reordering would conflict), and callbacks of one task fire in order.
 func TestLanesKeepEachTaskInOrder(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := context.Background()
 		l, err := persist.NewLanes(s, persist.WriterConfig{}, 4)
@@ -106,6 +107,7 @@ func heldLanes(t *testing.T, s persist.Store) (l *persist.Lanes, cs *countingSto
 // database: a create submitted meanwhile goes to a lane that is gathering and lands while the
 // held one waits, instead of queueing behind it. Then the held create lands too.
 func TestLanesCreatesAvoidACommittingLane(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		l, cs, open := heldLanes(t, s)
@@ -142,6 +144,7 @@ func TestLanesCreatesAvoidACommittingLane(t *testing.T) {
 // before it reaches the database; a fire record of a task of the other lane lands meanwhile,
 // and both are open fires once the held one lands.
 func TestLanesKeyFireRecordsByTask(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		const due = 1_000_000

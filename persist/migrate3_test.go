@@ -19,6 +19,7 @@ import (
 // takeover goes on from that epoch. Tasks keep everything; on MySQL the step also replays
 // over itself, as after a crash half way.
 func TestMigrateStep3InPlace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name, driver string

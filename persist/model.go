@@ -91,6 +91,9 @@ type Batch struct {
 	NewWorkflowRuns []model.WorkflowRun
 	WorkflowRuns    []model.WorkflowRun
 	StepRuns        []model.StepRun
+	// WorkflowBackfills write workflows' backfill rows (workflow.go, WorkflowBackfillPut),
+	// after the runs: a run a backfill starts and its cursor's step commit together.
+	WorkflowBackfills []WorkflowBackfillPut
 
 	// checkNames makes the store look the creates' names up before inserting them; set by
 	// ApplyBatch (taskbatch.go, lookUpNames).

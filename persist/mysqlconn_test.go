@@ -26,6 +26,7 @@ const connBatchTasks = 300
 // with the driver's interpolateParams off; a batch cancelled part way changes nothing and its
 // connection stays usable; a pooled connection the server dropped is replaced.
 func TestMySQLBatchConn(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 
 	t.Run("prepared once per connection", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 )
 
 func TestSplitHosts(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		dsn   string
 		addrs []string // as the store dials them

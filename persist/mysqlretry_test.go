@@ -16,9 +16,10 @@ import (
 // batch in the middle of its transaction, before the commit: the server rolled it back, so
 // the store runs it again on another connection and the caller sees it succeed, once.
 func TestMySQLBatchRunsAgainWhenItsConnectionDiesBeforeCommit(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	dsn := persisttest.MySQLDSN(t)
-	s, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: testMetrics})
+	s, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: testMetrics(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestMySQLBatchRunsAgainWhenItsConnectionDiesBeforeCommit(t *testing.T) {
 	persist.LimitConns(s, 1)
 	k := newTask(t, s, "retried")
 	want := k.rt.Version + 1
-	retries := counterValue(`axe_store_batch_retries_total{reason="node_lost"}`)
+	retries := counterValue(t, `axe_store_batch_retries_total{reason="node_lost"}`)
 
 	gate := newBatchGate(ctx)
 	done := make(chan error, 1)
@@ -57,7 +58,7 @@ func TestMySQLBatchRunsAgainWhenItsConnectionDiesBeforeCommit(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("ApplyBatch whose connection was killed before its commit = %v, want it run again and done", err)
 	}
-	if got := counterValue(`axe_store_batch_retries_total{reason="node_lost"}`); got != retries+1 {
+	if got := counterValue(t, `axe_store_batch_retries_total{reason="node_lost"}`); got != retries+1 {
 		t.Errorf("axe_store_batch_retries_total{reason=\"node_lost\"} moved by %d, want 1", got-retries)
 	}
 	got, err := s.GetTask(context.Background(), k.name)

@@ -40,6 +40,11 @@ type OpenOptions struct {
 	// lease row's lock past its lease. Defaults to 0: the server's own setting. Ignored by
 	// SQLite.
 	TxIdleTimeout time.Duration
+	// ReachTimeout, when > 0, bounds reaching the database (the first ping) within ctx. The
+	// schema migrations that follow are bounded by ctx alone: a step that rebuilds a large
+	// table may take longer than any fixed bound, and a step cut short is applied again at
+	// the next start. Defaults to 0: ctx alone bounds both.
+	ReachTimeout time.Duration
 	// Metrics is the set the store's series are registered in (axe_store_*); the daemon
 	// writes it on /metrics. Stores opened with one set count together. Defaults to a new
 	// set of this store's own, which nothing exposes.
@@ -72,7 +77,13 @@ func OpenWith(ctx context.Context, dsn string, opts OpenOptions) (Store, error) 
 		return nil, err
 	}
 	s.m = newStoreMetrics(opts.Metrics) // for MySQL, the counters its host set has already
-	if err := s.Ping(ctx); err != nil {
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if opts.ReachTimeout > 0 {
+		pctx, cancel = context.WithTimeout(ctx, opts.ReachTimeout)
+	}
+	err = s.Ping(pctx)
+	cancel()
+	if err != nil {
 		_ = s.Close()
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 // periodic or run-now; a dry run counts the same runs and deletes none. On MySQL both the
 // pruner and the list of open run-now runs read the one index schema step 7 keeps for them.
 func TestPruneRunsSkipsOpenRuns(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		tk := newTask(t, s, "pruned")

@@ -113,6 +113,7 @@ var defColumns = map[string]column{
 	"pause_after_failures": {field: "pause_after_failures", int32: true},
 	"jitter_sec":           {field: "jitter_sec", int32: true},
 	"concurrency_key":      {field: "concurrency_key", chars: nameLen},
+	"rate_key":             {field: "rate_key", chars: nameLen},
 	"overlap_policy":       {field: "overlap_policy", chars: shortLen},
 	"catchup_window_sec":   {field: "catchup_window_sec", int32: true},
 }

@@ -21,6 +21,7 @@ import (
 // byte that is not UTF-8. (CheckTaskDef is stricter in one place: MariaDB stores the bytes of
 // a UTF-16 surrogate, which are not UTF-8 and which it refuses too.)
 func TestCheckTaskDefAgreesWithMySQL(t *testing.T) {
+	t.Parallel()
 	s := persisttest.MySQL(t)
 	var n, stored, refused atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {

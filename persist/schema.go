@@ -2,7 +2,9 @@ package persist
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -483,6 +485,55 @@ var mysqlMigrations = []migration{{
 		)` + mysqlTableOpts,
 		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq BIGINT NOT NULL DEFAULT 0`,
 	},
+}, {
+	version: 21,
+	name:    "workflow backfills",
+	// A workflow's backfill (persist/workflow.go, WorkflowBackfillPut): one row per workflow,
+	// its range, parallelism, the schedule it was made with, and its cursor (next_fire), which
+	// steps in the same transaction as the run it starts, under the workflow's shard fence:
+	// the node that schedules the workflow pumps it, and the next one goes on from the row.
+	// A new table: a re-run meets IF NOT EXISTS.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS workflow_backfill (
+			workflow VARCHAR(255) NOT NULL PRIMARY KEY,
+			from_ms BIGINT NOT NULL,
+			to_ms BIGINT NOT NULL,
+			parallel INT NOT NULL,
+			cron VARCHAR(255) NOT NULL,
+			timezone VARCHAR(64) NOT NULL,
+			total INT NOT NULL,
+			next_fire BIGINT NOT NULL,
+			started INT NOT NULL,
+			skipped INT NOT NULL,
+			state VARCHAR(32) NOT NULL,
+			actor VARCHAR(255) NOT NULL,
+			created_at BIGINT NOT NULL,
+			updated_at BIGINT NOT NULL,
+			ended_at BIGINT NOT NULL DEFAULT 0,
+			KEY idx_workflow_backfill_state (state)
+		)` + mysqlTableOpts,
+	},
+}, {
+	version: 22,
+	name:    "rate demand across nodes",
+	// Each sharded node's recent demand per rate-limited downstream (persist/demand.go), so
+	// that the nodes share a downstream's rate by demand rather than by shard count. Rows are
+	// rewritten by their node every exchange and read only while fresh. CREATE ... IF NOT
+	// EXISTS is re-runnable. And a task's rate_key (model.TaskDef.RateKey): the key of the
+	// rate limit its runs take a token of in place of their downstream's, a template over
+	// their params or a name; '' (every existing task) keeps the downstream. A re-run of the
+	// ADD COLUMN meets "duplicate column", which dialect.isAlreadyApplied lets through.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN rate_key VARCHAR(255) NOT NULL DEFAULT ''`,
+		`CREATE TABLE IF NOT EXISTS rate_demand (
+			downstream VARCHAR(255) NOT NULL,
+			node VARCHAR(255) NOT NULL,
+			demand DOUBLE NOT NULL,
+			seen_at BIGINT NOT NULL,
+			PRIMARY KEY (downstream, node),
+			KEY idx_rate_demand_node (node)
+		)` + mysqlTableOpts,
+	},
 }}
 
 // SQLite stores the same columns; INTEGER is 64-bit. AUTOINCREMENT (not a bare rowid) keeps
@@ -836,10 +887,63 @@ var sqliteMigrations = []migration{{
 		)`,
 		`ALTER TABLE concurrency_limit ADD COLUMN slot_seq INTEGER NOT NULL DEFAULT 0`,
 	},
+}, {
+	version: 21,
+	name:    "workflow backfills",
+	// As on MySQL.
+	stmts: []string{
+		`CREATE TABLE IF NOT EXISTS workflow_backfill (
+			workflow TEXT NOT NULL PRIMARY KEY,
+			from_ms INTEGER NOT NULL,
+			to_ms INTEGER NOT NULL,
+			parallel INTEGER NOT NULL,
+			cron TEXT NOT NULL,
+			timezone TEXT NOT NULL,
+			total INTEGER NOT NULL,
+			next_fire INTEGER NOT NULL,
+			started INTEGER NOT NULL,
+			skipped INTEGER NOT NULL,
+			state TEXT NOT NULL,
+			actor TEXT NOT NULL,
+			created_at INTEGER NOT NULL,
+			updated_at INTEGER NOT NULL,
+			ended_at INTEGER NOT NULL DEFAULT 0
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_workflow_backfill_state ON workflow_backfill (state)`,
+	},
+}, {
+	version: 22,
+	name:    "rate demand across nodes",
+	// As on MySQL.
+	stmts: []string{
+		`ALTER TABLE task_def ADD COLUMN rate_key TEXT NOT NULL DEFAULT ''`,
+		`CREATE TABLE IF NOT EXISTS rate_demand (
+			downstream TEXT NOT NULL,
+			node TEXT NOT NULL,
+			demand REAL NOT NULL,
+			seen_at INTEGER NOT NULL,
+			PRIMARY KEY (downstream, node)
+		)`,
+		`CREATE INDEX IF NOT EXISTS idx_rate_demand_node ON rate_demand (node)`,
+	},
 }}
 
 // SchemaVersion is the newest schema version this code migrates to.
 func SchemaVersion() int { return mysqlMigrations[len(mysqlMigrations)-1].version }
+
+// SchemaDigest names the MySQL schema this code migrates to by its steps' versions, names
+// and statements (12 hex digits of their SHA-256): two builds with the same digest create
+// the same tables. Tests name the migrated template database they copy by it.
+func SchemaDigest() string {
+	h := sha256.New()
+	for _, m := range mysqlMigrations {
+		fmt.Fprintf(h, "%d\x00%s\x00", m.version, m.name)
+		for _, s := range m.stmts {
+			fmt.Fprintf(h, "%s\x00", s)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}
 
 // EnvMigratePause is a test hook that holds Migrate at one point for a test to kill the
 // process there (persist/upgrade_kill_test.go): "V.K" after the K-th statement of step V has

@@ -16,6 +16,7 @@ import (
 // exactly the rows of the tasks whose shard (model.ShardOf of the name) is in the set, on
 // both stores: the database's CRC32 and the embedded store's agree with Go's.
 func TestShardFilter(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		const due = int64(1_700_000_000_000)

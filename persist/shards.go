@@ -2,9 +2,11 @@ package persist
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +24,13 @@ import (
 type ShardLease struct {
 	Shard int
 	LeaseState
+	// HandedOver is, on a shard TakeShards took, the hand-over point its previous holder
+	// released it with (HandOverShards): the instant, in ms of that node's clock, from which
+	// it fired nothing of the shard. 0 when the shard was not handed over (its holder died,
+	// or released it without a point). HandedOverAgo is how long before the take the
+	// release was, by the database's clock.
+	HandedOver    int64
+	HandedOverAgo time.Duration
 }
 
 // ShardFence is the epoch of one shard that a write is fenced by.
@@ -48,6 +57,12 @@ type ShardStore interface {
 	// ReleaseShards ends holder's leases of held now, keeping their epochs, so that another
 	// node takes them at its next attempt. A shard no longer held is left as it is.
 	ReleaseShards(ctx context.Context, holder string, held []ShardFence) error
+	// HandOverShards is ReleaseShards for a graceful hand-over: in the same transaction each
+	// shard of held with a point in at (ms of holder's clock: the instant from which holder
+	// fired nothing of it) is marked handed over at that point, and the next TakeShards of it
+	// reports the point (ShardLease.HandedOver), so that the taker fires every fire due from
+	// it rather than judging them misfires (docs/scale-out.md, "Hand-over point").
+	HandOverShards(ctx context.Context, holder string, held []ShardFence, at map[int]int64) error
 	// ShardLeases returns every shard lease row, ascending by shard, as the database judges
 	// it now. A shard never taken may have no row.
 	ShardLeases(ctx context.Context) ([]ShardLease, error)
@@ -214,13 +229,16 @@ func (s *sqlStore) takeShards(ctx context.Context, holder string, shards []int, 
 	if err != nil {
 		return nil, err
 	}
+	if err := s.readHandOvers(ctx, tx, taken); err != nil {
+		return nil, err
+	}
 	// The fence rows take the new epochs in the same transaction: as for the primary's
 	// lease (takeLease), the update waits for the batches of the previous holder still
 	// committing on this database node, and every later batch of that holder fails its
-	// check.
+	// check. Their hand-over marks go: they were the previous epoch's.
 	var set strings.Builder
 	fargs := make([]any, 0, 3*len(taken))
-	set.WriteString(`UPDATE lease` + s.d.leaseByName + ` SET epoch = CASE name`)
+	set.WriteString(`UPDATE lease` + s.d.leaseByName + ` SET holder = '', epoch = CASE name`)
 	for _, l := range taken {
 		set.WriteString(` WHEN ? THEN ?`)
 		fargs = append(fargs, fenceRow(model.ShardLeaseName(l.Shard)), l.Epoch)
@@ -340,6 +358,104 @@ func (s *sqlStore) ReleaseShards(ctx context.Context, holder string, held []Shar
 	return nil
 }
 
+// handOverMark is the prefix of a fence row's holder that marks its shard handed over
+// (HandOverShards): "handed-over@" and the hand-over point in ms. A fence row's holder is
+// otherwise empty; only its epoch fences batches.
+const handOverMark = "handed-over@"
+
+func (s *sqlStore) HandOverShards(ctx context.Context, holder string, held []ShardFence, at map[int]int64) error {
+	held, err := checkFences(held)
+	if err != nil {
+		return fmt.Errorf("cannot hand shards over: %w", err)
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	var marked []ShardFence
+	for _, f := range held {
+		if at[f.Shard] > 0 {
+			marked = append(marked, f)
+		}
+	}
+	h := s.ha()
+	for attempt := 0; ; attempt++ {
+		err = func() error {
+			tx, err := s.db.BeginTx(ctx, nil)
+			if err != nil {
+				return fmt.Errorf("cannot begin handing shards over: %w", err)
+			}
+			defer rollback(tx)
+			cond, pairs := fencePairs(held, false)
+			if _, err := tx.ExecContext(ctx, `UPDATE lease`+s.d.leaseByName+` SET holder = '', expiry = `+h.now+` WHERE holder = ? AND `+cond,
+				append([]any{holder}, pairs...)...); err != nil {
+				return fmt.Errorf("cannot release shards: %w", err)
+			}
+			if len(marked) == 0 {
+				return tx.Commit()
+			}
+			// The mark is written where the fence row still carries the epoch released: a
+			// shard another node took meanwhile has moved its fence on and keeps no mark.
+			var set strings.Builder
+			args := make([]any, 0, 5*len(marked))
+			set.WriteString(`UPDATE lease` + s.d.leaseByName + ` SET expiry = ` + h.now + `, holder = CASE name`)
+			for _, f := range marked {
+				set.WriteString(` WHEN ? THEN ?`)
+				args = append(args, fenceRow(model.ShardLeaseName(f.Shard)), handOverMark+strconv.FormatInt(at[f.Shard], 10))
+			}
+			set.WriteString(` ELSE holder END WHERE `)
+			cond, pairs = fencePairs(marked, true)
+			set.WriteString(cond)
+			if _, err := tx.ExecContext(ctx, set.String(), append(args, pairs...)...); err != nil {
+				return fmt.Errorf("cannot mark the shards handed over: %w", err)
+			}
+			if err := tx.Commit(); err != nil {
+				return fmt.Errorf("cannot commit the shards handed over: %w", err)
+			}
+			return nil
+		}()
+		if err == nil || attempt >= leaseRetries || !s.d.isRetryable(err) {
+			return err
+		}
+	}
+}
+
+// readHandOvers fills in the hand-over points of the shards just taken in tx from their
+// fence rows, before the take moves them on: a mark counts only when its fence row still
+// carries the epoch before the take's, the epoch whose holder handed the shard over.
+func (s *sqlStore) readHandOvers(ctx context.Context, tx *sql.Tx, taken []ShardLease) error {
+	names := make([]any, len(taken))
+	for i, l := range taken {
+		names[i] = fenceRow(model.ShardLeaseName(l.Shard))
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT name, holder, epoch, `+s.ha().leftUS("expiry")+` FROM lease`+s.d.leaseByName+
+		` WHERE name IN (`+placeholders(len(names))+`) AND holder LIKE '`+handOverMark+`%'`, names...)
+	if err != nil {
+		return fmt.Errorf("cannot read the hand-over marks of the shards taken: %w", err)
+	}
+	defer rows.Close()
+	byName := make(map[string]*ShardLease, len(taken))
+	for i := range taken {
+		byName[fenceRow(model.ShardLeaseName(taken[i].Shard))] = &taken[i]
+	}
+	for rows.Next() {
+		var name, mark string
+		var epoch, leftUS int64
+		if err := rows.Scan(&name, &mark, &epoch, &leftUS); err != nil {
+			return fmt.Errorf("cannot scan a hand-over mark: %w", err)
+		}
+		l := byName[name]
+		at, err := strconv.ParseInt(strings.TrimPrefix(mark, handOverMark), 10, 64)
+		if l == nil || err != nil || at <= 0 || epoch != l.Epoch-1 {
+			continue
+		}
+		l.HandedOver, l.HandedOverAgo = at, max(0, -time.Duration(leftUS)*time.Microsecond)
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("cannot read the hand-over marks of the shards taken: %w", err)
+	}
+	return nil
+}
+
 func (s *sqlStore) ShardLeases(ctx context.Context) ([]ShardLease, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT name, `+s.leaseCols()+` FROM lease WHERE name LIKE 'shard/%'`)
 	if err != nil {
@@ -358,6 +474,11 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 	if len(fences) == 0 {
 		return nil
 	}
+	for _, f := range fences {
+		if f.Shard < 0 || f.Shard >= model.ShardCount {
+			return fmt.Errorf("cannot apply batch: shard %d is out of range", f.Shard)
+		}
+	}
 	names := fenceNames(fences)
 	forShare := s.d.forShare
 	if s.galera {
@@ -371,9 +492,12 @@ func (s *sqlStore) checkShardFences(ctx context.Context, tx batchTx, fences []Sh
 		}
 		forShare = "" // the lock would be this node's own; the update wrote the rows it could
 	}
+	// The fence rows' names are literals of the query, not arguments: a query with
+	// arguments is prepared, run and closed, three exchanges with the server for every
+	// batch of a sharded node where one does (the names are the fixed "shard/NNN#fence").
 	epochs := make(map[string]int64, len(fences))
-	err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease`+s.d.leaseByName+` WHERE name IN (`+placeholders(len(names))+`)`+forShare,
-		names, func(epoch int64, name string) { epochs[name] = epoch })
+	err := tx.queryIDNames(ctx, `SELECT epoch, name FROM lease`+s.d.leaseByName+` WHERE name IN (`+fenceList(fences)+`)`+forShare,
+		nil, func(epoch int64, name string) { epochs[name] = epoch })
 	if err != nil {
 		return fmt.Errorf("cannot read the fences of %d shards: %w", len(fences), err)
 	}
@@ -466,11 +590,42 @@ func (s *sqlStore) shardsRefusedAtCommit(ctx context.Context, fences []ShardFenc
 	return err
 }
 
+// fenceLiterals holds each shard's fence row name as a quoted SQL literal.
+var fenceLiterals = func() (out [model.ShardCount]string) {
+	for n := range out {
+		out[n] = "'" + fenceRow(model.ShardLeaseName(n)) + "'"
+	}
+	return out
+}()
+
+// fenceList is the fence row names of fences as a comma-separated list of SQL literals.
+func fenceList(fences []ShardFence) string {
+	var b strings.Builder
+	b.Grow(len(fences) * (len(fenceLiterals[0]) + 1))
+	for i, f := range fences {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(fenceLiterals[f.Shard])
+	}
+	return b.String()
+}
+
 // fenceNames returns the fence row names of fences, in their order.
 func fenceNames(fences []ShardFence) []any {
 	out := make([]any, len(fences))
 	for i, f := range fences {
-		out[i] = fenceRow(model.ShardLeaseName(f.Shard))
+		out[i] = fenceNameArgs[f.Shard]
 	}
 	return out
 }
+
+// fenceNameArgs holds each shard's fence row name as an argument, made once: a sharded
+// node's batch names the fences of the shards it writes, and a burst's batches write to
+// most of the 256, so building each name anew cost a few allocations per row written.
+var fenceNameArgs = func() (out [model.ShardCount]any) {
+	for n := range out {
+		out[n] = fenceRow(model.ShardLeaseName(n))
+	}
+	return out
+}()

@@ -50,6 +50,7 @@ func holders(t *testing.T, s persist.Store) map[int]string {
 // TestShardLeases walks the shard leases through a take, a refused take, renewals, a
 // release and a takeover, and checks the database's view after each.
 func TestShardLeases(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		a, err := s.TakeShards(ctx, "a", allShards(), time.Minute)
@@ -106,9 +107,56 @@ func TestShardLeases(t *testing.T) {
 	})
 }
 
+// TestShardHandOverPoint: a shard released with a hand-over point reports it to its next
+// take, once; one released without a point, or taken after a release of another epoch's,
+// reports none, and a hand-over at a stale epoch neither releases nor marks anything.
+func TestShardHandOverPoint(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		a, err := s.TakeShards(ctx, "a", []int{0, 1, 2, 3}, time.Minute)
+		if err != nil || len(a) != 4 {
+			t.Fatalf("TakeShards(a) = %+v, %v", a, err)
+		}
+		if err := s.HandOverShards(ctx, "a", fencesOf(a[:3]), map[int]int64{0: 1000, 1: 2000}); err != nil {
+			t.Fatal(err)
+		}
+		stale := []persist.ShardFence{{Shard: 3, Epoch: 7}}
+		if err := s.HandOverShards(ctx, "a", stale, map[int]int64{3: 3000}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.TakeShards(ctx, "b", []int{0, 1, 2, 3}, time.Minute)
+		if err != nil || len(b) != 3 {
+			t.Fatalf("TakeShards(b) after the hand-over = %+v, %v; want shards 0-2 (3 is still a's)", b, err)
+		}
+		want := map[int]int64{0: 1000, 1: 2000, 2: 0}
+		for _, l := range b {
+			if l.HandedOver != want[l.Shard] || l.Epoch != 2 {
+				t.Errorf("shard %d taken at epoch %d handed over at %d, want epoch 2 and %d", l.Shard, l.Epoch, l.HandedOver, want[l.Shard])
+			}
+			if l.HandedOver > 0 && (l.HandedOverAgo < 0 || l.HandedOverAgo > time.Minute) {
+				t.Errorf("shard %d released %s before its take, want a moment", l.Shard, l.HandedOverAgo)
+			}
+		}
+		// b releases shard 0 without a point: the mark a left was epoch 1's, and is gone.
+		if err := s.ReleaseShards(ctx, "b", fencesOf(b[:1])); err != nil {
+			t.Fatal(err)
+		}
+		c, err := s.TakeShards(ctx, "c", []int{0}, time.Minute)
+		if err != nil || len(c) != 1 || c[0].Epoch != 3 || c[0].HandedOver != 0 {
+			t.Fatalf("TakeShards(c, 0) after a release without a point = %+v, %v; want epoch 3, no hand-over point", c, err)
+		}
+		// Each shard is held by its last taker; the stale hand-over left 3 with a.
+		if h := holders(t, s); h[0] != "c" || h[1] != "b" || h[3] != "a" {
+			t.Fatalf("holders after the hand-overs: %v", h)
+		}
+	})
+}
+
 // TestShardLeasesRefuseBadInput: a shard out of range, a repeat or an epoch no take gives is
 // refused before anything is written.
 func TestShardLeasesRefuseBadInput(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		for name, call := range map[string]func() error{
@@ -140,12 +188,14 @@ func TestShardLeasesRefuseBadInput(t *testing.T) {
 // epoch given; one stale shard refuses all of it with ErrLeaseLost (the fence per shard,
 // docs/scale-out.md).
 func TestShardFencedBatch(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, testShardFencedBatch)
 }
 
 // TestShardFencedBatchGaleraFence is TestShardFencedBatch on one MariaDB with the fence a
 // Galera node gets (an update of the fence rows), forced on a server without wsrep.
 func TestShardFencedBatchGaleraFence(t *testing.T) {
+	t.Parallel()
 	s := persisttest.MySQL(t)
 	persist.SetGalera(s, true)
 	testShardFencedBatch(t, s)
@@ -240,6 +290,7 @@ func testShardFencedBatch(t *testing.T, s persist.Store) {
 // every row it read: renewals then waited out the other nodes' batches, and nodes dropped
 // every shard under a burst).
 func TestShardStatementsLockOnlyTheirRows(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		if s.Kind() == persist.SchemeSQLite {
 			t.Skip("the embedded store has one writer at a time by design")

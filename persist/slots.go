@@ -22,7 +22,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -67,6 +69,28 @@ type SlotRelease struct {
 	Epoch  int64
 }
 
+// holdMark joins a run's ticket and its deadline in the ticket of a hold (HoldTicket).
+const holdMark = "~lost@"
+
+// HoldTicket is the ticket of the slot rows that hold a limit's slot for a run recorded lost
+// while its endpoint may still be working on it, until deadline (Unix ms): the run's own
+// rows go with its end. The next owner of its shard keeps such rows until their deadline
+// (ReconcileSlots), whoever wrote them.
+func HoldTicket(ticket string, deadline int64) string {
+	return ticket + holdMark + strconv.FormatInt(deadline, 10)
+}
+
+// HoldDeadline returns the deadline of a hold's ticket (HoldTicket); ok is false for the
+// ticket of a run.
+func HoldDeadline(ticket string) (deadline int64, ok bool) {
+	i := strings.LastIndex(ticket, holdMark)
+	if i < 0 {
+		return 0, false
+	}
+	d, err := strconv.ParseInt(ticket[i+len(holdMark):], 10, 64)
+	return d, err == nil
+}
+
 // Outcomes of a SlotClaim.
 const (
 	SlotGranted   = iota // the rows are in
@@ -87,9 +111,11 @@ type SlotStore interface {
 	// ReleaseSlots deletes the slots of releases.
 	ReleaseSlots(ctx context.Context, releases []SlotRelease) error
 	// ReconcileSlots, for the shards of fences at their epochs (checked in the transaction),
-	// deletes every slot of an earlier epoch that keep does not name, and writes keep's rows
-	// (new, or moved to keep's epoch). With prune false it only writes keep.
-	ReconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) error
+	// deletes every slot of an earlier epoch that keep does not name, but for the holds
+	// (HoldTicket) whose deadline is after now: those it moves to their fence's epoch and
+	// returns, for the caller to give back at their deadline. It writes keep's rows (new, or
+	// moved to keep's epoch). With prune false it only writes keep.
+	ReconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) ([]SlotRow, error)
 	// CountSlots returns the slots held in every limit that holds any.
 	CountSlots(ctx context.Context) (map[SlotRef]int, error)
 }
@@ -111,6 +137,19 @@ func (s *sqlStore) slotTx(ctx context.Context) (*sql.Tx, error) {
 // certification, or two lock orders on one server).
 const slotRetries = 5
 
+// slotBackoff waits before the next run of a transaction that met a deadlock: a few
+// milliseconds, more at each attempt, at random, so that the nodes that met do not meet
+// again at once.
+func slotBackoff(ctx context.Context, attempt int) {
+	d := time.Duration(1+rand.IntN(5*(attempt+1))) * time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 func (s *sqlStore) TakeSlots(ctx context.Context, node string, releases []SlotRelease, claims []SlotClaim, now int64) ([]int, map[SlotRef]int, error) {
 	out := make([]int, len(claims))
 	lost := map[int]bool{}
@@ -127,6 +166,7 @@ func (s *sqlStore) TakeSlots(ctx context.Context, node string, releases []SlotRe
 			}
 			continue
 		case s.d.isRetryable(err) && attempt < slotRetries && ctx.Err() == nil:
+			slotBackoff(ctx, attempt)
 			continue
 		}
 		return nil, nil, err
@@ -192,17 +232,40 @@ func (s *sqlStore) takeSlots(ctx context.Context, node string, releases []SlotRe
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
+	// A key without a limit of its own has its pattern's ("tenant:*"): the pattern's row is
+	// locked and its max read, and the key's own slot rows counted. The rows locked are
+	// known before any is locked, and locked in one order, each once.
+	via, err := s.limitRows(ctx, tx, refs)
+	if err != nil {
+		return nil, err
+	}
+	locks := make([]SlotRef, 0, len(refs))
+	for _, r := range refs {
+		if l := via[r]; !slices.Contains(locks, l) {
+			locks = append(locks, l)
+		}
+	}
+	slices.SortFunc(locks, func(a, b SlotRef) int {
+		if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	lockedMax := map[SlotRef]int{}
+	for _, l := range locks {
+		if _, err := tx.ExecContext(ctx, `UPDATE concurrency_limit SET slot_seq = slot_seq + 1 WHERE kind = ? AND name = ?`, l.Kind, l.Name); err != nil {
+			return nil, fmt.Errorf("cannot lock concurrency limit %s %s: %w", l.Kind, l.Name, err)
+		}
+		var max sql.NullInt64
+		if err := tx.QueryRowContext(ctx, `SELECT max_runs FROM concurrency_limit WHERE kind = ? AND name = ?`, l.Kind, l.Name).Scan(&max); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, fmt.Errorf("cannot read concurrency limit %s %s: %w", l.Kind, l.Name, err)
+		}
+		lockedMax[l] = int(max.Int64)
+	}
 	maxOf := map[SlotRef]int{}
 	counts := map[SlotRef]int{}
 	for _, r := range refs {
-		if _, err := tx.ExecContext(ctx, `UPDATE concurrency_limit SET slot_seq = slot_seq + 1 WHERE kind = ? AND name = ?`, r.Kind, r.Name); err != nil {
-			return nil, fmt.Errorf("cannot lock concurrency limit %s %s: %w", r.Kind, r.Name, err)
-		}
-		var max sql.NullInt64
-		if err := tx.QueryRowContext(ctx, `SELECT max_runs FROM concurrency_limit WHERE kind = ? AND name = ?`, r.Kind, r.Name).Scan(&max); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("cannot read concurrency limit %s %s: %w", r.Kind, r.Name, err)
-		}
-		maxOf[r] = int(max.Int64) // 0: no limit (deleted meanwhile), every claim fits
+		maxOf[r] = lockedMax[via[r]] // 0: no limit (deleted meanwhile), every claim fits
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM concurrency_slot WHERE kind = ? AND name = ?`, r.Kind, r.Name).Scan(&n); err != nil {
 			return nil, fmt.Errorf("cannot count the slots of %s %s: %w", r.Kind, r.Name, err)
@@ -259,24 +322,74 @@ func (s *sqlStore) takeSlots(ctx context.Context, node string, releases []SlotRe
 	return counts, nil
 }
 
-// deleteSlots deletes the rows of releases in tx.
-func (s *sqlStore) deleteSlots(ctx context.Context, tx *sql.Tx, releases []SlotRelease) error {
-	for len(releases) > 0 {
-		n := min(len(releases), 200)
-		var b strings.Builder
-		args := make([]any, 0, 2*n)
-		b.WriteString(`DELETE FROM concurrency_slot WHERE `)
-		for i, r := range releases[:n] {
-			if i > 0 {
-				b.WriteString(" OR ")
+// slotChunk bounds the rows of one statement of the slot writes: few statements a batch, and
+// well within the placeholders a statement may carry.
+const slotChunk = 1000
+
+// limitRows returns, for each of refs, the row of concurrency_limit whose max it has: its
+// own, or for a key without one the pattern of kind key ("tenant:*") with the longest prefix
+// of its name, or itself when neither exists (no limit: its max reads 0).
+func (s *sqlStore) limitRows(ctx context.Context, tx *sql.Tx, refs []SlotRef) (map[SlotRef]SlotRef, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT kind, name FROM concurrency_limit`)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the concurrency limits: %w", err)
+	}
+	defer rows.Close()
+	have := map[SlotRef]bool{}
+	var pats []string
+	for rows.Next() {
+		var r SlotRef
+		if err := rows.Scan(&r.Kind, &r.Name); err != nil {
+			return nil, fmt.Errorf("cannot read the concurrency limits: %w", err)
+		}
+		have[r] = true
+		if p, ok := strings.CutSuffix(r.Name, "*"); ok && r.Kind == "key" {
+			pats = append(pats, p)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("cannot read the concurrency limits: %w", err)
+	}
+	out := make(map[SlotRef]SlotRef, len(refs))
+	for _, r := range refs {
+		out[r] = r
+		if have[r] || r.Kind != "key" {
+			continue
+		}
+		best, found := "", false
+		for _, p := range pats {
+			if strings.HasPrefix(r.Name, p) && (!found || len(p) > len(best)) {
+				best, found = p, true
 			}
-			b.WriteString("(ticket = ? AND epoch <= ?)")
-			args = append(args, clip(r.Ticket, ticketLen), r.Epoch)
 		}
-		if _, err := tx.ExecContext(ctx, b.String(), args...); err != nil {
-			return fmt.Errorf("cannot release %d concurrency slots: %w", n, err)
+		if found {
+			out[r] = SlotRef{Kind: r.Kind, Name: best + "*"}
 		}
-		releases = releases[n:]
+	}
+	return out, nil
+}
+
+// deleteSlots deletes the rows of releases in tx: by epoch, a statement per slotChunk tickets
+// of one epoch (a node's releases are mostly of a few epochs).
+func (s *sqlStore) deleteSlots(ctx context.Context, tx *sql.Tx, releases []SlotRelease) error {
+	byEpoch := map[int64][]any{}
+	var epochs []int64
+	for _, r := range releases {
+		if _, ok := byEpoch[r.Epoch]; !ok {
+			epochs = append(epochs, r.Epoch)
+		}
+		byEpoch[r.Epoch] = append(byEpoch[r.Epoch], clip(r.Ticket, ticketLen))
+	}
+	for _, ep := range epochs {
+		tickets := byEpoch[ep]
+		for len(tickets) > 0 {
+			n := min(len(tickets), slotChunk)
+			args := append([]any{ep}, tickets[:n]...)
+			if _, err := tx.ExecContext(ctx, `DELETE FROM concurrency_slot WHERE epoch <= ? AND ticket IN (`+placeholders(n)+`)`, args...); err != nil {
+				return fmt.Errorf("cannot release %d concurrency slots: %w", n, err)
+			}
+			tickets = tickets[n:]
+		}
 	}
 	return nil
 }
@@ -285,7 +398,7 @@ func (s *sqlStore) deleteSlots(ctx context.Context, tx *sql.Tx, releases []SlotR
 // when the ticket holds the limit already.
 func (s *sqlStore) insertSlots(ctx context.Context, tx *sql.Tx, rows []SlotRow, upsert bool, now int64) error {
 	for len(rows) > 0 {
-		n := min(len(rows), 200)
+		n := min(len(rows), slotChunk)
 		args := make([]any, 0, 6*n)
 		for _, r := range rows[:n] {
 			args = append(args, clip(r.Ticket, ticketLen), clip(r.Ref.Kind, shortLen), clip(r.Ref.Name, nameLen), r.Shard, r.Epoch, now)
@@ -323,72 +436,87 @@ func (s *sqlStore) ReleaseSlots(ctx context.Context, releases []SlotRelease) err
 		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
 			return err
 		}
+		slotBackoff(ctx, attempt)
 	}
 }
 
-func (s *sqlStore) ReconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) error {
+func (s *sqlStore) ReconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) ([]SlotRow, error) {
 	for attempt := 0; ; attempt++ {
-		err := s.reconcileSlots(ctx, fences, keep, prune, now)
+		held, err := s.reconcileSlots(ctx, fences, keep, prune, now)
 		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
-			return err
+			return held, err
 		}
+		slotBackoff(ctx, attempt)
 	}
 }
 
-func (s *sqlStore) reconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) error {
+func (s *sqlStore) reconcileSlots(ctx context.Context, fences []ShardFence, keep []SlotRow, prune bool, now int64) ([]SlotRow, error) {
 	tx, err := s.slotTx(ctx)
 	if err != nil {
-		return fmt.Errorf("cannot reconcile concurrency slots: %w", err)
+		return nil, fmt.Errorf("cannot reconcile concurrency slots: %w", err)
 	}
 	defer rollback(tx)
 	if len(fences) > 0 {
 		fs, err := checkFences(fences)
 		if err != nil {
-			return fmt.Errorf("cannot reconcile concurrency slots: %w", err)
+			return nil, fmt.Errorf("cannot reconcile concurrency slots: %w", err)
 		}
 		if err := s.checkShardFences(ctx, sqlTx{tx}, fs); err != nil {
-			return err
+			return nil, err
 		}
 		fences = fs
 	}
+	var held []SlotRow // the holds kept, at their fence's epoch
 	if prune {
 		kept := make(map[string]bool, len(keep))
 		for _, r := range keep {
 			kept[r.Ticket] = true
 		}
 		for _, f := range fences {
-			rows, err := tx.QueryContext(ctx, `SELECT DISTINCT ticket FROM concurrency_slot WHERE shard = ? AND epoch < ?`, f.Shard, f.Epoch)
+			rows, err := tx.QueryContext(ctx, `SELECT ticket, kind, name FROM concurrency_slot WHERE shard = ? AND epoch < ?`, f.Shard, f.Epoch)
 			if err != nil {
-				return fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+				return nil, fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
 			}
 			var gone []SlotRelease
+			seen := map[string]bool{}
 			for rows.Next() {
-				var t string
-				if err := rows.Scan(&t); err != nil {
+				var r SlotRow
+				if err := rows.Scan(&r.Ticket, &r.Ref.Kind, &r.Ref.Name); err != nil {
 					rows.Close()
-					return fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+					return nil, fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
 				}
-				if !kept[t] {
-					gone = append(gone, SlotRelease{Ticket: t, Epoch: f.Epoch - 1})
+				if kept[r.Ticket] {
+					continue
+				}
+				// A hold stays until its deadline: its run may still be worked on where it was
+				// sent. Its row moves to this owner, who gives it back then.
+				if d, ok := HoldDeadline(r.Ticket); ok && d > now {
+					r.Shard, r.Epoch = f.Shard, f.Epoch
+					held = append(held, r)
+					continue
+				}
+				if !seen[r.Ticket] {
+					seen[r.Ticket] = true
+					gone = append(gone, SlotRelease{Ticket: r.Ticket, Epoch: f.Epoch - 1})
 				}
 			}
 			if err := rows.Err(); err != nil {
 				rows.Close()
-				return fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+				return nil, fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
 			}
 			rows.Close()
 			if err := s.deleteSlots(ctx, tx, gone); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	if err := s.insertSlots(ctx, tx, keep, true, now); err != nil {
-		return err
+	if err := s.insertSlots(ctx, tx, append(slices.Clip(keep), held...), true, now); err != nil {
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("cannot reconcile concurrency slots: %w", err)
+		return nil, fmt.Errorf("cannot reconcile concurrency slots: %w", err)
 	}
-	return nil
+	return held, nil
 }
 
 func (s *sqlStore) CountSlots(ctx context.Context) (map[SlotRef]int, error) {

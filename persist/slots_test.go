@@ -15,6 +15,7 @@ import (
 // TestConcurrencySlots walks the slots of a limit through claims up to the limit, a refusal,
 // a release, a claim of a shard lost, and the reconcile of a shard's next owner.
 func TestConcurrencySlots(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		ss, ok := s.(persist.SlotStore)
@@ -72,7 +73,7 @@ func TestConcurrencySlots(t *testing.T) {
 			t.Fatalf("TakeSlots of a lost shard = %v, %v", outs, err)
 		}
 		keep := []persist.SlotRow{{Ticket: "t1", Ref: key, Shard: 2, Epoch: b[0].Epoch}, {Ticket: "t1", Ref: grp, Shard: 2, Epoch: b[0].Epoch}}
-		if err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 2, Epoch: b[0].Epoch}}, keep, true, 13); err != nil {
+		if _, err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 2, Epoch: b[0].Epoch}}, keep, true, 13); err != nil {
 			t.Fatal(err)
 		}
 		if all, _ := ss.CountSlots(ctx); all[key] != 2 || all[grp] != 2 {
@@ -86,8 +87,76 @@ func TestConcurrencySlots(t *testing.T) {
 			t.Fatalf("a stale owner's release deleted the adopted slot: %v", all)
 		}
 		// A reconcile at a stale epoch is refused.
-		if err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 2, Epoch: a[1].Epoch}}, nil, true, 14); err == nil {
+		if _, err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 2, Epoch: a[1].Epoch}}, nil, true, 14); err == nil {
 			t.Fatal("a reconcile at a stale epoch went through")
+		}
+	})
+}
+
+// TestConcurrencySlotHoldsOutliveTheirShard: the hold of a run recorded lost (HoldTicket)
+// stays counted when its shard moves on before its deadline: the next owner's reconcile keeps
+// it, moved to its epoch, and returns it to be given back then; a hold past its deadline and
+// a run's row not in flight go. Its writer's late release leaves it; its new owner's deletes
+// it.
+func TestConcurrencySlotHoldsOutliveTheirShard(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		ss := s.(persist.SlotStore)
+		a, err := s.TakeShards(ctx, "a", []int{3}, time.Minute)
+		if err != nil || len(a) != 1 {
+			t.Fatalf("TakeShards(a) = %+v, %v", a, err)
+		}
+		if err := s.PutConcurrencyLimit(ctx, model.ConcurrencyLimit{Kind: model.LimitKey, Name: "api", Max: 2, UpdatedAt: 1}); err != nil {
+			t.Fatal(err)
+		}
+		key := persist.SlotRef{Kind: model.LimitKey, Name: "api"}
+		live, past := persist.HoldTicket("r1", 5000), persist.HoldTicket("r2", 90)
+		if d, ok := persist.HoldDeadline(live); !ok || d != 5000 {
+			t.Fatalf("HoldDeadline(%q) = %d, %v", live, d, ok)
+		}
+		if _, ok := persist.HoldDeadline("12-3400-1"); ok {
+			t.Fatal("a run's ticket read as a hold")
+		}
+		rows := []persist.SlotRow{{Ticket: live, Ref: key, Shard: 3, Epoch: a[0].Epoch}, {Ticket: past, Ref: key, Shard: 3, Epoch: a[0].Epoch}}
+		if _, err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 3, Epoch: a[0].Epoch}}, rows, false, 50); err != nil {
+			t.Fatal(err)
+		}
+		outs, _, err := ss.TakeSlots(ctx, "", nil, []persist.SlotClaim{{Ticket: "r3", Shard: 3, Epoch: a[0].Epoch, Refs: []persist.SlotRef{key}}}, 60)
+		if err != nil || !slices.Equal(outs, []int{persist.SlotFull}) {
+			t.Fatalf("a claim beside two holds of a limit of 2 = %v, %v; want full", outs, err)
+		}
+		// a stops holding shard 3 (dies, or hands it over); b takes it at 100, between the
+		// two deadlines, with nothing of it in flight.
+		if err := s.ReleaseShards(ctx, "a", []persist.ShardFence{{Shard: 3, Epoch: a[0].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.TakeShards(ctx, "b", []int{3}, time.Minute)
+		if err != nil || len(b) != 1 {
+			t.Fatalf("TakeShards(b) = %+v, %v", b, err)
+		}
+		held, err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 3, Epoch: b[0].Epoch}}, nil, true, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) != 1 || held[0].Ticket != live || held[0].Epoch != b[0].Epoch || held[0].Ref != key {
+			t.Fatalf("the reconcile kept %+v; want the live hold at b's epoch %d", held, b[0].Epoch)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 1 {
+			t.Fatalf("after b's reconcile the limit holds %d; want 1 (the live hold; the one past its deadline gone)", all[key])
+		}
+		// a's release at its deadline (at a's epoch) leaves it; b's deletes it.
+		if err := ss.ReleaseSlots(ctx, []persist.SlotRelease{{Ticket: live, Epoch: a[0].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 1 {
+			t.Fatalf("a's late release deleted the hold b keeps: %v", all)
+		}
+		if err := ss.ReleaseSlots(ctx, []persist.SlotRelease{{Ticket: held[0].Ticket, Epoch: held[0].Epoch}}); err != nil {
+			t.Fatal(err)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 0 {
+			t.Fatalf("b's release left %v", all)
 		}
 	})
 }
@@ -95,6 +164,7 @@ func TestConcurrencySlots(t *testing.T) {
 // TestConcurrencySlotsRace has several goroutines claim slots of one limit at once, each in
 // its own transaction, as the nodes of a cluster do: never more than the limit is granted.
 func TestConcurrencySlotsRace(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		ss := s.(persist.SlotStore)
@@ -140,6 +210,7 @@ func TestConcurrencySlotsRace(t *testing.T) {
 // best waiting fire; another node's worse claim then leaves the slot freed for it, until the
 // waiting fire is older than WaitTTL (its node died) or its node took the slot.
 func TestConcurrencySlotsLeaveRoomForBetterWaiters(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		ss := s.(persist.SlotStore)
@@ -195,6 +266,7 @@ func TestConcurrencySlotsLeaveRoomForBetterWaiters(t *testing.T) {
 // burst falling due at one instant) go in the order they began to wait: the node that frees
 // the slot leaves it to the other's fire that has waited longer than its own next one.
 func TestConcurrencySlotsTieOnWaitingTime(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		ss := s.(persist.SlotStore)
@@ -223,6 +295,43 @@ func TestConcurrencySlotsTieOnWaitingTime(t *testing.T) {
 		}
 		if outs, _, err := ss.TakeSlots(ctx, "a", nil, claim("a1", 11), now+2); err != nil || outs[0] != persist.SlotGranted {
 			t.Fatalf("a's claim = %v, %v", outs, err)
+		}
+	})
+}
+
+// TestConcurrencyLimitPutRace: the nodes of a sharded cluster write one limit at once (the
+// API fans the call out); every write succeeds and the row holds one of them.
+func TestConcurrencyLimitPutRace(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 3*20)
+		for node := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 20 {
+					l := model.ConcurrencyLimit{Kind: model.LimitKey, Name: fmt.Sprintf("k%02d", i), Max: 2 + i, UpdatedAt: int64(100 + node)}
+					if err := s.PutConcurrencyLimit(ctx, l); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		ls, err := s.ListConcurrencyLimits(ctx)
+		if err != nil || len(ls) != 20 {
+			t.Fatalf("ListConcurrencyLimits = %d limits, %v; want 20", len(ls), err)
+		}
+		for _, l := range ls {
+			if want := fmt.Sprintf("k%02d", l.Max-2); l.Name != want {
+				t.Errorf("limit %s holds max %d", l.Name, l.Max)
+			}
 		}
 	})
 }

@@ -114,6 +114,7 @@ var (
 		"jitter_sec",                           // schema step 12
 		"concurrency_key",                      // schema step 13
 		"overlap_policy", "catchup_window_sec", // schema step 15
+		"rate_key", // schema step 22
 		"updated_at", "created_at"}
 	runtimeCols = []string{"task_id", "state", "current_ticket", "attempt", "next_trigger_time",
 		"last_trigger_time", "last_end_time", "last_executor", "success_count", "failure_count",
@@ -139,7 +140,7 @@ const taskSelect = `SELECT d.id, d.name, d.grp, d.trigger_type, d.cron, d.delay_
 	r.last_end_time, r.last_executor, r.success_count, r.failure_count, r.note, r.version,
 	d.on_lost, d.cron_dialect, d.retain_history_ms, d.retain_finished_ms, d.sensitive_params,
 	r.last_result, r.last_failure_at, d.pause_after_failures, r.consecutive_failures,
-	d.jitter_sec, d.concurrency_key, d.overlap_policy, d.catchup_window_sec, r.paused_by`
+	d.jitter_sec, d.concurrency_key, d.overlap_policy, d.catchup_window_sec, r.paused_by, d.rate_key`
 
 // taskJoin is the FROM clause of every task read but the streaming ones.
 const taskJoin = ` FROM task_def d JOIN task_runtime r ON r.task_id = d.id`
@@ -610,7 +611,7 @@ func (sc *taskScanner) scan(rows *sql.Rows) (*model.Task, error) {
 		&r.LastEndTime, &r.LastExecutor, &r.SuccessCount, &r.FailureCount, &r.Note, &r.Version,
 		&d.OnLost, &d.CronDialect, &d.RetainHistoryMS, &d.RetainFinishedMS, &sensitive,
 		&r.LastResult, &r.LastFailureAt, &d.PauseAfterFailures, &r.ConsecutiveFailures,
-		&d.JitterSec, &d.ConcurrencyKey, &d.OverlapPolicy, &d.CatchupWindowSec, &r.PausedBy)
+		&d.JitterSec, &d.ConcurrencyKey, &d.OverlapPolicy, &d.CatchupWindowSec, &r.PausedBy, &d.RateKey)
 	if err != nil {
 		return nil, fmt.Errorf("cannot scan task: %w", err)
 	}
@@ -668,7 +669,7 @@ func encodeDef(def *model.TaskDef) ([]any, []string, error) {
 	return []any{def.Name, def.Group, def.Trigger, def.Cron, def.DelayMS, depsJSON,
 		def.DependsMode, def.Timezone, def.TimeoutSec, def.RetryCount, def.RetryIntervalSec,
 		def.Priority, string(callback), string(def.Params), def.MisfirePolicy, def.Paused,
-		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.ConcurrencyKey, def.OverlapPolicy, def.CatchupWindowSec, def.UpdatedAt, def.CreatedAt}, deps, nil
+		def.OnLost, def.CronDialect, def.RetainHistoryMS, def.RetainFinishedMS, sensitive, def.PauseAfterFailures, def.JitterSec, def.ConcurrencyKey, def.OverlapPolicy, def.CatchupWindowSec, def.RateKey, def.UpdatedAt, def.CreatedAt}, deps, nil
 }
 
 // insertDeps writes the task_dep edges of task id. depends_on also lives on task_def as
@@ -901,23 +902,21 @@ func (s *sqlStore) PutConcurrencyLimit(ctx context.Context, l model.ConcurrencyL
 		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
 			return err
 		}
+		slotBackoff(ctx, attempt)
 	}
 }
 
+// putConcurrencyLimit writes l in one statement: every node of a sharded cluster writes the
+// same row at once (the API fans the call out), and a delete and an insert in one
+// transaction deadlocked there (each transaction's gap lock against the other's insert).
 func (s *sqlStore) putConcurrencyLimit(ctx context.Context, l model.ConcurrencyLimit) error {
-	tx, err := s.begin(ctx)
-	if err != nil {
-		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
+	q := `INSERT INTO concurrency_limit (kind, name, max_runs, updated_at) VALUES (?, ?, ?, ?)`
+	if s.d.kind == SchemeMySQL {
+		q += ` ON DUPLICATE KEY UPDATE max_runs = VALUES(max_runs), updated_at = VALUES(updated_at)`
+	} else {
+		q += ` ON CONFLICT (kind, name) DO UPDATE SET max_runs = excluded.max_runs, updated_at = excluded.updated_at`
 	}
-	defer rollback(tx)
-	if _, err := tx.ExecContext(ctx, `DELETE FROM concurrency_limit WHERE kind = ? AND name = ?`, l.Kind, l.Name); err != nil {
-		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO concurrency_limit (kind, name, max_runs, updated_at) VALUES (?, ?, ?, ?)`,
-		l.Kind, l.Name, l.Max, l.UpdatedAt); err != nil {
-		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
-	}
-	if err := tx.Commit(); err != nil {
+	if _, err := s.exec(ctx, q, l.Kind, l.Name, l.Max, l.UpdatedAt); err != nil {
 		return fmt.Errorf("cannot set concurrency limit %s %s: %w", l.Kind, l.Name, err)
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 // failures (its start, its count and the last error) and the held group is not lost; once a
 // commit lands, Stalled is nil again.
 func TestWriterStalledWhileCommitsFail(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		k := newTask(t, s, "stall")
 		fs := newFaultyStore(s, 4)

@@ -22,16 +22,20 @@ import (
 // TestConformance runs the conformance suite against both stores. (TestMain, with its leak
 // check, lives in writer_test.go: a package has one.)
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	t.Run(persist.SchemeSQLite, func(t *testing.T) {
+		t.Parallel()
 		persisttest.RunConformance(t, func(t *testing.T) persist.Store { return persisttest.SQLite(t) })
 	})
 	t.Run(persist.SchemeMySQL, func(t *testing.T) {
+		t.Parallel()
 		persisttest.MySQL(t) // skips (or fails) the whole half when no server is configured
 		persisttest.RunConformance(t, func(t *testing.T) persist.Store { return persisttest.MySQL(t) })
 	})
 }
 
 func TestOpenRejectsBadDSNs(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, dsn := range []string{
 		"",
@@ -53,6 +57,7 @@ func TestOpenRejectsBadDSNs(t *testing.T) {
 
 // TestSQLiteReopen checks that what one store committed is there for the next process.
 func TestSQLiteReopen(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dsn := "sqlite:" + t.TempDir() + "/axe.db"
 	s, err := persist.Open(ctx, dsn)
@@ -93,6 +98,7 @@ const killHelperEnv = "AXE_TEST_KILL_HELPER_DB"
 // and checks that every batch it reported committed is in the reopened database, and that
 // the database is intact.
 func TestSQLiteSurvivesKill(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "axe.db")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -157,6 +163,7 @@ func TestSQLiteSurvivesKill(t *testing.T) {
 // TestSQLiteKillHelper is the child process of TestSQLiteSurvivesKill: it commits batches
 // until it is killed, printing each acknowledged one.
 func TestSQLiteKillHelper(t *testing.T) {
+	t.Parallel()
 	path := os.Getenv(killHelperEnv)
 	if path == "" {
 		t.Skip("helper process of TestSQLiteSurvivesKill")
@@ -194,6 +201,7 @@ func TestSQLiteKillHelper(t *testing.T) {
 // MySQL DDL commits one statement at a time, so a step can be partly applied without its
 // schema_migrations row): Migrate must finish it, not fail on what is already there.
 func TestMigrateResumesInterruptedStep(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		scheme, dsn func(t *testing.T) string
@@ -265,6 +273,7 @@ func TestMigrateResumesInterruptedStep(t *testing.T) {
 // transitions all hold goes through the version-guarded upsert alone (no miss), a stale one
 // misses once and is run again the reading way, which names it; SQLite always reads.
 func TestBatchGuardMisses(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tc := range []struct {
 		scheme   string
@@ -295,7 +304,7 @@ func TestBatchGuardMisses(t *testing.T) {
 				}
 				return b
 			}
-			misses := func() uint64 { return counterValue("axe_store_batch_guard_misses_total") }
+			misses := func() uint64 { return counterValue(t, "axe_store_batch_guard_misses_total") }
 
 			before := misses()
 			if err := s.ApplyBatch(ctx, batch(1, 1, 1)); err != nil {
@@ -328,7 +337,7 @@ func openCounted(t *testing.T, dsn string) persist.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: testMetrics})
+	s, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{Metrics: testMetrics(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

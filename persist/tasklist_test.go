@@ -18,6 +18,7 @@ import (
 // state (read from the runtime table first), a common one (the order's index walked) and
 // an empty one, and checks each against the same list sorted here.
 func TestListTasksStatePlans(t *testing.T) {
+	t.Parallel()
 	t.Run(persist.SchemeSQLite, func(t *testing.T) { listStatePlans(t, persisttest.SQLite(t)) })
 	t.Run(persist.SchemeMySQL, func(t *testing.T) { listStatePlans(t, persisttest.MySQL(t)) })
 }

@@ -36,6 +36,7 @@ func newestFirst(acts ...model.Action) []model.Action {
 // (no action records of its own), the second a failure that retried then succeeded; events
 // of one millisecond keep the order they happened in.
 func TestTimelineDerivesDispatchAndSuccess(t *testing.T) {
+	t.Parallel()
 	acts := newestFirst(
 		model.Action{Action: "create", At: 100},
 		model.Action{Action: "schedule", At: 100},
@@ -78,6 +79,7 @@ func TestTimelineDerivesDispatchAndSuccess(t *testing.T) {
 // TestTimelineKeepsRecordedEventsOnce: runs written with their dispatch and result action
 // records (as earlier builds did), re-sends and run-now runs get no derived events.
 func TestTimelineKeepsRecordedEventsOnce(t *testing.T) {
+	t.Parallel()
 	acts := newestFirst(
 		model.Action{Action: "dispatch", Ticket: "old", At: 10, From: model.StateScheduled, To: model.StateRunning},
 		model.Action{Action: "result", Ticket: "old", At: 20},

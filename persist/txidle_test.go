@@ -14,6 +14,7 @@ import (
 // another session's write to the locked row goes through after about the timeout instead of
 // waiting out innodb_lock_wait_timeout.
 func TestTxIdleTimeoutReleasesLocks(t *testing.T) {
+	t.Parallel()
 	dsn := persisttest.MySQLDSN(t)
 	ctx := context.Background()
 	frozen, err := persist.OpenWith(ctx, dsn, persist.OpenOptions{TxIdleTimeout: time.Second})

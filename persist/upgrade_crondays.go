@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 )
 
 // cronDaysStep is schema step 8 on both stores. The unix dialect now combines its two day
@@ -20,7 +20,7 @@ import (
 // unchanged by KeepDays, so it is re-runnable. An expression that no spelling keeps fails
 // the step, naming the task: axe then refuses to start rather than move its fires.
 //
-// persist imports engine/cron here only: the package is a leaf (it imports nothing of axe),
+// persist imports lib/cron here only: the package is a leaf (it imports nothing of axe),
 // and the rewrite must happen before any engine reads the tasks.
 var cronDaysStep = migration{
 	version: 8,

@@ -21,6 +21,7 @@ import (
 // read alike ("1-31/2", "*"), and the task's timeline says why. A second Migrate changes
 // nothing more.
 func TestUpgradeKeepsCronDays(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ before, after string }{
 		{"0 2 */2 * MON", "0 2 1-31/2 * MON"},
 		{"0 2 5,* * MON", "0 2 * * MON"},

@@ -47,6 +47,7 @@ var upgradeFixtures = []struct {
 	{name: "v16"},
 	{name: "v17"},
 	{name: "v20"},
+	{name: "v22"},
 }
 
 // bufferOne is what migration 15 does to a task written before overlap policies: it stores
@@ -69,6 +70,7 @@ func unixDialect(s *storeSnapshot) {
 // reads exactly what the fixture's own version read: every task keeps its definition and its
 // next fire, every run and action is there once and reads alike.
 func TestUpgradeFixtures(t *testing.T) {
+	t.Parallel()
 	for _, fx := range upgradeFixtures {
 		t.Run(fx.name, func(t *testing.T) {
 			want := readWant(t, fx.name)
@@ -93,6 +95,7 @@ func TestUpgradeFixtures(t *testing.T) {
 // TestEveryReleasedSchemaHasAFixture fails when the newest schema version has no fixture: a
 // new migration step comes with the fixture of the version it creates.
 func TestEveryReleasedSchemaHasAFixture(t *testing.T) {
+	t.Parallel()
 	newest := persist.SchemaVersion()
 	name := fmt.Sprintf("v%d", newest)
 	for _, fx := range upgradeFixtures {

@@ -31,6 +31,7 @@ const EnvUpgradeFixtureName = "AXE_UPGRADE_FIXTURE_NAME"
 // what this code reads back from them. N must be the schema version this code migrates to,
 // so a fixture always holds exactly what its version wrote. Existing files are replaced.
 func TestWriteUpgradeFixture(t *testing.T) {
+	t.Parallel()
 	raw := os.Getenv(EnvWriteUpgradeFixture)
 	if raw == "" {
 		t.Skipf("set %s=<schema version> to write upgrade fixtures", EnvWriteUpgradeFixture)

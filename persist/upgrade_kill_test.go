@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -118,6 +118,7 @@ func appliedSteps(t *testing.T, dsn string) []int {
 // every step recorded once, and the store reading exactly what an uninterrupted upgrade
 // reads (every task with its next fire, every run and action once).
 func TestInterruptedMigrationRestarts(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs axe")
 	}
@@ -130,6 +131,7 @@ func TestInterruptedMigrationRestarts(t *testing.T) {
 	}
 	for _, scheme := range []string{persist.SchemeSQLite, persist.SchemeMySQL} {
 		t.Run(scheme, func(t *testing.T) {
+			t.Parallel()
 			steps := persist.MigrationStatements(scheme)
 			var versions []int
 			for v := range steps {
@@ -150,6 +152,7 @@ func TestInterruptedMigrationRestarts(t *testing.T) {
 				for k := 1; k <= steps[v]; k++ {
 					point := fmt.Sprintf("%d.%d", v, k)
 					t.Run("kill-at-"+point, func(t *testing.T) {
+						t.Parallel() // each its own copy of the fixture and its own axe
 						want := readWant(t, "v2")
 						adjust(want)
 						dsn := fixtureDSN(t, scheme)
@@ -259,6 +262,7 @@ func fixtureDSN(t *testing.T, scheme string) string {
 // TestUpgradedFixturesServe starts a real axe on each fixture, which upgrades it, and checks
 // that the daemon comes up ready and serves every task of the fixture with its definition.
 func TestUpgradedFixturesServe(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs axe")
 	}

@@ -16,6 +16,7 @@ import (
 // whose origin was not kept, which a group's resume leaves paused), and then stores and reads
 // back the origin of a group's pause.
 func TestUpgradeV16KeepsPauseOrigins(t *testing.T) {
+	t.Parallel()
 	check := func(t *testing.T, dsn string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

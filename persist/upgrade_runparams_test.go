@@ -19,6 +19,7 @@ import (
 // change's), reads its runs with no params, and then stores a run-now's params with its
 // first row and keeps them when the run's end is written without them.
 func TestUpgradeV17StoresRunParams(t *testing.T) {
+	t.Parallel()
 	check := func(t *testing.T, dsn string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -15,6 +15,7 @@ import (
 // uses what step 20 adds: a limit stored before the upgrade (its slot_seq added as 0), slots
 // claimed up to it, a waiting fire written and read, the slots counted and reconciled.
 func TestUpgradeV17KeepsSlots(t *testing.T) {
+	t.Parallel()
 	check := func(t *testing.T, dsn string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -40,7 +41,7 @@ func TestUpgradeV17KeepsSlots(t *testing.T) {
 		if err != nil || outs[0] != persist.SlotGranted || outs[1] != persist.SlotFull || counts[ref] != 1 {
 			t.Fatalf("TakeSlots on the upgraded store = %v, %v, %v", outs, counts, err)
 		}
-		if err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 9, Epoch: sh[0].Epoch}}, nil, true, 101); err != nil {
+		if _, err := ss.ReconcileSlots(ctx, []persist.ShardFence{{Shard: 9, Epoch: sh[0].Epoch}}, nil, true, 101); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := ss.CountSlots(ctx); err != nil || n[ref] != 1 {

@@ -60,6 +60,119 @@ type WorkflowStore interface {
 	// OpenWorkflowRuns returns the runs still running, oldest first; with a shard filter in
 	// ctx only those of its shards' workflows.
 	OpenWorkflowRuns(ctx context.Context) ([]model.WorkflowRun, error)
+	// GetWorkflowBackfill returns a workflow's backfill (its latest), or
+	// ErrWorkflowBackfillNotFound.
+	GetWorkflowBackfill(ctx context.Context, workflow string) (*model.WorkflowBackfill, error)
+	// RunningWorkflowBackfills returns the backfills whose cursor has fire times left;
+	// with a shard filter in ctx only those of its shards' workflows.
+	RunningWorkflowBackfills(ctx context.Context) ([]model.WorkflowBackfill, error)
+	// CountOpenWorkflowRuns counts a workflow's runs of one trigger still running.
+	CountOpenWorkflowRuns(ctx context.Context, workflow, trigger string) (int, error)
+}
+
+// WorkflowBackfillPut writes a workflow's backfill row. Create inserts it, or replaces a
+// stored one that is no longer running (ErrWorkflowBackfillRunning when it is); otherwise
+// the stored row must still have its cursor at ExpectNext (model.ErrVersionConflict if
+// not): a cursor steps once, whoever pumps.
+type WorkflowBackfillPut struct {
+	Backfill   model.WorkflowBackfill
+	Create     bool
+	ExpectNext int64
+}
+
+// ErrWorkflowBackfillNotFound and ErrWorkflowBackfillRunning are what the backfill reads
+// and writes report.
+var (
+	ErrWorkflowBackfillNotFound = errors.New("no backfill of this workflow")
+	ErrWorkflowBackfillRunning  = errors.New("the workflow has a backfill in progress")
+)
+
+var wfBackfillCols = []string{"workflow", "from_ms", "to_ms", "parallel", "cron", "timezone", "total", "next_fire",
+	"started", "skipped", "state", "actor", "created_at", "updated_at", "ended_at"}
+
+func wfBackfillArgs(b *model.WorkflowBackfill) []any {
+	return []any{clip(b.Workflow, nameLen), b.From, b.To, b.Parallel, clip(b.Cron, nameLen), clip(b.Timezone, 64),
+		b.Total, b.Next, b.Started, b.Skipped, clip(b.State, shortLen), clip(b.Actor, nameLen), b.CreatedAt, b.UpdatedAt, b.EndedAt}
+}
+
+func (s *sqlStore) putWorkflowBackfillTx(ctx context.Context, tx batchTx, p *WorkflowBackfillPut) error {
+	b := &p.Backfill
+	args := wfBackfillArgs(b)
+	set := strings.Join(wfBackfillCols[1:], " = ?, ") + " = ?"
+	if p.Create {
+		_, err := tx.exec(ctx, "INSERT INTO workflow_backfill ("+strings.Join(wfBackfillCols, ", ")+") VALUES ("+placeholders(len(wfBackfillCols))+")", args)
+		if err == nil {
+			return nil
+		}
+		if !s.d.isUniqueViolation(err) {
+			return fmt.Errorf("cannot create the backfill of workflow %q: %w", b.Workflow, err)
+		}
+		n, err := tx.exec(ctx, "UPDATE workflow_backfill SET "+set+" WHERE workflow = ? AND state <> ?",
+			append(args[1:], b.Workflow, model.BackfillRunning))
+		if err != nil {
+			return fmt.Errorf("cannot create the backfill of workflow %q: %w", b.Workflow, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("workflow %q: %w", b.Workflow, ErrWorkflowBackfillRunning)
+		}
+		return nil
+	}
+	n, err := tx.exec(ctx, "UPDATE workflow_backfill SET "+set+" WHERE workflow = ? AND next_fire = ? AND state = ?",
+		append(args[1:], b.Workflow, p.ExpectNext, model.BackfillRunning))
+	if err != nil {
+		return fmt.Errorf("cannot write the backfill of workflow %q: %w", b.Workflow, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("the backfill of workflow %q is not at %d: %w", b.Workflow, p.ExpectNext, model.ErrVersionConflict)
+	}
+	return nil
+}
+
+const wfBackfillSelect = `SELECT workflow, from_ms, to_ms, parallel, cron, timezone, total, next_fire, started, skipped, state, actor, created_at, updated_at, ended_at FROM workflow_backfill`
+
+func scanWorkflowBackfill(rows interface{ Scan(...any) error }) (model.WorkflowBackfill, error) {
+	var b model.WorkflowBackfill
+	err := rows.Scan(&b.Workflow, &b.From, &b.To, &b.Parallel, &b.Cron, &b.Timezone, &b.Total, &b.Next, &b.Started,
+		&b.Skipped, &b.State, &b.Actor, &b.CreatedAt, &b.UpdatedAt, &b.EndedAt)
+	return b, err
+}
+
+func (s *sqlStore) GetWorkflowBackfill(ctx context.Context, workflow string) (*model.WorkflowBackfill, error) {
+	b, err := scanWorkflowBackfill(s.db.QueryRowContext(ctx, wfBackfillSelect+` WHERE workflow = ?`, workflow))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%q: %w", workflow, ErrWorkflowBackfillNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the backfill of workflow %q: %w", workflow, err)
+	}
+	return &b, nil
+}
+
+func (s *sqlStore) RunningWorkflowBackfills(ctx context.Context) ([]model.WorkflowBackfill, error) {
+	rows, err := s.db.QueryContext(ctx, wfBackfillSelect+` WHERE state = ?`+shardCond(ctx, "workflow")+` ORDER BY workflow`, model.BackfillRunning)
+	if err != nil {
+		return nil, fmt.Errorf("cannot list workflow backfills: %w", err)
+	}
+	defer rows.Close()
+	var out []model.WorkflowBackfill
+	for rows.Next() {
+		b, err := scanWorkflowBackfill(rows)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read a workflow backfill: %w", err)
+		}
+		out = append(out, b)
+	}
+	return out, rows.Err()
+}
+
+func (s *sqlStore) CountOpenWorkflowRuns(ctx context.Context, workflow, trigger string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM workflow_run WHERE state = ? AND workflow = ? AND trig = ?`,
+		model.WorkflowRunning, workflow, trigger).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("cannot count the open runs of workflow %q: %w", workflow, err)
+	}
+	return n, nil
 }
 
 var (
@@ -69,7 +182,8 @@ var (
 
 // hasWorkflowWrites reports whether b writes workflow rows.
 func (b *Batch) hasWorkflowWrites() bool {
-	return len(b.WorkflowPuts) > 0 || len(b.WorkflowDeletes) > 0 || len(b.NewWorkflowRuns) > 0 || len(b.WorkflowRuns) > 0 || len(b.StepRuns) > 0
+	return len(b.WorkflowPuts) > 0 || len(b.WorkflowDeletes) > 0 || len(b.NewWorkflowRuns) > 0 || len(b.WorkflowRuns) > 0 || len(b.StepRuns) > 0 ||
+		len(b.WorkflowBackfills) > 0
 }
 
 // writeWorkflows applies b's workflow writes in tx: definitions first, then runs, then
@@ -83,6 +197,9 @@ func (s *sqlStore) writeWorkflows(ctx context.Context, tx batchTx, b *Batch) err
 	for _, name := range b.WorkflowDeletes {
 		if _, err := tx.exec(ctx, `DELETE FROM workflow WHERE name = ?`, []any{name}); err != nil {
 			return fmt.Errorf("cannot delete workflow %q: %w", name, err)
+		}
+		if _, err := tx.exec(ctx, `DELETE FROM workflow_backfill WHERE workflow = ?`, []any{name}); err != nil {
+			return fmt.Errorf("cannot delete the backfill of workflow %q: %w", name, err)
 		}
 	}
 	for i := range b.NewWorkflowRuns {
@@ -141,6 +258,11 @@ func (s *sqlStore) writeWorkflows(ctx context.Context, tx batchTx, b *Batch) err
 		head := "INSERT INTO workflow_step (" + strings.Join(wfStepCols, ", ") + ") VALUES "
 		if _, err := s.execRowsText(ctx, tx, head, s.d.upsert(wfStepCols[:4], wfStepCols[4:]), len(wfStepCols), args); err != nil {
 			return fmt.Errorf("cannot write step runs: %w", err)
+		}
+	}
+	for i := range b.WorkflowBackfills {
+		if err := s.putWorkflowBackfillTx(ctx, tx, &b.WorkflowBackfills[i]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -53,6 +53,9 @@ type writerMetrics struct {
 	refused        *metrics.Counter
 	refusals       *metrics.Counter
 	rejected       *metrics.Counter
+	// foundLanded counts commits whose outcome was unknown and which the writer then found
+	// in the store (apply, probe).
+	foundLanded *metrics.Counter
 }
 
 func newWriterMetrics(s *metrics.Set) *writerMetrics {
@@ -70,6 +73,7 @@ func newWriterMetrics(s *metrics.Set) *writerMetrics {
 		refused:        s.GetOrCreateCounter("axe_writer_refused_groups_total"),
 		refusals:       s.GetOrCreateCounter(`axe_writer_commit_errors_total{reason="rejected"}`),
 		rejected:       s.GetOrCreateCounter("axe_writer_rejected_groups_total"),
+		foundLanded:    s.GetOrCreateCounter("axe_writer_unknown_commits_landed_total"),
 	}
 }
 
@@ -267,10 +271,17 @@ func (g *Group) rows() int {
 //     without end, until Stop's context ends. Nothing is dropped or reordered meanwhile;
 //     Submit blocks once the queue is full.
 //
-// A commit whose outcome is unknown (the connection broke after COMMIT was sent) is retried
-// like any transient error; if it had in fact landed, the retry's transitions conflict and
-// their groups fail with a *ConflictError. That is safe for the write path (a dispatch that was not
-// sent is lost, none is sent twice) but the engine sees a lost trigger.
+// A commit whose outcome is unknown (the connection broke after COMMIT was sent, a Galera
+// node killed while its write set was replicated) may have landed. When its batch holds a
+// fire record, the writer asks the store before it retries: a fire record's row is unique to
+// its (task, fire time, attempt) and written only under its fence, so a stored row with the
+// batch's ticket and dispatch instant is that commit's own, and the whole batch landed with
+// it (all or nothing): its groups succeed, as after any commit that landed, and the engine
+// sends the runs it recorded. Without that, the retry would meet its own fire records,
+// every group would fail with a *FireRefusedError, and runs recorded but never sent would
+// end lost. A batch without a fire record is retried as is; if it had landed, the retry's
+// transitions conflict and their groups fail with a *ConflictError (safe: nothing is sent
+// twice, but the engine sees a lost write).
 type Writer struct {
 	store Store
 	cfg   WriterConfig
@@ -658,23 +669,51 @@ func (w *Writer) commit(items []queuedGroup) {
 func (w *Writer) apply(items []queuedGroup, epoch int64) {
 	backoff := w.cfg.RetryMin
 	n := len(w.live)
+	// landed ends the first n live groups as committed.
+	landed := func(rows int) {
+		w.stall.Store(nil)
+		w.m.commits.Inc()
+		w.m.batchRows.Update(float64(rows))
+		for _, i := range w.live[:n] {
+			ts := items[i].g.Transitions
+			for j := range ts {
+				ts[j].Runtime.Version = ts[j].ExpectVersion + 1
+			}
+		}
+		w.live = w.live[n:]
+		n = len(w.live)
+	}
+	// probe, when set, is a fire record of the first n live groups, whose last commit
+	// failed with an unknown outcome: before they are tried again, the store says whether
+	// that commit landed (Writer).
+	var probe *model.Run
+	var probeRows int
 	for attempt := 1; len(w.live) > 0; attempt++ {
+		if probe != nil {
+			found, err := w.store.GetRun(w.runCtx, probe.Ticket)
+			switch {
+			case err == nil && sameFire(found, probe):
+				w.m.foundLanded.Inc()
+				w.cfg.Logger.Warn("a commit whose outcome was unknown had landed; its groups succeed",
+					"groups", n, "rows", probeRows, "fire", probe.Ticket)
+				landed(probeRows)
+				probe, attempt, backoff = nil, 0, w.cfg.RetryMin
+				continue
+			case err == nil, errors.Is(err, model.ErrRunNotFound):
+				probe = nil // it did not land: commit it again
+			default:
+				if !w.retryAfter(err, &backoff, attempt, n, probeRows) {
+					return
+				}
+				continue
+			}
+		}
 		rows := w.build(items, n, epoch)
 		start := time.Now()
 		err := w.store.ApplyBatch(w.runCtx, &w.batch)
 		w.m.commitDuration.UpdateDuration(start)
 		if err == nil {
-			w.stall.Store(nil)
-			w.m.commits.Inc()
-			w.m.batchRows.Update(float64(rows))
-			for _, i := range w.live[:n] {
-				ts := items[i].g.Transitions
-				for j := range ts {
-					ts[j].Runtime.Version = ts[j].ExpectVersion + 1
-				}
-			}
-			w.live = w.live[n:]
-			n = len(w.live)
+			landed(rows)
 			attempt, backoff = 0, w.cfg.RetryMin
 			continue
 		}
@@ -731,20 +770,43 @@ func (w *Writer) apply(items []queuedGroup, epoch int64) {
 			n = len(w.live)
 			continue
 		}
-		w.m.commitErrors.Inc()
-		w.stalled(err)
-		w.cfg.Logger.Warn("cannot commit batch, retrying",
-			"attempt", attempt, "groups", n, "rows", rows, "backoff", backoff, "error", err)
-		w.timer.Reset(backoff)
-		select {
-		case <-w.timer.C:
-		case <-w.abort:
-			w.timer.Stop()
-			w.failLive(w.abortError())
+		if len(w.batch.Fires) > 0 {
+			p := w.batch.Fires[0]
+			probe, probeRows = &p, rows
+		}
+		if !w.retryAfter(err, &backoff, attempt, n, rows) {
 			return
 		}
-		backoff = min(2*backoff, w.cfg.RetryMax)
 	}
+}
+
+// retryAfter counts and logs the transient failure err of a commit of n groups and waits out
+// the backoff, which it doubles up to RetryMax. It reports false, having failed the live
+// groups, when Stop's context ends meanwhile.
+func (w *Writer) retryAfter(err error, backoff *time.Duration, attempt, n, rows int) bool {
+	w.m.commitErrors.Inc()
+	w.stalled(err)
+	w.cfg.Logger.Warn("cannot commit batch, retrying",
+		"attempt", attempt, "groups", n, "rows", rows, "backoff", *backoff, "error", err)
+	w.timer.Reset(*backoff)
+	select {
+	case <-w.timer.C:
+	case <-w.abort:
+		w.timer.Stop()
+		w.failLive(w.abortError())
+		return false
+	}
+	*backoff = min(2**backoff, w.cfg.RetryMax)
+	return true
+}
+
+// sameFire reports whether stored is the row the fire record want wrote: the same ticket
+// made at the same instant, by the same fire (its later writes, an end or a held-back mark,
+// change neither).
+func sameFire(stored, want *model.Run) bool {
+	return stored.Ticket == want.Ticket && stored.TaskID == want.TaskID && stored.Kind == want.Kind &&
+		stored.Attempt == want.Attempt && stored.ScheduledAt == want.ScheduledAt &&
+		stored.DispatchedAt == want.DispatchedAt
 }
 
 // build fills w.batch with the first n live groups and returns its row count.

@@ -79,6 +79,7 @@ func TestWriterCreates(t *testing.T) {
 // when it began with a group that may wait MaxDelay. MaxDelay is an hour, so only the
 // create's bound can flush the batch before the test's deadline.
 func TestWriterCreateMaxDelay(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const createDelay = 20 * time.Millisecond
 		k := newTask(t, s, "before-create")

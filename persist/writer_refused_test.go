@@ -64,6 +64,7 @@ func (s *transientAt) ApplyBatch(ctx context.Context, b *persist.Batch) error {
 // (an invalid UTF-8 byte, a callback over its TEXT column) besides a trigger's; SQLite stores
 // any bytes, so there only its trigger refuses.
 func TestWriterFailsOnlyRefusedGroups(t *testing.T) {
+	t.Parallel()
 	persisttest.EachDSN(t, func(t *testing.T, s persist.Store, dsn string) {
 		ctx := testCtx(t)
 		persisttest.RefuseParams(t, dsn, refusedMarker)
@@ -100,7 +101,7 @@ func TestWriterFailsOnlyRefusedGroups(t *testing.T) {
 				step{g: editKept(func(d *model.TaskDef) { d.Callback.URL = "http://h/" + strings.Repeat("u", 70_000) }), bad: true, code: 1406},
 				step{g: createWithParams("ok-9", `{"v":9}`)})
 		}
-		refusedBefore := counterValue("axe_writer_rejected_groups_total")
+		refusedBefore := counterValue(t, "axe_writer_rejected_groups_total")
 		// The second commit (the first of the isolation) fails transiently: it is retried.
 		store := &transientAt{Store: s, at: 2}
 		w := newWriter(t, store, persist.WriterConfig{RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond}, false)
@@ -149,7 +150,7 @@ func TestWriterFailsOnlyRefusedGroups(t *testing.T) {
 		if st := w.Stalled(); st != nil {
 			t.Errorf("writer stalled after refusals: %+v", st)
 		}
-		if got := counterValue("axe_writer_rejected_groups_total") - refusedBefore; got != uint64(bad) {
+		if got := counterValue(t, "axe_writer_rejected_groups_total") - refusedBefore; got != uint64(bad) {
 			t.Errorf("axe_writer_rejected_groups_total rose by %d, want %d", got, bad)
 		}
 		// Isolating costs about 2·log2(n) commits per refused group, not a retry without end.
@@ -169,6 +170,7 @@ func TestWriterFailsOnlyRefusedGroups(t *testing.T) {
 // ConflictError as ever, the others land, and Done comes in submission order. SQLite, whose
 // trigger refuses (persisttest.RefuseParams); a fresh writer per case.
 func TestWriterIsolatesRefusalsProperty(t *testing.T) {
+	t.Parallel()
 	dsn := persist.SchemeSQLite + ":" + t.TempDir() + "/axe.db"
 	s, err := persist.Open(testCtx(t), dsn)
 	if err != nil {

@@ -27,6 +27,7 @@ func nameInShard(prefix string, n int) string {
 // the others of the same batch land, ShardLost hears of it once, and later groups at the
 // stale epoch fail without reaching the database.
 func TestWriterFencingPerShard(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		a, err := s.TakeShards(ctx, "a", []int{3, 7, 11}, time.Minute)
@@ -123,6 +124,7 @@ func TestWriterFencingPerShard(t *testing.T) {
 // TestWriterFencingPerShardOlderEpochInBatch: of two groups of one shard at two epochs in
 // one batch, the older fails without taking the batch down; the newer lands.
 func TestWriterFencingPerShardOlderEpochInBatch(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		first, err := s.TakeShards(ctx, "a", []int{5}, time.Minute)
@@ -168,6 +170,7 @@ func TestWriterFencingPerShardOlderEpochInBatch(t *testing.T) {
 // TestWriterRefusesFenceOfNoShard: a group fenced by a number that is no shard is refused
 // at Submit and at Offer and nothing reaches the store.
 func TestWriterRefusesFenceOfNoShard(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		ctx := testCtx(t)
 		tk := newTask(t, s, "no-shard")

@@ -26,8 +26,9 @@ func TestMain(m *testing.M) {
 }
 
 // testTimeout bounds every wait of these tests. A hang (a group never flushed, a Submit never
-// released) fails the test at this deadline instead of blocking the run.
-const testTimeout = 30 * time.Second
+// released) fails the test at this deadline instead of blocking the run. Sized for a loaded
+// box: 600 reads of one test took 54 s at load 30.
+const testTimeout = 2 * time.Minute
 
 // errTransient is what faultyStore returns in place of a commit.
 var errTransient = errors.New("injected: connection reset by peer")
@@ -125,7 +126,7 @@ func newWriter(t *testing.T, s persist.Store, cfg persist.WriterConfig, start bo
 		cfg.Logger = testLogger(t)
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = testMetrics
+		cfg.Metrics = testMetrics(t)
 	}
 	w, err := persist.NewWriter(s, cfg)
 	if err != nil {
@@ -254,13 +255,24 @@ func submit(t *testing.T, w *persist.Writer, g *persist.Group) {
 	}
 }
 
-// testMetrics is the set of the writers and stores whose series the tests read: newWriter's,
-// and the stores the tests open with it.
-var testMetrics = metrics.NewSet()
+// testSets holds each test's metrics set, by the test's full name: the writers (newWriter's)
+// and the stores a test opens count into the set of that test, so tests running in parallel
+// never read each other's series.
+var testSets sync.Map
 
-func counterValue(name string) uint64 { return testMetrics.GetOrCreateCounter(name).Get() }
+// testMetrics is the set of the test (or benchmark) t.
+func testMetrics(t testing.TB) *metrics.Set {
+	s, _ := testSets.LoadOrStore(t.Name(), metrics.NewSet())
+	return s.(*metrics.Set)
+}
+
+// counterValue is the value of the counter name in t's set.
+func counterValue(t testing.TB, name string) uint64 {
+	return testMetrics(t).GetOrCreateCounter(name).Get()
+}
 
 func TestWriterDurable(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		k := newTask(t, s, "durable")
 		w := newWriter(t, s, persist.WriterConfig{}, true)
@@ -301,6 +313,7 @@ func TestWriterDurable(t *testing.T) {
 // TestWriterOrder chains transitions of one task, each expecting the version the previous
 // one produced, through batches of a few groups: any reordering would fail a CAS.
 func TestWriterOrder(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const n = 40
 		k := newTask(t, s, "ordered")
@@ -344,6 +357,7 @@ func TestWriterOrder(t *testing.T) {
 // TestWriterBatchesQueuedGroups checks that batches fill to MaxBatchRows: 100 queued 3-row
 // groups at 30 rows per batch take exactly 10 commits.
 func TestWriterBatchesQueuedGroups(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const tasks, perTask = 20, 5
 		cs := &countingStore{Store: s}
@@ -360,7 +374,7 @@ func TestWriterBatchesQueuedGroups(t *testing.T) {
 				submit(t, w, g)
 			}
 		}
-		commits := counterValue("axe_writer_commits_total")
+		commits := counterValue(t, "axe_writer_commits_total")
 		if err := w.Start(t.Context()); err != nil {
 			t.Fatalf("Start: %v", err)
 		}
@@ -374,7 +388,7 @@ func TestWriterBatchesQueuedGroups(t *testing.T) {
 		if got := cs.calls.Load(); got != 10 {
 			t.Errorf("ApplyBatch called %d times for 100 groups of 3 rows at 30 rows per batch, want 10", got)
 		}
-		if got := counterValue("axe_writer_commits_total") - commits; got != 10 {
+		if got := counterValue(t, "axe_writer_commits_total") - commits; got != 10 {
 			t.Errorf("axe_writer_commits_total grew by %d, want 10", got)
 		}
 		for _, k := range ks {
@@ -387,6 +401,7 @@ func TestWriterBatchesQueuedGroups(t *testing.T) {
 // submitted, then checks that what queued meanwhile went out in a batch or two rather than
 // one commit per group.
 func TestWriterBatchesConcurrentSubmits(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const producers = 64
 		cs := &countingStore{Store: s, entered: make(chan struct{}), gate: make(chan struct{})}
@@ -431,6 +446,7 @@ func TestWriterBatchesConcurrentSubmits(t *testing.T) {
 }
 
 func TestWriterFlushTriggers(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		t.Run("full batch goes at once", func(t *testing.T) {
 			// MaxDelay is an hour: only the batch being full can flush it before the test's
@@ -508,6 +524,7 @@ func TestWriterFlushTriggers(t *testing.T) {
 // TestWriterConflictIsolation puts stale groups in a batch between good ones: each stale group
 // fails alone with indexes relative to itself, the good ones land, and Done keeps order.
 func TestWriterConflictIsolation(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		a, b, c, d := newTask(t, s, "a"), newTask(t, s, "b"), newTask(t, s, "c"), newTask(t, s, "d")
 		cs := &countingStore{Store: s}
@@ -540,7 +557,7 @@ func TestWriterConflictIsolation(t *testing.T) {
 			g.Done = out.done(i)
 			submit(t, w, g)
 		}
-		conflicts := counterValue("axe_writer_conflicts_total")
+		conflicts := counterValue(t, "axe_writer_conflicts_total")
 		// Stop flushes the one batch holding all four groups.
 		if err := w.Stop(testCtx(t)); err != nil {
 			t.Fatalf("Stop: %v", err)
@@ -569,7 +586,7 @@ func TestWriterConflictIsolation(t *testing.T) {
 		if calls := cs.calls.Load(); calls < 2 || calls > 3 {
 			t.Errorf("ApplyBatch called %d times, want 2 or 3 (one try, then without the stale groups)", calls)
 		}
-		if delta := counterValue("axe_writer_conflicts_total") - conflicts; delta != 2 {
+		if delta := counterValue(t, "axe_writer_conflicts_total") - conflicts; delta != 2 {
 			t.Errorf("axe_writer_conflicts_total grew by %d, want 2", delta)
 		}
 		for _, k := range []*task{a, b, c, d} {
@@ -584,6 +601,7 @@ func TestWriterConflictIsolation(t *testing.T) {
 // TestWriterFencing deposes the writer's lease holder and checks that its next batches fail
 // with ErrLeaseLost and write nothing (docs/ha.md, "Fencing").
 func TestWriterFencing(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const lease, ttl = "scheduler", time.Minute
 		ctx := testCtx(t)
@@ -611,12 +629,12 @@ func TestWriterFencing(t *testing.T) {
 		if err != nil || !ok || took.Epoch != held.Epoch+1 {
 			t.Fatalf("TakeLease(node-b) after release = %+v, %v, %v; want a takeover at epoch %d", took, ok, err, held.Epoch+1)
 		}
-		leaseLost := counterValue(`axe_writer_commit_errors_total{reason="lease_lost"}`)
+		leaseLost := counterValue(t, `axe_writer_commit_errors_total{reason="lease_lost"}`)
 		g := k.next()
 		if err := w.Write(ctx, g); !errors.Is(err, model.ErrLeaseLost) {
 			t.Fatalf("Write after takeover = %v, want ErrLeaseLost", err)
 		}
-		if delta := counterValue(`axe_writer_commit_errors_total{reason="lease_lost"}`) - leaseLost; delta != 1 {
+		if delta := counterValue(t, `axe_writer_commit_errors_total{reason="lease_lost"}`) - leaseLost; delta != 1 {
 			t.Errorf("lease_lost errors grew by %d, want 1", delta)
 		}
 		checkRun(t, s, g.Runs[0].Ticket, false)
@@ -647,6 +665,7 @@ func TestWriterFencing(t *testing.T) {
 // TestWriterRetriesTransientFailures fails the first commits the way a dropped connection
 // does, and checks that every group still lands, in order, once the database answers.
 func TestWriterRetriesTransientFailures(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		const n, failures = 6, 3
 		k := newTask(t, s, "retried")
@@ -660,7 +679,7 @@ func TestWriterRetriesTransientFailures(t *testing.T) {
 			g.Done = out.done(i)
 			submit(t, w, g)
 		}
-		transient := counterValue(`axe_writer_commit_errors_total{reason="transient"}`)
+		transient := counterValue(t, `axe_writer_commit_errors_total{reason="transient"}`)
 		if err := w.Start(t.Context()); err != nil {
 			t.Fatalf("Start: %v", err)
 		}
@@ -673,7 +692,7 @@ func TestWriterRetriesTransientFailures(t *testing.T) {
 		if got := fs.calls.Load(); got != failures+3 {
 			t.Errorf("ApplyBatch called %d times, want %d", got, failures+3)
 		}
-		if delta := counterValue(`axe_writer_commit_errors_total{reason="transient"}`) - transient; delta != failures {
+		if delta := counterValue(t, `axe_writer_commit_errors_total{reason="transient"}`) - transient; delta != failures {
 			t.Errorf("transient commit errors grew by %d, want %d", delta, failures)
 		}
 		k.checkLanded(t, s)
@@ -681,6 +700,7 @@ func TestWriterRetriesTransientFailures(t *testing.T) {
 }
 
 func TestWriterBackpressure(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		k := newTask(t, s, "pressed")
 		// Not started: nothing drains the queue of two.
@@ -722,6 +742,7 @@ func TestWriterBackpressure(t *testing.T) {
 }
 
 func TestWriterStop(t *testing.T) {
+	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
 		t.Run("flushes queued groups", func(t *testing.T) {
 			k := newTask(t, s, "flushed")
@@ -847,6 +868,7 @@ func TestWriterStop(t *testing.T) {
 }
 
 func TestWriterConfig(t *testing.T) {
+	t.Parallel()
 	got := persist.WriterConfig{}.WithDefaults()
 	if got.MaxBatchRows != persist.WriterMaxBatchRowsDefault || got.MaxDelay != persist.WriterMaxDelayDefault ||
 		got.QueueSize != persist.WriterQueueSizeDefault || got.RetryMin != persist.WriterRetryMinDefault ||

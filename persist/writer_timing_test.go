@@ -79,7 +79,7 @@ func BenchmarkWriter(b *testing.B) {
 
 func benchmarkWriter(b *testing.B, s persist.Store) {
 	ps := benchProducersOn(b, s)
-	w, err := persist.NewWriter(s, persist.WriterConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: testMetrics})
+	w, err := persist.NewWriter(s, persist.WriterConfig{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: testMetrics(b)})
 	if err != nil {
 		b.Fatalf("NewWriter: %v", err)
 	}
@@ -113,7 +113,7 @@ func benchmarkWriter(b *testing.B, s persist.Store) {
 		}
 	}
 
-	commits := counterValue("axe_writer_commits_total")
+	commits := counterValue(b, "axe_writer_commits_total")
 	b.ReportAllocs()
 	b.ResetTimer()
 	for _, p := range ps {
@@ -137,7 +137,7 @@ func benchmarkWriter(b *testing.B, s persist.Store) {
 	}
 	benchSink += landed.Load()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "transitions/s")
-	b.ReportMetric(float64(b.N)/float64(counterValue("axe_writer_commits_total")-commits), "groups/commit")
+	b.ReportMetric(float64(b.N)/float64(counterValue(b, "axe_writer_commits_total")-commits), "groups/commit")
 }
 
 // BenchmarkAutocommitBaseline is what BenchmarkWriter is measured against: the same

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/internal/test/jsonkeys"
 	"github.com/axe-sched/axe/model"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/internal/jsonkeys"
+	"github.com/axe-sched/axe/internal/test/jsonkeys"
 )
 
 // strictShape has a field of each kind the API's bodies hold.

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,6 +84,10 @@ type Limiter struct {
 	def        Limit
 	defLimited bool
 
+	// pats are the pattern limits (a key ending in '*': every key with that prefix and no
+	// limit of its own has a bucket of that limit), by prefix; replaced whole under shareMu.
+	pats atomic.Pointer[map[string]Limit]
+
 	// share is the fraction of every limit this Limiter gives out (SetShare), as float64
 	// bits; changed under shareMu, which SetGlobal, Set and Remove take too, so that a
 	// bucket's limit is always its base limit scaled by the share in force.
@@ -124,6 +129,10 @@ type entry struct {
 	state
 	explicit bool  // limit set through Config.PerKey or Set, not Config.Default
 	base     Limit // the limit as set; state.lim is it scaled by the share (SetShare)
+	// share, when not 0, is this key's own share (SetKeyShares), in place of the Limiter's.
+	share float64
+	// taken counts the tokens taken since the last TakenSince.
+	taken uint64
 }
 
 // New returns a Limiter for cfg. The error wraps ErrInvalidRate, ErrInvalidBurst or
@@ -159,10 +168,16 @@ func newLimiter(cfg Config, n int) *Limiter {
 	l.global = newState(cfg.Global, now)
 	l.globalBase = cfg.Global
 	l.globalLimited.Store(!cfg.Global.Unlimited())
+	pats := map[string]Limit{}
 	for key, lim := range cfg.PerKey {
+		if prefix, ok := strings.CutSuffix(key, "*"); ok {
+			pats[prefix] = lim
+			continue
+		}
 		sh := l.shardFor(key)
 		sh.buckets[key] = &entry{state: newState(lim, now), explicit: true, base: lim}
 	}
+	l.pats.Store(&pats)
 	return l
 }
 
@@ -170,7 +185,18 @@ func newLimiter(cfg Config, n int) *Limiter {
 // Limiter gives out. An unlimited l stays unlimited; a limited one keeps a burst of at least
 // one and a rate that still refills within the bounds Validate sets.
 func (l *Limiter) scaled(lim Limit) Limit {
-	f := math.Float64frombits(l.share.Load())
+	return l.scaledBy(lim, math.Float64frombits(l.share.Load()))
+}
+
+// scaledFor is scaled by e's own share when it has one.
+func (l *Limiter) scaledFor(e *entry, lim Limit) Limit {
+	if e.share > 0 {
+		return l.scaledBy(lim, e.share)
+	}
+	return l.scaled(lim)
+}
+
+func (l *Limiter) scaledBy(lim Limit, f float64) Limit {
 	if lim.Unlimited() || f == 1 {
 		return lim
 	}
@@ -206,7 +232,7 @@ func (l *Limiter) SetShare(f float64) error {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		for _, e := range sh.buckets {
-			e.setLimit(l.scaled(e.base), now)
+			e.setLimit(l.scaledFor(e, e.base), now)
 		}
 		sh.mu.Unlock()
 	}
@@ -235,9 +261,14 @@ func (l *Limiter) TakeBy(key string) (ok bool, wait time.Duration, global bool) 
 	defer sh.mu.Unlock()
 
 	e := sh.buckets[key]
-	if e == nil && l.defLimited {
-		e = &entry{state: newState(l.scaled(l.def), now), base: l.def}
-		sh.insert(key, e, now)
+	if e == nil {
+		if lim, ok := l.patternFor(key); ok {
+			e = &entry{state: newState(l.scaled(lim), now), base: lim}
+			sh.insert(key, e, now)
+		} else if l.defLimited {
+			e = &entry{state: newState(l.scaled(l.def), now), base: l.def}
+			sh.insert(key, e, now)
+		}
 	}
 	var keyNext time.Time
 	var keyWait time.Duration
@@ -251,6 +282,7 @@ func (l *Limiter) TakeBy(key string) (ok bool, wait time.Duration, global bool) 
 		}
 		if e != nil {
 			e.commit(keyNext)
+			e.taken++
 		}
 		return true, 0, false
 	}
@@ -264,6 +296,7 @@ func (l *Limiter) TakeBy(key string) (ok bool, wait time.Duration, global bool) 
 	l.global.commit(globalNext)
 	if e != nil {
 		e.commit(keyNext)
+		e.taken++
 	}
 	return true, 0, false
 }
@@ -295,6 +328,10 @@ func (l *Limiter) Set(key string, lim Limit) error {
 	}
 	l.shareMu.Lock()
 	defer l.shareMu.Unlock()
+	if prefix, ok := strings.CutSuffix(key, "*"); ok {
+		l.setPattern(prefix, lim, true)
+		return nil
+	}
 	now := l.clock.Now()
 	sh := l.shardFor(key)
 	sh.mu.Lock()
@@ -306,7 +343,7 @@ func (l *Limiter) Set(key string, lim Limit) error {
 		e = &entry{state: newState(l.scaled(l.def), now), base: l.def}
 		sh.insert(key, e, now)
 	}
-	e.setLimit(l.scaled(lim), now)
+	e.setLimit(l.scaledFor(e, lim), now)
 	e.base = lim
 	e.explicit = true
 	return nil
@@ -318,6 +355,10 @@ func (l *Limiter) Set(key string, lim Limit) error {
 func (l *Limiter) Remove(key string) {
 	l.shareMu.Lock()
 	defer l.shareMu.Unlock()
+	if prefix, ok := strings.CutSuffix(key, "*"); ok {
+		l.setPattern(prefix, Limit{}, false)
+		return
+	}
 	now := l.clock.Now()
 	sh := l.shardFor(key)
 	sh.mu.Lock()
@@ -326,13 +367,154 @@ func (l *Limiter) Remove(key string) {
 	if e == nil || !e.explicit {
 		return
 	}
-	if !l.defLimited {
+	lim, ok := l.patternFor(key)
+	if !ok {
+		lim = l.def
+	}
+	if lim.Unlimited() {
 		delete(sh.buckets, key)
 		return
 	}
-	e.setLimit(l.scaled(l.def), now)
-	e.base = l.def
+	e.setLimit(l.scaledFor(e, lim), now)
+	e.base = lim
 	e.explicit = false
+}
+
+// patternFor returns the limit of the longest pattern whose prefix key starts with.
+func (l *Limiter) patternFor(key string) (Limit, bool) {
+	pats := l.pats.Load()
+	if pats == nil || len(*pats) == 0 {
+		return Limit{}, false
+	}
+	best, found := "", false
+	for p := range *pats {
+		if strings.HasPrefix(key, p) && (!found || len(p) > len(best)) {
+			best, found = p, true
+		}
+	}
+	return (*pats)[best], found
+}
+
+// setPattern sets (on) or removes the pattern limit of prefix, and gives every bucket
+// without a limit of its own the limit that is now its: its pattern's or Default, keeping
+// the tokens it has accrued capped at the new burst; a bucket left unlimited goes. Caller
+// holds shareMu.
+func (l *Limiter) setPattern(prefix string, lim Limit, on bool) {
+	old := l.pats.Load()
+	pats := map[string]Limit{}
+	if old != nil {
+		maps.Copy(pats, *old)
+	}
+	if on {
+		pats[prefix] = lim
+	} else {
+		delete(pats, prefix)
+	}
+	l.pats.Store(&pats)
+	now := l.clock.Now()
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.buckets {
+			if e.explicit {
+				continue
+			}
+			nl, ok := l.patternFor(k)
+			if !ok {
+				nl = l.def
+			}
+			if nl.Unlimited() {
+				delete(sh.buckets, k)
+				continue
+			}
+			if nl != e.base {
+				e.setLimit(l.scaledFor(e, nl), now)
+				e.base = nl
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// SetKeyShares gives each key of shares its own share of its limit (0 < f <= 1), in place of
+// the Limiter's (SetShare), and every other key the Limiter's share again. A key without a
+// bucket gets one if it is limited (an explicit limit or Default); an unlimited key stays
+// unlimited. A bucket dropped for being idle (MaxKeys) loses its share with it: its next
+// bucket has the Limiter's until the next SetKeyShares. Shares out of range are refused
+// with an error wrapping ErrInvalidRate, and nothing changes.
+func (l *Limiter) SetKeyShares(shares map[string]float64) error {
+	for k, f := range shares {
+		if math.IsNaN(f) || f <= 0 || f > 1 {
+			return fmt.Errorf("%w: share %v of %q is not in (0, 1]", ErrInvalidRate, f, k)
+		}
+	}
+	l.shareMu.Lock()
+	defer l.shareMu.Unlock()
+	now := l.clock.Now()
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.buckets {
+			if _, ok := shares[k]; !ok && e.share != 0 {
+				e.share = 0
+				e.setLimit(l.scaled(e.base), now)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for k, f := range shares {
+		sh := l.shardFor(k)
+		sh.mu.Lock()
+		e := sh.buckets[k]
+		if e == nil {
+			if lim, ok := l.patternFor(k); ok {
+				e = &entry{state: newState(l.scaledBy(lim, f), now), base: lim}
+				sh.insert(k, e, now)
+			} else if l.defLimited {
+				e = &entry{state: newState(l.scaledBy(l.def, f), now), base: l.def}
+				sh.insert(k, e, now)
+			}
+		}
+		if e != nil && e.share != f {
+			e.share = f
+			e.setLimit(l.scaledBy(e.base, f), now)
+		}
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// TakenSince returns, for every key whose bucket gave tokens since the last call, how many,
+// and counts again from zero. Only limited keys have buckets.
+func (l *Limiter) TakenSince() map[string]uint64 {
+	out := map[string]uint64{}
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.buckets {
+			if e.taken > 0 {
+				out[k] = e.taken
+				e.taken = 0
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// Limited reports whether key has a limit of its own or the default one.
+func (l *Limiter) Limited(key string) bool {
+	if l.defLimited {
+		return true
+	}
+	if _, ok := l.patternFor(key); ok {
+		return true
+	}
+	sh := l.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.buckets[key]
+	return e != nil && !e.base.Unlimited()
 }
 
 // Limits returns the global limit and the explicit per-key limits, as set. The map is a
@@ -352,6 +534,11 @@ func (l *Limiter) Limits() (global Limit, perKey map[string]Limit) {
 			}
 		}
 		sh.mu.Unlock()
+	}
+	if pats := l.pats.Load(); pats != nil {
+		for p, lim := range *pats {
+			perKey[p+"*"] = lim
+		}
 	}
 	return global, perKey
 }

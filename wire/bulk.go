@@ -34,6 +34,12 @@ type PruneResult struct {
 type BatchRefusal struct {
 	Error  string           `json:"error"`
 	Errors []BatchItemError `json:"errors"`
+	// Created, Skipped and Replaced are what was done of the batch all the same: on a
+	// sharded cluster each owner creates the items of its shards, and a part one owner
+	// refused leaves the others' parts created (409; docs/bulk.md).
+	Created  int `json:"created,omitempty"`
+	Skipped  int `json:"skipped,omitempty"`
+	Replaced int `json:"replaced,omitempty"`
 }
 
 // BatchItemError names a refused item of a batch by its index in the batch.

@@ -12,6 +12,22 @@ type ConcurrencyLimitView struct {
 	model.ConcurrencyLimit
 	InUse   int `json:"in_use"`
 	Waiting int `json:"waiting"`
+	// Keys, of a pattern limit (kind key, a name ending in "*"), are the keys it limits that
+	// have runs in flight or fires waiting, by key, at most MaxKeysShown of them; KeysInUse
+	// counts them all. InUse and Waiting are their sums.
+	Keys      []KeyInUse `json:"keys,omitempty"`
+	KeysInUse int        `json:"keys_in_use,omitempty"`
+}
+
+// MaxKeysShown bounds the keys a pattern limit's view lists.
+const MaxKeysShown = 1000
+
+// KeyInUse is one key of a pattern limit in use: its runs in flight (across the cluster on a
+// sharded one) and its fires waiting on this node.
+type KeyInUse struct {
+	Key     string `json:"key"`
+	InUse   int    `json:"in_use"`
+	Waiting int    `json:"waiting"`
 }
 
 // RateLimits is the rate-limit configuration as the API shows and changes it.

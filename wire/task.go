@@ -58,6 +58,11 @@ type TaskSpec struct {
 	// beside its group's; a name as a group's, or absent: none (docs/design.md, Concurrency
 	// limits).
 	ConcurrencyKey string `json:"concurrency_key,omitempty"`
+	// RateKey names the rate limit the task's runs take a token of in place of their
+	// downstream's: a name, or a template over the run's params such as
+	// tenant:{params.tenant_id}, limited by a rate limit on a pattern (tenant:*); absent: the
+	// downstream (docs/design.md, Keyed limits).
+	RateKey string `json:"rate_key,omitempty"`
 	// OverlapPolicy decides a cron task's fires due while its run is in flight: skip,
 	// buffer_one (absent: the default), buffer_all or cancel_other; allow_all is refused
 	// (docs/design.md, Overlap and catch-up).

@@ -84,7 +84,7 @@ type WorkflowBackfillBody struct {
 	Parallel int    `json:"parallel,omitempty"`
 }
 
-// WorkflowBackfillStatus is a backfill's progress on the node that schedules the workflow.
+// WorkflowBackfillStatus is a workflow's latest backfill's progress, as stored.
 type WorkflowBackfillStatus struct {
 	Workflow string `json:"workflow"`
 	Times    int    `json:"times"`

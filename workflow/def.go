@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -24,6 +24,7 @@ const (
 	RetriesMax            = 20
 	TimeoutMaxSec         = 7 * 24 * 3600
 	TimeoutDefaultSec     = 60
+	DelayMaxMS            = 10 * 365 * 24 * 3600 * 1000 // a delay trigger's delay_ms
 )
 
 // FieldError is a definition or request the service refuses: Field names what is wrong.
@@ -38,21 +39,14 @@ func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// validName is a workflow's or a step's name: the rule of a task's name. A step's task is
-// named WORKFLOW/STEP, which no task name can be (docs/workflows.md, "Steps are tasks").
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 100 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || (c != '.' && c != '_' && c != '-' && c != ':')) {
-			return false
-		}
-	}
-	return true
-}
+// validName is a workflow's or a step's name: the rule of a task's name (model.ValidName).
+// A step's task is named WORKFLOW/STEP, which no task name can be (docs/workflows.md,
+// "Steps are tasks"). A step's name is also at most stepNameMax long (Normalize).
+func validName(s string) bool { return model.ValidName(s) }
+
+// stepNameMax bounds a step's name: an attempt's ticket, w<run id>.<step>.<item>.<attempt>,
+// holds it within the 128 bytes a ticket is stored in.
+const stepNameMax = 100
 
 // IsStepTaskName reports whether name is one a step's task can have: WORKFLOW/STEP, both
 // valid names.
@@ -69,7 +63,7 @@ func StepTask(workflow, step string) string { return workflow + "/" + step }
 // an order where each comes after its needs.
 func Normalize(d *model.WorkflowDef) ([]int, error) {
 	if !validName(d.Name) {
-		return nil, fieldErr("name", "must be 1-100 characters of A-Z a-z 0-9 . _ - : starting with a letter or digit, got %q", d.Name)
+		return nil, fieldErr("name", "must be 1-%d characters of A-Z a-z 0-9 . _ - : starting with a letter or digit, got %q", model.NameMax, d.Name)
 	}
 	if len(d.Group) > 128 || !utf8.ValidString(d.Group) {
 		return nil, fieldErr("group", "must be at most 128 bytes of UTF-8")
@@ -84,6 +78,13 @@ func Normalize(d *model.WorkflowDef) ([]int, error) {
 		if _, err := cron.Parse(d.Cron); err != nil {
 			return nil, fieldErr("cron", "%v", err)
 		}
+	case model.TriggerDelay:
+		if d.Cron != "" {
+			return nil, fieldErr("cron", "is given but trigger is delay")
+		}
+		if d.DelayMS < 0 || d.DelayMS > DelayMaxMS {
+			return nil, fieldErr("delay_ms", "must be 0-%d (ten years), got %d", int64(DelayMaxMS), d.DelayMS)
+		}
 	case model.TriggerWorkflow:
 		if !validName(d.After) {
 			return nil, fieldErr("after", "trigger workflow needs the name of the workflow whose succeeded runs start this one, got %q", d.After)
@@ -95,7 +96,10 @@ func Normalize(d *model.WorkflowDef) ([]int, error) {
 			return nil, fieldErr("cron", "is given but trigger is workflow")
 		}
 	default:
-		return nil, fieldErr("trigger", "must be cron, manual or workflow, got %q", d.Trigger)
+		return nil, fieldErr("trigger", "must be cron, delay, manual or workflow, got %q", d.Trigger)
+	}
+	if d.Trigger != model.TriggerDelay && d.DelayMS != 0 {
+		return nil, fieldErr("delay_ms", "is for trigger delay; trigger is %s", d.Trigger)
 	}
 	if d.Trigger != model.TriggerWorkflow && d.After != "" {
 		return nil, fieldErr("after", "is for trigger workflow; trigger is %s", d.Trigger)
@@ -145,8 +149,8 @@ func Normalize(d *model.WorkflowDef) ([]int, error) {
 	for i := range d.Steps {
 		s := &d.Steps[i]
 		f := fmt.Sprintf("steps[%d]", i)
-		if !validName(s.Name) {
-			return nil, fieldErr(f+".name", "must be 1-100 characters of A-Z a-z 0-9 . _ - : starting with a letter or digit, got %q", s.Name)
+		if !validName(s.Name) || len(s.Name) > stepNameMax {
+			return nil, fieldErr(f+".name", "must be 1-%d characters of A-Z a-z 0-9 . _ - : starting with a letter or digit, got %q", stepNameMax, s.Name)
 		}
 		if len(d.Name)+1+len(s.Name) > 128 {
 			return nil, fieldErr(f+".name", "workflow name, \"/\" and step name must fit in 128 bytes")
@@ -246,8 +250,17 @@ func checkStep(f string, s *model.WorkflowStep) error {
 	if s.Priority < 0 || s.Priority > 9 {
 		return fieldErr(f+".priority", "must be 0-9, got %d", s.Priority)
 	}
-	if len(s.ConcurrencyKey) > 128 {
-		return fieldErr(f+".concurrency_key", "must be at most 128 bytes")
+	for _, k := range []struct{ field, key string }{{"concurrency_key", s.ConcurrencyKey}, {"rate_key", s.RateKey}} {
+		if len(k.key) > model.KeyLen {
+			return fieldErr(f+"."+k.field, "must be at most %d bytes", model.KeyLen)
+		}
+		// A template over the step's request params (params, inputs, item, index) is
+		// rendered when an attempt starts; its syntax is checked here.
+		if model.IsKeyTemplate(k.key) {
+			if _, err := model.ParseKeyTemplate(k.key); err != nil {
+				return fieldErr(f+"."+k.field, "%v", err)
+			}
+		}
 	}
 	switch s.Condition {
 	case "":

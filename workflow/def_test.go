@@ -181,3 +181,43 @@ func TestJitterOf(t *testing.T) {
 		t.Fatal("no jitter asked, some given")
 	}
 }
+
+// TestRetryBeingWrittenIsNotAnEnd: an item whose failed attempt's retry is being written
+// (starting) keeps its step open, so a sibling's end that advances the run meanwhile
+// neither decides the steps after it (a skip) nor ends the run failed; once the retry's
+// start lands, or it is given up, the step ends as its items say.
+func TestRetryBeingWrittenIsNotAnEnd(t *testing.T) {
+	d := model.WorkflowDef{Name: "w", Steps: []model.WorkflowStep{
+		{Name: "a", Callback: model.Callback{Type: "http", URL: "http://x/"}, RetryCount: 1},
+		{Name: "b", Callback: model.Callback{Type: "http", URL: "http://x/"}},
+		{Name: "d", Needs: []string{"a", "b"}, Callback: model.Callback{Type: "http", URL: "http://x/"}},
+	}}
+	c, err := compile(&d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := &runState{run: model.WorkflowRun{ID: "r", State: model.WorkflowRunning}, c: c, steps: apply(c, []model.StepRun{
+		{Step: "a", Index: 0, Attempt: 1, State: model.StepFailed, EndedAt: 1000},
+		{Step: "b", Index: 0, Attempt: 1, State: model.StepSucceeded},
+	})}
+	rs.armRetries()
+	it := &rs.steps[0].items[0]
+	if it.retryAt != 1000 {
+		t.Fatalf("a's retry at %d, want 1000", it.retryAt)
+	}
+	// advance takes the retry: starting, its retry time cleared, the failed row still its state.
+	it.starting, it.retryAt = true, 0
+	if ended, _ := rs.steps[0].terminal(); ended {
+		t.Fatal("a reads ended while its retry is being written")
+	}
+	if _, decided := rs.condition(2); decided {
+		t.Fatal("d's condition decided while a's retry is being written")
+	}
+	if end := rs.endState(); end != "" {
+		t.Fatalf("the run would end %s while a's retry is being written", end)
+	}
+	it.starting = false // the retry could not start and was given up: a failed
+	if ended, ok := rs.steps[0].terminal(); !ended || ok {
+		t.Fatalf("a after its retry was given up: ended %v ok %v", ended, ok)
+	}
+}

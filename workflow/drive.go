@@ -121,6 +121,7 @@ func (s *Service) advance(rs *runState) {
 				case it.retryAt > 0 && it.retryAt <= now:
 					a, try = it.attempt+1, it.try
 				default:
+					s.wakeAt(rs, it.retryAt) // not due yet: the run's timer wakes it
 					continue
 				}
 				it.starting, it.retryAt = true, 0
@@ -138,7 +139,7 @@ func (s *Service) advance(rs *runState) {
 		rs.mu.Unlock()
 		if len(rows) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-			err := s.eng.Steps().Write(ctx, rs.run.Workflow, &persist.Group{StepRuns: rows})
+			err := s.eng.Steps().Write(ctx, rs.workflow, &persist.Group{StepRuns: rows})
 			cancel()
 			if err != nil {
 				s.lost(rs, "cannot record a step's decision", err)
@@ -168,8 +169,8 @@ func (s *Service) advance(rs *runState) {
 			}()
 		}
 		wg.Wait()
-		// Starts that could not write (a limit) are retried from retryDue; a start that
-		// landed changes nothing here until its end.
+		// Starts that could not write (a limit) are retried when the run's timer fires
+		// (wakeAt); a start that landed changes nothing here until its end.
 		return
 	}
 }
@@ -237,31 +238,7 @@ func (s *Service) startItem(rs *runState, x start) {
 	rs.mu.Lock()
 	def := &rs.c.def.Steps[x.step]
 	st := &rs.steps[x.step]
-	if st.reqHead == nil {
-		// The part of the request every item and attempt of the step shares, made once:
-		// a fan-out's items would otherwise each encode the upstreams' outputs again.
-		req := stepRequest{Workflow: rs.run.Workflow, RunID: rs.run.ID, Step: def.Name, ScheduledAt: rs.run.ScheduledAt,
-			Params: rs.run.Params, Inputs: map[string]json.RawMessage{}}
-		for _, n := range def.Needs {
-			if out, ok := rs.upOutput(n); ok {
-				req.Inputs[n] = out
-			} else {
-				req.Inputs[n] = json.RawMessage("null")
-			}
-		}
-		head, _ := json.Marshal(req)
-		st.reqHead = head[:len(head)-1] // without its closing brace
-	}
-	params := append([]byte(nil), st.reqHead...)
-	if def.FanOut != "" {
-		params = append(params, `,"index":`...)
-		params = strconv.AppendInt(params, int64(x.idx), 10)
-		params = append(params, `,"items":`...)
-		params = strconv.AppendInt(params, int64(len(st.items)), 10)
-		params = append(params, `,"item":`...)
-		params = append(params, st.fan[x.idx]...)
-	}
-	params = append(params, '}')
+	params := rs.stepParams(x.step, x.idx)
 	row := model.StepRun{RunID: rs.run.ID, Step: def.Name, Index: x.idx, Attempt: x.attempt}
 	run := rs.run
 	rs.mu.Unlock()
@@ -269,7 +246,7 @@ func (s *Service) startItem(rs *runState, x start) {
 	tdef := stepTaskDef(&rs.c.def, def)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	call := engine.StepCall{Def: tdef, Task: s.stepTaskOf(ctx, tdef.Name), Ticket: ticket, Params: params, ScheduledAt: run.ScheduledAt,
-		Row: row, Detail: fmt.Sprintf("workflow %s run %s step %s item %d", run.Workflow, run.ID, def.Name, x.idx)}
+		Row: row, Detail: stepDetail(&run, def.Name, x.idx)}
 	err := s.eng.Steps().Start(ctx, call)
 	cancel()
 	rs.mu.Lock()
@@ -296,6 +273,7 @@ func (s *Service) startItem(rs *runState, x start) {
 	case errors.As(err, &wait):
 		s.m.waits.Inc()
 		it.retryAt = s.clk.Now().Add(wait.After).UnixMilli()
+		s.wakeAt(rs, it.retryAt)
 		if it.state == "" || it.state == stepPending {
 			// Keep it startable at the same attempt: a pending marker in memory only.
 			it.attempt, it.try, it.state = x.attempt, x.try, stepPending
@@ -303,6 +281,27 @@ func (s *Service) startItem(rs *runState, x start) {
 			it.attempt = x.attempt - 1
 		}
 		rs.mu.Unlock()
+	case errors.Is(err, engine.ErrKeyNotRendered):
+		// The attempt's params do not render its concurrency_key or rate_key: it fails,
+		// recorded with the reason, and never runs outside its limit (docs/design.md, Keyed
+		// limits). Its retries, if any, meet the same params.
+		now := s.clk.Now().UnixMilli()
+		row.State, row.StartedAt, row.EndedAt, row.Error = model.StepFailed, now, now, err.Error()
+		rs.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		werr := s.eng.Steps().Write(ctx, run.Workflow, &persist.Group{StepRuns: []model.StepRun{row}})
+		cancel()
+		if werr != nil {
+			s.lost(rs, "cannot record a step attempt whose key does not render", werr)
+			return
+		}
+		rs.mu.Lock()
+		if it := &rs.steps[x.step].items[x.idx]; row.Attempt >= it.attempt {
+			*it = item{attempt: row.Attempt, try: max(x.try, 1), state: row.State, err: row.Error, endedAt: row.EndedAt}
+			rs.armRetry(x.step, x.idx)
+		}
+		rs.mu.Unlock()
+		go s.advance(rs)
 	default:
 		rs.mu.Unlock()
 		if errors.Is(err, model.ErrTaskNotFound) {
@@ -312,22 +311,64 @@ func (s *Service) startItem(rs *runState, x start) {
 	}
 }
 
-// stepTaskDef is the task definition a step attempt runs with.
+// stepParams is the params of the attempts of item idx of step i: the workflow context (the
+// run's params, the outputs of the step's needs) and, for a fan-out's item, its index, the
+// number of items and the item. rs.mu is held; a fan-out's items are resolved already (st.fan).
+// The step's shared part is made once (st.reqHead): a fan-out's items would otherwise each
+// encode the upstreams' outputs again. It is a function of the run's rows alone, so that
+// StepCallOf makes the same params again from them.
+func (rs *runState) stepParams(i, idx int) []byte {
+	def := &rs.c.def.Steps[i]
+	st := &rs.steps[i]
+	if st.reqHead == nil {
+		req := stepRequest{Workflow: rs.run.Workflow, RunID: rs.run.ID, Step: def.Name, ScheduledAt: rs.run.ScheduledAt,
+			Params: rs.run.Params, Inputs: map[string]json.RawMessage{}}
+		for _, n := range def.Needs {
+			if out, ok := rs.upOutput(n); ok {
+				req.Inputs[n] = out
+			} else {
+				req.Inputs[n] = json.RawMessage("null")
+			}
+		}
+		head, _ := json.Marshal(req)
+		st.reqHead = head[:len(head)-1] // without its closing brace
+	}
+	params := append([]byte(nil), st.reqHead...)
+	if def.FanOut != "" {
+		params = append(params, `,"index":`...)
+		params = strconv.AppendInt(params, int64(idx), 10)
+		params = append(params, `,"items":`...)
+		params = strconv.AppendInt(params, int64(len(st.items)), 10)
+		params = append(params, `,"item":`...)
+		params = append(params, st.fan[idx]...)
+	}
+	return append(params, '}')
+}
+
+// stepDetail is the run row's detail of an attempt of item idx of step of run.
+func stepDetail(run *model.WorkflowRun, step string, idx int) string {
+	return fmt.Sprintf("workflow %s run %s step %s item %d", run.Workflow, run.ID, step, idx)
+}
+
+// stepTaskDef is the task definition a step attempt runs with. Its overlap policy is
+// allow_all: the attempts of one step in runs side by side (or a fan-out's items) are runs
+// of their own, each its ticket, never an overlap of one task (an executor takes them in
+// parallel rather than refusing the second one while the first runs).
 func stepTaskDef(w *model.WorkflowDef, st *model.WorkflowStep) *model.TaskDef {
 	return &model.TaskDef{
 		Name: StepTask(w.Name, st.Name), Group: w.Group, Trigger: model.TriggerManual, Timezone: "UTC",
 		TimeoutSec: st.TimeoutSec, Priority: st.Priority, Callback: st.Callback, MisfirePolicy: model.MisfireFireOnce,
-		ConcurrencyKey: st.ConcurrencyKey, OverlapPolicy: model.OverlapBufferOne,
+		ConcurrencyKey: st.ConcurrencyKey, RateKey: st.RateKey, OverlapPolicy: model.OverlapAllowAll,
 	}
 }
 
 // lost lets go of a run this node could not write about (its shard went, the database is
 // away): whoever schedules it next takes it up from its rows.
 func (s *Service) lost(rs *runState, what string, err error) {
-	s.log.Warn(what+"; the run is taken up again from the store", "run", rs.run.ID, "error", err)
+	s.log.Warn(what+"; the run is taken up again from the store", "run", rs.id, "error", err)
 	s.mu.Lock()
-	if s.runs[rs.run.ID] == rs {
-		delete(s.runs, rs.run.ID)
+	if s.runs[rs.id] == rs {
+		delete(s.runs, rs.id)
 	}
 	s.mu.Unlock()
 	rs.mu.Lock()
@@ -340,8 +381,8 @@ func (s *Service) reload(rs *runState) {
 	s.lost(rs, "a step attempt was started elsewhere", errors.New("fire record exists"))
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := s.takeUp(ctx, rs.run.ID); err != nil {
-		s.log.Warn("cannot take up a workflow run", "run", rs.run.ID, "error", err)
+	if err := s.takeUp(ctx, rs.workflow, rs.id); err != nil {
+		s.log.Warn("cannot take up a workflow run", "run", rs.id, "error", err)
 	}
 }
 
@@ -391,6 +432,53 @@ func (s *Service) endRun(rs *runState, state string) {
 	} else if state == model.WorkflowSucceeded {
 		s.poke() // a workflow that follows this one starts sooner than the next scan
 	}
+	if run.Trigger == triggerBackfill {
+		s.poke() // its backfill's next run
+	}
+}
+
+// StepCallOf makes the call of a step attempt in flight again from its run's stored rows
+// (engine.StepSink): the step as the run's version defines it and the params startItem
+// built for the attempt, which are a function of those rows (the run's params, the outputs
+// of the step's needs, a fan-out's items). The shard's next owner sends a step attempt its
+// previous owner held back unsent with it (engine/core_heldback.go). An error when the
+// rows no longer have the attempt in flight (the run ended, the step was reset).
+func (s *Service) StepCallOf(ctx context.Context, run model.Run) (engine.StepCall, error) {
+	id, step, idx, attempt, ok := ParseTicket(run.Ticket)
+	if !ok {
+		return engine.StepCall{}, fmt.Errorf("%s is not a step attempt's ticket", run.Ticket)
+	}
+	wr, rows, err := s.st.GetWorkflowRun(ctx, id)
+	if err != nil {
+		return engine.StepCall{}, err
+	}
+	if wr.State != model.WorkflowRunning {
+		return engine.StepCall{}, fmt.Errorf("workflow run %s is %s", id, wr.State)
+	}
+	c, err := s.compiledVersion(ctx, wr.Workflow, wr.Version)
+	if err != nil {
+		return engine.StepCall{}, err
+	}
+	i, ok := c.index[step]
+	if !ok {
+		return engine.StepCall{}, fmt.Errorf("version %d of %s has no step %s", wr.Version, wr.Workflow, step)
+	}
+	rs := &runState{id: wr.ID, workflow: wr.Workflow, trigger: wr.Trigger, run: *wr, c: c, steps: apply(c, rows)}
+	st, def := &rs.steps[i], &c.def.Steps[i]
+	if idx >= len(st.items) || st.items[idx].attempt != attempt || st.items[idx].state != model.StepRunning ||
+		st.items[idx].ticket != run.Ticket {
+		return engine.StepCall{}, fmt.Errorf("the rows of run %s do not have attempt %s in flight", id, run.Ticket)
+	}
+	if def.FanOut != "" {
+		items, err := fanItems(def.FanOut, wr.Params, rs.upOutput)
+		if err != nil || len(items) != len(st.items) {
+			return engine.StepCall{}, fmt.Errorf("the fan-out of step %s of run %s resolves differently than it did (%v)", step, id, err)
+		}
+		st.fan = items
+	}
+	return engine.StepCall{Def: stepTaskDef(&c.def, def), Ticket: run.Ticket, Params: rs.stepParams(i, idx),
+		ScheduledAt: wr.ScheduledAt, Row: model.StepRun{RunID: id, Step: step, Index: idx, Attempt: attempt},
+		Detail: stepDetail(wr, step, idx)}, nil
 }
 
 // StepEnded is the row recording a step attempt's end (engine.StepSink).
@@ -445,33 +533,8 @@ func (s *Service) StepRecorded(run model.Run, row model.StepRun, err error) {
 		try := it.try
 		*it = item{attempt: row.Attempt, try: max(try, 1), state: row.State, output: row.Output, err: row.Error, ticket: row.Ticket, endedAt: row.EndedAt}
 		rs.armRetry(i, row.Index)
+		s.wakeAt(rs, it.retryAt)
 	}
 	rs.mu.Unlock()
 	go s.advance(rs)
-}
-
-// retryDue drives the runs that have an item whose retry (or wait for a limit) is due.
-func (s *Service) retryDue() {
-	now := s.clk.Now().UnixMilli()
-	s.mu.Lock()
-	var due []*runState
-	for _, rs := range s.runs {
-		due = append(due, rs)
-	}
-	s.mu.Unlock()
-	for _, rs := range due {
-		rs.mu.Lock()
-		hit := false
-		for i := range rs.steps {
-			for j := range rs.steps[i].items {
-				if r := rs.steps[i].items[j].retryAt; r > 0 && r <= now {
-					hit = true
-				}
-			}
-		}
-		rs.mu.Unlock()
-		if hit {
-			go s.advance(rs) // off the loop: a start waits for its write
-		}
-	}
 }

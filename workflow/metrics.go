@@ -18,7 +18,7 @@ type wfMetrics struct {
 
 func newWFMetrics(set *metrics.Set) wfMetrics {
 	m := wfMetrics{started: map[string]*metrics.Counter{}, ended: map[string]*metrics.Counter{}}
-	for _, t := range []string{model.TriggerCron, model.TriggerManual, model.TriggerWorkflow, "backfill"} {
+	for _, t := range []string{model.TriggerCron, model.TriggerDelay, model.TriggerManual, model.TriggerWorkflow, triggerBackfill} {
 		m.started[t] = set.NewCounter(`axe_workflow_runs_started_total{trigger="` + t + `"}`)
 	}
 	for _, st := range []string{model.WorkflowSucceeded, model.WorkflowFailed, model.WorkflowCancelled} {

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -41,8 +41,12 @@ func (s *Service) owned(name string) error {
 	return nil
 }
 
-// nextFire is a cron workflow's first fire after now (Unix ms), 0 for none.
+// nextFire is a cron workflow's first fire after now (Unix ms), a delay workflow's one
+// fire delay_ms after now; 0 for none.
 func nextFire(d *model.WorkflowDef, after time.Time) int64 {
+	if d.Trigger == model.TriggerDelay {
+		return after.UnixMilli() + d.DelayMS
+	}
 	if d.Trigger != model.TriggerCron {
 		return 0
 	}
@@ -142,7 +146,15 @@ func (s *Service) Update(ctx context.Context, name string, d model.WorkflowDef, 
 	now := s.clk.Now()
 	d.Version, d.Paused, d.CreatedAt, d.UpdatedAt = old.Def.Version+1, old.Def.Paused, old.Def.CreatedAt, now.UnixMilli()
 	next := old.NextFire
-	if d.Trigger != old.Def.Trigger || d.Cron != old.Def.Cron || d.Timezone != old.Def.Timezone || next == 0 {
+	switch {
+	case d.Trigger != old.Def.Trigger || d.Cron != old.Def.Cron || d.Timezone != old.Def.Timezone:
+		next = nextFire(&d, now)
+	case d.Trigger == model.TriggerDelay:
+		// Its one run is armed again only by a new delay; a run that started stays its one.
+		if d.DelayMS != old.Def.DelayMS && next != 0 {
+			next = nextFire(&d, now)
+		}
+	case next == 0:
 		next = nextFire(&d, now)
 	}
 	b := &persist.Batch{WorkflowPuts: []persist.WorkflowPut{{Def: d, NextFire: next, ExpectVersion: old.Def.Version}},
@@ -220,6 +232,8 @@ func (s *Service) SetPaused(ctx context.Context, name string, paused bool, note,
 		act = ActPause
 	} else if w.Def.Trigger == model.TriggerCron {
 		next = nextFire(&w.Def, s.clk.Now()) // fires missed while paused are not made up
+	} else if w.Def.Trigger == model.TriggerDelay && next != 0 {
+		next = nextFire(&w.Def, s.clk.Now()) // the delay counts from the resume; once started, never again
 	}
 	w.Def.Paused, w.NextFire = paused, next
 	b := &persist.Batch{WorkflowPuts: []persist.WorkflowPut{{Def: w.Def, NextFire: next, ExpectVersion: w.Def.Version}},
@@ -276,7 +290,7 @@ func (s *Service) create(ctx context.Context, w *model.Workflow, id string, at i
 	if c := s.m.started[trigger]; c != nil {
 		c.Inc()
 	}
-	if err := s.takeUp(ctx, id); err != nil {
+	if err := s.takeUp(ctx, w.Def.Name, id); err != nil {
 		s.log.Warn("cannot take up a new workflow run; the next scan will", "run", id, "error", err)
 	}
 	return &run, nil
@@ -401,7 +415,7 @@ func (s *Service) held(ctx context.Context, id string) (*runState, error) {
 		return rs, nil
 	}
 	if run.State == model.WorkflowRunning {
-		if err := s.takeUp(ctx, id); err != nil {
+		if err := s.takeUp(ctx, run.Workflow, id); err != nil {
 			return nil, err
 		}
 		s.mu.Lock()
@@ -420,7 +434,7 @@ func (s *Service) held(ctx context.Context, id string) (*runState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &runState{run: *run, c: c, steps: apply(c, rows)}, nil
+	return &runState{id: run.ID, workflow: run.Workflow, trigger: run.Trigger, run: *run, c: c, steps: apply(c, rows)}, nil
 }
 
 // Cancel ends a run cancelled: steps not started never start, running ones are killed.
@@ -553,7 +567,7 @@ func (s *Service) reopen(ctx context.Context, run model.WorkflowRun, rows []mode
 	s.mu.Lock()
 	delete(s.runs, run.ID)
 	s.mu.Unlock()
-	if err := s.takeUp(ctx, run.ID); err != nil {
+	if err := s.takeUp(ctx, run.Workflow, run.ID); err != nil {
 		s.log.Warn("cannot take up a reopened workflow run; the next scan will", "run", run.ID, "error", err)
 	}
 	return &run, nil

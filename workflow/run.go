@@ -102,6 +102,12 @@ func (s *stepState) terminal() (ended, ok bool) {
 	all := true
 	for i := range s.items {
 		it := &s.items[i]
+		if it.starting {
+			// A retry being written keeps its failed attempt's state until it lands: the
+			// step has not ended, whatever that state says (a sibling's end that advances
+			// the run meanwhile must neither skip the steps after it nor end the run).
+			return false, false
+		}
 		switch it.state {
 		case model.StepSucceeded:
 		case model.StepFailed, model.StepCancelled:

@@ -24,9 +24,9 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/engine/cron"
-	"github.com/axe-sched/axe/internal/clock"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/clock"
+	"github.com/axe-sched/axe/lib/cron"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -76,11 +76,11 @@ type Service struct {
 
 	mu        sync.Mutex
 	runs      map[string]*runState
-	versions  map[string]*compiled // "name@version"
-	schedules map[string]*schedule // workflows with a cron trigger this node schedules
-	backfills map[string]*backfill
-	followed  map[string]bool        // "workflow\x00upstream run id" already acted on (follow)
-	tasks     map[string]*model.Task // step tasks read before, by name (stepTaskOf)
+	versions  map[string]*compiled               // "name@version"
+	schedules map[string]*schedule               // workflows with a cron trigger this node schedules
+	backfills map[string]*model.WorkflowBackfill // running backfills of the workflows this node schedules (loadBackfills)
+	followed  map[string]bool                    // "workflow\x00upstream run id" already acted on (follow)
+	tasks     map[string]*model.Task             // step tasks read before, by name (stepTaskOf)
 
 	m wfMetrics
 
@@ -89,7 +89,10 @@ type Service struct {
 	wake   chan struct{}
 }
 
+// schedule is the trigger of a cron or delay workflow this node schedules: a delay's one
+// fire is next, and sched is nil.
 type schedule struct {
+	trigger  string
 	name     string
 	version  int
 	paused   bool
@@ -103,6 +106,10 @@ type schedule struct {
 
 // runState is one open run this node drives.
 type runState struct {
+	// id, workflow and trigger are the run's, set once: read without mu (run is replaced
+	// whole under mu when it ends).
+	id, workflow, trigger string
+
 	mu     sync.Mutex
 	run    model.WorkflowRun
 	c      *compiled
@@ -112,6 +119,12 @@ type runState struct {
 	// the steps it releases is measured from it.
 	endSeen time.Time
 	gone    bool // left memory (ended, or its shard went)
+	// epoch is the epoch of the workflow's shard this node held when it took the run up.
+	epoch int64
+	// wake is the timer that advances the run when its earliest retry (or wait for a limit)
+	// falls due (wakeAt, Unix ms); nil when none is armed.
+	wake   clock.Timer
+	wakeAt int64
 }
 
 // New makes a service and connects it to the engine's step ends.
@@ -127,7 +140,7 @@ func New(cfg Config) *Service {
 	}
 	s := &Service{cfg: cfg, eng: cfg.Engine, st: cfg.Store, clk: cfg.Clock, log: cfg.Logger.With("service", "workflow"),
 		runs: map[string]*runState{}, versions: map[string]*compiled{}, schedules: map[string]*schedule{},
-		backfills: map[string]*backfill{}, followed: map[string]bool{}, tasks: map[string]*model.Task{}, wake: make(chan struct{}, 1)}
+		backfills: map[string]*model.WorkflowBackfill{}, followed: map[string]bool{}, tasks: map[string]*model.Task{}, wake: make(chan struct{}, 1)}
 	s.m = newWFMetrics(cfg.Engine.Metrics())
 	cfg.Engine.Steps().SetSink(s)
 	return s
@@ -181,7 +194,6 @@ func (s *Service) loop(ctx context.Context) {
 			}
 		}
 		s.fireDue(ctx)
-		s.retryDue()
 		s.pumpBackfills(ctx)
 		select {
 		case <-ctx.Done():
@@ -223,7 +235,10 @@ func (s *Service) scan(ctx context.Context) error {
 	}
 	var drop []*runState
 	for id, rs := range s.runs {
-		if !s.eng.Steps().Owned(rs.run.Workflow) {
+		// A run taken up at another epoch of its shard is dropped too and read again: the
+		// shard left this node and came back (a freeze, a partition), and the node that held
+		// it meanwhile moved the run on.
+		if ep, ok := s.eng.Steps().Epoch(rs.workflow); !ok || ep != rs.epoch {
 			drop = append(drop, rs)
 			delete(s.runs, id)
 		}
@@ -242,19 +257,20 @@ func (s *Service) scan(ctx context.Context) error {
 		_, held := s.runs[r.ID]
 		s.mu.Unlock()
 		if !held {
-			if err := s.takeUp(ctx, r.ID); err != nil && ctx.Err() == nil {
+			if err := s.takeUp(ctx, r.Workflow, r.ID); err != nil && ctx.Err() == nil {
 				s.log.Warn("cannot take up a workflow run", "run", r.ID, "error", err)
 			}
 		}
 	}
-	return nil
+	// After the open runs: a backfill counts its runs in flight among those.
+	return s.loadBackfills(sctx)
 }
 
 // track keeps the cron schedule of a workflow this node schedules.
 func (s *Service) track(w model.Workflow) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w.Def.Trigger != model.TriggerCron {
+	if w.Def.Trigger != model.TriggerCron && w.Def.Trigger != model.TriggerDelay {
 		delete(s.schedules, w.Def.Name)
 		return
 	}
@@ -262,17 +278,20 @@ func (s *Service) track(w model.Workflow) {
 	if sc != nil && sc.version == w.Def.Version && sc.paused == w.Def.Paused && sc.next == w.NextFire {
 		return
 	}
-	parsed, err := cron.Parse(w.Def.Cron)
-	if err != nil {
-		s.log.Warn("stored workflow has a cron it cannot read", "workflow", w.Def.Name, "error", err)
-		return
+	var parsed cron.Schedule
+	if w.Def.Trigger == model.TriggerCron {
+		var err error
+		if parsed, err = cron.Parse(w.Def.Cron); err != nil {
+			s.log.Warn("stored workflow has a cron it cannot read", "workflow", w.Def.Name, "error", err)
+			return
+		}
 	}
 	loc, err := time.LoadLocation(w.Def.Timezone)
 	if err != nil {
 		loc = time.UTC
 	}
 	if sc == nil || !sc.inFlight {
-		s.schedules[w.Def.Name] = &schedule{name: w.Def.Name, version: w.Def.Version, paused: w.Def.Paused, next: w.NextFire,
+		s.schedules[w.Def.Name] = &schedule{trigger: w.Def.Trigger, name: w.Def.Name, version: w.Def.Version, paused: w.Def.Paused, next: w.NextFire,
 			sched: parsed, loc: loc, misfire: w.Def.MisfirePolicy, jitter: int64(w.Def.JitterSec) * 1000}
 	}
 }
@@ -301,7 +320,13 @@ func (s *Service) compiledVersion(ctx context.Context, name string, version int)
 }
 
 // takeUp loads an open run from the store and drives it from where its rows say it is.
-func (s *Service) takeUp(ctx context.Context, id string) error {
+func (s *Service) takeUp(ctx context.Context, workflow, id string) error {
+	// The epoch first, the rows after: a shard that moves between the two leaves a run at an
+	// older epoch, which the next scan reads again.
+	epoch, ok := s.eng.Steps().Epoch(workflow)
+	if !ok {
+		return nil
+	}
 	run, rows, err := s.st.GetWorkflowRun(ctx, id)
 	if err != nil {
 		return err
@@ -313,7 +338,7 @@ func (s *Service) takeUp(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	rs := &runState{run: *run, c: c, steps: apply(c, rows)}
+	rs := &runState{id: run.ID, workflow: run.Workflow, trigger: run.Trigger, run: *run, c: c, steps: apply(c, rows), epoch: epoch}
 	rs.armRetries()
 	s.mu.Lock()
 	if _, held := s.runs[id]; held {
@@ -322,8 +347,36 @@ func (s *Service) takeUp(ctx context.Context, id string) error {
 	}
 	s.runs[id] = rs
 	s.mu.Unlock()
+	rs.mu.Lock()
+	for i := range rs.steps {
+		for j := range rs.steps[i].items {
+			s.wakeAt(rs, rs.steps[i].items[j].retryAt)
+		}
+	}
+	rs.mu.Unlock()
 	go s.advance(rs)
 	return nil
+}
+
+// wakeAt arms rs's timer to advance it at at (Unix ms) unless it is armed for then or
+// sooner: a retry or a wait for a limit is a timer, not a poll. rs.mu is held. advance arms
+// it again for the items not due yet when it fires.
+func (s *Service) wakeAt(rs *runState, at int64) {
+	if at <= 0 || rs.gone || (rs.wake != nil && rs.wakeAt <= at) {
+		return
+	}
+	if rs.wake != nil {
+		rs.wake.Stop()
+	}
+	rs.wakeAt = at
+	rs.wake = s.clk.AfterFunc(time.Duration(max(at-s.clk.Now().UnixMilli(), 0))*time.Millisecond, func() {
+		rs.mu.Lock()
+		if rs.wakeAt == at {
+			rs.wake, rs.wakeAt = nil, 0
+		}
+		rs.mu.Unlock()
+		s.advance(rs)
+	})
 }
 
 // armRetries sets the retry time of every item whose last attempt failed with attempts

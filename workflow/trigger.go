@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 )
@@ -18,7 +18,7 @@ import (
 // ones follow the workflow's misfire policy.
 const misfireGrace = time.Minute
 
-// fireDue starts the cron runs due of the workflows this node schedules. The run and the
+// fireDue starts the cron (and delay) runs due of the workflows this node schedules. The run and the
 // schedule's next fire are written in one transaction, and a run's id is its logical
 // time's (timeRunID): a fire taken up twice (a restart, a shard moved) meets the stored run.
 func (s *Service) fireDue(ctx context.Context) {
@@ -59,7 +59,7 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 	}
 	// The fire times due: from the stored next fire up to now (each past its jitter).
 	var due []int64
-	for at := time.UnixMilli(sc.next); !at.IsZero() && len(due) < 100_000; at = sc.sched.Next(at, sc.loc) {
+	for at := time.UnixMilli(sc.next); !at.IsZero() && len(due) < 100_000; at = sc.after(at) {
 		ms := at.UnixMilli()
 		if ms+jitterOf(sc.name, ms, sc.jitter) > now.UnixMilli() {
 			break
@@ -69,7 +69,7 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 	if len(due) == 0 {
 		return nil
 	}
-	nextAt := sc.sched.Next(time.UnixMilli(due[len(due)-1]), sc.loc)
+	nextAt := sc.after(time.UnixMilli(due[len(due)-1]))
 	nextMS := int64(0)
 	if !nextAt.IsZero() {
 		nextMS = nextAt.UnixMilli()
@@ -110,7 +110,7 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 	}
 	for _, t := range run {
 		b.NewWorkflowRuns = append(b.NewWorkflowRuns, model.WorkflowRun{ID: timeRunID(sc.name, t), Workflow: sc.name, Version: w.Def.Version,
-			ScheduledAt: t, Trigger: model.TriggerCron, Params: w.Def.Params, State: model.WorkflowRunning, CreatedAt: now.UnixMilli()})
+			ScheduledAt: t, Trigger: sc.trigger, Params: w.Def.Params, State: model.WorkflowRunning, CreatedAt: now.UnixMilli()})
 	}
 	err = s.eng.Steps().ApplyBatch(ctx, sc.name, b)
 	for errors.Is(err, persist.ErrWorkflowRunExists) && len(b.NewWorkflowRuns) > 0 {
@@ -132,12 +132,20 @@ func (s *Service) fire(ctx context.Context, sc *schedule, now time.Time) error {
 	}
 	sc.next = nextMS
 	for _, r := range b.NewWorkflowRuns {
-		s.m.started[model.TriggerCron].Inc()
-		if err := s.takeUp(ctx, r.ID); err != nil {
+		s.m.started[sc.trigger].Inc()
+		if err := s.takeUp(ctx, sc.name, r.ID); err != nil {
 			s.log.Warn("cannot take up a new workflow run; the next scan will", "run", r.ID, "error", err)
 		}
 	}
 	return nil
+}
+
+// after is the schedule's fire after at; zero for none (a delay fires once).
+func (sc *schedule) after(at time.Time) time.Time {
+	if sc.sched == nil {
+		return time.Time{}
+	}
+	return sc.sched.Next(at, sc.loc)
 }
 
 // openRunOf returns the id of a run of workflow this node drives, "" for none.
@@ -145,7 +153,7 @@ func (s *Service) openRunOf(workflow string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, rs := range s.runs {
-		if rs.run.Workflow == workflow {
+		if rs.workflow == workflow {
 			return id
 		}
 	}
@@ -168,20 +176,12 @@ const (
 	BackfillParallelMax = 64
 )
 
-// backfill runs a workflow for every cron fire time in [from, to), at most parallel runs
-// at once. It lives in memory on the node that schedules the workflow: a restart or a moved
-// shard ends it, and asking again for the same range runs only the logical times that have
-// no run yet (their run ids are their times': timeRunID).
-type backfill struct {
-	workflow string
-	times    []int64
-	next     int
-	parallel int
-	open     map[string]bool
-	started  int
-	skipped  int
-	actor    string
-}
+// A backfill runs a workflow for every cron fire time in [from, to), at most parallel runs
+// at once. It is stored (model.WorkflowBackfill, one row per workflow): its cursor steps in
+// the transaction that inserts the run it starts, fenced by the workflow's shard, so exactly
+// one node pumps it, the one that schedules the workflow, and after a restart or a failover
+// the next one goes on from the cursor. A run's id is its logical time's (timeRunID): a time
+// that has a run already (the schedule's, an earlier backfill's) is skipped, not run twice.
 
 // BackfillStatus is what a backfill did.
 type BackfillStatus struct {
@@ -217,112 +217,203 @@ func (s *Service) Backfill(ctx context.Context, name string, from, to time.Time,
 	if parallel < 1 || parallel > BackfillParallelMax {
 		return nil, &FieldError{Field: "parallel", Msg: fmt.Sprintf("must be 1-%d, got %d", BackfillParallelMax, parallel)}
 	}
-	sc, err := cron.Parse(w.Def.Cron)
+	sc, loc, err := backfillSchedule(w.Def.Cron, w.Def.Timezone)
 	if err != nil {
 		return nil, err
 	}
-	loc, _ := time.LoadLocation(w.Def.Timezone)
+	first := backfillNext(sc, loc, from.UnixMilli()-1, to.UnixMilli())
+	total := 0
+	for at := first; at != 0; at = backfillNext(sc, loc, at, to.UnixMilli()) {
+		if total == BackfillRunsMax {
+			return nil, &FieldError{Field: "to", Msg: fmt.Sprintf("the range holds more than %d fire times", BackfillRunsMax)}
+		}
+		total++
+	}
+	now := s.clk.Now().UnixMilli()
+	bf := model.WorkflowBackfill{Workflow: name, From: from.UnixMilli(), To: to.UnixMilli(), Parallel: parallel, Cron: w.Def.Cron,
+		Timezone: w.Def.Timezone, Total: total, Next: first, State: model.BackfillRunning, Actor: actor, CreatedAt: now, UpdatedAt: now}
+	if first == 0 {
+		bf.State, bf.EndedAt = model.BackfillDone, now
+	}
+	act := s.action(name, "", ActBackfill, actor, fmt.Sprintf("%d fire times from %s to %s, %d at once", total,
+		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), parallel))
+	b := &persist.Batch{WorkflowBackfills: []persist.WorkflowBackfillPut{{Backfill: bf, Create: true}}, Actions: []model.Action{act}}
+	if err := s.eng.Steps().ApplyBatch(ctx, name, b); err != nil {
+		if errors.Is(err, persist.ErrWorkflowBackfillRunning) {
+			return nil, fmt.Errorf("workflow %q has a backfill in progress: %w", name, ErrConflict)
+		}
+		return nil, err
+	}
+	out := &BackfillStatus{Workflow: name, Times: total, Done: bf.State != model.BackfillRunning}
+	if bf.State == model.BackfillRunning {
+		pumped := bf // the pump's own copy: it steps its cursor
+		s.mu.Lock()
+		s.backfills[name] = &pumped
+		s.mu.Unlock()
+		s.poke()
+	}
+	return out, nil
+}
+
+// backfillSchedule reads a backfill's schedule.
+func backfillSchedule(spec, zone string) (cron.Schedule, *time.Location, error) {
+	sc, err := cron.Parse(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	loc, _ := time.LoadLocation(zone)
 	if loc == nil {
 		loc = time.UTC
 	}
-	var times []int64
-	at := from.Add(-time.Millisecond)
-	for {
-		n := sc.Next(at, loc)
-		if n.IsZero() || !n.Before(to) {
-			break
-		}
-		if len(times) == BackfillRunsMax {
-			return nil, &FieldError{Field: "to", Msg: fmt.Sprintf("the range holds more than %d fire times", BackfillRunsMax)}
-		}
-		times = append(times, n.UnixMilli())
-		at = n
-	}
-	s.mu.Lock()
-	if b := s.backfills[name]; b != nil && b.next < len(b.times) {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("workflow %q has a backfill in progress: %w", name, ErrConflict)
-	}
-	b := &backfill{workflow: name, times: times, parallel: parallel, open: map[string]bool{}, actor: actor}
-	s.backfills[name] = b
-	s.mu.Unlock()
-	act := s.action(name, "", ActBackfill, actor, fmt.Sprintf("%d fire times from %s to %s, %d at once", len(times),
-		from.UTC().Format(time.RFC3339), to.UTC().Format(time.RFC3339), parallel))
-	if err := s.eng.Steps().Write(ctx, name, &persist.Group{Actions: []model.Action{act}}); err != nil {
-		return nil, err
-	}
-	s.poke()
-	return s.BackfillStatus(name), nil
+	return sc, loc, nil
 }
 
-// BackfillStatus returns the workflow's latest backfill on this node, nil when none.
-func (s *Service) BackfillStatus(name string) *BackfillStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.backfills[name]
-	if b == nil {
-		return nil
+// backfillNext is the schedule's first fire time after after and before to, 0 for none.
+func backfillNext(sc cron.Schedule, loc *time.Location, after, to int64) int64 {
+	n := sc.Next(time.UnixMilli(after), loc)
+	if n.IsZero() || n.UnixMilli() >= to {
+		return 0
 	}
-	running := 0
-	for id := range b.open {
-		if rs := s.runs[id]; rs != nil {
-			running++
+	return n.UnixMilli()
+}
+
+// BackfillStatus returns the workflow's latest backfill as stored, with its runs still
+// running; ErrNotFound when it has none.
+func (s *Service) BackfillStatus(ctx context.Context, name string) (*BackfillStatus, error) {
+	bf, err := s.st.GetWorkflowBackfill(ctx, name)
+	if errors.Is(err, persist.ErrWorkflowBackfillNotFound) {
+		return nil, fmt.Errorf("workflow %q has no backfill: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	running, err := s.st.CountOpenWorkflowRuns(ctx, name, triggerBackfill)
+	if err != nil {
+		return nil, err
+	}
+	return &BackfillStatus{Workflow: name, Times: bf.Total, Started: bf.Started, Skipped: bf.Skipped, Running: running,
+		Done: bf.State != model.BackfillRunning && running == 0}, nil
+}
+
+// triggerBackfill is the trigger of the runs a backfill starts.
+const triggerBackfill = "backfill"
+
+// loadBackfills keeps the running backfills of the workflows this node schedules, as
+// stored (a scan).
+func (s *Service) loadBackfills(ctx context.Context) error {
+	list, err := s.st.RunningWorkflowBackfills(ctx)
+	if err != nil {
+		return err
+	}
+	m := make(map[string]*model.WorkflowBackfill, len(list))
+	for i := range list {
+		if s.eng.Steps().Owned(list[i].Workflow) {
+			m[list[i].Workflow] = &list[i]
 		}
 	}
-	return &BackfillStatus{Workflow: name, Times: len(b.times), Started: b.started, Skipped: b.skipped, Running: running,
-		Done: b.next >= len(b.times) && running == 0}
+	s.mu.Lock()
+	s.backfills = m
+	s.mu.Unlock()
+	return nil
 }
 
 // pumpBackfills starts each backfill's next runs while it has fewer than its parallelism
-// in flight.
+// in flight: one transaction per run, the run inserted and the cursor stepped together.
 func (s *Service) pumpBackfills(ctx context.Context) {
 	s.mu.Lock()
-	var list []*backfill
+	list := make([]*model.WorkflowBackfill, 0, len(s.backfills))
 	for _, b := range s.backfills {
-		if b.next < len(b.times) {
-			list = append(list, b)
-		}
+		list = append(list, b)
 	}
 	s.mu.Unlock()
 	for _, b := range list {
-		if !s.eng.Steps().Owned(b.workflow) {
-			continue
-		}
-		w, err := s.st.GetWorkflow(ctx, b.workflow)
-		if err != nil {
-			continue
-		}
-		for {
-			s.mu.Lock()
-			for id := range b.open {
-				if s.runs[id] == nil {
-					delete(b.open, id)
-				}
+		if err := s.pump(ctx, b); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("cannot start a backfill run; the backfill is read again at the next scan", "workflow", b.Workflow, "error", err)
 			}
-			if len(b.open) >= b.parallel || b.next >= len(b.times) {
-				s.mu.Unlock()
-				break
-			}
-			at := b.times[b.next]
-			s.mu.Unlock()
-			id := timeRunID(b.workflow, at)
-			_, err := s.create(ctx, w, id, at, "backfill", nil, b.actor, "workflow_backfill_run")
 			s.mu.Lock()
-			switch {
-			case err == nil:
-				b.open[id], b.started = true, b.started+1
-				b.next++
-			case errors.Is(err, persist.ErrWorkflowRunExists):
-				b.skipped++
-				b.next++
+			if s.backfills[b.Workflow] == b {
+				delete(s.backfills, b.Workflow)
 			}
 			s.mu.Unlock()
-			if err != nil && !errors.Is(err, persist.ErrWorkflowRunExists) {
-				s.log.Warn("cannot start a backfill run; trying again", "workflow", b.workflow, "error", err)
-				break
-			}
 		}
 	}
+}
+
+func (s *Service) pump(ctx context.Context, b *model.WorkflowBackfill) error {
+	if !s.eng.Steps().Owned(b.Workflow) {
+		return nil
+	}
+	if s.openBackfillRuns(b.Workflow) >= b.Parallel {
+		return nil
+	}
+	w, err := s.st.GetWorkflow(ctx, b.Workflow)
+	if err != nil {
+		return err
+	}
+	sc, loc, err := backfillSchedule(b.Cron, b.Timezone)
+	if err != nil {
+		return err
+	}
+	for b.State == model.BackfillRunning && s.openBackfillRuns(b.Workflow) < b.Parallel {
+		at := b.Next
+		now := s.clk.Now().UnixMilli()
+		nb := *b
+		nb.Next, nb.UpdatedAt = backfillNext(sc, loc, at, b.To), now
+		if nb.Next == 0 {
+			nb.State, nb.EndedAt = model.BackfillDone, now
+		}
+		id := timeRunID(b.Workflow, at)
+		run := model.WorkflowRun{ID: id, Workflow: b.Workflow, Version: w.Def.Version, ScheduledAt: at, Trigger: triggerBackfill,
+			Params: w.Def.Params, State: model.WorkflowRunning, CreatedAt: now}
+		started := nb
+		started.Started++
+		batch := &persist.Batch{NewWorkflowRuns: []model.WorkflowRun{run},
+			WorkflowBackfills: []persist.WorkflowBackfillPut{{Backfill: started, ExpectNext: at}},
+			Actions: []model.Action{s.action(b.Workflow, id, "workflow_backfill_run", b.Actor,
+				triggerBackfill+" run of "+time.UnixMilli(at).UTC().Format(time.RFC3339))}}
+		err := s.eng.Steps().ApplyBatch(ctx, b.Workflow, batch)
+		if errors.Is(err, persist.ErrWorkflowRunExists) {
+			skipped := nb
+			skipped.Skipped++
+			err = s.eng.Steps().ApplyBatch(ctx, b.Workflow, &persist.Batch{
+				WorkflowBackfills: []persist.WorkflowBackfillPut{{Backfill: skipped, ExpectNext: at}}})
+			if err != nil {
+				return err
+			}
+			*b = skipped
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		*b = started
+		s.m.started[triggerBackfill].Inc()
+		if err := s.takeUp(ctx, b.Workflow, id); err != nil {
+			s.log.Warn("cannot take up a new workflow run; the next scan will", "run", id, "error", err)
+		}
+	}
+	if b.State != model.BackfillRunning {
+		s.mu.Lock()
+		if s.backfills[b.Workflow] == b {
+			delete(s.backfills, b.Workflow)
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// openBackfillRuns counts the backfill runs of workflow this node drives.
+func (s *Service) openBackfillRuns(workflow string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, rs := range s.runs {
+		if rs.workflow == workflow && rs.trigger == triggerBackfill {
+			n++
+		}
+	}
+	return n
 }
 
 // followLook bounds how many of an upstream workflow's newest runs a scan looks at.

@@ -45,6 +45,12 @@ const (
 	RawConcurrencyDefault = 512
 )
 
+// Config.Callback values.
+const (
+	CallbackExecutor = "executor"
+	CallbackHTTP     = "http"
+)
+
 // Sentinel errors.
 var (
 	// ErrIncomplete is returned when a phase ended without every task recorded as a success.
@@ -104,6 +110,15 @@ type Config struct {
 	// it (fenced writes, the epoch on every dispatch, the gate before each send), to measure
 	// what high availability costs. Defaults to false.
 	HA bool
+	// HAMode is how HA runs the engine: HAModePrimary (the primary of one lease) or
+	// HAModeShards (the one node of a sharded cluster, holding all 256 shards, as `axe serve
+	// --ha` runs by default). Defaults to HAModePrimary.
+	HAMode string
+	// Callback is what the tasks call: CallbackExecutor (an SDK executor's handler, runs
+	// offered in batches over /axe/runs) or CallbackHTTP (a plain fasthttp endpoint in the
+	// executor process, one POST a fire, the response the result). The raw rate beside the
+	// burst is measured against the same receiver. Defaults to CallbackExecutor.
+	Callback string
 	// Timeline, when positive, samples the writer every Timeline from each phase's first due
 	// time until it drains (Phase.Timeline): the rows and batches committed, the time the
 	// lanes spent committing and the groups queued, which show which writes set the pace
@@ -134,6 +149,12 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.HAMode == "" {
+		c.HAMode = HAModePrimary
+	}
+	if c.Callback == "" {
+		c.Callback = CallbackExecutor
+	}
 	return c
 }
 
@@ -158,6 +179,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("raw concurrency must be at least 1, got %d", c.RawConcurrency)
 	case c.Timeout < 0:
 		return fmt.Errorf("timeout must not be negative, got %s", c.Timeout)
+	case c.HAMode != HAModePrimary && c.HAMode != HAModeShards:
+		return fmt.Errorf("ha mode must be %q or %q, got %q", HAModePrimary, HAModeShards, c.HAMode)
+	case c.Callback != CallbackExecutor && c.Callback != CallbackHTTP:
+		return fmt.Errorf("callback must be %q or %q, got %q", CallbackExecutor, CallbackHTTP, c.Callback)
 	case c.Timeline < 0:
 		return fmt.Errorf("timeline interval must not be negative, got %s", c.Timeline)
 	}
@@ -204,12 +229,19 @@ type Phase struct {
 	// executor processes; DatabaseCPU that of the MariaDB server, which other clients of the
 	// server share (0 when it is not on this machine).
 	SchedulerCPU, ExecutorCPU, DatabaseCPU time.Duration
+	// SchedulerIdle is the scheduler's CPU a second (cores) over up to a second just before
+	// the first due instant, everything started and nothing due: what a longer drain costs
+	// it without firing anything. 0 when not measured (the lead left no time).
+	SchedulerIdle float64
 	// WriterCommits is how many batches the writer lanes committed during the phase, and
 	// WriterBusy the time they spent in them, summed over the WriterLanes lanes: WriterBusy
 	// close to Finish × WriterLanes means the writers set the pace.
 	WriterCommits int
 	WriterBusy    time.Duration
 	WriterLanes   int
+	// Allocs and AllocBytes count the heap objects and bytes this process allocated over
+	// the same span as SchedulerCPU: unlike CPU, they do not move with the machine's load.
+	Allocs, AllocBytes uint64
 	// RSSGrowth is this process's RSS increase from before the engine was created to its
 	// peak during the phase; PeakRSS is that peak.
 	RSSGrowth, PeakRSS int64
@@ -247,19 +279,22 @@ type Report struct {
 	LoadAverage                    string
 	// Steady and Burst are the phases that ran.
 	Steady, Burst *Phase
+	// Callback is Config.Callback: what the tasks called.
+	Callback string
 	// RawRate is the rate, in requests/s, at which the executor process accepted runs posted
-	// straight to it over fasthttp, with nothing scheduled or recorded (0 when the burst
-	// phase was skipped). BurstVsRaw is Burst.Rate / RawRate.
+	// straight to it over fasthttp (to its HTTP receiver for CallbackHTTP), with nothing
+	// scheduled or recorded (0 when the burst phase was skipped). BurstVsRaw is
+	// Burst.Rate / RawRate.
 	RawRate, BurstVsRaw float64
 }
 
 // Table renders the report as a short text table.
 func (r Report) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "axe end to end (B4): %d CPUs, %.1f GiB, MariaDB %s with innodb_flush_log_at_trx_commit=%s, load average %s\n",
-		r.CPUs, float64(r.MemoryBytes)/(1<<30), r.DBVersion, r.FlushLogAtTrxCommit, r.LoadAverage)
+	fmt.Fprintf(&b, "axe end to end (B4), %s callbacks: %d CPUs, %.1f GiB, MariaDB %s with innodb_flush_log_at_trx_commit=%s, load average %s\n",
+		r.Callback, r.CPUs, float64(r.MemoryBytes)/(1<<30), r.DBVersion, r.FlushLogAtTrxCommit, r.LoadAverage)
 	t := benchkit.NewTable("phase", "tasks", "failed", "due over", "load s", "finish s", "overrun ms", "recorded/s",
-		"p50 ms", "p99 ms", "max ms", "sched CPU s", "exec CPU s", "DB CPU s", "commits", "lanes busy", "RSS +MB", "peak RSS MB")
+		"p50 ms", "p99 ms", "max ms", "sched CPU s", "exec CPU s", "DB CPU s", "sched µs/fire", "net of idle", "exec µs/fire", "DB µs/fire", "commits", "lanes busy", "RSS +MB", "peak RSS MB", "allocs/fire", "B/fire")
 	for _, p := range []*Phase{r.Steady, r.Burst} {
 		if p == nil {
 			continue
@@ -272,8 +307,11 @@ func (r Report) Table() string {
 			fmt.Sprint(p.Overrun.Milliseconds()), benchkit.Num(p.Rate),
 			fmt.Sprint(p.LatenessP50.Milliseconds()), fmt.Sprint(p.LatenessP99.Milliseconds()), fmt.Sprint(p.LatenessMax.Milliseconds()),
 			benchkit.Num(p.SchedulerCPU.Seconds()), benchkit.Num(p.ExecutorCPU.Seconds()), benchkit.Num(p.DatabaseCPU.Seconds()),
+			perFire(p.SchedulerCPU, p.Tasks), perFire(p.SchedulerCPU-time.Duration(p.SchedulerIdle*float64(p.Finish)), p.Tasks),
+			perFire(p.ExecutorCPU, p.Tasks), perFire(p.DatabaseCPU, p.Tasks),
 			fmt.Sprint(p.WriterCommits), fmt.Sprintf("%.0f%%", 100*p.WriterBusy.Seconds()/p.Finish.Seconds()/float64(max(p.WriterLanes, 1))),
-			benchkit.Num(float64(p.RSSGrowth)/(1<<20)), benchkit.Num(float64(p.PeakRSS)/(1<<20)))
+			benchkit.Num(float64(p.RSSGrowth)/(1<<20)), benchkit.Num(float64(p.PeakRSS)/(1<<20)),
+			benchkit.Num(float64(p.Allocs)/float64(max(p.Tasks, 1))), benchkit.Num(float64(p.AllocBytes)/float64(max(p.Tasks, 1))))
 	}
 	b.WriteString(t.String())
 	for _, p := range []*Phase{r.Steady, r.Burst} {
@@ -290,10 +328,22 @@ func (r Report) Table() string {
 		}
 	}
 	if r.RawRate > 0 {
-		fmt.Fprintf(&b, "raw fasthttp POST /axe/run to the same executor process: %s req/s; burst recorded/s ÷ raw = %.2f\n",
-			benchkit.Num(r.RawRate), r.BurstVsRaw)
+		target := "POST /axe/run to the same executor process"
+		if r.Callback == CallbackHTTP {
+			target = "POST to the same HTTP receiver"
+		}
+		fmt.Fprintf(&b, "raw fasthttp %s: %s req/s; burst recorded/s ÷ raw = %.2f\n",
+			target, benchkit.Num(r.RawRate), r.BurstVsRaw)
 	}
 	return b.String()
+}
+
+// perFire renders cpu spent over n fires in µs a fire.
+func perFire(cpu time.Duration, n int) string {
+	if n <= 0 {
+		return "-"
+	}
+	return benchkit.Num(float64(cpu.Microseconds()) / float64(n))
 }
 
 // timelineTable renders p.Timeline as the writer's rates between consecutive samples.
@@ -325,7 +375,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := cfg.validate(); err != nil {
 		return Report{}, fmt.Errorf("cannot run the end-to-end benchmark: %w", err)
 	}
-	rep := Report{CPUs: runtime.NumCPU(), MemoryBytes: memTotal()}
+	rep := Report{CPUs: runtime.NumCPU(), MemoryBytes: memTotal(), Callback: cfg.Callback}
 	if cfg.ProfileDir != "" {
 		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
 			return rep, fmt.Errorf("cannot create the profile directory: %w", err)

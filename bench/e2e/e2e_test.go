@@ -178,6 +178,32 @@ func checkTimeline(t *testing.T, p *Phase) {
 	}
 }
 
+// TestRunHTTPCallbacks runs a small burst of HTTP-callback tasks (Config.Callback http, issue
+// 48's measurement) and checks that every run was recorded a success, that the receiver's
+// process did the work and that the raw rate to the same receiver was measured.
+func TestRunHTTPCallbacks(t *testing.T) {
+	cfg := Config{DSN: serverDSN(t), Tasks: -1, Burst: 500, Callback: CallbackHTTP,
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	rep, err := Run(context.Background(), cfg)
+	t.Log("\n" + rep.Table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := rep.Burst
+	if p == nil || rep.Steady != nil {
+		t.Fatalf("phases: steady %v, burst %v; want the burst alone", rep.Steady, p)
+	}
+	if p.Runs != 500 || p.Runtimes != 500 {
+		t.Errorf("%d successful runs and %d runtimes in SUCCESS for 500 tasks", p.Runs, p.Runtimes)
+	}
+	if p.SchedulerCPU <= 0 || p.ExecutorCPU <= 0 {
+		t.Errorf("CPU not measured: scheduler %s, receiver %s", p.SchedulerCPU, p.ExecutorCPU)
+	}
+	if rep.Callback != CallbackHTTP || rep.RawRate <= 0 || !strings.Contains(rep.Table(), "same HTTP receiver") {
+		t.Errorf("callback %q, raw rate %v: the raw rate to the HTTP receiver was not measured", rep.Callback, rep.RawRate)
+	}
+}
+
 // TestConfigValidate checks that Run refuses configurations it cannot run.
 func TestConfigValidate(t *testing.T) {
 	for name, cfg := range map[string]Config{
@@ -185,6 +211,7 @@ func TestConfigValidate(t *testing.T) {
 		"both skipped":      {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Tasks: -1, Burst: -1},
 		"negative lead":     {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Lead: -time.Second},
 		"negative timeline": {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Timeline: -time.Second},
+		"unknown callback":  {DSN: "mysql:root:@tcp(127.0.0.1:3306)/", Callback: "grpc"},
 		"sqlite":            {DSN: "sqlite:axe.db", Tasks: 10, Burst: -1, ExecutorCommand: []string{"/bin/false"}},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -41,6 +41,9 @@ const executorPackage = "github.com/axe-sched/axe/bench/e2e/internal/benchexec"
 type executorReady struct {
 	Addr    string `json:"addr"`
 	RawAddr string `json:"raw_addr"`
+	// HTTPAddr is the process's plain HTTP receiver: the endpoint of the tasks of
+	// Config.Callback CallbackHTTP, and of the raw rate beside them.
+	HTTPAddr string `json:"http_addr"`
 }
 
 // ExecutorMain is the benchmark's executor process. It runs two SDK executors with a no-op
@@ -52,7 +55,10 @@ type executorReady struct {
 //     measure the raw request rate of the same executor code in the same process, with
 //     nothing scheduled or recorded.
 //
-// It prints one JSON line {"addr":…,"raw_addr":…} to stdout once both serve, and stops when
+// and a plain fasthttp receiver that answers every POST with 200 and an empty body: the
+// endpoint of HTTP-callback tasks (Config.Callback CallbackHTTP) and of their raw rate.
+//
+// It prints one JSON line {"addr":…,"raw_addr":…,"http_addr":…} to stdout once all serve, and stops when
 // stdin reaches EOF (the parent closed it or died) or ctx ends. A command that runs an
 // executor for Config.ExecutorCommand only needs to call it with its arguments.
 func ExecutorMain(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
@@ -82,6 +88,11 @@ func ExecutorMain(ctx context.Context, args []string, stdin io.Reader, stdout io
 		return err
 	}
 	defer sink.close()
+	receiver, err := startReceiver()
+	if err != nil {
+		return err
+	}
+	defer receiver.close()
 
 	noop := func(context.Context, executor.Run) (executor.Result, error) { return executor.Result{}, nil }
 	var exes []*executor.Executor
@@ -91,6 +102,9 @@ func ExecutorMain(ctx context.Context, args []string, stdin io.Reader, stdout io
 			// Remember as many tickets as a large burst holds, so the de-dup cache does not
 			// churn; tickets are short.
 			DedupSize: 1 << 20, Logger: log,
+			// The process starts before the API server serves (HTTP-callback tasks name its
+			// receiver in the fixture the engine loads): registration is retried each beat.
+			HeartbeatInterval: time.Second,
 		})
 		if err != nil {
 			return err
@@ -110,7 +124,7 @@ func ExecutorMain(ctx context.Context, args []string, stdin io.Reader, stdout io
 			}
 		}
 	}()
-	line, _ := json.Marshal(executorReady{Addr: exes[0].Addr(), RawAddr: exes[1].Addr()})
+	line, _ := json.Marshal(executorReady{Addr: exes[0].Addr(), RawAddr: exes[1].Addr(), HTTPAddr: receiver.ln.Addr().String()})
 	if _, err := fmt.Fprintf(stdout, "%s\n", line); err != nil {
 		return err
 	}
@@ -173,6 +187,25 @@ func startSink() (*sink, error) {
 	}()
 	return s, nil
 }
+
+// startReceiver starts the HTTP-callback receiver: 200 and no body for every request, as
+// cheap an endpoint as fasthttp serves.
+func startReceiver() (*sink, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen for HTTP callbacks: %w", err)
+	}
+	s := &sink{ln: ln, url: "http://" + ln.Addr().String() + receiverPath, served: make(chan struct{})}
+	s.srv = &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) { rc.SetStatusCode(fasthttp.StatusOK) }}
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(ln)
+	}()
+	return s, nil
+}
+
+// receiverPath is the path HTTP-callback tasks post to.
+const receiverPath = "/fire"
 
 func (s *sink) close() {
 	_ = s.srv.Shutdown()

@@ -25,6 +25,8 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/protocol"
+
+	"github.com/axe-sched/axe/lib/freeport"
 )
 
 // runPhase runs one phase: n tasks falling due evenly over span, on a database, engine, API
@@ -68,12 +70,42 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		rep.DBVersion, rep.FlushLogAtTrxCommit = si.Version, si.FlushLogAtTrxCommit
 	}
 
+	// HTTP-callback tasks name the receiver of an executor process, so the processes start
+	// before the fixture is written; they register with the API server once it serves.
+	var procs []*executorProc
+	defer func() {
+		for _, pr := range procs {
+			pr.stop()
+		}
+	}()
+	api, err := reserveAddr()
+	if err != nil {
+		return nil, err
+	}
+	for i := range cfg.Executors {
+		profile := ""
+		if cfg.ProfileDir != "" {
+			profile = filepath.Join(cfg.ProfileDir, fmt.Sprintf("executor-%s-%d.pprof", name, i))
+		}
+		pr, err := startExecutor(ctx, command, "http://"+api, profile)
+		if err != nil {
+			return nil, err
+		}
+		procs = append(procs, pr)
+	}
+
 	written := time.Now()
 	first := written.Add(lead).Truncate(time.Millisecond)
+	cb := model.Callback{Type: model.CallbackExecutor, App: benchApp, Handler: benchHandler}
+	if cfg.Callback == CallbackHTTP {
+		// The first executor process's receiver: one endpoint, as one executor serves the
+		// executor tasks.
+		cb = model.Callback{Type: model.CallbackHTTP, URL: "http://" + procs[0].ready.HTTPAddr + receiverPath}
+	}
 	err = benchkit.InsertTasks(ctx, db, benchkit.Tasks{
 		N:         n,
 		Due:       func(i int) int64 { return first.Add(time.Duration(i) * span / time.Duration(n)).UnixMilli() }, // span 0: all at once
-		Callback:  model.Callback{Type: model.CallbackExecutor, App: benchApp, Handler: benchHandler},
+		Callback:  cb,
 		CreatedAt: written.UnixMilli(),
 	})
 	if err != nil {
@@ -103,7 +135,10 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	if background {
 		backgroundEngine(cfg, &ecfg, first, span)
 	}
-	if cfg.HA {
+	var startShards func(context.Context, string, *engine.Engine, *slog.Logger) (func(), error)
+	if cfg.HA && cfg.HAMode == HAModeShards {
+		startShards = shardNode(store, &ecfg)
+	} else if cfg.HA {
 		stopHA, err := asPrimary(ctx, store, &ecfg, quiet)
 		if err != nil {
 			return nil, err
@@ -121,9 +156,17 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		_ = eng.Stop(ctx)
 		return nil, err
 	}
+	if startShards != nil {
+		stopShards, err := startShards(ctx, dsn, eng, quiet)
+		if err != nil {
+			_ = eng.Stop(ctx)
+			return nil, err
+		}
+		defer stopShards() // after the engine's stop, deferred below
+	}
 	p.Load = time.Since(start)
 	log.Info("window loaded", "took", p.Load)
-	srv, err := admin.NewServer(admin.ServerConfig{Addr: "127.0.0.1:0", Engine: eng, Store: store, Logger: quiet})
+	srv, err := admin.NewServer(admin.ServerConfig{Addr: api, Engine: eng, Store: store, Logger: quiet})
 	if err != nil {
 		_ = eng.Stop(ctx)
 		return nil, err
@@ -132,13 +175,13 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		_ = eng.Stop(ctx)
 		return nil, err
 	}
-	var procs []*executorProc
 	// Shutdown order: executors first (they deliver their last results to the API), then the
 	// API server, then the engine (which flushes its writer); the store closes last.
 	defer func() {
 		for _, pr := range procs {
 			pr.stop()
 		}
+		procs = nil
 		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
 		defer scancel()
 		if err := srv.Stop(sctx); err != nil {
@@ -148,17 +191,6 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 			log.Warn("cannot stop the engine", "err", err)
 		}
 	}()
-	for i := range cfg.Executors {
-		profile := ""
-		if cfg.ProfileDir != "" {
-			profile = filepath.Join(cfg.ProfileDir, fmt.Sprintf("executor-%s-%d.pprof", name, i))
-		}
-		pr, err := startExecutor(ctx, command, "http://"+srv.Addr(), profile)
-		if err != nil {
-			return nil, err
-		}
-		procs = append(procs, pr)
-	}
 	if err := waitExecutors(ctx, eng, cfg.Executors); err != nil {
 		return nil, err
 	}
@@ -167,13 +199,38 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 			ErrLeadTooShort, name, late, p.Load)
 	}
 
-	rss := startSampler()
 	dbPID := benchkit.ServerPID(ctx, db)
-	cpu0, exec0, db0 := benchkit.CPUTime(), execCPU(procs), dbCPU(dbPID)
+	// The writer's counts start before the first due instant, as the timeline's base (taken
+	// at that instant by its own goroutine) does, so neither misses a commit.
 	commits0, busy0 := promValue("axe_writer_commits_total"), promValue("axe_writer_commit_duration_seconds_sum")
+	stopTimeline := sampleWriter(first, cfg.Timeline)
+	// The phase's CPU is counted from its first due instant: what came before is start-up.
+	// The scheduler's CPU over the last stretch before it (up to a second), with everything
+	// started and nothing due, is its idle rate (SchedulerIdle).
+	select {
+	case <-time.After(time.Until(first.Add(-time.Second))): // at once when less is left
+	case <-ctx.Done():
+		stopTimeline()
+		return nil, ctx.Err()
+	}
+	idle0, idleAt := benchkit.CPUTime(), time.Now()
+	select {
+	case <-time.After(time.Until(first)):
+	case <-ctx.Done():
+		stopTimeline()
+		return nil, ctx.Err()
+	}
+	cpu0, exec0, db0 := benchkit.CPUTime(), execCPU(procs), dbCPU(dbPID)
+	var mem0 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
+	if d := time.Since(idleAt); d >= 100*time.Millisecond {
+		p.SchedulerIdle = (cpu0 - idle0).Seconds() / d.Seconds()
+	}
+	rss := startSampler()
 	stopProfile := func() {}
 	if cfg.ProfileDir != "" {
 		if stopProfile, err = startProfiles(cfg.ProfileDir, "scheduler-"+name); err != nil {
+			stopTimeline()
 			rss.stop()
 			return nil, err
 		}
@@ -182,7 +239,6 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	if background {
 		waitBackground = runBackground(ctx, cfg, "http://"+srv.Addr(), first, span)
 	}
-	stopTimeline := sampleWriter(first, cfg.Timeline)
 	done, err := waitDone(ctx, eng, n)
 	p.Timeline = stopTimeline()
 	stopProfile()
@@ -195,6 +251,9 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 		return nil, fmt.Errorf("phase %s: %w", name, err)
 	}
 	p.SchedulerCPU, p.ExecutorCPU, p.DatabaseCPU = benchkit.CPUTime()-cpu0, execCPU(procs)-exec0, dbCPU(dbPID)-db0
+	var mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem1)
+	p.Allocs, p.AllocBytes = mem1.Mallocs-mem0.Mallocs, mem1.TotalAlloc-mem0.TotalAlloc
 	p.WriterCommits = int(promValue("axe_writer_commits_total") - commits0)
 	p.WriterBusy = time.Duration((promValue("axe_writer_commit_duration_seconds_sum") - busy0) * float64(time.Second))
 	p.PeakRSS = rss.stop()
@@ -205,7 +264,12 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 	log.Info("phase drained", "finish", p.Finish, "rate", p.Rate)
 
 	if name == "burst" {
-		rate, err := measureRaw(ctx, procs[0].ready.RawAddr, n, cfg.RawConcurrency)
+		measure := measureRaw
+		addr := procs[0].ready.RawAddr
+		if cfg.Callback == CallbackHTTP {
+			measure, addr = measureRawHTTP, procs[0].ready.HTTPAddr
+		}
+		rate, err := measure(ctx, addr, n, cfg.RawConcurrency)
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +306,7 @@ func runPhase(ctx context.Context, cfg Config, command []string, name string, n 
 func waitExecutors(ctx context.Context, eng *engine.Engine, n int) error {
 	for {
 		alive := 0
-		for _, x := range eng.Executors().List() {
+		for _, x := range eng.API().Executors().List() {
 			if x.App == benchApp && x.Status == dispatch.StatusAlive {
 				alive++
 			}
@@ -265,12 +329,17 @@ var results = []string{model.ResultSuccess, model.ResultFailed, model.ResultTime
 // results are counted and the writer queue is empty on two polls in a row (a result is
 // counted just before its write is queued). It returns when that was first seen.
 func waitDone(ctx context.Context, eng *engine.Engine, n int) (time.Time, error) {
-	set := eng.Metrics()
+	set := eng.API().Metrics()
 	queued := set.GetOrCreateGauge("axe_writer_queue_depth", nil)
+	// Looked up once: the poll runs 500 times a second in the process whose CPU is measured.
+	counters := make([]*metrics.Counter, len(results))
+	for i, r := range results {
+		counters[i] = set.GetOrCreateCounter(`axe_results_total{result="` + r + `"}`)
+	}
 	ended := func() int {
 		sum := 0
-		for _, r := range results {
-			sum += int(set.GetOrCreateCounter(`axe_results_total{result="` + r + `"}`).Get())
+		for _, c := range counters {
+			sum += int(c.Get())
 		}
 		return sum
 	}
@@ -347,6 +416,70 @@ func measureRaw(ctx context.Context, addr string, n, concurrency int) (float64, 
 		return 0, err
 	}
 	return float64(n) / took.Seconds(), nil
+}
+
+// measureRawHTTP posts n requests shaped like axe's HTTP callbacks (the run JSON and its
+// task, ticket and attempt headers) straight to the HTTP receiver at addr, keeping
+// concurrency requests in flight, and returns the rate at which it answered them.
+func measureRawHTTP(ctx context.Context, addr string, n, concurrency int) (float64, error) {
+	client := &fasthttp.HostClient{Addr: addr, MaxConns: concurrency, MaxConnWaitTimeout: time.Minute}
+	defer client.CloseIdleConnections()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, concurrency)
+	)
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			var body []byte
+			for i := next.Add(1); i <= int64(n) && ctx.Err() == nil; i = next.Add(1) {
+				id := strconv.FormatInt(i, 10)
+				body = append(body[:0], `{"task":"raw-`+id+`","group":"bench","ticket":"raw-`+id+
+					`-1","attempt":1,"scheduled_at":`+strconv.FormatInt(time.Now().UnixMilli(), 10)+`}`...)
+				req.Reset()
+				req.SetRequestURI(receiverPath)
+				req.SetHost(addr)
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.Header.SetContentType("application/json")
+				req.Header.Set(protocol.HeaderTask, "raw-"+id)
+				req.Header.Set(protocol.HeaderTicket, "raw-"+id+"-1")
+				req.Header.Set(protocol.HeaderAttempt, "1")
+				req.SetBodyRaw(body)
+				if err := client.Do(req, resp); err != nil {
+					errs <- fmt.Errorf("cannot post a raw HTTP call: %w", err)
+					return
+				}
+				if resp.StatusCode() != fasthttp.StatusOK {
+					errs <- fmt.Errorf("raw HTTP call answered %d", resp.StatusCode())
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return float64(n) / took.Seconds(), nil
+}
+
+// reserveAddr returns a free loopback address for the API server, which the executor
+// processes are told before it serves.
+func reserveAddr() (string, error) {
+	addr, err := freeport.Addr()
+	if err != nil {
+		return "", fmt.Errorf("cannot find a free port for the API server: %w", err)
+	}
+	return addr, nil
 }
 
 // processMetrics holds the series that outlive a phase's engine: the store's and the HA

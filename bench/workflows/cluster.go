@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +21,8 @@ import (
 
 	"github.com/axe-sched/axe/bench/internal/benchkit"
 	"github.com/axe-sched/axe/model"
+
+	"github.com/axe-sched/axe/lib/freeport"
 )
 
 // node is one `axe serve` process of a phase.
@@ -487,14 +488,7 @@ func (c *cluster) profile(name string, seconds int) func() {
 	return func() { <-done }
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
+func freeAddr() (string, error) { return freeport.Addr() }
 
 func tail(path string) string {
 	b, _ := os.ReadFile(path)

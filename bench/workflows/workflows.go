@@ -150,7 +150,10 @@ func (r Report) Table() string {
 	t := benchkit.NewTable("phase", "store", "size", "baseline", "figure", "workflow", "baseline", "ratio", "target", "met", "load", "took")
 	for _, x := range r.Results {
 		met := "no"
-		if x.Met {
+		switch {
+		case x.Target == "" || x.Target == "—":
+			met = "—" // no target of its own (a row the next one is judged against)
+		case x.Met:
 			met = "yes"
 		}
 		t.Row(x.Phase, x.Store, x.Size, x.Baseline, x.Metric, benchkit.Num(x.Workflow), benchkit.Num(x.Base),

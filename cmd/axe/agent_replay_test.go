@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -16,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/protocol"
 )
 
@@ -45,7 +44,7 @@ func TestAgentRefusesARunReplayedAfterARestart(t *testing.T) {
 	env := []string{"AXE_SERVER=" + srv.url, "AXE_TOKEN=ops-token-0123456789"}
 
 	// The agent listens on a fixed port and advertises the proxy's address.
-	listen := freeLoopback(t)
+	listen := freePort(t)
 	var (
 		mu       sync.Mutex
 		captured []capturedCall
@@ -156,18 +155,6 @@ func TestAgentRefusesARunReplayedAfterARestart(t *testing.T) {
 	if got := lines(); len(got) != 2 || got[0] == got[1] {
 		t.Errorf("the command ran for tickets %v: want the two runs of the scheduler, once each, and not the replay", got)
 	}
-}
-
-// freeLoopback returns a loopback address nothing listens on.
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 // apiRunsAuth lists a task's runs, oldest first, with the write token of the test.

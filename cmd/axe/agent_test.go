@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 type runJSON struct {

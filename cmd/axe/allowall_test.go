@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // TestAllowAllOnOneAgent: `axe serve` and one `axe agent` as processes. A task fires every

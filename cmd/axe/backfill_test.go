@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -24,7 +24,7 @@ func TestBackfillSurvivesSIGKILL(t *testing.T) {
 		dsn  func(t *testing.T, dir string) string
 	}{
 		{persist.SchemeSQLite, func(t *testing.T, dir string) string { return "sqlite:" + filepath.Join(dir, "axe.db") }},
-		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLDSN(t) }},
+		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLSchemaDSN(t) }},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {

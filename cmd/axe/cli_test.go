@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -330,7 +330,7 @@ func TestCrashSafety(t *testing.T) {
 		dsn  func(t *testing.T, dir string) string
 	}{
 		{persist.SchemeSQLite, func(t *testing.T, dir string) string { return "sqlite:" + filepath.Join(dir, "axe.db") }},
-		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLDSN(t) }},
+		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLSchemaDSN(t) }},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {
@@ -490,6 +490,9 @@ func TestServeErrors(t *testing.T) {
 		{[]string{"serve", "--tick", "soon"}, nil, "tick"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "c.db"), "--writer-lanes", "0"}, nil, "writer-lanes: must be 1 to 64"},
 		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "d.db")}, []string{"AXE_WRITER_LANES=65"}, "writer-lanes: must be 1 to 64"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "e.db"), "--send-ahead", "-1"}, nil, "send-ahead: must be 0 (no bound) or more"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "f.db")}, []string{"AXE_SEND_AHEAD=-5"}, "send-ahead: must be 0 (no bound) or more"},
+		{[]string{"serve", "--addr", "127.0.0.1:0", "--db", "sqlite:" + filepath.Join(dir, "g.db"), "--max-conns-per-host", "0"}, nil, "max-conns-per-host: must be 1 or more"},
 		{[]string{"serve", "extra-arg"}, nil, "extra-arg"},
 	} {
 		r := axe(t, c.env, c.args...)

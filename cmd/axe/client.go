@@ -436,6 +436,13 @@ func limitCmd() *ffcli.Command {
 		fmt.Fprintln(w, "KIND\tNAME\tMAX\tIN USE\tWAITING")
 		for _, l := range ls {
 			fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\n", l.Kind, l.Name, l.Max, l.InUse, l.Waiting)
+			// A pattern (tenant:*): its keys in use, each limited to max separately.
+			for _, k := range l.Keys {
+				fmt.Fprintf(w, "\t  %s\t%d\t%d\t%d\n", k.Key, l.Max, k.InUse, k.Waiting)
+			}
+			if l.KeysInUse > len(l.Keys) {
+				fmt.Fprintf(w, "\t  (%d more keys in use)\t\t\t\n", l.KeysInUse-len(l.Keys))
+			}
 		}
 		return w.Flush()
 	}
@@ -447,7 +454,7 @@ func limitCmd() *ffcli.Command {
 	}
 	return &ffcli.Command{
 		Name:       "limit",
-		ShortUsage: "axe limit ls | get group|key NAME | set group|key NAME MAX | rm group|key NAME",
+		ShortUsage: "axe limit ls | get group|key NAME | set group|key NAME MAX | rm group|key NAME  (a key's NAME may be a pattern: 'tenant:*')",
 		ShortHelp:  "concurrency limits: runs in flight at once per group or per concurrency_key",
 		Exec:       parentExec,
 		Subcommands: []*ffcli.Command{

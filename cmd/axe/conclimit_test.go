@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // execRun is a run as GET /api/v1/tasks/{name}/runs answers it, with its times.

@@ -4,7 +4,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 )
 
 // serverDialect returns the engine's CronDialect for the --cron-dialect flag: the dialect

@@ -3,14 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -19,20 +18,17 @@ import (
 // its shards) on one MariaDB database and waits until they share the 256 shards.
 func shardedServes(t *testing.T, n int) []*serveProc {
 	t.Helper()
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	var ps []*serveProc
 	for i := range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := freePort(t)
+		// Leases a loaded box renews in time (3 s ones lapsed beside a CPU hog, and the
+		// shards went round without settling); the test waits for no expiry.
 		ps = append(ps, startServe(t, t.TempDir(), nil, "--addr", addr, "--db", dsn, "--ha",
 			"--node-id", fmt.Sprintf("n%d", i+1), "--advertise", "http://"+addr,
-			"--lease-ttl", "3s", "--lease-renew", "1s"))
+			"--lease-ttl", "10s", "--lease-renew", "2s"))
 	}
-	testwait.For(t, startTimeout, "the shards shared by the three nodes", func() bool {
+	testwait.For(t, 3*startTimeout, "the shards shared by the three nodes", func() bool {
 		total := 0
 		for _, p := range ps {
 			resp, err := http.Get(p.url + "/readyz")

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/protocol"
@@ -101,7 +101,7 @@ func TestPoisonWritesDoNotStallTheDaemon(t *testing.T) {
 		dsn  func(t *testing.T, dir string) string
 	}{
 		{persist.SchemeSQLite, func(t *testing.T, dir string) string { return "sqlite:" + filepath.Join(dir, "axe.db") }},
-		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLDSN(t) }},
+		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLSchemaDSN(t) }},
 	} {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()

@@ -22,9 +22,9 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/executor/agent"
 	"github.com/axe-sched/axe/internal/migrate"
+	"github.com/axe-sched/axe/lib/cron"
 )
 
 // Conflict policies of an import: what to do with a task whose name exists.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/internal/migrate/xxltest"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // importedTask is the part of `axe task get` an import test reads.

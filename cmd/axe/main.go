@@ -14,7 +14,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/axe-sched/axe/internal/visible"
+	"github.com/axe-sched/axe/lib/visible"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

@@ -23,7 +23,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/axe-sched/axe/internal/leaktest"
+	"github.com/axe-sched/axe/internal/test/leaktest"
 )
 
 // axeBin is the real binary, built once by TestMain.

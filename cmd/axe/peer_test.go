@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -28,7 +28,7 @@ func TestNodeHeadersFromClients(t *testing.T) {
 
 	dir := t.TempDir()
 	single := startServe(t, dir, nil, "--addr", "127.0.0.1:0", "--db", "sqlite:"+dir+"/axe.db", "--token", token)
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	var sharded []*serveProc
 	for i := range 3 {
 		sharded = append(sharded, startServe(t, t.TempDir(), nil, "--addr", "127.0.0.1:0", "--db", dsn, "--token", token,

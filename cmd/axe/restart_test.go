@@ -16,7 +16,9 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/executor"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
+
+	"github.com/axe-sched/axe/lib/freeport"
 )
 
 // The test binary doubles as the peers of TestDispatchSurvivesRestartedPeers: with
@@ -133,12 +135,7 @@ func (p *peerProc) kill(sig syscall.Signal) {
 
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return freeport.MustAddr(t)
 }
 
 // apiCall makes an API call with the token and returns the status and body.

@@ -13,9 +13,9 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/ha"
 	"github.com/axe-sched/axe/internal/daemon"
+	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/ratelimit"
 )
 
@@ -42,6 +42,8 @@ func serveCmd() *ffcli.Command {
 	fs.DurationVar(&cfg.Engine.HeartbeatInterval, "heartbeat-interval", engine.HeartbeatIntervalDefault, "the heartbeat period executors are told to keep (AXE_HEARTBEAT_INTERVAL)")
 	fs.DurationVar(&cfg.Engine.PromoteLead, "promote-lead", engine.PromoteLeadDefault, "tasks due later than this are held as 48-byte references and read in full this long before they fire (AXE_PROMOTE_LEAD)")
 	fs.IntVar(&cfg.Engine.WriterLanes, "writer-lanes", engine.WriterLanesDefault, "batched writers committing in parallel, tasks spread over them; raise it where MySQL runs on a machine of its own (AXE_WRITER_LANES)")
+	fs.IntVar(&cfg.Engine.Dispatch.MaxConnsPerHost, "max-conns-per-host", dispatch.MaxConnsPerHostDefault, "the most connections open at once to one executor or callback host; sends past it wait in that host's queue, first come first served (AXE_MAX_CONNS_PER_HOST)")
+	sendAhead := fs.Int("send-ahead", engine.SendAheadDefault, "the most runs whose fire record is committed and whose request has not yet left; the fire loop waits for room, so a crash leaves at most this many runs in doubt that never left; 0: no bound (AXE_SEND_AHEAD)")
 	registerRetention(fs, &cfg.Engine.Retention)
 	webhooks := fs.String("alert-webhook", "", "comma-separated URLs that receive alerts as JSON POSTs (AXE_ALERT_WEBHOOK)")
 	fs.StringVar(&cfg.Security.TokenFile, "token-file", "", "JSON file of scoped tokens [{\"name\",\"scope\":\"read|write|executor\",\"token\",\"apps\"}]; reread on SIGHUP (AXE_TOKEN_FILE)")
@@ -106,6 +108,17 @@ func serveCmd() *ffcli.Command {
 			// Checked here, not only by the engine: its config reads 0 as "the default".
 			if cfg.Engine.WriterLanes < 1 || cfg.Engine.WriterLanes > engine.WriterLanesMax {
 				return fmt.Errorf("writer-lanes: must be 1 to %d, got %d", engine.WriterLanesMax, cfg.Engine.WriterLanes)
+			}
+			if cfg.Engine.Dispatch.MaxConnsPerHost < 1 {
+				return fmt.Errorf("max-conns-per-host: must be 1 or more, got %d", cfg.Engine.Dispatch.MaxConnsPerHost)
+			}
+			switch {
+			case *sendAhead < 0:
+				return fmt.Errorf("send-ahead: must be 0 (no bound) or more, got %d", *sendAhead)
+			case *sendAhead == 0:
+				cfg.Engine.SendAhead = -1 // the engine reads 0 as its default
+			default:
+				cfg.Engine.SendAhead = *sendAhead
 			}
 			if cfg.Engine.CronDialect, err = serverDialect(fs, *cronDialect); err != nil {
 				return err

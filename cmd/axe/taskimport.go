@@ -17,7 +17,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/visible"
+	"github.com/axe-sched/axe/lib/visible"
 )
 
 // importBatchDefault is how many lines one batch of axe task import carries: large enough
@@ -229,12 +229,19 @@ func (im *importer) send(ctx context.Context, specs []json.RawMessage, lines []i
 	for i, s := range specs {
 		if !json.Valid(s) {
 			// The server would refuse it too; say so without sending the batch.
-			im.refuse(len(specs), []string{fmt.Sprintf("line %d: not valid JSON", lines[i])})
+			im.refuse(len(specs), client.BatchResult{}, []string{fmt.Sprintf("line %d: not valid JSON", lines[i])})
 			return im.refusedErr()
 		}
 	}
 	res, err := im.c.CreateTasks(ctx, specs, im.onConflict)
 	var ae *client.APIError
+	if errors.As(err, &ae) {
+		// A sharded cluster's owners each create their part: what they did counts, and only
+		// the rest failed.
+		im.created += ae.Done.Created
+		im.skipped += ae.Done.Skipped
+		im.replaced += ae.Done.Replaced
+	}
 	if errors.As(err, &ae) && len(ae.Items) > 0 {
 		msgs := make([]string, 0, len(ae.Items))
 		for _, it := range ae.Items {
@@ -244,11 +251,15 @@ func (im *importer) send(ctx context.Context, specs []json.RawMessage, lines []i
 			}
 			msgs = append(msgs, fmt.Sprintf("line %d: %s", ln, it.Error))
 		}
-		im.refuse(len(specs), msgs)
+		im.refuse(len(specs), ae.Done, msgs)
 		return im.refusedErr()
 	}
 	if err != nil {
-		im.failed += len(specs)
+		if ae != nil {
+			im.failed += len(specs) - ae.Done.Created - ae.Done.Skipped - ae.Done.Replaced
+		} else {
+			im.failed += len(specs)
+		}
 		return fmt.Errorf("cannot import lines %d-%d: %w", lines[0], lines[len(lines)-1], err)
 	}
 	im.created += res.Created
@@ -258,13 +269,19 @@ func (im *importer) send(ctx context.Context, specs []json.RawMessage, lines []i
 	return nil
 }
 
-func (im *importer) refuse(n int, msgs []string) {
-	im.failed += n
+func (im *importer) refuse(n int, done client.BatchResult, msgs []string) {
+	did := done.Created + done.Skipped + done.Replaced
+	im.failed += n - did
 	im.refusedBatches++
 	if im.tty {
 		fmt.Fprint(im.out, "\r\033[K")
 	}
-	fmt.Fprintf(im.out, "batch of %d refused, nothing of it created:\n", n)
+	if did == 0 {
+		fmt.Fprintf(im.out, "batch of %d refused, nothing of it created:\n", n)
+	} else {
+		fmt.Fprintf(im.out, "batch of %d refused in part: %d created, %d skipped, %d replaced; the others not:\n", n,
+			done.Created, done.Skipped, done.Replaced)
+	}
 	for _, m := range msgs {
 		fmt.Fprintf(im.out, "  %s\n", visible.Line(m))
 	}

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/executor"
-	"github.com/axe-sched/axe/internal/testpki"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testpki"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 const tlsToken = "tls-test-token-0123456789"

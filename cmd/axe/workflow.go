@@ -18,7 +18,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/visible"
+	"github.com/axe-sched/axe/lib/visible"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -107,6 +107,12 @@ func workflowCmd() *ffcli.Command {
 					fmt.Fprintln(w, "NAME\tGROUP\tTRIGGER\tVERSION\tSTEPS\tSTATE\tNEXT FIRE")
 					for _, v := range list {
 						trig := v.Trigger
+						if v.Trigger == "delay" {
+							trig += " " + (time.Duration(v.DelayMS) * time.Millisecond).String()
+						}
+						if v.After != "" {
+							trig += " after " + v.After
+						}
 						if v.Cron != "" {
 							trig += " " + v.Cron
 							if v.Timezone != "" {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/wire"
@@ -27,7 +27,7 @@ func TestWorkflowAgentOutput(t *testing.T) {
 		dsn  func(t *testing.T, dir string) string
 	}{
 		{persist.SchemeSQLite, func(t *testing.T, dir string) string { return "sqlite:" + filepath.Join(dir, "axe.db") }},
-		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLDSN(t) }},
+		{persist.SchemeMySQL, func(t *testing.T, _ string) string { return persisttest.MySQLSchemaDSN(t) }},
 	}
 	for _, st := range stores {
 		t.Run(st.name, func(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/client"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/wire"
 )

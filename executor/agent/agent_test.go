@@ -19,8 +19,8 @@ import (
 
 	"github.com/axe-sched/axe/executor/agent"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/leaktest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/leaktest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 func TestMain(m *testing.M) {

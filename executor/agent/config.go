@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/axe-sched/axe/internal/tlsfiles"
+	"github.com/axe-sched/axe/lib/tlsfiles"
 )
 
 // Defaults applied by Config.WithDefaults.

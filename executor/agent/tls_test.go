@@ -12,7 +12,7 @@ import (
 
 	"github.com/axe-sched/axe/executor/agent"
 	"github.com/axe-sched/axe/executor/internal/schedpeer"
-	"github.com/axe-sched/axe/internal/testpki"
+	"github.com/axe-sched/axe/internal/test/testpki"
 	"github.com/axe-sched/axe/protocol"
 )
 

@@ -1,6 +1,8 @@
 // Package daemon wires `axe serve` together: it opens the store, builds the engine (one per
-// term as primary under --ha), runs the HA elector, starts the HTTP server of package admin
-// and stops them all in order. It owns the daemon's configuration and lifecycle and holds
+// term as primary under --ha --ha-mode primary, one that follows the shard loop under --ha),
+// runs the HA elector or the shard loop, starts the HTTP server of package admin and stops
+// them all in order. One skeleton (serve.go) runs the three modes, each plugged into it as a
+// mode: singleNode (daemon.go), haNode (ha.go) and shardNode (shards.go). It owns the daemon's configuration and lifecycle and holds
 // no scheduling state and no HTTP handlers of its own: scheduling is the engine's, the API
 // and the console are admin's. Nothing but cmd/axe imports it.
 package daemon
@@ -19,7 +21,7 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/workflow"
 )
@@ -122,14 +124,17 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Serve runs the daemon until ctx is cancelled (SIGTERM in `axe serve`), then shuts down in
-// this order, logging each step with how long it took:
+// Serve runs the daemon until ctx is cancelled (SIGTERM in `axe serve`), in the mode cfg
+// names: a single node (singleNode), a primary or backup (--ha --ha-mode primary, ha.go) or
+// a node of a sharded cluster (--ha, shards.go), each plugged into one skeleton (serve.go).
+// A single node shuts down in this order, logging each step with how long it took:
 //
 //  1. not ready: /readyz answers 503 so a load balancer stops sending;
-//  2. stop triggering, drain in-flight runs and flush the batched writer (engine.Stop);
-//  3. stop the minute recorder, which writes the last minute's statistics (minutes.go);
-//  4. stop the HTTP server (it stayed up so results could still arrive while draining);
-//  5. close the store.
+//  2. stop the workflow service;
+//  3. stop triggering, drain in-flight runs and flush the batched writer (engine.Stop);
+//  4. stop the minute recorder, which writes the last minute's statistics (minutes.go);
+//  5. stop the HTTP server (it stayed up so results could still arrive while draining);
+//  6. close the store.
 //
 // Nothing is left half-written: every transition either committed or was never decided.
 func Serve(ctx context.Context, cfg Config) error {
@@ -141,81 +146,94 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := checkHAMode(cfg.HAMode); err != nil {
 		return err
 	}
-	if cfg.HA && cfg.HAMode == HAModePrimary {
-		return serveHA(ctx, cfg)
+	switch {
+	case cfg.HA && cfg.HAMode == HAModePrimary:
+		return serve(ctx, cfg, &haNode{loop: make(chan struct{})})
+	case cfg.HA:
+		return serve(ctx, cfg, &shardNode{})
 	}
-	if cfg.HA {
-		return serveShards(ctx, cfg)
-	}
+	return serve(ctx, cfg, &singleNode{})
+}
+
+// singleNode is the mode of a node alone on its store: one engine, started before the API
+// listens.
+type singleNode struct {
+	store persist.Store
+	eng   *engine.Engine
+	wf    *workflow.Service
+	rec   *minuteSeries
+	down  atomic.Bool // not ready: shutting down
+	cfg   *Config
+}
+
+func (n *singleNode) open(ctx context.Context, cfg *Config, undo *startstop.Undo) (*admin.Server, error) {
+	n.cfg = cfg
 	own := newOwnMetrics(cfg.Version)
 	ha.MarkSingleNode(own)
 	log := cfg.Logger
 	store, err := cfg.openStore(ctx, "store", persist.OpenOptions{Metrics: own})
 	if err != nil {
-		return err
+		return nil, err
 	}
+	n.store = store
+	undo.Push("close store", func(context.Context) error { return store.Close() })
 	ecfg := cfg.engineConfig(store)
 	eng, err := engine.New(ecfg)
 	if err != nil {
-		_ = store.Close()
-		return err
+		return nil, err
 	}
-	wf := workflow.New(workflow.Config{Engine: eng, Store: store, Clock: ecfg.Clock, Logger: log})
+	n.eng = eng
+	undo.Push("stop engine", eng.Stop)
+	n.wf = workflow.New(workflow.Config{Engine: eng.API(), Store: store, Clock: ecfg.Clock, Logger: log})
 	if err := eng.Start(ctx); err != nil {
-		_ = eng.Stop(context.Background())
-		_ = store.Close()
-		return err
+		return nil, err
 	}
-	if err := wf.Start(ctx); err != nil {
-		return errors.Join(err, eng.Stop(context.Background()), store.Close())
+	if err := n.wf.Start(ctx); err != nil {
+		return nil, err
 	}
-	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
+	undo.Push("stop workflow service", n.wf.Stop)
+	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.API().Metrics()} }
 
-	rec := newMinuteSeries(eng, log)
+	n.rec = newMinuteSeries(eng, log)
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version, Logger: log,
-		Minutes: rec.points, Workflows: wf}))
+		Minutes: n.rec.points, Workflows: n.wf}))
 	if err != nil {
-		return errors.Join(err, wf.Stop(context.Background()), eng.Stop(context.Background()), store.Close())
+		return nil, err
 	}
-	var stopping atomic.Bool
 	srv.SetReady(func() error {
-		if stopping.Load() || !eng.Running() {
+		if n.down.Load() || !eng.API().Running() {
 			return errors.New("not ready: shutting down")
 		}
-		if err := eng.WriteStalled(); err != nil {
+		if err := eng.API().WriteStalled(); err != nil {
 			return fmt.Errorf("not ready: %w", err)
 		}
 		return nil
 	})
-	if err := srv.Start(ctx); err != nil {
-		return errors.Join(err, wf.Stop(context.Background()), eng.Stop(context.Background()), store.Close())
-	}
-	rec.start()
-	log.Info("axe listening", "addr", cfg.scheme()+"://"+srv.Addr(), "console", cfg.scheme()+"://"+srv.Addr()+cfg.BasePath+"/",
-		"store", redactDSN(cfg.DB), "node", cfg.NodeID)
-	if cfg.OnListen != nil {
-		cfg.OnListen(srv.Addr())
-	}
-
-	<-ctx.Done()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer scancel()
-	return startstop.Steps(sctx, log, nil, "shutdown: ",
-		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
-		startstop.Step{Name: "stop workflow service", Run: wf.Stop},
-		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
-		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
-		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
-		startstop.Step{Name: "close store", Run: func(context.Context) error { return store.Close() }})
+	return srv, nil
 }
 
-// engineConfig is the engine's configuration on store: Config.Engine with the daemon's tick,
-// zone, node id and logger, and a metrics set of its own (metrics.go).
-// openStore opens c.DB, giving it a minute; what names the store in the error.
+func (n *singleNode) run(_ context.Context, srv *admin.Server, _ *startstop.Undo) (string, []any, error) {
+	n.rec.start()
+	c := n.cfg
+	return "axe listening", []any{"console", c.scheme() + "://" + srv.Addr() + c.BasePath + "/", "store", redactDSN(c.DB), "node", c.NodeID}, nil
+}
+
+func (n *singleNode) notReady() { n.down.Store(true) }
+
+func (n *singleNode) stopping() (before, after []startstop.Step) {
+	return []startstop.Step{
+			{Name: "stop workflow service", Run: n.wf.Stop},
+			{Name: "stop engine (triggering, dispatch, writer)", Run: n.eng.Stop},
+			{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { n.rec.stop(); return nil }},
+		}, []startstop.Step{
+			{Name: "close store", Run: func(context.Context) error { return n.store.Close() }},
+		}
+}
+
+// openStore opens c.DB, giving it a minute to answer and its schema migrations as long as
+// they take (until ctx ends: a stop signal); what names the store in the error.
 func (c Config) openStore(ctx context.Context, what string, opts persist.OpenOptions) (persist.Store, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
+	opts.ReachTimeout = time.Minute
 	store, err := persist.OpenWith(ctx, c.DB, opts)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open %s %s: %w", what, redactDSN(c.DB), err)
@@ -223,6 +241,8 @@ func (c Config) openStore(ctx context.Context, what string, opts persist.OpenOpt
 	return store, nil
 }
 
+// engineConfig is the engine's configuration on store: Config.Engine with the daemon's tick,
+// zone, node id and logger, and a metrics set of its own (metrics.go).
 func (c Config) engineConfig(store persist.Store) engine.Config {
 	ecfg := c.Engine
 	ecfg.Store = store

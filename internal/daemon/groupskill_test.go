@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/axe-sched/axe/admin"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 )
@@ -18,7 +18,8 @@ import (
 // but the task paused on its own, which it names with its note, summed over the nodes. A run
 // killed by its ticket through a node that does not schedule its task reaches the owner.
 func TestShardsGroupPauseResumeAndKillByTicket(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	hook := daemontest.NewHook(t)
 	ds := shardNodes(t, dsn, 3, nil)
 	var names []string

@@ -16,6 +16,7 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/workflow"
 )
@@ -53,15 +54,17 @@ type haTerm struct {
 
 // haNode is the daemon state of one HA node.
 type haNode struct {
-	cfg    Config
-	store  persist.Store
-	el     *ha.Elector // set before the role loop starts; handlers read elp
-	elp    atomic.Pointer[ha.Elector]
-	reader *haTerm
+	cfg        *Config // the skeleton's: Advertise is set once the front server listens
+	store      persist.Store
+	leaseStore persist.Store // the lease loop's own pool
+	opts       persist.OpenOptions
+	el         *ha.Elector // set before the role loop starts; handlers read elp
+	elp        atomic.Pointer[ha.Elector]
+	reader     *haTerm
 
 	term      atomic.Pointer[haTerm]
 	promoting atomic.Bool
-	stopping  atomic.Bool
+	down      atomic.Bool // not ready: shutting down
 
 	roleMu sync.Mutex // serialises promotions, demotions and shutdown
 	ended  bool       // under roleMu: shutdown began, no more promotions
@@ -105,27 +108,32 @@ func haStoreOptions(cfg Config) (persist.OpenOptions, error) {
 	return persist.OpenOptions{TxIdleTimeout: renew, Metrics: newOwnMetrics(cfg.Version)}, nil
 }
 
-// serveHA is Serve for --ha. Shutdown order, each step logged with how long it took:
+// haNode is the mode (serve.go) of --ha --ha-mode primary. Shutdown order, each step logged
+// with how long it took:
 //
 //  1. not ready: /readyz answers 503;
-//  2. a primary stops its engine (triggering, drain in-flight runs, flush the writer) and its
-//     minute recorder (the last minute's statistics) while the elector keeps renewing the
-//     lease, then releases the lease, so a backup takes over at its next attempt (about one
-//     renew interval); a backup just stops campaigning;
-//  3. stop the HTTP server;
-//  4. close the store.
-func serveHA(ctx context.Context, cfg Config) error {
+//  2. a primary stops its workflow service, its engine (triggering, drain in-flight runs,
+//     flush the writer) and its minute recorder (the last minute's statistics) while the
+//     elector keeps renewing the lease;
+//  3. stop the lease loop, releasing the lease if held, so a backup takes over at its next
+//     attempt (about one renew interval); a backup just stops campaigning;
+//  4. stop the HTTP server;
+//  5. stop the reader (the backup's engine, never started);
+//  6. close the stores.
+func (n *haNode) open(ctx context.Context, cfg *Config, undo *startstop.Undo) (*admin.Server, error) {
 	log := cfg.Logger
-	opts, err := haStoreOptions(cfg)
+	opts, err := haStoreOptions(*cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	n.opts = opts
 	own := opts.Metrics
 	store, err := cfg.openStore(ctx, "store", opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	n := &haNode{store: store, loop: make(chan struct{})}
+	n.store = store
+	undo.Push("close store", func(context.Context) error { return store.Close() })
 	cfg.metricSets = func() []*metrics.Set {
 		if t := n.term.Load(); t != nil && t.Primary {
 			return []*metrics.Set{own, t.set}
@@ -137,84 +145,82 @@ func serveHA(ctx context.Context, cfg Config) error {
 	// /readyz while the node claims its id.
 	reader, err := n.newTerm(nil, false, 0)
 	if err != nil {
-		_ = store.Close()
-		return err
+		return nil, err
 	}
 	n.reader = reader
 	n.term.Store(reader)
+	undo.Push("stop reader", reader.Engine.Stop)
 	front, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: reader.Engine, Store: store, Version: cfg.Version, Logger: log}))
 	if err != nil {
-		return errors.Join(err, reader.Engine.Stop(context.Background()), store.Close())
+		return nil, err
 	}
 	front.ServeHA(admin.HAFrontConfig{Node: n, NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS})
-	if err := front.Start(ctx); err != nil {
-		return errors.Join(err, reader.Engine.Stop(context.Background()), store.Close())
-	}
-	if cfg.Advertise == "" {
-		cfg.Advertise = cfg.scheme() + "://" + front.Addr()
-		n.cfg.Advertise = cfg.Advertise
-	}
+	return front, nil
+}
+
+// run claims the lease, or campaigns for it, and follows the role changes.
+func (n *haNode) run(ctx context.Context, _ *admin.Server, undo *startstop.Undo) (string, []any, error) {
+	cfg := n.cfg
 	// The lease loop has a pool of its own: a renewal must never wait for a connection that
 	// the engine's batches and loads hold.
-	leaseStore, err := cfg.openStore(ctx, "the lease store", opts)
+	leaseStore, err := cfg.openStore(ctx, "the lease store", n.opts)
 	if err != nil {
-		return errors.Join(err, front.Stop(context.Background()), reader.Engine.Stop(context.Background()), store.Close())
+		return "", nil, err
 	}
-	defer leaseStore.Close()
+	n.leaseStore = leaseStore
+	undo.Push("close the lease store", func(context.Context) error { _ = leaseStore.Close(); return nil })
 	el, err := ha.New(ha.Config{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
-		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own})
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: cfg.Logger, Metrics: n.opts.Metrics})
 	if err == nil {
 		err = el.Start(ctx)
 	}
 	if err != nil {
-		return errors.Join(err, front.Stop(context.Background()), reader.Engine.Stop(context.Background()), store.Close())
+		return "", nil, err
 	}
 	n.el = el
 	n.elp.Store(el)
 	go n.roles(ctx)
-	log.Info("axe listening as a backup until it holds the lease", "addr", cfg.scheme()+"://"+front.Addr(),
+	return "axe listening as a backup until it holds the lease", []any{
 		"advertise", cfg.Advertise, "store", redactDSN(cfg.DB), "node", cfg.NodeID,
-		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew)
-	if cfg.OnListen != nil {
-		cfg.OnListen(front.Addr())
-	}
+		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew}, nil
+}
 
-	<-ctx.Done()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer scancel()
-	var errs []error
-	step := func(name string, fn func() error) {
-		t := time.Now()
-		err := fn()
-		log.Info("shutdown: "+name, "took", time.Since(t), "error", err)
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	step("not ready", func() error { n.stopping.Store(true); return nil })
+func (n *haNode) notReady() { n.down.Store(true) }
+
+// stopping ends the promotions (under roleMu, held until the primary's steps are done) and
+// returns the shutdown's steps.
+func (n *haNode) stopping() (before, after []startstop.Step) {
 	n.roleMu.Lock()
 	n.ended = true
 	t := n.term.Load()
 	if t.Primary {
-		step("stop workflow service", func() error { return t.wf.Stop(sctx) })
-		step("stop engine (triggering, dispatch, writer)", func() error { return t.Engine.Stop(sctx) })
-		step("stop minute recorder (records the last minute)", func() error { t.rec.stop(); return nil })
+		before = append(before,
+			startstop.Step{Name: "stop workflow service", Run: t.wf.Stop},
+			startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: t.Engine.Stop},
+			startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { t.rec.stop(); return nil }})
 	}
-	n.term.Store(n.reader)
-	n.roleMu.Unlock()
-	step("stop lease loop (releasing the lease if held)", func() error { return el.Stop(sctx, t.Primary) })
-	<-n.loop
-	step("stop HTTP server", func() error { return front.Stop(sctx) })
-	step("stop reader", func() error { return n.reader.Engine.Stop(sctx) })
-	step("close store", store.Close)
-	return errors.Join(errs...)
+	before = append(before, startstop.Step{Name: "stop lease loop (releasing the lease if held)", Run: func(ctx context.Context) error {
+		n.term.Store(n.reader)
+		n.roleMu.Unlock()
+		err := n.el.Stop(ctx, t.Primary)
+		<-n.loop
+		return err
+	}})
+	after = []startstop.Step{
+		{Name: "stop reader", Run: n.reader.Engine.Stop},
+		{Name: "close store", Run: func(context.Context) error {
+			err := n.store.Close()
+			_ = n.leaseStore.Close()
+			return err
+		}},
+	}
+	return before, after
 }
 
 // newTerm builds the engine and API handler of a term: a primary's at epoch, or (el nil,
 // primary false) the backup's reader, which is never started.
 func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, error) {
-	cfg := n.cfg
+	cfg := *n.cfg
 	ecfg := cfg.engineConfig(n.store)
 	if primary {
 		lease := ha.LeaseNameDefault
@@ -233,7 +239,7 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	if err != nil {
 		return nil, err
 	}
-	wf := workflow.New(workflow.Config{Engine: eng, Store: ecfg.Store, Clock: ecfg.Clock, Logger: cfg.Logger})
+	wf := workflow.New(workflow.Config{Engine: eng.API(), Store: ecfg.Store, Clock: ecfg.Clock, Logger: cfg.Logger})
 	sc := admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: n.store, Version: cfg.Version, Logger: cfg.Logger, Workflows: wf}
 	var rec *minuteSeries
 	if primary {
@@ -244,7 +250,7 @@ func (n *haNode) newTerm(el *ha.Elector, primary bool, epoch int64) (*haTerm, er
 	if err != nil {
 		return nil, errors.Join(err, eng.Stop(context.Background()))
 	}
-	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.Metrics(), rec: rec, wf: wf}, nil
+	return &haTerm{HATerm: admin.HATerm{Primary: primary, Epoch: epoch, Engine: eng, Handler: srv.Handler()}, set: eng.API().Metrics(), rec: rec, wf: wf}, nil
 }
 
 // roles follows the elector's role changes until it stops.
@@ -343,4 +349,4 @@ func (n *haNode) Lease() (ha.Status, bool) {
 func (n *haNode) Promoting() bool { return n.promoting.Load() }
 
 // Stopping reports that shutdown began.
-func (n *haNode) Stopping() bool { return n.stopping.Load() }
+func (n *haNode) Stopping() bool { return n.down.Load() }

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/testwait"
 )
 
 // Tests of `axe serve --ha` with two in-process nodes on one MariaDB database. Real time,
@@ -100,7 +100,8 @@ func (h *epochHook) checkCalls(t *testing.T) {
 // database, 503 naming the primary for writes and the executor protocol, and /readyz's role
 // answers.
 func TestHABackupAnswers503(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	a := daemontest.HANode(t, dsn, "a", 3*time.Second, time.Second)
 	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
 	b := daemontest.HANode(t, dsn, "b", 3*time.Second, time.Second)
@@ -209,7 +210,8 @@ const ActPromotionName = `"promotion"`
 // database's clock. No ticket is dispatched twice, no call of the old epoch arrives after
 // the new one's first, and the task keeps firing.
 func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	proxy := newDBProxy(t, "127.0.0.1:3306")
 	viaProxy := strings.Replace(dsn, "tcp(127.0.0.1:3306)", "tcp("+proxy.addr()+")", 1)
 	if viaProxy == dsn {
@@ -252,7 +254,8 @@ func TestHATakeoverWhenPrimaryStopsRenewing(t *testing.T) {
 // TestHAGracefulHandover stops the primary as SIGTERM does: after draining it releases the
 // lease, so the backup takes over at its next attempt, long before the TTL would expire.
 func TestHAGracefulHandover(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	const ttl, renew = 60 * time.Second, 500 * time.Millisecond
 	a := daemontest.HANode(t, dsn, "a", ttl, renew)
 	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)
@@ -285,13 +288,14 @@ func TestHAGracefulHandover(t *testing.T) {
 
 // TestHARefusals checks what --ha refuses to start on.
 func TestHARefusals(t *testing.T) {
+	t.Parallel()
 	// The embedded store cannot be shared.
 	err := axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: daemontest.TestLogger()})
 	if !errors.Is(err, axedaemon.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
 		t.Fatalf("--ha on SQLite = %v, want ErrHANeedsMySQL naming what to use", err)
 	}
 	// A second live node with the same id.
-	dsn := persisttest.MySQLDSN(t)
+	dsn := persisttest.MySQLSchemaDSN(t)
 	daemontest.HANode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).WaitRole(t, "primary", daemontest.WaitTimeout)
 	err = axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
 		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: daemontest.TestLogger()})
@@ -384,7 +388,8 @@ func (p *dbProxy) heal() {
 // records it lost and sends the same ticket again as attempt 2 of the same fire, which the
 // endpoint answers.
 func TestHARunsInDoubtAcrossFailover(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	proxy := newDBProxy(t, "127.0.0.1:3306")
 	viaProxy := strings.Replace(dsn, "tcp(127.0.0.1:3306)", "tcp("+proxy.addr()+")", 1)
 	if viaProxy == dsn {
@@ -481,7 +486,8 @@ func TestHARunsInDoubtAcrossFailover(t *testing.T) {
 // TestHAPrimaryRecordsMinuteStats: a primary's recorder writes its term's fires to the
 // store's minute statistics, which the day chart of the next primary shows.
 func TestHAPrimaryRecordsMinuteStats(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	const ttl, renew = 60 * time.Second, 500 * time.Millisecond
 	a := daemontest.HANode(t, dsn, "a", ttl, renew)
 	ra := a.WaitRole(t, "primary", daemontest.WaitTimeout)

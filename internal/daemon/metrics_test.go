@@ -11,7 +11,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
+	"github.com/axe-sched/axe/internal/test/daemontest"
 )
 
 // scrape reads d's /metrics into its samples, keyed by series (name and labels).

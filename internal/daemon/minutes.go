@@ -56,7 +56,7 @@ type minuteCount struct {
 func newMinuteSeries(eng *engine.Engine, log *slog.Logger) *minuteSeries {
 	m := &minuteSeries{eng: eng, log: log, stopc: make(chan struct{}), done: make(chan struct{})}
 	if eng != nil {
-		m.last = eng.MinuteTotals()
+		m.last = eng.API().MinuteTotals()
 	}
 	return m
 }
@@ -104,7 +104,7 @@ func (m *minuteSeries) stop() {
 }
 
 func (m *minuteSeries) sample(now time.Time) {
-	cur := m.eng.MinuteTotals()
+	cur := m.eng.API().MinuteTotals()
 	minute := now.Unix() / 60
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -114,7 +114,7 @@ func (m *minuteSeries) sample(now time.Time) {
 	}
 	if m.pend.Minute != minute*60_000 {
 		m.finishLocked()
-		m.pend = persist.MinuteStat{Minute: minute * 60_000, Node: m.eng.NodeID()}
+		m.pend = persist.MinuteStat{Minute: minute * 60_000, Node: m.eng.API().NodeID()}
 	}
 	// Totals only grow; a guard keeps a reading that raced an older one from wrapping.
 	if cur.Fires >= m.last.Fires {
@@ -163,7 +163,7 @@ func (m *minuteSeries) save() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	drop := time.Now().Add(-minuteKeep).UnixMilli()
-	if err := m.eng.SaveMinutes(ctx, rows, drop); err != nil {
+	if err := m.eng.API().SaveMinutes(ctx, rows, drop); err != nil {
 		m.log.Warn("cannot record the minute statistics; will retry", "minutes", len(rows), "error", err)
 		return
 	}

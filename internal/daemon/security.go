@@ -17,7 +17,7 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/dispatch"
-	"github.com/axe-sched/axe/internal/tlsfiles"
+	"github.com/axe-sched/axe/lib/tlsfiles"
 )
 
 // SecurityConfig is the daemon's bind protection and outbound guard.

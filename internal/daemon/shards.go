@@ -13,7 +13,7 @@ import (
 	"github.com/axe-sched/axe/admin"
 	"github.com/axe-sched/axe/engine"
 	"github.com/axe-sched/axe/ha"
-	"github.com/axe-sched/axe/internal/startstop"
+	"github.com/axe-sched/axe/lib/startstop"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/workflow"
@@ -46,76 +46,65 @@ func checkHAMode(mode string) error {
 	return fmt.Errorf("ha-mode: must be %s or %s, got %q", HAModeShards, HAModePrimary, mode)
 }
 
-// serveShards is Serve for --ha with every node scheduling. Shutdown order, each step logged
-// with how long it took:
+// shardNode is the mode (serve.go) of --ha with every node scheduling. Shutdown order, each
+// step logged with how long it took:
 //
 //  1. not ready: /readyz answers 503;
 //  2. say leaving in the nodes table, so the other nodes look for this node's shards every
-//     tenth of a renew interval and take each soon after it is released (step 4);
-//  3. stop the engine (triggering, drain the runs in flight, flush the writer) while the
+//     tenth of a renew interval and take each soon after it is released (step 6);
+//  3. stop the workflow service;
+//  4. stop the engine (triggering, drain the runs in flight, flush the writer) while the
 //     shard loop keeps renewing, so that the runs' ends are written under their shards'
-//     epochs, and the minute recorder;
-//  4. stop the shard loop, releasing every shard, so that the other nodes take them at
+//     epochs;
+//  5. stop the minute recorder;
+//  6. stop the shard loop, releasing every shard, so that the other nodes take them at
 //     once (within a tenth of a renew interval, not a TTL);
-//  5. stop the HTTP server;
-//  6. close the stores.
-func serveShards(ctx context.Context, cfg Config) error {
+//  7. stop the HTTP server;
+//  8. close the stores.
+type shardNode struct {
+	cfg         *Config
+	own         *metrics.Set // the node's own metrics (the stores', the loop's)
+	leaseStore  persist.Store
+	closeStores func() error
+	eng         *engine.Engine
+	wf          *workflow.Service
+	rec         *minuteSeries
+	loop        *ha.Shards
+	loopp       atomic.Pointer[ha.Shards]
+	changesDone chan struct{}
+	down        atomic.Bool // not ready: shutting down
+}
+
+func (n *shardNode) open(ctx context.Context, cfg *Config, undo *startstop.Undo) (*admin.Server, error) {
+	n.cfg = cfg
 	log := cfg.Logger
-	opts, err := haStoreOptions(cfg)
+	opts, err := haStoreOptions(*cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	own := opts.Metrics
+	n.own = own
 	store, err := cfg.openStore(ctx, "store", opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// The shard loop has a pool of its own: a renewal must never wait for a connection the
 	// engine's batches and loads hold.
 	leaseStore, err := cfg.openStore(ctx, "the lease store", opts)
 	if err != nil {
-		return errors.Join(err, store.Close())
+		return nil, errors.Join(err, store.Close())
 	}
-	closeStores := func() error { return errors.Join(leaseStore.Close(), store.Close()) }
-	// undo, on a failed start, stops what has started, last first, and closes the stores.
-	var started []func(context.Context) error
-	undo := func(err error) error {
-		errs := []error{err}
-		for i := len(started) - 1; i >= 0; i-- {
-			errs = append(errs, started[i](context.Background()))
-		}
-		return errors.Join(append(errs, closeStores())...)
-	}
+	n.leaseStore = leaseStore
+	n.closeStores = func() error { return errors.Join(leaseStore.Close(), store.Close()) }
+	undo.Push("close stores", func(context.Context) error { return n.closeStores() })
 
 	// The engine and the loop need each other: the loop asks the engine which shards it
 	// hands over still have runs in flight, the engine asks the loop's gate before each
 	// fire and send. Both are built before either starts.
-	var loopp atomic.Pointer[ha.Shards]
+	loopp := &n.loopp
 	var srvp atomic.Pointer[admin.Server]
 	ecfg := cfg.engineConfig(store)
-	ecfg.Sharded = true
-	ecfg.ShardGate = func(shard int, epoch int64) error {
-		l := loopp.Load()
-		if l == nil {
-			return model.ErrShardNotHeld
-		}
-		return l.Holds(shard, epoch)
-	}
-	// Every request the dispatcher sends asks the loop once more as its first byte leaves
-	// (ha.Shards.Renewed): the part of the shard gates that no request's shard is needed for.
-	ecfg.Dispatch.Gate = func() error {
-		if l := loopp.Load(); l != nil {
-			return l.Renewed()
-		}
-		return nil
-	}
-	ecfg.Writer.ShardLost = func(f persist.ShardFence, err error) {
-		// Told on the writer's goroutine, which must not wait for the loop's channel (the
-		// engine, busy recovering a shard, may be the one that reads it).
-		if l := loopp.Load(); l != nil {
-			go l.Lost(f.Shard, f.Epoch, err)
-		}
-	}
+	GateOnShards(&ecfg, loopp)
 	ecfg.ReleaseElsewhere = func(shard int, upstream string) {
 		if s := srvp.Load(); s != nil {
 			s.ReleaseElsewhere(shard, upstream)
@@ -123,92 +112,91 @@ func serveShards(ctx context.Context, cfg Config) error {
 	}
 	eng, err := engine.New(ecfg)
 	if err != nil {
-		return undo(err)
+		return nil, err
 	}
-	started = append(started, eng.Stop)
-	wf := workflow.New(workflow.Config{Engine: eng, Store: store, Clock: ecfg.Clock, Logger: log})
-	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.Metrics()} }
-	var stopping atomic.Bool
-	rec := newMinuteSeries(eng, log)
+	n.eng = eng
+	undo.Push("stop engine", eng.Stop)
+	n.wf = workflow.New(workflow.Config{Engine: eng.API(), Store: store, Clock: ecfg.Clock, Logger: log})
+	cfg.metricSets = func() []*metrics.Set { return []*metrics.Set{own, eng.API().Metrics()} }
+	n.rec = newMinuteSeries(eng, log)
 	secret, err := peerSecret(ctx, leaseStore)
 	if err != nil {
-		return undo(err)
+		return nil, err
 	}
 	srv, err := admin.NewServer(cfg.apiServer(admin.ServerConfig{Addr: cfg.Addr, Engine: eng, Store: store, Version: cfg.Version,
-		Logger: log, Minutes: rec.points, Sharding: &admin.ShardRouting{NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS,
-			PeerToken: cfg.peerToken, PeerSecret: secret, Stopping: stopping.Load}, Workflows: wf}))
+		Logger: log, Minutes: n.rec.points, Sharding: &admin.ShardRouting{NodeID: cfg.NodeID, PeerTLS: cfg.peerTLS,
+			PeerToken: cfg.peerToken, PeerSecret: secret, Stopping: n.down.Load}, Workflows: n.wf}))
 	if err != nil {
-		return undo(err)
+		return nil, err
 	}
 	srvp.Store(srv)
-	if err := srv.Start(ctx); err != nil {
-		return undo(err)
-	}
-	started = append(started, srv.Stop)
-	if cfg.Advertise == "" {
-		cfg.Advertise = cfg.scheme() + "://" + srv.Addr()
-	}
-	loop, err := ha.NewShards(ha.ShardsConfig{Store: leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
-		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: log, Metrics: own, InFlight: eng.Ownership().InFlight})
+	return srv, nil
+}
+
+// run starts the shard loop and the engine, which schedules the shards the loop takes.
+func (n *shardNode) run(ctx context.Context, _ *admin.Server, undo *startstop.Undo) (string, []any, error) {
+	cfg, eng := n.cfg, n.eng
+	loop, err := ha.NewShards(ha.ShardsConfig{Store: n.leaseStore, NodeID: cfg.NodeID, Advertise: cfg.Advertise,
+		TTL: cfg.LeaseTTL, Renew: cfg.LeaseRenew, Logger: cfg.Logger, Metrics: n.own, InFlight: eng.API().Ownership().InFlight,
+		HandOverPoint: eng.API().Ownership().HandOverPoint})
 	if err != nil {
-		return undo(err)
+		return "", nil, err
 	}
-	loopp.Store(loop)
+	n.loop = loop
+	n.loopp.Store(loop)
 	if err := eng.Start(ctx); err != nil {
-		return undo(err)
+		return "", nil, err
 	}
 	if err := loop.Start(ctx); err != nil {
-		return undo(err)
+		return "", nil, err
 	}
-	if err := wf.Start(ctx); err != nil {
-		return undo(err)
+	if err := n.wf.Start(ctx); err != nil {
+		return "", nil, err
 	}
-	started = append(started, wf.Stop)
-	changesDone := make(chan struct{})
-	go followShards(loop, eng, log, changesDone)
-	rec.start()
-	log.Info("axe listening; scheduling the shards this node takes", "addr", cfg.scheme()+"://"+srv.Addr(),
+	undo.Push("stop workflow service", n.wf.Stop)
+	n.changesDone = make(chan struct{})
+	go followShards(loop, eng, cfg.Logger, n.changesDone)
+	n.rec.start()
+	return "axe listening; scheduling the shards this node takes", []any{
 		"advertise", cfg.Advertise, "store", redactDSN(cfg.DB), "node", cfg.NodeID,
-		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew)
-	if cfg.OnListen != nil {
-		cfg.OnListen(srv.Addr())
-	}
+		"lease_ttl", cfg.LeaseTTL, "lease_renew", cfg.LeaseRenew}, nil
+}
 
-	<-ctx.Done()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	sctx, scancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer scancel()
-	return startstop.Steps(sctx, log, nil, "shutdown: ",
-		startstop.Step{Name: "not ready", Run: func(context.Context) error { stopping.Store(true); return nil }},
-		startstop.Step{Name: "say leaving (the others look for the shards released)", Run: loop.Leaving},
-		startstop.Step{Name: "stop workflow service", Run: wf.Stop},
-		startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: eng.Stop},
-		startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { rec.stop(); return nil }},
-		startstop.Step{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {
-			err := loop.Stop(ctx, true)
-			// The loop's last changes reach the engine (stopped by now) before the stores
-			// close; a change stuck on a stopped engine does not hold the process past its
-			// shutdown bound.
-			select {
-			case <-changesDone:
-			case <-ctx.Done():
-				err = errors.Join(err, fmt.Errorf("the shard loop's last changes were not all applied: %w", ctx.Err()))
-			}
-			return err
-		}},
-		startstop.Step{Name: "stop HTTP server", Run: srv.Stop},
-		startstop.Step{Name: "close stores", Run: func(ctx context.Context) error {
-			// Closing waits for the queries in flight; one stuck on a database node that went
-			// away does not hold the process past its shutdown bound.
-			done := make(chan error, 1)
-			go func() { done <- closeStores() }()
-			select {
-			case err := <-done:
+func (n *shardNode) notReady() { n.down.Store(true) }
+
+func (n *shardNode) stopping() (before, after []startstop.Step) {
+	loop := n.loop
+	return []startstop.Step{
+			{Name: "say leaving (the others look for the shards released)", Run: loop.Leaving},
+			{Name: "stop workflow service", Run: n.wf.Stop},
+			{Name: "stop engine (triggering, dispatch, writer)", Run: n.eng.Stop},
+			{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { n.rec.stop(); return nil }},
+			{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {
+				err := loop.Stop(ctx, true)
+				// The loop's last changes reach the engine (stopped by now) before the stores
+				// close; a change stuck on a stopped engine does not hold the process past its
+				// shutdown bound.
+				select {
+				case <-n.changesDone:
+				case <-ctx.Done():
+					err = errors.Join(err, fmt.Errorf("the shard loop's last changes were not all applied: %w", ctx.Err()))
+				}
 				return err
-			case <-ctx.Done():
-				return fmt.Errorf("the stores did not close: %w", ctx.Err())
-			}
-		}})
+			}},
+		}, []startstop.Step{
+			{Name: "close stores", Run: func(ctx context.Context) error {
+				// Closing waits for the queries in flight; one stuck on a database node that went
+				// away does not hold the process past its shutdown bound.
+				done := make(chan error, 1)
+				go func() { done <- n.closeStores() }()
+				select {
+				case err := <-done:
+					return err
+				case <-ctx.Done():
+					return fmt.Errorf("the stores did not close: %w", ctx.Err())
+				}
+			}},
+		}
 }
 
 // followShards hands the shard loop's changes to the engine, in order, until the loop closes
@@ -220,20 +208,27 @@ func followShards(loop *ha.Shards, eng *engine.Engine, log interface {
 	defer close(done)
 	for ch := range loop.Changes() {
 		if ch.Lost.Len() > 0 {
-			eng.Ownership().Drop(ch.Lost)
+			eng.API().Ownership().Drop(ch.Lost)
 		}
 		if ch.Draining.Len() > 0 {
-			eng.Ownership().Drain(ch.Draining)
+			eng.API().Ownership().Drain(ch.Draining)
 		}
 		if len(ch.Gained) > 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			err := eng.Ownership().Gain(ctx, ch.Gained)
+			err := eng.API().Ownership().Gain(ctx, ch.Gained, ch.HandedOver)
 			cancel()
 			if err != nil {
 				log.Error("cannot recover the shards taken; giving them up for another node", "error", err)
-				for _, f := range ch.Gained {
-					loop.Lost(f.Shard, f.Epoch, err)
-				}
+				// Given up from another goroutine: each shard lost is a change on the channel
+				// this loop reads, and more of them than its buffer holds (a recovery of 85
+				// shards cancelled by a shutdown) blocked this loop on itself, and the
+				// shutdown's own last change behind it, past any bound.
+				gained := ch.Gained
+				go func() {
+					for _, f := range gained {
+						loop.Lost(f.Shard, f.Epoch, err)
+					}
+				}()
 			}
 		}
 	}
@@ -251,4 +246,34 @@ func peerTokenOf(single string, entries []admin.TokenEntry) string {
 		}
 	}
 	return ""
+}
+
+// GateOnShards makes ecfg the engine of a node scheduling by shard under the loop *loopp will
+// hold (none yet: every shard is refused): it fires and writes only for the shards the loop
+// holds, at their epochs; every request the dispatcher sends asks the loop once more as its
+// first byte leaves (ha.Shards.Renewed: the part of the shard gates that no request's shard
+// is needed for); and a write the store refused for a shard's fence tells the loop the shard
+// is lost. The daemon and the benchmarks that run a sharded engine of their own wire it so.
+func GateOnShards(ecfg *engine.Config, loopp *atomic.Pointer[ha.Shards]) {
+	ecfg.Sharded = true
+	ecfg.ShardGate = func(shard int, epoch int64) error {
+		l := loopp.Load()
+		if l == nil {
+			return model.ErrShardNotHeld
+		}
+		return l.Holds(shard, epoch)
+	}
+	ecfg.Dispatch.Gate = func() error {
+		if l := loopp.Load(); l != nil {
+			return l.Renewed()
+		}
+		return nil
+	}
+	ecfg.Writer.ShardLost = func(f persist.ShardFence, err error) {
+		// Told on the writer's goroutine, which must not wait for the loop's channel (the
+		// engine, busy recovering a shard, may be the one that reads it).
+		if l := loopp.Load(); l != nil {
+			go l.Lost(f.Shard, f.Epoch, err)
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"database/sql"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,9 +14,10 @@ import (
 
 	"github.com/axe-sched/axe/admin"
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
+	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/ratelimit"
 )
@@ -28,15 +31,7 @@ func shardNodes(t *testing.T, dsn string, n int, mod func(*axedaemon.Config)) []
 	t.Helper()
 	var ds []*daemontest.Daemon
 	for i := range n {
-		ds = append(ds, daemontest.Start(t, dsn, func(c *axedaemon.Config) {
-			c.HA = true
-			c.HAMode = axedaemon.HAModeShards
-			c.NodeID = fmt.Sprintf("n%d", i+1)
-			c.LeaseTTL, c.LeaseRenew = 3*time.Second, time.Second
-			if mod != nil {
-				mod(c)
-			}
-		}))
+		ds = append(ds, shardNode(t, dsn, i+1, mod))
 	}
 	testwait.For(t, daemontest.WaitTimeout, "the shards shared evenly", func() bool {
 		total := 0
@@ -54,14 +49,40 @@ func shardNodes(t *testing.T, dsn string, n int, mod func(*axedaemon.Config)) []
 	return ds
 }
 
-// owner returns the node whose /readyz names the shard of task.
+// shardNode starts node nID of a cluster scheduling by shard on dsn (TTL 10 s, renew 2 s),
+// without waiting for its share. The lease rides out 8 s without a renewal: with TTL 3 s a
+// loaded box (the suite runs four tests a package at a time) dropped shards mid-test, and
+// the runs in flight on them were recorded lost, never to reach the downstream.
+func shardNode(t *testing.T, dsn string, id int, mod func(*axedaemon.Config)) *daemontest.Daemon {
+	t.Helper()
+	return daemontest.Start(t, dsn, func(c *axedaemon.Config) {
+		c.HA = true
+		c.HAMode = axedaemon.HAModeShards
+		c.NodeID = fmt.Sprintf("n%d", id)
+		c.LeaseTTL, c.LeaseRenew = 10*time.Second, 2*time.Second
+		if mod != nil {
+			mod(c)
+		}
+	})
+}
+
+// owner returns the node whose /readyz names the shard of task, waiting for one: on a
+// loaded box a node can miss its renewals and the shard be between owners for a while.
 func owner(t *testing.T, ds []*daemontest.Daemon, task string) *daemontest.Daemon {
 	t.Helper()
-	for _, d := range ds {
-		_, r := d.Readyz(t, "")
-		if set, err := model.ParseShardSet(r.Shards); err == nil && set.Has(model.ShardOf(task)) {
-			return d
+	var found *daemontest.Daemon
+	testwait.For(t, daemontest.WaitTimeout, "a node holding the shard of "+task, func() bool {
+		for _, d := range ds {
+			_, r := d.Readyz(t, "")
+			if set, err := model.ParseShardSet(r.Shards); err == nil && set.Has(model.ShardOf(task)) {
+				found = d
+				return true
+			}
 		}
+		return false
+	})
+	if found != nil {
+		return found
 	}
 	t.Fatalf("no node holds the shard of %s", task)
 	return nil
@@ -74,7 +95,8 @@ func owner(t *testing.T, ds []*daemontest.Daemon, task string) *daemontest.Daemo
 // seconds hold more than 6 × 20 (a second's worth for sends delayed after their decision)
 // plus one burst token per node.
 func TestShardsShareTheRateLimit(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	hook := daemontest.NewHook(t)
 	u, err := url.Parse(hook.URL(""))
 	if err != nil {
@@ -141,7 +163,8 @@ func TestShardsShareTheRateLimit(t *testing.T) {
 // once; a call passed on to a node that does not schedule its shard (it moved) is answered
 // 503 with Retry-After instead of being passed on again; /readyz names each node's shards.
 func TestShardsAPIFromAnyNode(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	hook := daemontest.NewHook(t)
 	ds := shardNodes(t, dsn, 3, nil)
 	var names []string
@@ -208,7 +231,8 @@ func TestShardsAPIFromAnyNode(t *testing.T) {
 // it), but recorded lost and alerted once, by the holder of shard 0; every node reads the
 // registry from the database, so each lists the executor.
 func TestShardsAlertAnExecutorLossOnce(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	ds := shardNodes(t, dsn, 3, func(c *axedaemon.Config) {
 		c.Engine.HeartbeatInterval = 200 * time.Millisecond
 		c.Engine.LostAfter = time.Second
@@ -238,5 +262,58 @@ func TestShardsAlertAnExecutorLossOnce(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("the loss of one executor was alerted %d times by three nodes, want once: %+v", n, alerts.Actions)
+	}
+}
+
+// TestShardsBatchCreateWhileShardsMove: batches of creates sent to the first node while two
+// more join and take their shares: a part whose shard moved under it (its node answers 503,
+// nothing of it written) is routed again to the new owner, so every batch answers 200 with
+// every item created, and each task exists once.
+func TestShardsBatchCreateWhileShardsMove(t *testing.T) {
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
+	hook := daemontest.NewHook(t)
+	first := shardNodes(t, dsn, 1, nil)[0]
+	joined := make(chan []*daemontest.Daemon, 1)
+	go func() {
+		// Started off the test's goroutine: the batches go on while they boot and take shards.
+		var ds []*daemontest.Daemon
+		defer func() { joined <- ds }() // also if a start fails: the test then ends failed, not hung
+		for i := 2; i <= 3; i++ {
+			ds = append(ds, shardNode(t, dsn, i, nil))
+		}
+	}()
+	const batches, size = 12, 100
+	total := 0
+	for b := range batches {
+		var specs []map[string]any
+		for i := range size {
+			specs = append(specs, daemontest.Spec(fmt.Sprintf("mv-%02d-%03d", b, i), hook.URL("/ok"), "trigger", "manual"))
+		}
+		var res struct {
+			Created int `json:"created"`
+		}
+		code, body := first.Call(t, "POST", "/api/v1/tasks/batch", specs)
+		if code != http.StatusOK {
+			t.Fatalf("batch %d answered %d: %s", b, code, body)
+		}
+		if err := json.Unmarshal(body, &res); err != nil || res.Created != size {
+			t.Fatalf("batch %d: %s, want %d created", b, body, size)
+		}
+		total += res.Created
+		time.Sleep(300 * time.Millisecond)
+	}
+	<-joined
+	db, err := sql.Open("mysql", strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM task_def WHERE name LIKE 'mv-%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != batches*size || total != n {
+		t.Errorf("%d tasks stored, %d counted created, want %d", n, total, batches*size)
 	}
 }

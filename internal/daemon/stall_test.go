@@ -10,8 +10,8 @@ import (
 	"time"
 
 	axedaemon "github.com/axe-sched/axe/internal/daemon"
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -27,13 +27,15 @@ import (
 // The stall is a real one: a second connection locks every row of the lease table (the
 // shard leases and their fences), which the renewal updates and every fenced batch reads.
 // It begins just after a renewal committed, so the next renewal is caught at once: with
-// TTL 8 s and renew 2 s, a 6.5 s stall ends past the old local deadline (TTL − renew = 6 s
-// after the last renewal was sent, where every shard used to be dropped) and before the
-// lease's expiry (8 s).
+// TTL 16 s and renew 6 s, an 11 s stall ends past the old local deadline (TTL − renew = 10 s
+// after the last renewal was sent, where every shard used to be dropped) and 5 s before the
+// lease's expiry (16 s): the renewal that then goes through has 5 s to commit on a loaded
+// box (with TTL 8 s, renew 2 s and a 6.5 s stall, 1.5 s were not enough at load 30).
 func TestShardsRideOutAStalledDatabase(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	hook := daemontest.NewHook(t)
-	const ttl, renew, stall = 8 * time.Second, 2 * time.Second, 6500 * time.Millisecond
+	const ttl, renew, stall = 16 * time.Second, 6 * time.Second, 11 * time.Second
 	ds := shardNodes(t, dsn, 1, func(c *axedaemon.Config) { c.LeaseTTL, c.LeaseRenew = ttl, renew })
 	d := ds[0]
 

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/internal/daemontest"
-	"github.com/axe-sched/axe/internal/testwait"
+	"github.com/axe-sched/axe/internal/test/daemontest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/wire"
 )
@@ -122,6 +122,7 @@ func stepOf(v wire.WorkflowRunView, name string) wire.WorkflowStepView {
 // failed steps runs clean and report only (sync keeps its output and is not called again),
 // and the run succeeds. No step attempt reaches the endpoint twice.
 func TestWorkflowPipeline(t *testing.T) {
+	t.Parallel()
 	daemontest.EachStore(t, func(t *testing.T, dsn string) {
 		sink := newStepSink(t)
 		d := daemontest.Start(t, dsn, nil)
@@ -220,6 +221,7 @@ func TestWorkflowPipeline(t *testing.T) {
 // TestWorkflowDefinitionsRefused: definitions a run could not follow are refused at create
 // with the field named, and nothing is stored.
 func TestWorkflowDefinitionsRefused(t *testing.T) {
+	t.Parallel()
 	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
 	cb := map[string]any{"type": "http", "url": "http://127.0.0.1:1/x"}
 	cases := []struct {
@@ -250,6 +252,7 @@ func TestWorkflowDefinitionsRefused(t *testing.T) {
 // TestWorkflowStepTasksChangeOnlyWithTheirWorkflow: the task a step runs as cannot be
 // edited, paused, run or deleted on its own; its workflow's delete removes it.
 func TestWorkflowStepTasksChangeOnlyWithTheirWorkflow(t *testing.T) {
+	t.Parallel()
 	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
 	def := map[string]any{"name": "w1", "steps": []map[string]any{{"name": "s1", "callback": map[string]any{"type": "http", "url": "http://127.0.0.1:1/x"}}}}
 	d.MustJSON(t, 201, "POST", "/api/v1/workflows", def, nil)
@@ -274,7 +277,8 @@ func TestWorkflowStepTasksChangeOnlyWithTheirWorkflow(t *testing.T) {
 // TestWorkflowOnPrimaryBackup: under --ha-mode primary the primary runs workflows and the
 // backup reads them; a primary's kill hands open runs to the new primary, which ends them.
 func TestWorkflowOnPrimaryBackup(t *testing.T) {
-	dsn := persisttest.MySQLDSN(t)
+	t.Parallel()
+	dsn := persisttest.MySQLSchemaDSN(t)
 	sink := newStepSink(t)
 	a := daemontest.HANode(t, dsn, "a", 3*time.Second, time.Second)
 	a.WaitRole(t, "primary", daemontest.WaitTimeout)
@@ -303,6 +307,7 @@ func TestWorkflowOnPrimaryBackup(t *testing.T) {
 // run of the one it follows, for that run's logical time; after pause_after_failures failed
 // runs in a row its trigger pauses.
 func TestWorkflowFollowsAnother(t *testing.T) {
+	t.Parallel()
 	sink := newStepSink(t)
 	d := daemontest.Start(t, "sqlite:"+t.TempDir()+"/axe.db", nil)
 	cb := map[string]any{"type": "http", "url": sink.srv.URL}
@@ -370,6 +375,7 @@ func TestWorkflowFollowsAnother(t *testing.T) {
 // after it; a step marked succeeded with an operator's output releases what follows it,
 // which gets that output as its input.
 func TestWorkflowCancelAndMark(t *testing.T) {
+	t.Parallel()
 	sink := newStepSink(t)
 	release := make(chan struct{}) // the slow step answers once its kill is recorded
 	var releaseOnce sync.Once
@@ -429,6 +435,7 @@ func TestWorkflowCancelAndMark(t *testing.T) {
 // with overlap_policy skip, never has two runs in flight: the fires due meanwhile are
 // skipped. Each run's logical time is a fire time of the schedule.
 func TestWorkflowCronOverlapSkip(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	calls := 0
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -466,5 +473,169 @@ func TestWorkflowCronOverlapSkip(t *testing.T) {
 		if newer.ScheduledAt%1000 != 0 || newer.Trigger != "cron" {
 			t.Fatalf("a cron run's logical time %d is not a fire time", newer.ScheduledAt)
 		}
+	}
+}
+
+// TestWorkflowDelayTrigger: a workflow with trigger delay starts one run delay_ms after it
+// is created, with that time as its logical time, and no other (an update that keeps the
+// delay, a pause and a resume after it ran start none); delay_ms without trigger delay, or
+// a negative one, is refused naming the field.
+func TestWorkflowDelayTrigger(t *testing.T) {
+	t.Parallel()
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		sink := newStepSink(t)
+		d := daemontest.Start(t, dsn, nil)
+		for _, bad := range []struct {
+			def   map[string]any
+			field string
+		}{
+			{map[string]any{"name": "bad", "trigger": "manual", "delay_ms": 1000}, "delay_ms"},
+			{map[string]any{"name": "bad", "trigger": "delay", "delay_ms": -1}, "delay_ms"},
+			{map[string]any{"name": "bad", "trigger": "delay", "cron": "* * * * *"}, "cron"},
+		} {
+			bad.def["steps"] = []map[string]any{{"name": "s", "callback": map[string]any{"type": "http", "url": sink.srv.URL}}}
+			if msg := d.APIError(t, 400, "POST", "/api/v1/workflows", bad.def); !strings.HasPrefix(msg, bad.field+":") {
+				t.Errorf("%v: error %q does not name %s", bad.def, msg, bad.field)
+			}
+		}
+		def := map[string]any{"name": "later", "trigger": "delay", "delay_ms": 1500,
+			"steps": []map[string]any{{"name": "s", "callback": map[string]any{"type": "http", "url": sink.srv.URL}}}}
+		var created wire.WorkflowView
+		d.MustJSON(t, 201, "POST", "/api/v1/workflows", def, &created)
+		var got wire.WorkflowView
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/later", nil, &got)
+		if got.NextFire != created.CreatedAt+1500 {
+			t.Errorf("next_fire %d, want created_at %d + 1500", got.NextFire, created.CreatedAt)
+		}
+		var runs wire.WorkflowRunList
+		testwait.For(t, daemontest.WaitTimeout, "the delay run to succeed", func() bool {
+			runs = wire.WorkflowRunList{}
+			d.MustJSON(t, 200, "GET", "/api/v1/workflows/later/runs", nil, &runs)
+			return len(runs.Runs) == 1 && runs.Runs[0].State == "succeeded"
+		})
+		if r := runs.Runs[0]; r.Trigger != "delay" || r.ScheduledAt != created.CreatedAt+1500 {
+			t.Errorf("the delay run is %+v: want trigger delay at created_at + 1500", r)
+		}
+		def["group"] = "g2" // an update that keeps the delay
+		d.MustJSON(t, 200, "PUT", "/api/v1/workflows/later", def, nil)
+		d.MustJSON(t, 200, "POST", "/api/v1/workflows/later/pause", nil, nil)
+		d.MustJSON(t, 200, "POST", "/api/v1/workflows/later/resume", nil, nil)
+		time.Sleep(2500 * time.Millisecond) // a second run would have been due by now
+		runs = wire.WorkflowRunList{}
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/later/runs", nil, &runs)
+		if len(runs.Runs) != 1 {
+			t.Errorf("a delay workflow ran %d times, want once: %+v", len(runs.Runs), runs.Runs)
+		}
+		if dup := sink.duplicates(); len(dup) > 0 {
+			t.Errorf("step attempts received twice: %v", dup)
+		}
+	})
+}
+
+// TestWorkflowBackfillSurvivesRestart: a backfill of a cron workflow is stored: the daemon
+// stopped in the middle of it and started again on the same database goes on from its
+// cursor, and every minute of the range ends with exactly one run, succeeded. A second
+// backfill while one runs is refused (409).
+func TestWorkflowBackfillSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(200 * time.Millisecond)
+			fmt.Fprint(w, `{}`)
+		}))
+		t.Cleanup(slow.Close)
+		d := daemontest.Start(t, dsn, nil)
+		// One retry: a step in flight at the stop is recorded lost when the node starts again
+		// (it may have run), and runs again as its next attempt.
+		d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": "hourly", "trigger": "cron", "cron": "* * * * *",
+			"steps": []map[string]any{{"name": "s", "callback": map[string]any{"type": "http", "url": slow.URL},
+				"retry_count": 1, "retry_interval_sec": 1}}}, nil)
+		to := time.Now().Truncate(time.Minute)
+		from := to.Add(-12 * time.Minute)
+		body := map[string]any{"from": from.UTC().Format(time.RFC3339), "to": to.UTC().Format(time.RFC3339), "parallel": 1}
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/hourly/backfill", body, nil)
+		if msg := d.APIError(t, 409, "POST", "/api/v1/workflows/hourly/backfill", body); !strings.Contains(msg, "backfill in progress") {
+			t.Errorf("a second backfill while one runs: %q", msg)
+		}
+		var st wire.WorkflowBackfillStatus
+		testwait.For(t, daemontest.WaitTimeout, "two backfill runs to start", func() bool {
+			st = wire.WorkflowBackfillStatus{}
+			d.MustJSON(t, 200, "GET", "/api/v1/workflows/hourly/backfill", nil, &st)
+			return st.Started >= 2
+		})
+		if err := d.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		d = daemontest.Start(t, dsn, nil)
+		st = wire.WorkflowBackfillStatus{}
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/hourly/backfill", nil, &st)
+		if st.Times != 12 || st.Started >= st.Times {
+			t.Fatalf("after the restart the backfill reads %+v: want 12 times, some not started yet", st)
+		}
+		testwait.For(t, daemontest.WaitTimeout, "the backfill to end", func() bool {
+			st = wire.WorkflowBackfillStatus{}
+			d.MustJSON(t, 200, "GET", "/api/v1/workflows/hourly/backfill", nil, &st)
+			return st.Done
+		})
+		if st.Started != 12 || st.Skipped != 0 || st.Running != 0 {
+			t.Errorf("the backfill ended as %+v: want 12 started", st)
+		}
+		var runs wire.WorkflowRunList
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/hourly/runs?limit=1000", nil, &runs)
+		at := map[int64]int{}
+		for _, r := range runs.Runs {
+			if r.Trigger == "backfill" {
+				at[r.ScheduledAt]++
+				if r.State != "succeeded" {
+					t.Errorf("backfill run %s of %d is %s", r.ID, r.ScheduledAt, r.State)
+				}
+			}
+		}
+		for m := from; m.Before(to); m = m.Add(time.Minute) {
+			if at[m.UnixMilli()] != 1 {
+				t.Errorf("minute %s has %d backfill runs, want 1", m.UTC().Format(time.RFC3339), at[m.UnixMilli()])
+			}
+		}
+	})
+}
+
+// TestWorkflowStepKeyTemplates: a step's concurrency_key is a template over the step's
+// request (tenant:{params.params.tenant}: the run's params). A run whose params render it runs
+// the step, counted in the tenant's key; a run whose params lack the tenant fails the step
+// with the reason recorded on its attempt, without calling the endpoint; a template that does
+// not parse is refused when the workflow is defined, naming the step's field.
+func TestWorkflowStepKeyTemplates(t *testing.T) {
+	t.Parallel()
+	dsn := "sqlite:" + t.TempDir() + "/axe.db"
+	sink := newStepSink(t)
+	d := daemontest.Start(t, dsn, nil)
+	d.MustJSON(t, http.StatusOK, "PUT", "/api/v1/concurrency-limits/key/tenant:*", map[string]any{"max": 1}, nil)
+	step := func(key string) map[string]any {
+		return map[string]any{"name": "bill", "concurrency_key": key, "rate_key": "bill:{params.params.tenant}",
+			"callback": map[string]any{"type": "http", "url": sink.srv.URL}}
+	}
+	if msg := d.APIError(t, http.StatusBadRequest, "POST", "/api/v1/workflows",
+		map[string]any{"name": "bad", "steps": []map[string]any{step("tenant:{tenant}")}}); !strings.Contains(msg, "concurrency_key") {
+		t.Errorf("a step key that does not parse: %q, want it named", msg)
+	}
+	d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": "billing", "steps": []map[string]any{step("tenant:{params.params.tenant}")}}, nil)
+	var ok, bad struct {
+		ID string `json:"id"`
+	}
+	d.MustJSON(t, 202, "POST", "/api/v1/workflows/billing/run", map[string]any{"params": map[string]any{"tenant": "acme"}}, &ok)
+	d.MustJSON(t, 202, "POST", "/api/v1/workflows/billing/run", map[string]any{"params": map[string]any{"other": 1}}, &bad)
+	if s := stepOf(waitRunState(t, d, ok.ID, "succeeded"), "bill"); s.State != "succeeded" {
+		t.Errorf("the step of tenant acme: %+v", s)
+	}
+	v := waitRunState(t, d, bad.ID, "failed")
+	s := stepOf(v, "bill")
+	if s.State != "failed" || len(s.Attempts) != 1 || !strings.Contains(s.Attempts[0].Error, "params.params.tenant is missing") {
+		t.Errorf("the step whose params lack the tenant: %+v", s)
+	}
+	sink.mu.Lock()
+	calls := len(sink.calls)
+	sink.mu.Unlock()
+	if calls != 1 {
+		t.Errorf("the endpoint got %d step calls, want the one of tenant acme", calls)
 	}
 }

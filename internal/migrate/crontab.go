@@ -16,8 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/axe-sched/axe/engine/cron"
 	"github.com/axe-sched/axe/executor/agent"
+	"github.com/axe-sched/axe/lib/cron"
 )
 
 // Crontab defaults.

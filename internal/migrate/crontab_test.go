@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
-	"github.com/axe-sched/axe/internal/oracle"
+	"github.com/axe-sched/axe/internal/test/oracle"
+	"github.com/axe-sched/axe/lib/cron"
 )
 
 func TestReadCrontab(t *testing.T) {
@@ -145,14 +145,14 @@ func mustLoc(t *testing.T, name string) *time.Location {
 	return loc
 }
 
-// TestCrontabMatchesCronie imports every line of the cronie table (engine/cron/testdata/
+// TestCrontabMatchesCronie imports every line of the cronie table (lib/cron/testdata/
 // cronie, computed by cronie 1.7.2's own crond code) under its environment lines, and holds
 // the import to it: a line cronie does not load is refused; a line cronie loads but never
 // runs as written (a reversed range, ~, a step wider than its field) is refused, naming
 // why; every other line becomes a task in the zone cronie reads it in (CRON_TZ, not TZ)
 // that fires at cronie's times.
 func TestCrontabMatchesCronie(t *testing.T) {
-	cases, err := oracle.LoadCronie("../../engine/cron/testdata/cronie/expected.tsv")
+	cases, err := oracle.LoadCronie("../../lib/cron/testdata/cronie/expected.tsv")
 	if err != nil {
 		t.Fatal(err)
 	}

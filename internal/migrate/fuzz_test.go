@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/axe-sched/axe/engine/cron"
+	"github.com/axe-sched/axe/lib/cron"
 )
 
 // FuzzReadCrontab feeds arbitrary crontabs to ReadCrontab: it must not fail (only its

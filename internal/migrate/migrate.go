@@ -16,8 +16,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/axe-sched/axe/engine"
-	"github.com/axe-sched/axe/engine/cron"
-	"github.com/axe-sched/axe/internal/visible"
+	"github.com/axe-sched/axe/lib/cron"
+	"github.com/axe-sched/axe/lib/visible"
 	"github.com/axe-sched/axe/wire"
 )
 

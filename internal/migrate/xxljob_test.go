@@ -208,7 +208,7 @@ func TestReadXXLJobGenerations(t *testing.T) {
 				t.Fatalf("items %+v bad %+v", p.Items, p.Bad)
 			}
 			// Quartz ignores the step after a name: MON-FRI/2 is every weekday, and
-			// JAN-DEC/3 every month (checked against Quartz in engine/cron).
+			// JAN-DEC/3 every month (checked against Quartz in lib/cron).
 			if got := p.Items[0].Next; !got.Equal(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)) {
 				t.Errorf("weekdays next %s, want Tuesday 2026-12-01 12:00, as Quartz reads MON-FRI/2", got)
 			}

@@ -35,6 +35,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) persist.Store) {
 		{"Migrate/Twice", testMigrateTwice},
 		{"Migrate/Concurrent", testMigrateConcurrent},
 		{"CreateTask/RoundTrip", testCreateRoundTrip},
+		{"ExchangeDemand", testExchangeDemand},
 		{"CreateTask/Duplicate", testCreateDuplicate},
 		{"NotFound", testNotFound},
 		{"ListTasks", testListTasks},
@@ -103,6 +104,7 @@ func newDef(name string, deps ...string) *model.TaskDef {
 		Params:         json.RawMessage(`{"region":"eu","ids":[1,2,3]}`),
 		MisfirePolicy:  model.MisfireFireOnce,
 		ConcurrencyKey: "warehouse-db",
+		RateKey:        "tenant:{params.region}",
 		CreatedAt:      1_700_000_000_000,
 		UpdatedAt:      1_700_000_000_001,
 	}
@@ -1664,5 +1666,43 @@ func testConcurrencyLimits(t *testing.T, ctx context.Context, s persist.Store) {
 	got, err = s.ListConcurrencyLimits(ctx)
 	if err != nil || !reflect.DeepEqual(got, []model.ConcurrencyLimit{put[2], put[0]}) {
 		t.Fatalf("ListConcurrencyLimits after delete = %+v, %v", got, err)
+	}
+}
+
+// testExchangeDemand: each node's exchange replaces its own rows and reads every node's fresh
+// ones; a row older than the TTL is not read, and one older than DemandStaleMS is deleted.
+func testExchangeDemand(t *testing.T, ctx context.Context, s persist.Store) {
+	ds, ok := s.(persist.DemandStore)
+	if !ok {
+		t.Skip("the store keeps no rate demand")
+	}
+	const now = 1_700_000_000_000
+	if _, err := ds.ExchangeDemand(ctx, "n1", map[string]float64{"api:443": 12.5, "tenant:a": 3}, now, 1000); err != nil {
+		t.Fatal(err)
+	}
+	// " nodes" is the engine's row of a node's share by shards: a leading space is kept.
+	got, err := ds.ExchangeDemand(ctx, "n2", map[string]float64{"api:443": 0, " nodes": 0.25}, now+100, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]float64{"api:443": {"n1": 12.5, "n2": 0}, "tenant:a": {"n1": 3}, " nodes": {"n2": 0.25}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("after n1 and n2: %v, want %v", got, want)
+	}
+	// n1 again, without tenant:a: its row goes; n2's row is older than the TTL by then.
+	got, err = ds.ExchangeDemand(ctx, "n1", map[string]float64{"api:443": 4}, now+1200, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (map[string]map[string]float64{"api:443": {"n1": 4}}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after n1's second exchange: %v, want %v", got, want)
+	}
+	// Past DemandStaleMS n2's row is deleted: a TTL reaching back to it reads nothing of it.
+	got, err = ds.ExchangeDemand(ctx, "n1", nil, now+persist.DemandStaleMS+200, persist.DemandStaleMS+1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("after n2's row went stale and n1 wrote none: %v, want nothing", got)
 	}
 }

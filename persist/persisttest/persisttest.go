@@ -2,8 +2,10 @@
 // or MySQL/MariaDB) and holds the conformance suite that both stores must pass.
 //
 // It owns only test scaffolding: databases it creates are named axe_t_<random>, so parallel
-// packages and reruns never collide, and each is dropped when its test ends. It never
-// touches any other database on the server.
+// packages and reruns never collide, and each is dropped when its test ends. Beside them it
+// keeps one database axe_t_template_<schema digest> holding axe's current schema, which
+// MySQLSchemaDSN copies and nothing writes once it is made. It never touches any other
+// database on the server.
 package persisttest
 
 import (
@@ -14,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +36,9 @@ const (
 	EnvRequireMySQL = "AXE_REQUIRE_MYSQL"
 )
 
-// setupTimeout bounds creating and dropping a test database.
-const setupTimeout = 30 * time.Second
+// setupTimeout bounds creating and dropping a test database: generous, for a server other
+// work keeps busy (a DROP beside a CPU hog took more than 30 s).
+const setupTimeout = 2 * time.Minute
 
 // SQLite returns a fresh embedded store in t.TempDir(), closed when the test ends.
 func SQLite(t testing.TB) persist.Store {
@@ -54,7 +58,7 @@ func SQLite(t testing.TB) persist.Store {
 // skipped, or fails when AXE_REQUIRE_MYSQL=1.
 func MySQL(t testing.TB) persist.Store {
 	t.Helper()
-	dsn := MySQLDSN(t)
+	dsn := MySQLSchemaDSN(t)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	s, err := persist.Open(ctx, dsn)
@@ -91,20 +95,147 @@ func MySQLDSN(t testing.TB) string {
 	return persist.SchemeMySQL + ":" + cfg.FormatDSN()
 }
 
-// exec runs one statement on a short-lived connection to the server.
-func exec(t testing.TB, cfg *mysql.Config, stmt string) {
+// serverDB opens a short-lived handle on the server of cfg, and a context bounded by
+// setupTimeout for its statements; done closes both.
+func serverDB(t testing.TB, cfg *mysql.Config) (db *sql.DB, ctx context.Context, done func()) {
 	t.Helper()
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
 		t.Fatalf("cannot configure the MySQL test server: %v", err)
 	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
+	db = sql.OpenDB(connector)
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	defer cancel()
+	return db, ctx, func() { cancel(); _ = db.Close() }
+}
+
+// exec runs one statement on a short-lived connection to the server.
+func exec(t testing.TB, cfg *mysql.Config, stmt string) {
+	t.Helper()
+	db, ctx, done := serverDB(t, cfg)
+	defer done()
 	if _, err := db.ExecContext(ctx, stmt); err != nil {
 		t.Fatalf("cannot run %q on the MySQL test server: %v", stmt, err)
 	}
+}
+
+// MySQLSchemaDSN is MySQLDSN with axe's current schema already in the database, for tests
+// whose store or daemon would migrate an empty one anyway. Migrating a fresh database is
+// about a second of DDL on a loaded box, and the suite makes hundreds; this copies the tables
+// of a template migrated once (CREATE TABLE … LIKE in one round trip, and the rows of the
+// tables the migrations fill), a third of that. A test of migrations wants MySQLDSN.
+func MySQLSchemaDSN(t testing.TB) string {
+	t.Helper()
+	dsn := MySQLDSN(t)
+	cfg, err := mysql.ParseDSN(strings.TrimPrefix(dsn, persist.SchemeMySQL+":"))
+	if err != nil {
+		t.Fatalf("cannot parse %s: %v", dsn, err)
+	}
+	name := cfg.DBName
+	admin := cfg.Clone()
+	admin.DBName = ""
+	tpl := schemaTemplate(t, admin)
+	var stmts []string
+	for _, tb := range tpl.tables {
+		stmts = append(stmts, fmt.Sprintf("CREATE TABLE `%s`.`%s` LIKE `%s`.`%s`", name, tb, tpl.name, tb))
+	}
+	for _, tb := range tpl.filled {
+		stmts = append(stmts, fmt.Sprintf("INSERT INTO `%s`.`%s` SELECT * FROM `%s`.`%s`", name, tb, tpl.name, tb))
+	}
+	multi := admin.Clone()
+	multi.MultiStatements = true
+	exec(t, multi, strings.Join(stmts, ";\n"))
+	return dsn
+}
+
+// template is the database MySQLSchemaDSN copies: its tables, and those with rows.
+type template struct {
+	name           string
+	tables, filled []string
+}
+
+var schemaTpl struct {
+	sync.Mutex
+	t *template
+}
+
+// templateReady is the table a template's maker adds once the migrations are done: a
+// template without it was left half made (a killed test process) and is made again.
+const templateReady = "axe_template_ready"
+
+// schemaTemplate returns the template of this build's schema on admin's server, making it
+// first when no test process has: under a named lock of the server, so that packages
+// testing at once make it once.
+func schemaTemplate(t testing.TB, admin *mysql.Config) *template {
+	t.Helper()
+	schemaTpl.Lock()
+	defer schemaTpl.Unlock()
+	if schemaTpl.t != nil {
+		return schemaTpl.t
+	}
+	tp := &template{name: "axe_t_template_" + persist.SchemaDigest()}
+	db, ctx, done := serverDB(t, admin)
+	defer done()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatalf("cannot reach the MySQL test server: %v", err)
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", tp.name, int(setupTimeout/time.Second)).Scan(&got); err != nil || got.Int64 != 1 {
+		t.Fatalf("cannot take the lock of the template database %s: %v (answer %v)", tp.name, err, got)
+	}
+	defer conn.ExecContext(context.Background(), "SELECT RELEASE_LOCK(?)", tp.name) //nolint:errcheck // the lock goes with the connection anyway
+	var ready int
+	if err := conn.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?", tp.name, templateReady).Scan(&ready); err != nil {
+		t.Fatalf("cannot look for the template database %s: %v", tp.name, err)
+	}
+	if ready == 0 {
+		for _, stmt := range []string{"DROP DATABASE IF EXISTS " + tp.name, "CREATE DATABASE " + tp.name + " CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"} {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("cannot run %q on the MySQL test server: %v", stmt, err)
+			}
+		}
+		cfg := admin.Clone()
+		cfg.DBName = tp.name
+		s, err := persist.Open(ctx, persist.SchemeMySQL+":"+cfg.FormatDSN())
+		if err != nil {
+			t.Fatalf("cannot migrate the template database %s: %v", tp.name, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("cannot close the template database %s: %v", tp.name, err)
+		}
+		if _, err := conn.ExecContext(ctx, "CREATE TABLE "+tp.name+"."+templateReady+" (made BIGINT NOT NULL)"); err != nil {
+			t.Fatalf("cannot mark the template database %s made: %v", tp.name, err)
+		}
+	}
+	rows, err := conn.QueryContext(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_name <> ? ORDER BY table_name", tp.name, templateReady)
+	if err != nil {
+		t.Fatalf("cannot list the template's tables: %v", err)
+	}
+	for rows.Next() {
+		var tb string
+		if err := rows.Scan(&tb); err != nil {
+			t.Fatalf("cannot list the template's tables: %v", err)
+		}
+		tp.tables = append(tp.tables, tb)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatalf("cannot list the template's tables: %v", err)
+	}
+	for _, tb := range tp.tables {
+		var n int
+		if err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT COUNT(*) FROM `%s`.`%s`", tp.name, tb)).Scan(&n); err != nil {
+			t.Fatalf("cannot count the template's %s: %v", tb, err)
+		}
+		if n > 0 {
+			tp.filled = append(tp.filled, tb)
+		}
+	}
+	if len(tp.tables) == 0 {
+		t.Fatalf("the template database %s has no tables", tp.name)
+	}
+	schemaTpl.t = tp
+	return tp
 }
 
 func randomHex() string {

@@ -138,17 +138,24 @@ export async function render(main) {
     dayPts = pts;
   }
 
-  // A click on the day chart opens the runs of the minute under the pointer.
+  // A click on the day chart opens the runs of the minutes under the pointer. A pixel spans
+  // more than one of the day's 1,440 minutes on most screens, and picking one of them would
+  // hide the runs of the others (a guess that is wrong whenever the pixel's edge falls between
+  // two minutes), so the Runs list opens on every minute the clicked pixel covers.
   let dayPts = [];
   day.addEventListener('click', ev => {
     const el = day.querySelector('svg');
     if (!el || !dayPts.length) return;
     const box = el.getBoundingClientRect();
     const W = 900, pad = 30, right = 40;
-    const vx = (ev.clientX - box.left) * (W / box.width);
-    const i = Math.round(((vx - pad) / (W - pad - right)) * Math.max(1, dayPts.length - 1));
-    if (i < 0 || i >= dayPts.length) return;
-    location.hash = minuteRuns(dayPts[i].at);
+    const at = px => (((px - box.left) * (W / box.width) - pad) / (W - pad - right)) * Math.max(1, dayPts.length - 1);
+    // The pixel [clientX-0.5, clientX+0.5) covers the minutes whose points fall in it; at least
+    // the nearest minute.
+    const mid = Math.round(at(ev.clientX));
+    if (mid < 0 || mid >= dayPts.length) return;
+    const lo = Math.max(0, Math.min(mid, Math.ceil(at(ev.clientX - 0.5))));
+    const hi = Math.min(dayPts.length - 1, Math.max(mid, Math.ceil(at(ev.clientX + 0.5)) - 1));
+    location.hash = '#/runs?' + new URLSearchParams({from: String(dayPts[lo].at), to: String(dayPts[hi].at + 60000)}).toString();
   });
 
   await load();

@@ -101,7 +101,8 @@ export async function render(main, args) {
       ['Group', w.group || 'default'], ['Trigger', h('span', {class: 'mono'}, triggerText(w))],
       ['Misfire', w.trigger === 'cron' ? w.misfire_policy || 'fire_once' : ''],
       ['Version', h('span', {id: 'wf-version'}, String(w.version))],
-      ['Next fire', w.trigger !== 'cron' ? '' : w.paused ? 'none while paused' : w.next_fire ? show(w.next_fire, w.timezone) : '—'],
+      ['Next fire', w.trigger !== 'cron' && w.trigger !== 'delay' ? '' : w.paused ? 'none while paused'
+        : w.next_fire ? show(w.next_fire, w.timezone) : w.trigger === 'delay' ? 'none: its one run started' : '—'],
       ['Params', w.params !== undefined ? h('pre', {id: 'wf-params'}, JSON.stringify(w.params, null, 2)) : ''],
       ['Created', show(w.created_at, w.timezone)], ['Updated', show(w.updated_at, w.timezone)],
     ]));
@@ -150,7 +151,7 @@ export async function render(main, args) {
         `${b.done ? 'Done' : 'Running'}: ${b.started} of ${b.times} logical time(s) started, ${b.skipped} skipped (a run existed), ${b.running} running.`));
     } catch (e) {
       update(bfStatus, h('p', {class: e.status === 404 ? 'muted' : 'error', id: 'wf-backfill-progress'},
-        e.status === 404 ? 'No backfill on the node that schedules this workflow.' : e.message));
+        e.status === 404 ? 'No backfill of this workflow yet.' : e.message));
     }
   }
 

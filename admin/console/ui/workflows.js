@@ -11,9 +11,13 @@ export function wfState(state, attrs) {
   return h('span', {class: 'state wf-' + String(state || 'pending'), ...(attrs || {})}, state || 'pending');
 }
 
-// triggerText says when a workflow runs: its cron in its zone, or manual.
+// triggerText says when a workflow runs: its cron in its zone, its delay, after which
+// workflow, or manual.
 export function triggerText(w) {
-  return w.trigger === 'cron' ? `cron ${w.cron} (${w.timezone || 'UTC'})` : w.trigger;
+  if (w.trigger === 'cron') return `cron ${w.cron} (${w.timezone || 'UTC'})`;
+  if (w.trigger === 'delay') return `delay ${(w.delay_ms || 0) / 1000} s after create, once`;
+  if (w.trigger === 'workflow') return `after ${w.after}`;
+  return w.trigger;
 }
 
 // runDuration is how long a run took, or has been running.

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 // mysqlDSN returns a fresh database's DSN, or skips without a server.
 func mysqlDSN(t *testing.T) string {
 	t.Helper()
-	return persisttest.MySQLDSN(t)
+	return persisttest.MySQLSchemaDSN(t)
 }
 
 // TestCommandProxyCounts checks that the proxy counts one command per statement a client
