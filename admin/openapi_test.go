@@ -60,7 +60,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	eng, err := engine.New(engine.Config{Store: store, Logger: daemontest.TestLogger()})
+	eng, err := engine.New(engine.Config{Store: store, Logger: daemontest.TestLogger(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}

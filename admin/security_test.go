@@ -26,7 +26,7 @@ func serveOnce(t *testing.T, cfg axedaemon.Config) error {
 		cfg.DB = persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db")
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = daemontest.TestLogger()
+		cfg.Logger = daemontest.TestLogger(nil)
 	}
 	listening := make(chan struct{}, 1)
 	cfg.OnListen = func(string) { listening <- struct{}{} }

@@ -59,7 +59,7 @@ func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
 func TestServeTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t)
 	cfg := axedaemon.Config{Addr: "127.0.0.1:0", DB: persist.SchemeSQLite + ":" + filepath.Join(t.TempDir(), "axe.db"),
-		Logger: daemontest.TestLogger(), Security: axedaemon.SecurityConfig{TLSCert: certFile, TLSKey: keyFile}}
+		Logger: daemontest.TestLogger(nil), Security: axedaemon.SecurityConfig{TLSCert: certFile, TLSKey: keyFile}}
 	addr := make(chan string, 1)
 	cfg.OnListen = func(a string) { addr <- a }
 	ctx, cancel := context.WithCancel(context.Background())

@@ -23,15 +23,18 @@ import (
 // first offer is queued: no goroutine waits for the offer (dispatch.OfferFunc), whose
 // answer arms the run's timeout on the sender that got it, and only a refusal goes on on a
 // worker, to the next executor. again sends the run anew (with a fresh deadline) once a
-// gate that held it back because of an overdue lease renewal opens (holdUnsent).
-func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time, again func()) {
+// gate that held it back because of an overdue lease renewal opens (holdUnsent). pm, the
+// run's place in the pace of records to sends (core_pace.go), is given back when a gate
+// lets an offer leave, or when the run ends unsent; a run held back keeps it.
+func (e *Engine) sendToExecutor(t *task, def *model.TaskDef, run model.Run, body []byte, deadline time.Time, pm *permit, again func(*permit)) {
 	cands := e.registry.Candidates(def.Callback.App, def.Callback.Handler, def.Callback.Route, def.Name)
 	if len(cands) == 0 {
+		pm.release()
 		e.endRun(t, run, outcome{result: model.ResultFailed,
 			errText: "no alive executor of app " + def.Callback.App + " serves handler " + def.Callback.Handler})
 		return
 	}
-	(&execOffer{e: e, t: t, def: def, run: run, body: body, deadline: deadline, again: again, cands: cands}).offer()
+	(&execOffer{e: e, t: t, def: def, run: run, body: body, deadline: deadline, pm: pm, again: again, cands: cands}).offer()
 }
 
 // execOffer is a run being offered to its candidate executors, cands[next] the one to ask
@@ -43,7 +46,8 @@ type execOffer struct {
 	run      model.Run
 	body     []byte
 	deadline time.Time
-	again    func()
+	pm       *permit
+	again    func(*permit)
 	cands    []*dispatch.Executor
 	next     int
 	refusals []string
@@ -53,6 +57,7 @@ type execOffer struct {
 func (r *execOffer) offer() {
 	e := r.e
 	if r.next >= len(r.cands) {
+		r.pm.release()
 		e.endRun(r.t, r.run, outcome{result: model.ResultFailed,
 			errText: "no executor accepted the run (" + strings.Join(r.refusals, "; ") + ")"})
 		return
@@ -65,13 +70,14 @@ func (r *execOffer) offer() {
 	}
 	// Assign the run before offering it: the executor may call back before the answer.
 	if !e.runs.assign(r.run.Ticket, x) {
+		r.pm.release()
 		return // killed meanwhile
 	}
 	epoch, _ := e.own.runEpoch(r.t)
 	req := &dispatch.Request{
 		Task: r.def.Name, Ticket: r.run.Ticket, Attempt: r.run.Attempt,
 		Body: r.body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
-		Epoch: epoch, Gate: e.own.sendGate(r.t),
+		Epoch: epoch, Gate: onWire(r.pm, e.own.sendGate(r.t)),
 	}
 	registered, signedFor := x.Registered(), x.Incarnation()
 	e.disp.OfferFunc(x, req, func(o dispatch.Outcome) {
@@ -106,9 +112,10 @@ func (r *execOffer) refusedBy(x *dispatch.Executor, o dispatch.Outcome) bool {
 	e := r.e
 	if !e.runs.unassign(r.run.Ticket, x) {
 		// Resolved meanwhile (a result raced the refusal): nothing more to do.
+		r.pm.release()
 		return false
 	}
-	if r.again != nil && e.own.holdUnsent(r.t, r.run, o.Err, r.again) {
+	if r.again != nil && e.own.holdUnsent(r.t, r.run, o.Err, r.pm, r.again) {
 		return false // the gate refused it before it left; the other executors would be refused alike
 	}
 	why := strconv.Itoa(o.Status)

@@ -461,11 +461,12 @@ func (e *Engine) sendPaced(t *task, def *model.TaskDef, run model.Run, params js
 			req.KeepBody = StepOutputMax // a step's output is its response body (steps.go)
 		}
 		err := e.disp.Send(req, func(o dispatch.Outcome) {
-			pm.release() // a request refused before its gate was asked
-			// o.Err first: the retry closure is built (and allocated) only for a run held back.
-			if o.Err != nil && e.own.holdUnsent(t, run, o.Err, func() { e.send(t, def, run, params) }) {
+			// o.Err first: the retry closure is built (and allocated) only for a run held
+			// back, which keeps its permit until it is sent or let go.
+			if o.Err != nil && e.own.holdUnsent(t, run, o.Err, pm, func(pm *permit) { e.sendPaced(t, def, run, params, pm) }) {
 				return
 			}
+			pm.release() // a request refused before its gate admitted it
 			e.endRun(t, run, httpOutcome(o, run.Executor))
 		})
 		if err != nil {
@@ -474,8 +475,7 @@ func (e *Engine) sendPaced(t *task, def *model.TaskDef, run model.Run, params js
 		}
 	case model.CallbackExecutor:
 		err := e.disp.Go(func() {
-			pm.release() // its offer begins
-			e.sendToExecutor(t, def, run, body, deadline, func() { e.send(t, def, run, params) })
+			e.sendToExecutor(t, def, run, body, deadline, pm, func(pm *permit) { e.sendPaced(t, def, run, params, pm) })
 		})
 		if err != nil {
 			pm.release()

@@ -148,11 +148,15 @@ const gateRetry = 100 * time.Millisecond
 // lease renewal is overdue, while the shard is still this node's at the run's epoch: such a
 // run provably never left, and failing it would fail work that was never tried (a database
 // that stalls for a few seconds, as a Galera view change does). It asks the gate again every
-// gateRetry and sends the run (again) once it opens; it lets go once the run is no longer in
-// flight here (the shard dropped and its runs abandoned for the next owner, a kill). It
-// reports whether it holds the run; on any other error the caller ends the run as before. A
-// node that is not sharded has no shard gate and holds nothing (soleOwner).
-func (o *shardOwner) holdUnsent(t *task, run model.Run, err error, again func()) bool {
+// gateRetry and sends the run (again, with pm) once it opens; it lets go once the run is no
+// longer in flight here (the shard dropped and its runs abandoned for the next owner, a
+// kill). The run keeps pm, its place in the pace of records to sends, all the while: a node
+// whose gates are closed records no more fires than SendAhead ahead of its sends, so that
+// what it holds back stays few enough to be marked before a next owner may take the shard.
+// It reports whether it holds the run; on any other error the caller ends the run as before
+// (and gives pm back). A node that is not sharded has no shard gate and holds nothing
+// (soleOwner).
+func (o *shardOwner) holdUnsent(t *task, run model.Run, err error, pm *permit, again func(*permit)) bool {
 	if !errors.Is(err, dispatch.ErrGated) || !errors.Is(err, model.ErrLeaseDeadline) {
 		return false
 	}
@@ -165,17 +169,21 @@ func (o *shardOwner) holdUnsent(t *task, run model.Run, err error, again func())
 		for {
 			<-o.cfg.Clock.After(gateRetry)
 			if !o.runs.has(run.Ticket) {
+				pm.release()
 				return // abandoned with its shard, or ended another way
 			}
 			switch err := o.shardGate(shard, epoch, false); {
 			case err == nil:
 				if o.releaseHeld(t, run, marking) {
-					again()
+					again(pm)
+				} else {
+					pm.release()
 				}
 				return
 			case !errors.Is(err, model.ErrLeaseDeadline):
 				// The shard left this node: DropShards abandons the run (the next owner
 				// recovers it from its fire record); nothing more to do here.
+				pm.release()
 				return
 			}
 		}

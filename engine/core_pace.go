@@ -241,10 +241,12 @@ func onWire(pm *permit, gate func() error) func() error {
 		return gate
 	}
 	return func() error {
-		pm.release()
 		if gate != nil {
-			return gate()
+			if err := gate(); err != nil {
+				return err // not on the wire: a run held back keeps its permit (holdUnsent)
+			}
 		}
+		pm.release()
 		return nil
 	}
 }

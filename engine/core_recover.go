@@ -330,7 +330,7 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
 		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.own.sendGate(t)}
 	if err := e.disp.Send(req, func(o dispatch.Outcome) {
-		if o.Err != nil && e.own.holdUnsent(t, run, o.Err, func() { e.sendAs(t, def, run, wireTicket) }) {
+		if o.Err != nil && e.own.holdUnsent(t, run, o.Err, nil, func(*permit) { e.sendAs(t, def, run, wireTicket) }) {
 			return
 		}
 		e.endRun(t, run, httpOutcome(o, run.Executor))

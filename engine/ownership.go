@@ -93,7 +93,7 @@ type ownership interface {
 	// holdUnsent keeps a run of t whose send the shard gate held back (err) while the
 	// shard's lease renewal is overdue, and sends it (again) once the gate opens; false: the
 	// caller ends the run as it would any refused send (core_heldback.go).
-	holdUnsent(t *task, run model.Run, err error, again func()) bool
+	holdUnsent(t *task, run model.Run, err error, pm *permit, again func(*permit)) bool
 }
 
 // Ownership is this node's ownership model, which the daemon's shard loop and the API's
@@ -130,7 +130,7 @@ func (o *soleOwner) readyFenced(ctx context.Context) context.Context  { return c
 func (o *soleOwner) scheduling(ctx context.Context) context.Context   { return ctx }
 func (o *soleOwner) fenceGroup(*persist.Group, *task) error           { return nil }
 func (o *soleOwner) holdsShardZero() bool                             { return true }
-func (o *soleOwner) holdUnsent(*task, model.Run, error, func()) bool  { return false }
+func (o *soleOwner) holdUnsent(*task, model.Run, error, *permit, func(*permit)) bool { return false }
 func (o *soleOwner) fencedFor(ctx context.Context, _ string) (context.Context, error) {
 	return ctx, nil
 }

@@ -302,7 +302,7 @@ func TestServeConfigErrors(t *testing.T) {
 		{"bad zone", "127.0.0.1:0", "sqlite:" + t.TempDir() + "/axe.db", "timezone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := axedaemon.Config{Addr: c.addr, DB: c.db, Logger: daemontest.TestLogger(),
+			cfg := axedaemon.Config{Addr: c.addr, DB: c.db, Logger: daemontest.TestLogger(nil),
 				OnListen: func(string) { t.Error("Serve listened despite a bad config") }}
 			if c.name == "bad zone" {
 				cfg.Timezone = "Nowhere/Land"

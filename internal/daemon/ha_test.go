@@ -290,7 +290,7 @@ func TestHAGracefulHandover(t *testing.T) {
 func TestHARefusals(t *testing.T) {
 	t.Parallel()
 	// The embedded store cannot be shared.
-	err := axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: daemontest.TestLogger()})
+	err := axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: "sqlite:" + t.TempDir() + "/axe.db", HA: true, Logger: daemontest.TestLogger(nil)})
 	if !errors.Is(err, axedaemon.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
 		t.Fatalf("--ha on SQLite = %v, want ErrHANeedsMySQL naming what to use", err)
 	}
@@ -298,7 +298,7 @@ func TestHARefusals(t *testing.T) {
 	dsn := persisttest.MySQLSchemaDSN(t)
 	daemontest.HANode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).WaitRole(t, "primary", daemontest.WaitTimeout)
 	err = axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
-		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: daemontest.TestLogger()})
+		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: daemontest.TestLogger(nil)})
 	if err == nil || !strings.Contains(err.Error(), `node id "same"`) {
 		t.Fatalf("a second node with a live id = %v, want a refusal naming the id", err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
+	"github.com/axe-sched/axe/wire"
 )
 
 // Main runs a test package's tests and fails it if goroutines are still running after them.
@@ -52,12 +53,47 @@ func Main(m *testing.M) {
 	)
 }
 
-// TestLogger discards daemon logs unless AXE_TEST_LOG=1, so failures stay readable.
-func TestLogger() *slog.Logger {
+// TestLogger writes daemon logs to stderr when AXE_TEST_LOG=1; otherwise it keeps only the
+// last warnings and errors in tail (when not nil), which a failed test prints, so failures
+// stay readable and still say what the daemon saw.
+func TestLogger(tail *LogTail) *slog.Logger {
 	if os.Getenv("AXE_TEST_LOG") == "1" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.DiscardHandler)
+	if tail == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(tail, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// logTailLines bounds a LogTail.
+const logTailLines = 200
+
+// LogTail is an io.Writer that keeps the last logTailLines lines written to it (each Write
+// is one slog record).
+type LogTail struct {
+	mu    sync.Mutex
+	lines []string
+	lost  int
+}
+
+func (l *LogTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.lines) == logTailLines {
+		copy(l.lines, l.lines[1:])
+		l.lines = l.lines[:logTailLines-1]
+		l.lost++
+	}
+	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// Lines returns the lines kept and how many earlier ones were dropped.
+func (l *LogTail) Lines() ([]string, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...), l.lost
 }
 
 // Generous bounds for real-time waits: the suites run with -race on two cores.
@@ -99,6 +135,8 @@ type Daemon struct {
 
 	cancel context.CancelFunc
 	done   chan error
+	logs   *LogTail // the daemon's warnings and errors, shown when its test fails
+
 
 	stopOnce sync.Once
 	stopErr  error
@@ -114,15 +152,16 @@ func Start(t *testing.T, dsn string, mod func(*axedaemon.Config)) *Daemon {
 		NodeID:          "test-node",
 		Timezone:        "UTC",
 		ShutdownTimeout: 30 * time.Second,
-		Logger:          TestLogger(),
 	}
+	tail := &LogTail{}
+	cfg.Logger = TestLogger(tail)
 	if mod != nil {
 		mod(&cfg)
 	}
 	listening := make(chan string, 1)
 	cfg.OnListen = func(addr string) { listening <- addr }
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Daemon{DSN: dsn, Token: cfg.Token, cancel: cancel, done: make(chan error, 1),
+	d := &Daemon{DSN: dsn, Token: cfg.Token, cancel: cancel, done: make(chan error, 1), logs: tail,
 		// A bound for a hung daemon, not a speed check: a 10,000-task batch on SQLite under
 		// -race took over 30 s on two cores shared with other packages' tests.
 		HTTP: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{}}}
@@ -165,8 +204,18 @@ func HANode(t *testing.T, dsn, id string, ttl, renew time.Duration) *Daemon {
 	})
 }
 
-// Dump logs every task with its runtime, runs and actions, to diagnose a failed test.
+// Dump logs the daemon's last warnings and errors and every task with its runtime, runs
+// and actions, to diagnose a failed test.
 func (d *Daemon) Dump(t *testing.T) {
+	if d.logs != nil {
+		lines, lost := d.logs.Lines()
+		if lost > 0 {
+			t.Logf("dump: daemon %s log: %d earlier warnings not kept", d.Addr, lost)
+		}
+		for _, l := range lines {
+			t.Logf("dump: daemon %s log: %s", d.Addr, l)
+		}
+	}
 	get := func(path string) string {
 		req, err := http.NewRequest(http.MethodGet, d.Base+path, nil)
 		if err != nil {
@@ -182,6 +231,21 @@ func (d *Daemon) Dump(t *testing.T) {
 		defer resp.Body.Close()
 		data, _ := io.ReadAll(resp.Body)
 		return string(data)
+	}
+	var wfs wire.WorkflowList
+	if err := json.Unmarshal([]byte(get("/api/v1/workflows")), &wfs); err == nil {
+		for _, w := range wfs.Workflows {
+			var runs wire.WorkflowRunList
+			if err := json.Unmarshal([]byte(get("/api/v1/workflows/"+w.Name+"/runs?limit=50")), &runs); err != nil {
+				continue
+			}
+			for _, r := range runs.Runs {
+				if r.State == model.WorkflowRunning {
+					t.Logf("dump: open run %s of workflow %s: %s", r.ID, w.Name, get("/api/v1/workflow-runs/"+r.ID))
+				}
+			}
+			t.Logf("dump: workflow %s: %d runs listed; backfill: %s", w.Name, len(runs.Runs), get("/api/v1/workflows/"+w.Name+"/backfill"))
+		}
 	}
 	var list struct {
 		Tasks []client.TaskView `json:"tasks"`
