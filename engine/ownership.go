@@ -113,23 +113,23 @@ func (o *soleOwner) Ready() model.ShardSet        { return model.AllShards() }
 func (o *soleOwner) Gain(context.Context, []persist.ShardFence, map[int]int64) error {
 	return nil
 }
-func (o *soleOwner) Drain(model.ShardSet)                             {}
-func (o *soleOwner) HandOverPoint(int) int64                          { return 0 }
-func (o *soleOwner) handedOver(uint8) int64                           { return 0 }
-func (o *soleOwner) InFlight(model.ShardSet) (none model.ShardSet)    { return none }
-func (o *soleOwner) Drop(model.ShardSet)                              {}
-func (o *soleOwner) current(*task) bool                               { return true }
-func (o *soleOwner) shardGate(uint8, int64, bool) error               { return nil }
-func (o *soleOwner) insert(t *task, _ bool) (bool, error)             { return o.e.tasks.insertIfAbsent(t), nil }
-func (o *soleOwner) runEpoch(*task) (int64, *int)                     { return o.epoch, nil }
-func (o *soleOwner) sendGate(*task) func() error                      { return nil }
-func (o *soleOwner) schedules(int) bool                               { return true }
-func (o *soleOwner) serves(string) (ready, moving bool)               { return true, false }
-func (o *soleOwner) apiFences([]string) ([]persist.ShardFence, error) { return nil, nil }
-func (o *soleOwner) readyFenced(ctx context.Context) context.Context  { return ctx }
-func (o *soleOwner) scheduling(ctx context.Context) context.Context   { return ctx }
-func (o *soleOwner) fenceGroup(*persist.Group, *task) error           { return nil }
-func (o *soleOwner) holdsShardZero() bool                             { return true }
+func (o *soleOwner) Drain(model.ShardSet)                                            {}
+func (o *soleOwner) HandOverPoint(int) int64                                         { return 0 }
+func (o *soleOwner) handedOver(uint8) int64                                          { return 0 }
+func (o *soleOwner) InFlight(model.ShardSet) (none model.ShardSet)                   { return none }
+func (o *soleOwner) Drop(model.ShardSet)                                             {}
+func (o *soleOwner) current(*task) bool                                              { return true }
+func (o *soleOwner) shardGate(uint8, int64, bool) error                              { return nil }
+func (o *soleOwner) insert(t *task, _ bool) (bool, error)                            { return o.e.tasks.insertIfAbsent(t), nil }
+func (o *soleOwner) runEpoch(*task) (int64, *int)                                    { return o.epoch, nil }
+func (o *soleOwner) sendGate(*task) func() error                                     { return nil }
+func (o *soleOwner) schedules(int) bool                                              { return true }
+func (o *soleOwner) serves(string) (ready, moving bool)                              { return true, false }
+func (o *soleOwner) apiFences([]string) ([]persist.ShardFence, error)                { return nil, nil }
+func (o *soleOwner) readyFenced(ctx context.Context) context.Context                 { return ctx }
+func (o *soleOwner) scheduling(ctx context.Context) context.Context                  { return ctx }
+func (o *soleOwner) fenceGroup(*persist.Group, *task) error                          { return nil }
+func (o *soleOwner) holdsShardZero() bool                                            { return true }
 func (o *soleOwner) holdUnsent(*task, model.Run, error, *permit, func(*permit)) bool { return false }
 func (o *soleOwner) fencedFor(ctx context.Context, _ string) (context.Context, error) {
 	return ctx, nil

@@ -137,7 +137,6 @@ type Daemon struct {
 	done   chan error
 	logs   *LogTail // the daemon's warnings and errors, shown when its test fails
 
-
 	stopOnce sync.Once
 	stopErr  error
 }
