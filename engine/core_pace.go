@@ -9,8 +9,9 @@ package engine
 // such a run from one the receiver got, and resolves it per on_lost after its timeout.
 //
 // sendPace bounds those runs: a fire takes a permit before it is decided (fire) and gives it
-// back once its request is handed to the dispatcher's HTTP client (the send gate's call just
-// before the request leaves), or once the run ends or fails without being sent. So at most
+// back once the send gate, asked just before the request leaves, lets it go (a run the gate
+// holds back keeps its permit: holdUnsent), or once the run ends or fails without being
+// sent. So at most
 // Config.SendAhead runs of this node are recorded but not yet handed to the wire, and a
 // crash leaves in doubt at most that many runs that never left, beside those on the wire.
 //
