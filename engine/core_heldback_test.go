@@ -17,7 +17,9 @@ import (
 // TestHeldBackRunIsSentByTheNextOwner: engine a fires a task and its shard's gate then stays
 // closed by an overdue renewal, so the send is held back; a records so in the run row. a
 // drops the shard, b takes it at the next epoch: b finds the mark, sends the run under its
-// fire record (same ticket), once, and it succeeds; a refire_held action says why.
+// fire record (same ticket), once, and it succeeds; a refire_held action says why. While a
+// holds the run back, the run keeps its place in a's send pace (core_pace.go), given back
+// when a drops the shard.
 func TestHeldBackRunIsSentByTheNextOwner(t *testing.T) {
 	t.Parallel()
 	persisttest.Each(t, func(t *testing.T, s persist.Store) {
@@ -51,9 +53,14 @@ func TestHeldBackRunIsSentByTheNextOwner(t *testing.T) {
 		if n := len(cs.got("held")); n != 0 {
 			t.Fatalf("the held-back run reached its endpoint %d times before the hand-over", n)
 		}
+		// The held run keeps its place in the send pace: it is recorded and not on the wire.
+		if n := a.pace.ahead(); n != 1 {
+			t.Errorf("a's send pace holds %d with the run held back, want 1", n)
+		}
 		var set model.ShardSet
 		set.Add(shard)
 		a.API().Ownership().Drop(set)
+		waitFor(t, 10*time.Second, "a to give the abandoned run's place in the pace back", func() bool { return a.pace.ahead() == 0 })
 		time.Sleep(1100 * time.Millisecond) // a's lease runs out: it was not renewed
 		takeFor(t, s, b, "b", []int{shard}, time.Minute)
 
