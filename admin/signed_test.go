@@ -225,7 +225,7 @@ func TestHASignsForExecutorsAfterHandover(t *testing.T) {
 	if err := a.Stop(); err != nil {
 		t.Fatalf("graceful stop of the primary: %v", err)
 	}
-	rb := b.WaitRole(t, "primary", 15*time.Second)
+	rb := b.WaitRole(t, "primary", daemontest.WaitTimeout)
 	if rb.Epoch <= ra.Epoch {
 		t.Fatalf("epoch after handover = %d, want above %d", rb.Epoch, ra.Epoch)
 	}
