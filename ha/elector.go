@@ -402,9 +402,14 @@ func (e *Elector) run(ctx context.Context) {
 
 // campaign tries to take the lease once and returns when to try again.
 func (e *Elector) campaign(ctx context.Context) time.Duration {
+	// The touch and the take each have the renew interval: on a loaded database a slow
+	// touch (a write and its commit, often on a fresh connection) left the take too little
+	// of a shared one, and a backup's every attempt failed while its primary was gone.
+	tctx, tcancel := context.WithTimeout(ctx, e.cfg.Renew)
+	e.touch(tctx, persist.RoleBackup)
+	tcancel()
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.Renew)
 	defer cancel()
-	e.touch(cctx, persist.RoleBackup)
 	sent := e.clk.Now()
 	l, ok, err := e.cfg.Store.TakeLease(cctx, e.cfg.LeaseName, e.cfg.NodeID, e.cfg.TTL)
 	if err != nil {
