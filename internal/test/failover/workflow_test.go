@@ -40,13 +40,19 @@ func (c *cluster) workflowDef(name string, retries int) map[string]any {
 }
 
 // postAgain posts body to base+path until it answers want, asking again while a shard is
-// still moving (503) or the owner's connection broke (502), within roleTimeout.
+// still moving (503), the owner's connection broke (502) or no answer came, within
+// roleTimeout; a create (want 201) answered 409 when sent again had landed before.
 func (c *cluster) postAgain(base, path string, body any, want int) []byte {
 	c.t.Helper()
 	deadline := time.Now().Add(roleTimeout)
-	for {
+	for again := false; ; again = true {
 		code, out, err := c.post(base, path, body)
 		if err == nil && code == want {
+			return out
+		}
+		if again && want == 201 && err == nil && code == 409 {
+			// A create sent again after an answer that never came or a 503: the earlier
+			// attempt landed (on a loaded box its answer can outlast the client's timeout).
 			return out
 		}
 		if (err == nil && code != 503 && code != 502) || time.Now().After(deadline) {
