@@ -181,12 +181,20 @@ export async function render(main, args, session) {
   let totalAge = 0;
   let lastTotal = null;
 
+  // loadSeq numbers the loads: only the latest one started may draw, so the answer of a
+  // refresh sent before the search changed cannot replace the new search's rows.
+  let loadSeq = 0;
   async function load() {
     const t0 = performance.now();
+    const seq = ++loadSeq;
     // The total is counted when the filter or page changes and every tenth refresh after: a
     // filter no index serves (a search, a last result) counts by reading every row.
     const withTotal = totalAge++ % 10 === 0;
     const data = await api.get('tasks', {...f, limit: PAGE, cursor: cursors[page], last_run: 1, total: withTotal ? 1 : undefined});
+    if (seq !== loadSeq) {
+      if (withTotal) totalAge = 0; // its count is not drawn: the next load counts
+      return;
+    }
     if (withTotal) lastTotal = {total: data.total, total_more: data.total_more};
     // A first page with no next one holds every match: its rows are the count, whatever the
     // last count said (a bulk pause may have just emptied the filter).
