@@ -50,29 +50,8 @@ func shardNode(store persist.Store, ecfg *engine.Config) func(ctx context.Contex
 			_ = leases.Close()
 			return nil, fmt.Errorf("cannot start the shard loop: %w", err)
 		}
-		var gained atomic.Int64
 		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for ch := range loop.Changes() {
-				if ch.Lost.Len() > 0 {
-					eng.API().Ownership().Drop(ch.Lost)
-				}
-				if ch.Draining.Len() > 0 {
-					eng.API().Ownership().Drain(ch.Draining)
-				}
-				if len(ch.Gained) > 0 {
-					gctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-					err := eng.API().Ownership().Gain(gctx, ch.Gained, ch.HandedOver)
-					cancel()
-					if err != nil {
-						log.Error("cannot recover the shards taken", "error", err)
-						continue
-					}
-					gained.Add(int64(len(ch.Gained)))
-				}
-			}
-		}()
+		go daemon.FollowShards(loop, eng, log, done)
 		stop := func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
@@ -82,7 +61,7 @@ func shardNode(store persist.Store, ecfg *engine.Config) func(ctx context.Contex
 		}
 		wait := time.NewTimer(haWaitDefault)
 		defer wait.Stop()
-		for gained.Load() < model.ShardCount {
+		for eng.API().Ownership().Ready().Len() < model.ShardCount {
 			select {
 			case <-time.After(20 * time.Millisecond):
 			case <-wait.C:

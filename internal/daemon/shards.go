@@ -155,7 +155,7 @@ func (n *shardNode) run(ctx context.Context, _ *admin.Server, undo *startstop.Un
 	}
 	undo.Push("stop workflow service", n.wf.Stop)
 	n.changesDone = make(chan struct{})
-	go followShards(loop, eng, cfg.Logger, n.changesDone)
+	go FollowShards(loop, eng, cfg.Logger, n.changesDone)
 	n.rec.start()
 	return "axe listening; scheduling the shards this node takes", []any{
 		"advertise", cfg.Advertise, "store", redactDSN(cfg.DB), "node", cfg.NodeID,
@@ -199,10 +199,11 @@ func (n *shardNode) stopping() (before, after []startstop.Step) {
 		}
 }
 
-// followShards hands the shard loop's changes to the engine, in order, until the loop closes
-// its channel: a shard gained is recovered (and given up again should its recovery fail),
-// one handed over drains, one lost is forgotten.
-func followShards(loop *ha.Shards, eng *engine.Engine, log interface {
+// FollowShards hands the shard loop's changes to the engine, in order, until the loop closes
+// its channel, then closes done: a shard gained is recovered (and given up again should its
+// recovery fail), one handed over drains, one lost is forgotten. The daemon and the bench's
+// one-node cluster run it alike.
+func FollowShards(loop *ha.Shards, eng *engine.Engine, log interface {
 	Error(string, ...any)
 }, done chan<- struct{}) {
 	defer close(done)
