@@ -150,10 +150,9 @@ const gateRetry = 100 * time.Millisecond
 // that stalls for a few seconds, as a Galera view change does). It asks the gate again every
 // gateRetry and sends the run (again, with pm) once it opens; it lets go once the run is no
 // longer in flight here (the shard dropped and its runs abandoned for the next owner, a
-// kill). The run keeps pm, its place in the pace of records to sends, all the while: a node
-// whose gates are closed records no more fires than SendAhead ahead of its sends, so that
-// what it holds back stays few enough to be marked before a next owner may take the shard.
-// It reports whether it holds the run; on any other error the caller ends the run as before
+// kill). The run keeps pm, its place in the pace of records to sends, all the while: it is
+// recorded and not on the wire, so the pace counts it until it leaves or is let go. It
+// reports whether it holds the run; on any other error the caller ends the run as before
 // (and gives pm back). A node that is not sharded has no shard gate and holds nothing
 // (soleOwner).
 func (o *shardOwner) holdUnsent(t *task, run model.Run, err error, pm *permit, again func(*permit)) bool {

@@ -402,9 +402,9 @@ func (e *Elector) run(ctx context.Context) {
 
 // campaign tries to take the lease once and returns when to try again.
 func (e *Elector) campaign(ctx context.Context) time.Duration {
-	// The touch and the take each have the renew interval: on a loaded database a slow
-	// touch (a write and its commit, often on a fresh connection) left the take too little
-	// of a shared one, and a backup's every attempt failed while its primary was gone.
+	// The touch and the take each have the renew interval: with one shared, a slow touch
+	// (a write and its commit, often on a fresh connection) on a loaded database can leave
+	// the take too little of it, attempt after attempt, while the primary is gone.
 	tctx, tcancel := context.WithTimeout(ctx, e.cfg.Renew)
 	e.touch(tctx, persist.RoleBackup)
 	tcancel()
