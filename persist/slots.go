@@ -467,47 +467,55 @@ func (s *sqlStore) reconcileSlots(ctx context.Context, fences []ShardFence, keep
 		fences = fs
 	}
 	var held []SlotRow // the holds kept, at their fence's epoch
-	if prune {
+	if prune && len(fences) > 0 {
+		// One read for all the shards (a takeover's recovery gains dozens at once, and a
+		// statement each cost a round trip each while the fences' shared locks were held).
+		epochOf := make(map[int]int64, len(fences))
+		shards := make([]any, 0, len(fences))
+		for _, f := range fences {
+			epochOf[f.Shard] = f.Epoch
+			shards = append(shards, f.Shard)
+		}
 		kept := make(map[string]bool, len(keep))
 		for _, r := range keep {
 			kept[r.Ticket] = true
 		}
-		for _, f := range fences {
-			rows, err := tx.QueryContext(ctx, `SELECT ticket, kind, name FROM concurrency_slot WHERE shard = ? AND epoch < ?`, f.Shard, f.Epoch)
-			if err != nil {
-				return nil, fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
-			}
-			var gone []SlotRelease
-			seen := map[string]bool{}
-			for rows.Next() {
-				var r SlotRow
-				if err := rows.Scan(&r.Ticket, &r.Ref.Kind, &r.Ref.Name); err != nil {
-					rows.Close()
-					return nil, fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
-				}
-				if kept[r.Ticket] {
-					continue
-				}
-				// A hold stays until its deadline: its run may still be worked on where it was
-				// sent. Its row moves to this owner, who gives it back then.
-				if d, ok := HoldDeadline(r.Ticket); ok && d > now {
-					r.Shard, r.Epoch = f.Shard, f.Epoch
-					held = append(held, r)
-					continue
-				}
-				if !seen[r.Ticket] {
-					seen[r.Ticket] = true
-					gone = append(gone, SlotRelease{Ticket: r.Ticket, Epoch: f.Epoch - 1})
-				}
-			}
-			if err := rows.Err(); err != nil {
+		rows, err := tx.QueryContext(ctx, `SELECT ticket, kind, name, shard, epoch FROM concurrency_slot WHERE shard IN (`+placeholders(len(shards))+`)`, shards...)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the slots of %d shards: %w", len(fences), err)
+		}
+		var gone []SlotRelease
+		seen := map[string]bool{}
+		for rows.Next() {
+			var r SlotRow
+			var epoch int64
+			if err := rows.Scan(&r.Ticket, &r.Ref.Kind, &r.Ref.Name, &r.Shard, &epoch); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("cannot read the slots of shard %d: %w", f.Shard, err)
+				return nil, fmt.Errorf("cannot read the slots of %d shards: %w", len(fences), err)
 			}
+			fence := epochOf[r.Shard]
+			if epoch >= fence || kept[r.Ticket] {
+				continue // this owner's own row, or a run it adopted (written below)
+			}
+			// A hold stays until its deadline: its run may still be worked on where it was
+			// sent. Its row moves to this owner, who gives it back then.
+			if d, ok := HoldDeadline(r.Ticket); ok && d > now {
+				r.Epoch = fence
+				held = append(held, r)
+				continue
+			}
+			if !seen[r.Ticket] {
+				seen[r.Ticket] = true
+				gone = append(gone, SlotRelease{Ticket: r.Ticket, Epoch: fence - 1})
+			}
+		}
+		if err := rows.Err(); err != nil {
 			rows.Close()
-			if err := s.deleteSlots(ctx, tx, gone); err != nil {
-				return nil, err
-			}
+			return nil, fmt.Errorf("cannot read the slots of %d shards: %w", len(fences), err)
+		}
+		rows.Close()
+		if err := s.deleteSlots(ctx, tx, gone); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.insertSlots(ctx, tx, append(slices.Clip(keep), held...), true, now); err != nil {

@@ -161,6 +161,95 @@ func TestConcurrencySlotHoldsOutliveTheirShard(t *testing.T) {
 	})
 }
 
+// TestConcurrencySlotsReconcileManyShards: one reconcile of several shards gained at
+// different epochs (a takeover's) keeps the rows of the runs adopted and the live holds,
+// moved to each shard's own epoch, deletes the rest of the earlier owners' rows, and leaves
+// the rows of shards it was not given and of the taker's own epoch.
+func TestConcurrencySlotsReconcileManyShards(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		ss := s.(persist.SlotStore)
+		shards := []int{4, 5, 6}
+		a, err := s.TakeShards(ctx, "a", shards, time.Minute)
+		if err != nil || len(a) != 3 {
+			t.Fatalf("TakeShards(a) = %+v, %v", a, err)
+		}
+		key := persist.SlotRef{Kind: model.LimitKey, Name: "k"}
+		fence := func(l persist.ShardLease) persist.ShardFence {
+			return persist.ShardFence{Shard: l.Shard, Epoch: l.Epoch}
+		}
+		epochA := map[int]int64{}
+		var fa []persist.ShardFence
+		for _, l := range a {
+			epochA[l.Shard] = l.Epoch
+			fa = append(fa, fence(l))
+		}
+		// Shard 4: adopted r4a, forgotten r4b; shard 5: a live hold and forgotten r5b; shard 6
+		// stays a's (not in the reconcile).
+		hold := persist.HoldTicket("r5a", 5000)
+		var rows []persist.SlotRow
+		for _, r := range []struct {
+			ticket string
+			shard  int
+		}{{"r4a", 4}, {"r4b", 4}, {hold, 5}, {"r5b", 5}, {"r6a", 6}} {
+			rows = append(rows, persist.SlotRow{Ticket: r.ticket, Ref: key, Shard: r.shard, Epoch: epochA[r.shard]})
+		}
+		if _, err := ss.ReconcileSlots(ctx, fa, rows, false, 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ReleaseShards(ctx, "a", fa[:2]); err != nil {
+			t.Fatal(err)
+		}
+		// Shard 5 is taken twice by b, so the two shards' epochs differ.
+		b, err := s.TakeShards(ctx, "b", []int{4, 5}, time.Minute)
+		if err != nil || len(b) != 2 {
+			t.Fatalf("TakeShards(b) = %+v, %v", b, err)
+		}
+		slices.SortFunc(b, func(x, y persist.ShardLease) int { return x.Shard - y.Shard })
+		if err := s.ReleaseShards(ctx, "b", []persist.ShardFence{fence(b[1])}); err != nil {
+			t.Fatal(err)
+		}
+		b5, err := s.TakeShards(ctx, "b", []int{5}, time.Minute)
+		if err != nil || len(b5) != 1 {
+			t.Fatalf("TakeShards(b, 5) = %+v, %v", b5, err)
+		}
+		fences := []persist.ShardFence{fence(b[0]), fence(b5[0])}
+		if fences[0].Epoch == fences[1].Epoch {
+			t.Fatalf("shards 4 and 5 at one epoch %d: the test wants two", fences[0].Epoch)
+		}
+		// b's own run of shard 4, at its epoch already: the reconcile leaves it.
+		own := persist.SlotRow{Ticket: "r4c", Ref: key, Shard: 4, Epoch: fences[0].Epoch}
+		if _, err := ss.ReconcileSlots(ctx, fences[:1], []persist.SlotRow{own}, false, 20); err != nil {
+			t.Fatal(err)
+		}
+		keep := []persist.SlotRow{{Ticket: "r4a", Ref: key, Shard: 4, Epoch: fences[0].Epoch}}
+		held, err := ss.ReconcileSlots(ctx, fences, keep, true, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(held) != 1 || held[0].Ticket != hold || held[0].Shard != 5 || held[0].Epoch != fences[1].Epoch {
+			t.Fatalf("the reconcile kept the holds %+v; want %s of shard 5 at epoch %d", held, hold, fences[1].Epoch)
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 4 {
+			t.Fatalf("after the reconcile the limit holds %d; want 4 (r4a, r4c, the hold, r6a)", all[key])
+		}
+		// What stays is what a release at each row's epoch deletes, one row each.
+		for _, r := range []persist.SlotRelease{
+			{Ticket: "r4b", Epoch: fences[0].Epoch}, {Ticket: "r5b", Epoch: fences[1].Epoch}, // gone already
+			{Ticket: "r4a", Epoch: fences[0].Epoch}, {Ticket: "r4c", Epoch: fences[0].Epoch},
+			{Ticket: hold, Epoch: fences[1].Epoch}, {Ticket: "r6a", Epoch: epochA[6]},
+		} {
+			if err := ss.ReleaseSlots(ctx, []persist.SlotRelease{r}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if all, _ := ss.CountSlots(ctx); all[key] != 0 {
+			t.Fatalf("after releasing every row at its epoch: %v", all)
+		}
+	})
+}
+
 // TestConcurrencySlotsRace has several goroutines claim slots of one limit at once, each in
 // its own transaction, as the nodes of a cluster do: never more than the limit is granted.
 func TestConcurrencySlotsRace(t *testing.T) {
