@@ -105,6 +105,9 @@ type Loader struct {
 	conc      *concGate // an entry disarmed waits for a slot no more
 	horizonMu sync.RWMutex
 	horizon   int64 // ms; tasks due before it are in memory
+	// unloaded is the start (ms) of the slices whose load failed, 0 when none did: the
+	// horizon moved past them, so the next slice loads them too (loader goroutine only).
+	unloaded int64
 	// evictions counts tasks evicted from memory (GetTask reads a row again when one was
 	// evicted while it read).
 	evictions atomic.Int64
@@ -127,16 +130,20 @@ func (l *Loader) stop(ctx context.Context) error {
 func (l *Loader) run(ctx context.Context) {
 	l.every(ctx, l.cfg.LoadInterval, func() {
 		if err := l.loadSlice(ctx); err != nil && ctx.Err() == nil {
-			l.log.Error("cannot load the next window slice; retrying next interval", "error", err)
+			l.log.Error("cannot load the next window slice; loading it with the next one", "error", err)
 		}
 	})
 }
 
-// loadSlice uncovers [old horizon, now+Window) and loads it.
+// loadSlice uncovers [old horizon, now+Window) and loads it, with the slices whose load
+// failed before: a slice the horizon passed and nothing loaded would never fire.
 func (l *Loader) loadSlice(ctx context.Context) error {
 	now := l.nowMS()
 	to := now + l.cfg.Window.Milliseconds()
 	from, moved := l.advanceHorizon(to)
+	if l.unloaded > 0 {
+		from, to, moved = min(from, l.unloaded), max(to, l.Horizon().UnixMilli()), true
+	}
 	if !moved {
 		return nil
 	}
@@ -145,8 +152,11 @@ func (l *Loader) loadSlice(ctx context.Context) error {
 	n, err := l.loadRange(l.own.scheduling(ctx), from, to, now)
 	l.m.loadDuration.Update(l.since(t).Seconds())
 	if err != nil {
+		// What it loaded before the error is in memory; loading it again adopts nothing.
+		l.unloaded = from
 		return err
 	}
+	l.unloaded = 0
 	l.log.Debug("window slice loaded", "tasks", n, "took", l.since(t))
 	return nil
 }
