@@ -295,14 +295,15 @@ func TestRunAt(t *testing.T) {
 		if v.Trigger != model.TriggerDelay || v.Runtime.NextTriggerTime != at.UnixMilli() {
 			t.Fatalf("created %+v / %+v, want a delay task due at %d", v.TaskDef, v.Runtime, at.UnixMilli())
 		}
-		calls := h.WaitCalls(t, "at", 1, 10*time.Second)
-		if late := calls[0].At.Sub(at); late < 0 || late > time.Second {
-			t.Errorf("fired %s after run_at, want within a second and not before", late)
+		// Fired for that instant and not before it (how late on a loaded box is no test's).
+		calls := h.WaitCalls(t, "at", 1, daemontest.WaitTimeout)
+		if late := calls[0].At.Sub(at); late < 0 || calls[0].Body.ScheduledAt != at.UnixMilli() {
+			t.Errorf("fired %s after run_at for %d, want not before it and for %d", late, calls[0].Body.ScheduledAt, at.UnixMilli())
 		}
 
 		past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 		d.Create(t, daemontest.Spec("past-once", h.URL("/ok/past-once"), "run_at", past))
-		h.WaitCalls(t, "past-once", 1, 10*time.Second)
+		h.WaitCalls(t, "past-once", 1, daemontest.WaitTimeout)
 
 		s := d.Create(t, daemontest.Spec("past-skip", h.URL("/ok/past-skip"), "run_at", past, "misfire_policy", "skip"))
 		if s.Runtime.State != model.StateWaiting || s.Runtime.NextTriggerTime != 0 {

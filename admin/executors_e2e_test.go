@@ -28,8 +28,12 @@ import (
 
 // e2eDaemon runs a full daemon with short executor timings and returns its base URL and a
 // client.
-func e2eDaemon(t *testing.T, db string) (string, *client.Client) {
+func e2eDaemon(t *testing.T, db string, mods ...func(*engine.Config)) (string, *client.Client) {
 	t.Helper()
+	ecfg := engine.Config{HeartbeatInterval: 300 * time.Millisecond, LostAfter: 1500 * time.Millisecond}
+	for _, m := range mods {
+		m(&ecfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	addrCh := make(chan string, 1)
 	done := make(chan error, 1)
@@ -37,7 +41,7 @@ func e2eDaemon(t *testing.T, db string) (string, *client.Client) {
 		done <- axedaemon.Serve(ctx, axedaemon.Config{
 			Addr: "127.0.0.1:0", DB: db, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			OnListen: func(a string) { addrCh <- a },
-			Engine:   engine.Config{HeartbeatInterval: 300 * time.Millisecond, LostAfter: 1500 * time.Millisecond},
+			Engine:   ecfg,
 		})
 	}()
 	var addr string
