@@ -617,6 +617,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 					return nil
 				}},
 				startstop.Step{Name: "drain in-flight runs", Run: func(ctx context.Context) error {
+					// Runs still in flight at the bound are the next owner's (resolved as
+					// their results come); the writer's flush after this must still have time.
+					ctx, cancel := startstop.Reserve(ctx, 2*time.Second)
+					defer cancel()
 					if err := e.runs.wait(ctx); err != nil {
 						return fmt.Errorf("cannot drain in-flight runs (%d left): %w", e.runs.count(), err)
 					}

@@ -236,8 +236,16 @@ func (s *Shards) Stop(ctx context.Context, release bool) error {
 		s.drop(heldSet(held), "stopping")
 		var errs []error
 		if release && len(held) > 0 {
+			// The release gets a renew interval even past ctx's bound: without it the shards
+			// wait out their leases and are taken as a dead node's, without hand-over points.
+			rctx, cancel := context.WithCancel(ctx)
+			if d, ok := ctx.Deadline(); ok {
+				cancel()
+				rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), latest(d, time.Now().Add(s.cfg.Renew)))
+			}
 			t := s.clk.Now()
-			err := s.cfg.Store.HandOverShards(ctx, s.cfg.NodeID, held, points)
+			err := s.cfg.Store.HandOverShards(rctx, s.cfg.NodeID, held, points)
+			cancel()
 			s.log.Info("shards released", "shards", heldSet(held).String(), "handed_over", len(points), "took", s.clk.Now().Sub(t), "error", err)
 			errs = append(errs, err)
 		}
@@ -720,4 +728,12 @@ func (s *Shards) handOverPoints(shards []persist.ShardFence) map[int]int64 {
 		}
 	}
 	return out
+}
+
+// latest is the later of a and b.
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

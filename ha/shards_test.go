@@ -548,3 +548,39 @@ func TestShardsHandOverPoint(t *testing.T) {
 	}
 	a.mu.Unlock()
 }
+
+// TestShardsReleasedPastTheStopBound: a graceful stop whose bound ran out before the loop's
+// turn (a drain of runs in flight took all of it) still releases the shards with their
+// hand-over points: the release gets a renew interval of its own. Left to their leases they
+// would be taken a TTL later as a dead node's, without points, misfire policies and all.
+func TestShardsReleasedPastTheStopBound(t *testing.T) {
+	t.Parallel()
+	s := persisttest.SQLite(t)
+	pointOf := func(shard int) int64 { return 2_000_000 + int64(shard) }
+	const ttl, renew, within = 10 * time.Minute, 2 * time.Second, time.Minute
+	a := startShardNodeWith(t, s, "a", ttl, renew, 0, func(c *ShardsConfig) { c.HandOverPoint = pointOf })
+	b := startShardNodeWith(t, s, "b", ttl, renew, 0)
+	waitShares(t, s, []*shardNode{a, b}, within)
+	held := a.Held()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	if err := a.Stop(ctx, true); err == nil {
+		t.Log("a's stop past its bound reported no error") // its node row's touch may still fail
+	}
+	<-a.drained
+	// With a TTL of ten minutes, b holds every shard within the minute only if a released them.
+	waitShares(t, s, []*shardNode{b}, within)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	points := map[int]int64{}
+	for _, ch := range b.changes {
+		for shard, at := range ch.HandedOver {
+			points[shard] = at
+		}
+	}
+	for _, f := range held {
+		if at := points[f.Shard]; at != pointOf(f.Shard) {
+			t.Errorf("shard %d reached b with hand-over point %d, want %d", f.Shard, at, pointOf(f.Shard))
+		}
+	}
+}

@@ -223,7 +223,7 @@ func (n *singleNode) notReady() { n.down.Store(true) }
 func (n *singleNode) stopping() (before, after []startstop.Step) {
 	return []startstop.Step{
 			{Name: "stop workflow service", Run: n.wf.Stop},
-			{Name: "stop engine (triggering, dispatch, writer)", Run: n.eng.Stop},
+			{Name: "stop engine (triggering, dispatch, writer)", Run: stopEngine(n.eng)},
 			{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { n.rec.stop(); return nil }},
 		}, []startstop.Step{
 			{Name: "close store", Run: func(context.Context) error { return n.store.Close() }},

@@ -196,7 +196,7 @@ func (n *haNode) stopping() (before, after []startstop.Step) {
 	if t.Primary {
 		before = append(before,
 			startstop.Step{Name: "stop workflow service", Run: t.wf.Stop},
-			startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: t.Engine.Stop},
+			startstop.Step{Name: "stop engine (triggering, dispatch, writer)", Run: stopEngine(t.Engine)},
 			startstop.Step{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { t.rec.stop(); return nil }})
 	}
 	before = append(before, startstop.Step{Name: "stop lease loop (releasing the lease if held)", Run: func(ctx context.Context) error {

@@ -169,7 +169,7 @@ func (n *shardNode) stopping() (before, after []startstop.Step) {
 	return []startstop.Step{
 			{Name: "say leaving (the others look for the shards released)", Run: loop.Leaving},
 			{Name: "stop workflow service", Run: n.wf.Stop},
-			{Name: "stop engine (triggering, dispatch, writer)", Run: n.eng.Stop},
+			{Name: "stop engine (triggering, dispatch, writer)", Run: stopEngine(n.eng)},
 			{Name: "stop minute recorder (records the last minute)", Run: func(context.Context) error { n.rec.stop(); return nil }},
 			{Name: "stop shard loop (releasing every shard)", Run: func(ctx context.Context) error {
 				err := loop.Stop(ctx, true)
@@ -197,6 +197,18 @@ func (n *shardNode) stopping() (before, after []startstop.Step) {
 				}
 			}},
 		}
+}
+
+// stopEngine stops eng within a part of the shutdown's time, so that the steps after it (the
+// release of the leases with their hand-over points above all) have the rest: a drain of
+// runs in flight that took the whole bound left the leases to run out, and the next owner
+// took the shards as a dead node's, misfire policies and all.
+func stopEngine(eng *engine.Engine) func(context.Context) error {
+	return func(ctx context.Context) error {
+		ctx, cancel := startstop.Reserve(ctx, 2*time.Second)
+		defer cancel()
+		return eng.Stop(ctx)
+	}
 }
 
 // FollowShards hands the shard loop's changes to the engine, in order, until the loop closes

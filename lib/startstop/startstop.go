@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/axe-sched/axe/lib/clock"
 )
@@ -150,6 +151,18 @@ func Steps(ctx context.Context, log *slog.Logger, clk clock.Clock, prefix string
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Reserve returns a context that ends before ctx does, leaving the steps after a step that
+// may wait as long as it is let (a drain of work in flight) part of the time ctx has left: a
+// quarter of it, at most most. Without a deadline on ctx it is ctx. Cancel releases it.
+func Reserve(ctx context.Context, most time.Duration) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	left := time.Until(deadline)
+	return context.WithDeadline(ctx, deadline.Add(-min(left/4, most)))
 }
 
 // Undo collects how to stop what a Start has started so far, so that a failure later in the

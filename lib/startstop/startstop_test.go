@@ -161,3 +161,26 @@ func TestIfNew(t *testing.T) {
 		t.Errorf("IfNew ran after Stop")
 	}
 }
+
+// TestReserve: the context Reserve returns ends a quarter of the time left before ctx, at
+// most the bound; without a deadline it has none.
+func TestReserve(t *testing.T) {
+	parent, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	pd, _ := parent.Deadline()
+	for _, c := range []struct {
+		most, want time.Duration // want: how long before the parent's deadline it ends
+	}{{time.Minute, 2 * time.Second}, {time.Second, time.Second}} {
+		ctx, cancel := Reserve(parent, c.most)
+		d, ok := ctx.Deadline()
+		cancel()
+		if got := pd.Sub(d); !ok || got < c.want-50*time.Millisecond || got > c.want {
+			t.Errorf("Reserve(8 s left, at most %s) ends %s before the parent (deadline %v), want %s", c.most, got, ok, c.want)
+		}
+	}
+	ctx, cancel2 := Reserve(context.Background(), time.Second)
+	defer cancel2()
+	if _, ok := ctx.Deadline(); ok {
+		t.Error("Reserve of a context without a deadline has one")
+	}
+}
