@@ -215,12 +215,16 @@ func (s *Server) runWorkflow(c *fasthttp.RequestCtx) {
 	}
 	ctx, cancel := reqCtx(c)
 	defer cancel()
-	run, err := s.cfg.Workflows.RunNow(ctx, param(c, "name"), b.Params, actor(c))
+	run, started, err := s.cfg.Workflows.RunNow(ctx, param(c, "name"), b.Params, b.Key, actor(c))
 	if err != nil {
 		s.wfFail(c, err)
 		return
 	}
-	writeJSON(c, fasthttp.StatusAccepted, run)
+	code := fasthttp.StatusAccepted
+	if !started {
+		code = fasthttp.StatusOK // the key's run, started before
+	}
+	writeJSON(c, code, run)
 }
 
 func (s *Server) pauseWorkflow(paused bool) fasthttp.RequestHandler {

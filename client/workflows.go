@@ -84,12 +84,19 @@ func (c *Client) pauseWorkflow(ctx context.Context, name, op, note string) (*Wor
 // RunWorkflow starts a run of the workflow for the logical time now with params (the
 // workflow's own when nil) and returns it; its ID names it in the calls below.
 func (c *Client) RunWorkflow(ctx context.Context, name string, params json.RawMessage) (*model.WorkflowRun, error) {
+	return c.RunWorkflowWithKey(ctx, name, params, "")
+}
+
+// RunWorkflowWithKey is RunWorkflow with a key that names the run (none when empty): a start
+// sent again with the same key, after an answer that never came, starts nothing and returns
+// the run the key started.
+func (c *Client) RunWorkflowWithKey(ctx context.Context, name string, params json.RawMessage, key string) (*model.WorkflowRun, error) {
 	if len(params) > 0 && !json.Valid(params) {
 		return nil, errors.New("params: must be JSON")
 	}
 	var body any
-	if len(params) > 0 {
-		body = wire.WorkflowRunBody{Params: params}
+	if len(params) > 0 || key != "" {
+		body = wire.WorkflowRunBody{Params: params, Key: key}
 	}
 	var v model.WorkflowRun
 	return &v, c.Do(ctx, http.MethodPost, workflowPath(name)+"/run", body, &v)

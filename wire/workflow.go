@@ -19,9 +19,11 @@ type WorkflowList struct {
 }
 
 // WorkflowRunBody is POST /api/v1/workflows/{name}/run: the run's params (the workflow's
-// when none).
+// when none), and an optional key that names the run: a start sent again with the same key
+// (after an answer that never came) starts nothing and answers the run the key started.
 type WorkflowRunBody struct {
 	Params json.RawMessage `json:"params,omitempty"`
+	Key    string          `json:"key,omitempty"`
 }
 
 // WorkflowRunList is GET /api/v1/workflows/{name}/runs.

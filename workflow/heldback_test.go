@@ -114,7 +114,7 @@ func TestHeldBackStepIsSentByTheNextOwner(t *testing.T) {
 			}}, "test"); err != nil {
 			t.Fatal(err)
 		}
-		wr, err := wa.RunNow(ctx, name, nil, "test")
+		wr, _, err := wa.RunNow(ctx, name, nil, "", "test")
 		if err != nil {
 			t.Fatal(err)
 		}

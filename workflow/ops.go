@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/axe-sched/axe/lib/cron"
 	"github.com/axe-sched/axe/model"
@@ -258,21 +261,47 @@ func timeRunID(workflow string, at int64) string {
 	return "t" + hex.EncodeToString(h[:10])
 }
 
+// KeyMax bounds a run start's key (RunNow).
+const KeyMax = 128
+
+// keyRunID names the run a start with key starts: a start sent again with the key names the
+// same run, and the store refuses a second.
+func keyRunID(workflow, key string) string {
+	h := sha256.Sum256([]byte(workflow + "\x00" + key))
+	return "k" + hex.EncodeToString(h[:10])
+}
+
 // RunNow starts a run of the workflow with params (the workflow's own when none), for the
-// logical time now.
-func (s *Service) RunNow(ctx context.Context, name string, params json.RawMessage, actor string) (*model.WorkflowRun, error) {
+// logical time now. With a key, the run is the key's: when the key started one already,
+// nothing starts, and that run is returned with started false (its params are its own).
+func (s *Service) RunNow(ctx context.Context, name string, params json.RawMessage, key, actor string) (run *model.WorkflowRun, started bool, err error) {
 	if err := checkParams("params", params); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if len(key) > KeyMax || !utf8.ValidString(key) || strings.ContainsFunc(key, unicode.IsControl) {
+		return nil, false, fieldErr("key", "must be at most %d bytes of UTF-8 text without control characters", KeyMax)
 	}
 	if err := s.owned(name); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	w, err := s.Get(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	id := newRunID()
+	if key != "" {
+		id = keyRunID(name, key)
 	}
 	now := s.clk.Now().UnixMilli()
-	return s.create(ctx, w, newRunID(), now, "manual", params, actor, ActRunNow)
+	run, err = s.create(ctx, w, id, now, "manual", params, actor, ActRunNow)
+	if key != "" && errors.Is(err, persist.ErrWorkflowRunExists) {
+		had, _, gerr := s.st.GetWorkflowRun(ctx, id)
+		if gerr != nil {
+			return nil, false, gerr
+		}
+		return had, false, nil
+	}
+	return run, err == nil, err
 }
 
 // create writes a new run and takes it up.

@@ -31,7 +31,7 @@ func readWorkflowFile(path string) ([]byte, error) {
 }
 
 func workflowCmd() *ffcli.Command {
-	var createFile, updateFile, params, reason, rerunFrom, rerunStep, output, succeedNote, bfFrom, bfTo string
+	var createFile, updateFile, params, runKey, reason, rerunFrom, rerunStep, output, succeedNote, bfFrom, bfTo string
 	var runsLimit, parallel int
 	var asJSON, wait bool
 	opCmd := func(op, help string) *ffcli.Command {
@@ -142,9 +142,10 @@ func workflowCmd() *ffcli.Command {
 				}),
 			opCmd("pause", "stop a workflow's trigger; runs in flight go on"),
 			opCmd("resume", "start a paused workflow's trigger again"),
-			clientCmd("run", "axe workflow run NAME [--params JSON]", "start a run for the logical time now; prints its id", 1,
+			clientCmd("run", "axe workflow run NAME [--params JSON] [--key KEY]", "start a run for the logical time now; prints its id", 1,
 				func(fs *flag.FlagSet) {
 					fs.StringVar(&params, "params", "", "params JSON of this run (default: the workflow's)")
+					fs.StringVar(&runKey, "key", "", "names the run: run again with the same key, it starts nothing and prints the id of the run the key started")
 				},
 				func(ctx context.Context, c *client.Client, args []string) error {
 					var p json.RawMessage
@@ -154,9 +155,9 @@ func workflowCmd() *ffcli.Command {
 						}
 						p = json.RawMessage(params)
 					}
-					r, err := c.RunWorkflow(ctx, args[0], p)
+					r, err := c.RunWorkflowWithKey(ctx, args[0], p, runKey)
 					if err != nil {
-						return flagNamedOf(err, "params")
+						return flagNamedOf(err, "params", "key")
 					}
 					fmt.Println(r.ID)
 					return nil

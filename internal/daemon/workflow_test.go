@@ -13,6 +13,7 @@ import (
 
 	"github.com/axe-sched/axe/internal/test/daemontest"
 	"github.com/axe-sched/axe/internal/test/testwait"
+	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist/persisttest"
 	"github.com/axe-sched/axe/wire"
 )
@@ -638,4 +639,48 @@ func TestWorkflowStepKeyTemplates(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("the endpoint got %d step calls, want the one of tenant acme", calls)
 	}
+}
+
+// TestWorkflowRunKey: a start with a key starts one run; the same start sent again (as a
+// client does after an answer that never came) starts nothing and answers that run, 200 not
+// 202, with its own params; another key starts another run, a key of another workflow is
+// that workflow's own, and a key too long or with a control character is a 400 naming key.
+func TestWorkflowRunKey(t *testing.T) {
+	t.Parallel()
+	daemontest.EachStore(t, func(t *testing.T, dsn string) {
+		sink := newStepSink(t)
+		d := daemontest.Start(t, dsn, nil)
+		for _, name := range []string{"k1", "k2"} {
+			d.MustJSON(t, 201, "POST", "/api/v1/workflows", map[string]any{"name": name, "steps": []map[string]any{
+				{"name": "only", "callback": map[string]any{"type": "http", "url": sink.srv.URL}},
+			}}, nil)
+		}
+		var first, again, other, elsewhere model.WorkflowRun
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/k1/run", map[string]any{"key": "orders-2026-12-06", "params": map[string]any{"n": 1}}, &first)
+		d.MustJSON(t, 200, "POST", "/api/v1/workflows/k1/run", map[string]any{"key": "orders-2026-12-06", "params": map[string]any{"n": 2}}, &again)
+		if again.ID != first.ID || string(again.Params) != string(first.Params) {
+			t.Fatalf("the start sent again answered %s with %s; want the first run %s with %s", again.ID, again.Params, first.ID, first.Params)
+		}
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/k1/run", map[string]any{"key": "orders-2026-12-07"}, &other)
+		d.MustJSON(t, 202, "POST", "/api/v1/workflows/k2/run", map[string]any{"key": "orders-2026-12-06"}, &elsewhere)
+		if other.ID == first.ID || elsewhere.ID == first.ID {
+			t.Fatalf("another key (%s) or workflow (%s) named the first run %s", other.ID, elsewhere.ID, first.ID)
+		}
+		for _, bad := range []string{strings.Repeat("x", 129), "a\nb"} {
+			if msg := d.APIError(t, 400, "POST", "/api/v1/workflows/k1/run", map[string]any{"key": bad}); !strings.HasPrefix(msg, "key: ") {
+				t.Errorf("key %q: %q, want a 400 naming key", bad, msg)
+			}
+		}
+		var list wire.WorkflowRunList
+		d.MustJSON(t, 200, "GET", "/api/v1/workflows/k1/runs", nil, &list)
+		if len(list.Runs) != 2 {
+			t.Fatalf("k1 has %d runs, want 2 (one a key)", len(list.Runs))
+		}
+		for _, id := range []string{first.ID, other.ID, elsewhere.ID} {
+			waitRunState(t, d, id, "succeeded")
+		}
+		if dups := sink.duplicates(); len(dups) > 0 {
+			t.Fatalf("step attempts received twice: %v", dups)
+		}
+	})
 }
