@@ -3,6 +3,7 @@ package galeratest_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"testing"
@@ -134,18 +135,33 @@ func mustExec(t *testing.T, ctx context.Context, db *sql.DB, q string) {
 
 // wantRow reads row id through db, waiting for the node to have applied every write the
 // cluster committed before the read (wsrep_sync_wait).
+// A connection the node closed under it (on a loaded box a node can leave the cluster for a
+// moment and rejoin, closing its sessions) is opened again, until ctx ends.
 func wantRow(t *testing.T, ctx context.Context, db *sql.DB, id int, want string) {
 	t.Helper()
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
+	read := func() (string, error) {
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			return "", err
+		}
+		defer conn.Close()
+		if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
+			return "", err
+		}
+		var got string
+		err = conn.QueryRowContext(ctx, fmt.Sprintf("SELECT v FROM h.t WHERE id = %d", id)).Scan(&got)
+		return got, err
 	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "SET SESSION wsrep_sync_wait = 1"); err != nil {
-		t.Fatal(err)
-	}
-	var got string
-	if err := conn.QueryRowContext(ctx, fmt.Sprintf("SELECT v FROM h.t WHERE id = %d", id)).Scan(&got); err != nil || got != want {
-		t.Fatalf("row %d = %q, %v; want %q", id, got, err, want)
+	for {
+		got, err := read()
+		if (errors.Is(err, mysql.ErrInvalidConn) || errors.Is(err, driver.ErrBadConn)) && ctx.Err() == nil {
+			t.Logf("row %d: %v; reading again", id, err)
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		if err != nil || got != want {
+			t.Fatalf("row %d = %q, %v; want %q", id, got, err, want)
+		}
+		return
 	}
 }
