@@ -221,6 +221,7 @@ export async function render(main, args) {
   }
 
   let firesKey = '';
+  let firesSeq = 0; // the latest preview asked for (renderFires)
   async function renderFires() {
     if (t.trigger !== 'cron') { update(fires, h('p', {class: 'muted'}, 'Not a cron task.')); return; }
     const n = Number(previewN.value);
@@ -229,11 +230,16 @@ export async function render(main, args) {
     if (key === firesKey) return;
     firesKey = key;
     update(firesHead, `Next ${n} fires` + (from ? ' from ' + show(from, t.timezone) : ''));
+    // Only the latest preview draws: an earlier one answering after it (its N or its start
+    // changed meanwhile) would put the old fires under the new heading.
+    const seq = ++firesSeq;
     try {
       const r = await api.get('cron/next', {expr: t.cron, tz: t.timezone, n, from: from || undefined, dialect: t.cron_dialect,
         task: t.jitter_sec ? t.name : undefined, jitter_sec: t.jitter_sec || undefined});
+      if (seq !== firesSeq) return;
       update(fires, t.runtime.state === 'PAUSED' ? h('p', {class: 'note'}, 'Paused: the schedule would fire at these times once resumed.') : '', firesTable(r));
     } catch (e) {
+      if (seq !== firesSeq) return;
       update(fires, h('p', {class: 'error'}, e.message));
     }
   }
