@@ -239,9 +239,9 @@ func (s *Shards) Stop(ctx context.Context, release bool) error {
 			// The release gets a renew interval even past ctx's bound: without it the shards
 			// wait out their leases and are taken as a dead node's, without hand-over points.
 			rctx, cancel := context.WithCancel(ctx)
-			if d, ok := ctx.Deadline(); ok {
+			if d, ok := ctx.Deadline(); ok && time.Until(d) < s.cfg.Renew {
 				cancel()
-				rctx, cancel = context.WithDeadline(context.WithoutCancel(ctx), latest(d, time.Now().Add(s.cfg.Renew)))
+				rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Renew)
 			}
 			t := s.clk.Now()
 			err := s.cfg.Store.HandOverShards(rctx, s.cfg.NodeID, held, points)
@@ -728,12 +728,4 @@ func (s *Shards) handOverPoints(shards []persist.ShardFence) map[int]int64 {
 		}
 	}
 	return out
-}
-
-// latest is the later of a and b.
-func latest(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

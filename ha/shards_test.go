@@ -91,6 +91,22 @@ func (n *shardNode) stop(release bool) {
 	<-n.drained
 }
 
+// handedOver returns the shards n gained so far and the hand-over points they came with.
+func (n *shardNode) handedOver() (gained model.ShardSet, points map[int]int64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	points = map[int]int64{}
+	for _, ch := range n.changes {
+		for _, f := range ch.Gained {
+			gained.Add(f.Shard)
+		}
+		for shard, at := range ch.HandedOver {
+			points[shard] = at
+		}
+	}
+	return gained, points
+}
+
 // crash ends the loop as kill -9 would: nothing is released, the node's row is left live
 // until it ages. Its watchdog still closes the gates at the local deadline, as it does in a
 // process that stops getting answers from the database.
@@ -512,21 +528,7 @@ func TestShardsHandOverPoint(t *testing.T) {
 	waitShares(t, s, []*shardNode{a}, within)
 	b := startShardNodeWith(t, s, "b", ttl, renew, 0)
 	waitShares(t, s, []*shardNode{a, b}, within)
-	handedOver := func(n *shardNode) (gained model.ShardSet, points map[int]int64) {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		points = map[int]int64{}
-		for _, ch := range n.changes {
-			for _, f := range ch.Gained {
-				gained.Add(f.Shard)
-			}
-			for shard, at := range ch.HandedOver {
-				points[shard] = at
-			}
-		}
-		return gained, points
-	}
-	gained, points := handedOver(b)
+	gained, points := b.handedOver()
 	if gained.Len() != 128 || len(points) != 128 {
 		t.Fatalf("b gained %d shards, %d of them with a hand-over point; want 128 and 128", gained.Len(), len(points))
 	}
@@ -570,14 +572,7 @@ func TestShardsReleasedPastTheStopBound(t *testing.T) {
 	<-a.drained
 	// With a TTL of ten minutes, b holds every shard within the minute only if a released them.
 	waitShares(t, s, []*shardNode{b}, within)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	points := map[int]int64{}
-	for _, ch := range b.changes {
-		for shard, at := range ch.HandedOver {
-			points[shard] = at
-		}
-	}
+	_, points := b.handedOver()
 	for _, f := range held {
 		if at := points[f.Shard]; at != pointOf(f.Shard) {
 			t.Errorf("shard %d reached b with hand-over point %d, want %d", f.Shard, at, pointOf(f.Shard))
