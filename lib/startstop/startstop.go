@@ -153,9 +153,10 @@ func Steps(ctx context.Context, log *slog.Logger, clk clock.Clock, prefix string
 	return errors.Join(errs...)
 }
 
-// Reserve returns a context that ends before ctx does, leaving the steps after a step that
-// may wait as long as it is let (a drain of work in flight) part of the time ctx has left: a
-// quarter of it, at most most. Without a deadline on ctx it is ctx. Cancel releases it.
+// Reserve returns a context for a step that may wait as long as it is let (a drain of work
+// in flight): it ends a quarter of ctx's time left before ctx does, or most before it when
+// that is less, so the steps after it keep that time. Without a deadline on ctx it has none.
+// Cancel releases it.
 func Reserve(ctx context.Context, most time.Duration) (context.Context, context.CancelFunc) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
