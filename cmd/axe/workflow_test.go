@@ -591,6 +591,16 @@ func TestCLIWorkflow(t *testing.T) {
 	if out := axeOK(t, env, "workflow", "show", sid); !strings.Contains(out, ": cancelled after ") {
 		t.Errorf("show of the cancelled run:\n%s", out)
 	}
+	// A keyed start sent again prints the run the key started and starts no other.
+	k1 := strings.TrimSpace(axeOK(t, env, "workflow", "run", "slow", "--key", "nightly-2026-12-06"))
+	if k2 := strings.TrimSpace(axeOK(t, env, "workflow", "run", "slow", "--key", "nightly-2026-12-06")); k2 != k1 {
+		t.Errorf("a keyed start sent again printed %s, the first %s", k2, k1)
+	}
+	refuse("run with a key too long", []string{"--key: must be at most 128 bytes"}, "workflow", "run", "slow", "--key", strings.Repeat("x", 129))
+	if runs, err := c.WorkflowRuns(context.Background(), "slow", 0, 100); err != nil || len(runs) != 2 {
+		t.Errorf("slow has %d runs (%v), want the cancelled one and the keyed one", len(runs), err)
+	}
+	axeOK(t, env, "workflow", "cancel", k1)
 
 	// Pause, resume, backfill refusals and progress, delete.
 	if out := axeOK(t, env, "workflow", "pause", "wf", "--note", "maintenance"); out != "wf: paused\n" {
