@@ -130,9 +130,18 @@ func MySQLSchemaDSN(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("cannot parse %s: %v", dsn, err)
 	}
-	name := cfg.DBName
 	admin := cfg.Clone()
 	admin.DBName = ""
+	CopySchema(t, admin, cfg.DBName)
+	return dsn
+}
+
+// CopySchema puts axe's current schema into the empty database name on admin's server (a
+// go-sql-driver config without a database), copied from that server's template, which the
+// first call for the server makes. MySQLSchemaDSN uses it on the test server; a test with a
+// server of its own (a Galera cluster) calls it directly.
+func CopySchema(t testing.TB, admin *mysql.Config, name string) {
+	t.Helper()
 	tpl := schemaTemplate(t, admin)
 	var stmts []string
 	for _, tb := range tpl.tables {
@@ -144,7 +153,6 @@ func MySQLSchemaDSN(t testing.TB) string {
 	multi := admin.Clone()
 	multi.MultiStatements = true
 	exec(t, multi, strings.Join(stmts, ";\n"))
-	return dsn
 }
 
 // template is the database MySQLSchemaDSN copies: its tables, and those with rows.
@@ -153,9 +161,10 @@ type template struct {
 	tables, filled []string
 }
 
+// schemaTpl holds the templates this process has found or made, by server address.
 var schemaTpl struct {
 	sync.Mutex
-	t *template
+	m map[string]*template
 }
 
 // templateReady is the table a template's maker adds once the migrations are done: a
@@ -169,8 +178,8 @@ func schemaTemplate(t testing.TB, admin *mysql.Config) *template {
 	t.Helper()
 	schemaTpl.Lock()
 	defer schemaTpl.Unlock()
-	if schemaTpl.t != nil {
-		return schemaTpl.t
+	if tp := schemaTpl.m[admin.Addr]; tp != nil {
+		return tp
 	}
 	tp := &template{name: "axe_t_template_" + persist.SchemaDigest()}
 	db, ctx, done := serverDB(t, admin)
@@ -234,7 +243,10 @@ func schemaTemplate(t testing.TB, admin *mysql.Config) *template {
 	if len(tp.tables) == 0 {
 		t.Fatalf("the template database %s has no tables", tp.name)
 	}
-	schemaTpl.t = tp
+	if schemaTpl.m == nil {
+		schemaTpl.m = make(map[string]*template)
+	}
+	schemaTpl.m[admin.Addr] = tp
 	return tp
 }
 
