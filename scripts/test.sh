@@ -116,12 +116,21 @@ if [ "$busy" -ge "${AXE_BUSY_PCT:-35}" ]; then
     "AXE_LANE2_PARALLEL=$AXE_LANE2_PARALLEL, AXE_FAILOVER_PARALLEL=$AXE_FAILOVER_PARALLEL)"
 fi
 
+# The tests run with the race detector on all of axe's code and its dependencies except
+# modernc.org/sqlite/lib, the SQLite engine translated from C, whose internals axe never
+# touches: instrumented, every SQLite statement ran about four times slower (the SQLite half
+# of persist's conformance suite took 21.7 s against 5.4 s), and the embedded store is in
+# most of the suite's tests. Races in axe's code, including its use of the store, are still
+# found. (Leaving modernc.org/libc uninstrumented too hides the synchronisation of the rest
+# from the detector, which then reports races that are not there.)
+race=(-race "-gcflags=modernc.org/sqlite/lib=-race=false")
+
 say "go vet"
 go vet ./...
 
 if [ $# -gt 0 ]; then
   say "go test -race $*"
-  go test -race -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" "$@"
+  go test "${race[@]}" -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" "$@"
   exit 0
 fi
 
@@ -203,7 +212,7 @@ lane1_log=$(mktemp)
 t0=$SECONDS
 say "lane 1: go test -race $slow_pkgs (log: $lane1_log)"
 ( rc=0; AXE_FAILOVER_CPU_HOGS=${AXE_FAILOVER_CPU_HOGS:-0} AXE_FAILOVER_PARALLEL=${AXE_FAILOVER_PARALLEL:-2} \
-    go test -race -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" $slow_pkgs >"$lane1_log" 2>&1 || rc=$?
+    go test "${race[@]}" -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" $slow_pkgs >"$lane1_log" 2>&1 || rc=$?
   echo "$rc" >"$lane1_log.rc"
   echo $((SECONDS - t0)) >"$lane1_log.took" ) &
 lane1=$!
@@ -218,7 +227,7 @@ rest=$(go list ./... | sed 's|^github.com/axe-sched/axe|.|; s|$|/|; s|^\./$|./|'
   grep -vxF -e ./internal/test/failover/ $(printf -- '-e %s ' $first))
 lane2_rc=0
 say "lane 2: go test -race (every other package)"
-go test -race -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" -p "${AXE_LANE2_P:-2}" -parallel "${AXE_LANE2_PARALLEL:-4}" $first $rest || lane2_rc=$?
+go test "${race[@]}" -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" -p "${AXE_LANE2_P:-2}" -parallel "${AXE_LANE2_PARALLEL:-4}" $first $rest || lane2_rc=$?
 phase "lane 2 tests" "$t0"
 
 # The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,
