@@ -8,11 +8,12 @@
 # those that want axe's schema copy it from one template, axe_t_template_<schema digest>,
 # migrated once by the first test that needs it and kept for the next run.
 #
-# With no arguments it runs everything in two lanes: the failover suite (real daemons, mostly
-# waiting on leases and timeouts, AXE_FAILOVER_PARALLEL scenarios at a time) beside the other
-# packages (AXE_LANE2_P packages and AXE_LANE2_PARALLEL tests at a time), then the benchmarks'
-# smoke run, every fuzz target and the executor SDKs; narrower on a box other work keeps busy
-# (AXE_BUSY_PCT, below). `--long` runs the long forms: the failover suite at full size, a
+# With no arguments it runs everything in three lanes: the failover suite (real daemons,
+# mostly waiting on leases and timeouts, AXE_FAILOVER_PARALLEL scenarios at a time), the other
+# packages (AXE_LANE2_P packages and AXE_LANE2_PARALLEL tests at a time), and, at a lower
+# priority, go vet, the other platforms' type checks, the benchmarks' smoke run, every fuzz
+# target and the executor SDKs. On a box other work keeps busy (AXE_BUSY_PCT, below) the
+# lanes are narrower and the third runs after the second. `--long` runs the long forms: the failover suite at full size, a
 # 10-minute soak, a build of every release platform (not only a type check) and a minute of
 # each fuzz target.
 # Extra arguments go to `go test` (e.g. ./scripts/test.sh -run TestDaemon ./admin/).
@@ -126,10 +127,9 @@ fi
 # from the detector, which then reports races that are not there.)
 race=(-race "-gcflags=modernc.org/sqlite/lib=-race=false")
 
-say "go vet"
-go vet ./...
-
 if [ $# -gt 0 ]; then
+  say "go vet"
+  go vet ./...
   say "go test -race $*"
   go test "${race[@]}" -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" "$@"
   exit 0
@@ -144,18 +144,19 @@ fi
 # compiling modernc.org/sqlite and libc). --long builds and links all six instead, which also
 # catches what only the compiler and linker see (an assembly function without its body, a
 # link error).
-targets="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64"
-t0=$SECONDS
-if [ "$long" = 1 ]; then
-  for target in $targets; do
-    say "go build ./cmd/axe for $target"
-    GOOS="${target%/*}" GOARCH="${target#*/}" go build -o /dev/null ./cmd/axe
-  done
-else
-  say "type-check ./cmd/axe for $targets"
-  go run ./scripts/crosscheck $targets
-fi
-phase "cross-platform checks" "$t0"
+cross_platform() {
+  local targets="linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64 windows/arm64" target t0=$SECONDS
+  if [ "$long" = 1 ]; then
+    for target in $targets; do
+      say "go build ./cmd/axe for $target"
+      GOOS="${target%/*}" GOARCH="${target#*/}" go build -o /dev/null ./cmd/axe || return 1
+    done
+  else
+    say "type-check ./cmd/axe for $targets"
+    go run ./scripts/crosscheck $targets || return 1
+  fi
+  phase "cross-platform checks" "$t0"
+}
 
 # Every fuzz target runs beyond its seed corpus (which go test runs), so the parsers meet
 # inputs nobody wrote down. AXE_FUZZTIME=0 skips this. The budget is a count of executions
@@ -208,87 +209,129 @@ fuzz_targets() {
   done
 }
 
+# The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,
+# so they keep compiling and running (the other suites' smoke tests are in ./bench/...).
+bench_smoke() {
+  local t0=$SECONDS
+  say "B1 wheel benchmarks, smoke size"
+  AXE_BENCH_WHEEL_SIZES=1e3 AXE_BENCH_WHEEL_LATE_SIZES=1e3 \
+    go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null || return 1
+  phase "benchmark smoke" "$t0"
+}
+
+# The executor SDKs in other languages (sdk/<language>): each one's own tests, which end with
+# `axe conformance executor` against its echo example, with the axe built below. Python needs
+# only python3, Java the JDK, TypeScript node and npm (its test script installs the pinned
+# compiler with npm ci).
+sdks() {
+  local sdk rc=0 t0=$SECONDS t1
+  for sdk in python java typescript; do
+    t1=$SECONDS
+    say "sdk/$sdk"
+    case $sdk in
+      java) AXE_BIN="$axe_bin" sdk/java/ci.sh || rc=1 ;;
+      *) AXE_BIN="$axe_bin" "sdk/$sdk/test.sh" || rc=1 ;;
+    esac
+    phase "sdk/$sdk" "$t1"
+  done
+  phase "executor SDKs" "$t0"
+  return "$rc"
+}
+
+# Lane 3: the checks that are not go test's tests: go vet, the other platforms, the
+# benchmarks' smoke run, the fuzzing and the SDKs. Each runs whatever the others gave.
+checks() {
+  local rc=0 t0=$SECONDS
+  say "go vet"
+  go vet ./... || rc=1
+  phase "go vet" "$t0"
+  cross_platform || rc=1
+  bench_smoke || rc=1
+  t0=$SECONDS
+  fuzz_all || rc=1
+  phase "fuzzing" "$t0"
+  sdks || rc=1
+  return "$rc"
+}
+
+# One axe binary, built before the lanes (it compiles what their daemons and the SDKs' run
+# on, once): the failover suite runs it (AXE_FAILOVER_BIN) and so do the SDKs.
+bin_dir=$(mktemp -d)
+axe_bin="$bin_dir/axe"
+t0=$SECONDS
+say "go build ./cmd/axe"
+go build -o "$axe_bin" ./cmd/axe
+phase "the axe build" "$t0"
+
 # Lane 1: the failover suite, whose scenarios run real daemons against MariaDB and spend most
 # of their time waiting on leases, timeouts and outages, beside lane 2.
 # (set -e holds in the subshell too: each exit status is caught, not fatal.)
 # Lane 2 keeps the cores busy beside it: the failover scenarios that start CPU hogs of their
 # own to load the box start none here (AXE_FAILOVER_CPU_HOGS, internal/test/failover). The
 # failover suite runs AXE_FAILOVER_PARALLEL scenarios at a time (default 2), the longest
-# first: about 1,150 s of scenarios, the longest 260 s, so about 600 s, which lane 2 and what
-# follows it outlast; three at a time end it sooner but load the box the scenarios' leases
-# and hand-overs are timed on.
+# first: about 1,150 s of scenarios, the longest 260-330 s, so about 600 s; three at a time
+# end it sooner but load the box the scenarios' leases and hand-overs are timed on.
 slow_pkgs="./internal/test/failover/"
 lane1_log=$(mktemp)
 t0=$SECONDS
 say "lane 1: go test -race $slow_pkgs (log: $lane1_log)"
-( rc=0; AXE_FAILOVER_CPU_HOGS=${AXE_FAILOVER_CPU_HOGS:-0} AXE_FAILOVER_PARALLEL=${AXE_FAILOVER_PARALLEL:-2} \
+( rc=0; AXE_FAILOVER_BIN="$axe_bin" AXE_FAILOVER_CPU_HOGS=${AXE_FAILOVER_CPU_HOGS:-0} AXE_FAILOVER_PARALLEL=${AXE_FAILOVER_PARALLEL:-2} \
     go test "${race[@]}" -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" $slow_pkgs >"$lane1_log" 2>&1 || rc=$?
   echo "$rc" >"$lane1_log.rc"
   echo $((SECONDS - t0)) >"$lane1_log.took" ) &
 lane1=$!
-trap 'kill $lane1 2>/dev/null || true' EXIT
+lanes="$lane1"
+trap 'kill $lanes 2>/dev/null || true; rm -rf "$bin_dir"' EXIT
+
+# Lane 3 runs beside lanes 1 and 2, at a lower priority (nice 10), so that it takes the CPU
+# their tests leave while they wait (most of lane 2's second half) rather than the CPU they
+# need. On a box other work keeps busy it runs after lane 2 instead, at the usual priority.
+lane3_log=$(mktemp)
+lane3_rc=0
+if [ "$busy" -lt "${AXE_BUSY_PCT:-35}" ]; then
+  say "lane 3: go vet, other platforms, benchmark smoke, fuzzing, SDKs (log: $lane3_log)"
+  ( renice -n 10 -p "$BASHPID" >/dev/null 2>&1 || true
+    rc=0
+    checks >"$lane3_log" 2>&1 || rc=$?
+    echo "$rc" >"$lane3_log.rc" ) &
+  lane3=$!
+  lanes="$lanes $lane3"
+fi
 
 # Lane 2: every other package, the longest first, AXE_LANE2_P at a time (default 2, one a
 # core), each running AXE_LANE2_PARALLEL of its parallel tests at a time (default 4). Their
 # tests mostly wait (on the database, timers, daemons and browsers they start): run one at a
 # time, engine's took 460-680 s and persist's 460-670 s; four at a time, 130 and 155 s.
-first="./admin/ ./persist/ ./engine/ ./internal/test/galeratest/ ./cmd/axe/ ./internal/daemon/ ./ha/ ./executor/ ./dispatch/"
+first="./admin/ ./persist/ ./engine/ ./internal/daemon/ ./bench/e2e/ ./bench/workflows/ ./internal/test/galeratest/ ./bench/ ./ha/ ./cmd/axe/ ./conformance/ ./executor/ ./ratelimit/"
 rest=$(go list ./... | sed 's|^github.com/axe-sched/axe|.|; s|$|/|; s|^\./$|./|' |
   grep -vxF -e ./internal/test/failover/ $(printf -- '-e %s ' $first))
 lane2_rc=0
+t0=$SECONDS
 say "lane 2: go test -race (every other package)"
 go test "${race[@]}" -count=1 -timeout "${AXE_TEST_TIMEOUT:-30m}" -p "${AXE_LANE2_P:-2}" -parallel "${AXE_LANE2_PARALLEL:-4}" $first $rest || lane2_rc=$?
 phase "lane 2 tests" "$t0"
 
-# The B1 wheel suite has no smoke test of its own: run each of its benchmarks once, small,
-# so they keep compiling and running (the other suites' smoke tests are in ./bench/...).
-if [ "$lane2_rc" = 0 ]; then
-  t1=$SECONDS
-  say "B1 wheel benchmarks, smoke size"
-  AXE_BENCH_WHEEL_SIZES=1e3 AXE_BENCH_WHEEL_LATE_SIZES=1e3 \
-    go test -run '^$' -bench . -benchtime 1x ./wheel/ ./ratelimit/ >/dev/null || lane2_rc=$?
-  phase "benchmark smoke" "$t1"
-fi
-
-# The fuzz targets, after lane 2's tests (beside the failover suite's tail).
-t1=$SECONDS
-fuzz_rc=0
-fuzz_all || fuzz_rc=$?
-phase "fuzzing" "$t1"
-
-# The executor SDKs in other languages (sdk/<language>): each one's own tests, which end with
-# `axe conformance executor` against its echo example, with one axe built here. Python needs
-# only python3, Java the JDK, TypeScript node and npm (its test script installs the pinned
-# compiler with npm ci).
-sdk_rc=0
-t1=$SECONDS
-sdk_bin=$(mktemp -d)
-if go build -o "$sdk_bin/axe" ./cmd/axe; then
-  for sdk in python java typescript; do
-    t2=$SECONDS
-    say "sdk/$sdk"
-    case $sdk in
-      java) AXE_BIN="$sdk_bin/axe" sdk/java/ci.sh || sdk_rc=1 ;;
-      *) AXE_BIN="$sdk_bin/axe" "sdk/$sdk/test.sh" || sdk_rc=1 ;;
-    esac
-    phase "sdk/$sdk" "$t2"
-  done
+if [ -n "${lane3:-}" ]; then
+  say "waiting for lane 3"
+  wait "$lane3" || true
+  lane3_rc=$(cat "$lane3_log.rc" 2>/dev/null || echo 1)
+  cat "$lane3_log"
 else
-  sdk_rc=1
+  checks || lane3_rc=$?
 fi
-rm -rf "$sdk_bin"
-phase "executor SDKs" "$t1"
+rm -f "$lane3_log"*
 
 say "waiting for lane 1"
 wait $lane1 || true
 trap - EXIT
+rm -rf "$bin_dir"
 lane1_rc=$(cat "$lane1_log.rc" 2>/dev/null || echo 1)
 cat "$lane1_log"
 say "lane 1 tests took $(cat "$lane1_log.took" 2>/dev/null || echo ?)s"
 rm -f "$lane1_log"*
 phase "the whole suite"
-if [ "$lane1_rc" != 0 ] || [ "$lane2_rc" != 0 ] || [ "$fuzz_rc" != 0 ] || [ "$sdk_rc" != 0 ]; then
-  say "FAILED: lane 1 exit $lane1_rc, lane 2 exit $lane2_rc, fuzzing exit $fuzz_rc, SDKs exit $sdk_rc"
+if [ "$lane1_rc" != 0 ] || [ "$lane2_rc" != 0 ] || [ "$lane3_rc" != 0 ]; then
+  say "FAILED: lane 1 (failover suite) exit $lane1_rc, lane 2 (every other package) exit $lane2_rc, lane 3 (vet, platforms, benchmark smoke, fuzzing, SDKs) exit $lane3_rc"
   exit 1
 fi
 say "all passed"
