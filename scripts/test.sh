@@ -111,11 +111,16 @@ cpu_busy() {
 busy=$(cpu_busy)
 if [ "$busy" -ge "${AXE_BUSY_PCT:-35}" ]; then
   : "${AXE_LANE2_P:=1}" "${AXE_LANE2_PARALLEL:=2}" "${AXE_FAILOVER_PARALLEL:=1}"
+  # The failover scenarios' daemons get leases twice as long (3 s leases lapsed again and
+  # again on a node starved of CPU for seconds at a time; internal/test/failover).
+  : "${AXE_FAILOVER_LEASE_SCALE:=2}"
+  export AXE_FAILOVER_LEASE_SCALE
   # One failover scenario at a time is about 25 minutes on a quiet box, and a package's tests
   # two at a time beside a hog can take longer than 30.
   : "${AXE_TEST_TIMEOUT:=80m}"
   say "other work keeps the cores ${busy}% busy: narrow lanes (AXE_LANE2_P=$AXE_LANE2_P," \
-    "AXE_LANE2_PARALLEL=$AXE_LANE2_PARALLEL, AXE_FAILOVER_PARALLEL=$AXE_FAILOVER_PARALLEL)"
+    "AXE_LANE2_PARALLEL=$AXE_LANE2_PARALLEL, AXE_FAILOVER_PARALLEL=$AXE_FAILOVER_PARALLEL," \
+    "AXE_FAILOVER_LEASE_SCALE=$AXE_FAILOVER_LEASE_SCALE)"
 fi
 
 # The tests run with the race detector on all of axe's code and its dependencies except
