@@ -647,12 +647,14 @@ func (w *Writer) commit(items []queuedGroup) {
 		w.apply(items, epoch)
 	}
 
+	// Each group leaves the pending count as its Done is called, not after the whole batch's:
+	// a Write returns from within its group's Done, and Pending must not count it then.
 	for i := range items {
+		w.unpend(1)
 		if done := items[i].g.Done; done != nil {
 			done(w.errs[i])
 		}
 	}
-	w.unpend(len(items))
 	clear(items) // drop references to the groups until the slice is reused
 	clear(w.errs)
 }
