@@ -13,9 +13,9 @@
 # packages (AXE_LANE2_P packages and AXE_LANE2_PARALLEL tests at a time), and, at a lower
 # priority, go vet, the other platforms' type checks, the benchmarks' smoke run, every fuzz
 # target and the executor SDKs. On a box other work keeps busy (AXE_BUSY_PCT, below) the
-# lanes are narrower and the third runs after the second. `--long` runs the long forms: the failover suite at full size, a
-# 10-minute soak, a build of every release platform (not only a type check) and a minute of
-# each fuzz target.
+# lanes are narrower and the third runs after the second. `--long` runs the long forms: the
+# failover suite at full size, a 10-minute soak, a build of every release platform (not only
+# a type check) and a minute of each fuzz target.
 # Extra arguments go to `go test` (e.g. ./scripts/test.sh -run TestDaemon ./admin/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -244,7 +244,8 @@ sdks() {
 }
 
 # Lane 3: the checks that are not go test's tests: go vet, the other platforms, the
-# benchmarks' smoke run, the fuzzing and the SDKs. Each runs whatever the others gave.
+# benchmarks' smoke run, the fuzzing and the SDKs, each whether or not the ones before it
+# passed.
 checks() {
   local rc=0 t0=$SECONDS
   say "go vet"
