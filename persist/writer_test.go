@@ -14,6 +14,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	"go.uber.org/goleak"
 
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -269,6 +270,51 @@ func testMetrics(t testing.TB) *metrics.Set {
 // counterValue is the value of the counter name in t's set.
 func counterValue(t testing.TB, name string) uint64 {
 	return testMetrics(t).GetOrCreateCounter(name).Get()
+}
+
+// TestWriterPendingEndsAsDoneIsCalled: a group leaves Pending as its Done is called. Two
+// groups committed in one batch, the second's Done held: the first's Write has returned by
+// then and Pending counts neither, since each one's Done has been called.
+func TestWriterPendingEndsAsDoneIsCalled(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := testCtx(t)
+		hold, first, second := newTask(t, s, "hold"), newTask(t, s, "first"), newTask(t, s, "second")
+		w := newWriter(t, s, persist.WriterConfig{}, true)
+		// hold's Done keeps the writer's goroutine while the next two groups queue, so that
+		// they are committed together.
+		holding, releaseHold := make(chan struct{}), make(chan struct{})
+		inSecond, releaseSecond := make(chan struct{}), make(chan struct{})
+		unhold, unsecond := sync.OnceFunc(func() { close(releaseHold) }), sync.OnceFunc(func() { close(releaseSecond) })
+		t.Cleanup(unhold)
+		t.Cleanup(unsecond)
+		g := hold.next()
+		g.Done = func(error) { close(holding); <-releaseHold }
+		if err := w.Submit(ctx, g); err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		<-holding
+		base := w.Pending() // hold's own count is not what this test is about
+		wrote := make(chan error, 1)
+		go func() { wrote <- w.Write(ctx, first.next()) }()
+		testwait.For(t, time.Minute, "first's Write queued", func() bool { return w.Pending() > base })
+		g = second.next()
+		g.Done = func(error) { close(inSecond); <-releaseSecond }
+		if err := w.Submit(ctx, g); err != nil {
+			t.Fatalf("Submit: %v", err)
+		}
+		unhold()
+		if err := <-wrote; err != nil {
+			t.Fatalf("Write: %v", err)
+		}
+		<-inSecond
+		if got := w.Pending(); got != 0 {
+			t.Errorf("Pending() = %d while the last group's Done runs, after the first's Write returned; want 0", got)
+		}
+		unsecond()
+		first.checkLanded(t, s)
+		second.checkLanded(t, s)
+	})
 }
 
 func TestWriterDurable(t *testing.T) {
