@@ -238,20 +238,38 @@ func (c *cluster) workflowRuns(proxied bool, retries int) (nodes []*node, ids []
 			}
 		}
 	}
-	var v clusterView
-	for !c.getJSON(nodes[0].url, "/api/v1/cluster", &v) {
-		time.Sleep(pollEvery)
-	}
-	byShard := map[int]string{}
-	for _, n := range v.Nodes {
-		for _, s := range parseShards(t, n.Shards) {
-			byShard[s] = n.ID
-		}
-	}
+	// The node scheduling the most runs, by the cluster's view of its shards: read again
+	// until every workflow's shard has an owner among the nodes (on a loaded box a node may
+	// be between dropping its shards and taking them again).
 	owner := map[int]int{} // node index → runs
-	for w := range workflows {
-		id := byShard[model.ShardOf(fmt.Sprintf("wf-%d", w))]
-		owner[slices.IndexFunc(nodes, func(n *node) bool { return n.id == id })] += runsEach
+	for owned := false; !owned; {
+		var v clusterView
+		for !c.getJSON(nodes[0].url, "/api/v1/cluster", &v) {
+			time.Sleep(pollEvery)
+		}
+		byShard := map[int]string{}
+		for _, n := range v.Nodes {
+			for _, s := range parseShards(t, n.Shards) {
+				byShard[s] = n.ID
+			}
+		}
+		clear(owner)
+		owned = true
+		for w := range workflows {
+			id := byShard[model.ShardOf(fmt.Sprintf("wf-%d", w))]
+			i := slices.IndexFunc(nodes, func(n *node) bool { return n.id == id })
+			if i < 0 {
+				owned = false
+				break
+			}
+			owner[i] += runsEach
+		}
+		if !owned {
+			if time.Now().After(deadline.Add(roleTimeout)) {
+				t.Fatalf("the cluster's view leaves some workflow's shard without an owner: %+v", v.Nodes)
+			}
+			time.Sleep(pollEvery)
+		}
 	}
 	vi := 0
 	for i, n := range owner {
