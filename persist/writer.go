@@ -648,13 +648,15 @@ func (w *Writer) commit(items []queuedGroup) {
 	}
 
 	// Each group leaves the pending count as its Done is called, not after the whole batch's:
-	// a Write returns from within its group's Done, and Pending must not count it then.
+	// a Write returns from within its group's Done, and Pending must not count it then. The
+	// queue-depth gauge, which nothing waits on, follows once for the batch.
 	for i := range items {
-		w.unpend(1)
+		w.pending.Add(-1)
 		if done := items[i].g.Done; done != nil {
 			done(w.errs[i])
 		}
 	}
+	w.m.queueDepth.Add(-float64(len(items)))
 	clear(items) // drop references to the groups until the slice is reused
 	clear(w.errs)
 }
