@@ -221,8 +221,8 @@ func isDeadlock(err error) bool {
 
 // testGaleraConformance runs the store's conformance suite on one Galera node. Each test's
 // database gets the schema copied from a template migrated once in the cluster, as on the
-// plain server: migrating a fresh database is some 150 statements of replicated DDL, about
-// 5 s a test here (the suite's migration tests, and MigrateAcrossNodes, migrate for real).
+// plain server: migrating a fresh database runs every migration as replicated DDL, about 5 s
+// a test here (the suite's migration tests, and MigrateAcrossNodes, migrate for real).
 func testGaleraConformance(t *testing.T, _ context.Context, c *galeratest.Cluster) {
 	admin, err := mysql.ParseDSN(c.ServerDSN(0))
 	if err != nil {

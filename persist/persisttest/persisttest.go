@@ -3,9 +3,9 @@
 //
 // It owns only test scaffolding: databases it creates are named axe_t_<random>, so parallel
 // packages and reruns never collide, and each is dropped when its test ends. Beside them it
-// keeps one database axe_t_template_<schema digest> holding axe's current schema, which
-// MySQLSchemaDSN copies and nothing writes once it is made. It never touches any other
-// database on the server.
+// keeps, on each server it is given (the test server, a test's own Galera cluster), one
+// database axe_t_template_<schema digest> holding axe's current schema, which CopySchema
+// copies and nothing writes once it is made. It never touches any other database there.
 package persisttest
 
 import (
@@ -155,7 +155,7 @@ func CopySchema(t testing.TB, admin *mysql.Config, name string) {
 	exec(t, multi, strings.Join(stmts, ";\n"))
 }
 
-// template is the database MySQLSchemaDSN copies: its tables, and those with rows.
+// template is the database CopySchema copies: its tables, and those with rows.
 type template struct {
 	name           string
 	tables, filled []string
