@@ -410,6 +410,9 @@ func (s *Service) endRun(rs *runState, state string) {
 		s.lost(rs, "cannot record the run's end", err)
 		return
 	}
+	if s.endWritten != nil {
+		s.endWritten(run.ID)
+	}
 	rs.mu.Lock()
 	rs.run, rs.ending, rs.gone = run, false, true
 	rs.mu.Unlock()

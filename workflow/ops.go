@@ -440,6 +440,18 @@ func (s *Service) held(ctx context.Context, id string) (*runState, error) {
 	s.mu.Lock()
 	rs := s.runs[id]
 	s.mu.Unlock()
+	if rs != nil && run.State != model.WorkflowRunning {
+		// The store has the run ended while memory still holds it: its end committed and
+		// memory has not followed yet (endRun between its write and the rest), or it left
+		// memory since. The store is the truth then: operate on the ended run, as a read of
+		// it shows it. A run memory holds running again (a rerun after that read) is kept.
+		rs.mu.Lock()
+		stale := rs.ending || rs.gone
+		rs.mu.Unlock()
+		if stale {
+			rs = nil
+		}
+	}
 	if rs != nil {
 		return rs, nil
 	}

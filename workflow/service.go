@@ -87,6 +87,10 @@ type Service struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	wake   chan struct{}
+
+	// endWritten, when set (tests), is called once a run's end is durable and before this
+	// node's memory follows it.
+	endWritten func(id string)
 }
 
 // schedule is the trigger of a cron or delay workflow this node schedules: a delay's one
