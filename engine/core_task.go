@@ -42,8 +42,10 @@ type task struct {
 	releasedBy string
 	// retryOf is the fire time (ms) of the cron fire whose retries are under way, or 0: a
 	// retry's run is scheduled at its own due time, and the next cycle must count the fires
-	// missed since the original one (complete). Not persisted: after a restart mid-retry the
-	// next cycle counts from the retry's time.
+	// missed since the original one (complete). Not persisted: after a restart mid-retry, or
+	// once the task has left memory while it waits for a retry beyond the window, the next
+	// cycle counts from the retry's time, and the fires between are a backfill's to run
+	// (periodicFloor), never the schedule's.
 	retryOf int64
 	// catchupFrom and catchupUntil bound the catch-up under way (core_overlap.go), or are 0:
 	// the fires meant to leave by catchupUntil (when the task was taken up after downtime or

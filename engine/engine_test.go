@@ -20,6 +20,7 @@ import (
 
 	"github.com/axe-sched/axe/dispatch"
 	"github.com/axe-sched/axe/internal/test/leaktest"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/lib/clock"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
@@ -141,6 +142,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // test sleeping through them. A nil clk only polls.
 func waitAdvancing(t *testing.T, clk *clock.Fake, step, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = testwait.Scale(timeout) // stretched on a busy box (testwait.ScaleEnv)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

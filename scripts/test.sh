@@ -117,12 +117,16 @@ if [ "$busy" -ge "${AXE_BUSY_PCT:-35}" ]; then
   # again on a node starved of CPU for seconds at a time; internal/test/failover).
   : "${AXE_FAILOVER_LEASE_SCALE:=2}"
   export AXE_FAILOVER_LEASE_SCALE
+  # Every wait's bound three times as long (internal/test/testwait): beside a hog a database
+  # commit or a daemon's start takes several times what it takes beside the suite alone.
+  : "${AXE_TEST_WAIT_SCALE:=3}"
+  export AXE_TEST_WAIT_SCALE
   # One failover scenario at a time is about 25 minutes on a quiet box, and a package's tests
   # two at a time beside a hog can take longer than 30.
   : "${AXE_TEST_TIMEOUT:=80m}"
   say "other work keeps the cores ${busy}% busy: narrow lanes (AXE_LANE2_P=$AXE_LANE2_P," \
     "AXE_LANE2_PARALLEL=$AXE_LANE2_PARALLEL, AXE_FAILOVER_PARALLEL=$AXE_FAILOVER_PARALLEL," \
-    "AXE_FAILOVER_LEASE_SCALE=$AXE_FAILOVER_LEASE_SCALE)"
+    "AXE_FAILOVER_LEASE_SCALE=$AXE_FAILOVER_LEASE_SCALE, AXE_TEST_WAIT_SCALE=$AXE_TEST_WAIT_SCALE)"
 fi
 
 # The tests run with the race detector on all of axe's code and its dependencies except

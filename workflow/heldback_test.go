@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 	"github.com/axe-sched/axe/persist"
 	"github.com/axe-sched/axe/persist/persisttest"
@@ -177,6 +178,7 @@ func TestHeldBackStepIsSentByTheNextOwner(t *testing.T) {
 // a loaded machine, never a measure.
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = testwait.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

@@ -17,25 +17,27 @@ import (
 	"github.com/axe-sched/axe/persist/persisttest"
 )
 
-// TestShardsRideOutAStalledDatabase: a database that stalls for longer than TTL − 2×renew
-// but less than TTL − renew (as a Galera view change does, about 6 s) holds a scheduling
-// node's shard renewal and every write. The node closes its gates at its local deadline and
-// keeps its shards; once the renewal goes through, what it held back is sent by the node
-// itself under the same epochs: no shard changes hands, no run is recorded lost or failed,
-// and every one-shot task due during the stall is delivered exactly once.
+// TestShardsRideOutAStalledDatabase: a database that stalls for longer than TTL − renew
+// but less than TTL (as a Galera view change does, about 6 s) holds a scheduling node's
+// shard renewal and every write. The node closes its gates at its local deadline and keeps
+// its shards; once the renewal goes through, what it held back is sent by the node itself
+// under the same epochs: no shard changes hands, no run is recorded lost or failed, and
+// every one-shot task due during the stall is delivered exactly once.
 //
 // The stall is a real one: a second connection locks every row of the lease table (the
 // shard leases and their fences), which the renewal updates and every fenced batch reads.
-// It begins just after a renewal committed, so the next renewal is caught at once: with
-// TTL 16 s and renew 6 s, an 11 s stall ends past the old local deadline (TTL − renew = 10 s
-// after the last renewal was sent, where every shard used to be dropped) and 5 s before the
-// lease's expiry (16 s): the renewal that then goes through has 5 s to commit on a loaded
-// box (with TTL 8 s, renew 2 s and a 6.5 s stall, 1.5 s were not enough at load 30).
+// It begins just after a renewal committed, so the next renewal is caught at once, and it
+// ends 15 s after that commit was seen: with TTL 24 s and renew 10 s, past the old local
+// deadline (TTL − renew = 14 s after the last renewal was sent, where every shard used to be
+// dropped) and 9 s before the lease's expiry (24 s). Those 9 s take up what a loaded box
+// adds: taking the lock, releasing it, and the renewal's commit after it. (TTL 16 s, renew
+// 6 s and an 11 s stall counted from the lock: beside a CPU hog the lock was held 14.7 s,
+// the renewal missed the expiry and the node rightly dropped its shards.)
 func TestShardsRideOutAStalledDatabase(t *testing.T) {
 	t.Parallel()
 	dsn := persisttest.MySQLSchemaDSN(t)
 	hook := daemontest.NewHook(t)
-	const ttl, renew, stall = 16 * time.Second, 6 * time.Second, 11 * time.Second
+	const ttl, renew, stall = 24 * time.Second, 10 * time.Second, 15 * time.Second
 	ds := shardNodes(t, dsn, 1, func(c *axedaemon.Config) { c.LeaseTTL, c.LeaseRenew = ttl, renew })
 	d := ds[0]
 
@@ -98,6 +100,7 @@ func TestShardsRideOutAStalledDatabase(t *testing.T) {
 	// Catch the stall's start just after a renewal committed.
 	last := renewedAt()
 	testwait.For(t, daemontest.WaitTimeout, "a shard renewal", func() bool { return renewedAt() != last })
+	renewed := time.Now() // at or after the renewal's commit, so after it was sent
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := db.Conn(ctx)
@@ -113,11 +116,12 @@ func TestShardsRideOutAStalledDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalled := time.Now()
-	time.Sleep(time.Until(stalled.Add(stall)))
+	time.Sleep(time.Until(renewed.Add(stall)))
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the lease table was locked for %s", time.Since(stalled).Round(time.Millisecond))
+	t.Logf("the lease table was locked for %s, from %s after the renewal was seen to %s after it",
+		time.Since(stalled).Round(time.Millisecond), stalled.Sub(renewed).Round(time.Millisecond), time.Since(renewed).Round(time.Millisecond))
 
 	for i := range oneShot {
 		name := fmt.Sprintf("once-%02d", i)

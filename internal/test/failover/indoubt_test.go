@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/axe-sched/axe/engine"
+	"github.com/axe-sched/axe/internal/test/testwait"
 	"github.com/axe-sched/axe/model"
 )
 
@@ -298,6 +299,7 @@ func TestShardsKillInDoubt(t *testing.T) {
 // waitFor polls cond every pollEvery until it holds, failing the test after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = testwait.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

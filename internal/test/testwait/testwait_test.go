@@ -47,3 +47,16 @@ func TestForFailsAfterTheTimeout(t *testing.T) {
 		t.Fatalf("gave up after %s, before the 50ms timeout", waited)
 	}
 }
+
+func TestParseScale(t *testing.T) {
+	for v, want := range map[string]int64{"": 1, "1": 1, "3": 3, "10": 10} {
+		if n, err := parseScale(v); err != nil || n != want {
+			t.Errorf("parseScale(%q) = %d, %v; want %d", v, n, err, want)
+		}
+	}
+	for _, v := range []string{"0", "11", "-2", "2.5", "x", " 3"} {
+		if n, err := parseScale(v); err == nil || !strings.Contains(err.Error(), ScaleEnv) {
+			t.Errorf("parseScale(%q) = %d, %v; want an error naming %s", v, n, err, ScaleEnv)
+		}
+	}
+}
