@@ -510,7 +510,7 @@ func testGaleraShardsDefaultLeaseBurst(t *testing.T, gc *galeratest.Cluster) {
 	for i := range names {
 		names[i] = fmt.Sprintf("gburst-%04d", i)
 	}
-	at := time.Now().Add(8 * time.Second).Truncate(time.Second).Add(time.Second)
+	at := time.Now().Add(c.lead(8 * time.Second)).Truncate(time.Second).Add(time.Second)
 	l.tasks = append(l.tasks, c.createHTTPBurst(nodes[0], names, 20, at)...)
 	dead := gc.Node(1) // node b's database node
 	time.Sleep(time.Until(at.Add(400 * time.Millisecond)))

@@ -53,6 +53,13 @@ func (c *cluster) createHTTPBurst(via *node, names []string, ms int, at time.Tim
 	return c.createHTTPBurstTimeout(via, names, ms, 8, at)
 }
 
+// lead is how long before a burst's due time its creation starts: d, times the lease
+// scale (envLeaseScale), since the box that wants longer leases creates tasks as many times
+// slower (1,200 tasks took 23 s beside a CPU hog, against a lead of 10 s).
+func (c *cluster) lead(d time.Duration) time.Duration {
+	return d * time.Duration(leaseScale(c.t))
+}
+
 // createHTTPBurstTimeout is createHTTPBurst with the tasks' timeout_sec.
 func (c *cluster) createHTTPBurstTimeout(via *node, names []string, ms, timeoutSec int, at time.Time) []AuditTask {
 	c.t.Helper()
@@ -169,7 +176,7 @@ func TestShardsKillInDoubt(t *testing.T) {
 
 	// The drain of a burst with no fault: from its due time to its last arrival.
 	// Due once created: 8 s, plus 1 s per 200 tasks (a box at load 44 created 125 a second).
-	at := time.Now().Add(8*time.Second + time.Duration(n/200)*time.Second).Truncate(time.Second).Add(time.Second)
+	at := time.Now().Add(c.lead(8*time.Second + time.Duration(n/200)*time.Second)).Truncate(time.Second).Add(time.Second)
 	created := time.Now()
 	tasks := c.createHTTPBurst(live[0], names("drain", n), 20, at)
 	perTask := time.Since(created) / time.Duration(n) // how fast this box creates tasks now
@@ -354,7 +361,7 @@ func TestShardsHeldBackThenDropped(t *testing.T) {
 		// and each node opens at most 16 connections to it (320 sends a second), so the
 		// burst takes over 3.7 s to drain on any box, --send-ahead fire records ahead of
 		// its sends all along: those committed as the gates close are held back.
-		due := time.Now().Add(10 * time.Second).Truncate(time.Second).Add(time.Second)
+		due := time.Now().Add(c.lead(10 * time.Second)).Truncate(time.Second).Add(time.Second)
 		tasks = append(tasks, c.createHTTPBurst(nodes[0], names, 50, due)...)
 		expiry := func() string {
 			var e string
