@@ -121,7 +121,7 @@ func startEngine(t *testing.T, s persist.Store, mods ...func(*Config)) *Engine {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Scale(10*time.Second))
 		defer cancel()
 		if err := e.Stop(ctx); err != nil {
 			t.Errorf("stop: %v", err)
@@ -373,13 +373,12 @@ func TestTwoEnginesNeverDispatchTheSameFireTwice(t *testing.T) {
 			t.Fatalf("second engine holds %d tasks, want 1", n)
 		}
 		runFor(clk, 3500*time.Millisecond, 50*time.Millisecond)
-		waitFor(t, 5*time.Second, "the runs to end", func() bool {
-			return len(a.API().RunsInFlight()) == 0 && len(b.API().RunsInFlight()) == 0
+		// The 3.5 s hold three fires or more; on a loaded box their records and sends may
+		// still be under way once the clock has moved on (two of them were, once).
+		waitFor(t, 10*time.Second, "three fires sent and every run ended", func() bool {
+			return len(cs.got("contended")) >= 3 && len(a.API().RunsInFlight()) == 0 && len(b.API().RunsInFlight()) == 0
 		})
 		calls := cs.got("contended")
-		if len(calls) < 3 {
-			t.Fatalf("only %d fires in 3.5s", len(calls))
-		}
 		seen := map[int64]bool{}
 		for _, c := range calls {
 			if seen[c.body.ScheduledAt] {
