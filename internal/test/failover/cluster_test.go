@@ -40,10 +40,9 @@ const envBin = "AXE_FAILOVER_BIN"
 const envExecutor = "AXE_FAILOVER_EXECUTOR"
 
 // envLeaseScale multiplies every scenario's lease TTL and renew interval (default 1).
-// scripts/test.sh sets 3 on a box other work keeps busy: there a node starved of CPU for
+// scripts/test.sh sets 2 on a box other work keeps busy: there a node starved of CPU for
 // seconds at a time let the 3 s leases of most scenarios lapse again and again, and the
-// shards never settled within the scenarios' bounds (with 2, the rolling restart's leases
-// still lapsed beside stress-ng --cpu 2). The scenarios' checks read the scaled
+// shards never settled within the scenarios' bounds. The scenarios' checks read the scaled
 // values, so what they assert is the same, over longer leases.
 const envLeaseScale = "AXE_FAILOVER_LEASE_SCALE"
 

@@ -288,7 +288,7 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	faults = append(faults, Fault(fault.UnixMilli()))
 	inflight := lt.inFlight()
 	victim.kill(t)
-	took := c.waitShards(others(nodes, victim), false, c.ttl+shardSlack+20*time.Second).Sub(fault)
+	took := c.waitShards(others(nodes, victim), false, c.ttl+c.slack()+20*time.Second).Sub(fault)
 	t.Logf("kill -9 of %s holding %d of the slots (%v), %d calls in flight at the downstream; its shards taken over in %s",
 		victim.id, held[victim.id], held, inflight, took.Round(time.Millisecond))
 	c.start(victim)
@@ -303,7 +303,7 @@ func TestShardsConcurrencyLimit(t *testing.T) {
 	faults = append(faults, Fault(stopped.UnixMilli()))
 	inflight = lt.inFlight()
 	frozen.signal(t, syscall.SIGSTOP)
-	took = c.waitShards(others(nodes, frozen), false, c.ttl+shardSlack+20*time.Second).Sub(stopped)
+	took = c.waitShards(others(nodes, frozen), false, c.ttl+c.slack()+20*time.Second).Sub(stopped)
 	time.Sleep(time.Until(stopped.Add(2 * c.ttl)))
 	frozen.signal(t, syscall.SIGCONT)
 	c.waitShards(nodes, true, roleTimeout)

@@ -396,9 +396,9 @@ func testGaleraShardsKillNode(t *testing.T, gc *galeratest.Cluster) {
 	time.Sleep(time.Until(at.Add(-200 * time.Millisecond)))
 	fault := time.Now()
 	victim.kill(t)
-	took := c.waitShards(live, false, c.ttl+shardSlack+10*time.Second).Sub(fault)
-	if took > c.ttl+shardSlack {
-		t.Errorf("galera kill -9 of %s: its shards were taken over %s after, over TTL + %s", victim.id, took, shardSlack)
+	took := c.waitShards(live, false, c.ttl+c.slack()+10*time.Second).Sub(fault)
+	if took > c.ttl+c.slack() {
+		t.Errorf("galera kill -9 of %s: its shards were taken over %s after, over TTL + %s", victim.id, took, c.slack())
 	}
 	c.start(victim)
 	c.waitShards(nodes, true, roleTimeout)
@@ -433,7 +433,7 @@ func testGaleraShardsKillDatabaseNode(t *testing.T, gc *galeratest.Cluster) {
 	dead.Kill()
 	faultMS := fault.UnixMilli()
 	var resumed time.Duration
-	deadline := fault.Add(c.ttl + shardSlack + 20*time.Second)
+	deadline := fault.Add(c.ttl + c.slack() + 20*time.Second)
 	for resumed == 0 {
 		for _, rc := range c.receipts() {
 			if rc.ScheduledAt >= faultMS+1000 {
@@ -446,7 +446,7 @@ func testGaleraShardsKillDatabaseNode(t *testing.T, gc *galeratest.Cluster) {
 		}
 		time.Sleep(pollEvery)
 	}
-	c.waitShards(nodes, false, c.ttl+shardSlack+10*time.Second)
+	c.waitShards(nodes, false, c.ttl+c.slack()+10*time.Second)
 	time.Sleep(2 * sz.after)
 	after, _ := c.view(nodes[1])
 	switches, _ := c.metric(nodes[0], "axe_store_db_node_switches_total")
@@ -523,7 +523,7 @@ func testGaleraShardsDefaultLeaseBurst(t *testing.T, gc *galeratest.Cluster) {
 		}
 		return ended >= burst
 	})
-	c.waitShards(nodes, false, c.ttl+shardSlack+10*time.Second)
+	c.waitShards(nodes, false, c.ttl+c.slack()+10*time.Second)
 	time.Sleep(sz.after)
 	after := epochs()
 	moved := map[string]int{}

@@ -293,7 +293,7 @@ func TestShardsWorkflowKill(t *testing.T) {
 	live := others(nodes, victim)
 	time.Sleep(600 * time.Millisecond) // the first steps are in flight
 	victim.kill(t)
-	c.waitShards(live, false, c.ttl+shardSlack+10*time.Second)
+	c.waitShards(live, false, c.ttl+c.slack()+10*time.Second)
 	c.start(victim)
 	views := c.waitRunsEnded(nodes, ids, 3*time.Minute)
 	failed := c.auditSteps(views)
@@ -340,7 +340,7 @@ func TestShardsWorkflowSIGSTOP(t *testing.T) {
 	time.Sleep(600 * time.Millisecond) // the first steps are in flight
 	fault := time.Now()
 	victim.signal(t, syscall.SIGSTOP)
-	took := c.waitShards(live, false, c.ttl+shardSlack+10*time.Second).Sub(fault)
+	took := c.waitShards(live, false, c.ttl+c.slack()+10*time.Second).Sub(fault)
 	time.Sleep(time.Until(fault.Add(2 * c.ttl)))
 	woke := time.Now()
 	victim.signal(t, syscall.SIGCONT)
@@ -385,7 +385,7 @@ func TestShardsWorkflowPartition(t *testing.T) {
 	if err := victim.proxy.Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	took := c.waitShards(live, false, c.ttl+shardSlack+10*time.Second).Sub(fault)
+	took := c.waitShards(live, false, c.ttl+c.slack()+10*time.Second).Sub(fault)
 	time.Sleep(time.Until(fault.Add(2 * c.ttl)))
 	if err := victim.proxy.Restore(); err != nil {
 		t.Fatal(err)
@@ -459,7 +459,7 @@ func TestShardsWorkflowBackfillKill(t *testing.T) {
 	}
 	victim.kill(t)
 	t.Logf("kill -9 of %s, which pumped the backfill, at %d of %d times started", victim.id, st.Started, st.Times)
-	c.waitShards(live, false, c.ttl+shardSlack+10*time.Second)
+	c.waitShards(live, false, c.ttl+c.slack()+10*time.Second)
 	deadline = time.Now().Add(3 * time.Minute)
 	for !c.getJSON(live[0].url, "/api/v1/workflows/"+name+"/backfill", &st) || !st.Done {
 		if time.Now().After(deadline) {
