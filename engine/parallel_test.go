@@ -178,7 +178,13 @@ func TestAllowAllKillKillsEveryRun(t *testing.T) {
 		spec.TimeoutSec = ptr(600)
 		spec.OverlapPolicy = model.OverlapAllowAll
 		pt := mustCreate(t, e, spec)
-		waitAdvancing(t, clk, 50*time.Millisecond, 30*time.Second, "two runs in the endpoint", func() bool {
+		// The clock goes just past the second fire and stops there, so exactly two fires
+		// come due however long the engine takes to send them (advanced until two were
+		// inside, a loaded box let a third come due before a poll saw two).
+		now := clk.Now().UnixMilli()
+		second := now - now%5000 + 10000
+		runFor(clk, time.Duration(second+100-now)*time.Millisecond, 50*time.Millisecond)
+		waitFor(t, 30*time.Second, "two runs in the endpoint", func() bool {
 			in, _ := h.inside()
 			return in == 2
 		})
