@@ -26,7 +26,8 @@ func TestKillRunByTicketAllowAll(t *testing.T) {
 		spec.TimeoutSec = ptr(600)
 		spec.OverlapPolicy = model.OverlapAllowAll
 		mustCreate(t, e, spec)
-		waitAdvancing(t, clk, 50*time.Millisecond, 30*time.Second, "two runs in the endpoint", func() bool {
+		clockPastSecondFire(clk, 5*time.Second)
+		waitFor(t, 30*time.Second, "two runs in the endpoint", func() bool {
 			in, _ := h.inside()
 			return in == 2
 		})

@@ -47,6 +47,16 @@ func newHangingServer(t *testing.T, clk clock.Clock) *hangingServer {
 	return h
 }
 
+// clockPastSecondFire moves clk just past the second fire of a schedule firing every period
+// (on multiples of it) and stops there, so exactly two fires come due however long the
+// engine takes to send them. Advancing until two runs were inside the endpoint let a loaded
+// engine have a third (and once 17) come due before a poll saw two.
+func clockPastSecondFire(clk *clock.Fake, every time.Duration) {
+	now, p := clk.Now().UnixMilli(), every.Milliseconds()
+	second := now - now%p + 2*p
+	runFor(clk, time.Duration(second+100-now)*time.Millisecond, 50*time.Millisecond)
+}
+
 // release lets every hung call answer, and later ones answer at once.
 func (h *hangingServer) release() {
 	h.mu.Lock()
@@ -178,12 +188,7 @@ func TestAllowAllKillKillsEveryRun(t *testing.T) {
 		spec.TimeoutSec = ptr(600)
 		spec.OverlapPolicy = model.OverlapAllowAll
 		pt := mustCreate(t, e, spec)
-		// The clock goes just past the second fire and stops there, so exactly two fires
-		// come due however long the engine takes to send them (advanced until two were
-		// inside, a loaded box let a third come due before a poll saw two).
-		now := clk.Now().UnixMilli()
-		second := now - now%5000 + 10000
-		runFor(clk, time.Duration(second+100-now)*time.Millisecond, 50*time.Millisecond)
+		clockPastSecondFire(clk, 5*time.Second)
 		waitFor(t, 30*time.Second, "two runs in the endpoint", func() bool {
 			in, _ := h.inside()
 			return in == 2
