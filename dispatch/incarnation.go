@@ -1,6 +1,9 @@
 package dispatch
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Protocol version 2 state of a registered executor: its incarnation, which every signed
 // call to it names (protocol.SignCallV2), and whether it deregistered.
@@ -33,18 +36,34 @@ func (r *registration) notify() {
 	}
 }
 
+// localGen counts the registrations and deregistrations this process took (LocalGeneration).
+var localGen atomic.Int64
+
+// LocalGeneration is read before reading executor rows from the store: a row read then
+// and restored (RestoreIncarnation) does not undo a registration or deregistration this
+// node took after that read, whose own store write may have come after the read.
+func LocalGeneration() int64 { return localGen.Load() }
+
 // SetIncarnation records the incarnation the executor registered ("" for an executor of
 // protocol version 1) and that it takes runs again (a registration ends a deregistration).
 // It wakes the dispatches waiting on Registered.
 func (x *Executor) SetIncarnation(incarnation string) {
 	x.incarnation.Store(&incarnation)
 	x.left.Store(false)
+	x.localAt.Store(localGen.Add(1))
 	x.reg.notify()
 }
 
 // RestoreIncarnation records the incarnation and the deregistration a store row holds for
-// the executor, as another node recorded them (a promotion, a scale-out refresh).
-func (x *Executor) RestoreIncarnation(incarnation string, left bool) {
+// the executor, as another node recorded them (a promotion, a scale-out refresh). readAt is
+// the LocalGeneration read before the row was: a row read before this node's own latest
+// registration or deregistration of the executor is older than what the node holds, and
+// changes nothing (a refresh that read the row as alive just before a deregistration here
+// made this node route to the deregistered executor again until its next refresh).
+func (x *Executor) RestoreIncarnation(incarnation string, left bool, readAt int64) {
+	if x.localAt.Load() > readAt {
+		return
+	}
 	if x.Incarnation() != incarnation {
 		x.incarnation.Store(&incarnation)
 		x.reg.notify()
@@ -77,5 +96,6 @@ func (r *Registry) Deregister(app, addr, incarnation string) *Executor {
 		return nil
 	}
 	x.left.Store(true)
+	x.localAt.Store(localGen.Add(1))
 	return x
 }

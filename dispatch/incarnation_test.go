@@ -48,7 +48,7 @@ func TestDeregisterStopsRoutingUntilARegistration(t *testing.T) {
 	}
 	// What another node recorded in the store: the incarnation and the deregistration.
 	wait = x.Registered()
-	x.RestoreIncarnation("incarnation-0000000003", true)
+	x.RestoreIncarnation("incarnation-0000000003", true, LocalGeneration())
 	select {
 	case <-wait:
 	default:
@@ -56,5 +56,34 @@ func TestDeregisterStopsRoutingUntilARegistration(t *testing.T) {
 	}
 	if !x.Left() || x.Incarnation() != "incarnation-0000000003" {
 		t.Errorf("restored: left %v, incarnation %q", x.Left(), x.Incarnation())
+	}
+}
+
+// TestRestoreReadBeforeALocalChangeChangesNothing: a store row read before this node's own
+// deregistration (or registration) of the executor is restored after it, as a scale-out
+// refresh may: it neither clears the deregistration nor undoes the registration. A row read
+// after them is applied.
+func TestRestoreReadBeforeALocalChangeChangesNothing(t *testing.T) {
+	r := NewRegistry()
+	x, _, _ := r.Register("app", "127.0.0.1:9001", "", []string{"h"}, 1)
+	x.SetIncarnation("incarnation-0000000001")
+	read := LocalGeneration() // a refresh reads the row: alive, incarnation 1
+	if r.Deregister("app", "127.0.0.1:9001", "incarnation-0000000001") == nil {
+		t.Fatal("the deregistration found no executor")
+	}
+	x.RestoreIncarnation("incarnation-0000000001", false, read)
+	if !x.Left() || len(r.Candidates("app", "h", RouteRoundRobin, "task")) != 0 {
+		t.Errorf("a row read before the deregistration undid it: left %v", x.Left())
+	}
+	read = LocalGeneration() // the row as read now says left
+	x.SetIncarnation("incarnation-0000000002")
+	x.RestoreIncarnation("incarnation-0000000001", true, read)
+	if x.Left() || x.Incarnation() != "incarnation-0000000002" {
+		t.Errorf("a row read before the registration undid it: left %v, incarnation %q", x.Left(), x.Incarnation())
+	}
+	// Read after both: what another node recorded since is taken.
+	x.RestoreIncarnation("incarnation-0000000003", true, LocalGeneration())
+	if !x.Left() || x.Incarnation() != "incarnation-0000000003" {
+		t.Errorf("a row read after the local changes was not applied: left %v, incarnation %q", x.Left(), x.Incarnation())
 	}
 }

@@ -55,7 +55,10 @@ type Executor struct {
 	// signed for, and whether it deregistered, after which no new run goes to it.
 	incarnation atomic.Pointer[string]
 	left        atomic.Bool
-	reg         registration
+	// localAt is the LocalGeneration of this node's last registration or deregistration of
+	// the executor (0: none), which a store row read before it must not undo.
+	localAt atomic.Int64
+	reg     registration
 	// inflight counts runs sent and not yet resolved, for least-busy routing.
 	inflight atomic.Int64
 	// offers holds the runs waiting to be offered to this executor (Dispatcher.Offer).

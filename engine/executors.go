@@ -251,6 +251,7 @@ func (ex *Executors) List() []model.Executor {
 // newer heartbeat of the two (dispatch.Registry.Merge), and one whose key does not read is
 // skipped rather than failing the refresh.
 func (ex *Executors) restore(ctx context.Context, merge bool) error {
+	readAt := dispatch.LocalGeneration() // before the read (RestoreIncarnation)
 	list, err := ex.store.ListExecutors(ctx)
 	if err != nil {
 		return err
@@ -270,13 +271,13 @@ func (ex *Executors) restore(ctx context.Context, merge bool) error {
 			if !bytes.Equal(got.DispatchKey(), key) {
 				got.SetDispatchKey(key)
 			}
-			got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft)
+			got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft, readAt)
 			continue
 		}
 		ex.reg.Restore(x.App, x.Address, x.Protocol, x.Handlers, x.RegisteredAt, x.LastHeartbeat, alive)
 		got := ex.reg.Get(x.App, x.Address)
 		got.SetDispatchKey(key)
-		got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft)
+		got.RestoreIncarnation(x.Incarnation, x.Status == dispatch.StatusLeft, readAt)
 	}
 	return nil
 }
