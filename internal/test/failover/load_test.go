@@ -44,6 +44,7 @@ type taskSpec struct {
 	Group         string         `json:"group"`
 	Cron          string         `json:"cron,omitempty"`
 	DelayMS       *int64         `json:"delay_ms,omitempty"`
+	RunAt         string         `json:"run_at,omitempty"`
 	TimeoutSec    int            `json:"timeout_sec"`
 	RetryCount    int            `json:"retry_count"`
 	Callback      map[string]any `json:"callback"`
