@@ -228,8 +228,8 @@ func TestShardsKillInDoubt(t *testing.T) {
 	lead := 8*time.Second + max(time.Duration(2*n/500)*time.Second, 3*perTask*time.Duration(2*n))
 	for attempt := 1; ; attempt++ {
 		victimShards = c.shardsOf(victim)
-		prefix = fmt.Sprintf("crash%d-", attempt)
-		crash = names(strings.TrimSuffix(prefix, "-"), 2*n)
+		base := fmt.Sprintf("crash%d", attempt)
+		prefix, crash = base+"-", names(base, 2*n)
 		at = time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
 		created := time.Now()
 		burst, late := c.createHTTPBurstLate(live[0], crash, crashHoldMS, 3*crashHoldMS/1000, at)
