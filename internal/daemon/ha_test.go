@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -294,11 +295,24 @@ func TestHARefusals(t *testing.T) {
 	if !errors.Is(err, axedaemon.ErrHANeedsMySQL) || !strings.Contains(err.Error(), "mysql:") {
 		t.Fatalf("--ha on SQLite = %v, want ErrHANeedsMySQL naming what to use", err)
 	}
-	// A second live node with the same id.
+	// A second live node with the same id. A node counts as live when seen within 1.5 renew
+	// intervals: with a renew of 500 ms, a loaded box (a cold build beside the tests) let the
+	// first node's heartbeat fall 750 ms behind, the second node took the id and served
+	// until the test's end. A 4 s renew keeps the first live through such stalls; the second
+	// waits 7 s for it to fall silent, then refuses.
 	dsn := persisttest.MySQLSchemaDSN(t)
-	daemontest.HANode(t, dsn, "same", 3*time.Second, 500*time.Millisecond).WaitRole(t, "primary", daemontest.WaitTimeout)
-	err = axedaemon.Serve(t.Context(), axedaemon.Config{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
-		LeaseTTL: 3 * time.Second, LeaseRenew: 500 * time.Millisecond, Logger: daemontest.TestLogger(nil)})
+	const ttl, renew = 12 * time.Second, 4 * time.Second
+	daemontest.HANode(t, dsn, "same", ttl, renew).WaitRole(t, "primary", daemontest.WaitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), daemontest.WaitTimeout)
+	defer cancel()
+	var served string
+	err = axedaemon.Serve(ctx, axedaemon.Config{Addr: "127.0.0.1:0", DB: dsn, HA: true, NodeID: "same",
+		LeaseTTL: ttl, LeaseRenew: renew, Logger: daemontest.TestLogger(nil),
+		// A node that started anyway is stopped at once and reported below.
+		OnListen: func(addr string) { served = addr; cancel() }})
+	if served != "" {
+		t.Fatalf("a second node with a live id started and served at %s (stop: %v), want a refusal naming the id", served, err)
+	}
 	if err == nil || !strings.Contains(err.Error(), `node id "same"`) {
 		t.Fatalf("a second node with a live id = %v, want a refusal naming the id", err)
 	}
