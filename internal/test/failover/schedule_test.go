@@ -88,7 +88,10 @@ func scenario(t *testing.T) {
 // cluster's processes stopped). A subtest ranks as its top-level test.
 func takeSlot(t *testing.T) {
 	t.Helper()
+	asked := time.Now()
 	scenarios.acquire(t.Name())
+	// The test's reported time includes this wait; the log tells the scenario's own time.
+	t.Logf("admitted after waiting %s for a slot", time.Since(asked).Round(time.Millisecond))
 	t.Cleanup(scenarios.release)
 }
 
