@@ -274,14 +274,20 @@ func TestHAGracefulHandover(t *testing.T) {
 	// With a 60 s TTL only the release can make this quick.
 	rb := b.WaitRole(t, "primary", ttl/4)
 	t.Logf("handover %s after the stop began (renew %s, ttl %s)", time.Since(stopped).Round(time.Millisecond), renew, ttl)
-	if rb.Epoch != ra.Epoch+1 {
-		t.Fatalf("epoch after handover = %d, want %d", rb.Epoch, ra.Epoch+1)
+	// Usually ra.Epoch+1; more when a take of b's committed but its answer came after the
+	// take's bound (a loaded box): b's next take, as the same holder, counts another epoch.
+	if rb.Epoch <= ra.Epoch {
+		t.Fatalf("epoch after handover = %d, want more than the old primary's %d", rb.Epoch, ra.Epoch)
 	}
 	testwait.For(t, daemontest.WaitTimeout, "fires under the new epoch", func() bool { return hook.countEpoch(rb.Epoch) >= 1 })
-	// The stopped primary drained its runs; none of its calls came after its stop returned.
+	// The stopped primary drained its runs; none of its calls came after its stop returned,
+	// and no call was made under an epoch between the two primaries'.
 	for _, c := range hook.snapshot() {
 		if c.epoch == ra.Epoch && c.at.After(stoppedDone) {
 			t.Errorf("call %s of the stopped primary after its stop", c.ticket)
+		}
+		if c.epoch > ra.Epoch && c.epoch < rb.Epoch {
+			t.Errorf("call %s at epoch %d, between the old primary's %d and the new one's %d", c.ticket, c.epoch, ra.Epoch, rb.Epoch)
 		}
 	}
 	hook.checkCalls(t)
