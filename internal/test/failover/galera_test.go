@@ -271,7 +271,7 @@ func testGaleraStopPrimary(t *testing.T, gc *galeratest.Cluster) {
 	c.waitRole(a, "backup", roleTimeout)
 	time.Sleep(sz.after)
 
-	c.wokenKeptQuiet(t, a, oldEpoch, woke)
+	c.wokenKeptQuiet(t, a, oldEpoch, fault, woke)
 	// How the woken node stopped: by its own clock (no renewal within TTL − renew, before
 	// it sends anything), or by the fence refusing a write at the old epoch (ErrLeaseLost
 	// after a certification failure on its database node).
