@@ -365,10 +365,25 @@ func (d *Daemon) APIError(t *testing.T, want int, method, path string, body any,
 }
 
 // Create creates a task and requires 201.
+//
+// A 503 that says to try again (the task's shard is moving between nodes: a node that
+// missed its renewals on a loaded box gives its shards up and takes them again; nothing was
+// created) is tried again, as a client would, for up to WaitTimeout.
 func (d *Daemon) Create(t *testing.T, spec map[string]any, hdr ...string) client.TaskView {
 	t.Helper()
 	var v client.TaskView
-	d.MustJSON(t, http.StatusCreated, http.MethodPost, "/api/v1/tasks", spec, &v, hdr...)
+	var code int
+	var data []byte
+	testwait.For(t, WaitTimeout, "a create not refused as a shard moves", func() bool {
+		code, data = d.Call(t, http.MethodPost, "/api/v1/tasks", spec, hdr...)
+		return code != http.StatusServiceUnavailable || !strings.Contains(string(data), "try again")
+	})
+	if code != http.StatusCreated {
+		t.Fatalf("POST /api/v1/tasks: status %d, want %d; body %s", code, http.StatusCreated, data)
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatalf("POST /api/v1/tasks: decode %s: %v", data, err)
+	}
 	return v
 }
 
