@@ -122,31 +122,26 @@ func create(t *testing.T, ctx context.Context, s persist.Store, def *model.TaskD
 	return &model.Task{Def: *def, Runtime: *rt}
 }
 
-// createMany creates n tasks named prefix-i concurrently (a few at a time, as the API
-// would) and returns them in name order. next(i) gives each its next_trigger_time.
+// createMany creates n tasks named prefix-i and returns them in name order. next(i) gives
+// each its next_trigger_time. They land in batches of createBatch (Batch.Creates), as the
+// writer lands the API's creates: with a commit a task, the largest fixture (2,100 tasks)
+// took 39 s of a whole-suite run on MariaDB and 77 s on Galera. CreateTask has tests of
+// its own.
 func createMany(t *testing.T, ctx context.Context, s persist.Store, prefix string, n int, next func(i int) int64) []*model.Task {
 	t.Helper()
-	const workers = 4
+	const createBatch = 500
 	out := make([]*model.Task, n)
-	errs := make(chan error, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < n; i += workers {
-				def := newDef(fmt.Sprintf("%s-%04d", prefix, i))
-				rt := newRuntime(model.StateScheduled, next(i))
-				if err := s.CreateTask(ctx, def, rt); err != nil {
-					errs <- err
-					return
-				}
-				out[i] = &model.Task{Def: *def, Runtime: *rt}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatalf("CreateTask: %v", err)
+	for from := 0; from < n; from += createBatch {
+		cs := make([]*persist.TaskCreate, 0, min(createBatch, n-from))
+		for i := from; i < min(from+createBatch, n); i++ {
+			cs = append(cs, &persist.TaskCreate{Def: newDef(fmt.Sprintf("%s-%04d", prefix, i)), Runtime: *newRuntime(model.StateScheduled, next(i))})
+		}
+		if err := s.ApplyBatch(ctx, &persist.Batch{Creates: cs}); err != nil {
+			t.Fatalf("ApplyBatch of %d creates (%s-%04d on): %v", len(cs), prefix, from, err)
+		}
+		for j, c := range cs {
+			out[from+j] = &model.Task{Def: *c.Def, Runtime: c.Runtime}
+		}
 	}
 	return out
 }
