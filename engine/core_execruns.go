@@ -77,7 +77,7 @@ func (r *execOffer) offer() {
 	req := &dispatch.Request{
 		Task: r.def.Name, Ticket: r.run.Ticket, Attempt: r.run.Attempt,
 		Body: r.body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
-		Epoch: epoch, Gate: onWire(r.pm, e.own.sendGate(r.t)),
+		Epoch: epoch, Gate: onWire(r.pm, e.own.sendGate(r.t, r.run.Ticket)),
 	}
 	registered, signedFor := x.Registered(), x.Incarnation()
 	e.disp.OfferFunc(x, req, func(o dispatch.Outcome) {

@@ -436,7 +436,7 @@ func (e *Engine) sendPaced(t *task, def *model.TaskDef, run model.Run, params js
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()
 	epoch, shard := e.own.runEpoch(t)
-	gate := e.own.sendGate(t)
+	gate := e.own.sendGate(t, run.Ticket)
 	if run.ScheduledAt > 0 && run.Kind != model.RunBackfill {
 		// Late against when the fire was meant to leave: its nominal time plus its jitter.
 		// A backfill's runs are of past fire times by design: their lag says nothing.

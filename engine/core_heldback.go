@@ -63,13 +63,18 @@ func withHeldMark(detail, node string, epoch int64) string {
 // had at its fire), fenced by t's epoch, after t's earlier groups; the channel hears how
 // the write went. errRunGone when run is no longer in flight here.
 func (e *Engine) markHeld(t *task, run model.Run, held bool) <-chan error {
+	return e.writeHeld(t, run, held, true)
+}
+
+// writeHeld is markHeld; inFlight says run must still be in flight here (else errRunGone).
+func (e *Engine) writeHeld(t *task, run model.Run, held, inFlight bool) <-chan error {
 	done := make(chan error, 1)
 	row := run
 	t.mu.Lock()
 	if held {
 		row.Detail = withHeldMark(run.Detail, e.cfg.NodeID, t.sepoch)
 	}
-	if !e.runs.has(run.Ticket) {
+	if inFlight && !e.runs.has(run.Ticket) {
 		t.mu.Unlock()
 		done <- errRunGone
 		return done
@@ -78,6 +83,39 @@ func (e *Engine) markHeld(t *task, run model.Run, held bool) <-chan error {
 	e.commitGroupLocked(t, g, func(err error) { done <- err })
 	e.unlock(t)
 	return done
+}
+
+// markDropped marks held back the runs fs that Drop abandoned with their shards while
+// recorded and never on the wire (core_shards.go, invariant 4): they provably never left,
+// and this node no longer sends them. Each mark is fenced by its task's epoch and follows
+// the task's earlier groups, as markHeld's: it lands only before a next owner takes the
+// shard, which then sends the run under its fire record (refireHeld). A mark the fence
+// refused found the shard taken already: the next owner takes that run as in doubt, as a
+// run without a mark always was. It logs how the marks went.
+func (o *shardOwner) markDropped(fs []*flight) {
+	start := o.now()
+	waits := make([]<-chan error, len(fs))
+	for i, f := range fs {
+		row := f.run
+		f.t.mu.Lock()
+		row.Executor = downstreamOf(f.t.def) // as recorded: the flight names an executor once offered
+		f.t.mu.Unlock()
+		waits[i] = o.writeHeld(f.t, row, true, false)
+	}
+	marked, taken, failed := 0, 0, 0
+	for _, w := range waits {
+		switch err := <-w; {
+		case err == nil:
+			marked++
+		case errors.Is(err, model.ErrLeaseLost):
+			taken++
+		default:
+			failed++
+		}
+	}
+	o.m.heldAtDrop.Add(marked)
+	o.log.Warn("runs of dropped shards recorded and never sent: marked held back for their next owner",
+		"runs", len(fs), "marked", marked, "shard_taken_first", taken, "failed", failed, "took", o.since(start))
 }
 
 // refireHeld sends a run its shard's previous owner held back unsent (invariant 3): t is in

@@ -234,3 +234,109 @@ func TestHeldBackAllowAllRunIsSentByTheNextOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestRunNeverSentAtDropIsSentByTheNextOwner: engine a holds two shards. A run of one
+// ("unsent") is recorded and its send waits before its shard's gate, never held back by an
+// overdue renewal; a run of the other ("onwire") passed its gate and its request hangs at
+// the endpoint. a drops both shards: it marks "unsent" held back (it provably never left)
+// and not "onwire" (it may have arrived). When the gate then answers, the send finds the
+// shard off and does not leave. b takes both shards at the next epochs: it sends "unsent"
+// once under its fire record, and leaves "onwire" in doubt, so each run reaches its endpoint
+// once.
+func TestRunNeverSentAtDropIsSentByTheNextOwner(t *testing.T) {
+	t.Parallel()
+	persisttest.Each(t, func(t *testing.T, s persist.Store) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		hung := newCallbackServer(t) // onwire's endpoint: its requests hang until the test ends
+		hung.hang = make(chan struct{})
+		unsentName, onWireName := "drop-unsent", "drop-onwire"
+		for i := 0; model.ShardOf(onWireName) == model.ShardOf(unsentName); i++ {
+			onWireName = fmt.Sprintf("drop-onwire-%d", i)
+		}
+		unsentShard, onWireShard := model.ShardOf(unsentName), model.ShardOf(onWireName)
+		var asks atomic.Int32          // asks of the gate of unsent's shard
+		waiting := make(chan struct{}) // closed when unsent's send waits at the gate
+		open := make(chan struct{})    // closed to let it go on
+		a := startEngine(t, s, sharded, func(c *Config) {
+			c.ShardGate = func(shard int, _ int64) error {
+				if shard == unsentShard && asks.Add(1) == 2 { // its send (the first ask is its fire)
+					close(waiting)
+					<-open
+				}
+				return nil
+			}
+		})
+		b := startEngine(t, s, sharded)
+		t.Cleanup(hung.release) // before the engines stop: a's request to it then answers
+		takeFor(t, s, a, "a", []int{unsentShard, onWireShard}, time.Second)
+		for name, url := range map[string]string{onWireName: hung.URL, unsentName: cs.URL} {
+			spec := httpSpec(name, url+"/hook")
+			spec.DelayMS = ptr(int64(200))
+			mustCreate(t, a, spec)
+		}
+		waitFor(t, 10*time.Second, "onwire's request to reach its endpoint", func() bool { return len(hung.got(onWireName)) == 1 })
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Fatal("unsent's send never asked its gate")
+		}
+		runOf := func(name string) model.Run {
+			t.Helper()
+			runs, err := a.API().Runs(ctx, name, 10)
+			if err != nil || len(runs) != 1 {
+				t.Fatalf("runs of %s: %d (%v), want 1", name, len(runs), err)
+			}
+			return runs[0]
+		}
+		unsent, onWire := runOf(unsentName), runOf(onWireName)
+
+		var set model.ShardSet
+		set.Add(unsentShard)
+		set.Add(onWireShard)
+		a.API().Ownership().Drop(set)
+		waitFor(t, 10*time.Second, "unsent's run recorded held back", func() bool {
+			got, err := s.GetRun(ctx, unsent.Ticket)
+			return err == nil && heldBack(*got)
+		})
+		close(open)
+		waitFor(t, 10*time.Second, "a's send of unsent to be refused at the gate", func() bool { return a.pace.ahead() == 0 })
+		if n := a.m.heldAtDrop.Get(); n != 1 {
+			t.Errorf("a marked %d runs held back at the drop, want 1", n)
+		}
+		if got, err := s.GetRun(ctx, onWire.Ticket); err != nil || heldBack(*got) {
+			t.Fatalf("onwire's run after the drop: %+v, %v; want it running without the mark (it left)", got, err)
+		}
+		if n := len(cs.got(unsentName)); n != 0 {
+			t.Fatalf("unsent's run reached its endpoint %d times from a", n)
+		}
+
+		time.Sleep(1100 * time.Millisecond) // a's leases run out: they were not renewed
+		takeFor(t, s, b, "b", []int{unsentShard, onWireShard}, time.Minute)
+		var got *model.Run
+		waitFor(t, 10*time.Second, "b to send unsent's run and it to end", func() bool {
+			var err error
+			got, err = s.GetRun(ctx, unsent.Ticket)
+			return err == nil && got.Result != model.ResultRunning
+		})
+		if got.Result != model.ResultSuccess || heldBack(*got) {
+			t.Errorf("unsent's run ended %s (%s), detail %q: want success, the mark off", got.Result, got.Error, got.Detail)
+		}
+		if calls := cs.got(unsentName); len(calls) != 1 || calls[0].ticket != unsent.Ticket || calls[0].attempt != unsent.Attempt {
+			t.Errorf("unsent's calls = %+v, want one of ticket %s attempt %d", calls, unsent.Ticket, unsent.Attempt)
+		}
+		if !slices.Contains(actionNames(t, b, unsentName), ActRefireHeld) {
+			t.Errorf("no %s action for unsent; actions: %v", ActRefireHeld, actionNames(t, b, unsentName))
+		}
+		waitSettled(t, b)
+		if n := b.refires.Load(); n != 1 {
+			t.Errorf("b refired %d runs, want 1 (onwire's left: it is in doubt, not held back)", n)
+		}
+		if slices.Contains(actionNames(t, b, onWireName), ActRefireHeld) {
+			t.Errorf("onwire's run was refired: it had left a")
+		}
+		if n := len(hung.got(onWireName)); n != 1 {
+			t.Errorf("onwire's run reached its endpoint %d times, want once", n)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/axe-sched/axe/dispatch"
@@ -16,6 +17,12 @@ type flight struct {
 	t    *task
 	run  model.Run // the run record; Executor names the executor holding it once offered
 	slot concSlot  // its slot of the concurrency gate, given back when it is taken
+
+	// On a sharded engine (core_shards.go, Drop): recorded is set once its record is durable
+	// and its sending begins, onWire once a request of it passed its shard's gate and may
+	// have left. A run recorded and never on the wire when its shard drops provably never
+	// left this node.
+	recorded, onWire atomic.Bool
 
 	// The fields below are guarded by runsInFlight.mu.
 	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
@@ -151,6 +158,13 @@ func (r *runsInFlight) ticketsOf(t *task) []string {
 }
 
 // has reports whether ticket is in flight.
+// get returns the flight of ticket, or nil when it is not in flight.
+func (r *runsInFlight) get(ticket string) *flight {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[ticket]
+}
+
 func (r *runsInFlight) has(ticket string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

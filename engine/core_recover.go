@@ -328,7 +328,7 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 	epoch, shard := e.own.runEpoch(t)
 	body := e.runJSON(def, run, wireTicket, deadline, epoch, shard)
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
-		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.own.sendGate(t)}
+		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.own.sendGate(t, run.Ticket)}
 	if err := e.disp.Send(req, func(o dispatch.Outcome) {
 		if o.Err != nil && e.own.holdUnsent(t, run, o.Err, nil, func(*permit) { e.sendAs(t, def, run, wireTicket) }) {
 			return

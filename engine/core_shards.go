@@ -23,9 +23,13 @@ package engine
 //  3. A gained shard is recovered as a start is (core_recover.go): its runs left in flight
 //     first, then its window with misfire policies, its dependents and its backfills, each
 //     read with the shard filter (persist.WithShards), while the other shards keep firing.
-//  4. A dropped shard leaves memory at once and writes nothing: its tasks are evicted, its
-//     runs in flight abandoned (their ends would be refused at the fence anyway); the node
-//     that takes the shard recovers them from the store, as a promotion does.
+//  4. A dropped shard leaves memory at once: its tasks are evicted, its runs in flight
+//     abandoned (their ends would be refused at the fence anyway); the node that takes the
+//     shard recovers them from the store, as a promotion does. It writes nothing but this:
+//     each abandoned run whose record is durable and which no request of took to the wire
+//     is marked held back (core_heldback.go), fenced by the shard's epoch, so that the next
+//     owner sends it rather than take it as in doubt; a mark lands only if no next owner
+//     has taken the shard yet.
 //  5. A shard being handed over (draining) fires nothing new and starts no run; its runs in
 //     flight end and their ends are written under its epoch. InFlight reports it busy
 //     until they have and every write fenced by it is durable, so the lease is released
@@ -260,7 +264,8 @@ func (o *shardOwner) updateRateShare() {
 }
 
 // Drop forgets shards this node no longer holds (invariant 4): their gate closes, their
-// tasks leave memory and their runs in flight are abandoned, without writing anything.
+// tasks leave memory and their runs in flight are abandoned; the only writes are the
+// held-back marks of the runs recorded and never sent (markDropped).
 func (o *shardOwner) Drop(set model.ShardSet) {
 	if set.Len() == 0 {
 		return
@@ -275,11 +280,20 @@ func (o *shardOwner) Drop(set model.ShardSet) {
 		s.handedOver.Store(0)
 		s.mu.Unlock()
 	}
+	// Turned off under each shard's lock: no request of theirs passes its gate from here
+	// on (sendGate), so a run recorded and not on the wire now never left this node.
+	var unsent []*flight
 	abandoned := o.runs.abandon(set, func(f *flight) {
 		f.t.mu.Lock()
 		f.t.runLeft(f.run.Ticket)
 		f.t.mu.Unlock()
+		if f.recorded.Load() && !f.onWire.Load() {
+			unsent = append(unsent, f)
+		}
 	})
+	if len(unsent) > 0 {
+		go o.markDropped(unsent)
+	}
 	evicted := 0
 	for _, t := range o.tasks.all(func(t *task) bool { return set.Has(int(t.shard)) }) {
 		t.mu.Lock()
@@ -302,11 +316,32 @@ func (o *shardOwner) runEpoch(t *task) (int64, *int) {
 	return t.sepoch, &n
 }
 
-// sendGate is the gate a request of a run of t asks just before it leaves (dispatch.Request
-// .Gate): nil on an engine that is not sharded, whose dispatcher asks Config.Dispatch.Gate.
-func (o *shardOwner) sendGate(t *task) func() error {
+// sendGate is the gate a request of the run of t with ticket asks just before it leaves
+// (dispatch.Request.Gate): nil on an engine that is not sharded, whose dispatcher asks
+// Config.Dispatch.Gate. The run's record is durable: its flight is marked recorded, and
+// marked on the wire by the gate as it lets a request go, under the shard's lock held
+// shared and with the shard still held at the epoch. So once Drop has turned the shard
+// off (holding that lock), no request of it passes and every flight not marked on the wire
+// provably never left (Drop).
+func (o *shardOwner) sendGate(t *task, ticket string) func() error {
 	shard, epoch := t.shard, t.sepoch
-	return func() error { return o.shardGate(shard, epoch, false) }
+	f := o.runs.get(ticket)
+	if f != nil {
+		f.recorded.Store(true)
+	}
+	return func() error {
+		if err := o.shardGate(shard, epoch, false); err != nil || f == nil {
+			return err
+		}
+		s := &o.shards[shard]
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if s.phase.Load() == shardOff || s.epoch.Load() != epoch {
+			return fmt.Errorf("shard %d at epoch %d: %w", shard, epoch, model.ErrShardNotHeld)
+		}
+		f.onWire.Store(true)
+		return nil
+	}
 }
 
 // where returns the shards whose phase keep accepts: every shard on an engine that

@@ -36,6 +36,7 @@ type engineMetrics struct {
 	dupFires     *metrics.Counter
 	fireRefusals *metrics.Counter
 	heldUnsent   *metrics.Counter // sends held back while a shard's lease renewal was overdue
+	heldAtDrop   *metrics.Counter // runs marked held back as their shard dropped, never sent
 
 	prunedRuns, prunedActions, prunedFinished *metrics.Counter
 
@@ -98,6 +99,7 @@ func newEngineMetrics(e *Engine) *engineMetrics {
 		// record refused (core_recover.go); these are wheel entries the engine itself dropped.
 		dupFires:   s.NewCounter("axe_wheel_stale_entries_total"),
 		heldUnsent: s.NewCounter("axe_sends_held_total"),
+		heldAtDrop: s.NewCounter("axe_sends_held_at_drop_total"),
 		// Fires the database's fire record refused (core_recover.go).
 		fireRefusals: s.NewCounter("axe_duplicate_fires_suppressed_total"),
 		// Rows retention deleted, by table (retention.go).

@@ -496,7 +496,11 @@ func TestShardsHeldBackThenDropped(t *testing.T) {
 			refired += v
 		}
 	}
-	t.Logf("held back by node %s: %v; sent by the next owners under their fire records: %v", victim.id, held, refired)
+	// Runs recorded and still queued before the gate when the node dropped its shards are
+	// marked at the drop (engine: core_shards.go, Drop): they too are the next owners' to send.
+	atDrop, _ := c.metric(victim, "axe_sends_held_at_drop_total")
+	t.Logf("held back by node %s: %v at its gates, %v more marked as it dropped its shards; sent by the next owners under their fire records: %v",
+		victim.id, held, atDrop, refired)
 	if len(bad) > 0 {
 		t.Errorf("runs of the bursts did not succeed: %v, first %v", bad, first)
 	}
