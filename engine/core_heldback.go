@@ -87,7 +87,8 @@ func (e *Engine) writeHeld(t *task, run model.Run, held, inFlight bool) <-chan e
 
 // markDropped marks held back the runs fs that Drop abandoned with their shards while
 // recorded and never on the wire (core_shards.go, invariant 4): they provably never left,
-// and this node no longer sends them. Each mark is fenced by its task's epoch and follows
+// and this node no longer sends them. A run its gate held back was marked then, and is
+// marked again (the same row): that mark's write may have failed. Each mark is fenced by its task's epoch and follows
 // the task's earlier groups, as markHeld's: it lands only before a next owner takes the
 // shard, which then sends the run under its fire record (refireHeld). A mark the fence
 // refused found the shard taken already: the next owner takes that run as in doubt, as a
@@ -102,20 +103,24 @@ func (o *shardOwner) markDropped(fs []*flight) {
 		f.t.mu.Unlock()
 		waits[i] = o.writeHeld(f.t, row, true, false)
 	}
-	marked, taken, failed := 0, 0, 0
-	for _, w := range waits {
+	marked, fresh, taken, failed := 0, 0, 0, 0
+	for i, w := range waits {
 		switch err := <-w; {
 		case err == nil:
 			marked++
+			if !fs[i].gated.Load() {
+				fresh++
+			}
 		case errors.Is(err, model.ErrLeaseLost):
 			taken++
 		default:
 			failed++
 		}
 	}
-	o.m.heldAtDrop.Add(marked)
+	o.m.heldAtDrop.Add(fresh)
 	o.log.Warn("runs of dropped shards recorded and never sent: marked held back for their next owner",
-		"runs", len(fs), "marked", marked, "shard_taken_first", taken, "failed", failed, "took", o.since(start))
+		"runs", len(fs), "marked", marked, "not_held_back_before", fresh, "shard_taken_first", taken, "failed", failed,
+		"took", o.since(start))
 }
 
 // refireHeld sends a run its shard's previous owner held back unsent (invariant 3): t is in
@@ -199,6 +204,9 @@ func (o *shardOwner) holdUnsent(t *task, run model.Run, err error, pm *permit, a
 	}
 	shard, epoch := t.shard, t.sepoch
 	o.m.heldUnsent.Inc()
+	if f := o.runs.get(run.Ticket); f != nil {
+		f.gated.Store(true)
+	}
 	// Recorded durably as held back, so that a next owner sends it should this node drop
 	// the shard (above); sent here only once the mark is off again.
 	marking := o.markHeld(t, run, true)

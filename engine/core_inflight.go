@@ -21,8 +21,8 @@ type flight struct {
 	// On a sharded engine (core_shards.go, Drop): recorded is set once its record is durable
 	// and its sending begins, onWire once a request of it passed its shard's gate and may
 	// have left. A run recorded and never on the wire when its shard drops provably never
-	// left this node.
-	recorded, onWire atomic.Bool
+	// left this node. gated is set once its shard's gate held it back (holdUnsent).
+	recorded, onWire, gated atomic.Bool
 
 	// The fields below are guarded by runsInFlight.mu.
 	exec    *dispatch.Executor // the executor the run is offered to or accepted by, or nil
