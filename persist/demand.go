@@ -9,6 +9,7 @@ package persist
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -19,10 +20,17 @@ const DemandStaleMS = 60_000
 
 // DemandStore is what sharing rate limits by demand needs of a store.
 type DemandStore interface {
-	// ExchangeDemand replaces node's rows with demand (downstream → dispatches a second), at
-	// now, deletes rows not written for DemandStaleMS, and returns every node's rows written
-	// at or after now − ttlMS, by downstream and node, in one transaction.
-	ExchangeDemand(ctx context.Context, node string, demand map[string]float64, now, ttlMS int64) (map[string]map[string]float64, error)
+	// ExchangeDemand is one exchange of node's, serialized with every other node's: in one
+	// transaction it takes the exchange's lock (a row every exchange writes first), takes
+	// the time (now), deletes rows not written for DemandStaleMS, reads every node's rows
+	// written at or after the time less ttlMS, by downstream and node (node's own among
+	// them), and replaces node's rows with what decide returns, written at that time. decide
+	// runs inside the transaction, after the read: what it returns is written before any
+	// other node's exchange reads. It is called again when the transaction is tried again,
+	// and its last answer is written only if the exchange returns no error. It returns the
+	// time the committed rows carry.
+	ExchangeDemand(ctx context.Context, node string, ttlMS int64, now func() int64,
+		decide func(rows map[string]map[string]float64) map[string]float64) (int64, error)
 }
 
 var _ DemandStore = (*sqlStore)(nil)
@@ -30,66 +38,99 @@ var _ DemandStore = (*sqlStore)(nil)
 // demandBatch bounds the rows of one INSERT.
 const demandBatch = 200
 
-func (s *sqlStore) ExchangeDemand(ctx context.Context, node string, demand map[string]float64, now, ttlMS int64) (map[string]map[string]float64, error) {
+// demandLock is the downstream of the row every exchange writes first, which runs the
+// exchanges one at a time: an exclusive row lock on one server, a write set that
+// certification orders on Galera (a second exchange meeting it is refused and tried again),
+// and SQLite writes one transaction at a time anyway. No key is named so (keys hold no
+// spaces); its node is "", and it is never read or deleted as stale.
+const demandLock = " exchange"
+
+// errDemandLockMade: the lock row was missing and has been made; the exchange runs again.
+var errDemandLockMade = errors.New("the rate demand exchange's lock row was made")
+
+func (s *sqlStore) ExchangeDemand(ctx context.Context, node string, ttlMS int64, now func() int64,
+	decide func(rows map[string]map[string]float64) map[string]float64) (int64, error) {
 	for attempt := 0; ; attempt++ {
-		out, err := s.exchangeDemand(ctx, node, demand, now, ttlMS)
-		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
-			return out, err
+		at, err := s.exchangeDemand(ctx, node, ttlMS, now, decide)
+		if errors.Is(err, errDemandLockMade) && attempt < slotRetries {
+			continue
 		}
+		if err == nil || !s.d.isRetryable(err) || attempt >= slotRetries || ctx.Err() != nil {
+			return at, err
+		}
+		slotBackoff(ctx, attempt)
 	}
 }
 
-func (s *sqlStore) exchangeDemand(ctx context.Context, node string, demand map[string]float64, now, ttlMS int64) (map[string]map[string]float64, error) {
+func (s *sqlStore) exchangeDemand(ctx context.Context, node string, ttlMS int64, now func() int64,
+	decide func(rows map[string]map[string]float64) map[string]float64) (int64, error) {
 	tx, err := s.slotTx(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
+		return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
 	}
 	defer rollback(tx)
-	if _, err := tx.ExecContext(ctx, `DELETE FROM rate_demand WHERE node = ?`, node); err != nil {
-		return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
-	}
-	keys := make([]string, 0, len(demand))
-	for k := range demand {
-		keys = append(keys, k)
-	}
-	for len(keys) > 0 {
-		n := min(len(keys), demandBatch)
-		args := make([]any, 0, 4*n)
-		for _, k := range keys[:n] {
-			args = append(args, k, node, demand[k], now)
-		}
-		q := `INSERT INTO rate_demand (downstream, node, demand, seen_at) VALUES ` +
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", n), ", ")
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
-		}
-		keys = keys[n:]
-	}
-	if _, err := tx.ExecContext(ctx, `DELETE FROM rate_demand WHERE seen_at < ?`, now-DemandStaleMS); err != nil {
-		return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
-	}
-	rows, err := tx.QueryContext(ctx, `SELECT downstream, node, demand FROM rate_demand WHERE seen_at >= ?`, now-ttlMS)
+	// demand flips between 0 and 1, so the row changes at every exchange.
+	res, err := tx.ExecContext(ctx, `UPDATE rate_demand SET demand = 1 - demand WHERE downstream = ? AND node = ''`, demandLock)
 	if err != nil {
-		return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
+		return 0, fmt.Errorf("cannot lock the rate demand exchange: %w", err)
 	}
-	out := map[string]map[string]float64{}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		rollback(tx)
+		_, err := s.db.ExecContext(ctx, `INSERT INTO rate_demand (downstream, node, demand, seen_at) VALUES (?, '', 0, 0)`, demandLock)
+		if err != nil && !s.d.isUniqueViolation(err) {
+			return 0, fmt.Errorf("cannot make the rate demand exchange's lock: %w", err)
+		}
+		return 0, errDemandLockMade
+	}
+	at := now()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM rate_demand WHERE seen_at < ? AND downstream <> ?`, at-DemandStaleMS, demandLock); err != nil {
+		return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT downstream, node, demand FROM rate_demand WHERE seen_at >= ? AND downstream <> ?`, at-ttlMS, demandLock)
+	if err != nil {
+		return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
+	}
+	read := map[string]map[string]float64{}
 	for rows.Next() {
 		var k, n string
 		var d float64
 		if err := rows.Scan(&k, &n, &d); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
+			return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
 		}
-		if out[k] == nil {
-			out[k] = map[string]float64{}
+		if read[k] == nil {
+			read[k] = map[string]float64{}
 		}
-		out[k][n] = d
+		read[k][n] = d
 	}
 	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
+		return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
+	}
+	demand := decide(read)
+	if _, err := tx.ExecContext(ctx, `DELETE FROM rate_demand WHERE node = ?`, node); err != nil {
+		return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
+	}
+	keys := make([]string, 0, len(demand))
+	for k := range demand {
+		if k != demandLock {
+			keys = append(keys, k)
+		}
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), demandBatch)
+		args := make([]any, 0, 4*n)
+		for _, k := range keys[:n] {
+			args = append(args, k, node, demand[k], at)
+		}
+		q := `INSERT INTO rate_demand (downstream, node, demand, seen_at) VALUES ` +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", n), ", ")
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
+		}
+		keys = keys[n:]
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("cannot exchange rate demand: %w", err)
+		return 0, fmt.Errorf("cannot exchange rate demand: %w", err)
 	}
-	return out, nil
+	return at, nil
 }

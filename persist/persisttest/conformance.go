@@ -1664,40 +1664,94 @@ func testConcurrencyLimits(t *testing.T, ctx context.Context, s persist.Store) {
 	}
 }
 
-// testExchangeDemand: each node's exchange replaces its own rows and reads every node's fresh
-// ones; a row older than the TTL is not read, and one older than DemandStaleMS is deleted.
+// testExchangeDemand: each node's exchange reads every node's fresh rows (its own earlier
+// ones among them) and replaces its own with what it decides; a row older than the TTL is
+// not read, and one older than DemandStaleMS is deleted.
 func testExchangeDemand(t *testing.T, ctx context.Context, s persist.Store) {
 	ds, ok := s.(persist.DemandStore)
 	if !ok {
 		t.Skip("the store keeps no rate demand")
 	}
 	const now = 1_700_000_000_000
-	if _, err := ds.ExchangeDemand(ctx, "n1", map[string]float64{"api:443": 12.5, "tenant:a": 3}, now, 1000); err != nil {
-		t.Fatal(err)
+	exchange := func(node string, demand map[string]float64, at, ttl int64) map[string]map[string]float64 {
+		t.Helper()
+		var read map[string]map[string]float64
+		got, err := ds.ExchangeDemand(ctx, node, ttl, func() int64 { return at }, func(rows map[string]map[string]float64) map[string]float64 {
+			read = rows
+			return demand
+		})
+		if err != nil || got != at {
+			t.Fatalf("%s's exchange at %d = %d, %v", node, at, got, err)
+		}
+		return read
+	}
+	if got := exchange("n1", map[string]float64{"api:443": 12.5, "tenant:a": 3}, now, 1000); len(got) != 0 {
+		t.Fatalf("the first exchange read %v, want nothing", got)
 	}
 	// " nodes" is the engine's row of a node's share by shards: a leading space is kept.
-	got, err := ds.ExchangeDemand(ctx, "n2", map[string]float64{"api:443": 0, " nodes": 0.25}, now+100, 1000)
-	if err != nil {
-		t.Fatal(err)
+	got := exchange("n2", map[string]float64{"api:443": 0, " nodes": 0.25}, now+100, 1000)
+	if want := (map[string]map[string]float64{"api:443": {"n1": 12.5}, "tenant:a": {"n1": 3}}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("n2 read %v, want %v", got, want)
 	}
+	// n1 again, without tenant:a: it reads its own earlier rows and n2's.
+	got = exchange("n1", map[string]float64{"api:443": 4}, now+200, 1000)
 	want := map[string]map[string]float64{"api:443": {"n1": 12.5, "n2": 0}, "tenant:a": {"n1": 3}, " nodes": {"n2": 0.25}}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("after n1 and n2: %v, want %v", got, want)
+		t.Fatalf("n1's second exchange read %v, want %v", got, want)
 	}
-	// n1 again, without tenant:a: its row goes; n2's row is older than the TTL by then.
-	got, err = ds.ExchangeDemand(ctx, "n1", map[string]float64{"api:443": 4}, now+1200, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Past the TTL n2's rows are not read; n1's tenant:a row went with its last exchange.
+	got = exchange("n1", map[string]float64{"api:443": 5}, now+1150, 1000)
 	if want := (map[string]map[string]float64{"api:443": {"n1": 4}}); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after n1's second exchange: %v, want %v", got, want)
+		t.Fatalf("n1's third exchange read %v, want %v", got, want)
 	}
-	// Past DemandStaleMS n2's row is deleted: a TTL reaching back to it reads nothing of it.
-	got, err = ds.ExchangeDemand(ctx, "n1", nil, now+persist.DemandStaleMS+200, persist.DemandStaleMS+1000)
-	if err != nil {
-		t.Fatal(err)
+	// Past DemandStaleMS n2's rows are deleted: a TTL reaching back to them reads nothing of them.
+	exchange("n1", nil, now+persist.DemandStaleMS+300, persist.DemandStaleMS+1000)
+	if got := exchange("n1", nil, now+persist.DemandStaleMS+400, persist.DemandStaleMS+1000); len(got) != 0 {
+		t.Fatalf("after n2's rows went stale and n1 wrote none: %v, want nothing", got)
 	}
-	if len(got) != 0 {
-		t.Fatalf("after n2's row went stale and n1 wrote none: %v, want nothing", got)
+
+	// Two exchanges at once run one after the other: of the two decisions written, the later
+	// one was made from rows holding the earlier one's (a decision is made again when its
+	// transaction is tried again; the last one made is what was written).
+	var mu sync.Mutex
+	last := map[string]map[string]map[string]float64{}
+	inside, release := make(chan struct{}), make(chan struct{})
+	var first sync.Once
+	done := make(chan error, 2)
+	at := int64(now + persist.DemandStaleMS + 500)
+	go func() {
+		_, err := ds.ExchangeDemand(ctx, "a", 1000, func() int64 { return at }, func(rows map[string]map[string]float64) map[string]float64 {
+			mu.Lock()
+			last["a"] = rows
+			mu.Unlock()
+			first.Do(func() {
+				close(inside)
+				<-release // b's exchange begins meanwhile
+			})
+			return map[string]float64{"from:a": 1}
+		})
+		done <- err
+	}()
+	<-inside
+	go func() {
+		_, err := ds.ExchangeDemand(ctx, "b", 1000, func() int64 { return at }, func(rows map[string]map[string]float64) map[string]float64 {
+			mu.Lock()
+			last["b"] = rows
+			mu.Unlock()
+			return map[string]float64{"from:b": 1}
+		})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // b waits for a's lock (or, on Galera, commits first)
+	close(release)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatalf("concurrent exchange: %v", err)
+		}
+	}
+	_, aSawB := last["a"]["from:b"]
+	_, bSawA := last["b"]["from:a"]
+	if !aSawB && !bSawA {
+		t.Fatalf("two exchanges at once each decided without the other's rows: a read %v, b read %v", last["a"], last["b"])
 	}
 }
