@@ -89,7 +89,8 @@ type rateShares struct {
 	known map[string]bool // the downstreams some node wanted at the last exchange (loop only)
 
 	mu sync.Mutex
-	// claimed are the shares given out by demand (SetKeyShares), as last claimed.
+	// claimed are the shares given out by demand (SetKeyShares) now: at most what the store
+	// holds as this node's claims, whatever became of an exchange that failed.
 	claimed map[string]float64
 	// lastAt is the time the last committed exchange's rows carry (ms); lapse is the timer
 	// that stops giving out what they claim before they stop being heeded.
@@ -331,7 +332,9 @@ func (r *rateShares) lower(next map[string]float64) {
 	}
 	if err := r.e.gate.lim.SetKeyShares(low); err != nil {
 		r.e.log.Error("cannot lower the rate shares", "error", err)
+		return
 	}
+	r.claimed = low // should the exchange fail after its commit, the store holds no more
 }
 
 // commit gives out the claims of the exchange that committed at (ms), and arms the timer
