@@ -74,10 +74,15 @@ func (r *execOffer) offer() {
 		return // killed meanwhile
 	}
 	epoch, _ := e.own.runEpoch(r.t)
+	gate, dropped := e.own.sendGate(r.t, r.run)
+	if dropped {
+		r.pm.release()
+		return
+	}
 	req := &dispatch.Request{
 		Task: r.def.Name, Ticket: r.run.Ticket, Attempt: r.run.Attempt,
 		Body: r.body, Deadline: offerBy, Token: e.cfg.ExecutorToken,
-		Epoch: epoch, Gate: onWire(r.pm, e.own.sendGate(r.t, r.run.Ticket)),
+		Epoch: epoch, Gate: onWire(r.pm, gate),
 	}
 	registered, signedFor := x.Registered(), x.Incarnation()
 	e.disp.OfferFunc(x, req, func(o dispatch.Outcome) {

@@ -432,11 +432,15 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 func (e *Engine) sendPaced(t *task, def *model.TaskDef, run model.Run, params json.RawMessage, pm *permit) {
 	// The deadline counts from the send, not from the decision: a slow commit must not eat
 	// the run's time, let alone time it out before it is sent.
+	gate, dropped := e.own.sendGate(t, run)
+	if dropped {
+		pm.release() // its shard dropped from this node: marked for the next owner instead
+		return
+	}
 	sentAt := e.now()
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()
 	epoch, shard := e.own.runEpoch(t)
-	gate := e.own.sendGate(t, run.Ticket)
 	if run.ScheduledAt > 0 && run.Kind != model.RunBackfill {
 		// Late against when the fire was meant to leave: its nominal time plus its jitter.
 		// A backfill's runs are of past fire times by design: their lag says nothing.

@@ -85,15 +85,24 @@ func (e *Engine) writeHeld(t *task, run model.Run, held, inFlight bool) <-chan e
 	return done
 }
 
+// droppedRun is a run abandoned with its dropped shard and never sent: its task, its run
+// as recorded, and whether its shard's gate held it back before (holdUnsent).
+type droppedRun struct {
+	t     *task
+	run   model.Run
+	gated bool
+}
+
 // markDropped marks held back the runs fs that Drop abandoned with their shards while
-// recorded and never on the wire (core_shards.go, invariant 4): they provably never left,
-// and this node no longer sends them. A run its gate held back was marked then, and is
+// recorded and never on the wire, or whose records landed after the drop (sendGate)
+// (core_shards.go, invariant 4): they provably never left, and this node no longer sends
+// them. A run its gate held back was marked then, and is
 // marked again (the same row): that mark's write may have failed. Each mark is fenced by its task's epoch and follows
 // the task's earlier groups, as markHeld's: it lands only before a next owner takes the
 // shard, which then sends the run under its fire record (refireHeld). A mark the fence
 // refused found the shard taken already: the next owner takes that run as in doubt, as a
 // run without a mark always was. It logs how the marks went.
-func (o *shardOwner) markDropped(fs []*flight) {
+func (o *shardOwner) markDropped(fs []droppedRun) {
 	start := o.now()
 	waits := make([]<-chan error, len(fs))
 	for i, f := range fs {
@@ -108,7 +117,7 @@ func (o *shardOwner) markDropped(fs []*flight) {
 		switch err := <-w; {
 		case err == nil:
 			marked++
-			if !fs[i].gated.Load() {
+			if !fs[i].gated {
 				fresh++
 			}
 		case errors.Is(err, model.ErrLeaseLost):

@@ -340,3 +340,62 @@ func TestRunNeverSentAtDropIsSentByTheNextOwner(t *testing.T) {
 		}
 	})
 }
+
+// TestRunRecordedAfterDropIsSentByTheNextOwner: engine a fires a task while the database
+// holds its writes, and drops the shard before the run's record is durable. The record then
+// lands (no other node has taken the shard): a does not send the run, which provably never
+// left, but marks it held back, and b, taking the shard next, sends it once under its record.
+// Before, such a run was left unmarked, and b recorded it lost.
+func TestRunRecordedAfterDropIsSentByTheNextOwner(t *testing.T) {
+	t.Parallel()
+	persisttest.EachDSN(t, func(t *testing.T, s persist.Store, dsn string) {
+		ctx := context.Background()
+		cs := newCallbackServer(t)
+		a := startEngine(t, s, sharded)
+		b := startEngine(t, s, sharded)
+		const name = "late-record"
+		shard := model.ShardOf(name)
+		takeFor(t, s, a, "a", []int{shard}, time.Second)
+		spec := httpSpec(name, cs.URL+"/hook")
+		spec.DelayMS = ptr(int64(1500))
+		mustCreate(t, a, spec)
+		release := persisttest.HoldWrites(t, dsn)
+		waitFor(t, 10*time.Second, "the fire, its record held by the database", func() bool { return a.runs.byShard()[shard] == 1 })
+		var set model.ShardSet
+		set.Add(shard)
+		a.API().Ownership().Drop(set)
+		release()
+		var run *model.Run
+		waitFor(t, 10*time.Second, "the run recorded and marked held back", func() bool {
+			runs, err := s.(persist.Browser).ListRunsPage(ctx, persist.RunFilter{Limit: 10})
+			if err != nil || len(runs.Runs) != 1 {
+				return false
+			}
+			run = &runs.Runs[0]
+			return heldBack(*run)
+		})
+		if n := a.m.heldAtDrop.Get(); n != 1 {
+			t.Errorf("a marked %d runs held back after the drop, want 1", n)
+		}
+		if n := len(cs.got(name)); n != 0 {
+			t.Fatalf("the run reached its endpoint %d times from a", n)
+		}
+		time.Sleep(1100 * time.Millisecond) // a's lease runs out: it was not renewed
+		takeFor(t, s, b, "b", []int{shard}, time.Minute)
+		var got *model.Run
+		waitFor(t, 10*time.Second, "b to send the run and it to end", func() bool {
+			var err error
+			got, err = s.GetRun(ctx, run.Ticket)
+			return err == nil && got.Result != model.ResultRunning
+		})
+		if got.Result != model.ResultSuccess || heldBack(*got) {
+			t.Errorf("the run ended %s (%s), detail %q: want success, the mark off", got.Result, got.Error, got.Detail)
+		}
+		if calls := cs.got(name); len(calls) != 1 || calls[0].ticket != run.Ticket {
+			t.Errorf("calls = %+v, want one of ticket %s", calls, run.Ticket)
+		}
+		if n := b.refires.Load(); n != 1 {
+			t.Errorf("b refired %d runs, want 1", n)
+		}
+	})
+}

@@ -18,10 +18,11 @@ type flight struct {
 	run  model.Run // the run record; Executor names the executor holding it once offered
 	slot concSlot  // its slot of the concurrency gate, given back when it is taken
 
-	// On a sharded engine (core_shards.go, Drop): recorded is set once its record is durable
-	// and its sending begins, onWire once a request of it passed its shard's gate and may
-	// have left. A run recorded and never on the wire when its shard drops provably never
-	// left this node. gated is set once its shard's gate held it back (holdUnsent).
+	// On a sharded engine (core_shards.go, Drop): recorded is set (under runsInFlight.mu)
+	// once its record is durable and its sending begins, onWire once a request of it passed
+	// its shard's gate and may have left. A run recorded and never on the wire when its
+	// shard drops provably never left this node. gated is set once its shard's gate held it
+	// back (holdUnsent).
 	recorded, onWire, gated atomic.Bool
 
 	// The fields below are guarded by runsInFlight.mu.
@@ -66,11 +67,15 @@ type runsInFlight struct {
 	// perShard counts n by the shard of each flight's task (core_shards.go).
 	perShard [model.ShardCount]int32
 	zero     chan struct{} // closed when n drops to 0 while someone waits
+	// unrecorded are the tickets abandoned with their shards before their records were
+	// durable, with when (ms): a record that lands after is marked held back (recorded).
+	unrecorded map[string]int64
 }
 
 func (r *runsInFlight) init(clk clock.Clock, conc *concGate) {
 	r.clk, r.conc = clk, conc
 	r.m = make(map[string]*flight)
+	r.unrecorded = make(map[string]int64)
 }
 
 // add registers a run that has left, holding slot. A ticket already in flight is refused
@@ -108,11 +113,21 @@ func (r *runsInFlight) byShard() [model.ShardCount]int32 {
 	return r.perShard
 }
 
+// unrecordedFor is how long a ticket abandoned before its record was durable is remembered:
+// a record that has not landed by then never will (the writer gives up far sooner).
+const unrecordedFor = 10 * time.Minute
+
 // abandon takes every run in flight of the shards of set, running fn with each instead of
-// an end: the shards are another node's now, which recovers the runs from the store. It
-// returns how many it took.
+// an end: the shards are another node's now, which recovers the runs from the store. A run
+// whose record is not yet durable is remembered (recorded). It returns how many it took.
 func (r *runsInFlight) abandon(set model.ShardSet, fn func(f *flight)) int {
 	r.mu.Lock()
+	now := r.clk.Now().UnixMilli()
+	for ticket, at := range r.unrecorded {
+		if now-at > unrecordedFor.Milliseconds() {
+			delete(r.unrecorded, ticket)
+		}
+	}
 	var tickets []string
 	for ticket, f := range r.m {
 		if set.Has(int(shardOfTask(f.t))) {
@@ -126,7 +141,16 @@ func (r *runsInFlight) abandon(set model.ShardSet, fn func(f *flight)) int {
 			f.slot.keep = true // its rows in the store are the shard's next owner's
 			fn(f)
 		}
-		if r.take(ticket, func(f *flight) bool { return set.Has(int(shardOfTask(f.t))) }, keep) {
+		of := func(f *flight) bool {
+			if !set.Has(int(shardOfTask(f.t))) {
+				return false
+			}
+			if !f.recorded.Load() { // under r.mu, as recorded sets it
+				r.unrecorded[ticket] = now
+			}
+			return true
+		}
+		if r.take(ticket, of, keep) {
 			n++
 		}
 	}
@@ -158,6 +182,22 @@ func (r *runsInFlight) ticketsOf(t *task) []string {
 }
 
 // has reports whether ticket is in flight.
+// recorded marks the run of ticket recorded (its record is durable and its sending
+// begins) and returns its flight; or, when the run was abandoned with its shard before
+// that, nil and dropped: the caller marks it held back, since it never left.
+func (r *runsInFlight) recorded(ticket string) (f *flight, dropped bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if f = r.m[ticket]; f != nil {
+		f.recorded.Store(true)
+		return f, false
+	}
+	if _, dropped = r.unrecorded[ticket]; dropped {
+		delete(r.unrecorded, ticket)
+	}
+	return nil, dropped
+}
+
 // get returns the flight of ticket, or nil when it is not in flight.
 func (r *runsInFlight) get(ticket string) *flight {
 	r.mu.Lock()

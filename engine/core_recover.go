@@ -327,8 +327,12 @@ func (e *Engine) sendAs(t *task, def *model.TaskDef, run model.Run, wireTicket s
 	deadline := e.now().Add(time.Duration(def.TimeoutSec) * time.Second)
 	epoch, shard := e.own.runEpoch(t)
 	body := e.runJSON(def, run, wireTicket, deadline, epoch, shard)
+	gate, dropped := e.own.sendGate(t, run)
+	if dropped {
+		return // its shard dropped from this node: marked for the next owner instead
+	}
 	req := &dispatch.Request{URL: def.Callback.URL, Task: def.Name, Ticket: wireTicket, Attempt: run.Attempt,
-		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: e.own.sendGate(t, run.Ticket)}
+		Body: body, Deadline: deadline, ResendInDoubt: def.OnLost == persist.OnLostResend, Epoch: epoch, Gate: gate}
 	if err := e.disp.Send(req, func(o dispatch.Outcome) {
 		if o.Err != nil && e.own.holdUnsent(t, run, o.Err, nil, func(*permit) { e.sendAs(t, def, run, wireTicket) }) {
 			return

@@ -28,8 +28,8 @@ package engine
 //     shard recovers them from the store, as a promotion does. It writes nothing but this:
 //     each abandoned run whose record is durable and which no request of took to the wire
 //     is marked held back (core_heldback.go), fenced by the shard's epoch, so that the next
-//     owner sends it rather than take it as in doubt; a mark lands only if no next owner
-//     has taken the shard yet.
+//     owner sends it rather than take it as in doubt, and so is one whose record lands
+//     after the drop (sendGate); a mark lands only if no next owner has taken the shard yet.
 //  5. A shard being handed over (draining) fires nothing new and starts no run; its runs in
 //     flight end and their ends are written under its epoch. InFlight reports it busy
 //     until they have and every write fenced by it is durable, so the lease is released
@@ -282,13 +282,13 @@ func (o *shardOwner) Drop(set model.ShardSet) {
 	}
 	// Turned off under each shard's lock: no request of theirs passes its gate from here
 	// on (sendGate), so a run recorded and not on the wire now never left this node.
-	var unsent []*flight
+	var unsent []droppedRun
 	abandoned := o.runs.abandon(set, func(f *flight) {
 		f.t.mu.Lock()
 		f.t.runLeft(f.run.Ticket)
 		f.t.mu.Unlock()
 		if f.recorded.Load() && !f.onWire.Load() {
-			unsent = append(unsent, f)
+			unsent = append(unsent, droppedRun{t: f.t, run: f.run, gated: f.gated.Load()})
 		}
 	})
 	if len(unsent) > 0 {
@@ -323,11 +323,16 @@ func (o *shardOwner) runEpoch(t *task) (int64, *int) {
 // shared and with the shard still held at the epoch. So once Drop has turned the shard
 // off (holding that lock), no request of it passes and every flight not marked on the wire
 // provably never left (Drop).
-func (o *shardOwner) sendGate(t *task, ticket string) func() error {
+//
+// A run abandoned with its dropped shard before its record was durable, whose record has
+// landed since, is not sent: sendGate marks it held back for the next owner (markDropped)
+// and reports it dropped.
+func (o *shardOwner) sendGate(t *task, run model.Run) (gate func() error, dropped bool) {
 	shard, epoch := t.shard, t.sepoch
-	f := o.runs.get(ticket)
-	if f != nil {
-		f.recorded.Store(true)
+	f, dropped := o.runs.recorded(run.Ticket)
+	if dropped {
+		go o.markDropped([]droppedRun{{t: t, run: run}})
+		return nil, true
 	}
 	return func() error {
 		if err := o.shardGate(shard, epoch, false); err != nil || f == nil {
@@ -341,7 +346,7 @@ func (o *shardOwner) sendGate(t *task, ticket string) func() error {
 		}
 		f.onWire.Store(true)
 		return nil
-	}
+	}, false
 }
 
 // where returns the shards whose phase keep accepts: every shard on an engine that

@@ -66,9 +66,10 @@ type ownership interface {
 	insert(t *task, api bool) (bool, error)
 	// runEpoch is the epoch a run of t carries, and its shard (nil: none).
 	runEpoch(t *task) (int64, *int)
-	// sendGate is the gate a request of the run of t with ticket asks before it leaves
-	// (nil: the dispatcher's own); the run's record is durable.
-	sendGate(t *task, ticket string) func() error
+	// sendGate is the gate a request of run, of t, asks before it leaves (nil: the
+	// dispatcher's own); the run's record is durable. dropped: the run is not to be sent
+	// (its shard dropped from this node before its record was durable).
+	sendGate(t *task, run model.Run) (gate func() error, dropped bool)
 	// schedules reports whether the node schedules shard n.
 	schedules(n int) bool
 	// serves tells whether the API's calls about the task named name are served here
@@ -122,7 +123,7 @@ func (o *soleOwner) current(*task) bool                                         
 func (o *soleOwner) shardGate(uint8, int64, bool) error                              { return nil }
 func (o *soleOwner) insert(t *task, _ bool) (bool, error)                            { return o.e.tasks.insertIfAbsent(t), nil }
 func (o *soleOwner) runEpoch(*task) (int64, *int)                                    { return o.epoch, nil }
-func (o *soleOwner) sendGate(*task, string) func() error                             { return nil }
+func (o *soleOwner) sendGate(*task, model.Run) (func() error, bool)                  { return nil, false }
 func (o *soleOwner) schedules(int) bool                                              { return true }
 func (o *soleOwner) serves(string) (ready, moving bool)                              { return true, false }
 func (o *soleOwner) apiFences([]string) ([]persist.ShardFence, error)                { return nil, nil }
