@@ -428,3 +428,7 @@ func (r *runsInFlight) wait(ctx context.Context) error {
 // RunsInFlight lists the runs this engine has sent and not yet ended: periodic, run-now and
 // executor runs, including those adopted from the store at start.
 func (e *API) RunsInFlight() []model.Run { return e.runs.list() }
+
+// RunsSettling counts the runs in flight here and those whose end is decided but whose
+// end's write is not yet submitted to the writer: 0 once every run's last write is queued.
+func (e *API) RunsSettling() int { return e.runs.count() }

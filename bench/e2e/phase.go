@@ -343,10 +343,17 @@ func waitDone(ctx context.Context, eng *engine.Engine, n int) (time.Time, error)
 		}
 		return sum
 	}
+	// A run's result counts as its end is decided, before its end's write is submitted (the
+	// last commit then escaped the writer's timeline on a busy box); RunsSettling counts it
+	// until the write is submitted, so the queue is read after it: empty then, every end is
+	// committed.
+	settled := func() bool {
+		return eng.API().RunsSettling() == 0 && queued.Get() == 0
+	}
 	var first time.Time
 	for {
 		now := time.Now()
-		if ended() >= n && queued.Get() == 0 {
+		if ended() >= n && settled() {
 			if !first.IsZero() {
 				return first, nil
 			}
