@@ -96,7 +96,7 @@ func TestTLSExecutorRefusesCallersWithoutAClientCertificate(t *testing.T) {
 		// previous one).
 		{"client certificate of another CA", &tls.Config{RootCAs: s.ca.Pool(),
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &intruder, nil },
-		}, "unknown certificate authority"},
+		}, "unknown certificate authority|use of closed network connection"},
 		{"executor's CA not trusted", &tls.Config{RootCAs: s.rogue.Pool(),
 			Certificates: []tls.Certificate{s.ca.Client(t, "other").Load(t)}}, "certificate signed by unknown authority"},
 		{"plain HTTP", nil, ""},
@@ -123,7 +123,15 @@ func TestTLSExecutorRefusesCallersWithoutAClientCertificate(t *testing.T) {
 				resp.Body.Close()
 				t.Fatalf("run answered %s, want a failed connection", resp.Status)
 			}
-			if c.wantErr != "" && !strings.Contains(err.Error(), c.wantErr) {
+			// Under TLS 1.3 the executor refuses a client certificate after the client has
+			// finished its side of the handshake: its alert may arrive after the client began
+			// to write the request, which then fails on the closed connection instead (seen
+			// in a whole-suite run). Either way the run did not reach the executor (below).
+			said := false
+			for _, want := range strings.Split(c.wantErr, "|") {
+				said = said || strings.Contains(err.Error(), want)
+			}
+			if !said {
 				t.Errorf("run error = %v, want it to say %q", err, c.wantErr)
 			}
 		})
