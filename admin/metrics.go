@@ -32,7 +32,7 @@ var metricHelp = map[string]metricMeta{
 	"axe_duplicate_fires_suppressed_total": {"counter", "Fires the database refused because their (task, fire time, attempt) run record exists: dispatched already, so not dispatched again."},
 	"axe_wheel_stale_entries_total":        {"counter", "Timing-wheel entries dropped because the task was armed again: each would have fired the task twice."},
 	"axe_sends_held_total":                 {"counter", "Runs whose send a shard's gate held back while the shard's lease renewal was overdue; each is sent once a renewal succeeds, or left to the shard's next owner."},
-	"axe_sends_held_at_drop_total":         {"counter", "Runs recorded and still queued before their shard's gate (not held back by it) when the shard dropped from this node, marked held back for the shard's next owner to send."},
+	"axe_sends_held_at_drop_total":         {"counter", "Runs never sent when their shard dropped from this node (still queued before its gate and not held back by it, or recorded only after the drop), marked held back for the shard's next owner to send."},
 	"axe_sends_ahead":                      {"gauge", "Runs whose fire record is committed (or being committed) and whose request is not yet handed to the wire; bounded by --send-ahead: what a crash can leave in doubt that never left."},
 	"axe_send_pace_waits_total":            {"counter", "Fires that waited for room under --send-ahead: the fire loop waiting on the sends."},
 	"axe_heldback_refires_total":           {"counter", "Runs a shard's previous owner recorded as held back unsent and this node sent under their fire record after taking the shard."},

@@ -430,13 +430,13 @@ func (e *Engine) send(t *task, def *model.TaskDef, run model.Run, params json.Ra
 // (core_pace.go): released when its request is handed to the wire (the send gate is asked),
 // when its executor call begins, or when it is not sent at all.
 func (e *Engine) sendPaced(t *task, def *model.TaskDef, run model.Run, params json.RawMessage, pm *permit) {
-	// The deadline counts from the send, not from the decision: a slow commit must not eat
-	// the run's time, let alone time it out before it is sent.
 	gate, dropped := e.own.sendGate(t, run)
 	if dropped {
 		pm.release() // its shard dropped from this node: marked for the next owner instead
 		return
 	}
+	// The deadline counts from the send, not from the decision: a slow commit must not eat
+	// the run's time, let alone time it out before it is sent.
 	sentAt := e.now()
 	deadline := sentAt.Add(time.Duration(def.TimeoutSec) * time.Second)
 	e.m.sent.Inc()

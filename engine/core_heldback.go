@@ -96,12 +96,12 @@ type droppedRun struct {
 // markDropped marks held back the runs fs that Drop abandoned with their shards while
 // recorded and never on the wire, or whose records landed after the drop (sendGate)
 // (core_shards.go, invariant 4): they provably never left, and this node no longer sends
-// them. A run its gate held back was marked then, and is
-// marked again (the same row): that mark's write may have failed. Each mark is fenced by its task's epoch and follows
-// the task's earlier groups, as markHeld's: it lands only before a next owner takes the
-// shard, which then sends the run under its fire record (refireHeld). A mark the fence
-// refused found the shard taken already: the next owner takes that run as in doubt, as a
-// run without a mark always was. It logs how the marks went.
+// them. A run its gate held back was marked then, and is marked again (the same row): that
+// mark's write may have failed. Each mark is fenced by its task's epoch and follows the
+// task's earlier groups, as markHeld's: it lands only before a next owner takes the shard,
+// which then sends the run under its fire record (refireHeld). A mark the fence refused
+// found the shard taken already: the next owner takes that run as in doubt, as a run
+// without a mark always was. It logs how the marks went.
 func (o *shardOwner) markDropped(fs []droppedRun) {
 	start := o.now()
 	waits := make([]<-chan error, len(fs))

@@ -181,7 +181,6 @@ func (r *runsInFlight) ticketsOf(t *task) []string {
 	return out
 }
 
-// has reports whether ticket is in flight.
 // recorded marks the run of ticket recorded (its record is durable and its sending
 // begins) and returns its flight; or, when the run was abandoned with its shard before
 // that, nil and dropped: the caller marks it held back, since it never left.
@@ -205,6 +204,7 @@ func (r *runsInFlight) get(ticket string) *flight {
 	return r.m[ticket]
 }
 
+// has reports whether ticket is in flight.
 func (r *runsInFlight) has(ticket string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

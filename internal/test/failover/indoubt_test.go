@@ -496,8 +496,8 @@ func TestShardsHeldBackThenDropped(t *testing.T) {
 			refired += v
 		}
 	}
-	// Runs recorded and still queued before the gate when the node dropped its shards are
-	// marked at the drop (engine: core_shards.go, Drop): they too are the next owners' to send.
+	// Runs still queued before the gate when the node dropped its shards, or recorded only
+	// after, are marked then (engine: core_shards.go, Drop): the next owners' to send too.
 	atDrop, _ := c.metric(victim, "axe_sends_held_at_drop_total")
 	t.Logf("held back by node %s: %v at its gates, %v more marked as it dropped its shards; sent by the next owners under their fire records: %v",
 		victim.id, held, atDrop, refired)
